@@ -1,0 +1,15 @@
+# Image for `python -m faasm_tasks <step>` pods (deploy, load driver, collect, teardown).
+# Build from the repository root:
+#   docker build -f docker/faasm.Dockerfile -t REGISTRY/faasm-tasks:0.1.0 .
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+RUN apt-get update && apt-get install -y --no-install-recommends wrk && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/house
+COPY constraints.txt docker/requirements-faasm.txt ./
+RUN pip install -r requirements-faasm.txt -c constraints.txt
+COPY stepkit ./stepkit
+COPY faasm_tasks ./faasm_tasks
+RUN useradd --uid 10001 --create-home runner && python -m faasm_tasks --help >/dev/null
+USER 10001
+ENTRYPOINT []
+CMD ["python", "-m", "faasm_tasks", "--help"]

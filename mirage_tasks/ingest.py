@@ -1,0 +1,126 @@
+"""``python -m mirage_tasks ingest``: a job trace in any supported format -> normalised Parquet.
+
+Outputs under ``--out``: ``trace.parquet`` (schema in :mod:`mirage_tasks.schema`),
+``ingest_report.json`` (rows read, kept, rejected with line numbers and reasons, window,
+time span, machine size), then ``_SUCCESS.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+import pandas as pd
+
+from stepkit import Step, StepError
+
+from . import __version__
+from .schema import TRACE_FILE, describe, write_trace
+from .traces import FORMATS, BadRows, parse
+
+log = logging.getLogger(__name__)
+REPORT_FILE = "ingest_report.json"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="trace URI or path (.gz ok): sacct export or SWF")
+    p.add_argument("--out", required=True, help="output prefix URI (file://, path or s3://)")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: detect)")
+    p.add_argument("--timezone", default=None,
+                   help="IANA zone of sacct's local times, e.g. America/Chicago for Lonestar6 (SWF: from its header)")
+    p.add_argument("--from", dest="t_from", default=None, help="keep jobs submitted at or after this ISO time (UTC if no offset)")
+    p.add_argument("--to", dest="t_to", default=None, help="keep jobs submitted before this ISO time (UTC if no offset)")
+    p.add_argument("--max-bad-rows", type=int, default=100,
+                   help="refuse the file when more rows than this are unusable (default 100; 0 = strict)")
+    p.add_argument("--cluster-nodes", type=int, default=None,
+                   help="machine size in nodes, recorded in the trace metadata when the file does not say")
+
+
+def parse_time(value: str | None, flag: str) -> pd.Timestamp | None:
+    if value is None:
+        return None
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError) as exc:
+        raise StepError(f"{flag} {value!r} is not an ISO date/time") from exc
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def run(args: argparse.Namespace) -> int:
+    t_from = parse_time(args.t_from, "--from")
+    t_to = parse_time(args.t_to, "--to")
+    if t_from is not None and t_to is not None and t_to <= t_from:
+        raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
+    if args.max_bad_rows < 0:
+        raise StepError("--max-bad-rows must be >= 0")
+    params = {
+        "format": args.format,
+        "timezone": args.timezone,
+        "from": t_from.isoformat() if t_from is not None else None,
+        "to": t_to.isoformat() if t_to is not None else None,
+        "max_bad_rows": args.max_bad_rows,
+        "cluster_nodes": args.cluster_nodes,
+    }
+    step = Step("ingest", args.out, __version__, params, inputs=[args.trace])
+    if step.skip():
+        return 0
+
+    t0 = time.perf_counter()
+    result = parse(args.trace, args.format, args.timezone)
+    elapsed = time.perf_counter() - t0
+    bad = result.rejected
+    for r in bad[:20]:
+        log.warning("%s: line %d rejected: %s", args.trace, r.line, r.reason)
+    if len(bad) > 20:
+        log.warning("%s: ... and %d more rejected rows (all listed in %s)", args.trace, len(bad) - 20, REPORT_FILE)
+    if len(bad) > args.max_bad_rows:
+        first = "; ".join(f"line {r.line}: {r.reason}" for r in bad[:5])
+        raise BadRows(
+            f"{args.trace}: {len(bad)} unusable rows exceed --max-bad-rows {args.max_bad_rows} "
+            f"(first: {first}); nothing was written"
+        )
+
+    df = result.frame
+    parsed_rows = len(df)
+    if t_from is not None:
+        df = df[df["submit"] >= t_from]
+    if t_to is not None:
+        df = df[df["submit"] < t_to]
+    if df.empty:
+        raise StepError(f"{args.trace}: no jobs left after the time window [{args.t_from}, {args.t_to})")
+    meta = result.meta
+    if args.cluster_nodes is not None:
+        meta.machine_nodes = args.cluster_nodes
+    over_limit = int(((df["end"] - df["start"]).dt.total_seconds() > df["time_limit_s"].astype("float64")).sum())
+
+    write_trace(step.record(TRACE_FILE), df, meta)
+    report = {
+        "trace": args.trace,
+        "format": meta.format,
+        "timezone": meta.timezone,
+        "rows_read": result.rows_read,
+        "rows_parsed": parsed_rows,
+        "rows_rejected": len(bad),
+        "rejected": [r.as_dict() for r in bad],
+        "rows_outside_window": parsed_rows - len(df),
+        "rows_kept": int(len(df)),
+        "window": {"from": params["from"], "to": params["to"]},
+        "machine_nodes": meta.machine_nodes,
+        "machine_procs": meta.machine_procs,
+        "runs_over_time_limit": over_limit,
+        "parse_seconds": round(elapsed, 3),
+        "rows_per_second": round(result.rows_read / elapsed) if elapsed > 0 else None,
+        "notes": result.notes,
+        **{f"span_{k}": v for k, v in describe(df).items() if k in ("first_submit", "last_submit")},
+        "stats": describe(df),
+    }
+    step.write_json(REPORT_FILE, report)
+    step.commit(summary={k: report[k] for k in ("rows_read", "rows_kept", "rows_rejected", "format")})
+    print(
+        f"ingest: {report['rows_read']} rows read, {report['rows_kept']} kept, {len(bad)} rejected, "
+        f"{report['rows_outside_window']} outside the window; submits "
+        f"{report.get('span_first_submit')} .. {report.get('span_last_submit')}",
+        flush=True,
+    )
+    return 0

@@ -1,0 +1,401 @@
+"""``python -m mirage_tasks synth``: fit a workload profile to a real trace, or generate one.
+
+The real traces may not be redistributed with the project and are not on a user's fresh
+machine, so the embedded default runs on a synthetic trace drawn from a profile fitted
+to the real one. The profile is numbers only (no job ids, names or times):
+
+* **arrivals** in *batches* (a user submitting several jobs within ``batch_gap_s`` of each
+  other, as job arrays and scripted sweeps do): the batch rate for each of the 168
+  hours of the week, the batch-size distribution and the gaps inside a batch;
+* **shape**: the joint distribution of (nodes, time limit) per batch, which keeps their
+  correlation (wide jobs ask for long limits);
+* **runtimes** as a fraction of the time limit, per time-limit class (quantiles), with
+  the share of jobs that run into their limit;
+* **users**: how batches spread over users (activity shares by rank);
+* **waits** per node-count class (quantiles), only to give generated jobs a plausible
+  start for warm-starting the simulator; the simulator recomputes every start.
+
+Fit:      ``synth --fit TRACE --out PROFILE_PREFIX [--compare-month 2023-02]``
+          writes ``profile.json`` and ``fit_report.{json,md}`` (real vs generated month).
+Generate: ``synth --profile ls6-a100|PROFILE.json --from ISO --to ISO --seed S --out URI``
+          writes ``trace.parquet`` in the normalised schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stepkit import Step, StepError, storage
+
+from . import __version__
+from .ingest import parse_time
+from .schema import TRACE_FILE, TraceMeta, describe, read_trace, write_trace
+from .traces import parse
+
+log = logging.getLogger(__name__)
+
+PROFILE_VERSION = 1
+PACKAGED = {"ls6-a100": "ls6-a100.json"}
+QUANTILES = np.linspace(0.0, 1.0, 101)
+LIMIT_CLASSES_S = [3600, 6 * 3600, 24 * 3600]  # <=1 h, <=6 h, <=24 h, longer
+NODE_CLASSES = [1, 4]  # 1, 2-4, >4
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)")
+    mode.add_argument("--profile", help=f"generate from this profile: a JSON URI or a packaged name ({', '.join(PACKAGED)})")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    p.add_argument("--timezone", default=None, help="with --fit on a raw sacct log: its IANA time zone")
+    p.add_argument("--batch-gap-s", type=float, default=60.0, help="with --fit: submits of one user closer than this form a batch")
+    p.add_argument("--compare-month", default=None, help="with --fit: month (YYYY-MM) to compare real vs generated (default: busiest)")
+    p.add_argument("--from", dest="t_from", help="with --profile: first submit time (ISO, UTC if no offset)")
+    p.add_argument("--to", dest="t_to", help="with --profile: end of the generated span (exclusive)")
+    p.add_argument("--seed", type=int, default=0, help="with --profile: random seed (same seed, same trace)")
+    p.add_argument("--load-scale", type=float, default=1.0, help="with --profile: multiply the arrival rate (default 1.0)")
+
+
+# ------------------------------------------------------------------ fitting
+
+
+def _limit_class(limit_s: np.ndarray) -> np.ndarray:
+    return np.searchsorted(LIMIT_CLASSES_S, limit_s, side="left")
+
+
+def _node_class(nodes: np.ndarray) -> np.ndarray:
+    return np.searchsorted(NODE_CLASSES, nodes, side="left")
+
+
+def _batches(df: pd.DataFrame, gap_s: float) -> np.ndarray:
+    """Batch id per job (jobs sorted by submit): same user, each submit within gap_s of the previous."""
+    t = _seconds(df["submit"])
+    users = df["user"].fillna("?").to_numpy()
+    order = np.lexsort((t, users))
+    tu, uu = t[order], users[order]
+    new = np.ones(len(df), dtype=bool)
+    new[1:] = (uu[1:] != uu[:-1]) | ((tu[1:] - tu[:-1]) > gap_s)
+    ids_sorted = np.cumsum(new) - 1
+    ids = np.empty(len(df), dtype=np.int64)
+    ids[order] = ids_sorted
+    return ids
+
+
+def _seconds(s: pd.Series) -> np.ndarray:
+    unit = getattr(s.dtype, "unit", "ns")
+    div = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    return s.astype("int64").to_numpy() // div
+
+
+def fit_profile(df: pd.DataFrame, meta: TraceMeta, gap_s: float = 60.0) -> dict[str, Any]:
+    """A workload profile (numbers only) from a normalised trace frame."""
+    df = df[df["submit"].notna() & df["time_limit_s"].notna()].copy()
+    if "nodes" not in df or df["nodes"].isna().all():
+        df["nodes"] = df["procs"]
+    df = df[df["nodes"].notna() & (df["nodes"] > 0)].sort_values("submit").reset_index(drop=True)
+    if len(df) < 100:
+        raise StepError(f"{meta.source}: only {len(df)} usable jobs; a profile needs at least 100")
+    submit = _seconds(df["submit"])
+    limit = df["time_limit_s"].astype("int64").to_numpy()
+    nodes = df["nodes"].astype("int64").to_numpy()
+    start = df["start"]
+    run = np.where(df["end"].notna() & start.notna(), (_seconds(df["end"].fillna(df["submit"])) - _seconds(start.fillna(df["submit"]))), -1)
+    wait = np.where(start.notna(), _seconds(start.fillna(df["submit"])) - submit, -1)
+
+    bid = _batches(df, gap_s)
+    first = pd.Series(submit).groupby(bid).min()
+    size = pd.Series(bid).value_counts().sort_index()
+    t_first = pd.to_datetime(first.to_numpy(), unit="s", utc=True)
+    how = (t_first.day_of_week * 24 + t_first.hour).to_numpy()
+    # The rate is averaged over the trace's dense span: a log's first and last days are often
+    # sparse (ls6 holds 61 October jobs before the partition opened), which would dilute it.
+    lo, hi = np.quantile(submit, [0.005, 0.995])
+    span_h = max((hi - lo) / 3600.0, 1.0)
+    hours_per_slot = span_h / 168.0
+    rate = np.bincount(how, minlength=168) / hours_per_slot
+    # Gaps between consecutive jobs inside a batch.
+    order = np.lexsort((submit, bid))
+    same = bid[order][1:] == bid[order][:-1]
+    intra = np.diff(submit[order])[same]
+
+    # Joint (nodes, limit) per batch: the first job of each batch represents it.
+    firsts = pd.DataFrame({"bid": bid, "nodes": nodes, "limit": limit}).groupby("bid").first()
+    pairs = firsts.value_counts(["nodes", "limit"]).sort_index()
+    shape = [[int(n), int(lim), int(c)] for (n, lim), c in pairs.items()]
+
+    ratio = np.where((run >= 0) & (limit > 0), run / np.maximum(limit, 1), np.nan)
+    runtime = {}
+    lc = _limit_class(limit)
+    for c in range(len(LIMIT_CLASSES_S) + 1):
+        r = ratio[(lc == c) & ~np.isnan(ratio)]
+        if len(r) == 0:
+            r = ratio[~np.isnan(ratio)]
+        runtime[str(c)] = {
+            "to_limit_share": float(np.mean(r >= 0.999)),
+            "ratio_quantiles": np.round(np.quantile(np.clip(r[r < 0.999], 0, 1), QUANTILES), 6).tolist()
+            if np.any(r < 0.999) else [0.5] * len(QUANTILES),
+        }
+    waits = {}
+    nc = _node_class(nodes)
+    for c in range(len(NODE_CLASSES) + 1):
+        w = wait[(nc == c) & (wait >= 0)]
+        if len(w) == 0:
+            w = wait[wait >= 0] if np.any(wait >= 0) else np.zeros(1)
+        waits[str(c)] = np.round(np.quantile(w, QUANTILES)).astype(int).tolist()
+    user_batches = pd.Series(df["user"].fillna("?").to_numpy()).groupby(bid).first().value_counts().to_numpy()
+    status_nt = df["status"][ratio < 0.999].value_counts(normalize=True)
+    return {
+        "profile_version": PROFILE_VERSION,
+        "fitted_on": {"format": meta.format, "timezone": meta.timezone, "jobs": int(len(df)),
+                      "first_submit": pd.Timestamp(submit.min(), unit="s", tz="UTC").isoformat(),
+                      "last_submit": pd.Timestamp(submit.max(), unit="s", tz="UTC").isoformat()},
+        "machine_nodes": meta.machine_nodes,
+        "batch_gap_s": gap_s,
+        "arrivals": {
+            "batch_rate_per_hour_of_week": np.round(rate, 5).tolist(),
+            "batch_size_pmf": _pmf(size.to_numpy(), cap=1000),
+            "intra_batch_gap_quantiles_s": np.round(np.quantile(intra, QUANTILES), 1).tolist() if len(intra) else [0.0] * len(QUANTILES),
+        },
+        "shape_nodes_limit_counts": shape,
+        "runtime_by_limit_class": runtime,
+        "limit_classes_s": LIMIT_CLASSES_S,
+        "wait_quantiles_s_by_node_class": waits,
+        "node_classes": NODE_CLASSES,
+        "user_batch_shares": np.round(user_batches / user_batches.sum(), 6).tolist(),
+        "status_when_not_timeout": {str(k): round(float(v), 6) for k, v in status_nt.items()},
+    }
+
+
+def _pmf(values: np.ndarray, cap: int) -> list[list[float]]:
+    v = np.minimum(values, cap)
+    uniq, counts = np.unique(v, return_counts=True)
+    return [[int(u), round(float(c) / len(v), 8)] for u, c in zip(uniq, counts, strict=True)]
+
+
+# ------------------------------------------------------------------ generating
+
+
+def validate_profile(p: dict[str, Any], where: str) -> None:
+    if not isinstance(p, dict) or p.get("profile_version") != PROFILE_VERSION:
+        raise StepError(f"{where}: not a workload profile of version {PROFILE_VERSION}")
+    rate = p.get("arrivals", {}).get("batch_rate_per_hour_of_week")
+    if not isinstance(rate, list) or len(rate) != 168 or min(rate) < 0:
+        raise StepError(f"{where}: arrivals.batch_rate_per_hour_of_week must be 168 non-negative numbers")
+    if not p.get("shape_nodes_limit_counts"):
+        raise StepError(f"{where}: shape_nodes_limit_counts is empty")
+
+
+def _draw_quantile(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF sampling by linear interpolation between stored quantiles."""
+    return np.interp(u, QUANTILES, q)
+
+
+def generate(profile: dict[str, Any], t_from: pd.Timestamp, t_to: pd.Timestamp, seed: int, load_scale: float = 1.0) -> pd.DataFrame:
+    """A synthetic trace frame (normalised schema) covering submits in [t_from, t_to)."""
+    rng = np.random.default_rng(seed)
+    a = profile["arrivals"]
+    rate = np.asarray(a["batch_rate_per_hour_of_week"], dtype=float) * load_scale
+    hours = pd.date_range(t_from.floor("h"), t_to, freq="h", inclusive="left", tz="UTC")
+    slot = (hours.day_of_week * 24 + hours.hour).to_numpy()
+    n_per_hour = rng.poisson(rate[slot])
+    base = hours.as_unit("s").asi8
+    batch_t = np.repeat(base, n_per_hour) + rng.uniform(0, 3600, n_per_hour.sum())
+    batch_t.sort()
+    nb = len(batch_t)
+    sizes_pmf = np.asarray(a["batch_size_pmf"], dtype=float)
+    sizes = rng.choice(sizes_pmf[:, 0].astype(int), size=nb, p=sizes_pmf[:, 1] / sizes_pmf[:, 1].sum())
+    shape = np.asarray(profile["shape_nodes_limit_counts"], dtype=float)
+    pick = rng.choice(len(shape), size=nb, p=shape[:, 2] / shape[:, 2].sum())
+    shares = np.asarray(profile["user_batch_shares"], dtype=float)
+    user_rank = rng.choice(len(shares), size=nb, p=shares / shares.sum())
+
+    total = int(sizes.sum())
+    b_of_job = np.repeat(np.arange(nb), sizes)
+    pos = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    gaps = _draw_quantile(np.asarray(a["intra_batch_gap_quantiles_s"]), rng.uniform(size=total))
+    gaps[pos == 0] = 0.0
+    # Cumulative gaps within each batch.
+    csum = np.cumsum(gaps)
+    offsets = csum - np.repeat(csum[np.cumsum(sizes) - sizes], sizes)
+    submit = np.floor(batch_t[b_of_job] + offsets).astype(np.int64)
+    nodes = shape[pick, 0].astype(np.int64)[b_of_job]
+    limit = shape[pick, 1].astype(np.int64)[b_of_job]
+
+    lc = _limit_class(limit)
+    runtime = np.empty(total, dtype=np.int64)
+    to_limit = np.zeros(total, dtype=bool)
+    for c in range(len(LIMIT_CLASSES_S) + 1):
+        m = lc == c
+        if not m.any():
+            continue
+        spec = profile["runtime_by_limit_class"][str(c)]
+        tl = rng.uniform(size=m.sum()) < spec["to_limit_share"]
+        r = _draw_quantile(np.asarray(spec["ratio_quantiles"]), rng.uniform(size=m.sum()))
+        r[tl] = 1.0
+        runtime[m] = np.maximum(1, np.round(r * limit[m])).astype(np.int64)
+        to_limit[m] = tl
+    nc = _node_class(nodes)
+    wait = np.zeros(total, dtype=np.int64)
+    for c in range(len(NODE_CLASSES) + 1):
+        m = nc == c
+        if m.any():
+            q = np.asarray(profile["wait_quantiles_s_by_node_class"][str(c)], dtype=float)
+            wait[m] = np.round(_draw_quantile(q, rng.uniform(size=m.sum()))).astype(np.int64)
+    st_p = profile.get("status_when_not_timeout") or {"COMPLETED": 1.0}
+    names, probs = list(st_p), np.asarray(list(st_p.values()), dtype=float)
+    status = np.asarray(names, dtype=object)[rng.choice(len(names), size=total, p=probs / probs.sum())]
+    status[to_limit] = "TIMEOUT"
+
+    keep = (submit >= t_from.value // 10**9) & (submit < t_to.value // 10**9)
+    order = np.argsort(submit[keep], kind="stable")
+
+    def ts(x: np.ndarray) -> pd.Series:
+        return pd.to_datetime(pd.Series(x[keep][order]), unit="s", utc=True).dt.as_unit("s")
+
+    n = int(keep.sum())
+    return pd.DataFrame(
+        {
+            "job_id": pd.Series([f"s{i + 1}" for i in range(n)], dtype="string"),
+            "submit": ts(submit),
+            "start": ts(submit + wait),
+            "end": ts(submit + wait + runtime),
+            "time_limit_s": pd.array(limit[keep][order], dtype="Int64"),
+            "nodes": pd.array(nodes[keep][order], dtype="Int32"),
+            "procs": pd.array([pd.NA] * n, dtype="Int32"),
+            "partition": pd.Series(["synthetic"] * n, dtype="string"),
+            "user": pd.Series([f"u{r}" for r in user_rank[b_of_job][keep][order]], dtype="string"),
+            "status": pd.Series(status[keep][order], dtype="string"),
+            "priority": pd.array([pd.NA] * n, dtype="Int64"),
+        }
+    )
+
+
+def load_profile(ref: str) -> dict[str, Any]:
+    if ref in PACKAGED:
+        text = resources.files("mirage_tasks.profiles").joinpath(PACKAGED[ref]).read_text()
+        where = f"packaged profile {ref}"
+    else:
+        if not storage.exists(ref):
+            raise StepError(f"--profile {ref}: no such file (packaged profiles: {', '.join(PACKAGED)})")
+        text = storage.read_bytes(ref).decode()
+        where = ref
+    try:
+        prof = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StepError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    validate_profile(prof, where)
+    return prof
+
+
+# ------------------------------------------------------------------ comparison
+
+
+def month_stats(df: pd.DataFrame) -> dict[str, float]:
+    """The statistics compared between a real and a generated month."""
+    if df.empty:
+        return {}
+    days = max((df["submit"].max() - df["submit"].min()).total_seconds() / 86400, 1.0)
+    run = (df["end"] - df["start"]).dt.total_seconds().clip(upper=df["time_limit_s"].astype(float))
+    nodes = df["nodes"].fillna(df["procs"]).astype(float)
+    ia = np.diff(np.sort(_seconds(df["submit"]))).astype(float)
+    hourly = df["submit"].dt.hour.value_counts(normalize=True).reindex(range(24), fill_value=0)
+    return {
+        "jobs": float(len(df)),
+        "jobs_per_day": len(df) / days,
+        "node_hours_per_day": float((run * nodes).sum() / 3600 / days),
+        "share_1_node": float((nodes == 1).mean()),
+        "share_8plus_nodes": float((nodes >= 8).mean()),
+        "limit_median_h": float(df["time_limit_s"].median() / 3600),
+        "limit_p90_h": float(df["time_limit_s"].quantile(0.9) / 3600),
+        "runtime_median_h": float(run.median() / 3600),
+        "runtime_p90_h": float(run.quantile(0.9) / 3600),
+        "runtime_over_limit_mean": float((run / df["time_limit_s"].astype(float)).mean()),
+        "interarrival_cv": float(ia.std() / ia.mean()) if len(ia) > 1 and ia.mean() > 0 else float("nan"),
+        "users": float(df["user"].nunique()),
+        "peak_hour_share": float(hourly.max()),
+        "corr_nodes_limit": float(np.corrcoef(nodes, df["time_limit_s"].astype(float))[0, 1]) if len(df) > 2 else float("nan"),
+    }
+
+
+def compare(real: pd.DataFrame, synth: pd.DataFrame) -> list[dict[str, Any]]:
+    a, b = month_stats(real), month_stats(synth)
+    return [{"statistic": k, "real": a[k], "synthetic": b.get(k)} for k in a]
+
+
+def _markdown(rows: list[dict[str, Any]], month: str) -> str:
+    out = [f"# Synthetic vs real: {month}", "", "| statistic | real | synthetic |", "|---|---:|---:|"]
+    out += [f"| {r['statistic']} | {r['real']:.3f} | {r['synthetic']:.3f} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ step
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.fit:
+        return _run_fit(args)
+    return _run_generate(args)
+
+
+def _read_any(uri: str, timezone: str | None) -> tuple[pd.DataFrame, TraceMeta]:
+    if uri.endswith(".parquet") or storage.exists(storage.join(uri, TRACE_FILE)):
+        return read_trace(uri)
+    res = parse(uri, "auto", timezone)
+    return res.frame, res.meta
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    params = {"mode": "fit", "batch_gap_s": args.batch_gap_s, "compare_month": args.compare_month, "timezone": args.timezone}
+    step = Step("synth-fit", args.out, __version__, params, inputs=[args.fit])
+    if step.skip():
+        return 0
+    df, meta = _read_any(args.fit, args.timezone)
+    profile = fit_profile(df, meta, args.batch_gap_s)
+    months = df["submit"].dt.strftime("%Y-%m")
+    month = args.compare_month or months.value_counts().idxmax()
+    real = df[months == month]
+    if real.empty:
+        raise StepError(f"--compare-month {month}: the trace has no jobs submitted then")
+    m0 = pd.Timestamp(month + "-01", tz="UTC")
+    m1 = m0 + pd.offsets.MonthBegin(1)
+    gen = generate(profile, m0, m1, seed=0)
+    rows = compare(real, gen)
+    step.write_json("profile.json", profile)
+    step.write_json("fit_report.json", {"month": month, "rows": rows})
+    step.write_bytes("fit_report.md", _markdown(rows, month).encode())
+    step.commit(summary={"jobs": profile["fitted_on"]["jobs"], "compare_month": month})
+    print(_markdown(rows, month))
+    return 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    if not args.t_from or not args.t_to:
+        raise StepError("--profile needs --from and --to")
+    t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
+    if t_to <= t_from:
+        raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
+    if args.load_scale <= 0:
+        raise StepError("--load-scale must be > 0")
+    profile = load_profile(args.profile)
+    params = {"mode": "generate", "profile": profile, "from": t_from.isoformat(), "to": t_to.isoformat(),
+              "seed": args.seed, "load_scale": args.load_scale}
+    step = Step("synth", args.out, __version__, params)
+    if step.skip():
+        return 0
+    df = generate(profile, t_from, t_to, args.seed, args.load_scale)
+    if df.empty:
+        raise StepError(f"the profile generated no jobs in [{args.t_from}, {args.t_to})")
+    meta = TraceMeta(source=f"synth:{args.profile}:seed={args.seed}", format="synthetic", timezone="UTC",
+                     machine_nodes=profile.get("machine_nodes"))
+    write_trace(step.record(TRACE_FILE), df, meta)
+    stats = describe(df)
+    step.write_json("synth_report.json", {"profile": args.profile, "seed": args.seed, "stats": stats})
+    step.commit(summary=stats)
+    print(f"synth: {stats['jobs']} jobs from {stats['first_submit']} to {stats['last_submit']} -> {step.path(TRACE_FILE)}")
+    return 0

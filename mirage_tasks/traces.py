@@ -1,0 +1,472 @@
+"""Readers for job-trace formats, each returning a frame in the normalised schema.
+
+Formats (detected from the content, not the file name):
+
+* ``sacct-fixed``: the Mirage/Lonestar6 export as shipped: an optional bare row-count
+  line, a space-padded ``sacct`` header, a dashed ruler, then tab-separated rows.
+* ``sacct-parsable``: ``sacct --parsable2`` (``|``-separated, header first). Job steps
+  (``123.batch``, ``123.0``, ``123.extern``) are skipped and counted, not rejected.
+* ``swf``: the Standard Workload Format of the Parallel Workloads Archive, header
+  comments included (``UnixStartTime``, ``TimeZoneString``, ``MaxNodes``, ``MaxProcs``,
+  ``Partition:`` lines, and the cleaning filters that say how many jobs were removed).
+
+Every row that cannot be used is recorded with its line number and reason; the caller
+decides (``max_bad_rows``) how many may be skipped before the whole file is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stepkit import StepError, storage
+
+from .schema import TraceMeta
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("auto", "sacct-fixed", "sacct-parsable", "swf")
+
+# sacct column aliases -> normalised meaning. The first alias found wins.
+SACCT_COLUMNS = {
+    "job_id": ("JobID", "JobIDRaw"),
+    "submit": ("Submit",),
+    "start": ("Start",),
+    "end": ("End",),
+    "limit_min": ("TimelimitRaw", "TimelimitR"),
+    "limit_text": ("Timelimit",),
+    "nodes": ("NNodes", "ReqNodes", "AllocNodes"),
+    "procs": ("ReqCPUS", "NCPUS", "AllocCPUS"),
+    "partition": ("Partition",),
+    "user": ("User", "UID"),
+    "state": ("State",),
+    "priority": ("Priority",),
+}
+_SACCT_NULL_TIMES = {"", "Unknown", "None", "N/A"}
+_STEP_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?\.")  # 123.batch, 123_4.0, 123+1.extern
+
+
+@dataclass
+class Rejected:
+    line: int
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "reason": self.reason}
+
+
+@dataclass
+class ParseResult:
+    frame: pd.DataFrame
+    meta: TraceMeta
+    rows_read: int
+    rejected: list[Rejected] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+class BadRows(StepError):
+    """Too many unusable rows: the file is refused."""
+
+
+def _text_lines(uri: str) -> list[str]:
+    try:
+        with storage.open_read(uri, "rb", compression="infer") as f:
+            data = f.read()
+    except FileNotFoundError as exc:
+        raise StepError(f"trace not found: {uri}") from exc
+    except (OSError, EOFError) as exc:  # e.g. a truncated or fake .gz
+        raise StepError(f"{uri}: cannot read ({exc})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    return text.splitlines()
+
+
+def detect_format(lines: list[str], uri: str) -> str:
+    """Name the format of a trace from its first meaningful lines."""
+    head = [ln for ln in lines[:50] if ln.strip()]
+    if not head:
+        raise StepError(f"{uri}: empty file, not a job trace")
+    if head[0].lstrip().startswith(";"):
+        return "swf"
+    first = head[0]
+    if "|" in first and "JobID" in first.split("|")[0]:
+        return "sacct-parsable"
+    for ln in head[:3]:
+        if ln.split() and ln.split()[0] == "JobID":
+            return "sacct-fixed"
+    fields = first.split()
+    if len(fields) == 18 and all(_is_number(x) for x in fields):
+        return "swf"
+    raise StepError(
+        f"{uri}: line 1: unknown trace format (expected a Slurm sacct export with a JobID header, "
+        f"sacct --parsable2 output, or SWF); starts with {first[:80]!r}"
+    )
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def parse(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResult:
+    lines = _text_lines(uri)
+    if fmt == "auto":
+        fmt = detect_format(lines, uri)
+    if fmt == "swf":
+        return _parse_swf(lines, uri)
+    if fmt in ("sacct-fixed", "sacct-parsable"):
+        return _parse_sacct(lines, uri, fmt, timezone)
+    raise StepError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------- sacct
+
+
+def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> ParseResult:
+    tz = timezone or "UTC"
+    notes: dict[str, Any] = {}
+    if timezone is None:
+        log.warning("%s: sacct times carry no zone; assuming UTC (pass --timezone, e.g. America/Chicago)", uri)
+        notes["timezone_assumed"] = True
+    idx = 0
+    while idx < len(lines) and not lines[idx].strip():
+        idx += 1
+    expected_rows = None
+    if fmt == "sacct-fixed" and lines[idx].strip().isdigit():
+        expected_rows = int(lines[idx].strip())
+        idx += 1
+    header_line = idx + 1  # 1-based
+    if fmt == "sacct-parsable":
+        header = lines[idx].rstrip("|").split("|")
+        sep = "|"
+    else:
+        header = lines[idx].split()
+        sep = "\t"
+    idx += 1
+    if fmt == "sacct-fixed" and idx < len(lines) and set(lines[idx].strip()) <= {"-", " "} and lines[idx].strip():
+        idx += 1
+    cols = {}
+    for key, aliases in SACCT_COLUMNS.items():
+        for a in aliases:
+            if a in header:
+                cols[key] = header.index(a)
+                break
+    for required in ("job_id", "submit"):
+        if required not in cols:
+            raise StepError(f"{uri}: line {header_line}: sacct header lacks {SACCT_COLUMNS[required][0]} (has {header})")
+    if "nodes" not in cols and "procs" not in cols:
+        raise StepError(f"{uri}: line {header_line}: sacct header has no node or CPU count column")
+    ncols = len(header)
+
+    rejected: list[Rejected] = []
+    rows: list[list[str]] = []
+    linenos: list[int] = []
+    steps_skipped = 0
+    for i in range(idx, len(lines)):
+        raw = lines[i]
+        if not raw.strip():
+            continue
+        parts = raw.rstrip("\n").split(sep)
+        if fmt == "sacct-parsable" and len(parts) == ncols + 1 and parts[-1] == "":
+            parts = parts[:-1]  # --parsable (not 2) leaves a trailing separator
+        if fmt == "sacct-fixed" and len(parts) == 1:
+            parts = raw.split()  # tolerate space-separated exports of the same layout
+        if len(parts) != ncols:
+            rejected.append(Rejected(i + 1, f"{len(parts)} fields, expected {ncols}"))
+            continue
+        if _STEP_ID.match(parts[cols["job_id"]].strip()):
+            steps_skipped += 1
+            continue
+        rows.append(parts)
+        linenos.append(i + 1)
+    rows_read = len(rows) + len(rejected) + steps_skipped
+    if expected_rows is not None:
+        notes["count_line"] = expected_rows
+    notes["job_steps_skipped"] = steps_skipped
+
+    arr = np.array(rows, dtype=object).reshape(len(rows), ncols) if rows else np.empty((0, ncols), dtype=object)
+    lineno = np.array(linenos, dtype=np.int64)
+
+    def col(key: str) -> pd.Series | None:
+        return pd.Series(arr[:, cols[key]], dtype="string").str.strip() if key in cols else None
+
+    bad = np.zeros(len(rows), dtype=bool)
+    reasons: dict[int, str] = {}
+
+    def times(key: str, required: bool) -> pd.Series:
+        s = col(key)
+        if s is None:
+            return pd.Series(pd.NaT, index=range(len(rows)), dtype="datetime64[s]")
+        null = s.isin(_SACCT_NULL_TIMES) | s.isna()
+        parsed = pd.to_datetime(s.where(~null), format="%Y-%m-%dT%H:%M:%S", errors="coerce")
+        broken = parsed.isna() & ~null
+        if required:
+            broken |= null
+        for j in np.flatnonzero(broken.to_numpy()):
+            if not bad[j]:
+                bad[j] = True
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS)"
+        return parsed
+
+    submit = times("submit", True)
+    start = times("start", False)
+    end = times("end", False)
+
+    def ints(key: str) -> pd.Series | None:
+        s = col(key)
+        if s is None:
+            return None
+        out = pd.to_numeric(s.str.replace(r"[KMG]$", "", regex=True), errors="coerce")
+        for j in np.flatnonzero((out.isna() & s.notna() & (s != "")).to_numpy()):
+            if not bad[j]:
+                bad[j] = True
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a number"
+        return out.astype("Int64")
+
+    if "limit_min" in cols:
+        lim = col("limit_min")
+        limit_min = pd.to_numeric(lim.where(~lim.isin(["UNLIMITED", "Partition_Limit", ""])), errors="coerce")
+        limit_s = (limit_min * 60).astype("Int64")
+    elif "limit_text" in cols:
+        limit_s = col("limit_text").map(_slurm_duration_s).astype("Int64")
+    else:
+        limit_s = pd.Series(pd.NA, index=range(len(rows)), dtype="Int64")
+    nodes = ints("nodes")
+    procs = ints("procs")
+    priority = ints("priority")
+
+    # Logical consistency: a job cannot start before it is submitted or end before it starts.
+    incons = ((start.notna() & (start < submit)) | (end.notna() & start.notna() & (end < start))).to_numpy()
+    for j in np.flatnonzero(incons):
+        if not bad[j]:
+            bad[j] = True
+            reasons[j] = "times out of order (need Submit <= Start <= End)"
+
+    for j in np.flatnonzero(bad):
+        rejected.append(Rejected(int(lineno[j]), reasons[j]))
+    keep = ~bad
+
+    state = col("state")
+    status = state.map(_slurm_status) if state is not None else pd.Series("UNKNOWN", index=range(len(rows)))
+
+    local = pd.DataFrame({"submit": submit, "start": start, "end": end})
+    utc, ambiguous = _localize(local, tz, uri)
+    notes["ambiguous_local_times"] = ambiguous
+    df = pd.DataFrame(
+        {
+            "job_id": col("job_id"),
+            "submit": utc["submit"],
+            "start": utc["start"],
+            "end": utc["end"],
+            "time_limit_s": limit_s,
+            "nodes": nodes.astype("Int32") if nodes is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
+            "procs": procs.astype("Int32") if procs is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
+            "partition": col("partition") if "partition" in cols else pd.Series(pd.NA, index=range(len(rows)), dtype="string"),
+            "user": col("user") if "user" in cols else pd.Series(pd.NA, index=range(len(rows)), dtype="string"),
+            "status": status,
+            "priority": priority if priority is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int64"),
+        }
+    )[keep].reset_index(drop=True)
+    dup = df["job_id"].duplicated(keep="first")
+    if dup.any():
+        for j in np.flatnonzero(dup.to_numpy()):
+            rejected.append(Rejected(int(lineno[keep][j]), f"duplicate JobID {df['job_id'].iloc[j]}"))
+        df = df[~dup].reset_index(drop=True)
+    rejected.sort(key=lambda r: r.line)
+    meta = TraceMeta(source=uri, format=fmt, timezone=tz)
+    return ParseResult(df, meta, rows_read, rejected, notes)
+
+
+def _localize(local: pd.DataFrame, tz: str, uri: str) -> tuple[pd.DataFrame, int]:
+    """Local wall-clock times -> UTC. Ambiguous autumn times are read as standard time (counted)."""
+    out = {}
+    ambiguous = 0
+    for name in local.columns:
+        s = local[name]
+        try:
+            probe = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
+        except Exception as exc:  # noqa: BLE001 - unknown zone names
+            raise StepError(f"--timezone {tz!r} is not a known time zone ({exc})") from exc
+        ambiguous += int((probe.isna() & s.notna()).sum())
+        amb = np.zeros(len(s), dtype=bool)  # False = standard time for ambiguous wall times
+        out[name] = s.dt.tz_localize(tz, ambiguous=amb, nonexistent="shift_forward").dt.tz_convert("UTC").dt.as_unit("s")
+    return pd.DataFrame(out), ambiguous
+
+
+def _slurm_duration_s(text: str | None) -> float:
+    """Slurm time strings: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    if text is None or text in ("", "UNLIMITED", "Partition_Limit", "INVALID") or pd.isna(text):
+        return np.nan
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(x) for x in text.split(":")]
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        parts = [int(x) for x in text.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts
+    return float(((days * 24 + h) * 60 + m) * 60 + s)
+
+
+def _slurm_status(state: str | None) -> str:
+    if state is None or pd.isna(state):
+        return "UNKNOWN"
+    s = state.split()[0].upper()
+    if s == "COMPLETED":
+        return "COMPLETED"
+    if s in ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
+        return "FAILED"
+    if s.startswith("CANCELLED"):
+        return "CANCELLED"
+    if s == "TIMEOUT":
+        return "TIMEOUT"
+    return "UNKNOWN"
+
+
+# ---------------------------------------------------------------- SWF
+
+_SWF_STATUS = {1: "COMPLETED", 0: "FAILED", 5: "CANCELLED"}
+_HEADER = re.compile(r"^;\s*([A-Za-z]+)\s*:\s*(.*)$")
+_REMOVED = re.compile(r"\((\d+) jobs? removed\)")
+
+
+def _parse_swf(lines: list[str], uri: str) -> ParseResult:
+    header: dict[str, str] = {}
+    partitions: dict[str, str] = {}
+    removed = 0
+    cleaned = False
+    data_lines: list[str] = []
+    data_linenos: list[int] = []
+    rejected: list[Rejected] = []
+    for i, raw in enumerate(lines):
+        s = raw.strip()
+        if not s:
+            continue
+        if s.startswith(";"):
+            m = _HEADER.match(s)
+            if m:
+                key, val = m.group(1), m.group(2).strip()
+                if key == "Partition":
+                    num, _, name = val.partition(" ")
+                    partitions[num.strip()] = name.strip()
+                elif key not in header:
+                    header[key] = val
+            if "CLEANED VERSION" in s:
+                cleaned = True
+            r = _REMOVED.search(s)
+            if r:
+                removed += int(r.group(1))
+            continue
+        data_lines.append(s)
+        data_linenos.append(i + 1)
+    # One split per line: count fields, keep the 18-field rows, parse them in one go.
+    good: list[str] = []
+    good_lines: list[int] = []
+    for s, ln in zip(data_lines, data_linenos, strict=True):
+        n = s.count(" ") + 1 if "  " not in s and "\t" not in s else len(s.split())
+        if n != 18:
+            rejected.append(Rejected(ln, f"{n} fields, expected 18 (SWF)"))
+            continue
+        good.append(s)
+        good_lines.append(ln)
+    try:
+        values = np.loadtxt(io.StringIO("\n".join(good)), dtype=np.float64, ndmin=2) if good else np.empty((0, 18))
+    except ValueError:
+        values, more_rejected, good_lines = _swf_rowwise(good, good_lines)
+        rejected.extend(more_rejected)
+    if values.shape[0] and values.shape[1] != 18:
+        raise StepError(f"{uri}: SWF rows do not have 18 fields")
+
+    try:
+        t0 = int(header.get("UnixStartTime", "0").split()[0])
+    except ValueError as exc:
+        raise StepError(f"{uri}: header UnixStartTime {header.get('UnixStartTime')!r} is not an integer") from exc
+    if "UnixStartTime" not in header:
+        log.warning("%s: no UnixStartTime header; times are seconds from the epoch", uri)
+
+    v = values
+    submit = t0 + v[:, 1]
+    wait, run = v[:, 2], v[:, 3]
+    start = np.where(wait >= 0, submit + np.maximum(wait, 0), np.nan)
+    end = np.where((wait >= 0) & (run >= 0), start + np.maximum(run, 0), np.nan)
+    req_procs = np.where(v[:, 7] > 0, v[:, 7], v[:, 4])
+    max_nodes = _header_int(header.get("MaxNodes"))
+    max_procs = _header_int(header.get("MaxProcs"))
+    one_proc_per_node = max_nodes is not None and max_nodes == max_procs
+    part_num = v[:, 15].astype(np.int64)
+
+    def ts(a: np.ndarray) -> pd.Series:
+        return pd.to_datetime(pd.Series(a), unit="s", utc=True).dt.as_unit("s")
+
+    procs = pd.array(np.where(req_procs > 0, req_procs, np.nan), dtype="Float64").round().astype("Int32")
+    df = pd.DataFrame(
+        {
+            "job_id": pd.Series(v[:, 0].astype(np.int64).astype(str), dtype="string"),
+            "submit": ts(submit),
+            "start": ts(start),
+            "end": ts(end),
+            "time_limit_s": pd.array(np.where(v[:, 8] > 0, v[:, 8], np.nan), dtype="Float64").round().astype("Int64"),
+            "nodes": procs if one_proc_per_node else pd.array([pd.NA] * len(v), dtype="Int32"),
+            "procs": procs,
+            "partition": pd.Series(
+                [partitions.get(str(p), str(p)) if p >= 0 else None for p in part_num], dtype="string"
+            ),
+            "user": pd.Series(np.where(v[:, 11] >= 0, v[:, 11].astype(np.int64).astype(str), None), dtype="string"),
+            "status": pd.Series([_SWF_STATUS.get(int(x), "UNKNOWN") for x in v[:, 10]], dtype="string"),
+            "priority": pd.array([pd.NA] * len(v), dtype="Int64"),
+        }
+    )
+    notes: dict[str, Any] = {"header": {k: header[k] for k in sorted(header)}}
+    # The header's own count: MaxJobs minus the jobs the cleaning filters removed, else MaxRecords.
+    max_jobs = _header_int(header.get("MaxJobs"))
+    max_records = _header_int(header.get("MaxRecords"))
+    if cleaned and max_jobs is not None:
+        notes["expected_records"] = max_jobs - removed
+    elif max_records is not None:
+        notes["expected_records"] = max_records
+    rejected.sort(key=lambda r: r.line)
+    meta = TraceMeta(
+        source=uri,
+        format="swf",
+        timezone=header.get("TimeZoneString", "UTC"),
+        machine_nodes=max_nodes,
+        machine_procs=max_procs,
+        partitions=partitions,
+    )
+    return ParseResult(df, meta, len(data_lines), rejected, notes)
+
+
+def _swf_rowwise(good: list[str], lines: list[int]) -> tuple[np.ndarray, list[Rejected], list[int]]:
+    rows, kept, rej = [], [], []
+    for s, ln in zip(good, lines, strict=True):
+        try:
+            rows.append([float(x) for x in s.split()])
+            kept.append(ln)
+        except ValueError:
+            rej.append(Rejected(ln, "non-numeric field in SWF row"))
+    return (np.array(rows, dtype=np.float64).reshape(-1, 18), rej, kept)
+
+
+def _header_int(val: str | None) -> int | None:
+    if not val:
+        return None
+    m = re.match(r"\s*(\d+)", val)
+    return int(m.group(1)) if m else None

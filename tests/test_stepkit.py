@@ -1,0 +1,112 @@
+"""The step contract: atomic writes, fingerprints, skip on rerun, no marker on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from stepkit import MARKER, Step, StepError, read_marker, storage
+from stepkit.cli import main
+
+
+def test_atomic_write_leaves_nothing_on_error(tmp_path):
+    target = tmp_path / "out" / "data.bin"
+    with pytest.raises(RuntimeError), storage.atomic_write(str(target)) as f:
+        f.write(b"half")
+        raise RuntimeError("boom")
+    assert not target.exists()
+    assert os.listdir(target.parent) == []  # no temporary file left behind either
+
+
+def test_atomic_write_keeps_previous_version_on_error(tmp_path):
+    target = tmp_path / "data.bin"
+    storage.write_bytes(str(target), b"old")
+    with pytest.raises(RuntimeError), storage.atomic_write(f"file://{target}") as f:
+        f.write(b"new but broken")
+        raise RuntimeError("boom")
+    assert target.read_bytes() == b"old"
+
+
+def _run_step(out, params, inp, fail=False):
+    step = Step("demo", str(out), "1", params, inputs=[str(inp)])
+    if step.skip():
+        return "skipped"
+    step.write_bytes("a.txt", b"A")
+    if fail:
+        raise RuntimeError("failed after writing a.txt")
+    step.write_json("b.json", {"x": 1})
+    step.commit(summary={"n": 1})
+    return "ran"
+
+
+def test_rerun_skips_and_changes_rerun(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    assert _run_step(out, {"k": 1}, inp) == "ran"
+    marker = read_marker(str(out))
+    assert marker["outputs"].keys() == {"a.txt", "b.json"}
+    assert _run_step(out, {"k": 1}, inp) == "skipped"
+    assert _run_step(out, {"k": 2}, inp) == "ran"  # parameters changed
+    inp.write_text("changed")
+    assert _run_step(out, {"k": 2}, inp) == "ran"  # input content changed
+    (out / "b.json").unlink()
+    assert _run_step(out, {"k": 2}, inp) == "ran"  # an output went missing
+
+
+def test_failed_rerun_removes_stale_marker(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    _run_step(out, {"k": 1}, inp)
+    with pytest.raises(RuntimeError):
+        _run_step(out, {"k": 2}, inp, fail=True)
+    assert not (out / MARKER).exists()  # readers no longer trust the half-replaced outputs
+
+
+def test_upstream_marker_fingerprint_is_used(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("x")
+    up = tmp_path / "up"
+    _run_step(up, {"k": 1}, inp)
+    down = Step("down", str(tmp_path / "down"), "1", {}, inputs=[str(up)])
+    assert down.inputs[0]["fingerprint"] == "step:" + read_marker(str(up))["fingerprint"]
+
+
+def test_missing_input_and_corrupt_marker_are_clear(tmp_path):
+    with pytest.raises(StepError, match="input not found"):
+        Step("s", str(tmp_path / "o"), "1", {}, inputs=[str(tmp_path / "nope")])
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / MARKER).write_text("{not json")
+    with pytest.raises(StepError, match="corrupt success marker"):
+        read_marker(str(tmp_path / "o"))
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    steps = {"ingest": ("mirage_tasks.ingest", "x")}
+    assert main("mirage_tasks", steps, ["nope"]) == 2
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello world\n")
+    assert main("mirage_tasks", steps, ["ingest", "--trace", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown trace format" in err and str(bad) in err
+    assert not (tmp_path / "o" / MARKER).exists()
+
+
+def test_write_json_roundtrip(tmp_path):
+    storage.write_json(str(tmp_path / "x.json"), {"b": 2, "a": [1]})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": [1], "b": 2}
+    assert storage.list_files(str(tmp_path)) == ["x.json"]
+
+
+def test_failure_before_writing_keeps_previous_results(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    _run_step(out, {"k": 1}, inp)
+    step = Step("demo", str(out), "1", {"k": 3}, inputs=[str(inp)])
+    assert not step.skip()
+    # The run fails validating its input, before any write: the old results stay committed.
+    assert read_marker(str(out))["params"] == {"k": 1}
