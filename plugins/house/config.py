@@ -1,0 +1,273 @@
+"""Every house default in one place: runner, storage, images, cluster settings, presets.
+
+Each setting is read, in order, from
+
+1. its environment variable (e.g. ``HOUSE_RUNNER``),
+2. the matching Airflow Variable (e.g. ``house_runner``; this includes Airflow's own
+   ``AIRFLOW_VAR_HOUSE_RUNNER`` environment variables), looked up only when the
+   environment variable is unset and only while Variables are reachable,
+3. the built-in default below.
+
+Call :func:`get_config` each time a value is needed (it is cheap). Environment
+variables are read on every call, so tests switch mode by setting them; Variable
+lookups made while parsing are reused for ``VARIABLE_CACHE_SECONDS`` within one
+process (a running task always reads afresh). Setting
+``HOUSE_NO_VARIABLES=1`` skips Variable lookups entirely. A failing Variable lookup (no
+metadata database, no API server, no task context) is not an error: the default
+applies. Set the environment variables on the Airflow workers and the DAG processor
+to keep DAG parsing free of any Variable lookups.
+
+=============================  ==========================  =============================================
+environment variable           Airflow Variable            default
+=============================  ==========================  =============================================
+``HOUSE_RUNNER``               ``house_runner``            ``local`` (or ``kubernetes``)
+``HOUSE_STORAGE_ROOT``         ``house_storage_root``      ``<repo>/var/storage`` (local runner only)
+``HOUSE_CODE_ROOT``            ``house_code_root``         the repository holding ``plugins/``
+``HOUSE_PYTHON``               ``house_python``            the worker's ``sys.executable``
+``HOUSE_IMAGE_<PKG>``          ``house_image_<pkg>``       ``mirage-tasks:0.1.0``, ``faasm-tasks:0.1.0``
+``HOUSE_NAMESPACE``            ``house_namespace``         ``airflow``
+``HOUSE_KUBE_CONN_ID``         ``house_kube_conn_id``      ``kubernetes_default``
+``HOUSE_STORAGE_SECRET``       ``house_storage_secret``    ``house-storage-credentials``
+``HOUSE_GPU_POOL``             ``house_gpu_pool``          ``gpu``
+``HOUSE_GPU_NODE_SELECTOR``    ``house_gpu_node_selector`` ``nvidia.com/gpu.present=true``
+``HOUSE_NO_VARIABLES``         (none)                      unset; ``1`` = never look up Variables
+=============================  ==========================  =============================================
+
+``<PKG>`` is the task package name without ``_tasks``: ``HOUSE_IMAGE_MIRAGE`` for
+``mirage_tasks``, ``HOUSE_IMAGE_FAASM`` for ``faasm_tasks``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RUNNERS = ("local", "kubernetes")
+
+#: The repository this plugins folder belongs to (``<repo>/plugins/house/config.py``).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Storage root of the local runner when ``HOUSE_STORAGE_ROOT`` is unset (git-ignored).
+DEFAULT_STORAGE_ROOT = REPO_ROOT / "var" / "storage"
+
+#: Pinned image per task package; override with ``HOUSE_IMAGE_<PKG>``. Never ``latest``.
+DEFAULT_IMAGES = MappingProxyType({
+    "mirage_tasks": "mirage-tasks:0.1.0",
+    "faasm_tasks": "faasm-tasks:0.1.0",
+})
+
+# --- Airflow task defaults ----------------------------------------------------------
+DEFAULT_OWNER = "house"
+DEFAULT_RETRIES = 2
+DEFAULT_RETRY_DELAY = timedelta(minutes=2)
+#: Timeout of tasks that are not steps (small @task helpers); steps set their own.
+DEFAULT_HELPER_TIMEOUT = timedelta(minutes=10)
+#: Timeout of a step when the DAG does not give one.
+DEFAULT_STEP_TIMEOUT = timedelta(hours=1)
+
+# --- Kubernetes pod defaults ----------------------------------------------------------
+IMAGE_PULL_POLICY = "IfNotPresent"
+#: Seconds a pod may stay Pending (image pull, scheduling) before the try fails.
+STARTUP_TIMEOUT_SECONDS = 900
+#: The pod's activeDeadlineSeconds is the step timeout plus this margin, so Airflow's
+#: ``execution_timeout`` fires first and cleans up; the deadline is the backstop when
+#: the worker itself dies.
+ACTIVE_DEADLINE_MARGIN_SECONDS = 120
+#: Labels on every pod (plus ``house/package`` and ``house/preset``).
+POD_LABELS = MappingProxyType({"app.kubernetes.io/part-of": "house", "app.kubernetes.io/managed-by": "airflow"})
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TOLERATION = MappingProxyType({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+
+# --- Local runner defaults ----------------------------------------------------------
+#: Lines of stderr quoted in the failure message of a local step.
+STDERR_TAIL_LINES = 40
+#: Seconds between SIGTERM and SIGKILL when a local step is stopped.
+KILL_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Resources of one preset. ``gpus > 0`` adds the GPU limit, toleration, node selector, pool."""
+
+    name: str
+    requests: dict[str, str]
+    limits: dict[str, str]
+    gpus: int = 0
+
+
+PRESETS = MappingProxyType({
+    "cpu-small": Preset("cpu-small", requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "2", "memory": "2Gi"}),
+    "cpu-large": Preset("cpu-large", requests={"cpu": "4", "memory": "16Gi"}, limits={"cpu": "8", "memory": "16Gi"}),
+    "gpu": Preset("gpu", requests={"cpu": "4", "memory": "32Gi"}, limits={"cpu": "8", "memory": "32Gi"}, gpus=1),
+})
+
+
+class ConfigError(ValueError):
+    """A house setting has an invalid value."""
+
+
+@dataclass(frozen=True)
+class HouseConfig:
+    """The resolved settings (see the module docstring for their sources)."""
+
+    runner: str = "local"
+    storage_root: str = str(DEFAULT_STORAGE_ROOT)
+    code_root: str = str(REPO_ROOT)
+    python: str = sys.executable
+    images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
+    namespace: str = "airflow"
+    kube_conn_id: str = "kubernetes_default"
+    storage_secret: str = "house-storage-credentials"
+    gpu_pool: str = "gpu"
+    gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+
+    def image_for(self, package: str) -> str:
+        """The pinned image of ``package``; :class:`ConfigError` if unknown or not pinned."""
+        try:
+            image = self.images[package]
+        except KeyError:
+            raise ConfigError(
+                f"no image configured for task package {package!r}: set {image_env_var(package)}"
+            ) from None
+        return check_pinned(image, image_env_var(package))
+
+
+def image_env_var(package: str) -> str:
+    """``mirage_tasks`` -> ``HOUSE_IMAGE_MIRAGE``."""
+    stem = package.removesuffix("_tasks")
+    return "HOUSE_IMAGE_" + re.sub(r"[^A-Za-z0-9]", "_", stem).upper()
+
+
+def check_pinned(image: str, source: str = "image") -> str:
+    """Return ``image`` if it carries a tag other than ``latest`` or a digest, else raise."""
+    image = image.strip()
+    if "@sha256:" in image:
+        return image
+    last = image.rsplit("/", 1)[-1]  # a registry "host:5000/" is not a tag
+    if ":" not in last:
+        raise ConfigError(f"{source}: image {image!r} has no tag; pin a version, e.g. {image}:1.2.3")
+    tag = last.rsplit(":", 1)[1]
+    if not tag or tag == "latest":
+        raise ConfigError(f"{source}: image {image!r} uses the tag {tag or '(empty)'!r}; pin a version")
+    return image
+
+
+#: Seconds a Variable lookup made outside a task (i.e. while parsing) is reused. A DAG
+#: file calls the factory once per step and each call resolves the configuration:
+#: without this, parsing one file would ask for every unset setting once per step.
+VARIABLE_CACHE_SECONDS = 30.0
+_variable_cache: dict[str, tuple[float, str | None]] = {}
+
+
+def clear_variable_cache() -> None:
+    _variable_cache.clear()
+
+
+def _variable(key: str) -> str | None:
+    """An Airflow Variable, or None when unset or unreachable (never raises)."""
+    env = os.environ.get("AIRFLOW_VAR_" + key.upper())  # Airflow's env-var secrets backend
+    if env is not None:
+        return env
+    if os.environ.get("HOUSE_NO_VARIABLES", "").lower() in ("1", "true", "yes"):
+        return None
+    try:
+        from airflow.sdk import Variable, get_current_context  # noqa: PLC0415 - only when needed
+    except Exception as exc:  # noqa: BLE001 - Airflow not importable: use the default
+        log.debug("Airflow unavailable (%s); using the default for %s", exc, key)
+        return None
+    try:  # a running task always reads afresh (dag.test() parses and runs in one process)
+        get_current_context()
+        in_task = True
+    except Exception:  # noqa: BLE001 - no task context: parsing
+        in_task = False
+    cached = None if in_task else _variable_cache.get(key)
+    if cached is not None and cached[0] > time.monotonic():
+        return cached[1]
+    try:
+        value = Variable.get(key, default=None)
+    except Exception as exc:  # noqa: BLE001 - no DB / API server / context: use the default
+        log.debug("Airflow Variable %s unavailable (%s); using the default", key, exc)
+        return None
+    value = None if value is None else str(value)
+    if not in_task:
+        _variable_cache[key] = (time.monotonic() + VARIABLE_CACHE_SECONDS, value)
+    return value
+
+
+def _setting(env: str, default: str | None = None) -> str | None:
+    value = os.environ.get(env)
+    if value is None:
+        value = _variable(env.lower())
+    value = value.strip() if isinstance(value, str) else value
+    return value if value else default
+
+
+def _parse_selector(text: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"HOUSE_GPU_NODE_SELECTOR: expected key=value[,key=value], got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def get_config() -> HouseConfig:
+    """Resolve every setting now (environment variable, then Airflow Variable, then default)."""
+    runner = (_setting("HOUSE_RUNNER", "local") or "local").lower()
+    if runner not in RUNNERS:
+        raise ConfigError(f"HOUSE_RUNNER: {runner!r} is not one of {', '.join(RUNNERS)}")
+    defaults = HouseConfig()
+    storage_root = _setting("HOUSE_STORAGE_ROOT")
+    if storage_root is None:
+        if runner == "kubernetes":
+            raise ConfigError(
+                "HOUSE_STORAGE_ROOT must be set for the kubernetes runner "
+                "(pods cannot see the worker's disk), e.g. s3://bucket/house"
+            )
+        storage_root = str(DEFAULT_STORAGE_ROOT)
+    images = {}
+    for package, image in DEFAULT_IMAGES.items():
+        env = image_env_var(package)
+        images[package] = _setting(env, image)
+    # Extra packages may be declared purely by environment (HOUSE_IMAGE_<PKG>).
+    for env, value in os.environ.items():
+        if env.startswith("HOUSE_IMAGE_") and value.strip():
+            package = env.removeprefix("HOUSE_IMAGE_").lower() + "_tasks"
+            images.setdefault(package, value.strip())
+    selector = _setting("HOUSE_GPU_NODE_SELECTOR")
+    return HouseConfig(
+        runner=runner,
+        storage_root=storage_root,
+        code_root=_setting("HOUSE_CODE_ROOT", defaults.code_root),
+        python=_setting("HOUSE_PYTHON", defaults.python),
+        images=images,
+        namespace=_setting("HOUSE_NAMESPACE", defaults.namespace),
+        kube_conn_id=_setting("HOUSE_KUBE_CONN_ID", defaults.kube_conn_id),
+        storage_secret=_setting("HOUSE_STORAGE_SECRET", defaults.storage_secret),
+        gpu_pool=_setting("HOUSE_GPU_POOL", defaults.gpu_pool),
+        gpu_node_selector=_parse_selector(selector) if selector else defaults.gpu_node_selector,
+    )
+
+
+def describe() -> dict[str, Any]:
+    """The resolved configuration as a plain dict (for logs and ``python -m house.config``)."""
+    from dataclasses import asdict  # noqa: PLC0415
+
+    return asdict(get_config())
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(describe(), indent=2, sort_keys=True))

@@ -1,0 +1,209 @@
+"""``LocalStepOperator``: run ``python -m <package> <argv...>`` as a child of the worker.
+
+The child runs in its own process group with the repository on ``PYTHONPATH``. Its
+stdout and stderr are copied into the task log line by line as they arrive. A non-zero
+exit fails the task with the last lines of stderr in the message. When the task is
+stopped (``execution_timeout``, a kill from the UI, any exception while waiting) the
+whole process group gets SIGTERM, then SIGKILL after a grace period, so no grandchild
+survives the task. Exit code 2 (the step contract's "bad input or parameters") fails
+the task without retries; any other non-zero code is retried as usual.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from house import config as house_config
+
+
+#: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
+#: a retry cannot help, so the task fails at once.
+EXIT_BAD_INPUT = 2
+
+
+class StepFailed(AirflowException):
+    """The step's process exited with a non-zero code (the task may be retried)."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class StepRejected(StepFailed, AirflowFailException):
+    """The step exited with code 2 (bad input or parameters): fail without retrying."""
+
+
+class LocalStepOperator(BaseOperator):
+    """Run one task-package step as a local child process.
+
+    :param package: the task package (``python -m <package>``).
+    :param argv: the step's arguments (templated; items may be XComArgs).
+    :param env: extra environment variables for the child (templated).
+    :param python: interpreter; default ``HOUSE_PYTHON`` or the worker's own.
+    :param cwd: working directory and first ``PYTHONPATH`` entry; default ``HOUSE_CODE_ROOT``.
+    :param preset: the resource preset; recorded only (a local child shares the worker).
+    """
+
+    template_fields: Sequence[str] = ("argv", "env")
+    template_fields_renderers = {"argv": "py", "env": "json"}
+    ui_color = "#d8f0d8"
+
+    def __init__(
+        self,
+        *,
+        package: str,
+        argv: Sequence[Any] | Any = (),
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+        cwd: str | None = None,
+        preset: str = "cpu-small",
+        stderr_tail_lines: int = house_config.STDERR_TAIL_LINES,
+        kill_grace_seconds: float = house_config.KILL_GRACE_SECONDS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.package = package
+        self.argv = argv
+        self.env = env or {}
+        self.python = python
+        self.cwd = cwd
+        self.preset = preset
+        self.stderr_tail_lines = stderr_tail_lines
+        self.kill_grace_seconds = kill_grace_seconds
+        self._proc: subprocess.Popen | None = None
+
+    # -- helpers ---------------------------------------------------------------------
+    def command(self) -> list[str]:
+        cfg = house_config.get_config()
+        if isinstance(self.argv, (str, bytes)):
+            raise TypeError(f"{self.task_id}: argv must be a list of arguments, not a string: {self.argv!r}")
+        return [self.python or cfg.python, "-m", self.package, *(str(a) for a in self.argv)]
+
+    def child_env(self) -> dict[str, str]:
+        cwd = self.cwd or house_config.get_config().code_root
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in self.env.items()})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _pump(self, stream, label: str, tail: collections.deque | None) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self.log.info("[%s] %s", label, line)
+            if tail is not None:
+                tail.append(line)
+        stream.close()
+
+    def _stop(self, proc: subprocess.Popen, reason: str) -> None:
+        """SIGTERM the child's process group, SIGKILL it after the grace period."""
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return
+        self.log.warning("stopping step process group %d (%s)", proc.pid, reason)
+        _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.kill_grace_seconds
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.05)
+        self.log.warning("process group %d still alive after %.0fs; sending SIGKILL", proc.pid, self.kill_grace_seconds)
+        _signal_group(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.log.error("process %d did not exit after SIGKILL", proc.pid)
+
+    # -- Airflow hooks ---------------------------------------------------------------
+    def execute(self, context: Any) -> None:
+        cmd = self.command()
+        cwd = self.cwd or house_config.get_config().code_root
+        self.log.info("running %s (cwd %s, preset %s)", shlex.join(cmd), cwd, self.preset)
+        tail: collections.deque[str] = collections.deque(maxlen=self.stderr_tail_lines)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=self.child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # own process group: one signal reaches every descendant
+        )
+        self._proc = proc
+        pumps = [
+            threading.Thread(target=self._pump, args=(proc.stdout, "stdout", None), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, "stderr", tail), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        try:
+            returncode = proc.wait()
+            # The child is gone; make sure nothing it started outlives the task (and
+            # holds the pipes open).
+            if _group_alive(proc.pid):
+                self._stop(proc, "leftover processes after the step exited")
+            for t in pumps:
+                t.join(timeout=30)
+        except BaseException as exc:  # timeout (AirflowTaskTimeout), SIGTERM, KeyboardInterrupt...
+            self._stop(proc, type(exc).__name__)
+            raise
+        finally:
+            self._proc = None
+        if returncode != 0:
+            how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            stderr = "\n".join(tail) or "(no stderr output)"
+            error = StepRejected if returncode == EXIT_BAD_INPUT else StepFailed
+            raise error(
+                f"step `python -m {self.package} {shlex.join(cmd[3:])}` failed ({how}"
+                f"{', bad input: not retried' if error is StepRejected else ''}); "
+                f"last {len(tail)} stderr lines:\n{stderr}",
+                returncode,
+            )
+        self.log.info("step finished (exit code 0)")
+
+    def on_kill(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            self._stop(proc, "task killed")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in the group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    # Zombies still count for killpg(); they are dead, just not yet reaped by their
+    # (new) parent, which in a container may be an init that never reaps.
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False

@@ -1,0 +1,129 @@
+"""The house step factory: how every DAG declares a step of a task package.
+
+A step is ``python -m <package> <argv...>`` (``mirage_tasks``, ``faasm_tasks``): the
+plugins never import the task packages, they only build a command line. The runner
+comes from :func:`house.config.get_config` (``HOUSE_RUNNER``, default ``local``):
+
+* ``local``      -> :class:`house.local.LocalStepOperator` (a child process of the worker)
+* ``kubernetes`` -> :class:`house.pod.HousePodOperator` (a pod; defaults in :func:`house.pod.pod_kwargs`)
+
+Both operators take the same ``package``/``argv``/``preset`` arguments, so a DAG never
+branches on the runner::
+
+    from house import step, step_partial
+
+    ingest = step("ingest", argv=["ingest", "--trace", "{{ params.trace }}", "--out", out],
+                  preset="cpu-small", timeout=timedelta(minutes=30))
+    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2)).expand(argv=shard_argvs)
+
+``argv`` items may be Jinja templates or XComArgs (``argv`` may also be one XComArg
+resolving to a list). Mapped (``expand``) values are not templated: build them in an
+upstream ``@task``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from house import config as house_config
+
+#: Keyword arguments reserved for the factory itself.
+_RESERVED = frozenset({"package", "argv", "preset", "execution_timeout"})
+
+
+def step_spec(
+    task_id: str,
+    *,
+    package: str = "mirage_tasks",
+    preset: str = "cpu-small",
+    timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
+    pod_overrides: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> tuple[type, dict[str, Any]]:
+    """The operator class and its keyword arguments (everything except ``argv``).
+
+    ``overrides`` are operator arguments valid for both runners (``retries``,
+    ``trigger_rule``, ``pool``, ``env`` ...); ``pod_overrides`` apply only in
+    kubernetes mode (``container_resources``, ``node_selector`` ...) and are ignored
+    by the local runner.
+    """
+    bad = _RESERVED & overrides.keys()
+    if bad:
+        raise TypeError(f"{task_id}: pass {', '.join(sorted(bad))} through the factory's own parameters")
+    if preset not in house_config.PRESETS:
+        raise ValueError(f"{task_id}: unknown preset {preset!r}; choose from {', '.join(house_config.PRESETS)}")
+    if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+        raise ValueError(f"{task_id}: timeout must be a positive timedelta, got {timeout!r}")
+    cfg = house_config.get_config()
+    kwargs: dict[str, Any] = {"task_id": task_id, "package": package, "preset": preset, "execution_timeout": timeout}
+    if cfg.runner == "kubernetes":
+        from house.pod import HousePodOperator, pod_kwargs  # noqa: PLC0415 - heavy provider import
+
+        kwargs.update(pod_kwargs(package, house_config.PRESETS[preset], timeout, cfg))
+        kwargs.update(pod_overrides or {})
+        kwargs.update(overrides)
+        return HousePodOperator, kwargs
+    from house.local import LocalStepOperator  # noqa: PLC0415
+
+    kwargs.update(overrides)
+    return LocalStepOperator, kwargs
+
+
+def step(
+    task_id: str,
+    *,
+    argv: Sequence[Any] | Any,
+    package: str = "mirage_tasks",
+    preset: str = "cpu-small",
+    timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
+    pod_overrides: dict[str, Any] | None = None,
+    **overrides: Any,
+):
+    """Declare one step: ``python -m <package> <argv...>`` with ``preset`` resources.
+
+    :param task_id: the Airflow task id.
+    :param argv: the step's command-line arguments (templated; items may be XComArgs).
+    :param package: the task package run with ``python -m``.
+    :param preset: ``cpu-small``, ``cpu-large`` or ``gpu``.
+    :param timeout: ``execution_timeout`` (and, for pods, ``active_deadline_seconds``).
+    :param pod_overrides: ``KubernetesPodOperator`` arguments, kubernetes runner only.
+    :param overrides: other operator arguments (``retries``, ``trigger_rule``, ``env`` ...).
+    :returns: the operator (``LocalStepOperator`` or ``HousePodOperator``).
+    """
+    cls, kwargs = step_spec(
+        task_id, package=package, preset=preset, timeout=timeout, pod_overrides=pod_overrides, **overrides
+    )
+    return cls(argv=argv, **kwargs)
+
+
+def step_partial(
+    task_id: str,
+    *,
+    package: str = "mirage_tasks",
+    preset: str = "cpu-small",
+    timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
+    pod_overrides: dict[str, Any] | None = None,
+    **overrides: Any,
+):
+    """A mapped step: ``step_partial(...).expand(argv=<XComArg of argv lists>)``.
+
+    ``.expand_kwargs`` also works with dicts holding ``argv`` (and ``env``).
+    """
+    cls, kwargs = step_spec(
+        task_id, package=package, preset=preset, timeout=timeout, pod_overrides=pod_overrides, **overrides
+    )
+    return cls.partial(**kwargs)
+
+
+def default_args(owner: str = house_config.DEFAULT_OWNER, **extra: Any) -> dict[str, Any]:
+    """DAG ``default_args``: owner, retries, retry delay and a timeout for helper tasks."""
+    return {
+        "owner": owner,
+        "retries": house_config.DEFAULT_RETRIES,
+        "retry_delay": house_config.DEFAULT_RETRY_DELAY,
+        "execution_timeout": house_config.DEFAULT_HELPER_TIMEOUT,
+        **extra,
+    }
+

@@ -1,0 +1,201 @@
+"""``house.config`` (settings and their sources) and the ``house.steps`` factory's checks."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_variable_cache():
+    from house.config import clear_variable_cache
+
+    clear_variable_cache()
+    yield
+    clear_variable_cache()
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No HOUSE_* settings at all (conftest sets a temporary storage root)."""
+    import os
+
+    for key in [k for k in os.environ if k.startswith(("HOUSE_", "AIRFLOW_VAR_HOUSE_"))]:
+        monkeypatch.delenv(key)
+    return monkeypatch
+
+
+@pytest.fixture
+def variables(monkeypatch):
+    """Stand-in for ``airflow.sdk.Variable.get``: a dict, and the keys looked up."""
+    from airflow.sdk import Variable
+
+    store: dict[str, str] = {}
+    asked: list[str] = []
+
+    def fake_get(key, default=None, **_):
+        asked.append(key)
+        return store.get(key, default)
+
+    monkeypatch.setattr(Variable, "get", staticmethod(fake_get))
+    return store, asked
+
+
+def test_defaults(clean_env):
+    from house.config import DEFAULT_IMAGES, get_config
+
+    cfg = get_config()
+    assert cfg.runner == "local"
+    assert cfg.storage_root == str(REPO / "var" / "storage")
+    assert cfg.code_root == str(REPO)
+    assert cfg.python == sys.executable
+    assert cfg.images == dict(DEFAULT_IMAGES)
+    for package in DEFAULT_IMAGES:
+        assert cfg.image_for(package)  # every default image is pinned
+    assert cfg.namespace == "airflow"
+    assert cfg.kube_conn_id == "kubernetes_default"
+    assert cfg.storage_secret == "house-storage-credentials"
+    assert cfg.gpu_pool == "gpu"
+    assert cfg.gpu_node_selector == {"nvidia.com/gpu.present": "true"}
+
+
+def test_environment_overrides(clean_env):
+    from house.config import get_config
+
+    settings = {
+        "HOUSE_RUNNER": "Kubernetes", "HOUSE_STORAGE_ROOT": "s3://bucket/house", "HOUSE_CODE_ROOT": "/opt/code",
+        "HOUSE_PYTHON": "/usr/bin/python3", "HOUSE_IMAGE_MIRAGE": "reg/mirage:2.0", "HOUSE_NAMESPACE": "ns",
+        "HOUSE_KUBE_CONN_ID": "k8s_prod", "HOUSE_STORAGE_SECRET": "s3-creds", "HOUSE_GPU_POOL": "a100",
+        "HOUSE_GPU_NODE_SELECTOR": "gpu=a100, zone=z1", "HOUSE_IMAGE_EXTRA": "reg/extra:1",
+    }
+    for key, value in settings.items():
+        clean_env.setenv(key, value)
+    cfg = get_config()
+    assert cfg.runner == "kubernetes"
+    assert cfg.storage_root == "s3://bucket/house"
+    assert cfg.code_root == "/opt/code"
+    assert cfg.python == "/usr/bin/python3"
+    assert cfg.image_for("mirage_tasks") == "reg/mirage:2.0"
+    assert cfg.image_for("extra_tasks") == "reg/extra:1"
+    assert cfg.namespace == "ns"
+    assert cfg.kube_conn_id == "k8s_prod"
+    assert cfg.storage_secret == "s3-creds"
+    assert cfg.gpu_pool == "a100"
+    assert cfg.gpu_node_selector == {"gpu": "a100", "zone": "z1"}
+
+
+def test_airflow_variables_apply_when_env_unset(clean_env, variables):
+    from house.config import get_config
+
+    store, asked = variables
+    store.update({"house_namespace": "from-variable", "house_runner": "kubernetes"})
+    clean_env.setenv("HOUSE_RUNNER", "local")  # the environment wins over the Variable
+    clean_env.setenv("AIRFLOW_VAR_HOUSE_GPU_POOL", "env-var-pool")  # Airflow's env-var Variables
+    cfg = get_config()
+    assert cfg.runner == "local"
+    assert cfg.namespace == "from-variable"
+    assert cfg.gpu_pool == "env-var-pool"
+    assert "house_runner" not in asked and "house_gpu_pool" not in asked
+
+
+def test_variable_lookups_are_reused(clean_env, variables):
+    from airflow.sdk import DAG
+    from house import step
+    from house.config import get_config
+
+    store, asked = variables
+    store["house_namespace"] = "ns1"
+    with DAG("house_cache", schedule=None):
+        for i in range(5):
+            step(f"s{i}", argv=["x"])
+    assert asked.count("house_namespace") == 1
+    assert get_config().namespace == "ns1"
+
+
+def test_no_variable_lookups_when_everything_is_set(clean_env, variables):
+    from house.config import get_config
+
+    clean_env.setenv("HOUSE_NO_VARIABLES", "1")
+    get_config()
+    assert variables[1] == []
+
+
+def test_unreachable_variables_fall_back_to_defaults(clean_env, monkeypatch):
+    from airflow.sdk import Variable
+    from house.config import get_config
+
+    def broken(*_, **__):
+        raise RuntimeError("no metadata database")
+
+    monkeypatch.setattr(Variable, "get", staticmethod(broken))
+    cfg = get_config()
+    assert cfg.runner == "local" and cfg.namespace == "airflow"
+
+
+def test_invalid_settings(clean_env):
+    from house.config import ConfigError, get_config
+
+    clean_env.setenv("HOUSE_RUNNER", "docker")
+    with pytest.raises(ConfigError, match="HOUSE_RUNNER"):
+        get_config()
+    clean_env.setenv("HOUSE_RUNNER", "kubernetes")
+    with pytest.raises(ConfigError, match="HOUSE_STORAGE_ROOT"):
+        get_config()  # pods cannot write to the worker's disk
+    clean_env.setenv("HOUSE_STORAGE_ROOT", "s3://b/x")
+    clean_env.setenv("HOUSE_GPU_NODE_SELECTOR", "nonsense")
+    with pytest.raises(ConfigError, match="HOUSE_GPU_NODE_SELECTOR"):
+        get_config()
+
+
+def test_unknown_package_needs_an_image(clean_env):
+    from house.config import ConfigError, get_config, image_env_var
+
+    assert image_env_var("mirage_tasks") == "HOUSE_IMAGE_MIRAGE"
+    assert image_env_var("faasm_tasks") == "HOUSE_IMAGE_FAASM"
+    with pytest.raises(ConfigError, match="HOUSE_IMAGE_OTHER"):
+        get_config().image_for("other_tasks")
+
+
+def test_factory_rejects_bad_declarations():
+    from airflow.sdk import DAG
+    from house import step
+
+    with DAG("house_bad", schedule=None):
+        with pytest.raises(ValueError, match="preset"):
+            step("a", argv=["x"], preset="huge")
+        with pytest.raises(ValueError, match="timeout"):
+            step("b", argv=["x"], timeout=timedelta(0))
+        with pytest.raises(TypeError, match="execution_timeout"):
+            step("c", argv=["x"], execution_timeout=timedelta(minutes=1))
+
+
+def test_factory_local_mode(clean_env):
+    from airflow.sdk import DAG
+    from house import default_args, step, step_partial
+    from house.local import LocalStepOperator
+
+    with DAG("house_local", schedule=None, default_args=default_args(owner="me")):
+        op = step("a", argv=["ingest"], preset="gpu", timeout=timedelta(minutes=3),
+                  pod_overrides={"node_selector": {"x": "y"}})  # ignored locally
+        mapped = step_partial("m", timeout=timedelta(minutes=4)).expand(argv=[["a"], ["b"]])
+    assert isinstance(op, LocalStepOperator)
+    assert op.execution_timeout == timedelta(minutes=3)
+    assert op.owner == "me" and op.retries >= 1
+    assert op.pool != "gpu"  # pools are a cluster concern; a local run needs no pool set up
+    assert mapped.operator_class is LocalStepOperator
+    assert mapped.partial_kwargs["execution_timeout"] == timedelta(minutes=4)
+
+
+def test_describe_runs_without_airflow_context(clean_env):
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "house.config"], cwd=REPO / "plugins", capture_output=True,
+                         text=True, check=True, env={"PATH": "/usr/bin:/bin", "HOUSE_NO_VARIABLES": "1"})
+    cfg = json.loads(out.stdout)
+    assert cfg["runner"] == "local" and cfg["storage_root"].endswith("var/storage")

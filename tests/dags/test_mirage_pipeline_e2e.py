@@ -1,0 +1,217 @@
+"""End-to-end ``dag.test()`` runs of ``mirage_pipeline`` in local mode (real child processes).
+
+``dag.test()`` does not raise when a task fails: every test checks ``dr.state``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from conftest import DAGS, REPO
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
+
+LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+PREFIX = "mirage_pipeline/2026-11-29T120000Z"
+
+
+def _require(module: str) -> None:
+    if not (REPO / "mirage_tasks" / f"{module}.py").exists():
+        pytest.skip(f"mirage_tasks/{module}.py is not there yet (the `{module}` step CLI)")
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "storage"
+    monkeypatch.setenv("HOUSE_RUNNER", "local")
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
+    return root
+
+
+def _dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "mirage_pipeline.py"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags["mirage_pipeline"]
+
+
+def _states(dr) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+
+
+def _assert_trace(out: Path, step: str) -> dict:
+    assert (out / "trace.parquet").is_file(), sorted(p.name for p in out.iterdir()) if out.exists() else out
+    marker = json.loads((out / "_SUCCESS.json").read_text())
+    assert marker["step"] == step
+    return marker
+
+
+def test_ls6_slice(storage, traces_dir):
+    """Ingest one week of the real Lonestar6 log."""
+    _require("ingest")
+    trace = traces_dir / "ls6-a100.log.gz"
+    if not trace.exists():
+        pytest.skip(f"{trace} is absent")
+    conf = {"trace": str(trace), "trace_timezone": "America/Chicago",
+            "window_from": "2022-11-01T00:00:00+00:00", "window_to": "2022-11-08T00:00:00+00:00"}
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf)
+    assert dr.state == "success", _states(dr)
+    marker = _assert_trace(storage / PREFIX / "trace", "ingest")
+    # the params reached the CLI: window and time zone are part of the step's fingerprint
+    assert marker["params"]["from"] == conf["window_from"]
+    assert marker["params"]["to"] == conf["window_to"]
+    assert marker["params"]["timezone"] == "America/Chicago"
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(storage / PREFIX / "trace" / "trace.parquet")
+    assert 0 < table.num_rows < 24_000  # a slice, not the whole log
+    assert table.num_rows == marker["summary"]["rows_kept"]
+
+
+def test_synthetic_default(storage):
+    """No trace given: the packaged ls6 profile generates one; a rerun reuses the prefix."""
+    _require("synth")
+    dag = _dag()
+    conf = {"window_from": "2024-01-01T00:00:00+00:00", "window_to": "2024-01-02T00:00:00+00:00"}
+    dr = dag.test(logical_date=LOGICAL_DATE, run_conf=conf)
+    assert dr.state == "success", _states(dr)
+    out = storage / PREFIX / "trace"
+    first = _assert_trace(out, "synth")
+    assert first["params"]
+
+    # A second run for the same logical date writes to the same prefix and skips the work.
+    stamp = (out / "trace.parquet").stat().st_mtime_ns
+    dr = dag.test(logical_date=LOGICAL_DATE + timedelta(0), run_conf=conf)
+    assert dr.state == "success", _states(dr)
+    assert (out / "trace.parquet").stat().st_mtime_ns == stamp
+    assert json.loads((out / "_SUCCESS.json").read_text())["fingerprint"] == first["fingerprint"]
+
+
+def test_failing_step_fails_the_run(storage, tmp_path):
+    """A step rejecting its input (exit 2) fails task and run at once, despite retries, and leaves no marker."""
+    _require("ingest")
+    dag = _dag()
+    assert dag.get_task("prepare_trace").retries >= 1  # dag.test() would wait out the retry delay
+    missing = tmp_path / "no-such-trace.log"
+    dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)})
+    assert dr.state == "failed", _states(dr)
+    assert _states(dr)["prepare_trace"] == "failed"
+    assert not (storage / PREFIX / "trace" / "_SUCCESS.json").exists()
+
+
+TEST_BUNDLE_DAGS = """
+from datetime import timedelta
+from airflow.sdk import DAG, task
+from house import default_args, step, step_partial
+
+with DAG("house_timeout", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
+    step("hang", package="fakesteps", argv=["hang"], timeout=timedelta(seconds=4), kill_grace_seconds=2)
+
+with DAG("house_mapped", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
+    @task(multiple_outputs=True)  # each key its own XCom: plan["name"]
+    def plan_run():
+        return {"name": "joined"}
+
+    @task
+    def shard_argvs():  # Airflow maps over a return value, never over a dict key of one
+        return [["write", str(i), "{{ ds }}"] for i in range(3)]
+
+    plan = plan_run()
+    mapped = step_partial("shard", package="fakesteps", timeout=timedelta(minutes=1)).expand(argv=shard_argvs())
+    joined = step("join", package="fakesteps", argv=["write", plan["name"], "{{ ds }}"], timeout=timedelta(minutes=1))
+    mapped >> joined
+"""
+
+FAKE_STEPS = """
+import os, subprocess, sys, time
+from pathlib import Path
+
+out = Path(os.environ["FAKE_OUT"])
+mode = sys.argv[1]
+if mode == "hang":
+    g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    (out / "pids").write_text(f"{os.getpid()} {g.pid}")
+    time.sleep(300)
+elif mode == "write":
+    (out / sys.argv[2]).write_text(" ".join(sys.argv[2:]))
+"""
+
+
+@pytest.fixture
+def test_bundle(tmp_path, monkeypatch):
+    """A DAG bundle with the DAGs above and a fake task package ``fakesteps``."""
+    code = tmp_path / "code" / "fakesteps"
+    code.mkdir(parents=True)
+    (code / "__init__.py").write_text("")
+    (code / "__main__.py").write_text(FAKE_STEPS)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "house_test_dags.py").write_text(TEST_BUNDLE_DAGS)
+    out = tmp_path / "out"
+    out.mkdir()
+    # dag.test() serializes the DAGs of the configured bundles: add this folder as one.
+    bundle = {"name": "house-test-bundle", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+              "kwargs": {"path": str(dags), "refresh_interval": 0}}
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([bundle]))
+    monkeypatch.setenv("HOUSE_RUNNER", "local")
+    monkeypatch.setenv("HOUSE_CODE_ROOT", str(tmp_path / "code"))
+    monkeypatch.setenv("FAKE_OUT", str(out))
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dags))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags, out
+
+
+def test_step_timeout_kills_the_child(test_bundle):
+    """execution_timeout under dag.test() stops a hanging step and its grandchild."""
+    from test_local_runner import _wait_dead
+
+    dags, out = test_bundle
+    start = time.monotonic()
+    dr = dags["house_timeout"].test(logical_date=LOGICAL_DATE)
+    assert dr.state == "failed", _states(dr)
+    assert time.monotonic() - start < 60
+    for pid in map(int, (out / "pids").read_text().split()):
+        assert _wait_dead(pid), f"process {pid} survived the task timeout"
+
+
+def test_mapped_step_and_xcom_argv(test_bundle):
+    """A mapped step (argv lists from an upstream task) and XComArg items inside a templated argv."""
+    dags, out = test_bundle
+    dr = dags["house_mapped"].test(logical_date=LOGICAL_DATE)
+    assert dr.state == "success", _states(dr)
+    # mapped argv values are passed as given (not templated); a plain step's argv is templated
+    assert sorted(p.name for p in out.iterdir()) == ["0", "1", "2", "joined"]
+    assert (out / "0").read_text() == "0 {{ ds }}"
+    assert (out / "joined").read_text() == "joined 2026-11-29"
+
+
+def test_airflow_variable_sets_storage_root(tmp_path, monkeypatch):
+    """With no HOUSE_STORAGE_ROOT, the Airflow Variable ``house_storage_root`` is used at run time."""
+    _require("synth")
+    from airflow.models.variable import Variable
+
+    # dag.test() parses (caching Variable lookups) and runs tasks in this process; a
+    # running task must read the Variable afresh.
+    root = tmp_path / "from-variable"
+    fallback = tmp_path / "default-root"  # never the repository's var/, even if this test fails
+    monkeypatch.setattr("house.config.DEFAULT_STORAGE_ROOT", fallback)
+    monkeypatch.delenv("HOUSE_STORAGE_ROOT", raising=False)
+    monkeypatch.setenv("HOUSE_RUNNER", "local")
+    Variable.set("house_storage_root", str(root))
+    try:
+        conf = {"window_from": "2024-01-01T00:00:00+00:00", "window_to": "2024-01-01T06:00:00+00:00"}
+        dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf)
+    finally:
+        Variable.delete("house_storage_root")
+    assert dr.state == "success", _states(dr)
+    _assert_trace(root / PREFIX / "trace", "synth")
+    assert not fallback.exists()
