@@ -56,8 +56,18 @@ airflow-home: $(STAMP)
 	@test -f $(AIRFLOW_HOME)/airflow.db || $(VENV)/bin/airflow db migrate >$(AIRFLOW_HOME)/db-migrate.log 2>&1 \
 	  || { cat $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 
+# The demo run's storage prefix is keyed by its logical date (see dags/mirage_pipeline.py).
+DEMO_RUN := $(HOUSE_STORAGE_ROOT)/mirage_pipeline/$(DEMO_DATE)T000000Z
+# A local trace path is made absolute (steps run from the repository root); URLs pass as is.
+DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))
+DEMO_CONF := {"trace": "$(DEMO_TRACE)"$(if $(TRACE),$(comma) "trace_timezone": "$(TRACE_TZ)")}
+comma := ,
+
 demo: airflow-home system-deps
-	$(PYTHON) -m tools.demo --date $(DEMO_DATE) $(if $(TRACE),--trace "$(TRACE)" --timezone "$(TRACE_TZ)")
+	@echo "running mirage_pipeline for $(DEMO_DATE) ($(if $(TRACE),trace $(DEMO_TRACE),synthetic ls6-like trace)); log: var/demo.log"
+	@$(VENV)/bin/airflow dags test mirage_pipeline $(DEMO_DATE) -c '$(DEMO_CONF)' >var/demo.log 2>&1 \
+	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
+	@$(PYTHON) -m mirage_tasks summary --run $(DEMO_RUN)
 
 test: airflow-home system-deps
 	$(PYTHON) -m pytest
