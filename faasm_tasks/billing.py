@@ -1,0 +1,236 @@
+"""Billing: a psutil sampler (every 2 s, the seed's metric set) and per-run summaries.
+
+The sampler is a detached process (``python -m faasm_tasks.billing sample ...``) so it
+outlives the CLI step that starts it: ``run`` starts it (if not already running for the
+run id) and stops it when it ends; ``collect`` stops one left behind by a crashed
+``run``, stores the samples and attaches a summary to every attempt, computed over the
+attempt's own time window. Its pid and start time live in
+``<state-dir>/<run-id>/billing/sampler.json``; samples are appended to
+``<state-dir>/<run-id>/billing/<host>.jsonl``.
+
+Summary (per host): deltas of the cumulative counters (network, disk, CPU seconds),
+``PEAK_MEMORY`` as the seed computed it (max - min of used memory, MB), the absolute
+peak, and ``memory_gb_s``: used memory integrated over the window (trapezoid rule), a
+package-defined cost proxy (the seed defines no cost formula). When the local target's
+state file is given, the RSS of the processes it started is sampled too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+
+MB = 1024 * 1024
+CUMULATIVE = ("disk_read_mb", "disk_write_mb", "net_sent_mb", "net_recv_mb",
+              "cpu_time_user", "cpu_time_system", "cpu_time_idle", "cpu_time_iowait")
+
+
+def sample(state_file: str | None = None) -> dict[str, Any]:
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    ct = psutil.cpu_times()
+    disk, net = psutil.disk_io_counters(), psutil.net_io_counters()
+    s: dict[str, Any] = {
+        "t": round(time.time(), 3),
+        "cpu_pct": psutil.cpu_percent(interval=None),
+        "cpu_pct_per_cpu": psutil.cpu_percent(interval=None, percpu=True),
+        "cpu_time_user": ct.user, "cpu_time_system": ct.system, "cpu_time_idle": ct.idle,
+        "cpu_time_iowait": getattr(ct, "iowait", 0.0),
+        "memory_used_mb": vm.used / MB, "memory_active_mb": getattr(vm, "active", 0) / MB,
+        "memory_used_pct": vm.percent, "memory_available_mb": vm.available / MB, "swap_used_mb": sw.used / MB,
+        "disk_read_mb": (disk.read_bytes / MB) if disk else 0.0, "disk_write_mb": (disk.write_bytes / MB) if disk else 0.0,
+        "net_sent_mb": net.bytes_sent / MB, "net_recv_mb": net.bytes_recv / MB,
+    }
+    if state_file:
+        rss = 0.0
+        try:
+            with open(state_file, encoding="utf-8") as f:
+                procs = json.load(f).get("procs", [])
+            for r in procs:
+                try:
+                    p = psutil.Process(r["pid"])
+                    if abs(p.create_time() - r["create_time"]) < 0.05:
+                        rss += p.memory_info().rss / MB
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+        except (OSError, ValueError):
+            pass
+        s["target_rss_mb"] = rss
+    return s
+
+
+def sampler_main(out: str, interval: float, state_file: str | None, max_s: float) -> int:
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    psutil.cpu_percent(interval=None)
+    header = {"t": round(time.time(), 3), "host": socket.gethostname(), "cpu_count": psutil.cpu_count(),
+              "cpu_freq_max": (psutil.cpu_freq().max if psutil.cpu_freq() else None), "interval_s": interval}
+    t_end = time.monotonic() + max_s
+    with open(out, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"header": header}) + "\n")
+        while not stop["now"] and time.monotonic() < t_end:
+            f.write(json.dumps(sample(state_file)) + "\n")
+            f.flush()
+            nxt = time.monotonic() + interval
+            while not stop["now"] and time.monotonic() < nxt:
+                time.sleep(min(0.1, max(0.0, nxt - time.monotonic())))
+        f.write(json.dumps(sample(state_file)) + "\n")  # a last sample at stop
+    return 0
+
+
+def _dir(state_root: str, run_id: str) -> str:
+    return os.path.join(os.path.abspath(state_root), run_id, "billing")
+
+
+def samples_path(state_root: str, run_id: str) -> str:
+    return os.path.join(_dir(state_root, run_id), f"{socket.gethostname()}.jsonl")
+
+
+def _ctl_path(state_root: str, run_id: str) -> str:
+    return os.path.join(_dir(state_root, run_id), "sampler.json")
+
+
+def _running(ctl: dict[str, Any]) -> bool:
+    try:
+        os.waitpid(ctl["pid"], os.WNOHANG)
+    except (ChildProcessError, OSError):
+        pass
+    try:
+        p = psutil.Process(ctl["pid"])
+        return abs(p.create_time() - ctl["create_time"]) < 0.05 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_file: str | None = None,
+                  max_s: float = 6 * 3600) -> dict[str, Any]:
+    ctl_path = _ctl_path(state_root, run_id)
+    if os.path.exists(ctl_path):
+        with open(ctl_path, encoding="utf-8") as f:
+            ctl = json.load(f)
+        if _running(ctl):
+            return {**ctl, "action": "already running"}
+    out = samples_path(state_root, run_id)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    cmd = [sys.executable, "-m", "faasm_tasks.billing", "sample", "--out", out, "--interval", str(interval),
+           "--max-s", str(max_s)] + (["--state-file", state_file] if state_file else [])
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    ctl = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "out": out,
+           "interval_s": interval, "started": time.time()}
+    with open(ctl_path, "w", encoding="utf-8") as f:
+        json.dump(ctl, f)
+    return {**ctl, "action": "started"}
+
+
+def stop_sampler(state_root: str, run_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    ctl_path = _ctl_path(state_root, run_id)
+    if not os.path.exists(ctl_path):
+        return {"action": "none running"}
+    with open(ctl_path, encoding="utf-8") as f:
+        ctl = json.load(f)
+    if not _running(ctl):
+        os.unlink(ctl_path)
+        return {**ctl, "action": "already stopped"}
+    os.kill(ctl["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _running(ctl) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    action = "stopped"
+    if _running(ctl):
+        os.kill(ctl["pid"], signal.SIGKILL)
+        action = "killed"
+        time.sleep(0.1)
+        _running(ctl)
+    os.unlink(ctl_path)
+    return {**ctl, "action": action}
+
+
+def read_samples(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    header: dict[str, Any] = {}
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue  # a torn last line from a killed sampler
+        if "header" in d:
+            header = header or d["header"]
+        else:
+            rows.append(d)
+    rows.sort(key=lambda r: r["t"])
+    return header, rows
+
+
+def _integral_gb_s(rows: list[dict[str, Any]], key: str, t0: float, t1: float) -> float:
+    """Trapezoid integral of ``key`` (MB) over ``[t0, t1]`` only, interpolating at the edges."""
+    tot = 0.0
+    for a, b in zip(rows, rows[1:]):
+        lo, hi = max(a["t"], t0), min(b["t"], t1)
+        if hi <= lo or b["t"] <= a["t"]:
+            continue
+        va, vb = a.get(key, 0.0), b.get(key, 0.0)
+        at = lambda t: va + (vb - va) * (t - a["t"]) / (b["t"] - a["t"])  # noqa: E731
+        tot += (hi - lo) * (at(lo) + at(hi)) / 2.0
+    return tot / 1024.0
+
+
+def summarize(rows: list[dict[str, Any]], t_start: float, t_end: float, host: str = "",
+              max_gap_s: float = 5.0) -> dict[str, Any]:
+    """Summary of one host over ``[t_start, t_end]`` (epoch seconds). Includes the sample
+    just before the window and just after it (if within ``max_gap_s``: samples from another
+    sampler session do not count), so a short run still gets a delta."""
+    rows = [r for r in rows if t_start - max_gap_s <= r["t"] <= t_end + max_gap_s]
+    before = [r for r in rows if r["t"] <= t_start]
+    after = [r for r in rows if r["t"] >= t_end]
+    inside = [r for r in rows if t_start < r["t"] < t_end]
+    win = ([before[-1]] if before else []) + inside + ([after[0]] if after else [])
+    out: dict[str, Any] = {"host": host, "window_start": t_start, "window_end": t_end, "samples": len(win),
+                           "cost_metric": "memory_gb_s = integral of used memory over the window "
+                                          "(package-defined proxy; the seed defines no cost)"}
+    if len(win) < 2:
+        out["complete"] = False
+        return out
+    out["complete"] = bool(before and after)
+    for k in CUMULATIVE:
+        out[k] = round(win[-1].get(k, 0.0) - win[0].get(k, 0.0), 4)
+    mem = [r["memory_used_mb"] for r in win]
+    out["peak_memory_mb"] = round(max(mem), 2)
+    out["PEAK_MEMORY"] = round(max(mem) - min(mem), 2)  # the seed's definition (a delta)
+    out["mean_cpu_pct"] = round(sum(r["cpu_pct"] for r in win[1:]) / (len(win) - 1), 2)
+    out["memory_gb_s"] = round(_integral_gb_s(win, "memory_used_mb", t_start, t_end), 4)
+    if "target_rss_mb" in win[0]:
+        out["target_peak_rss_mb"] = round(max(r.get("target_rss_mb", 0.0) for r in win), 2)
+        out["target_memory_gb_s"] = round(_integral_gb_s(win, "target_rss_mb", t_start, t_end), 4)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m faasm_tasks.billing")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sample")
+    s.add_argument("--out", required=True)
+    s.add_argument("--interval", type=float, default=2.0)
+    s.add_argument("--state-file")
+    s.add_argument("--max-s", type=float, default=6 * 3600, help="stop by itself after this long")
+    a = p.parse_args(argv)
+    return sampler_main(a.out, a.interval, a.state_file, a.max_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Flags shared by every step and the small helpers around them."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+from typing import Any
+
+from stepkit import StepError
+
+from .targets.local import default_state_root
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
+
+
+def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_required: bool = False) -> None:
+    g = p.add_argument_group("run")
+    g.add_argument("--target", choices=["local", "knative"], default=os.environ.get("FAASM_TARGET", "local"))
+    g.add_argument("--run-id", required=True, help="identifies the run across steps (e.g. the Airflow run id)")
+    g.add_argument("--results", required=True, help="results root URI (file:///..., /path or s3://bucket/prefix)")
+    g.add_argument("--date", help="results date folder YYYY-MM-DD (default: the run's first step's UTC date)")
+    g.add_argument("--state-dir", default=default_state_root(),
+                   help="where local state (pids, ports, sampler) lives; env FAASM_TASKS_STATE_DIR")
+    g.add_argument("--catalogue-dir", action="append", default=[],
+                   help="extra experiment catalogue directory (repeatable; env FAASM_CATALOGUE_DIR)")
+    if experiment:
+        g.add_argument("--experiment", required=experiment_required, help="experiment name from the catalogue")
+        g.add_argument("--system", choices=["wasm", "native"], default="native")
+    k = p.add_argument_group("knative target")
+    k.add_argument("--namespace", default="faasm")
+    k.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    k.add_argument("--context", help="kubeconfig context")
+    k.add_argument("--faasm-version", default="0.4.0", help="image tag of the 2020-era Faasm images")
+    k.add_argument("--image-registry", default="faasm", help="registry/organisation of the images")
+    k.add_argument("--domain", default="faasm.example.com", help="Knative domain used in Host headers")
+    k.add_argument("--invoke-url", default=os.environ.get("FAASM_INVOKE_URL"),
+                   help="ingress URL for invocations (knative target; env FAASM_INVOKE_URL)")
+    k.add_argument("--upload-url", default=os.environ.get("FAASM_UPLOAD_URL"),
+                   help="upload service URL (knative target; env FAASM_UPLOAD_URL)")
+    k.add_argument("--protocol", choices=["knative", "planner"], default=None,
+                   help="invocation protocol (default: knative, the 2020 one)")
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID_RE.match(run_id):
+        raise StepError(f"run id {run_id!r} must match {RUN_ID_RE.pattern}")
+    return run_id
+
+
+def run_date(args: Any) -> str:
+    """The date folder of the run: --date, else the one recorded by an earlier step, else today (UTC)."""
+    check_run_id(args.run_id)
+    path = os.path.join(os.path.abspath(args.state_dir), args.run_id, "date")
+    if args.date:
+        try:
+            dt.date.fromisoformat(args.date)
+        except ValueError as exc:
+            raise StepError(f"--date {args.date!r} is not YYYY-MM-DD") from exc
+        return args.date
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        pass
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(today)
+    return today
+
+
+def load_plan(args: Any, overrides: dict[str, Any] | None = None):
+    from .catalogue import get_experiment, resolve
+
+    if not getattr(args, "experiment", None):
+        raise StepError("--experiment is required")
+    exp = get_experiment(args.experiment, args.catalogue_dir)
+    return resolve(exp, args.system, args.target, overrides)
+
+
+def all_run_state_keys(args: Any) -> list[str]:
+    from .catalogue import get_experiment, load_catalogue
+
+    if getattr(args, "experiment", None):
+        return list(get_experiment(args.experiment, args.catalogue_dir).get("run_state_keys", []))
+    keys: list[str] = []
+    for exp in load_catalogue(args.catalogue_dir).values():
+        keys += [k for k in exp.get("run_state_keys", []) if k not in keys]
+    return keys
+
+
+def parse_set(values: list[str]) -> dict[str, Any]:
+    """``--set k=v`` parameter overrides (ints/floats parsed)."""
+    out: dict[str, Any] = {}
+    for item in values or []:
+        if "=" not in item:
+            raise StepError(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        for cast in (int, float):
+            try:
+                out[k] = cast(v)
+                break
+            except ValueError:
+                continue
+        else:
+            out[k] = v
+    return out

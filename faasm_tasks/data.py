@@ -1,0 +1,234 @@
+"""Data preparation: deterministic matrices, SGD and TF data from S3 (or synthetic on the
+local target), uploaded as Faasm state once.
+
+Upload-once: next to every uploaded object the package stores its SHA-256 as a small
+state object ``<key>.sha256`` (through the same upload API, so it works on any target).
+An upload is skipped when the cluster already holds the same checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import tarfile
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from stepkit import StepError
+
+from .clients import UploadClient
+
+log = logging.getLogger(__name__)
+FILES_USER = "faasm_tasks_files"  # state user holding checksums of shared files
+
+
+# ---------------------------------------------------------------- matrices
+def _matrix_rng(size: int, splits: int, seed: int, which: str) -> np.random.Generator:
+    return np.random.default_rng([seed, size, splits, 0 if which == "a" else 1])
+
+
+def full_matrix(size: int, splits: int, seed: int, which: str) -> np.ndarray:
+    return _matrix_rng(size, splits, seed, which).random((size, size), dtype=np.float32)
+
+
+def matrix_state_objects(size: int, splits: int, seed: int = 42) -> dict[str, bytes]:
+    """``matrix_state`` (int32 [size, splits]) and the float32 sub-matrices
+    ``mat_a_<splits>_<r>_<c>`` / ``mat_b_...`` of a 2^splits x 2^splits block grid."""
+    blocks = 2 ** splits
+    if size % blocks:
+        raise StepError(f"matrix size {size} is not divisible by {blocks} (2^{splits})")
+    bs = size // blocks
+    out = {"matrix_state": np.array([size, splits], dtype=np.int32).tobytes()}
+    for which in ("a", "b"):
+        m = full_matrix(size, splits, seed, which)
+        for r in range(blocks):
+            for c in range(blocks):
+                out[f"mat_{which}_{splits}_{r}_{c}"] = np.ascontiguousarray(
+                    m[r * bs:(r + 1) * bs, c * bs:(c + 1) * bs]).tobytes()
+    return out
+
+
+def expected_product(size: int, splits: int, seed: int = 42) -> np.ndarray:
+    a, b = full_matrix(size, splits, seed, "a"), full_matrix(size, splits, seed, "b")
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- SGD
+def synthetic_sgd(examples: int = 1500, features: int = 400, nnz_per_example: int = 12, seed: int = 7
+                  ) -> dict[str, bytes]:
+    """A small sparse binary-classification set in the Reuters state layout:
+    features x examples, column-compressed (``inputs_outr`` = column pointers)."""
+    rng = np.random.default_rng(seed)
+    true_w = rng.normal(size=features)
+    innr, vals, outr, y = [], [], [0], []
+    for _ in range(examples):
+        k = int(min(features, max(1, rng.poisson(nnz_per_example))))
+        f = np.sort(rng.choice(features, size=k, replace=False))
+        v = rng.random(k) + 0.1
+        innr.append(f.astype(np.int32))
+        vals.append(v)
+        outr.append(outr[-1] + k)
+        y.append(1.0 if float(true_w[f] @ v) >= 0 else -1.0)
+    innr_a, vals_a = np.concatenate(innr), np.concatenate(vals)
+    counts = np.bincount(innr_a, minlength=features).astype(np.int32)
+    nnz = np.diff(np.array(outr)).astype(np.int32)
+    return {
+        "inputs_vals": vals_a.astype(np.float64).tobytes(),
+        "inputs_innr": innr_a.tobytes(),
+        "inputs_outr": np.array(outr, dtype=np.int32).tobytes(),
+        "inputs_size": np.array([features, examples, int(innr_a.size)], dtype=np.int32).tobytes(),
+        "inputs_nonz": nnz.tobytes(),
+        "outputs": np.array(y, dtype=np.float64).tobytes(),
+        "feature_counts": counts.tobytes(),
+    }
+
+
+# ---------------------------------------------------------------- TF (local stand-in)
+def synthetic_tf(seed: int = 0) -> tuple[bytes, dict[str, bytes]]:
+    """(model state, shared files) for the local CNN. The image is raw RGB bytes."""
+    from .workloads import IMAGE_SHAPE, N_CLASSES, cnn_weights
+
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, size=IMAGE_SHAPE, dtype=np.uint8).tobytes()
+    labels = "\n".join(f"class_{i}" for i in range(N_CLASSES)).encode()
+    return cnn_weights(seed), {"grace_hopper.bmp": image, "labels.txt": labels}
+
+
+# ---------------------------------------------------------------- S3
+def fetch_archive(bucket: str, key: str, endpoint_url: str | None = None) -> dict[str, bytes]:
+    """Download ``s3://bucket/key`` (a tar, any compression) and return its files by base name."""
+    import fsspec
+
+    opts = {"client_kwargs": {"endpoint_url": endpoint_url}} if endpoint_url else {}
+    uri = f"s3://{bucket}/{key}"
+    out: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, "archive")
+        try:
+            with fsspec.open(uri, "rb", **opts) as src, open(local, "wb") as dst:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+        except (FileNotFoundError, PermissionError, OSError) as exc:
+            raise StepError(f"cannot fetch {uri}: {exc}") from exc
+        try:
+            with tarfile.open(local, "r:*") as tar:
+                for m in tar.getmembers():
+                    if m.isfile():
+                        f = tar.extractfile(m)
+                        if f is not None:
+                            out[os.path.basename(m.name)] = f.read()
+        except tarfile.TarError as exc:
+            raise StepError(f"{uri} is not a tar archive: {exc}") from exc
+    return out
+
+
+# ---------------------------------------------------------------- upload once
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def upload_state_once(client: UploadClient, user: str, key: str, data: bytes, force: bool = False
+                      ) -> dict[str, Any]:
+    digest = sha256(data)
+    if not force:
+        held = client.get_state(user, f"{key}.sha256")
+        if held is not None and held.decode(errors="replace").strip() == digest:
+            return {"kind": "state", "user": user, "key": key, "bytes": len(data), "sha256": digest,
+                    "action": "skipped"}
+    client.put_state(user, key, data)
+    client.put_state(user, f"{key}.sha256", digest.encode())  # written last: only after the data landed
+    return {"kind": "state", "user": user, "key": key, "bytes": len(data), "sha256": digest, "action": "uploaded"}
+
+
+def upload_file_once(client: UploadClient, path: str, data: bytes, force: bool = False) -> dict[str, Any]:
+    digest = sha256(data)
+    ck = path.replace("/", "__") + ".sha256"
+    if not force:
+        held = client.get_state(FILES_USER, ck)
+        if held is not None and held.decode(errors="replace").strip() == digest:
+            return {"kind": "file", "path": path, "bytes": len(data), "sha256": digest, "action": "skipped"}
+    client.put_file(path, data)
+    client.put_state(FILES_USER, ck, digest.encode())
+    return {"kind": "file", "path": path, "bytes": len(data), "sha256": digest, "action": "uploaded"}
+
+
+def prepare(plan, client: UploadClient, source: str, *, force: bool = False, bucket: str | None = None,
+            key: str | None = None, endpoint_url: str | None = None, function_file: str | None = None
+            ) -> list[dict[str, Any]]:
+    """Upload everything the experiment needs. ``source`` is ``synthetic`` or ``s3``."""
+    exp, spec = plan.experiment, plan.experiment["data"]
+    kind = spec["kind"]
+    reports: list[dict[str, Any]] = []
+    if function_file:
+        with open(function_file, "rb") as f:
+            body = f.read()
+        if exp.get("python"):
+            client.put_python(exp["user"], exp["function"], body)
+        else:
+            client.put_function(exp["user"], exp["function"], body)
+        reports.append({"kind": "function", "user": exp["user"], "function": exp["function"], "bytes": len(body),
+                        "sha256": sha256(body), "action": "uploaded"})
+    s3 = dict(spec.get("s3", {}))
+    if bucket:
+        s3["bucket"] = bucket
+    if key:
+        s3["key"] = key
+    if endpoint_url:
+        s3["endpoint_url"] = endpoint_url
+    synthetic = (exp.get("local", {}).get("data", {}) or {}).get("synthetic", {})
+    if kind == "sgd":
+        user = spec.get("state_user", "sgd")
+        if source == "s3":
+            files = fetch_archive(s3["bucket"], s3["key"], s3.get("endpoint_url"))
+            missing = [k for k in spec.get("keys", []) if k not in files]
+            if missing:
+                raise StepError(f"s3://{s3['bucket']}/{s3['key']} lacks {missing}")
+            objs = {k: files[k] for k in spec.get("keys", files)}
+        else:
+            objs = synthetic_sgd(**synthetic)
+        reports += [upload_state_once(client, user, k, v, force) for k, v in objs.items()]
+    elif kind == "matrix":
+        # Every size uses the same keys (matrix_state, mat_a_2_0_0, ...), as in the seed, so
+        # the run step uploads each size right before its point; here only the first one.
+        user = spec.get("state_user", "python")
+        splits = int(plan.params.get("splits", 2))
+        first = int(plan.points[0]["matrix_size"])
+        reports += upload_matrices(client, user, first, splits, int(spec.get("seed", 42)), force)
+    elif kind == "tf":
+        user = spec.get("state_user", "tf")
+        if source == "s3":
+            files = fetch_archive(s3["bucket"], s3["key"], s3.get("endpoint_url"))
+            models = [n for n in files if n.endswith(".tflite")]
+            if len(models) != 1:
+                raise StepError(f"expected one .tflite model in the archive, found {models}")
+            model = files[models[0]]
+            shared = {n: files[n] for n in spec.get("files", []) if n in files}
+            missing = [n for n in spec.get("files", []) if n not in files]
+            if missing:
+                raise StepError(f"s3://{s3['bucket']}/{s3['key']} lacks {missing}")
+        else:
+            model, shared = synthetic_tf()
+        reports.append(upload_state_once(client, user, spec.get("model_key", "mobilenet_v1"), model, force))
+        reports += [upload_file_once(client, f"tfdata/{n}", b, force) for n, b in shared.items()]
+    return reports
+
+
+def upload_matrices(client: UploadClient, user: str, size: int, splits: int, seed: int, force: bool = False
+                    ) -> list[dict[str, Any]]:
+    return [upload_state_once(client, user, k, v, force)
+            for k, v in matrix_state_objects(size, splits, seed).items()]
+
+
+def tar_bytes(files: dict[str, bytes]) -> bytes:
+    """A tar archive of ``files`` (used to stage test data in S3)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

@@ -1,0 +1,71 @@
+"""Stop the billing sampler (if a run left it), store its samples and attach a billing
+summary to every attempt of the run that has none yet; copy local-target logs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+
+from stepkit import storage
+
+from .. import billing
+from ..common import add_common, run_date
+from ..results import iter_records, run_prefix, validate_record, write_op_report
+
+
+def add_arguments(p):
+    add_common(p)
+
+
+def run(args) -> int:
+    date = run_date(args)
+    base = run_prefix(args.results, date, args.run_id)
+    stopped = billing.stop_sampler(args.state_dir, args.run_id)
+    report = {"sampler": stopped, "stored": [], "attached": [], "logs": []}
+    samples_file = billing.samples_path(args.state_dir, args.run_id)
+    text = ""
+    if os.path.exists(samples_file):
+        with open(samples_file, encoding="utf-8") as f:
+            text = f.read()
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        uri = storage.join(base, "billing", f"{socket.gethostname()}-{digest}.jsonl")
+        if not storage.exists(uri):
+            storage.write_bytes(uri, text.encode())
+        report["stored"].append(uri)
+    # samples already stored by an earlier collect (possibly from another host)
+    texts = {socket.gethostname(): text} if text else {}
+    for rel in storage.list_files(storage.join(base, "billing")):
+        host = rel.rsplit("-", 1)[0]
+        if rel.endswith(".jsonl") and host not in texts:
+            texts[host] = storage.read_bytes(storage.join(base, "billing", rel)).decode()
+    parsed = {h: billing.read_samples(t)[1] for h, t in texts.items()}
+    for uri, rec in iter_records(args.results, date, args.run_id):
+        if rec.get("status") == "running" or "billing" in rec:
+            continue
+        win = (rec.get("metrics") or {}).get("window")
+        if not win or not parsed:
+            continue
+        summaries = [billing.summarize(rows, win["start"], win["end"], host) for host, rows in parsed.items()]
+        summaries = [s for s in summaries if s["samples"] >= 2]
+        if not summaries:
+            continue
+        storage.write_json(storage.join(uri, "billing_summary.json"), {"hosts": summaries})
+        rec["billing"] = {"hosts": len(summaries), "memory_gb_s": round(sum(s["memory_gb_s"] for s in summaries), 4),
+                          "peak_memory_mb": max(s["peak_memory_mb"] for s in summaries)}
+        rec["files"] = sorted(set(rec.get("files", [])) | {"billing_summary.json"})
+        validate_record(rec)
+        storage.write_json(storage.join(uri, "run.json"), rec)
+        report["attached"].append(uri)
+    logs = os.path.join(os.path.abspath(args.state_dir), args.run_id, "local", "logs")
+    if os.path.isdir(logs):
+        for name in sorted(os.listdir(logs)):
+            dst = storage.join(base, "logs", name)
+            if not storage.exists(dst):
+                with open(os.path.join(logs, name), "rb") as f:
+                    storage.write_bytes(dst, f.read())
+                report["logs"].append(name)
+    write_op_report(args.results, date, args.run_id, "collect", report)
+    print(f"collect: sampler {stopped.get('action')}, {len(report['attached'])} billing summaries attached, "
+          f"{len(report['logs'])} logs stored", flush=True)
+    return 0

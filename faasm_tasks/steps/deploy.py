@@ -1,0 +1,26 @@
+"""Deploy the target for one experiment and system (idempotent: an identical deployment is kept)."""
+
+from __future__ import annotations
+
+from ..common import add_common, load_plan, parse_set, run_date
+from ..results import write_op_report
+from ..targets import get_target
+
+
+def add_arguments(p):
+    add_common(p, experiment=True, experiment_required=True)
+    p.add_argument("--workers", type=int, help="override the worker replica count")
+    p.add_argument("--set", action="append", default=[], help="parameter override key=value")
+
+
+def run(args) -> int:
+    date = run_date(args)
+    plan = load_plan(args, parse_set(args.set))
+    if args.workers:
+        plan.deployment["worker_replicas"] = args.workers
+    target = get_target(args.target, args)
+    report = target.deploy(plan)
+    uri = write_op_report(args.results, date, args.run_id, "deploy",
+                          {"target": args.target, "experiment": plan.name, "system": plan.system, "report": report})
+    print(f"deploy: {report.get('status')} ({uri})", flush=True)
+    return 0

@@ -1,0 +1,454 @@
+"""The Kubernetes + Knative target (2020-era Faasm: the ``knative`` invocation protocol).
+
+Manifests come from ``faasm_tasks/templates`` (namespace, Redis queue/state, upload
+service, the Knative autoscaler ConfigMap, the Faasm worker Service with min = max
+scale N, native per-function Services with container concurrency 1). Everything is
+applied with the official ``kubernetes`` client; readiness comes from the Services'
+``Ready`` condition (at the current generation) and the pods' ``Ready`` condition,
+never from fixed sleeps. Teardown is hard and idempotent: 404 counts as gone, 409 and
+API timeouts are retried until a deadline, and it waits for the pods to disappear.
+
+The API clients and the exec function are injectable, so tests run against a fake.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import time
+from importlib import resources
+from string import Template
+from typing import Any, Callable
+
+import yaml
+
+from stepkit import StepError
+
+from .base import Endpoints, Target
+
+log = logging.getLogger(__name__)
+GROUP, VERSION, PLURAL = "serving.knative.dev", "v1", "services"
+MANAGED = {"app.kubernetes.io/managed-by": "faasm-tasks"}
+SELECTOR = "app.kubernetes.io/managed-by=faasm-tasks"
+KNATIVE_ENV = {
+    "REDIS_STATE_HOST": "redis-state", "REDIS_QUEUE_HOST": "redis-queue", "HOST_TYPE": "knative",
+    "LOG_LEVEL": "info", "CGROUP_MODE": "off", "NETNS_MODE": "off", "PYTHON_PRELOAD": "off",
+    "TF_CODEGEN": "on", "SGD_CODEGEN": "off", "PYTHON_CODEGEN": "off", "MAX_IN_FLIGHT_RATIO": "1",
+    "NO_SCHEDULER": "1", "MAX_WORKERS_PER_FUNCTION": "4", "THREADS_PER_WORKER": "100",
+    "BOUND_TIMEOUT": "30000", "UNBOUND_TIMEOUT": "600000", "GLOBAL_MESSAGE_TIMEOUT": "120000",
+    "ENDPOINT_INTERFACE": "eth0", "FUNCTION_STORAGE": "fileserver", "FILESERVER_URL": "http://upload:8002",
+}
+
+
+def label_value(s: str) -> str:
+    """A valid label value (<= 63 chars of [A-Za-z0-9-_.], alphanumeric at both ends)."""
+    v = re.sub(r"[^A-Za-z0-9_.-]+", "-", s)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", v) or "run"
+
+
+def service_name(func: str) -> str:
+    return "faasm-" + func.replace("_", "-")
+
+
+def _template(name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    text = resources.files("faasm_tasks").joinpath(f"templates/{name}").read_text()
+    return [d for d in yaml.safe_load_all(Template(text).substitute(values)) if d]
+
+
+def _env(d: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": str(v)} for k, v in d.items()]
+
+
+def render(plan, *, namespace: str = "faasm", run_id: str = "run", faasm_version: str = "0.4.0",
+           registry: str = "faasm", redis_image: str | None = None, upload_service_type: str = "ClusterIP",
+           invoke_host: str = "istio-ingressgateway.istio-system", invoke_port: int = 80,
+           include_common: bool = True) -> list[dict[str, Any]]:
+    """All manifests for an experiment's deployment, in apply order."""
+    labels = {**MANAGED, "faasm-tasks/run-id": label_value(run_id)}
+    v = {"namespace": namespace, "redis_image": redis_image or f"{registry}/redis:{faasm_version}",
+         "upload_image": f"{registry}/upload:{faasm_version}", "upload_service_type": upload_service_type}
+    docs: list[dict[str, Any]] = []
+    if include_common:
+        docs += _template("namespace.yaml", v) + _template("redis.yaml", v) + _template("upload.yaml", v)
+        docs += _template("autoscaler.yaml", v)
+    dep = plan.deployment
+    worker = _ksvc(v, "faasm-worker", f"{registry}/knative-worker:{faasm_version}", int(dep["worker_replicas"]),
+                   concurrency=0, scale_to_zero="false", stable_window="120s", env=KNATIVE_ENV)
+    docs.append(worker)
+    for svc in dep.get("native_services", []):
+        fname = "python" if plan.experiment.get("python") else svc["function"]
+        image = f"{registry}/knative-native-{fname}:{faasm_version}"
+        env = {**KNATIVE_ENV, "COLD_START_DELAY_MS": str(int(plan.params.get("cold_start_delay_ms", 800))),
+               "FAASM_INVOKE_HOST": invoke_host, "FAASM_INVOKE_PORT": str(invoke_port)}
+        docs.append(_ksvc(v, service_name(fname), image, int(svc["replicas"]), concurrency=1,
+                          scale_to_zero="true", stable_window="20s", env=env))
+    for d in docs:
+        md = d.setdefault("metadata", {})
+        if d["kind"] != "ConfigMap" or md.get("namespace") == namespace:
+            md["labels"] = {**(md.get("labels") or {}), **labels}
+        if d["kind"] == "Service" and d["apiVersion"].startswith(GROUP):
+            tmd = d["spec"]["template"]["metadata"]
+            tmd["labels"] = {**(tmd.get("labels") or {}), **labels}
+        if d["kind"] == "Pod" and d["metadata"]["name"] == "upload":
+            d["spec"]["containers"][0]["env"] = _env({"FUNCTION_STORAGE": "local", "LOG_LEVEL": "info"})
+    return docs
+
+
+def _ksvc(v, name, image, replicas, *, concurrency, scale_to_zero, stable_window, env) -> dict[str, Any]:
+    [doc] = _template("ksvc.yaml", {**v, "name": name, "image": image, "replicas": replicas,
+                                    "concurrency": concurrency, "scale_to_zero": scale_to_zero,
+                                    "stable_window": stable_window})
+    doc["spec"]["template"]["spec"]["containers"][0]["env"] = _env(env)
+    return doc
+
+
+CONFLICT = object()  # sentinel: a create found the object already there
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def _retryable(exc: BaseException) -> bool:
+    st = _status(exc)
+    if st is not None:
+        return st in (0, 409, 429, 500, 502, 503, 504)
+    name = type(exc).__name__
+    return isinstance(exc, (TimeoutError, ConnectionError)) or name in (
+        "ReadTimeoutError", "ConnectTimeoutError", "MaxRetryError", "ProtocolError", "NewConnectionError")
+
+
+class KnativeTarget(Target):
+    name = "knative"
+
+    def __init__(self, *, namespace: str = "faasm", run_id: str = "run", core=None, custom=None,
+                 exec_fn: Callable[[str, str, list[str]], str] | None = None, kubeconfig: str | None = None,
+                 context: str | None = None, faasm_version: str = "0.4.0", registry: str = "faasm",
+                 invoke_url: str | None = None, upload_url: str | None = None, domain: str = "faasm.example.com",
+                 protocol: str = "knative", sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = 2.0):
+        self.ns, self.run_id = namespace, run_id
+        self._core, self._custom, self._exec = core, custom, exec_fn
+        self.kubeconfig, self.context = kubeconfig, context
+        self.version, self.registry = faasm_version, registry
+        self.invoke_url, self.upload_url, self.domain, self.protocol = invoke_url, upload_url, domain, protocol
+        self.sleep, self.clock, self.poll_s = sleep, clock, poll_s
+        self.request_timeout = 30
+
+    @classmethod
+    def from_args(cls, args) -> "KnativeTarget":
+        return cls(namespace=args.namespace, run_id=args.run_id, kubeconfig=args.kubeconfig, context=args.context,
+                   faasm_version=args.faasm_version, registry=args.image_registry, invoke_url=args.invoke_url,
+                   upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative")
+
+    # ---------------------------------------------------------------- clients
+    def _load_config(self) -> None:
+        from kubernetes import config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            try:
+                config.load_kube_config(config_file=self.kubeconfig, context=self.context)
+            except (config.ConfigException, FileNotFoundError) as exc:
+                raise StepError(f"no Kubernetes configuration: {exc}") from exc
+
+    @property
+    def core(self):
+        if self._core is None:
+            from kubernetes import client
+
+            self._load_config()
+            self._core = client.CoreV1Api()
+        return self._core
+
+    @property
+    def custom(self):
+        if self._custom is None:
+            from kubernetes import client
+
+            self._load_config()
+            self._custom = client.CustomObjectsApi()
+        return self._custom
+
+    def exec(self, pod: str, cmd: list[str]) -> str:
+        if self._exec is not None:
+            return self._exec(self.ns, pod, cmd)
+        from kubernetes.stream import stream
+
+        return stream(self.core.connect_get_namespaced_pod_exec, pod, self.ns, command=cmd, stderr=True,
+                      stdin=False, stdout=True, tty=False, _request_timeout=120)
+
+    # ---------------------------------------------------------------- retry helper
+    def _call(self, what: str, fn: Callable[[], Any], deadline: float, *, absent_ok: bool = False,
+              conflict_ok: bool = False) -> Any:
+        """Call the API; 404 -> None when ``absent_ok``; 409 -> CONFLICT when ``conflict_ok``
+        (a create that finds the object); otherwise 409/5xx/timeouts are retried until the deadline."""
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except StepError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if _status(exc) == 404 and absent_ok:
+                    return None
+                if _status(exc) == 409 and conflict_ok:
+                    return CONFLICT
+                if not _retryable(exc) or self.clock() + delay > deadline:
+                    raise StepError(f"{what}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
+                log.warning("%s: %s, retrying", what, type(exc).__name__)
+                self.sleep(delay)
+                delay = min(delay * 2, 8.0)
+
+    # ---------------------------------------------------------------- deploy
+    def render(self, plan) -> list[dict[str, Any]]:
+        return render(plan, namespace=self.ns, run_id=self.run_id, faasm_version=self.version,
+                      registry=self.registry)
+
+    def _apply(self, doc: dict[str, Any], deadline: float) -> str:
+        kind, md = doc["kind"], doc["metadata"]
+        name, ns = md["name"], md.get("namespace", self.ns)
+        if doc["apiVersion"].startswith(GROUP):
+            r = self._call(f"create ksvc {name}", lambda: self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, doc), deadline, conflict_ok=True)
+            if r is not CONFLICT:
+                return "created"
+            cur = self._call(f"get ksvc {name}", lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, name), deadline)
+            body = copy.deepcopy(doc)
+            body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            self._call(f"replace ksvc {name}", lambda: self.custom.replace_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, name, body), deadline)
+            return "replaced"
+        if kind == "ConfigMap":
+            patched = self._call(f"patch configmap {ns}/{name}", lambda: self.core.patch_namespaced_config_map(
+                name, ns, {"data": doc["data"]}), deadline, absent_ok=True)
+            if patched is None:
+                self._call(f"create configmap {ns}/{name}", lambda: self.core.create_namespaced_config_map(ns, doc),
+                           deadline, conflict_ok=True)
+                return "created"
+            return "patched"
+        create = {"Namespace": lambda: self.core.create_namespace(doc),
+                  "Pod": lambda: self.core.create_namespaced_pod(ns, doc),
+                  "Service": lambda: self.core.create_namespaced_service(ns, doc)}[kind]
+        r = self._call(f"create {kind} {name}", create, deadline, conflict_ok=True)
+        return "exists" if r is CONFLICT else "created"  # pods/services are kept as they are
+
+    def deploy(self, plan) -> dict[str, Any]:
+        deadline = self.clock() + 300
+        out = []
+        for doc in self.render(plan):
+            action = self._apply(doc, deadline)
+            out.append({"kind": doc["kind"], "name": doc["metadata"]["name"], "action": action})
+        return {"status": "applied", "resources": out}
+
+    # ---------------------------------------------------------------- readiness
+    def _ksvcs(self, deadline: float) -> list[dict[str, Any]]:
+        res = self._call("list ksvcs", lambda: self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.ns, PLURAL, label_selector=SELECTOR), deadline, absent_ok=True)
+        return list((res or {}).get("items", []))
+
+    def _pods(self, selector: str, deadline: float) -> list[Any]:
+        res = self._call("list pods", lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector),
+                         deadline, absent_ok=True)
+        return list(getattr(res, "items", None) or [])
+
+    @staticmethod
+    def _pod_ready(p) -> bool:
+        if getattr(p.metadata, "deletion_timestamp", None):
+            return False
+        conds = (getattr(p.status, "conditions", None) or []) if p.status else []
+        return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+    @staticmethod
+    def ksvc_ready(obj: dict[str, Any]) -> tuple[bool, str]:
+        st = obj.get("status") or {}
+        gen = (obj.get("metadata") or {}).get("generation")
+        if gen is not None and st.get("observedGeneration") != gen:
+            return False, f"observedGeneration {st.get('observedGeneration')} != generation {gen}"
+        for c in st.get("conditions") or []:
+            if c.get("type") == "Ready":
+                return c.get("status") == "True", f"Ready={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+        return False, "no Ready condition yet"
+
+    def _not_ready(self, deadline: float) -> list[str]:
+        waiting = []
+        for role in ("redis-queue", "redis-state", "upload"):
+            pods = self._pods(f"role={role}", deadline)
+            if not any(self._pod_ready(p) for p in pods):
+                waiting.append(f"pod {role} not Ready")
+        ksvcs = self._ksvcs(deadline)
+        if not ksvcs:
+            waiting.append("no Knative services")
+        for k in ksvcs:
+            name = k["metadata"]["name"]
+            ok, why = self.ksvc_ready(k)
+            if not ok:
+                waiting.append(f"ksvc {name}: {why}")
+                continue
+            want = int(k["spec"]["template"]["metadata"]["annotations"].get("autoscaling.knative.dev/minScale", 1))
+            ready = sum(self._pod_ready(p) for p in self._pods(f"serving.knative.dev/service={name}", deadline))
+            if ready < want:
+                waiting.append(f"ksvc {name}: {ready}/{want} pods Ready")
+        return waiting
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        t0 = self.clock()
+        deadline = t0 + timeout_s
+        while True:
+            waiting = self._not_ready(deadline)
+            if not waiting:
+                return {"ready": True, "waited_s": round(self.clock() - t0, 3)}
+            if self.clock() + self.poll_s > deadline:
+                raise StepError(f"not ready after {timeout_s}s: " + "; ".join(waiting))
+            self.sleep(self.poll_s)
+
+    def soft_restart(self, timeout_s: float) -> dict[str, Any]:
+        deadline = self.clock() + timeout_s
+        names = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
+        if "faasm-worker" in names:
+            self.flush_queue()
+        old = []
+        for name in names:
+            for p in self._pods(f"serving.knative.dev/service={name}", deadline):
+                old.append(p.metadata.name)
+                self._call(f"delete pod {p.metadata.name}", lambda n=p.metadata.name: self.core.delete_namespaced_pod(
+                    n, self.ns, grace_period_seconds=0), deadline, absent_ok=True)
+        while True:  # the old pods must be gone (or terminating) before readiness means anything
+            left = [p.metadata.name for n in names for p in self._pods(f"serving.knative.dev/service={n}", deadline)
+                    if p.metadata.name in old and not getattr(p.metadata, "deletion_timestamp", None)]
+            if not left:
+                break
+            if self.clock() + self.poll_s > deadline:
+                raise StepError(f"pods not deleted: {left}")
+            self.sleep(self.poll_s)
+        return {"deleted_pods": old, **self.wait_ready(max(1.0, deadline - self.clock()))}
+
+    # ---------------------------------------------------------------- endpoints
+    def endpoints(self) -> Endpoints:
+        inv, up = self.invoke_url, self.upload_url
+        if not inv or not up:
+            deadline = self.clock() + 30
+            if not inv:
+                svc = self._call("get istio ingress", lambda: self.core.read_namespaced_service(
+                    "istio-ingressgateway", "istio-system"), deadline, absent_ok=True)
+                inv = _lb_url(svc, 80)
+            if not up:
+                up = _lb_url(self._call("get upload service", lambda: self.core.read_namespaced_service(
+                    "upload", self.ns), deadline, absent_ok=True), 8002)
+        if not inv or not up:
+            raise StepError("knative target needs --invoke-url and --upload-url (no LoadBalancer address found)")
+        return Endpoints(inv.rstrip("/") + "/", up, protocol=self.protocol, domain=self.domain)
+
+    # ---------------------------------------------------------------- redis
+    def _redis(self, pod: str, args: list[str]) -> str:
+        return self.exec(pod, ["redis-cli", *args])
+
+    def flush_queue(self) -> int:
+        try:
+            n = int((self._redis("redis-queue", ["dbsize"]) or "0").strip() or 0)
+        except ValueError:
+            n = 0
+        self._redis("redis-queue", ["flushall"])
+        return n
+
+    def _scan(self, pattern: str) -> list[str]:
+        out = self._redis("redis-state", ["--scan", "--pattern", pattern])
+        return [k for k in (out or "").split() if k]
+
+    def delete_state_keys(self, patterns: list[str]) -> int:
+        keys: list[str] = []
+        for pat in patterns:
+            keys += self._scan(pat) if any(c in pat for c in "*?[") else [pat]
+        n = 0
+        for i in range(0, len(keys), 200):
+            out = self._redis("redis-state", ["del", *keys[i:i + 200]])
+            try:
+                n += int((out or "0").strip().split()[-1])
+            except (ValueError, IndexError):
+                pass
+        return n
+
+    def _pod_exists(self, name: str, deadline: float) -> bool:
+        return self._call(f"read pod {name}", lambda: self.core.read_namespaced_pod(name, self.ns), deadline,
+                          absent_ok=True) is not None
+
+    # ---------------------------------------------------------------- teardown
+    def teardown(self, run_state_keys: list[str], timeout_s: float, full: bool = False) -> dict[str, Any]:
+        deadline = self.clock() + timeout_s
+        rep: dict[str, Any] = {"deleted": [], "absent": [], "incomplete": []}
+        try:
+            if self._pod_exists("redis-queue", deadline):
+                rep["queue_keys_flushed"] = self.flush_queue()
+            if self._pod_exists("redis-state", deadline):
+                rep["state_keys_deleted"] = self.delete_state_keys(run_state_keys)
+        except StepError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - exec failures are reported, teardown goes on
+            rep["incomplete"].append(f"redis cleanup failed: {type(exc).__name__}: {exc}")
+        names = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
+        for name in names:
+            r = self._call(f"delete ksvc {name}", lambda n=name: self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.ns, PLURAL, n), deadline, absent_ok=True)
+            (rep["deleted"] if r is not None else rep["absent"]).append(f"ksvc/{name}")
+        if full:
+            for kind, name, fn in [("pod", "upload", self.core.delete_namespaced_pod),
+                                   ("pod", "redis-queue", self.core.delete_namespaced_pod),
+                                   ("pod", "redis-state", self.core.delete_namespaced_pod),
+                                   ("service", "upload", self.core.delete_namespaced_service),
+                                   ("service", "redis-queue", self.core.delete_namespaced_service),
+                                   ("service", "redis-state", self.core.delete_namespaced_service)]:
+                r = self._call(f"delete {kind} {name}", lambda f=fn, n=name: f(n, self.ns), deadline, absent_ok=True)
+                (rep["deleted"] if r is not None else rep["absent"]).append(f"{kind}/{name}")
+        # wait until the services' pods are gone
+        while True:
+            left = [p.metadata.name for p in self._pods("serving.knative.dev/service", deadline)]
+            if full:
+                left += [p.metadata.name for p in self._pods("app=faasm", deadline)]
+            if not left:
+                break
+            if self.clock() + self.poll_s > deadline:
+                rep["incomplete"].append(f"pods still present after {timeout_s}s: {sorted(set(left))}")
+                break
+            self.sleep(self.poll_s)
+        if full and not rep["incomplete"]:
+            r = self._call("delete namespace", lambda: self.core.delete_namespace(self.ns), deadline, absent_ok=True)
+            (rep["deleted"] if r is not None else rep["absent"]).append(f"namespace/{self.ns}")
+        return rep
+
+    def verify_clean(self, run_state_keys: list[str]) -> dict[str, Any]:
+        deadline = self.clock() + 60
+        problems = []
+        ksvcs = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
+        if ksvcs:
+            problems.append(f"Knative services left: {ksvcs}")
+        pods = [p.metadata.name for p in self._pods("serving.knative.dev/service", deadline)]
+        if pods:
+            problems.append(f"service pods left: {pods}")
+        if self._pod_exists("redis-queue", deadline):
+            n = (self._redis("redis-queue", ["dbsize"]) or "0").strip()
+            if n not in ("0", "(integer) 0"):
+                problems.append(f"redis-queue holds {n} keys")
+        if self._pod_exists("redis-state", deadline):
+            left = [k for pat in run_state_keys for k in (self._scan(pat) if any(c in pat for c in "*?[") else
+                                                          ([pat] if self._redis("redis-state", ["exists", pat]).strip()
+                                                           not in ("0", "(integer) 0") else []))]
+            if left:
+                problems.append(f"run state keys left: {left[:20]}")
+        return {"clean": not problems, "problems": problems, "namespace": self.ns}
+
+    def describe(self) -> dict[str, Any]:
+        return {"target": "knative", "namespace": self.ns, "faasm_version": self.version,
+                "images": {"worker": f"{self.registry}/knative-worker:{self.version}",
+                           "upload": f"{self.registry}/upload:{self.version}",
+                           "redis": f"{self.registry}/redis:{self.version}"}}
+
+
+def _lb_url(svc, port: int) -> str | None:
+    try:
+        ing = svc.status.load_balancer.ingress[0]
+        return f"http://{ing.ip or ing.hostname}:{port}"
+    except (AttributeError, IndexError, TypeError):
+        return None

@@ -1,0 +1,78 @@
+"""Helpers shared by the faasm_tasks tests (no Airflow, no cluster). Imported as a plain module."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HAVE_REDIS = shutil.which(os.environ.get("FAASM_REDIS_SERVER", "redis-server")) is not None
+needs_redis = pytest.mark.skipif(not HAVE_REDIS, reason="redis-server not installed (apt-get install -y redis-server)")
+
+
+def cli(*args: str, state_dir: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, FAASM_TASKS_STATE_DIR=state_dir, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "faasm_tasks", *args, "--log-level", "WARNING"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args[0]} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr[-3000:]}")
+    return proc
+
+
+class ScriptedServer:
+    """A tiny HTTP server on 127.0.0.1 whose behaviour a test sets with ``handler(method, path, headers, body)``
+    returning ``(status, body_bytes)``; ``requests`` records what arrived."""
+
+    def __init__(self, handler):
+        self.requests: list[tuple[str, str, dict, bytes]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *a):
+                pass
+
+            def _do(self, method):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                outer.requests.append((method, self.path, dict(self.headers), body))
+                status, out = handler(method, self.path, dict(self.headers), body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a deadline test)
+
+            def do_GET(self):
+                self._do("GET")
+
+            def do_POST(self):
+                self._do("POST")
+
+            def do_PUT(self):
+                self._do("PUT")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)

@@ -1,0 +1,385 @@
+"""Knative target without a cluster: rendered manifests validated against the Kubernetes
+schemas (kubernetes-validate) and the Knative Service CRD schema (jsonschema); the
+operations run against a recording fake of the Kubernetes API."""
+
+from __future__ import annotations
+
+import copy
+import os
+from types import SimpleNamespace as NS
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from faasm_tasks.catalogue import get_experiment, load_catalogue, resolve
+from faasm_tasks.targets.knative import KnativeTarget, label_value, render
+from stepkit import StepError
+
+# The CRD is not vendored: it lives in the workspace's shared/schemas (see its SOURCES.md);
+# KNATIVE_SERVICE_CRD points elsewhere.
+CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "schemas",
+                   "knative-serving-service-crd.yaml")
+K8S_VERSION = "1.35"
+
+
+@pytest.fixture(scope="module")
+def ksvc_schema():
+    path = os.environ.get("KNATIVE_SERVICE_CRD", CRD)
+    if not os.path.exists(path):
+        pytest.skip(f"Knative Service CRD not found at {path} (set KNATIVE_SERVICE_CRD)")
+    with open(path) as f:
+        crd = yaml.safe_load(f)
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _validate(doc, ksvc_schema):
+    if doc["apiVersion"] == "serving.knative.dev/v1":
+        jsonschema.Draft4Validator(ksvc_schema).validate(doc)
+        # the revision template is a pod spec: check it with the core schema too
+        spec = copy.deepcopy(doc["spec"]["template"]["spec"])
+        spec.pop("containerConcurrency", None)
+        for c in spec["containers"]:
+            c.setdefault("name", "user-container")  # what Knative defaults it to
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": spec},
+                                     K8S_VERSION, strict=True)
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", sorted(load_catalogue()))
+@pytest.mark.parametrize("system", ["wasm", "native"])
+def test_rendered_manifests_validate(name, system, ksvc_schema):
+    exp = get_experiment(name)
+    if system not in exp["systems"]:
+        pytest.skip("system not in experiment")
+    docs = render(resolve(exp, system, "knative"), run_id="manual__2026-11-29T16:00:00+00:00")
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:4] == ["Namespace", "Pod", "Service", "Pod"] and "ConfigMap" in kinds
+    for d in docs:
+        _validate(d, ksvc_schema)
+    ksvcs = {d["metadata"]["name"]: d for d in docs if d["apiVersion"].startswith("serving")}
+    w = ksvcs["faasm-worker"]["spec"]["template"]
+    n = str(exp["deploy"][system]["worker_replicas"])
+    assert w["metadata"]["annotations"]["autoscaling.knative.dev/minScale"] == n
+    assert w["metadata"]["annotations"]["autoscaling.knative.dev/maxScale"] == n
+    for svc in exp["deploy"][system].get("native_services", []):
+        fn = "python" if exp.get("python") else svc["function"]
+        t = ksvcs["faasm-" + fn.replace("_", "-")]["spec"]["template"]
+        assert t["spec"]["containerConcurrency"] == 1
+        env = {e["name"]: e["value"] for e in t["spec"]["containers"][0]["env"]}
+        assert env["COLD_START_DELAY_MS"] == "800" and env["REDIS_QUEUE_HOST"] == "redis-queue"
+    want = label_value("manual__2026-11-29T16:00:00+00:00")
+    assert all(d["metadata"]["labels"]["faasm-tasks/run-id"] == want for d in docs if d["kind"] != "ConfigMap")
+
+
+def test_schema_catches_broken_ksvc(ksvc_schema):
+    docs = render(resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative"))
+    ksvc = copy.deepcopy(next(d for d in docs if d["apiVersion"].startswith("serving")))
+    ksvc["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": "8080"}]
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(ksvc, ksvc_schema)
+    pod = copy.deepcopy(next(d for d in docs if d["kind"] == "Pod"))
+    pod["spec"]["containers"][0]["imagePullPolicy"] = 3
+    with pytest.raises(Exception):
+        _validate(pod, ksvc_schema)
+
+
+def test_label_value_sanitised():
+    v = label_value("manual__2026-11-29T16:00:00+00:00")
+    assert len(v) <= 63 and ":" not in v and "+" not in v and v[0].isalnum() and v[-1].isalnum()
+
+
+# ---------------------------------------------------------------- fake Kubernetes API
+class ApiErr(Exception):
+    def __init__(self, status, reason=""):
+        super().__init__(f"({status}) {reason}")
+        self.status, self.reason = status, reason
+
+
+class ReadTimeoutError(Exception):
+    """Named like urllib3's, which the target treats as retryable."""
+
+
+def _match(labels, selector):
+    if not selector:
+        return True
+    for part in selector.split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif part not in labels:
+            return False
+    return True
+
+
+class FakeCluster:
+    """Records every call; ``fail[method]`` is a list of exceptions raised first, in order."""
+
+    def __init__(self, clock):
+        self.calls, self.fail = [], {}
+        self.ksvcs, self.pods, self.services, self.ns, self.cms = {}, {}, {}, set(), {"config-autoscaler": {}}
+        self.clock = clock
+        self.ready_after = 0.0  # fake time at which ksvcs/pods turn Ready
+
+    def _rec(self, name, *a):
+        self.calls.append((name, a))
+        q = self.fail.get(name)
+        if q:
+            raise q.pop(0)
+
+    def pod(self, name, labels, ready=True):
+        cond = [NS(type="Ready", status="True" if ready else "False")]
+        self.pods[name] = NS(metadata=NS(name=name, labels=labels, deletion_timestamp=None), status=NS(conditions=cond))
+
+    # CoreV1Api
+    def create_namespace(self, body):
+        self._rec("create_namespace", body["metadata"]["name"])
+        if body["metadata"]["name"] in self.ns:
+            raise ApiErr(409, "AlreadyExists")
+        self.ns.add(body["metadata"]["name"])
+
+    def create_namespaced_pod(self, ns, body):
+        self._rec("create_namespaced_pod", body["metadata"]["name"])
+        if body["metadata"]["name"] in self.pods:
+            raise ApiErr(409, "AlreadyExists")
+        self.pod(body["metadata"]["name"], body["metadata"]["labels"], ready=True)
+
+    def create_namespaced_service(self, ns, body):
+        self._rec("create_namespaced_service", body["metadata"]["name"])
+        if body["metadata"]["name"] in self.services:
+            raise ApiErr(409, "AlreadyExists")
+        self.services[body["metadata"]["name"]] = body
+
+    def patch_namespaced_config_map(self, name, ns, body):
+        self._rec("patch_namespaced_config_map", name)
+        if name not in self.cms:
+            raise ApiErr(404, "NotFound")
+        self.cms[name].update(body["data"])
+        return self.cms[name]
+
+    def create_namespaced_config_map(self, ns, body):
+        self._rec("create_namespaced_config_map", body["metadata"]["name"])
+
+    def list_namespaced_pod(self, ns, label_selector=None):
+        self._rec("list_namespaced_pod", label_selector)
+        return NS(items=[p for p in self.pods.values() if _match(p.metadata.labels, label_selector)])
+
+    def read_namespaced_pod(self, name, ns):
+        self._rec("read_namespaced_pod", name)
+        if name not in self.pods:
+            raise ApiErr(404, "NotFound")
+        return self.pods[name]
+
+    def delete_namespaced_pod(self, name, ns, **kw):
+        self._rec("delete_namespaced_pod", name)
+        if name not in self.pods:
+            raise ApiErr(404, "NotFound")
+        del self.pods[name]
+        return {}
+
+    def delete_namespaced_service(self, name, ns, **kw):
+        self._rec("delete_namespaced_service", name)
+        if self.services.pop(name, None) is None:
+            raise ApiErr(404, "NotFound")
+        return {}
+
+    def delete_namespace(self, name, **kw):
+        self._rec("delete_namespace", name)
+        if name not in self.ns:
+            raise ApiErr(404, "NotFound")
+        self.ns.discard(name)
+        return {}
+
+    # CustomObjectsApi
+    def create_namespaced_custom_object(self, g, v, ns, plural, body):
+        name = body["metadata"]["name"]
+        self._rec("create_namespaced_custom_object", name)
+        if name in self.ksvcs:
+            raise ApiErr(409, "AlreadyExists")
+        obj = copy.deepcopy(body)
+        obj["metadata"].update(generation=1, resourceVersion="1")
+        self.ksvcs[name] = obj
+
+    def get_namespaced_custom_object(self, g, v, ns, plural, name):
+        self._rec("get_namespaced_custom_object", name)
+        if name not in self.ksvcs:
+            raise ApiErr(404, "NotFound")
+        return self.ksvcs[name]
+
+    def replace_namespaced_custom_object(self, g, v, ns, plural, name, body):
+        self._rec("replace_namespaced_custom_object", name, body["metadata"].get("resourceVersion"))
+        obj = copy.deepcopy(body)
+        obj["metadata"]["generation"] = self.ksvcs[name]["metadata"]["generation"] + 1
+        self.ksvcs[name] = obj
+
+    def delete_namespaced_custom_object(self, g, v, ns, plural, name, **kw):
+        self._rec("delete_namespaced_custom_object", name)
+        if name not in self.ksvcs:
+            raise ApiErr(404, "NotFound")
+        del self.ksvcs[name]
+        for p in list(self.pods.values()):  # its pods start terminating
+            if p.metadata.labels.get("serving.knative.dev/service") == name:
+                p.metadata.deletion_timestamp = "now"
+        return {}
+
+    def list_namespaced_custom_object(self, g, v, ns, plural, label_selector=None):
+        self._rec("list_namespaced_custom_object", label_selector)
+        now = self.clock()
+        items = []
+        for obj in self.ksvcs.values():
+            obj = copy.deepcopy(obj)
+            if now >= self.ready_after:
+                obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
+                                 "conditions": [{"type": "Ready", "status": "True"}]}
+            else:
+                obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
+                                 "conditions": [{"type": "Ready", "status": "Unknown", "reason": "RevisionMissing",
+                                                 "message": "Configuration is waiting for a Revision to become ready."}]}
+            items.append(obj)
+        return {"items": [o for o in items if _match(o["metadata"].get("labels", {}), label_selector)]}
+
+    def tick(self):
+        """Called on every fake sleep: terminating pods vanish, ksvcs get their pods."""
+        for name, p in list(self.pods.items()):
+            if p.metadata.deletion_timestamp:
+                del self.pods[name]
+        if self.clock() >= self.ready_after:
+            for name, obj in self.ksvcs.items():
+                want = int(obj["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/minScale"])
+                have = [p for p in self.pods.values() if p.metadata.labels.get("serving.knative.dev/service") == name]
+                for i in range(len(have), want):
+                    self.pod(f"{name}-{i}-{int(self.clock() * 10)}", {"serving.knative.dev/service": name,
+                                                                      **obj["metadata"]["labels"]})
+
+
+class FakeRedisExec:
+    def __init__(self):
+        self.calls = []
+        self.state = {"sgd_params", "sgd_weights", "python_intermediate_1_0_0_0_0", "sgd_inputs_vals"}
+        self.queue = 5
+
+    def __call__(self, ns, pod, cmd):
+        self.calls.append((pod, tuple(cmd)))
+        args = cmd[1:]
+        if pod == "redis-queue":
+            if args == ["dbsize"]:
+                return f"{self.queue}\n"
+            if args == ["flushall"]:
+                self.queue = 0
+                return "OK\n"
+        if pod == "redis-state":
+            if args[:1] == ["--scan"]:
+                import fnmatch
+
+                return "\n".join(k for k in sorted(self.state) if fnmatch.fnmatch(k, args[2])) + "\n"
+            if args[0] == "del":
+                n = len(self.state & set(args[1:]))
+                self.state -= set(args[1:])
+                return f"{n}\n"
+            if args[0] == "exists":
+                return "1\n" if args[1] in self.state else "0\n"
+        raise AssertionError(f"unexpected exec {pod} {cmd}")
+
+
+@pytest.fixture
+def fake():
+    t = {"now": 0.0}
+    clock = lambda: t["now"]  # noqa: E731
+    cluster = FakeCluster(clock)
+    rexec = FakeRedisExec()
+
+    def sleep(s):
+        t["now"] += s
+        cluster.tick()
+
+    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, exec_fn=rexec, sleep=sleep, clock=clock,
+                           poll_s=1.0)
+    return target, cluster, rexec, t
+
+
+def _plan():
+    return resolve(get_experiment("tf_inference_latency"), "native", "knative")
+
+
+def test_deploy_is_idempotent_and_retries(fake):
+    target, cluster, _, _ = fake
+    cluster.fail["create_namespaced_pod"] = [ApiErr(500, "etcd hiccup")]
+    rep = target.deploy(_plan())
+    assert {r["name"]: r["action"] for r in rep["resources"]}["faasm-worker"] == "created"
+    assert [c for c in cluster.calls if c[0] == "create_namespaced_pod"].count(("create_namespaced_pod", ("redis-queue",))) == 2
+    rep2 = target.deploy(_plan())
+    actions = {(r["kind"], r["name"]): r["action"] for r in rep2["resources"]}
+    assert actions[("Service", "faasm-worker")] == "replaced" and actions[("Pod", "upload")] == "exists"
+    assert actions[("ConfigMap", "config-autoscaler")] == "patched"
+    assert ("replace_namespaced_custom_object", ("faasm-worker", "1")) in cluster.calls
+
+
+def test_wait_ready_uses_conditions_and_times_out(fake):
+    target, cluster, _, t = fake
+    target.deploy(_plan())
+    cluster.ready_after = 5.0
+    rep = target.wait_ready(60)
+    assert rep["ready"] and 5.0 <= t["now"] <= 8.0
+    cluster.ready_after = 1e9
+    cluster.ksvcs["faasm-worker"]["metadata"]["generation"] = 2
+    with pytest.raises(StepError, match="faasm-worker"):
+        target.wait_ready(10)
+
+
+def test_teardown_tolerates_404_409_timeouts_and_is_idempotent(fake):
+    target, cluster, rexec, t = fake
+    target.deploy(_plan())
+    cluster.tick()
+    assert any("serving.knative.dev/service" in p.metadata.labels for p in cluster.pods.values())
+    cluster.fail["delete_namespaced_custom_object"] = [ApiErr(409, "Conflict"), ReadTimeoutError("read timed out")]
+    keys = ["sgd_params", "sgd_weights", "python_intermediate_*"]
+    rep = target.teardown(keys, timeout_s=120)
+    assert not rep["incomplete"], rep
+    assert rep["queue_keys_flushed"] == 5 and rep["state_keys_deleted"] == 3
+    assert rexec.state == {"sgd_inputs_vals"}  # uploaded data is kept, run keys are gone
+    assert set(rep["deleted"]) == {"ksvc/faasm-worker", "ksvc/faasm-image"}
+    assert not cluster.ksvcs and not [p for p in cluster.pods if p.startswith("faasm-")]
+    n_del = sum(c[0] == "delete_namespaced_custom_object" for c in cluster.calls)
+    assert n_del == 4  # one 409 retry, one timeout retry
+    # again: nothing left, nothing fails
+    rep2 = target.teardown(keys, timeout_s=30)
+    assert not rep2["incomplete"] and rep2["deleted"] == []
+    assert target.verify_clean(keys)["clean"]
+    # full teardown deletes Redis/upload and the namespace, tolerating what is already gone
+    rep3 = target.teardown(keys, timeout_s=30, full=True)
+    assert "namespace/faasm" in rep3["deleted"] and "pod/upload" in rep3["deleted"]
+    rep4 = target.teardown(keys, timeout_s=30, full=True)
+    assert "namespace/faasm" in rep4["absent"]
+
+
+def test_teardown_reports_pods_that_never_go(fake):
+    target, cluster, _, _ = fake
+    target.deploy(_plan())
+    cluster.tick()
+    cluster.pod("stuck", {"serving.knative.dev/service": "faasm-worker"})
+    cluster.tick = lambda: None  # nothing ever terminates
+    rep = target.teardown([], timeout_s=5)
+    assert rep["incomplete"] and "stuck" in rep["incomplete"][0]
+    assert not target.verify_clean([])["clean"]
+
+
+def test_non_retryable_error_surfaces(fake):
+    target, cluster, _, _ = fake
+    target.deploy(_plan())
+    cluster.fail["delete_namespaced_custom_object"] = [ApiErr(403, "Forbidden")]
+    with pytest.raises(StepError, match="Forbidden"):
+        target.teardown([], timeout_s=30)
+
+
+def test_soft_restart_replaces_pods(fake):
+    target, cluster, rexec, _ = fake
+    target.deploy(_plan())
+    cluster.tick()
+    before = {n for n, p in cluster.pods.items() if "serving.knative.dev/service" in p.metadata.labels}
+    rep = target.soft_restart(60)
+    after = {n for n, p in cluster.pods.items() if "serving.knative.dev/service" in p.metadata.labels}
+    assert rep["ready"] and before and after and not (before & after)
+    assert ("redis-queue", ("redis-cli", "flushall")) in rexec.calls
