@@ -16,6 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 
 K8S_VERSION = "1.35"  # oldest Kubernetes the provider supports that kubernetes-validate bundles
 IMAGE = "registry.example.org/house/mirage-tasks:1.2.3"
+IMAGES = {"mirage_tasks": IMAGE, "faasm_tasks": "registry.example.org/house/faasm-tasks:1.2.3"}
 SECRET = "house-test-storage"
 RUN_ID = "manual__2026-11-29T12:00:00+00:00"
 
@@ -25,6 +26,7 @@ def kube_env(monkeypatch):
     monkeypatch.setenv("HOUSE_RUNNER", "kubernetes")
     monkeypatch.setenv("HOUSE_STORAGE_ROOT", "s3://house-test/storage")
     monkeypatch.setenv("HOUSE_IMAGE_MIRAGE", IMAGE)
+    monkeypatch.setenv("HOUSE_IMAGE_FAASM", IMAGES["faasm_tasks"])
     monkeypatch.setenv("HOUSE_NAMESPACE", "house-test")
     monkeypatch.setenv("HOUSE_STORAGE_SECRET", SECRET)
 
@@ -65,8 +67,9 @@ def assert_house_pod(manifest: dict, *, preset: str, timeout: timedelta, package
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     spec = manifest["spec"]
     (container,) = spec["containers"]  # no XCom sidecar
-    assert container["image"] == IMAGE
-    assert ":" in IMAGE.rsplit("/", 1)[1] and not IMAGE.endswith(":latest")
+    image = IMAGES[package]
+    assert container["image"] == image
+    assert ":" in image.rsplit("/", 1)[1] and not image.endswith(":latest")
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["command"] == ["python", "-m", package]
     assert all(isinstance(a, str) for a in container["args"])
@@ -117,7 +120,7 @@ def assert_house_operator(op, *, preset: str, timeout: timedelta) -> None:
         assert op.pool != "gpu"
 
 
-def test_mirage_pipeline_pods(kube_env):
+def test_dag_pods(kube_env):
     from airflow.dag_processing.dagbag import DagBag
     from airflow.sdk.definitions.mappedoperator import MappedOperator
     from conftest import DAGS
