@@ -1,0 +1,538 @@
+"""An event-driven simulator of one Slurm-like partition.
+
+State: interchangeable nodes, a pending queue, running jobs (ending at their replayed run
+time), future submissions. The clock jumps from event to event; nothing happens between
+events. At one instant ``t`` the order is fixed:
+
+1. jobs whose run ends at ``t`` release their nodes;
+2. jobs submitted at ``t`` join the queue;
+3. if 1 or 2 changed anything, the *main scheduler* runs: pending jobs in priority
+   order start while they fit (and their user is under its limits); it stops at the
+   first job that does not fit (Slurm's strict priority order within a partition);
+4. if ``t`` is a multiple of ``bf_interval_s`` and anything changed since the last
+   pass, a *backfill pass* runs (below);
+5. if a history is being recorded and ``t`` is a multiple of its step, a snapshot is
+   taken (see :mod:`mirage_tasks.features`);
+6. jobs submitted with :meth:`Simulator.submit_now` (the probe successor) join after
+   all of that, followed by a main-scheduler pass; the next backfill pass is at the next
+   multiple of ``bf_interval_s``.
+
+Backfill pass: a free-node profile over time is built from the running jobs' *planned*
+ends (start + time limit, rounded up to ``bf_resolution_s``). Pending jobs are examined
+in priority order (at most ``bf_max_job_test``; jobs of users at their limit are skipped,
+as Slurm skips jobs held by QOS limits). Each gets the earliest start where its nodes fit
+for its planned run time; if that is now, it starts. Otherwise it gets a reservation
+(the nodes are taken from the profile) when the mode allows one and the start lies
+within ``bf_window_s``: ``conservative`` reserves for every examined job, ``easy`` only
+for the first job that cannot start (so later jobs may start now only if they do not
+delay it). ``none`` disables backfill.
+
+A pass is skipped when no job ended or arrived since the previous one: the running set,
+the queue and the profile are then unchanged and the pass could start nothing new. (The
+one exception, a change in priority order when a job's age factor reaches its cap, is
+ignored; it is re-evaluated at the next event.) The pass also stops as soon as no node is
+free now, since later reservations cannot start anything. Those two rules make a pass
+cost nothing most of the time.
+
+``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
+times are rounded up and run times down to the tick (at least one tick).
+
+Everything is deterministic: ties in priority go to the earlier submit, then the lower
+job index. ``fork()`` copies the compact state, so probes can branch from a shared prefix.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from stepkit import StepError
+
+from .config import SimConfig
+from .workload import Workload
+
+INF = float("inf")
+AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the last 100 started jobs
+
+
+class Simulator:
+    """One partition. Build with :meth:`from_workload` (or add jobs by hand in tests)."""
+
+    def __init__(self, cfg: SimConfig, t0: int):
+        self.cfg = cfg
+        self.now = int(t0)
+        self.t0 = int(t0)
+        # per-job tables (index = local job id)
+        self.j_submit: list[int] = []
+        self.j_dur: list[int] = []
+        self.j_limit: list[int] = []
+        self.j_plan: list[int] = []
+        self.j_nodes: list[int] = []
+        self.j_user: list[int] = []
+        self.j_static: list[float] = []
+        self.j_tag: list[int] = []       # workload index, or negative for probe jobs
+        self.j_start: list[int] = []     # -1 while not started
+        self.j_bf: list[bool] = []       # started by a backfill pass ahead of a higher-priority job
+        # dynamic state
+        self.free = int(cfg.nodes)
+        self.running: dict[int, int] = {}   # job -> end time
+        self.end_heap: list[tuple[int, int]] = []
+        self.queue: list[tuple[float, int, int]] = []  # (order key, submit, job), best first
+        self.psize: dict[int, int] = {}  # node count -> pending jobs of that size
+        self.min_sub = INF               # oldest pending submit (for the age cap)
+        self.future: list[tuple[int, int]] = []  # (submit, job), sorted; consumed from fptr
+        self.fptr = 0
+        self.urun: dict[int, int] = {}
+        self.unodes: dict[int, int] = {}
+        self.waits: deque[int] = deque(maxlen=AVG_WAIT_JOBS)
+        self.dirty = True
+        self.dropped_too_big = 0
+        # history recording (features)
+        self.snap_fn: Callable[[Simulator], np.ndarray] | None = None
+        self.snap_step = 600
+        self.next_snap = INF
+        self.snaps: deque[tuple[int, np.ndarray]] = deque(maxlen=144)
+        self.n_events = 0
+        self.n_bf_passes = 0
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_workload(cls, wl: Workload, cfg: SimConfig, t0: int, t1: int,
+                      static_default: float | None = None) -> Simulator:
+        """An episode: jobs submitted in ``[t0, t1]`` plus, with ``cfg.warm_start``, the
+        trace's running jobs (kept on their nodes until their replayed end) and pending
+        jobs (queued with their real submit time) at ``t0``."""
+        sim = cls(cfg, t0)
+        sim.static_default = _static_default(wl, cfg) if static_default is None else static_default
+        tick = cfg.tick_s
+        if cfg.warm_start:
+            running, pending = wl.active_at(t0)
+            # recent waits: the last AVG_WAIT_JOBS jobs that started (in the trace) by t0
+            started = np.flatnonzero(wl.real_start[: int(np.searchsorted(wl.submit, t0, 'left'))] <= t0)
+            if len(started):
+                rs = wl.real_start[started]
+                last = started[np.lexsort((started, rs))][-AVG_WAIT_JOBS:]
+                sim.waits.extend(int(w) for w in (wl.real_start[last] - wl.submit[last]))
+            for i in running[np.lexsort((running, wl.real_start[running]))]:
+                j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=0)
+                if j < 0:
+                    continue
+                if sim.j_nodes[j] <= sim.free:
+                    sim._start(j, False, when=int(wl.real_start[i]), record_wait=False)
+                else:  # the configured cluster is smaller than the trace's busy set
+                    sim._enqueue(j)
+            for i in pending:
+                j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=0)
+                if j >= 0:
+                    sim._enqueue(j)
+        for i in wl.window(t0, t1):
+            j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=tick)
+            if j >= 0:
+                sim.future.append((sim.j_submit[j], j))
+        sim.future.sort()
+        if sim.queue:
+            sim._strict()
+            sim.dirty = True
+            if cfg.backfill != "none" and t0 % cfg.bf_interval_s == 0:
+                sim._backfill()
+        return sim
+
+    def _add_from(self, wl: Workload, i: int, submit: int, tick: int) -> int:
+        cfg = self.cfg
+        nodes = int(wl.nodes[i])
+        if nodes > cfg.nodes:
+            self.dropped_too_big += 1
+            return -1
+        if cfg.priority == "trace":
+            p = wl.priority[i]
+            if np.isnan(p):
+                static = self.static_default
+            elif cfg.trace_age_backout:
+                wait = max(0, int(wl.real_start[i] - wl.submit[i]))
+                age = min(wait, cfg.max_age_s) if cfg.age_cap else wait
+                static = float(p) - cfg.weight_age * age / cfg.max_age_s
+            else:
+                static = float(p)
+        else:
+            static = 0.0
+        return self.add_job(submit, int(wl.duration[i]), int(wl.limit[i]), nodes, int(wl.user[i]),
+                            static, tag=i, tick=tick)
+
+    def add_job(self, submit: int, duration: int, limit: int, nodes: int, user: int = -1,
+                static: float = 0.0, tag: int = -1, tick: int | None = None) -> int:
+        """Register a job (not yet queued); returns its local id. Callers queue it with
+        :meth:`schedule_submit` or :meth:`submit_now`; :meth:`from_workload` does it for
+        trace jobs."""
+        cfg = self.cfg
+        tick = cfg.tick_s if tick is None else tick
+        duration = max(1, min(int(duration), int(limit)))
+        if tick:
+            submit = -(-submit // tick) * tick
+            duration = max(tick, duration // tick * tick)
+        res = cfg.bf_resolution_s
+        j = len(self.j_submit)
+        self.j_submit.append(int(submit))
+        self.j_dur.append(duration)
+        self.j_limit.append(int(limit))
+        self.j_plan.append(max(duration, -(-int(limit) // res) * res))
+        self.j_nodes.append(int(nodes))
+        self.j_user.append(int(user))
+        self.j_static.append(static + cfg.weight_size * nodes / cfg.nodes)
+        self.j_tag.append(tag)
+        self.j_start.append(-1)
+        self.j_bf.append(False)
+        return j
+
+    def add_probe_job(self, submit: int, duration: int, nodes: int, tag: int) -> int:
+        """A service job (pred/succ): no user limits, the default static priority."""
+        if nodes > self.cfg.nodes:
+            raise StepError(f"probe job of {nodes} nodes does not fit a {self.cfg.nodes}-node cluster")
+        return self.add_job(submit, duration, duration, nodes, user=-1,
+                            static=getattr(self, "static_default", 0.0), tag=tag, tick=0)
+
+    def schedule_submit(self, j: int) -> None:
+        """Queue job ``j`` at its submit time, among that instant's trace submissions."""
+        t = self.j_submit[j]
+        if t < self.now:
+            raise ValueError("cannot schedule a submission in the past")
+        bisect.insort(self.future, (t, j), lo=self.fptr)
+
+    def submit_now(self, j: int) -> None:
+        """Submit job ``j`` at the current instant, after its other events (step 6)."""
+        self.j_submit[j] = self.now
+        self._enqueue(j)
+        self._strict()
+        self.dirty = True
+
+    # ------------------------------------------------------------------ history
+    def record_history(self, fn: Callable[[Simulator], np.ndarray], start: int, step: int, window: int) -> None:
+        """Take ``fn(self)`` at every multiple of ``step`` from ``start`` on; keep ``window``."""
+        self.snap_fn = fn
+        self.snap_step = int(step)
+        first = -(-max(int(start), self.now) // step) * step
+        self.snaps = deque(maxlen=int(window))
+        if first == self.now:  # the current instant is already processed: take it now
+            self.snaps.append((first, fn(self)))
+            first += step
+        self.next_snap = first
+
+    def stop_history(self) -> None:
+        self.snap_fn = None
+        self.next_snap = INF
+
+    # ------------------------------------------------------------------ running
+    def run_until(self, t_stop: float, until_started: int = -1) -> None:
+        """Process every event at times <= ``t_stop`` (or until job ``until_started``
+        has started); the clock then reads ``t_stop`` (or that start time)."""
+        cfg = self.cfg
+        interval = cfg.bf_interval_s
+        do_bf = cfg.backfill != "none"
+        future = self.future
+        heap = self.end_heap
+        start = self.j_start
+        while True:
+            if until_started >= 0 and start[until_started] >= 0:
+                return
+            t = future[self.fptr][0] if self.fptr < len(future) else INF
+            if heap and heap[0][0] < t:
+                t = heap[0][0]
+            if self.dirty and do_bf and self.queue:
+                g = (self.now // interval + 1) * interval
+                if g < t:
+                    t = g
+            if self.next_snap < t:
+                t = self.next_snap
+            if t > t_stop:
+                break
+            if t == INF:
+                if until_started >= 0:
+                    raise RuntimeError(f"job {until_started} can never start (no events left)")
+                break
+            self.now = now = int(t)
+            self.n_events += 1
+            changed = False
+            while heap and heap[0][0] <= now:
+                _, j = heapq.heappop(heap)
+                self._finish(j)
+                changed = True
+            n_future = len(future)
+            while self.fptr < n_future and future[self.fptr][0] <= now:
+                self._enqueue(future[self.fptr][1])
+                self.fptr += 1
+                changed = True
+            if changed:
+                self.dirty = True
+                if self.queue:
+                    self._strict()
+            if self.dirty and do_bf and now % interval == 0:
+                if self.queue:
+                    self._backfill()
+                self.dirty = False
+            if now == self.next_snap:
+                self.snaps.append((now, self.snap_fn(self)))
+                self.next_snap = now + self.snap_step
+        if t_stop != INF and t_stop > self.now:
+            self.now = int(t_stop)
+
+    def run_until_started(self, j: int) -> int:
+        self.run_until(INF, until_started=j)
+        return self.j_start[j]
+
+    def drain(self) -> None:
+        """Run until every known job has started (the queue is empty and nothing is due)."""
+        while self.queue or self.fptr < len(self.future):
+            target = self.queue[-1][2] if self.queue else self.future[-1][1]
+            self.run_until(INF, until_started=target)
+
+    # ------------------------------------------------------------------ scheduling
+    @property
+    def pending(self) -> list[int]:
+        """Pending job ids (in submit-adjusted priority order)."""
+        return [k[2] for k in self.queue]
+
+    def _enqueue(self, j: int) -> None:
+        """Add job ``j`` to the queue. The order key ``-(static - rate * submit)`` ranks jobs
+        exactly as their priority at any time while no pending job has reached the age cap
+        (every age term grows at the same rate); :meth:`_order` re-sorts when one has."""
+        cfg = self.cfg
+        sub = self.j_submit[j]
+        key = -(self.j_static[j] - cfg.weight_age / cfg.max_age_s * sub)
+        bisect.insort(self.queue, (key, sub, j))
+        n = self.j_nodes[j]
+        self.psize[n] = self.psize.get(n, 0) + 1
+        if sub < self.min_sub:
+            self.min_sub = sub
+
+    def _drop_started(self) -> None:
+        st = self.j_start
+        self.queue = q = [k for k in self.queue if st[k[2]] < 0]
+        nodes = self.j_nodes
+        ps: dict[int, int] = {}
+        for k in q:
+            n = nodes[k[2]]
+            ps[n] = ps.get(n, 0) + 1
+        self.psize = ps
+        self.min_sub = min((k[1] for k in q), default=INF)
+
+    def _order(self) -> Iterable[int]:
+        cfg = self.cfg
+        now = self.now
+        if not cfg.age_cap or now - self.min_sub <= cfg.max_age_s:
+            return (k[2] for k in self.queue)
+        sub = self.j_submit
+        st = self.j_static
+        rate = cfg.weight_age / cfg.max_age_s
+        cap = cfg.max_age_s
+        keys = [(-(st[j] + rate * min(now - sub[j], cap)), sub[j], j) for _, _, j in self.queue]
+        keys.sort()
+        return [k[2] for k in keys]
+
+    def _user_blocked(self, j: int) -> bool:
+        u = self.j_user[j]
+        if u < 0:
+            return False
+        cfg = self.cfg
+        if cfg.max_jobs_per_user and self.urun.get(u, 0) >= cfg.max_jobs_per_user:
+            return True
+        if cfg.max_nodes_per_user:
+            used = self.unodes.get(u, 0)  # a job larger than the limit may run alone
+            if used and used + self.j_nodes[j] > cfg.max_nodes_per_user:
+                return True
+        return False
+
+    def _start(self, j: int, backfilled: bool, when: int | None = None, record_wait: bool = True) -> None:
+        t = self.now if when is None else when
+        self.j_start[j] = t
+        self.j_bf[j] = backfilled
+        n = self.j_nodes[j]
+        self.free -= n
+        end = t + self.j_dur[j]
+        self.running[j] = end
+        heapq.heappush(self.end_heap, (end, j))
+        u = self.j_user[j]
+        if u >= 0:
+            self.urun[u] = self.urun.get(u, 0) + 1
+            self.unodes[u] = self.unodes.get(u, 0) + n
+        if record_wait:
+            self.waits.append(t - self.j_submit[j])
+
+    def _finish(self, j: int) -> None:
+        del self.running[j]
+        n = self.j_nodes[j]
+        self.free += n
+        u = self.j_user[j]
+        if u >= 0:
+            self.urun[u] -= 1
+            self.unodes[u] -= n
+
+    def _strict(self) -> None:
+        if self.free <= 0 or not self.queue:
+            return
+        limits = self.cfg.max_jobs_per_user or self.cfg.max_nodes_per_user
+        nodes = self.j_nodes
+        started = False
+        for j in self._order():
+            if limits and self._user_blocked(j):
+                continue
+            if nodes[j] > self.free:
+                break
+            self._start(j, False)
+            started = True
+            if self.free <= 0:
+                break
+        if started:
+            self._drop_started()
+
+    def _backfill(self) -> None:
+        self.n_bf_passes += 1
+        if self.free <= 0 or not self.queue:
+            return
+        cfg = self.cfg
+        now = self.now
+        nodes = self.j_nodes
+        plan = self.j_plan
+        limits = cfg.max_jobs_per_user or cfg.max_nodes_per_user
+        # quick exit: nothing small enough to start now
+        free = self.free
+        if min(self.psize) > free:
+            return
+        # profile: T[i] breakpoints (T[0] = now), F[i] free nodes on [T[i], T[i+1])
+        ends: dict[int, int] = {}
+        st = self.j_start
+        for j in self.running:
+            e = st[j] + plan[j]
+            if e <= now:
+                e = now + 1  # overran its plan (cannot happen: run time <= limit <= plan)
+            ends[e] = ends.get(e, 0) + nodes[j]
+        T = [now]
+        F = [free]
+        acc = free
+        for e in sorted(ends):
+            acc += ends[e]
+            T.append(e)
+            F.append(acc)
+        window_end = now + cfg.bf_window_s
+        reserve_left = 1 if cfg.backfill == "easy" else 1 << 60
+        blocked_before = False
+        started = False
+        order = list(self._order())[: cfg.bf_max_job_test]
+        # need[k]: fewest nodes any job from position k on could start with (user-blocked
+        # jobs excluded; users only get more blocked during the pass). Once that exceeds
+        # the nodes free now, later reservations cannot change anything: stop.
+        big = 1 << 60
+        ub = self._user_blocked
+        # needd[k]: shortest planned run among them. A job (n, d) that cannot start now
+        # proves that no later job with >= n nodes and >= d run time can (the free-node
+        # profile only shrinks during a pass): when that covers every later job, stop.
+        nq = len(order)
+        need = [big] * (nq + 1)
+        needd = [big] * (nq + 1)
+        blk = [limits and ub(j) for j in order] if limits else None
+        for k in range(nq - 1, -1, -1):
+            j = order[k]
+            if limits and blk[k]:
+                need[k], needd[k] = need[k + 1], needd[k + 1]
+            else:
+                n = nodes[j]
+                d = plan[j]
+                need[k] = n if n < need[k + 1] else need[k + 1]
+                needd[k] = d if d < needd[k + 1] else needd[k + 1]
+        for k, j in enumerate(order):
+            if need[k] > F[0]:
+                break
+            if limits and (blk[k] or (started and ub(j))):  # only starts block users further
+                continue
+            n = nodes[j]
+            if n > F[0] and reserve_left <= 0:
+                blocked_before = True
+                continue
+            d = plan[j]
+            # earliest fit
+            i = 0
+            nT = len(T)
+            s_idx = -1
+            while i < nT:
+                if F[i] < n:
+                    i += 1
+                    continue
+                e = T[i] + d
+                m = i + 1
+                while m < nT and T[m] < e:
+                    if F[m] < n:
+                        break
+                    m += 1
+                else:
+                    s_idx = i
+                    break
+                i = m + 1
+            if s_idx < 0:  # cannot happen while n <= cluster size (profile ends with all nodes free)
+                blocked_before = True
+                continue
+            s = T[s_idx]
+            if s != now and need[k + 1] >= n and needd[k + 1] >= d:
+                break  # every later job is at least as big and as long: none can start now
+            if s == now:
+                self._start(j, blocked_before)
+                started = True
+            elif reserve_left > 0 and s < window_end:
+                reserve_left -= 1
+                blocked_before = True
+            else:
+                blocked_before = True
+                continue
+            # take n nodes from the profile on [s, s + d)
+            e = s + d
+            m = bisect.bisect_left(T, e, lo=s_idx)
+            if m == len(T) or T[m] != e:
+                T.insert(m, e)
+                F.insert(m, F[m - 1])
+            for q in range(s_idx, m):
+                F[q] -= n
+            if F[0] <= 0:
+                break
+        if started:
+            self._drop_started()
+
+    # ------------------------------------------------------------------ forking & queries
+    def fork(self) -> Simulator:
+        """An independent copy of the whole state (cheap: flat lists and small dicts)."""
+        c = Simulator.__new__(Simulator)
+        d = self.__dict__
+        nd = c.__dict__
+        for k, v in d.items():
+            if isinstance(v, list):
+                nd[k] = v.copy()
+            elif isinstance(v, dict):
+                nd[k] = v.copy()
+            elif isinstance(v, deque):
+                nd[k] = deque(v, maxlen=v.maxlen)
+            else:
+                nd[k] = v
+        return c
+
+    def avg_wait_s(self) -> float:
+        """Mean start wait (s) of the last 100 jobs that started; 0 when none."""
+        return float(sum(self.waits) / len(self.waits)) if self.waits else 0.0
+
+    def queue_len(self) -> int:
+        return len(self.queue)
+
+
+def _static_default(wl: Workload, cfg: SimConfig) -> float:
+    """Static priority of jobs without a recorded priority (and of probe jobs): the
+    median static part over the trace in ``trace`` mode, else 0."""
+    if cfg.priority != "trace":
+        return 0.0
+    p = wl.priority
+    ok = ~np.isnan(p)
+    if not ok.any():
+        return 0.0
+    if not cfg.trace_age_backout:
+        return float(np.median(p[ok]))
+    wait = np.maximum(wl.real_start[ok] - wl.submit[ok], 0)
+    age = np.minimum(wait, cfg.max_age_s) if cfg.age_cap else wait
+    return float(np.median(p[ok] - cfg.weight_age * age / cfg.max_age_s))

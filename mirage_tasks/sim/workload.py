@@ -1,0 +1,107 @@
+"""Compact, immutable job arrays built once per trace and shared by every episode.
+
+``Workload.from_frame(df)`` takes a trace in the normalised schema
+(:mod:`mirage_tasks.schema`) and keeps, per job, sorted by submit time:
+
+* ``submit``, ``real_start``, ``real_end`` (int64 epoch seconds; real times only serve
+  the warm start, the recorded priority's age term and the fidelity comparison),
+* ``duration`` = real end - real start, clipped to the time limit (the simulator replays
+  this run time; it recomputes the start),
+* ``limit`` (seconds; a job without a limit uses its duration),
+* ``nodes`` (a job without a node count uses ``ceil(procs / procs_per_node)``),
+* ``user`` (dense int ids, -1 unknown), ``priority`` (recorded, NaN unknown).
+
+Jobs that never ran (no start or end) are dropped, and counted in ``dropped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from stepkit import StepError
+
+from ..schema import epoch_seconds
+
+
+@dataclass
+class Workload:
+    job_id: np.ndarray
+    submit: np.ndarray
+    real_start: np.ndarray
+    real_end: np.ndarray
+    duration: np.ndarray
+    limit: np.ndarray
+    nodes: np.ndarray
+    user: np.ndarray
+    priority: np.ndarray
+    dropped: dict[str, int] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def __len__(self) -> int:
+        return len(self.submit)
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, procs_per_node: int | None = None) -> Workload:
+        submit = epoch_seconds(df["submit"])
+        start = epoch_seconds(df["start"])
+        end = epoch_seconds(df["end"])
+        limit = df["time_limit_s"].to_numpy(dtype="float64", na_value=np.nan)
+        nodes = df["nodes"].to_numpy(dtype="float64", na_value=np.nan)
+        if np.isnan(nodes).any():
+            procs = df["procs"].to_numpy(dtype="float64", na_value=np.nan)
+            if procs_per_node:
+                nodes = np.where(np.isnan(nodes), np.ceil(procs / procs_per_node), nodes)
+            elif np.isnan(nodes).all():
+                raise StepError("the trace has no node counts; give procs_per_node to convert processors")
+        ran = (start >= 0) & (end >= 0) & (end >= start) & (submit >= 0) & ~np.isnan(nodes) & (nodes >= 1)
+        dropped = {"never_ran_or_no_size": int((~ran).sum())}
+        dur = (end - start).astype(np.float64)
+        limit = np.where(np.isnan(limit) | (limit <= 0), dur, limit)
+        dur = np.minimum(dur, limit)
+        prio = df["priority"].to_numpy(dtype="float64", na_value=np.nan)
+        users = df["user"].astype("string").fillna("")
+        codes, _ = pd.factorize(users, sort=True)
+        idx = np.flatnonzero(ran)
+        order = idx[np.lexsort((np.arange(len(idx)), submit[idx]))]
+        job_id = df["job_id"].astype(str).to_numpy()[order]
+        wl = cls(
+            job_id=job_id,
+            submit=submit[order].astype(np.int64),
+            real_start=np.maximum(start[order], submit[order]).astype(np.int64),
+            real_end=end[order].astype(np.int64),
+            duration=np.maximum(dur[order], 1).astype(np.int64),
+            limit=np.maximum(np.ceil(limit[order]), 1).astype(np.int64),
+            nodes=nodes[order].astype(np.int64),
+            user=np.where(users.to_numpy()[order] == "", -1, codes[order]).astype(np.int64),
+            priority=prio[order],
+            dropped=dropped,
+        )
+        h = hashlib.sha256()
+        for a in (wl.submit, wl.duration, wl.limit, wl.nodes, wl.user, np.nan_to_num(wl.priority, nan=-1)):
+            h.update(np.ascontiguousarray(a).tobytes())
+        wl.fingerprint = h.hexdigest()
+        return wl
+
+    def window(self, t0: int, t1: int) -> np.ndarray:
+        """Indices of jobs submitted in ``[t0, t1]`` (inclusive, as the reference)."""
+        lo = int(np.searchsorted(self.submit, t0, side="left"))
+        hi = int(np.searchsorted(self.submit, t1, side="right"))
+        return np.arange(lo, hi)
+
+    def active_at(self, t0: int) -> tuple[np.ndarray, np.ndarray]:
+        """(running, pending) indices at ``t0`` according to the trace.
+
+        running: submitted before t0, started at or before t0, still running after t0 (by
+        the clipped duration). pending: submitted before t0 and started after t0.
+        """
+        lo = int(np.searchsorted(self.submit, t0, side="left"))
+        sub = slice(0, lo)
+        rs = self.real_start[sub]
+        run_end = rs + self.duration[sub]
+        running = np.flatnonzero((rs <= t0) & (run_end > t0))
+        pending = np.flatnonzero(rs > t0)
+        return running, pending
