@@ -1,0 +1,174 @@
+"""Benchmark of the ``train`` step: wall time and validation MAE of each model, as a table.
+
+    python bench/train.py [--dataset URI] [--models transformer,moe,xgboost,random_forest]
+                          [--preset quick] [--threads 2] [--workdir DIR] [--trace TRACE]
+                          [--paper-moe-epochs 2 --paper-rows 256 --devices cpu,cuda]
+
+Without ``--dataset`` a synthetic dataset of the ls6 size (684 samples x 7 probes =
+4,788 histories of 144 x 42, :mod:`mirage_tasks.models.synthetic`) is generated, and the
+table says so: its MAE figures describe the synthetic signal, not ls6. Each model is
+trained by the real CLI (``python -m mirage_tasks train``) in a subprocess; the wall time
+includes loading the dataset and computing the metrics.
+
+``--trace`` (the ingest output the dataset was sampled from) also trains both policies
+on the simulator on top of this run's transformer and MoE, and reports their validation
+return against the untrained (always-wait, i.e. reactive) policy.
+
+``--paper-moe-epochs N`` also times the ``paper`` preset's mixture (10 experts, embedding
+512) for N epochs of joint training on ``--paper-rows`` training rows on each of
+``--devices`` and reports seconds per epoch, measured and extrapolated to the full
+training split. A device that is not available is reported as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def train_one(model: str, dataset: str, out: str, preset: str, threads: int, extra: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "mirage_tasks", "train", "--model", model, "--dataset", dataset, "--out", out,
+           "--preset", preset, "--threads", str(threads), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        return {"model": model, "error": f"exit {proc.returncode}", "wall_s": wall}
+    with open(os.path.join(out, "metrics.json")) as f:
+        m = json.load(f)
+    m["process_wall_s"] = wall
+    return m
+
+
+def train_policy(model: str, base: str, trace: str, out: str, preset: str, threads: int) -> dict:
+    cmd = [sys.executable, "-m", "mirage_tasks", "train", "--model", model, "--base", base, "--trace", trace,
+           "--out", out, "--preset", preset, "--threads", str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        return {"model": model, "error": f"exit {proc.returncode}", "wall_s": wall}
+    with open(os.path.join(out, "metrics.json")) as f:
+        m = json.load(f)
+    m["process_wall_s"] = wall
+    return m
+
+
+def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: int) -> dict:
+    import numpy as np
+    import torch
+
+    from mirage_tasks.models import data as D
+    from mirage_tasks.models import moe, presets, torchutil, transformer
+
+    try:
+        dev = torchutil.pick_device(device)
+    except Exception as exc:  # noqa: BLE001 - report why and go on
+        return {"device": device, "error": str(exc).split(";")[0]}
+    torch.set_num_threads(threads)
+    ds = D.load_dataset(dataset)
+    sp = D.chronological_split(ds)
+    sc = D.FeatureScaler.fit(ds.X[sp.train])
+    sub = sp.train[:rows]
+    X = torch.from_numpy(sc.transform(ds.X))
+    y = torch.from_numpy(((ds.y - np.median(ds.y[sp.train])) / ds.y[sp.train].std()).astype(np.float32))
+    hp = presets.resolve("paper", "moe", {"epochs": epochs})
+    model = moe.build(moe.arch_from(hp, ds.n_features, ds.window), 0)
+    if dev.type == "cuda":
+        X, y = X.to(dev), y.to(dev)
+    phase = transformer.Phase("paper mixture", model, sub, epochs, hp["lr"], hp["batch_size"])
+    torchutil.seed_everything(0, dev)
+    t0 = time.monotonic()
+    transformer.fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
+                           grad_clip=1.0, checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench")
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    per = (time.monotonic() - t0) / epochs
+    full = per * (len(sp.train) + len(sp.val)) / (len(sub) + min(rows, len(sp.val)))
+    return {"device": device, "rows": len(sub), "s_per_epoch": per, "s_per_full_epoch_est": full,
+            "n_parameters": sum(p.numel() for p in model.parameters())}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", help="merge output; default: a synthetic ls6-sized dataset")
+    p.add_argument("--models", default="transformer,moe,xgboost,random_forest")
+    p.add_argument("--preset", default="quick")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--param", action="append", default=[], help="passed to every train run")
+    p.add_argument("--trace", help="ingest output of the dataset's trace: also train the policies on the "
+                                   "simulator (needs the transformer and moe rows)")
+    p.add_argument("--paper-moe-epochs", type=int, default=0)
+    p.add_argument("--paper-rows", type=int, default=256)
+    p.add_argument("--devices", default="cpu,cuda")
+    args = p.parse_args()
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
+    dataset, source = args.dataset, args.dataset
+    if not dataset:
+        from mirage_tasks.models.synthetic import write_synthetic_dataset
+
+        dataset = os.path.join(work, "synthetic-ls6-size")
+        if not os.path.exists(os.path.join(dataset, "manifest.json")):
+            write_synthetic_dataset(dataset, n_samples=684, probes=7, window=144, seed=0)
+        source = "synthetic (684 samples x 7 probes x 144 x 42; MAE of the synthetic signal, not ls6)"
+    extra = [a for kv in args.param for a in ("--param", kv)]
+    rows = []
+    for model in args.models.split(","):
+        out = os.path.join(work, f"{model}-{args.preset}")
+        print(f"training {model} ({args.preset}) ...", file=sys.stderr, flush=True)
+        rows.append(train_one(model, dataset, out, args.preset, args.threads, extra))
+    print(f"\ndataset: {source}\npreset: {args.preset}, threads: {args.threads}, cpus: {os.cpu_count()}\n")
+    print("| model | wall s | val MAE h | constant MAE h | train MAE h | train rows | val rows |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['model']} | {r['wall_s']:.0f} | failed: {r['error']} | | | | |")
+            continue
+        print(f"| {r['model']} | {r['process_wall_s']:.0f} | {r['val_mae_h']:.3f} | {r['val_constant_mae_h']:.3f} | "
+              f"{r['train_mae_h']:.3f} | {r['n_train']} | {r['n_val']} |")
+    if args.trace:
+        print("\npolicies on the simulator (return = -|interruption| in minutes, mean over the fixed "
+              "validation episodes, actions sampled with a fixed seed; reactive = always wait):\n")
+        print("| policy | wall s | episodes | reactive | untrained | best | best epoch |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for model in ("transformer_policy", "moe_policy"):
+            base = os.path.join(work, f"{model.removesuffix('_policy')}-{args.preset}")
+            if not os.path.exists(os.path.join(base, "_SUCCESS.json")):
+                print(f"| {model} | | | base model not trained in this run | | | |")
+                continue
+            print(f"training {model} ({args.preset}) ...", file=sys.stderr, flush=True)
+            r = train_policy(model, base, args.trace, os.path.join(work, f"{model}-{args.preset}"), args.preset,
+                             args.threads)
+            if "error" in r:
+                print(f"| {model} | {r['wall_s']:.0f} | failed: {r['error']} | | | | |")
+            else:
+                print(f"| {model} | {r['process_wall_s']:.0f} | {r['episodes']} | {r['reactive_val_return']:.0f} | "
+                      f"{r['initial_val_return']:.0f} | {r['best_val_return']:.0f} | {r['best_epoch']} |")
+    if args.paper_moe_epochs:
+        print(f"\npaper-preset MoE, joint training, {args.paper_moe_epochs} epoch(s) on {args.paper_rows} rows:\n")
+        print("| device | s/epoch measured | s/epoch full split (est.) | parameters |")
+        print("|---|---:|---:|---:|")
+        for dev in args.devices.split(","):
+            r = time_paper_moe(dataset, dev, args.paper_moe_epochs, args.paper_rows, args.threads)
+            if "error" in r:
+                print(f"| {dev} | not available: {r['error']} | | |")
+            else:
+                print(f"| {dev} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | {r['n_parameters']:,} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Mirage models: one module per family, one loader returning a decision function.
+
+| module           | what                                                                 |
+|------------------|----------------------------------------------------------------------|
+| ``data``         | dataset reading, chronological split by sample, feature scaler       |
+| ``presets``      | the ``quick`` and ``paper`` hyper-parameters of every model kind      |
+| ``transformer``  | transformer regressor (positional encoding) and its training loop    |
+| ``moe``          | mixture of transformer experts with a non-linear gate                |
+| ``trees``        | XGBoost (UBJ) and random forest (skops) baselines                    |
+| ``env``          | the environment protocol (``Env``) a policy is trained in            |
+| ``policy``       | REINFORCE wait/submit policies on a frozen regressor                 |
+| ``simenv``       | ``SimEnv``: the simulator's ``DecisionEpisode`` as an ``Env``        |
+| ``synthetic``    | synthetic datasets and a toy ``Env`` with a known signal (tests)     |
+| ``torchutil``    | device choice, seeding, weights-only checkpoints, progress lines     |
+| ``loader``       | :func:`load_model` -> :class:`DecisionFunction`, for every kind      |
+
+Importing this package is cheap: torch, xgboost and scikit-learn are imported by the
+family modules only when a model of that family is trained or loaded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+KINDS = ("transformer", "moe", "xgboost", "random_forest", "moe_policy", "transformer_policy")
+REGRESSORS = ("transformer", "moe", "xgboost", "random_forest")
+POLICIES = ("moe_policy", "transformer_policy")
+
+
+
+class StopRequested(Exception):
+    """Training stopped on request after a number of epochs; its checkpoint allows resuming."""
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .loader import Decision, DecisionFunction, load_model
+    from .env import Env
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("load_model", "DecisionFunction", "Decision"):
+        from . import loader
+
+        return getattr(loader, name)
+    if name == "Env":
+        from .env import Env
+
+        return Env
+    raise AttributeError(name)
+
+
+__all__ = ["KINDS", "POLICIES", "REGRESSORS", "Decision", "DecisionFunction", "Env", "StopRequested", "load_model"]

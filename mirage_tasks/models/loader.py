@@ -1,0 +1,228 @@
+"""One loader for every model kind: :func:`load_model` -> :class:`DecisionFunction`.
+
+A model directory (the ``train`` step's ``--out``) holds ``config.json``, which fully
+describes how to rebuild the model, and one weights file named in it:
+
+| kind                           | weights       | format                                      |
+|--------------------------------|---------------|---------------------------------------------|
+| ``transformer``, ``moe``       | ``model.pt``  | torch state dict, ``torch.load(weights_only=True)`` |
+| ``xgboost``                    | ``model.ubj`` | XGBoost universal binary JSON               |
+| ``random_forest``              | ``model.skops`` | skops, explicit trusted types only        |
+| ``*_policy``                   | ``policy.pt`` | policy head state dict; the frozen base model in ``base/`` |
+
+Every kind answers the same calls on raw histories ``X`` float32 [n, W, F]:
+``predict(X)`` -> float32 [n] signed interruption in hours (for a policy, its base
+regressor's), and ``decide(X)`` -> :class:`Decision` (``submit`` bool [n] and the raw
+score: hours for regressors, P(submit) for policies). A regressor submits when
+``low_h <= prediction <= high_h`` (default -0.5 and 500 h: unless more than 30 minutes
+of overlap is predicted); a policy submits with probability P(submit) when given a
+seeded ``rng`` (as trained and selected), else greedily when P(submit) > 0.5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stepkit import StepError, storage
+
+from . import KINDS
+from .data import FeatureScaler
+
+FORMAT = "mirage-model"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+BASE_DIR = "base"
+DEFAULT_DECISION = {"low_h": -0.5, "high_h": 500.0}
+WEIGHTS = {"transformer": "model.pt", "moe": "model.pt", "xgboost": "model.ubj",
+           "random_forest": "model.skops", "moe_policy": "policy.pt", "transformer_policy": "policy.pt"}
+
+
+@dataclass
+class Decision:
+    submit: np.ndarray  # bool [n]
+    raw: np.ndarray  # float32 [n]: hours (regressors) or P(submit) (policies)
+
+
+class DecisionFunction:
+    """A loaded model; build with :func:`load_model`."""
+
+    def __init__(self, uri: str, config: dict[str, Any], impl: Any):
+        self.uri = uri
+        self.config = config
+        self.kind: str = config["kind"]
+        self.window: int = int(config["data"]["window"])
+        self.feature_names: list[str] = list(config["data"]["feature_names"])
+        self.decision_rule: dict[str, float] = dict(config.get("decision", DEFAULT_DECISION))
+        self._impl = impl
+
+    @property
+    def is_policy(self) -> bool:
+        return self.kind.endswith("_policy")
+
+    def _check(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)
+        if X.ndim == 2:
+            X = X[None]
+        if X.ndim != 3 or X.shape[1:] != (self.window, len(self.feature_names)):
+            raise StepError(f"{self.uri}: model expects histories [n, {self.window}, {len(self.feature_names)}], "
+                            f"got {list(X.shape)}")
+        return X
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Signed interruption in hours for each history (a policy answers with its base regressor)."""
+        return self._impl.predict(self._check(X)).astype(np.float32)
+
+    def decide(self, X: np.ndarray, rng: np.random.Generator | None = None) -> Decision:
+        """Submit now or wait, per history.
+
+        Regressors: ``low_h <= prediction <= high_h`` (``rng`` unused). Policies: with
+        ``rng``, submit with probability P(submit) (how they are trained and selected;
+        pass a seeded generator for reproducible validation); without, greedily when
+        P(submit) > 0.5.
+        """
+        X = self._check(X)
+        if self.is_policy:
+            p = self._impl.submit_probability(X).astype(np.float32)
+            submit = rng.random(p.shape[0]) < p if rng is not None else p > 0.5
+            return Decision(submit, p)
+        hours = self._impl.predict(X).astype(np.float32)
+        return Decision((hours >= self.decision_rule["low_h"]) & (hours <= self.decision_rule["high_h"]), hours)
+
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """Policy inputs from a neural regressor: its outputs in scaled units, float32 [n, k]."""
+        if not hasattr(self._impl, "features"):
+            raise StepError(f"{self.uri}: a {self.kind} model has no policy features")
+        return self._impl.features(self._check(X)).astype(np.float32)
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return self.decide(X).submit
+
+    def __repr__(self) -> str:
+        return f"DecisionFunction(kind={self.kind!r}, uri={self.uri!r})"
+
+
+class _Torch:
+    def __init__(self, model: Any, scaler: FeatureScaler, target: dict[str, float], device: Any):
+        import torch
+
+        self.torch, self.model, self.scaler, self.device = torch, model.to(device).eval(), scaler, device
+        self.center, self.scale = float(target["center"]), float(target["scale"])
+
+    def _run(self, X: np.ndarray, fn: Any) -> np.ndarray:
+        torch = self.torch
+        Xs = torch.from_numpy(self.scaler.transform(X))
+        outs = []
+        with torch.no_grad():
+            for i in range(0, Xs.shape[0], 512):
+                outs.append(fn(Xs[i:i + 512].to(self.device)).float().cpu().numpy())
+        return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self._run(X, self.model) * self.scale + self.center
+
+    def features(self, X: np.ndarray) -> np.ndarray:
+        torch = self.torch
+
+        def fn(x: Any) -> Any:
+            if hasattr(self.model, "parts"):
+                preds, weights = self.model.parts(x)
+                return torch.cat([preds, (preds * weights).sum(-1, keepdim=True)], dim=1)
+            return self.model(x)[:, None]
+
+        return self._run(X, fn)
+
+
+class _Trees:
+    def __init__(self, kind: str, model: Any, scaler: FeatureScaler, mode: str, step_s: int):
+        self.kind, self.model, self.scaler, self.mode, self.step_s = kind, model, scaler, mode, step_s
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        from . import trees
+
+        table = trees.tree_features(self.scaler.transform(X), self.mode, self.step_s)
+        if self.kind == "xgboost":
+            return trees.xgb_predict(self.model, table)
+        return self.model.predict(table).astype(np.float32)
+
+
+class _Policy:
+    def __init__(self, head: Any, base: DecisionFunction):
+        import torch
+
+        self.torch, self.head, self.base = torch, head.eval(), base
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.base.predict(X)
+
+    def submit_probability(self, X: np.ndarray) -> np.ndarray:
+        z = self.torch.from_numpy(self.base.features(X))
+        with self.torch.no_grad():
+            return self.torch.softmax(self.head(z), -1)[:, 1].numpy()
+
+
+def read_config(uri: str) -> dict[str, Any]:
+    path = storage.join(uri, CONFIG_FILE)
+    if not storage.exists(path):
+        raise StepError(f"model config not found: {path}")
+    try:
+        cfg = storage.read_json(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StepError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
+        fmt = cfg.get("format") if isinstance(cfg, dict) else None
+        raise StepError(f"{path}: not a Mirage model config (format {fmt!r})")
+    if cfg.get("format_version") != FORMAT_VERSION:
+        raise StepError(f"{path}: model format version {cfg.get('format_version')} is not {FORMAT_VERSION}")
+    if cfg.get("kind") not in KINDS:
+        raise StepError(f"{path}: unknown model kind {cfg.get('kind')!r}")
+    for key in ("data", "weights"):
+        if key not in cfg:
+            raise StepError(f"{path}: missing {key!r}")
+    return cfg
+
+
+def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
+    """Rebuild the model in ``uri`` (a ``train`` output) from its config and weights."""
+    cfg = read_config(uri)
+    kind = cfg["kind"]
+    wuri = storage.join(uri, cfg["weights"])
+    if not storage.exists(wuri):
+        raise StepError(f"model weights not found: {wuri}")
+    try:
+        scaler = FeatureScaler.from_dict(cfg["scaler"]) if "scaler" in cfg else None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad scaler ({exc})") from exc
+    if scaler is not None and scaler.mean.shape[0] != len(cfg["data"]["feature_names"]):
+        raise StepError(f"{storage.join(uri, CONFIG_FILE)}: scaler has {scaler.mean.shape[0]} features, "
+                        f"data has {len(cfg['data']['feature_names'])}")
+    if kind in ("transformer", "moe"):
+        from . import moe, torchutil, transformer
+
+        dev = torchutil.pick_device(device)
+        try:
+            model = transformer.build(cfg["arch"]) if kind == "transformer" else moe.build(cfg["arch"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
+        torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
+        return DecisionFunction(uri, cfg, _Torch(model, scaler, cfg["target"], dev))
+    if kind in ("xgboost", "random_forest"):
+        from . import trees
+
+        data = storage.read_bytes(wuri)
+        model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
+        expected = cfg["n_tree_features"]
+        got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
+        if got != expected:
+            raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
+        impl = _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
+        return DecisionFunction(uri, cfg, impl)
+    # policies
+    from . import policy, torchutil
+
+    base = load_model(storage.join(uri, BASE_DIR), device=device)
+    head = policy.PolicyHead(int(cfg["arch"]["n_inputs"]), int(cfg["arch"]["hidden"]))
+    torchutil.load_state(head, torchutil.load_tensors(wuri), wuri)
+    return DecisionFunction(uri, cfg, _Policy(head, base))
