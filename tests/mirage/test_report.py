@@ -1,0 +1,101 @@
+"""``report``: one self-contained HTML page (and Markdown) with every section."""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import json
+
+from test_validate_support import NODE, cli, fidelity_out, policy_world, world  # noqa: F401 - fixtures
+
+from mirage_tasks import report as R
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Parsed(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.h2: list[str] = []
+        self.images: list[dict] = []
+        self.links: list[str] = []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.sections.append(a.get("id"))
+        elif tag == "h2":
+            self._in_h2 = True
+            self.h2.append("")
+        elif tag == "img":
+            self.images.append(a)
+        elif tag in ("link", "script"):
+            self.links.append(a.get("href") or a.get("src") or tag)
+
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.h2[-1] += data
+
+
+def parse(path) -> tuple[Parsed, str]:
+    text = open(path, encoding="utf-8").read()
+    p = Parsed()
+    p.feed(text)
+    return p, text
+
+
+def test_full_report_has_every_section_and_embedded_plots(policy_world, fidelity_out, tmp_path):
+    w = policy_world
+    met = tmp_path / "met"
+    assert cli("metrics", "--in", w["v_reactive"], w["v_avg"], w["v_xgb"], "--out", met, "--bootstrap", "100") == 0
+    out = tmp_path / "rep"
+    assert cli("report", "--in", met, fidelity_out, w["xgb"], w["tx"], w["pol"], w["dataset"], w["v_xgb"],
+               "--out", out, "--title", "Tiny world") == 0
+    p, text = parse(out / "report.html")
+    assert "<title>Tiny world</title>" in text and "<h1>Tiny world</h1>" in text
+    assert p.sections == [sid for sid, _ in R.SECTIONS]
+    assert [h.strip() for h in p.h2] == [t for _, t in R.SECTIONS]
+    assert not p.links  # self-contained: no stylesheets or scripts to fetch
+    # CDF + box for the node size, one training figure per train output
+    assert len(p.images) == 2 + 3
+    for img in p.images:
+        src = img["src"]
+        assert src.startswith("data:image/png;base64,") and img.get("alt")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG
+    assert "Not available" not in text
+    for needle in ("reactive", "avg", "xgboost", f"{NODE}-node jobs", "mean interruption h", "pooled",
+                   "Held-out scores", "transformer_policy", "merge"):
+        assert needle in text, needle
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Tiny world\n")
+    for _, title in R.SECTIONS:
+        assert f"## {title}" in md
+    figs = sorted(p.name for p in (out / "figures").iterdir())
+    assert figs == [f"box_node{NODE}.png", f"cdf_node{NODE}.png", "training_0.png", "training_1.png",
+                    "training_2.png"]
+    assert all(f"figures/{f}" in md for f in figs)
+    marker = json.load(open(out / "_SUCCESS.json"))
+    assert marker["step"] == "report" and set(marker["summary"]["headline"]) == {
+        f"reactive@{NODE}", f"avg@{NODE}", f"xgboost@{NODE}"}
+
+
+def test_report_from_validate_outputs_only_notes_what_is_missing(world, tmp_path):
+    out = tmp_path / "rep"
+    assert cli("report", "--in", world["v_reactive"], world["v_avg"], "--out", out, "--bootstrap", "50") == 0
+    p, text = parse(out / "report.html")
+    assert p.sections == [sid for sid, _ in R.SECTIONS]
+    assert len(p.images) == 2
+    assert text.count("Not available") == 2  # fidelity and training
+    assert "no fidelity output" in text and "no train output" in text
+
+
+def test_report_needs_a_known_input(world, tmp_path, capsys):
+    assert cli("report", "--in", world["dataset"], "--out", tmp_path / "r") == 2
+    assert "none of the inputs" in capsys.readouterr().err
+    assert cli("report", "--in", tmp_path / "missing", "--out", tmp_path / "r") == 2
