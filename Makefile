@@ -13,7 +13,7 @@ export AIRFLOW_HOME := $(CURDIR)/var/airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN := sqlite:///$(CURDIR)/var/airflow/airflow.db
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN := sqlite:///$(AIRFLOW_HOME)/airflow.db
 export AIRFLOW__CORE__PARALLELISM := 4
 export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT := 18793
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT := 18794
@@ -22,11 +22,14 @@ export HOUSE_STORAGE_ROOT ?= $(CURDIR)/var/storage
 export PYTHONPATH := $(CURDIR)
 
 # make demo TRACE=path-or-url  (a real sacct/SWF log); default: the ls6-fitted synthetic trace.
+# The demo validates the first 6 samples of the month before DEMO_DATE with models trained
+# on the 30 samples (12 h apart) just before it: quick preset, short policy training,
+# nodes 1 and 8, every step of the pipeline.
 TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test venv airflow-home system-deps bench clean help
+.PHONY: demo test venv airflow-home system-deps bench ls6-results clean help
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
@@ -60,17 +63,29 @@ airflow-home: $(STAMP)
 DEMO_RUN := $(HOUSE_STORAGE_ROOT)/mirage_pipeline/$(DEMO_DATE)T000000Z
 # A local trace path is made absolute (steps run from the repository root); URLs pass as is.
 DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))
-DEMO_CONF := {"trace": "$(DEMO_TRACE)"$(if $(TRACE),$(comma) "trace_timezone": "$(TRACE_TZ)")}
 comma := ,
+DEMO_CONF := {"trace": "$(DEMO_TRACE)"$(if $(TRACE),$(comma) "trace_timezone": "$(TRACE_TZ)"), "train_count": 30, "interval_hours": 12, "val_count": 6, "node_sizes": [1, 8], "shards": 2, "train_params": {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]}}
 
 demo: airflow-home system-deps
 	@echo "running mirage_pipeline for $(DEMO_DATE) ($(if $(TRACE),trace $(DEMO_TRACE),synthetic ls6-like trace)); log: var/demo.log"
 	@$(VENV)/bin/airflow dags test mirage_pipeline $(DEMO_DATE) -c '$(DEMO_CONF)' >var/demo.log 2>&1 \
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
-	@$(PYTHON) -m mirage_tasks summary --run $(DEMO_RUN)
+	@$(PYTHON) -m mirage_tasks summary --run $(DEMO_RUN) --show-md metrics.md
 
 test: airflow-home system-deps
 	$(PYTHON) -m pytest
+
+# The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
+# 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.
+LS6_TRACE ?= $(abspath ../shared/traces/ls6-a100.log.gz)
+LS6_RUN := $(HOUSE_STORAGE_ROOT)/mirage_pipeline/2023-04-01T000000Z
+LS6_CONF := {"trace": "$(LS6_TRACE)", "trace_timezone": "America/Chicago", "train_start": "2022-11-01T00:00:00+00:00", "train_count": 684, "val_start": "2023-03-01T00:00:00+00:00", "val_count": 156, "node_sizes": [1, 8], "shards": 2}
+
+ls6-results: airflow-home
+	@echo "running mirage_pipeline on $(LS6_TRACE) with the seed's configuration; log: var/ls6-results.log"
+	@$(VENV)/bin/airflow dags test mirage_pipeline 2023-04-01 -c '$(LS6_CONF)' >var/ls6-results.log 2>&1 \
+	  || { tail -n 60 var/ls6-results.log; echo "mirage_pipeline failed; full log: var/ls6-results.log"; exit 1; }
+	@$(PYTHON) -m mirage_tasks summary --run $(LS6_RUN) --show-md metrics.md
 
 bench: $(STAMP)
 	$(PYTHON) bench/ingest.py

@@ -17,6 +17,8 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
 
 LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 PREFIX = "mirage_pipeline/2026-11-29T120000Z"
+#: The trace tests stop after the trace: everything downstream is marked success unrun.
+AFTER_TRACE = "sample|merge|train_cpu|train_gpu|policy_cpu|policy_gpu|validate|fidelity|metrics|report"
 
 
 def _require(module: str) -> None:
@@ -59,7 +61,7 @@ def test_ls6_slice(storage, traces_dir):
         pytest.skip(f"{trace} is absent")
     conf = {"trace": str(trace), "trace_timezone": "America/Chicago",
             "window_from": "2022-11-01T00:00:00+00:00", "window_to": "2022-11-08T00:00:00+00:00"}
-    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf)
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
     marker = _assert_trace(storage / PREFIX / "trace", "ingest")
     # the params reached the CLI: window and time zone are part of the step's fingerprint
@@ -79,7 +81,7 @@ def test_synthetic_default(storage):
     _require("synth")
     dag = _dag()
     conf = {"window_from": "2024-01-01T00:00:00+00:00", "window_to": "2024-01-02T00:00:00+00:00"}
-    dr = dag.test(logical_date=LOGICAL_DATE, run_conf=conf)
+    dr = dag.test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
     out = storage / PREFIX / "trace"
     first = _assert_trace(out, "synth")
@@ -87,7 +89,7 @@ def test_synthetic_default(storage):
 
     # A second run for the same logical date writes to the same prefix and skips the work.
     stamp = (out / "trace.parquet").stat().st_mtime_ns
-    dr = dag.test(logical_date=LOGICAL_DATE + timedelta(0), run_conf=conf)
+    dr = dag.test(logical_date=LOGICAL_DATE + timedelta(0), run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
     assert (out / "trace.parquet").stat().st_mtime_ns == stamp
     assert json.loads((out / "_SUCCESS.json").read_text())["fingerprint"] == first["fingerprint"]
@@ -99,7 +101,7 @@ def test_failing_step_fails_the_run(storage, tmp_path):
     dag = _dag()
     assert dag.get_task("prepare_trace").retries >= 1  # dag.test() would wait out the retry delay
     missing = tmp_path / "no-such-trace.log"
-    dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)})
+    dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)}, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "failed", _states(dr)
     assert _states(dr)["prepare_trace"] == "failed"
     assert not (storage / PREFIX / "trace" / "_SUCCESS.json").exists()
@@ -209,9 +211,47 @@ def test_airflow_variable_sets_storage_root(tmp_path, monkeypatch):
     Variable.set("house_storage_root", str(root))
     try:
         conf = {"window_from": "2024-01-01T00:00:00+00:00", "window_to": "2024-01-01T06:00:00+00:00"}
-        dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf)
+        dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     finally:
         Variable.delete("house_storage_root")
     assert dr.state == "success", _states(dr)
     _assert_trace(root / PREFIX / "trace", "synth")
     assert not fallback.exists()
+
+
+#: A whole run, every step for real, sized to take a few minutes on 2 cores.
+SMALL_RUN = {
+    # 12 h apart: the training split drops samples within workload_days of its own validation
+    "train_count": 30, "interval_hours": 12, "val_count": 3, "node_sizes": [1], "shards": 2, "probes": 4,
+    "train_params": {
+        "transformer": ["epochs=2"], "moe": ["epochs=1", "expert_epochs=1", "n_experts=2"],
+        "xgboost": ["n_estimators=20"], "random_forest": ["n_estimators=10"],
+        "transformer_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
+        "moe_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
+    },
+}
+
+
+@pytest.mark.timeout(900)
+def test_whole_pipeline_on_the_synthetic_trace(storage):
+    """trace -> sample -> merge -> train (6 models) -> validate (+ baselines) -> metrics -> report."""
+    import pandas as pd
+
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=SMALL_RUN)
+    states = _states(dr)
+    assert dr.state == "success", states
+    assert states["train_gpu"] == "skipped" and states["policy_gpu"] == "skipped"  # device=cpu
+    run = storage / PREFIX
+    manifest = json.loads((run / "datasets" / "node1" / "manifest.json").read_text())
+    assert manifest["n_samples"] == 30 and manifest["n_examples"] == 30 * 4
+    for model in ("xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"):
+        assert json.loads((run / "models" / model / "node1" / "_SUCCESS.json").read_text())["step"] == "train"
+    rows = pd.read_parquet(run / "metrics" / "samples.parquet")
+    assert set(rows["model"]) == {"xgboost", "random_forest", "transformer", "moe",
+                                  "transformer_policy", "moe_policy", "reactive", "avg"}
+    assert (rows.groupby("model").size() == 3).all()
+    html = (run / "report" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "fidelity" in html.lower()
+    # Validation starts after every training workload ended (the plan's windows).
+    val_start = pd.Timestamp(rows["sample_start"].min(), unit="s", tz="UTC")
+    assert pd.Timestamp(manifest["data_end"]) <= val_start
