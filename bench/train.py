@@ -34,36 +34,28 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
-def train_one(model: str, dataset: str, out: str, preset: str, threads: int, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "mirage_tasks", "train", "--model", model, "--dataset", dataset, "--out", out,
-           "--preset", preset, "--threads", str(threads), *extra]
+def _train(argv: list[str], out: str, threads: int) -> dict:
+    """Run ``python -m mirage_tasks train <argv>`` and return its metrics (or the error)."""
+    cmd = [sys.executable, "-m", "mirage_tasks", "train", *argv, "--out", out, "--threads", str(threads)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
-        return {"model": model, "error": f"exit {proc.returncode}", "wall_s": wall}
+        return {"model": argv[1], "error": f"exit {proc.returncode}", "wall_s": wall}
     with open(os.path.join(out, "metrics.json")) as f:
         m = json.load(f)
     m["process_wall_s"] = wall
     return m
+
+
+def train_one(model: str, dataset: str, out: str, preset: str, threads: int, extra: list[str]) -> dict:
+    return _train(["--model", model, "--dataset", dataset, "--preset", preset, *extra], out, threads)
 
 
 def train_policy(model: str, base: str, trace: str, out: str, preset: str, threads: int) -> dict:
-    cmd = [sys.executable, "-m", "mirage_tasks", "train", "--model", model, "--base", base, "--trace", trace,
-           "--out", out, "--preset", preset, "--threads", str(threads)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
-        return {"model": model, "error": f"exit {proc.returncode}", "wall_s": wall}
-    with open(os.path.join(out, "metrics.json")) as f:
-        m = json.load(f)
-    m["process_wall_s"] = wall
-    return m
+    return _train(["--model", model, "--base", base, "--trace", trace, "--preset", preset], out, threads)
 
 
 def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: int) -> dict:

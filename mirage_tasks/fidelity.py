@@ -35,7 +35,7 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from . import __version__
-from .schema import read_trace
+from .schema import parse_time, read_trace
 from .sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
 from .sim.engine import Simulator
 from .sim.workload import Workload
@@ -55,14 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay independent windows of this many days (Mirage episodes: 5) instead of one "
                         "continuous run; each window starts warm or empty as its configuration says")
     add_config_arguments(p)
-
-
-def _ts(value: str, flag: str) -> pd.Timestamp:
-    try:
-        t = pd.Timestamp(value)
-    except ValueError as exc:
-        raise StepError(f"{flag}: not an ISO time: {value!r}") from exc
-    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
 
 
 def replay(wl: Workload, cfg: SimConfig, t_from: int, t_to: int) -> pd.DataFrame:
@@ -147,7 +139,7 @@ def markdown(name: str, rep: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    t_from, t_to = _ts(args.t_from, "--from"), _ts(args.t_to, "--to")
+    t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     if t_to <= t_from:
         raise StepError("--to must be after --from")
     df, meta = read_trace(args.trace)

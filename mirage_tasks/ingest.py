@@ -11,12 +11,11 @@ import argparse
 import logging
 import time
 
-import pandas as pd
 
 from stepkit import Step, StepError
 
 from . import __version__
-from .schema import TRACE_FILE, describe, write_trace
+from .schema import TRACE_FILE, describe, parse_time, write_trace
 from .traces import FORMATS, BadRows, parse
 
 log = logging.getLogger(__name__)
@@ -35,16 +34,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="refuse the file when more rows than this are unusable (default 100; 0 = strict)")
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="machine size in nodes, recorded in the trace metadata when the file does not say")
-
-
-def parse_time(value: str | None, flag: str) -> pd.Timestamp | None:
-    if value is None:
-        return None
-    try:
-        ts = pd.Timestamp(value)
-    except (ValueError, TypeError) as exc:
-        raise StepError(f"{flag} {value!r} is not an ISO date/time") from exc
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 
 
 def run(args: argparse.Namespace) -> int:

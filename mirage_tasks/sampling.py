@@ -36,7 +36,7 @@ from stepkit import Step, StepError, storage
 
 from . import __version__
 from .features import FEATURE_NAMES, N_FEATURES
-from .schema import read_trace
+from .schema import parse_time, read_trace
 from .sim.config import SimConfig, add_config_arguments, config_from_args
 from .sim.episode import BASELINES, EpisodeSpec, simulate_sample
 from .sim.workload import Workload
@@ -75,14 +75,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if s < 1 or not 0 <= i < s:
         raise StepError(f"--shard {text}: need 0 <= I < S")
     return i, s
-
-
-def parse_time(value: str, flag: str) -> pd.Timestamp:
-    try:
-        t = pd.Timestamp(value)
-    except ValueError as exc:
-        raise StepError(f"{flag}: not an ISO time: {value!r}") from exc
-    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
 
 
 # worker state (set before forking, or by the initializer)

@@ -115,6 +115,17 @@ def read_trace(uri: str, start: pd.Timestamp | None = None, end: pd.Timestamp | 
     return df.reset_index(drop=True), meta
 
 
+def parse_time(value: str | None, flag: str) -> pd.Timestamp | None:
+    """A command-line ISO date/time as a UTC timestamp (UTC when it has no offset); None stays None."""
+    if value is None:
+        return None
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError) as exc:
+        raise StepError(f"{flag} {value!r} is not an ISO date/time") from exc
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
 def epoch_seconds(series: pd.Series) -> np.ndarray:
     """int64 seconds since the Unix epoch; -1 where null."""
     out = np.full(len(series), -1, dtype=np.int64)

@@ -35,8 +35,7 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from . import __version__
-from .ingest import parse_time
-from .schema import TRACE_FILE, TraceMeta, describe, read_trace, write_trace
+from .schema import TRACE_FILE, TraceMeta, describe, parse_time, read_trace, write_trace
 from .traces import parse
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,8 @@ from stepkit import Step, StepError, read_marker, storage
 
 from . import __version__
 from .features import FEATURE_NAMES
-from .sampling import parquet_bytes, parse_shard, parse_time
+from .sampling import parquet_bytes, parse_shard
+from .schema import parse_time
 from .schema import read_trace
 from .sim.config import SimConfig, add_config_arguments, config_from_args
 from .sim.episode import DecisionEpisode, probe_times

@@ -51,6 +51,8 @@ def windows(params: dict[str, Any], logical_date: datetime | None) -> dict[str, 
     """Training and validation windows (sample starts and counts)."""
     step = timedelta(hours=float(params["interval_hours"]))
     workload = timedelta(days=float(params["workload_days"]))
+    if logical_date is not None:  # Airflow hands a pendulum DateTime: use plain datetime arithmetic
+        logical_date = datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc)
     val_start = _ts(params.get("val_start"), "val_start")
     val_count = params.get("val_count")
     if val_start is None:

@@ -22,6 +22,12 @@ def test_default_windows_validate_the_month_before():
     assert w["train_start"] == "2022-11-02T00:00:00+00:00" and w["train_count"] == 684
 
 
+def test_pendulum_logical_date():
+    import pendulum
+
+    assert windows(BASE, pendulum.datetime(2023, 4, 1, tz="UTC"))["val_count"] == 156
+
+
 def test_seed_configuration_and_leakage_refused():
     seed = dict(BASE, train_start="2022-11-01", val_start="2023-03-01", val_count=156)
     assert windows(seed, None)["train_start"] == "2022-11-01T00:00:00+00:00"
