@@ -78,3 +78,39 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"real traces not available: {TRACES} is absent (tests on real traces only run there)")
     return TRACES
+
+
+# --- the real traces beside the repository, for the Mirage tests (skip where absent) ---
+
+
+
+def shared_trace_path(name: str) -> Path:
+    """Path of a real trace in ../shared/traces, or skip the test with the reason."""
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not found at {path} (../shared/traces beside the repository)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_trace():
+    """``shared_trace(name)``: path of a real trace, or skip with the reason."""
+    return shared_trace_path
+
+
+@pytest.fixture(scope="session")
+def ls6_log() -> Path:
+    return shared_trace_path("ls6-a100.log.gz")
+
+
+@pytest.fixture(scope="session")
+def ls6_parquet(ls6_log, tmp_path_factory) -> Path:
+    """The whole ls6 log ingested once per session (US/Central local times)."""
+    from mirage_tasks.__main__ import STEPS  # noqa: F401 - the CLI registry must import cleanly
+    from stepkit.cli import main
+
+    out = tmp_path_factory.mktemp("ls6")
+    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+              ["ingest", "--trace", str(ls6_log), "--timezone", "America/Chicago", "--out", str(out)])
+    assert rc == 0
+    return out
