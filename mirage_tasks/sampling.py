@@ -81,6 +81,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 _W: dict = {}
 
 
+def pool_context() -> mp.context.BaseContext:
+    """Worker processes started from a clean server process, never forked from this one: a
+    fork after torch or OpenMP threads exist (a caller that already ran a model, a test
+    session) can deadlock the child."""
+    methods = mp.get_all_start_methods()
+    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
 def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str) -> None:
     _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline)
 
@@ -97,8 +105,7 @@ def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, prob
     if workers <= 1 or len(tasks) <= 1:
         _init(wl, cfg, spec, node, probes, baseline)
         return [_one(t) for t in tasks]
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(workers, initializer=_init, initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
+    with pool_context().Pool(workers, initializer=_init, initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
         out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
     out.sort(key=lambda r: r[0])
     return out

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import multiprocessing as mp
 import os
 import time
 from typing import Any
@@ -46,7 +45,7 @@ from stepkit import Step, StepError, read_marker, storage
 
 from . import __version__
 from .features import FEATURE_NAMES
-from .sampling import parquet_bytes, parse_shard
+from .sampling import parquet_bytes, parse_shard, pool_context
 from .schema import parse_time
 from .schema import read_trace
 from .sim.config import SimConfig, add_config_arguments, config_from_args
@@ -283,8 +282,7 @@ def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, 
             if (i + 1) % 10 == 0:
                 log.info("validate: %d/%d samples", i + 1, len(tasks))
         return out
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(workers, initializer=_init, initargs=(wl, cfg, setup)) as pool:
+    with pool_context().Pool(workers, initializer=_init, initargs=(wl, cfg, setup)) as pool:
         out = list(pool.imap_unordered(_one, tasks, chunksize=1))
     out.sort(key=lambda r: r[0])
     return out
