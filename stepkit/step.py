@@ -53,6 +53,14 @@ def read_marker(out: str) -> dict[str, Any] | None:
         raise StepError(f"{uri}: corrupt success marker ({exc})") from exc
 
 
+def load_json(uri: str) -> Any:
+    """The JSON document at ``uri``; a :class:`StepError` naming the file when it does not parse."""
+    try:
+        return storage.read_json(uri)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StepError(f"{uri}: not valid JSON ({exc})") from exc
+
+
 def input_fingerprint(uri: str) -> str:
     """Fingerprint of one input: an upstream step's marker fingerprint, else content hash."""
     marker = read_marker(uri) if _looks_like_dir(uri) else None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from stepkit import StepError, storage
+from stepkit.step import load_json
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,7 @@ def load_dataset(uri: str) -> Dataset:
     for u in (npz_uri, man_uri):
         if not storage.exists(u):
             raise StepError(f"dataset file not found: {u}")
-    try:
-        manifest = storage.read_json(man_uri)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StepError(f"{man_uri}: not valid JSON ({exc})") from exc
+    manifest = load_json(man_uri)
     missing = [k for k in MANIFEST_KEYS if k not in manifest]
     if missing:
         raise StepError(f"{man_uri}: missing keys {missing}")

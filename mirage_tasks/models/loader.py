@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from stepkit import StepError, storage
+from stepkit.step import load_json
 
 from . import KINDS
 from .data import FeatureScaler
@@ -167,10 +168,7 @@ def read_config(uri: str) -> dict[str, Any]:
     path = storage.join(uri, CONFIG_FILE)
     if not storage.exists(path):
         raise StepError(f"model config not found: {path}")
-    try:
-        cfg = storage.read_json(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StepError(f"{path}: not valid JSON ({exc})") from exc
+    cfg = load_json(path)
     if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
         fmt = cfg.get("format") if isinstance(cfg, dict) else None
         raise StepError(f"{path}: not a Mirage model config (format {fmt!r})")
