@@ -17,7 +17,6 @@ episodes could still be running when the first validation sample starts are purg
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import logging
@@ -29,10 +28,11 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
+from ..artifacts import DATASET_FILE, MANIFEST_FILE
+from ..times import iso
+
 log = logging.getLogger(__name__)
 
-DATASET_FILE = "dataset.npz"
-MANIFEST_FILE = "manifest.json"
 ARRAYS = {
     "X": np.float32,
     "y": np.float32,
@@ -124,10 +124,6 @@ class Split:
     info: dict[str, Any]
 
 
-def _iso(t: int | float) -> str:
-    return dt.datetime.fromtimestamp(int(t), dt.UTC).isoformat()
-
-
 def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: float = 5.0) -> Split:
     """Train on the earliest samples, validate on the latest ``val_fraction`` of samples.
 
@@ -167,11 +163,11 @@ def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: floa
         "n_train_samples": int(len(train_samples)),
         "n_val_samples": int(len(val_samples)),
         "n_purged_samples": purged,
-        "train_sample_start_min": _iso(ds.sample_start[train].min()),
-        "train_sample_start_max": _iso(ds.sample_start[train].max()),
-        "train_probe_time_max": _iso(ds.probe_time[train].max()),
-        "val_sample_start_min": _iso(ds.sample_start[val].min()),
-        "val_sample_start_max": _iso(ds.sample_start[val].max()),
+        "train_sample_start_min": iso(ds.sample_start[train].min()),
+        "train_sample_start_max": iso(ds.sample_start[train].max()),
+        "train_probe_time_max": iso(ds.probe_time[train].max()),
+        "val_sample_start_min": iso(ds.sample_start[val].min()),
+        "val_sample_start_max": iso(ds.sample_start[val].max()),
     }
     return Split(train, val, info)
 
@@ -196,7 +192,7 @@ def data_window(ds: Dataset, split: Split) -> dict[str, Any]:
     train_end = int(ds.sample_start[split.train].max()) + int(span_days * 86400)
     return {
         # the latest trace time any training example depends on: validation must start after it
-        "train_data_end": _iso(train_end),
+        "train_data_end": iso(train_end),
         "dataset": ds.uri,
         "trace_fingerprint": m["trace_fingerprint"],
         "node": m["node"],
