@@ -41,13 +41,13 @@ import pandas as pd
 from stepkit import StepError
 
 from .artifacts import load_rows
+from .models.registry import BASELINES
 
 log = logging.getLogger(__name__)
 
 LEVELS = ("all", "low", "medium", "heavy")
 LOW_MAX_H = 2.0
 MEDIUM_MAX_H = 12.0
-BASELINE_ORDER = ("reactive", "avg")
 # validate parameters that must agree between compared runs of one node size
 SAME_SIM = ("warmup_days", "workload_days", "config")
 
@@ -122,8 +122,8 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def model_order(models: list[str]) -> list[str]:
-    base = [m for m in BASELINE_ORDER if m in models]
-    return base + sorted(m for m in models if m not in BASELINE_ORDER)
+    base = [m for m in BASELINES if m in models]
+    return base + sorted(m for m in models if m not in BASELINES)
 
 
 def _ci(values: np.ndarray) -> tuple[float | None, float | None]:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from stepkit import StepError
 
-from .models.registry import BASELINES
+from .models.registry import BASELINES, family
 from .schedule import pool_context
 from .sim.config import SimConfig
 from .sim.episode import DecisionEpisode, probe_times
@@ -182,7 +182,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
     # dominates a single-row prediction on a busy machine). Effective if set before the
     # OpenMP runtime loads, i.e. in a fresh worker process.
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    if kind not in ("xgboost", "random_forest"):
+    if family(kind).torch:
         import torch
 
         torch.set_num_threads(threads)
@@ -257,7 +257,6 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
         return {"kind": model, "config": None, "window": window or 144, "step_s": step_s or 600,
                 "leakage": None, "warnings": []}
     from .models.loader import read_config
-    from .models.registry import family
 
     cfg = read_config(model)
     kind = cfg["kind"]

@@ -34,6 +34,7 @@ from stepkit import StepError, require_committed, storage
 from . import __version__
 from . import metrics as M
 from .artifacts import load_metrics
+from .models.registry import BASELINES
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _counts_text(c: dict) -> str:
 
 def _line_style(model: str) -> dict[str, Any]:
     """Baselines dashed and on top (a model identical to one stays visible)."""
-    base = model in M.BASELINE_ORDER
+    base = model in BASELINES
     return {"linewidth": 1.6 if base else 1.2, "linestyle": "--" if base else "-", "zorder": 3 if base else 2}
 
 

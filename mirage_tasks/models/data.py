@@ -172,18 +172,6 @@ def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: floa
     return Split(train, val, info)
 
 
-def sample_slices(ds: Dataset, rows: np.ndarray, k: int) -> list[np.ndarray]:
-    """Cut ``rows`` (chronological) into ``k`` consecutive slices along sample boundaries."""
-    samples = ds.sample[rows]
-    uniq, first = np.unique(samples, return_index=True)
-    ordered = uniq[np.argsort(first)]
-    if len(ordered) < k:
-        raise StepError(f"{len(ordered)} samples cannot be cut into {k} expert slices; "
-                        f"lower n_experts or expert_fraction")
-    parts = np.array_split(ordered, k)
-    return [rows[np.isin(samples, p)] for p in parts]
-
-
 def data_window(ds: Dataset, split: Split) -> dict[str, Any]:
     """What a model config records about its training data (for leakage checks downstream)."""
     m = ds.manifest

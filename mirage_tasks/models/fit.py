@@ -18,7 +18,7 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from ..times import iso
+from .registry import family
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
                     preset: str | None = None) -> dict[str, Any]:
     """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
     from . import data as D
-    from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, WEIGHTS, load_model
+    from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
 
     t0 = time.monotonic()
     ds = D.load_dataset(dataset)
@@ -57,19 +57,17 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     Xs = scaler.transform(ds.X)
     cfg: dict[str, Any] = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
-        "preset": preset, "preset_hp": hp, "seed": seed, "weights": WEIGHTS[kind], "scaler": scaler.to_dict(),
+        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights, "scaler": scaler.to_dict(),
         "decision": dict(DEFAULT_DECISION), "data": D.data_window(ds, split),
     }
-    if kind in ("transformer", "moe"):
-        curves = fit_neural(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
-                             stop_after=stop_after)
-    else:
-        curves = fit_trees(kind, ds, split, Xs, hp, cfg, step, seed=seed, threads=threads)
+    fam = family(kind)
+    curves = fam.fit_fn()(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
+                          stop_after=stop_after)
     del Xs
     step.write_json(CONFIG_FILE, cfg)
     step.write_json("curves.json", curves)
     # Metrics from the saved files, so they describe exactly what a reader will load.
-    model = load_model(step.out, device=device if kind in ("transformer", "moe") else "cpu")
+    model = load_model(step.out, device=device if fam.torch else "cpu")
     pred_tr = batched_predict(model, ds.X, split.train)
     pred_va = batched_predict(model, ds.X, split.val)
     yt, yv = ds.y[split.train], ds.y[split.val]
@@ -102,8 +100,9 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
                 step: Step, *, seed: int, device: str, threads: int | None, stop_after: int | None) -> list:
     import torch
 
-    from . import data as D
     from . import moe, torchutil, transformer
+    from .experts import expert_phases
+    from .training import Phase, fit_phases
 
     if threads:
         torch.set_num_threads(threads)
@@ -121,32 +120,19 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     if kind == "transformer":
         arch = transformer.arch_from(hp, ds.n_features, ds.window)
         model = transformer.build(arch)
-        phases = [transformer.Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]),
-                                    int(hp["batch_size"]), wd, hp["lr_schedule"])]
+        phases = [Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]),
+                        int(hp["batch_size"]), wd, hp["lr_schedule"])]
     else:
         arch = moe.arch_from(hp, ds.n_features, ds.window)
         model = moe.build(arch, seed)
-        n_s = split.info["n_train_samples"]
-        n_first = max(arch["n_experts"], int(round(n_s * float(hp["expert_fraction"]))))
-        first_samples = np.unique(ds.sample[split.train], return_index=True)
-        ordered = first_samples[0][np.argsort(first_samples[1])][:n_first]
-        early = split.train[np.isin(ds.sample[split.train], ordered)]
-        slices = D.sample_slices(ds, early, arch["n_experts"])
-        phases = [transformer.Phase(f"expert {i + 1}/{len(slices)}", model.experts[i], rows,
-                                    int(hp["expert_epochs"]), float(hp["expert_lr"]),
-                                    int(hp["expert_batch_size"]), wd,
-                                    hp["lr_schedule"])
-                  for i, rows in enumerate(slices)]
-        phases.append(transformer.Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]),
-                                        int(hp["batch_size"]), wd, hp["lr_schedule"]))
-        cfg["expert_slices"] = [
-            {"rows": int(len(r)), "sample_start_min": iso(ds.sample_start[r].min()),
-             "sample_start_max": iso(ds.sample_start[r].max())} for r in slices]
+        phases, cfg["expert_slices"] = expert_phases(model, ds.sample, ds.sample_start, split.train, hp)
+        phases.append(Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]),
+                            int(hp["batch_size"]), wd, hp["lr_schedule"]))
     cfg["arch"] = arch
     n_params = sum(p.numel() for p in model.parameters())
     cfg["n_parameters"] = int(n_params)
     log.info("%s: %d parameters on %s", kind, n_params, dev)
-    curves = transformer.fit_phases(
+    curves = fit_phases(
         model, phases, X, y, split.val, loss=hp["loss"], y_scale=scale, device=dev, seed=seed,
         grad_clip=float(hp.get("grad_clip", 0.0)), checkpoint_every=int(hp["checkpoint_every"]),
         ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after)
@@ -156,7 +142,9 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
 
 
 def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
-               step: Step, *, seed: int, threads: int | None) -> list:
+               step: Step, *, seed: int, threads: int | None, device: str = "cpu",
+               stop_after: int | None = None) -> list:
+    """Fit ``xgboost`` or ``random_forest`` (CPU; ``device`` and ``stop_after`` do not apply)."""
     from . import trees
 
     step_s = int(ds.manifest["step_s"])
@@ -191,7 +179,7 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
 
     from . import policy as P
     from . import torchutil
-    from .loader import BASE_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS, load_model
+    from .loader import BASE_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, load_model
 
     t0 = time.monotonic()
     if threads:
@@ -206,13 +194,13 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
     head, curves, summary = P.train_reinforce(
         base.features, n_inputs, envs, val_envs, hp, seed=seed, ckpt_uri=step.path(CHECKPOINT),
         fingerprint=step.fingerprint, stop_after=stop_after)
-    torchutil.save_tensors(step.record(WEIGHTS[kind]), {k: v.detach().cpu() for k, v in head.state_dict().items()})
+    torchutil.save_tensors(step.record(family(kind).weights), {k: v.detach().cpu() for k, v in head.state_dict().items()})
     for rel in (CONFIG_FILE, base_cfg["weights"]):  # the frozen base travels with the policy
         step.write_bytes(f"{BASE_DIR}/{rel}", storage.read_bytes(storage.join(base_uri, rel)))
     base_marker = read_marker(base_uri)
     cfg = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
-        "preset": preset, "preset_hp": hp, "seed": seed, "weights": WEIGHTS[kind],
+        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights,
         "arch": {"n_inputs": n_inputs, "hidden": int(hp["hidden"])},
         "decision": {"rule": "policy", "eval_mode": hp["eval_mode"],
                      "sample": "submit with probability P(submit) (decide(X, rng))",

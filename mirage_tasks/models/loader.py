@@ -29,16 +29,15 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
-from . import KINDS
 from .data import FeatureScaler
+from .registry import FAMILIES, KINDS, family
 
 FORMAT = "mirage-model"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 BASE_DIR = "base"
 DEFAULT_DECISION = {"low_h": -0.5, "high_h": 500.0}
-WEIGHTS = {"transformer": "model.pt", "moe": "model.pt", "xgboost": "model.ubj",
-           "random_forest": "model.skops", "moe_policy": "policy.pt", "transformer_policy": "policy.pt"}
+WEIGHTS = {kind: f.weights for kind, f in FAMILIES.items()}  # derived from the registry
 
 
 @dataclass
@@ -61,7 +60,7 @@ class DecisionFunction:
 
     @property
     def is_policy(self) -> bool:
-        return self.kind.endswith("_policy")
+        return family(self.kind).policy
 
     def _check(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float32)
@@ -196,31 +195,40 @@ def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
     if scaler is not None and scaler.mean.shape[0] != len(cfg["data"]["feature_names"]):
         raise StepError(f"{storage.join(uri, CONFIG_FILE)}: scaler has {scaler.mean.shape[0]} features, "
                         f"data has {len(cfg['data']['feature_names'])}")
-    if kind in ("transformer", "moe"):
-        from . import moe, torchutil, transformer
+    return DecisionFunction(uri, cfg, family(kind).load_fn()(uri, cfg, wuri, scaler, device))
 
-        dev = torchutil.pick_device(device)
-        try:
-            model = transformer.build(cfg["arch"]) if kind == "transformer" else moe.build(cfg["arch"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
-        torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
-        return DecisionFunction(uri, cfg, _Torch(model, scaler, cfg["target"], dev))
-    if kind in ("xgboost", "random_forest"):
-        from . import trees
 
-        data = storage.read_bytes(wuri)
-        model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
-        expected = cfg["n_tree_features"]
-        got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
-        if got != expected:
-            raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
-        impl = _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
-        return DecisionFunction(uri, cfg, impl)
-    # policies
+# One rebuild function per family (named in mirage_tasks.models.registry): config + weights -> implementation.
+
+def load_net(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Torch:
+    from . import moe, torchutil, transformer
+
+    dev = torchutil.pick_device(device)
+    try:
+        model = transformer.build(cfg["arch"]) if cfg["kind"] == "transformer" else moe.build(cfg["arch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
+    torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
+    return _Torch(model, scaler, cfg["target"], dev)
+
+
+def load_trees(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Trees:
+    from . import trees
+
+    kind = cfg["kind"]
+    data = storage.read_bytes(wuri)
+    model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
+    expected = cfg["n_tree_features"]
+    got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
+    if got != expected:
+        raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
+    return _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
+
+
+def load_policy(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler | None, device: str) -> _Policy:
     from . import policy, torchutil
 
     base = load_model(storage.join(uri, BASE_DIR), device=device)
     head = policy.PolicyHead(int(cfg["arch"]["n_inputs"]), int(cfg["arch"]["hidden"]))
     torchutil.load_state(head, torchutil.load_tensors(wuri), wuri)
-    return DecisionFunction(uri, cfg, _Policy(head, base))
+    return _Policy(head, base)

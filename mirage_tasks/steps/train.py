@@ -104,7 +104,7 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
     """The policy's Step (None when it is up to date) and its base model's config."""
     from ..models.loader import read_config
 
-    want = args.model.removesuffix("_policy")
+    want = POLICIES[args.model]
     if not args.base:
         raise StepError(f"--base (a trained {want} model) is required for {args.model}")
     base_cfg = read_config(args.base)
