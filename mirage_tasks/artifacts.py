@@ -106,3 +106,12 @@ def load_metrics(uri: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     table = read_parquet(storage.join(uri, METRICS_TABLE))
     samples = read_parquet(storage.join(uri, METRICS_SAMPLES))
     return table, samples, storage.read_json(storage.join(uri, METRICS_JSON))
+
+
+def require_input(uri: str, flag: str) -> dict[str, Any] | None:
+    """An input of a step: a folder must be a committed step output (its ``_SUCCESS.json``
+    present), never one being written or replaced; a single ``.parquet`` file (written
+    atomically) is taken as is. Returns the folder's marker (None for a file)."""
+    if uri.endswith(".parquet"):
+        return None
+    return require_committed(uri, flag)

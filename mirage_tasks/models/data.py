@@ -28,7 +28,7 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
-from ..artifacts import DATASET_FILE, MANIFEST_FILE
+from ..artifacts import DATASET_FILE, MANIFEST_FILE, npz_bytes
 from ..times import iso
 
 log = logging.getLogger(__name__)
@@ -256,10 +256,18 @@ def constant_baseline(y_train: np.ndarray, y_val: np.ndarray) -> dict[str, float
 
 def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sample_start: np.ndarray,
                   probe_time: np.ndarray, node: np.ndarray, manifest: dict[str, Any]) -> None:
-    """Write a dataset in the ``merge`` format (used by tests and the benchmark)."""
-    buf = io.BytesIO()
-    np.savez(buf, X=X.astype(np.float32), y=y.astype(np.float32), sample=sample.astype(np.int64),
-             sample_start=sample_start.astype(np.int64), probe_time=probe_time.astype(np.int64),
-             node=node.astype(np.int64))
-    storage.write_bytes(storage.join(uri, DATASET_FILE), buf.getvalue())
-    storage.write_bytes(storage.join(uri, MANIFEST_FILE), (json.dumps(manifest, indent=2) + "\n").encode())
+    """Write and commit a dataset in the ``merge`` format (used by tests and the benchmark).
+
+    Committed like a step output (``_SUCCESS.json`` last, step ``dataset``), since ``train``
+    refuses a dataset folder without its marker."""
+    from stepkit import Step
+
+    from .. import __version__
+
+    arrays = {"X": X.astype(np.float32), "y": y.astype(np.float32), "sample": sample.astype(np.int64),
+              "sample_start": sample_start.astype(np.int64), "probe_time": probe_time.astype(np.int64),
+              "node": node.astype(np.int64)}
+    step = Step("dataset", uri, __version__, {"manifest": manifest, "n": int(len(y))})
+    step.write_bytes(DATASET_FILE, npz_bytes(arrays, compress=False))
+    step.write_bytes(MANIFEST_FILE, (json.dumps(manifest, indent=2) + "\n").encode())
+    step.commit(summary={"n_examples": int(len(y))})

@@ -26,14 +26,16 @@ CHECKPOINT = "checkpoints/train.pt"
 
 
 def remove_checkpoints(step: Step) -> None:
-    storage.remove(step.path(CHECKPOINT))
+    """Remove a committed training's checkpoints (and their folder when nothing else is in it)."""
+    from .torchutil import remove_checkpoints as remove
+
+    remove(step.path(CHECKPOINT))
     fs, path = storage.filesystem(step.path("checkpoints"))
     try:
         if fs.isdir(path) and not fs.ls(path):
             fs.rmdir(path)
     except OSError:  # not empty or not removable: harmless
         pass
-
 
 
 def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, seed: int = 0,

@@ -164,6 +164,9 @@ class _Policy:
 
 
 def read_config(uri: str) -> dict[str, Any]:
+    """The model config in ``uri``, checked: every field a loader or a step reads is present and
+    of the right type, and the weights file lies inside the model folder. A
+    :class:`StepError` naming the file and the field otherwise."""
     path = storage.join(uri, CONFIG_FILE)
     if not storage.exists(path):
         raise StepError(f"model config not found: {path}")
@@ -178,7 +181,59 @@ def read_config(uri: str) -> dict[str, Any]:
     for key in ("data", "weights"):
         if key not in cfg:
             raise StepError(f"{path}: missing {key!r}")
+    fam = family(cfg["kind"])
+    _check_weights(path, cfg["weights"], fam.weights)
+    data = cfg["data"]
+    if not isinstance(data, dict):
+        raise StepError(f"{path}: 'data' must be an object, got {type(data).__name__}")
+    _positive_int(path, "data.window", data.get("window"))
+    _positive_int(path, "data.step_s", data.get("step_s"))
+    names = data.get("feature_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StepError(f"{path}: 'data.feature_names' must be a non-empty list of names, got {names!r}")
+    if fam.policy:
+        arch = cfg.get("arch")
+        if not isinstance(arch, dict):
+            raise StepError(f"{path}: missing 'arch' (the policy head's n_inputs and hidden)")
+        _positive_int(path, "arch.n_inputs", arch.get("n_inputs"))
+        _nonnegative_int(path, "arch.hidden", arch.get("hidden"))
+    elif fam.torch:
+        for key in ("arch", "target"):
+            if not isinstance(cfg.get(key), dict):
+                raise StepError(f"{path}: missing {key!r} (an object)")
+        for key in ("center", "scale"):
+            if not _is_number(cfg["target"].get(key)):
+                raise StepError(f"{path}: 'target.{key}' must be a number, got {cfg['target'].get(key)!r}")
+    else:
+        _positive_int(path, "n_tree_features", cfg.get("n_tree_features"))
+        if cfg.get("tree_features") not in ("summary", "flat"):
+            raise StepError(f"{path}: 'tree_features' must be summary or flat, got {cfg.get('tree_features')!r}")
     return cfg
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _positive_int(path: str, key: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise StepError(f"{path}: {key!r} must be a positive integer, got {v!r}")
+
+
+def _nonnegative_int(path: str, key: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise StepError(f"{path}: {key!r} must be an integer >= 0, got {v!r}")
+
+
+def _check_weights(path: str, weights: Any, expected: str) -> None:
+    """The weights must be the family's file, inside the model folder (never ``../..`` or absolute)."""
+    if not isinstance(weights, str) or not weights:
+        raise StepError(f"{path}: 'weights' must be a file name, got {weights!r}")
+    parts = weights.replace("\\", "/").split("/")
+    if "://" in weights or weights.startswith(("/", "~")) or ".." in parts or ":" in parts[0]:
+        raise StepError(f"{path}: 'weights' {weights!r} points outside the model folder; refused")
+    if weights != expected:
+        raise StepError(f"{path}: 'weights' {weights!r} is not the {expected!r} file of this model kind")
 
 
 def load_model(uri: str, device: str = "cpu") -> DecisionFunction:

@@ -71,19 +71,13 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
     curves: list[dict[str, Any]] = []
     start_phase, start_epoch, ck = 0, 0, None
     if ckpt_uri is not None:
-        from stepkit import storage
-
-        if storage.exists(ckpt_uri):
-            ck = torchutil.load_tensors(ckpt_uri)
-            if ck.get("fingerprint") != fingerprint:
-                log.warning("checkpoint %s belongs to another configuration; starting afresh", ckpt_uri)
-                ck = None
-            else:
-                torchutil.load_state(model, ck["model"], ckpt_uri)
-                start_phase, start_epoch = int(ck["phase"]), int(ck["epoch"])
-                curves = list(ck["curves"])
-                log.info("resuming from %s: phase %d (%s) after epoch %d", ckpt_uri, start_phase,
-                         phases[start_phase].name, start_epoch)
+        ck = torchutil.load_checkpoint(ckpt_uri, fingerprint)
+        if ck is not None:
+            torchutil.load_state(model, ck["model"], ckpt_uri)
+            start_phase, start_epoch = int(ck["phase"]), int(ck["epoch"])
+            curves = list(ck["curves"])
+            log.info("resuming from %s: phase %d (%s) after epoch %d", ckpt_uri, start_phase,
+                     phases[start_phase].name, start_epoch)
     model.to(device)
     val_idx = torch.as_tensor(val_rows)
     Xv, yv = X[val_idx.to(X.device)], y[val_idx.to(y.device)].float().cpu()  # predictions come back on the CPU
@@ -135,7 +129,7 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
             run += 1
             last = epoch == ph.epochs
             if ckpt_uri is not None and (last or epoch % max(checkpoint_every, 1) == 0 or run == stop_after):
-                torchutil.save_tensors(ckpt_uri, {
+                torchutil.save_checkpoint(ckpt_uri, {
                     "fingerprint": fingerprint, "phase": pi, "epoch": epoch,
                     "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                     "optimizer": opt.state_dict(), "generator": gen.get_state(),

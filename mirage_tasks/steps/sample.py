@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import npz_bytes, parquet_bytes
+    from ..artifacts import npz_bytes, parquet_bytes, require_input
     from ..samples import assemble, run_samples
     from ..schema import parse_time, read_trace
     from ..sim.config import config_from_args
@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ..times import iso
 
     shard_i, shard_n = check_schedule(args)
+    require_input(args.trace, "--trace")
     if args.probes < 1 or args.window < 1 or args.step_s < 1:
         raise StepError("--probes, --window and --step-s must be >= 1")
     start = parse_time(args.start, "--start")

@@ -65,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..artifacts import require_input
     from ..models.fit import remove_checkpoints, train_policy, train_regressor
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.dataset:
             raise StepError(f"--dataset is required for --model {args.model}")
+        require_input(args.dataset, "--dataset")
         params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
                   "val_fraction": args.val_fraction, "purge_days": args.purge_days}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
@@ -102,11 +104,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]:
     """The policy's Step (None when it is up to date) and its base model's config."""
+    from ..artifacts import require_input
     from ..models.loader import read_config
 
     want = POLICIES[args.model]
     if not args.base:
         raise StepError(f"--base (a trained {want} model) is required for {args.model}")
+    require_input(args.base, "--base")
     base_cfg = read_config(args.base)
     if base_cfg["kind"] != want:
         raise StepError(f"{args.base}: is a {base_cfg['kind']} model; {args.model} needs a {want} model")
@@ -114,6 +118,7 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
     if args.env == "sim":
         if not args.trace:
             raise StepError("--trace is required for the simulator environment (or use --env toy)")
+        require_input(args.trace, "--trace")
         inputs.append(args.trace)
     params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
               "env": args.env}

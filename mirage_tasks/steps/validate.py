@@ -41,6 +41,7 @@ from stepkit import Step, StepError, read_marker, storage
 from .. import __version__
 from ..artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..models.registry import BASELINES
 from ..sim.config import add_config_arguments
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..artifacts import parquet_bytes
+    from ..artifacts import parquet_bytes, require_input
     from ..online import ROW_COLUMNS, make_rows, resolve_model, run_tasks, sampling_warnings
     from ..schema import parse_time, read_trace
     from ..sim.config import config_from_args
@@ -77,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     from ..times import iso
 
     shard_i, shard_n = check_schedule(args)
+    require_input(args.trace, "--trace")
+    if args.model not in BASELINES:
+        require_input(args.model, "--model")
     if args.decide_every_minutes <= 0:
         raise StepError("--decide-every-minutes must be > 0")
     if (args.window is not None and args.window < 1) or (args.step_s is not None and args.step_s < 1):

@@ -7,10 +7,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from test_sim_support import T0, random_trace
+from test_sim_support import T0, random_trace, write_committed_trace
 
 from mirage_tasks.sim import features
-from mirage_tasks.schema import TraceMeta, write_trace
 from mirage_tasks.sim import (
     PRESETS,
     DecisionEpisode,
@@ -35,9 +34,7 @@ def wl() -> Workload:
 @pytest.fixture(scope="module")
 def trace_uri(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("trace")
-    write_trace(str(d / "trace.parquet"), random_trace(11, days=14, nodes=16),
-                TraceMeta(source="random", format="test", timezone="UTC"))
-    return str(d)
+    return write_committed_trace(d, random_trace(11, days=14, nodes=16))
 
 
 def test_probe_times_follow_the_reference_rule():
