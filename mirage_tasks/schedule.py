@@ -5,7 +5,7 @@ Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours``
 :func:`add_schedule_arguments`, check them with :func:`check_schedule`, and run their
 samples in a worker pool from :func:`pool_context` sized by :func:`cpu_count`, the one
 CPU count of every Mirage step (the CPUs this process may run on: a pod's CPU set, not
-the whole machine's).
+the whole machine's); `train` sizes its thread pools with it too.
 
 Importing this module is cheap (stdlib and stepkit only).
 """

@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--purge-days", type=float, default=None,
                    help="drop training samples starting less than this before the first validation sample "
                         "(default: the dataset's workload span, params.workload_days, else 5)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch/xgboost/sklearn")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch/xgboost/sklearn (default: the CPUs this process may use)")
     p.add_argument("--env", default="sim", choices=ENVS,
                    help="policies: sim (the trace replayed by the simulator) or toy (synthetic smoke test)")
     p.add_argument("--stop-after-epochs", type=int, default=None,
@@ -67,13 +68,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..artifacts import require_input
     from ..models.fit import remove_checkpoints, train_policy, train_regressor
+    from ..schedule import cpu_count
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
         if args.model != "xgboost":
             raise StepError("--quantile applies to --model xgboost only")
         hp["quantile"] = args.quantile
-    common = {"seed": args.seed, "device": args.device, "threads": args.threads,
+    if args.threads is not None and args.threads < 1:
+        raise StepError("--threads must be >= 1")
+    common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
               "stop_after": args.stop_after_epochs, "preset": args.preset}
     if args.model in POLICIES:
         step, base_cfg = _policy_step(args, hp)

@@ -1,9 +1,9 @@
 """``python -m mirage_tasks validate``: a model (or a baseline) decides online, in the simulator.
 
 Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours`` exactly as
-in ``sample`` (:mod:`mirage_tasks.schedule`); shard ``I/S`` takes the samples with ``k % S == I``. Each sample is one
-:class:`~mirage_tasks.sim.episode.DecisionEpisode`: the clock starts at the predecessor's
-submission and moves in steps of ``--decide-every-minutes``. At every step whose history
+in ``sample`` (:mod:`mirage_tasks.schedule`); shard ``I/S`` takes the samples with
+``k % S == I``. Each sample is one :class:`~mirage_tasks.sim.episode.DecisionEpisode`: the
+clock starts at the predecessor's submission and moves in steps of ``--decide-every-minutes``. At every step whose history
 window is full the model is asked once; the successor is submitted at the first "submit"
 
 * regressors: ``--threshold-h <= predicted signed interruption <= high_h`` (the model's
@@ -16,6 +16,8 @@ and is forced the moment the predecessor ends (never later). The baselines follo
 ``sample`` step's rules exactly: ``reactive`` submits at the predecessor's end, ``avg`` at
 the end minus the mean wait of the last 100 started jobs when the predecessor started
 (from the same pre-simulation :func:`~mirage_tasks.sim.episode.probe_times` uses).
+
+The guards, the decision rule and the episodes are :mod:`mirage_tasks.online`.
 
 Leakage guard: a model whose training data reach past the first validation sample start
 (``data.data_end`` / ``data.train_data_end`` of its ``config.json``, copied from the
