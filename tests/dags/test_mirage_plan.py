@@ -170,3 +170,15 @@ def test_plan_module_imports_stdlib_only():
             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_dag_defaults_are_the_steps_defaults(dag_defaults):
+    """Where a DAG param mirrors a step flag, its default is the step's own (written once, in the step)."""
+    from mirage_tasks.models.presets import PRESETS
+
+    sample = step_parser("sample")
+    for param in ("interval_hours", "warmup_days", "workload_days", "probes"):
+        assert dag_defaults[param] == sample.get_default(param), param
+    assert dag_defaults["preset"] == step_parser("train").get_default("preset")
+    preset_enum = _dag_params().get_param("preset").schema["enum"]
+    assert sorted(preset_enum) == sorted(PRESETS)
