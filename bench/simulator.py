@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from mirage_tasks.sampling import assemble, run_samples  # noqa: E402
+from mirage_tasks.samples import assemble, run_samples  # noqa: E402
 from mirage_tasks.schema import read_trace  # noqa: E402
 from mirage_tasks.sim import EpisodeSpec, Workload  # noqa: E402
 from mirage_tasks.sim.config import PRESETS, SimConfig, load_config  # noqa: E402
@@ -47,7 +47,7 @@ def ensure_trace(arg: str | None, tmp: str) -> str:
     if not LS6.exists():
         sys.exit(f"bench: {LS6} not found (../shared/traces beside the repository); pass --trace")
     out = os.path.join(tmp, "ls6")
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
               ["ingest", "--trace", str(LS6), "--out", out, "--timezone", "America/Chicago", "--log-level", "WARNING"])
     if rc:
         sys.exit(f"bench: ingest failed ({rc})")

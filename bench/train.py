@@ -63,7 +63,8 @@ def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: i
     import torch
 
     from mirage_tasks.models import data as D
-    from mirage_tasks.models import moe, presets, torchutil, transformer
+    from mirage_tasks.models import moe, presets, torchutil
+    from mirage_tasks.models.training import Phase, fit_phases
 
     try:
         dev = torchutil.pick_device(device)
@@ -80,10 +81,10 @@ def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: i
     model = moe.build(moe.arch_from(hp, ds.n_features, ds.window), 0)
     if dev.type == "cuda":
         X, y = X.to(dev), y.to(dev)
-    phase = transformer.Phase("paper mixture", model, sub, epochs, hp["lr"], hp["batch_size"])
+    phase = Phase("paper mixture", model, sub, epochs, hp["lr"], hp["batch_size"])
     torchutil.seed_everything(0, dev)
     t0 = time.monotonic()
-    transformer.fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
+    fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
                            grad_clip=1.0, checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench")
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -136,8 +137,10 @@ def main() -> int:
               "validation episodes, actions sampled with a fixed seed; reactive = always wait):\n")
         print("| policy | wall s | episodes | reactive | untrained | best | best epoch |")
         print("|---|---:|---:|---:|---:|---:|---:|")
-        for model in ("transformer_policy", "moe_policy"):
-            base = os.path.join(work, f"{model.removesuffix('_policy')}-{args.preset}")
+        from mirage_tasks.models.registry import POLICIES
+
+        for model in POLICIES:
+            base = os.path.join(work, f"{POLICIES[model]}-{args.preset}")
             if not os.path.exists(os.path.join(base, "_SUCCESS.json")):
                 print(f"| {model} | | | base model not trained in this run | | | |")
                 continue

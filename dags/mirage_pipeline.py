@@ -8,7 +8,7 @@ Data moves through storage only: each step writes under this run's prefix
 
 so a cleared or retried run reuses its own prefix and the steps skip finished work.
 
-The recipe: ``plan`` computes every command line (``house.mirage_plan``); the trace is
+The recipe: ``plan`` computes every command line (``mirage_tasks.plan``); the trace is
 ingested (or generated); ``sample`` runs mapped over node sizes x shards; ``merge`` builds
 one chronological dataset per node size; ``train`` runs mapped over models x node sizes
 (torch models on the ``gpu`` preset when ``device`` is ``cuda``), the policies after their
@@ -94,7 +94,7 @@ with DAG(
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
         """This run's storage prefix and every step's argv (no work, no I/O)."""
-        from house.mirage_plan import plan as make_plan
+        from mirage_tasks.plan import plan as make_plan
 
         logical_date = context.get("logical_date")
         if logical_date:  # deterministic per logical date: a cleared/retried run reuses its prefix

@@ -31,8 +31,6 @@ the report), then ``_SUCCESS.json``.
 
 from __future__ import annotations
 
-import argparse
-import io
 import logging
 import zlib
 from typing import Any
@@ -40,17 +38,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import Step, StepError
+from stepkit import StepError
 
-from . import __version__
-from .sampling import parquet_bytes
+from .artifacts import load_rows
+from .models.registry import BASELINES
 
 log = logging.getLogger(__name__)
 
 LEVELS = ("all", "low", "medium", "heavy")
 LOW_MAX_H = 2.0
 MEDIUM_MAX_H = 12.0
-BASELINE_ORDER = ("reactive", "avg")
 # validate parameters that must agree between compared runs of one node size
 SAME_SIM = ("warmup_days", "workload_days", "config")
 
@@ -58,13 +55,6 @@ COLUMNS = ["model", "node", "level", "n", "mean_signed_h", "mean_interruption_h"
            "mean_interruption_ci_hi", "median_interruption_h", "mean_overlap_h", "mean_wasted_node_h",
            "zero_share", "zero_share_ci_lo", "zero_share_ci_hi", "reduction_vs_reactive", "reduction_ci_lo",
            "reduction_ci_hi", "reactive_mean_interruption_h", "backfilled_share", "forced_share"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--in", dest="inputs", nargs="+", required=True, help="validate output prefixes")
-    p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap draws for the 95%% intervals (2000; 0 = none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
 
 
 def level_of(reactive_interruption_h: np.ndarray) -> np.ndarray:
@@ -75,8 +65,6 @@ def level_of(reactive_interruption_h: np.ndarray) -> np.ndarray:
 
 def load_inputs(uris: list[str]) -> tuple[pd.DataFrame, list[dict]]:
     """All validation rows (with the run's parameters checked for consistency) and the run infos."""
-    from .validate import load_rows
-
     frames, runs = [], []
     for uri in uris:
         rows, info, marker = load_rows(uri)
@@ -134,8 +122,8 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def model_order(models: list[str]) -> list[str]:
-    base = [m for m in BASELINE_ORDER if m in models]
-    return base + sorted(m for m in models if m not in BASELINE_ORDER)
+    base = [m for m in BASELINES if m in models]
+    return base + sorted(m for m in models if m not in BASELINES)
 
 
 def _ci(values: np.ndarray) -> tuple[float | None, float | None]:
@@ -268,48 +256,3 @@ def markdown(table: pd.DataFrame, counts: dict, title: str = "# Mirage online va
             lines.append("| " + " | ".join(table_cells(r)) + " |")
         lines.append("")
     return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.bootstrap < 0:
-        raise StepError("--bootstrap must be >= 0")
-    df, runs = load_inputs(list(args.inputs))
-    params = {"bootstrap": args.bootstrap, "seed": args.seed, "levels": {"low_max_h": LOW_MAX_H,
-                                                                         "medium_max_h": MEDIUM_MAX_H}}
-    step = Step("metrics", args.out, __version__, params, inputs=list(args.inputs))
-    if step.skip():
-        return 0
-    table, samples, counts = compute(df, args.bootstrap, args.seed)
-    doc = {"params": params, "level_counts": counts, "rows": records(table),
-           "runs": [{k: v for k, v in r.items() if k != "params"} for r in runs],
-           "columns": COLUMNS}
-    step.write_json("metrics.json", doc)
-    step.write_bytes("metrics.parquet", parquet_bytes(table))
-    buf = io.StringIO()
-    table.to_csv(buf, index=False, float_format="%.6g")
-    step.write_bytes("metrics.csv", buf.getvalue().encode())
-    step.write_bytes("metrics.md", markdown(table, counts).encode())
-    step.write_bytes("samples.parquet", parquet_bytes(samples))
-    headline = {f"{r['model']}@{r['node']}": {"mean_interruption_h": r["mean_interruption_h"],
-                                               "zero_share": r["zero_share"],
-                                               "reduction_vs_reactive": r["reduction_vs_reactive"]}
-                for r in doc["rows"] if r["level"] == "all"}
-    step.commit(summary={"n_rows": int(len(samples)), "level_counts": counts, "headline": headline})
-    print(markdown(table[table["level"] == "all"], counts, title="# metrics (all samples)"), flush=True)
-    return 0
-
-
-def load_metrics(uri: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(metrics rows, samples with levels, metrics.json) of a committed metrics output."""
-    import pyarrow.parquet as pq
-
-    from stepkit import require_committed, storage
-
-    marker = require_committed(uri, "metrics output")
-    if marker.get("step") != "metrics":
-        raise StepError(f"{uri}: not a metrics output (step {marker.get('step')!r})")
-    with storage.open_read(storage.join(uri, "metrics.parquet")) as f:
-        table = pq.read_table(f).to_pandas()
-    with storage.open_read(storage.join(uri, "samples.parquet")) as f:
-        samples = pq.read_table(f).to_pandas()
-    return table, samples, storage.read_json(storage.join(uri, "metrics.json"))

@@ -19,7 +19,6 @@ its inputs were not given); section ids: ``summary``, ``metrics``, ``cdf``, ``bo
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import io
@@ -30,10 +29,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import Step, StepError, require_committed, storage
+from stepkit import StepError, require_committed, storage
 
 from . import __version__
 from . import metrics as M
+from .artifacts import load_metrics
+from .models.registry import BASELINES
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +53,6 @@ X_KEYS = ("epoch", "round")
 FIDELITY_COLS = ("n", "real_mean_h", "sim_mean_h", "mae_h", "medae_h", "zero_mae_h", "spearman", "ks", "ks_1min")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--in", dest="inputs", nargs="+", required=True,
-                   help="step output prefixes (metrics, validate, fidelity, train, ...)")
-    p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--title", default="Mirage: online validation results", help="page title")
-    p.add_argument("--bootstrap", type=int, default=2000,
-                   help="bootstrap draws when metrics are computed here from validate outputs (2000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed when metrics are computed here (0)")
-
-
 # ----------------------------------------------------------------------------- inputs
 
 def classify(uris: list[str]) -> list[dict[str, Any]]:
@@ -78,7 +69,7 @@ def gather_metrics(items: list[dict], n_boot: int, seed: int) -> tuple[pd.DataFr
     if mets:
         tables, samples, counts = [], [], {}
         for i in mets:
-            t, s, doc = M.load_metrics(i["uri"])
+            t, s, doc = load_metrics(i["uri"])
             tables.append(t)
             samples.append(s)
             counts.update(doc.get("level_counts", {}))
@@ -138,7 +129,7 @@ def _counts_text(c: dict) -> str:
 
 def _line_style(model: str) -> dict[str, Any]:
     """Baselines dashed and on top (a model identical to one stays visible)."""
-    base = model in M.BASELINE_ORDER
+    base = model in BASELINES
     return {"linewidth": 1.6 if base else 1.2, "linestyle": "--" if base else "-", "zorder": 3 if base else 2}
 
 
@@ -449,22 +440,3 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
     md = "\n".join([f"# {title}", ""] + pg.md)
     summary.update({"inputs": len(items), "steps": steps_seen, "figures": sorted(pg.figures)})
     return page, md, pg.figures, summary
-
-
-def run(args: argparse.Namespace) -> int:
-    items = classify(list(args.inputs))
-    if not any(i["step"] in KNOWN_STEPS for i in items):
-        raise StepError(f"none of the inputs is a {', '.join(KNOWN_STEPS)} output "
-                        f"(got steps {sorted({str(i['step']) for i in items})})")
-    params = {"title": args.title, "bootstrap": args.bootstrap, "seed": args.seed}
-    step = Step("report", args.out, __version__, params, inputs=list(args.inputs))
-    if step.skip():
-        return 0
-    page, md, figures, summary = build(items, args.title, args.bootstrap, args.seed)
-    for name, png in sorted(figures.items()):
-        step.write_bytes(f"figures/{name}", png)
-    step.write_bytes("report.md", md.encode())
-    step.write_bytes("report.html", page.encode())
-    step.commit(summary=summary)
-    print(f"report: {step.path('report.html')} ({len(page) / 1e6:.1f} MB, {len(figures)} figure(s))", flush=True)
-    return 0

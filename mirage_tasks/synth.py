@@ -1,4 +1,4 @@
-"""``python -m mirage_tasks synth``: fit a workload profile to a real trace, or generate one.
+"""Synthetic traces: fit a workload profile to a real trace, or generate one (the ``synth`` step).
 
 The real traces may not be redistributed with the project and are not on a user's fresh
 machine, so the embedded default runs on a synthetic trace drawn from a profile fitted
@@ -23,7 +23,6 @@ Generate: ``synth --profile ls6-a100|PROFILE.json --from ISO --to ISO --seed S -
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from importlib import resources
@@ -32,33 +31,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import Step, StepError, storage
+from stepkit import StepError, storage
 
-from . import __version__
-from .schema import TRACE_FILE, TraceMeta, describe, parse_time, read_trace, write_trace
-from .traces import parse
+from .profiles import PACKAGED
+from .schema import TraceMeta
 
 log = logging.getLogger(__name__)
 
 PROFILE_VERSION = 1
-PACKAGED = {"ls6-a100": "ls6-a100.json"}
 QUANTILES = np.linspace(0.0, 1.0, 101)
 LIMIT_CLASSES_S = [3600, 6 * 3600, 24 * 3600]  # <=1 h, <=6 h, <=24 h, longer
 NODE_CLASSES = [1, 4]  # 1, 2-4, >4
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)")
-    mode.add_argument("--profile", help=f"generate from this profile: a JSON URI or a packaged name ({', '.join(PACKAGED)})")
-    p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--timezone", default=None, help="with --fit on a raw sacct log: its IANA time zone")
-    p.add_argument("--batch-gap-s", type=float, default=60.0, help="with --fit: submits of one user closer than this form a batch")
-    p.add_argument("--compare-month", default=None, help="with --fit: month (YYYY-MM) to compare real vs generated (default: busiest)")
-    p.add_argument("--from", dest="t_from", help="with --profile: first submit time (ISO, UTC if no offset)")
-    p.add_argument("--to", dest="t_to", help="with --profile: end of the generated span (exclusive)")
-    p.add_argument("--seed", type=int, default=0, help="with --profile: random seed (same seed, same trace)")
-    p.add_argument("--load-scale", type=float, default=1.0, help="with --profile: multiply the arrival rate (default 1.0)")
 
 
 # ------------------------------------------------------------------ fitting
@@ -327,74 +310,7 @@ def compare(real: pd.DataFrame, synth: pd.DataFrame) -> list[dict[str, Any]]:
     return [{"statistic": k, "real": a[k], "synthetic": b.get(k)} for k in a]
 
 
-def _markdown(rows: list[dict[str, Any]], month: str) -> str:
+def fit_markdown(rows: list[dict[str, Any]], month: str) -> str:
     out = [f"# Synthetic vs real: {month}", "", "| statistic | real | synthetic |", "|---|---:|---:|"]
     out += [f"| {r['statistic']} | {r['real']:.3f} | {r['synthetic']:.3f} |" for r in rows]
     return "\n".join(out) + "\n"
-
-
-# ------------------------------------------------------------------ step
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.fit:
-        return _run_fit(args)
-    return _run_generate(args)
-
-
-def _read_any(uri: str, timezone: str | None) -> tuple[pd.DataFrame, TraceMeta]:
-    if uri.endswith(".parquet") or storage.exists(storage.join(uri, TRACE_FILE)):
-        return read_trace(uri)
-    res = parse(uri, "auto", timezone)
-    return res.frame, res.meta
-
-
-def _run_fit(args: argparse.Namespace) -> int:
-    params = {"mode": "fit", "batch_gap_s": args.batch_gap_s, "compare_month": args.compare_month, "timezone": args.timezone}
-    step = Step("synth-fit", args.out, __version__, params, inputs=[args.fit])
-    if step.skip():
-        return 0
-    df, meta = _read_any(args.fit, args.timezone)
-    profile = fit_profile(df, meta, args.batch_gap_s)
-    months = df["submit"].dt.strftime("%Y-%m")
-    month = args.compare_month or months.value_counts().idxmax()
-    real = df[months == month]
-    if real.empty:
-        raise StepError(f"--compare-month {month}: the trace has no jobs submitted then")
-    m0 = pd.Timestamp(month + "-01", tz="UTC")
-    m1 = m0 + pd.offsets.MonthBegin(1)
-    gen = generate(profile, m0, m1, seed=0)
-    rows = compare(real, gen)
-    step.write_json("profile.json", profile)
-    step.write_json("fit_report.json", {"month": month, "rows": rows})
-    step.write_bytes("fit_report.md", _markdown(rows, month).encode())
-    step.commit(summary={"jobs": profile["fitted_on"]["jobs"], "compare_month": month})
-    print(_markdown(rows, month))
-    return 0
-
-
-def _run_generate(args: argparse.Namespace) -> int:
-    if not args.t_from or not args.t_to:
-        raise StepError("--profile needs --from and --to")
-    t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
-    if t_to <= t_from:
-        raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
-    if args.load_scale <= 0:
-        raise StepError("--load-scale must be > 0")
-    profile = load_profile(args.profile)
-    params = {"mode": "generate", "profile": profile, "from": t_from.isoformat(), "to": t_to.isoformat(),
-              "seed": args.seed, "load_scale": args.load_scale}
-    step = Step("synth", args.out, __version__, params)
-    if step.skip():
-        return 0
-    df = generate(profile, t_from, t_to, args.seed, args.load_scale)
-    if df.empty:
-        raise StepError(f"the profile generated no jobs in [{args.t_from}, {args.t_to})")
-    meta = TraceMeta(source=f"synth:{args.profile}:seed={args.seed}", format="synthetic", timezone="UTC",
-                     machine_nodes=profile.get("machine_nodes"))
-    write_trace(step.record(TRACE_FILE), df, meta)
-    stats = describe(df)
-    step.write_json("synth_report.json", {"profile": args.profile, "seed": args.seed, "stats": stats})
-    step.commit(summary=stats)
-    print(f"synth: {stats['jobs']} jobs from {stats['first_submit']} to {stats['last_submit']} -> {step.path(TRACE_FILE)}")
-    return 0

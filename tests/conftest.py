@@ -110,7 +110,7 @@ def ls6_parquet(ls6_log, tmp_path_factory) -> Path:
     from stepkit.cli import main
 
     out = tmp_path_factory.mktemp("ls6")
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
               ["ingest", "--trace", str(ls6_log), "--timezone", "America/Chicago", "--out", str(out)])
     assert rc == 0
     return out

@@ -85,7 +85,7 @@ def test_missing_input_and_corrupt_marker_are_clear(tmp_path):
 
 
 def test_cli_exit_codes(tmp_path, capsys):
-    steps = {"ingest": ("mirage_tasks.ingest", "x")}
+    steps = {"ingest": ("mirage_tasks.steps.ingest", "x")}
     assert main("mirage_tasks", steps, ["nope"]) == 2
     bad = tmp_path / "bad.txt"
     bad.write_text("hello world\n")

@@ -2,10 +2,14 @@
 
 | module           | what                                                                 |
 |------------------|----------------------------------------------------------------------|
+| ``registry``     | every model family declared once (kind, weights, fit, load), baselines |
 | ``data``         | dataset reading, chronological split by sample, feature scaler       |
 | ``presets``      | the ``quick`` and ``paper`` hyper-parameters of every model kind      |
-| ``transformer``  | transformer regressor (positional encoding) and its training loop    |
-| ``moe``          | mixture of transformer experts with a non-linear gate                |
+| ``transformer``  | transformer regressor (positional encoding) and its config           |
+| ``moe``          | mixture of transformer experts with a non-linear gate, and its config |
+| ``experts``      | which training rows pre-train which MoE expert                       |
+| ``training``     | the epoch loop (phases, checkpoints, resume) of the neural models    |
+| ``fit``          | what ``train`` runs: fit a regressor or a policy, write its files    |
 | ``trees``        | XGBoost (UBJ) and random forest (skops) baselines                    |
 | ``env``          | the environment protocol (``Env``) a policy is trained in            |
 | ``policy``       | REINFORCE wait/submit policies on a frozen regressor                 |
@@ -22,10 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-KINDS = ("transformer", "moe", "xgboost", "random_forest", "moe_policy", "transformer_policy")
-REGRESSORS = ("transformer", "moe", "xgboost", "random_forest")
-POLICIES = ("moe_policy", "transformer_policy")
-
+from .registry import BASELINES, KINDS, POLICIES, REGRESSORS
 
 
 class StopRequested(Exception):
@@ -49,4 +50,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["KINDS", "POLICIES", "REGRESSORS", "Decision", "DecisionFunction", "Env", "StopRequested", "load_model"]
+__all__ = ["BASELINES", "KINDS", "POLICIES", "REGRESSORS", "Decision", "DecisionFunction", "Env", "StopRequested", "load_model"]

@@ -17,7 +17,6 @@ episodes could still be running when the first validation sample starts are purg
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import logging
@@ -29,10 +28,11 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
+from ..artifacts import DATASET_FILE, MANIFEST_FILE, npz_bytes
+from ..times import iso
+
 log = logging.getLogger(__name__)
 
-DATASET_FILE = "dataset.npz"
-MANIFEST_FILE = "manifest.json"
 ARRAYS = {
     "X": np.float32,
     "y": np.float32,
@@ -124,10 +124,6 @@ class Split:
     info: dict[str, Any]
 
 
-def _iso(t: int | float) -> str:
-    return dt.datetime.fromtimestamp(int(t), dt.UTC).isoformat()
-
-
 def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: float = 5.0) -> Split:
     """Train on the earliest samples, validate on the latest ``val_fraction`` of samples.
 
@@ -167,25 +163,13 @@ def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: floa
         "n_train_samples": int(len(train_samples)),
         "n_val_samples": int(len(val_samples)),
         "n_purged_samples": purged,
-        "train_sample_start_min": _iso(ds.sample_start[train].min()),
-        "train_sample_start_max": _iso(ds.sample_start[train].max()),
-        "train_probe_time_max": _iso(ds.probe_time[train].max()),
-        "val_sample_start_min": _iso(ds.sample_start[val].min()),
-        "val_sample_start_max": _iso(ds.sample_start[val].max()),
+        "train_sample_start_min": iso(ds.sample_start[train].min()),
+        "train_sample_start_max": iso(ds.sample_start[train].max()),
+        "train_probe_time_max": iso(ds.probe_time[train].max()),
+        "val_sample_start_min": iso(ds.sample_start[val].min()),
+        "val_sample_start_max": iso(ds.sample_start[val].max()),
     }
     return Split(train, val, info)
-
-
-def sample_slices(ds: Dataset, rows: np.ndarray, k: int) -> list[np.ndarray]:
-    """Cut ``rows`` (chronological) into ``k`` consecutive slices along sample boundaries."""
-    samples = ds.sample[rows]
-    uniq, first = np.unique(samples, return_index=True)
-    ordered = uniq[np.argsort(first)]
-    if len(ordered) < k:
-        raise StepError(f"{len(ordered)} samples cannot be cut into {k} expert slices; "
-                        f"lower n_experts or expert_fraction")
-    parts = np.array_split(ordered, k)
-    return [rows[np.isin(samples, p)] for p in parts]
 
 
 def data_window(ds: Dataset, split: Split) -> dict[str, Any]:
@@ -196,7 +180,7 @@ def data_window(ds: Dataset, split: Split) -> dict[str, Any]:
     train_end = int(ds.sample_start[split.train].max()) + int(span_days * 86400)
     return {
         # the latest trace time any training example depends on: validation must start after it
-        "train_data_end": _iso(train_end),
+        "train_data_end": iso(train_end),
         "dataset": ds.uri,
         "trace_fingerprint": m["trace_fingerprint"],
         "node": m["node"],
@@ -272,10 +256,18 @@ def constant_baseline(y_train: np.ndarray, y_val: np.ndarray) -> dict[str, float
 
 def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sample_start: np.ndarray,
                   probe_time: np.ndarray, node: np.ndarray, manifest: dict[str, Any]) -> None:
-    """Write a dataset in the ``merge`` format (used by tests and the benchmark)."""
-    buf = io.BytesIO()
-    np.savez(buf, X=X.astype(np.float32), y=y.astype(np.float32), sample=sample.astype(np.int64),
-             sample_start=sample_start.astype(np.int64), probe_time=probe_time.astype(np.int64),
-             node=node.astype(np.int64))
-    storage.write_bytes(storage.join(uri, DATASET_FILE), buf.getvalue())
-    storage.write_bytes(storage.join(uri, MANIFEST_FILE), (json.dumps(manifest, indent=2) + "\n").encode())
+    """Write and commit a dataset in the ``merge`` format (used by tests and the benchmark).
+
+    Committed like a step output (``_SUCCESS.json`` last, step ``dataset``), since ``train``
+    refuses a dataset folder without its marker."""
+    from stepkit import Step
+
+    from .. import __version__
+
+    arrays = {"X": X.astype(np.float32), "y": y.astype(np.float32), "sample": sample.astype(np.int64),
+              "sample_start": sample_start.astype(np.int64), "probe_time": probe_time.astype(np.int64),
+              "node": node.astype(np.int64)}
+    step = Step("dataset", uri, __version__, {"manifest": manifest, "n": int(len(y))})
+    step.write_bytes(DATASET_FILE, npz_bytes(arrays, compress=False))
+    step.write_bytes(MANIFEST_FILE, (json.dumps(manifest, indent=2) + "\n").encode())
+    step.commit(summary={"n_examples": int(len(y))})

@@ -29,16 +29,15 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
-from . import KINDS
 from .data import FeatureScaler
+from .registry import FAMILIES, KINDS, family
 
 FORMAT = "mirage-model"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 BASE_DIR = "base"
 DEFAULT_DECISION = {"low_h": -0.5, "high_h": 500.0}
-WEIGHTS = {"transformer": "model.pt", "moe": "model.pt", "xgboost": "model.ubj",
-           "random_forest": "model.skops", "moe_policy": "policy.pt", "transformer_policy": "policy.pt"}
+WEIGHTS = {kind: f.weights for kind, f in FAMILIES.items()}  # derived from the registry
 
 
 @dataclass
@@ -61,7 +60,7 @@ class DecisionFunction:
 
     @property
     def is_policy(self) -> bool:
-        return self.kind.endswith("_policy")
+        return family(self.kind).policy
 
     def _check(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float32)
@@ -165,6 +164,9 @@ class _Policy:
 
 
 def read_config(uri: str) -> dict[str, Any]:
+    """The model config in ``uri``, checked: every field a loader or a step reads is present and
+    of the right type, and the weights file lies inside the model folder. A
+    :class:`StepError` naming the file and the field otherwise."""
     path = storage.join(uri, CONFIG_FILE)
     if not storage.exists(path):
         raise StepError(f"model config not found: {path}")
@@ -179,7 +181,59 @@ def read_config(uri: str) -> dict[str, Any]:
     for key in ("data", "weights"):
         if key not in cfg:
             raise StepError(f"{path}: missing {key!r}")
+    fam = family(cfg["kind"])
+    _check_weights(path, cfg["weights"], fam.weights)
+    data = cfg["data"]
+    if not isinstance(data, dict):
+        raise StepError(f"{path}: 'data' must be an object, got {type(data).__name__}")
+    _positive_int(path, "data.window", data.get("window"))
+    _positive_int(path, "data.step_s", data.get("step_s"))
+    names = data.get("feature_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StepError(f"{path}: 'data.feature_names' must be a non-empty list of names, got {names!r}")
+    if fam.policy:
+        arch = cfg.get("arch")
+        if not isinstance(arch, dict):
+            raise StepError(f"{path}: missing 'arch' (the policy head's n_inputs and hidden)")
+        _positive_int(path, "arch.n_inputs", arch.get("n_inputs"))
+        _nonnegative_int(path, "arch.hidden", arch.get("hidden"))
+    elif fam.torch:
+        for key in ("arch", "target"):
+            if not isinstance(cfg.get(key), dict):
+                raise StepError(f"{path}: missing {key!r} (an object)")
+        for key in ("center", "scale"):
+            if not _is_number(cfg["target"].get(key)):
+                raise StepError(f"{path}: 'target.{key}' must be a number, got {cfg['target'].get(key)!r}")
+    else:
+        _positive_int(path, "n_tree_features", cfg.get("n_tree_features"))
+        if cfg.get("tree_features") not in ("summary", "flat"):
+            raise StepError(f"{path}: 'tree_features' must be summary or flat, got {cfg.get('tree_features')!r}")
     return cfg
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _positive_int(path: str, key: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise StepError(f"{path}: {key!r} must be a positive integer, got {v!r}")
+
+
+def _nonnegative_int(path: str, key: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise StepError(f"{path}: {key!r} must be an integer >= 0, got {v!r}")
+
+
+def _check_weights(path: str, weights: Any, expected: str) -> None:
+    """The weights must be the family's file, inside the model folder (never ``../..`` or absolute)."""
+    if not isinstance(weights, str) or not weights:
+        raise StepError(f"{path}: 'weights' must be a file name, got {weights!r}")
+    parts = weights.replace("\\", "/").split("/")
+    if "://" in weights or weights.startswith(("/", "~")) or ".." in parts or ":" in parts[0]:
+        raise StepError(f"{path}: 'weights' {weights!r} points outside the model folder; refused")
+    if weights != expected:
+        raise StepError(f"{path}: 'weights' {weights!r} is not the {expected!r} file of this model kind")
 
 
 def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
@@ -196,31 +250,40 @@ def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
     if scaler is not None and scaler.mean.shape[0] != len(cfg["data"]["feature_names"]):
         raise StepError(f"{storage.join(uri, CONFIG_FILE)}: scaler has {scaler.mean.shape[0]} features, "
                         f"data has {len(cfg['data']['feature_names'])}")
-    if kind in ("transformer", "moe"):
-        from . import moe, torchutil, transformer
+    return DecisionFunction(uri, cfg, family(kind).load_fn()(uri, cfg, wuri, scaler, device))
 
-        dev = torchutil.pick_device(device)
-        try:
-            model = transformer.build(cfg["arch"]) if kind == "transformer" else moe.build(cfg["arch"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
-        torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
-        return DecisionFunction(uri, cfg, _Torch(model, scaler, cfg["target"], dev))
-    if kind in ("xgboost", "random_forest"):
-        from . import trees
 
-        data = storage.read_bytes(wuri)
-        model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
-        expected = cfg["n_tree_features"]
-        got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
-        if got != expected:
-            raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
-        impl = _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
-        return DecisionFunction(uri, cfg, impl)
-    # policies
+# One rebuild function per family (named in mirage_tasks.models.registry): config + weights -> implementation.
+
+def load_net(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Torch:
+    from . import moe, torchutil, transformer
+
+    dev = torchutil.pick_device(device)
+    try:
+        model = transformer.build(cfg["arch"]) if cfg["kind"] == "transformer" else moe.build(cfg["arch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
+    torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
+    return _Torch(model, scaler, cfg["target"], dev)
+
+
+def load_trees(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Trees:
+    from . import trees
+
+    kind = cfg["kind"]
+    data = storage.read_bytes(wuri)
+    model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
+    expected = cfg["n_tree_features"]
+    got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
+    if got != expected:
+        raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
+    return _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
+
+
+def load_policy(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler | None, device: str) -> _Policy:
     from . import policy, torchutil
 
     base = load_model(storage.join(uri, BASE_DIR), device=device)
     head = policy.PolicyHead(int(cfg["arch"]["n_inputs"]), int(cfg["arch"]["hidden"]))
     torchutil.load_state(head, torchutil.load_tensors(wuri), wuri)
-    return DecisionFunction(uri, cfg, _Policy(head, base))
+    return _Policy(head, base)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from stepkit import StepError, storage
+from stepkit import StepError
 
 from . import torchutil
 from .env import Env
@@ -175,10 +175,7 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
     curves: list[dict[str, Any]] = []
     first = 1
     best = {"epoch": 0, "val_return": -math.inf, "state": None}
-    ck = torchutil.load_tensors(ckpt_uri) if ckpt_uri and storage.exists(ckpt_uri) else None
-    if ck is not None and ck.get("fingerprint") != fingerprint:
-        log.warning("checkpoint %s belongs to another configuration; starting afresh", ckpt_uri)
-        ck = None
+    ck = torchutil.load_checkpoint(ckpt_uri, fingerprint) if ckpt_uri else None
     if ck is not None:
         torchutil.load_state(head, ck["head"], ckpt_uri)
         opt.load_state_dict(ck["optimizer"])
@@ -225,7 +222,7 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
                   entropy=rec["entropy"] if stats["free_steps"] else 0.0)
         run += 1
         if ckpt_uri and (epoch % max(int(hp["checkpoint_every"]), 1) == 0 or epoch == epochs or run == stop_after):
-            torchutil.save_tensors(ckpt_uri, {
+            torchutil.save_checkpoint(ckpt_uri, {
                 "fingerprint": fingerprint, "epoch": epoch, "head": head.state_dict(),
                 "optimizer": opt.state_dict(), "generator": gen.get_state(), "rng": torchutil.rng_state(),
                 "curves": curves, "best_epoch": best["epoch"], "best_val_return": best["val_return"],

@@ -1,4 +1,4 @@
-"""Hyper-parameters of every model kind, in two presets.
+"""Hyper-parameters of every model kind (:data:`.registry.KINDS`), in two presets.
 
 ``quick`` (default) trains every model on a 4,788-example ls6-sized dataset on 2 CPU
 cores in minutes: small transformers over 36 patches of 4 snapshots, summary features
@@ -24,6 +24,8 @@ import copy
 from typing import Any
 
 from stepkit import StepError
+
+from .registry import KINDS
 
 _COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine"}
 
@@ -98,8 +100,10 @@ def resolve(preset: str, kind: str, overrides: dict[str, Any] | list[str] | None
     """The hyper-parameters of ``kind`` in ``preset`` with ``overrides`` (dict or ``key=value`` strings)."""
     if preset not in PRESETS:
         raise StepError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    if kind not in KINDS:
+        raise StepError(f"unknown model {kind!r}; choose from {', '.join(KINDS)}")
     if kind not in PRESETS[preset]:
-        raise StepError(f"unknown model {kind!r}; choose from {', '.join(PRESETS[preset])}")
+        raise StepError(f"preset {preset!r} has no hyper-parameters for {kind!r}")
     hp = copy.deepcopy(PRESETS[preset][kind])
     items: list[tuple[str, Any]] = []
     if isinstance(overrides, dict):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..times import iso
 from .data import write_dataset
 
 STEP_S = 600
@@ -93,7 +94,6 @@ def make_dataset(n_samples: int = 60, probes: int = 7, window: int = 144, seed: 
     recent = load[:, -6:].mean(1)
     y = WAIT_PER_LOAD_H * recent - (PRED_LIMIT_H - elapsed / 3600) + rng.normal(0, noise_h, len(sample))
     n = len(sample)
-    iso = lambda t: dt.datetime.fromtimestamp(int(t), dt.UTC).isoformat()  # noqa: E731
     manifest = {
         "feature_names": FEATURE_NAMES, "window": window, "step_s": STEP_S, "n_examples": n,
         "n_samples": n_samples, "node": node, "sample_start_min": int(sample_start.min()),

@@ -108,3 +108,57 @@ class Progress:
 def _hms(s: float) -> str:
     s = int(round(max(s, 0)))
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+# ----------------------------------------------------------------------------- training checkpoints
+#
+# A training checkpoint is rotated on every save: the previous one is kept as ``*.prev.pt``
+# until the next save, so a checkpoint found truncated (a full disk, an interrupted copy)
+# leaves the one before it. An unreadable checkpoint is never deleted: it is renamed
+# ``*.corrupt-<UTC time>`` beside the others, with a warning, and training resumes from the
+# last readable one, or from scratch.
+
+
+def previous_checkpoint(uri: str) -> str:
+    return uri[:-3] + ".prev.pt" if uri.endswith(".pt") else uri + ".prev"
+
+
+def _move(src: str, dst: str) -> None:
+    fs, src_path = storage.filesystem(src)
+    _, dst_path = storage.filesystem(dst)
+    fs.mv(src_path, dst_path)
+
+
+def save_checkpoint(uri: str, obj: dict[str, Any]) -> None:
+    """Write a training checkpoint, keeping the one it replaces as :func:`previous_checkpoint`."""
+    if storage.exists(uri):
+        _move(uri, previous_checkpoint(uri))
+    save_tensors(uri, obj)
+
+
+def load_checkpoint(uri: str, fingerprint: str) -> dict[str, Any] | None:
+    """The newest readable checkpoint written under ``fingerprint`` (``uri``, else its previous
+    one), or None (start from scratch). Unreadable ones are set aside with a warning."""
+    for candidate in (uri, previous_checkpoint(uri)):
+        if not storage.exists(candidate):
+            continue
+        try:
+            ck = load_tensors(candidate)
+        except StepError as exc:
+            aside = f"{candidate}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            _move(candidate, aside)
+            log.warning("checkpoint %s is unreadable (%s); set aside as %s", candidate, exc, aside)
+            continue
+        if ck.get("fingerprint") != fingerprint:
+            log.warning("checkpoint %s belongs to another configuration; not resumed", candidate)
+            continue
+        if candidate != uri:
+            log.warning("resuming from the previous checkpoint %s", candidate)
+        return ck
+    return None
+
+
+def remove_checkpoints(uri: str) -> None:
+    """Remove a finished training's checkpoint and its previous one (set-aside files stay)."""
+    storage.remove(uri)
+    storage.remove(previous_checkpoint(uri))

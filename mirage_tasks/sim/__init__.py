@@ -1,11 +1,34 @@
-"""The Mirage batch-scheduler simulator (event driven; see :mod:`.engine`)."""
+"""The Mirage batch-scheduler simulator (event driven; see :mod:`.engine`).
 
-from .config import PRESETS, SimConfig, add_config_arguments, config_from_args
-from .engine import Simulator
-from .episode import DecisionEpisode, EpisodeSpec, ProbeResult, build_episode, probe_times, simulate_sample
-from .workload import Workload
+| module       | what                                                               |
+|--------------|--------------------------------------------------------------------|
+| ``config``   | cluster and scheduler settings (presets, JSON, command-line flags) |
+| ``workload`` | a trace as the simulator's job arrays                              |
+| ``engine``   | the event-driven scheduler (FIFO + EASY backfill, fair share)      |
+| ``features`` | the queue/cluster snapshot features of a decision history          |
+| ``episode``  | samples, probes and online decision episodes                       |
 
-__all__ = [
-    "PRESETS", "DecisionEpisode", "EpisodeSpec", "ProbeResult", "SimConfig", "Simulator", "Workload",
-    "add_config_arguments", "build_episode", "config_from_args", "probe_times", "simulate_sample",
-]
+Importing this package is cheap: the names below load their module on first use, so a
+step's ``add_arguments`` can use :mod:`.config` without importing numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "PRESETS": "config", "SimConfig": "config", "add_config_arguments": "config", "config_from_args": "config",
+    "Simulator": "engine", "Workload": "workload",
+    "DecisionEpisode": "episode", "EpisodeSpec": "episode", "ProbeResult": "episode", "build_episode": "episode",
+    "probe_times": "episode", "simulate_sample": "episode",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(name)
+
+
+__all__ = sorted(_WHERE)

@@ -22,15 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import features
+from . import features
 from .config import SimConfig
 from .engine import Simulator
+from ..models.registry import BASELINES
 from .workload import Workload
 
 SERVICE_LIMIT_S = 48 * 3600
 PRED_TAG = -2
 SUCC_TAG = -3
-BASELINES = ("default", "reactive", "avg")
+MODES = ("default", *BASELINES)  # sample modes: training probes, or one baseline decision
 
 
 @dataclass(frozen=True)

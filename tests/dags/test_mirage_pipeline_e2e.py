@@ -22,8 +22,8 @@ AFTER_TRACE = "sample|merge|train_cpu|train_gpu|policy_cpu|policy_gpu|validate|f
 
 
 def _require(module: str) -> None:
-    if not (REPO / "mirage_tasks" / f"{module}.py").exists():
-        pytest.skip(f"mirage_tasks/{module}.py is not there yet (the `{module}` step CLI)")
+    if not (REPO / "mirage_tasks" / "steps" / f"{module}.py").exists():
+        pytest.skip(f"mirage_tasks/steps/{module}.py is not there yet (the `{module}` step CLI)")
 
 
 @pytest.fixture

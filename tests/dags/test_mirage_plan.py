@@ -1,11 +1,12 @@
-"""The command lines of a mirage_pipeline run (house.mirage_plan): windows and fan-out."""
+"""The command lines of a mirage_pipeline run (mirage_tasks.plan): windows, fan-out, and the contract
+that every argv the plan builds parses with its step's own parser."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 import pytest
-from house.mirage_plan import plan, windows
+from mirage_tasks.plan import argv, plan, step_parser, windows
 
 BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=684,
             val_start=None, val_count=None, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
@@ -69,3 +70,115 @@ def test_real_trace_and_bad_models():
         plan(dict(BASE, models=["lstm"]), "/r", APRIL)
     with pytest.raises(ValueError, match="base model"):
         plan(dict(BASE, models=["moe_policy"]), "/r", APRIL)
+
+
+# ----------------------------------------------------------------------------- the plan <-> step contract
+
+def _dag_params() -> dict:
+    """The mirage_pipeline DAG's params with their defaults, as the trigger form shows them."""
+    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DAGS
+
+    bag = DagBag(dag_folder=str(DAGS / "mirage_pipeline.py"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags["mirage_pipeline"].params
+
+
+@pytest.fixture(scope="module")
+def dag_defaults() -> dict:
+    return _dag_params().dump()
+
+
+def _makefile_demo_conf() -> dict:
+    """The Makefile's DEMO_CONF (the synthetic-trace demo) as JSON."""
+    import json
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "Makefile").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("DEMO_CONF :="))
+    conf = line.split(":=", 1)[1].strip()
+    # as `make demo TRACE=... TRACE_TZ=...` expands it: the optional time zone included
+    conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', r", \1", conf)
+    conf = conf.replace("$(TRACE_TZ)", "America/Chicago").replace("$(DEMO_TRACE)", "/data/demo-trace.log")
+    assert "$(" not in conf, conf
+    return json.loads(conf)
+
+
+def _every_argv(p: dict) -> list[list[str]]:
+    singles = [p["trace_argv"], p["fidelity"], p["metrics"], p["report"]]
+    lists = [a for key in ("sample", "merge", "train_cpu", "train_gpu", "policy_cpu", "policy_gpu", "validate")
+             for a in p[key]]
+    return singles + lists
+
+
+@pytest.mark.parametrize("case", ["dag_defaults_small", "makefile_demo", "cuda", "real_trace"])
+def test_every_argv_parses_with_its_steps_own_parser(dag_defaults, case):
+    """Each argv of the plan parses with ``python -m mirage_tasks <step>``'s parser, no error."""
+    small = {"train_count": 12, "val_count": 3, "shards": 2}
+    params = {
+        "dag_defaults_small": dict(dag_defaults, **small),
+        "makefile_demo": dict(dag_defaults, **_makefile_demo_conf()),
+        "cuda": dict(dag_defaults, **small, device="cuda", train_params={"moe": ["epochs=3"]}),
+        "real_trace": dict(dag_defaults, **dict(small, val_count=6), trace="/data/ls6.log",
+                           trace_timezone="America/Chicago", window_from="2022-10-01T00:00:00+00:00",
+                           val_start="2023-03-01"),
+    }[case]
+    p = plan(params, "s3://bucket/mirage_pipeline/2023-04-01T000000Z", APRIL)
+    argvs = _every_argv(p)
+    assert len(argvs) > 10
+    for a in argvs:
+        step, rest = a[0], a[1:]
+        parser = step_parser(step)
+        parser.exit_on_error = False
+        ns = parser.parse_args(rest)  # raises SystemExit (pytest fails) on any unknown or bad flag
+        assert ns.out.startswith("s3://bucket/"), a
+    if case == "cuda":
+        assert p["train_gpu"] and p["policy_gpu"] and not p["policy_cpu"]
+
+
+def test_argv_helper_uses_the_parsers_flags_and_refuses_unknown_keys():
+    a = argv("validate", trace="t", model="reactive", start="2023-03-01", count=3, node=1, out="o",
+             stochastic=True, seed=None, threshold_h=None, interval_hours=4)
+    assert a[:3] == ["validate", "--trace", "t"] and "--stochastic" in a and "--seed" not in a
+    assert a[a.index("--interval-hours") + 1] == "4" and "--decide-every-minutes" not in a  # the step's default
+    assert argv("train", model="moe", param=["a=1", "b=2"], out="o")[3:] == ["--param", "a=1", "--param", "b=2",
+                                                                            "--out", "o"]
+    assert argv("merge", inputs=["x", "y"], out="o") == ["merge", "--in", "x", "y", "--out", "o"]
+    with pytest.raises(ValueError, match="no option for 'decide_every'"):
+        argv("validate", decide_every=10)
+    with pytest.raises(ValueError, match="unknown mirage_tasks step"):
+        argv("nope")
+
+
+def test_dag_model_enum_is_the_registry():
+    """The DAG's model list stays literal (no import at parse time) but must equal the registry."""
+    from mirage_tasks.models.registry import KINDS
+
+    params = _dag_params()
+    models = params.get_param("models")
+    assert models.schema["items"]["enum"] == list(KINDS)
+    assert models.value == list(KINDS)
+
+
+def test_plan_module_imports_stdlib_only():
+    import subprocess
+    import sys
+
+    code = ("import sys; import mirage_tasks.plan\n"
+            "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_dag_defaults_are_the_steps_defaults(dag_defaults):
+    """Where a DAG param mirrors a step flag, its default is the step's own (written once, in the step)."""
+    from mirage_tasks.models.presets import PRESETS
+
+    sample = step_parser("sample")
+    for param in ("interval_hours", "warmup_days", "workload_days", "probes"):
+        assert dag_defaults[param] == sample.get_default(param), param
+    assert dag_defaults["preset"] == step_parser("train").get_default("preset")
+    preset_enum = _dag_params().get_param("preset").schema["enum"]
+    assert sorted(preset_enum) == sorted(PRESETS)

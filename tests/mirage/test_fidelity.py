@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.fidelity import metrics, replay
+from mirage_tasks.steps.fidelity import metrics, replay
 from mirage_tasks.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from stepkit.cli import main
@@ -56,7 +56,7 @@ def test_self_made_trace_replays_exactly_with_a_warm_start(tmp_path):
     m = metrics(rep)
     assert m["mae_h"] == 0 and m["ks"] == 0 and m["spearman"] == pytest.approx(1.0)  # exact replay
     out = tmp_path / "fid"
-    rc = main("mirage_tasks", {"fidelity": ("mirage_tasks.fidelity", "")},
+    rc = main("mirage_tasks", {"fidelity": ("mirage_tasks.steps.fidelity", "")},
               ["fidelity", "--trace", uri, "--from", t_from.isoformat(), "--to", t_to.isoformat(),
                "--out", str(out), "--cluster-config", str(tmp_path / "cfg.json"), "--sweep-nodes", "12",
                "--compare", "reference"])

@@ -13,7 +13,7 @@ from stepkit import MARKER
 from stepkit.cli import main
 
 
-STEPS = {"ingest": ("mirage_tasks.ingest", "")}
+STEPS = {"ingest": ("mirage_tasks.steps.ingest", "")}
 
 
 def ingest(*argv: str) -> int:

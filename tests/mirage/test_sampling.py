@@ -7,10 +7,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from test_sim_support import T0, random_trace
+from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks import features
-from mirage_tasks.schema import TraceMeta, write_trace
+from mirage_tasks.sim import features
 from mirage_tasks.sim import (
     PRESETS,
     DecisionEpisode,
@@ -35,9 +34,7 @@ def wl() -> Workload:
 @pytest.fixture(scope="module")
 def trace_uri(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("trace")
-    write_trace(str(d / "trace.parquet"), random_trace(11, days=14, nodes=16),
-                TraceMeta(source="random", format="test", timezone="UTC"))
-    return str(d)
+    return write_committed_trace(d, random_trace(11, days=14, nodes=16))
 
 
 def test_probe_times_follow_the_reference_rule():
@@ -116,7 +113,7 @@ def test_features_are_taken_at_the_decision_not_after(wl):
 
 
 def _run(*argv) -> int:
-    return main("mirage_tasks", {"sample": ("mirage_tasks.sampling", ""), "merge": ("mirage_tasks.merge", "")},
+    return main("mirage_tasks", {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")},
                 list(argv))
 
 
@@ -171,7 +168,7 @@ def test_sample_rejects_bad_arguments(trace_uri, tmp_path):
 
 def test_ls6_samples_online_equals_offline(ls6_log, tmp_path):
     """On the real ls6 trace with the shipped preset: probes agree online and offline."""
-    ingest = main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+    ingest = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
                   ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
     assert ingest == 0
     from mirage_tasks.schema import read_trace
@@ -198,7 +195,7 @@ def test_reference_preset_reproduces_the_reference_ls6_baselines(ls6_log, tmp_pa
     """The 'reference' preset (88 nodes, empty start, minute ticks) reproduces the reactive
     baseline measured on the unmodified SC'23 code over March 2023 (notes, section 10): mean
     0.45 h / 142 low-load samples of 156 for 1 node, 1.02 h / 127 for 8 nodes."""
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
               ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
     assert rc == 0
     from mirage_tasks.schema import read_trace

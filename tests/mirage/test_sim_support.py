@@ -82,3 +82,15 @@ def random_trace(seed: int, days: float = 10.0, nodes: int = 16, rate_per_h: flo
         rows.append({"submit": submit[i], "start": st, "end": st + dur[i], "limit": limit[i], "nodes": k,
                      "user": f"u{rng.integers(0, 6)}", "priority": int(rng.integers(1000, 5000))})
     return frame(rows)
+
+
+def write_committed_trace(folder, df: pd.DataFrame, source: str = "random") -> str:
+    """Write ``df`` as ``folder/trace.parquet`` and commit it like an ingest output; returns the folder."""
+    from mirage_tasks import __version__
+    from mirage_tasks.schema import TRACE_FILE, TraceMeta, write_trace
+    from stepkit import Step
+
+    step = Step("ingest", str(folder), __version__, {"source": source, "rows": int(len(df))})
+    write_trace(step.record(TRACE_FILE), df, TraceMeta(source=source, format="test", timezone="UTC"))
+    step.commit()
+    return str(folder)

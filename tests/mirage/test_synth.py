@@ -13,7 +13,7 @@ from mirage_tasks.synth import fit_profile, generate, load_profile, month_stats
 from stepkit import StepError
 from stepkit.cli import main
 
-STEPS = {"synth": ("mirage_tasks.synth", "")}
+STEPS = {"synth": ("mirage_tasks.steps.synth", "")}
 T0, T1 = pd.Timestamp("2023-02-01", tz="UTC"), pd.Timestamp("2023-03-01", tz="UTC")
 
 

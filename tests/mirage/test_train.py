@@ -219,7 +219,7 @@ def test_policy_on_frozen_transformer_in_toy_env(trained, dataset, tmp_path):
 def ls6_small(ls6_parquet, tmp_path_factory):
     """A real sample -> merge dataset: 30 samples (every 4 h from 2022-11-01) on the ls6 preset."""
     root = tmp_path_factory.mktemp("ls6small")
-    steps = {"sample": ("mirage_tasks.sampling", ""), "merge": ("mirage_tasks.merge", "")}
+    steps = {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")}
     assert main("mirage_tasks", steps, ["sample", "--trace", str(ls6_parquet), "--start", "2022-11-01T00:00:00",
                                         "--count", "30", "--node", "1", "--cluster-config", "ls6",
                                         "--out", str(root / "s")]) == 0

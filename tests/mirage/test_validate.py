@@ -24,8 +24,9 @@ from test_validate_support import (  # noqa: F401 - fixtures
     world,
 )
 
-from mirage_tasks import validate as V
-from mirage_tasks.sampling import load_shard
+from mirage_tasks import artifacts as A
+from mirage_tasks import online as V
+from mirage_tasks.artifacts import load_shard
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, simulate_sample
 from stepkit import StepError
 
@@ -33,7 +34,7 @@ CFG = PRESETS["ls6"].replace(nodes=16, max_jobs_per_user=3)
 
 
 def rows(uri: str) -> pd.DataFrame:
-    return pd.read_parquet(f"{uri}/{V.ROWS_FILE}")
+    return pd.read_parquet(f"{uri}/{A.ROWS_FILE}")
 
 
 @pytest.mark.parametrize("baseline", ["reactive", "avg"])
@@ -83,7 +84,7 @@ def test_rows_schema_and_derived_columns(world):
         assert (df["pred_submit"] == df["sample_start"] + 2 * 86400).all()
         assert (df["decision_time"] >= df["pred_submit"]).all() and (df["decision_time"] <= df["pred_end"]).all()
         assert not (np.signbit(df["overlap_h"]) | np.signbit(df["interruption_h"])).any()  # no -0.0
-    info = json.load(open(f"{world['v_xgb']}/{V.INFO_FILE}"))
+    info = json.load(open(f"{world['v_xgb']}/{A.VALIDATE_INFO_FILE}"))
     assert info["leakage_check"]["validation_start"] == iso(VAL_START)
     assert info["params"]["window"] == 12 and info["model_fingerprint"]
 
@@ -108,13 +109,13 @@ def test_model_in_worker_processes_gives_the_same_rows(world, tmp_path):
     proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     pd.testing.assert_frame_equal(rows(str(out)), rows(world["v_xgb"]))
-    pd.testing.assert_frame_equal(pd.read_parquet(out / V.DECISIONS_FILE),
-                                  pd.read_parquet(f"{world['v_xgb']}/{V.DECISIONS_FILE}"))
+    pd.testing.assert_frame_equal(pd.read_parquet(out / A.DECISIONS_FILE),
+                                  pd.read_parquet(f"{world['v_xgb']}/{A.DECISIONS_FILE}"))
 
 
 def test_regressor_decides_online(world, tmp_path):
     df = rows(world["v_xgb"])
-    dec = pd.read_parquet(f"{world['v_xgb']}/{V.DECISIONS_FILE}")
+    dec = pd.read_parquet(f"{world['v_xgb']}/{A.DECISIONS_FILE}")
     assert (df["n_decisions"] > 0).all()
     assert int(df["n_decisions"].sum()) == len(dec)
     # the 240-minute grid from the predecessor's submission
@@ -141,7 +142,7 @@ def test_policy_greedy_and_seeded_stochastic(policy_world, tmp_path):
     w = policy_world
     every = ["--decide-every-minutes", "120"]
     assert validate(w["trace"], w["pol"], tmp_path / "g", *every) == 0
-    dec = pd.read_parquet(tmp_path / "g" / V.DECISIONS_FILE)
+    dec = pd.read_parquet(tmp_path / "g" / A.DECISIONS_FILE)
     assert ((dec["output"] >= 0) & (dec["output"] <= 1)).all()
     np.testing.assert_array_equal(dec["submit"], dec["output"] > 0.5)
     outs = []
@@ -149,7 +150,7 @@ def test_policy_greedy_and_seeded_stochastic(policy_world, tmp_path):
         assert validate(w["trace"], w["pol"], tmp_path / name, *every, "--stochastic", "--seed", "3") == 0
         outs.append(rows(str(tmp_path / name)))
     pd.testing.assert_frame_equal(outs[0], outs[1])
-    d1 = pd.read_parquet(tmp_path / "s1" / V.DECISIONS_FILE)
+    d1 = pd.read_parquet(tmp_path / "s1" / A.DECISIONS_FILE)
     assert len(d1) == int(outs[0]["n_decisions"].sum())
 
 

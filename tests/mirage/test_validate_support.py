@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_sim_support import T0, random_trace
+from test_sim_support import T0, random_trace, write_committed_trace
 
 from mirage_tasks.__main__ import STEPS
-from mirage_tasks.schema import TraceMeta, write_trace
 from stepkit.cli import main
 
 CLUSTER = ["--cluster-config", "ls6", "--nodes", "16", "--max-jobs-per-user", "3"]
@@ -41,8 +40,7 @@ def validate(trace: str, model: str, out, *extra: str, start: int = VAL_START, c
 def world(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("validate_world")
     trace = d / "trace"
-    write_trace(str(trace / "trace.parquet"), random_trace(11, days=14, nodes=16),
-                TraceMeta(source="random", format="test", timezone="UTC"))
+    write_committed_trace(trace, random_trace(11, days=14, nodes=16))
     w = {"dir": d, "trace": str(trace)}
     assert cli("sample", "--trace", trace, "--start", iso(TRAIN_START), "--count", 8, "--node", NODE,
                "--probes", 3, "--window", 12, "--out", d / "s0", *CLUSTER) == 0

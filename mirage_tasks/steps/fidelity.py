@@ -34,11 +34,11 @@ import pandas as pd
 
 from stepkit import Step, StepError
 
-from . import __version__
-from .schema import parse_time, read_trace
-from .sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
-from .sim.engine import Simulator
-from .sim.workload import Workload
+from .. import __version__
+from ..schema import parse_time, read_trace
+from ..sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
+from ..sim.engine import Simulator
+from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import time
 
 from stepkit import Step, StepError
 
-from . import __version__
-from .schema import TRACE_FILE, describe, parse_time, write_trace
-from .traces import FORMATS, BadRows, parse
+from .. import __version__
+from ..schema import TRACE_FILE, describe, parse_time, write_trace
+from ..traces import FORMATS, BadRows, parse
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "ingest_report.json"

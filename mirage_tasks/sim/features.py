@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .sim.engine import Simulator
+    from .engine import Simulator
 
 PCTS = (0, 25, 50, 75, 100)
 _Q = np.array(PCTS, dtype=np.float64) / 100.0

@@ -1,0 +1,243 @@
+"""Fitting Mirage models: what the ``train`` step runs (:mod:`mirage_tasks.steps.train`).
+
+:func:`train_regressor` fits a regressor on a ``merge`` dataset and :func:`train_policy` a
+wait/submit policy on a frozen base model; both write the model's files through the
+step's :class:`~stepkit.Step` (``config.json``, weights, ``curves.json``,
+``metrics.json``) and leave the commit to the caller. Neural training checkpoints to
+:data:`CHECKPOINT` under the output; a killed run started again resumes from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from stepkit import Step, StepError, read_marker, storage
+
+from .. import __version__
+from .registry import family
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoints/train.pt"
+
+
+def remove_checkpoints(step: Step) -> None:
+    """Remove a committed training's checkpoints (and their folder when nothing else is in it)."""
+    from .torchutil import remove_checkpoints as remove
+
+    remove(step.path(CHECKPOINT))
+    fs, path = storage.filesystem(step.path("checkpoints"))
+    try:
+        if fs.isdir(path) and not fs.ls(path):
+            fs.rmdir(path)
+    except OSError:  # not empty or not removable: harmless
+        pass
+
+
+def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, seed: int = 0,
+                    device: str = "cpu", val_fraction: float = 0.2, purge_days: float | None = None,
+                    threads: int | None = None, stop_after: int | None = None,
+                    preset: str | None = None) -> dict[str, Any]:
+    """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
+    from . import data as D
+    from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
+
+    t0 = time.monotonic()
+    ds = D.load_dataset(dataset)
+    if purge_days is None:  # an episode's labels depend on the trace up to workload_days after its start
+        purge_days = float((ds.manifest.get("params") or {}).get("workload_days", 5.0))
+    split = D.chronological_split(ds, val_fraction, purge_days)
+    log.info("dataset %s: %d examples [%d x %d]; train %d rows (%d samples), validation %d rows (%d samples), "
+             "%d samples purged", ds.uri, ds.n, ds.window, ds.n_features, split.info["n_train"],
+             split.info["n_train_samples"], split.info["n_val"], split.info["n_val_samples"],
+             split.info["n_purged_samples"])
+    scaler = D.FeatureScaler.fit(ds.X[split.train])
+    Xs = scaler.transform(ds.X)
+    cfg: dict[str, Any] = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
+        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights, "scaler": scaler.to_dict(),
+        "decision": dict(DEFAULT_DECISION), "data": D.data_window(ds, split),
+    }
+    fam = family(kind)
+    curves = fam.fit_fn()(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
+                          stop_after=stop_after)
+    del Xs
+    step.write_json(CONFIG_FILE, cfg)
+    step.write_json("curves.json", curves)
+    # Metrics from the saved files, so they describe exactly what a reader will load.
+    model = load_model(step.out, device=device if fam.torch else "cpu")
+    pred_tr = batched_predict(model, ds.X, split.train)
+    pred_va = batched_predict(model, ds.X, split.val)
+    yt, yv = ds.y[split.train], ds.y[split.val]
+    const = D.constant_baseline(yt, yv)
+    metrics = {
+        "model": kind,
+        "train_mae_h": D.mae(pred_tr, yt),
+        "val_mae_h": D.mae(pred_va, yv),
+        "val_rmse_h": float(np.sqrt(np.mean((pred_va.astype(np.float64) - yv) ** 2))),
+        "val_constant_mae_h": const["val_mae_h"],
+        "constant_h": const["value_h"],
+        "val_submit_share": float(model.decide(ds.X[split.val]).submit.mean()),
+        "n_train": split.info["n_train"],
+        "n_val": split.info["n_val"],
+        "wall_s": round(time.monotonic() - t0, 2),
+    }
+    step.write_json("metrics.json", metrics)
+    log.info("%s: validation MAE %.3f h (constant predictor %.3f h), train MAE %.3f h, %.1f s",
+             kind, metrics["val_mae_h"], metrics["val_constant_mae_h"], metrics["train_mae_h"], metrics["wall_s"])
+    print(f"train {kind}: val_mae_h={metrics['val_mae_h']:.4f} constant={metrics['val_constant_mae_h']:.4f} "
+          f"wall_s={metrics['wall_s']}", flush=True)
+    return metrics
+
+
+def batched_predict(model: Any, X: np.ndarray, rows: np.ndarray, batch: int = 1024) -> np.ndarray:
+    return np.concatenate([model.predict(X[rows[i:i + batch]]) for i in range(0, len(rows), batch)])
+
+
+def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
+                step: Step, *, seed: int, device: str, threads: int | None, stop_after: int | None) -> list:
+    import torch
+
+    from . import moe, torchutil, transformer
+    from .experts import expert_phases
+    from .training import Phase, fit_phases
+
+    if threads:
+        torch.set_num_threads(threads)
+    dev = torchutil.pick_device(device)
+    torchutil.seed_everything(seed, dev)
+    yt = ds.y[split.train].astype(np.float64)
+    center = float(np.median(yt))
+    scale = float(yt.std()) if yt.std() > 1e-6 else 1.0
+    cfg["target"] = {"center": center, "scale": scale}
+    X = torch.from_numpy(Xs)
+    y = torch.from_numpy(((ds.y - center) / scale).astype(np.float32))
+    if dev.type == "cuda":  # the whole dataset fits on a GPU; avoids per-batch copies
+        X, y = X.to(dev), y.to(dev)
+    wd = float(hp.get("weight_decay", 0.0))
+    if kind == "transformer":
+        arch = transformer.arch_from(hp, ds.n_features, ds.window)
+        model = transformer.build(arch)
+        phases = [Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]),
+                        int(hp["batch_size"]), wd, hp["lr_schedule"])]
+    else:
+        arch = moe.arch_from(hp, ds.n_features, ds.window)
+        model = moe.build(arch, seed)
+        phases, cfg["expert_slices"] = expert_phases(model, ds.sample, ds.sample_start, split.train, hp)
+        phases.append(Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]),
+                            int(hp["batch_size"]), wd, hp["lr_schedule"]))
+    cfg["arch"] = arch
+    n_params = sum(p.numel() for p in model.parameters())
+    cfg["n_parameters"] = int(n_params)
+    log.info("%s: %d parameters on %s", kind, n_params, dev)
+    curves = fit_phases(
+        model, phases, X, y, split.val, loss=hp["loss"], y_scale=scale, device=dev, seed=seed,
+        grad_clip=float(hp.get("grad_clip", 0.0)), checkpoint_every=int(hp["checkpoint_every"]),
+        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after)
+    torchutil.save_tensors(step.record(cfg["weights"]),
+                           {k: v.detach().cpu() for k, v in model.state_dict().items()})
+    return curves
+
+
+def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
+               step: Step, *, seed: int, threads: int | None, device: str = "cpu",
+               stop_after: int | None = None) -> list:
+    """Fit ``xgboost`` or ``random_forest`` (CPU; ``device`` and ``stop_after`` do not apply)."""
+    from . import trees
+
+    step_s = int(ds.manifest["step_s"])
+    table = trees.tree_features(Xs, hp["features"], step_s)
+    cfg["tree_features"] = hp["features"]
+    cfg["n_tree_features"] = int(table.shape[1])
+    Xt, yt = table[split.train], ds.y[split.train]
+    Xv, yv = table[split.val], ds.y[split.val]
+    log.info("%s: %d training rows x %d columns (%s features)", kind, Xt.shape[0], Xt.shape[1], hp["features"])
+    if kind == "xgboost":
+        booster, curves = trees.fit_xgboost(Xt, yt, Xv, yv, hp, seed, threads)
+        cfg["xgb_params"] = trees.xgb_params(hp, seed, None)
+        step.write_bytes(cfg["weights"], trees.xgb_to_bytes(booster))
+        return curves
+    t = time.monotonic()
+    forest = trees.fit_forest(Xt, yt, hp, seed, threads)
+    log.info("random_forest: %d trees in %.1f s", len(forest.estimators_), time.monotonic() - t)
+    step.write_bytes(cfg["weights"], trees.forest_to_bytes(forest))
+    return [{"phase": "random_forest", "n_estimators": len(forest.estimators_)}]
+
+
+
+# ------------------------------------------------------------------------------ policies
+
+def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step, hp: dict[str, Any], *,
+                 env_kind: str = "sim", trace: str | None = None, seed: int = 0, device: str = "cpu",
+                 threads: int | None = None, stop_after: int | None = None,
+                 preset: str | None = None) -> dict[str, Any]:
+    """Train the wait/submit policy ``kind`` on the frozen base model in ``base_uri`` and write its
+    files through ``step`` (not committed). Returns its metrics."""
+    import torch
+
+    from . import policy as P
+    from . import torchutil
+    from .loader import BASE_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, load_model
+
+    t0 = time.monotonic()
+    if threads:
+        torch.set_num_threads(threads)
+    torchutil.seed_everything(seed, torchutil.pick_device(device))
+    base = load_model(base_uri, device=device)
+    env, val_env, env_info = make_envs(env_kind, trace, base_cfg)
+    k = max(1, int(hp["parallel_envs"]))
+    envs, val_envs = [env] + [env.copy() for _ in range(k - 1)], [val_env] + [val_env.copy() for _ in range(k - 1)]
+    probe = env.reset(np.random.default_rng([seed, 99]))
+    n_inputs = int(base.features(probe[None]).shape[1])
+    head, curves, summary = P.train_reinforce(
+        base.features, n_inputs, envs, val_envs, hp, seed=seed, ckpt_uri=step.path(CHECKPOINT),
+        fingerprint=step.fingerprint, stop_after=stop_after)
+    torchutil.save_tensors(step.record(family(kind).weights), {k: v.detach().cpu() for k, v in head.state_dict().items()})
+    for rel in (CONFIG_FILE, base_cfg["weights"]):  # the frozen base travels with the policy
+        step.write_bytes(f"{BASE_DIR}/{rel}", storage.read_bytes(storage.join(base_uri, rel)))
+    base_marker = read_marker(base_uri)
+    cfg = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
+        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights,
+        "arch": {"n_inputs": n_inputs, "hidden": int(hp["hidden"])},
+        "decision": {"rule": "policy", "eval_mode": hp["eval_mode"],
+                     "sample": "submit with probability P(submit) (decide(X, rng))",
+                     "greedy": "submit if P(submit) > 0.5 (decide(X))"},
+        "base": {"uri": storage.normalize(base_uri), "kind": base_cfg["kind"], "dir": BASE_DIR,
+                 "fingerprint": base_marker["fingerprint"] if base_marker else None},
+        "data": base_cfg["data"], "env": env_info, "training": summary,
+    }
+    step.write_json(CONFIG_FILE, cfg)
+    step.write_json("curves.json", curves)
+    metrics = {"model": kind, **summary, "wall_s": round(time.monotonic() - t0, 2),
+               "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"])}
+    step.write_json("metrics.json", metrics)
+    print(f"train {kind}: val_return {summary['initial_val_return']:.1f} -> "
+          f"best {summary['best_val_return']:.1f} "
+          f"(epoch {summary['best_epoch']}) wall_s={metrics['wall_s']}", flush=True)
+    return metrics
+
+
+def make_envs(kind: str, trace: str | None, base_cfg: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """(training env, validation env, description) of a policy: the simulator replaying ``trace``, or the toy."""
+    data = base_cfg["data"]
+    window, n_features = int(data["window"]), len(data["feature_names"])
+    if kind == "toy":
+        from .synthetic import FEATURE_NAMES, ToyQueueEnv
+
+        if n_features != len(FEATURE_NAMES):
+            raise StepError(f"the toy environment produces {len(FEATURE_NAMES)} features; "
+                            f"the base model uses {n_features}")
+        log.warning("training the policy in the synthetic toy environment (a smoke test, not the simulator)")
+        return ToyQueueEnv(window=window), ToyQueueEnv(window=window), {"kind": "toy"}
+    from .simenv import envs_for
+
+    train_env, val_env = envs_for(trace, base_cfg)
+    info = {"train": train_env.describe(), "validation": val_env.describe(), "trace": storage.normalize(trace)}
+    log.info("policy episodes: training starts %s .. %s, validation starts %s .. %s", info["train"]["start_min"],
+             info["train"]["start_max"], info["validation"]["start_min"], info["validation"]["start_max"])
+    return train_env, val_env, info

@@ -1,0 +1,128 @@
+"""Mirage training samples: simulate them, lay them out as arrays, merge shards into a dataset.
+
+Each sample is simulated once up to the predecessor's submission, then forked per probe
+(:func:`mirage_tasks.sim.simulate_sample`): ``baseline="default"`` gives ``probes``
+examples per sample, ``reactive``/``avg`` one. The ``sample`` step writes one shard of
+samples; the ``merge`` step joins shards with :func:`merge_shards`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stepkit import StepError
+
+from .artifacts import DATASET_KEYS, load_shard
+from .schedule import pool_context
+from .sim.config import SimConfig
+from .sim.episode import EpisodeSpec, simulate_sample
+from .sim.features import FEATURE_NAMES, N_FEATURES
+from .sim.workload import Workload
+from .times import iso
+
+# worker state (set in this process, or by the pool's initializer)
+_W: dict = {}
+
+
+def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str) -> None:
+    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline)
+
+
+def _one(task: tuple[int, int]) -> tuple[int, list]:
+    k, t0 = task
+    res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"])
+    return k, res
+
+
+def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
+                tasks: list[tuple[int, int]], workers: int = 1) -> list[tuple[int, list]]:
+    """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked."""
+    if workers <= 1 or len(tasks) <= 1:
+        _init(wl, cfg, spec, node, probes, baseline)
+        return [_one(t) for t in tasks]
+    with pool_context().Pool(workers, initializer=_init, initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
+        out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+    """Arrays in the dataset layout and the per-probe metadata frame, in sample/probe order."""
+    rows, hists = [], []
+    for k, probes in sorted(results, key=lambda r: r[0]):
+        for pr in sorted(probes, key=lambda p: p.meta["probe_time"]):
+            rows.append({"sample": k, **pr.meta})
+            hists.append(pr.history)
+    meta = pd.DataFrame(rows)
+    n = len(rows)
+    arrays = {
+        "X": np.stack(hists).astype(np.float32) if n else np.zeros((0, window, N_FEATURES), np.float32),
+        "y": ((meta["interruption_s"].to_numpy(np.float64) / 3600.0).astype(np.float32) if n
+              else np.zeros(0, np.float32)),
+        "sample": meta["sample"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
+        "sample_start": meta["sample_start"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
+        "probe_time": meta["probe_time"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
+        "node": meta["node"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
+    }
+    return arrays, meta
+
+
+def shared_params(uris: list[str], markers: list[dict]) -> dict:
+    """The sample parameters every shard shares (all but the shard); an error naming the odd one."""
+    shared = None
+    for uri, m in zip(uris, markers):
+        if m.get("step") != "sample":
+            raise StepError(f"{uri}: not a sample output (step {m.get('step')!r})")
+        p = {k: v for k, v in m["params"].items() if k != "shard"}
+        if shared is None:
+            shared = p
+        elif p != shared:
+            diff = sorted(k for k in set(p) | set(shared) if p.get(k) != shared.get(k))
+            raise StepError(f"{uri}: shard parameters differ from {uris[0]} in {diff}")
+    if len({tuple(m["params"]["shard"]) for m in markers}) != len(markers):
+        raise StepError("the same shard is given twice")
+    return shared or {}
+
+
+def merge_shards(uris: list[str], shared: dict) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
+    """(arrays, probes, manifest fields) of the shards in ``uris``, sorted by sample then probe time."""
+    parts, frames, fps = [], [], set()
+    for uri in uris:
+        arrays, probes, info = load_shard(uri)
+        if list(info["params"]["feature_names"]) != FEATURE_NAMES:
+            raise StepError(f"{uri}: feature names differ from this version's ({len(FEATURE_NAMES)} features)")
+        parts.append(arrays)
+        frames.append(probes)
+        fps.add(info["trace_fingerprint"])
+    if len(fps) != 1:
+        raise StepError(f"shards come from different traces: {sorted(fps)}")
+    cat = {k: np.concatenate([a[k] for a in parts]) for k in DATASET_KEYS}
+    probes = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((cat["probe_time"], cat["sample"]))
+    cat = {k: v[order] for k, v in cat.items()}
+    probes = probes.iloc[order].reset_index(drop=True)
+    dup = pd.Series(list(zip(cat["sample"], cat["probe_time"]))).duplicated()
+    if dup.any():
+        raise StepError(f"{int(dup.sum())} duplicated (sample, probe time) rows: overlapping shards?")
+    n = int(len(cat["y"]))
+    workload_s = int(round(float(shared["workload_days"]) * 86400))
+    manifest = {
+        "feature_names": FEATURE_NAMES,
+        "window": int(shared["window"]),
+        "step_s": int(shared["step_s"]),
+        "n_examples": n,
+        "n_samples": int(len(np.unique(cat["sample"]))),
+        "node": int(shared["node"]),
+        "baseline": shared["baseline"],
+        "shapes": {k: list(v.shape) for k, v in cat.items()},
+        "sample_start_min": int(cat["sample_start"].min()) if n else None,
+        "sample_start_max": int(cat["sample_start"].max()) if n else None,
+        "sample_start_min_iso": iso(cat["sample_start"].min()) if n else None,
+        "sample_start_max_iso": iso(cat["sample_start"].max()) if n else None,
+        "data_end": iso(int(cat["sample_start"].max()) + workload_s) if n else None,
+        "y_mean_h": float(cat["y"].mean()) if n else None,
+        "trace_fingerprint": fps.pop(),
+        "params": shared,
+    }
+    return cat, probes, manifest

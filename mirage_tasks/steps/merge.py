@@ -1,0 +1,51 @@
+"""``python -m mirage_tasks merge``: sample shards -> one chronological dataset.
+
+``--in`` takes committed ``sample`` outputs (any order); they must share every parameter
+but the shard (same trace, node size, baseline, window, configuration, ...). Rows are
+sorted by sample index, then probe time; a sample present twice is an error.
+
+Outputs under ``--out``: ``dataset.npz`` (``X`` float32 [n, window, F], ``y`` float32 [n]
+hours, ``sample``, ``sample_start``, ``probe_time``, ``node`` int64 [n]), ``probes.parquet``
+(per-probe metadata, same row order) and ``manifest.json``::
+
+    feature_names, window, step_s, n_examples, n_samples, node, baseline, shapes,
+    sample_start_min, sample_start_max (epoch s), sample_start_min_iso/max_iso,
+    data_end (ISO: max sample_start + workload_days, the latest trace time any example
+    depends on), trace_fingerprint, params (shared sample parameters), shards (fingerprints)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stepkit import Step, require_committed
+
+from .. import __version__
+from ..artifacts import DATASET_FILE, MANIFEST_FILE, PROBES_FILE
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in", dest="inputs", nargs="+", required=True, help="sample output prefixes (shards)")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    p.add_argument("--no-compress", action="store_true", help="write dataset.npz uncompressed")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..artifacts import npz_bytes, parquet_bytes
+    from ..samples import merge_shards, shared_params
+
+    markers = [require_committed(u, "sample shard") for u in args.inputs]
+    shared = shared_params(list(args.inputs), markers)
+    step = Step("merge", args.out, __version__, {"compress": not args.no_compress}, inputs=list(args.inputs))
+    if step.skip():
+        return 0
+    cat, probes, manifest = merge_shards(list(args.inputs), shared)
+    manifest["shards"] = [m["fingerprint"] for m in markers]
+    step.write_bytes(DATASET_FILE, npz_bytes(cat, compress=not args.no_compress))
+    step.write_bytes(PROBES_FILE, parquet_bytes(probes))
+    step.write_json(MANIFEST_FILE, manifest)
+    step.commit(summary={k: manifest[k] for k in ("n_examples", "n_samples", "node", "data_end", "y_mean_h")})
+    print(f"merge: {manifest['n_samples']} samples, {manifest['n_examples']} examples, X {manifest['shapes']['X']}, "
+          f"samples {manifest['sample_start_min_iso']} .. {manifest['sample_start_max_iso']}, "
+          f"data_end {manifest['data_end']}", flush=True)
+    return 0

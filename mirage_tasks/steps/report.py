@@ -1,0 +1,45 @@
+"""``python -m mirage_tasks report``: one self-contained HTML (and Markdown) results report.
+
+The page is built by :mod:`mirage_tasks.report` from the committed outputs given with
+``--in`` (metrics, validate, fidelity, train, datasets). Outputs under ``--out``:
+``report.html``, ``report.md``, ``figures/*.png``, then ``_SUCCESS.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stepkit import Step, StepError
+
+from .. import __version__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in", dest="inputs", nargs="+", required=True,
+                   help="step output prefixes (metrics, validate, fidelity, train, ...)")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    p.add_argument("--title", default="Mirage: online validation results", help="page title")
+    p.add_argument("--bootstrap", type=int, default=2000,
+                   help="bootstrap draws when metrics are computed here from validate outputs (2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed when metrics are computed here (0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report import KNOWN_STEPS, build, classify
+
+    items = classify(list(args.inputs))
+    if not any(i["step"] in KNOWN_STEPS for i in items):
+        raise StepError(f"none of the inputs is a {', '.join(KNOWN_STEPS)} output "
+                        f"(got steps {sorted({str(i['step']) for i in items})})")
+    params = {"title": args.title, "bootstrap": args.bootstrap, "seed": args.seed}
+    step = Step("report", args.out, __version__, params, inputs=list(args.inputs))
+    if step.skip():
+        return 0
+    page, md, figures, summary = build(items, args.title, args.bootstrap, args.seed)
+    for name, png in sorted(figures.items()):
+        step.write_bytes(f"figures/{name}", png)
+    step.write_bytes("report.md", md.encode())
+    step.write_bytes("report.html", page.encode())
+    step.commit(summary=summary)
+    print(f"report: {step.path('report.html')} ({len(page) / 1e6:.1f} MB, {len(figures)} figure(s))", flush=True)
+    return 0

@@ -1,0 +1,107 @@
+"""``python -m mirage_tasks sample``: offline Mirage training examples, one shard per run.
+
+Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours``; shard
+``I/S`` takes the samples with ``k % S == I`` (:mod:`mirage_tasks.schedule`). Each sample is
+simulated once up to the predecessor's submission, then forked per probe
+(:mod:`mirage_tasks.samples`): ``--baseline default`` gives ``--probes`` examples per
+sample, ``reactive``/``avg`` one.
+
+Outputs under ``--out``:
+
+* ``shard.npz``: ``X`` float32 [n, window, F] (features at the decision moment,
+  :mod:`mirage_tasks.sim.features`), ``y`` float32 [n] signed interruption in hours,
+  ``sample`` int64 (global index k), ``sample_start``, ``probe_time`` int64 epoch seconds,
+  ``node`` int64; rows ordered by sample, then probe time;
+* ``probes.parquet``: one row per example with the probe metadata (sample start, probe
+  time, predecessor submit/start/end, successor submit/start, interruption, backfilled,
+  queue length and average wait at the decision and at the predecessor's start, ...);
+* ``shard.json``: parameters, configuration, counts and timing; then ``_SUCCESS.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+from stepkit import Step, StepError
+
+from .. import __version__
+from ..artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
+from ..schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..sim.config import add_config_arguments
+from ..models.registry import BASELINES
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_schedule_arguments(p)
+    p.add_argument("--probes", type=int, default=7, help="decision times per sample in default mode (7)")
+    p.add_argument("--baseline", default="default", choices=("default", *BASELINES),
+                   help="default (training probes), reactive or avg")
+    p.add_argument("--window", type=int, default=144, help="snapshots per history (144)")
+    p.add_argument("--step-s", type=int, default=600, help="seconds between snapshots (600)")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..artifacts import npz_bytes, parquet_bytes, require_input
+    from ..samples import assemble, run_samples
+    from ..schema import parse_time, read_trace
+    from ..sim.config import config_from_args
+    from ..sim.episode import EpisodeSpec
+    from ..sim.features import FEATURE_NAMES
+    from ..sim.workload import Workload
+    from ..times import iso
+
+    shard_i, shard_n = check_schedule(args)
+    require_input(args.trace, "--trace")
+    if args.probes < 1 or args.window < 1 or args.step_s < 1:
+        raise StepError("--probes, --window and --step-s must be >= 1")
+    start = parse_time(args.start, "--start")
+    df, meta = read_trace(args.trace)
+    cfg = config_from_args(args, meta.machine_nodes)
+    if args.node > cfg.nodes:
+        raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")
+    spec = EpisodeSpec(args.warmup_days, args.workload_days, args.window, args.step_s)
+    params = {
+        "start": start.isoformat(), "count": args.count, "interval_hours": args.interval_hours,
+        "warmup_days": args.warmup_days, "workload_days": args.workload_days, "probes": args.probes,
+        "node": args.node, "baseline": args.baseline, "shard": [shard_i, shard_n], "window": args.window,
+        "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
+    }
+    step = Step("sample", args.out, __version__, params, inputs=[args.trace])
+    if step.skip():
+        return 0
+    wl = Workload.from_frame(df, cfg.procs_per_node or None)
+    if len(wl) == 0:
+        raise StepError(f"{args.trace}: no usable jobs")
+    tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
+    last_needed = tasks[-1][1] + int(args.workload_days * 86400) if tasks else 0
+    if tasks and (tasks[0][1] < wl.submit[0] or last_needed > wl.submit[-1]):
+        log.warning("sample: samples reach outside the trace's submits (%s .. %s): their workload is truncated",
+                    iso(wl.submit[0]), iso(wl.submit[-1]))
+    workers = resolve_workers(args.workers)
+    t = time.perf_counter()
+    results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers)
+    wall = time.perf_counter() - t
+    arrays, probes = assemble(results, args.window)
+    step.write_bytes(SHARD_FILE, npz_bytes(arrays))
+    step.write_bytes(PROBES_FILE, parquet_bytes(probes))
+    info = {
+        "params": params, "trace_fingerprint": wl.fingerprint, "n_samples": len(tasks),
+        "n_examples": int(len(probes)), "wall_s": round(wall, 3), "workers": workers,
+        "sample_start_min": int(arrays["sample_start"].min()) if len(probes) else None,
+        "sample_start_max": int(arrays["sample_start"].max()) if len(probes) else None,
+        "history_full": int(probes["history_full"].sum()) if len(probes) else 0,
+    }
+    step.write_json(SHARD_INFO_FILE, info)
+    y = arrays["y"]
+    summary = {"n_samples": len(tasks), "n_examples": int(len(y)), "wall_s": round(wall, 3),
+               "y_mean_h": float(y.mean()) if len(y) else None}
+    step.commit(summary=summary)
+    print(f"sample: {len(tasks)} samples, {len(y)} examples in {wall:.1f} s "
+          f"({wall / max(1, len(y)) * 1000:.1f} ms per example, {workers} worker(s))", flush=True)
+    return 0

@@ -1,0 +1,104 @@
+"""``python -m mirage_tasks synth``: fit a workload profile to a trace, or generate a synthetic trace.
+
+The profile and the generator are :mod:`mirage_tasks.synth`. ``--fit TRACE`` writes
+``profile.json`` and a real-vs-generated comparison (``fit_report.json``/``.md``);
+``--profile NAME|URI --from --to`` writes ``trace.parquet`` (the ``ingest`` layout) and
+``synth_report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stepkit import Step, StepError, storage
+
+from .. import __version__
+from ..profiles import PACKAGED
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)")
+    mode.add_argument("--profile", help=f"generate from this profile: a JSON URI or a packaged name ({', '.join(PACKAGED)})")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    p.add_argument("--timezone", default=None, help="with --fit on a raw sacct log: its IANA time zone")
+    p.add_argument("--batch-gap-s", type=float, default=60.0, help="with --fit: submits of one user closer than this form a batch")
+    p.add_argument("--compare-month", default=None, help="with --fit: month (YYYY-MM) to compare real vs generated (default: busiest)")
+    p.add_argument("--from", dest="t_from", help="with --profile: first submit time (ISO, UTC if no offset)")
+    p.add_argument("--to", dest="t_to", help="with --profile: end of the generated span (exclusive)")
+    p.add_argument("--seed", type=int, default=0, help="with --profile: random seed (same seed, same trace)")
+    p.add_argument("--load-scale", type=float, default=1.0, help="with --profile: multiply the arrival rate (default 1.0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.fit:
+        return _run_fit(args)
+    return _run_generate(args)
+
+
+def _read_any(uri: str, timezone: str | None) -> tuple:
+    from ..schema import TRACE_FILE, read_trace
+    from ..traces import parse
+
+    if uri.endswith(".parquet") or storage.exists(storage.join(uri, TRACE_FILE)):
+        return read_trace(uri)
+    res = parse(uri, "auto", timezone)
+    return res.frame, res.meta
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..synth import compare, fit_markdown, fit_profile, generate
+
+    params = {"mode": "fit", "batch_gap_s": args.batch_gap_s, "compare_month": args.compare_month, "timezone": args.timezone}
+    step = Step("synth-fit", args.out, __version__, params, inputs=[args.fit])
+    if step.skip():
+        return 0
+    df, meta = _read_any(args.fit, args.timezone)
+    profile = fit_profile(df, meta, args.batch_gap_s)
+    months = df["submit"].dt.strftime("%Y-%m")
+    month = args.compare_month or months.value_counts().idxmax()
+    real = df[months == month]
+    if real.empty:
+        raise StepError(f"--compare-month {month}: the trace has no jobs submitted then")
+    m0 = pd.Timestamp(month + "-01", tz="UTC")
+    m1 = m0 + pd.offsets.MonthBegin(1)
+    gen = generate(profile, m0, m1, seed=0)
+    rows = compare(real, gen)
+    step.write_json("profile.json", profile)
+    step.write_json("fit_report.json", {"month": month, "rows": rows})
+    step.write_bytes("fit_report.md", fit_markdown(rows, month).encode())
+    step.commit(summary={"jobs": profile["fitted_on"]["jobs"], "compare_month": month})
+    print(fit_markdown(rows, month))
+    return 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from ..schema import TRACE_FILE, TraceMeta, describe, parse_time, write_trace
+    from ..synth import generate, load_profile
+
+    if not args.t_from or not args.t_to:
+        raise StepError("--profile needs --from and --to")
+    t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
+    if t_to <= t_from:
+        raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
+    if args.load_scale <= 0:
+        raise StepError("--load-scale must be > 0")
+    profile = load_profile(args.profile)
+    params = {"mode": "generate", "profile": profile, "from": t_from.isoformat(), "to": t_to.isoformat(),
+              "seed": args.seed, "load_scale": args.load_scale}
+    step = Step("synth", args.out, __version__, params)
+    if step.skip():
+        return 0
+    df = generate(profile, t_from, t_to, args.seed, args.load_scale)
+    if df.empty:
+        raise StepError(f"the profile generated no jobs in [{args.t_from}, {args.t_to})")
+    meta = TraceMeta(source=f"synth:{args.profile}:seed={args.seed}", format="synthetic", timezone="UTC",
+                     machine_nodes=profile.get("machine_nodes"))
+    write_trace(step.record(TRACE_FILE), df, meta)
+    stats = describe(df)
+    step.write_json("synth_report.json", {"profile": args.profile, "seed": args.seed, "stats": stats})
+    step.commit(summary=stats)
+    print(f"synth: {stats['jobs']} jobs from {stats['first_submit']} to {stats['last_submit']} -> {step.path(TRACE_FILE)}")
+    return 0

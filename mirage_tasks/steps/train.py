@@ -1,0 +1,130 @@
+"""``train``: fit one Mirage model on a ``merge`` dataset (or a policy on a trained base model).
+
+    python -m mirage_tasks train --model transformer --dataset DATA --out MODEL
+        [--preset quick|paper] [--device cpu|cuda] [--seed S] [--param key=value ...]
+    python -m mirage_tasks train --model moe_policy --base MOE_MODEL --trace TRACE --out POLICY
+
+Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``) are trained on the
+earliest samples of the dataset and validated on the latest (chronological split by
+sample, see :mod:`mirage_tasks.models.data`; the fitting is
+:mod:`mirage_tasks.models.fit`). Features are ``log1p``-scaled and
+standardised with statistics of the training rows only; targets (hours) are centred and
+scaled for the neural models. Outputs under ``--out``:
+
+* ``config.json``: kind, architecture, hyper-parameters, scaler, target scaling, the
+  decision rule, the dataset's window and the train/validation windows (for leakage
+  checks), the weights file name;
+* the weights (``model.pt`` / ``model.ubj`` / ``model.skops`` / ``policy.pt``);
+* ``curves.json``: per-epoch (or per-round) training and validation loss and MAE;
+* ``metrics.json``: train and validation MAE in hours, the constant-predictor baseline,
+  wall time;
+* ``_SUCCESS.json`` last.
+
+Neural training checkpoints to ``checkpoints/`` under ``--out``; a killed run started again
+with the same flags resumes from the last checkpoint (removed after a successful run).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stepkit import Step, StepError
+
+from .. import __version__
+from ..models import KINDS, POLICIES, StopRequested
+from ..models import presets as presets_mod
+
+EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
+ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, choices=KINDS, help="model kind")
+    p.add_argument("--out", required=True, help="output prefix (URI) for the model")
+    p.add_argument("--dataset", help="merge output (URI with dataset.npz and manifest.json); regressors")
+    p.add_argument("--base", help="trained base model (moe for moe_policy, transformer for transformer_policy)")
+    p.add_argument("--trace", help="normalised trace (ingest output) the policy's simulator replays")
+    p.add_argument("--preset", default="quick", choices=sorted(presets_mod.PRESETS),
+                   help="hyper-parameter preset (default quick: minutes on 2 CPU cores)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one preset hyper-parameter (repeatable)")
+    p.add_argument("--quantile", type=float, default=None,
+                   help="xgboost only: fit this quantile with reg:quantileerror instead of the median")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (neural models)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--val-fraction", type=float, default=0.2, help="latest share of samples used for validation")
+    p.add_argument("--purge-days", type=float, default=None,
+                   help="drop training samples starting less than this before the first validation sample "
+                        "(default: the dataset's workload span, params.workload_days, else 5)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch/xgboost/sklearn (default: the CPUs this process may use)")
+    p.add_argument("--env", default="sim", choices=ENVS,
+                   help="policies: sim (the trace replayed by the simulator) or toy (synthetic smoke test)")
+    p.add_argument("--stop-after-epochs", type=int, default=None,
+                   help="stop (exit 75) after this many epochs in this run; rerunning resumes")
+
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..artifacts import require_input
+    from ..models.fit import remove_checkpoints, train_policy, train_regressor
+    from ..schedule import cpu_count
+
+    hp = presets_mod.resolve(args.preset, args.model, args.param)
+    if args.quantile is not None:
+        if args.model != "xgboost":
+            raise StepError("--quantile applies to --model xgboost only")
+        hp["quantile"] = args.quantile
+    if args.threads is not None and args.threads < 1:
+        raise StepError("--threads must be >= 1")
+    common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
+              "stop_after": args.stop_after_epochs, "preset": args.preset}
+    if args.model in POLICIES:
+        step, base_cfg = _policy_step(args, hp)
+        if step is None:
+            return 0
+        fit = lambda: train_policy(args.model, args.base, base_cfg, step, hp, env_kind=args.env,  # noqa: E731
+                                   trace=args.trace, **common)
+    else:
+        if not args.dataset:
+            raise StepError(f"--dataset is required for --model {args.model}")
+        require_input(args.dataset, "--dataset")
+        params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
+                  "val_fraction": args.val_fraction, "purge_days": args.purge_days}
+        step = Step("train", args.out, __version__, params, inputs=[args.dataset])
+        if step.skip():
+            return 0
+        fit = lambda: train_regressor(args.model, args.dataset, step, hp, val_fraction=args.val_fraction,  # noqa: E731
+                                      purge_days=args.purge_days, **common)
+    try:
+        result = fit()
+    except StopRequested as exc:
+        print(f"train: {exc}", flush=True)
+        return EXIT_STOPPED
+    step.commit(summary=result)
+    remove_checkpoints(step)
+    return 0
+
+
+def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]:
+    """The policy's Step (None when it is up to date) and its base model's config."""
+    from ..artifacts import require_input
+    from ..models.loader import read_config
+
+    want = POLICIES[args.model]
+    if not args.base:
+        raise StepError(f"--base (a trained {want} model) is required for {args.model}")
+    require_input(args.base, "--base")
+    base_cfg = read_config(args.base)
+    if base_cfg["kind"] != want:
+        raise StepError(f"{args.base}: is a {base_cfg['kind']} model; {args.model} needs a {want} model")
+    inputs = [args.base]
+    if args.env == "sim":
+        if not args.trace:
+            raise StepError("--trace is required for the simulator environment (or use --env toy)")
+        require_input(args.trace, "--trace")
+        inputs.append(args.trace)
+    params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
+              "env": args.env}
+    step = Step("train", args.out, __version__, params, inputs=inputs)
+    return (None if step.skip() else step), base_cfg

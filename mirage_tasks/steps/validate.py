@@ -1,0 +1,170 @@
+"""``python -m mirage_tasks validate``: a model (or a baseline) decides online, in the simulator.
+
+Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours`` exactly as
+in ``sample`` (:mod:`mirage_tasks.schedule`); shard ``I/S`` takes the samples with
+``k % S == I``. Each sample is one :class:`~mirage_tasks.sim.episode.DecisionEpisode`: the
+clock starts at the predecessor's submission and moves in steps of ``--decide-every-minutes``. At every step whose history
+window is full the model is asked once; the successor is submitted at the first "submit"
+
+* regressors: ``--threshold-h <= predicted signed interruption <= high_h`` (the model's
+  decision rule upper bound, 500 h by default), i.e. unless more than 30 minutes of
+  overlap are predicted;
+* policies: P(submit) > 0.5 (greedy, the default) or, with ``--stochastic``, a draw with
+  probability P(submit) from a generator seeded by ``(--seed, k)``,
+
+and is forced the moment the predecessor ends (never later). The baselines follow the
+``sample`` step's rules exactly: ``reactive`` submits at the predecessor's end, ``avg`` at
+the end minus the mean wait of the last 100 started jobs when the predecessor started
+(from the same pre-simulation :func:`~mirage_tasks.sim.episode.probe_times` uses).
+
+The guards, the decision rule and the episodes are :mod:`mirage_tasks.online`.
+
+Leakage guard: a model whose training data reach past the first validation sample start
+(``data.data_end`` / ``data.train_data_end`` of its ``config.json``, copied from the
+dataset manifest) is refused.
+
+Outputs under ``--out``:
+
+* ``validation.parquet``: one row per sample, ordered by sample index (see :data:`ROW_COLUMNS`);
+  times are int64 epoch seconds (UTC), durations in hours;
+* ``decisions.parquet``: every model evaluation (sample, time, output, submit);
+* ``validate.json``: parameters, model and data windows, counts, timing; then ``_SUCCESS.json``.
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+from stepkit import Step, StepError, read_marker, storage
+
+from .. import __version__
+from ..artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
+from ..schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..models.registry import BASELINES
+from ..sim.config import add_config_arguments
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_schedule_arguments(p)
+    p.add_argument("--model", required=True, help="trained model (train output URI), or 'reactive' / 'avg'")
+    p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
+    p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
+    p.add_argument("--threshold-h", type=float, default=-0.5,
+                   help="regressors: submit when the predicted signed interruption is >= this (-0.5 h)")
+    p.add_argument("--stochastic", action="store_true", help="policies: sample the action instead of argmax")
+    p.add_argument("--seed", type=int, default=0, help="seed of --stochastic (per sample: (seed, k))")
+    p.add_argument("--window", type=int, default=None,
+                   help="snapshots per history (default: the model's; 144 for baselines)")
+    p.add_argument("--step-s", type=int, default=None, help="seconds between snapshots (default: the model's; 600)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch/OpenMP threads per process (default 1: one history per model call)")
+    p.add_argument("--allow-node-mismatch", action="store_true",
+                   help="validate a model trained for another --node size (refused by default)")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..artifacts import parquet_bytes, require_input
+    from ..online import ROW_COLUMNS, make_rows, resolve_model, run_tasks, sampling_warnings
+    from ..schema import parse_time, read_trace
+    from ..sim.config import config_from_args
+    from ..sim.workload import Workload
+    from ..times import iso
+
+    shard_i, shard_n = check_schedule(args)
+    require_input(args.trace, "--trace")
+    if args.model not in BASELINES:
+        require_input(args.model, "--model")
+    if args.decide_every_minutes <= 0:
+        raise StepError("--decide-every-minutes must be > 0")
+    if (args.window is not None and args.window < 1) or (args.step_s is not None and args.step_s < 1):
+        raise StepError("--window and --step-s must be >= 1")
+    every_s = int(round(args.decide_every_minutes * 60))
+    start = parse_time(args.start, "--start")
+    tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
+    t_first = int(start.timestamp())
+    t_last = t_first + (args.count - 1) * int(round(args.interval_hours * 3600))
+    last_end = t_last + int(round(args.workload_days * 86400))
+
+    m = resolve_model(args.model, node=args.node, stochastic=args.stochastic, window=args.window,
+                      step_s=args.step_s, allow_node_mismatch=args.allow_node_mismatch,
+                      first_start=t_first, last_end=last_end)
+    kind, model_cfg, window, step_s, warnings = m["kind"], m["config"], m["window"], m["step_s"], m["warnings"]
+    inputs = [args.trace] + ([args.model] if model_cfg is not None else [])
+    name = args.name or kind
+
+    df, meta = read_trace(args.trace)
+    cfg = config_from_args(args, meta.machine_nodes)
+    if args.node > cfg.nodes:
+        raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")
+    if model_cfg is not None:
+        warnings += sampling_warnings(model_cfg, cfg.to_dict(), args.warmup_days, args.workload_days)
+    params = {
+        "model": name, "model_kind": kind, "start": start.isoformat(), "count": args.count,
+        "interval_hours": args.interval_hours, "warmup_days": args.warmup_days,
+        "workload_days": args.workload_days, "node": args.node, "decide_every_s": every_s,
+        "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
+        "shard": [shard_i, shard_n], "window": window, "step_s": step_s, "config": cfg.to_dict(),
+    }
+    step = Step("validate", args.out, __version__, params, inputs=inputs)
+    if step.skip():
+        return 0
+    wl = Workload.from_frame(df, cfg.procs_per_node or None)  # as `sample` builds it
+    if len(wl) == 0:
+        raise StepError(f"{args.trace}: no usable jobs")
+    if model_cfg is not None:
+        fp = model_cfg["data"].get("trace_fingerprint")
+        if fp and wl.fingerprint and fp != wl.fingerprint:
+            warnings.append(f"the model was trained on another trace (fingerprint {fp}, validating on {wl.fingerprint})")
+    for w in warnings:
+        log.warning("validate: %s", w)
+    if tasks and (tasks[0][1] - window * step_s < wl.submit[0] or tasks[-1][1] + args.workload_days * 86400 > wl.submit[-1]):
+        warnings.append(f"samples reach outside the trace's submits ({iso(wl.submit[0])} .. {iso(wl.submit[-1])})")
+        log.warning("validate: %s", warnings[-1])
+    workers = resolve_workers(args.workers)
+    threads = args.threads or 1
+    setup = {"kind": kind, "model_uri": args.model, "node": args.node, "warmup_days": args.warmup_days,
+             "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
+             "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
+             "threads": threads}
+    t = time.perf_counter()
+    results = run_tasks(wl, cfg, setup, tasks, workers)
+    wall = time.perf_counter() - t
+    rows, decisions = make_rows(results, name, kind, args.node)
+    step.write_bytes(ROWS_FILE, parquet_bytes(rows))
+    step.write_bytes(DECISIONS_FILE, parquet_bytes(decisions))
+    marker = read_marker(args.model) if model_cfg is not None else None
+    no_full = int((rows["n_decisions"] == 0).sum()) if model_cfg is not None else 0
+    if no_full:
+        warnings.append(f"{no_full} sample(s) never had a full history window before the forced submission")
+    info = {
+        "params": params, "trace_fingerprint": wl.fingerprint, "n_samples": len(rows), "wall_s": round(wall, 3),
+        "workers": workers, "episode_s_mean": round(float(np.mean([r[3] for r in results])), 4) if results else None,
+        "model_uri": storage.normalize(args.model) if model_cfg is not None else None,
+        "model_fingerprint": marker.get("fingerprint") if marker else None,
+        "model_data": {k: v for k, v in (model_cfg or {}).get("data", {}).items()
+                       if k not in ("feature_names", "sample_params", "split")} or None,
+        "leakage_check": m["leakage"], "warnings": warnings, "columns": ROW_COLUMNS,
+    }
+    step.write_json(VALIDATE_INFO_FILE, info)
+    summary = {"model": name, "node": args.node, "n_samples": len(rows), "wall_s": round(wall, 3)}
+    if len(rows):
+        summary.update({
+            "mean_signed_h": float(rows["signed_interruption_h"].mean()),
+            "mean_interruption_h": float(rows["interruption_h"].mean()),
+            "zero_share": float((rows["signed_interruption_h"] <= 0).mean()),
+            "forced_share": float(rows["forced"].mean()),
+        })
+    step.commit(summary=summary)
+    print(f"validate {name} node {args.node}: {len(rows)} samples in {wall:.1f} s ({workers} worker(s)); "
+          + (f"mean interruption {summary['mean_interruption_h']:.2f} h, zero share {summary['zero_share']:.0%}, "
+             f"forced {summary['forced_share']:.0%}" if len(rows) else "no samples"), flush=True)
+    return 0

@@ -1,0 +1,61 @@
+"""One registry per concept: every list of model kinds and baselines derives from models.registry."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from mirage_tasks.models import presets, registry
+
+
+def _parser(module: str) -> argparse.ArgumentParser:
+    import importlib
+
+    p = argparse.ArgumentParser()
+    importlib.import_module(module).add_arguments(p)
+    return p
+
+
+def _choices(parser: argparse.ArgumentParser, flag: str) -> tuple:
+    (action,) = [a for a in parser._actions if flag in a.option_strings]
+    return tuple(action.choices)
+
+
+def test_every_family_is_complete_and_resolvable():
+    assert registry.KINDS == tuple(registry.FAMILIES)
+    for kind, fam in registry.FAMILIES.items():
+        assert fam.kind == kind and fam.weights
+        assert callable(fam.fit_fn()) and callable(fam.load_fn())
+        if fam.policy:
+            assert fam.base in registry.REGRESSORS and fam.torch
+    assert set(registry.POLICIES) | set(registry.REGRESSORS) == set(registry.KINDS)
+    assert set(registry.NETS) == {"transformer", "moe"}
+    assert not set(registry.BASELINES) & set(registry.KINDS)
+    with pytest.raises(KeyError, match="unknown model kind 'lstm'"):
+        registry.family("lstm")
+
+
+def test_presets_loader_train_and_sample_derive_from_the_registry():
+    from mirage_tasks.models import loader
+
+    for name, kinds in presets.PRESETS.items():
+        assert set(kinds) == set(registry.KINDS), name
+    assert loader.WEIGHTS == {k: f.weights for k, f in registry.FAMILIES.items()}
+    assert _choices(_parser("mirage_tasks.steps.train"), "--model") == registry.KINDS
+    assert _choices(_parser("mirage_tasks.steps.sample"), "--baseline") == ("default", *registry.BASELINES)
+    from mirage_tasks import metrics
+
+    assert metrics.model_order(["xgboost", "avg", "reactive"]) == [*registry.BASELINES, "xgboost"]
+
+
+def test_step_parsers_import_without_numpy_pandas_or_torch():
+    code = ("import sys, importlib\n"
+            "for s in ('sample', 'merge', 'train', 'validate', 'metrics', 'report', 'synth', 'summary'):\n"
+            "    importlib.import_module('mirage_tasks.steps.' + s)\n"
+            "import mirage_tasks.models.registry\n"
+            "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
