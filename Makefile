@@ -5,7 +5,7 @@
 PY ?= python3
 VENV := $(CURDIR)/.venv
 PYTHON := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 # The local Airflow: SQLite, examples off, this repo's dags/ and plugins/. Exported for
 # every recipe, so AIRFLOW_HOME is set before anything imports airflow.
@@ -19,7 +19,6 @@ export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT := 18793
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT := 18794
 export HOUSE_RUNNER ?= local
 export HOUSE_STORAGE_ROOT ?= $(CURDIR)/var/storage
-export PYTHONPATH := $(CURDIR)
 
 # make demo TRACE=path-or-url  (a real sacct/SWF log); default: the ls6-fitted synthetic trace.
 # The demo validates the first 6 samples of the month before DEMO_DATE with models trained
@@ -38,11 +37,12 @@ help:
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, found " + sys.version.split()[0]'
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(PYTHON) -m pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

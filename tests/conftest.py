@@ -39,9 +39,10 @@ os.environ.update({
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
 })
-for _p in (str(PLUGINS), str(REPO)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# The task packages come from the install (`pip install -e .`); only the plugins folder,
+# which Airflow itself puts on sys.path when it loads plugins, is added for direct imports.
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
 
 
 #: Old Airflow import paths fail the tests. Added here rather than in pyproject.toml:
