@@ -49,6 +49,7 @@ SACCT_COLUMNS = {
     "priority": ("Priority",),
 }
 _SACCT_NULL_TIMES = {"", "Unknown", "None", "N/A"}
+_MIN_TIME, _MAX_TIME = pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01")
 _SACCT_NO_LIMIT = ["UNLIMITED", "Partition_Limit", "INVALID", ""]
 #: Sanity bounds: a time limit of at most 100 years, at most 10 million nodes/CPUs.
 _MAX_LIMIT_MIN = 100 * 366 * 24 * 60
@@ -214,13 +215,15 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
             return pd.Series(pd.NaT, index=range(len(rows)), dtype="datetime64[s]")
         null = s.isin(_SACCT_NULL_TIMES) | s.isna()
         parsed = pd.to_datetime(s.where(~null), format="%Y-%m-%dT%H:%M:%S", errors="coerce")
+        # Outside 1970-2200 is no job time (and would overflow time-zone conversion).
+        parsed = parsed.where((parsed >= _MIN_TIME) & (parsed < _MAX_TIME))
         broken = parsed.isna() & ~null
         if required:
             broken |= null
         for j in np.flatnonzero(broken.to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS)"
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
         return parsed
 
     submit = times("submit", True)
@@ -362,7 +365,7 @@ def _slurm_duration_s(text: str | None) -> float:
 
 
 def _slurm_status(state: str | None) -> str:
-    if state is None or pd.isna(state):
+    if state is None or pd.isna(state) or not state.split():
         return "UNKNOWN"
     s = state.split()[0].upper()
     if s == "COMPLETED":
@@ -529,6 +532,9 @@ def _swf_check_rows(v: np.ndarray, lines: list[int], t0: int) -> tuple[np.ndarra
         mark((job < 0) | (np.round(job) != job), lambda j: f"job number {job[j]:g} is not a non-negative integer")
         submit = v[:, 1]
         mark(submit < 0, lambda j: f"submit time {submit[j]:g} is negative (SWF times count from UnixStartTime)")
+        for col in (4, 7):  # processor counts become Int32 columns
+            mark(v[:, col] > _MAX_COUNT, lambda j, c=col: f"{_SWF_FIELDS[c]} {v[j, c]:g} is out of range")
+        mark(v[:, 8] > _MAX_LIMIT_MIN * 60, lambda j: f"requested time {v[j, 8]:g} s is out of range")
         last = t0 + submit + np.maximum(v[:, 2], 0) + np.maximum(v[:, 3], 0)
         mark(last > _MAX_EPOCH_S, lambda j: f"submit/wait/run times end after 2200 (submit {submit[j]:g} s)")
     ok = np.ones(len(v), dtype=bool)

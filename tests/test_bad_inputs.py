@@ -49,6 +49,8 @@ SWF_CASES = {
     "submit -1e12": (_swf_row(submit="-1e12"), "submit time -1e+12 is negative"),
     "duplicate job id": (_swf_row(job="2"), "duplicate job number 2"),
     "inf time limit": (_swf_row(limit="inf"), "requested time inf"),
+    "1e15 s time limit": (_swf_row(limit="1e15"), "requested time 1e+15 s is out of range"),
+    "1e12 processors": ("3 120 10 100 1e12 -1 -1 2 3600 -1 1 3 1 -1 1 1 -1 -1\n", "allocated processors 1e+12"),
 }
 SACCT_CASES = {
     "Timelimit abc": (_sacct_row(limit="abc"), "Timelimit 'abc' is not a Slurm duration"),
