@@ -28,11 +28,13 @@ TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test venv airflow-home system-deps bench ls6-results clean help
+.PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
-	@echo "make test                       run the whole test suite"
+	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
+	@echo "make test-fast                  run the unit tier only (seconds)"
+	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
 	@echo "make bench                      run the benchmarks in bench/"
 
 venv: $(STAMP)
@@ -74,6 +76,14 @@ demo: airflow-home system-deps
 
 test: airflow-home system-deps
 	$(PYTHON) -m pytest
+
+# The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -m unit -q
+
+# One tier: make test-tier TIER=dag (unit, dag or e2e).
+test-tier: airflow-home system-deps
+	$(PYTHON) -m pytest -m $(TIER)
 
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
 # 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.

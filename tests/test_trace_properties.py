@@ -22,7 +22,7 @@ from stepkit.cli import main
 pytestmark = pytest.mark.timeout(600)
 
 #: The readers alone are fast; the whole step (Parquet, marker) costs ~0.5 s an example.
-READER = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+READER = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STEP = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: Field values that broke readers before, mixed with ordinary ones.
