@@ -5,7 +5,7 @@
 PY ?= python3
 VENV := $(CURDIR)/.venv
 PYTHON := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 # The local Airflow: SQLite, examples off, this repo's dags/ and plugins/. Exported for
 # every recipe, so AIRFLOW_HOME is set before anything imports airflow.
@@ -19,7 +19,6 @@ export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT := 18793
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT := 18794
 export HOUSE_RUNNER ?= local
 export HOUSE_STORAGE_ROOT ?= $(CURDIR)/var/storage
-export PYTHONPATH := $(CURDIR)
 
 # make demo TRACE=path-or-url  (a real sacct/SWF log); default: the ls6-fitted synthetic trace.
 # The demo validates the first 6 samples of the month before DEMO_DATE with models trained
@@ -29,20 +28,23 @@ TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test venv airflow-home system-deps bench ls6-results clean help
+.PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
-	@echo "make test                       run the whole test suite"
+	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
+	@echo "make test-fast                  run the unit tier only (seconds)"
+	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
 	@echo "make bench                      run the benchmarks in bench/"
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, found " + sys.version.split()[0]'
 	@test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(PYTHON) -m pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -74,6 +76,14 @@ demo: airflow-home system-deps
 
 test: airflow-home system-deps
 	$(PYTHON) -m pytest
+
+# The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -m unit -q
+
+# One tier: make test-tier TIER=dag (unit, dag or e2e).
+test-tier: airflow-home system-deps
+	$(PYTHON) -m pytest -m $(TIER)
 
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
 # 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.

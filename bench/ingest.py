@@ -14,7 +14,6 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from mirage_tasks.traces import parse  # noqa: E402
 from stepkit.cli import main  # noqa: E402

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, wrk_available  # noqa: E402
 

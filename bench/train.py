@@ -31,13 +31,12 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def _train(argv: list[str], out: str, threads: int) -> dict:
     """Run ``python -m mirage_tasks train <argv>`` and return its metrics (or the error)."""
     cmd = [sys.executable, "-m", "mirage_tasks", "train", *argv, "--out", out, "--threads", str(threads)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0

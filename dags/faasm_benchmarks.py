@@ -16,32 +16,63 @@ Every step is ``python -m faasm_tasks <step>`` through the house factory. Result
 ``<HOUSE_STORAGE_ROOT>/faasm_benchmarks/<date>/<run id>/...`` (see faasm_tasks).
 
 Params: ``target`` (``local``: processes on the worker, for laptops and CI; ``knative``:
-the cluster), ``experiments`` and ``systems`` to run (default: all). Repeat counts and
-parameters come from the experiment catalogue (``FAASM_CATALOGUE_DIR`` adds your own).
+the cluster), ``experiments`` and ``systems`` to run (default: all). The experiments and
+their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
+YAML here, without importing the task package); repeat counts and parameters come from
+it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). Each catalogue experiment
+needs a run timeout below: a new one without it fails the parse, naming it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from datetime import datetime, timedelta
+from pathlib import Path
 
+import yaml
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from house import default_args, get_config, step
+from house import MACROS, default_args, steps_for
 
-# The catalogue shipped in faasm_tasks/experiments (the DAG never imports the task package).
-EXPERIMENTS = ["sgd_reuters_svm", "matrix_multiplication", "tf_inference_latency", "tf_inference_throughput"]
-SYSTEMS = ["wasm", "native"]
-# Timeouts per experiment run (the catalogue's durations plus margin).
+step, _ = steps_for("faasm_tasks")
+
+
+def catalogue_systems() -> dict[str, list[str]]:
+    """``{experiment: [systems]}`` of the packaged catalogue, read as YAML (no task-package import).
+
+    ``find_spec`` locates the installed ``faasm_tasks`` without running its code.
+    """
+    spec = importlib.util.find_spec("faasm_tasks")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("faasm_tasks is not installed (pip install -e . from the repository root)")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "experiments"
+    out = {}
+    for path in sorted(folder.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        out[doc["name"]] = list(doc["systems"])
+    if not out:
+        raise RuntimeError(f"no experiments in {folder}")
+    return out
+
+
+CATALOGUE = catalogue_systems()
+EXPERIMENTS = list(CATALOGUE)
+SYSTEMS = list(dict.fromkeys(s for systems in CATALOGUE.values() for s in systems))
+# Airflow timeout of each experiment's run step (the catalogue's sweep durations plus
+# margin); tests/dags/test_dag_integrity.py checks these keys against the catalogue.
 RUN_TIMEOUT = {
     "sgd_reuters_svm": timedelta(hours=2),
     "matrix_multiplication": timedelta(hours=2),
     "tf_inference_latency": timedelta(hours=3),
     "tf_inference_throughput": timedelta(hours=6),
 }
+_untimed = sorted(set(EXPERIMENTS) - RUN_TIMEOUT.keys())
+if _untimed:
+    raise ValueError(f"faasm_benchmarks: no RUN_TIMEOUT for catalogue experiment(s) {', '.join(_untimed)}")
 COMMON = [
     "--target", "{{ params.target }}",
     "--run-id", "{{ run_id }}",
-    "--results", f"{get_config().storage_root.rstrip('/')}/faasm_benchmarks",
+    "--results", "{{ house_storage_prefix(dag.dag_id) }}",  # resolved at run time, as in mirage_pipeline
     "--date", "{{ ds }}",
 ]
 
@@ -56,6 +87,7 @@ with DAG(
     allowed_run_types=["scheduled", "manual"],  # a backfill cannot measure the past
     default_args=default_args(owner="faasm"),
     tags=["faasm", "benchmark"],
+    user_defined_macros=dict(MACROS),
     params={
         "target": Param("local", enum=["local", "knative"], title="Target",
                         description="local: worker processes on 127.0.0.1 (pipeline check, not Faasm); "
@@ -68,7 +100,7 @@ with DAG(
 ) as dag:
     previous = None
     for experiment in EXPERIMENTS:
-        for system in SYSTEMS:
+        for system in CATALOGUE[experiment]:
             group = f"{experiment}__{system}"
             sel = ["--experiment", experiment, "--system", system]
             with TaskGroup(group_id=group):
@@ -83,27 +115,27 @@ with DAG(
                         raise AirflowSkipException(f"{exp}/{sys_} not selected")
 
                 setup = prepare().as_setup()
-                deploy = step("deploy", package="faasm_tasks", argv=["deploy", *COMMON, *sel],
+                deploy = step("deploy", argv=["deploy", *COMMON, *sel],
                               timeout=timedelta(minutes=30))
-                wait = step("wait_ready", package="faasm_tasks",
+                wait = step("wait_ready",
                             argv=["wait-ready", *COMMON, "--timeout", "900"], timeout=timedelta(minutes=20))
-                upload = step("upload_data", package="faasm_tasks", argv=["upload-data", *COMMON, *sel],
+                upload = step("upload_data", argv=["upload-data", *COMMON, *sel],
                               timeout=timedelta(hours=1))
-                run = step("run", package="faasm_tasks", preset="cpu-large",
+                run = step("run", preset="cpu-large",
                            argv=["run", *COMMON, *sel, "--keep-billing"], timeout=RUN_TIMEOUT[experiment])
                 # collect is a teardown too: it runs after a failed run, so partial results are kept.
-                collect = step("collect", package="faasm_tasks", argv=["collect", *COMMON],
+                collect = step("collect", argv=["collect", *COMMON],
                                timeout=timedelta(minutes=20)).as_teardown(setups=setup)
-                teardown = step("teardown", package="faasm_tasks", argv=["teardown", *COMMON],
+                teardown = step("teardown", argv=["teardown", *COMMON],
                                 timeout=timedelta(minutes=30)).as_teardown(setups=setup)
-                verify = step("verify_clean", package="faasm_tasks", argv=["verify-clean", *COMMON],
+                verify = step("verify_clean", argv=["verify-clean", *COMMON],
                               timeout=timedelta(minutes=10))
                 setup >> deploy >> wait >> upload >> run >> collect >> teardown >> verify
             if previous is not None:
                 previous >> setup
             previous = verify
 
-    summarize = step("summarize", package="faasm_tasks", argv=["summarize", *COMMON],
+    summarize = step("summarize", argv=["summarize", *COMMON],
                      timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE)
     previous >> summarize
 

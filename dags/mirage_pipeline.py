@@ -34,7 +34,9 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param, TriggerRule, task
 
-from house import default_args, get_config, step, step_partial
+from house import default_args, steps_for, storage_prefix
+
+step, step_partial = steps_for("mirage_tasks")
 
 with DAG(
     dag_id="mirage_pipeline",
@@ -101,7 +103,7 @@ with DAG(
             key = logical_date.astimezone(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
         else:
             key = context["run_id"].replace(":", "").replace("+", "")
-        prefix = f"{get_config().storage_root.rstrip('/')}/mirage_pipeline/{key}"
+        prefix = storage_prefix(context["dag"].dag_id, key)
         return make_plan(dict(context["params"]), prefix, logical_date)
 
     @task

@@ -7,8 +7,16 @@ RUN apt-get update && apt-get install -y --no-install-recommends wrk && rm -rf /
 WORKDIR /opt/house
 COPY constraints.txt docker/requirements-faasm.txt ./
 RUN pip install -r requirements-faasm.txt -c constraints.txt
+# The packages are installed, not put on PYTHONPATH (their dependencies came from
+# requirements-faasm.txt); the source copy is removed so only the installed one imports.
+WORKDIR /tmp/src
+COPY pyproject.toml README.md ./
+COPY docker ./docker
 COPY stepkit ./stepkit
+COPY mirage_tasks ./mirage_tasks
 COPY faasm_tasks ./faasm_tasks
+RUN pip install --no-deps . && cd / && rm -rf /tmp/src
+WORKDIR /opt/house
 RUN useradd --uid 10001 --create-home runner && python -m faasm_tasks --help >/dev/null
 USER 10001
 ENTRYPOINT []

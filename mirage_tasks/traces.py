@@ -49,6 +49,11 @@ SACCT_COLUMNS = {
     "priority": ("Priority",),
 }
 _SACCT_NULL_TIMES = {"", "Unknown", "None", "N/A"}
+_MIN_TIME, _MAX_TIME = pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01")
+_SACCT_NO_LIMIT = ["UNLIMITED", "Partition_Limit", "INVALID", ""]
+#: Sanity bounds: a time limit of at most 100 years, at most 10 million nodes/CPUs.
+_MAX_LIMIT_MIN = 100 * 366 * 24 * 60
+_MAX_COUNT = 10_000_000
 _STEP_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?\.")  # 123.batch, 123_4.0, 123+1.extern
 
 
@@ -210,13 +215,15 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
             return pd.Series(pd.NaT, index=range(len(rows)), dtype="datetime64[s]")
         null = s.isin(_SACCT_NULL_TIMES) | s.isna()
         parsed = pd.to_datetime(s.where(~null), format="%Y-%m-%dT%H:%M:%S", errors="coerce")
+        # Outside 1970-2200 is no job time (and would overflow time-zone conversion).
+        parsed = parsed.where((parsed >= _MIN_TIME) & (parsed < _MAX_TIME))
         broken = parsed.isna() & ~null
         if required:
             broken |= null
         for j in np.flatnonzero(broken.to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS)"
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
         return parsed
 
     submit = times("submit", True)
@@ -228,23 +235,54 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         if s is None:
             return None
         out = pd.to_numeric(s.str.replace(r"[KMG]$", "", regex=True), errors="coerce")
-        for j in np.flatnonzero((out.isna() & s.notna() & (s != "")).to_numpy()):
+        out = out.astype("Float64")
+        broken = (out.isna() & s.notna() & (s != "")) | (out.notna() & ((out.abs() > 2**53) | (out.round() != out)))
+        for j in np.flatnonzero(broken.fillna(False).to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a number"
-        return out.astype("Int64")
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not an integer"
+        return out.where(~broken.fillna(False)).astype("Int64")
+
+    def mark(mask: np.ndarray, reason) -> None:
+        for j in np.flatnonzero(mask):
+            if not bad[j]:
+                bad[j] = True
+                reasons[j] = reason(j)
 
     if "limit_min" in cols:
         lim = col("limit_min")
-        limit_min = pd.to_numeric(lim.where(~lim.isin(["UNLIMITED", "Partition_Limit", ""])), errors="coerce")
-        limit_s = (limit_min * 60).astype("Int64")
+        unlimited = lim.isin(_SACCT_NO_LIMIT) | lim.isna()
+        limit_min = pd.to_numeric(lim.where(~unlimited), errors="coerce")
+        broken = ((limit_min.isna() & ~unlimited) | (limit_min < 0) | (limit_min > _MAX_LIMIT_MIN)).fillna(False)
+        mark(broken.to_numpy(), lambda j: f"{SACCT_COLUMNS['limit_min'][0]} {lim.iloc[j]!r} is not a time limit "
+                                          "in minutes")
+        limit_s = (limit_min.where(~broken) * 60).round().astype("Int64")
     elif "limit_text" in cols:
-        limit_s = col("limit_text").map(_slurm_duration_s).astype("Int64")
+        text = col("limit_text")
+        seconds, broken = [], []
+        for value in text:
+            try:
+                sec = _slurm_duration_s(value)
+                ok = np.isnan(sec) or 0 <= sec <= _MAX_LIMIT_MIN * 60
+            except (ValueError, TypeError):
+                sec, ok = np.nan, False
+            seconds.append(sec if ok else np.nan)
+            broken.append(not ok)
+        mark(np.array(broken, dtype=bool),
+             lambda j: f"Timelimit {text.iloc[j]!r} is not a Slurm duration ([D-]HH:MM:SS, MM, UNLIMITED)")
+        limit_s = pd.Series(pd.array(seconds, dtype="Float64"), dtype="Float64").round().astype("Int64")
     else:
         limit_s = pd.Series(pd.NA, index=range(len(rows)), dtype="Int64")
     nodes = ints("nodes")
     procs = ints("procs")
     priority = ints("priority")
+    for key, counts in (("nodes", nodes), ("procs", procs)):
+        if counts is not None:
+            name = header[cols[key]]
+            mark(((counts < 1) | (counts > _MAX_COUNT)).fillna(False).to_numpy(),
+                 lambda j, c=counts, n=name: f"{n} {c.iloc[j]} is not a positive count")
+    job_ids = col("job_id")
+    mark((job_ids.isna() | (job_ids == "")).to_numpy(), lambda j: "empty JobID")
 
     # Logical consistency: a job cannot start before it is submitted or end before it starts.
     incons = ((start.notna() & (start < submit)) | (end.notna() & start.notna() & (end < start))).to_numpy()
@@ -327,7 +365,7 @@ def _slurm_duration_s(text: str | None) -> float:
 
 
 def _slurm_status(state: str | None) -> str:
-    if state is None or pd.isna(state):
+    if state is None or pd.isna(state) or not state.split():
         return "UNKNOWN"
     s = state.split()[0].upper()
     if s == "COMPLETED":
@@ -397,10 +435,15 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
 
     try:
         t0 = int(header.get("UnixStartTime", "0").split()[0])
-    except ValueError as exc:
+    except (ValueError, IndexError) as exc:
         raise StepError(f"{uri}: header UnixStartTime {header.get('UnixStartTime')!r} is not an integer") from exc
+    if not 0 <= t0 <= _MAX_EPOCH_S:
+        raise StepError(f"{uri}: header UnixStartTime {t0} is outside 1970-2200")
     if "UnixStartTime" not in header:
         log.warning("%s: no UnixStartTime header; times are seconds from the epoch", uri)
+    keep, row_rejects = _swf_check_rows(values, good_lines, t0)
+    rejected.extend(row_rejects)
+    values = values[keep]
 
     v = values
     submit = t0 + v[:, 1]
@@ -452,6 +495,58 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
         partitions=partitions,
     )
     return ParseResult(df, meta, len(data_lines), rejected, notes)
+
+
+_SWF_FIELDS = (
+    "job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
+    "used memory", "requested processors", "requested time", "requested memory", "status", "user id",
+    "group id", "executable number", "queue number", "partition number", "preceding job", "think time",
+)
+#: Latest absolute time accepted (2200-01-01 UTC): pandas' nanosecond timestamps end in 2262.
+_MAX_EPOCH_S = 7_258_118_400
+
+
+def _swf_check_rows(v: np.ndarray, lines: list[int], t0: int) -> tuple[np.ndarray, list[Rejected]]:
+    """Rows that can be used (mask) and the others with their reason.
+
+    Every field must be a finite number within the exact-integer range of a float;
+    the job number a non-negative integer seen for the first time; the submit time
+    non-negative (SWF counts from ``UnixStartTime``) and every resulting time before
+    2200. ``-1`` stays "unknown" for the fields SWF allows it in (not the job number or
+    the submit time).
+    """
+    if not len(v):
+        return np.zeros(0, dtype=bool), []
+    reasons: dict[int, str] = {}
+
+    def mark(mask: np.ndarray, reason) -> None:
+        for j in np.flatnonzero(mask):
+            reasons.setdefault(int(j), reason(int(j)))
+
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(v) & (np.abs(v) <= 2.0**53)
+        bad_field = np.argmin(finite, axis=1)
+        mark(~finite.all(axis=1),
+             lambda j: f"{_SWF_FIELDS[bad_field[j]]} {float(v[j, bad_field[j]]):g} is not a finite number in range")
+        job = v[:, 0]
+        mark((job < 0) | (np.round(job) != job), lambda j: f"job number {job[j]:g} is not a non-negative integer")
+        submit = v[:, 1]
+        mark(submit < 0, lambda j: f"submit time {submit[j]:g} is negative (SWF times count from UnixStartTime)")
+        for col in (4, 7):  # processor counts become Int32 columns
+            mark(v[:, col] > _MAX_COUNT, lambda j, c=col: f"{_SWF_FIELDS[c]} {v[j, c]:g} is out of range")
+        mark(v[:, 8] > _MAX_LIMIT_MIN * 60, lambda j: f"requested time {v[j, 8]:g} s is out of range")
+        last = t0 + submit + np.maximum(v[:, 2], 0) + np.maximum(v[:, 3], 0)
+        mark(last > _MAX_EPOCH_S, lambda j: f"submit/wait/run times end after 2200 (submit {submit[j]:g} s)")
+    ok = np.ones(len(v), dtype=bool)
+    ok[list(reasons)] = False
+    seen: set[int] = set()
+    for j in np.flatnonzero(ok):
+        number = int(v[j, 0])
+        if number in seen:
+            reasons[int(j)] = f"duplicate job number {number}"
+            ok[j] = False
+        seen.add(number)
+    return ok, [Rejected(lines[j], f"SWF {r}") for j, r in sorted(reasons.items())]
 
 
 def _swf_rowwise(good: list[str], lines: list[int]) -> tuple[np.ndarray, list[Rejected], list[int]]:

@@ -5,7 +5,16 @@ Each step lives in its own module exposing ``add_arguments(parser)`` and
 ``ingest`` never pays for importing torch.
 
 Exit codes: 0 success (or skipped), 2 bad input or parameters (:class:`StepError`,
-``ValueError`` from argument checks), 1 anything else (with a traceback).
+argparse errors), 1 anything else (with a traceback).
+
+Called without ``argv`` (``python -m <package>`` and the ``mirage-tasks`` /
+``faasm-tasks`` console scripts), :func:`main` is the process entry: it flushes stdout
+and stderr and leaves with ``os._exit(rc)``. Interpreter shutdown is skipped on
+purpose: pyarrow's thread pools can abort it (``terminate called without an active
+exception``, exit 134) after a step failed, which would turn a deterministic exit 2
+into a random 134 that Airflow retries. Everything a step writes is committed (files
+closed, renamed) before ``run`` returns, so nothing is lost by skipping the shutdown.
+Called with ``argv`` (tests), it returns the exit code.
 """
 
 from __future__ import annotations
@@ -13,9 +22,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from .step import StepError
 
@@ -30,8 +41,30 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def main(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str] | None = None) -> int:
-    """Dispatch ``argv`` to ``steps[name] = (module, one-line help)``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Dispatch ``argv`` to ``steps[name] = (module, one-line help)``.
+
+    With ``argv=None`` the command line of this process is used and the process exits
+    (see the module docstring); otherwise the exit code is returned.
+    """
+    if argv is None:
+        exit_now(dispatch(prog, steps, sys.argv[1:]))
+    return dispatch(prog, steps, argv)
+
+
+def exit_now(rc: int) -> None:
+    """Flush stdio and end the process with ``rc``, skipping interpreter shutdown."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe must not change the exit code
+            pass
+    logging.shutdown()
+    os._exit(rc)
+
+
+def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str]) -> int:
+    """Run one step and return its exit code (0, 2 or 1; 130 when interrupted)."""
+    argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         lines = [f"usage: python -m {prog} <step> [flags]   (python -m {prog} <step> --help)", "", "steps:"]
         lines += [f"  {name:<14} {helptext}" for name, (_, helptext) in steps.items()]
@@ -45,7 +78,10 @@ def main(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str] | 
     parser = argparse.ArgumentParser(prog=f"python -m {prog} {name}", description=steps[name][1])
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     module.add_arguments(parser)
-    args = parser.parse_args(rest)
+    try:
+        args = parser.parse_args(rest)
+    except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message printed)
+        return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
     try:
         rc = module.run(args)
@@ -59,3 +95,19 @@ def main(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str] | 
         traceback.print_exc()
         return 1
     return int(rc or 0)
+
+
+def console() -> None:
+    """Console-script entry (``mirage-tasks``, ``faasm-tasks``): the package is the script's name.
+
+    ``mirage-tasks ingest ...`` is ``python -m mirage_tasks ingest ...``; the step
+    registry is the package's ``__main__.STEPS``.
+    """
+    package = Path(sys.argv[0]).name.removesuffix(".exe").replace("-", "_")
+    try:
+        registry = importlib.import_module(f"{package}.__main__")
+        steps = registry.STEPS
+    except (ImportError, AttributeError):
+        print(f"{sys.argv[0]}: no task package {package!r} with a STEPS registry in __main__", file=sys.stderr)
+        exit_now(2)
+    main(package, steps)

@@ -9,7 +9,8 @@ and last the marker ``_SUCCESS.json``::
 The fingerprint is the SHA-256 of the step name, its code version, its parameters and
 the fingerprints of its inputs (an input produced by another step contributes that
 step's fingerprint; any other file contributes the SHA-256 of its bytes). A rerun with
-the same fingerprint, whose outputs are all still there, is skipped. A rerun with a
+the same fingerprint is skipped only when every output still has the size and SHA-256
+the marker recorded (a truncated or edited output is recomputed). A rerun with a
 different fingerprint first removes the old marker, so readers never trust outputs
 that are being replaced. A failing step never writes a marker.
 """
@@ -124,14 +125,35 @@ class Step:
         """
         marker = read_marker(self.out)
         if marker is not None and marker.get("fingerprint") == self.fingerprint:
-            missing = [o for o in marker.get("outputs", {}) if not storage.exists(self.path(o))]
-            if not missing:
+            changed = self._changed_outputs(marker.get("outputs") or {})
+            if not changed:
                 log.info("%s: skipped, outputs in %s are up to date (fingerprint %s)",
                          self.name, self.out, self.fingerprint[:12])
                 print(f"{self.name}: skipped (up to date: {self.out})", flush=True)
                 return True
-            log.warning("%s: marker present but outputs missing (%s); recomputing", self.name, missing)
+            log.warning("%s: marker present but outputs differ from what it recorded (%s); recomputing",
+                        self.name, "; ".join(changed))
+            print(f"{self.name}: recomputing, committed outputs changed since their marker: {'; '.join(changed)}",
+                  flush=True)
         return False
+
+    def _changed_outputs(self, recorded: dict[str, Any]) -> list[str]:
+        """Outputs that are missing or whose size or SHA-256 differs from the marker's record."""
+        changed = []
+        for rel, want in recorded.items():
+            uri = self.path(rel)
+            if not storage.exists(uri):
+                changed.append(f"{rel}: missing")
+                continue
+            if not isinstance(want, dict) or "size" not in want or "sha256" not in want:
+                changed.append(f"{rel}: no size/sha256 recorded")
+                continue
+            size = storage.size_of(uri)
+            if size != want["size"]:
+                changed.append(f"{rel}: {size} bytes, {want['size']} committed")
+            elif storage.sha256_of(uri) != want["sha256"]:
+                changed.append(f"{rel}: content changed (SHA-256)")
+        return changed
 
     def _invalidate(self) -> None:
         """Remove a previous run's marker before the first output is replaced."""

@@ -39,9 +39,10 @@ os.environ.update({
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
 })
-for _p in (str(PLUGINS), str(REPO)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# The task packages come from the install (`pip install -e .`); only the plugins folder,
+# which Airflow itself puts on sys.path when it loads plugins, is added for direct imports.
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
 
 
 #: Old Airflow import paths fail the tests. Added here rather than in pyproject.toml:
@@ -52,6 +53,41 @@ DEPRECATED_IMPORT_FILTER = "error::airflow.utils.deprecation_tools.DeprecatedImp
 
 def pytest_configure(config):
     config.addinivalue_line("filterwarnings", DEPRECATED_IMPORT_FILTER)
+
+
+# --- test tiers (markers registered in pyproject.toml) ---------------------------------
+#: ``unit``: modules and steps on small generated inputs (``make test-fast``, seconds);
+#: ``dag``: DAG parsing, the house factory, pod specs, the local runner (tests/dags/);
+#: ``e2e``: whole pipelines and many-process runs (``*_e2e.py``, plus the files below).
+#: The tier follows the file name (and tests/dags/ for ``dag``), so a test file moved
+#: to another folder keeps its tier. ``make test`` runs all three.
+TIERS = ("unit", "dag", "e2e")
+#: Files without ``_e2e`` in their name that run training loops, worker pools, timed
+#: load or whole reports (5-30 s each on 2 cores): e2e, so the unit tier stays fast.
+E2E_FILES = frozenset({
+    "test_train.py",       # torch/XGBoost/RF training, resume after a kill
+    "test_validate.py",    # online validation in worker processes
+    "test_sampling.py",    # simulator samples on the real ls6 log, sharded workers
+    "test_models.py",      # REINFORCE training runs
+    "test_report.py",      # the whole HTML report with its plots
+    "test_loadgen.py",     # open/closed-loop load against live local servers (timing)
+})
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test file: ``e2e`` by name, ``dag`` under tests/dags/, else ``unit``."""
+    if path.stem.endswith("_e2e") or path.name in E2E_FILES:
+        return "e2e"
+    if "dags" in path.relative_to(REPO / "tests").parts[:-1]:
+        return "dag"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(Path(str(item.fspath)))
+        if not any(item.get_closest_marker(t) for t in TIERS):  # an explicit tier marker wins
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def pytest_unconfigure(config):

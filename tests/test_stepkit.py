@@ -110,3 +110,46 @@ def test_failure_before_writing_keeps_previous_results(tmp_path):
     assert not step.skip()
     # The run fails validating its input, before any write: the old results stay committed.
     assert read_marker(str(out))["params"] == {"k": 1}
+
+
+def test_rerun_recomputes_a_truncated_output(tmp_path, capsys):
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    assert _run_step(out, {"k": 1}, inp) == "ran"
+    data = (out / "b.json").read_bytes()
+    (out / "b.json").write_bytes(data[:-3])  # truncated after the commit
+    capsys.readouterr()
+    assert _run_step(out, {"k": 1}, inp) == "ran"
+    assert "b.json: " in capsys.readouterr().out
+    assert (out / "b.json").read_bytes() == data
+    assert _run_step(out, {"k": 1}, inp) == "skipped"
+
+
+def test_rerun_recomputes_an_output_changed_in_place(tmp_path):
+    """Same size, other bytes: only the checksum can tell."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    _run_step(out, {"k": 1}, inp)
+    (out / "a.txt").write_bytes(b"Z")
+    step = Step("demo", str(out), "1", {"k": 1}, inputs=[str(inp)])
+    assert not step.skip()
+    assert step._changed_outputs(read_marker(str(out))["outputs"]) == ["a.txt: content changed (SHA-256)"]
+
+
+def test_marker_without_checksums_is_not_trusted(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+    _run_step(out, {"k": 1}, inp)
+    marker = read_marker(str(out))
+    marker["outputs"] = dict.fromkeys(marker["outputs"], {})
+    storage.write_json(str(out / MARKER), marker)
+    assert _run_step(out, {"k": 1}, inp) == "ran"
+
+
+def test_argparse_errors_return_2_in_process(capsys):
+    steps = {"ingest": ("mirage_tasks.ingest", "x")}
+    assert main("mirage_tasks", steps, ["ingest", "--no-such-flag"]) == 2
+    assert "error: the following arguments are required: --trace, --out" in capsys.readouterr().err

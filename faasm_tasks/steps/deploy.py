@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
+
 from ..common import add_common, load_plan, parse_set, run_date
 from ..results import write_op_report
 from ..targets import get_target
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value exits 2 naming the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def add_arguments(p):
     add_common(p, experiment=True, experiment_required=True)
-    p.add_argument("--workers", type=int, help="override the worker replica count")
+    p.add_argument("--workers", type=positive_int, help="override the worker replica count (>= 1)")
     p.add_argument("--set", action="append", default=[], help="parameter override key=value")
 
 
 def run(args) -> int:
     date = run_date(args)
     plan = load_plan(args, parse_set(args.set))
-    if args.workers:
+    if args.workers is not None:
         plan.deployment["worker_replicas"] = args.workers
     target = get_target(args.target, args)
     report = target.deploy(plan)

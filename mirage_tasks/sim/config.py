@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -58,8 +60,10 @@ class SimConfig:
     procs_per_node: int = 0             # converts processor counts to nodes where a trace has no node count
 
     def __post_init__(self) -> None:
-        if int(self.nodes) < 1:
-            raise StepError(f"cluster size must be >= 1 node, got {self.nodes}")
+        for f in dataclasses.fields(self):
+            _check_type(f.name, getattr(self, f.name), f.type)
+        if self.nodes < 1:
+            raise StepError(f"nodes must be a positive number of nodes (the cluster size), got {self.nodes}")
         if self.backfill not in BACKFILL_MODES:
             raise StepError(f"backfill must be one of {BACKFILL_MODES}, got {self.backfill!r}")
         if self.priority not in PRIORITY_MODES:
@@ -77,14 +81,44 @@ class SimConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> SimConfig:
+    def from_dict(cls, doc: dict[str, Any], sources: dict[str, str] | None = None) -> SimConfig:
+        """A config from a mapping of fields; ``sources[field]`` names where each value came
+        from (a file, a flag) and prefixes any error about it."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(doc) - names)
         if unknown:
-            raise StepError(f"unknown cluster-config keys {unknown}; known: {sorted(names)}")
+            where = {(sources or {}).get(k) for k in unknown} - {None}
+            prefix = f"{', '.join(sorted(where))}: " if where else ""
+            raise StepError(f"{prefix}unknown cluster-config keys {unknown}; known: {sorted(names)}")
         if "nodes" not in doc:
             raise StepError("cluster config needs 'nodes' (the partition size)")
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        for name, value in doc.items():  # check each field with its source before building
+            try:
+                _check_type(name, value, types[name])
+                if name == "nodes" and value < 1:
+                    raise StepError(f"nodes must be a positive number of nodes (the cluster size), got {value}")
+            except StepError as exc:
+                source = (sources or {}).get(name)
+                raise StepError(f"{source}: {exc}" if source else str(exc)) from None
         return cls(**doc)
+
+
+_TYPES = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool,), "str": (str,)}
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def _check_type(name: str, value: Any, annotation: Any) -> None:
+    """A :class:`StepError` naming the field unless ``value`` has the field's JSON type."""
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    expected = _TYPES.get(kind)
+    if expected is None:
+        return
+    ok = isinstance(value, expected) and (kind == "bool" or not isinstance(value, bool))
+    if ok and kind == "float" and not math.isfinite(value):
+        ok = False
+    if not ok:
+        raise StepError(f"field {name!r} must be {_TYPE_NAMES[kind]}, got {value!r} ({type(value).__name__})")
 
 
 # Presets. "ls6" is the shipped Lonestar6 gpu-a100 model, chosen with the fidelity report
@@ -159,19 +193,25 @@ def load_config(spec: str | None, machine_nodes: int | None = None) -> dict[str,
 
 def config_from_args(args: argparse.Namespace, machine_nodes: int | None = None) -> SimConfig:
     """Preset/file first, then flag overrides; the trace's machine size as the last resort."""
-    doc = load_config(getattr(args, "cluster_config", None), machine_nodes)
-    for name, _flag, _typ, _h in _FLAGS:
+    spec = getattr(args, "cluster_config", None)
+    doc = load_config(spec, machine_nodes)
+    origin = (f"--cluster-config {spec}" if spec not in PRESETS else f"--cluster-config preset {spec}") if spec else (
+        "the trace's machine size")
+    sources = dict.fromkeys(doc, origin)
+    for name, flag, _typ, _h in _FLAGS:
         v = getattr(args, f"cfg_{name}", None)
         if v is not None:
             doc[name] = v
+            sources[name] = flag
     for name in ("age_cap", "warm_start"):
         v = getattr(args, f"cfg_{name}", None)
         if v is not None:
             doc[name] = v == "true"
-    if not doc.get("nodes"):
+            sources[name] = "--" + name.replace("_", "-")
+    if doc.get("nodes") is None:
         raise StepError("the cluster size is unknown: pass --nodes N or --cluster-config PRESET|FILE "
                         "(the trace does not record its machine size)")
-    return SimConfig.from_dict(doc)
+    return SimConfig.from_dict(doc, sources)
 
 
 def config_json(cfg: SimConfig) -> str:

@@ -2,10 +2,15 @@
 
 DAG files use only::
 
-    from house import default_args, get_config, step, step_partial
+    from house import MACROS, default_args, steps_for, storage_prefix
+
+    step, step_partial = steps_for("mirage_tasks")
 """
 
-from house.config import ConfigError, HouseConfig, get_config
-from house.steps import default_args, step, step_partial, step_spec
+from house.config import MACROS, ConfigError, HouseConfig, get_config, storage_prefix
+from house.steps import PackageSteps, default_args, step, step_partial, step_spec, steps_for
 
-__all__ = ["ConfigError", "HouseConfig", "default_args", "get_config", "step", "step_partial", "step_spec"]
+__all__ = [
+    "MACROS", "ConfigError", "HouseConfig", "PackageSteps", "default_args", "get_config", "step", "step_partial",
+    "step_spec", "steps_for", "storage_prefix",
+]

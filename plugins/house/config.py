@@ -12,10 +12,16 @@ Call :func:`get_config` each time a value is needed (it is cheap). Environment
 variables are read on every call, so tests switch mode by setting them; Variable
 lookups made while parsing are reused for ``VARIABLE_CACHE_SECONDS`` within one
 process (a running task always reads afresh). Setting
-``HOUSE_NO_VARIABLES=1`` skips Variable lookups entirely. A failing Variable lookup (no
-metadata database, no API server, no task context) is not an error: the default
-applies. Set the environment variables on the Airflow workers and the DAG processor
-to keep DAG parsing free of any Variable lookups.
+``HOUSE_NO_VARIABLES=1`` skips Variable lookups entirely.
+
+A Variable lookup that fails (no metadata database, no API server) is an error for
+``house_runner``: a runner chosen only by that Variable must never turn into ``local``
+because the Variable could not be read, so :func:`get_config` raises
+:class:`ConfigError` with the reason (a DAG file then fails to import, naming it). Set
+``HOUSE_RUNNER`` in the environment (or ``HOUSE_NO_VARIABLES=1``) where Variables are
+unreachable. For the other settings the default applies, with a warning in the log.
+Set the environment variables on the Airflow workers and the DAG processor to keep
+DAG parsing free of any Variable lookups.
 
 =============================  ==========================  =============================================
 environment variable           Airflow Variable            default
@@ -173,8 +179,16 @@ def clear_variable_cache() -> None:
     _variable_cache.clear()
 
 
-def _variable(key: str) -> str | None:
-    """An Airflow Variable, or None when unset or unreachable (never raises)."""
+class VariableUnreadable(ConfigError):
+    """An Airflow Variable could not be looked up (as opposed to being unset)."""
+
+
+def _variable(key: str, *, required: bool = False) -> str | None:
+    """An Airflow Variable, or None when unset.
+
+    When the lookup itself fails: :class:`VariableUnreadable` if ``required``, else None
+    with a warning (the caller's default applies).
+    """
     env = os.environ.get("AIRFLOW_VAR_" + key.upper())  # Airflow's env-var secrets backend
     if env is not None:
         return env
@@ -182,7 +196,9 @@ def _variable(key: str) -> str | None:
         return None
     try:
         from airflow.sdk import Variable, get_current_context  # noqa: PLC0415 - only when needed
-    except Exception as exc:  # noqa: BLE001 - Airflow not importable: use the default
+    except Exception as exc:  # noqa: BLE001 - Airflow not importable
+        if required:
+            raise VariableUnreadable(f"Airflow Variable {key} cannot be read: Airflow is not importable ({exc})") from exc
         log.debug("Airflow unavailable (%s); using the default for %s", exc, key)
         return None
     try:  # a running task always reads afresh (dag.test() parses and runs in one process)
@@ -195,8 +211,13 @@ def _variable(key: str) -> str | None:
         return cached[1]
     try:
         value = Variable.get(key, default=None)
-    except Exception as exc:  # noqa: BLE001 - no DB / API server / context: use the default
-        log.debug("Airflow Variable %s unavailable (%s); using the default", key, exc)
+    except Exception as exc:  # noqa: BLE001 - no DB / API server
+        if required:
+            raise VariableUnreadable(
+                f"Airflow Variable {key} could not be read ({type(exc).__name__}: {exc})"
+            ) from exc
+        log.warning("Airflow Variable %s could not be read (%s: %s); using the default",
+                    key, type(exc).__name__, exc)
         return None
     value = None if value is None else str(value)
     if not in_task:
@@ -204,10 +225,10 @@ def _variable(key: str) -> str | None:
     return value
 
 
-def _setting(env: str, default: str | None = None) -> str | None:
+def _setting(env: str, default: str | None = None, *, required: bool = False) -> str | None:
     value = os.environ.get(env)
     if value is None:
-        value = _variable(env.lower())
+        value = _variable(env.lower(), required=required)
     value = value.strip() if isinstance(value, str) else value
     return value if value else default
 
@@ -224,7 +245,14 @@ def _parse_selector(text: str) -> dict[str, str]:
 
 def get_config() -> HouseConfig:
     """Resolve every setting now (environment variable, then Airflow Variable, then default)."""
-    runner = (_setting("HOUSE_RUNNER", "local") or "local").lower()
+    try:
+        runner = (_setting("HOUSE_RUNNER", "local", required=True) or "local").lower()
+    except VariableUnreadable as exc:
+        raise ConfigError(
+            f"HOUSE_RUNNER is not set and {exc}; refusing to fall back to the local runner. "
+            "Set HOUSE_RUNNER (local or kubernetes) in the environment of the DAG processor and "
+            "workers, or HOUSE_NO_VARIABLES=1 to use the defaults without Variables"
+        ) from exc
     if runner not in RUNNERS:
         raise ConfigError(f"HOUSE_RUNNER: {runner!r} is not one of {', '.join(RUNNERS)}")
     defaults = HouseConfig()
@@ -258,6 +286,23 @@ def get_config() -> HouseConfig:
         gpu_pool=_setting("HOUSE_GPU_POOL", defaults.gpu_pool),
         gpu_node_selector=_parse_selector(selector) if selector else defaults.gpu_node_selector,
     )
+
+
+def storage_prefix(dag_id: str, *parts: str) -> str:
+    """Where a DAG's runs keep their outputs: ``<storage root>/<dag_id>[/<part>...]``.
+
+    Every DAG resolves its prefix here, at run time (inside a task, or through the
+    ``house_storage_prefix`` macro in a templated field: see :data:`MACROS`), so the
+    storage root of every DAG comes from the same sources at the same moment.
+    """
+    for part in (dag_id, *parts):
+        if not isinstance(part, str) or part.strip("/") in ("", ".", ".."):
+            raise ConfigError(f"storage_prefix({dag_id!r}, ...): bad path part {part!r}")
+    return "/".join([get_config().storage_root.rstrip("/"), *(p.strip("/") for p in (dag_id, *parts))])
+
+
+#: ``user_defined_macros`` for DAGs: ``{{ house_storage_prefix(dag.dag_id) }}``.
+MACROS = MappingProxyType({"house_storage_prefix": storage_prefix})
 
 
 def describe() -> dict[str, Any]:

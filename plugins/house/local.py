@@ -1,8 +1,11 @@
 """``LocalStepOperator``: run ``python -m <package> <argv...>`` as a child of the worker.
 
-The child runs in its own process group with the repository on ``PYTHONPATH``. Its
-stdout and stderr are copied into the task log line by line as they arrive. A non-zero
-exit fails the task with the last lines of stderr in the message. When the task is
+The child runs in its own process group, from the code root, with the task packages
+imported from the installed distribution (``pip install -e .``; nothing is put on
+``PYTHONPATH``). Its stdout and stderr are copied into the task log line by line as
+they arrive. A non-zero exit fails the task with the last lines of the stream that
+holds the cause in the message: stderr, or stdout when the step wrote nothing to
+stderr (a step printing ``failed: invoke: ConnectionError ...`` to stdout). When the task is
 stopped (``execution_timeout``, a kill from the UI, any exception while waiting) the
 whole process group gets SIGTERM, then SIGKILL after a grace period, so no grandchild
 survives the task. Exit code 2 (the step contract's "bad input or parameters") fails
@@ -51,7 +54,7 @@ class LocalStepOperator(BaseOperator):
     :param argv: the step's arguments (templated; items may be XComArgs).
     :param env: extra environment variables for the child (templated).
     :param python: interpreter; default ``HOUSE_PYTHON`` or the worker's own.
-    :param cwd: working directory and first ``PYTHONPATH`` entry; default ``HOUSE_CODE_ROOT``.
+    :param cwd: working directory; default ``HOUSE_CODE_ROOT``.
     :param preset: the resource preset; recorded only (a local child shares the worker).
     """
 
@@ -91,10 +94,8 @@ class LocalStepOperator(BaseOperator):
         return [self.python or cfg.python, "-m", self.package, *(str(a) for a in self.argv)]
 
     def child_env(self) -> dict[str, str]:
-        cwd = self.cwd or house_config.get_config().code_root
         env = dict(os.environ)
         env.update({k: str(v) for k, v in self.env.items()})
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
@@ -129,7 +130,7 @@ class LocalStepOperator(BaseOperator):
         cmd = self.command()
         cwd = self.cwd or house_config.get_config().code_root
         self.log.info("running %s (cwd %s, preset %s)", shlex.join(cmd), cwd, self.preset)
-        tail: collections.deque[str] = collections.deque(maxlen=self.stderr_tail_lines)
+        tails = {name: collections.deque(maxlen=self.stderr_tail_lines) for name in ("stderr", "stdout")}
         proc = subprocess.Popen(
             cmd,
             cwd=cwd,
@@ -141,8 +142,8 @@ class LocalStepOperator(BaseOperator):
         )
         self._proc = proc
         pumps = [
-            threading.Thread(target=self._pump, args=(proc.stdout, "stdout", None), daemon=True),
-            threading.Thread(target=self._pump, args=(proc.stderr, "stderr", tail), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stdout, "stdout", tails["stdout"]), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, "stderr", tails["stderr"]), daemon=True),
         ]
         for t in pumps:
             t.start()
@@ -161,12 +162,10 @@ class LocalStepOperator(BaseOperator):
             self._proc = None
         if returncode != 0:
             how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-            stderr = "\n".join(tail) or "(no stderr output)"
             error = StepRejected if returncode == EXIT_BAD_INPUT else StepFailed
             raise error(
                 f"step `python -m {self.package} {shlex.join(cmd[3:])}` failed ({how}"
-                f"{', bad input: not retried' if error is StepRejected else ''}); "
-                f"last {len(tail)} stderr lines:\n{stderr}",
+                f"{', bad input: not retried' if error is StepRejected else ''}); {failure_tail(tails)}",
                 returncode,
             )
         self.log.info("step finished (exit code 0)")
@@ -175,6 +174,15 @@ class LocalStepOperator(BaseOperator):
         proc = self._proc
         if proc is not None:
             self._stop(proc, "task killed")
+
+
+def failure_tail(tails: dict[str, collections.deque]) -> str:
+    """The last lines of the stream holding the cause: stderr, else stdout (blank lines dropped)."""
+    for name in ("stderr", "stdout"):
+        lines = [line for line in tails[name] if line.strip()]
+        if lines:
+            return f"last {len(lines)} {name} lines:\n" + "\n".join(lines)
+    return "no output on stderr or stdout"
 
 
 def _signal_group(pgid: int, sig: int) -> None:

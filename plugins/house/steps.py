@@ -8,10 +8,12 @@ comes from :func:`house.config.get_config` (``HOUSE_RUNNER``, default ``local``)
 * ``kubernetes`` -> :class:`house.pod.HousePodOperator` (a pod; defaults in :func:`house.pod.pod_kwargs`)
 
 Both operators take the same ``package``/``argv``/``preset`` arguments, so a DAG never
-branches on the runner::
+branches on the runner. The factory favours no package: ``package`` is required, and a
+DAG that runs one package binds it once with :func:`steps_for`::
 
-    from house import step, step_partial
+    from house import steps_for
 
+    step, step_partial = steps_for("mirage_tasks")
     ingest = step("ingest", argv=["ingest", "--trace", "{{ params.trace }}", "--out", out],
                   preset="cpu-small", timeout=timedelta(minutes=30))
     sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2)).expand(argv=shard_argvs)
@@ -23,9 +25,10 @@ upstream ``@task``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from house import config as house_config
 
@@ -36,7 +39,7 @@ _RESERVED = frozenset({"package", "argv", "preset", "execution_timeout"})
 def step_spec(
     task_id: str,
     *,
-    package: str = "mirage_tasks",
+    package: str,
     preset: str = "cpu-small",
     timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
     pod_overrides: dict[str, Any] | None = None,
@@ -75,7 +78,7 @@ def step(
     task_id: str,
     *,
     argv: Sequence[Any] | Any,
-    package: str = "mirage_tasks",
+    package: str,
     preset: str = "cpu-small",
     timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
     pod_overrides: dict[str, Any] | None = None,
@@ -101,7 +104,7 @@ def step(
 def step_partial(
     task_id: str,
     *,
-    package: str = "mirage_tasks",
+    package: str,
     preset: str = "cpu-small",
     timeout: timedelta = house_config.DEFAULT_STEP_TIMEOUT,
     pod_overrides: dict[str, Any] | None = None,
@@ -115,6 +118,20 @@ def step_partial(
         task_id, package=package, preset=preset, timeout=timeout, pod_overrides=pod_overrides, **overrides
     )
     return cls.partial(**kwargs)
+
+
+class PackageSteps(NamedTuple):
+    """:func:`step` and :func:`step_partial` with ``package`` bound (see :func:`steps_for`)."""
+
+    step: Callable[..., Any]
+    step_partial: Callable[..., Any]
+
+
+def steps_for(package: str) -> PackageSteps:
+    """The factory bound to one task package: ``step, step_partial = steps_for("faasm_tasks")``."""
+    if not isinstance(package, str) or not package.isidentifier():
+        raise ValueError(f"steps_for: {package!r} is not a Python package name")
+    return PackageSteps(functools.partial(step, package=package), functools.partial(step_partial, package=package))
 
 
 def default_args(owner: str = house_config.DEFAULT_OWNER, **extra: Any) -> dict[str, Any]:

@@ -123,3 +123,43 @@ def test_plugin_loader_skips_the_house_package(tmp_path):
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "[] {}", out.stdout + out.stderr
+
+
+def test_faasm_dag_follows_the_catalogue():
+    """Experiments, systems and run timeouts of faasm_benchmarks match the experiment catalogue."""
+    import importlib.util
+
+    from faasm_tasks.catalogue import load_catalogue
+
+    spec = importlib.util.spec_from_file_location("faasm_benchmarks_under_test", DAGS / "faasm_benchmarks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    catalogue = {name: doc for name, doc in load_catalogue().items()
+                 if Path(doc["_source"]).parent.name == "experiments"}
+    assert catalogue, "the packaged catalogue is empty"
+    assert set(module.EXPERIMENTS) == set(catalogue)
+    assert set(module.RUN_TIMEOUT) == set(catalogue), "RUN_TIMEOUT must name exactly the catalogue experiments"
+    groups = {t.task_group.group_id for t in module.dag.tasks if t.task_group and t.task_group.group_id}
+    assert groups == {f"{name}__{system}" for name, doc in catalogue.items() for system in doc["systems"]}
+    run_timeouts = {t.task_id.split(".")[0]: t.execution_timeout for t in module.dag.tasks if t.task_id.endswith(".run")}
+    for group, timeout in run_timeouts.items():
+        assert timeout == module.RUN_TIMEOUT[group.split("__")[0]], group
+
+
+def test_faasm_dag_does_not_import_the_task_package():
+    import subprocess
+    import sys
+
+    probe = (
+        "import runpy, sys\n"
+        f"runpy.run_path({str(DAGS / 'faasm_benchmarks.py')!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faasm_tasks', 'mirage_tasks')))\n"
+    )
+    from conftest import PLUGINS
+
+    import os
+    env = {**os.environ, "PYTHONPATH": str(PLUGINS), "HOUSE_NO_VARIABLES": "1"}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -112,7 +112,7 @@ def test_variable_lookups_are_reused(clean_env, variables):
     store["house_namespace"] = "ns1"
     with DAG("house_cache", schedule=None):
         for i in range(5):
-            step(f"s{i}", argv=["x"])
+            step(f"s{i}", package="mirage_tasks", argv=["x"])
     assert asked.count("house_namespace") == 1
     assert get_config().namespace == "ns1"
 
@@ -125,16 +125,129 @@ def test_no_variable_lookups_when_everything_is_set(clean_env, variables):
     assert variables[1] == []
 
 
-def test_unreachable_variables_fall_back_to_defaults(clean_env, monkeypatch):
+def _broken_variables(monkeypatch):
     from airflow.sdk import Variable
-    from house.config import get_config
 
     def broken(*_, **__):
         raise RuntimeError("no metadata database")
 
     monkeypatch.setattr(Variable, "get", staticmethod(broken))
-    cfg = get_config()
+
+
+def test_runner_from_a_variable_alone(clean_env, variables):
+    """HOUSE_RUNNER unset, the Variable house_runner set: the factory builds pods."""
+    from airflow.sdk import DAG
+    from house import steps_for
+    from house.config import get_config
+    from house.pod import HousePodOperator
+
+    store, asked = variables
+    store.update({"house_runner": "kubernetes", "house_storage_root": "s3://bucket/house"})
+    assert get_config().runner == "kubernetes"
+    step, _ = steps_for("faasm_tasks")
+    with DAG("house_variable_runner", schedule=None):
+        op = step("s", argv=["x"])
+    assert isinstance(op, HousePodOperator) and op.package == "faasm_tasks"
+    assert "house_runner" in asked
+
+
+def test_unreadable_runner_variable_is_an_error_not_local(clean_env, monkeypatch):
+    """The Variable lookup fails and HOUSE_RUNNER is unset: never a silent local runner."""
+    from house.config import ConfigError, get_config
+
+    _broken_variables(monkeypatch)
+    with pytest.raises(ConfigError, match=r"HOUSE_RUNNER is not set and Airflow Variable house_runner could not "
+                                          r"be read \(RuntimeError: no metadata database\); refusing"):
+        get_config()
+
+
+def test_unreadable_runner_variable_fails_the_dag_parse(clean_env, monkeypatch, tmp_path):
+    """A DAG file declaring a step then fails to import, with the reason in the import error."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    _broken_variables(monkeypatch)
+    dag_file = tmp_path / "uses_factory.py"
+    dag_file.write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from house import steps_for\n"
+        "step, _ = steps_for('faasm_tasks')\n"
+        "with DAG('uses_factory', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    step('s', argv=['x'])\n"
+    )
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.dags
+    (error,) = bag.import_errors.values()
+    assert "refusing to fall back to the local runner" in error
+
+
+def test_unreadable_variables_with_runner_in_env_use_defaults_loudly(clean_env, monkeypatch, caplog):
+    from house.config import get_config
+
+    _broken_variables(monkeypatch)
+    clean_env.setenv("HOUSE_RUNNER", "local")
+    with caplog.at_level("WARNING", logger="house.config"):
+        cfg = get_config()
     assert cfg.runner == "local" and cfg.namespace == "airflow"
+    assert "house_namespace could not be read" in caplog.text
+
+
+def test_no_variables_switch_uses_defaults_without_lookups(clean_env, monkeypatch):
+    from house.config import get_config
+
+    _broken_variables(monkeypatch)
+    clean_env.setenv("HOUSE_NO_VARIABLES", "1")
+    assert get_config().runner == "local"
+
+
+def test_factory_has_no_default_package():
+    import inspect
+
+    from house import steps
+    from house.steps import step, step_partial, step_spec, steps_for
+
+    for fn in (step, step_partial, step_spec):
+        param = inspect.signature(fn).parameters["package"]
+        assert param.default is inspect.Parameter.empty, f"{fn.__name__}: package defaults to {param.default!r}"
+    with pytest.raises(TypeError, match="package"):
+        steps.step("x", argv=["y"])
+    with pytest.raises(ValueError, match="package name"):
+        steps_for("not a package")
+
+
+def test_steps_for_binds_the_package(clean_env):
+    from airflow.sdk import DAG
+    from house import steps_for
+
+    step, step_partial = steps_for("faasm_tasks")
+    with DAG("house_bound", schedule=None):
+        op = step("a", argv=["deploy"])
+        mapped = step_partial("m").expand(argv=[["a"]])
+    assert op.package == "faasm_tasks" and op.command()[1:3] == ["-m", "faasm_tasks"]
+    assert mapped.partial_kwargs["package"] == "faasm_tasks"
+
+
+def test_storage_prefix(clean_env):
+    from house import storage_prefix
+    from house.config import ConfigError
+
+    clean_env.setenv("HOUSE_STORAGE_ROOT", "s3://bucket/house/")
+    assert storage_prefix("faasm_benchmarks") == "s3://bucket/house/faasm_benchmarks"
+    assert storage_prefix("mirage_pipeline", "2023-03-01T000000Z") == "s3://bucket/house/mirage_pipeline/2023-03-01T000000Z"
+    for bad in ("", "..", "/"):
+        with pytest.raises(ConfigError, match="bad path part"):
+            storage_prefix("mirage_pipeline", bad)
+
+
+def test_both_dags_resolve_storage_through_storage_prefix():
+    """Neither DAG file builds its prefix from the storage root by hand."""
+    from conftest import DAGS
+
+    for name in ("mirage_pipeline.py", "faasm_benchmarks.py"):
+        text = (DAGS / name).read_text()
+        assert "storage_root" not in text, f"{name} reads the storage root itself"
+        assert "storage_prefix" in text, f"{name} does not use house.storage_prefix"
+        assert 'package="' not in text, f"{name} repeats package=: bind it once with steps_for"
 
 
 def test_invalid_settings(clean_env):
@@ -167,11 +280,11 @@ def test_factory_rejects_bad_declarations():
 
     with DAG("house_bad", schedule=None):
         with pytest.raises(ValueError, match="preset"):
-            step("a", argv=["x"], preset="huge")
+            step("a", package="faasm_tasks", argv=["x"], preset="huge")
         with pytest.raises(ValueError, match="timeout"):
-            step("b", argv=["x"], timeout=timedelta(0))
+            step("b", package="faasm_tasks", argv=["x"], timeout=timedelta(0))
         with pytest.raises(TypeError, match="execution_timeout"):
-            step("c", argv=["x"], execution_timeout=timedelta(minutes=1))
+            step("c", package="faasm_tasks", argv=["x"], execution_timeout=timedelta(minutes=1))
 
 
 def test_factory_local_mode(clean_env):
@@ -180,9 +293,9 @@ def test_factory_local_mode(clean_env):
     from house.local import LocalStepOperator
 
     with DAG("house_local", schedule=None, default_args=default_args(owner="me")):
-        op = step("a", argv=["ingest"], preset="gpu", timeout=timedelta(minutes=3),
+        op = step("a", package="mirage_tasks", argv=["ingest"], preset="gpu", timeout=timedelta(minutes=3),
                   pod_overrides={"node_selector": {"x": "y"}})  # ignored locally
-        mapped = step_partial("m", timeout=timedelta(minutes=4)).expand(argv=[["a"], ["b"]])
+        mapped = step_partial("m", package="mirage_tasks", timeout=timedelta(minutes=4)).expand(argv=[["a"], ["b"]])
     assert isinstance(op, LocalStepOperator)
     assert op.execution_timeout == timedelta(minutes=3)
     assert op.owner == "me" and op.retries >= 1

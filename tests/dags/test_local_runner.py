@@ -37,6 +37,13 @@ FAKE_MAIN = textwrap.dedent('''
             print(f"err {i}", file=sys.stderr)
         print("out line", flush=True)
         sys.exit(int(args[0]))
+    elif mode == "fail-stdout":        # the cause printed to stdout, nothing on stderr
+        for i in range(10):
+            print(f"point {i} ok")
+        print("failed: invoke: ConnectionError 127.0.0.1:8080 refused", flush=True)
+        sys.exit(1)
+    elif mode == "fail-silent":
+        sys.exit(1)
     elif mode == "hang":               # a child that starts a grandchild, then hangs
         grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
         Path(args[0]).write_text(f"{os.getpid()} {grandchild.pid}")
@@ -155,6 +162,27 @@ def test_failure_raises_with_stderr_tail(code_root, code):
     assert "[stderr] err 0" in log.text() and "[stdout] out line" in log.text()
 
 
+def test_failure_quotes_stdout_when_stderr_is_empty(code_root):
+    from house.local import StepFailed
+
+    op, _ = make_op(code_root, ["fail-stdout"], stderr_tail_lines=3)
+    with pytest.raises(StepFailed) as err:
+        op.execute({})
+    msg = str(err.value)
+    assert "last 3 stdout lines:" in msg
+    assert msg.rstrip().endswith("failed: invoke: ConnectionError 127.0.0.1:8080 refused")
+    assert "point 8 ok" in msg and "point 7 ok" not in msg
+    assert "no stderr output" not in msg
+
+
+def test_failure_without_any_output_says_so(code_root):
+    from house.local import StepFailed
+
+    op, _ = make_op(code_root, ["fail-silent"])
+    with pytest.raises(StepFailed, match="exit code 1.*no output on stderr or stdout"):
+        op.execute({})
+
+
 def test_execution_timeout_kills_process_group(code_root, tmp_path):
     """Airflow's execution_timeout (SIGALRM -> AirflowTaskTimeout) stops child and grandchild."""
     from airflow.sdk.exceptions import AirflowTaskTimeout
@@ -219,12 +247,13 @@ def test_argv_is_templated(code_root):
     assert op.command()[1:] == ["-m", "fakesteps", "echo", "2026-11-29", "y"]
 
 
-def test_default_code_root_is_on_pythonpath(monkeypatch, code_root):
+def test_child_runs_from_the_code_root_without_path_hacks(monkeypatch, code_root):
+    """The task packages are installed: the runner adds nothing to PYTHONPATH."""
     from house.local import LocalStepOperator
 
     monkeypatch.setenv("HOUSE_CODE_ROOT", str(code_root))
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     op = LocalStepOperator(task_id="t", package="fakesteps", argv=["echo"])
     env = op.child_env()
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(code_root), "/elsewhere"]
+    assert env["PYTHONPATH"] == "/elsewhere"
     assert env["PYTHONUNBUFFERED"] == "1"

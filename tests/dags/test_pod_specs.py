@@ -128,7 +128,7 @@ def test_dag_pods(kube_env):
 
     bag = DagBag(dag_folder=str(DAGS))
     assert not bag.import_errors, bag.import_errors
-    rendered = 0
+    rendered = faasm_results = 0
     for dag in bag.dags.values():
         for op in dag.tasks:
             if isinstance(op, MappedOperator):
@@ -144,8 +144,12 @@ def test_dag_pods(kube_env):
             manifest = render_pod(op, xcoms)
             assert_house_operator(op, preset=op.preset, timeout=op.execution_timeout)
             assert_house_pod(manifest, preset=op.preset, timeout=op.execution_timeout, package=op.package)
+            args = manifest["spec"]["containers"][0]["args"]
+            if "--results" in args:  # faasm steps: the prefix comes from house.storage_prefix at run time
+                assert args[args.index("--results") + 1] == f"s3://house-test/storage/{dag.dag_id}", args
+                faasm_results += 1
             rendered += 1
-    assert rendered >= 1
+    assert rendered >= 1 and faasm_results >= 1
 
 
 def test_synthetic_presets(kube_env):
@@ -155,9 +159,9 @@ def test_synthetic_presets(kube_env):
 
     timeouts = {"cpu-small": timedelta(minutes=5), "cpu-large": timedelta(hours=2), "gpu": timedelta(hours=6)}
     with DAG("house_presets", schedule=None) as dag:
-        ops = {p: step(f"s_{p.replace('-', '_')}", argv=["x", "--day", "{{ ds }}"], preset=p, timeout=t)
+        ops = {p: step(f"s_{p.replace('-', '_')}", package="mirage_tasks", argv=["x", "--day", "{{ ds }}"], preset=p, timeout=t)
                for p, t in timeouts.items()}
-        mapped = step_partial("mapped_gpu", preset="gpu", timeout=timedelta(hours=1)).expand(
+        mapped = step_partial("mapped_gpu", package="mirage_tasks", preset="gpu", timeout=timedelta(hours=1)).expand(
             argv=[["train", "--shard", "0"], ["train", "--shard", "1"]]
         )
     for preset, op in ops.items():
@@ -181,7 +185,7 @@ def test_env_and_overrides(kube_env):
     from house import step
 
     with DAG("house_overrides", schedule=None):
-        op = step("s", argv=["x"], env={"MODE": "fast"}, retries=5,
+        op = step("s", package="mirage_tasks", argv=["x"], env={"MODE": "fast"}, retries=5,
                   pod_overrides={"annotations": {"team": "mirage"}})
     manifest = render_pod(op)
     env = manifest["spec"]["containers"][0]["env"]
@@ -198,7 +202,7 @@ def test_unpinned_image_rejected(kube_env, monkeypatch, image):
 
     monkeypatch.setenv("HOUSE_IMAGE_MIRAGE", image)
     with DAG("house_bad_image", schedule=None), pytest.raises(ConfigError, match="pin"):
-        step("s", argv=["x"])
+        step("s", package="mirage_tasks", argv=["x"])
 
 
 def test_pinned_forms_accepted():
@@ -215,7 +219,7 @@ def test_manifest_validation_catches_errors(kube_env):
     from house import step
 
     with DAG("house_schema", schedule=None):
-        op = step("s", argv=["x"])
+        op = step("s", package="faasm_tasks", argv=["x"])
     manifest = render_pod(op)
     manifest["spec"]["containers"][0]["resourcez"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):

@@ -1,0 +1,34 @@
+"""Test tiers: every test gets one of unit/dag/e2e from its file name and folder."""
+
+from __future__ import annotations
+
+import tomllib
+
+from conftest import E2E_FILES, REPO, TIERS, tier_of
+
+
+def test_tier_follows_name_and_folder():
+    tests = REPO / "tests"
+    assert tier_of(tests / "test_stepkit.py") == "unit"
+    assert tier_of(tests / "mirage" / "test_ingest.py") == "unit"
+    assert tier_of(tests / "dags" / "test_pod_specs.py") == "dag"
+    assert tier_of(tests / "dags" / "test_mirage_pipeline_e2e.py") == "e2e"
+    assert tier_of(tests / "faasm" / "test_local_e2e.py") == "e2e"
+    assert tier_of(tests / "mirage" / "steps" / "test_validate.py") == "e2e"  # moved: keeps its tier
+    assert tier_of(tests / "dags" / "sub" / "test_x.py") == "dag"
+
+
+def test_named_e2e_files_exist():
+    present = {p.name for p in (REPO / "tests").rglob("test_*.py")}
+    assert E2E_FILES <= present, f"E2E_FILES names files that are gone: {sorted(E2E_FILES - present)}"
+
+
+def test_markers_registered_in_pyproject():
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert [m.split(":")[0] for m in cfg["markers"]] == list(TIERS)
+    assert "--strict-markers" in cfg["addopts"]
+
+
+def test_this_test_is_marked_unit(request):
+    assert request.node.get_closest_marker("unit") is not None
+    assert request.node.get_closest_marker("e2e") is None
