@@ -150,6 +150,6 @@ def test_marker_without_checksums_is_not_trusted(tmp_path):
 
 
 def test_argparse_errors_return_2_in_process(capsys):
-    steps = {"ingest": ("mirage_tasks.ingest", "x")}
+    steps = {"ingest": ("mirage_tasks.steps.ingest", "x")}
     assert main("mirage_tasks", steps, ["ingest", "--no-such-flag"]) == 2
     assert "error: the following arguments are required: --trace, --out" in capsys.readouterr().err
