@@ -125,3 +125,42 @@ def test_mirage_pipeline_through_kpo(tmp_path, monkeypatch, capfd):
     assert "[base]" in captured.out + captured.err
     assert_run_outputs(lambda k: json.loads((root / k).read_text()), lambda k: (root / k).read_text(),
                        lambda k: (root / k).exists())
+
+
+def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
+    """The same run with ``HOUSE_STORAGE_ROOT=s3://...`` on moto: endpoint and keys reach the pods only
+    through the storage Secret, and every output, marker, metric and report lands in the bucket."""
+    from moto_s3 import list_keys, moto_s3, s3_client, storage_env
+
+    bucket = "house-e2e"
+    for key in [k for k in list(__import__("os").environ) if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)  # the worker has no S3 settings: only the pods get them (Secret)
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", f"s3://{bucket}/house")
+    with moto_s3(bucket) as url:
+        api = start_cluster(tmp_path, monkeypatch, storage_env(url))
+        try:
+            dr = mirage_dag().test(logical_date=LOGICAL_DATE, run_conf=TINY_RUN)
+            st = states(dr)
+            assert dr.state == "success", st
+            pods = assert_pods_and_cleanup(api, dr)
+        finally:
+            api.stop()
+        for pod in pods:  # every path a step was given is in the bucket, never a local path
+            paths = [a for a in pod["spec"]["containers"][0]["args"] if "://" in a or a.startswith("/")]
+            assert paths and all(a.startswith(f"s3://{bucket}/house/") for a in paths), paths
+        keys = list_keys(url, bucket)
+        run_keys = [k for k in keys if k.startswith(f"house/{PREFIX}/")]
+        assert run_keys == keys, set(keys) - set(run_keys)  # nothing outside the run's prefix
+        client = s3_client(url)
+
+        def read(key: str) -> bytes:
+            return client.get_object(Bucket=bucket, Key=f"house/{key}")["Body"].read()
+
+        assert_run_outputs(lambda k: json.loads(read(k)), lambda k: read(k).decode(),
+                           lambda k: f"house/{k}" in keys)
+        # every step that ran committed its marker in the bucket
+        markers = [k for k in keys if k.endswith("/_SUCCESS.json")]
+        steps = {json.loads(read(k.removeprefix("house/")))["step"] for k in markers}
+        assert {"synth", "sample", "merge", "train", "validate", "fidelity", "metrics", "report"} <= steps, steps
+        assert len(markers) >= len(pods) - 1, (len(markers), len(pods))
+        print(f"\nS3 run: {len(pods)} pods, {len(keys)} objects, {len(markers)} markers in s3://{bucket}/house/{PREFIX}")
