@@ -126,10 +126,27 @@ def _states(dr) -> dict[str, str]:
 
 
 def _assert_clean(api: KubeAPIServer) -> None:
-    """Every pod this test created is gone; only the namespace and its Secret remain."""
+    """Every pod this test created is gone; only the namespace and its Secret remain; and the
+    operator needed no more than the worker Role of ``deploy/rbac/airflow-worker.yaml``."""
     assert not api.list("pods", NS), [p["metadata"]["name"] for p in api.list("pods", NS)]
+    assert_worker_rbac_allows(api.requests)
     assert api.objects_left() == [f"Namespace {NS}", f"Secret {NS}/{SECRET}"]
     assert sorted(api.pods_deleted) == sorted(f"{NS}/{p['metadata']['name']}" for p in api.pods_created)
+
+
+def assert_worker_rbac_allows(requests: list[tuple[str, str]]) -> None:
+    """Every request the operator made lies in the step namespace and is allowed by the worker Role."""
+    import yaml
+    from conftest import REPO
+
+    from kubeapi.rbac import access_of, denied
+
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "rbac" / "airflow-worker.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert requests
+    spaces = {a.namespace for a in map(lambda r: access_of(*r), requests) if a is not None}
+    assert spaces == {NS}, spaces  # a Role grants nothing outside its namespace
+    assert denied(role["rules"], requests) == []
 
 
 def test_argv_env_secret_and_logs_arrive(kpo_env, capfd):
