@@ -8,5 +8,5 @@ RUN pip install --no-cache-dir -c /opt/house/constraints.txt \
       "apache-airflow==3.3.2" \
       "apache-airflow-providers-cncf-kubernetes==10.25.0" \
       "apache-airflow-providers-amazon[s3fs]==9.39.0"
-COPY --chown=airflow:0 dags /opt/airflow/dags
-COPY --chown=airflow:0 plugins /opt/airflow/plugins
+COPY dags /opt/airflow/dags
+COPY plugins /opt/airflow/plugins

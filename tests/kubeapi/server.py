@@ -36,6 +36,15 @@ kubeconfig. What it does, and does not do:
   enforcement (every request is allowed; RBAC objects are stored, not enforced),
   admission, scheduling, resource limits, images.
 
+Why not ``kmock`` (PyPI, an aiohttp Kubernetes emulator by the author of Kopf; version
+0.8 evaluated): it stores objects and serves list/watch/CRUD, but pods never run, there
+is no ``pods/log`` (let alone ``follow=true``), and list requests are not filtered by
+label selector, which ``KubernetesPodOperator`` needs to find and reattach pods; it
+also registers a pytest plugin that requires ``pytest-asyncio`` (not a dependency
+here), which broke test collection once installed. Process-backed pods would have
+meant overriding most of it, so this is a small server of its own on the standard
+library (``http.server`` with threads).
+
 Use :class:`KubeAPIServer` as a context manager; ``write_kubeconfig(path)`` and
 ``connection_json()`` give the client settings.
 """

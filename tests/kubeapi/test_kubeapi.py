@@ -177,7 +177,7 @@ def test_knative_service_turns_ready(kube_api, core, kube_client):
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    kube_api.ksvc_ready_seconds = 0.3
+    kube_api.ksvc_ready_seconds = 3600  # not ready until the test says so
     kube_api.ksvc_url = lambda obj: "http://127.0.0.1:9/" + obj["metadata"]["name"]
     api = client.CustomObjectsApi(kube_client)
     args = ("serving.knative.dev", "v1", NS, "services")
@@ -186,7 +186,8 @@ def test_knative_service_turns_ready(kube_api, core, kube_client):
     api.create_namespaced_custom_object(*args, body)
     ready = lambda: {c["type"]: c["status"] for c in api.get_namespaced_custom_object(*args, "faasm-worker")["status"]["conditions"]}  # noqa: E731
     assert ready()["Ready"] == "Unknown"
-    time.sleep(0.4)
+    assert "url" not in api.get_namespaced_custom_object(*args, "faasm-worker")["status"]
+    kube_api.ksvc_ready_seconds = 0
     assert ready() == {"ConfigurationsReady": "True", "Ready": "True", "RoutesReady": "True"}
     assert api.get_namespaced_custom_object(*args, "faasm-worker")["status"]["url"] == "http://127.0.0.1:9/faasm-worker"
     api.delete_namespaced_custom_object(*args, "faasm-worker")
