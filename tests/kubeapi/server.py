@@ -57,6 +57,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -304,6 +305,7 @@ class KubeAPIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        shutil.rmtree(self._home, ignore_errors=True)
 
     def __enter__(self) -> KubeAPIServer:
         return self.start()
