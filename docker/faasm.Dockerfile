@@ -1,9 +1,10 @@
 # Image for `python -m faasm_tasks <step>` pods (deploy, load driver, collect, teardown).
 # Build from the repository root:
 #   docker build -f docker/faasm.Dockerfile -t REGISTRY/faasm-tasks:0.1.0 .
-FROM python:3.11-slim
+# Debian bookworm base: the apt pin below is that release's wrk (hadolint DL3008).
+FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-RUN apt-get update && apt-get install -y --no-install-recommends wrk && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends 'wrk=4.1.0-3*' && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/house
 COPY constraints.txt docker/requirements-faasm.txt ./
 RUN pip install -r requirements-faasm.txt -c constraints.txt
