@@ -333,7 +333,7 @@ def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
     return str(v)
 
 
