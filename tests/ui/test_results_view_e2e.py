@@ -28,8 +28,8 @@ from ui_fixtures import END, MIRAGE_TITLE, REPO, make_reports
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = os.environ.get("UI_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
 USER, PASSWORD = "tester", "pw-for-the-ui-test"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -37,9 +37,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def _missing() -> str | None:
-    if not (os.access(CHROMIUM, os.X_OK) or shutil.which("chromium")):
+    if not os.access(CHROMIUM, os.X_OK):
         return f"chromium not installed ({CHROMIUM}); apt-get install -y chromium chromium-driver (make system-deps)"
-    if not (os.access(CHROMEDRIVER, os.X_OK) or shutil.which("chromedriver")):
+    if not os.access(CHROMEDRIVER, os.X_OK):
         return f"chromedriver not installed ({CHROMEDRIVER}); apt-get install -y chromium-driver (make system-deps)"
     try:
         import selenium  # noqa: F401
