@@ -55,15 +55,14 @@ def write_run(root: str, date: str, run_id: str, factor: dict[str, float] | None
 
 
 def write_history(root: str, days: int = 6, end: str = END, last: dict[str, float] | None = None,
-                  jitter: float = 0.04) -> str:
-    """``days`` daily runs ending on ``end`` (run id ``scheduled__<date>``); the last one scaled by ``last``.
-
-    Returns the last run's id.
+                  jitter: float = 0.04, run_id: str = "scheduled__{date}") -> str:
+    """``days`` daily runs ending on ``end`` (run id ``run_id`` formatted with the date); the last one
+    scaled by ``last``. Returns the last run's id.
     """
     for k in range(days - 1, -1, -1):
         date = day(-k, end)
-        write_run(root, date, f"scheduled__{date}", last if k == 0 else None, jitter)
-    return f"scheduled__{end}"
+        write_run(root, date, run_id.format(date=date), last if k == 0 else None, jitter)
+    return run_id.format(date=end)
 
 
 def test_history_reads_back_one_row_per_point_and_day(tmp_path):

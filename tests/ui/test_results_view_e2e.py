@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 from ui_fixtures import END, MIRAGE_TITLE, REPO, make_reports
@@ -171,7 +172,7 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     assert browser.current_url.rstrip("/").endswith("/results"), browser.current_url
     assert browser.find_element(By.TAG_NAME, "h1").text == "Pipeline results"
     _shot(browser, "list")
-    links = {a.get_attribute("href").split("/results/", 1)[1]: a
+    links = {unquote(a.get_attribute("href").split("/results/", 1)[1]): a
              for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")}
     assert "report/" + pages["mirage"] in links, links.keys()
     assert "report/" + pages["faasm_trends"] in links
@@ -199,7 +200,7 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     _shot(browser, "faasm-trends")
 
     # the run summary page
-    browser.get(f"{base}/results/summary/{pages['faasm_run']}")
+    browser.get(f"{base}/results/summary/{quote(pages['faasm_run'])}")
     rows = wait.until(EC.presence_of_all_elements_located((By.CSS_SELECTOR, "tbody tr")))
     assert len(rows) == 7 and "succeeded" in rows[0].text
 
