@@ -227,7 +227,6 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     out: list[tuple[str, str, bytes | None]] = []
-    dates = sorted(day["date"].unique()) if not day.empty else []
     lat = day.dropna(subset=["p99_us"]) if not day.empty else day
     for exp in sorted(lat["experiment"].unique()) if not lat.empty else []:
         e = lat[lat["experiment"] == exp]
@@ -247,11 +246,8 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
             axes[1].legend(fontsize=7, loc="best")
         out.append((f"latency_{exp}", f"{exp}: p50 and p99 latency per system and point over days "
                     f"({lines} series)", _png(fig)))
-    if not lat.empty:
-        tl = lat.dropna(subset=["throughput_ok"])
-    else:
-        tl = lat
-    if tl is not None and not tl.empty:
+    tl = lat.dropna(subset=["throughput_ok"]) if not lat.empty else lat
+    if not tl.empty:
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for (exp, system), g in tl.groupby(["experiment", "system"]):
             old, new = g[g["date"] != run_date], g[g["date"] == run_date].sort_values("throughput_ok")
@@ -303,7 +299,6 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
         ax.legend(fontsize=7)
         ax.set_title("Billing over time")
         out.append(("billing", "Billing: memory GB-s per day, experiment and system", _png(fig)))
-    del dates
     return out
 
 
