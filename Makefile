@@ -48,13 +48,19 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# Debian's redis-server backs the Faasm local target; installed when missing and root.
+# Debian's redis-server backs the Faasm local target, chromium + chromium-driver the results-view
+# browser test (tests/ui); installed when missing and root.
 system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing redis-server (Debian) for the Faasm local target"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "note: redis-server not found and cannot be installed here; Faasm local-target tests will skip"; fi; }
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium chromium-driver (Debian) for the results-view browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "note: chromium/chromedriver not found and cannot be installed here; the UI browser test will skip"; fi; }
 
 airflow-home: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME) $(HOUSE_STORAGE_ROOT)

@@ -9,7 +9,9 @@ experiment bleeds into the next. Inside a group::
 teardowns (``collect``, then ``teardown``) run whenever anything was attempted, even
 when deploy or the run failed: partial results are kept (marked failed) and the
 deployment is removed. A ``verify_clean`` failure stops the following experiments. A final ``summarize`` writes the
-day's table, and a ``watcher`` fails the DAG run when any step failed (a teardown's
+day's table and the trend report over ``trend_days`` days (its "Report" link opens it in the results view), ``check``
+fails when a point regressed past a threshold (p99 latency, throughput, run time against the trailing median of the
+previous days), and a ``watcher`` fails the DAG run when any step failed (a teardown's
 success never hides a failure).
 
 Every step is ``python -m faasm_tasks <step>`` through the house factory. Results:
@@ -96,6 +98,17 @@ with DAG(
                              title="Experiments", description="Which catalogue experiments to run."),
         "systems": Param(SYSTEMS, type="array", items={"type": "string", "enum": SYSTEMS},
                          title="Systems", description="wasm (Faasm) and/or native containers."),
+        "trend_days": Param(30, type="integer", minimum=1, title="Trend window (days)",
+                            description="Days of results in the trend report and the regression check's history."),
+        "p99_increase_pct": Param(25, type="number", title="Check: p99 latency increase (%)",
+                                  description="Fail when a point's p99 is more than this % above its trailing "
+                                              "median (negative: off)."),
+        "throughput_drop_pct": Param(20, type="number", title="Check: throughput drop (%)",
+                                     description="Fail when a point's throughput is more than this % below its "
+                                                 "trailing median (negative: off)."),
+        "run_time_increase_pct": Param(50, type="number", title="Check: run time increase (%)",
+                                       description="Fail when an SGD / matrix point's run time is more than this % "
+                                                   "above its trailing median (negative: off)."),
     },
 ) as dag:
     previous = None
@@ -135,9 +148,19 @@ with DAG(
                 previous >> setup
             previous = verify
 
-    summarize = step("summarize", argv=["summarize", *COMMON],
+    summarize = step("summarize",
+                     argv=["summarize", *COMMON, "--days", "{{ params.trend_days }}"],
                      timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE)
-    previous >> summarize
+    # The regression check: after the teardowns and summarize; a breach (exit 1) fails the run (one quick retry
+    # covers a storage hiccup; a breach fails again).
+    check = step("check",
+                 argv=["check", *COMMON, "--days", "{{ params.trend_days }}",
+                       "--p99-increase-pct", "{{ params.p99_increase_pct }}",
+                       "--throughput-drop-pct", "{{ params.throughput_drop_pct }}",
+                       "--run-time-increase-pct", "{{ params.run_time_increase_pct }}"],
+                 timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=1,
+                 retry_delay=timedelta(seconds=30))
+    previous >> summarize >> check
 
     @task(trigger_rule=TriggerRule.ONE_FAILED, retries=0)
     def watcher() -> None:

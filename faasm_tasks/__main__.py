@@ -13,7 +13,9 @@ STEPS: dict[str, tuple[str, str]] = {
     "collect": ("faasm_tasks.steps.collect", "stop billing, store samples, attach billing summaries"),
     "teardown": ("faasm_tasks.steps.teardown", "hard, idempotent teardown: services, pods, Redis queue and run keys"),
     "verify-clean": ("faasm_tasks.steps.verify_clean", "prove the teardown: no processes/pods, ports, run keys"),
-    "summarize": ("faasm_tasks.steps.summarize", "one summary table (JSON, CSV) of a run's attempts"),
+    "summarize": ("faasm_tasks.steps.summarize", "one summary table (JSON, CSV) of a run's attempts and the "
+                                                 "trend report (HTML, Markdown) of the last --days days"),
+    "check": ("faasm_tasks.steps.check", "fail (exit 1) when a point regressed past a threshold vs the trailing median"),
     "render": ("faasm_tasks.steps.render", "render the knative manifests to files (no cluster needed)"),
     "experiments": ("faasm_tasks.steps.experiments", "list or validate the experiment catalogue"),
 }

@@ -1,11 +1,18 @@
-"""One table of a run: the latest attempt of every point (JSON and CSV), with a marker."""
+"""One table of a run (the latest attempt of every point, JSON and CSV) and the trend report.
+
+``summary/``: ``summary.json``, ``summary.csv``, then ``_SUCCESS.json``.
+``trends/``: the last ``--days`` days of results up to the run's date (see
+:mod:`faasm_tasks.trends`): ``trends.html`` (self-contained), ``trends.md`` with
+``figures/*.png``, ``trends.json``, then ``_SUCCESS.json``. Each skips on its own when
+nothing it reads has changed.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 
-from stepkit import Step
+from stepkit import Step, StepError
 
 from .. import __version__
 from ..common import add_common, run_date
@@ -18,10 +25,36 @@ COLUMNS = ["experiment", "system", "target", "params", "repeat", "attempt", "sta
 
 def add_arguments(p):
     add_common(p)
+    p.add_argument("--days", type=int, default=30,
+                   help="days of results (up to the run's date) in the trend report (default 30)")
 
 
 def run(args) -> int:
+    if args.days < 1:
+        raise StepError(f"--days must be at least 1, got {args.days}")
     date = run_date(args)
+    _summary(args, date)
+    _trends(args, date)
+    return 0
+
+
+def _trends(args, date: str) -> None:
+    from .. import trends  # noqa: PLC0415 - pandas/matplotlib only here
+
+    df = trends.load_window(args.results, date, args.days)
+    step = Step("trends", run_prefix(args.results, date, args.run_id) + "/trends", __version__,
+                {"run_id": args.run_id, "date": date, "days": args.days, "records": trends.signature(df)})
+    if step.skip():
+        return
+    files = trends.render(df, args.run_id, date, args.days)
+    for name in sorted(files, key=lambda n: n == "trends.html"):  # the page last, after its figures
+        step.write_bytes(name, files[name])
+    step.commit({"days": args.days, "dates": int(df["date"].nunique()) if not df.empty else 0,
+                 "runs": int(df["run_id"].nunique()) if not df.empty else 0, "rows": len(df)})
+    print(f"summarize: trend report over {args.days} days -> {step.path('trends.html')}", flush=True)
+
+
+def _summary(args, date: str) -> None:
     recs = iter_records(args.results, date, args.run_id)
     latest: dict[tuple, dict] = {}
     attempts: dict[tuple, int] = {}
@@ -35,7 +68,7 @@ def run(args) -> int:
                                    for k, r in latest.items())}
     step = Step("summarize", run_prefix(args.results, date, args.run_id) + "/summary", __version__, fp_params)
     if step.skip():
-        return 0
+        return
     rows = []
     for key, rec in sorted(latest.items(), key=lambda kv: kv[0]):
         m, b = rec.get("metrics") or {}, rec.get("billing") or {}
@@ -58,4 +91,3 @@ def run(args) -> int:
     step.commit({"points": len(rows), "failed": sum(r["status"] == "failed" for r in rows)})
     for r in rows:
         print(f"  {r['experiment']}/{r['system']} {r['params']}: {r['status']}", flush=True)
-    return 0

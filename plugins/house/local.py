@@ -28,6 +28,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from house import config as house_config
+from house.links import StepReportLink
 
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
@@ -60,6 +61,7 @@ class LocalStepOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("argv", "env")
     template_fields_renderers = {"argv": "py", "env": "json"}
+    operator_extra_links = (StepReportLink(),)
     ui_color = "#d8f0d8"
 
     def __init__(

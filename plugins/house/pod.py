@@ -15,6 +15,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from kubernetes.client import models as k8s
 
 from house import config as house_config
+from house.links import StepReportLink
 
 
 class HousePodOperator(KubernetesPodOperator):
@@ -24,6 +25,8 @@ class HousePodOperator(KubernetesPodOperator):
     environment variables, same as the local runner's) are the per-item values, so
     ``HousePodOperator.partial(...).expand(argv=...)`` maps a step.
     """
+
+    operator_extra_links = (*KubernetesPodOperator.operator_extra_links, StepReportLink())
 
     def __init__(
         self,

@@ -1,0 +1,83 @@
+"""Regression check: this run's points against the trailing median of the previous days.
+
+For every measured point of the run (``--run-id`` on ``--date``) and every metric with a
+threshold, the run's value (median over repeats) is compared with the median of the
+daily values of the same experiment, system and point over the previous ``--days``
+days (dates before the run's). Exit 1 naming each breach (experiment, system, point,
+metric, value, trailing median, threshold); exit 0 when nothing is breached, including
+when a point has fewer than ``--min-history`` previous days (said in the output).
+
+Thresholds (a negative value or ``--no-...`` turns one off):
+
+* ``--p99-increase-pct X``: p99 latency more than X % above the trailing median;
+* ``--throughput-drop-pct Y``: successful throughput more than Y % below it;
+* ``--run-time-increase-pct Z``: run time (SGD, matrix multiplication) more than Z % above it.
+
+A report of every comparison goes to the run's ``_ops/`` folder (``check-*.json``).
+"""
+
+from __future__ import annotations
+
+from stepkit import StepError
+
+from ..common import add_common, run_date
+from ..results import write_op_report
+
+
+def _pct(text: str) -> float | None:
+    v = float(text)
+    if v != v:  # NaN
+        raise ValueError("NaN")
+    return None if v < 0 else v
+
+
+def add_arguments(p):
+    add_common(p)
+    p.add_argument("--days", type=int, default=30, help="days of history before the run's date (default 30)")
+    p.add_argument("--p99-increase-pct", type=_pct, default=25.0,
+                   help="fail when p99 latency is more than this %% above the trailing median (default 25; "
+                        "negative: off)")
+    p.add_argument("--throughput-drop-pct", type=_pct, default=20.0,
+                   help="fail when throughput is more than this %% below the trailing median (default 20; "
+                        "negative: off)")
+    p.add_argument("--run-time-increase-pct", type=_pct, default=50.0,
+                   help="fail when SGD / matrix run time is more than this %% above the trailing median "
+                        "(default 50; negative: off)")
+    p.add_argument("--min-history", type=int, default=3,
+                   help="previous days with results a point needs before it is checked (default 3)")
+
+
+def run(args) -> int:
+    if args.days < 1:
+        raise StepError(f"--days must be at least 1, got {args.days}")
+    if args.min_history < 1:
+        raise StepError(f"--min-history must be at least 1, got {args.min_history}")
+    date = run_date(args)
+    from .. import trends  # noqa: PLC0415 - pandas only here
+
+    th = trends.Thresholds(p99_increase_pct=args.p99_increase_pct, throughput_drop_pct=args.throughput_drop_pct,
+                           run_time_increase_pct=args.run_time_increase_pct, min_history=args.min_history)
+    # the window covers the run's date plus `days` days before it
+    history = trends.load_window(args.results, date, args.days + 1)
+    current = history[(history["run_id"] == args.run_id) & (history["date"] == date)]
+    res = trends.compare(history, current, date, th)
+    report = {"thresholds": th.__dict__, "days": args.days, **res.to_dict()}
+    write_op_report(args.results, date, args.run_id, "check", report)
+    if res.no_data:
+        print(f"check: run {args.run_id} on {date} has no measured points; nothing to check", flush=True)
+        return 0
+    for item in res.too_little_history:
+        print(f"check: too little history for {item['experiment']}/{item['system']} point {item['point']} "
+              f"{item['metric']}: {item['history_days']} previous day(s) with results, need {th.min_history}; "
+              f"not checked", flush=True)
+    print(f"check: {len(res.checked)} comparisons, {len(res.breaches)} breaches, "
+          f"{len(res.too_little_history)} without enough history", flush=True)
+    if res.breaches:
+        for b in res.breaches:
+            print(f"check: BREACH {trends.breach_text(b)}", flush=True)
+        import sys  # noqa: PLC0415
+
+        print("faasm_tasks check: regression: " + "; ".join(trends.breach_text(b) for b in res.breaches),
+              file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,416 @@
+"""Trends across days of Faasm results, and the regression check built on them.
+
+Input: the run records written by :mod:`faasm_tasks.results` under
+``<results>/<YYYY-MM-DD>/<run-id>/<experiment>/<system>/<point>/repeat-<r>/attempt-<k>/run.json``.
+For every point and repeat of a run only the latest attempt counts, and only a measured
+one (``status == "succeeded"``, ``outcome.ok``, not marked invalid). A point's value for a
+day is the median over that day's runs and repeats.
+
+* :func:`load_window` reads the last ``days`` date folders up to a date (one row per
+  run, point and repeat);
+* :func:`daily` reduces them to one value per point and day;
+* :func:`write_report` writes ``trends.html`` (self-contained: PNGs embedded as base64),
+  ``trends.md`` (figures in ``figures/``), ``trends.json`` and the PNGs;
+* :func:`compare` checks this run's points against the trailing median of the previous
+  days (``check`` step).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from stepkit import storage
+
+from .results import iter_records, run_prefix
+
+DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+#: Columns of one row of :func:`load_window`.
+METRICS = ("p50_us", "p99_us", "throughput_ok", "run_time_ms", "memory_gb_s")
+#: The metrics :func:`compare` can check: (metric, direction that is bad, label).
+CHECKED = {"p99_us": ("increase", "p99 latency (us)"), "throughput_ok": ("drop", "throughput (req/s)"),
+           "run_time_ms": ("increase", "run time (ms)")}
+
+
+def window_dates(root: str, end: str, days: int) -> list[str]:
+    """Date folders under ``root`` in ``(end - days, end]`` (sorted)."""
+    if days < 1:
+        raise ValueError(f"--days must be at least 1, got {days}")
+    last = dt.date.fromisoformat(end)
+    first = last - dt.timedelta(days=days - 1)
+    fs, path = storage.filesystem(root)
+    if hasattr(fs, "invalidate_cache"):
+        fs.invalidate_cache(path)
+    try:
+        names = [os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        if DAY_RE.match(n):
+            try:
+                d = dt.date.fromisoformat(n)
+            except ValueError:
+                continue
+            if first <= d <= last:
+                out.append(n)
+    return sorted(out)
+
+
+def _runs(root: str, date: str) -> list[str]:
+    fs, path = storage.filesystem(storage.join(root, date))
+    try:
+        return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p))
+    except FileNotFoundError:
+        return []
+
+
+def measured(rec: dict[str, Any]) -> bool:
+    """A record whose numbers count: finished, ok and not marked invalid."""
+    if rec.get("status") != "succeeded" or not (rec.get("outcome") or {}).get("ok"):
+        return False
+    return rec.get("valid", True) is not False and not rec.get("invalid")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def run_rows(root: str, date: str, run_id: str) -> list[dict[str, Any]]:
+    """One row per point and repeat of a run: its latest attempt."""
+    base = storage.normalize(run_prefix(root, date, run_id))
+    latest: dict[tuple, tuple[dict, str]] = {}
+    for uri, rec in iter_records(root, date, run_id):
+        rel = storage.normalize(uri)[len(base):].strip("/").split("/")
+        rep = next((i for i, p in enumerate(rel) if p.startswith("repeat-")), None)
+        if rep is None or rep < 3:
+            continue
+        key = (rel[0], rel[1], "/".join(rel[2:rep]), rel[rep])
+        if key not in latest or rec.get("attempt", 0) > latest[key][0].get("attempt", 0):
+            latest[key] = (rec, uri)
+    rows = []
+    for (exp, system, point, _rep), (rec, uri) in sorted(latest.items()):
+        m, b = rec.get("metrics") or {}, rec.get("billing") or {}
+        params = rec.get("params") or {}
+        row = {"date": date, "run_id": run_id, "experiment": rec.get("experiment", exp),
+               "system": rec.get("system", system), "point": point, "repeat": rec.get("repeat"),
+               "attempt": rec.get("attempt"), "status": rec.get("status"), "measured": measured(rec),
+               "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())), "uri": uri,
+               "n_workers": _num(params.get("n_workers")), "matrix_size": _num(params.get("matrix_size"))}
+        for k in METRICS:
+            row[k] = _num(b.get(k) if k == "memory_gb_s" else m.get(k))
+        rows.append(row)
+    return rows
+
+
+def load_window(root: str, end: str, days: int) -> pd.DataFrame:
+    """Every run's rows in the last ``days`` date folders up to ``end``."""
+    rows: list[dict[str, Any]] = []
+    for date in window_dates(root, end, days):
+        for run_id in _runs(root, date):
+            rows += run_rows(root, date, run_id)
+    cols = ["date", "run_id", "experiment", "system", "point", "repeat", "attempt", "status", "measured",
+            "params", "uri", "n_workers", "matrix_size", *METRICS]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def daily(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (experiment, system, point, date): medians of the measured rows."""
+    keys = ["experiment", "system", "point", "date"]
+    ok = df[df["measured"]]
+    if ok.empty:
+        return pd.DataFrame(columns=[*keys, "params", "n_workers", "matrix_size", "runs", *METRICS])
+    agg = {k: "median" for k in METRICS}
+    agg.update(params="first", n_workers="first", matrix_size="first", run_id="nunique")
+    out = ok.groupby(keys, as_index=False).agg(agg).rename(columns={"run_id": "runs"})
+    return out.sort_values(keys).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------ check
+
+@dataclass
+class Thresholds:
+    p99_increase_pct: float | None = None
+    throughput_drop_pct: float | None = None
+    run_time_increase_pct: float | None = None
+    min_history: int = 3
+
+    def for_metric(self, metric: str) -> float | None:
+        return {"p99_us": self.p99_increase_pct, "throughput_ok": self.throughput_drop_pct,
+                "run_time_ms": self.run_time_increase_pct}[metric]
+
+
+@dataclass
+class CheckResult:
+    breaches: list[dict[str, Any]] = field(default_factory=list)
+    checked: list[dict[str, Any]] = field(default_factory=list)
+    too_little_history: list[dict[str, Any]] = field(default_factory=list)
+    no_data: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"breaches": self.breaches, "checked": self.checked, "too_little_history": self.too_little_history,
+                "no_data": self.no_data}
+
+
+def breach_text(b: dict[str, Any]) -> str:
+    sign = "+" if b["direction"] == "increase" else "-"
+    return (f"{b['experiment']}/{b['system']} point {b['point']}: {b['metric']} = {b['value']:.6g}, "
+            f"{b['change_pct']:+.1f}% vs the trailing median {b['trailing_median']:.6g} of {b['history_days']} "
+            f"previous days (threshold {sign}{b['threshold_pct']:g}%)")
+
+
+def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresholds) -> CheckResult:
+    """This run's measured points (``current``) against the days before ``date`` in ``history``."""
+    res = CheckResult()
+    cur = current[current["measured"]]
+    if cur.empty:
+        res.no_data = True
+        return res
+    day = daily(history)
+    prev = day[day["date"] < date]
+    for (exp, system, point), g in cur.groupby(["experiment", "system", "point"]):
+        h = prev[(prev["experiment"] == exp) & (prev["system"] == system) & (prev["point"] == point)]
+        for metric, (direction, _label) in CHECKED.items():
+            limit = th.for_metric(metric)
+            value = g[metric].dropna()
+            if limit is None or value.empty:
+                continue
+            hist = h[metric].dropna()
+            item = {"experiment": exp, "system": system, "point": point, "metric": metric,
+                    "value": float(value.median()), "history_days": int(len(hist))}
+            if len(hist) < th.min_history:
+                res.too_little_history.append(item)
+                continue
+            med = float(hist.median())
+            if med == 0:
+                continue
+            change = (item["value"] - med) / med * 100.0
+            item.update(trailing_median=med, change_pct=round(change, 2), threshold_pct=limit, direction=direction)
+            res.checked.append(item)
+            if (direction == "increase" and change > limit) or (direction == "drop" and -change > limit):
+                res.breaches.append(item)
+    return res
+
+
+# ------------------------------------------------------------------------------ report
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | None]]:
+    """(name, caption, PNG or None when there is no data) for every trend plot."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out: list[tuple[str, str, bytes | None]] = []
+    lat = day.dropna(subset=["p99_us"]) if not day.empty else day
+    for exp in sorted(lat["experiment"].unique()) if not lat.empty else []:
+        e = lat[lat["experiment"] == exp]
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharex=True)
+        lines = 0
+        for (system, point), g in e.groupby(["system", "point"]):
+            g = g.sort_values("date")
+            x = pd.to_datetime(g["date"])
+            for ax, col in zip(axes, ("p50_us", "p99_us"), strict=True):
+                ax.plot(x, g[col] / 1000.0, marker="o", ms=3, label=f"{system} {point}")
+            lines += 1
+        for ax, title in zip(axes, ("p50 latency (ms)", "p99 latency (ms)"), strict=True):
+            ax.set_title(f"{exp}: {title}")
+            ax.grid(alpha=0.3)
+            ax.tick_params(axis="x", rotation=30)
+        if lines <= 12:
+            axes[1].legend(fontsize=7, loc="best")
+        out.append((f"latency_{exp}", f"{exp}: p50 and p99 latency per system and point over days "
+                    f"({lines} series)", _png(fig)))
+    tl = lat.dropna(subset=["throughput_ok"]) if not lat.empty else lat
+    if not tl.empty:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for (exp, system), g in tl.groupby(["experiment", "system"]):
+            old, new = g[g["date"] != run_date], g[g["date"] == run_date].sort_values("throughput_ok")
+            pts = ax.scatter(old["throughput_ok"], old["p99_us"] / 1000.0, s=10, alpha=0.3)
+            ax.plot(new["throughput_ok"], new["p99_us"] / 1000.0, marker="o", color=pts.get_facecolor()[0][:3],
+                    label=f"{exp} {system}")
+        ax.set_xlabel("throughput (successful req/s)")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"Throughput against latency (line: {run_date}; dots: earlier days)")
+        out.append(("throughput_latency", "Throughput against p99 latency", _png(fig)))
+    else:
+        out.append(("throughput_latency", "Throughput against p99 latency", None))
+    for name, col, title in (("sgd_workers", "n_workers", "SGD time against workers"),
+                             ("matrix_size", "matrix_size", "Matrix multiplication time against size")):
+        sub = day.dropna(subset=[col, "run_time_ms"]) if not day.empty else day
+        if name == "sgd_workers" and not sub.empty:
+            sub = sub[sub["matrix_size"].isna()]
+        if sub.empty:
+            out.append((name, title, None))
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for (exp, system), g in sub.groupby(["experiment", "system"]):
+            old = g[g["date"] != run_date]
+            new = g[g["date"] == (run_date if (g["date"] == run_date).any() else g["date"].max())]
+            new = new.sort_values(col)
+            pts = ax.scatter(old[col], old["run_time_ms"] / 1000.0, s=10, alpha=0.3)
+            ax.plot(new[col], new["run_time_ms"] / 1000.0, marker="o", color=pts.get_facecolor()[0][:3],
+                    label=f"{exp} {system} ({new['date'].iloc[0]})")
+        ax.set_xlabel(col.replace("_", " "))
+        ax.set_ylabel("time (s)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{title} (line: latest day; dots: earlier days)")
+        out.append((name, title, _png(fig)))
+    bill = day.dropna(subset=["memory_gb_s"]) if not day.empty else day
+    if bill.empty:
+        out.append(("billing", "Billing (memory GB-s per day)", None))
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        per = bill.groupby(["experiment", "system", "date"], as_index=False)["memory_gb_s"].sum()
+        for (exp, system), g in per.groupby(["experiment", "system"]):
+            ax.plot(pd.to_datetime(g["date"]), g["memory_gb_s"], marker="o", label=f"{exp} {system}")
+        ax.set_ylabel("memory GB-s (sum over points)")
+        ax.grid(alpha=0.3)
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend(fontsize=7)
+        ax.set_title("Billing over time")
+        out.append(("billing", "Billing: memory GB-s per day, experiment and system", _png(fig)))
+    return out
+
+
+def trend_table(day: pd.DataFrame, run_date: str) -> list[dict[str, Any]]:
+    """Per point: the latest day's value next to the median of the days before it."""
+    rows = []
+    if day.empty:
+        return rows
+    for (exp, system, point), g in day.groupby(["experiment", "system", "point"]):
+        g = g.sort_values("date")
+        last = g.iloc[-1]
+        prev = g[g["date"] < last["date"]]
+        row = {"experiment": exp, "system": system, "point": point, "days": int(len(g)), "latest": last["date"]}
+        for metric in ("p50_us", "p99_us", "throughput_ok", "run_time_ms", "memory_gb_s"):
+            v = _num(last[metric])
+            if v is None:
+                continue
+            med = _num(prev[metric].median()) if not prev[metric].dropna().empty else None
+            row[metric] = v
+            row[f"{metric}_median_before"] = med
+            row[f"{metric}_change_pct"] = round((v - med) / med * 100, 1) if med else None
+        rows.append(row)
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
+TABLE_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "point"), ("days", "days"),
+              ("latest", "latest day"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
+              ("p99_us_change_pct", "p99 vs median %"), ("throughput_ok", "req/s"),
+              ("throughput_ok_change_pct", "req/s vs median %"), ("run_time_ms", "run time ms"),
+              ("run_time_ms_change_pct", "run time vs median %"), ("memory_gb_s", "memory GB-s")]
+RUN_COLS = [("experiment", "experiment"), ("system", "system"), ("params", "params"), ("repeat", "repeat"),
+            ("attempt", "attempt"), ("status", "status"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
+            ("throughput_ok", "req/s"), ("run_time_ms", "run time ms"), ("memory_gb_s", "memory GB-s")]
+
+
+def _html_table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
+    if not rows:
+        return "<p class='empty'>No data.</p>"
+    head = "".join(f"<th>{html.escape(t)}</th>" for _, t in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for k, _ in cols) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _md_table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
+    if not rows:
+        return "_No data._\n"
+    lines = ["| " + " | ".join(t for _, t in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(k)).replace("|", "/") for k, _ in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str, bytes]:
+    """The report files: ``trends.html``, ``trends.md``, ``trends.json`` and ``figures/*.png``."""
+    day = daily(df)
+    figs = figures(day, run_date)
+    table = trend_table(day, run_date)
+    run = df[(df["run_id"] == run_id) & (df["date"] == run_date)]
+    run_rows_ = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                 for r in run.drop(columns=["uri"]).to_dict("records")]
+    dates = sorted(df["date"].unique()) if not df.empty else []
+    title = f"Faasm benchmarks: trends over {days} days to {run_date}"
+    meta = (f"Run <code>{html.escape(run_id)}</code> on {html.escape(run_date)}; {len(dates)} days with results "
+            f"({html.escape(dates[0]) if dates else '-'} to {html.escape(dates[-1]) if dates else '-'}), "
+            f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
+            f" measured points of {len(df)}.")
+    files: dict[str, bytes] = {}
+    parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", "<h2 id='run'>This run</h2>",
+                  _html_table(run_rows_, RUN_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
+                  _html_table(table, TABLE_COLS), "<h2 id='plots'>Plots</h2>"]
+    parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", "## This run\n", _md_table(run_rows_, RUN_COLS),
+                "## Latest value against the days before\n", _md_table(table, TABLE_COLS), "## Plots\n"]
+    for name, caption, png in figs:
+        parts_html.append(f"<h3 id='fig-{html.escape(name)}'>{html.escape(caption)}</h3>")
+        parts_md.append(f"### {caption}\n")
+        if png is None:
+            parts_html.append("<p class='empty'>No data for this plot in the window.</p>")
+            parts_md.append("_No data for this plot in the window._\n")
+            continue
+        files[f"figures/{name}.png"] = png
+        b64 = base64.b64encode(png).decode()
+        parts_html.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{b64}'>")
+        parts_md.append(f"![{caption}](figures/{name}.png)\n")
+    style = ("body{font-family:sans-serif;margin:1.5em;max-width:1200px}table{border-collapse:collapse;"
+             "font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+             "td:nth-child(-n+3),th{text-align:left}img{max-width:100%}.empty{color:#888}")
+    files["trends.html"] = ("<!doctype html><html><head><meta charset='utf-8'>"
+                            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
+                            + "\n".join(parts_html) + "</body></html>\n").encode()
+    files["trends.md"] = "\n".join(parts_md).encode()
+    files["trends.json"] = (json.dumps({"run_id": run_id, "date": run_date, "days": days, "dates": dates,
+                                        "trend": table, "daily": daily_records(day)},
+                                       indent=2, sort_keys=True, default=str) + "\n").encode()
+    return files
+
+
+def daily_records(day: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in day.to_dict("records")]
+
+
+def signature(df: pd.DataFrame) -> list[str]:
+    """What the report depends on: every row's identity, attempt and status (for the step fingerprint)."""
+    if df.empty:
+        return []
+    return sorted(f"{r.date}/{r.run_id}/{r.experiment}/{r.system}/{r.point}/{r.repeat}:{r.attempt}:{r.status}:"
+                  f"{r.memory_gb_s}" for r in df.itertuples())

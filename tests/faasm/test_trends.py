@@ -1,0 +1,162 @@
+"""summarize's trend report and the check step, on a history written through the results API."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+
+from faasm_testutil import cli
+from test_trends_history import END, POINTS, day, write_history, write_run
+
+from faasm_tasks import trends
+
+
+def _common(root: str, run_id: str, date: str = END) -> list[str]:
+    return ["--run-id", run_id, "--results", root, "--date", date]
+
+
+def test_summarize_writes_trend_report_with_every_plot(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    run_id = write_history(root, days=6)
+    p = cli("summarize", *_common(root, run_id), "--days", "30", state_dir=str(tmp_path / "st"))
+    out = os.path.join(root, END, run_id, "trends")
+    assert "trend report over 30 days" in p.stdout
+    page = open(os.path.join(out, "trends.html"), encoding="utf-8").read()
+    md = open(os.path.join(out, "trends.md"), encoding="utf-8").read()
+    marker = json.load(open(os.path.join(out, "_SUCCESS.json")))
+    assert marker["step"] == "trends" and "trends.html" in marker["outputs"]
+    # self-contained: every figure embedded as a PNG, no external references
+    imgs = re.findall(r"src='data:image/png;base64,([^']+)'", page)
+    names = ["latency_tf_inference_latency", "latency_tf_inference_throughput", "throughput_latency",
+             "sgd_workers", "matrix_size", "billing"]
+    assert len(imgs) == len(names)
+    for b64 in imgs:
+        assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "src='http" not in page and "<script" not in page
+    for n in names:
+        assert os.path.getsize(os.path.join(out, "figures", f"{n}.png")) > 2000
+        assert f"](figures/{n}.png)" in md
+    assert "No data for this plot" not in page
+    # the tables: this run's points and the latest value against the days before
+    assert "6 days with results" in page and page.count("<tr>") >= 2 * len(POINTS)
+    tj = json.load(open(os.path.join(out, "trends.json")))
+    assert tj["dates"] == [day(-k) for k in range(5, -1, -1)] and len(tj["trend"]) == len(POINTS)
+    assert all(r["days"] == 6 for r in tj["trend"])
+    # a rerun with the same records skips; a new day's run in the window changes the report
+    p2 = cli("summarize", *_common(root, run_id), state_dir=str(tmp_path / "st"))
+    assert "trends: skipped" in p2.stdout
+    write_run(root, END, "manual__again")
+    p3 = cli("summarize", *_common(root, run_id), state_dir=str(tmp_path / "st"))
+    assert "trend report over 30 days" in p3.stdout
+    # --days narrows the window
+    cli("summarize", *_common(root, run_id), "--days", "2", state_dir=str(tmp_path / "st"))
+    assert json.load(open(os.path.join(out, "trends.json")))["dates"] == [day(-1), day(0)]
+
+
+def test_summarize_with_no_history_still_writes_a_page(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    os.makedirs(os.path.join(root, END, "r1"))
+    cli("summarize", *_common(root, "r1"), state_dir=str(tmp_path / "st"))
+    page = open(os.path.join(root, END, "r1", "trends", "trends.html"), encoding="utf-8").read()
+    assert "0 days with results" in page and "No data.</p>" in page
+    assert page.count("No data for this plot") == 4  # throughput/latency, sgd, matrix, billing
+
+
+def test_summarize_bad_days_is_bad_input(tmp_path):
+    p = cli("summarize", *_common(str(tmp_path), "r1"), "--days", "0", state_dir=str(tmp_path / "st"), check=False)
+    assert p.returncode == 2 and "--days must be at least 1" in p.stderr
+
+
+def test_check_breached_p99_fails_and_names_the_breach(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    run_id = write_history(root, days=6, last={"p99_us": 1.8})
+    p = cli("check", *_common(root, run_id), "--p99-increase-pct", "25", state_dir=str(tmp_path / "st"),
+            check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    breaches = [ln for ln in p.stdout.splitlines() if "BREACH" in ln]
+    assert len(breaches) == 3  # the three inference points
+    line = next(b for b in breaches if "tf_inference_latency/native" in b)
+    # experiment, system, point, metric, value, trailing median, threshold
+    assert "point cold_start_interval-5_duration_s-3" in line and "p99_us = " in line
+    assert "trailing median" in line and "of 5 previous days" in line and "(threshold +25%)" in line
+    value = float(re.search(r"p99_us = ([0-9.]+)", line).group(1))
+    median = float(re.search(r"trailing median ([0-9.]+)", line).group(1))
+    assert value > 1.25 * median and 11000 < median < 13000
+    assert "regression:" in p.stderr
+    ops = os.listdir(os.path.join(root, END, run_id, "_ops"))
+    rep = json.load(open(os.path.join(root, END, run_id, "_ops", next(o for o in ops if o.startswith("check-")))))
+    assert len(rep["breaches"]) == 3 and rep["thresholds"]["p99_increase_pct"] == 25.0
+    # the same run passes with a looser threshold
+    assert cli("check", *_common(root, run_id), "--p99-increase-pct", "100", state_dir=str(tmp_path / "st"),
+               check=False).returncode == 0
+
+
+def test_check_throughput_drop_and_run_time_increase(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    run_id = write_history(root, days=5, last={"throughput_ok": 0.5, "run_time_ms": 2.0})
+    p = cli("check", *_common(root, run_id), "--throughput-drop-pct", "20", "--run-time-increase-pct", "50",
+            state_dir=str(tmp_path / "st"), check=False)
+    assert p.returncode == 1
+    text = "\n".join(ln for ln in p.stdout.splitlines() if "BREACH" in ln)
+    assert text.count("throughput_ok") == 3 and text.count("run_time_ms") == 4
+    assert "(threshold -20%)" in text and "(threshold +50%)" in text
+    # thresholds turned off (negative): passes
+    assert cli("check", *_common(root, run_id), "--throughput-drop-pct", "-1", "--run-time-increase-pct", "-1",
+               state_dir=str(tmp_path / "st"), check=False).returncode == 0
+
+
+def test_check_clean_history_passes(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    run_id = write_history(root, days=8)  # +-4 % noise only
+    p = cli("check", *_common(root, run_id), "--p99-increase-pct", "10", "--throughput-drop-pct", "10",
+            "--run-time-increase-pct", "10", state_dir=str(tmp_path / "st"), check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "0 breaches" in p.stdout and "comparisons" in p.stdout
+    n = int(re.search(r"check: (\d+) comparisons", p.stdout).group(1))
+    assert n == 3 * 2 + 4  # p99 and throughput of 3 inference points, run time of 4 call points
+
+
+def test_check_too_little_history_says_so_and_passes(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    run_id = write_history(root, days=2, last={"p99_us": 5.0})  # one previous day only
+    p = cli("check", *_common(root, run_id), "--min-history", "3", state_dir=str(tmp_path / "st"), check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "too little history for tf_inference_latency/native" in p.stdout
+    assert "1 previous day(s) with results, need 3" in p.stdout and "0 comparisons" in p.stdout
+    # failed days are not history: five failed days before still leave too little
+    root2 = str(tmp_path / "b")
+    for k in range(5, 0, -1):
+        write_run(root2, day(-k), f"scheduled__{day(-k)}", failed=tuple(e for e, *_ in POINTS))
+    write_run(root2, END, "today", {"p99_us": 5.0})
+    p2 = cli("check", *_common(root2, "today"), state_dir=str(tmp_path / "st"), check=False)
+    assert p2.returncode == 0 and "0 previous day(s)" in p2.stdout
+
+
+def test_check_run_without_measurements_passes_and_says_so(tmp_path):
+    root = str(tmp_path / "faasm_benchmarks")
+    write_history(root, days=4)
+    p = cli("check", *_common(root, "never-ran"), state_dir=str(tmp_path / "st"), check=False)
+    assert p.returncode == 0 and "has no measured points" in p.stdout
+
+
+def test_check_bad_threshold_is_bad_input(tmp_path):
+    p = cli("check", *_common(str(tmp_path), "r"), "--p99-increase-pct", "lots", state_dir=str(tmp_path / "st"),
+            check=False)
+    assert p.returncode == 2 and "--p99-increase-pct" in p.stderr
+
+
+def test_compare_uses_only_days_before_the_run():
+    import pandas as pd
+
+    rows = []
+    for k, v in enumerate([100, 100, 100, 300]):
+        rows.append({"date": day(k - 3), "run_id": f"r{k}", "experiment": "e", "system": "wasm", "point": "p",
+                     "repeat": 0, "attempt": 1, "status": "succeeded", "measured": True, "params": "",
+                     "uri": "", "n_workers": None, "matrix_size": None, "p50_us": None, "p99_us": float(v),
+                     "throughput_ok": None, "run_time_ms": None, "memory_gb_s": None})
+    df = pd.DataFrame(rows)
+    res = trends.compare(df, df[df["run_id"] == "r3"], END, trends.Thresholds(p99_increase_pct=50, min_history=3))
+    assert [b["trailing_median"] for b in res.breaches] == [100.0]
+    assert res.breaches[0]["change_pct"] == 200.0

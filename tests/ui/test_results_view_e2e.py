@@ -1,0 +1,218 @@
+"""The results view in a real headless browser, behind Airflow's login.
+
+Starts ``airflow api-server`` on a free 127.0.0.1 port (SimpleAuthManager, one test user),
+logs in through the login form with Debian's chromium driven by selenium, opens the view
+(directly and inside the Airflow UI), finds the reports made by the fixture, opens them and
+checks their content; screenshots go to ``$UI_SCREENSHOT_DIR`` (default: the system temp dir).
+Skips with a clear message when chromium, chromedriver or selenium is missing
+(``make system-deps`` installs the Debian packages).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import pytest
+from ui_fixtures import END, MIRAGE_TITLE, REPO, make_reports
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
+USER, PASSWORD = "tester", "pw-for-the-ui-test"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1000"]
+
+
+def _missing() -> str | None:
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"chromium not installed ({CHROMIUM}); apt-get install -y chromium chromium-driver (make system-deps)"
+    if not os.access(CHROMEDRIVER, os.X_OK):
+        return f"chromedriver not installed ({CHROMEDRIVER}); apt-get install -y chromium-driver (make system-deps)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium not installed (pip install -r requirements-dev.txt -c constraints.txt)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    home = tmp_path_factory.mktemp("airflow-home")
+    storage = tmp_path_factory.mktemp("storage")
+    pages = make_reports(storage, tmp_path_factory.mktemp("state"))
+    port = _free_port()
+    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "HOUSE_"))}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "ui-test-secret-" + os.urandom(8).hex(),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+        "HOUSE_STORAGE_ROOT": str(storage),
+        "HOUSE_NO_VARIABLES": "1",
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    })
+    airflow = [sys.executable, "-m", "airflow"]
+    subprocess.run([*airflow, "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300)
+    log = open(home / "api-server.log", "wb")
+    proc = subprocess.Popen([*airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "--workers", "1"],
+                            env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError("api-server exited:\n" + (home / "api-server.log").read_text()[-4000:])
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("api-server not up in 180 s:\n" + (home / "api-server.log").read_text()[-4000:])
+            time.sleep(1)
+        yield {"base": base, "pages": pages, "log": home / "api-server.log"}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server, tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # selenium-manager must not download anything
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for f in FLAGS:
+        opts.add_argument(f)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shot(driver, name: str) -> Path:
+    out = Path(os.environ.get("UI_SCREENSHOT_DIR", tempfile.gettempdir())) / f"results-view-{name}.png"
+    driver.save_screenshot(str(out))
+    return out
+
+
+def test_view_is_behind_login_lists_and_opens_reports(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base, pages = server["base"], server["pages"]
+    wait = WebDriverWait(browser, 60)
+    # without a login the API refuses and the page sends the browser to Airflow's login form
+    req = urllib.request.Request(f"{base}/results/api/reports")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 401
+    browser.get(f"{base}/results/")
+    user = wait.until(EC.visibility_of_element_located((By.NAME, "username")))
+    assert "/auth/login" in browser.current_url
+    user.send_keys(USER)
+    pw = browser.find_element(By.NAME, "password")
+    pw.send_keys(PASSWORD)
+    pw.send_keys(Keys.ENTER)
+    # back on the view, logged in: both pipelines' reports listed
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.reports")))
+    assert browser.current_url.rstrip("/").endswith("/results"), browser.current_url
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Pipeline results"
+    _shot(browser, "list")
+    links = {unquote(a.get_attribute("href").split("/results/", 1)[1]): a
+             for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")}
+    assert "report/" + pages["mirage"] in links, links.keys()
+    assert "report/" + pages["faasm_trends"] in links
+    assert any(k.startswith("summary/") for k in links)
+    mirage_row = browser.find_element(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")
+    assert "2023-03-01T000000Z" in mirage_row.text
+
+    # open the Mirage report from the list
+    links["report/" + pages["mirage"]].click()
+    wait.until(EC.title_contains(MIRAGE_TITLE))
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "Held-out scores" in body and "3.21" in body and "Training curves" in body
+    imgs = browser.find_elements(By.TAG_NAME, "img")
+    assert imgs and all(browser.execute_script("return arguments[0].naturalWidth", i) > 100 for i in imgs)
+    _shot(browser, "mirage-report")
+
+    # the Faasm trend report: tables and every embedded plot rendered
+    browser.get(f"{base}/results/")
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table[data-kind=faasm_trends] a.report-link"))).click()
+    wait.until(EC.title_contains("Faasm benchmarks: trends"))
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert f"trends over 30 days to {END}" in body and "Latest value against the days before" in body
+    imgs = browser.find_elements(By.TAG_NAME, "img")
+    assert len(imgs) == 6 and all(browser.execute_script("return arguments[0].naturalWidth", i) > 100 for i in imgs)
+    _shot(browser, "faasm-trends")
+
+    # the run summary page
+    browser.get(f"{base}/results/summary/{quote(pages['faasm_run'])}")
+    rows = wait.until(EC.presence_of_all_elements_located((By.CSS_SELECTOR, "tbody tr")))
+    assert len(rows) == 7 and "succeeded" in rows[0].text
+
+    # a file outside the reports is not served, even when logged in
+    browser.get(f"{base}/results/report/mirage_pipeline/2023-03-01T000000Z/train/xgboost-n1/metrics.json")
+    assert "no report file" in browser.find_element(By.TAG_NAME, "body").text
+
+    # inside the Airflow UI: the Browse menu's "Pipeline results" page shows the list in a frame
+    browser.get(f"{base}/plugin/results")
+    frame = wait.until(EC.presence_of_element_located((By.TAG_NAME, "iframe")))
+    time.sleep(2)
+    _shot(browser, "airflow-ui")
+    browser.switch_to.frame(frame)
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table[data-kind=mirage_report]")))
+    browser.switch_to.default_content()
