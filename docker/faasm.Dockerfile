@@ -16,8 +16,8 @@ COPY docker ./docker
 COPY stepkit ./stepkit
 COPY mirage_tasks ./mirage_tasks
 COPY faasm_tasks ./faasm_tasks
-RUN pip install --no-deps . && cd / && rm -rf /tmp/src
 WORKDIR /opt/house
+RUN pip install --no-deps /tmp/src && rm -rf /tmp/src
 RUN useradd --uid 10001 --create-home runner && python -m faasm_tasks --help >/dev/null
 USER 10001
 ENTRYPOINT []
