@@ -21,14 +21,19 @@ Errors are counted by kind: ``connect``, ``timeout``, ``read`` (reset, bad reply
 from __future__ import annotations
 
 import asyncio
+import errno
+import gc
 import multiprocessing as mp
 import os
 import random
 import re
+import select
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,6 +64,10 @@ class LoadSpec:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     seed: int = 0
+    # > 0: run the driver processes under SCHED_FIFO at this priority (1..99; needs root or
+    # CAP_SYS_NICE), so that on a busy machine other processes cannot delay a send by a
+    # scheduler time slice. 0: the normal time-sharing policy. Refused -> normal, recorded.
+    rt_priority: int = 0
 
     def __post_init__(self):
         if self.mode not in ("closed", "open"):
@@ -68,6 +77,8 @@ class LoadSpec:
         if self.connections < 1 or self.processes < 1 or self.duration_s <= 0 or self.timeout_s <= 0:
             raise ValueError("connections, processes, duration and timeout must be positive")
         self.processes = min(self.processes, self.connections)
+        if not 0 <= self.rt_priority <= 99:
+            raise ValueError("rt_priority must be 0 (normal scheduling) or 1..99 (SCHED_FIFO)")
 
 
 def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
@@ -132,6 +143,7 @@ class _Worker:
         self.rng = random.Random(spec.seed * 1000 + index)
         self.record_from = t0 + spec.warmup_s
         self.end = self.record_from + spec.duration_s
+        self.last_done = 0.0
 
     async def _connect(self):
         return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.spec.timeout_s)
@@ -165,6 +177,7 @@ class _Worker:
         done = time.monotonic()
         if record:
             self.all += 1
+            self.last_done = max(self.last_done, done)
             if 200 <= status < 300:
                 self.ok += 1
                 self.hist.record_value(max(LOWEST_US, int((done - t_ref) * 1e6)))
@@ -188,73 +201,422 @@ class _Worker:
         if conn:
             conn[1].close()
 
-    async def open_dispatch(self, queue: asyncio.Queue, n_conns: int, interval: float):
-        """Release this process's slots (j = index, index + P, ...) at ``t0 + j * interval``."""
-        j, stride = self.index, self.spec.processes
-        while True:
-            sched = self.t0 + j * interval
-            if sched >= self.end:
-                break
-            now = time.monotonic()
-            if now < sched:
-                await asyncio.sleep(sched - now)
-            queue.put_nowait(sched)
-            j += stride
-        for _ in range(n_conns):
-            queue.put_nowait(None)
-
-    async def open_conn(self, queue: asyncio.Queue):
-        """Take the next due slot from the shared queue; any idle connection sends it."""
-        conn = None
-        while True:
-            sched = await queue.get()
-            if sched is None:
-                break
-            now = time.monotonic()
-            if now >= self.end:  # could not send this one in time: it counts as missed
-                continue
-            record = sched >= self.record_from
-            if record:
-                self.sent += 1
-                self.late += (now - sched) > LATE_S
-                self.lag.record_value(max(LOWEST_US, int((now - sched) * 1e6)))
-            conn = await self._one(conn, sched, record)
-        if conn:
-            conn[1].close()
-
-    async def main(self):
-        spec = self.spec
-        share = spec.connections // spec.processes + (1 if self.index < spec.connections % spec.processes else 0)
-        if spec.mode == "closed":
-            tasks = [self.closed_conn() for _ in range(share)]
-        else:
-            # Global slot j belongs to process j % P; within a process a dispatcher releases
-            # each slot on time into a queue and whichever connection is idle sends it.
-            interval = 1.0 / spec.rate
-            queue: asyncio.Queue = asyncio.Queue()
-            tasks = [self.open_dispatch(queue, share, interval)] + [self.open_conn(queue) for _ in range(share)]
-            first = int(spec.warmup_s * spec.rate)
-            total = int((spec.warmup_s + spec.duration_s) * spec.rate)
-            self.scheduled = sum(1 for j in range(first, total) if j % spec.processes == self.index)
-        await asyncio.gather(*tasks)
+    async def main(self, watch_parent: bool = False):
+        conns = asyncio.gather(*[self.closed_conn() for _ in range(_share(self.spec, self.index))])
+        if not watch_parent:
+            await conns
+            return
+        parent = os.getppid()
+        while not conns.done():  # a child exits when its parent is gone
+            await asyncio.wait([conns], timeout=0.1)
+            if os.getppid() != parent:
+                conns.cancel()
+                raise SystemExit("load driver parent exited")
+        await conns
 
     def result(self) -> dict[str, Any]:
         return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
                 "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late}
+                "late": self.late, "last_done": self.last_done}
+
+
+def _share(spec: LoadSpec, index: int) -> int:
+    return spec.connections // spec.processes + (1 if index < spec.connections % spec.processes else 0)
+
+# ---------------------------------------------------------------- open loop: raw sockets
+_IN, _OUT, _ERR = select.POLLIN, select.POLLOUT, select.POLLERR | select.POLLHUP
+_DOWN, _CONNECTING, _IDLE, _BUSY = 0, 1, 2, 3
+
+
+class _Poller:
+    """epoll where there is one (Linux), else poll(2); the same event bits in both."""
+
+    def __init__(self):
+        self._ep = select.epoll() if hasattr(select, "epoll") else None
+        self._p = self._ep or select.poll()
+
+    def register(self, fd: int, mask: int) -> None:
+        self._p.register(fd, mask)
+
+    def modify(self, fd: int, mask: int) -> None:
+        self._p.modify(fd, mask)
+
+    def unregister(self, fd: int) -> None:
+        try:
+            self._p.unregister(fd)
+        except (OSError, KeyError, ValueError):
+            pass
+
+    def poll(self, timeout_s: float) -> list[tuple[int, int]]:
+        if self._ep is not None:
+            return self._ep.poll(timeout_s)
+        return self._p.poll(int(timeout_s * 1000 + 0.999))
+
+    def close(self) -> None:
+        if self._ep is not None:
+            self._ep.close()
+
+
+def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | None:
+    """Parse one HTTP/1.x response at the start of ``buf``.
+
+    Returns ``(consumed, status, keep_alive)`` or None when more bytes are needed
+    (with ``eof`` a body delimited by the connection close is complete). Raises
+    ``_BadReply`` on a malformed response."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buf) > 65536:
+            raise _BadReply("response head over 64 KiB")
+        if eof:
+            raise _BadReply("connection closed inside the response head")
+        return None
+    if not buf.startswith(b"HTTP/1."):
+        raise _BadReply(f"bad status line {buf[:40]!r}")
+    try:
+        status = int(buf[9:12])
+    except ValueError:
+        raise _BadReply(f"bad status line {buf[:40]!r}") from None
+    head = buf[:end].lower() + b"\r\n"
+
+    def value(name: bytes) -> bytes | None:
+        i = head.find(b"\r\n" + name + b":")
+        if i < 0:
+            return None
+        i += len(name) + 3
+        return head[i:head.find(b"\r\n", i)].strip()
+
+    close = head.startswith(b"http/1.0")
+    v = value(b"connection")
+    if v is not None:
+        close = v == b"close" or (close and v != b"keep-alive")
+    pos = end + 4
+    te = value(b"transfer-encoding")
+    if te is not None and b"chunked" in te:
+        while True:  # chunks, then trailers up to an empty line
+            j = buf.find(b"\r\n", pos)
+            if j < 0:
+                break
+            try:
+                size = int(buf[pos:j].split(b";")[0].strip(), 16)
+            except ValueError:
+                raise _BadReply("bad chunk size") from None
+            if size:
+                pos = j + 2 + size + 2
+                if pos > len(buf):
+                    break
+                continue
+            pos = j + 2
+            while True:
+                k = buf.find(b"\r\n", pos)
+                if k < 0:
+                    break
+                if k == pos:
+                    return k + 2, status, not close
+                pos = k + 2
+            break
+        if eof:
+            raise _BadReply("connection closed inside a chunked body")
+        return None
+    cl = value(b"content-length")
+    if cl is not None:
+        try:
+            length = int(cl)
+        except ValueError:
+            raise _BadReply("bad Content-Length") from None
+    elif status in (204, 304) or 100 <= status < 200:
+        length = 0
+    else:  # body ends when the server closes
+        return (len(buf), status, False) if eof else None
+    if len(buf) < pos + length:
+        if eof:
+            raise _BadReply("connection closed inside the body")
+        return None
+    return pos + length, status, not close
+
+
+class _OpenLoop:
+    """One process's share of an open-loop run on non-blocking sockets.
+
+    Global slot ``j`` is scheduled at ``t0 + j / rate`` and belongs to process
+    ``j % processes``. Each pass of the loop releases every slot that is due, sends each on
+    an idle keep-alive connection (pre-built request bytes, one ``send`` each), then
+    polls for replies until the next slot is due. A slot waiting for a free connection
+    waits in a queue; its latency still counts from its scheduled time."""
+
+    def __init__(self, spec: LoadSpec, index: int, t0: float, n_conns: int, watch_parent: bool = False):
+        self.spec, self.index, self.t0, self.n = spec, index, t0, n_conns
+        self.host, self.port, self.req = _request_bytes(spec)
+        self.hist, self.lag = new_hist(), new_hist()
+        # raw values in us, added to the histograms after the run (cheaper in the loop)
+        self.lat_us: list[int] = []
+        self.lag_us: list[int] = []
+        self.errors = dict.fromkeys(ERROR_KINDS, 0)
+        self.ok = self.all = self.sent = self.late = 0
+        self.late_no_conn = 0  # late sends whose slot had waited for a free connection
+        self.record_from = t0 + spec.warmup_s
+        self.end = self.record_from + spec.duration_s
+        first = int(spec.warmup_s * spec.rate)
+        total = int((spec.warmup_s + spec.duration_s) * spec.rate)
+        self.scheduled = sum(1 for j in range(first, total) if j % spec.processes == index)
+        self.last_done = 0.0
+        self.parent = os.getppid() if watch_parent else None  # a child exits when its parent is gone
+
+    def run(self) -> None:
+        spec, n, req, mono = self.spec, self.n, self.req, time.monotonic
+        hist_rec, lag_rec = self.lat_us.append, self.lag_us.append
+        last_resp = [b""]  # the last complete keep-alive response: identical bytes need no parsing
+        errors, record_from, end, timeout = self.errors, self.record_from, self.end, spec.timeout_s
+        poller = _Poller()
+        socks: list[socket.socket | None] = [None] * n
+        state = [_DOWN] * n
+        sched = [0.0] * n  # BUSY: the slot being served; CONNECTING: the connect deadline
+        bufs = [b""] * n
+        outbuf = [b""] * n
+        retry_at = [0.0] * n
+        fd2c: dict[int, int] = {}
+        idle: list[int] = []
+        pending: deque[float] = deque()
+        starved_upto = -1.0  # every queued slot up to this one found no idle connection
+        step = spec.processes / spec.rate
+        j0 = self.index
+        next_sched = self.t0 + j0 / spec.rate
+
+        def close(c: int) -> None:
+            s = socks[c]
+            if s is not None:
+                fd2c.pop(s.fileno(), None)
+                poller.unregister(s.fileno())
+                s.close()
+            socks[c], state[c], bufs[c], outbuf[c] = None, _DOWN, b"", b""
+
+        def connect(c: int, now: float) -> None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            err = s.connect_ex((self.host, self.port))
+            socks[c] = s
+            fd2c[s.fileno()] = c
+            if err == 0:
+                state[c] = _IDLE
+                poller.register(s.fileno(), _IN)
+                idle.append(c)
+            elif err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+                state[c], sched[c] = _CONNECTING, now + timeout
+                poller.register(s.fileno(), _OUT | _IN)
+            else:
+                connect_failed(c, now)
+
+        def connect_failed(c: int, now: float) -> None:
+            close(c)
+            retry_at[c] = now + min(0.05, timeout)
+            if record_from <= now < end:
+                errors["connect"] += 1
+
+        def fail(c: int, kind: str) -> None:  # a request in flight on c is lost
+            if sched[c] >= record_from:
+                errors[kind] += 1
+            close(c)
+
+        def completed(c: int, status: int, keep: bool, now: float) -> None:
+            s0 = sched[c]
+            if s0 >= record_from:
+                self.all += 1
+                if 200 <= status < 300:
+                    self.ok += 1
+                    hist_rec(int((now - s0) * 1e6))
+                else:
+                    errors["non2xx"] += 1
+                if now > self.last_done:
+                    self.last_done = now
+            if keep:
+                state[c] = _IDLE
+                idle.append(c)
+            else:
+                close(c)
+
+        # open every connection before the first slot
+        now = mono()
+        for c in range(n):
+            connect(c, now)
+        next_scan = 0.0
+        hard_stop = end + timeout + 1.0
+        while True:
+            now = mono()
+            # 1. release every slot that is due; past the window, drop what is still queued (missed)
+            while next_sched <= now and next_sched < end:
+                pending.append(next_sched)
+                next_sched += step
+            if now >= end:
+                pending.clear()
+            # 2. send due slots on idle connections
+            while pending and idle:
+                c = idle.pop()
+                s0 = pending.popleft()
+                try:
+                    k = socks[c].send(req)
+                except BlockingIOError:
+                    k = 0
+                except OSError:  # the server dropped an idle connection: reconnect, keep the slot
+                    close(c)
+                    pending.appendleft(s0)
+                    continue
+                state[c], sched[c] = _BUSY, s0
+                if k < len(req):
+                    outbuf[c] = req[k:]
+                    poller.modify(socks[c].fileno(), _IN | _OUT)
+                if s0 >= record_from:
+                    self.sent += 1
+                    d = now - s0
+                    if d > LATE_S:
+                        self.late += 1
+                        if s0 <= starved_upto:
+                            self.late_no_conn += 1
+                    lag_rec(int(d * 1e6))
+            if pending:
+                starved_upto = pending[-1]
+            # 3. housekeeping every 10 ms: timeouts, reconnects, parent alive
+            if now >= next_scan:
+                next_scan = now + 0.01
+                for c in range(n):
+                    st = state[c]
+                    if st == _BUSY and now - sched[c] > timeout:
+                        fail(c, "timeout")
+                        retry_at[c] = now
+                    elif st == _CONNECTING and now > sched[c]:
+                        connect_failed(c, now)
+                    if state[c] == _DOWN and now >= retry_at[c] and now < end:
+                        connect(c, now)
+                if self.parent is not None and os.getppid() != self.parent:
+                    raise SystemExit("load driver parent exited")
+            busy = any(st == _BUSY for st in state) if now >= end else True
+            if now >= end and not busy or now >= hard_stop:
+                break
+            # 4. wait for replies until the next slot is due
+            if next_sched < end and not pending:
+                wait = max(0.0, min(next_sched - now, next_scan - now))
+            else:
+                wait = max(0.0, next_scan - now)
+            for fd, ev in poller.poll(wait):
+                c = fd2c.get(fd)
+                if c is None:
+                    continue
+                st = state[c]
+                s = socks[c]
+                if st == _CONNECTING:
+                    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err or ev & _ERR and not ev & _OUT:
+                        connect_failed(c, mono())
+                    else:
+                        state[c] = _IDLE
+                        poller.modify(fd, _IN)
+                        idle.append(c)
+                    continue
+                if ev & _OUT and outbuf[c]:
+                    try:
+                        k = s.send(outbuf[c])
+                        outbuf[c] = outbuf[c][k:]
+                        if not outbuf[c]:
+                            poller.modify(fd, _IN)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        fail(c, "read")
+                        continue
+                if not ev & (_IN | _ERR):
+                    continue
+                try:
+                    data = s.recv(262144)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = None
+                t = mono()
+                if st != _BUSY:  # idle: the server closed it (or sent junk); reconnect quietly
+                    if not data:
+                        idle.remove(c)
+                        close(c)
+                        retry_at[c] = t
+                    continue
+                if data == last_resp[0] and not bufs[c]:
+                    completed(c, 200, True, t)
+                    continue
+                eof = not data
+                buf = bufs[c] + data if data else bufs[c]
+                try:
+                    r = parse_response(buf, eof)
+                except _BadReply:
+                    fail(c, "read")
+                    retry_at[c] = t
+                    continue
+                if r is None:
+                    if eof:
+                        fail(c, "read")
+                        retry_at[c] = t
+                    else:
+                        bufs[c] = buf
+                    continue
+                bufs[c] = b""
+                if r[0] == len(buf) and r[1] == 200 and r[2] and not eof:
+                    last_resp[0] = buf
+                completed(c, r[1], r[2] and not eof, t)
+        for c in range(n):
+            if state[c] == _BUSY:
+                fail(c, "timeout")
+            close(c)
+        poller.close()
+        for values, hist in ((self.lat_us, self.hist), (self.lag_us, self.lag)):
+            for v, k in Counter(values).items():
+                hist.record_value(max(LOWEST_US, min(HIGHEST_US, v)), k)
+            values.clear()
+
+    def result(self) -> dict[str, Any]:
+        return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
+                "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
+                "late": self.late, "late_no_conn": self.late_no_conn, "last_done": self.last_done}
+
+
+def _set_scheduling(rt_priority: int) -> tuple[str, Any]:
+    """Apply the spec's scheduling policy to this process; returns (what applies, what to restore)."""
+    if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "normal", None
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+        return f"SCHED_FIFO {rt_priority}", old
+    except (OSError, AttributeError) as exc:
+        return f"normal (SCHED_FIFO {rt_priority} refused: {exc})", None
+
+
+def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[str, Any]:
+    """Run process ``index``'s share of the load; returns its counts and histograms."""
+    gc_was = gc.isenabled()
+    gc.disable()  # no collector pauses inside the timed loop (it allocates no cycles)
+    scheduling, restore = _set_scheduling(spec.rt_priority)
+    try:
+        if spec.mode == "open":
+            w: _OpenLoop | _Worker = _OpenLoop(spec, index, t0, _share(spec, index), watch_parent=in_child)
+            w.run()
+        else:
+            if in_child:
+                try:
+                    import uvloop  # optional, faster event loop
+
+                    uvloop.install()
+                except ImportError:
+                    pass
+            w = _Worker(spec, index, t0)
+            asyncio.run(w.main(watch_parent=in_child))
+        return {**w.result(), "scheduling": scheduling}
+    finally:
+        if restore is not None and not in_child:
+            os.sched_setscheduler(0, restore[0], restore[1])
+        if gc_was:
+            gc.enable()
 
 
 def _proc_main(spec: LoadSpec, index: int, t0: float, conn) -> None:
     try:
-        try:
-            import uvloop  # optional, faster event loop
-
-            uvloop.install()
-        except ImportError:
-            pass
-        w = _Worker(spec, index, t0)
-        asyncio.run(w.main())
-        conn.send(w.result())
+        conn.send(_run_share(spec, index, t0, in_child=True))
     except BaseException as exc:  # noqa: BLE001 - report to the parent
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:
@@ -268,9 +630,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
     wall0 = time.time() + start_delay_s
     results = []
     if spec.processes == 1:
-        w = _Worker(spec, 0, t0)
-        asyncio.run(w.main())
-        results.append(w.result())
+        results.append(_run_share(spec, 0, t0, in_child=False))
     else:
         ctx = mp.get_context("fork")
         procs = []
@@ -286,18 +646,25 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                 if not parent.poll(left):
                     raise RuntimeError(f"load process {p.pid} did not report within its deadline")
                 results.append(parent.recv())
-        finally:
+        except BaseException:  # interrupted or failed: stop the other processes now, not at their end
             for p, _ in procs:
+                if p.is_alive():
+                    p.kill()
+            raise
+        finally:
+            for p, parent in procs:
                 p.join(timeout=5)
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=5)
+                parent.close()
     errs = [r["error"] for r in results if "error" in r]
     if errs:
         raise RuntimeError("load process failed: " + "; ".join(errs))
     hist, lag = new_hist(), new_hist()
     errors = dict.fromkeys(ERROR_KINDS, 0)
-    ok = total = scheduled = sent = late = 0
+    ok = total = scheduled = sent = late = late_no_conn = 0
+    last_done = max((r["last_done"] for r in results), default=0.0)
     for r in results:
         hist.decode_and_add(r["hist"])
         lag.decode_and_add(r["lag"])
@@ -308,13 +675,23 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
         scheduled += r["scheduled"]
         sent += r["sent"]
         late += r["late"]
-    out = summarize(hist, spec.duration_s, ok, total, errors)
+        late_no_conn += r.get("late_no_conn", 0)
+    # Throughput divides by the measured window: from the first recorded slot (or send) to
+    # the later of the window's end and the last recorded response (a backlog that drains
+    # after the window lengthens it), never by the nominal duration alone.
+    measured = max(spec.duration_s, last_done - (t0 + spec.warmup_s)) if last_done else spec.duration_s
+    out = summarize(hist, measured, ok, total, errors)
+    out.update(duration_s=spec.duration_s, measured_duration_s=measured, throughput_basis="measured_duration_s")
+    out.update(scheduling=sorted({r["scheduling"] for r in results}))
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
                warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
     if spec.mode == "open":
         missed = max(0, scheduled - sent)
         out.update(rate=spec.rate, scheduled=scheduled, sent=sent, missed=missed, late=late,
                    late_threshold_ms=LATE_S * 1000,
+                   # late sends whose slot found every connection busy (the server, not the
+                   # driver's own clock, held them back); the rest the driver itself was late for
+                   late_waiting_for_connection=late_no_conn,
                    # requests never sent in the window or sent > 5 ms after their slot
                    schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0,
                    send_lag_p50_us=lag.get_value_at_percentile(50) if sent else None,
@@ -329,7 +706,7 @@ def summarize(hist: HdrHistogram, duration_s: float, ok: int, total: int, errors
     n = hist.get_total_count()
     pct = (lambda p: hist.get_value_at_percentile(p) if n else None)  # noqa: E731
     return {
-        "unit": "us", "duration_s": duration_s, "requests_ok": ok, "requests_all": total,
+        "unit": "us", "duration_s": duration_s, "measured_duration_s": duration_s, "requests_ok": ok, "requests_all": total,
         "throughput_ok": ok / duration_s, "throughput_all": total / duration_s,
         "errors": dict(errors), "errors_total": sum(errors.values()),
         "min_us": hist.get_min_value() if n else None, "max_us": hist.get_max_value() if n else None,
@@ -346,7 +723,7 @@ def latency_txt(s: dict[str, Any]) -> str:
         lines = ["REQUESTS=0"]
     else:
         lines = [f"MIN={s['min_us']}", f"MAX={s['max_us']}", f"STDDEV={s['stddev_us']:.2f}",
-                 f"DURATION={int(s['duration_s'] * 1e6)}", f"REQUESTS={s['requests_all']}",
+                 f"DURATION={int(s.get('measured_duration_s', s['duration_s']) * 1e6)}", f"REQUESTS={s['requests_all']}",
                  f"MEDIAN={s['p50_us']}", f"90TH={s['p90_us']}", f"10TH={s['p10_us']}",
                  "LATENCIES=" + ",".join(str(v) for v in s["latencies_us"])]
     lines += [f"ERRORS_{k.upper()}={v}" for k, v in s.get("errors", {}).items()]
