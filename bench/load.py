@@ -9,11 +9,16 @@ no-op server in another process). In ONE run against that endpoint it
   5 ms after their slot or not sent at all, with no errors; latency is measured from the
   scheduled send time (coordinated-omission free);
 * does so once under the normal time-sharing policy and, where this process may (root or
-  CAP_SYS_NICE), once with the driver processes under SCHED_FIFO (nginx and wrk always run
-  under the normal policy): on a machine shared with other busy processes the normal
-  policy lets a time slice of someone else's delay a send by 5-20 ms;
-* runs wrk closed-loop (its ceiling) on the same endpoint;
-* prints the 1-minute load average beside every step.
+  CAP_SYS_NICE), once with the driver processes under SCHED_FIFO and nginx under SCHED_FIFO
+  one step below: on a machine shared with other busy processes the normal policy lets a
+  time slice of someone else's delay a send (or nginx) by 5-20 ms;
+* after each ramp runs wrk closed loop (its ceiling) on the same endpoint under the same
+  policy;
+* prints the load average beside every step and a summary line per policy.
+
+Columns: ``late%`` sent > 5 ms after the slot; ``noconn%`` the part of those that waited
+because every connection had a request in flight (the endpoint fell behind), the rest is
+the driver's own lag; ``lag`` send time minus scheduled time.
 
     python bench/load.py [--rates 4000,8000,12000,16000,20000] [--duration 5] [--scheduling both]
 """
@@ -119,10 +124,10 @@ def loadavg() -> str:
         return "n/a"
 
 
-def ramp(url: str, a: argparse.Namespace, rt_priority: int) -> dict:
+def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> dict:
     label = f"SCHED_FIFO {rt_priority}" if rt_priority else "normal"
-    print(f"\n-- driver open loop, scheduling {label}: {a.processes} process(es), {a.connections} connections, "
-          f"{a.duration:g} s per rate (+{a.warmup:g} s warm-up)")
+    print(f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
+          f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)")
     print(f"{'offered':>8} {'sent':>8} {'unsent%':>7} {'late%':>6} {'noconn%':>7} {'ok/s':>8} {'p50 us':>7} {'p99 us':>7} "
           f"{'lag p50':>7} {'lag p99':>7} {'errors':>6}  load avg")
     rows, best, fails, applied = [], None, 0, set()
@@ -152,7 +157,22 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int) -> dict:
           f"{best:.0f} req/s" if best else f"no rate sustained ({label})")
     if any(x.startswith("normal (") for x in applied):
         print(f"note: {sorted(applied)}")
-    return {"scheduling": label, "applied": sorted(applied), "max_sustained_rate": best, "rates": rows}
+    return {"scheduling": label, "applied": sorted(applied), "endpoint_scheduling": endpoint,
+            "max_sustained_rate": best, "rates": rows}
+
+
+def set_sched_tree(pid: int, prio: int) -> str:
+    """The endpoint's policy: SCHED_FIFO ``prio`` (or normal for 0) for a process and its children."""
+    import psutil
+
+    policy, param = (os.SCHED_FIFO, os.sched_param(prio)) if prio else (os.SCHED_OTHER, os.sched_param(0))
+    try:
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            os.sched_setscheduler(p.pid, policy, param)
+        return f"SCHED_FIFO {prio}" if prio else "normal"
+    except (OSError, psutil.Error) as exc:
+        return f"unchanged ({exc})"
 
 
 def can_fifo() -> bool:
@@ -169,7 +189,7 @@ def can_fifo() -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="4000,8000,12000,16000,20000")
+    ap.add_argument("--rates", default="4000,8000,12000,16000,20000,24000")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 1)
@@ -182,6 +202,8 @@ def main() -> int:
     ap.add_argument("--nginx-workers", type=int, default=1)
     ap.add_argument("--json-out", help="also write the results here")
     a = ap.parse_args()
+    if not 1 <= a.rt_priority <= 99:
+        ap.error("--rt-priority must be 1..99")
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="faasm-bench-")
     proc = None
@@ -207,21 +229,27 @@ def main() -> int:
         print(f"endpoint: {kind} ({a.nginx_workers} worker) on {url}; {os.cpu_count()} CPUs; "
               f"load average {loadavg()}")
         for prio in policies:
-            results["ramps"].append(ramp(url, a, prio))
-        if wrk_available():
-            s, _, _ = run_wrk(LoadSpec(url=url, connections=a.wrk_connections, duration_s=a.duration, timeout_s=2,
-                                       method="GET"), threads=a.processes)
-            results["wrk"] = {"threads": a.processes, "connections": a.wrk_connections, "load_avg": loadavg(),
-                              **{k: s[k] for k in ("throughput_all", "p50_us", "p99_us", "max_us", "errors")}}
-            print(f"\n-- wrk -t{a.processes} -c{a.wrk_connections} -d{a.duration:g}s (closed loop, its ceiling): "
-                  f"{s['throughput_all']:.0f} req/s, p50 {s['p50_us']} us, p99 {s['p99_us']} us, "
-                  f"errors {s['errors_total']}  load avg {loadavg()}")
-        else:
-            print("\nwrk not installed: no closed-loop ceiling (apt-get install -y wrk)")
-        print("\nsummary: " + "; ".join(
-            f"driver open loop ({r['scheduling']}) {r['max_sustained_rate'] or 0:.0f} req/s" for r in results["ramps"])
-            + (f"; wrk closed loop {results['wrk']['throughput_all']:.0f} req/s" if "wrk" in results else "")
-            + f"; load average {loadavg()}")
+            # the endpoint follows the driver's policy, one step below it (normal, or SCHED_FIFO)
+            endpoint = set_sched_tree(proc.pid, max(1, prio - 5) if prio else 0)
+            ramp_result = ramp(url, a, prio, endpoint)
+            if wrk_available():
+                s, _, _ = run_wrk(LoadSpec(url=url, connections=a.wrk_connections, duration_s=a.duration,
+                                           timeout_s=2, method="GET", rt_priority=prio), threads=a.processes)
+                ramp_result["wrk"] = {"threads": a.processes, "connections": a.wrk_connections,
+                                      "load_avg": loadavg(), **{k: s[k] for k in (
+                                          "throughput_all", "p50_us", "p99_us", "max_us", "errors")}}
+                print(f"wrk -t{a.processes} -c{a.wrk_connections} -d{a.duration:g}s, same scheduling (closed loop, "
+                      f"its ceiling): {s['throughput_all']:.0f} req/s, p50 {s['p50_us']} us, p99 {s['p99_us']} us, "
+                      f"errors {s['errors_total']}  load avg {loadavg()}")
+            else:
+                print("wrk not installed: no closed-loop ceiling (apt-get install -y wrk)")
+            results["ramps"].append(ramp_result)
+        print("\nsummary:")
+        for r in results["ramps"]:
+            best = f"{r['max_sustained_rate']:.0f} req/s" if r["max_sustained_rate"] else "none"
+            wrk = f"{r['wrk']['throughput_all']:.0f} req/s" if "wrk" in r else "n/a"
+            print(f"  driver {r['scheduling']:<14} endpoint {r['endpoint_scheduling']:<14} open loop sustained {best:>12}"
+                  f"   wrk closed-loop ceiling {wrk:>12}   load avg at end {r['rates'][-1]['load_avg']}")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -797,6 +797,19 @@ def parse_wrk(stdout: str, duration_s: float) -> dict[str, Any]:
             "wrk_duration_us": int(kv["DURATION"])}
 
 
+def _fifo_preexec(rt_priority: int):
+    """wrk under the spec's SCHED_FIFO priority, like this driver's own processes (None: unchanged)."""
+    if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return None
+
+    def preexec():
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+        except OSError:
+            pass  # refused: wrk runs under the normal policy
+    return preexec
+
+
 def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any], str, str]:
     """Run wrk with a generated script. Returns (summary, stdout, script)."""
     exe = wrk_available()
@@ -812,8 +825,10 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
                f"--timeout={int(max(1, spec.timeout_s))}s", "-s", path, spec.url]
         if spec.warmup_s > 0:
             warm = [*cmd[:3], f"-d{int(max(1, round(spec.warmup_s)))}s", *cmd[4:]]
-            subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60)
+            subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60,
+                           preexec_fn=_fifo_preexec(spec.rt_priority))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60,
+                              preexec_fn=_fifo_preexec(spec.rt_priority))
     finally:
         os.unlink(path)
     out = proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else "")
