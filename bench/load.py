@@ -11,7 +11,9 @@ no-op server in another process). In ONE run against that endpoint it
 * does so once under the normal time-sharing policy and, where this process may (root or
   CAP_SYS_NICE), once with the driver processes under SCHED_FIFO and nginx under SCHED_FIFO
   one step below: on a machine shared with other busy processes the normal policy lets a
-  time slice of someone else's delay a send (or nginx) by 5-20 ms;
+  time slice of someone else's delay a send (or nginx) by 5-20 ms; under the normal policy
+  the driver and nginx ask for a 100 us time slice (``--slice-us``; Linux >= 6.12 EEVDF,
+  unprivileged), which lets them preempt a busy neighbour sooner when they wake;
 * after each ramp runs wrk closed loop (its ceiling) on the same endpoint under the same
   policy;
 * prints the load average beside every step and a summary line per policy.
@@ -38,7 +40,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, wrk_available  # noqa: E402
+from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, set_sched_slice, wrk_available  # noqa: E402
 
 NGINX_CONF = """worker_processes {workers};
 error_log {dir}/error.log warn;
@@ -125,7 +127,8 @@ def loadavg() -> str:
 
 
 def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> dict:
-    label = f"SCHED_FIFO {rt_priority}" if rt_priority else "normal"
+    label = f"SCHED_FIFO {rt_priority}" if rt_priority else (
+        f"normal, {a.slice_us} us slice" if a.slice_us else "normal")
     print(f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
           f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)")
     print(f"{'offered':>8} {'sent':>8} {'unsent%':>7} {'late%':>6} {'noconn%':>7} {'ok/s':>8} {'p50 us':>7} {'p99 us':>7} "
@@ -134,7 +137,7 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
     for rate in [float(r) for r in a.rates.split(",")]:
         s = run_load(LoadSpec(url=url, mode="open", rate=rate, connections=a.connections, processes=a.processes,
                               duration_s=a.duration, warmup_s=a.warmup, timeout_s=2, method="GET",
-                              rt_priority=rt_priority))
+                              rt_priority=rt_priority, slice_us=a.slice_us))
         applied.update(s["scheduling"])
         sched = max(1, s["scheduled"])
         ok = s["schedule_lag_fraction"] < 0.01 and s["errors_total"] == 0
@@ -161,16 +164,22 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
             "max_sustained_rate": best, "rates": rows}
 
 
-def set_sched_tree(pid: int, prio: int) -> str:
-    """The endpoint's policy: SCHED_FIFO ``prio`` (or normal for 0) for a process and its children."""
+def set_sched_tree(pid: int, prio: int, slice_us: int) -> str:
+    """The endpoint's policy: SCHED_FIFO ``prio``, or for 0 normal with the driver's time slice,
+    for a process and its children."""
     import psutil
 
     policy, param = (os.SCHED_FIFO, os.sched_param(prio)) if prio else (os.SCHED_OTHER, os.sched_param(0))
     try:
         root = psutil.Process(pid)
+        sliced = True
         for p in [root, *root.children(recursive=True)]:
             os.sched_setscheduler(p.pid, policy, param)
-        return f"SCHED_FIFO {prio}" if prio else "normal"
+            if not prio and slice_us:
+                sliced = set_sched_slice(p.pid, slice_us) and sliced
+        if prio:
+            return f"SCHED_FIFO {prio}"
+        return f"normal, {slice_us} us slice" if slice_us and sliced else "normal"
     except (OSError, psutil.Error) as exc:
         return f"unchanged ({exc})"
 
@@ -197,6 +206,8 @@ def main() -> int:
     ap.add_argument("--scheduling", choices=["normal", "fifo", "both"], default="both",
                     help="driver scheduling policy; fifo/both need root or CAP_SYS_NICE (else normal only)")
     ap.add_argument("--rt-priority", type=int, default=10)
+    ap.add_argument("--slice-us", type=int, default=100,
+                    help="normal policy: time slice asked for the driver and nginx (Linux >= 6.12; 0: default)")
     ap.add_argument("--wrk-connections", type=int, default=64)
     ap.add_argument("--server", choices=["auto", "nginx", "python"], default="auto")
     ap.add_argument("--nginx-workers", type=int, default=1)
@@ -230,7 +241,7 @@ def main() -> int:
               f"load average {loadavg()}")
         for prio in policies:
             # the endpoint follows the driver's policy, one step below it (normal, or SCHED_FIFO)
-            endpoint = set_sched_tree(proc.pid, max(1, prio - 5) if prio else 0)
+            endpoint = set_sched_tree(proc.pid, max(1, prio - 5) if prio else 0, a.slice_us)
             ramp_result = ramp(url, a, prio, endpoint)
             if wrk_available():
                 s, _, _ = run_wrk(LoadSpec(url=url, connections=a.wrk_connections, duration_s=a.duration,
@@ -248,7 +259,7 @@ def main() -> int:
         for r in results["ramps"]:
             best = f"{r['max_sustained_rate']:.0f} req/s" if r["max_sustained_rate"] else "none"
             wrk = f"{r['wrk']['throughput_all']:.0f} req/s" if "wrk" in r else "n/a"
-            print(f"  driver {r['scheduling']:<14} endpoint {r['endpoint_scheduling']:<14} open loop sustained {best:>12}"
+            print(f"  driver {r['scheduling']:<22} endpoint {r['endpoint_scheduling']:<22} open loop sustained {best:>12}"
                   f"   wrk closed-loop ceiling {wrk:>12}   load avg at end {r['rates'][-1]['load_avg']}")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
