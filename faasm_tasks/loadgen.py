@@ -1,21 +1,31 @@
 """Load driver for the latency and throughput experiments.
 
-Two modes, both over persistent HTTP/1.1 connections driven by asyncio, spread over
-``processes`` OS processes (the "threads" of wrk) so that more than one core sends:
+Two modes over persistent HTTP/1.1 connections, spread over ``processes`` OS processes
+(the "threads" of wrk) so that more than one core sends:
 
-* ``closed``: the paper's wrk set-up. Each connection waits a random 0..D ms, sends,
-  waits for the response. Latency = response time of that request.
-* ``open``: constant offered rate, free of coordinated omission. Request ``i`` is
-  *scheduled* at ``t0 + i / rate`` (slots dealt round-robin to processes; in a process
-  a dispatcher releases each slot on time and any idle connection sends it); latency is
-  measured from the scheduled time, not the actual send, so a stalled server or busy
-  connections show up as latency. The driver also records
-  its own send lag, how many requests it sent more than 5 ms late and how many it never
-  sent; ``schedule_lag_fraction`` = (late + never sent) / scheduled.
+* ``closed`` (asyncio): the paper's wrk set-up. Each connection waits a random 0..D ms,
+  sends, waits for the response. Latency = response time of that request.
+* ``open``: constant offered rate, free of coordinated omission. Slot ``j`` is
+  *scheduled* at ``t0 + j / rate``; slots are dealt round-robin to processes. Each process
+  runs one loop on non-blocking sockets (epoll, else poll): it releases every slot that
+  is due, sends each at once on an idle keep-alive connection (the request bytes are built
+  once), and waits for replies until the next slot is due. Latency is measured from the
+  scheduled time, not the actual send, so a stalled server or busy connections show up
+  as latency. The driver also records its own send lag (send minus scheduled time), how
+  many requests it sent more than 5 ms late (and how many of those had waited for a free
+  connection) and how many it never sent; ``schedule_lag_fraction`` = (late + never
+  sent) / scheduled.
+
+On a machine shared with busy processes, lateness comes from the kernel scheduler: a
+driver process waking for its next slot waits for someone else's time slice. Hence
+``slice_us`` (a short EEVDF slice under the normal policy, default) and ``rt_priority``
+(SCHED_FIFO, opt-in, needs root or CAP_SYS_NICE).
 
 Latencies are microseconds in an HdrHistogram (1 us .. 1 h, 3 significant digits).
-Errors are counted by kind: ``connect``, ``timeout``, ``read`` (reset, bad reply) and
-``non2xx``. Throughput is reported for successful and for all responses.
+Errors are counted by kind: ``connect``, ``timeout`` (from the send), ``read`` (reset,
+bad reply) and ``non2xx``. Throughput is reported for successful and for all responses,
+divided by ``measured_duration_s`` (the window, lengthened by replies that arrive after
+it; ``throughput_basis`` says so); ``duration_s`` stays the nominal window.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import math
 import multiprocessing as mp
 import os
 import random
@@ -227,6 +238,20 @@ class _Worker:
                 "late": self.late, "last_done": self.last_done}
 
 
+def _slot_range(spec: LoadSpec) -> tuple[int, int]:
+    """Open loop: slot j is at t0 + j / rate; measured slots are [first, total)."""
+    first = math.ceil(spec.warmup_s * spec.rate - 1e-9)
+    total = math.ceil((spec.warmup_s + spec.duration_s) * spec.rate - 1e-9)
+    return first, total
+
+
+def _count_mod(lo: int, hi: int, p: int, r: int) -> int:
+    """How many j in [lo, hi) have j % p == r."""
+    def below(x: int) -> int:  # j in [0, x)
+        return (x - r + p - 1) // p if x > r else 0
+    return max(0, below(hi) - below(lo))
+
+
 def _share(spec: LoadSpec, index: int) -> int:
     return spec.connections // spec.processes + (1 if index < spec.connections % spec.processes else 0)
 
@@ -360,11 +385,14 @@ class _OpenLoop:
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.ok = self.all = self.sent = self.late = 0
         self.late_no_conn = 0  # late sends whose slot had waited for a free connection
-        self.record_from = t0 + spec.warmup_s
-        self.end = self.record_from + spec.duration_s
-        first = int(spec.warmup_s * spec.rate)
-        total = int((spec.warmup_s + spec.duration_s) * spec.rate)
-        self.scheduled = sum(1 for j in range(first, total) if j % spec.processes == index)
+        # Slots [first, total) are measured: the first at or after the warm-up, the last
+        # before the window's end. ``record_from`` is slot ``first``'s own time (the same
+        # expression), so "sched >= record_from" and "j >= first" always agree.
+        self.first, self.total = _slot_range(spec)
+        self.record_from = t0 + self.first / spec.rate
+        self.end = t0 + spec.warmup_s + spec.duration_s
+        p = spec.processes
+        self.scheduled = _count_mod(self.first, self.total, p, index)
         self.last_done = 0.0
         self.parent = os.getppid() if watch_parent else None  # a child exits when its parent is gone
 
@@ -377,6 +405,7 @@ class _OpenLoop:
         socks: list[socket.socket | None] = [None] * n
         state = [_DOWN] * n
         sched = [0.0] * n  # BUSY: the slot being served; CONNECTING: the connect deadline
+        sent_at = [0.0] * n  # BUSY: when its request was sent (the timeout counts from there)
         bufs = [b""] * n
         outbuf = [b""] * n
         retry_at = [0.0] * n
@@ -384,9 +413,9 @@ class _OpenLoop:
         idle: list[int] = []
         pending: deque[float] = deque()
         starved_upto = -1.0  # every queued slot up to this one found no idle connection
-        step = spec.processes / spec.rate
-        j0 = self.index
-        next_sched = self.t0 + j0 / spec.rate
+        rate, t0, stride, total = spec.rate, self.t0, spec.processes, self.total
+        j = self.index  # this process's next slot
+        next_sched = t0 + j / rate if j < total else float("inf")
 
         def close(c: int) -> None:
             s = socks[c]
@@ -450,9 +479,10 @@ class _OpenLoop:
         while True:
             now = mono()
             # 1. release every slot that is due; past the window, drop what is still queued (missed)
-            while next_sched <= now and next_sched < end:
+            while next_sched <= now:
                 pending.append(next_sched)
-                next_sched += step
+                j += stride
+                next_sched = t0 + j / rate if j < total else float("inf")
             if now >= end:
                 pending.clear()
             # 2. send due slots on idle connections
@@ -467,7 +497,7 @@ class _OpenLoop:
                     close(c)
                     pending.appendleft(s0)
                     continue
-                state[c], sched[c] = _BUSY, s0
+                state[c], sched[c], sent_at[c] = _BUSY, s0, now
                 if k < len(req):
                     outbuf[c] = req[k:]
                     poller.modify(socks[c].fileno(), _IN | _OUT)
@@ -486,7 +516,7 @@ class _OpenLoop:
                 next_scan = now + 0.01
                 for c in range(n):
                     st = state[c]
-                    if st == _BUSY and now - sched[c] > timeout:
+                    if st == _BUSY and now - sent_at[c] > timeout:
                         fail(c, "timeout")
                         retry_at[c] = now
                     elif st == _CONNECTING and now > sched[c]:
@@ -500,7 +530,7 @@ class _OpenLoop:
                 break
             # 4. wait for replies until the next slot is due
             if next_sched < end and not pending:
-                wait = max(0.0, min(next_sched - now, next_scan - now))
+                wait = max(0.0, min(next_sched, next_scan) - now)
             else:
                 wait = max(0.0, next_scan - now)
             for fd, ev in poller.poll(wait):

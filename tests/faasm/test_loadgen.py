@@ -130,6 +130,16 @@ def test_open_loop_on_time_has_no_late_or_missed_slots():
     assert s["p50_us"] >= 4_000 and s["requests_ok"] == s["sent"]
 
 
+def test_open_loop_counts_slots_after_a_fractional_warmup():
+    # 30 req/s: slots every 33.3 ms; warm-up 0.25 s ends between slots 7 and 8, the window
+    # ends at 0.75 s between slots 22 and 23 -> slots 8..22 are measured, over 2 processes
+    with ScriptedServer(delay_server()) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=30, connections=4, processes=2, warmup_s=0.25,
+                              duration_s=0.5, timeout_s=2, method="GET"))
+    assert s["scheduled"] == 15 and s["sent"] + s["missed"] == 15 and s["sent"] >= 14
+    assert s["requests_all"] == s["sent"]
+
+
 def test_open_loop_errors_by_kind():
     with ScriptedServer(delay_server(status=503)) as srv:
         s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.5, timeout_s=1))
