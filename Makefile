@@ -46,13 +46,20 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# Debian's redis-server backs the Faasm local target; installed when missing and root.
+# Debian's redis-server backs the Faasm local target, nginx and wrk serve bench/load.py;
+# installed when missing and root.
 system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing redis-server (Debian) for the Faasm local target"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "note: redis-server not found and cannot be installed here; Faasm local-target tests will skip"; fi; }
+	@# nginx (the endpoint) and wrk (the closed-loop ceiling) for bench/load.py and the wrk driver
+	@{ command -v wrk && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nginx and wrk (Debian) for bench/load.py"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null; \
+	  else echo "note: nginx/wrk not found and cannot be installed here; bench/load.py falls back to a Python endpoint"; fi; }
 
 airflow-home: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME) $(HOUSE_STORAGE_ROOT)
