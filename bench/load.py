@@ -4,7 +4,8 @@ Starts nginx (Debian's; ``apt-get install -y nginx wrk``) on a free 127.0.0.1 po
 throw-away config answering ``200 ok`` to every request (without nginx, a small asyncio
 no-op server in another process). In ONE run against that endpoint it
 
-* steps the driver's open-loop rate up (default 4k, 8k, 12k, 16k, 20k req/s, 5 s each);
+* steps the driver's open-loop rate up (default 4k, 8k, 12k, 16k, 20k, 24k, 32k, 40k req/s,
+  5 s each, stopping after two rates in a row are not sustained);
   a rate is *sustained* when fewer than 1 % of the scheduled requests were sent more than
   5 ms after their slot or not sent at all, with no errors; latency is measured from the
   scheduled send time (coordinated-omission free);
@@ -22,7 +23,8 @@ Columns: ``late%`` sent > 5 ms after the slot; ``noconn%`` the part of those tha
 because every connection had a request in flight (the endpoint fell behind), the rest is
 the driver's own lag; ``lag`` send time minus scheduled time.
 
-    python bench/load.py [--rates 4000,8000,12000,16000,20000] [--duration 5] [--scheduling both]
+    python bench/load.py [--rates 4000,8000,...,40000] [--duration 5] [--scheduling normal|fifo|both]
+                          [--processes 2] [--connections 256] [--json-out results.json]
 """
 
 from __future__ import annotations
@@ -198,7 +200,8 @@ def can_fifo() -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="4000,8000,12000,16000,20000,24000")
+    ap.add_argument("--rates", default="4000,8000,12000,16000,20000,24000,32000,40000",
+                    help="offered rates, ascending; a ramp stops after two rates in a row are not sustained")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 1)
