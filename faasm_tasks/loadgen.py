@@ -478,13 +478,15 @@ class _OpenLoop:
         hard_stop = end + timeout + 1.0
         while True:
             now = mono()
-            # 1. release every slot that is due; past the window, drop what is still queued (missed)
+            # 1. release every slot that is due; past the window, drop queued slots that are
+            #    already late (never sent: missed); a slot due just before the end still goes
             while next_sched <= now:
                 pending.append(next_sched)
                 j += stride
                 next_sched = t0 + j / rate if j < total else float("inf")
             if now >= end:
-                pending.clear()
+                while pending and now - pending[0] > LATE_S:
+                    pending.popleft()
             # 2. send due slots on idle connections
             while pending and idle:
                 c = idle.pop()
