@@ -140,6 +140,17 @@ def test_open_loop_counts_slots_after_a_fractional_warmup():
     assert s["requests_all"] == s["sent"]
 
 
+def test_open_loop_without_epoll_uses_poll(monkeypatch):
+    # the Python path must work where there is no epoll (macOS, BSD): poll(2) instead
+    import select
+
+    monkeypatch.delattr(select, "epoll", raising=False)
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=2, duration_s=0.5, timeout_s=2,
+                              method="GET"))
+    assert s["scheduled"] == 50 and s["requests_ok"] == s["sent"] >= 49 and s["errors_total"] == 0
+
+
 def test_open_loop_errors_by_kind():
     with ScriptedServer(delay_server(status=503)) as srv:
         s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.5, timeout_s=1))
