@@ -35,6 +35,7 @@ import errno
 import gc
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import random
 import re
@@ -712,11 +713,21 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
             child.close()
             procs.append((p, parent))
         try:
-            for p, parent in procs:
-                left = max(0.1, deadline - time.monotonic())
-                if not parent.poll(left):
-                    raise RuntimeError(f"load process {p.pid} did not report within its deadline")
-                results.append(parent.recv())
+            waiting = {parent: p for p, parent in procs}
+            while waiting:  # whichever reports (or dies) first, not in index order
+                left = deadline - time.monotonic()
+                ready = mp_connection.wait(list(waiting), timeout=max(0.0, left))
+                if not ready:
+                    pids = sorted(p.pid for p in waiting.values())
+                    raise RuntimeError(f"load process(es) {pids} did not report within the deadline")
+                for parent in ready:
+                    p = waiting.pop(parent)
+                    try:
+                        results.append(parent.recv())
+                    except EOFError:  # it died without a word (killed, out of memory)
+                        p.join(timeout=1)
+                        raise RuntimeError(f"load process {p.pid} exited without a result "
+                                           f"(exit code {p.exitcode})") from None
         except BaseException:  # interrupted or failed: stop the other processes now, not at their end
             for p, _ in procs:
                 if p.is_alive():

@@ -221,17 +221,11 @@ def test_interrupted_run_stops_its_processes_at_once(monkeypatch):
     # load processes now instead of letting them run to their end.
     import multiprocessing.connection as mpc
 
-    real_poll = mpc.Connection.poll
-    calls = {"n": 0}
+    def wait(objects, timeout=None):
+        time.sleep(0.5)
+        raise KeyboardInterrupt
 
-    def poll(self, timeout=0.0):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            time.sleep(0.5)
-            raise KeyboardInterrupt
-        return real_poll(self, timeout)
-
-    monkeypatch.setattr(mpc.Connection, "poll", poll)
+    monkeypatch.setattr(mpc, "wait", wait)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
         t = time.monotonic()
@@ -240,6 +234,37 @@ def test_interrupted_run_stops_its_processes_at_once(monkeypatch):
                               timeout_s=1))
         # without the kill the parent would wait 5 s per process (join) before killing them
         assert time.monotonic() - t < 4.5
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_a_killed_load_process_fails_the_run_at_once():
+    # one load process killed mid-run: the run fails promptly with a clear error (not after
+    # its minute) and the other process is stopped too
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            kids = [p for p in psutil.Process().children() if p.pid not in before]
+            if len(kids) == 2 and len(srv.requests) >= 5:
+                victim = max(kids, key=lambda p: p.pid)  # the second: the parent must not wait for the first
+                victim.kill()
+                killed.append(victim.pid)
+                return
+            time.sleep(0.05)
+
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        th = threading.Thread(target=killer, daemon=True)
+        th.start()
+        t = time.monotonic()
+        with pytest.raises(RuntimeError, match="exited without a result"):
+            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
+                              timeout_s=1))
+        assert time.monotonic() - t < 20  # the run was to last 60 s
+        th.join(timeout=5)
+    assert killed
     assert not mp.active_children()
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
