@@ -21,7 +21,8 @@ no-op server in another process). In ONE run against that endpoint it
 
 Columns: ``late%`` sent > 5 ms after the slot; ``noconn%`` the part of those that waited
 because every connection had a request in flight (the endpoint fell behind), the rest is
-the driver's own lag; ``lag`` send time minus scheduled time.
+the driver's own lag; ``lag`` send time minus scheduled time; ``cpu us/req`` the driver's
+CPU time (all its processes, user + system) per request.
 
     python bench/load.py [--rates 4000,8000,...,40000] [--duration 5] [--scheduling normal|fifo|both]
                           [--processes 2] [--connections 256] [--json-out results.json]
@@ -134,7 +135,7 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
     print(f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
           f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)")
     print(f"{'offered':>8} {'sent':>8} {'unsent%':>7} {'late%':>6} {'noconn%':>7} {'ok/s':>8} {'p50 us':>7} {'p99 us':>7} "
-          f"{'lag p50':>7} {'lag p99':>7} {'errors':>6}  load avg")
+          f"{'lag p50':>7} {'lag p99':>7} {'errors':>6} {'cpu us/req':>10}  load avg")
     rows, best, fails, applied = [], None, 0, set()
     for rate in [float(r) for r in a.rates.split(",")]:
         s = run_load(LoadSpec(url=url, mode="open", rate=rate, connections=a.connections, processes=a.processes,
@@ -147,11 +148,11 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
         rows.append({"rate": rate, "sustained": ok, "load_avg": la, **{k: s[k] for k in (
             "scheduled", "sent", "missed", "late", "late_waiting_for_connection", "schedule_lag_fraction", "throughput_ok", "measured_duration_s",
             "p50_us", "p99_us", "p999_us", "max_us", "send_lag_p50_us", "send_lag_p99_us", "send_lag_max_us",
-            "errors", "scheduling")}})
+            "errors", "scheduling", "driver_cpu_s", "driver_cpu_us_per_request")}})
         print(f"{rate:8.0f} {s['sent']:8d} {100 * s['missed'] / sched:7.2f} {100 * s['late'] / sched:6.2f} "
               f"{100 * s['late_waiting_for_connection'] / sched:7.2f} "
               f"{s['throughput_ok']:8.0f} {s['p50_us'] or 0:7d} {s['p99_us'] or 0:7d} "
-              f"{s['send_lag_p50_us'] or 0:7d} {s['send_lag_p99_us'] or 0:7d} {s['errors_total']:6d}  {la}"
+              f"{s['send_lag_p50_us'] or 0:7d} {s['send_lag_p99_us'] or 0:7d} {s['errors_total']:6d} {s['driver_cpu_us_per_request'] or 0:10.1f}  {la}"
               + ("" if ok else "  <- not sustained"))
         if ok:
             best = rate if best is None else max(best, rate)

@@ -662,6 +662,7 @@ def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[st
     gc_was = gc.isenabled()
     gc.disable()  # no collector pauses inside the timed loop (it allocates no cycles)
     scheduling, restore = _set_scheduling(spec.rt_priority, spec.slice_us)
+    cpu0 = time.process_time()
     try:
         if spec.mode == "open":
             w: _OpenLoop | _Worker = _OpenLoop(spec, index, t0, _share(spec, index), watch_parent=in_child)
@@ -676,7 +677,7 @@ def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[st
                     pass
             w = _Worker(spec, index, t0)
             asyncio.run(w.main(watch_parent=in_child))
-        return {**w.result(), "scheduling": scheduling}
+        return {**w.result(), "scheduling": scheduling, "cpu_s": time.process_time() - cpu0}
     finally:
         if restore == "slice" and not in_child:
             set_sched_slice(0, 0)
@@ -764,7 +765,10 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
     measured = max(spec.duration_s, last_done - (t0 + spec.warmup_s)) if last_done else spec.duration_s
     out = summarize(hist, measured, ok, total, errors)
     out.update(duration_s=spec.duration_s, measured_duration_s=measured, throughput_basis="measured_duration_s")
-    out.update(scheduling=sorted({r["scheduling"] for r in results}))
+    cpu = sum(r["cpu_s"] for r in results)
+    out.update(scheduling=sorted({r["scheduling"] for r in results}),
+               # CPU time of the load processes (user + system), all of them together
+               driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
                warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
     if spec.mode == "open":

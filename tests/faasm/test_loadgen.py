@@ -119,6 +119,7 @@ def test_open_loop_accounting_against_a_slow_server():
     assert s["send_lag_max_us"] >= 300_000
     assert HdrHistogram.decode(s["histogram"]).get_total_count() == s["requests_ok"]
     assert s["measured_duration_s"] >= 1.0 and s["throughput_ok"] == pytest.approx(s["sent"] / s["measured_duration_s"])
+    assert s["driver_cpu_s"] > 0 and s["driver_cpu_us_per_request"] > 0
 
 
 def test_open_loop_on_time_has_no_late_or_missed_slots():
