@@ -660,7 +660,8 @@ def _set_scheduling(rt_priority: int, slice_us: int = 0) -> tuple[str, Any]:
 def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[str, Any]:
     """Run process ``index``'s share of the load; returns its counts and histograms."""
     gc_was = gc.isenabled()
-    gc.disable()  # no collector pauses inside the timed loop (it allocates no cycles)
+    if spec.mode == "open":
+        gc.disable()  # no collector pauses inside the open loop (it creates no reference cycles)
     scheduling, restore = _set_scheduling(spec.rt_priority, spec.slice_us)
     cpu0 = time.process_time()
     try:
