@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -380,9 +381,9 @@ class _OpenLoop:
         self.spec, self.index, self.t0, self.n = spec, index, t0, n_conns
         self.host, self.port, self.req = _request_bytes(spec)
         self.hist, self.lag = new_hist(), new_hist()
-        # raw values in us, added to the histograms after the run (cheaper in the loop)
-        self.lat_us: list[int] = []
-        self.lag_us: list[int] = []
+        # raw values in us (8 bytes each), added to the histograms after the run (cheaper in the loop)
+        self.lat_us = array("q")
+        self.lag_us = array("q")
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.ok = self.all = self.sent = self.late = 0
         self.late_no_conn = 0  # late sends whose slot had waited for a free connection
@@ -607,7 +608,7 @@ class _OpenLoop:
         for values, hist in ((self.lat_us, self.hist), (self.lag_us, self.lag)):
             for v, k in Counter(values).items():
                 hist.record_value(max(LOWEST_US, min(HIGHEST_US, v)), k)
-            values.clear()
+            del values[:]
 
     def result(self) -> dict[str, Any]:
         return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
