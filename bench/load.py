@@ -177,7 +177,8 @@ def set_sched_tree(pid: int, prio: int, slice_us: int) -> str:
         root = psutil.Process(pid)
         sliced = True
         for p in [root, *root.children(recursive=True)]:
-            os.sched_setscheduler(p.pid, policy, param)
+            if prio or os.sched_getscheduler(p.pid) != os.SCHED_OTHER:
+                os.sched_setscheduler(p.pid, policy, param)
             if not prio and slice_us:
                 sliced = set_sched_slice(p.pid, slice_us) and sliced
         if prio:
