@@ -469,8 +469,10 @@ class _OpenLoop:
             if keep:
                 state[c] = _IDLE
                 idle.append(c)
-            else:
+            else:  # the server closes after each reply: open the next connection right away
                 close(c)
+                if now < end:
+                    connect(c, now)
 
         # open every connection before the first slot
         now = mono()

@@ -152,6 +152,36 @@ def test_open_loop_without_epoll_uses_poll(monkeypatch):
     assert s["scheduled"] == 50 and s["requests_ok"] == s["sent"] >= 49 and s["errors_total"] == 0
 
 
+def test_open_loop_reconnects_when_the_server_closes_each_connection():
+    # an HTTP/1.0 server closes after every reply (Content-Length, or none: body until close)
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            if self.path == "/len":
+                self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    th.start()
+    try:
+        for path in ("/len", "/close"):
+            s = run_load(LoadSpec(url=f"http://127.0.0.1:{srv.server_address[1]}{path}", mode="open", rate=50,
+                                  connections=4, duration_s=0.6, timeout_s=2, method="GET"))
+            assert s["scheduled"] == 30 and s["sent"] >= 28, path
+            assert s["requests_ok"] == s["sent"] and s["errors_total"] == 0, (path, s["errors"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_open_loop_errors_by_kind():
     with ScriptedServer(delay_server(status=503)) as srv:
         s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.5, timeout_s=1))
