@@ -728,11 +728,14 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                 for parent in ready:
                     p = waiting.pop(parent)
                     try:
-                        results.append(parent.recv())
+                        r = parent.recv()
                     except EOFError:  # it died without a word (killed, out of memory)
                         p.join(timeout=1)
                         raise RuntimeError(f"load process {p.pid} exited without a result "
                                            f"(exit code {p.exitcode})") from None
+                    if "error" in r:  # fail now; the others are stopped below
+                        raise RuntimeError(f"load process failed: {r['error']}")
+                    results.append(r)
         except BaseException:  # interrupted or failed: stop the other processes now, not at their end
             for p, _ in procs:
                 if p.is_alive():

@@ -300,6 +300,28 @@ def test_a_killed_load_process_fails_the_run_at_once():
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
+def test_a_failing_load_process_fails_the_run_at_once(monkeypatch):
+    import faasm_tasks.loadgen as lg
+
+    real_run = lg._OpenLoop.run
+
+    def run(self):
+        if self.index == 1:
+            raise ValueError("boom")
+        real_run(self)
+
+    monkeypatch.setattr(lg._OpenLoop, "run", run)  # inherited by the forked load processes
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        t = time.monotonic()
+        with pytest.raises(RuntimeError, match="ValueError: boom"):
+            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
+                              timeout_s=1))
+        assert time.monotonic() - t < 20  # not after process 0's minute
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
 def test_parse_response_forms():
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     assert parse_response(ok) == (len(ok), 200, True)
