@@ -48,19 +48,22 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# Debian's redis-server backs the Faasm local target, chromium + chromium-driver the results-view
-# browser test (tests/ui); installed when missing and root.
+# $(call apt-install,CHECK,PACKAGES,WHAT): when the shell test CHECK fails, install Debian's
+# PACKAGES (as root on Debian only); elsewhere say what will skip.
+define apt-install
+	@{ $(1); } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $(2) (Debian) for $(3)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
+	  else echo "note: $(2) not found and cannot be installed here: $(3) will skip"; fi; }
+endef
+
+# Debian's redis-server backs the Faasm local target; chromium + chromium-driver the
+# results-view browser test (tests/ui); nginx and wrk serve bench/load.py.
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server (Debian) for the Faasm local target"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  else echo "note: redis-server not found and cannot be installed here; Faasm local-target tests will skip"; fi; }
-	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium chromium-driver (Debian) for the results-view browser test"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	  else echo "note: chromium/chromedriver not found and cannot be installed here; the UI browser test will skip"; fi; }
+	$(call apt-install,command -v redis-server,redis-server,the Faasm local target and its tests)
+	$(call apt-install,command -v chromium && command -v chromedriver,chromium chromium-driver,the results-view browser test)
+	$(call apt-install,command -v wrk && { command -v nginx || test -x /usr/sbin/nginx; },nginx wrk,bench/load.py)
 
 airflow-home: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME) $(HOUSE_STORAGE_ROOT)

@@ -1,34 +1,53 @@
 """Load driver for the latency and throughput experiments.
 
-Two modes, both over persistent HTTP/1.1 connections driven by asyncio, spread over
-``processes`` OS processes (the "threads" of wrk) so that more than one core sends:
+Two modes over persistent HTTP/1.1 connections, spread over ``processes`` OS processes
+(the "threads" of wrk) so that more than one core sends:
 
-* ``closed``: the paper's wrk set-up. Each connection waits a random 0..D ms, sends,
-  waits for the response. Latency = response time of that request.
-* ``open``: constant offered rate, free of coordinated omission. Request ``i`` is
-  *scheduled* at ``t0 + i / rate`` (slots dealt round-robin to processes; in a process
-  a dispatcher releases each slot on time and any idle connection sends it); latency is
-  measured from the scheduled time, not the actual send, so a stalled server or busy
-  connections show up as latency. The driver also records
-  its own send lag, how many requests it sent more than 5 ms late and how many it never
-  sent; ``schedule_lag_fraction`` = (late + never sent) / scheduled.
+* ``closed`` (asyncio): the paper's wrk set-up. Each connection waits a random 0..D ms,
+  sends, waits for the response. Latency = response time of that request.
+* ``open``: constant offered rate, free of coordinated omission. Slot ``j`` is
+  *scheduled* at ``t0 + j / rate``; slots are dealt round-robin to processes. Each process
+  runs one loop on non-blocking sockets (epoll, else poll): it releases every slot that
+  is due, sends each at once on an idle keep-alive connection (the request bytes are built
+  once), and waits for replies until the next slot is due. Latency is measured from the
+  scheduled time, not the actual send, so a stalled server or busy connections show up
+  as latency. The driver also records its own send lag (send minus scheduled time), how
+  many requests it sent more than 5 ms late (and how many of those had waited for a free
+  connection) and how many it never sent; ``schedule_lag_fraction`` = (late + never
+  sent) / scheduled.
+
+On a machine shared with busy processes, lateness comes from the kernel scheduler: a
+driver process waking for its next slot waits for someone else's time slice. Hence
+``slice_us`` (a short EEVDF slice under the normal policy, default) and ``rt_priority``
+(SCHED_FIFO, opt-in, needs root or CAP_SYS_NICE).
 
 Latencies are microseconds in an HdrHistogram (1 us .. 1 h, 3 significant digits).
-Errors are counted by kind: ``connect``, ``timeout``, ``read`` (reset, bad reply) and
-``non2xx``. Throughput is reported for successful and for all responses.
+Errors are counted by kind: ``connect``, ``timeout`` (from the send), ``read`` (reset,
+bad reply) and ``non2xx``. Throughput is reported for successful and for all responses,
+divided by ``measured_duration_s`` (the window, lengthened by replies that arrive after
+it; ``throughput_basis`` says so); ``duration_s`` stays the nominal window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import gc
+import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import random
 import re
+import select
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import time
+from array import array
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,6 +78,14 @@ class LoadSpec:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     seed: int = 0
+    # > 0: run the driver processes under SCHED_FIFO at this priority (1..99; needs root or
+    # CAP_SYS_NICE), so that on a busy machine other processes cannot delay a send by a
+    # scheduler time slice. 0: the normal time-sharing policy. Refused -> normal, recorded.
+    rt_priority: int = 0
+    # Under the normal policy: ask the kernel for this scheduler time slice (us) for the driver
+    # processes (Linux >= 6.12 EEVDF; unprivileged; ignored by older kernels). A short slice
+    # lets a driver waking from epoll preempt a busy neighbour sooner. 0: the kernel default.
+    slice_us: int = 100
 
     def __post_init__(self):
         if self.mode not in ("closed", "open"):
@@ -68,6 +95,10 @@ class LoadSpec:
         if self.connections < 1 or self.processes < 1 or self.duration_s <= 0 or self.timeout_s <= 0:
             raise ValueError("connections, processes, duration and timeout must be positive")
         self.processes = min(self.processes, self.connections)
+        if self.slice_us and not 100 <= self.slice_us <= 100_000:
+            raise ValueError("slice_us must be 0 (kernel default) or 100..100000")
+        if not 0 <= self.rt_priority <= 99:
+            raise ValueError("rt_priority must be 0 (normal scheduling) or 1..99 (SCHED_FIFO)")
 
 
 def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
@@ -132,6 +163,7 @@ class _Worker:
         self.rng = random.Random(spec.seed * 1000 + index)
         self.record_from = t0 + spec.warmup_s
         self.end = self.record_from + spec.duration_s
+        self.last_done = 0.0
 
     async def _connect(self):
         return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.spec.timeout_s)
@@ -165,6 +197,7 @@ class _Worker:
         done = time.monotonic()
         if record:
             self.all += 1
+            self.last_done = max(self.last_done, done)
             if 200 <= status < 300:
                 self.ok += 1
                 self.hist.record_value(max(LOWEST_US, int((done - t_ref) * 1e6)))
@@ -188,73 +221,479 @@ class _Worker:
         if conn:
             conn[1].close()
 
-    async def open_dispatch(self, queue: asyncio.Queue, n_conns: int, interval: float):
-        """Release this process's slots (j = index, index + P, ...) at ``t0 + j * interval``."""
-        j, stride = self.index, self.spec.processes
-        while True:
-            sched = self.t0 + j * interval
-            if sched >= self.end:
-                break
-            now = time.monotonic()
-            if now < sched:
-                await asyncio.sleep(sched - now)
-            queue.put_nowait(sched)
-            j += stride
-        for _ in range(n_conns):
-            queue.put_nowait(None)
-
-    async def open_conn(self, queue: asyncio.Queue):
-        """Take the next due slot from the shared queue; any idle connection sends it."""
-        conn = None
-        while True:
-            sched = await queue.get()
-            if sched is None:
-                break
-            now = time.monotonic()
-            if now >= self.end:  # could not send this one in time: it counts as missed
-                continue
-            record = sched >= self.record_from
-            if record:
-                self.sent += 1
-                self.late += (now - sched) > LATE_S
-                self.lag.record_value(max(LOWEST_US, int((now - sched) * 1e6)))
-            conn = await self._one(conn, sched, record)
-        if conn:
-            conn[1].close()
-
-    async def main(self):
-        spec = self.spec
-        share = spec.connections // spec.processes + (1 if self.index < spec.connections % spec.processes else 0)
-        if spec.mode == "closed":
-            tasks = [self.closed_conn() for _ in range(share)]
-        else:
-            # Global slot j belongs to process j % P; within a process a dispatcher releases
-            # each slot on time into a queue and whichever connection is idle sends it.
-            interval = 1.0 / spec.rate
-            queue: asyncio.Queue = asyncio.Queue()
-            tasks = [self.open_dispatch(queue, share, interval)] + [self.open_conn(queue) for _ in range(share)]
-            first = int(spec.warmup_s * spec.rate)
-            total = int((spec.warmup_s + spec.duration_s) * spec.rate)
-            self.scheduled = sum(1 for j in range(first, total) if j % spec.processes == self.index)
-        await asyncio.gather(*tasks)
+    async def main(self, watch_parent: bool = False):
+        conns = asyncio.gather(*[self.closed_conn() for _ in range(_share(self.spec, self.index))])
+        if not watch_parent:
+            await conns
+            return
+        parent = os.getppid()
+        while not conns.done():  # a child exits when its parent is gone
+            await asyncio.wait([conns], timeout=0.1)
+            if os.getppid() != parent:
+                conns.cancel()
+                raise SystemExit("load driver parent exited")
+        await conns
 
     def result(self) -> dict[str, Any]:
         return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
                 "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late}
+                "late": self.late, "last_done": self.last_done}
+
+
+def _slot_range(spec: LoadSpec) -> tuple[int, int]:
+    """Open loop: slot j is at t0 + j / rate; measured slots are [first, total)."""
+    first = math.ceil(spec.warmup_s * spec.rate - 1e-9)
+    total = math.ceil((spec.warmup_s + spec.duration_s) * spec.rate - 1e-9)
+    return first, total
+
+
+def _count_mod(lo: int, hi: int, p: int, r: int) -> int:
+    """How many j in [lo, hi) have j % p == r."""
+    def below(x: int) -> int:  # j in [0, x)
+        return (x - r + p - 1) // p if x > r else 0
+    return max(0, below(hi) - below(lo))
+
+
+def _share(spec: LoadSpec, index: int) -> int:
+    return spec.connections // spec.processes + (1 if index < spec.connections % spec.processes else 0)
+
+# ---------------------------------------------------------------- open loop: raw sockets
+_IN, _OUT, _ERR = select.POLLIN, select.POLLOUT, select.POLLERR | select.POLLHUP
+_DOWN, _CONNECTING, _IDLE, _BUSY = 0, 1, 2, 3
+
+
+class _Poller:
+    """epoll where there is one (Linux), else poll(2); the same event bits in both."""
+
+    def __init__(self):
+        self._ep = select.epoll() if hasattr(select, "epoll") else None
+        self._p = self._ep or select.poll()
+
+    def register(self, fd: int, mask: int) -> None:
+        self._p.register(fd, mask)
+
+    def modify(self, fd: int, mask: int) -> None:
+        self._p.modify(fd, mask)
+
+    def unregister(self, fd: int) -> None:
+        try:
+            self._p.unregister(fd)
+        except (OSError, KeyError, ValueError):
+            pass
+
+    def poll(self, timeout_s: float) -> list[tuple[int, int]]:
+        if self._ep is not None:
+            return self._ep.poll(timeout_s)
+        return self._p.poll(int(timeout_s * 1000 + 0.999))
+
+    def close(self) -> None:
+        if self._ep is not None:
+            self._ep.close()
+
+
+def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | None:
+    """Parse one HTTP/1.x response at the start of ``buf``.
+
+    Returns ``(consumed, status, keep_alive)`` or None when more bytes are needed
+    (with ``eof`` a body delimited by the connection close is complete). Raises
+    ``_BadReply`` on a malformed response."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buf) > 65536:
+            raise _BadReply("response head over 64 KiB")
+        if eof:
+            raise _BadReply("connection closed inside the response head")
+        return None
+    if not buf.startswith(b"HTTP/1."):
+        raise _BadReply(f"bad status line {buf[:40]!r}")
+    try:
+        status = int(buf[9:12])
+    except ValueError:
+        raise _BadReply(f"bad status line {buf[:40]!r}") from None
+    head = buf[:end].lower() + b"\r\n"
+
+    def value(name: bytes) -> bytes | None:
+        i = head.find(b"\r\n" + name + b":")
+        if i < 0:
+            return None
+        i += len(name) + 3
+        return head[i:head.find(b"\r\n", i)].strip()
+
+    close = head.startswith(b"http/1.0")
+    v = value(b"connection")
+    if v is not None:
+        close = v == b"close" or (close and v != b"keep-alive")
+    pos = end + 4
+    te = value(b"transfer-encoding")
+    if te is not None and b"chunked" in te:
+        while True:  # chunks, then trailers up to an empty line
+            j = buf.find(b"\r\n", pos)
+            if j < 0:
+                break
+            try:
+                size = int(buf[pos:j].split(b";")[0].strip(), 16)
+            except ValueError:
+                raise _BadReply("bad chunk size") from None
+            if size:
+                pos = j + 2 + size + 2
+                if pos > len(buf):
+                    break
+                continue
+            pos = j + 2
+            while True:
+                k = buf.find(b"\r\n", pos)
+                if k < 0:
+                    break
+                if k == pos:
+                    return k + 2, status, not close
+                pos = k + 2
+            break
+        if eof:
+            raise _BadReply("connection closed inside a chunked body")
+        return None
+    cl = value(b"content-length")
+    if cl is not None:
+        try:
+            length = int(cl)
+        except ValueError:
+            raise _BadReply("bad Content-Length") from None
+    elif status in (204, 304) or 100 <= status < 200:
+        length = 0
+    else:  # body ends when the server closes
+        return (len(buf), status, False) if eof else None
+    if len(buf) < pos + length:
+        if eof:
+            raise _BadReply("connection closed inside the body")
+        return None
+    return pos + length, status, not close
+
+
+class _OpenLoop:
+    """One process's share of an open-loop run on non-blocking sockets.
+
+    Global slot ``j`` is scheduled at ``t0 + j / rate`` and belongs to process
+    ``j % processes``. Each pass of the loop releases every slot that is due, sends each on
+    an idle keep-alive connection (pre-built request bytes, one ``send`` each), then
+    polls for replies until the next slot is due. A slot waiting for a free connection
+    waits in a queue; its latency still counts from its scheduled time."""
+
+    def __init__(self, spec: LoadSpec, index: int, t0: float, n_conns: int, watch_parent: bool = False):
+        self.spec, self.index, self.t0, self.n = spec, index, t0, n_conns
+        self.host, self.port, self.req = _request_bytes(spec)
+        self.hist, self.lag = new_hist(), new_hist()
+        # raw values in us (8 bytes each), added to the histograms after the run (cheaper in the loop)
+        self.lat_us = array("q")
+        self.lag_us = array("q")
+        self.errors = dict.fromkeys(ERROR_KINDS, 0)
+        self.ok = self.all = self.sent = self.late = 0
+        self.late_no_conn = 0  # late sends whose slot had waited for a free connection
+        # Slots [first, total) are measured: the first at or after the warm-up, the last
+        # before the window's end. ``record_from`` is slot ``first``'s own time (the same
+        # expression), so "sched >= record_from" and "j >= first" always agree.
+        self.first, self.total = _slot_range(spec)
+        self.record_from = t0 + self.first / spec.rate
+        self.end = t0 + spec.warmup_s + spec.duration_s
+        p = spec.processes
+        self.scheduled = _count_mod(self.first, self.total, p, index)
+        self.last_done = 0.0
+        self.parent = os.getppid() if watch_parent else None  # a child exits when its parent is gone
+
+    def run(self) -> None:
+        spec, n, req, mono = self.spec, self.n, self.req, time.monotonic
+        hist_rec, lag_rec = self.lat_us.append, self.lag_us.append
+        last_resp = [b""]  # the last complete keep-alive response: identical bytes need no parsing
+        errors, record_from, end, timeout = self.errors, self.record_from, self.end, spec.timeout_s
+        poller = _Poller()
+        socks: list[socket.socket | None] = [None] * n
+        state = [_DOWN] * n
+        sched = [0.0] * n  # BUSY: the slot being served; CONNECTING: the connect deadline
+        sent_at = [0.0] * n  # BUSY: when its request was sent (the timeout counts from there)
+        bufs = [b""] * n
+        outbuf = [b""] * n
+        retry_at = [0.0] * n
+        fd2c: dict[int, int] = {}
+        idle: list[int] = []
+        pending: deque[float] = deque()
+        starved_upto = -1.0  # every queued slot up to this one found no idle connection
+        rate, t0, stride, total = spec.rate, self.t0, spec.processes, self.total
+        j = self.index  # this process's next slot
+        next_sched = t0 + j / rate if j < total else float("inf")
+
+        def close(c: int) -> None:
+            s = socks[c]
+            if s is not None:
+                fd2c.pop(s.fileno(), None)
+                poller.unregister(s.fileno())
+                s.close()
+            socks[c], state[c], bufs[c], outbuf[c] = None, _DOWN, b"", b""
+
+        def connect(c: int, now: float) -> None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            err = s.connect_ex((self.host, self.port))
+            socks[c] = s
+            fd2c[s.fileno()] = c
+            if err == 0:
+                state[c] = _IDLE
+                poller.register(s.fileno(), _IN)
+                idle.append(c)
+            elif err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+                state[c], sched[c] = _CONNECTING, now + timeout
+                poller.register(s.fileno(), _OUT | _IN)
+            else:
+                connect_failed(c, now)
+
+        def connect_failed(c: int, now: float) -> None:
+            close(c)
+            retry_at[c] = now + min(0.05, timeout)
+            if record_from <= now < end:
+                errors["connect"] += 1
+
+        def fail(c: int, kind: str) -> None:  # a request in flight on c is lost
+            if sched[c] >= record_from:
+                errors[kind] += 1
+            close(c)
+
+        def completed(c: int, status: int, keep: bool, now: float) -> None:
+            s0 = sched[c]
+            if s0 >= record_from:
+                self.all += 1
+                if 200 <= status < 300:
+                    self.ok += 1
+                    hist_rec(int((now - s0) * 1e6))
+                else:
+                    errors["non2xx"] += 1
+                if now > self.last_done:
+                    self.last_done = now
+            if keep:
+                state[c] = _IDLE
+                idle.append(c)
+            else:  # the server closes after each reply: open the next connection right away
+                close(c)
+                if now < end:
+                    connect(c, now)
+
+        # open every connection before the first slot
+        now = mono()
+        for c in range(n):
+            connect(c, now)
+        next_scan = 0.0
+        hard_stop = end + timeout + 1.0
+        while True:
+            now = mono()
+            # 1. release every slot that is due; past the window, drop queued slots that are
+            #    already late (never sent: missed); a slot due just before the end still goes
+            while next_sched <= now:
+                pending.append(next_sched)
+                j += stride
+                next_sched = t0 + j / rate if j < total else float("inf")
+            if now >= end:
+                while pending and now - pending[0] > LATE_S:
+                    pending.popleft()
+            # 2. send due slots on idle connections
+            while pending and idle:
+                c = idle.pop()
+                s0 = pending.popleft()
+                try:
+                    k = socks[c].send(req)
+                except BlockingIOError:
+                    k = 0
+                except OSError:  # the server dropped an idle connection: reconnect, keep the slot
+                    close(c)
+                    pending.appendleft(s0)
+                    continue
+                state[c], sched[c], sent_at[c] = _BUSY, s0, now
+                if k < len(req):
+                    outbuf[c] = req[k:]
+                    poller.modify(socks[c].fileno(), _IN | _OUT)
+                if s0 >= record_from:
+                    self.sent += 1
+                    d = now - s0
+                    if d > LATE_S:
+                        self.late += 1
+                        if s0 <= starved_upto:
+                            self.late_no_conn += 1
+                    lag_rec(int(d * 1e6))
+            if pending:
+                starved_upto = pending[-1]
+            # 3. housekeeping every 10 ms: timeouts, reconnects, parent alive
+            if now >= next_scan:
+                next_scan = now + 0.01
+                for c in range(n):
+                    st = state[c]
+                    if st == _BUSY and now - sent_at[c] > timeout:
+                        fail(c, "timeout")
+                        retry_at[c] = now
+                    elif st == _CONNECTING and now > sched[c]:
+                        connect_failed(c, now)
+                    if state[c] == _DOWN and now >= retry_at[c] and now < end:
+                        connect(c, now)
+                if self.parent is not None and os.getppid() != self.parent:
+                    raise SystemExit("load driver parent exited")
+            busy = any(st == _BUSY for st in state) if now >= end else True
+            if now >= end and not busy or now >= hard_stop:
+                break
+            # 4. wait for replies until the next slot is due
+            if next_sched < end and not pending:
+                wait = max(0.0, min(next_sched, next_scan) - now)
+            else:
+                wait = max(0.0, next_scan - now)
+            for fd, ev in poller.poll(wait):
+                c = fd2c.get(fd)
+                if c is None:
+                    continue
+                st = state[c]
+                s = socks[c]
+                if st == _CONNECTING:
+                    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err or ev & _ERR and not ev & _OUT:
+                        connect_failed(c, mono())
+                    else:
+                        state[c] = _IDLE
+                        poller.modify(fd, _IN)
+                        idle.append(c)
+                    continue
+                if ev & _OUT and outbuf[c]:
+                    try:
+                        k = s.send(outbuf[c])
+                        outbuf[c] = outbuf[c][k:]
+                        if not outbuf[c]:
+                            poller.modify(fd, _IN)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        fail(c, "read")
+                        continue
+                if not ev & (_IN | _ERR):
+                    continue
+                try:
+                    data = s.recv(262144)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = None
+                t = mono()
+                if st != _BUSY:  # idle: the server closed it (or sent junk); reconnect quietly
+                    if not data:
+                        idle.remove(c)
+                        close(c)
+                        retry_at[c] = t
+                    continue
+                if data == last_resp[0] and not bufs[c]:
+                    completed(c, 200, True, t)
+                    continue
+                eof = not data
+                buf = bufs[c] + data if data else bufs[c]
+                try:
+                    r = parse_response(buf, eof)
+                except _BadReply:
+                    fail(c, "read")
+                    retry_at[c] = t
+                    continue
+                if r is None:
+                    if eof:
+                        fail(c, "read")
+                        retry_at[c] = t
+                    else:
+                        bufs[c] = buf
+                    continue
+                bufs[c] = b""
+                if r[0] == len(buf) and r[1] == 200 and r[2] and not eof:
+                    last_resp[0] = buf
+                completed(c, r[1], r[2] and not eof, t)
+        for c in range(n):
+            if state[c] == _BUSY:
+                fail(c, "timeout")
+            close(c)
+        poller.close()
+        for values, hist in ((self.lat_us, self.hist), (self.lag_us, self.lag)):
+            for v, k in Counter(values).items():
+                hist.record_value(max(LOWEST_US, min(HIGHEST_US, v)), k)
+            del values[:]
+
+    def result(self) -> dict[str, Any]:
+        return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
+                "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
+                "late": self.late, "late_no_conn": self.late_no_conn, "last_done": self.last_done}
+
+
+_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274, "arm64": 274, "ppc64le": 355, "s390x": 345, "riscv64": 274}
+
+
+def set_sched_slice(pid: int, slice_us: int) -> bool:
+    """Request a time slice (``sched_setattr`` ``sched_runtime`` for SCHED_OTHER, Linux >= 6.12)
+    for ``pid`` (0: this process); 0 restores the kernel default. False where unsupported."""
+    import ctypes
+    import platform
+
+    nr = _SCHED_SETATTR.get(platform.machine())
+    if nr is None or not sys.platform.startswith("linux"):
+        return False
+
+    class Attr(ctypes.Structure):  # struct sched_attr, SCHED_ATTR_SIZE_VER1
+        _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
+                    ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
+                    ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64), ("util_min", ctypes.c_uint32),
+                    ("util_max", ctypes.c_uint32)]
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = Attr(size=ctypes.sizeof(Attr), policy=0, nice=os.getpriority(os.PRIO_PROCESS, pid),
+                    runtime=slice_us * 1000)
+        return libc.syscall(nr, pid, ctypes.byref(attr), 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _set_scheduling(rt_priority: int, slice_us: int = 0) -> tuple[str, Any]:
+    """Apply the spec's scheduling policy to this process; returns (what applies, what to restore)."""
+    if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        if slice_us and set_sched_slice(0, slice_us):
+            return f"normal, {slice_us} us slice", "slice"
+        return "normal", None
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+        return f"SCHED_FIFO {rt_priority}", old
+    except (OSError, AttributeError) as exc:
+        return f"normal (SCHED_FIFO {rt_priority} refused: {exc})", None
+
+
+def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[str, Any]:
+    """Run process ``index``'s share of the load; returns its counts and histograms."""
+    gc_was = gc.isenabled()
+    if spec.mode == "open":
+        gc.disable()  # no collector pauses inside the open loop (it creates no reference cycles)
+    scheduling, restore = _set_scheduling(spec.rt_priority, spec.slice_us)
+    cpu0 = time.process_time()
+    try:
+        if spec.mode == "open":
+            w: _OpenLoop | _Worker = _OpenLoop(spec, index, t0, _share(spec, index), watch_parent=in_child)
+            w.run()
+        else:
+            if in_child:
+                try:
+                    import uvloop  # optional, faster event loop
+
+                    uvloop.install()
+                except ImportError:
+                    pass
+            w = _Worker(spec, index, t0)
+            asyncio.run(w.main(watch_parent=in_child))
+        return {**w.result(), "scheduling": scheduling, "cpu_s": time.process_time() - cpu0}
+    finally:
+        if restore == "slice" and not in_child:
+            set_sched_slice(0, 0)
+        elif restore is not None and not in_child:
+            os.sched_setscheduler(0, restore[0], restore[1])
+        if gc_was:
+            gc.enable()
 
 
 def _proc_main(spec: LoadSpec, index: int, t0: float, conn) -> None:
     try:
-        try:
-            import uvloop  # optional, faster event loop
-
-            uvloop.install()
-        except ImportError:
-            pass
-        w = _Worker(spec, index, t0)
-        asyncio.run(w.main())
-        conn.send(w.result())
+        conn.send(_run_share(spec, index, t0, in_child=True))
     except BaseException as exc:  # noqa: BLE001 - report to the parent
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:
@@ -268,9 +707,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
     wall0 = time.time() + start_delay_s
     results = []
     if spec.processes == 1:
-        w = _Worker(spec, 0, t0)
-        asyncio.run(w.main())
-        results.append(w.result())
+        results.append(_run_share(spec, 0, t0, in_child=False))
     else:
         ctx = mp.get_context("fork")
         procs = []
@@ -281,23 +718,43 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
             child.close()
             procs.append((p, parent))
         try:
-            for p, parent in procs:
-                left = max(0.1, deadline - time.monotonic())
-                if not parent.poll(left):
-                    raise RuntimeError(f"load process {p.pid} did not report within its deadline")
-                results.append(parent.recv())
-        finally:
+            waiting = {parent: p for p, parent in procs}
+            while waiting:  # whichever reports (or dies) first, not in index order
+                left = deadline - time.monotonic()
+                ready = mp_connection.wait(list(waiting), timeout=max(0.0, left))
+                if not ready:
+                    pids = sorted(p.pid for p in waiting.values())
+                    raise RuntimeError(f"load process(es) {pids} did not report within the deadline")
+                for parent in ready:
+                    p = waiting.pop(parent)
+                    try:
+                        r = parent.recv()
+                    except EOFError:  # it died without a word (killed, out of memory)
+                        p.join(timeout=1)
+                        raise RuntimeError(f"load process {p.pid} exited without a result "
+                                           f"(exit code {p.exitcode})") from None
+                    if "error" in r:  # fail now; the others are stopped below
+                        raise RuntimeError(f"load process failed: {r['error']}")
+                    results.append(r)
+        except BaseException:  # interrupted or failed: stop the other processes now, not at their end
             for p, _ in procs:
+                if p.is_alive():
+                    p.kill()
+            raise
+        finally:
+            for p, parent in procs:
                 p.join(timeout=5)
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=5)
+                parent.close()
     errs = [r["error"] for r in results if "error" in r]
     if errs:
         raise RuntimeError("load process failed: " + "; ".join(errs))
     hist, lag = new_hist(), new_hist()
     errors = dict.fromkeys(ERROR_KINDS, 0)
-    ok = total = scheduled = sent = late = 0
+    ok = total = scheduled = sent = late = late_no_conn = 0
+    last_done = max((r["last_done"] for r in results), default=0.0)
     for r in results:
         hist.decode_and_add(r["hist"])
         lag.decode_and_add(r["lag"])
@@ -308,13 +765,26 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
         scheduled += r["scheduled"]
         sent += r["sent"]
         late += r["late"]
-    out = summarize(hist, spec.duration_s, ok, total, errors)
+        late_no_conn += r.get("late_no_conn", 0)
+    # Throughput divides by the measured window: from the first recorded slot (or send) to
+    # the later of the window's end and the last recorded response (a backlog that drains
+    # after the window lengthens it), never by the nominal duration alone.
+    measured = max(spec.duration_s, last_done - (t0 + spec.warmup_s)) if last_done else spec.duration_s
+    out = summarize(hist, measured, ok, total, errors)
+    out.update(duration_s=spec.duration_s, measured_duration_s=measured, throughput_basis="measured_duration_s")
+    cpu = sum(r["cpu_s"] for r in results)
+    out.update(scheduling=sorted({r["scheduling"] for r in results}),
+               # CPU time of the load processes (user + system), all of them together
+               driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
                warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
     if spec.mode == "open":
         missed = max(0, scheduled - sent)
         out.update(rate=spec.rate, scheduled=scheduled, sent=sent, missed=missed, late=late,
                    late_threshold_ms=LATE_S * 1000,
+                   # late sends whose slot found every connection busy (the server, not the
+                   # driver's own clock, held them back); the rest the driver itself was late for
+                   late_waiting_for_connection=late_no_conn,
                    # requests never sent in the window or sent > 5 ms after their slot
                    schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0,
                    send_lag_p50_us=lag.get_value_at_percentile(50) if sent else None,
@@ -329,7 +799,7 @@ def summarize(hist: HdrHistogram, duration_s: float, ok: int, total: int, errors
     n = hist.get_total_count()
     pct = (lambda p: hist.get_value_at_percentile(p) if n else None)  # noqa: E731
     return {
-        "unit": "us", "duration_s": duration_s, "requests_ok": ok, "requests_all": total,
+        "unit": "us", "duration_s": duration_s, "measured_duration_s": duration_s, "requests_ok": ok, "requests_all": total,
         "throughput_ok": ok / duration_s, "throughput_all": total / duration_s,
         "errors": dict(errors), "errors_total": sum(errors.values()),
         "min_us": hist.get_min_value() if n else None, "max_us": hist.get_max_value() if n else None,
@@ -346,7 +816,7 @@ def latency_txt(s: dict[str, Any]) -> str:
         lines = ["REQUESTS=0"]
     else:
         lines = [f"MIN={s['min_us']}", f"MAX={s['max_us']}", f"STDDEV={s['stddev_us']:.2f}",
-                 f"DURATION={int(s['duration_s'] * 1e6)}", f"REQUESTS={s['requests_all']}",
+                 f"DURATION={int(s.get('measured_duration_s', s['duration_s']) * 1e6)}", f"REQUESTS={s['requests_all']}",
                  f"MEDIAN={s['p50_us']}", f"90TH={s['p90_us']}", f"10TH={s['p10_us']}",
                  "LATENCIES=" + ",".join(str(v) for v in s["latencies_us"])]
     lines += [f"ERRORS_{k.upper()}={v}" for k, v in s.get("errors", {}).items()]
@@ -420,6 +890,19 @@ def parse_wrk(stdout: str, duration_s: float) -> dict[str, Any]:
             "wrk_duration_us": int(kv["DURATION"])}
 
 
+def _fifo_preexec(rt_priority: int):
+    """wrk under the spec's SCHED_FIFO priority, like this driver's own processes (None: unchanged)."""
+    if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return None
+
+    def preexec():
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+        except OSError:
+            pass  # refused: wrk runs under the normal policy
+    return preexec
+
+
 def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any], str, str]:
     """Run wrk with a generated script. Returns (summary, stdout, script)."""
     exe = wrk_available()
@@ -435,8 +918,10 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
                f"--timeout={int(max(1, spec.timeout_s))}s", "-s", path, spec.url]
         if spec.warmup_s > 0:
             warm = [*cmd[:3], f"-d{int(max(1, round(spec.warmup_s)))}s", *cmd[4:]]
-            subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60)
+            subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60,
+                           preexec_fn=_fifo_preexec(spec.rt_priority))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60,
+                              preexec_fn=_fifo_preexec(spec.rt_priority))
     finally:
         os.unlink(path)
     out = proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else "")

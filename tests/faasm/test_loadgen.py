@@ -1,16 +1,28 @@
 """Load driver: percentiles against a server with known injected delays, error kinds,
-coordinated-omission-free open loop, the seed's latency.txt, wrk script/parser."""
+coordinated-omission-free open loop (scheduled/sent/missed/late against a deliberately slow
+server, latency from the scheduled time), the response parser, clean shutdown without
+leaked processes, the seed's latency.txt, wrk script/parser. Functional, never timed."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from faasm_tasks.loadgen import LoadSpec, latency_txt, parse_wrk, run_load, run_wrk, wrk_available, wrk_script
+from faasm_tasks.loadgen import (LoadSpec, _BadReply, latency_txt, parse_response, parse_wrk, run_load, run_wrk,
+                                 set_sched_slice, wrk_available, wrk_script)
 from faasm_testutil import ScriptedServer
 
 
@@ -38,7 +50,10 @@ def test_closed_loop_percentiles_follow_injected_delay():
     assert len(s["latencies_us"]) == 100 and s["latencies_us"][0] == 0
     h = HdrHistogram.decode(s["histogram"])
     assert h.get_total_count() == s["requests_ok"]
-    assert s["throughput_ok"] == pytest.approx(s["requests_ok"] / 1.5)
+    # throughput divides by the measured window (the last reply may land after the nominal 1.5 s)
+    assert s["throughput_basis"] == "measured_duration_s" and s["duration_s"] == 1.5
+    assert 1.5 <= s["measured_duration_s"] <= 1.5 + 2
+    assert s["throughput_ok"] == pytest.approx(s["requests_ok"] / s["measured_duration_s"])
 
 
 def test_errors_by_kind():
@@ -83,6 +98,286 @@ def test_open_loop_keeps_schedule_at_low_rate():
                               warmup_s=0.2, timeout_s=2))
     assert s["scheduled"] == 200 and s["missed"] <= 2 and s["schedule_lag_fraction"] <= 0.05  # shared CI cores
     assert s["requests_ok"] >= 190
+
+
+def test_open_loop_accounting_against_a_slow_server():
+    # One connection, a server that takes 50 ms per request, 100 req/s offered for 1 s: the
+    # connection can carry only ~20 requests, so ~80 slots are never sent (missed) and every
+    # sent request but the first waits for the connection (late, and late because no
+    # connection was free). Latency counts from each slot's scheduled time, so it grows to
+    # ~800 ms although the server never takes more than ~50 ms.
+    with ScriptedServer(delay_server(fast_ms=50)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=1, duration_s=1, timeout_s=2,
+                              method="GET"))
+    assert s["scheduled"] == 100
+    assert 8 <= s["sent"] <= 21
+    assert s["missed"] == s["scheduled"] - s["sent"]
+    assert s["late"] >= s["sent"] - 2 and s["late_waiting_for_connection"] == s["late"]
+    assert s["schedule_lag_fraction"] == pytest.approx((s["missed"] + s["late"]) / s["scheduled"])
+    assert s["errors_total"] == 0 and s["requests_ok"] == s["requests_all"] == s["sent"]  # in-flight replies drained
+    assert s["max_us"] >= 300_000 and s["p50_us"] >= 100_000
+    assert s["send_lag_max_us"] >= 300_000
+    assert HdrHistogram.decode(s["histogram"]).get_total_count() == s["requests_ok"]
+    assert s["measured_duration_s"] >= 1.0 and s["throughput_ok"] == pytest.approx(s["sent"] / s["measured_duration_s"])
+    assert s["driver_cpu_s"] > 0 and s["driver_cpu_us_per_request"] > 0
+
+
+def test_open_loop_on_time_has_no_late_or_missed_slots():
+    # Enough connections for a fast server: nothing waits, latency is the server's ~5 ms
+    with ScriptedServer(delay_server(fast_ms=5)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=8, duration_s=1, timeout_s=2,
+                              method="GET"))
+    assert s["scheduled"] == 50 and s["sent"] >= 49 and s["late_waiting_for_connection"] == 0
+    assert s["p50_us"] >= 4_000 and s["requests_ok"] == s["sent"]
+
+
+def test_open_loop_counts_slots_after_a_fractional_warmup():
+    # 30 req/s: slots every 33.3 ms; warm-up 0.25 s ends between slots 7 and 8, the window
+    # ends at 0.75 s between slots 22 and 23 -> slots 8..22 are measured, over 2 processes
+    with ScriptedServer(delay_server()) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=30, connections=4, processes=2, warmup_s=0.25,
+                              duration_s=0.5, timeout_s=2, method="GET"))
+    assert s["scheduled"] == 15 and s["sent"] + s["missed"] == 15 and s["sent"] >= 14
+    assert s["requests_all"] == s["sent"]
+
+
+def test_open_loop_without_epoll_uses_poll(monkeypatch):
+    # the Python path must work where there is no epoll (macOS, BSD): poll(2) instead
+    import select
+
+    monkeypatch.delattr(select, "epoll", raising=False)
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=2, duration_s=0.5, timeout_s=2,
+                              method="GET"))
+    assert s["scheduled"] == 50 and s["requests_ok"] == s["sent"] >= 49 and s["errors_total"] == 0
+
+
+def test_open_loop_reconnects_when_the_server_closes_each_connection():
+    # an HTTP/1.0 server closes after every reply (Content-Length, or none: body until close)
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            if self.path == "/len":
+                self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    th.start()
+    try:
+        for path in ("/len", "/close"):
+            s = run_load(LoadSpec(url=f"http://127.0.0.1:{srv.server_address[1]}{path}", mode="open", rate=50,
+                                  connections=4, duration_s=0.6, timeout_s=2, method="GET"))
+            assert s["scheduled"] == 30 and s["sent"] >= 28, path
+            assert s["requests_ok"] == s["sent"] and s["errors_total"] == 0, (path, s["errors"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_open_loop_errors_by_kind():
+    with ScriptedServer(delay_server(status=503)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.5, timeout_s=1))
+    assert s["requests_ok"] == 0 and s["errors"]["non2xx"] == s["requests_all"] == s["sent"] > 0
+    assert s["p50_us"] is None and s["latencies_us"] == []
+    # a server that never answers in time: timeouts, and the run still ends within its bound
+    with ScriptedServer(delay_server(fast_ms=1500)) as srv:
+        t = time.monotonic()
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=20, connections=2, duration_s=0.5,
+                              timeout_s=0.3))
+        assert time.monotonic() - t < 0.3 + 0.5 + 0.3 + 1.5
+    assert s["errors"]["timeout"] >= 2 and s["requests_ok"] == 0
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    s = run_load(LoadSpec(url=f"http://127.0.0.1:{port}/", mode="open", rate=50, connections=2, duration_s=0.3,
+                          timeout_s=0.2))
+    assert s["errors"]["connect"] >= 1 and s["sent"] == 0 and s["missed"] == s["scheduled"] == 15
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_multi_process_run_leaves_no_process(mode):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode=mode, rate=100, connections=4, processes=2, duration_s=0.5,
+                              timeout_s=1))
+    assert s["requests_ok"] > 0 and s["errors_total"] == 0
+    assert s["scheduling"] in (["normal"], ["normal, 100 us slice"])  # the short slice where the kernel has it
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+DRIVER = """
+import sys
+from faasm_tasks.loadgen import LoadSpec, run_load
+run_load(LoadSpec(url=sys.argv[1], mode=sys.argv[2], rate=50, connections=4, processes=2, duration_s=60,
+                  timeout_s=1))
+"""
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_killed_driver_leaves_no_process(mode):
+    # The driver's parent killed with SIGKILL (no cleanup code runs): its load processes notice
+    # and exit by themselves instead of sending for the rest of the minute.
+    repo = Path(__file__).resolve().parents[2]
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", DRIVER, srv.url + "/", mode], cwd=repo,
+                                env={**os.environ, "PYTHONPATH": str(repo)})
+        try:
+            deadline = time.monotonic() + 30
+            kids: list[psutil.Process] = []
+            while time.monotonic() < deadline and len(kids) < 2:
+                kids = psutil.Process(proc.pid).children()
+                time.sleep(0.05)
+            assert len(kids) == 2, "the driver did not start its two load processes"
+            while time.monotonic() < deadline and len(srv.requests) < 5:
+                time.sleep(0.05)
+            assert len(srv.requests) >= 5
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(kids, timeout=5)
+        assert not alive, f"load processes outlived their killed parent: {[p.pid for p in alive]}"
+
+
+def test_interrupted_run_stops_its_processes_at_once(monkeypatch):
+    # An exception in the parent while it waits (KeyboardInterrupt, a task timeout) kills the
+    # load processes now instead of letting them run to their end.
+    import multiprocessing.connection as mpc
+
+    def wait(objects, timeout=None):
+        time.sleep(0.5)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mpc, "wait", wait)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
+                              timeout_s=1))
+        # without the kill the parent would wait 5 s per process (join) before killing them
+        assert time.monotonic() - t < 4.5
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_a_killed_load_process_fails_the_run_at_once():
+    # one load process killed mid-run: the run fails promptly with a clear error (not after
+    # its minute) and the other process is stopped too
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            kids = [p for p in psutil.Process().children() if p.pid not in before]
+            if len(kids) == 2 and len(srv.requests) >= 5:
+                victim = max(kids, key=lambda p: p.pid)  # the second: the parent must not wait for the first
+                victim.kill()
+                killed.append(victim.pid)
+                return
+            time.sleep(0.05)
+
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        th = threading.Thread(target=killer, daemon=True)
+        th.start()
+        t = time.monotonic()
+        with pytest.raises(RuntimeError, match="exited without a result"):
+            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
+                              timeout_s=1))
+        assert time.monotonic() - t < 20  # the run was to last 60 s
+        th.join(timeout=5)
+    assert killed
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_a_failing_load_process_fails_the_run_at_once(monkeypatch):
+    import faasm_tasks.loadgen as lg
+
+    real_run = lg._OpenLoop.run
+
+    def run(self):
+        if self.index == 1:
+            raise ValueError("boom")
+        real_run(self)
+
+    monkeypatch.setattr(lg._OpenLoop, "run", run)  # inherited by the forked load processes
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with ScriptedServer(delay_server(fast_ms=1)) as srv:
+        t = time.monotonic()
+        with pytest.raises(RuntimeError, match="ValueError: boom"):
+            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
+                              timeout_s=1))
+        assert time.monotonic() - t < 20  # not after process 0's minute
+    assert not mp.active_children()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_parse_response_forms():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert parse_response(ok) == (len(ok), 200, True)
+    assert parse_response(ok[:-1]) is None and parse_response(ok[:20]) is None
+    assert parse_response(b"HTTP/1.1 503 X\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")[1:] == (503, False)
+    assert parse_response(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")[2] is False
+    assert parse_response(b"HTTP/1.0 200 OK\r\nconnection: Keep-Alive\r\ncontent-length: 2\r\n\r\nok")[2] is True
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3;x=1\r\nabc\r\n0\r\n\r\n"
+    assert parse_response(chunked) == (len(chunked), 200, True)
+    assert all(parse_response(chunked[:k]) is None for k in range(len(chunked)))
+    assert parse_response(b"HTTP/1.1 204 No Content\r\n\r\n")[1:] == (204, True)
+    until_close = b"HTTP/1.1 200 OK\r\n\r\nabc"
+    assert parse_response(until_close) is None and parse_response(until_close, eof=True) == (len(until_close), 200, False)
+    for bad in (b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 2x0 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"):
+        with pytest.raises(_BadReply):
+            parse_response(bad)
+    with pytest.raises(_BadReply):
+        parse_response(ok[:-1], eof=True)
+
+
+def test_rt_priority_is_validated_and_recorded():
+    with pytest.raises(ValueError):
+        LoadSpec(url="http://127.0.0.1:1/", mode="open", rate=1, rt_priority=100)
+    with ScriptedServer(delay_server()) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1,
+                              rt_priority=1))
+    # SCHED_FIFO where permitted, else the normal policy with the refusal recorded; the caller's
+    # own policy is restored either way
+    assert s["scheduling"] == ["SCHED_FIFO 1"] or s["scheduling"][0].startswith("normal (SCHED_FIFO 1 refused")
+    if hasattr(os, "sched_getscheduler"):
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+def _slice_ns() -> int | None:
+    try:
+        m = re.search(r"se\.slice\s*:\s*(\d+)", Path("/proc/self/sched").read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def test_short_time_slice_applies_and_is_restored():
+    with pytest.raises(ValueError):
+        LoadSpec(url="http://127.0.0.1:1/", mode="open", rate=1, slice_us=5)
+    before = _slice_ns()
+    if before is None or not set_sched_slice(0, 100):
+        pytest.skip("no custom scheduler slice here (Linux >= 6.12)")
+    try:
+        assert _slice_ns() == 100_000
+    finally:
+        assert set_sched_slice(0, 0)
+    assert _slice_ns() == before
+    with ScriptedServer(delay_server()) as srv:  # one process: the driver runs in the caller's process
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1,
+                              slice_us=200))
+    assert s["scheduling"] == ["normal, 200 us slice"] and _slice_ns() == before
 
 
 def test_latency_txt_has_seed_lines_and_errors():
