@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -61,6 +62,11 @@ AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the 
 
 class Simulator:
     """One partition. Build with :meth:`from_workload` (or add jobs by hand in tests)."""
+
+    #: Shortcuts that give identical results (tests compare both paths on a real trace):
+    #: queue removal by bisection, and a backfill pass that returns before its reservation
+    #: walk when no job could start now even on the unreserved profile.
+    fast = True
 
     def __init__(self, cfg: SimConfig, t0: int):
         self.cfg = cfg
@@ -307,16 +313,42 @@ class Simulator:
         if sub < self.min_sub:
             self.min_sub = sub
 
-    def _drop_started(self) -> None:
+    def _drop_started(self, started: list[int] | None = None) -> None:
+        """Remove started jobs from the queue: by bisection when the caller names them
+        (queue keys are unique), else by a full rebuild."""
         st = self.j_start
-        self.queue = q = [k for k in self.queue if st[k[2]] < 0]
         nodes = self.j_nodes
-        ps: dict[int, int] = {}
-        for k in q:
-            n = nodes[k[2]]
-            ps[n] = ps.get(n, 0) + 1
-        self.psize = ps
-        self.min_sub = min((k[1] for k in q), default=INF)
+        if started is None or not self.fast:
+            self.queue = q = [k for k in self.queue if st[k[2]] < 0]
+            ps: dict[int, int] = {}
+            for k in q:
+                n = nodes[k[2]]
+                ps[n] = ps.get(n, 0) + 1
+            self.psize = ps
+            self.min_sub = min((k[1] for k in q), default=INF)
+            return
+        q = self.queue
+        ps = self.psize
+        sub = self.j_submit
+        static = self.j_static
+        rate = self.cfg.weight_age / self.cfg.max_age_s
+        oldest = False
+        for j in started:
+            s = sub[j]
+            i = bisect.bisect_left(q, (-(static[j] - rate * s), s, j))
+            if q[i][2] != j:  # keys are recomputed as _enqueue made them; never expected
+                raise RuntimeError(f"queue key of job {j} not found")
+            del q[i]
+            n = nodes[j]
+            c = ps[n] - 1
+            if c:
+                ps[n] = c
+            else:
+                del ps[n]
+            if s <= self.min_sub:
+                oldest = True
+        if oldest:
+            self.min_sub = min((k[1] for k in q), default=INF)
 
     def _order(self) -> Iterable[int]:
         cfg = self.cfg
@@ -374,18 +406,18 @@ class Simulator:
             return
         limits = self.cfg.max_jobs_per_user or self.cfg.max_nodes_per_user
         nodes = self.j_nodes
-        started = False
+        started: list[int] = []
         for j in self._order():
             if limits and self._user_blocked(j):
                 continue
             if nodes[j] > self.free:
                 break
             self._start(j, False)
-            started = True
+            started.append(j)
             if self.free <= 0:
                 break
         if started:
-            self._drop_started()
+            self._drop_started(started)
 
     def _backfill(self) -> None:
         self.n_bf_passes += 1
@@ -400,26 +432,19 @@ class Simulator:
         free = self.free
         if min(self.psize) > free:
             return
-        # profile: T[i] breakpoints (T[0] = now), F[i] free nodes on [T[i], T[i+1])
-        ends: dict[int, int] = {}
-        st = self.j_start
-        for j in self.running:
-            e = st[j] + plan[j]
-            if e <= now:
-                e = now + 1  # overran its plan (cannot happen: run time <= limit <= plan)
-            ends[e] = ends.get(e, 0) + nodes[j]
-        T = [now]
-        F = [free]
-        acc = free
-        for e in sorted(ends):
-            acc += ends[e]
-            T.append(e)
-            F.append(acc)
+        order = list(self._order())[: cfg.bf_max_job_test]
+        if self.fast:
+            last, T, F = self._last_candidate(order)
+            if last < 0:
+                return
+            del order[last + 1:]  # no job after the last candidate can start in this pass
+        else:
+            T, F = self._profile()
         window_end = now + cfg.bf_window_s
         reserve_left = 1 if cfg.backfill == "easy" else 1 << 60
         blocked_before = False
         started = False
-        order = list(self._order())[: cfg.bf_max_job_test]
+        started_ids: list[int] = []
         # need[k]: fewest nodes any job from position k on could start with (user-blocked
         # jobs excluded; users only get more blocked during the pass). Once that exceeds
         # the nodes free now, later reservations cannot change anything: stop.
@@ -478,6 +503,7 @@ class Simulator:
             if s == now:
                 self._start(j, blocked_before)
                 started = True
+                started_ids.append(j)
             elif reserve_left > 0 and s < window_end:
                 reserve_left -= 1
                 blocked_before = True
@@ -495,7 +521,58 @@ class Simulator:
             if F[0] <= 0:
                 break
         if started:
-            self._drop_started()
+            self._drop_started(started_ids)
+
+    def _profile(self) -> tuple[list[int], list[int]]:
+        """Free nodes over time from the running jobs' planned ends: ``T[i]`` breakpoints
+        (``T[0]`` = now), ``F[i]`` free nodes on ``[T[i], T[i+1])``."""
+        now = self.now
+        nodes = self.j_nodes
+        plan = self.j_plan
+        ends: dict[int, int] = {}
+        st = self.j_start
+        for j in self.running:
+            e = st[j] + plan[j]
+            if e <= now:
+                e = now + 1  # overran its plan (cannot happen: run time <= limit <= plan)
+            ends[e] = ends.get(e, 0) + nodes[j]
+        T = [now]
+        F = [self.free]
+        acc = self.free
+        for e in sorted(ends):
+            acc += ends[e]
+            T.append(e)
+            F.append(acc)
+        return T, F
+
+    def _last_candidate(self, order: list[int]) -> tuple[int, list[int], list[int]]:
+        """(k, T, F): ``k`` the position in ``order`` of the last job that could start now
+        on the unreserved profile ``T``, ``F`` (built only when some job is small enough),
+        -1 if none. A pass only removes nodes from the profile and only blocks more users,
+        so no job after position ``k`` can start in this pass, and reservations made for
+        them change nothing: the pass may stop there, or be skipped."""
+        free = self.free
+        nodes = self.j_nodes
+        plan = self.j_plan
+        cfg = self.cfg
+        limits = cfg.max_jobs_per_user or cfg.max_nodes_per_user
+        ub = self._user_blocked
+        T: list[int] = []
+        F: list[int] = []
+        pm: list[int] | None = None
+        now = self.now
+        for k in range(len(order) - 1, -1, -1):
+            j = order[k]
+            n = nodes[j]
+            if n > free or (limits and ub(j)):
+                continue
+            if pm is None:
+                T, F = self._profile()
+                pm = list(itertools.accumulate(F, min))
+            # nodes free on the whole [now, now + plan): every breakpoint before its end
+            if pm[bisect.bisect_left(T, now + plan[j]) - 1] >= n:
+                return k, T, F
+        return -1, T, F
 
     # ------------------------------------------------------------------ forking & queries
     def fork(self) -> Simulator:
