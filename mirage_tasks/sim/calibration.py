@@ -241,8 +241,9 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
             space[k] = sorted(set(space[k]) | {int(getattr(start, k))})
         lo, hi = space["nodes"]
         space["nodes"] = [min(lo, max(start.nodes, facts.max_job_nodes)), max(hi, start.nodes)]
-    base = SimConfig(nodes=space["nodes"][0], warm_start=True, tick_s=0,
-                     dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0))
+    # fields outside the search come from the start configuration, else the defaults
+    base = (start or SimConfig(nodes=space["nodes"][0])).replace(
+        warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0))
     rows: list[dict] = []
 
     def objective(trial) -> float:
