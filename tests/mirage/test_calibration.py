@@ -132,3 +132,34 @@ def test_calibrate_bad_windows_exit_2_and_write_nothing(self_made, tmp_path, cap
                 "--out", str(out), "--trials", "1") == 2
     assert needle in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_swf_without_node_counts_ingest_warns_and_calibrate_names_the_flag(tmp_path, capsys):
+    """A processor-only SWF log (MaxProcs != MaxNodes): ingest warns and names --procs-per-node;
+    calibrate without it exits 2 naming the flag, and works with it."""
+    rows = []
+    t = 0
+    for k in range(1, 1200):
+        procs = 16 * (1 + k % 4)
+        t += 1500
+        rows.append(f"{k} {t} {(k * 37) % 5000} {3000 + (k * 13) % 4000} {procs} -1 -1 {procs} 7200 -1 1 "
+                    f"{k % 5} 1 -1 -1 1 -1 -1")
+    text = "\n".join(["; UnixStartTime: 1000000000", "; TimeZoneString: Europe/Paris", "; MaxNodes: 8",
+                      "; MaxProcs: 128", *rows])
+    path = tmp_path / "t.swf"
+    path.write_text(text + "\n")
+    out = tmp_path / "trace"
+    assert main("mirage_tasks", {"ingest": ("mirage_tasks.ingest", "")},
+                ["ingest", "--trace", str(path), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "--procs-per-node" in printed.out and "16.0 per node" in printed.out
+    assert json.loads((out / "ingest_report.json").read_text())["jobs_without_node_count"] == 1199
+    windows = ["--calibrate-from", "2001-09-09T12:00:00", "--calibrate-to", "2001-09-16T00:00:00",
+               "--score-from", "2001-09-16T00:00:00", "--score-to", "2001-09-23T00:00:00", "--trials", "2",
+               "--lead-in-days", "1"]
+    assert _cli("--trace", str(out), "--out", str(tmp_path / "c1"), *windows) == 2
+    err = capsys.readouterr().err
+    assert "--procs-per-node" in err and "procs_per_node" not in err
+    assert _cli("--trace", str(out), "--out", str(tmp_path / "c2"), *windows, "--procs-per-node", "16") == 0
+    doc = json.loads((tmp_path / "c2" / "calibration.json").read_text())
+    assert doc["config"]["procs_per_node"] == 16 and doc["trace_facts"]["max_job_nodes"] == 4
