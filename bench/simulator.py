@@ -157,7 +157,7 @@ def reference_trace(tmp: str) -> str:
             fields = row.split("\t")
             if len(fields) == 10:
                 g.write(" ".join(fields) + "\n")
-        g.write("\n")  # the parser skips the last line
+        # the file ends with a newline: the parser's skipped last line is the empty one
     return out
 
 

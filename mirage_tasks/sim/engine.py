@@ -433,11 +433,12 @@ class Simulator:
         if min(self.psize) > free:
             return
         order = list(self._order())[: cfg.bf_max_job_test]
-        if self.fast:
-            last, T, F = self._last_candidate(order)
-            if last < 0:
+        fast = self.fast
+        if fast:
+            cands, T, F, blk = self._candidates(order, limits)
+            if not cands:
                 return
-            del order[last + 1:]  # no job after the last candidate can start in this pass
+            del order[cands[-1] + 1:]  # no job after the last candidate can start in this pass
         else:
             T, F = self._profile()
         window_end = now + cfg.bf_window_s
@@ -456,7 +457,8 @@ class Simulator:
         nq = len(order)
         need = [big] * (nq + 1)
         needd = [big] * (nq + 1)
-        blk = [limits and ub(j) for j in order] if limits else None
+        if not fast:
+            blk = [limits and ub(j) for j in order] if limits else None
         for k in range(nq - 1, -1, -1):
             j = order[k]
             if limits and blk[k]:
@@ -545,34 +547,50 @@ class Simulator:
             F.append(acc)
         return T, F
 
-    def _last_candidate(self, order: list[int]) -> tuple[int, list[int], list[int]]:
-        """(k, T, F): ``k`` the position in ``order`` of the last job that could start now
-        on the unreserved profile ``T``, ``F`` (built only when some job is small enough),
-        -1 if none. A pass only removes nodes from the profile and only blocks more users,
-        so no job after position ``k`` can start in this pass, and reservations made for
-        them change nothing: the pass may stop there, or be skipped."""
+    def _candidates(self, order: list[int], limits: int) -> tuple[list[int], list[int], list[int], list[bool] | None]:
+        """(positions, T, F, blocked): the positions in ``order`` of the jobs that could
+        start now on the unreserved profile ``T``, ``F`` (built only when some job is small
+        enough), and whether each job's user is at its limit (None without limits).
+        A pass only removes nodes from the profile and only blocks more users, so no other
+        job can start in this pass: the pass may stop after the last candidate, or be
+        skipped when there is none. Reservations made after that point start nothing."""
         free = self.free
         nodes = self.j_nodes
         plan = self.j_plan
-        cfg = self.cfg
-        limits = cfg.max_jobs_per_user or cfg.max_nodes_per_user
-        ub = self._user_blocked
         T: list[int] = []
         F: list[int] = []
         pm: list[int] | None = None
         now = self.now
-        for k in range(len(order) - 1, -1, -1):
-            j = order[k]
+        out: list[int] = []
+        blk: list[bool] | None = None
+        if limits:  # _user_blocked, inlined
+            users = self.j_user
+            mj = self.cfg.max_jobs_per_user
+            mn = self.cfg.max_nodes_per_user
+            urun = self.urun
+            unodes = self.unodes
+            blk = []
+            for j in order:
+                u = users[j]
+                b = False
+                if u >= 0:
+                    if mj and urun.get(u, 0) >= mj:
+                        b = True
+                    elif mn:
+                        used = unodes.get(u, 0)
+                        b = bool(used and used + nodes[j] > mn)
+                blk.append(b)
+        for k, j in enumerate(order):
             n = nodes[j]
-            if n > free or (limits and ub(j)):
+            if n > free or (blk is not None and blk[k]):
                 continue
             if pm is None:
                 T, F = self._profile()
                 pm = list(itertools.accumulate(F, min))
             # nodes free on the whole [now, now + plan): every breakpoint before its end
             if pm[bisect.bisect_left(T, now + plan[j]) - 1] >= n:
-                return k, T, F
-        return -1, T, F
+                out.append(k)
+        return out, T, F, blk
 
     # ------------------------------------------------------------------ forking & queries
     def fork(self) -> Simulator:
