@@ -92,6 +92,7 @@ def test_calibrate_recovers_the_configuration_that_made_the_trace(self_made, tmp
     # the generating configuration wins: exact in sample, within seconds out of sample (month cuts)
     assert doc["in_sample"]["mae_h"] == 0 and doc["out_of_sample"]["mae_h"] < 0.01
     assert doc["out_of_sample"]["zero_mae_h"] > 0.1 and doc["beats_zero_wait"] is True and not doc["warnings"]
+    assert doc["mae_reduction_vs_zero"]["out_of_sample"] > 0.99
     assert doc["trace_facts"]["user_max_jobs"] <= CFG.max_jobs_per_user
     assert doc["search"]["trials_run"] == 4 and doc["search"]["stopped_by"] == "trials"
     chosen = SimConfig.from_dict(load_config(str(out / "config.json")))  # usable as --cluster-config
@@ -116,7 +117,8 @@ def test_calibrate_warns_when_it_cannot_beat_zero_wait(tmp_path):
                 "--score-to", _day(30), "--out", str(out), "--trials", "2", "--lead-in-days", "1") == 0
     doc = json.loads((out / "calibration.json").read_text())
     assert doc["beats_zero_wait"] is False and doc["out_of_sample"]["zero_mae_h"] == 0
-    assert "does NOT beat predicting zero wait" in (out / "calibration.md").read_text()
+    md = (out / "calibration.md").read_text()
+    assert "WARNING" in md and "does NOT beat predicting zero wait" in md and "worse or equal on MAE" in md
 
 
 @pytest.mark.parametrize("windows, needle", [
