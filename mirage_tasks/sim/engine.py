@@ -34,6 +34,14 @@ ignored; it is re-evaluated at the next event.) The pass also stops as soon as n
 free now, since later reservations cannot start anything. Those two rules make a pass
 cost nothing most of the time.
 
+Shortcuts with identical results (``Simulator.fast``; ``tests/mirage/test_sim_fastpath.py``
+compares both paths on ls6 windows): reservations only take nodes away and a pass only
+blocks more users, so only *candidates* (unblocked jobs no larger than the free nodes) can
+start. A pass without a candidate is skipped; a pass stops after its last candidate, and as
+soon as the profile has fewer free nodes than the smallest candidate somewhere in
+``[now, now + the shortest candidate's planned run)``. Started jobs leave the queue by
+bisection instead of a rebuild.
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -45,7 +53,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -435,10 +442,15 @@ class Simulator:
         order = list(self._order())[: cfg.bf_max_job_test]
         fast = self.fast
         if fast:
-            cands, T, F, blk = self._candidates(order, limits)
+            cands, blk = self._candidates(order, limits)
             if not cands:
                 return
+            T, F = self._profile()
             del order[cands[-1] + 1:]  # no job after the last candidate can start in this pass
+            # every candidate needs >= cn nodes on [now, now + its plan) ⊇ [now, clim): once the
+            # profile has fewer somewhere there, none can start any more and the pass may stop
+            cn = min(nodes[order[c]] for c in cands)
+            clim = now + min(plan[order[c]] for c in cands)
         else:
             T, F = self._profile()
         window_end = now + cfg.bf_window_s
@@ -522,6 +534,8 @@ class Simulator:
                 F[q] -= n
             if F[0] <= 0:
                 break
+            if fast and s < clim and min(F[:bisect.bisect_left(T, clim)]) < cn:
+                break
         if started:
             self._drop_started(started_ids)
 
@@ -547,21 +561,16 @@ class Simulator:
             F.append(acc)
         return T, F
 
-    def _candidates(self, order: list[int], limits: int) -> tuple[list[int], list[int], list[int], list[bool] | None]:
-        """(positions, T, F, blocked): the positions in ``order`` of the jobs that could
-        start now on the unreserved profile ``T``, ``F`` (built only when some job is small
-        enough), and whether each job's user is at its limit (None without limits).
-        A pass only removes nodes from the profile and only blocks more users, so no other
-        job can start in this pass: the pass may stop after the last candidate, or be
-        skipped when there is none. Reservations made after that point start nothing."""
+    def _candidates(self, order: list[int], limits: int) -> tuple[list[int], list[bool] | None]:
+        """(positions, blocked): the positions in ``order`` of the jobs that could start now
+        on the unreserved profile, and whether each job's user is at its limit (None without
+        limits). The unreserved profile never has fewer free nodes than now (running jobs
+        only end), so a job can start now on it iff it fits the free nodes and its user is
+        under the limits. A pass only removes nodes from the profile and only blocks more
+        users, so no other job can start in this pass: the pass may stop after the last
+        candidate, or be skipped when there is none."""
         free = self.free
         nodes = self.j_nodes
-        plan = self.j_plan
-        T: list[int] = []
-        F: list[int] = []
-        pm: list[int] | None = None
-        now = self.now
-        out: list[int] = []
         blk: list[bool] | None = None
         if limits:  # _user_blocked, inlined
             users = self.j_user
@@ -580,17 +589,8 @@ class Simulator:
                         used = unodes.get(u, 0)
                         b = bool(used and used + nodes[j] > mn)
                 blk.append(b)
-        for k, j in enumerate(order):
-            n = nodes[j]
-            if n > free or (blk is not None and blk[k]):
-                continue
-            if pm is None:
-                T, F = self._profile()
-                pm = list(itertools.accumulate(F, min))
-            # nodes free on the whole [now, now + plan): every breakpoint before its end
-            if pm[bisect.bisect_left(T, now + plan[j]) - 1] >= n:
-                out.append(k)
-        return out, T, F, blk
+            return [k for k, j in enumerate(order) if nodes[j] <= free and not blk[k]], blk
+        return [k for k, j in enumerate(order) if nodes[j] <= free], None
 
     # ------------------------------------------------------------------ forking & queries
     def fork(self) -> Simulator:
