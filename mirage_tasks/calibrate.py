@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
-    p.add_argument("--calibrate-from", required=True, help="first submit time of the calibration window (ISO)")
+    p.add_argument("--calibrate-from", required=True, help="first submit time of the calibration window (ISO; without an offset: the trace's "
+                        "time zone)")
     p.add_argument("--calibrate-to", required=True, help="end of the calibration window, exclusive (ISO)")
     p.add_argument("--score-from", required=True, help="first submit time of the scoring window (ISO), "
                                                        "at or after --calibrate-to")
