@@ -70,9 +70,8 @@ AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the 
 class Simulator:
     """One partition. Build with :meth:`from_workload` (or add jobs by hand in tests)."""
 
-    #: Shortcuts that give identical results (tests compare both paths on a real trace):
-    #: queue removal by bisection, and a backfill pass that returns before its reservation
-    #: walk when no job could start now even on the unreserved profile.
+    #: Shortcuts that give identical results (see the module docstring; tests compare both
+    #: paths on a real trace). False runs the plain algorithm.
     fast = True
 
     def __init__(self, cfg: SimConfig, t0: int):
