@@ -58,6 +58,7 @@ class SimConfig:
     tick_s: int = 0                     # 0 = event driven; 60 = the reference's per-minute clock
     warm_start: bool = True             # start episodes from the trace's running/pending set
     procs_per_node: int = 0             # converts processor counts to nodes where a trace has no node count
+    dispatch_latency_s: int = 0         # decision -> recorded start; added to simulated waits in fidelity/calibrate
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -71,6 +72,8 @@ class SimConfig:
         for name in ("bf_interval_s", "bf_resolution_s", "max_age_s"):
             if int(getattr(self, name)) < 1:
                 raise StepError(f"{name} must be >= 1")
+        if self.dispatch_latency_s < 0:
+            raise StepError("dispatch_latency_s must be >= 0")
         if self.tick_s < 0 or self.bf_window_s < 0 or self.bf_max_job_test < 1:
             raise StepError("tick_s and bf_window_s must be >= 0, bf_max_job_test >= 1")
 

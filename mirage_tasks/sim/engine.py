@@ -34,6 +34,14 @@ ignored; it is re-evaluated at the next event.) The pass also stops as soon as n
 free now, since later reservations cannot start anything. Those two rules make a pass
 cost nothing most of the time.
 
+Shortcuts with identical results (``Simulator.fast``; ``tests/mirage/test_sim_fastpath.py``
+compares both paths on ls6 windows): reservations only take nodes away and a pass only
+blocks more users, so only *candidates* (unblocked jobs no larger than the free nodes) can
+start. A pass without a candidate is skipped; a pass stops after its last candidate, and as
+soon as the profile has fewer free nodes than the smallest candidate somewhere in
+``[now, now + the shortest candidate's planned run)``. Started jobs leave the queue by
+bisection instead of a rebuild.
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -61,6 +69,10 @@ AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the 
 
 class Simulator:
     """One partition. Build with :meth:`from_workload` (or add jobs by hand in tests)."""
+
+    #: Shortcuts that give identical results (see the module docstring; tests compare both
+    #: paths on a real trace). False runs the plain algorithm.
+    fast = True
 
     def __init__(self, cfg: SimConfig, t0: int):
         self.cfg = cfg
@@ -307,16 +319,42 @@ class Simulator:
         if sub < self.min_sub:
             self.min_sub = sub
 
-    def _drop_started(self) -> None:
+    def _drop_started(self, started: list[int] | None = None) -> None:
+        """Remove started jobs from the queue: by bisection when the caller names them
+        (queue keys are unique), else by a full rebuild."""
         st = self.j_start
-        self.queue = q = [k for k in self.queue if st[k[2]] < 0]
         nodes = self.j_nodes
-        ps: dict[int, int] = {}
-        for k in q:
-            n = nodes[k[2]]
-            ps[n] = ps.get(n, 0) + 1
-        self.psize = ps
-        self.min_sub = min((k[1] for k in q), default=INF)
+        if started is None or not self.fast:
+            self.queue = q = [k for k in self.queue if st[k[2]] < 0]
+            ps: dict[int, int] = {}
+            for k in q:
+                n = nodes[k[2]]
+                ps[n] = ps.get(n, 0) + 1
+            self.psize = ps
+            self.min_sub = min((k[1] for k in q), default=INF)
+            return
+        q = self.queue
+        ps = self.psize
+        sub = self.j_submit
+        static = self.j_static
+        rate = self.cfg.weight_age / self.cfg.max_age_s
+        oldest = False
+        for j in started:
+            s = sub[j]
+            i = bisect.bisect_left(q, (-(static[j] - rate * s), s, j))
+            if q[i][2] != j:  # keys are recomputed as _enqueue made them; never expected
+                raise RuntimeError(f"queue key of job {j} not found")
+            del q[i]
+            n = nodes[j]
+            c = ps[n] - 1
+            if c:
+                ps[n] = c
+            else:
+                del ps[n]
+            if s <= self.min_sub:
+                oldest = True
+        if oldest:
+            self.min_sub = min((k[1] for k in q), default=INF)
 
     def _order(self) -> Iterable[int]:
         cfg = self.cfg
@@ -374,18 +412,18 @@ class Simulator:
             return
         limits = self.cfg.max_jobs_per_user or self.cfg.max_nodes_per_user
         nodes = self.j_nodes
-        started = False
+        started: list[int] = []
         for j in self._order():
             if limits and self._user_blocked(j):
                 continue
             if nodes[j] > self.free:
                 break
             self._start(j, False)
-            started = True
+            started.append(j)
             if self.free <= 0:
                 break
         if started:
-            self._drop_started()
+            self._drop_started(started)
 
     def _backfill(self) -> None:
         self.n_bf_passes += 1
@@ -400,26 +438,25 @@ class Simulator:
         free = self.free
         if min(self.psize) > free:
             return
-        # profile: T[i] breakpoints (T[0] = now), F[i] free nodes on [T[i], T[i+1])
-        ends: dict[int, int] = {}
-        st = self.j_start
-        for j in self.running:
-            e = st[j] + plan[j]
-            if e <= now:
-                e = now + 1  # overran its plan (cannot happen: run time <= limit <= plan)
-            ends[e] = ends.get(e, 0) + nodes[j]
-        T = [now]
-        F = [free]
-        acc = free
-        for e in sorted(ends):
-            acc += ends[e]
-            T.append(e)
-            F.append(acc)
+        order = list(self._order())[: cfg.bf_max_job_test]
+        fast = self.fast
+        if fast:
+            cands, blk = self._candidates(order, limits)
+            if not cands:
+                return
+            T, F = self._profile()
+            del order[cands[-1] + 1:]  # no job after the last candidate can start in this pass
+            # every candidate needs >= cn nodes on [now, now + its plan) ⊇ [now, clim): once the
+            # profile has fewer somewhere there, none can start any more and the pass may stop
+            cn = min(nodes[order[c]] for c in cands)
+            clim = now + min(plan[order[c]] for c in cands)
+        else:
+            T, F = self._profile()
         window_end = now + cfg.bf_window_s
         reserve_left = 1 if cfg.backfill == "easy" else 1 << 60
         blocked_before = False
         started = False
-        order = list(self._order())[: cfg.bf_max_job_test]
+        started_ids: list[int] = []
         # need[k]: fewest nodes any job from position k on could start with (user-blocked
         # jobs excluded; users only get more blocked during the pass). Once that exceeds
         # the nodes free now, later reservations cannot change anything: stop.
@@ -431,7 +468,8 @@ class Simulator:
         nq = len(order)
         need = [big] * (nq + 1)
         needd = [big] * (nq + 1)
-        blk = [limits and ub(j) for j in order] if limits else None
+        if not fast:
+            blk = [limits and ub(j) for j in order] if limits else None
         for k in range(nq - 1, -1, -1):
             j = order[k]
             if limits and blk[k]:
@@ -478,6 +516,7 @@ class Simulator:
             if s == now:
                 self._start(j, blocked_before)
                 started = True
+                started_ids.append(j)
             elif reserve_left > 0 and s < window_end:
                 reserve_left -= 1
                 blocked_before = True
@@ -494,8 +533,63 @@ class Simulator:
                 F[q] -= n
             if F[0] <= 0:
                 break
+            if fast and s < clim and min(F[:bisect.bisect_left(T, clim)]) < cn:
+                break
         if started:
-            self._drop_started()
+            self._drop_started(started_ids)
+
+    def _profile(self) -> tuple[list[int], list[int]]:
+        """Free nodes over time from the running jobs' planned ends: ``T[i]`` breakpoints
+        (``T[0]`` = now), ``F[i]`` free nodes on ``[T[i], T[i+1])``."""
+        now = self.now
+        nodes = self.j_nodes
+        plan = self.j_plan
+        ends: dict[int, int] = {}
+        st = self.j_start
+        for j in self.running:
+            e = st[j] + plan[j]
+            if e <= now:
+                e = now + 1  # overran its plan (cannot happen: run time <= limit <= plan)
+            ends[e] = ends.get(e, 0) + nodes[j]
+        T = [now]
+        F = [self.free]
+        acc = self.free
+        for e in sorted(ends):
+            acc += ends[e]
+            T.append(e)
+            F.append(acc)
+        return T, F
+
+    def _candidates(self, order: list[int], limits: int) -> tuple[list[int], list[bool] | None]:
+        """(positions, blocked): the positions in ``order`` of the jobs that could start now
+        on the unreserved profile, and whether each job's user is at its limit (None without
+        limits). The unreserved profile never has fewer free nodes than now (running jobs
+        only end), so a job can start now on it iff it fits the free nodes and its user is
+        under the limits. A pass only removes nodes from the profile and only blocks more
+        users, so no other job can start in this pass: the pass may stop after the last
+        candidate, or be skipped when there is none."""
+        free = self.free
+        nodes = self.j_nodes
+        blk: list[bool] | None = None
+        if limits:  # _user_blocked, inlined
+            users = self.j_user
+            mj = self.cfg.max_jobs_per_user
+            mn = self.cfg.max_nodes_per_user
+            urun = self.urun
+            unodes = self.unodes
+            blk = []
+            for j in order:
+                u = users[j]
+                b = False
+                if u >= 0:
+                    if mj and urun.get(u, 0) >= mj:
+                        b = True
+                    elif mn:
+                        used = unodes.get(u, 0)
+                        b = bool(used and used + nodes[j] > mn)
+                blk.append(b)
+            return [k for k, j in enumerate(order) if nodes[j] <= free and not blk[k]], blk
+        return [k for k, j in enumerate(order) if nodes[j] <= free], None
 
     # ------------------------------------------------------------------ forking & queries
     def fork(self) -> Simulator:

@@ -56,7 +56,8 @@ class Workload:
             if procs_per_node:
                 nodes = np.where(np.isnan(nodes), np.ceil(procs / procs_per_node), nodes)
             elif np.isnan(nodes).all():
-                raise StepError("the trace has no node counts; give procs_per_node to convert processors")
+                raise StepError("the trace records processors but no node counts: pass --procs-per-node P "
+                                "(nodes = ceil(processors / P))")
         ran = (start >= 0) & (end >= 0) & (end >= start) & (submit >= 0) & ~np.isnan(nodes) & (nodes >= 1)
         dropped = {"never_ran_or_no_size": int((~ran).sum())}
         dur = (end - start).astype(np.float64)

@@ -82,6 +82,16 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_nodes is not None:
         meta.machine_nodes = args.cluster_nodes
     over_limit = int(((df["end"] - df["start"]).dt.total_seconds() > df["time_limit_s"].astype("float64")).sum())
+    no_nodes = int((df["nodes"].isna() & df["procs"].notna()).sum())
+    if no_nodes:  # SWF logs record processors; nodes only where the machine has one processor per node
+        ppn = (f" (the header says {meta.machine_procs} processors on {meta.machine_nodes} nodes, "
+               f"about {meta.machine_procs / meta.machine_nodes:.1f} per node)"
+               if meta.machine_procs and meta.machine_nodes else "")
+        msg = (f"{args.trace}: {no_nodes} of {len(df)} jobs record processors but no node count{ppn}; "
+               f"the simulating steps (sample, fidelity, calibrate, validate) need --procs-per-node P to "
+               f"convert them (nodes = ceil(processors / P))")
+        log.warning("%s", msg)
+        print(f"ingest: WARNING: {msg}", flush=True)
 
     write_trace(step.record(TRACE_FILE), df, meta)
     report = {
@@ -98,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         "machine_nodes": meta.machine_nodes,
         "machine_procs": meta.machine_procs,
         "runs_over_time_limit": over_limit,
+        "jobs_without_node_count": no_nodes,
         "parse_seconds": round(elapsed, 3),
         "rows_per_second": round(result.rows_read / elapsed) if elapsed > 0 else None,
         "notes": result.notes,

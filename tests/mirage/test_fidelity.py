@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.steps.fidelity import metrics, replay
+from mirage_tasks.fidelity import metrics, node_class, replay, summarize
 from mirage_tasks.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from stepkit.cli import main
@@ -68,3 +68,79 @@ def test_self_made_trace_replays_exactly_with_a_warm_start(tmp_path):
     assert doc["reports"]["tested@12"]["pooled"]["mae_h"] > tested["pooled"]["mae_h"]
     md = (out / "fidelity.md").read_text()
     assert md.count("| pooled |") == 3 and "ks_1min" in md
+
+
+def test_share_within_daily_correlation_and_zero_predictor_figures():
+    day = 86400
+    df = pd.DataFrame({
+        "submit": [T0, T0 + 10, T0 + day, T0 + day + 5, T0 + 2 * day, T0 + 3 * day],
+        "real_wait_s": [0, 7200, 600, 4000, 36000, 100],
+        "sim_wait_s": [300, 3000, 1300, 4000, 30000, 100],
+        "nodes": [1, 2, 4, 8, 1, 3],
+    })
+    m = metrics(df)
+    err_h = np.abs(df.sim_wait_s - df.real_wait_s) / 3600
+    assert m["within_1h"] == pytest.approx((err_h <= 1).mean()) == pytest.approx(4 / 6)
+    assert m["within_10m"] == pytest.approx((err_h <= 1 / 6).mean()) == pytest.approx(3 / 6)
+    assert m["zero_within_1h"] == pytest.approx((df.real_wait_s <= 3600).mean())
+    assert m["zero_within_10m"] == pytest.approx((df.real_wait_s <= 600).mean())
+    assert m["zero_medae_h"] == pytest.approx(np.median(df.real_wait_s) / 3600)
+    daily = df.groupby((df.submit - T0) // day)[["real_wait_s", "sim_wait_s"]].mean()
+    assert m["daily_corr"] == pytest.approx(np.corrcoef(daily.real_wait_s, daily.sim_wait_s)[0, 1])
+    assert np.isnan(metrics(df.assign(sim_wait_s=0))["daily_corr"])  # a constant series has no correlation
+    assert list(node_class(np.array([1, 2, 3, 4, 7, 8, 16, 33]))) == ["1", "2-3", "2-3", "4-7", "4-7", "8-15",
+                                                                     "16-31", "32-63"]
+    s = summarize(df)
+    assert list(s["node_classes"]) == ["1", "2-3", "4-7", "8-15"]
+    assert s["node_classes"]["1"]["n"] == 2 and s["node_classes"]["2-3"]["n"] == 2
+    # every line carries the zero-wait predictor's figures
+    for line in [s["pooled"], *s["months"].values(), *s["node_classes"].values()]:
+        assert {"zero_mae_h", "zero_within_1h", "zero_within_10m", "zero_medae_h"} <= set(line)
+
+
+def test_months_are_in_the_trace_time_zone():
+    # 2023-01-01 03:00 UTC is still December 31 in Chicago
+    t = int(pd.Timestamp("2023-01-01T03:00:00Z").timestamp())
+    df = pd.DataFrame({"submit": [t, t + 86400], "real_wait_s": [10, 20], "sim_wait_s": [10, 20], "nodes": [1, 1]})
+    assert list(summarize(df, "America/Chicago")["months"]) == ["2022-12", "2023-01"]
+    assert list(summarize(df, "UTC")["months"]) == ["2023-01"]
+
+
+def test_cli_writes_per_job_waits_and_skips_a_too_small_comparison(tmp_path):
+    df = _self_made_trace()
+    uri = str(tmp_path / "trace")
+    write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="Europe/Stockholm"))
+    (tmp_path / "cfg.json").write_text(json.dumps(CFG.to_dict()))
+    (tmp_path / "small.json").write_text(json.dumps(CFG.replace(nodes=2).to_dict()))
+    t_from = pd.Timestamp(T0 + 20 * 86400, unit="s", tz="UTC")
+    t_to = pd.Timestamp(T0 + 30 * 86400, unit="s", tz="UTC")
+    out = tmp_path / "fid"
+    argv = ["fidelity", "--trace", uri, "--from", t_from.isoformat(), "--to", t_to.isoformat(), "--out", str(out),
+            "--cluster-config", str(tmp_path / "cfg.json"), "--lead-in-days", "3", "--compare",
+            str(tmp_path / "small.json")]
+    assert main("mirage_tasks", {"fidelity": ("mirage_tasks.steps.fidelity", "")}, argv) == 0
+    doc = json.loads((out / "fidelity.json").read_text())
+    assert "skipped" in doc["reports"]["small"] and doc["reports"]["small"]["largest_nodes"] > 2
+    assert doc["timezone"] == "Europe/Stockholm" and doc["lead_in_s"] == 3 * 86400
+    tested = doc["reports"]["tested"]
+    assert tested["pooled"]["mae_h"] == 0 and tested["pooled"]["within_1h"] == 1.0
+    assert tested["node_classes"] and sum(r["n"] for r in tested["node_classes"].values()) == tested["pooled"]["n"]
+    waits = pd.read_parquet(out / "waits.parquet")
+    assert set(waits.config) == {"tested"} and len(waits) == tested["pooled"]["n"]
+    assert (waits.real_wait_s == waits.sim_wait_s).all() and waits.job_id.is_unique
+    md = (out / "fidelity.md").read_text()
+    assert "Skipped:" in md and "Per node class" in md and "zero_within_1h" in md
+    # the tested configuration itself too small: bad input, nothing written
+    out2 = tmp_path / "fid2"
+    argv2 = argv[:7] + ["--out", str(out2), "--cluster-config", str(tmp_path / "small.json")]
+    assert main("mirage_tasks", {"fidelity": ("mirage_tasks.steps.fidelity", "")}, argv2) == 2
+    assert not out2.exists() or not any(out2.iterdir())
+
+
+def test_dispatch_latency_is_added_to_simulated_waits():
+    df = _self_made_trace()
+    wl = Workload.from_frame(df)
+    a, b = T0 + 20 * 86400, T0 + 25 * 86400
+    base = replay(wl, CFG, a, b)
+    lat = replay(wl, CFG.replace(dispatch_latency_s=7), a, b)
+    assert (lat.sim_wait_s - base.sim_wait_s == 7).all()

@@ -244,7 +244,7 @@ def test_processor_only_traces_need_procs_per_node():
     df = frame([{"submit": T0, "start": T0, "end": T0 + 10, "limit": 100, "nodes": 1}] * 2)
     df["procs"] = pd.array([48, 100], dtype="Int32")
     df["nodes"] = pd.array([None, None], dtype="Int32")
-    with pytest.raises(StepError, match="procs_per_node"):
+    with pytest.raises(StepError, match="--procs-per-node"):
         Workload.from_frame(df)
     wl = Workload.from_frame(df, procs_per_node=48)
     assert list(wl.nodes) == [1, 3]

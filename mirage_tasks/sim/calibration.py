@@ -1,0 +1,275 @@
+"""Fit a :class:`SimConfig` to a trace: what the trace says, then a bounded search.
+
+Read from the trace (the calibration window and its lead-in only, never the scoring window):
+
+* **concurrency**: busy nodes over time from the real start and replayed run time of
+  every job, and per user the running jobs and nodes; each summarised as the highest level
+  held for :data:`HOLD_S` in total (instantaneous spikes, such as a burst of jobs failing
+  at once, do not count). A QOS limit shows as a ceiling the trace does not cross, so the
+  search offers each per-user limit as "none" or that sustained maximum (or a start
+  configuration's own value);
+* **dispatch latency**: the median real wait of the jobs that started within
+  :data:`DISPATCH_HORIZON_S` of their submission (Slurm needs a few seconds to start a job
+  the scheduler picked; the simulator starts it at the same instant);
+* whether the trace records priorities (then the ``trace`` priority model is searched).
+
+Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
+effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it),
+per-user job and node limits, priority model, age weight, size weight, age cap and
+PriorityMaxAge, backfill mode (conservative, easy, none) and interval. The first trials
+are the configuration a new user would write (the machine size or the busy peak, age and
+size priority, conservative backfill) and, when given, a start configuration.
+
+Each trial replays every calendar month (trace time zone) of the calibration window
+independently with a warm start ``lead_in_days`` before the month (the reference
+protocol), pooling the per-job errors. The objective, lower is better::
+
+    mae_h / zero_mae_h  +  (1 - within_1h)  +  0.25 * (1 - daily_corr)
+
+(``daily_corr`` NaN counts as 0): the error relative to predicting no wait, the share of
+jobs more than an hour off, and the day-to-day shape of the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stepkit import StepError
+
+from ..fidelity import metrics, replay
+from .config import BACKFILL_MODES, SimConfig
+from .workload import Workload
+
+log = logging.getLogger(__name__)
+
+DISPATCH_HORIZON_S = 60
+HOLD_S = 3600  # a concurrency level counts when held this long in total
+BF_INTERVALS = (30, 60, 120, 300, 600)
+MAX_AGES = (86400, 7 * 86400, 14 * 86400)
+
+
+@dataclass
+class TraceFacts:
+    jobs: int
+    peak_busy_nodes: int           # the most busy nodes held for HOLD_S in total
+    instant_max_busy_nodes: int    # the instantaneous maximum (spikes included)
+    mean_busy_nodes: float
+    max_job_nodes: int
+    user_max_jobs: int
+    user_max_nodes: int
+    dispatch_latency_s: int
+    quick_start_share: float
+    has_priority: bool
+    machine_nodes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _max_overlap(start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, level): the weighted count of intervals ``[start, end)`` after each event."""
+    t = np.concatenate([start, end])
+    w = np.concatenate([weight, -weight])
+    # ends before starts at the same instant (a node freed and taken at once is not double-booked)
+    order = np.lexsort((w, t))
+    return t[order], np.cumsum(w[order])
+
+
+def sustained_max(t: np.ndarray, level: np.ndarray, end: int, hold_s: int) -> int:
+    """The highest level held for at least ``hold_s`` seconds in total (over ``[t[0], end)``):
+    brief spikes (a burst of jobs that fail at once, a one-second overlap of records) do not count."""
+    if len(t) == 0:
+        return 0
+    dt = np.diff(np.append(t, max(end, int(t[-1])))).clip(min=0)
+    order = np.argsort(-level, kind="stable")
+    held = np.cumsum(dt[order])
+    k = int(np.searchsorted(held, hold_s))
+    return int(level[order][min(k, len(order) - 1)])
+
+
+def trace_facts(wl: Workload, a: int, b: int, machine_nodes: int | None = None, hold_s: int = HOLD_S) -> TraceFacts:
+    """What the trace itself says about ``[a, b)`` (jobs running at any time in it)."""
+    start = wl.real_start
+    end = wl.real_start + wl.duration
+    sel = (start < b) & (end > a)
+    if not sel.any():
+        raise StepError("no job of the trace ran in the calibration window")
+    s, e, n, u = np.maximum(start[sel], a), np.minimum(end[sel], b), wl.nodes[sel], wl.user[sel]
+    t, level = _max_overlap(s, e, n)
+    dt = np.diff(np.append(t, b)).clip(min=0)
+    mean_busy = float((level * dt).sum() / max(1, b - a))
+    umax_jobs = umax_nodes = 0
+    frame = pd.DataFrame({"s": s, "e": e, "n": n, "u": u})
+    for _user, g in frame[frame.u >= 0].groupby("u"):
+        gs, ge = g.s.to_numpy(), g.e.to_numpy()
+        tj, lj = _max_overlap(gs, ge, np.ones(len(g), dtype=np.int64))
+        tn, ln = _max_overlap(gs, ge, g.n.to_numpy())
+        umax_jobs = max(umax_jobs, sustained_max(tj, lj, b, hold_s))
+        umax_nodes = max(umax_nodes, sustained_max(tn, ln, b, hold_s))
+    sub = (wl.submit >= a) & (wl.submit < b)
+    wait = (wl.real_start - wl.submit)[sub]
+    quick = wait[wait <= DISPATCH_HORIZON_S]
+    return TraceFacts(
+        jobs=int(sub.sum()),
+        peak_busy_nodes=max(sustained_max(t, level, b, hold_s), int(n.max())),
+        instant_max_busy_nodes=int(level.max()),
+        mean_busy_nodes=round(mean_busy, 2),
+        max_job_nodes=int(n.max()),
+        user_max_jobs=umax_jobs,
+        user_max_nodes=umax_nodes,
+        dispatch_latency_s=int(np.median(quick)) if len(quick) else 0,
+        quick_start_share=round(float(len(quick) / max(1, len(wait))), 4),
+        has_priority=bool((~np.isnan(wl.priority[sub])).mean() > 0.5) if sub.any() else False,
+        machine_nodes=machine_nodes,
+    )
+
+
+def month_windows(a: int, b: int, tz: str) -> list[tuple[int, int]]:
+    """``[a, b)`` cut at calendar month starts in ``tz``."""
+    edges = [a]
+    m = (pd.Timestamp(a, unit="s", tz="UTC").tz_convert(tz) + pd.offsets.MonthBegin(1)).normalize()
+    while (t := int(m.timestamp())) < b:
+        edges.append(t)
+        m = m + pd.offsets.MonthBegin(1)
+    edges.append(b)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def replay_months(wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, tz: str) -> pd.DataFrame:
+    """Per-job waits of ``[a, b)``, each month replayed from ``lead_in_s`` before it."""
+    parts = [replay(wl, cfg, x, y, lead_in_s) for x, y in month_windows(a, b, tz)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def objective_value(m: dict) -> float:
+    if not m.get("n"):
+        return math.inf
+    dc = m.get("daily_corr", float("nan"))
+    dc = 0.0 if dc is None or np.isnan(dc) else dc
+    zero = m["zero_mae_h"] if m["zero_mae_h"] > 0 else 1e-9
+    return float(m["mae_h"] / zero + (1 - m["within_1h"]) + 0.25 * (1 - dc))
+
+
+def default_config(facts: TraceFacts) -> SimConfig:
+    """What a new user would write: the machine size (else the busy peak), age and size
+    priority, conservative backfill, no user limits."""
+    nodes = max(facts.machine_nodes or facts.peak_busy_nodes, facts.max_job_nodes)
+    return SimConfig(nodes=int(nodes), backfill="conservative", priority="age_size", warm_start=True)
+
+
+def search_space(facts: TraceFacts) -> dict[str, Any]:
+    lo = max(facts.max_job_nodes, int(0.75 * facts.peak_busy_nodes), 1)
+    hi = max(lo + 1, int(math.ceil(1.15 * facts.peak_busy_nodes)))
+    return {
+        "nodes": [lo, hi],
+        "max_jobs_per_user": sorted({0, facts.user_max_jobs}),
+        "max_nodes_per_user": sorted({0, facts.user_max_nodes}),
+        "priority": ["age_size", "trace"] if facts.has_priority else ["age_size"],
+        "weight_age": [10.0, 100000.0],
+        "weight_size": [0.0, 5000.0],
+        "age_cap": [True, False],
+        "max_age_s": list(MAX_AGES),
+        "backfill": list(BACKFILL_MODES),
+        "bf_interval_s": list(BF_INTERVALS),
+        "dispatch_latency_s": facts.dispatch_latency_s,
+    }
+
+
+def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
+    lo, hi = space["nodes"]
+    return base.replace(
+        nodes=trial.suggest_int("nodes", lo, hi),
+        max_jobs_per_user=trial.suggest_categorical("max_jobs_per_user", space["max_jobs_per_user"]),
+        max_nodes_per_user=trial.suggest_categorical("max_nodes_per_user", space["max_nodes_per_user"]),
+        priority=trial.suggest_categorical("priority", space["priority"]),
+        weight_age=trial.suggest_float("weight_age", *space["weight_age"], log=True),
+        weight_size=trial.suggest_float("weight_size", *space["weight_size"]),
+        age_cap=trial.suggest_categorical("age_cap", space["age_cap"]),
+        max_age_s=trial.suggest_categorical("max_age_s", space["max_age_s"]),
+        backfill=trial.suggest_categorical("backfill", space["backfill"]),
+        bf_interval_s=trial.suggest_categorical("bf_interval_s", space["bf_interval_s"]),
+    )
+
+
+def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
+    """A configuration as trial parameters, or None when it lies outside the space."""
+    p = {k: getattr(cfg, k) for k in ("nodes", "max_jobs_per_user", "max_nodes_per_user", "priority", "weight_age",
+                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s")}
+    lo, hi = space["nodes"]
+    p["nodes"] = min(max(p["nodes"], lo), hi)
+    for k in ("max_jobs_per_user", "max_nodes_per_user"):
+        p[k] = p[k] if p[k] in space[k] else (space[k][-1] if p[k] else 0)
+    p["weight_age"] = min(max(p["weight_age"], space["weight_age"][0]), space["weight_age"][1])
+    p["weight_size"] = min(max(p["weight_size"], space["weight_size"][0]), space["weight_size"][1])
+    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap"):
+        if p[k] not in space[k]:
+            return None
+    return p
+
+
+@dataclass
+class Result:
+    config: SimConfig
+    facts: TraceFacts
+    space: dict[str, Any]
+    trials: pd.DataFrame
+    best_value: float
+    elapsed_s: float
+    stopped_by: str
+
+
+def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int = 7 * 86400, trials: int = 60,
+              timeout_s: float = 600.0, seed: int = 0, machine_nodes: int | None = None,
+              start: SimConfig | None = None, procs_per_node: int = 0) -> Result:
+    """Search a configuration for the jobs submitted in ``[a, b)``; see the module docstring."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    facts = trace_facts(wl, a, b, machine_nodes)
+    if facts.jobs == 0:
+        raise StepError("no job was submitted in the calibration window")
+    space = search_space(facts)
+    if start is not None:  # a start configuration's own limits are choices too
+        for k in ("max_jobs_per_user", "max_nodes_per_user"):
+            space[k] = sorted(set(space[k]) | {int(getattr(start, k))})
+        lo, hi = space["nodes"]
+        space["nodes"] = [min(lo, max(start.nodes, facts.max_job_nodes)), max(hi, start.nodes)]
+    # fields outside the search come from the start configuration, else the defaults
+    base = (start or SimConfig(nodes=space["nodes"][0])).replace(
+        warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0))
+    rows: list[dict] = []
+
+    def objective(trial) -> float:
+        cfg = _suggest(trial, space, base)
+        t = time.perf_counter()
+        m = metrics(replay_months(wl, cfg, a, b, lead_in_s, tz), tz)
+        v = objective_value(m)
+        rows.append({"trial": trial.number, **trial.params, "objective": v, "mae_h": m.get("mae_h"),
+                     "zero_mae_h": m.get("zero_mae_h"), "within_1h": m.get("within_1h"),
+                     "spearman": m.get("spearman"), "daily_corr": m.get("daily_corr"),
+                     "replay_s": round(time.perf_counter() - t, 2)})
+        log.info("calibrate: trial %d objective %.4f MAE %.2f h within 1 h %.1f%%", trial.number, v,
+                 m.get("mae_h", float("nan")), 100 * m.get("within_1h", float("nan")))
+        return v
+
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, trials // 3)))
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    seeds = [default_config(facts)] + ([start] if start is not None else [])
+    for c in seeds:
+        p = _as_params(c, space)
+        if p is not None:
+            study.enqueue_trial(p)
+    t0 = time.perf_counter()
+    study.optimize(objective, n_trials=trials, timeout=timeout_s if timeout_s > 0 else None)
+    elapsed = time.perf_counter() - t0
+    done = len(study.trials)
+    best = _suggest(optuna.trial.FixedTrial(study.best_params), space, base)
+    return Result(config=best, facts=facts, space=space, trials=pd.DataFrame(rows), best_value=study.best_value,
+                  elapsed_s=round(elapsed, 1), stopped_by="trials" if done >= trials else "timeout")
