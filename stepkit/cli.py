@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import s3check
 from .step import StepError
 
 
@@ -84,6 +85,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
     try:
+        s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
     except StepError as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
