@@ -9,7 +9,7 @@ from stepkit import Step
 
 from .. import __version__
 from ..common import add_common, run_date
-from ..results import iter_records, run_prefix
+from ..results import iter_records, mark_interrupted, run_prefix
 
 COLUMNS = ["experiment", "system", "target", "params", "repeat", "attempt", "status", "duration_s",
            "run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
@@ -22,6 +22,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     date = run_date(args)
+    mark_interrupted(args.results, date, args.run_id)  # attempts left running by a killed process -> failed
     recs = iter_records(args.results, date, args.run_id)
     latest: dict[tuple, dict] = {}
     attempts: dict[tuple, int] = {}
