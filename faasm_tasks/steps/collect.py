@@ -10,7 +10,7 @@ import socket
 
 from stepkit import storage
 
-from .. import billing
+from .. import billing, procs
 from ..common import add_common, run_date
 from ..results import iter_records, mark_interrupted, run_prefix, validate_record, write_op_report
 
@@ -22,6 +22,7 @@ def add_arguments(p):
 def run(args) -> int:
     date = run_date(args)
     base = run_prefix(args.results, date, args.run_id)
+    procs.fault("collect")  # test hook: collect killed before it stops the sampler
     stopped = billing.stop_sampler(args.state_dir, args.run_id)
     report = {"sampler": stopped, "stored": [], "attached": [], "logs": [],
               "interrupted": mark_interrupted(args.results, date, args.run_id)}
