@@ -95,6 +95,8 @@ class Run:
         assert self.left() == [], self.left()
         after = self.verify()
         assert after.returncode == 0 and "verify-clean: clean" in after.stdout, after.stderr
+        print(f"\nFAULT {os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}\n  before teardown: "
+              f"{before.stderr.strip()}\n  left after teardown: {self.left()}\n  after: {after.stdout.strip()}")
         return {"verify_before": before.stderr.strip(), "teardown": td.stdout.strip()}
 
 

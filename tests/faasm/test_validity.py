@@ -125,3 +125,22 @@ def test_overloaded_point_is_invalid_and_rate_is_part_of_the_key(tmp_path):
                                           "summary.json")))
     inv = [p for p in summary["points"] if p["status"] == "invalid"]
     assert len(inv) == 1 and inv[0]["error"].startswith("invalid: ") and "rate=3000.0" in inv[0]["params"]
+
+
+@pytest.mark.parametrize("step", ["teardown", "summarize", "collect"])
+def test_each_later_step_marks_an_interrupted_attempt(tmp_path, step):
+    from faasm_tasks.results import Attempt, iter_records
+
+    root = f"file://{tmp_path}/res"
+    base = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "native", "target": "local",
+            "params": {}, "repeat": 0}
+    att = Attempt(f"{root}/2026-11-29/r/e/native/a/repeat-0", base)
+    att.record["owner"]["pid"] = 2 ** 22 + 1  # beyond pid_max: no such process
+    att._save()
+    cli(step, "--target", "local", "--run-id", "r", "--results", root, "--date", "2026-11-29",
+        state_dir=str(tmp_path / "state"))
+    (uri, rec), = iter_records(root, "2026-11-29", "r")
+    assert rec["status"] == "failed" and rec["outcome"]["interrupted"] is True
+    if step == "summarize":
+        summary = json.load(open(tmp_path / "res" / "2026-11-29" / "r" / "summary" / "summary.json"))
+        assert summary["failed"] == 1 and summary["points"][0]["error"].startswith("interrupted")
