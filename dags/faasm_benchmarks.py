@@ -8,11 +8,16 @@ experiment bleeds into the next. Inside a group::
 ``prepare`` is a cheap setup that cannot fail (it only checks the selection), so the
 teardowns (``collect``, then ``teardown``) run whenever anything was attempted, even
 when deploy or the run failed: partial results are kept (marked failed) and the
-deployment is removed. A ``verify_clean`` failure stops the following experiments. A final ``summarize`` writes the
-day's table and the trend report over ``trend_days`` days (its "Report" link opens it in the results view), ``check``
-fails when a point regressed past a threshold (p99 latency, throughput, run time against the trailing median of the
-previous days), and a ``watcher`` fails the DAG run when any step failed (a teardown's
-success never hides a failure).
+deployment is removed. ``verify_clean`` is a teardown as well: it runs whenever the group was set up, even when
+the teardown failed or was marked failed by hand, and a ``verify_clean`` failure stops the
+following experiments. A final ``summarize`` writes the
+day's table and the trend report over ``trend_days`` days (its "Report" link opens it in the results
+view), and ``check`` fails when a point regressed past a threshold (p99 latency, throughput, run time against
+the trailing median of the previous days). The ``watcher`` always runs
+(``all_done``) and fails the DAG run when any task of the run failed or was marked failed
+(by hand too), or when a selected experiment's ``verify_clean`` did not succeed: a
+teardown's success never hides a failure. A point recorded ``invalid`` (its measurement
+cannot be trusted) makes ``run`` exit 1, so an invalid point fails the day the same way.
 
 Every step is ``python -m faasm_tasks <step>`` through the house factory. Results:
 ``<HOUSE_STORAGE_ROOT>/faasm_benchmarks/<date>/<run id>/...`` (see faasm_tasks).
@@ -141,8 +146,10 @@ with DAG(
                                timeout=timedelta(minutes=20)).as_teardown(setups=setup)
                 teardown = step("teardown", argv=["teardown", *COMMON],
                                 timeout=timedelta(minutes=30)).as_teardown(setups=setup)
+                # a teardown too: it runs whenever the group was set up, even when the teardown
+                # failed or was marked failed by hand (then it finds what was left and fails)
                 verify = step("verify_clean", argv=["verify-clean", *COMMON],
-                              timeout=timedelta(minutes=10))
+                              timeout=timedelta(minutes=10)).as_teardown(setups=setup)
                 setup >> deploy >> wait >> upload >> run >> collect >> teardown >> verify
             if previous is not None:
                 previous >> setup
@@ -162,12 +169,24 @@ with DAG(
                  retry_delay=timedelta(seconds=30))
     previous >> summarize >> check
 
-    @task(trigger_rule=TriggerRule.ONE_FAILED, retries=0)
-    def watcher() -> None:
-        """Fails the run when any step failed (teardowns succeeding must not hide it)."""
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def watcher(**context) -> None:
+        """Fails the run when any task failed or was marked failed, or a selected group's
+        verify_clean did not succeed (it reads the states; trigger rules alone can be fooled)."""
         from airflow.sdk.exceptions import AirflowException
 
-        raise AirflowException("a benchmark step failed; see the failed tasks of this run")
+        ti, params = context["ti"], context["params"]
+        states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
+        bad = sorted(f"{t} ({s})" for t, s in states.items()
+                     if t != ti.task_id and s in ("failed", "upstream_failed"))
+        unverified = sorted(f"{e}__{s}.verify_clean ({states.get(f'{e}__{s}.verify_clean')})"
+                            for e in params["experiments"] for s in params["systems"]
+                            if states.get(f"{e}__{s}.verify_clean") != "success")
+        if bad or unverified:
+            raise AirflowException("the day's benchmark is not complete: "
+                                   + "; ".join(([f"failed: {', '.join(bad)}"] if bad else [])
+                                               + ([f"not verified clean: {', '.join(unverified)}"]
+                                                  if unverified else [])))
 
     # Setups are left out: whatever follows a setup directly must use ALL_SUCCESS.
     [t for t in dag.tasks if not t.is_setup] >> watcher()

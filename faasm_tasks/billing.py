@@ -5,7 +5,8 @@ outlives the CLI step that starts it: ``run`` starts it (if not already running 
 run id) and stops it when it ends; ``collect`` stops one left behind by a crashed
 ``run``, stores the samples and attaches a summary to every attempt, computed over the
 attempt's own time window. Its pid and start time live in
-``<state-dir>/<run-id>/billing/sampler.json``; samples are appended to
+``<state-dir>/<run-id>/billing/sampler.json``; like every process of the run it carries
+the run label (:mod:`faasm_tasks.procs`), so teardown finds it without that file; samples are appended to
 ``<state-dir>/<run-id>/billing/<host>.jsonl``.
 
 Summary (per host): deltas of the cumulative counters (network, disk, CPU seconds),
@@ -28,6 +29,8 @@ import time
 from typing import Any
 
 import psutil
+
+from . import procs
 
 MB = 1024 * 1024
 CUMULATIVE = ("disk_read_mb", "disk_write_mb", "net_sent_mb", "net_recv_mb",
@@ -100,63 +103,71 @@ def _ctl_path(state_root: str, run_id: str) -> str:
     return os.path.join(_dir(state_root, run_id), "sampler.json")
 
 
-def _running(ctl: dict[str, Any]) -> bool:
+def _running(ctl: dict[str, Any], label: str) -> bool:
+    """The recorded sampler is alive and still is this run's (start time, command, label)."""
+    return procs.is_ours(ctl, label) is not None
+
+
+def _read_ctl(path: str) -> dict[str, Any] | None:
     try:
-        os.waitpid(ctl["pid"], os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
-    try:
-        p = psutil.Process(ctl["pid"])
-        return abs(p.create_time() - ctl["create_time"]) < 0.05 and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+        with open(path, encoding="utf-8") as f:
+            ctl = json.load(f)
+        return ctl if isinstance(ctl, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_file: str | None = None,
                   max_s: float = 6 * 3600) -> dict[str, Any]:
+    label = procs.run_label(state_root, run_id)
+    procs.run_dir(state_root, run_id, "billing")
     ctl_path = _ctl_path(state_root, run_id)
-    if os.path.exists(ctl_path):
-        with open(ctl_path, encoding="utf-8") as f:
-            ctl = json.load(f)
-        if _running(ctl):
-            return {**ctl, "action": "already running"}
+    ctl = _read_ctl(ctl_path)
+    if ctl and _running(ctl, label):
+        return {**ctl, "action": "already running"}
     out = samples_path(state_root, run_id)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     cmd = [sys.executable, "-m", "faasm_tasks.billing", "sample", "--out", out, "--interval", str(interval),
            "--max-s", str(max_s)] + (["--state-file", state_file] if state_file else [])
-    env = dict(os.environ)
+    env = procs.labelled_env(label, "billing-sampler")
+    env.pop(procs.FAULT_ENV, None)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    procs.journal_append(_dir(state_root, run_id), {"event": "starting", "role": "billing-sampler", "cmd": cmd,
+                                                    "label": label, "t": time.time()})
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
-    ctl = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "out": out,
-           "interval_s": interval, "started": time.time()}
-    with open(ctl_path, "w", encoding="utf-8") as f:
+    ctl = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "out": out, "cmd": cmd,
+           "interval_s": interval, "started": time.time(), "role": "billing-sampler"}
+    procs.journal_append(_dir(state_root, run_id), {"event": "started", **ctl})
+    tmp = ctl_path + ".tmp"
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         json.dump(ctl, f)
+    os.replace(tmp, ctl_path)
     return {**ctl, "action": "started"}
 
 
 def stop_sampler(state_root: str, run_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Stop the run's sampler: the recorded one (when it still is ours) and any other process
+    labelled as this run's sampler (a lost or truncated ``sampler.json`` hides nothing)."""
+    label = procs.run_label(state_root, run_id)
     ctl_path = _ctl_path(state_root, run_id)
-    if not os.path.exists(ctl_path):
-        return {"action": "none running"}
-    with open(ctl_path, encoding="utf-8") as f:
-        ctl = json.load(f)
-    if not _running(ctl):
+    ctl = _read_ctl(ctl_path) or {}
+    found = {p.pid: p for p in procs.find_labelled(label)
+             if procs.describe(p).get("role") == "billing-sampler"}
+    mine = procs.is_ours(ctl, label) if ctl else None
+    if mine is not None:
+        found[mine.pid] = mine
+    report: list[dict[str, Any]] = []
+    if not found:
+        action = "already stopped" if ctl else "none running"
+    else:
+        report = procs.stop(list(found.values()), label, timeout_s)
+        action = "killed" if any(r["result"] != "terminated" for r in report) else "stopped"
+    try:
         os.unlink(ctl_path)
-        return {**ctl, "action": "already stopped"}
-    os.kill(ctl["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while _running(ctl) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    action = "stopped"
-    if _running(ctl):
-        os.kill(ctl["pid"], signal.SIGKILL)
-        action = "killed"
-        time.sleep(0.1)
-        _running(ctl)
-    os.unlink(ctl_path)
-    return {**ctl, "action": action}
+    except OSError:
+        pass
+    return {**ctl, "action": action, "processes": report}
 
 
 def read_samples(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -57,8 +57,10 @@ def validate(doc: dict[str, Any], origin: str = "<experiment>") -> None:
             raise StepError(f"{origin}: system {system!r} has no deploy entry")
 
 
-def _dirs(extra: list[str] | None) -> list[Path]:
+def _dirs(extra: list[str] | None, packaged_only: bool = False) -> list[Path]:
     dirs = [Path(str(resources.files("faasm_tasks").joinpath("experiments")))]
+    if packaged_only:
+        return dirs
     env = os.environ.get(ENV_DIRS, "")
     for d in [*(p for p in env.split(os.pathsep) if p), *(extra or [])]:
         p = Path(d).expanduser()
@@ -68,10 +70,11 @@ def _dirs(extra: list[str] | None) -> list[Path]:
     return dirs
 
 
-def load_catalogue(extra_dirs: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Every experiment by name, validated. Later directories override earlier ones."""
+def load_catalogue(extra_dirs: list[str] | None = None, packaged_only: bool = False) -> dict[str, dict[str, Any]]:
+    """Every experiment by name, validated. Later directories override earlier ones.
+    ``packaged_only`` ignores user directories (teardown's fallback after a user error)."""
     out: dict[str, dict[str, Any]] = {}
-    for d in _dirs(extra_dirs):
+    for d in _dirs(extra_dirs, packaged_only):
         for path in sorted(d.iterdir()):
             if path.suffix not in _SUFFIXES or path.name.startswith(("schema", ".")):
                 continue

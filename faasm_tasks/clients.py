@@ -6,8 +6,9 @@
 * planner protocol (Faasm >= 0.10): ``{"http_type": "EXECUTE_BATCH", "payload": "<json>"}``
   with base64 ``input_data``, then ``EXECUTE_BATCH_STATUS`` polls.
 
-A call never polls forever: it ends at its deadline, and a ``FAILED`` status ends it
-at once. Every result keeps the raw exchanges (bodies truncated to 64 KiB), so a
+A call never polls forever: it ends at its deadline, a ``FAILED`` status ends it at
+once, and so does ``check`` (a liveness probe of the target, called at every poll) when
+it reports a problem such as a dead worker. Every result keeps the raw exchanges (bodies truncated to 64 KiB), so a
 failure can be diagnosed from the stored record.
 """
 
@@ -17,7 +18,7 @@ import base64
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import requests
 
@@ -143,9 +144,18 @@ class Invoker:
 
     def call(self, user: str, function: str, input_data: str = "", *, system: str = "native",
              python: bool = False, py_user: str | None = None, py_func: str | None = None,
-             timeout_s: float = 600.0, poll_interval_s: float = 1.0, extra: dict[str, Any] | None = None
-             ) -> CallResult:
+             timeout_s: float = 600.0, poll_interval_s: float = 1.0, extra: dict[str, Any] | None = None,
+             check: Callable[[], str | None] | None = None) -> CallResult:
         raise NotImplementedError
+
+    @staticmethod
+    def _unhealthy(res: CallResult, check: Callable[[], str | None] | None) -> bool:
+        """Run the liveness probe; on a problem the call ends as failed, naming it."""
+        problem = check() if check else None
+        if problem:
+            res.status, res.error = "failed", f"call {res.call_id} abandoned: {problem}"
+            res.raw.append({"t": round(time.time(), 3), "what": "liveness", "note": problem})
+        return bool(problem)
 
 
 class KnativeInvoker(Invoker):
@@ -163,7 +173,7 @@ class KnativeInvoker(Invoker):
         return msg
 
     def call(self, user, function, input_data="", *, system="native", python=False, py_user=None,
-             py_func=None, timeout_s=600.0, poll_interval_s=1.0, extra=None) -> CallResult:
+             py_func=None, timeout_s=600.0, poll_interval_s=1.0, extra=None, check=None) -> CallResult:
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         res = CallResult(ok=False, status="error")
@@ -189,6 +199,8 @@ class KnativeInvoker(Invoker):
                 res.status, res.error = "timeout", f"no final status after {timeout_s}s"
                 break
             time.sleep(min(poll_interval_s, max(0.0, deadline - now)))
+            if self._unhealthy(res, check):
+                break
             r = self._post(res, "status", deadline, json={"status": True, "id": res.call_id},
                            headers={"Host": worker_host})
             if r is None:
@@ -234,7 +246,7 @@ class PlannerInvoker(Invoker):
         return self._post(res, what, deadline, json={"http_type": http_type, "payload": json.dumps(payload)})
 
     def call(self, user, function, input_data="", *, system="wasm", python=False, py_user=None,
-             py_func=None, timeout_s=600.0, poll_interval_s=2.0, extra=None) -> CallResult:
+             py_func=None, timeout_s=600.0, poll_interval_s=2.0, extra=None, check=None) -> CallResult:
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         res = CallResult(ok=False, status="error")
@@ -272,6 +284,8 @@ class PlannerInvoker(Invoker):
                 res.status, res.error = "timeout", f"batch {res.call_id} not finished after {timeout_s}s"
                 break
             time.sleep(min(poll_interval_s, max(0.0, deadline - now)))
+            if self._unhealthy(res, check):
+                break
             r = self._http(res, "EXECUTE_BATCH_STATUS", deadline, "EXECUTE_BATCH_STATUS",
                            {"appId": res.call_id, "expectedNumMessages": expected})
             if r is None or (r.status_code == 500 and self.NOT_READY in r.text):

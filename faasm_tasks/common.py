@@ -10,7 +10,7 @@ from typing import Any
 
 from stepkit import StepError
 
-from .targets.local import default_state_root
+from .procs import default_state_root, run_dir
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
 
@@ -52,20 +52,19 @@ def check_run_id(run_id: str) -> str:
 def run_date(args: Any) -> str:
     """The date folder of the run: --date, else the one recorded by an earlier step, else today (UTC)."""
     check_run_id(args.run_id)
-    path = os.path.join(os.path.abspath(args.state_dir), args.run_id, "date")
     if args.date:
         try:
             dt.date.fromisoformat(args.date)
         except ValueError as exc:
             raise StepError(f"--date {args.date!r} is not YYYY-MM-DD") from exc
         return args.date
+    path = os.path.join(run_dir(args.state_dir, args.run_id), "date")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()
     except FileNotFoundError:
         pass
     today = dt.datetime.now(dt.UTC).date().isoformat()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(today)
     return today
@@ -89,6 +88,24 @@ def all_run_state_keys(args: Any) -> list[str]:
     for exp in load_catalogue(args.catalogue_dir).values():
         keys += [k for k in exp.get("run_state_keys", []) if k not in keys]
     return keys
+
+
+def teardown_state_keys(args: Any) -> tuple[list[str], str | None]:
+    """The run-state keys for a teardown, which must never stop on input errors: from the
+    full catalogue, else from the packaged one alone, else none. Returns (keys, problem)."""
+    try:
+        return all_run_state_keys(args), None
+    except Exception as exc:  # noqa: BLE001 - a bad catalogue must not keep anything running
+        problem = f"catalogue not usable ({type(exc).__name__}: {exc}); used the packaged catalogue's keys"
+    from .catalogue import load_catalogue
+
+    try:
+        keys: list[str] = []
+        for exp in load_catalogue(packaged_only=True).values():
+            keys += [k for k in exp.get("run_state_keys", []) if k not in keys]
+        return keys, problem
+    except Exception as exc:  # noqa: BLE001
+        return [], f"{problem}; packaged catalogue failed too ({exc})"
 
 
 def parse_set(values: list[str]) -> dict[str, Any]:

@@ -5,7 +5,11 @@ holds ``run.json`` (the run record, schema ``schemas/run_record.schema.json``) a
 point's files (``histogram.hdr``, ``latency.json``, ``latency.txt``, ``calls.jsonl``,
 ``output.txt``, ``billing_summary.json``, ...). A rerun claims the next attempt number;
 nothing is ever overwritten except the attempt's own ``run.json`` as it moves from
-``running`` to ``succeeded``/``failed``. A failed attempt keeps whatever it wrote.
+``running`` to ``succeeded``, ``failed`` or ``invalid`` (it ran, but the measurement
+cannot be trusted: :func:`judge_load` says why). A failed attempt keeps whatever it
+wrote. An attempt left ``running`` by a killed process becomes ``failed`` with
+``interrupted`` at the next ``collect``, ``teardown`` or ``summarize``
+(:func:`mark_interrupted`).
 Run-level files: ``_ops/`` (one report per step invocation), ``billing/`` and ``summary/``.
 """
 
@@ -23,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
+import psutil
 
 from stepkit import StepError, storage
 
@@ -115,6 +120,8 @@ class Attempt:
             "schema_version": 1, **base, "attempt": k, "status": "running", "started": utcnow(),
             "finished": None, "duration_s": None, "outcome": {"ok": False, "error": None},
             "versions": versions(), "host": socket.gethostname(), "files": [], "metrics": {},
+            "owner": {"host": socket.gethostname(), "pid": os.getpid(),
+                      "create_time": psutil.Process().create_time()},
         }
         self.record.setdefault("images", {})
         self._t0 = dt.datetime.now(dt.UTC)
@@ -143,11 +150,16 @@ class Attempt:
         return self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
     def finish(self, ok: bool, error: str | None = None, metrics: dict[str, Any] | None = None,
-               failed_calls: int = 0) -> dict[str, Any]:
-        self.record["status"] = "succeeded" if ok else "failed"
+               failed_calls: int = 0, invalid_reasons: list[str] | None = None) -> dict[str, Any]:
+        """``ok`` with ``invalid_reasons`` records ``invalid``: it ran, the numbers are not trustworthy."""
+        invalid = bool(ok and invalid_reasons)
+        self.record["status"] = "invalid" if invalid else ("succeeded" if ok else "failed")
         self.record["finished"] = utcnow()
         self.record["duration_s"] = round((dt.datetime.now(dt.UTC) - self._t0).total_seconds(), 3)
-        self.record["outcome"] = {"ok": ok, "error": error, "failed_calls": failed_calls}
+        self.record["outcome"] = {"ok": ok and not invalid, "failed_calls": failed_calls,
+                                  "error": ("invalid: " + "; ".join(invalid_reasons)) if invalid else error}
+        if invalid:
+            self.record["outcome"]["invalid_reasons"] = list(invalid_reasons)
         self.record["metrics"] = metrics or {}
         self._save()
         return self.record
@@ -179,3 +191,66 @@ def write_op_report(root: str, date: str, run_id: str, step: str, report: dict[s
     storage.write_json(uri, {"step": step, "run_id": run_id, "date": date, "at": utcnow(),
                              "host": socket.gethostname(), **report})
     return uri
+
+
+def _owner_alive(owner: dict[str, Any] | None) -> bool:
+    """The process that claimed an attempt is still running (only knowable on its own host)."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return False
+    try:
+        return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["create_time"])) < 0.05
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, TypeError, ValueError):
+        return False
+
+
+def mark_interrupted(root: str, date: str, run_id: str) -> list[str]:
+    """Mark every attempt of the run still ``running`` whose process is gone as ``failed``
+    (error ``interrupted``). Its owner is checked on this host; an attempt claimed on another
+    host (a Kubernetes pod) counts as interrupted, since ``collect``, ``teardown`` and
+    ``summarize`` run after ``run`` has ended. Returns the attempt URIs it marked."""
+    marked = []
+    for uri, rec in iter_records(root, date, run_id):
+        if rec.get("status") != "running" or _owner_alive(rec.get("owner")):
+            continue
+        owner = rec.get("owner") or {}
+        rec["status"] = "failed"
+        rec["finished"] = utcnow()
+        rec["outcome"] = {**(rec.get("outcome") or {}), "ok": False, "interrupted": True,
+                          "error": f"interrupted: the process that ran this attempt "
+                                   f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}) ended without "
+                                   "finishing it"}
+        validate_record(rec)
+        storage.write_json(storage.join(uri, RECORD), rec)
+        marked.append(uri)
+    return marked
+
+
+def judge_load(summary: dict[str, Any], mode: str, rate: float | None, max_late_fraction: float = 0.01,
+               max_rate_shortfall: float = 0.01, min_requests: int = 100) -> list[str]:
+    """Why a load point's numbers cannot be trusted (empty: they can).
+
+    * open loop: the sent rate falls more than ``max_rate_shortfall`` short of the offered
+      rate, or the share of requests sent late or never sent exceeds ``max_late_fraction``;
+    * any mode: fewer successful requests than ``min_requests`` (p99 needs >= 100 samples).
+    """
+    reasons = []
+    ok = int(summary.get("requests_ok") or 0)
+    if ok < min_requests:
+        reasons.append(f"only {ok} successful requests (< {min_requests} needed for the percentiles)")
+    if mode == "open":
+        dur = float(summary.get("duration_s") or 0)
+        if "sent" not in summary or "scheduled" not in summary or not dur:
+            reasons.append("the driver reported no sent/scheduled counts, so the offered rate is unverified")
+            return reasons
+        offered = float(rate or summary.get("rate") or 0)
+        sent_rate = summary["sent"] / dur
+        if offered > 0 and sent_rate < offered * (1 - max_rate_shortfall):
+            reasons.append(f"sent {sent_rate:.1f} req/s of {offered:g} offered "
+                           f"({100 * (1 - sent_rate / offered):.1f} % short; limit {100 * max_rate_shortfall:g} %)")
+        scheduled = int(summary["scheduled"] or 0)
+        late = int(summary.get("late") or 0) + max(0, scheduled - int(summary["sent"]))
+        frac = late / scheduled if scheduled else 1.0
+        if frac > max_late_fraction:
+            reasons.append(f"{late} of {scheduled} requests late or never sent ({100 * frac:.2f} %; "
+                           f"limit {100 * max_late_fraction:g} %)")
+    return reasons

@@ -1,5 +1,6 @@
 """Stop the billing sampler (if a run left it), store its samples and attach a billing
-summary to every attempt of the run that has none yet; copy local-target logs."""
+summary to every attempt of the run that has none yet; copy local-target logs. Attempts
+left ``running`` by a killed ``run`` are marked ``failed`` (``interrupted``) first."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import socket
 
 from stepkit import storage
 
-from .. import billing
+from .. import billing, procs
 from ..common import add_common, run_date
-from ..results import iter_records, run_prefix, validate_record, write_op_report
+from ..results import iter_records, mark_interrupted, run_prefix, validate_record, write_op_report
 
 
 def add_arguments(p):
@@ -21,8 +22,10 @@ def add_arguments(p):
 def run(args) -> int:
     date = run_date(args)
     base = run_prefix(args.results, date, args.run_id)
+    procs.fault("collect")  # test hook: collect killed before it stops the sampler
     stopped = billing.stop_sampler(args.state_dir, args.run_id)
-    report = {"sampler": stopped, "stored": [], "attached": [], "logs": []}
+    report = {"sampler": stopped, "stored": [], "attached": [], "logs": [],
+              "interrupted": mark_interrupted(args.results, date, args.run_id)}
     samples_file = billing.samples_path(args.state_dir, args.run_id)
     text = ""
     if os.path.exists(samples_file):

@@ -1,9 +1,19 @@
 """Run an experiment's points against a deployed target.
 
-Each point and repeat gets ``.../<params>/repeat-<r>/attempt-<k>/``. A point whose
-latest attempt succeeded is skipped (so a retried task resumes where it failed) unless
-``--rerun`` asks for new attempts. A failing point is recorded as ``failed`` with what
-it produced, and the run goes on to the next point; the step exits 1 if any failed.
+Each point and repeat gets ``.../<params>/repeat-<r>/attempt-<k>/``. For load points
+the load mode, the driver and (open loop) the offered rate are part of the parameters,
+so a rerun at another ``--rate`` is a new point. A point whose latest attempt succeeded
+is skipped (so a retried task resumes where it failed) unless ``--rerun`` asks for new
+attempts. A failing point is recorded as ``failed`` with what it produced; a load point
+whose numbers cannot be trusted (offered rate not reached, too many late or unsent
+requests, too few requests for its percentiles: ``results.judge_load``) is recorded
+``invalid`` with the reasons. The run goes on to the next point; the step exits 1 if any
+point failed or is invalid, which fails the DAG run.
+
+Never hangs: every wait of a point is bounded by :func:`point_budget`, derived from the
+point itself (its duration for load points, its epochs or matrix size for calls), and
+while a call is polled the target's liveness is checked at every poll, so a dead worker
+fails the point within about one poll interval.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import traceback
 from typing import Any
@@ -19,12 +30,12 @@ import numpy as np
 
 from stepkit import StepError
 
-from .. import billing
+from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
 from ..common import add_common, load_plan, parse_set, run_date
 from ..data import expected_product, upload_matrices
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
-from ..results import Attempt, latest_record, point_prefix, write_op_report
+from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
 from ..targets import get_target
 
 log = logging.getLogger(__name__)
@@ -39,11 +50,73 @@ def add_arguments(p):
     p.add_argument("--driver", choices=["builtin", "wrk"], default="builtin", help="load generator for load points")
     p.add_argument("--mode", choices=["closed", "open"], help="override the load mode")
     p.add_argument("--rate", type=float, help="open mode: offered requests/s")
+    p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
     p.add_argument("--keep-billing", action="store_true", help="leave the sampler running for collect to stop")
     p.add_argument("--no-restart", action="store_true", help="skip the soft restarts between points")
     p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
                    help="check the matrix product (auto: on the local target for sizes <= 1000)")
+    p.add_argument("--max-late-fraction", type=float, default=0.01,
+                   help="open loop: a point with a larger share of requests late (> 5 ms) or never sent "
+                        "is invalid (default 0.01)")
+    p.add_argument("--min-requests", type=int, default=100,
+                   help="a load point with fewer successful requests is invalid (p99 needs 100; default 100)")
+    p.add_argument("--call-timeout", type=float,
+                   help="seconds a call point may take (default: derived from the point, see point_budget)")
+
+# Per-unit budgets of call points (generous: the bound exists so nothing waits an hour for a dead call).
+EPOCH_BUDGET_S = 120.0      # one SGD epoch (the ATC'20 runs take seconds to a minute per epoch)
+MATMUL_BUDGET_S = 60.0      # per (matrix_size / 1000) ** 3 of a chained multiplication
+STARTUP_BUDGET_S = 60.0     # scheduling, cold starts, the first poll
+
+
+def point_budget(plan, point: dict[str, Any], override: float | None = None) -> float:
+    """Seconds a point may take, from the point itself, capped by the catalogue's
+    ``call_timeout_s``: load points: warm-up + duration + request timeout + 10 % + 15 s;
+    SGD: 60 s + 120 s per epoch; matrix multiplication: 60 s + 60 s * (size / 1000)^3."""
+    drv, wl = plan.driver, plan.experiment["workload"]
+    if override:
+        return float(override)
+    if wl == "inference":
+        dur = float(point["duration_s"])
+        return float(drv.get("warmup_s", 10)) + dur + float(drv.get("timeout_s", 5)) + 0.1 * dur + 15.0
+    if wl == "sgd":
+        est = STARTUP_BUDGET_S + EPOCH_BUDGET_S * int(point.get("epochs", 20))
+    elif wl == "matmul":
+        est = STARTUP_BUDGET_S + MATMUL_BUDGET_S * (int(point["matrix_size"]) / 1000.0) ** 3
+    else:
+        est = float(drv.get("call_timeout_s", 3600))
+    return min(float(drv.get("call_timeout_s", 3600)), est)
+
+
+def _label_self(label: str) -> None:
+    """Make this step and every process it starts (the load driver's forks too) carry the run
+    label, so teardown and verify-clean find them even when this step is killed. The kernel
+    shows a process's environment as it was at exec time, so the CLI re-executes itself once
+    with the label; when called in-process, only children given ``os.environ`` get it."""
+    import sys
+
+    if os.environ.get(procs.LABEL_ENV) == label:
+        return
+    main = sys.argv[0] if sys.argv else ""
+    if main.endswith(os.path.join("faasm_tasks", "__main__.py")):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "faasm_tasks", *sys.argv[1:]],
+                  procs.labelled_env(label, "run"))
+    os.environ.update(procs.labelled_env(label, "run", base={}))
+
+
+def _point_key(args, plan, point: dict[str, Any]) -> dict[str, Any]:
+    """The point's parameters plus, for load points, what decides the measurement: mode,
+    driver and (open loop) offered rate. They name the folder, so reruns differ by them."""
+    if plan.experiment["workload"] != "inference":
+        return dict(point)
+    mode = args.mode or plan.driver.get("mode", "closed")
+    key = {**point, "mode": mode, "driver": args.driver}
+    if mode == "open":
+        key["rate"] = float(args.rate or plan.driver.get("rate", 0) or 0)
+    return key
 
 
 def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
@@ -61,6 +134,7 @@ def run(args) -> int:
         mode = args.mode or plan.driver.get("mode", "closed")
         if mode == "open" and not (args.rate or plan.driver.get("rate")):
             raise StepError("open-loop mode needs --rate (requests per second)")
+    _label_self(procs.run_label(args.state_dir, args.run_id))
     target = get_target(args.target, args)
     ep = target.endpoints()
     if args.protocol:
@@ -77,6 +151,7 @@ def run(args) -> int:
     results = []
     try:
         for i, point in enumerate(points):
+            point = _point_key(args, plan, point)
             for rep in range(repeats):
                 prefix = point_prefix(args.results, date, args.run_id, plan.name, plan.system, point, rep)
                 prev = latest_record(prefix)
@@ -90,13 +165,22 @@ def run(args) -> int:
         if sampler and not args.keep_billing:
             billing.stop_sampler(args.state_dir, args.run_id)
     failed = [r for r in results if r["status"] == "failed"]
+    invalid = [r for r in results if r["status"] == "invalid"]
     write_op_report(args.results, date, args.run_id, "run", {"experiment": plan.name, "system": plan.system,
                                                              "target": args.target, "points": results})
-    print(f"run: {len(results) - len(failed)} ok/skipped, {len(failed)} failed", flush=True)
-    return 1 if failed else 0
+    print(f"run: {len(results) - len(failed) - len(invalid)} ok/skipped, {len(failed)} failed, "
+          f"{len(invalid)} invalid", flush=True)
+    if _STUCK:
+        # a load driver overran its bound and cannot be joined: leave now (teardown stops its forks)
+        logging.shutdown()
+        os._exit(1)
+    return 1 if failed or invalid else 0
 
 
-def _between_points(args, plan, target, first: bool) -> dict[str, Any]:
+_STUCK: list[str] = []
+
+
+def _between_points(args, plan, target, first: bool, budget: float) -> dict[str, Any]:
     bp = plan.experiment.get("between_points", {})
     done: dict[str, Any] = {}
     if bp.get("delete_state_keys"):
@@ -104,7 +188,7 @@ def _between_points(args, plan, target, first: bool) -> dict[str, Any]:
     if bp.get("flush_queue"):
         done["queue_keys_flushed"] = target.flush_queue()
     if bp.get("soft_restart") and not args.no_restart and not first:
-        done["soft_restart"] = target.soft_restart(timeout_s=600)
+        done["soft_restart"] = target.soft_restart(timeout_s=min(600.0, 60.0 + budget))
     return done
 
 
@@ -115,18 +199,20 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
     att = Attempt(prefix, base)
     print(f"run: {plan.name}/{plan.system} {point} repeat {rep} -> {att.uri}", flush=True)
     t_start = time.time()
+    budget = point_budget(plan, point, args.call_timeout)
+    invalid: list[str] = []
     try:
-        prep = _between_points(args, plan, target, first)
+        prep = _between_points(args, plan, target, first, budget)
         wl = plan.experiment["workload"]
         if wl == "inference":
-            ok, metrics, err = _load_point(args, plan, ep, att, point)
-            failed_calls = 0 if ok else 1
+            ok, metrics, err, invalid = _load_point(args, plan, target, ep, att, point, budget)
         else:
-            ok, metrics, err = _call_point(args, plan, target, invoker, upload, att, point)
-            failed_calls = 0 if ok else 1
+            ok, metrics, err = _call_point(args, plan, target, invoker, upload, att, point, budget)
+        failed_calls = 0 if ok else 1
         metrics["between_points"] = prep
+        metrics["budget_s"] = round(budget, 1)
         metrics["window"] = {"start": t_start, "end": time.time()}
-        att.finish(ok, err, metrics, failed_calls)
+        att.finish(ok, err, metrics, failed_calls, invalid_reasons=invalid)
     except Exception as exc:  # noqa: BLE001 - keep partial results, mark the attempt failed
         tb = traceback.format_exc()
         try:
@@ -136,16 +222,17 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
         att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()}}, 1)
         log.error("point failed: %s", tb)
         ok, err = False, str(exc)
-    status = "succeeded" if ok else "failed"
+    status = att.record["status"]
+    err = att.record["outcome"].get("error")
     print(f"run:   {status}" + (f": {err}" if err else ""), flush=True)
     return {"prefix": prefix, "attempt": att.record["attempt"], "status": status}
 
 
-def _call_point(args, plan, target, invoker, upload, att, point) -> tuple[bool, dict[str, Any], str | None]:
+def _call_point(args, plan, target, invoker, upload, att, point, budget) -> tuple[bool, dict[str, Any], str | None]:
     exp, drv = plan.experiment, plan.driver
     wl = exp["workload"]
-    kw: dict[str, Any] = {"system": plan.system, "timeout_s": float(drv.get("call_timeout_s", 3600)),
-                          "poll_interval_s": drv.get("poll_interval_ms", 1000) / 1000.0}
+    kw: dict[str, Any] = {"system": plan.system, "timeout_s": budget, "check": target.health,
+                          "poll_interval_s": min(drv.get("poll_interval_ms", 1000) / 1000.0, 2.0)}
     metrics: dict[str, Any] = {}
     if wl == "sgd":
         epochs = int(point.get("epochs", 20))
@@ -183,9 +270,30 @@ def _call_point(args, plan, target, invoker, upload, att, point) -> tuple[bool, 
     return res.ok, metrics, res.error
 
 
-def _load_point(args, plan, ep, att, point) -> tuple[bool, dict[str, Any], str | None]:
+def _bounded(fn, budget: float, what: str):
+    """``fn()`` in a daemon thread, waited for at most ``budget`` seconds."""
+    box: dict[str, Any] = {}
+
+    def go():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    th = threading.Thread(target=go, name=what, daemon=True)
+    th.start()
+    th.join(budget)
+    if th.is_alive():
+        _STUCK.append(what)
+        raise StepError(f"{what} did not finish within its {budget:.0f} s bound")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _load_point(args, plan, target, ep, att, point, budget) -> tuple[bool, dict[str, Any], str | None, list[str]]:
     exp, drv = plan.experiment, plan.driver
-    threads = drv.get("threads", 1)
+    threads = args.threads or drv.get("threads", 1)
     threads = (os.cpu_count() or 1) if threads == "auto" else int(threads)
     body = json.dumps({"user": exp["user"], "function": exp["function"],
                        "cold_start_interval": str(point.get("cold_start_interval", 0))}).encode()
@@ -200,16 +308,24 @@ def _load_point(args, plan, ep, att, point) -> tuple[bool, dict[str, Any], str |
     if args.driver == "wrk":
         if not wrk_available():
             raise StepError("--driver wrk but wrk is not installed (apt-get install -y wrk)")
-        summary, stdout, script = run_wrk(spec, threads)
+        summary, stdout, script = _bounded(lambda: run_wrk(spec, threads), budget, "wrk")
         att.write_text("wrk_stdout.txt", stdout)  # wrk's error counts live here
         att.write_text("tflite_bench.lua", script)
     else:
-        summary = run_load(spec)
+        summary = _bounded(lambda: run_load(spec), budget, "load driver")
         att.write_text("histogram.hdr", summary.pop("histogram") + "\n")
     att.write_json("latency.json", summary)
     att.write_text("latency.txt", latency_txt(summary))
     metrics = {k: summary.get(k) for k in ("requests_ok", "requests_all", "throughput_ok", "throughput_all",
                                            "p50_us", "p99_us", "p999_us", "max_us", "errors", "errors_total",
-                                           "schedule_lag_fraction")}
-    ok = summary["requests_ok"] > 0
-    return ok, metrics, None if ok else f"no successful responses ({summary['errors']})"
+                                           "schedule_lag_fraction", "rate", "scheduled", "sent", "missed",
+                                           "late")}
+    problem = target.health()
+    if problem:
+        return False, metrics, f"the target broke during the point: {problem}", []
+    if summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed"):
+        return False, metrics, f"no successful responses ({summary['errors']})", []
+    # an open-loop driver that sent nothing in the window (too far behind) is invalid, not failed
+    invalid = judge_load(summary, spec.mode, spec.rate, max_late_fraction=args.max_late_fraction,
+                         min_requests=args.min_requests)
+    return True, metrics, None, invalid

@@ -16,7 +16,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..common import add_common, run_date
-from ..results import iter_records, run_prefix
+from ..results import iter_records, mark_interrupted, run_prefix
 
 COLUMNS = ["experiment", "system", "target", "params", "repeat", "attempt", "status", "duration_s",
            "run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
@@ -33,6 +33,7 @@ def run(args) -> int:
     if args.days < 1:
         raise StepError(f"--days must be at least 1, got {args.days}")
     date = run_date(args)
+    mark_interrupted(args.results, date, args.run_id)  # attempts left running by a killed process -> failed
     _summary(args, date)
     _trends(args, date)
     return 0
@@ -85,9 +86,10 @@ def _summary(args, date: str) -> None:
     w = csv.DictWriter(buf, fieldnames=COLUMNS + ["attempts_total"], extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
-    step.write_json("summary.json", {"run_id": args.run_id, "date": date, "points": rows,
-                                     "failed": sum(r["status"] == "failed" for r in rows)})
+    # "invalid": measured, but not trustworthy (judge_load): listed and counted apart from "failed"
+    counts = {k: sum(r["status"] == k for r in rows) for k in ("failed", "invalid")}
+    step.write_json("summary.json", {"run_id": args.run_id, "date": date, "points": rows, **counts})
     step.write_bytes("summary.csv", buf.getvalue().encode())
-    step.commit({"points": len(rows), "failed": sum(r["status"] == "failed" for r in rows)})
+    step.commit({"points": len(rows), **counts})
     for r in rows:
         print(f"  {r['experiment']}/{r['system']} {r['params']}: {r['status']}", flush=True)

@@ -1,11 +1,24 @@
-"""Hard, idempotent teardown; safe to run when nothing (or only part) was deployed."""
+"""Hard, idempotent teardown; safe to run when nothing (or only part) was deployed.
+
+It never stops on input errors: a broken catalogue or a bad ``--date`` is reported and
+the teardown goes on (the local target needs neither; knative falls back to the packaged
+catalogue's run-state keys). Attempts left ``running`` by a killed ``run`` are marked
+``failed`` (``interrupted``).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+
+from stepkit import StepError
+
 from ..billing import stop_sampler
-from ..common import add_common, all_run_state_keys, run_date
-from ..results import write_op_report
+from ..common import add_common, check_run_id, run_date, teardown_state_keys
+from ..results import mark_interrupted, write_op_report
 from ..targets import get_target
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p):
@@ -16,16 +29,36 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    date = run_date(args)
-    keys = all_run_state_keys(args)
-    sampler = stop_sampler(args.state_dir, args.run_id)
+    check_run_id(args.run_id)
+    problems: list[str] = []
+    try:
+        date = run_date(args)
+    except StepError as exc:
+        date = dt.datetime.now(dt.UTC).date().isoformat()
+        problems.append(f"{exc}; reporting under {date}")
+    keys, key_problem = teardown_state_keys(args)
+    if key_problem:
+        problems.append(key_problem)
+    try:
+        sampler = stop_sampler(args.state_dir, args.run_id)
+    except Exception as exc:  # noqa: BLE001 - go on: the target's teardown finds the sampler by label too
+        sampler = {"action": "error", "error": f"{type(exc).__name__}: {exc}"}
     target = get_target(args.target, args)
     report = target.teardown(keys, args.timeout, full=args.full) if args.target == "knative" else \
         target.teardown(keys, args.timeout)
+    try:
+        interrupted = mark_interrupted(args.results, date, args.run_id)
+    except Exception as exc:  # noqa: BLE001 - results storage trouble must not hide the teardown's outcome
+        interrupted = []
+        problems.append(f"could not sweep interrupted attempts: {exc}")
+    for msg in problems:
+        print(f"teardown: warning: {msg}", flush=True)
     write_op_report(args.results, date, args.run_id, "teardown",
-                    {"target": args.target, "run_state_keys": keys, "sampler": sampler, "report": report})
+                    {"target": args.target, "run_state_keys": keys, "sampler": sampler, "report": report,
+                     "interrupted_attempts": interrupted, "input_problems": problems})
     if report.get("incomplete"):
         print("teardown: INCOMPLETE: " + "; ".join(report["incomplete"]), flush=True)
         return 1
-    print(f"teardown: done ({args.target})", flush=True)
+    print(f"teardown: done ({args.target}); {len(report.get('processes', []))} process(es) handled, "
+          f"{len(report.get('found_by_label_only', []))} found by run label only", flush=True)
     return 0

@@ -1,10 +1,13 @@
-"""Prove the teardown worked; exits 1 (and says what is left) when it did not."""
+"""Prove the teardown worked; exits 1 (and says what is left) when it did not.
+
+On the local target it looks for the run's processes by their run label (billing sampler
+and load driver included), so a missing or broken state file cannot make it say clean."""
 
 from __future__ import annotations
 
 import sys
 
-from ..common import add_common, all_run_state_keys, run_date
+from ..common import add_common, run_date, teardown_state_keys
 from ..results import write_op_report
 from ..targets import get_target
 
@@ -15,7 +18,10 @@ def add_arguments(p):
 
 def run(args) -> int:
     date = run_date(args)
-    report = get_target(args.target, args).verify_clean(all_run_state_keys(args))
+    keys, key_problem = teardown_state_keys(args)
+    report = get_target(args.target, args).verify_clean(keys)
+    if key_problem:
+        report["input_problem"] = key_problem
     write_op_report(args.results, date, args.run_id, "verify-clean", {"target": args.target, "report": report})
     if not report["clean"]:
         print("verify-clean: NOT clean: " + "; ".join(report["problems"]), file=sys.stderr, flush=True)

@@ -49,6 +49,11 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def verify_clean(self, run_state_keys: list[str]) -> dict[str, Any]: ...
 
+    def health(self) -> str | None:
+        """None while the deployment looks alive, else what is wrong (e.g. a dead worker).
+        ``run`` calls it while it waits for a call, so a crash fails the point in seconds."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Images, versions and endpoints for the run record."""
         return {"target": self.name}

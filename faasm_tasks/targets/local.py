@@ -1,9 +1,12 @@
 """The embedded target: redis-server, an upload server and N workers on 127.0.0.1.
 
-Everything it starts is recorded in ``<state-dir>/<run-id>/local/state.json`` (pid,
-process start time, port, command, log), so ``deploy``, ``run`` and ``teardown`` can be
-separate processes. A pid is only signalled when its recorded start time still matches,
-so a recycled pid is never touched. Results are tagged ``target=local``: they exercise
+Everything it starts carries the run label in its environment and is written to the
+spawn journal before it starts (see :mod:`faasm_tasks.procs`), then recorded in
+``<state-dir>/<run-id>/local/state.json`` (pid, start time, port, command, log), so
+``deploy``, ``run`` and ``teardown`` can be separate processes. ``teardown`` and
+``verify-clean`` find the run's processes by the label too, so a killed deploy, a lost or
+truncated state file or a sampler nobody recorded cannot hide anything. A pid is only
+signalled when it still is this run's process (start time, command line, label). Results are tagged ``target=local``: they exercise
 the pipeline with Python workloads, not Faasm.
 """
 
@@ -26,16 +29,13 @@ import requests
 
 from stepkit import StepError
 
+from .. import procs
+from ..procs import default_state_root  # noqa: F401 - re-exported (common.py, tests)
 from .base import Endpoints, Target
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
-
-
-def default_state_root() -> str:
-    import tempfile
-
-    return os.environ.get("FAASM_TASKS_STATE_DIR") or os.path.join(tempfile.gettempdir(), "faasm_tasks")
+ROLES = ("redis", "upload", "worker")
 
 
 def free_port() -> int:
@@ -58,29 +58,15 @@ def redis_binary() -> str:
     return exe
 
 
-def _reap(pid: int) -> None:
-    """Collect an exited child of this process (tests deploy in-process), ignore others."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
-
-
-def _alive(rec: dict[str, Any]) -> bool:
-    _reap(rec["pid"])
-    try:
-        p = psutil.Process(rec["pid"])
-        return abs(p.create_time() - rec["create_time"]) < 0.05 and p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-
-
 class LocalTarget(Target):
     name = "local"
 
     def __init__(self, state_root: str, run_id: str):
-        self.dir = os.path.join(os.path.abspath(state_root), run_id, "local")
+        self.state_root = os.path.abspath(state_root)
+        self.dir = os.path.join(self.state_root, run_id, "local")
         self.run_id = run_id
+        self.label = procs.run_label(self.state_root, run_id)
+        self.state_problem: str | None = None
 
     @classmethod
     def from_args(cls, args) -> "LocalTarget":
@@ -92,43 +78,66 @@ class LocalTarget(Target):
         return os.path.join(self.dir, STATE_FILE)
 
     def load(self) -> dict[str, Any] | None:
+        """The state file, or None when it is missing or unreadable (``state_problem`` says which)."""
+        self.state_problem = None
         try:
             with open(self.state_path, encoding="utf-8") as f:
-                return json.load(f)
+                st = json.load(f)
         except FileNotFoundError:
+            self.state_problem = "no state file"
             return None
+        except (OSError, ValueError) as exc:
+            self.state_problem = f"state file unreadable ({type(exc).__name__}: {exc})"
+            return None
+        if not isinstance(st, dict) or not isinstance(st.get("procs"), list):
+            self.state_problem = "state file is not a deployment record"
+            return None
+        return st
 
     def save(self, st: dict[str, Any]) -> None:
-        os.makedirs(self.dir, exist_ok=True)
+        procs.run_dir(self.state_root, self.run_id, "local")
         tmp = self.state_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(st, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.state_path)
 
     def _require(self) -> dict[str, Any]:
         st = self.load()
         if not st or st.get("status") != "deployed":
-            raise StepError(f"local target for run {self.run_id} is not deployed (no live state in {self.dir})")
+            why = f" ({self.state_problem})" if self.state_problem else ""
+            raise StepError(f"local target for run {self.run_id} is not deployed (no live state in {self.dir}){why}")
         return st
 
     # ---------------------------------------------------------------- processes
+    def _alive(self, rec: dict[str, Any]) -> bool:
+        return procs.is_ours(rec, self.label) is not None
+
     def _spawn(self, role: str, cmd: list[str], port: int) -> dict[str, Any]:
-        logs = os.path.join(self.dir, "logs")
-        os.makedirs(logs, exist_ok=True)
+        logs = os.path.join(procs.run_dir(self.state_root, self.run_id, "local"), "logs")
+        os.makedirs(logs, mode=0o700, exist_ok=True)
         logfile = os.path.join(logs, f"{role}-{port}-{int(time.time() * 1000)}.log")
+        # recorded before it starts: whatever kills this step from here on leaves a trace
+        procs.journal_append(self.dir, {"event": "starting", "role": role, "port": port, "cmd": cmd,
+                                        "label": self.label, "t": time.time()})
         with open(logfile, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, close_fds=True, env=self._env())
+                                    start_new_session=True, close_fds=True, env=self._env(role))
+        procs.fault("spawned")  # test hook: a deploy killed between starting a process and recording it
         rec = {"role": role, "pid": proc.pid, "port": port, "cmd": cmd, "log": logfile,
                "create_time": psutil.Process(proc.pid).create_time()}
+        procs.journal_append(self.dir, {"event": "started", **rec})
         log.info("started %s pid %d on 127.0.0.1:%d", role, proc.pid, port)
         return rec
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, role: str) -> dict[str, str]:
+        env = procs.labelled_env(self.label, role)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("OMP_NUM_THREADS", "1")
+        env.pop(procs.FAULT_ENV, None)
         return env
 
     def _worker_cmd(self, st: dict[str, Any]) -> list[str]:
@@ -136,51 +145,47 @@ class LocalTarget(Target):
                 "--redis-url", st["redis_url"], "--shared-dir", st["shared_dir"],
                 "--cold-start-delay-ms", str(st["cold_start_delay_ms"])]
 
-    @staticmethod
-    def _stop(recs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
-        """SIGTERM, wait, then SIGKILL whatever is left. Returns what each process did."""
-        report = []
-        live = []
+    def _stop(self, recs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
+        """Stop the recorded processes that still are this run's; report the others as gone."""
+        live, report = [], []
         for rec in recs:
-            if _alive(rec):
-                try:
-                    os.kill(rec["pid"], signal.SIGTERM)
-                    live.append(rec)
-                except ProcessLookupError:
-                    pass
+            p = procs.is_ours(rec, self.label)
+            if p is None:
+                report.append({"pid": rec.get("pid"), "role": rec.get("role"), "result": "already gone"})
             else:
-                report.append({"pid": rec["pid"], "role": rec["role"], "result": "already gone"})
-        deadline = time.monotonic() + timeout_s
-        while live and time.monotonic() < deadline:
-            live_now = []
-            for rec in live:
-                if _alive(rec):
-                    live_now.append(rec)
-                else:
-                    report.append({"pid": rec["pid"], "role": rec["role"], "result": "terminated"})
-            live = live_now
-            time.sleep(0.05)
-        for rec in live:
-            try:
-                os.kill(rec["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            psutil.wait_procs([psutil.Process(rec["pid"])], timeout=5) if psutil.pid_exists(rec["pid"]) else None
-            report.append({"pid": rec["pid"], "role": rec["role"], "result": "killed"})
-        return report
+                live.append(p)
+        return report + procs.stop(live, self.label, timeout_s)
+
+    def run_processes(self) -> list[psutil.Process]:
+        """This run's live processes, found by label (no state file needed)."""
+        return procs.find_labelled(self.label)
+
+    def health(self) -> str | None:
+        """None while every recorded process of the deployment lives, else what died."""
+        st = self.load()
+        if not st:
+            return f"local deployment of run {self.run_id} is gone ({self.state_problem})"
+        dead = [r for r in st["procs"] if not self._alive(r)]
+        if not dead:
+            return None
+        return f"{len(dead)} process(es) died: " + ", ".join(f"{r['role']} pid {r['pid']}" for r in dead[:5])
 
     # ---------------------------------------------------------------- interface
     def deploy(self, plan) -> dict[str, Any]:
         st = self.load()
         n = int(plan.deployment["worker_replicas"])
         if st and st.get("status") == "deployed":
-            alive = [r for r in st["procs"] if _alive(r)]
+            alive = [r for r in st["procs"] if self._alive(r)]
             if len(alive) == len(st["procs"]) and st["workers"] == n:
                 return {"status": "already deployed", "workers": n, "state": self.state_path}
             raise StepError(f"a different or broken local deployment exists for run {self.run_id} "
                             f"({len(alive)}/{len(st['procs'])} processes alive, {st['workers']} workers); "
                             "run teardown first")
-        os.makedirs(self.dir, exist_ok=True)
+        leftovers = [p for p in self.run_processes() if procs.describe(p).get("role") in ROLES]
+        if leftovers:
+            raise StepError(f"{len(leftovers)} process(es) of run {self.run_id} are still running "
+                            f"(pids {', '.join(str(p.pid) for p in leftovers[:8])}); run teardown first")
+        procs.run_dir(self.state_root, self.run_id, "local")
         shared = os.path.join(self.dir, "shared")
         funcs = os.path.join(self.dir, "functions")
         rdir = os.path.join(self.dir, "redis")
@@ -193,9 +198,15 @@ class LocalTarget(Target):
         try:
             rport = free_port()
             st["redis_port"], st["redis_url"] = rport, f"redis://127.0.0.1:{rport}"
+            self.save(st)
             st["procs"].append(self._spawn("redis", [redis_binary(), "--port", str(rport), "--bind", "127.0.0.1",
                                                      "--save", "", "--appendonly", "no", "--dir", rdir,
-                                                     "--protected-mode", "yes", "--maxclients", "10000"], rport))
+                                                     "--protected-mode", "yes", "--maxclients", "10000",
+                                                     # redis rewrites its title over its environment:
+                                                     # the run label goes into the title instead
+                                                     "--proc-title-template",
+                                                     "{title} {listen-addr} " + procs.title_tokens(self.label, "redis")],
+                                               rport))
             self.save(st)
             self._wait_redis(st, 15)
             uport = free_port()
@@ -204,8 +215,10 @@ class LocalTarget(Target):
                                                       "--port", str(uport), "--redis-url", st["redis_url"],
                                                       "--shared-dir", shared, "--functions-dir", funcs], uport))
             st["invoke_port"] = free_port()
+            self.save(st)
             for _ in range(n):
                 st["procs"].append(self._spawn("worker", self._worker_cmd(st), st["invoke_port"]))
+                self.save(st)
             st["status"] = "deployed"
             self.save(st)
         except BaseException:
@@ -229,7 +242,7 @@ class LocalTarget(Target):
         raise StepError(f"redis-server not answering after {timeout_s}s: {last}")
 
     def _check_procs(self, st: dict[str, Any]) -> None:
-        dead = [r for r in st["procs"] if not _alive(r)]
+        dead = [r for r in st["procs"] if not self._alive(r)]
         if dead:
             tails = []
             for r in dead[:3]:
@@ -265,9 +278,10 @@ class LocalTarget(Target):
         stopped = self._stop(workers, timeout_s=10)
         redis.Redis.from_url(st["redis_url"], db=0).flushdb()
         st["procs"] = [r for r in st["procs"] if r["role"] != "worker"]
+        self.save(st)
         for _ in range(st["workers"]):
             st["procs"].append(self._spawn("worker", self._worker_cmd(st), st["invoke_port"]))
-        self.save(st)
+            self.save(st)
         ready = self.wait_ready(timeout_s)
         return {"restarted": len(stopped), **ready}
 
@@ -283,7 +297,7 @@ class LocalTarget(Target):
         q.flushdb()
         # flushing drops the workers' registrations; put the live ones back
         for r in st["procs"]:
-            if r["role"] == "worker" and _alive(r):
+            if r["role"] == "worker" and self._alive(r):
                 q.sadd("available_workers", f"{r['pid']}@127.0.0.1:{r['port']}")
         return n
 
@@ -292,51 +306,82 @@ class LocalTarget(Target):
         return _delete_patterns(redis.Redis.from_url(st["redis_url"], db=1), patterns)
 
     def teardown(self, run_state_keys: list[str], timeout_s: float, full: bool = True) -> dict[str, Any]:
+        """Stop everything of the run: what the state file and the journal list (when it
+        still is this run's process) and whatever carries the run label. Needs no state
+        file, no catalogue; the run's Redis is private and unpersisted, so stopping it
+        removes every key (it is flushed first when reachable)."""
         st = self.load()
-        if st is None:
-            return {"status": "nothing to tear down", "state": self.state_path}
-        report: dict[str, Any] = {"state": self.state_path}
-        rrec = [r for r in st["procs"] if r["role"] == "redis"]
-        if rrec and _alive(rrec[0]):
-            try:
-                rq = redis.Redis.from_url(st["redis_url"], db=0, socket_timeout=2)
-                rs = redis.Redis.from_url(st["redis_url"], db=1, socket_timeout=2)
-                report["queue_keys_flushed"] = int(rq.dbsize())
-                rq.flushdb()
-                report["state_keys_deleted"] = _delete_patterns(rs, run_state_keys)
-                report["state_keys_left"] = int(rs.dbsize())
-            except redis.RedisError as exc:
-                report["redis_error"] = str(exc)
-        others = [r for r in st["procs"] if r["role"] != "redis"]
-        report["processes"] = self._stop(others, timeout_s) + self._stop(rrec, timeout_s)
-        st["status"] = "torn_down"
-        st["torn_down"] = time.time()
-        self.save(st)
+        report: dict[str, Any] = {"state": self.state_path, "label": self.label}
+        if self.state_problem:
+            report["state_problem"] = self.state_problem
+        recs = list(st["procs"]) if st else []
+        recs += procs.journal_read(self.dir)
+        if st and st.get("redis_url"):
+            rrec = [r for r in st["procs"] if r["role"] == "redis"]
+            if rrec and self._alive(rrec[0]):
+                try:
+                    rq = redis.Redis.from_url(st["redis_url"], db=0, socket_timeout=2)
+                    rs = redis.Redis.from_url(st["redis_url"], db=1, socket_timeout=2)
+                    report["queue_keys_flushed"] = int(rq.dbsize())
+                    rq.flushdb()
+                    report["state_keys_deleted"] = _delete_patterns(rs, run_state_keys)
+                    report["state_keys_left_flushed"] = int(rs.dbsize())
+                    rs.flushdb()
+                except redis.RedisError as exc:
+                    report["redis_error"] = str(exc)
+        found: dict[int, psutil.Process] = {}
+        for rec in recs:
+            p = procs.is_ours(rec, self.label)
+            if p is not None:
+                found[p.pid] = p
+        unrecorded = [p for p in self.run_processes() if p.pid not in found]
+        report["found_by_label_only"] = [procs.describe(p) for p in unrecorded]
+        for p in unrecorded:
+            found[p.pid] = p
+        ordered = sorted(found.values(), key=lambda p: procs.describe(p).get("role") == "redis")
+        first = [p for p in ordered if procs.describe(p).get("role") != "redis"]
+        last = [p for p in ordered if p not in first]
+        report["processes"] = procs.stop(first, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
+        left = self.run_processes()
+        if left:
+            report["incomplete"] = [f"{d.get('role')} pid {d['pid']} survived" for d in map(procs.describe, left)]
+        new = st or {"procs": [], "run_id": self.run_id, "rebuilt_by_teardown": True}
+        new["status"] = "torn_down"
+        new["torn_down"] = time.time()
+        try:
+            self.save(new)
+        except (OSError, StepError) as exc:
+            report["state_save_error"] = str(exc)
         return report
 
     def verify_clean(self, run_state_keys: list[str]) -> dict[str, Any]:
+        """What is left of the run, found independently of the state file: processes with the
+        run label (billing sampler and load driver included) and their listening ports, the
+        ports the state file and the journal recorded, a Redis still answering, Redis files."""
         st = self.load()
-        if st is None:
-            return {"clean": True, "problems": [], "note": "no local deployment recorded"}
         problems = []
-        for r in st["procs"]:
-            if _alive(r):
-                problems.append(f"{r['role']} pid {r['pid']} still running")
-        ports = sorted({r["port"] for r in st["procs"]})
+        left = self.run_processes()
+        for d in map(procs.describe, left):
+            problems.append(f"{d.get('role', '?')} pid {d['pid']} still running"
+                            + (f", listening on {d['listening']}" if d.get("listening") else ""))
+        recs = (st["procs"] if st else []) + procs.journal_read(self.dir)
+        ports = sorted({int(r["port"]) for r in recs if isinstance(r.get("port"), int)})
         for port in ports:
             if port_in_use(port):
-                problems.append(f"127.0.0.1:{port} still accepting connections")
-        rdb = [f for f in os.listdir(st["redis_dir"]) if f.endswith((".rdb", ".aof"))] if os.path.isdir(
-            st["redis_dir"]) else []
+                problems.append(f"127.0.0.1:{port} (a port of this run) still accepting connections")
+        rdir = (st or {}).get("redis_dir") or os.path.join(self.dir, "redis")
+        rdb = [f for f in os.listdir(rdir) if f.endswith((".rdb", ".aof"))] if os.path.isdir(rdir) else []
         if rdb:
             problems.append(f"redis persistence files left: {rdb}")
-        try:
-            redis.Redis.from_url(st["redis_url"], socket_timeout=0.5, socket_connect_timeout=0.5).ping()
-            problems.append("redis still answering (its keys are not gone)")
-        except redis.RedisError:
-            pass
-        return {"clean": not problems, "problems": problems, "ports_checked": ports,
-                "pids_checked": [r["pid"] for r in st["procs"]], "status": st.get("status")}
+        if st and st.get("redis_url"):
+            try:
+                n = redis.Redis.from_url(st["redis_url"], socket_timeout=0.5, socket_connect_timeout=0.5).dbsize()
+                problems.append(f"redis at {st['redis_url']} still answering ({n} keys in db 0)")
+            except redis.RedisError:
+                pass
+        return {"clean": not problems, "problems": problems, "label": self.label, "ports_checked": ports,
+                "processes_found": len(left), "status": (st or {}).get("status"),
+                "state_problem": self.state_problem}
 
     def describe(self) -> dict[str, Any]:
         st = self.load() or {}

@@ -52,7 +52,8 @@ def test_one_experiment_runs_and_tears_down(env):
     # Unselected groups are skipped whole: nothing deployed, so nothing to tear down.
     assert states["sgd_reuters_svm__wasm.deploy"] == "skipped"
     assert states["sgd_reuters_svm__wasm.teardown"] == "skipped"
-    assert states["summarize"] == "success" and states["watcher"] == "skipped"
+    # the watcher always runs (all_done) and found nothing wrong
+    assert states["summarize"] == "success" and states["watcher"] == "success"
     runs = list((env / "storage" / "faasm_benchmarks" / "2026-11-29").glob("*/sgd_reuters_svm/native/**/run.json"))
     assert runs, "no run record written"
     record = json.loads(runs[0].read_text())
@@ -69,3 +70,51 @@ def test_failed_deploy_still_tears_down_and_fails_the_run(env, monkeypatch):
     assert states[f"{GROUP}.teardown"] == "success", states
     assert states[f"{GROUP}.verify_clean"] == "success", states
     assert states["watcher"] == "failed"
+
+
+def _marking_failed_by_hand(monkeypatch, task_id: str) -> None:
+    """dag.test() runs tasks in-process: replace the run of ``task_id`` by what the UI's
+    "mark failed" does to a task instance (its state set to failed; the task never finishes)."""
+    import airflow.sdk.definitions.dag as dag_mod
+    from airflow.utils.state import TaskInstanceState
+
+    real = dag_mod._run_task
+
+    def run_task(*, ti, task, **kw):
+        if ti.task_id == task_id:
+            ti.set_state(TaskInstanceState.FAILED)
+            return None
+        return real(ti=ti, task=task, **kw)
+
+    monkeypatch.setattr(dag_mod, "_run_task", run_task)
+
+
+def test_task_marked_failed_by_hand_fails_the_run_after_teardown_and_verification(env, monkeypatch):
+    _marking_failed_by_hand(monkeypatch, f"{GROUP}.upload_data")
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=ONE)
+    states = _states(dr)
+    assert states[f"{GROUP}.upload_data"] == "failed"
+    assert states[f"{GROUP}.run"] == "upstream_failed"
+    for t in ("collect", "teardown", "verify_clean"):
+        assert states[f"{GROUP}.{t}"] == "success", (t, states)
+    assert states["watcher"] == "failed" and dr.state == "failed", states
+
+
+def test_teardown_marked_failed_by_hand_still_verifies_and_fails(env, monkeypatch):
+    """The teardown never ran (marked failed): verify_clean must still run, find the deployment
+    left behind, fail, and the watcher must fail the run."""
+    _marking_failed_by_hand(monkeypatch, f"{GROUP}.teardown")
+    try:
+        dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=ONE)
+        states = _states(dr)
+        assert states[f"{GROUP}.run"] == "success", states
+        assert states[f"{GROUP}.teardown"] == "failed"
+        assert states[f"{GROUP}.verify_clean"] == "failed", states  # it ran and found the workers
+        assert states["watcher"] == "failed" and dr.state == "failed", states
+    finally:
+        from faasm_tasks import procs
+
+        run_dirs = [p.name for p in (env / "state").iterdir() if p.is_dir()]
+        for run_id in run_dirs:
+            label = procs.run_label(str(env / "state"), run_id)
+            procs.stop(procs.find_labelled(label), label, 5)
