@@ -340,3 +340,60 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
                                            *[f"{prefix}/datasets/node{n}" for n in nodes], f"{prefix}/fidelity"],
                          out=f"{prefix}/report")
     return out
+
+
+# ----------------------------------------------------------------------------- mirage_samples: one trace day
+
+def samples_trace(params: dict[str, Any], shared: str, day: str | None,
+                  fingerprint: str | None = None) -> dict[str, Any]:
+    """The trace a ``mirage_samples`` run samples: a real trace ingested whole (no window),
+    once per content; else the synthetic trace of ``day``'s month (padded by the warm-up
+    history before and a workload after), so every day of a month shares one trace."""
+    if params.get("trace"):
+        p = dict(params, window_from=None, window_to=None)
+        identity = trace_identity(p, fingerprint)
+        loc = trace_location(shared, identity)
+        return {"identity": identity, "trace": loc,
+                "argv": argv("ingest", trace=params["trace"], out=loc,
+                             timezone=params.get("trace_timezone") or None)}
+    if day is None:
+        raise ValueError("a synthetic trace needs the run's day")
+    d = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+    month = d.replace(day=1)
+    nxt = (month + timedelta(days=32)).replace(day=1)
+    t_from = month - timedelta(days=float(params["warmup_days"]) + 2)
+    t_to = nxt + timedelta(days=float(params["workload_days"]) + 1)
+    p = dict(params, window_from=_iso(t_from), window_to=_iso(t_to))
+    identity = trace_identity(p)
+    loc = trace_location(shared, identity)
+    return {"identity": identity, "trace": loc,
+            "argv": argv("synth", profile=params["synth_profile"], t_from=_iso(t_from), t_to=_iso(t_to),
+                         seed=params["seed"], out=loc)}
+
+
+def newest_complete_day(last_submit: str, workload_days: float) -> str:
+    """The newest UTC day whose every sample has its whole workload in a trace whose last
+    job was submitted at ``last_submit``: how a scheduled run follows a growing trace."""
+    t = _ts(last_submit, "last_submit") - timedelta(days=float(workload_days))
+    return (t.date() - timedelta(days=1)).isoformat()
+
+
+def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day: str,
+                have: Any = None, workers: int | None = None) -> dict[str, Any]:
+    """The sample argvs of one trace day: one per node size whose partition is missing.
+    The grid is anchored at midnight UTC (the pipeline's default windows are on it when
+    ``interval_hours`` divides 24)."""
+    datetime.fromisoformat(day)  # ValueError on a bad day
+    anchor = f"{day}T00:00:00+00:00"
+    episode = {"interval_hours": params["interval_hours"], "warmup_days": params["warmup_days"],
+               "workload_days": params["workload_days"], "cluster_config": params["cluster_config"]}
+    out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
+    for n in [int(x) for x in params["node_sizes"]]:
+        family = sample_family(shared, trace["identity"], params, n, anchor)
+        out["partitions"][str(n)] = partition(family, day)
+        if have is not None and day in set(have(family, [day])):
+            continue
+        out["missing"].append(n)
+        out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
+                                  node=n, days=[day], out=family, workers=workers))
+    return out
