@@ -26,8 +26,10 @@ the partition of each node size, so lineage shows in the UI's asset view.
 Scheduled runs (the DAG unpaused) follow a growing trace, e.g. a cluster's daily ``sacct``
 export landing at ``trace``: each samples the newest day whose samples' workloads the trace
 covers entirely (last submit minus ``workload_days``, minus a day). A changed trace is
-another content, so its partitions form a new family. Without ``trace`` a run samples its
-day of a synthetic trace generated for that day's month (small: 6 samples per node size).
+another content, so its partitions form a new family. A scheduled run without ``trace``
+has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
+without ``trace`` samples its day of a synthetic trace generated for that day's month
+(6 samples per node size and day).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ with DAG(
     dag_id="mirage_samples",
     description="Mirage training samples, one partition per trace day (backfill-friendly)",
     doc_md=__doc__,
-    schedule=CronPartitionTimetable("0 3 * * *", timezone="UTC"),  # daily, after the night's sacct export
+    schedule=CronPartitionTimetable("0 0 * * *", timezone="UTC"),  # one partition per UTC day
     start_date=datetime(2022, 10, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=2,
@@ -87,8 +89,12 @@ with DAG(
         from mirage_tasks.plan import samples_trace, trace_fingerprint
         from stepkit import StepError
 
+        from airflow.sdk.exceptions import AirflowSkipException
+
         params = dict(context["params"])
         dr = context["dag_run"]
+        if dr.run_type == "scheduled" and not params.get("trace"):
+            raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(timezone.utc).date().isoformat()
         try:
