@@ -103,7 +103,7 @@ with DAG(
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
-        return {"day": None if follow else day, **trace}
+        return {"day": None if follow else day, "trace_argv": trace.pop("argv"), **trace}
 
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
@@ -140,7 +140,7 @@ with DAG(
         return extra
 
     p = plan()
-    trace = step("prepare_trace", argv=p["argv"], preset="cpu-small", timeout=timedelta(minutes=30))
+    trace = step("prepare_trace", argv=p["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
     d = day_plan(p)
     # locally one CPU per sample task, as many at once as this machine has CPUs
     local = {"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if get_config().runner == "local" else {}
