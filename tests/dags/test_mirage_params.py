@@ -87,3 +87,25 @@ def test_bad_values_are_refused(dags):
         _validate(dags["mirage_samples"], {"node_sizes": [0]})
     with pytest.raises(ParamValidationError):
         _validate(dags["mirage_pipeline"], {"models": ["lstm"]})
+
+
+def test_heavy_steps_are_limited_to_the_cpus_locally(dags):
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    heavy = {"mirage_pipeline": ("sample", "train_cpu", "policy_cpu", "validate"), "mirage_samples": ("sample",)}
+    for dag_id, task_ids in heavy.items():
+        for task_id in task_ids:
+            t = dags[dag_id].get_task(task_id)
+            assert t.max_active_tis_per_dag == cpus, (dag_id, task_id)
+            assert t.map_index_template and "step_label" in t.map_index_template or "node_label" in t.map_index_template
+
+
+def test_samples_dag_is_partitioned_and_publishes_an_asset(dags):
+    from airflow.sdk import CronPartitionTimetable
+
+    dag = dags["mirage_samples"]
+    assert isinstance(dag.timetable, CronPartitionTimetable)
+    assert [a.name for a in dag.get_task("publish").outlets] == ["mirage_samples"]
+    # partitioned runs have no logical date: nothing may template {{ ds }}
+    assert "ds }}" not in (DAGS / "mirage_samples.py").read_text()
