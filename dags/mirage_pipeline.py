@@ -52,13 +52,18 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, Param, TriggerRule, task
 
 from house import default_args, get_config, steps_for, storage_prefix
+from house.config import PRESETS
 
 step, step_partial = steps_for("mirage_tasks")
 
 #: What a scheduled run (not a manual run, not a backfill) changes in the defaults.
 SCHEDULED = {"train_count": 42, "val_count": 12, "shards": 1, "models": ["xgboost", "random_forest"]}
-#: Heavy steps: locally one CPU each, at most this many at once (the CPUs this process may use).
-HEAVY = ({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if get_config().runner == "local" else {})
+#: CPUs a heavy step is granted: the cpu-large preset's request in a pod, one locally, where at
+#: most as many heavy instances run at once as this machine has CPUs (affinity-aware).
+LOCAL = get_config().runner == "local"
+GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
+HEAVY = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+         **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
 
 
 def step_label(argv) -> str:
@@ -135,7 +140,6 @@ with DAG(
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
-        from house.config import PRESETS
         from mirage_tasks.plan import plan_run
 
         params = dict(context["params"])
@@ -144,10 +148,9 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
         from stepkit import StepError
 
-        cpus = int(float(PRESETS["cpu-large"].requests["cpu"])) if get_config().runner == "kubernetes" else 1
         try:
             return plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                            context.get("logical_date"), workers=cpus, threads=cpus)
+                            context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
 

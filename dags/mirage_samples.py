@@ -40,8 +40,12 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, task
 
 from house import default_args, get_config, steps_for, storage_prefix
+from house.config import PRESETS
 
 step, step_partial = steps_for("mirage_tasks")
+LOCAL = get_config().runner == "local"
+#: CPUs a sample task is granted: one locally, the cpu-large preset's request in a pod.
+GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
 
 #: One event per committed trace day (extra: day, trace, partitions).
 SAMPLES = Asset(name="mirage_samples", uri="file:///mirage/samples", group="mirage")
@@ -108,7 +112,6 @@ with DAG(
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
         """The day's sample argvs, only for node sizes whose partition is not committed."""
-        from house.config import PRESETS
         from mirage_tasks.plan import committed_days, newest_complete_day, samples_day
         from stepkit import storage
 
@@ -117,9 +120,8 @@ with DAG(
         if day is None:  # a scheduled run follows the trace: its newest complete day
             report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
             day = newest_complete_day(report["span_last_submit"], params["workload_days"])
-        workers = int(float(PRESETS["cpu-large"].requests["cpu"])) if get_config().runner == "kubernetes" else 1
         try:
-            return samples_day(params, storage_prefix("mirage"), p, day, have=committed_days, workers=workers)
+            return samples_day(params, storage_prefix("mirage"), p, day, have=committed_days, workers=GRANTED)
         except ValueError as exc:
             raise _fail(exc) from exc
 
@@ -142,8 +144,9 @@ with DAG(
     p = plan()
     trace = step("prepare_trace", argv=p["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
     d = day_plan(p)
-    # locally one CPU per sample task, as many at once as this machine has CPUs
-    local = {"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if get_config().runner == "local" else {}
+    # one CPU per sample task locally (as many at once as this machine has CPUs), the preset's in a pod
+    local = {"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {}
+    local["env"] = {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)}
     sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1),
                           map_index_template="{{ (task.argv if task.argv is defined else task.arguments)"
                                              " | node_label }}", **local).expand(argv=sample_argvs(d))

@@ -98,6 +98,8 @@ def test_heavy_steps_are_limited_to_the_cpus_locally(dags):
         for task_id in task_ids:
             t = dags[dag_id].get_task(task_id)
             assert t.max_active_tis_per_dag == cpus, (dag_id, task_id)
+            env = t.partial_kwargs["env"] if hasattr(t, "partial_kwargs") else t.env
+            assert env["OMP_NUM_THREADS"] == "1", (dag_id, task_id)  # one CPU each, locally
             assert t.map_index_template and "step_label" in t.map_index_template or "node_label" in t.map_index_template
 
 
