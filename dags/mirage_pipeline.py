@@ -140,14 +140,13 @@ with DAG(
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
+        from airflow.sdk.exceptions import AirflowFailException
         from mirage_tasks.plan import plan_run
+        from stepkit import StepError
 
         params = dict(context["params"])
         if context["dag_run"].run_type == "scheduled":
             params.update(SCHEDULED)
-        from airflow.sdk.exceptions import AirflowFailException
-        from stepkit import StepError
-
         try:
             return plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
                             context.get("logical_date"), workers=GRANTED, threads=GRANTED)

@@ -274,3 +274,13 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     # Validation starts after every training workload ended (the plan's windows).
     val_start = pd.Timestamp(rows["sample_start"].min(), unit="s", tz="UTC")
     assert pd.Timestamp(manifest["data_end"]) <= val_start
+    # Samples are trace-day partitions shared by every run (30 samples 12 h apart: 15 days).
+    assert len(list(storage.glob("mirage/samples/node1-*/day=*/_SUCCESS.json"))) == 15
+
+    # A second trigger with the same params does no work: same prefix, every step skips.
+    markers = {p: p.stat().st_mtime_ns for p in storage.rglob("_SUCCESS.json")}
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=SMALL_RUN)
+    states = _states(dr)
+    assert dr.state == "success", states
+    assert states["sample"] == "skipped"  # no day missing: the mapped step has no instance
+    assert {p: p.stat().st_mtime_ns for p in storage.rglob("_SUCCESS.json")} == markers

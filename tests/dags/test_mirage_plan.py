@@ -260,3 +260,26 @@ def test_step_label():
     assert mod.step_label(one["sample"][-1]) == f"node 8 · {p['days'][0]}..{p['days'][1]} (2 d)"
     assert mod.step_label(p["train_cpu"][0]) == "xgboost · node 1"
     assert mod.step_label(p["validate"][-1]) == "avg · node 8 · shard 1/2"
+
+
+def test_samples_day_plan():
+    from mirage_tasks.plan import newest_complete_day, samples_day, samples_trace
+
+    params = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
+    t = samples_trace(params, "/r/mirage", "2023-01-10", "sha256:aa")
+    assert t["argv"][:3] == ["ingest", "--trace", "/data/ls6.log"] and "--from" not in t["argv"]  # the whole log
+    d = samples_day(params, "/r/mirage", t, "2023-01-10")
+    assert [a[a.index("--day") + 1] for a in d["sample"]] == ["2023-01-10", "2023-01-10"] and d["missing"] == [1, 8]
+    # the pipeline's families on the same trace and grid are the same
+    p = plan(params, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    assert d["partitions"]["1"] == p["families"]["1"] + "/day=2023-01-10"
+    done = samples_day(params, "/r/mirage", t, "2023-01-10", have=lambda family, days: set(days))
+    assert done["sample"] == [] and set(done["partitions"]) == {"1", "8"}
+    # a growing trace: the newest day whose samples' 5-day workloads the trace covers
+    assert newest_complete_day("2023-04-01T04:54:55+00:00", 5) == "2023-03-26"
+    # synthetic: one trace per month, shared by its days
+    s1 = samples_trace(BASE, "/r/mirage", "2023-01-10")
+    assert s1["trace"] == samples_trace(BASE, "/r/mirage", "2023-01-31")["trace"]
+    assert s1["trace"] != samples_trace(BASE, "/r/mirage", "2023-02-01")["trace"]
+    with pytest.raises(ValueError):
+        samples_day(params, "/r/mirage", t, "10/01/2023")
