@@ -90,10 +90,9 @@ with DAG(
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
+        from airflow.sdk.exceptions import AirflowSkipException
         from mirage_tasks.plan import samples_trace, trace_fingerprint
         from stepkit import StepError
-
-        from airflow.sdk.exceptions import AirflowSkipException
 
         params = dict(context["params"])
         dr = context["dag_run"]
@@ -145,10 +144,10 @@ with DAG(
     trace = step("prepare_trace", argv=p["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
     d = day_plan(p)
     # one CPU per sample task locally (as many at once as this machine has CPUs), the preset's in a pod
-    local = {"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {}
-    local["env"] = {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)}
+    cpus = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+            **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
     sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1),
                           map_index_template="{{ (task.argv if task.argv is defined else task.arguments)"
-                                             " | node_label }}", **local).expand(argv=sample_argvs(d))
+                                             " | node_label }}", **cpus).expand(argv=sample_argvs(d))
     trace >> d
     sample >> publish(d)
