@@ -28,7 +28,8 @@ TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help
+.PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
+	airflow airflow-stop airflow-status airflow-check bench-monthly
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
@@ -36,6 +37,10 @@ help:
 	@echo "make test-fast                  run the unit tier only (seconds)"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
 	@echo "make bench                      run the benchmarks in bench/"
+	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
+	@echo "make airflow-stop               stop exactly what make airflow started"
+	@echo "make airflow-check              opt-in: backfill 3 trace days of the ls6 log through a real Airflow, then an overlapping range"
+	@echo "make bench-monthly              sampling CPU seconds of a monthly backfill's months 2 and 3 vs month 1"
 
 venv: $(STAMP)
 
@@ -59,19 +64,44 @@ define apt-install
 endef
 
 # Debian's redis-server backs the Faasm local target; chromium + chromium-driver the
-# results-view browser test (tests/ui); nginx and wrk serve bench/load.py.
+# results-view browser test (tests/ui); nginx and wrk serve bench/load.py; postgresql the real
+# local Airflow (make airflow; SQLite breaks backfills under a real scheduler).
 system-deps:
 	$(call apt-install,command -v redis-server,redis-server,the Faasm local target and its tests)
 	$(call apt-install,command -v chromium && command -v chromedriver,chromium chromium-driver,the results-view browser test)
 	$(call apt-install,command -v wrk && { command -v nginx || test -x /usr/sbin/nginx; },nginx wrk,bench/load.py)
+	$(call apt-install,ls /usr/lib/postgresql/*/bin/pg_ctl,postgresql,make airflow)
+
+# A real local Airflow: PostgreSQL in var/pg (run as the postgres user, 127.0.0.1 only), then
+# scheduler, dag-processor, triggerer and api-server on free 127.0.0.1 ports (execution API
+# URL and log-server ports set to match); prints the UI's address and login. Settings for
+# the airflow CLI: source var/airflow-live/env.sh. make airflow-stop stops what it started.
+airflow: $(STAMP) system-deps
+	@devtools/airflow_local.sh start
+
+airflow-stop:
+	@devtools/airflow_local.sh stop
+
+airflow-status:
+	@devtools/airflow_local.sh status
+
+# Opt-in (not in make test): backfills three trace days of the ls6 log through a real
+# Airflow on PostgreSQL, checks three committed partitions and three asset events, then an
+# overlapping range computes only its new days. Uses its own database and storage.
+airflow-check: $(STAMP) system-deps
+	$(PYTHON) bench/backfill.py --trace $(LS6_TRACE)
+
+bench-monthly: $(STAMP)
+	$(PYTHON) bench/backfill.py --trace $(LS6_TRACE) --monthly-only
 
 airflow-home: $(STAMP)
 	@mkdir -p $(AIRFLOW_HOME) $(HOUSE_STORAGE_ROOT)
 	@test -f $(AIRFLOW_HOME)/airflow.db || $(VENV)/bin/airflow db migrate >$(AIRFLOW_HOME)/db-migrate.log 2>&1 \
 	  || { cat $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 
-# The demo run's storage prefix is keyed by its logical date (see dags/mirage_pipeline.py).
-DEMO_RUN := $(HOUSE_STORAGE_ROOT)/mirage_pipeline/$(DEMO_DATE)T000000Z
+# The demo run's storage prefix: its logical date and a key of its configuration
+# (see dags/mirage_pipeline.py); summary lists the newest such prefix.
+DEMO_RUN = $(firstword $(shell ls -dt $(HOUSE_STORAGE_ROOT)/mirage_pipeline/$(DEMO_DATE)T000000Z-* 2>/dev/null))
 # A local trace path is made absolute (steps run from the repository root); URLs pass as is.
 DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))
 comma := ,
@@ -97,7 +127,7 @@ test-tier: airflow-home system-deps
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
 # 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.
 LS6_TRACE ?= $(abspath ../shared/traces/ls6-a100.log.gz)
-LS6_RUN := $(HOUSE_STORAGE_ROOT)/mirage_pipeline/2023-04-01T000000Z
+LS6_RUN = $(firstword $(shell ls -dt $(HOUSE_STORAGE_ROOT)/mirage_pipeline/2023-04-01T000000Z-* 2>/dev/null))
 LS6_CONF := {"trace": "$(LS6_TRACE)", "trace_timezone": "America/Chicago", "train_start": "2022-11-01T00:00:00+00:00", "train_count": 684, "val_start": "2023-03-01T00:00:00+00:00", "val_count": 156, "node_sizes": [1, 8], "shards": 2}
 
 ls6-results: airflow-home

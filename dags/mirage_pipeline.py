@@ -2,26 +2,42 @@
 
 Every step is ``python -m mirage_tasks <step>`` declared with the house factory
 (``plugins/house``), run as a local process or a pod depending on ``HOUSE_RUNNER``.
-Data moves through storage only: each step writes under this run's prefix
+Data moves through storage only, keyed by what it depends on (``mirage_tasks.plan``):
 
-    <HOUSE_STORAGE_ROOT>/mirage_pipeline/<logical date, e.g. 2023-04-01T000000Z>/<step>/...
+    <root>/mirage/traces/<trace key>/                      ingested once per (trace content, time zone, window)
+    <root>/mirage/samples/node<N>-<family key>/day=<D>/    samples starting on trace day D (shared with mirage_samples)
+    <root>/mirage_pipeline/<logical date>-<config key>/    datasets, models, validation, metrics, report
 
-so a cleared or retried run reuses its own prefix and the steps skip finished work.
+so a run whose training window overlaps an earlier run's (a monthly backfill) samples only
+the days no run has sampled yet, and a second run with the same params does no work: every
+step finds its committed output and skips. A run with other params (a manual run beside a
+backfill of the same date) gets its own prefix.
 
-The recipe: ``plan`` computes every command line (``mirage_tasks.plan``); the trace is
-ingested (or generated); ``sample`` runs mapped over node sizes x shards; ``merge`` builds
-one chronological dataset per node size; ``train`` runs mapped over models x node sizes
-(torch models on the ``gpu`` preset when ``device`` is ``cuda``), the policies after their
-base models; ``validate`` runs mapped over models, the reactive and avg baselines, node
-sizes and shards; ``metrics`` and ``report`` close the run; ``fidelity`` (real vs simulated waits over the validation
-window) feeds the report.
+The recipe: ``plan`` fingerprints the trace, finds the missing sample days and computes every
+command line; the trace is ingested (or generated); ``sample`` runs mapped over the missing
+days of each node size (in up to ``shards`` tasks; skipped when none is missing); ``merge``
+builds one chronological dataset per node size from the window's day partitions; ``train``
+runs mapped over models x node sizes (torch models on the ``gpu`` preset when ``device`` is
+``cuda``; the ``*_gpu`` tasks get no instance otherwise), the policies after their base
+models; ``validate`` runs mapped over models, the reactive and avg baselines, node sizes and
+shards; ``fidelity`` (real vs simulated waits over the validation window), ``metrics`` and
+``report`` close the run. Mapped instances are labelled (node size, days, model, shard).
+
+CPUs: in kubernetes mode ``sample``/``validate`` get ``--workers`` and ``train`` ``--threads``
+from the ``cpu-large`` preset's CPU request; locally each heavy step gets one CPU (one worker,
+one torch/OpenMP thread) and at most as many instances of it run at once as this machine
+has CPUs (``max_active_tis_per_dag``, affinity-aware).
 
 Windows: validation defaults to the month before the logical date, training to the
 ``train_count`` samples just before it (with a ``workload_days`` gap), so a monthly
 backfill (``airflow backfill create --dag-id mirage_pipeline --from-date 2023-02-01
---to-date 2023-04-01``) validates each month on models trained on the weeks before it.
-Give ``train_start``/``val_start`` to pin them (e.g. the Mirage seed: train from
-2022-11-01, 684 samples; validate from 2023-03-01, 156 samples).
+--to-date 2023-04-01 --max-active-runs 2``) validates each month on models trained on the
+weeks before it. Give ``train_start``/``val_start`` to pin them (e.g. the Mirage seed: train
+from 2022-11-01, 684 samples; validate from 2023-03-01, 156 samples).
+
+Scheduled runs (the DAG unpaused) use the params' defaults but a small size: the run
+samples one week (``train_count`` 42), validates 12 samples, one shard, xgboost and
+random_forest only (``SCHEDULED``); trigger by hand or backfill for full-size runs.
 
 Trace: ``trace`` is a real trace URI (sacct log, ``sacct --parsable2`` or SWF), trimmed to
 ``window_from``/``window_to`` if given; empty = a synthetic trace from ``synth_profile``
@@ -30,13 +46,40 @@ covering the windows.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param, TriggerRule, task
 
-from house import default_args, steps_for, storage_prefix
+from house import default_args, get_config, steps_for, storage_prefix
+from house.config import PRESETS
 
 step, step_partial = steps_for("mirage_tasks")
+
+#: What a scheduled run (not a manual run, not a backfill) changes in the defaults.
+SCHEDULED = {"train_count": 42, "val_count": 12, "shards": 1, "models": ["xgboost", "random_forest"]}
+#: CPUs a heavy step is granted: the cpu-large preset's request in a pod, one locally, where at
+#: most as many heavy instances run at once as this machine has CPUs (affinity-aware).
+LOCAL = get_config().runner == "local"
+GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
+HEAVY = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+         **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
+
+
+def step_label(argv) -> str:
+    """The label of a mapped step instance (``map_index_template``): model, node size, days, shard."""
+    argv = list(argv or [])
+    val = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+    days = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--day"]
+    node = val.get("--node") or next((seg[4:] for seg in val.get("--out", "").split("/")
+                                      if seg.startswith("node") and seg[4:].isdigit()), None)
+    parts = [val.get("--name") or val.get("--model"), f"node {node}" if node else None,
+             (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None,
+             f"shard {val['--shard']}" if "--shard" in val else None]
+    return " · ".join(p for p in parts if p) or (argv[0] if argv else "")
+
+
+LABEL = "{{ (task.argv if task.argv is defined else task.arguments) | step_label }}"
 
 with DAG(
     dag_id="mirage_pipeline",
@@ -47,9 +90,10 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
+    user_defined_filters={"step_label": step_label},
     tags=["mirage", "pipeline", "ml"],
     params={
-        "trace": Param("", type="string", title="Trace URI",
+        "trace": Param(None, type=["null", "string"], title="Trace URI",
                        description="Real trace (sacct log or SWF, local path, file:// or s3://). "
                                    "Empty: the embedded synthetic trace."),
         "window_from": Param(None, type=["null", "string"], title="Trace window start (ISO 8601)",
@@ -95,16 +139,19 @@ with DAG(
 
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
-        """This run's storage prefix and every step's argv (no work, no I/O)."""
-        from mirage_tasks.plan import plan as make_plan
+        """This run's storage prefix, the missing sample days and every step's argv (no work)."""
+        from airflow.sdk.exceptions import AirflowFailException
+        from mirage_tasks.plan import plan_run
+        from stepkit import StepError
 
-        logical_date = context.get("logical_date")
-        if logical_date:  # deterministic per logical date: a cleared/retried run reuses its prefix
-            key = logical_date.astimezone(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
-        else:
-            key = context["run_id"].replace(":", "").replace("+", "")
-        prefix = storage_prefix(context["dag"].dag_id, key)
-        return make_plan(dict(context["params"]), prefix, logical_date)
+        params = dict(context["params"])
+        if context["dag_run"].run_type == "scheduled":
+            params.update(SCHEDULED)
+        try:
+            return plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                            context.get("logical_date"), workers=GRANTED, threads=GRANTED)
+        except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
+            raise AirflowFailException(str(exc)) from exc
 
     @task
     def argvs(p: dict, key: str) -> list:
@@ -114,23 +161,25 @@ with DAG(
     run = plan()
     trace = step("prepare_trace", argv=run["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
 
-    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2)).expand(
-        argv=argvs.override(task_id="sample_argvs")(run, "sample"))
-    merge = step_partial("merge", preset="cpu-small", timeout=timedelta(minutes=30)).expand(
-        argv=argvs.override(task_id="merge_argvs")(run, "merge"))
-
-    # Mapped steps with an empty list are skipped: only one of each cpu/gpu pair runs.
+    # Mapped steps with an empty list are skipped: sample when every day is committed, and
+    # one of each cpu/gpu pair. Labels: map_index_template over each instance's argv.
     after_any = {"trigger_rule": TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS}
-    train_cpu = step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any).expand(
-        argv=argvs.override(task_id="train_cpu_argvs")(run, "train_cpu"))
-    train_gpu = step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any).expand(
+    mapped = {"map_index_template": LABEL}
+    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2), **mapped, **HEAVY).expand(
+        argv=argvs.override(task_id="sample_argvs")(run, "sample"))
+    merge = step_partial("merge", preset="cpu-small", timeout=timedelta(minutes=30),
+                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand(
+        argv=argvs.override(task_id="merge_argvs")(run, "merge"))
+    train_cpu = step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
+                             **HEAVY).expand(argv=argvs.override(task_id="train_cpu_argvs")(run, "train_cpu"))
+    train_gpu = step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand(
         argv=argvs.override(task_id="train_gpu_argvs")(run, "train_gpu"))
-    policy_cpu = step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any).expand(
-        argv=argvs.override(task_id="policy_cpu_argvs")(run, "policy_cpu"))
-    policy_gpu = step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any).expand(
+    policy_cpu = step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
+                              **HEAVY).expand(argv=argvs.override(task_id="policy_cpu_argvs")(run, "policy_cpu"))
+    policy_gpu = step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand(
         argv=argvs.override(task_id="policy_gpu_argvs")(run, "policy_gpu"))
-    validate = step_partial("validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any).expand(
-        argv=argvs.override(task_id="validate_argvs")(run, "validate"))
+    validate = step_partial("validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any, **mapped,
+                            **HEAVY).expand(argv=argvs.override(task_id="validate_argvs")(run, "validate"))
     fidelity = step("fidelity", argv=run["fidelity"], preset="cpu-large", timeout=timedelta(hours=2))
     metrics = step("metrics", argv=run["metrics"], preset="cpu-small", timeout=timedelta(minutes=30))
     report = step("report", argv=run["report"], preset="cpu-small", timeout=timedelta(minutes=30))

@@ -17,13 +17,29 @@ Windows (all UTC):
   ``train_start`` (default: as late as that allows).
 * **synthetic trace** (no ``trace`` given): generated to cover both windows plus the
   warm-up history.
+
+Storage is keyed by what each artefact depends on (``<root>`` is the house storage root):
+
+* ``<root>/mirage/traces/<key>/``: the ingested trace, once per (trace content
+  fingerprint, time zone, window) (:func:`trace_location`);
+* ``<root>/mirage/samples/node<N>-<key>/day=YYYY-MM-DD/``: the training samples whose start
+  falls on that UTC day, once per (trace, simulator configuration, sampling parameters,
+  sample grid, node size, mode) (:func:`sample_family`); a run samples only the days
+  without a committed partition, mapped over up to ``shards`` tasks, and ``merge`` joins the
+  days of its window;
+* ``<root>/mirage_pipeline/<logical date>-<key>/``: datasets, models, validation, metrics
+  and report of one configuration (params, windows, trace) (:func:`run_key`): a second run
+  with the same params reuses it and every step skips; a run with other params (a manual
+  run beside a backfill of the same date) never writes beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import importlib
+import json
 import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -144,10 +160,113 @@ def windows_end(w: dict[str, Any], params: dict[str, Any]) -> str:
     return _iso(start + w["val_count"] * step)
 
 
-def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None) -> dict[str, Any]:
-    """Every step's argv for one run under ``prefix``."""
+# ----------------------------------------------------------------------------- content-keyed locations
+
+def digest(obj: Any, n: int = 16) -> str:
+    """A short stable hash of a JSON-able value (the key of a storage location)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def trace_identity(params: dict[str, Any], fingerprint: str | None = None) -> dict[str, Any]:
+    """What the ingested (or generated) trace depends on. ``fingerprint``: the raw trace's
+    content fingerprint (:func:`trace_fingerprint`); without it the URI stands in (tests)."""
+    if params.get("trace"):
+        return {"kind": "ingest", "content": fingerprint or f"uri:{params['trace']}",
+                "timezone": params.get("trace_timezone") or None,
+                "from": params.get("window_from") or None, "to": params.get("window_to") or None}
+    return {"kind": "synth", "profile": params["synth_profile"], "seed": params["seed"],
+            "from": params.get("window_from") or None, "to": params.get("window_to") or None}
+
+
+def trace_location(shared: str, identity: dict[str, Any]) -> str:
+    """``<shared>/traces/<kind>-<key>``: one ingested (or generated) trace per identity."""
+    return f"{shared.rstrip('/')}/traces/{identity['kind']}-{digest(identity)}"
+
+
+def trace_fingerprint(uri: str) -> str:
+    """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file)."""
+    from stepkit.step import input_fingerprint  # noqa: PLC0415 - fsspec, only when planning a real run
+
+    return input_fingerprint(uri)
+
+
+def sample_family(shared: str, trace: dict[str, Any], params: dict[str, Any], node: int, anchor: str,
+                  baseline: str = "default") -> str:
+    """The root of one sample family: its day partitions share every input but the day."""
+    step = timedelta(hours=float(params["interval_hours"]))
+    t = _ts(anchor, "anchor")
+    phase = int(t.timestamp()) % int(step.total_seconds())
+    key = {"trace": trace, "cluster_config": params["cluster_config"], "interval_hours": float(params["interval_hours"]),
+           "phase_s": phase, "warmup_days": float(params["warmup_days"]),
+           "workload_days": float(params["workload_days"]), "probes": int(params["probes"]), "node": int(node),
+           "baseline": baseline}
+    return f"{shared.rstrip('/')}/samples/node{int(node)}-{digest(key)}"
+
+
+def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
+    """The UTC days (YYYY-MM-DD) the starts of ``count`` samples from ``start`` fall on."""
+    t = _ts(start, "start")
+    step = timedelta(hours=float(interval_hours))
+    return sorted({(t + k * step).date().isoformat() for k in range(int(count))})
+
+
+def partition(family: str, day: str) -> str:
+    return f"{family}/day={day}"
+
+
+def committed_days(family: str, days: list[str]) -> set[str]:
+    """The ``days`` whose partition under ``family`` is committed (reads markers)."""
+    from stepkit.step import read_marker  # noqa: PLC0415
+
+    return {d for d in days if read_marker(partition(family, d)) is not None}
+
+
+def chunks(items: list[Any], n: int) -> list[list[Any]]:
+    """``items`` in at most ``n`` contiguous chunks of near-equal size (none empty)."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, i = [], 0
+    for j in range(n):
+        k = size + (1 if j < extra else 0)
+        out.append(items[i:i + k])
+        i += k
+    return [c for c in out if c]
+
+
+def run_key(params: dict[str, Any], logical_date: datetime | None, trace: dict[str, Any]) -> str:
+    """``<logical date>-<hash>``: the run prefix under ``<root>/mirage_pipeline`` of one
+    configuration (params with the windows they resolve to, and the trace's identity)."""
     w = windows(params, logical_date)
-    trace = f"{prefix}/trace"
+    date = (datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+            if logical_date is not None else "manual")
+    return f"{date}-{digest({'params': params, 'windows': w, 'trace': trace}, 12)}"
+
+
+def plan_run(params: dict[str, Any], shared: str, runs: str, logical_date: datetime | None,
+             **settings: Any) -> dict[str, Any]:
+    """The whole plan of one run, with the I/O it needs: the raw trace's fingerprint and
+    the committed day partitions (so only missing days are sampled). Traces and samples go
+    under ``shared`` (``<root>/mirage``), the run's own outputs under ``<runs>/<run_key>``.
+    ``settings``: ``workers``/``threads`` of the heavy steps (the CPUs each is granted)."""
+    params = dict(params)
+    fingerprint = trace_fingerprint(params["trace"]) if params.get("trace") else None
+    identity = trace_identity(params, fingerprint)
+    prefix = f"{runs.rstrip('/')}/{run_key(params, logical_date, identity)}"
+    return plan(params, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=committed_days, **settings)
+
+
+def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, shared: str | None = None,
+         trace_fp: str | None = None, have: Any = None, workers: int | None = None,
+         threads: int | None = None) -> dict[str, Any]:
+    """Every step's argv for one run under ``prefix``; shared traces and samples under
+    ``shared`` (default: ``mirage`` beside ``prefix``). ``have(family, days)`` returns the days
+    already committed (default: none), so the sample argvs cover only the missing days.
+    ``workers``/``threads``: processes of sample/validate and torch threads of train
+    (None: the steps' defaults)."""
+    w = windows(params, logical_date)
+    shared = shared if shared is not None else f"{prefix.rstrip('/').rsplit('/', 1)[0]}/mirage"
+    identity = trace_identity(params, trace_fp)
+    trace = trace_location(shared, identity)
     if params.get("trace"):
         trace_argv = argv("ingest", trace=params["trace"], out=trace, t_from=params.get("window_from") or None,
                           t_to=params.get("window_to") or None, timezone=params.get("trace_timezone") or None)
@@ -167,18 +286,26 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None) -> 
         raise ValueError(f"param models: {missing_base} need their base model(s) {[POLICIES[m] for m in missing_base]}")
     gpu = params.get("device", "cpu") == "cuda"
     sampled = params.get("policy_eval", "sampled") == "sampled"
-    train_common = {"preset": params["preset"], "seed": params["seed"]}
+    train_common = {"preset": params["preset"], "seed": params["seed"], "threads": threads}
 
+    days = sample_days(w["train_start"], w["train_count"], params["interval_hours"])
     out: dict[str, Any] = {"prefix": prefix, "trace": trace, "trace_argv": trace_argv, "windows": w,
+                           "days": days, "families": {}, "missing_days": {},
                            "sample": [], "merge": [], "train_cpu": [], "train_gpu": [],
                            "policy_cpu": [], "policy_gpu": [], "validate": []}
     for n in nodes:
-        shard_outs = [f"{prefix}/samples/node{n}/shard{i}" for i in range(shards)]
-        for i, so in enumerate(shard_outs):
-            out["sample"].append(argv("sample", trace=trace, start=w["train_start"], count=w["train_count"],
-                                      **episode, probes=params["probes"], node=n, shard=f"{i}/{shards}", out=so))
+        family = sample_family(shared, identity, params, n, w["train_start"])
+        done = set(have(family, days)) if have else set()
+        missing = [d for d in days if d not in done]
+        out["families"][str(n)] = family
+        out["missing_days"][str(n)] = missing
+        for chunk in chunks(missing, shards):
+            out["sample"].append(argv("sample", trace=trace, start=w["train_start"], **episode,
+                                      probes=params["probes"], node=n, days=chunk, out=family,
+                                      workers=workers))
         dataset = f"{prefix}/datasets/node{n}"
-        out["merge"].append(argv("merge", inputs=shard_outs, out=dataset))
+        out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
+                                 count=w["train_count"], interval_hours=params["interval_hours"], out=dataset))
         for m in models:
             model_out = f"{prefix}/models/{m}/node{n}"
             hp = list((params.get("train_params") or {}).get(m, []))
@@ -201,7 +328,7 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None) -> 
                 out["validate"].append(argv(
                     "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
                     **episode, node=n, stochastic=stochastic, seed=params["seed"] if stochastic else None,
-                    shard=f"{i}/{shards}", out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
+                    shard=f"{i}/{shards}", workers=workers, out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
     out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, params),
                            episode_days=params["workload_days"], cluster_config=params["cluster_config"],
@@ -212,4 +339,61 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None) -> 
                                            *[f"{prefix}/models/{m}/node{n}" for m in models for n in nodes],
                                            *[f"{prefix}/datasets/node{n}" for n in nodes], f"{prefix}/fidelity"],
                          out=f"{prefix}/report")
+    return out
+
+
+# ----------------------------------------------------------------------------- mirage_samples: one trace day
+
+def samples_trace(params: dict[str, Any], shared: str, day: str | None,
+                  fingerprint: str | None = None) -> dict[str, Any]:
+    """The trace a ``mirage_samples`` run samples: a real trace ingested whole (no window),
+    once per content; else the synthetic trace of ``day``'s month (padded by the warm-up
+    history before and a workload after), so every day of a month shares one trace."""
+    if params.get("trace"):
+        p = dict(params, window_from=None, window_to=None)
+        identity = trace_identity(p, fingerprint)
+        loc = trace_location(shared, identity)
+        return {"identity": identity, "trace": loc,
+                "argv": argv("ingest", trace=params["trace"], out=loc,
+                             timezone=params.get("trace_timezone") or None)}
+    if day is None:
+        raise ValueError("a synthetic trace needs the run's day")
+    d = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+    month = d.replace(day=1)
+    nxt = (month + timedelta(days=32)).replace(day=1)
+    t_from = month - timedelta(days=float(params["warmup_days"]) + 2)
+    t_to = nxt + timedelta(days=float(params["workload_days"]) + 1)
+    p = dict(params, window_from=_iso(t_from), window_to=_iso(t_to))
+    identity = trace_identity(p)
+    loc = trace_location(shared, identity)
+    return {"identity": identity, "trace": loc,
+            "argv": argv("synth", profile=params["synth_profile"], t_from=_iso(t_from), t_to=_iso(t_to),
+                         seed=params["seed"], out=loc)}
+
+
+def newest_complete_day(last_submit: str, workload_days: float) -> str:
+    """The newest UTC day whose every sample has its whole workload in a trace whose last
+    job was submitted at ``last_submit``: how a scheduled run follows a growing trace."""
+    t = _ts(last_submit, "last_submit") - timedelta(days=float(workload_days))
+    return (t.date() - timedelta(days=1)).isoformat()
+
+
+def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day: str,
+                have: Any = None, workers: int | None = None) -> dict[str, Any]:
+    """The sample argvs of one trace day: one per node size whose partition is missing.
+    The grid is anchored at midnight UTC (the pipeline's default windows are on it when
+    ``interval_hours`` divides 24)."""
+    datetime.fromisoformat(day)  # ValueError on a bad day
+    anchor = f"{day}T00:00:00+00:00"
+    episode = {"interval_hours": params["interval_hours"], "warmup_days": params["warmup_days"],
+               "workload_days": params["workload_days"], "cluster_config": params["cluster_config"]}
+    out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
+    for n in [int(x) for x in params["node_sizes"]]:
+        family = sample_family(shared, trace["identity"], params, n, anchor)
+        out["partitions"][str(n)] = partition(family, day)
+        if have is not None and day in set(have(family, [day])):
+            continue
+        out["missing"].append(n)
+        out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
+                                  node=n, days=[day], out=family, workers=workers))
     return out

@@ -8,6 +8,9 @@ samples; the ``merge`` step joins shards with :func:`merge_shards`.
 
 from __future__ import annotations
 
+import json
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -29,22 +32,29 @@ def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: in
     _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline)
 
 
-def _one(task: tuple[int, int]) -> tuple[int, list]:
+def _one(task: tuple[int, int]) -> tuple[int, list, float]:
     k, t0 = task
+    cpu0 = time.process_time()
     res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"])
-    return k, res
+    return k, res, time.process_time() - cpu0
 
 
 def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
-                tasks: list[tuple[int, int]], workers: int = 1) -> list[tuple[int, list]]:
-    """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked."""
+                tasks: list[tuple[int, int]], workers: int = 1,
+                cpu: list[float] | None = None) -> list[tuple[int, list]]:
+    """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked.
+    ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it)."""
     if workers <= 1 or len(tasks) <= 1:
         _init(wl, cfg, spec, node, probes, baseline)
-        return [_one(t) for t in tasks]
-    with pool_context().Pool(workers, initializer=_init, initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
-        out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
-    out.sort(key=lambda r: r[0])
-    return out
+        out = [_one(t) for t in tasks]
+    else:
+        with pool_context().Pool(workers, initializer=_init,
+                                 initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
+            out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
+        out.sort(key=lambda r: r[0])
+    if cpu is not None:
+        cpu.extend(r[2] for r in out)
+    return [(k, res) for k, res, _ in out]
 
 
 def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
@@ -68,25 +78,65 @@ def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np
     return arrays, meta
 
 
+#: What tells one shard or day partition of a sample family from another.
+_PART_KEYS = ("shard", "day")
+
+
 def shared_params(uris: list[str], markers: list[dict]) -> dict:
-    """The sample parameters every shard shares (all but the shard); an error naming the odd one."""
+    """The sample parameters every shard or day partition shares (all but the shard or
+    day); an error naming the odd one."""
     shared = None
     for uri, m in zip(uris, markers):
         if m.get("step") != "sample":
             raise StepError(f"{uri}: not a sample output (step {m.get('step')!r})")
-        p = {k: v for k, v in m["params"].items() if k != "shard"}
+        p = {k: v for k, v in m["params"].items() if k not in _PART_KEYS}
         if shared is None:
             shared = p
         elif p != shared:
             diff = sorted(k for k in set(p) | set(shared) if p.get(k) != shared.get(k))
             raise StepError(f"{uri}: shard parameters differ from {uris[0]} in {diff}")
-    if len({tuple(m["params"]["shard"]) for m in markers}) != len(markers):
-        raise StepError("the same shard is given twice")
+    parts = [json.dumps([m["params"].get(k) for k in _PART_KEYS]) for m in markers]
+    if len(set(parts)) != len(markers):
+        raise StepError("the same shard or day is given twice")
+    if any("day" in m["params"] for m in markers) and any("shard" in m["params"] for m in markers):
+        raise StepError("day partitions and shards cannot be merged together")
     return shared or {}
 
 
-def merge_shards(uris: list[str], shared: dict) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
-    """(arrays, probes, manifest fields) of the shards in ``uris``, sorted by sample then probe time."""
+def _window(cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int, int, float], uris: list[str],
+            shared: dict) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+    start, count, interval_hours = window
+    step_s = int(round(interval_hours * 3600))
+    grid = shared.get("grid") or {}
+    if not grid:
+        raise StepError("a window (--start/--count) merges day partitions (sample --day), not shards")
+    if grid.get("interval_s") != step_s or start % step_s != grid.get("phase_s"):
+        raise StepError(f"window start {iso(start)} every {interval_hours} h is not on the partitions' sample grid "
+                        f"(every {grid.get('interval_s')} s, phase {grid.get('phase_s')} s)")
+    end = start + count * step_s
+    covered: set[str] = set()
+    for uri in uris:  # the days the partitions cover (a sample may yield no example)
+        covered.add(uri.rstrip("/").rsplit("day=", 1)[-1])
+    needed = sorted({iso(t)[:10] for t in range(start, end, step_s)})
+    missing = [d for d in needed if d not in covered]
+    if missing:
+        raise StepError(f"no day partition for {len(missing)} day(s) of the window: {missing[:5]}")
+    keep = (cat["sample_start"] >= start) & (cat["sample_start"] < end)
+    cat = {k: v[keep] for k, v in cat.items()}
+    cat["sample"] = ((cat["sample_start"] - start) // step_s).astype(np.int64)
+    probes = probes[keep].reset_index(drop=True)
+    if "sample" in probes:
+        probes["sample"] = cat["sample"]
+    return cat, probes
+
+
+def merge_shards(uris: list[str], shared: dict, window: tuple[int, int, float] | None = None,
+                 ) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
+    """(arrays, probes, manifest fields) of the shards in ``uris``, sorted by sample then probe time.
+
+    ``window`` = (first start epoch, count, interval hours): keep the samples of that window
+    (day partitions hold whole days) and number them from its first start; every start of
+    the window must be covered by a partition."""
     parts, frames, fps = [], [], set()
     for uri in uris:
         arrays, probes, info = load_shard(uri)
@@ -99,6 +149,8 @@ def merge_shards(uris: list[str], shared: dict) -> tuple[dict[str, np.ndarray], 
         raise StepError(f"shards come from different traces: {sorted(fps)}")
     cat = {k: np.concatenate([a[k] for a in parts]) for k in DATASET_KEYS}
     probes = pd.concat(frames, ignore_index=True)
+    if window is not None:
+        cat, probes = _window(cat, probes, window, uris, shared)
     order = np.lexsort((cat["probe_time"], cat["sample"]))
     cat = {k: v[order] for k, v in cat.items()}
     probes = probes.iloc[order].reset_index(drop=True)

@@ -19,10 +19,14 @@ import os
 from stepkit import StepError
 
 
-def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
+def add_schedule_arguments(p: argparse.ArgumentParser, days: bool = False) -> None:
+    """The schedule flags; ``days=True`` (``sample``) makes ``--count`` optional, for the
+    day-partition mode where ``--day`` picks the samples and ``--start`` only anchors the grid."""
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
-    p.add_argument("--start", required=True, help="first sample start (ISO; UTC if no offset)")
-    p.add_argument("--count", type=int, required=True, help="number of samples (all shards together)")
+    p.add_argument("--start", required=True,
+                   help="first sample start (ISO; UTC if no offset); with --day: any point of the sample grid")
+    p.add_argument("--count", type=int, required=not days, default=None,
+                   help="number of samples (all shards together)" + ("; not with --day" if days else ""))
     p.add_argument("--interval-hours", type=float, default=4.0, help="hours between sample starts (4)")
     p.add_argument("--warmup-days", type=float, default=2.0, help="predecessor submitted this long after the start (2)")
     p.add_argument("--workload-days", type=float, default=5.0,
@@ -46,7 +50,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def check_schedule(args: argparse.Namespace) -> tuple[int, int]:
     """The flags of :func:`add_schedule_arguments` checked; returns the shard ``(I, S)``."""
     shard = parse_shard(args.shard)
-    if args.count < 1 or args.node < 1:
+    if (args.count is not None and args.count < 1) or args.node < 1:
         raise StepError("--count and --node must be >= 1")
     if args.interval_hours <= 0 or args.warmup_days < 0 or args.workload_days <= args.warmup_days:
         raise StepError("need --interval-hours > 0 and --workload-days > --warmup-days >= 0")
@@ -73,6 +77,41 @@ def cpu_count() -> int:
 def resolve_workers(workers: int) -> int:
     """``--workers``: 0 means one per CPU of :func:`cpu_count`."""
     return cpu_count() if workers == 0 else max(1, workers)
+
+
+DAY_S = 86400
+
+
+def grid_phase(anchor: int, interval_hours: float) -> tuple[int, int]:
+    """``(interval seconds, phase)`` of the sample grid through ``anchor`` (epoch seconds):
+    sample starts are the times ``t`` with ``t % interval == phase``."""
+    step_s = int(round(interval_hours * 3600))
+    if step_s < 1:
+        raise StepError("--interval-hours must be at least one second")
+    return step_s, anchor % step_s
+
+
+def day_tasks(day_start: int, interval_hours: float, anchor: int) -> list[tuple[int, int]]:
+    """``[(k, start epoch)]`` of the grid samples whose start falls on the UTC day that begins
+    at ``day_start``; ``k`` counts grid points from the epoch, so it is the same in every run."""
+    step_s, phase = grid_phase(anchor, interval_hours)
+    first = day_start + (phase - day_start) % step_s
+    return [((t - phase) // step_s, t) for t in range(first, day_start + DAY_S, step_s)]
+
+
+def set_threads(cpus: int | None = None) -> int:
+    """Thread pools of this process sized to the CPUs it is granted (:func:`cpu_count`):
+    ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (inherited by worker processes, read by OpenMP
+    when it starts) unless the caller set them, and torch's pool if torch is loaded."""
+    import sys
+
+    n = max(1, cpus or cpu_count())
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(n))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    return n
 
 
 def pool_context() -> mp.context.BaseContext:

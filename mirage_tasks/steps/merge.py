@@ -12,6 +12,10 @@ hours, ``sample``, ``sample_start``, ``probe_time``, ``node`` int64 [n]), ``prob
     sample_start_min, sample_start_max (epoch s), sample_start_min_iso/max_iso,
     data_end (ISO: max sample_start + workload_days, the latest trace time any example
     depends on), trace_fingerprint, params (shared sample parameters), shards (fingerprints)
+
+With ``--start``/``--count``/``--interval-hours`` the inputs are day partitions
+(``sample --day``) and the dataset keeps the samples of that window only, numbered
+``0 .. count-1`` from ``--start``; a window sample missing from the partitions is an error.
 """
 
 from __future__ import annotations
@@ -28,18 +32,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in", dest="inputs", nargs="+", required=True, help="sample output prefixes (shards)")
     p.add_argument("--out", required=True, help="output prefix URI")
     p.add_argument("--no-compress", action="store_true", help="write dataset.npz uncompressed")
+    p.add_argument("--start", default=None, help="window: first sample start (ISO), with --count")
+    p.add_argument("--count", type=int, default=None, help="window: number of samples")
+    p.add_argument("--interval-hours", type=float, default=None, help="window: hours between sample starts")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..artifacts import npz_bytes, parquet_bytes
     from ..samples import merge_shards, shared_params
 
+    from stepkit import StepError
+
+    from ..schema import parse_time
+
+    window = None
+    given = [x is not None for x in (args.start, args.count, args.interval_hours)]
+    if any(given):
+        if not all(given):
+            raise StepError("--start, --count and --interval-hours go together (a window of day partitions)")
+        if args.count < 1 or args.interval_hours <= 0:
+            raise StepError("--count must be >= 1 and --interval-hours > 0")
+        window = (int(parse_time(args.start, "--start").timestamp()), args.count, args.interval_hours)
     markers = [require_committed(u, "sample shard") for u in args.inputs]
     shared = shared_params(list(args.inputs), markers)
-    step = Step("merge", args.out, __version__, {"compress": not args.no_compress}, inputs=list(args.inputs))
+    params = {"compress": not args.no_compress}
+    if window:
+        params["window"] = list(window)
+    step = Step("merge", args.out, __version__, params, inputs=list(args.inputs))
     if step.skip():
         return 0
-    cat, probes, manifest = merge_shards(list(args.inputs), shared)
+    cat, probes, manifest = merge_shards(list(args.inputs), shared, window)
     manifest["shards"] = [m["fingerprint"] for m in markers]
     step.write_bytes(DATASET_FILE, npz_bytes(cat, compress=not args.no_compress))
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))

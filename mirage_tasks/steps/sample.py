@@ -16,6 +16,15 @@ Outputs under ``--out``:
   time, predecessor submit/start/end, successor submit/start, interruption, backfilled,
   queue length and average wait at the decision and at the predecessor's start, ...);
 * ``shard.json``: parameters, configuration, counts and timing; then ``_SUCCESS.json``.
+
+**Day partitions** (``--day D``, repeatable; ``--count`` and ``--shard`` not used): the
+samples are the points of the grid through ``--start`` (every ``--interval-hours``) whose
+start falls on UTC day ``D``; each day is written, committed and skipped on its own under
+``<--out>/day=YYYY-MM-DD/`` (the same three files and marker), with ``sample`` counting grid
+points from the epoch, so a partition is the same whichever run computed it. ``--out`` is
+then the sample family's root (``mirage_tasks.plan.sample_family``: one per trace, simulator
+configuration, sampling parameters, node size and mode), and ``merge --start --count``
+joins the days of a window.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
-from ..schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
+                        sample_tasks, set_threads)
 from ..sim.config import add_config_arguments
 from ..models.registry import BASELINES
 
@@ -36,7 +46,9 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_schedule_arguments(p)
+    add_schedule_arguments(p, days=True)
+    p.add_argument("--day", dest="days", action="append", default=None,
+                   help="UTC day YYYY-MM-DD (repeatable): write that day's partition <out>/day=YYYY-MM-DD")
     p.add_argument("--probes", type=int, default=7, help="decision times per sample in default mode (7)")
     p.add_argument("--baseline", default="default", choices=("default", *BASELINES),
                    help="default (training probes), reactive or avg")
@@ -46,17 +58,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p)
 
 
+def partition_uri(out: str, day: str) -> str:
+    """The partition of ``day`` (YYYY-MM-DD) under a sample family's root."""
+    return f"{out.rstrip('/')}/day={day}"
+
+
+def _parse_days(days: list[str]) -> list[tuple[str, int]]:
+    from datetime import date, datetime, timezone
+
+    out = []
+    for d in days:
+        try:
+            day = date.fromisoformat(d)
+        except ValueError as exc:
+            raise StepError(f"--day {d!r}: expected YYYY-MM-DD") from exc
+        out.append((day.isoformat(), int(datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp())))
+    if len({d for d, _ in out}) != len(out):
+        raise StepError("--day: a day is given twice")
+    return sorted(out)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import npz_bytes, parquet_bytes, require_input
-    from ..samples import assemble, run_samples
     from ..schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.episode import EpisodeSpec
     from ..sim.features import FEATURE_NAMES
-    from ..sim.workload import Workload
-    from ..times import iso
+    from ..artifacts import require_input
 
     shard_i, shard_n = check_schedule(args)
+    if args.days and (args.count is not None or args.shard != "0/1"):
+        raise StepError("--day picks the samples itself: leave out --count and --shard")
+    if not args.days and args.count is None:
+        raise StepError("give --count (a window of samples) or --day (day partitions)")
+    days = _parse_days(args.days) if args.days else []
     require_input(args.trace, "--trace")
     if args.probes < 1 or args.window < 1 or args.step_s < 1:
         raise StepError("--probes, --window and --step-s must be >= 1")
@@ -66,33 +100,65 @@ def run(args: argparse.Namespace) -> int:
     if args.node > cfg.nodes:
         raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")
     spec = EpisodeSpec(args.warmup_days, args.workload_days, args.window, args.step_s)
-    params = {
-        "start": start.isoformat(), "count": args.count, "interval_hours": args.interval_hours,
-        "warmup_days": args.warmup_days, "workload_days": args.workload_days, "probes": args.probes,
-        "node": args.node, "baseline": args.baseline, "shard": [shard_i, shard_n], "window": args.window,
+    common = {
+        "interval_hours": args.interval_hours, "warmup_days": args.warmup_days, "workload_days": args.workload_days,
+        "probes": args.probes, "node": args.node, "baseline": args.baseline, "window": args.window,
         "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
     }
-    step = Step("sample", args.out, __version__, params, inputs=[args.trace])
-    if step.skip():
+    set_threads(1)  # the simulator is single-threaded; its parallelism is --workers processes
+    workers = resolve_workers(args.workers)
+    wl = None
+    if not days:
+        params = {"start": start.isoformat(), "count": args.count, **common, "shard": [shard_i, shard_n]}
+        step = Step("sample", args.out, __version__, params, inputs=[args.trace])
+        if step.skip():
+            return 0
+        tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
+        _compute(step, params, tasks, df, cfg, spec, args, workers)
         return 0
-    wl = Workload.from_frame(df, cfg.procs_per_node or None)
+    anchor = int(start.timestamp())
+    step_s, phase = grid_phase(anchor, args.interval_hours)
+    done = computed = 0
+    for day, day_start in days:
+        params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase}, **common}
+        step = Step("sample", partition_uri(args.out, day), __version__, params, inputs=[args.trace])
+        if step.skip():
+            done += 1
+            continue
+        wl = _compute(step, params, day_tasks(day_start, args.interval_hours, anchor), df, cfg, spec, args,
+                      workers, wl)
+        computed += 1
+    print(f"sample: {len(days)} day partition(s) under {args.out}: {computed} computed, {done} already complete",
+          flush=True)
+    return 0
+
+
+def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None):
+    """Simulate ``tasks`` and commit them as one output (a shard or a day partition)."""
+    from ..artifacts import npz_bytes, parquet_bytes
+    from ..samples import assemble, run_samples
+    from ..sim.workload import Workload
+    from ..times import iso
+
+    if wl is None:
+        wl = Workload.from_frame(df, cfg.procs_per_node or None)
     if len(wl) == 0:
         raise StepError(f"{args.trace}: no usable jobs")
-    tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
-    last_needed = tasks[-1][1] + int(args.workload_days * 86400) if tasks else 0
+    last_needed = tasks[-1][1] + int(args.workload_days * DAY_S) if tasks else 0
     if tasks and (tasks[0][1] < wl.submit[0] or last_needed > wl.submit[-1]):
         log.warning("sample: samples reach outside the trace's submits (%s .. %s): their workload is truncated",
                     iso(wl.submit[0]), iso(wl.submit[-1]))
-    workers = resolve_workers(args.workers)
     t = time.perf_counter()
-    results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers)
+    cpu: list[float] = []
+    results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers, cpu=cpu)
     wall = time.perf_counter() - t
+    cpu_s = sum(cpu)
     arrays, probes = assemble(results, args.window)
     step.write_bytes(SHARD_FILE, npz_bytes(arrays))
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))
     info = {
         "params": params, "trace_fingerprint": wl.fingerprint, "n_samples": len(tasks),
-        "n_examples": int(len(probes)), "wall_s": round(wall, 3), "workers": workers,
+        "n_examples": int(len(probes)), "wall_s": round(wall, 3), "cpu_s": round(cpu_s, 3), "workers": workers,
         "sample_start_min": int(arrays["sample_start"].min()) if len(probes) else None,
         "sample_start_max": int(arrays["sample_start"].max()) if len(probes) else None,
         "history_full": int(probes["history_full"].sum()) if len(probes) else 0,
@@ -100,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
     step.write_json(SHARD_INFO_FILE, info)
     y = arrays["y"]
     summary = {"n_samples": len(tasks), "n_examples": int(len(y)), "wall_s": round(wall, 3),
-               "y_mean_h": float(y.mean()) if len(y) else None}
+               "cpu_s": round(cpu_s, 3), "y_mean_h": float(y.mean()) if len(y) else None}
     step.commit(summary=summary)
-    print(f"sample: {len(tasks)} samples, {len(y)} examples in {wall:.1f} s "
-          f"({wall / max(1, len(y)) * 1000:.1f} ms per example, {workers} worker(s))", flush=True)
-    return 0
+    print(f"sample: {len(tasks)} samples, {len(y)} examples in {wall:.1f} s, {cpu_s:.1f} CPU s "
+          f"({wall / max(1, len(y)) * 1000:.1f} ms per example, {workers} worker(s)) -> {step.out}", flush=True)
+    return wl

@@ -16,7 +16,18 @@ from conftest import DAGS, REPO
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
 
 LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
-PREFIX = "mirage_pipeline/2026-11-29T120000Z"
+#: Run prefixes are <logical date>-<configuration key>; traces and samples are shared, content-keyed.
+PREFIX_GLOB = "mirage_pipeline/2026-11-29T120000Z-*"
+
+
+def _one(root: Path, pattern: str) -> Path:
+    found = sorted(root.glob(pattern))
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
+def _trace_dir(root: Path) -> Path:
+    return _one(root, "mirage/traces/*")
 #: The trace tests stop after the trace: everything downstream is marked success unrun.
 AFTER_TRACE = "sample|merge|train_cpu|train_gpu|policy_cpu|policy_gpu|validate|fidelity|metrics|report"
 
@@ -63,7 +74,7 @@ def test_ls6_slice(storage, traces_dir):
             "window_from": "2022-11-01T00:00:00+00:00", "window_to": "2022-11-08T00:00:00+00:00"}
     dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
-    marker = _assert_trace(storage / PREFIX / "trace", "ingest")
+    marker = _assert_trace(_trace_dir(storage), "ingest")
     # the params reached the CLI: window and time zone are part of the step's fingerprint
     assert marker["params"]["from"] == conf["window_from"]
     assert marker["params"]["to"] == conf["window_to"]
@@ -71,7 +82,7 @@ def test_ls6_slice(storage, traces_dir):
 
     import pyarrow.parquet as pq
 
-    table = pq.read_table(storage / PREFIX / "trace" / "trace.parquet")
+    table = pq.read_table(_trace_dir(storage) / "trace.parquet")
     assert 0 < table.num_rows < 24_000  # a slice, not the whole log
     assert table.num_rows == marker["summary"]["rows_kept"]
 
@@ -83,7 +94,7 @@ def test_synthetic_default(storage):
     conf = {"window_from": "2024-01-01T00:00:00+00:00", "window_to": "2024-01-02T00:00:00+00:00"}
     dr = dag.test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
-    out = storage / PREFIX / "trace"
+    out = _trace_dir(storage)
     first = _assert_trace(out, "synth")
     assert first["params"]
 
@@ -103,8 +114,16 @@ def test_failing_step_fails_the_run(storage, tmp_path):
     missing = tmp_path / "no-such-trace.log"
     dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)}, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "failed", _states(dr)
+    # the plan fingerprints the trace first: it fails at once (no retry), nothing is written
+    assert _states(dr)["plan"] == "failed" and _states(dr)["prepare_trace"] == "upstream_failed"
+    assert not list(storage.glob("mirage/traces/*/_SUCCESS.json"))
+    # a trace that is there but unreadable: ingest exits 2, the task fails without retries
+    bad = tmp_path / "bad.swf"
+    bad.write_text("; not a trace\nthis is not a job line\n")
+    dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(bad)}, mark_success_pattern=AFTER_TRACE)
+    assert dr.state == "failed", _states(dr)
     assert _states(dr)["prepare_trace"] == "failed"
-    assert not (storage / PREFIX / "trace" / "_SUCCESS.json").exists()
+    assert not list(storage.glob("mirage/traces/*/_SUCCESS.json"))
 
 
 TEST_BUNDLE_DAGS = """
@@ -215,7 +234,7 @@ def test_airflow_variable_sets_storage_root(tmp_path, monkeypatch):
     finally:
         Variable.delete("house_storage_root")
     assert dr.state == "success", _states(dr)
-    _assert_trace(root / PREFIX / "trace", "synth")
+    _assert_trace(_trace_dir(root), "synth")
     assert not fallback.exists()
 
 
@@ -241,7 +260,7 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     states = _states(dr)
     assert dr.state == "success", states
     assert states["train_gpu"] == "skipped" and states["policy_gpu"] == "skipped"  # device=cpu
-    run = storage / PREFIX
+    run = _one(storage, PREFIX_GLOB)
     manifest = json.loads((run / "datasets" / "node1" / "manifest.json").read_text())
     assert manifest["n_samples"] == 30 and manifest["n_examples"] == 30 * 4
     for model in ("xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"):
@@ -255,3 +274,13 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     # Validation starts after every training workload ended (the plan's windows).
     val_start = pd.Timestamp(rows["sample_start"].min(), unit="s", tz="UTC")
     assert pd.Timestamp(manifest["data_end"]) <= val_start
+    # Samples are trace-day partitions shared by every run (30 samples 12 h apart: 15 days).
+    assert len(list(storage.glob("mirage/samples/node1-*/day=*/_SUCCESS.json"))) == 15
+
+    # A second trigger with the same params does no work: same prefix, every step skips.
+    markers = {p: p.stat().st_mtime_ns for p in storage.rglob("_SUCCESS.json")}
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=SMALL_RUN)
+    states = _states(dr)
+    assert dr.state == "success", states
+    assert states["sample"] == "skipped"  # no day missing: the mapped step has no instance
+    assert {p: p.stat().st_mtime_ns for p in storage.rglob("_SUCCESS.json")} == markers

@@ -45,7 +45,11 @@ def test_fan_out_and_gpu_split():
     assert len(p["sample"]) == 8 and len(p["merge"]) == 2
     assert len(p["train_cpu"]) == 8 and not p["train_gpu"] and len(p["policy_cpu"]) == 4
     assert len(p["validate"]) == (6 + 2) * 2 * 4  # models + reactive/avg, node sizes, shards
-    assert p["sample"][0][p["sample"][0].index("--shard") + 1] == "0/4"
+    # 684 samples every 4 h from 2022-11-02: 114 trace days, in 4 chunks per node size
+    assert len(p["days"]) == 114 and p["days"][0] == "2022-11-02"
+    days0 = [p["sample"][0][i + 1] for i, a in enumerate(p["sample"][0]) if a == "--day"]
+    assert days0 == p["days"][:29] and "--shard" not in p["sample"][0] and "--count" not in p["sample"][0]
+    assert p["merge"][0][p["merge"][0].index("--count") + 1] == "684"
     assert p["trace_argv"][0] == "synth"
     g = plan(dict(BASE, device="cuda", train_params={"moe": ["epochs=3"]}), "s3://b/run", APRIL)
     assert {a[a.index("--model") + 1] for a in g["train_gpu"]} == {"transformer", "moe"}
@@ -64,7 +68,9 @@ def test_fan_out_and_gpu_split():
 def test_real_trace_and_bad_models():
     p = plan(dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago", window_from="2022-11-01"),
              "/r", APRIL)
-    assert p["trace_argv"] == ["ingest", "--trace", "/data/ls6.log", "--out", "/r/trace",
+    out = p["trace_argv"][p["trace_argv"].index("--out") + 1]
+    assert out.startswith("/mirage/traces/ingest-") and out == p["trace"]
+    assert p["trace_argv"] == ["ingest", "--trace", "/data/ls6.log", "--out", out,
                                "--from", "2022-11-01", "--timezone", "America/Chicago"]
     with pytest.raises(ValueError, match="unknown"):
         plan(dict(BASE, models=["lstm"]), "/r", APRIL)
@@ -182,3 +188,98 @@ def test_dag_defaults_are_the_steps_defaults(dag_defaults):
     assert dag_defaults["preset"] == step_parser("train").get_default("preset")
     preset_enum = _dag_params().get_param("preset").schema["enum"]
     assert sorted(preset_enum) == sorted(PRESETS)
+
+
+# ----------------------------------------------------------------------------- content-keyed storage
+
+def test_locations_are_keyed_by_what_they_depend_on():
+    from mirage_tasks.plan import run_key
+
+    real = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
+    p = plan(real, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    # same content under another URI: the same trace and sample families
+    q = plan(dict(real, trace="s3://b/ls6.log"), "/r/mirage_pipeline/y", APRIL, shared="/r/mirage",
+             trace_fp="sha256:aa")
+    assert p["trace"] == q["trace"] and p["families"] == q["families"]
+    # other content, time zone or window: another trace; other sampling params: other families
+    assert plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:bb")["trace"] != p["trace"]
+    assert plan(dict(real, trace_timezone="UTC"), "/r/p", APRIL, shared="/r/mirage",
+                trace_fp="sha256:aa")["trace"] != p["trace"]
+    other = plan(dict(real, probes=5), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    assert other["trace"] == p["trace"] and other["families"]["1"] != p["families"]["1"]
+    assert p["families"]["1"] != p["families"]["8"]
+    # models only: same samples, another run prefix
+    fewer = dict(real, models=["xgboost"])
+    assert plan(fewer, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")["families"] == p["families"]
+    ident = {"kind": "ingest", "content": "sha256:aa"}
+    assert run_key(real, APRIL, ident) == run_key(dict(real), APRIL, ident)
+    assert run_key(fewer, APRIL, ident) != run_key(real, APRIL, ident)
+    assert run_key(real, APRIL, ident).startswith("2023-04-01T000000Z-")
+
+
+def test_only_missing_days_are_sampled():
+    p = plan(BASE, "/r/p", APRIL, shared="/r/mirage")
+    have = set(p["days"][:100])
+    q = plan(BASE, "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: have)
+    assert q["missing_days"]["1"] == p["days"][100:]
+    days = [a[i + 1] for a in q["sample"] if "1" == a[a.index("--node") + 1] for i, x in enumerate(a) if x == "--day"]
+    assert days == p["days"][100:]
+    assert len(q["merge"][0][q["merge"][0].index("--in") + 1:q["merge"][0].index("--start")]) == 114  # every day
+    done = plan(BASE, "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: set(days))
+    assert done["sample"] == [] and len(done["merge"]) == 2
+
+
+def test_next_month_reuses_most_days():
+    """A monthly backfill: May's training window overlaps April's in all but ~a month of days."""
+    april = plan(BASE, "/r/p", APRIL, shared="/r/mirage")
+    may = plan(BASE, "/r/q", datetime(2023, 5, 1, tzinfo=timezone.utc), shared="/r/mirage")
+    assert may["families"] == april["families"]
+    new = set(may["days"]) - set(april["days"])
+    assert len(new) <= 31 and len(set(may["days"]) & set(april["days"])) >= 80
+
+
+def test_workers_and_threads_reach_the_heavy_steps():
+    p = plan(dict(BASE, train_count=12, val_count=3), "/r/p", APRIL, workers=4, threads=4)
+    assert all(a[a.index("--workers") + 1] == "4" for a in p["sample"] + p["validate"])
+    assert all(a[a.index("--threads") + 1] == "4" for a in p["train_cpu"] + p["policy_cpu"])
+    q = plan(dict(BASE, train_count=12, val_count=3), "/r/p", APRIL)
+    assert not any("--workers" in a for a in q["sample"] + q["validate"])
+
+
+def test_step_label():
+    import importlib.util
+
+    from conftest import DAGS
+
+    spec = importlib.util.spec_from_file_location("mp", DAGS / "mirage_pipeline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = plan(dict(BASE, train_count=12, val_count=3, shards=2), "/r/p", APRIL)
+    assert len(p["days"]) == 2 and mod.step_label(p["sample"][0]) == f"node 1 · {p['days'][0]}"
+    one = plan(dict(BASE, train_count=12, val_count=3, shards=1), "/r/p", APRIL)
+    assert mod.step_label(one["sample"][-1]) == f"node 8 · {p['days'][0]}..{p['days'][1]} (2 d)"
+    assert mod.step_label(p["train_cpu"][0]) == "xgboost · node 1"
+    assert mod.step_label(p["validate"][-1]) == "avg · node 8 · shard 1/2"
+
+
+def test_samples_day_plan():
+    from mirage_tasks.plan import newest_complete_day, samples_day, samples_trace
+
+    params = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
+    t = samples_trace(params, "/r/mirage", "2023-01-10", "sha256:aa")
+    assert t["argv"][:3] == ["ingest", "--trace", "/data/ls6.log"] and "--from" not in t["argv"]  # the whole log
+    d = samples_day(params, "/r/mirage", t, "2023-01-10")
+    assert [a[a.index("--day") + 1] for a in d["sample"]] == ["2023-01-10", "2023-01-10"] and d["missing"] == [1, 8]
+    # the pipeline's families on the same trace and grid are the same
+    p = plan(params, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    assert d["partitions"]["1"] == p["families"]["1"] + "/day=2023-01-10"
+    done = samples_day(params, "/r/mirage", t, "2023-01-10", have=lambda family, days: set(days))
+    assert done["sample"] == [] and set(done["partitions"]) == {"1", "8"}
+    # a growing trace: the newest day whose samples' 5-day workloads the trace covers
+    assert newest_complete_day("2023-04-01T04:54:55+00:00", 5) == "2023-03-26"
+    # synthetic: one trace per month, shared by its days
+    s1 = samples_trace(BASE, "/r/mirage", "2023-01-10")
+    assert s1["trace"] == samples_trace(BASE, "/r/mirage", "2023-01-31")["trace"]
+    assert s1["trace"] != samples_trace(BASE, "/r/mirage", "2023-02-01")["trace"]
+    with pytest.raises(ValueError):
+        samples_day(params, "/r/mirage", t, "10/01/2023")

@@ -1,0 +1,237 @@
+"""Backfills that build on each other, measured (opt-in: ``make airflow-check``, ``make bench-monthly``).
+
+Part 1, through a real Airflow (``devtools/airflow_local.sh``: PostgreSQL, scheduler,
+dag-processor, triggerer, api-server on 127.0.0.1, its own database and storage):
+
+* ``airflow backfill create --dag-id mirage_samples`` over three trace days of the log:
+  expects three committed day partitions per node size and three asset events naming the days;
+* a second backfill over an overlapping range (``--reprocess-behavior completed``, so the
+  overlapping days get runs too): expects only the new days sampled (the overlapping days'
+  ``sample`` tasks skipped, their partitions untouched).
+
+Part 2, without Airflow (the plan and the step CLIs, as the pipeline's tasks run them): a
+monthly backfill of ``mirage_pipeline`` validating January, February and March 2023 (logical
+dates 2023-02-01, 03-01, 04-01, default params: 684 training samples every 4 h, node sizes
+1 and 8): the sampling CPU seconds of each month, months 2 and 3 as a share of month 1.
+
+Prints the figures; exits 1 when a check fails. Run from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VAR = REPO / "var" / "bench-backfill"
+PY = sys.executable
+
+
+def sh(cmd: str, env: dict, timeout: float = 300, check: bool = True) -> str:
+    """``cmd`` in bash with the live Airflow's settings sourced."""
+    full = f"source {REPO}/var/airflow-live/env.sh && {cmd}"
+    out = subprocess.run(["bash", "-c", full], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{cmd} -> {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def airflow(args: str, env: dict, timeout: float = 300, check: bool = True) -> str:
+    return sh(f"{REPO}/.venv/bin/airflow {args}", env, timeout, check)
+
+
+def runs(env: dict) -> list[dict]:
+    out = airflow("dags list-runs mirage_samples -o json", env, check=False)
+    for line in reversed(out.splitlines()):  # the JSON is the last line; log lines come before it
+        if line.startswith("[{") or line.strip() == "[]":
+            return json.loads(line)
+    return []
+
+
+def wait_backfill(env: dict, n: int, timeout: float = 900) -> list[dict]:
+    t = time.time()
+    while time.time() - t < timeout:
+        rs = [r for r in runs(env) if r["run_id"].startswith("backfill__")]
+        if len(rs) >= n and all(r["state"] in ("success", "failed") for r in rs):
+            return rs
+        time.sleep(5)
+    raise RuntimeError(f"backfill runs not finished after {timeout} s: {runs(env)}")
+
+
+DB_PROBE = r"""
+import json, sys
+from airflow.utils.session import create_session
+from airflow.models.asset import AssetEvent
+from airflow.models.taskinstance import TaskInstance
+with create_session() as s:
+    ev = [{"day": e.extra.get("day"), "computed": e.extra.get("computed"), "partition_key": e.partition_key}
+          for e in s.query(AssetEvent).all() if e.asset.name == "mirage_samples"]
+    tis = [{"run_id": t.run_id, "task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
+            "label": t.rendered_map_index}
+           for t in s.query(TaskInstance).filter(TaskInstance.dag_id == "mirage_samples").all()]
+print("JSON" + json.dumps({"events": ev, "tis": tis}))
+"""
+
+
+def db_probe(env: dict) -> dict:
+    (VAR / "probe.py").write_text(DB_PROBE)
+    out = sh(f"{REPO}/.venv/bin/python {VAR / 'probe.py'}", env)
+    return json.loads(out[out.index("JSON") + 4:].splitlines()[0])
+
+
+def partitions(storage: Path) -> dict[str, dict]:
+    out = {}
+    for marker in sorted(storage.glob("mirage/samples/node*/day=*/_SUCCESS.json")):
+        m = json.loads(marker.read_text())
+        out[f"{marker.parent.parent.name.split('-')[0]}/{marker.parent.name[4:]}"] = {
+            "cpu_s": m["summary"].get("cpu_s"), "n_samples": m["summary"]["n_samples"],
+            "mtime": marker.stat().st_mtime_ns}
+    return out
+
+
+def check_airflow(trace: str, nodes: list[int]) -> bool:
+    storage = VAR / "storage"
+    shutil.rmtree(storage, ignore_errors=True)
+    storage.mkdir(parents=True)
+    env = {**os.environ, "HOUSE_STORAGE_ROOT": str(storage), "HOUSE_RUNNER": "local",
+           "AIRFLOW_LOCAL_DB": "bench_backfill", "FRESH": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    conf = json.dumps({"trace": trace, "trace_timezone": "America/Chicago", "node_sizes": nodes})
+    ok = True
+    t0 = time.time()
+    subprocess.run([str(REPO / "devtools" / "airflow_local.sh"), "start"], env=env, check=True, cwd=REPO)
+    try:
+        print(f"services up in {time.time() - t0:.0f} s")
+        for _ in range(60):  # the dag-processor's first pass
+            if "mirage_samples" in airflow("dags list -o plain", env, check=False):
+                break
+            time.sleep(3)
+        airflow("dags unpause mirage_samples", env)
+
+        t = time.time()
+        airflow(f"backfill create --dag-id mirage_samples --from-date 2023-01-10 --to-date 2023-01-12 "
+                f"--max-active-runs 2 --dag-run-conf '{conf}'", env)
+        first = wait_backfill(env, 3)
+        wall1 = time.time() - t
+        parts = partitions(storage)
+        probe = db_probe(env)
+        days = sorted(e["day"] for e in probe["events"])
+        want = {f"node{n}/2023-01-{d}" for n in nodes for d in (10, 11, 12)}
+        print(f"backfill 1 (2023-01-10..12): {len(first)} runs {sorted(r['state'] for r in first)} in {wall1:.0f} s; "
+              f"partitions {sorted(parts)}; asset events for days {days}")
+        print(f"  sampling CPU s per partition: " + ", ".join(f"{k} {v['cpu_s']}" for k, v in parts.items()))
+        labels = sorted({ti["label"] for ti in probe["tis"] if ti["task_id"] == "sample" and ti["label"]})
+        print(f"  sample instance labels: {labels}")
+        if set(parts) != want or days != ["2023-01-10", "2023-01-11", "2023-01-12"] or \
+                any(r["state"] != "success" for r in first):
+            print("CHECK FAILED: expected 3 committed partitions per node size and 3 asset events")
+            ok = False
+
+        before = {k: v["mtime"] for k, v in parts.items()}
+        t = time.time()
+        for _ in range(60):  # the scheduler marks the first backfill complete a little after its runs
+            try:
+                airflow(f"backfill create --dag-id mirage_samples --from-date 2023-01-11 --to-date 2023-01-14 "
+                        f"--max-active-runs 2 --reprocess-behavior completed --dag-run-conf '{conf}'", env)
+                break
+            except RuntimeError as exc:
+                if "AlreadyRunningBackfill" not in str(exc):
+                    raise
+                time.sleep(5)
+        second = wait_backfill(env, 5)
+        wall2 = time.time() - t
+        parts2 = partitions(storage)
+        probe = db_probe(env)
+        new = sorted(set(parts2) - set(parts))
+        touched = sorted(k for k, m in before.items() if parts2[k]["mtime"] != m)
+        first_ids = {r["run_id"] for r in first}
+        sample_states: dict[str, list[str]] = {}  # the second backfill's runs: sample states by day
+        for ti in probe["tis"]:
+            if ti["task_id"] == "sample" and ti["run_id"].startswith("backfill__") and ti["run_id"] not in first_ids:
+                sample_states.setdefault(ti["run_id"].split("__")[1][:10], []).append(ti["state"])
+        print(f"backfill 2 (2023-01-11..14, reprocess completed): {wall2:.0f} s; new partitions {new}; "
+              f"rewritten old partitions {touched}; sample task states by day {dict(sorted(sample_states.items()))}")
+        cpu_new = sum(parts2[k]["cpu_s"] for k in new)
+        print(f"  sampling CPU s of backfill 2: {cpu_new:.1f} (new days only; backfill 1: "
+              f"{sum(v['cpu_s'] for v in parts.values()):.1f} for 3 days)")
+        want_new = {f"node{n}/2023-01-{d}" for n in nodes for d in (13, 14)}
+        if set(new) != want_new or touched or any(sample_states.get(d) != ["skipped"]
+                                                   for d in ("2023-01-11", "2023-01-12")):
+            print("CHECK FAILED: the overlapping backfill must compute only 2023-01-13 and 2023-01-14")
+            ok = False
+        events = sorted(e["day"] for e in probe["events"])
+        print(f"  asset events now: {len(events)} ({events})")
+    finally:
+        subprocess.run([str(REPO / "devtools" / "airflow_local.sh"), "stop"], env=env, cwd=REPO)
+    return ok
+
+
+def monthly(trace: str) -> None:
+    """Sampling CPU of a monthly backfill (validating Jan, Feb, Mar 2023), month by month."""
+    sys.path.insert(0, str(REPO))
+    from mirage_tasks.plan import plan_run
+
+    root = VAR / "monthly"
+    shutil.rmtree(root, ignore_errors=True)
+    params = {"trace": trace, "trace_timezone": "America/Chicago", "window_from": None, "window_to": None,
+              "synth_profile": "ls6-a100", "cluster_config": "ls6", "train_start": None, "train_count": 684,
+              "val_start": None, "val_count": None, "interval_hours": 4, "warmup_days": 2, "workload_days": 5,
+              "probes": 7, "node_sizes": [1, 8], "shards": 2, "preset": "quick", "device": "cpu", "seed": 0,
+              "train_params": {}, "models": ["xgboost"], "policy_eval": "sampled"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    rows = []
+    for month in (2, 3, 4):
+        logical = datetime(2023, month, 1, tzinfo=timezone.utc)
+        p = plan_run(params, str(root / "mirage"), str(root / "mirage_pipeline"), logical, workers=1, threads=1)
+        subprocess.run([PY, "-m", "mirage_tasks", *p["trace_argv"][0:]], env=env, check=True, cwd=REPO,
+                       capture_output=True)
+        t = time.time()
+        for a in p["sample"]:
+            subprocess.run([PY, "-m", "mirage_tasks", *a], env=env, check=True, cwd=REPO, capture_output=True)
+        wall = time.time() - t
+        def cpu_of(n: str, d: str) -> float:
+            return json.loads((Path(p["families"][n]) / f"day={d}" / "_SUCCESS.json").read_text())["summary"]["cpu_s"]
+
+        cpu = sum(cpu_of(n, d) for n, days in p["missing_days"].items() for d in days)
+        # what a run that recomputes its whole window (before partitions) spends on the same samples
+        whole = sum(cpu_of(n, d) for n in p["families"] for d in p["days"])
+        for a in p["merge"]:  # the datasets still come out whole
+            subprocess.run([PY, "-m", "mirage_tasks", *a], env=env, check=True, cwd=REPO, capture_output=True)
+        n_missing = sum(len(v) for v in p["missing_days"].values())
+        n_days = len(p["days"]) * len(p["families"])
+        val = datetime(2023, month - 1, 1).strftime("%Y-%m")
+        rows.append((f"logical {logical.date()} (validates {val}, trains {p['days'][0]}..{p['days'][-1]})",
+                     n_days, n_missing, cpu, whole, wall))
+    base = rows[0][3]
+    print("monthly backfill, sampling (ls6 log, 684 training samples every 4 h, node sizes 1 and 8):")
+    for name, n_days, n_missing, cpu, whole, wall in rows:
+        print(f"  {name}: {n_days} day partitions needed, {n_missing} computed ({100 * n_missing / n_days:.0f} %), "
+              f"{cpu:.1f} sampling CPU s = {100 * cpu / base:.0f} % of month 1's and {100 * cpu / whole:.0f} % of "
+              f"the {whole:.1f} s a whole-window recompute spends; {wall:.0f} s wall")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", required=True, help="the ls6 sacct log")
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--monthly-only", action="store_true", help="part 2 only (no Airflow)")
+    ap.add_argument("--airflow-only", action="store_true", help="part 1 only")
+    args = ap.parse_args()
+    trace = str(Path(args.trace).resolve())
+    VAR.mkdir(parents=True, exist_ok=True)
+    ok = True
+    if not args.monthly_only:
+        ok = check_airflow(trace, args.nodes)
+    if not args.airflow_only:
+        monthly(trace)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

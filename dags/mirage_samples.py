@@ -1,0 +1,153 @@
+"""Mirage training samples, one partition per trace day: built for backfills.
+
+Each run samples one UTC day of a trace: every sample of the grid (midnight UTC, every
+``interval_hours``) whose start falls on that day, for each node size, into
+
+    <root>/mirage/samples/node<N>-<family key>/day=YYYY-MM-DD/     (committed by its _SUCCESS.json)
+
+the same partitions ``mirage_pipeline`` reads (its default windows are on this grid when
+``interval_hours`` divides 24), so an experiment over a backfilled range samples nothing.
+The family key covers the trace's content, the simulator configuration, the sampling
+parameters, the node size and the mode (``mirage_tasks.plan.sample_family``).
+
+The schedule is a daily partitioned timetable (``CronPartitionTimetable``): a backfill turns
+its date range into day partitions,
+
+    airflow backfill create --dag-id mirage_samples --from-date 2023-01-01 --to-date 2023-01-31 \\
+        --max-active-runs 2 --dag-run-conf '{"trace": "/data/ls6-a100.log.gz", "trace_timezone": "America/Chicago"}'
+
+(``--to-date`` included; the UI's Backfill form does the same). A day whose partitions are
+committed samples nothing (its ``sample`` task is skipped); a failed day is rerun alone
+(``--reprocess-behavior failed``, or clear that run). The trace is ingested once per content
+(``<root>/mirage/traces/<key>``) and reused by every day. Each run ends with ``publish``,
+which emits an event of the ``mirage_samples`` asset whose extra names the day, the trace and
+the partition of each node size, so lineage shows in the UI's asset view.
+
+Scheduled runs (the DAG unpaused) follow a growing trace, e.g. a cluster's daily ``sacct``
+export landing at ``trace``: each samples the newest day whose samples' workloads the trace
+covers entirely (last submit minus ``workload_days``, minus a day). A changed trace is
+another content, so its partitions form a new family. A scheduled run without ``trace``
+has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
+without ``trace`` samples its day of a synthetic trace generated for that day's month
+(6 samples per node size and day).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, task
+
+from house import default_args, get_config, steps_for, storage_prefix
+from house.config import PRESETS
+
+step, step_partial = steps_for("mirage_tasks")
+LOCAL = get_config().runner == "local"
+#: CPUs a sample task is granted: one locally, the cpu-large preset's request in a pod.
+GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
+
+#: One event per committed trace day (extra: day, trace, partitions).
+SAMPLES = Asset(name="mirage_samples", uri="file:///mirage/samples", group="mirage")
+
+with DAG(
+    dag_id="mirage_samples",
+    description="Mirage training samples, one partition per trace day (backfill-friendly)",
+    doc_md=__doc__,
+    schedule=CronPartitionTimetable("0 0 * * *", timezone="UTC"),  # one partition per UTC day
+    start_date=datetime(2022, 10, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=2,
+    default_args=default_args(owner="mirage"),
+    user_defined_filters={"node_label": lambda argv: f"node {argv[argv.index('--node') + 1]} · "
+                                                     f"{argv[argv.index('--day') + 1]}"},
+    tags=["mirage", "pipeline"],
+    params={
+        "trace": Param(None, type=["null", "string"], title="Trace URI",
+                       description="Real trace (sacct log or SWF, local path, file:// or s3://), ingested whole. "
+                                   "Empty: a synthetic trace of the day's month."),
+        "trace_timezone": Param(None, type=["null", "string"], title="Trace time zone",
+                                description="IANA zone of a sacct log's local times (America/Chicago for Lonestar6)."),
+        "synth_profile": Param("ls6-a100", type="string", title="Synthetic profile",
+                               description="Workload profile used when no trace is given."),
+        "cluster_config": Param("ls6", type="string", title="Simulator configuration",
+                                description="Preset (ls6, reference) or a JSON URI of simulator settings."),
+        "interval_hours": Param(4, type="number", exclusiveMinimum=0, maximum=24, title="Hours between samples"),
+        "warmup_days": Param(2, type="number", minimum=0, title="Warm-up days before the predecessor"),
+        "workload_days": Param(5, type="number", exclusiveMinimum=0, title="Workload days per sample"),
+        "probes": Param(7, type="integer", minimum=2, title="Probes per training sample"),
+        "node_sizes": Param([1, 8], type="array", items={"type": "integer", "minimum": 1},
+                            title="Service job sizes (nodes)"),
+        "seed": Param(0, type="integer", minimum=0, title="Seed", description="Seeds the synthetic trace."),
+    },
+) as dag:
+
+    def _fail(exc: Exception):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        return AirflowFailException(str(exc))
+
+    @task(multiple_outputs=True)
+    def plan(**context) -> dict:
+        """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
+        from airflow.sdk.exceptions import AirflowSkipException
+        from mirage_tasks.plan import samples_trace, trace_fingerprint
+        from stepkit import StepError
+
+        params = dict(context["params"])
+        dr = context["dag_run"]
+        if dr.run_type == "scheduled" and not params.get("trace"):
+            raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
+        when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
+        day = when.astimezone(timezone.utc).date().isoformat()
+        try:
+            fp = trace_fingerprint(params["trace"]) if params.get("trace") else None
+            trace = samples_trace(params, storage_prefix("mirage"), day, fp)
+        except (ValueError, StepError) as exc:
+            raise _fail(exc) from exc
+        follow = dr.run_type == "scheduled" and bool(params.get("trace"))
+        return {"day": None if follow else day, "trace_argv": trace.pop("argv"), **trace}
+
+    @task(multiple_outputs=True)
+    def day_plan(p: dict, **context) -> dict:
+        """The day's sample argvs, only for node sizes whose partition is not committed."""
+        from mirage_tasks.plan import committed_days, newest_complete_day, samples_day
+        from stepkit import storage
+
+        params = dict(context["params"])
+        day = p["day"]
+        if day is None:  # a scheduled run follows the trace: its newest complete day
+            report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
+            day = newest_complete_day(report["span_last_submit"], params["workload_days"])
+        try:
+            return samples_day(params, storage_prefix("mirage"), p, day, have=committed_days, workers=GRANTED)
+        except ValueError as exc:
+            raise _fail(exc) from exc
+
+    @task
+    def sample_argvs(d: dict) -> list:
+        return d["sample"]
+
+    @task(outlets=[SAMPLES], trigger_rule=TriggerRule.NONE_FAILED)
+    def publish(d: dict, **context) -> dict:
+        """Every partition of the day committed: one asset event naming the day."""
+        from stepkit.step import read_marker
+
+        missing = [u for u in d["partitions"].values() if read_marker(u) is None]
+        if missing:
+            raise RuntimeError(f"partitions not committed: {missing}")
+        extra = {"day": d["day"], "trace": d["trace"], "partitions": d["partitions"], "computed": d["missing"]}
+        context["outlet_events"][SAMPLES].extra = extra
+        return extra
+
+    p = plan()
+    trace = step("prepare_trace", argv=p["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
+    d = day_plan(p)
+    # one CPU per sample task locally (as many at once as this machine has CPUs), the preset's in a pod
+    cpus = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+            **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
+    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1),
+                          map_index_template="{{ (task.argv if task.argv is defined else task.arguments)"
+                                             " | node_label }}", **cpus).expand(argv=sample_argvs(d))
+    trace >> d
+    sample >> publish(d)
