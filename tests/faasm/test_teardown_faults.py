@@ -206,8 +206,10 @@ def test_worker_killed_during_sgd_call_fails_the_point_fast(tmp_path):
 
 
 def test_load_driver_killed(tmp_path):
-    """``run`` SIGKILLed during an open-loop load point with two driver processes: its forks
-    survive it; teardown stops them; collect marks the attempt interrupted."""
+    """``run`` SIGKILLed during an open-loop load point with two driver processes: the forks
+    exit with their parent (the load driver watches it) or are found by their run label and
+    stopped by teardown; the deployment is left for teardown; collect marks the attempt
+    interrupted."""
     run = Run(tmp_path, "lkill")
     run.cli("deploy", "--experiment", "tf_inference_throughput")
     run.cli("wait-ready", "--timeout", "60")
@@ -218,7 +220,7 @@ def test_load_driver_killed(tmp_path):
     _wait(lambda: len(run.left()) >= 4 + 3, 30, "the load driver's processes")  # 4 deployed + run + 2 forks
     p.kill()
     p.wait()
-    assert len(run.left()) >= 4 + 2  # the forks outlive the killed step
+    assert len(run.left()) >= 4  # the deployment outlives the killed step (the forks may exit with it)
     collect = run.cli("collect")
     assert "collect:" in collect.stdout
     rec = _records(run)[0]
