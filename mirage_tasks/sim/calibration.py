@@ -16,7 +16,11 @@ Read from the trace (the calibration window and its lead-in only, never the scor
 Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
 effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it),
 per-user job and node limits, priority model, age weight, size weight, age cap and
-PriorityMaxAge, backfill mode (conservative, easy, none) and interval. The first trials
+PriorityMaxAge, backfill mode (conservative, easy, none) and interval, the nodes in service
+over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 days, re-read
+hourly: drains and maintenance; only the trace's past at each instant is read) and a short
+partition beside the main one (jobs with a limit up to 30 min, 1 h or 2 h keep their own
+strict priority order on the same nodes). The first trials
 are the configuration a new user would write (the machine size or the busy peak, age and
 size priority, conservative backfill) and, when given, a start configuration.
 
@@ -53,6 +57,9 @@ DISPATCH_HORIZON_S = 60
 HOLD_S = 3600  # a concurrency level counts when held this long in total
 BF_INTERVALS = (30, 60, 120, 300, 600)
 MAX_AGES = (86400, 7 * 86400, 14 * 86400)
+CAPACITY_WINDOWS = (0, 86400, 3 * 86400, 7 * 86400)  # 0 = a fixed cluster size
+CAPACITY_QUANTILES = (1.0, 0.95, 0.9)
+SHORT_PARTITION_LIMITS = (0, 1800, 3600, 7200)  # 0 = one partition
 
 
 @dataclass
@@ -178,6 +185,9 @@ def search_space(facts: TraceFacts) -> dict[str, Any]:
         "max_age_s": list(MAX_AGES),
         "backfill": list(BACKFILL_MODES),
         "bf_interval_s": list(BF_INTERVALS),
+        "capacity_window_s": list(CAPACITY_WINDOWS),
+        "capacity_quantile": list(CAPACITY_QUANTILES),
+        "short_partition_limit_s": list(SHORT_PARTITION_LIMITS),
         "dispatch_latency_s": facts.dispatch_latency_s,
     }
 
@@ -195,20 +205,26 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
         max_age_s=trial.suggest_categorical("max_age_s", space["max_age_s"]),
         backfill=trial.suggest_categorical("backfill", space["backfill"]),
         bf_interval_s=trial.suggest_categorical("bf_interval_s", space["bf_interval_s"]),
+        capacity_window_s=trial.suggest_categorical("capacity_window_s", space["capacity_window_s"]),
+        capacity_quantile=trial.suggest_categorical("capacity_quantile", space["capacity_quantile"]),
+        short_partition_limit_s=trial.suggest_categorical("short_partition_limit_s",
+                                                          space["short_partition_limit_s"]),
     )
 
 
 def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
     """A configuration as trial parameters, or None when it lies outside the space."""
     p = {k: getattr(cfg, k) for k in ("nodes", "max_jobs_per_user", "max_nodes_per_user", "priority", "weight_age",
-                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s")}
+                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s",
+                                      "capacity_window_s", "capacity_quantile", "short_partition_limit_s")}
     lo, hi = space["nodes"]
     p["nodes"] = min(max(p["nodes"], lo), hi)
     for k in ("max_jobs_per_user", "max_nodes_per_user"):
         p[k] = p[k] if p[k] in space[k] else (space[k][-1] if p[k] else 0)
     p["weight_age"] = min(max(p["weight_age"], space["weight_age"][0]), space["weight_age"][1])
     p["weight_size"] = min(max(p["weight_size"], space["weight_size"][0]), space["weight_size"][1])
-    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap"):
+    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap", "capacity_window_s",
+              "capacity_quantile", "short_partition_limit_s"):
         if p[k] not in space[k]:
             return None
     return p
