@@ -110,10 +110,13 @@ def test_capacity_from_a_trace_in_a_replay():
     assert on.cap == 2 and on.free == 0  # the past hour showed 2 busy nodes: 2 in service
     off.drain()
     on.drain()
-    tag = {on.j_tag[j]: j for j in range(len(on.j_tag))}
-    k = int(np.flatnonzero(wl.submit == T0 + 30)[0])
-    assert off.j_start[k if off.j_tag[k] == k else [j for j in range(len(off.j_tag)) if off.j_tag[j] == k][0]] == T0 + 30
-    assert on.j_start[tag[k]] > T0 + 30  # it waits for the running job's nodes
+    k = int(np.flatnonzero(wl.submit == T0 + 30)[0])  # the 2-node job submitted at T0 + 30
+
+    def start_of(sim):
+        return sim.j_start[sim.j_tag.index(k)]
+
+    assert start_of(off) == T0 + 30
+    assert start_of(on) == T0 + 2 * H  # it waits for the running 2-node job's nodes (its end)
 
 
 def test_config_fields_validate_and_have_flags():
