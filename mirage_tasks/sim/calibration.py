@@ -18,11 +18,13 @@ effective cluster size (from the largest job and 75 % of the busy peak to 115 % 
 per-user job and node limits, priority model, age weight, size weight, age cap and
 PriorityMaxAge, backfill mode (conservative, easy, none) and interval, the nodes in service
 over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 days, re-read
-hourly: drains and maintenance; only the trace's past at each instant is read) and a short
+hourly: drains and maintenance; only the trace's past at each instant is read; the size is
+then the top of its range, a bound only) and a short
 partition beside the main one (jobs with a limit up to 30 min, 1 h or 2 h keep their own
 strict priority order on the same nodes). The first trials
 are the configuration a new user would write (the machine size or the busy peak, age and
-size priority, conservative backfill) and, when given, a start configuration.
+size priority, conservative backfill) and, when given, a start configuration, each also
+with the capacity model on (7 days, maximum).
 
 Each trial replays every calendar month (trace time zone) of the calibration window
 independently with a warm start ``lead_in_days`` before the month (the reference
@@ -194,8 +196,20 @@ def search_space(facts: TraceFacts) -> dict[str, Any]:
 
 def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
     lo, hi = space["nodes"]
+    cap_window = trial.suggest_categorical("capacity_window_s", space["capacity_window_s"])
+    if cap_window:
+        # the nodes in service come from the trace; ``nodes`` only bounds them (against
+        # overlapping records). A bound fitted on the calibration months would forbid the
+        # growth the capacity model is there to follow: the top of the range.
+        nodes = hi
+        quantile = trial.suggest_categorical("capacity_quantile", space["capacity_quantile"])
+    else:
+        nodes = trial.suggest_int("nodes", lo, hi)
+        quantile = 1.0
     return base.replace(
-        nodes=trial.suggest_int("nodes", lo, hi),
+        nodes=nodes,
+        capacity_window_s=cap_window,
+        capacity_quantile=quantile,
         max_jobs_per_user=trial.suggest_categorical("max_jobs_per_user", space["max_jobs_per_user"]),
         max_nodes_per_user=trial.suggest_categorical("max_nodes_per_user", space["max_nodes_per_user"]),
         priority=trial.suggest_categorical("priority", space["priority"]),
@@ -205,8 +219,6 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
         max_age_s=trial.suggest_categorical("max_age_s", space["max_age_s"]),
         backfill=trial.suggest_categorical("backfill", space["backfill"]),
         bf_interval_s=trial.suggest_categorical("bf_interval_s", space["bf_interval_s"]),
-        capacity_window_s=trial.suggest_categorical("capacity_window_s", space["capacity_window_s"]),
-        capacity_quantile=trial.suggest_categorical("capacity_quantile", space["capacity_quantile"]),
         short_partition_limit_s=trial.suggest_categorical("short_partition_limit_s",
                                                           space["short_partition_limit_s"]),
     )
@@ -227,6 +239,7 @@ def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
               "capacity_quantile", "short_partition_limit_s"):
         if p[k] not in space[k]:
             return None
+    del p["capacity_quantile" if not p["capacity_window_s"] else "nodes"]  # as _suggest asks for them
     return p
 
 
@@ -278,6 +291,10 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, trials // 3)))
     study = optuna.create_study(direction="minimize", sampler=sampler)
     seeds = [default_config(facts)] + ([start] if start is not None else [])
+    # the same with the capacity model on (the longest window, its maximum): a new feature
+    # first tried on the configurations a user would start from
+    seeds += [c.replace(capacity_window_s=CAPACITY_WINDOWS[-1], capacity_quantile=1.0) for c in seeds
+              if not c.capacity_window_s]
     for c in seeds:
         p = _as_params(c, space)
         if p is not None:

@@ -67,6 +67,7 @@ class Ls6:
         self.wl = Workload.from_frame(df)
         self.doc = json.load(open(os.path.join(cal, "calibration.json")))
         self.doc_t = json.load(open(os.path.join(cal_trace_only, "calibration.json"))) if cal_trace_only else None
+        self.cal, self.cal_t = cal, cal_trace_only
         w = self.doc["windows"]
         ts = [int(pd.Timestamp(w[k]).timestamp()) for k in ("calibrate_from", "calibrate_to", "score_from", "score_to")]
         self.a, self.b, self.c, self.d = ts
@@ -178,6 +179,44 @@ class Ls6:
                        f"{int(lvl.max())} |")
         return "\n".join(out)
 
+    def top_trials(self, k: int = 6) -> str:
+        """The best ``k`` trials of each search by in-sample objective, replayed out of sample:
+        how much the calibration months tell configurations apart."""
+        import optuna
+
+        from .calibration import _suggest
+        out = ["| search | trial | objective in sample | MAE h in / out | within 1 h in / out | Spearman in / out | "
+               "daily-mean corr in / out | capacity window d | short partition s | backfill | nodes |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for label, doc, path in (("start `ls6`", self.doc, self.cal), ("trace alone", self.doc_t, self.cal_t)):
+            if doc is None:
+                continue
+            space = doc["search"]["space"]
+            base = SimConfig.from_dict(doc["config"])
+            trials = pd.read_parquet(os.path.join(path, "trials.parquet")).sort_values("objective").head(k)
+            for _, row in trials.iterrows():
+                params = {}
+                for key, choices in space.items():
+                    if key not in row or pd.isna(row[key]):
+                        continue
+                    v = row[key]
+                    if isinstance(choices, list) and key not in ("nodes", "weight_age", "weight_size"):
+                        v = next(c for c in choices if c == v)
+                    elif key == "nodes":
+                        v = int(v)
+                    else:
+                        v = float(v)
+                    params[key] = v
+                cfg = _suggest(optuna.trial.FixedTrial(params), space, base)
+                i, o = self.m(cfg, oos=False), self.m(cfg)
+                out.append(f"| {label} | {int(row['trial'])} | {objective_value(i):.3f} | {i['mae_h']:.2f} / "
+                           f"{o['mae_h']:.2f} | {i['within_1h']:.1%} / {o['within_1h']:.1%} | "
+                           f"{_f(i['spearman'], '{:.2f}')} / {_f(o['spearman'], '{:.2f}')} | "
+                           f"{_f(i['daily_corr'], '{:.2f}')} / {_f(o['daily_corr'], '{:.2f}')} | "
+                           f"{cfg.capacity_window_s / 86400:g} | {cfg.short_partition_limit_s} | {cfg.backfill} | "
+                           f"{cfg.nodes} |")
+        return "\n".join(out)
+
     def quick_probe(self) -> str:
         """The jobs that started within a minute in reality but wait over an hour in the
         chosen configuration's replay: the simulated state at their submission."""
@@ -284,8 +323,9 @@ def bench(items: list[str]) -> str:
         doc = json.load(open(path))
         sc = doc["single_core"]
         c = doc["config"]
-        feat = ("capacity and short partition on" if c.get("capacity_window_s") or c.get("short_partition_limit_s")
-                else "capacity and short partition off")
+        feat = (f"capacity {'on' if c.get('capacity_window_s') else 'off'}, short partition "
+                f"{'on' if c.get('short_partition_limit_s') else 'off'}, {c['nodes']} nodes"
+                + (" at most" if c.get("capacity_window_s") else ""))
         out.append(f"| {name} | {feat}, {c['backfill']} backfill every {c['bf_interval_s']} s | "
                    f"{sc['ms_per_episode']:.2f} | {sc['cpu_ms_per_episode']:.2f} | {sc['load_average_1min']:.2f} |")
     return "\n".join(out)
@@ -311,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ls6 = Ls6(args.trace, args.ls6, args.ls6_trace_only)
     blocks = {"ls6-targets": ls6.targets(), "ls6-months": ls6.months(), "ls6-ablation": ls6.ablation(),
-              "ls6-errors": ls6.errors(), "ls6-busy": ls6.busy(), "ls6-quick": ls6.quick_probe(), "ls6-configs": ls6.configs()}
+              "ls6-errors": ls6.errors(), "ls6-busy": ls6.busy(), "ls6-quick": ls6.quick_probe(),
+              "ls6-top-trials": ls6.top_trials(), "ls6-configs": ls6.configs()}
     if args.other:
         blocks["others"] = others(args.other)
     if args.bench:

@@ -317,7 +317,7 @@ class Simulator:
                 self._enqueue(future[self.fptr][1])
                 self.fptr += 1
                 changed = True
-            if n_sched and self._apply_capacity():
+            if self.cap_ptr < n_sched and sched[self.cap_ptr][0] <= now and self._apply_capacity():
                 changed = True
             if changed:
                 self.dirty = True

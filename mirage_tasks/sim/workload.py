@@ -17,7 +17,6 @@ Jobs that never ran (no start or end) are dropped, and counted in ``dropped``.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,19 +150,15 @@ def capacity_schedule(wl: Workload, nodes: int, window_s: int, quantile: float, 
         cache[key] = (r.max() if quantile >= 1.0 else r.quantile(quantile, interpolation="higher")).to_numpy()
     roll = cache[key]
     last_submit = int(wl.submit[-1]) if len(wl) else t0
-    times = [t0] + list(range((t0 // step_s + 1) * step_s, t_end + 1, step_s))
-    out: list[tuple[int, int]] = []
-    cur = None
-    for u in times:
-        k = (u - 1 - g0) // BUSY_GRID_S  # the last sample strictly before u
-        if u > last_submit or k < 0 or k >= len(roll):
-            cap = nodes
-        else:
-            v = roll[k]
-            cap = nodes if not v >= 1 else min(nodes, int(math.ceil(v)))
-        if cap != cur:
-            out.append((int(u), int(cap)))
-            cur = cap
-    if cur != nodes:  # whole again after the schedule, so that every job can eventually start
+    first = (t0 // step_s + 1) * step_s
+    times = np.concatenate(([t0], np.arange(first, t_end + 1, step_s, dtype=np.int64))).astype(np.int64)
+    k = (times - 1 - g0) // BUSY_GRID_S  # the last sample strictly before each time
+    ok = (times <= last_submit) & (k >= 0) & (k < len(roll))
+    v = np.where(ok, roll[np.clip(k, 0, max(len(roll) - 1, 0))] if len(roll) else 0.0, 0.0)
+    v = np.nan_to_num(v, nan=0.0)
+    caps = np.where(ok & (v >= 1), np.minimum(nodes, np.ceil(v)), nodes).astype(np.int64)
+    keep = np.concatenate(([True], caps[1:] != caps[:-1]))
+    out = [(int(t), int(c)) for t, c in zip(times[keep], caps[keep])]
+    if out[-1][1] != nodes:  # whole again after the schedule, so that every job can eventually start
         out.append((int(times[-1] + step_s), int(nodes)))
     return tuple(out)

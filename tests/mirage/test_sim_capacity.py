@@ -14,7 +14,7 @@ from test_sim_support import T0, frame, run_jobs, starts, tiny_cfg
 
 from mirage_tasks.schema import read_trace
 from mirage_tasks.sim import PRESETS, SimConfig, Simulator, Workload
-from mirage_tasks.sim.calibration import _as_params, search_space, trace_facts
+from mirage_tasks.sim.calibration import _as_params, _suggest, search_space, trace_facts
 from mirage_tasks.sim.config import add_config_arguments, config_from_args
 from mirage_tasks.sim.workload import capacity_schedule
 from stepkit import StepError
@@ -143,7 +143,14 @@ def test_calibration_searches_both():
     assert 0 in space["capacity_window_s"] and max(space["capacity_window_s"]) > 0
     assert 0 in space["short_partition_limit_s"] and max(space["short_partition_limit_s"]) > 0
     p = _as_params(PRESETS["ls6"].replace(priority="age_size"), space)  # (no recorded priorities here)
-    assert p["capacity_window_s"] == 0 and p["short_partition_limit_s"] == 0
+    assert p["capacity_window_s"] == 0 and p["short_partition_limit_s"] == 0 and "nodes" in p
+    # with the capacity model on, the size is not searched (the top of its range bounds it)
+    import optuna
+
+    on = _as_params(PRESETS["ls6"].replace(priority="age_size", capacity_window_s=86400, capacity_quantile=0.9), space)
+    assert "nodes" not in on and on["capacity_quantile"] == 0.9
+    cfg = _suggest(optuna.trial.FixedTrial(on), space, PRESETS["ls6"])
+    assert cfg.nodes == space["nodes"][1] and cfg.capacity_window_s == 86400 and cfg.capacity_quantile == 0.9
 
 
 # The engine before these fields existed (commit 66cb587) gave these schedules on a busy
