@@ -163,7 +163,12 @@ def config_line(cfg: dict) -> str:
             f"age cap {cfg['age_cap']}, max jobs/user {cfg['max_jobs_per_user'] or '-'}, "
             f"max nodes/user {cfg['max_nodes_per_user'] or '-'}, tick {cfg['tick_s'] or 'event'}, "
             f"warm start {cfg['warm_start']}, dispatch latency {cfg.get('dispatch_latency_s', 0)} s, "
-            f"age back-out {cfg.get('trace_age_backout', False)}")
+            f"age back-out {cfg.get('trace_age_backout', False)}"
+            + (f", nodes in service: the {cfg['capacity_quantile']:g} quantile of the trace's busy nodes over the "
+               f"past {cfg['capacity_window_s']} s (re-read every {cfg.get('capacity_step_s', 3600)} s)"
+               if cfg.get("capacity_window_s") else "")
+            + (f", short partition for limits <= {cfg['short_partition_limit_s']} s"
+               if cfg.get("short_partition_limit_s") else ""))
 
 
 def markdown(name: str, rep: dict) -> str:

@@ -16,9 +16,15 @@ Read from the trace (the calibration window and its lead-in only, never the scor
 Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
 effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it),
 per-user job and node limits, priority model, age weight, size weight, age cap and
-PriorityMaxAge, backfill mode (conservative, easy, none) and interval. The first trials
+PriorityMaxAge, backfill mode (conservative, easy, none) and interval, the nodes in service
+over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 days, re-read
+hourly: drains and maintenance; only the trace's past at each instant is read; the size is
+then the top of its range, a bound only) and a short
+partition beside the main one (jobs with a limit up to 30 min, 1 h or 2 h keep their own
+strict priority order on the same nodes). The first trials
 are the configuration a new user would write (the machine size or the busy peak, age and
-size priority, conservative backfill) and, when given, a start configuration.
+size priority, conservative backfill) and, when given, a start configuration, each also
+with the capacity model on (7 days, maximum).
 
 Each trial replays every calendar month (trace time zone) of the calibration window
 independently with a warm start ``lead_in_days`` before the month (the reference
@@ -53,6 +59,9 @@ DISPATCH_HORIZON_S = 60
 HOLD_S = 3600  # a concurrency level counts when held this long in total
 BF_INTERVALS = (30, 60, 120, 300, 600)
 MAX_AGES = (86400, 7 * 86400, 14 * 86400)
+CAPACITY_WINDOWS = (0, 86400, 3 * 86400, 7 * 86400)  # 0 = a fixed cluster size
+CAPACITY_QUANTILES = (1.0, 0.95, 0.9)
+SHORT_PARTITION_LIMITS = (0, 1800, 3600, 7200)  # 0 = one partition
 
 
 @dataclass
@@ -178,14 +187,29 @@ def search_space(facts: TraceFacts) -> dict[str, Any]:
         "max_age_s": list(MAX_AGES),
         "backfill": list(BACKFILL_MODES),
         "bf_interval_s": list(BF_INTERVALS),
+        "capacity_window_s": list(CAPACITY_WINDOWS),
+        "capacity_quantile": list(CAPACITY_QUANTILES),
+        "short_partition_limit_s": list(SHORT_PARTITION_LIMITS),
         "dispatch_latency_s": facts.dispatch_latency_s,
     }
 
 
 def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
     lo, hi = space["nodes"]
+    cap_window = trial.suggest_categorical("capacity_window_s", space["capacity_window_s"])
+    if cap_window:
+        # the nodes in service come from the trace; ``nodes`` only bounds them (against
+        # overlapping records). A bound fitted on the calibration months would forbid the
+        # growth the capacity model is there to follow: the top of the range.
+        nodes = hi
+        quantile = trial.suggest_categorical("capacity_quantile", space["capacity_quantile"])
+    else:
+        nodes = trial.suggest_int("nodes", lo, hi)
+        quantile = 1.0
     return base.replace(
-        nodes=trial.suggest_int("nodes", lo, hi),
+        nodes=nodes,
+        capacity_window_s=cap_window,
+        capacity_quantile=quantile,
         max_jobs_per_user=trial.suggest_categorical("max_jobs_per_user", space["max_jobs_per_user"]),
         max_nodes_per_user=trial.suggest_categorical("max_nodes_per_user", space["max_nodes_per_user"]),
         priority=trial.suggest_categorical("priority", space["priority"]),
@@ -195,22 +219,27 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
         max_age_s=trial.suggest_categorical("max_age_s", space["max_age_s"]),
         backfill=trial.suggest_categorical("backfill", space["backfill"]),
         bf_interval_s=trial.suggest_categorical("bf_interval_s", space["bf_interval_s"]),
+        short_partition_limit_s=trial.suggest_categorical("short_partition_limit_s",
+                                                          space["short_partition_limit_s"]),
     )
 
 
 def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
     """A configuration as trial parameters, or None when it lies outside the space."""
     p = {k: getattr(cfg, k) for k in ("nodes", "max_jobs_per_user", "max_nodes_per_user", "priority", "weight_age",
-                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s")}
+                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s",
+                                      "capacity_window_s", "capacity_quantile", "short_partition_limit_s")}
     lo, hi = space["nodes"]
     p["nodes"] = min(max(p["nodes"], lo), hi)
     for k in ("max_jobs_per_user", "max_nodes_per_user"):
         p[k] = p[k] if p[k] in space[k] else (space[k][-1] if p[k] else 0)
     p["weight_age"] = min(max(p["weight_age"], space["weight_age"][0]), space["weight_age"][1])
     p["weight_size"] = min(max(p["weight_size"], space["weight_size"][0]), space["weight_size"][1])
-    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap"):
+    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap", "capacity_window_s",
+              "capacity_quantile", "short_partition_limit_s"):
         if p[k] not in space[k]:
             return None
+    del p["capacity_quantile" if not p["capacity_window_s"] else "nodes"]  # as _suggest asks for them
     return p
 
 
@@ -262,6 +291,10 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, trials // 3)))
     study = optuna.create_study(direction="minimize", sampler=sampler)
     seeds = [default_config(facts)] + ([start] if start is not None else [])
+    # the same with the capacity model on (the longest window, its maximum): a new feature
+    # first tried on the configurations a user would start from
+    seeds += [c.replace(capacity_window_s=CAPACITY_WINDOWS[-1], capacity_quantile=1.0) for c in seeds
+              if not c.capacity_window_s]
     for c in seeds:
         p = _as_params(c, space)
         if p is not None:

@@ -59,6 +59,18 @@ class SimConfig:
     warm_start: bool = True             # start episodes from the trace's running/pending set
     procs_per_node: int = 0             # converts processor counts to nodes where a trace has no node count
     dispatch_latency_s: int = 0         # decision -> recorded start; added to simulated waits in fidelity/calibrate
+    # Effective capacity (nodes in service) read from the trace's past: every capacity_step_s the
+    # partition holds min(nodes, the capacity_quantile of the trace's busy nodes over the preceding
+    # capacity_window_s). Drains, maintenance and reservations show as nodes the real scheduler did
+    # not use. 0 = off (a fixed ``nodes``). See mirage_tasks/sim/workload.py (capacity_schedule).
+    capacity_window_s: int = 0
+    capacity_quantile: float = 1.0
+    capacity_step_s: int = 3600
+    # Jobs with a time limit of at most this many seconds form a second partition on the same
+    # nodes (ls6: gpu-a100-dev / -small beside gpu-a100): the main scheduler keeps strict
+    # priority order within each partition, so a blocked long job does not hold back a short
+    # one that fits now (and vice versa). 0 = one partition.
+    short_partition_limit_s: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -72,6 +84,12 @@ class SimConfig:
         for name in ("bf_interval_s", "bf_resolution_s", "max_age_s"):
             if int(getattr(self, name)) < 1:
                 raise StepError(f"{name} must be >= 1")
+        if self.capacity_window_s < 0 or self.capacity_step_s < 1:
+            raise StepError("capacity_window_s must be >= 0 (0 = off) and capacity_step_s >= 1")
+        if self.short_partition_limit_s < 0:
+            raise StepError("short_partition_limit_s must be >= 0 (0 = one partition)")
+        if not 0.0 <= self.capacity_quantile <= 1.0:
+            raise StepError(f"capacity_quantile must lie in [0, 1], got {self.capacity_quantile}")
         if self.dispatch_latency_s < 0:
             raise StepError("dispatch_latency_s must be >= 0")
         if self.tick_s < 0 or self.bf_window_s < 0 or self.bf_max_job_test < 1:
@@ -161,6 +179,12 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("max_jobs_per_user", "--max-jobs-per-user", int, "running jobs per user (0 = unlimited)"),
     ("max_nodes_per_user", "--max-nodes-per-user", int, "running nodes per user (0 = unlimited)"),
     ("tick_s", "--tick", int, "scheduler clock in seconds (0 = event driven)"),
+    ("capacity_window_s", "--capacity-window", int,
+     "seconds of the trace's past busy nodes that set the nodes in service (0 = fixed --nodes)"),
+    ("capacity_quantile", "--capacity-quantile", float, "quantile of those busy nodes (1 = their maximum)"),
+    ("capacity_step_s", "--capacity-step", int, "seconds between re-reads of the nodes in service"),
+    ("short_partition_limit_s", "--short-partition-limit", int,
+     "jobs with a limit up to this many seconds form a short partition on the same nodes (0 = off)"),
     ("procs_per_node", "--procs-per-node", int, "processors per node, for traces with processor counts only"),
 ]
 

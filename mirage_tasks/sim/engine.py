@@ -42,6 +42,18 @@ soon as the profile has fewer free nodes than the smallest candidate somewhere i
 ``[now, now + the shortest candidate's planned run)``. Started jobs leave the queue by
 bisection instead of a rebuild.
 
+Nodes in service (``capacity_window_s`` > 0): the partition's size changes over time to
+the schedule :func:`~mirage_tasks.sim.workload.capacity_schedule` reads from the trace's
+past (a quantile of its busy nodes over the preceding window, re-read every
+``capacity_step_s``). A change is an event: nodes leaving service while busy drain (``free``
+goes negative until enough running jobs end); the scheduler plans with the nodes in service
+now and does not know future changes. Off, the schedule is empty and nothing changes.
+
+Short partition (``short_partition_limit_s`` > 0): jobs with a time limit up to that many
+seconds keep their own strict priority order in step 3 (Slurm orders and blocks per
+partition; ls6's development and small queues share the gpu-a100 nodes): a job that does
+not fit blocks only lower-priority jobs of its own partition. Backfill passes are unchanged.
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -61,7 +73,7 @@ import numpy as np
 from stepkit import StepError
 
 from .config import SimConfig
-from .workload import Workload
+from .workload import Workload, capacity_schedule
 
 INF = float("inf")
 AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the last 100 started jobs
@@ -91,6 +103,9 @@ class Simulator:
         self.j_bf: list[bool] = []       # started by a backfill pass ahead of a higher-priority job
         # dynamic state
         self.free = int(cfg.nodes)
+        self.cap = int(cfg.nodes)        # nodes in service now (cfg.capacity_*: varies with time)
+        self.cap_sched: tuple[tuple[int, int], ...] = ()  # (time, nodes in service), sorted
+        self.cap_ptr = 0
         self.running: dict[int, int] = {}   # job -> end time
         self.end_heap: list[tuple[int, int]] = []
         self.queue: list[tuple[float, int, int]] = []  # (order key, submit, job), best first
@@ -121,6 +136,10 @@ class Simulator:
         sim = cls(cfg, t0)
         sim.static_default = _static_default(wl, cfg) if static_default is None else static_default
         tick = cfg.tick_s
+        if cfg.capacity_window_s > 0:
+            # at most 60 days past the window: a drain past that ends on a whole partition
+            sim.cap_sched = capacity_schedule(wl, cfg.nodes, cfg.capacity_window_s, cfg.capacity_quantile,
+                                              cfg.capacity_step_s, t0, t1 + 60 * 86400)
         if cfg.warm_start:
             running, pending = wl.active_at(t0)
             # recent waits: the last AVG_WAIT_JOBS jobs that started (in the trace) by t0
@@ -133,7 +152,7 @@ class Simulator:
                 j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=0)
                 if j < 0:
                     continue
-                if sim.j_nodes[j] <= sim.free:
+                if sim.j_nodes[j] <= sim.free:  # (the whole partition: nodes out of service drain below)
                     sim._start(j, False, when=int(wl.real_start[i]), record_wait=False)
                 else:  # the configured cluster is smaller than the trace's busy set
                     sim._enqueue(j)
@@ -146,6 +165,7 @@ class Simulator:
             if j >= 0:
                 sim.future.append((sim.j_submit[j], j))
         sim.future.sort()
+        sim._apply_capacity()
         if sim.queue:
             sim._strict()
             sim.dirty = True
@@ -220,6 +240,23 @@ class Simulator:
         self._strict()
         self.dirty = True
 
+    def _apply_capacity(self) -> bool:
+        """Take the capacity changes due by now; True when the nodes in service changed.
+        Nodes taken out of service while busy drain: ``free`` goes negative until enough
+        running jobs end."""
+        sched = self.cap_sched
+        p = self.cap_ptr
+        cap = self.cap
+        while p < len(sched) and sched[p][0] <= self.now:
+            cap = sched[p][1]
+            p += 1
+        self.cap_ptr = p
+        if cap == self.cap:
+            return False
+        self.free += cap - self.cap
+        self.cap = cap
+        return True
+
     # ------------------------------------------------------------------ history
     def record_history(self, fn: Callable[[Simulator], np.ndarray], start: int, step: int, window: int) -> None:
         """Take ``fn(self)`` at every multiple of ``step`` from ``start`` on; keep ``window``."""
@@ -246,12 +283,16 @@ class Simulator:
         future = self.future
         heap = self.end_heap
         start = self.j_start
+        sched = self.cap_sched
+        n_sched = len(sched)
         while True:
             if until_started >= 0 and start[until_started] >= 0:
                 return
             t = future[self.fptr][0] if self.fptr < len(future) else INF
             if heap and heap[0][0] < t:
                 t = heap[0][0]
+            if self.cap_ptr < n_sched and sched[self.cap_ptr][0] < t:
+                t = sched[self.cap_ptr][0]
             if self.dirty and do_bf and self.queue:
                 g = (self.now // interval + 1) * interval
                 if g < t:
@@ -275,6 +316,8 @@ class Simulator:
             while self.fptr < n_future and future[self.fptr][0] <= now:
                 self._enqueue(future[self.fptr][1])
                 self.fptr += 1
+                changed = True
+            if self.cap_ptr < n_sched and sched[self.cap_ptr][0] <= now and self._apply_capacity():
                 changed = True
             if changed:
                 self.dirty = True
@@ -413,6 +456,12 @@ class Simulator:
         limits = self.cfg.max_jobs_per_user or self.cfg.max_nodes_per_user
         nodes = self.j_nodes
         started: list[int] = []
+        short = self.cfg.short_partition_limit_s
+        if short:
+            self._strict_two(short, limits, started)
+            if started:
+                self._drop_started(started)
+            return
         for j in self._order():
             if limits and self._user_blocked(j):
                 continue
@@ -424,6 +473,27 @@ class Simulator:
                 break
         if started:
             self._drop_started(started)
+
+    def _strict_two(self, short: int, limits: int, started: list[int]) -> None:
+        """Strict priority order within each of two partitions sharing the nodes: jobs with
+        a limit of at most ``short`` seconds (a short/development partition) and the rest.
+        A job that does not fit blocks only the lower-priority jobs of its own partition."""
+        nodes = self.j_nodes
+        lim = self.j_limit
+        blocked = [False, False]
+        for j in self._order():
+            c = 1 if lim[j] <= short else 0
+            if blocked[c] or (limits and self._user_blocked(j)):
+                continue
+            if nodes[j] > self.free:
+                blocked[c] = True
+                if blocked[1 - c]:
+                    break
+                continue
+            self._start(j, False)
+            started.append(j)
+            if self.free <= 0:
+                break
 
     def _backfill(self) -> None:
         self.n_bf_passes += 1

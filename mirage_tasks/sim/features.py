@@ -98,8 +98,8 @@ def snapshot(sim: Simulator) -> np.ndarray:
         v[19:24] = pc[0]
         v[24:29] = pc[1]
         v[29:34] = pc[2]
-    v[42] = sim.free
-    v[43] = sim.cfg.nodes
+    v[42] = max(sim.free, 0)  # nodes leaving service while busy make free < 0 (capacity_window_s)
+    v[43] = sim.cap           # nodes in service: cfg.nodes unless capacity_window_s is on
     return v
 
 

@@ -106,3 +106,59 @@ class Workload:
         running = np.flatnonzero((rs <= t0) & (run_end > t0))
         pending = np.flatnonzero(rs > t0)
         return running, pending
+
+
+BUSY_GRID_S = 300  # the trace's busy nodes are sampled every 5 minutes for the capacity model
+
+
+def busy_grid(wl: Workload) -> tuple[int, np.ndarray]:
+    """(g0, busy): the trace's busy nodes (real start to start + replayed run time) at
+    ``g0 + k * BUSY_GRID_S``, from the first start to the last end; cached on ``wl``."""
+    cache = wl.__dict__.setdefault("_cap_cache", {})
+    if "grid" not in cache:
+        start = wl.real_start
+        end = wl.real_start + wl.duration
+        if len(start) == 0:
+            cache["grid"] = (0, np.zeros(0, dtype=np.int64))
+        else:
+            g0 = int(start.min()) // BUSY_GRID_S * BUSY_GRID_S
+            g = np.arange(g0, int(end.max()) + BUSY_GRID_S, BUSY_GRID_S)
+            # busy at g: nodes of the jobs started at or before g minus those ended at or before g
+            os_, oe = np.argsort(start, kind="stable"), np.argsort(end, kind="stable")
+            ns = np.concatenate(([0], np.cumsum(wl.nodes[os_])))
+            ne = np.concatenate(([0], np.cumsum(wl.nodes[oe])))
+            level = ns[np.searchsorted(start[os_], g, side="right")] - ne[np.searchsorted(end[oe], g, side="right")]
+            cache["grid"] = (g0, level.astype(np.int64))
+    return cache["grid"]
+
+
+def capacity_schedule(wl: Workload, nodes: int, window_s: int, quantile: float, step_s: int,
+                      t0: int, t_end: int) -> tuple[tuple[int, int], ...]:
+    """The nodes in service at every multiple of ``step_s`` in ``[t0, t_end]`` (first entry
+    at ``t0``): ``min(nodes, ceil(q))`` with ``q`` the ``quantile`` of the trace's busy nodes
+    sampled in ``[u - window_s, u)``, i.e. only what had happened before ``u``. Where the
+    trace shows no busy node in the window (before its first job) or ``u`` lies after its
+    last submission (the trace's later load is unknown), and after ``t_end``, the partition
+    is whole (``nodes``). Only changes are listed."""
+    cache = wl.__dict__.setdefault("_cap_cache", {})
+    g0, level = busy_grid(wl)
+    key = ("roll", window_s, quantile)
+    if key not in cache:
+        w = max(1, window_s // BUSY_GRID_S)
+        s = pd.Series(level.astype(np.float64))
+        r = s.rolling(w, min_periods=1)
+        cache[key] = (r.max() if quantile >= 1.0 else r.quantile(quantile, interpolation="higher")).to_numpy()
+    roll = cache[key]
+    last_submit = int(wl.submit[-1]) if len(wl) else t0
+    first = (t0 // step_s + 1) * step_s
+    times = np.concatenate(([t0], np.arange(first, t_end + 1, step_s, dtype=np.int64))).astype(np.int64)
+    k = (times - 1 - g0) // BUSY_GRID_S  # the last sample strictly before each time
+    ok = (times <= last_submit) & (k >= 0) & (k < len(roll))
+    v = np.where(ok, roll[np.clip(k, 0, max(len(roll) - 1, 0))] if len(roll) else 0.0, 0.0)
+    v = np.nan_to_num(v, nan=0.0)
+    caps = np.where(ok & (v >= 1), np.minimum(nodes, np.ceil(v)), nodes).astype(np.int64)
+    keep = np.concatenate(([True], caps[1:] != caps[:-1]))
+    out = [(int(t), int(c)) for t, c in zip(times[keep], caps[keep])]
+    if out[-1][1] != nodes:  # whole again after the schedule, so that every job can eventually start
+        out.append((int(times[-1] + step_s), int(nodes)))
+    return tuple(out)

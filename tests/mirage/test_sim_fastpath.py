@@ -35,6 +35,9 @@ CONFIGS = {
     "ls6": PRESETS["ls6"],
     "easy_node_limit": PRESETS["ls6"].replace(backfill="easy", max_nodes_per_user=16, bf_interval_s=30),
     "age_size_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70),
+    # nodes in service from the trace's past (drains: free < 0) and a short partition
+    "capacity_short": PRESETS["ls6"].replace(capacity_window_s=86400, capacity_quantile=0.9,
+                                             short_partition_limit_s=3600),
 }
 
 
