@@ -52,7 +52,8 @@ def add_arguments(p):
     p.add_argument("--rate", type=float, help="open mode: offered requests/s")
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
-    p.add_argument("--keep-billing", action="store_true", help="leave the sampler running for collect to stop")
+    p.add_argument("--keep-billing", action="store_true", help="local target: leave the sampler running for collect to stop "
+                        "(knative: the billing DaemonSet runs until collect)")
     p.add_argument("--no-restart", action="store_true", help="skip the soft restarts between points")
     p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
                    help="check the matrix product (auto: on the local target for sizes <= 1000)")
@@ -145,7 +146,7 @@ def run(args) -> int:
     repeats = args.repeats or plan.repeats
     use_billing = plan.experiment.get("billing", False) and not args.no_billing
     sampler = None
-    if use_billing:
+    if use_billing and args.target == "local":  # knative: the run's billing DaemonSet samples every node
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
     results = []
