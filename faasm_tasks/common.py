@@ -99,7 +99,18 @@ def load_plan(args: Any, overrides: dict[str, Any] | None = None):
     if not getattr(args, "experiment", None):
         raise StepError("--experiment is required")
     exp = get_experiment(args.experiment, args.catalogue_dir)
-    return resolve(exp, args.system, args.target, overrides)
+    return resolve(exp, args.system, args.target, overrides, getattr(args, "sweep_variant", None))
+
+
+def add_replicas(p) -> None:
+    """``--replicas`` and ``--sweep-variant`` (deploy and run)."""
+    p.add_argument("--replicas", choices=["per-point", "fixed"], default="per-point",
+                   help="knative: per-point (default, the manual's) redeploys with N replicas for each "
+                        "value of the catalogue's replicas_from parameter (n_workers) and runs with N workers; "
+                        "fixed keeps the catalogue's deploy replica counts for the whole sweep")
+    p.add_argument("--sweep-variant", default="default",
+                   help="the catalogue's sweep (default: the manual's) or one of its sweep_variants "
+                        "(e.g. tf_inference_throughput: extended)")
 
 
 def all_run_state_keys(args: Any) -> list[str]:

@@ -32,7 +32,8 @@ from stepkit import StepError
 
 from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
-from ..common import add_common, load_plan, parse_set, run_date
+from ..catalogue import replicas_for
+from ..common import add_common, add_replicas, load_plan, parse_set, run_date
 from ..data import expected_product, upload_matrices
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
@@ -52,6 +53,9 @@ def add_arguments(p):
     p.add_argument("--rate", type=float, help="open mode: offered requests/s")
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
+    add_replicas(p)
+    p.add_argument("--ready-timeout", type=float, default=900.0,
+                   help="--replicas per-point: seconds to wait for each redeployment to be ready")
     p.add_argument("--keep-billing", action="store_true", help="local target: leave the sampler running for collect to stop "
                         "(knative: the billing DaemonSet runs until collect)")
     p.add_argument("--no-restart", action="store_true", help="skip the soft restarts between points")
@@ -150,6 +154,7 @@ def run(args) -> int:
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
     results = []
+    deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
     try:
         for i, point in enumerate(points):
             point = _point_key(args, plan, point)
@@ -160,6 +165,14 @@ def run(args) -> int:
                     print(f"run: skip {prefix} (attempt {prev['attempt']} succeeded)", flush=True)
                     results.append({"prefix": prefix, "status": "skipped"})
                     continue
+                if args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local":
+                    want = replicas_for(plan, point)
+                    if want != deployed:  # the manual: deploy N replicas, then run with N workers
+                        print(f"run: redeploying with {want}", flush=True)
+                        plan.deployment = want
+                        target.deploy(plan)
+                        target.wait_ready(args.ready_timeout)
+                        deployed = want
                 results.append(_run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix,
                                           first=(i == 0 and rep == 0), date=date))
     finally:
