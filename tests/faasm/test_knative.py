@@ -459,3 +459,55 @@ def test_release_table_selects_images():
     env = {e["name"]: e["value"] for e in upload["spec"]["containers"][0]["env"]}
     assert env["REDIS_STATE_HOST"] == "redis-state" and env["REDIS_QUEUE_HOST"] == "redis-queue"
     assert env["CGROUP_MODE"] == "off" and env["NETNS_MODE"] == "off"
+
+
+#: API method -> (verb, group, resource) of the RBAC rule it needs.
+_RBAC = {
+    "create_namespaced_pod": ("create", "", "pods"), "list_namespaced_pod": ("list", "", "pods"),
+    "read_namespaced_pod": ("get", "", "pods"), "delete_namespaced_pod": ("delete", "", "pods"),
+    "create_namespaced_service": ("create", "", "services"), "delete_namespaced_service": ("delete", "", "services"),
+    "create_namespaced_custom_object": ("create", "serving.knative.dev", "services"),
+    "get_namespaced_custom_object": ("get", "serving.knative.dev", "services"),
+    "replace_namespaced_custom_object": ("update", "serving.knative.dev", "services"),
+    "delete_namespaced_custom_object": ("delete", "serving.knative.dev", "services"),
+    "list_namespaced_custom_object": ("list", "serving.knative.dev", "services"),
+    "create_namespaced_daemon_set": ("create", "apps", "daemonsets"),
+    "list_namespaced_daemon_set": ("list", "apps", "daemonsets"),
+    "delete_namespaced_daemon_set": ("delete", "apps", "daemonsets"),
+}
+
+
+def test_rbac_manifest_covers_every_call_of_the_target(fake):
+    """Every API call of a deploy .. verify-clean (billing DaemonSet included) is granted to the
+    step pods' ServiceAccount, and the Role in the benchmark namespace grants no verb the target
+    does not use beyond pods/log get and ConfigMap create/patch (see the manifest)."""
+    from pathlib import Path
+
+    target, cluster, rexec, _ = fake
+    plan = resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative")
+    target.deploy(plan)
+    target.wait_ready(60)
+    plan.deployment["worker_replicas"] = 5  # run's per-N_WORKERS redeploy: replaces the ksvc
+    target.deploy(plan)
+    target.soft_restart(60)
+    target.teardown(["sgd_params"], timeout_s=60, full=True)
+    target.verify_clean(["sgd_params"])
+    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/rbac/faasm-benchmark.yaml").read_text()))
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "faasm-benchmark"]
+    granted = {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    methods = {c[0] for c in cluster.calls}
+    in_ns = {m for m in methods if m in _RBAC}
+    assert methods - in_ns <= {"read_namespace", "patch_namespaced_config_map", "create_namespaced_config_map"}
+    needed = {_RBAC[m] for m in in_ns} | {("create", "", "pods/exec"), ("get", "", "pods/exec")}  # exec: redis-cli
+    assert needed <= granted, needed - granted
+    documented_extra = {("get", "", "pods/log"), ("create", "", "configmaps"), ("patch", "", "configmaps"),
+                        ("get", "apps", "daemonsets"), ("get", "", "services")}
+    assert granted - needed <= documented_extra, granted - needed
+    assert rexec.calls  # the Redis cleanup went through exec
+    # beyond the namespace: get on the namespace itself, the autoscaler ConfigMap by name
+    [ns_role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert ns_role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["faasm"],
+                                 "verbs": ["get"]}]
+    [autoscaler] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == "knative-serving"]
+    assert autoscaler["rules"][0]["resourceNames"] == ["config-autoscaler"]
