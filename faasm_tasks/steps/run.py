@@ -34,7 +34,7 @@ from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
 from ..catalogue import replicas_for
 from ..common import add_common, add_replicas, load_plan, parse_set, run_date
-from ..data import expected_product, upload_matrices
+from ..data import expected_product, matrix_objects_from_s3, upload_matrices, upload_state_once
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
 from ..targets import get_target
@@ -54,6 +54,11 @@ def add_arguments(p):
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
     add_replicas(p)
+    p.add_argument("--matrix-source", choices=["auto", "generate", "s3"], default="auto",
+                   help="matrix data per size: s3 (the per-size archives upload-data put in the data bucket; "
+                        "auto on knative) or generate (from the seed; auto on the local target)")
+    p.add_argument("--bucket", help="data bucket (default from the catalogue, faasm-data)")
+    p.add_argument("--s3-endpoint-url", help="S3 endpoint of the data bucket (e.g. a MinIO or moto server)")
     p.add_argument("--ready-timeout", type=float, default=900.0,
                    help="--replicas per-point: seconds to wait for each redeployment to be ready")
     p.add_argument("--keep-billing", action="store_true", help="local target: leave the sampler running for collect to stop "
@@ -254,8 +259,16 @@ def _call_point(args, plan, target, invoker, upload, att, point, budget) -> tupl
         res = invoker.call(exp["user"], exp["function"], input_data, **kw)
     elif wl == "matmul":
         size, splits = int(point["matrix_size"]), int(point.get("splits", 2))
-        metrics["uploads"] = [u["action"] for u in upload_matrices(
-            upload, exp["data"].get("state_user", "python"), size, splits, int(exp["data"].get("seed", 42)))]
+        source = args.matrix_source if args.matrix_source != "auto" else (
+            "generate" if args.target == "local" else "s3")
+        user = exp["data"].get("state_user", "python")
+        if source == "s3":
+            bucket = args.bucket or (exp["data"].get("s3") or {}).get("bucket") or "faasm-data"
+            objs = matrix_objects_from_s3(plan, size, bucket, args.s3_endpoint_url)
+            metrics["uploads"] = [upload_state_once(upload, user, k, v)["action"] for k, v in objs.items()]
+        else:
+            metrics["uploads"] = [u["action"] for u in upload_matrices(
+                upload, user, size, splits, int(exp["data"].get("seed", 42)))]
         target.delete_state_keys(list(exp.get("run_state_keys", [])))
         res = invoker.call("python", exp["function"], "", python=True, py_user="python",
                            py_func=exp["function"], **kw)
