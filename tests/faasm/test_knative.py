@@ -511,3 +511,47 @@ def test_rbac_manifest_covers_every_call_of_the_target(fake):
                                  "verbs": ["get"]}]
     [autoscaler] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == "knative-serving"]
     assert autoscaler["rules"][0]["resourceNames"] == ["config-autoscaler"]
+
+
+def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
+    """``run --replicas per-point`` (the default) deploys N replicas and waits for them before
+    the points with N workers; ``--replicas fixed`` keeps the deployment; succeeded points are
+    skipped without a redeploy."""
+    from faasm_tasks.__main__ import STEPS
+    from faasm_tasks.steps import run as run_step
+    from faasm_tasks.targets.base import Endpoints
+    from stepkit.cli import main
+
+    target, cluster, _, _ = fake
+    deployed, points = [], []
+    real_deploy = target.deploy
+
+    def deploy(plan):
+        deployed.append(plan.deployment["worker_replicas"])
+        return real_deploy(plan)
+
+    monkeypatch.setattr(target, "deploy", deploy)
+    monkeypatch.setattr(target, "endpoints", lambda: Endpoints("http://127.0.0.1:9/", "http://127.0.0.1:9"))
+    monkeypatch.setattr(run_step, "get_target", lambda name, args: target)
+
+    def fake_point(args, plan, target_, ep, invoker, upload, info, point, rep, prefix, first, date):
+        points.append((plan.deployment["worker_replicas"], point["n_workers"]))
+        from faasm_tasks.results import Attempt
+        att = Attempt(prefix, {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
+                               "target": "knative", "params": point, "repeat": rep})
+        att.finish(True, None, {})
+        return {"prefix": prefix, "attempt": 1, "status": "succeeded"}
+
+    monkeypatch.setattr(run_step, "_run_point", fake_point)
+    common = ["--target", "knative", "--run-id", "r1", "--results", str(tmp_path), "--date", "2026-11-30",
+              "--state-dir", str(tmp_path / "state"), "--experiment", "sgd_reuters_svm", "--system", "wasm",
+              "--only", "sync_interval=60000"]
+    assert main("faasm_tasks", STEPS, ["run", *common]) == 0
+    assert deployed == list(range(5, 55, 5))
+    assert points == [(n, n) for n in range(5, 55, 5)]  # N replicas, run with N workers
+    deployed.clear()
+    assert main("faasm_tasks", STEPS, ["run", *common]) == 0  # all succeeded: skipped, nothing redeployed
+    assert deployed == []
+    points.clear()
+    assert main("faasm_tasks", STEPS, ["run", *common, "--replicas", "fixed", "--rerun"]) == 0
+    assert deployed == [] and {p[0] for p in points} == {10}  # the catalogue's fixed 10 replicas
