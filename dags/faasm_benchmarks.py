@@ -23,7 +23,17 @@ Every step is ``python -m faasm_tasks <step>`` through the house factory. Result
 ``<HOUSE_STORAGE_ROOT>/faasm_benchmarks/<date>/<run id>/...`` (see faasm_tasks).
 
 Params: ``target`` (``local``: processes on the worker, for laptops and CI; ``knative``:
-the cluster), ``experiments`` and ``systems`` to run (default: all). The experiments and
+the cluster; the default follows ``HOUSE_RUNNER``: ``knative`` on ``kubernetes``),
+``experiments`` and ``systems`` to run (default: all), ``release`` (the Faasm images:
+``0.1.3``, the experiments manual's, or ``0.6.7``), ``replicas`` (``per-point``: SGD and
+matrix redeploy with N replicas for each ``N_WORKERS`` value, as the manual does;
+``fixed``: the catalogue's counts) and ``tf_sweep`` (``default``: the manual's TF
+throughput sweep; ``extended``: the longer one).
+
+On the kubernetes runner every step pod runs under the ``faasm-benchmark`` ServiceAccount
+(``deploy/rbac/faasm-benchmark.yaml``) and the steps share nothing but storage and the
+cluster: ``deploy`` starts the per-node billing sampler DaemonSet (this package's image)
+that writes to the results prefix, ``collect`` removes it and summarizes per host. The experiments and
 their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
 YAML here, without importing the task package); repeat counts and parameters come from
 it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). Each catalogue experiment

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
@@ -158,6 +159,11 @@ def run(args) -> int:
     if use_billing and args.target == "local":  # knative: the run's billing DaemonSet samples every node
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
+        # the handle is recoverable from storage (host, pid, start time, samples file)
+        from stepkit import storage  # noqa: PLC0415
+
+        storage.write_json(storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
+                           {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})
     results = []
     deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
     try:
