@@ -70,3 +70,15 @@ def test_agent_bad_input_exits_2(tmp_path):
     out = p.communicate(timeout=60)[0]
     assert p.returncode == 2 and "--interval" in out
     assert not os.path.exists(tmp_path / "r")
+
+
+def test_local_target_record_is_mirrored_to_storage(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from faasm_tasks.targets.local import LocalTarget
+
+    t = LocalTarget.from_args(NS(state_dir=str(tmp_path / "state"), run_id="r9", results=str(tmp_path / "res")))
+    t.save({"status": "deployed", "procs": [{"pid": 1, "role": "redis"}], "redis_port": 6390})
+    rec = storage.read_json(storage.join(str(tmp_path / "res"), "_state", "r9", "local-target.json"))
+    assert rec["redis_port"] == 6390 and rec["procs"][0]["role"] == "redis" and rec["host"]
+    assert t.load()["redis_port"] == 6390  # the worker-local file stays the authoritative one
