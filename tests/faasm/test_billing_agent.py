@@ -29,17 +29,19 @@ def test_agents_per_host_then_collect_in_a_fresh_pod(tmp_path):
     # two nodes' samplers, no --date: the date is recorded in storage by the first, read by the other
     agents = [_cli("billing-agent", *common, "--interval", "0.2", "--flush-s", "0.5", env={"NODE_NAME": host},
                    state_dir=tmp_path / f"pod-{host}") for host in ("node-a", "node-b")]
-    deadline = time.time() + 60
-    while len({f.split("/")[-2] for f in storage.list_files(str(tmp_path / "results"))
-               if f.endswith(".jsonl") and "/billing/" in f}) < 2:  # both sampling (imports take a while on a busy machine)
-        assert time.time() < deadline, "the samplers wrote nothing"
-        time.sleep(0.2)
-    t0 = time.time()
-    time.sleep(1.5)
-    t1 = time.time()
-    time.sleep(0.5)
-    for a in agents:
-        a.send_signal(signal.SIGTERM)  # what the DaemonSet's deletion does
+    try:
+        deadline = time.time() + 60
+        while len({f.split("/")[-2] for f in storage.list_files(str(tmp_path / "results"))
+                   if f.endswith(".jsonl") and "/billing/" in f}) < 2:  # both sampling (imports are slow here)
+            assert time.time() < deadline, "the samplers wrote nothing"
+            time.sleep(0.2)
+        t0 = time.time()
+        time.sleep(1.5)
+        t1 = time.time()
+        time.sleep(0.5)
+    finally:
+        for a in agents:
+            a.send_signal(signal.SIGTERM)  # what the DaemonSet's deletion does
     outs = [a.communicate(timeout=30)[0] for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outs
     date = storage.read_json(date_record(root, run_id))["date"]
