@@ -593,9 +593,12 @@ def billing_spec(args) -> dict[str, Any] | None:
             raise StepError(f"--billing-node-selector expects key=value, got {item!r}")
         k, v = item.split("=", 1)
         selector[k] = v
+    try:
+        date = ["--date", run_date(args)]
+    except StepError:  # a bad --date must not stop a teardown (which needs no sampler command)
+        date = []
     command = ["python", "-m", "faasm_tasks", "billing-agent", "--target", "knative", "--run-id", args.run_id,
-               "--results", args.results, "--date", run_date(args),
-               "--interval", str(getattr(args, "billing_interval", 2.0))]
+               "--results", args.results, *date, "--interval", str(getattr(args, "billing_interval", 2.0))]
     return {"image": image, "command": command, "node_selector": selector,
             "secret": getattr(args, "billing_secret", None) or None}
 
