@@ -23,7 +23,17 @@ Every step is ``python -m faasm_tasks <step>`` through the house factory. Result
 ``<HOUSE_STORAGE_ROOT>/faasm_benchmarks/<date>/<run id>/...`` (see faasm_tasks).
 
 Params: ``target`` (``local``: processes on the worker, for laptops and CI; ``knative``:
-the cluster), ``experiments`` and ``systems`` to run (default: all). The experiments and
+the cluster; the default follows ``HOUSE_RUNNER``: ``knative`` on ``kubernetes``),
+``experiments`` and ``systems`` to run (default: all), ``release`` (the Faasm images:
+``0.1.3``, the experiments manual's, or ``0.6.7``), ``replicas`` (``per-point``: SGD and
+matrix redeploy with N replicas for each ``N_WORKERS`` value, as the manual does;
+``fixed``: the catalogue's counts) and ``tf_sweep`` (``default``: the manual's TF
+throughput sweep; ``extended``: the longer one).
+
+On the kubernetes runner every step pod runs under the ``faasm-benchmark`` ServiceAccount
+(``deploy/rbac/faasm-benchmark.yaml``) and the steps share nothing but storage and the
+cluster: ``deploy`` starts the per-node billing sampler DaemonSet (this package's image)
+that writes to the results prefix, ``collect`` removes it and summarizes per host. The experiments and
 their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
 YAML here, without importing the task package); repeat counts and parameters come from
 it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). Each catalogue experiment
@@ -39,9 +49,21 @@ from pathlib import Path
 import yaml
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from house import MACROS, default_args, steps_for
+from house import MACROS, default_args, get_config, steps_for
 
-step, _ = steps_for("faasm_tasks")
+_step, _ = steps_for("faasm_tasks")
+CFG = get_config()
+#: The ServiceAccount of deploy/rbac/faasm-benchmark.yaml: Faasm step pods run under it (the
+#: knative target creates Knative Services, pods, a DaemonSet ... in the benchmark namespace).
+SERVICE_ACCOUNT = "faasm-benchmark"
+#: On Kubernetes the benchmark runs on the cluster: a local target would start benchmark processes
+#: inside short-lived step pods.
+DEFAULT_TARGET = "knative" if CFG.runner == "kubernetes" else "local"
+
+
+def step(task_id: str, **kw):
+    """The house factory with the Faasm steps' ServiceAccount (kubernetes runner only)."""
+    return _step(task_id, pod_overrides={"service_account_name": SERVICE_ACCOUNT}, **kw)
 
 
 def catalogue_systems() -> dict[str, list[str]]:
@@ -81,7 +103,14 @@ COMMON = [
     "--run-id", "{{ run_id }}",
     "--results", "{{ house_storage_prefix(dag.dag_id) }}",  # resolved at run time, as in mirage_pipeline
     "--date", "{{ ds }}",
+    "--release", "{{ params.release }}",
 ]
+if CFG.runner == "kubernetes":
+    # the per-node billing sampler DaemonSet runs this package's image, with the storage Secret
+    # (which the platform copies into the benchmark namespace, docs/deploy.md)
+    COMMON += ["--billing-image", CFG.image_for("faasm_tasks"), "--billing-secret", CFG.storage_secret]
+# the manual's releases (faasm_tasks/targets/knative.py RELEASES), its first entry the default
+RELEASES = ["0.1.3", "0.6.7"]
 
 with DAG(
     dag_id="faasm_benchmarks",
@@ -96,9 +125,18 @@ with DAG(
     tags=["faasm", "benchmark"],
     user_defined_macros=dict(MACROS),
     params={
-        "target": Param("local", enum=["local", "knative"], title="Target",
+        "target": Param(DEFAULT_TARGET, enum=["local", "knative"], title="Target",
                         description="local: worker processes on 127.0.0.1 (pipeline check, not Faasm); "
-                                    "knative: the cluster"),
+                                    "knative: the cluster (the default under HOUSE_RUNNER=kubernetes)"),
+        "release": Param(RELEASES[0], enum=RELEASES, title="Faasm release",
+                         description="image names and tags to deploy: 0.1.3 (the experiments manual's: "
+                                     "faasm/knative-worker) or 0.6.7 (faasm/worker)"),
+        "replicas": Param("per-point", enum=["per-point", "fixed"], title="Replicas (SGD, matrix)",
+                          description="per-point: redeploy with N replicas for each N_WORKERS value and run "
+                                      "with N workers (the manual); fixed: the catalogue's replica counts"),
+        "tf_sweep": Param("default", enum=["default", "extended"], title="TF throughput sweep",
+                          description="default: the manual's (max delay 30 s .. 2 s); extended: the longer "
+                                      "faasm-experiments sweep (wasm down to 25 ms)"),
         "experiments": Param(EXPERIMENTS, type="array", items={"type": "string", "enum": EXPERIMENTS},
                              title="Experiments", description="Which catalogue experiments to run."),
         "systems": Param(SYSTEMS, type="array", items={"type": "string", "enum": SYSTEMS},
@@ -121,6 +159,8 @@ with DAG(
         for system in CATALOGUE[experiment]:
             group = f"{experiment}__{system}"
             sel = ["--experiment", experiment, "--system", system]
+            shape = ["--replicas", "{{ params.replicas }}"] + (
+                ["--sweep-variant", "{{ params.tf_sweep }}"] if experiment == "tf_inference_throughput" else [])
             with TaskGroup(group_id=group):
 
                 @task(trigger_rule=TriggerRule.NONE_FAILED)
@@ -133,14 +173,14 @@ with DAG(
                         raise AirflowSkipException(f"{exp}/{sys_} not selected")
 
                 setup = prepare().as_setup()
-                deploy = step("deploy", argv=["deploy", *COMMON, *sel],
+                deploy = step("deploy", argv=["deploy", *COMMON, *sel, *shape],
                               timeout=timedelta(minutes=30))
                 wait = step("wait_ready",
                             argv=["wait-ready", *COMMON, "--timeout", "900"], timeout=timedelta(minutes=20))
                 upload = step("upload_data", argv=["upload-data", *COMMON, *sel],
                               timeout=timedelta(hours=1))
                 run = step("run", preset="cpu-large",
-                           argv=["run", *COMMON, *sel, "--keep-billing"], timeout=RUN_TIMEOUT[experiment])
+                           argv=["run", *COMMON, *sel, *shape, "--keep-billing"], timeout=RUN_TIMEOUT[experiment])
                 # collect is a teardown too: it runs after a failed run, so partial results are kept.
                 collect = step("collect", argv=["collect", *COMMON],
                                timeout=timedelta(minutes=20)).as_teardown(setups=setup)

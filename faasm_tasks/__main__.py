@@ -16,6 +16,8 @@ STEPS: dict[str, tuple[str, str]] = {
     "summarize": ("faasm_tasks.steps.summarize", "one summary table (JSON, CSV) of a run's attempts and the "
                                                  "trend report (HTML, Markdown) of the last --days days"),
     "check": ("faasm_tasks.steps.check", "fail (exit 1) when a point regressed past a threshold vs the trailing median"),
+    "billing-agent": ("faasm_tasks.steps.billing_agent", "per-node billing sampler (the knative target's DaemonSet): "
+                                                         "psutil samples to the run's results prefix"),
     "render": ("faasm_tasks.steps.render", "render the knative manifests to files (no cluster needed)"),
     "experiments": ("faasm_tasks.steps.experiments", "list or validate the experiment catalogue"),
 }

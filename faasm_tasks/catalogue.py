@@ -133,13 +133,23 @@ def expand(axes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, Any] | None = None) -> Plan:
-    """Merge the catalogue entry (plus the ``local`` section on the local target) into a Plan."""
+def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, Any] | None = None,
+            variant: str | None = None) -> Plan:
+    """Merge the catalogue entry (plus the ``local`` section on the local target) into a Plan.
+
+    ``variant`` picks one of the entry's ``sweep_variants`` instead of its ``sweep`` (the
+    default, the experiments manual's); ``None`` or ``"default"`` keeps the default."""
     if system not in exp["systems"]:
         raise StepError(f"{exp['name']}: system {system!r} not in {exp['systems']}")
     params = copy.deepcopy(exp.get("params", {}))
     driver = copy.deepcopy(exp["driver"])
     axes = copy.deepcopy(exp["sweep"][system])
+    if variant and variant != "default":
+        variants = exp.get("sweep_variants") or {}
+        if variant not in variants or system not in variants[variant]:
+            raise StepError(f"--sweep-variant {variant!r}: {exp['name']}/{system} has "
+                            f"{', '.join(['default', *sorted(variants)])}")
+        axes = copy.deepcopy(variants[variant][system])
     deployment = copy.deepcopy(exp["deploy"][system])
     if target == "local":
         loc = exp.get("local", {})
@@ -155,6 +165,25 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     # overrides win over the sweep too (e.g. a shorter duration_s for a smoke run)
     plan.points = [{**params, **p, **overrides} for p in expand(axes)]
     return plan
+
+
+def replicas_for(plan: Plan, point: dict[str, Any]) -> dict[str, Any]:
+    """The deployment for one point. With ``replicas_from: n_workers`` (the manual's SGD and
+    matrix runs: deploy N replicas, run with N workers) the wasm worker Service, or each
+    native Service, gets the point's N replicas; otherwise the plan's fixed deployment."""
+    dep = copy.deepcopy(plan.deployment)
+    key = plan.experiment.get("replicas_from")
+    if not key or key not in point or plan.target == "local":
+        return dep
+    n = int(point[key])
+    if n < 1:
+        raise StepError(f"{plan.name}: {key}={n} cannot be a replica count")
+    if dep.get("native_services"):
+        for svc in dep["native_services"]:
+            svc["replicas"] = n
+    else:
+        dep["worker_replicas"] = n
+    return dep
 
 
 def slug(params: dict[str, Any]) -> str:

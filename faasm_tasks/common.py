@@ -8,7 +8,7 @@ import os
 import re
 from typing import Any
 
-from stepkit import StepError
+from stepkit import StepError, storage
 
 from .procs import default_state_root, run_dir
 
@@ -32,8 +32,18 @@ def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_
     k.add_argument("--namespace", default="faasm")
     k.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     k.add_argument("--context", help="kubeconfig context")
-    k.add_argument("--faasm-version", default="0.4.0", help="image tag of the 2020-era Faasm images")
-    k.add_argument("--image-registry", default="faasm", help="registry/organisation of the images")
+    k.add_argument("--release", default=os.environ.get("FAASM_RELEASE", "0.1.3"),
+                   help="Faasm release whose image names and tags to deploy (targets/knative.py RELEASES; "
+                        "default 0.1.3, the experiments manual's; env FAASM_RELEASE)")
+    k.add_argument("--image-registry", default=None, help="registry/organisation replacing 'faasm' (a mirror)")
+    k.add_argument("--billing-image", default=os.environ.get("FAASM_TASKS_IMAGE"),
+                   help="image of the per-node billing sampler DaemonSet (this package's image; env "
+                        "FAASM_TASKS_IMAGE); without it the knative target deploys no sampler")
+    k.add_argument("--billing-node-selector", action="append", default=[],
+                   help="key=value node label of the nodes that run the experiment (repeatable; default: all)")
+    k.add_argument("--billing-secret", default=os.environ.get("FAASM_BILLING_SECRET"),
+                   help="Secret in the benchmark namespace with the storage credentials for the sampler pods")
+    k.add_argument("--billing-interval", type=float, default=2.0, help="seconds between billing samples")
     k.add_argument("--domain", default="faasm.example.com", help="Knative domain used in Host headers")
     k.add_argument("--invoke-url", default=os.environ.get("FAASM_INVOKE_URL"),
                    help="ingress URL for invocations (knative target; env FAASM_INVOKE_URL)")
@@ -58,16 +68,29 @@ def run_date(args: Any) -> str:
         except ValueError as exc:
             raise StepError(f"--date {args.date!r} is not YYYY-MM-DD") from exc
         return args.date
+    # recorded under the results root, so a step in a fresh pod finds it (storage is all steps share)
+    uri = date_record(args.results, args.run_id)
+    try:
+        rec = storage.read_json(uri)
+        if isinstance(rec, dict) and rec.get("date"):
+            return str(rec["date"])
+    except FileNotFoundError:
+        pass
     path = os.path.join(run_dir(args.state_dir, args.run_id), "date")
     try:
         with open(path, encoding="utf-8") as f:
-            return f.read().strip()
+            today = f.read().strip()  # recorded by an earlier version in the worker-local state
     except FileNotFoundError:
-        pass
-    today = dt.datetime.now(dt.UTC).date().isoformat()
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(today)
+        today = dt.datetime.now(dt.UTC).date().isoformat()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(today)
+    storage.write_json(uri, {"run_id": args.run_id, "date": today})
     return today
+
+
+def date_record(results: str, run_id: str) -> str:
+    """``<results>/_state/<run id>/date.json``: the run's date folder, for steps without ``--date``."""
+    return storage.join(results, "_state", run_id, "date.json")
 
 
 def load_plan(args: Any, overrides: dict[str, Any] | None = None):
@@ -76,7 +99,18 @@ def load_plan(args: Any, overrides: dict[str, Any] | None = None):
     if not getattr(args, "experiment", None):
         raise StepError("--experiment is required")
     exp = get_experiment(args.experiment, args.catalogue_dir)
-    return resolve(exp, args.system, args.target, overrides)
+    return resolve(exp, args.system, args.target, overrides, getattr(args, "sweep_variant", None))
+
+
+def add_replicas(p) -> None:
+    """``--replicas`` and ``--sweep-variant`` (deploy and run)."""
+    p.add_argument("--replicas", choices=["per-point", "fixed"], default="per-point",
+                   help="knative: per-point (default, the manual's) redeploys with N replicas for each "
+                        "value of the catalogue's replicas_from parameter (n_workers) and runs with N workers; "
+                        "fixed keeps the catalogue's deploy replica counts for the whole sweep")
+    p.add_argument("--sweep-variant", default="default",
+                   help="the catalogue's sweep (default: the manual's) or one of its sweep_variants "
+                        "(e.g. tf_inference_throughput: extended)")
 
 
 def all_run_state_keys(args: Any) -> list[str]:

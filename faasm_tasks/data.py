@@ -156,13 +156,98 @@ def upload_file_once(client: UploadClient, path: str, data: bytes, force: bool =
     return {"kind": "file", "path": path, "bytes": len(data), "sha256": digest, "action": "uploaded"}
 
 
+def fetch_object(bucket: str, key: str, endpoint_url: str | None = None) -> bytes:
+    """``s3://bucket/key`` as bytes; a missing object or unreachable store -> StepError (exit 2)."""
+    import fsspec
+
+    opts = {"client_kwargs": {"endpoint_url": endpoint_url}} if endpoint_url else {}
+    uri = f"s3://{bucket}/{key}"
+    try:
+        with fsspec.open(uri, "rb", **opts) as f:
+            return f.read()
+    except (FileNotFoundError, PermissionError, OSError) as exc:
+        raise StepError(f"cannot fetch {uri}: {exc}") from exc
+
+
+def needs_function(plan) -> bool:
+    """The manual uploads the function before a run: wasm functions (``inv upload <user> <func>``)
+    and Python ones for both systems (``inv upload python mat_mul --py``); native C++ functions
+    are built into their images."""
+    return bool(plan.experiment["data"].get("function_key")) and (
+        plan.system == "wasm" or bool(plan.experiment.get("python")))
+
+
+def matrix_archive_key(prefix: str, size: int, splits: int) -> str:
+    """One archive per size, named after the manual's folders (``<N>x<N>_<splits>``)."""
+    return f"{prefix.strip('/')}/{size}x{size}_{splits}.tar"
+
+
+def ensure_matrix_archives(plan, bucket: str, endpoint_url: str | None = None) -> list[dict[str, Any]]:
+    """``data.matrix-upload-s3``: each size's 33 state objects as a tar in S3, generated
+    (deterministically, from the catalogue's seed) only when the archive is not there yet."""
+    import fsspec
+
+    spec = plan.experiment["data"]
+    prefix, seed = spec.get("matrix_prefix", "matrix"), int(spec.get("seed", 42))
+    splits = int(plan.params.get("splits", 2))
+    opts = {"client_kwargs": {"endpoint_url": endpoint_url}} if endpoint_url else {}
+    fs = fsspec.filesystem("s3", **opts)
+    out = []
+    for size in sorted({int(p["matrix_size"]) for p in plan.points}):
+        key = matrix_archive_key(prefix, size, splits)
+        try:
+            there = fs.exists(f"{bucket}/{key}")
+        except (PermissionError, OSError) as exc:
+            raise StepError(f"cannot reach s3://{bucket}/{key}: {exc}") from exc
+        if there:
+            out.append({"kind": "matrix-archive", "key": key, "action": "skipped"})
+            continue
+        body = tar_bytes({f"{size}x{size}_{splits}/{k}": v for k, v in
+                          matrix_state_objects(size, splits, seed).items()})
+        with fs.open(f"{bucket}/{key}", "wb") as f:
+            f.write(body)
+        out.append({"kind": "matrix-archive", "key": key, "bytes": len(body), "action": "uploaded"})
+    return out
+
+
+def matrix_objects_from_s3(plan, size: int, bucket: str, endpoint_url: str | None = None) -> dict[str, bytes]:
+    """``data.matrix-download-s3`` for one size: its state objects from the archive."""
+    spec = plan.experiment["data"]
+    splits = int(plan.params.get("splits", 2))
+    key = matrix_archive_key(spec.get("matrix_prefix", "matrix"), size, splits)
+    files = fetch_archive(bucket, key, endpoint_url)
+    if "matrix_state" not in files:
+        raise StepError(f"s3://{bucket}/{key} lacks matrix_state")
+    return files
+
+
 def prepare(plan, client: UploadClient, source: str, *, force: bool = False, bucket: str | None = None,
-            key: str | None = None, endpoint_url: str | None = None, function_file: str | None = None
-            ) -> list[dict[str, Any]]:
-    """Upload everything the experiment needs. ``source`` is ``synthetic`` or ``s3``."""
+            key: str | None = None, endpoint_url: str | None = None, function_file: str | None = None,
+            function_source: str | None = None) -> list[dict[str, Any]]:
+    """Upload everything the experiment needs. ``source`` is ``synthetic`` or ``s3``;
+    ``function_source="s3"`` uploads the function from ``s3://<bucket>/<data.function_key>``
+    first (when the system needs one, :func:`needs_function`)."""
     exp, spec = plan.experiment, plan.experiment["data"]
     kind = spec["kind"]
     reports: list[dict[str, Any]] = []
+    data_bucket = bucket or (spec.get("s3") or {}).get("bucket") or "faasm-data"
+    if not function_file and function_source == "s3" and needs_function(plan):
+        body = fetch_object(data_bucket, spec["function_key"], endpoint_url)
+        digest = sha256(body)
+        ck = f"function__{exp['user']}__{exp['function']}.sha256"
+        held = None if force else client.get_state(FILES_USER, ck)
+        if held is not None and held.decode(errors="replace").strip() == digest:
+            reports.append({"kind": "function", "user": exp["user"], "function": exp["function"],
+                            "bytes": len(body), "sha256": digest, "action": "skipped"})
+        else:
+            if exp.get("python"):
+                client.put_python(exp["user"], exp["function"], body)
+            else:
+                client.put_function(exp["user"], exp["function"], body)
+            client.put_state(FILES_USER, ck, digest.encode())
+            reports.append({"kind": "function", "user": exp["user"], "function": exp["function"],
+                            "bytes": len(body), "sha256": digest, "action": "uploaded",
+                            "source": f"s3://{data_bucket}/{spec['function_key']}"})
     if function_file:
         with open(function_file, "rb") as f:
             body = f.read()
@@ -197,7 +282,12 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
         user = spec.get("state_user", "python")
         splits = int(plan.params.get("splits", 2))
         first = int(plan.points[0]["matrix_size"])
-        reports += upload_matrices(client, user, first, splits, int(spec.get("seed", 42)), force)
+        if source == "s3":  # the manual's matrix-upload-s3 / -download-s3, one archive per size
+            reports += ensure_matrix_archives(plan, data_bucket, endpoint_url)
+            objs = matrix_objects_from_s3(plan, first, data_bucket, endpoint_url)
+            reports += [upload_state_once(client, user, k, v, force) for k, v in objs.items()]
+        else:
+            reports += upload_matrices(client, user, first, splits, int(spec.get("seed", 42)), force)
     elif kind == "tf":
         user = spec.get("state_user", "tf")
         if source == "s3":

@@ -1,6 +1,12 @@
-"""Stop the billing sampler (if a run left it), store its samples and attach a billing
-summary to every attempt of the run that has none yet; copy local-target logs. Attempts
-left ``running`` by a killed ``run`` are marked ``failed`` (``interrupted``) first."""
+"""Stop the billing samplers, store their samples and attach a billing summary (one entry
+per host) to every attempt of the run that has none yet; copy local-target logs. Attempts
+left ``running`` by a killed ``run`` are marked ``failed`` (``interrupted``) first.
+
+Local target: the sampler is a process of this worker (its samples are stored under
+``billing/<host>-<digest>.jsonl``). Knative target: the samplers are the run's billing
+DaemonSet, one pod per node writing ``billing/<host>/<seq>.jsonl`` itself; collect deletes
+the DaemonSet (each sampler writes its last samples on SIGTERM), waits for its pods to go,
+and reads every host's samples from storage, so it needs nothing of an earlier pod."""
 
 from __future__ import annotations
 
@@ -12,11 +18,14 @@ from stepkit import storage
 
 from .. import billing, procs
 from ..common import add_common, run_date
+from ..targets import get_target
 from ..results import iter_records, mark_interrupted, run_prefix, validate_record, write_op_report
 
 
 def add_arguments(p):
     add_common(p)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="knative: seconds to wait for the billing DaemonSet's pods to go")
 
 
 def run(args) -> int:
@@ -24,8 +33,10 @@ def run(args) -> int:
     base = run_prefix(args.results, date, args.run_id)
     procs.fault("collect")  # test hook: collect killed before it stops the sampler
     stopped = billing.stop_sampler(args.state_dir, args.run_id)
-    report = {"sampler": stopped, "stored": [], "attached": [], "logs": [],
+    report: dict = {"sampler": stopped, "stored": [], "attached": [], "logs": [],
               "interrupted": mark_interrupted(args.results, date, args.run_id)}
+    if args.target == "knative":
+        report["billing_daemonset"] = get_target("knative", args).stop_billing(args.timeout)
     samples_file = billing.samples_path(args.state_dir, args.run_id)
     text = ""
     if os.path.exists(samples_file):
@@ -38,10 +49,20 @@ def run(args) -> int:
         report["stored"].append(uri)
     # samples already stored by an earlier collect (possibly from another host)
     texts = {socket.gethostname(): text} if text else {}
+    segments: dict[str, list[str]] = {}
     for rel in storage.list_files(storage.join(base, "billing")):
+        if not rel.endswith(".jsonl"):
+            continue
+        if "/" in rel:  # billing/<host>/<seq>.jsonl: a DaemonSet sampler's segments
+            segments.setdefault(rel.split("/", 1)[0], []).append(rel)
+            continue
         host = rel.rsplit("-", 1)[0]
-        if rel.endswith(".jsonl") and host not in texts:
+        if host not in texts:
             texts[host] = storage.read_bytes(storage.join(base, "billing", rel)).decode()
+    for host, rels in sorted(segments.items()):
+        texts.setdefault(host, "")
+        texts[host] += "".join(storage.read_bytes(storage.join(base, "billing", r)).decode() for r in sorted(rels))
+    report["hosts"] = sorted(texts)
     parsed = {h: billing.read_samples(t)[1] for h, t in texts.items()}
     for uri, rec in iter_records(args.results, date, args.run_id):
         if rec.get("status") == "running" or "billing" in rec:
@@ -49,7 +70,7 @@ def run(args) -> int:
         win = (rec.get("metrics") or {}).get("window")
         if not win or not parsed:
             continue
-        summaries = [billing.summarize(rows, win["start"], win["end"], host) for host, rows in parsed.items()]
+        summaries = [billing.summarize(rows, win["start"], win["end"], host) for host, rows in sorted(parsed.items())]
         summaries = [s for s in summaries if s["samples"] >= 2]
         if not summaries:
             continue

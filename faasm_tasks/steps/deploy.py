@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import add_common, load_plan, parse_set, run_date
+from ..catalogue import replicas_for
+from ..common import add_common, add_replicas, load_plan, parse_set, run_date
 from ..results import write_op_report
 from ..targets import get_target
 
@@ -24,11 +25,14 @@ def add_arguments(p):
     add_common(p, experiment=True, experiment_required=True)
     p.add_argument("--workers", type=positive_int, help="override the worker replica count (>= 1)")
     p.add_argument("--set", action="append", default=[], help="parameter override key=value")
+    add_replicas(p)
 
 
 def run(args) -> int:
     date = run_date(args)
     plan = load_plan(args, parse_set(args.set))
+    if args.replicas == "per-point" and plan.points:  # the first point's N (run redeploys for the others)
+        plan.deployment = replicas_for(plan, plan.points[0])
     if args.workers is not None:
         plan.deployment["worker_replicas"] = args.workers
     target = get_target(args.target, args)

@@ -19,7 +19,7 @@ def run(args) -> int:
     args.target = "knative"
     date = run_date(args)
     plan = load_plan(args)
-    docs = render(plan, namespace=args.namespace, run_id=args.run_id, faasm_version=args.faasm_version,
+    docs = render(plan, namespace=args.namespace, run_id=args.run_id, release=args.release,
                   registry=args.image_registry)
     out = args.out or storage.join(args.results, date, args.run_id, "manifests",
                                    f"{plan.name}-{plan.system}.yaml")

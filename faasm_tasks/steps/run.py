@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
@@ -32,8 +33,9 @@ from stepkit import StepError
 
 from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
-from ..common import add_common, load_plan, parse_set, run_date
-from ..data import expected_product, upload_matrices
+from ..catalogue import replicas_for
+from ..common import add_common, add_replicas, load_plan, parse_set, run_date
+from ..data import expected_product, matrix_objects_from_s3, upload_matrices, upload_state_once
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
 from ..targets import get_target
@@ -52,7 +54,16 @@ def add_arguments(p):
     p.add_argument("--rate", type=float, help="open mode: offered requests/s")
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
-    p.add_argument("--keep-billing", action="store_true", help="leave the sampler running for collect to stop")
+    add_replicas(p)
+    p.add_argument("--matrix-source", choices=["auto", "generate", "s3"], default="auto",
+                   help="matrix data per size: s3 (the per-size archives upload-data put in the data bucket; "
+                        "auto on knative) or generate (from the seed; auto on the local target)")
+    p.add_argument("--bucket", help="data bucket (default from the catalogue, faasm-data)")
+    p.add_argument("--s3-endpoint-url", help="S3 endpoint of the data bucket (e.g. a MinIO or moto server)")
+    p.add_argument("--ready-timeout", type=float, default=900.0,
+                   help="--replicas per-point: seconds to wait for each redeployment to be ready")
+    p.add_argument("--keep-billing", action="store_true", help="local target: leave the sampler running for collect to stop "
+                        "(knative: the billing DaemonSet runs until collect)")
     p.add_argument("--no-restart", action="store_true", help="skip the soft restarts between points")
     p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
                    help="check the matrix product (auto: on the local target for sizes <= 1000)")
@@ -145,10 +156,16 @@ def run(args) -> int:
     repeats = args.repeats or plan.repeats
     use_billing = plan.experiment.get("billing", False) and not args.no_billing
     sampler = None
-    if use_billing:
+    if use_billing and args.target == "local":  # knative: the run's billing DaemonSet samples every node
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
+        # the handle is recoverable from storage (host, pid, start time, samples file)
+        from stepkit import storage  # noqa: PLC0415
+
+        storage.write_json(storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
+                           {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})
     results = []
+    deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
     try:
         for i, point in enumerate(points):
             point = _point_key(args, plan, point)
@@ -159,6 +176,14 @@ def run(args) -> int:
                     print(f"run: skip {prefix} (attempt {prev['attempt']} succeeded)", flush=True)
                     results.append({"prefix": prefix, "status": "skipped"})
                     continue
+                if args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local":
+                    want = replicas_for(plan, point)
+                    if want != deployed:  # the manual: deploy N replicas, then run with N workers
+                        print(f"run: redeploying with {want}", flush=True)
+                        plan.deployment = want
+                        target.deploy(plan)
+                        target.wait_ready(args.ready_timeout)
+                        deployed = want
                 results.append(_run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix,
                                           first=(i == 0 and rep == 0), date=date))
     finally:
@@ -240,8 +265,16 @@ def _call_point(args, plan, target, invoker, upload, att, point, budget) -> tupl
         res = invoker.call(exp["user"], exp["function"], input_data, **kw)
     elif wl == "matmul":
         size, splits = int(point["matrix_size"]), int(point.get("splits", 2))
-        metrics["uploads"] = [u["action"] for u in upload_matrices(
-            upload, exp["data"].get("state_user", "python"), size, splits, int(exp["data"].get("seed", 42)))]
+        source = args.matrix_source if args.matrix_source != "auto" else (
+            "generate" if args.target == "local" else "s3")
+        user = exp["data"].get("state_user", "python")
+        if source == "s3":
+            bucket = args.bucket or (exp["data"].get("s3") or {}).get("bucket") or "faasm-data"
+            objs = matrix_objects_from_s3(plan, size, bucket, args.s3_endpoint_url)
+            metrics["uploads"] = [upload_state_once(upload, user, k, v)["action"] for k, v in objs.items()]
+        else:
+            metrics["uploads"] = [u["action"] for u in upload_matrices(
+                upload, user, size, splits, int(exp["data"].get("seed", 42)))]
         target.delete_state_keys(list(exp.get("run_state_keys", [])))
         res = invoker.call("python", exp["function"], "", python=True, py_user="python",
                            py_func=exp["function"], **kw)

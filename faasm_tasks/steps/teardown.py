@@ -25,7 +25,7 @@ def add_arguments(p):
     add_common(p, experiment=True)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for things to go away")
     p.add_argument("--full", action="store_true",
-                   help="knative: also delete Redis, the upload service and the namespace")
+                   help="knative: also delete Redis and the upload service (never the namespace: the platform's)")
 
 
 def run(args) -> int:

@@ -1,4 +1,9 @@
-"""Upload an experiment's functions and state; skipped per object when the checksum matches."""
+"""Upload an experiment's function and state; skipped per object when the checksum matches.
+
+On knative (``--data-source s3``) everything comes from the data bucket, as in the manual:
+the function (``data.function_key``: ``inv upload``), the SGD and TF archives, and for the
+matrix experiment one archive per size (``matrix/<N>x<N>_2.tar``: created from the seed when
+missing, the manual's ``matrix-upload-s3``; downloaded again for each size by ``run``)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ def add_arguments(p):
     p.add_argument("--key", help="S3 key of the archive (default from the catalogue)")
     p.add_argument("--s3-endpoint-url", help="S3 endpoint (e.g. a MinIO or moto server)")
     p.add_argument("--function-file", help="wasm or Python function to PUT to /f or /p first")
+    p.add_argument("--function-source", choices=["auto", "s3", "none"], default="auto",
+                   help="upload the function from s3://<bucket>/<catalogue data.function_key> (auto: on knative, "
+                        "for wasm and Python functions; the local target runs its own workers)")
     p.add_argument("--force", action="store_true", help="upload even when the checksum matches")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout seconds")
 
@@ -31,7 +39,9 @@ def run(args) -> int:
     client = UploadClient(ep.upload_url, timeout_s=args.timeout)
     try:
         reports = prepare(plan, client, source, force=args.force, bucket=args.bucket, key=args.key,
-                          endpoint_url=args.s3_endpoint_url, function_file=args.function_file)
+                          endpoint_url=args.s3_endpoint_url, function_file=args.function_file,
+                          function_source=(("none" if args.target == "local" else "s3")
+                                           if args.function_source == "auto" else args.function_source))
     except UploadError as exc:
         raise StepError(f"upload failed: {exc}") from exc
     up = sum(r["action"] == "uploaded" for r in reports)

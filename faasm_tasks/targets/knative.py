@@ -1,8 +1,11 @@
 """The Kubernetes + Knative target (2020-era Faasm: the ``knative`` invocation protocol).
 
-Manifests come from ``faasm_tasks/templates`` (namespace, Redis queue/state, upload
-service, the Knative autoscaler ConfigMap, the Faasm worker Service with min = max
-scale N, native per-function Services with container concurrency 1). Everything is
+Manifests come from ``faasm_tasks/templates`` (Redis queue/state, upload service, the
+Knative autoscaler ConfigMap, the Faasm worker Service with min = max scale N, native
+per-function Services with container concurrency 1) plus the per-node billing sampler
+DaemonSet; images come from the release table :data:`RELEASES`. The benchmark namespace
+is the platform's (it holds the steps' RBAC): deploy checks it exists, nothing creates or
+deletes it. Everything is
 applied with the official ``kubernetes`` client; readiness comes from the Services'
 ``Ready`` condition (at the current generation) and the pods' ``Ready`` condition,
 never from fixed sleeps. Teardown is hard and idempotent: 404 counts as gone, 409 and
@@ -41,6 +44,36 @@ KNATIVE_ENV = {
 }
 
 
+#: Image names and tags per Faasm release, selected with ``--release``. ``0.1.3`` is the release the
+#: experiments manual (faasm/faasm ``docs/experiments.md`` @ 37d81e8a9) deploys: ``faasm/knative-worker``
+#: and ``faasm/knative-native-<func>`` (``knative.deploy`` / ``deploy-native``), ``faasm/redis`` and
+#: ``faasm/upload`` from ``deploy/k8s/{common,bare-metal}``. ``0.6.7`` is the later layout
+#: (``deploy/k8s/worker.yml`` @ f65dfee03): the worker image renamed ``faasm/worker``. ``{func}`` is
+#: the native function (``reuters_svm``, ``image``, ``python``).
+RELEASES: dict[str, dict[str, str]] = {
+    "0.1.3": {"worker": "faasm/knative-worker:0.1.3", "redis": "faasm/redis:0.1.3",
+              "upload": "faasm/upload:0.1.3", "native": "faasm/knative-native-{func}:0.1.3"},
+    "0.6.7": {"worker": "faasm/worker:0.6.7", "redis": "faasm/redis:0.6.7",
+              "upload": "faasm/upload:0.6.7", "native": "faasm/knative-native-{func}:0.6.7"},
+}
+DEFAULT_RELEASE = "0.1.3"
+#: The upload pod's environment (``deploy/k8s/bare-metal/upload.yml`` @ 37d81e8a9 plus the Redis hosts,
+#: without which state uploads would miss redis-state, and isolation off as on the workers).
+UPLOAD_ENV = {"FUNCTION_STORAGE": "local", "LOG_LEVEL": "info", "REDIS_STATE_HOST": "redis-state",
+              "REDIS_QUEUE_HOST": "redis-queue", "CGROUP_MODE": "off", "NETNS_MODE": "off"}
+BILLING_NAME = "faasm-billing"
+
+
+def release_images(release: str, registry: str | None = None) -> dict[str, str]:
+    """The images of ``release``; ``registry`` replaces the ``faasm`` organisation (a mirror)."""
+    if release not in RELEASES:
+        raise StepError(f"--release {release!r} is not one of {', '.join(RELEASES)}")
+    imgs = dict(RELEASES[release])
+    if registry and registry != "faasm":
+        imgs = {k: registry.rstrip("/") + "/" + v.split("/", 1)[1] for k, v in imgs.items()}
+    return imgs
+
+
 def label_value(s: str) -> str:
     """A valid label value (<= 63 chars of [A-Za-z0-9-_.], alphanumeric at both ends)."""
     v = re.sub(r"[^A-Za-z0-9_.-]+", "-", s)[:63]
@@ -60,25 +93,30 @@ def _env(d: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": str(v)} for k, v in d.items()]
 
 
-def render(plan, *, namespace: str = "faasm", run_id: str = "run", faasm_version: str = "0.4.0",
-           registry: str = "faasm", redis_image: str | None = None, upload_service_type: str = "ClusterIP",
+def render(plan, *, namespace: str = "faasm", run_id: str = "run", release: str = DEFAULT_RELEASE,
+           registry: str | None = None, redis_image: str | None = None, upload_service_type: str = "ClusterIP",
            invoke_host: str = "istio-ingressgateway.istio-system", invoke_port: int = 80,
-           include_common: bool = True) -> list[dict[str, Any]]:
-    """All manifests for an experiment's deployment, in apply order."""
+           include_common: bool = True, billing: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """All manifests for an experiment's deployment, in apply order.
+
+    The benchmark namespace is not among them: the platform provides it (with the RBAC of
+    ``deploy/rbac/faasm-benchmark.yaml``); ``deploy`` checks that it exists. ``billing``
+    (``{"image", "command"}``) adds the per-node billing sampler DaemonSet."""
+    imgs = release_images(release, registry)
     labels = {**MANAGED, "faasm-tasks/run-id": label_value(run_id)}
-    v = {"namespace": namespace, "redis_image": redis_image or f"{registry}/redis:{faasm_version}",
-         "upload_image": f"{registry}/upload:{faasm_version}", "upload_service_type": upload_service_type}
+    v = {"namespace": namespace, "redis_image": redis_image or imgs["redis"],
+         "upload_image": imgs["upload"], "upload_service_type": upload_service_type}
     docs: list[dict[str, Any]] = []
     if include_common:
-        docs += _template("namespace.yaml", v) + _template("redis.yaml", v) + _template("upload.yaml", v)
+        docs += _template("redis.yaml", v) + _template("upload.yaml", v)
         docs += _template("autoscaler.yaml", v)
     dep = plan.deployment
-    worker = _ksvc(v, "faasm-worker", f"{registry}/knative-worker:{faasm_version}", int(dep["worker_replicas"]),
+    worker = _ksvc(v, "faasm-worker", imgs["worker"], int(dep["worker_replicas"]),
                    concurrency=0, scale_to_zero="false", stable_window="120s", env=KNATIVE_ENV)
     docs.append(worker)
     for svc in dep.get("native_services", []):
         fname = "python" if plan.experiment.get("python") else svc["function"]
-        image = f"{registry}/knative-native-{fname}:{faasm_version}"
+        image = imgs["native"].format(func=fname)
         env = {**KNATIVE_ENV, "COLD_START_DELAY_MS": str(int(plan.params.get("cold_start_delay_ms", 800))),
                "FAASM_INVOKE_HOST": invoke_host, "FAASM_INVOKE_PORT": str(invoke_port)}
         docs.append(_ksvc(v, service_name(fname), image, int(svc["replicas"]), concurrency=1,
@@ -91,8 +129,46 @@ def render(plan, *, namespace: str = "faasm", run_id: str = "run", faasm_version
             tmd = d["spec"]["template"]["metadata"]
             tmd["labels"] = {**(tmd.get("labels") or {}), **labels}
         if d["kind"] == "Pod" and d["metadata"]["name"] == "upload":
-            d["spec"]["containers"][0]["env"] = _env({"FUNCTION_STORAGE": "local", "LOG_LEVEL": "info"})
+            d["spec"]["containers"][0]["env"] = _env(UPLOAD_ENV)
+    if billing:
+        docs.append(billing_daemonset(namespace, run_id, billing["image"], billing["command"],
+                                      billing.get("node_selector"), billing.get("secret")))
     return docs
+
+
+def billing_daemonset(namespace: str, run_id: str, image: str, command: list[str],
+                      node_selector: dict[str, str] | None = None, secret: str | None = None) -> dict[str, Any]:
+    """The per-node billing sampler (the manual samples every host of its billing inventory):
+    one pod per node, on the nodes ``node_selector`` picks (the experiment's node pool; all
+    schedulable nodes without it), labelled with the run; it writes its samples under the
+    run's results prefix (``command``)."""
+    labels = {**MANAGED, "faasm-tasks/run-id": label_value(run_id), "app.kubernetes.io/name": BILLING_NAME}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": BILLING_NAME, "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": BILLING_NAME,
+                                         "faasm-tasks/run-id": labels["faasm-tasks/run-id"]}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    # host network and PID: the node's counters, not the pod's (psutil reads /proc)
+                    "hostNetwork": True, "hostPID": True,
+                    "terminationGracePeriodSeconds": 10,
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "containers": [{
+                        "name": "billing", "image": image, "command": list(command),
+                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                {"name": "PYTHONUNBUFFERED", "value": "1"}],
+                        # storage credentials, as the step pods get them (a Secret in this namespace)
+                        **({"envFrom": [{"secretRef": {"name": secret}}]} if secret else {}),
+                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                      "limits": {"cpu": "200m", "memory": "256Mi"}},
+                    }],
+                },
+            },
+        },
+    }
 
 
 def _ksvc(v, name, image, replicas, *, concurrency, scale_to_zero, stable_window, env) -> dict[str, Any]:
@@ -124,14 +200,18 @@ class KnativeTarget(Target):
 
     def __init__(self, *, namespace: str = "faasm", run_id: str = "run", core=None, custom=None,
                  exec_fn: Callable[[str, str, list[str]], str] | None = None, kubeconfig: str | None = None,
-                 context: str | None = None, faasm_version: str = "0.4.0", registry: str = "faasm",
+                 context: str | None = None, release: str = DEFAULT_RELEASE, registry: str | None = None,
                  invoke_url: str | None = None, upload_url: str | None = None, domain: str = "faasm.example.com",
                  protocol: str = "knative", sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, poll_s: float = 2.0):
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = 2.0, apps=None,
+                 billing: dict[str, Any] | None = None):
         self.ns, self.run_id = namespace, run_id
         self._core, self._custom, self._exec = core, custom, exec_fn
         self.kubeconfig, self.context = kubeconfig, context
-        self.version, self.registry = faasm_version, registry
+        self.release, self.registry = release, registry
+        self.images = release_images(release, registry)
+        self._apps = apps
+        self.billing = billing  # {"image", "command", "node_selector"} or None: no billing DaemonSet
         self.invoke_url, self.upload_url, self.domain, self.protocol = invoke_url, upload_url, domain, protocol
         self.sleep, self.clock, self.poll_s = sleep, clock, poll_s
         self.request_timeout = 30
@@ -139,8 +219,9 @@ class KnativeTarget(Target):
     @classmethod
     def from_args(cls, args) -> "KnativeTarget":
         return cls(namespace=args.namespace, run_id=args.run_id, kubeconfig=args.kubeconfig, context=args.context,
-                   faasm_version=args.faasm_version, registry=args.image_registry, invoke_url=args.invoke_url,
-                   upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative")
+                   release=args.release, registry=args.image_registry, invoke_url=args.invoke_url,
+                   upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative",
+                   billing=billing_spec(args))
 
     # ---------------------------------------------------------------- clients
     def _load_config(self) -> None:
@@ -162,6 +243,15 @@ class KnativeTarget(Target):
             self._load_config()
             self._core = client.CoreV1Api()
         return self._core
+
+    @property
+    def apps(self):
+        if self._apps is None:
+            from kubernetes import client
+
+            self._load_config()
+            self._apps = client.AppsV1Api()
+        return self._apps
 
     @property
     def custom(self):
@@ -204,8 +294,8 @@ class KnativeTarget(Target):
 
     # ---------------------------------------------------------------- deploy
     def render(self, plan) -> list[dict[str, Any]]:
-        return render(plan, namespace=self.ns, run_id=self.run_id, faasm_version=self.version,
-                      registry=self.registry)
+        return render(plan, namespace=self.ns, run_id=self.run_id, release=self.release,
+                      registry=self.registry, billing=self.billing if plan.experiment.get("billing") else None)
 
     def _apply(self, doc: dict[str, Any], deadline: float) -> str:
         kind, md = doc["kind"], doc["metadata"]
@@ -230,14 +320,25 @@ class KnativeTarget(Target):
                            deadline, conflict_ok=True)
                 return "created"
             return "patched"
-        create = {"Namespace": lambda: self.core.create_namespace(doc),
+        create = {"DaemonSet": lambda: self.apps.create_namespaced_daemon_set(ns, doc),
                   "Pod": lambda: self.core.create_namespaced_pod(ns, doc),
                   "Service": lambda: self.core.create_namespaced_service(ns, doc)}[kind]
         r = self._call(f"create {kind} {name}", create, deadline, conflict_ok=True)
         return "exists" if r is CONFLICT else "created"  # pods/services are kept as they are
 
+    def check_namespace(self, deadline: float) -> None:
+        """The benchmark namespace is the platform's (it holds the steps' Role and RoleBinding):
+        never created or deleted here. Missing -> exit 2 naming it."""
+        ns = self._call(f"read namespace {self.ns}", lambda: self.core.read_namespace(self.ns), deadline,
+                        absent_ok=True)
+        if ns is None:
+            raise StepError(f"benchmark namespace {self.ns!r} does not exist: the platform provides it with the "
+                            f"steps' RBAC (deploy/rbac/faasm-benchmark.yaml; see docs/deploy.md); --namespace "
+                            f"names another")
+
     def deploy(self, plan) -> dict[str, Any]:
         deadline = self.clock() + 300
+        self.check_namespace(deadline)
         out = []
         for doc in self.render(plan):
             action = self._apply(doc, deadline)
@@ -413,10 +514,40 @@ class KnativeTarget(Target):
                 rep["incomplete"].append(f"pods still present after {timeout_s}s: {sorted(set(left))}")
                 break
             self.sleep(self.poll_s)
-        if full and not rep["incomplete"]:
-            r = self._call("delete namespace", lambda: self.core.delete_namespace(self.ns), deadline, absent_ok=True)
-            (rep["deleted"] if r is not None else rep["absent"]).append(f"namespace/{self.ns}")
+        billing = self.stop_billing(max(1.0, deadline - self.clock()))
+        rep["billing"] = billing
+        if billing.get("left"):
+            rep["incomplete"].append(f"billing sampler pods still present: {billing['left']}")
         return rep
+
+    # ---------------------------------------------------------------- billing DaemonSet
+    def _billing_pods(self, deadline: float) -> list[str]:
+        sel = f"app.kubernetes.io/name={BILLING_NAME},faasm-tasks/run-id={label_value(self.run_id)}"
+        return [p.metadata.name for p in self._pods(sel, deadline)]
+
+    def _billing_sets(self, deadline: float) -> list[str]:
+        res = self._call("list daemonsets", lambda: self.apps.list_namespaced_daemon_set(
+            self.ns, label_selector=f"{SELECTOR},app.kubernetes.io/name={BILLING_NAME}"), deadline, absent_ok=True)
+        return [d.metadata.name for d in (getattr(res, "items", None) or [])]
+
+    def stop_billing(self, timeout_s: float) -> dict[str, Any]:
+        """Delete the billing DaemonSet (its samplers write their last samples on SIGTERM) and
+        wait until its pods are gone. Idempotent; ``left`` lists pods that did not go."""
+        deadline = self.clock() + timeout_s
+        out: dict[str, Any] = {"deleted": [], "left": []}
+        for name in self._billing_sets(deadline):
+            r = self._call(f"delete daemonset {name}", lambda n=name: self.apps.delete_namespaced_daemon_set(
+                n, self.ns, propagation_policy="Foreground"), deadline, absent_ok=True)
+            if r is not None:
+                out["deleted"].append(f"daemonset/{name}")
+        while True:
+            left = self._billing_pods(deadline)
+            if not left:
+                return out
+            if self.clock() + self.poll_s > deadline:
+                out["left"] = left
+                return out
+            self.sleep(self.poll_s)
 
     def verify_clean(self, run_state_keys: list[str]) -> dict[str, Any]:
         deadline = self.clock() + 60
@@ -427,6 +558,12 @@ class KnativeTarget(Target):
         pods = [p.metadata.name for p in self._pods("serving.knative.dev/service", deadline)]
         if pods:
             problems.append(f"service pods left: {pods}")
+        sets = self._billing_sets(deadline)
+        if sets:
+            problems.append(f"billing DaemonSets left: {sets}")
+        billing_pods = self._billing_pods(deadline)
+        if billing_pods:
+            problems.append(f"billing sampler pods left: {billing_pods}")
         if self._pod_exists("redis-queue", deadline):
             n = (self._redis("redis-queue", ["dbsize"]) or "0").strip()
             if n not in ("0", "(integer) 0"):
@@ -440,10 +577,30 @@ class KnativeTarget(Target):
         return {"clean": not problems, "problems": problems, "namespace": self.ns}
 
     def describe(self) -> dict[str, Any]:
-        return {"target": "knative", "namespace": self.ns, "faasm_version": self.version,
-                "images": {"worker": f"{self.registry}/knative-worker:{self.version}",
-                           "upload": f"{self.registry}/upload:{self.version}",
-                           "redis": f"{self.registry}/redis:{self.version}"}}
+        return {"target": "knative", "namespace": self.ns, "release": self.release, "images": dict(self.images)}
+
+
+def billing_spec(args) -> dict[str, Any] | None:
+    """The billing DaemonSet's settings from the step's flags; None without ``--billing-image``."""
+    image = getattr(args, "billing_image", None)
+    if not image:
+        return None
+    from ..common import run_date  # noqa: PLC0415 - common imports the targets' callers
+
+    selector = {}
+    for item in getattr(args, "billing_node_selector", None) or []:
+        if "=" not in item:
+            raise StepError(f"--billing-node-selector expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        selector[k] = v
+    try:
+        date = ["--date", run_date(args)]
+    except StepError:  # a bad --date must not stop a teardown (which needs no sampler command)
+        date = []
+    command = ["python", "-m", "faasm_tasks", "billing-agent", "--target", "knative", "--run-id", args.run_id,
+               "--results", args.results, *date, "--interval", str(getattr(args, "billing_interval", 2.0))]
+    return {"image": image, "command": command, "node_selector": selector,
+            "secret": getattr(args, "billing_secret", None) or None}
 
 
 def _lb_url(svc, port: int) -> str | None:

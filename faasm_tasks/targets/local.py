@@ -67,10 +67,13 @@ class LocalTarget(Target):
         self.run_id = run_id
         self.label = procs.run_label(self.state_root, run_id)
         self.state_problem: str | None = None
+        self.results: str | None = None  # results root: the record is mirrored under <results>/_state/<run>/
 
     @classmethod
     def from_args(cls, args) -> "LocalTarget":
-        return cls(getattr(args, "state_dir", None) or default_state_root(), args.run_id)
+        t = cls(getattr(args, "state_dir", None) or default_state_root(), args.run_id)
+        t.results = getattr(args, "results", None)
+        return t
 
     # ---------------------------------------------------------------- state file
     @property
@@ -103,6 +106,14 @@ class LocalTarget(Target):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_path)
+        if self.results:  # recoverable from storage too (which host, which processes and ports)
+            try:
+                from stepkit import storage  # noqa: PLC0415
+
+                storage.write_json(storage.join(self.results, "_state", self.run_id, "local-target.json"),
+                                   {**st, "host": socket.gethostname(), "state_file": self.state_path})
+            except Exception as exc:  # noqa: BLE001 - the local record is authoritative for the processes
+                log.warning("could not mirror the local target record to storage: %s", exc)
 
     def _require(self) -> dict[str, Any]:
         st = self.load()

@@ -24,8 +24,41 @@ def test_packaged_experiments_validate_and_carry_seed_parameters():
     tpt = resolve(cat["tf_inference_throughput"], "native", "knative")
     assert tpt.driver["connections"] == 100 and tpt.driver["threads"] == "auto"
     assert sorted({p["cold_start_interval"] for p in tpt.points}) == [5, 10, 20, 40, 80]
-    assert len(tpt.points) == 5 * 7 and {"max_delay_ms", "duration_s"} <= set(tpt.points[0])
+    # the manual's sweep (37d81e8a9): (30000, 180) .. (2000, 100); the longer one is a variant
+    manual = [(30000, 180), (20000, 160), (10000, 140), (5000, 120), (3000, 100), (2000, 100)]
+    assert len(tpt.points) == 5 * 6 and {"max_delay_ms", "duration_s"} <= set(tpt.points[0])
+    assert [(p["max_delay_ms"], p["duration_s"]) for p in tpt.points[:6]] == manual
+    tptw = resolve(cat["tf_inference_throughput"], "wasm", "knative")
+    assert [(p["cold_start_interval"], p["max_delay_ms"], p["duration_s"]) for p in tptw.points] == [
+        (500, d, s) for d, s in manual]
+    ext = resolve(cat["tf_inference_throughput"], "native", "knative", variant="extended")
+    assert len(ext.points) == 5 * 7 and ext.points[6]["max_delay_ms"] == 1000
+    extw = resolve(cat["tf_inference_throughput"], "wasm", "knative", variant="extended")
+    assert extw.points[-1]["max_delay_ms"] == 25 and len(extw.points) == 14
+    with pytest.raises(StepError, match="--sweep-variant 'nope'.*default, extended"):
+        resolve(cat["tf_inference_throughput"], "wasm", "knative", variant="nope")
     assert tpt.deployment["native_services"][0]["replicas"] == 30
+
+
+def test_replicas_follow_n_workers_per_point():
+    """The manual redeploys per N_WORKERS value: N wasm workers / N native containers."""
+    from faasm_tasks.catalogue import replicas_for
+
+    cat = load_catalogue()
+    for system in ("wasm", "native"):
+        sgd = resolve(cat["sgd_reuters_svm"], system, "knative")
+        deps = [replicas_for(sgd, p) for p in sgd.points]
+        if system == "wasm":
+            assert [d["worker_replicas"] for d in deps] == list(range(5, 55, 5))
+        else:
+            assert [d["native_services"][0]["replicas"] for d in deps] == list(range(5, 55, 5))
+            assert {d["worker_replicas"] for d in deps} == {1}
+        mm = resolve(cat["matrix_multiplication"], system, "knative")
+        assert {str(replicas_for(mm, p)) for p in mm.points} == {str(replicas_for(mm, mm.points[0]))}
+    tf = resolve(cat["tf_inference_throughput"], "wasm", "knative")
+    assert replicas_for(tf, tf.points[0]) == tf.deployment  # no replicas_from: the fixed deployment
+    local = resolve(cat["sgd_reuters_svm"], "wasm", "local")
+    assert replicas_for(local, local.points[0]) == local.deployment
 
 
 def test_cold_start_delay_is_a_parameter():

@@ -113,3 +113,34 @@ def test_results_layout_on_s3(moto_s3, monkeypatch):
     recs = sorted((r["attempt"], r["status"]) for _, r in iter_records(root, "2026-11-29", "r"))
     assert recs == [(1, "succeeded"), (2, "failed")]
     assert storage.read_bytes(a1.uri + "/output.txt") == b"SUCCESS: x"
+
+
+def test_function_and_matrix_data_through_s3(moto_s3):
+    """The manual's ``inv upload`` and ``matrix-upload-s3``/``-download-s3`` through the data bucket."""
+    from faasm_tasks.data import matrix_archive_key, matrix_objects_from_s3, needs_function
+
+    url, s3 = moto_s3
+    s3.put_object(Bucket="faasm-data", Key="func/python/mat_mul.py", Body=b"def main(): pass\n")
+    h, store = _store_server()
+    plan = resolve(get_experiment("matrix_multiplication"), "wasm", "knative", {"matrix_size": 100})
+    assert needs_function(plan)
+    with ScriptedServer(h) as srv:
+        c = UploadClient(srv.url, timeout_s=10)
+        r1 = prepare(plan, c, "s3", endpoint_url=url, function_source="s3")
+        assert store["/p/python/mat_mul"] == b"def main(): pass\n"
+        kinds = [(r["kind"], r["action"]) for r in r1]
+        assert kinds[0] == ("function", "uploaded") and ("matrix-archive", "uploaded") in kinds
+        key = matrix_archive_key("matrix", 100, 2)
+        assert key == "matrix/100x100_2.tar" and s3.head_object(Bucket="faasm-data", Key=key)["ContentLength"] > 0
+        # what run downloads per size is what the seed gives
+        assert matrix_objects_from_s3(plan, 100, "faasm-data", url) == matrix_state_objects(100, 2, 42)
+        assert store["/s/python/mat_a_2_0_0"] == matrix_state_objects(100, 2, 42)["mat_a_2_0_0"]
+        r2 = prepare(plan, c, "s3", endpoint_url=url, function_source="s3")
+        assert {r["action"] for r in r2} == {"skipped"}  # function, archive and state all unchanged
+        # native C++ functions are in their images: nothing to upload; wasm needs its .wasm in the bucket
+        assert not needs_function(resolve(get_experiment("sgd_reuters_svm"), "native", "knative"))
+        with pytest.raises(StepError, match="cannot fetch s3://faasm-data/wasm/sgd/reuters_svm/function.wasm"):
+            prepare(resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative"), c, "s3", endpoint_url=url,
+                    function_source="s3")
+        with pytest.raises(StepError, match="matrix/200x200_2.tar"):
+            matrix_objects_from_s3(plan, 200, "faasm-data", url)

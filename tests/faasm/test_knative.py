@@ -56,7 +56,8 @@ def test_rendered_manifests_validate(name, system, ksvc_schema):
         pytest.skip("system not in experiment")
     docs = render(resolve(exp, system, "knative"), run_id="manual__2026-11-29T16:00:00+00:00")
     kinds = [d["kind"] for d in docs]
-    assert kinds[:4] == ["Namespace", "Pod", "Service", "Pod"] and "ConfigMap" in kinds
+    # no Namespace: the platform provides it with the steps' RBAC
+    assert kinds[:3] == ["Pod", "Service", "Pod"] and "ConfigMap" in kinds and "Namespace" not in kinds
     for d in docs:
         _validate(d, ksvc_schema)
     ksvcs = {d["metadata"]["name"]: d for d in docs if d["apiVersion"].startswith("serving")}
@@ -120,7 +121,8 @@ class FakeCluster:
 
     def __init__(self, clock):
         self.calls, self.fail = [], {}
-        self.ksvcs, self.pods, self.services, self.ns, self.cms = {}, {}, {}, set(), {"config-autoscaler": {}}
+        self.ksvcs, self.pods, self.services, self.ns, self.cms = {}, {}, {}, {"faasm"}, {"config-autoscaler": {}}
+        self.daemonsets = {}
         self.clock = clock
         self.ready_after = 0.0  # fake time at which ksvcs/pods turn Ready
 
@@ -135,11 +137,34 @@ class FakeCluster:
         self.pods[name] = NS(metadata=NS(name=name, labels=labels, deletion_timestamp=None), status=NS(conditions=cond))
 
     # CoreV1Api
-    def create_namespace(self, body):
-        self._rec("create_namespace", body["metadata"]["name"])
-        if body["metadata"]["name"] in self.ns:
+    def read_namespace(self, name):
+        self._rec("read_namespace", name)
+        if name not in self.ns:
+            raise ApiErr(404, "NotFound")
+        return NS(metadata=NS(name=name))
+
+    # AppsV1Api (the billing DaemonSet: one pod on the one fake node)
+    def create_namespaced_daemon_set(self, ns, body):
+        name = body["metadata"]["name"]
+        self._rec("create_namespaced_daemon_set", name)
+        if name in self.daemonsets:
             raise ApiErr(409, "AlreadyExists")
-        self.ns.add(body["metadata"]["name"])
+        self.daemonsets[name] = body
+        self.pod(f"{name}-node1", body["spec"]["template"]["metadata"]["labels"])
+
+    def list_namespaced_daemon_set(self, ns, label_selector=None):
+        self._rec("list_namespaced_daemon_set", label_selector)
+        return NS(items=[NS(metadata=NS(name=n)) for n, d in self.daemonsets.items()
+                         if _match(d["metadata"]["labels"], label_selector)])
+
+    def delete_namespaced_daemon_set(self, name, ns, **kw):
+        self._rec("delete_namespaced_daemon_set", name)
+        if self.daemonsets.pop(name, None) is None:
+            raise ApiErr(404, "NotFound")
+        for p in self.pods.values():
+            if p.metadata.labels.get("app.kubernetes.io/name") == name:
+                p.metadata.deletion_timestamp = "now"
+        return {}
 
     def create_namespaced_pod(self, ns, body):
         self._rec("create_namespaced_pod", body["metadata"]["name"])
@@ -186,12 +211,6 @@ class FakeCluster:
             raise ApiErr(404, "NotFound")
         return {}
 
-    def delete_namespace(self, name, **kw):
-        self._rec("delete_namespace", name)
-        if name not in self.ns:
-            raise ApiErr(404, "NotFound")
-        self.ns.discard(name)
-        return {}
 
     # CustomObjectsApi
     def create_namespaced_custom_object(self, g, v, ns, plural, body):
@@ -295,8 +314,10 @@ def fake():
         t["now"] += s
         cluster.tick()
 
-    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, exec_fn=rexec, sleep=sleep, clock=clock,
-                           poll_s=1.0)
+    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, apps=cluster, exec_fn=rexec, sleep=sleep,
+                           clock=clock, poll_s=1.0,
+                           billing={"image": "faasm-tasks:0.1.0", "command": ["python", "-m", "faasm_tasks",
+                                                                              "billing-agent"]})
     return target, cluster, rexec, t
 
 
@@ -348,11 +369,12 @@ def test_teardown_tolerates_404_409_timeouts_and_is_idempotent(fake):
     rep2 = target.teardown(keys, timeout_s=30)
     assert not rep2["incomplete"] and rep2["deleted"] == []
     assert target.verify_clean(keys)["clean"]
-    # full teardown deletes Redis/upload and the namespace, tolerating what is already gone
+    # full teardown deletes Redis/upload, tolerating what is already gone, and never the namespace
     rep3 = target.teardown(keys, timeout_s=30, full=True)
-    assert "namespace/faasm" in rep3["deleted"] and "pod/upload" in rep3["deleted"]
+    assert "pod/upload" in rep3["deleted"] and "service/redis-state" in rep3["deleted"]
     rep4 = target.teardown(keys, timeout_s=30, full=True)
-    assert "namespace/faasm" in rep4["absent"]
+    assert "pod/upload" in rep4["absent"]
+    assert "faasm" in cluster.ns and not [c for c in cluster.calls if c[0] in ("create_namespace", "delete_namespace")]
 
 
 def test_teardown_reports_pods_that_never_go(fake):
@@ -383,3 +405,153 @@ def test_soft_restart_replaces_pods(fake):
     after = {n for n, p in cluster.pods.items() if "serving.knative.dev/service" in p.metadata.labels}
     assert rep["ready"] and before and after and not (before & after)
     assert ("redis-queue", ("redis-cli", "flushall")) in rexec.calls
+
+
+def test_deploy_needs_the_platforms_namespace(fake):
+    """The namespace holds the steps' RBAC: deploy never creates it; missing -> exit 2 naming it."""
+    target, cluster, _, _ = fake
+    cluster.ns.clear()
+    with pytest.raises(StepError, match="benchmark namespace 'faasm' does not exist"):
+        target.deploy(_plan())
+    assert not [c for c in cluster.calls if c[0].startswith("create")]
+
+
+def test_billing_daemonset_deployed_removed_and_verified(fake):
+    target, cluster, _, _ = fake
+    assert "faasm-billing" not in str(target.deploy(_plan()))  # tf latency: no billing (the manual's nobill)
+    rep = target.deploy(resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative"))
+    assert ("DaemonSet", "faasm-billing") in {(r["kind"], r["name"]) for r in rep["resources"]}
+    ds = cluster.daemonsets["faasm-billing"]
+    tmpl = ds["spec"]["template"]
+    assert tmpl["metadata"]["labels"]["faasm-tasks/run-id"] == "r1"
+    assert tmpl["spec"]["hostNetwork"] and tmpl["spec"]["hostPID"]
+    assert tmpl["spec"]["containers"][0]["command"][-1] == "billing-agent"
+    cluster.tick()
+    # a sampler pod left after teardown is reported, then gone
+    cluster.pods["faasm-billing-node1"].metadata.deletion_timestamp = None
+    assert "faasm-billing" in " ".join(target.verify_clean([])["problems"])
+    rep = target.teardown([], timeout_s=60)
+    assert rep["billing"]["deleted"] == ["daemonset/faasm-billing"] and not rep["incomplete"], rep
+    assert not cluster.daemonsets and "faasm-billing-node1" not in cluster.pods
+    assert target.verify_clean([])["clean"]
+
+
+def test_release_table_selects_images():
+    from faasm_tasks.targets.knative import RELEASES, release_images
+
+    plan = resolve(get_experiment("tf_inference_latency"), "native", "knative")
+    docs = render(plan, release="0.1.3")
+    images = {d["metadata"]["name"]: (d["spec"]["template"]["spec"]["containers"][0]["image"]
+                                      if d["kind"] == "Service" and "template" in d["spec"]
+                                      else d["spec"]["containers"][0]["image"])
+              for d in docs if d["kind"] in ("Pod", "Service") and ("containers" in d["spec"] or "template" in d["spec"])}
+    assert images == {"redis-queue": "faasm/redis:0.1.3", "redis-state": "faasm/redis:0.1.3",
+                      "upload": "faasm/upload:0.1.3", "faasm-worker": "faasm/knative-worker:0.1.3",
+                      "faasm-image": "faasm/knative-native-image:0.1.3"}
+    later = render(plan, release="0.6.7")
+    assert [d for d in later if d["metadata"]["name"] == "faasm-worker"][0]["spec"]["template"]["spec"][
+        "containers"][0]["image"] == "faasm/worker:0.6.7"
+    assert release_images("0.1.3", "registry.example/mirror")["worker"] == "registry.example/mirror/knative-worker:0.1.3"
+    assert list(RELEASES)[0] == "0.1.3"
+    with pytest.raises(StepError, match="--release '9.9'"):
+        release_images("9.9")
+    upload = [d for d in docs if d["kind"] == "Pod" and d["metadata"]["name"] == "upload"][0]
+    env = {e["name"]: e["value"] for e in upload["spec"]["containers"][0]["env"]}
+    assert env["REDIS_STATE_HOST"] == "redis-state" and env["REDIS_QUEUE_HOST"] == "redis-queue"
+    assert env["CGROUP_MODE"] == "off" and env["NETNS_MODE"] == "off"
+
+
+#: API method -> (verb, group, resource) of the RBAC rule it needs.
+_RBAC = {
+    "create_namespaced_pod": ("create", "", "pods"), "list_namespaced_pod": ("list", "", "pods"),
+    "read_namespaced_pod": ("get", "", "pods"), "delete_namespaced_pod": ("delete", "", "pods"),
+    "create_namespaced_service": ("create", "", "services"), "delete_namespaced_service": ("delete", "", "services"),
+    "create_namespaced_custom_object": ("create", "serving.knative.dev", "services"),
+    "get_namespaced_custom_object": ("get", "serving.knative.dev", "services"),
+    "replace_namespaced_custom_object": ("update", "serving.knative.dev", "services"),
+    "delete_namespaced_custom_object": ("delete", "serving.knative.dev", "services"),
+    "list_namespaced_custom_object": ("list", "serving.knative.dev", "services"),
+    "create_namespaced_daemon_set": ("create", "apps", "daemonsets"),
+    "list_namespaced_daemon_set": ("list", "apps", "daemonsets"),
+    "delete_namespaced_daemon_set": ("delete", "apps", "daemonsets"),
+}
+
+
+def test_rbac_manifest_covers_every_call_of_the_target(fake):
+    """Every API call of a deploy .. verify-clean (billing DaemonSet included) is granted to the
+    step pods' ServiceAccount, and the Role in the benchmark namespace grants no verb the target
+    does not use beyond pods/log get and ConfigMap create/patch (see the manifest)."""
+    from pathlib import Path
+
+    target, cluster, rexec, _ = fake
+    plan = resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative")
+    target.deploy(plan)
+    target.wait_ready(60)
+    plan.deployment["worker_replicas"] = 5  # run's per-N_WORKERS redeploy: replaces the ksvc
+    target.deploy(plan)
+    target.soft_restart(60)
+    target.teardown(["sgd_params"], timeout_s=60, full=True)
+    target.verify_clean(["sgd_params"])
+    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/rbac/faasm-benchmark.yaml").read_text()))
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "faasm-benchmark"]
+    granted = {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    methods = {c[0] for c in cluster.calls}
+    in_ns = {m for m in methods if m in _RBAC}
+    assert methods - in_ns <= {"read_namespace", "patch_namespaced_config_map", "create_namespaced_config_map"}
+    needed = {_RBAC[m] for m in in_ns} | {("create", "", "pods/exec"), ("get", "", "pods/exec")}  # exec: redis-cli
+    assert needed <= granted, needed - granted
+    documented_extra = {("get", "", "pods/log"), ("create", "", "configmaps"), ("patch", "", "configmaps"),
+                        ("get", "apps", "daemonsets"), ("get", "", "services")}
+    assert granted - needed <= documented_extra, granted - needed
+    assert rexec.calls  # the Redis cleanup went through exec
+    # beyond the namespace: get on the namespace itself, the autoscaler ConfigMap by name
+    [ns_role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert ns_role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["faasm"],
+                                 "verbs": ["get"]}]
+    [autoscaler] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == "knative-serving"]
+    assert autoscaler["rules"][0]["resourceNames"] == ["config-autoscaler"]
+
+
+def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
+    """``run --replicas per-point`` (the default) deploys N replicas and waits for them before
+    the points with N workers; ``--replicas fixed`` keeps the deployment; succeeded points are
+    skipped without a redeploy."""
+    from faasm_tasks.__main__ import STEPS
+    from faasm_tasks.steps import run as run_step
+    from faasm_tasks.targets.base import Endpoints
+    from stepkit.cli import main
+
+    target, cluster, _, _ = fake
+    deployed, points = [], []
+    real_deploy = target.deploy
+
+    def deploy(plan):
+        deployed.append(plan.deployment["worker_replicas"])
+        return real_deploy(plan)
+
+    monkeypatch.setattr(target, "deploy", deploy)
+    monkeypatch.setattr(target, "endpoints", lambda: Endpoints("http://127.0.0.1:9/", "http://127.0.0.1:9"))
+    monkeypatch.setattr(run_step, "get_target", lambda name, args: target)
+
+    def fake_point(args, plan, target_, ep, invoker, upload, info, point, rep, prefix, first, date):
+        points.append((plan.deployment["worker_replicas"], point["n_workers"]))
+        from faasm_tasks.results import Attempt
+        att = Attempt(prefix, {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
+                               "target": "knative", "params": point, "repeat": rep})
+        att.finish(True, None, {})
+        return {"prefix": prefix, "attempt": 1, "status": "succeeded"}
+
+    monkeypatch.setattr(run_step, "_run_point", fake_point)
+    common = ["--target", "knative", "--run-id", "r1", "--results", str(tmp_path), "--date", "2026-11-30",
+              "--state-dir", str(tmp_path / "state"), "--experiment", "sgd_reuters_svm", "--system", "wasm",
+              "--only", "sync_interval=60000"]
+    assert main("faasm_tasks", STEPS, ["run", *common]) == 0
+    assert deployed == list(range(5, 55, 5))
+    assert points == [(n, n) for n in range(5, 55, 5)]  # N replicas, run with N workers
+    deployed.clear()
+    assert main("faasm_tasks", STEPS, ["run", *common]) == 0  # all succeeded: skipped, nothing redeployed
+    assert deployed == []
+    points.clear()
+    assert main("faasm_tasks", STEPS, ["run", *common, "--replicas", "fixed", "--rerun"]) == 0
+    assert deployed == [] and {p[0] for p in points} == {10}  # the catalogue's fixed 10 replicas

@@ -29,8 +29,13 @@ kubeconfig. What it does, and does not do:
 * Knative Services get ``status.conditions`` (``ConfigurationsReady``, ``RoutesReady``,
   ``Ready``) that turn ``True`` ``ksvc_ready_seconds`` after each create/update, and a
   ``status.url`` from ``ksvc_url(obj)`` (tests point it at local stand-in workers).
-  DaemonSets and Deployments are stored with a status claiming one node/all replicas
-  ready; their pod templates are NOT run.
+  A **DaemonSet runs its pod template once per fake node** (``nodes``, default one node,
+  ``kubeapi-node``): pods ``<name>-<node>`` with the template's labels, an
+  ``ownerReference`` to the DaemonSet and ``spec.nodeName`` (also what a
+  ``fieldRef: spec.nodeName`` resolves to), started as local processes like any pod;
+  ``nodeSelector`` is matched against ``node_labels``. Deleting the DaemonSet deletes its
+  pods (their processes get SIGTERM first); its status counts them. Deployments are stored
+  with a status claiming all replicas ready; their pod templates are NOT run.
 * Not implemented (answered ``405``/``400`` with a message saying so): ``watch=true``,
   ``pods/exec``/``attach``/``portforward`` (WebSocket), authentication and RBAC
   enforcement (every request is allowed; RBAC objects are stored, not enforced),
@@ -259,7 +264,11 @@ class KubeAPIServer:
         ksvc_url: Callable[[dict], str] | None = None,
         ksvc_ready_seconds: float = 0.5,
         namespaces: tuple[str, ...] = SYSTEM_NAMESPACES,
+        nodes: tuple[str, ...] = ("kubeapi-node",),
+        node_labels: dict[str, dict[str, str]] | None = None,
     ):
+        self.nodes = tuple(nodes)
+        self.node_labels = {n: {"kubernetes.io/hostname": n, **((node_labels or {}).get(n) or {})} for n in self.nodes}
         self.workdir = Path(workdir)
         self.python = python
         self.base_env = {
@@ -446,8 +455,14 @@ class KubeAPIServer:
             run = self.runs.get((ns, name)) if plural == "pods" and not group else None
             if plural == "pods" and not group:
                 self.pods_deleted.append(f"{ns}/{name}")
+            owned = self._owned_pods(ns, obj["metadata"]["uid"]) if (group, plural) == ("apps", "daemonsets") else []
         if run is not None:
             self._kill(run, "delete", grace=MAX_DELETE_GRACE if grace is None else grace)
+        for pod in owned:  # the garbage collector's cascade: the pods get their grace period
+            try:
+                self.delete("", "v1", "pods", ns, pod, grace=grace)
+            except ApiError:
+                pass
         obj["metadata"]["deletionTimestamp"] = now_iso()
         return obj
 
@@ -481,13 +496,35 @@ class KubeAPIServer:
             obj["metadata"].setdefault("annotations", {})["kubeapi.test/changed-at"] = repr(time.time())
             self._ksvc_status(obj)
         elif (group, plural) == ("apps", "daemonsets"):
-            obj["status"] = {"currentNumberScheduled": 1, "desiredNumberScheduled": 1, "numberReady": 1,
-                             "numberAvailable": 1, "updatedNumberScheduled": 1, "numberMisscheduled": 0,
-                             "observedGeneration": 1}
+            self._daemonset_pods(obj)
         elif (group, plural) == ("apps", "deployments"):
             n = (obj.get("spec") or {}).get("replicas", 1)
             obj["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n,
                              "observedGeneration": 1}
+
+    def _daemonset_pods(self, ds: dict) -> None:
+        """One pod per (selected) fake node, from the template, owned by the DaemonSet."""
+        ns, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
+        tmpl = copy.deepcopy((ds.get("spec") or {}).get("template") or {})
+        selector = (tmpl.get("spec") or {}).get("nodeSelector") or {}
+        nodes = [n for n in self.nodes if all(self.node_labels[n].get(k) == v for k, v in selector.items())]
+        for node in nodes:
+            pod = copy.deepcopy(tmpl)
+            md = pod.setdefault("metadata", {})
+            md["name"] = f"{name}-{node}"
+            md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
+                                      "uid": ds["metadata"]["uid"], "controller": True}]
+            pod.setdefault("spec", {})["nodeName"] = node
+            self._store("", "v1", "pods", ns, pod)
+            self._start_pod(pod)
+        n = len(nodes)
+        ds["status"] = {"currentNumberScheduled": n, "desiredNumberScheduled": n, "numberReady": n,
+                        "numberAvailable": n, "updatedNumberScheduled": n, "numberMisscheduled": 0,
+                        "observedGeneration": ds["metadata"].get("generation", 1)}
+
+    def _owned_pods(self, ns: str, uid: str) -> list[str]:
+        return [k[4] for k, o in self.objects.items() if k[:4] == ("", "v1", "pods", ns)
+                and any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])]
 
     def _on_update(self, group: str, plural: str, obj: dict, old: dict) -> None:
         if (group, plural) == ("serving.knative.dev", "services") and obj.get("spec") != old.get("spec"):
@@ -568,7 +605,7 @@ class KubeAPIServer:
                 elif "fieldRef" in vf:
                     path = vf["fieldRef"]["fieldPath"]
                     value = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": ns,
-                             "metadata.uid": pod["metadata"]["uid"], "spec.nodeName": "kubeapi-node",
+                             "metadata.uid": pod["metadata"]["uid"], "spec.nodeName": pod["spec"].get("nodeName", self.nodes[0]),
                              "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
                              "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}.get(path)
                     m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
@@ -587,7 +624,7 @@ class KubeAPIServer:
         spec = pod.setdefault("spec", {})
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("serviceAccountName", "default")
-        spec["nodeName"] = "kubeapi-node"
+        spec["nodeName"] = spec.get("nodeName") or self.nodes[0]
         container = spec["containers"][0]
         pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
                          "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "qosClass": "Burstable"}
