@@ -34,6 +34,11 @@ _QUICK_TX = {
     "head": "pool", "loss": "huber",
 }
 
+# The reference's QuantileRegressor(quantile=0.9, solver="highs") keeps scikit-learn's alpha=1.0;
+# on standardised features that L1 penalty zeroes every coefficient (a constant quantile), so the
+# default here is small and HPO may tune it. max_rows bounds the LP (0 = every training row).
+_LINEAR_Q = {"features": "summary", "quantile": 0.9, "alpha": 1e-3, "solver": "highs"}
+
 _POLICY = {
     "entropy": 0.1, "hidden": 0, "init_submit_prob": 0.005, "parallel_envs": 8, "eval_mode": "sample",
     "checkpoint_every": 1,
@@ -52,6 +57,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                     "objective": "reg:absoluteerror", "quantile": None},
         "random_forest": {"features": "summary", "n_estimators": 100, "max_depth": None,
                           "min_samples_leaf": 2, "max_features": 0.3},
+        "xgboost_quantile": {"features": "summary", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
+                             "subsample": 0.8, "colsample_bytree": 0.5, "min_child_weight": 1.0,
+                             "objective": "reg:quantileerror", "quantile": 0.9},
+        "linear_quantile": {**_LINEAR_Q, "max_rows": 4000},
         "moe_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
         "transformer_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
     },
@@ -68,6 +77,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                     "objective": "reg:absoluteerror", "quantile": None},
         "random_forest": {"features": "flat", "n_estimators": 100, "max_depth": None,
                           "min_samples_leaf": 1, "max_features": 1.0},
+        "xgboost_quantile": {"features": "flat", "n_estimators": 1000, "max_depth": 6, "learning_rate": 0.03,
+                             "subsample": 0.8, "colsample_bytree": 0.3, "min_child_weight": 1.0,
+                             "objective": "reg:quantileerror", "quantile": 0.9},
+        "linear_quantile": {**_LINEAR_Q, "max_rows": 0},
         "moe_policy": {**_POLICY, "epochs": 20, "episodes_per_epoch": 32, "eval_episodes": 32, "lr": 0.01},
         "transformer_policy": {**_POLICY, "epochs": 60, "episodes_per_epoch": 32, "eval_episodes": 32,
                                "lr": 0.01},

@@ -33,6 +33,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..models import KINDS, POLICIES, StopRequested
 from ..models import presets as presets_mod
+from ..models.calibrate import WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
 ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
@@ -50,9 +51,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override one preset hyper-parameter (repeatable)")
     p.add_argument("--quantile", type=float, default=None,
                    help="xgboost only: fit this quantile with reg:quantileerror instead of the median")
+    p.add_argument("--waste-weight", type=float, default=WASTE_WEIGHT,
+                   help="hours of service interruption one wasted node-hour (node x overlap) costs when the "
+                        "decision threshold is chosen on the training period's validation split "
+                        f"(default {WASTE_WEIGHT}: 6 minutes)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (neural models)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-fraction", type=float, default=0.2, help="latest share of samples used for validation")
+    p.add_argument("--samples-until", default=None, metavar="ISO",
+                   help="regressors: use only the dataset's samples whose episodes end by this time (sample start "
+                        "+ workload span), e.g. the first validation sample start of a month (default: all)")
+    p.add_argument("--sample-fraction", type=float, default=1.0,
+                   help="regressors: keep this share of those samples, evenly spaced in time (learning curves; 1)")
     p.add_argument("--purge-days", type=float, default=None,
                    help="drop training samples starting less than this before the first validation sample "
                         "(default: the dataset's workload span, params.workload_days, else 5)")
@@ -72,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
-        if args.model != "xgboost":
-            raise StepError("--quantile applies to --model xgboost only")
+        if args.model not in ("xgboost", "xgboost_quantile", "linear_quantile"):
+            raise StepError("--quantile applies to --model xgboost, xgboost_quantile and linear_quantile only")
         hp["quantile"] = args.quantile
+    if not args.waste_weight >= 0:
+        raise StepError(f"--waste-weight must be >= 0, got {args.waste_weight}")
     if args.threads is not None and args.threads < 1:
         raise StepError("--threads must be >= 1")
     common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
@@ -84,18 +96,27 @@ def run(args: argparse.Namespace) -> int:
         if step is None:
             return 0
         fit = lambda: train_policy(args.model, args.base, base_cfg, step, hp, env_kind=args.env,  # noqa: E731
-                                   trace=args.trace, **common)
+                                   trace=args.trace, waste_weight=args.waste_weight, **common)
     else:
         if not args.dataset:
             raise StepError(f"--dataset is required for --model {args.model}")
         require_input(args.dataset, "--dataset")
+        until = None
+        if args.samples_until is not None:
+            from ..schema import parse_time
+
+            until = int(parse_time(args.samples_until, "--samples-until").timestamp())
+        if not 0.0 < args.sample_fraction <= 1.0:
+            raise StepError(f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
         params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-                  "val_fraction": args.val_fraction, "purge_days": args.purge_days}
+                  "val_fraction": args.val_fraction, "purge_days": args.purge_days,
+                  "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
         if step.skip():
             return 0
         fit = lambda: train_regressor(args.model, args.dataset, step, hp, val_fraction=args.val_fraction,  # noqa: E731
-                                      purge_days=args.purge_days, **common)
+                                      purge_days=args.purge_days, waste_weight=args.waste_weight,
+                                      samples_until=until, sample_fraction=args.sample_fraction, **common)
     try:
         result = fit()
     except StopRequested as exc:
@@ -125,6 +146,6 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
         require_input(args.trace, "--trace")
         inputs.append(args.trace)
     params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-              "env": args.env}
+              "env": args.env, "waste_weight": args.waste_weight}
     step = Step("train", args.out, __version__, params, inputs=inputs)
     return (None if step.skip() else step), base_cfg

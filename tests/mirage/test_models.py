@@ -225,3 +225,59 @@ def test_forest_node_arrays_are_bounds_checked():
                 forest([1, -1, -1], [2, -1, -1], [9, -2, -2])):  # feature index out of range
         with pytest.raises(StepError, match="bad.skops: tree 0"):
             trees._check_forest(bad, "bad.skops")
+
+
+# ---------------------------------------------------------------- decision calibration
+
+def test_calibration_replays_first_probe_at_or_above_the_threshold():
+    from mirage_tasks.models import calibrate as C
+
+    # two samples of three probes (the last = the predecessor's end)
+    sample = np.array([0, 0, 0, 1, 1, 1])
+    y = np.array([-10.0, -2.0, 3.0, -5.0, 1.0, 4.0])
+    score = np.array([-9.0, -1.0, 2.0, 0.5, 0.7, 3.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, 0.0), [3.0, -5.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, -1.5), [-2.0, -5.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, np.inf), [3.0, 4.0])  # reactive
+    o = C.objective(np.array([3.0, -5.0]), node=2, waste_weight=0.1)
+    assert o == {"mean_interruption_h": 1.5, "mean_wasted_node_h": 5.0, "zero_share": 0.5, "objective": 2.0}
+
+
+def test_calibration_picks_the_cheapest_threshold_and_prices_waste():
+    from mirage_tasks.models import calibrate as C
+
+    rng = np.random.default_rng(0)
+    n_s, probes = 200, 7
+    sample = np.repeat(np.arange(n_s), probes)
+    # the true signed interruption rises over the predecessor's run; the score is it plus noise
+    base = rng.normal(-20, 6, n_s)[:, None] + np.linspace(0, 28, probes)[None, :]
+    y = base.ravel()
+    score = y + rng.normal(0, 1, y.shape)
+    free = C.calibrate(score, y, sample, node=1, waste_weight=0.0, default=-0.5)
+    dear = C.calibrate(score, y, sample, node=1, waste_weight=10.0, default=-0.5)
+    assert free["chosen"]["objective"] <= free["default"]["objective"] + 1e-12
+    assert free["chosen"]["mean_interruption_h"] <= dear["chosen"]["mean_interruption_h"]
+    assert dear["chosen"]["mean_wasted_node_h"] <= free["chosen"]["mean_wasted_node_h"]
+    # no threshold does better than the grid's best (checked against a fine brute force)
+    brute = min(C.objective(C.outcomes(score, y, sample, t), 1, 10.0)["objective"]
+                for t in np.r_[np.sort(score), np.inf])
+    assert dear["chosen"]["objective"] <= brute + 0.05
+    # a score that never reaches any useful level: never submitting early is chosen and said
+    never = C.calibrate(np.full_like(y, -100.0), np.where(np.arange(len(y)) % probes == probes - 1, 0.0, -30.0),
+                        sample, node=8, waste_weight=0.1)
+    assert never["threshold"] is None and never["never_submits_early"]
+
+
+def test_forest_arrays_predict_like_scikit_learn():
+    from sklearn.ensemble import RandomForestRegressor
+
+    from mirage_tasks.models.trees import ForestArrays
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 12)).astype(np.float32)
+    y = X[:, 0] * 3 + np.sin(X[:, 1]) + rng.normal(0, 0.1, 400)
+    rf = RandomForestRegressor(n_estimators=20, min_samples_leaf=2, max_features=0.5, random_state=0).fit(X, y)
+    fa = ForestArrays(rf)
+    Xt = rng.normal(size=(300, 12)).astype(np.float32)
+    np.testing.assert_allclose(fa.predict(Xt), rf.predict(Xt), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fa.predict(Xt[:1]), rf.predict(Xt[:1]), rtol=1e-5, atol=1e-5)
