@@ -60,7 +60,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "xgboost_quantile": {"features": "summary", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
                              "subsample": 0.8, "colsample_bytree": 0.5, "min_child_weight": 1.0,
                              "objective": "reg:quantileerror", "quantile": 0.9},
-        "linear_quantile": {**_LINEAR_Q, "max_rows": 4000},
+        "linear_quantile": {**_LINEAR_Q, "max_rows": 3000},
         "moe_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
         "transformer_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
     },

@@ -1,0 +1,240 @@
+"""Writes docs/results/ls6-months.md from the outputs of bench/ls6_months.py (no hand-typed numbers).
+
+Called by ``bench/ls6_months.py --write-doc PATH``; reads ``metrics/<month>/metrics.json``, the
+models' ``metrics.json``/``config.json``, the learning-curve runs and ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+BASELINES = ("reactive", "avg")
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    return fmt.format(x)
+
+
+def _ci(v: Any, lo: Any, hi: Any, fmt: str = "{:.2f}") -> str:
+    if v is None:
+        return "-"
+    if lo is None or hi is None:
+        return _f(v, fmt)
+    return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+
+
+def _rows(doc: dict, node: int, level: str = "all") -> list[dict]:
+    return [r for r in doc["rows"] if int(r["node"]) == node and r["level"] == level]
+
+
+def _model_info(root: Path, month: str, node: int, model: str) -> tuple[dict | None, dict | None]:
+    d = root / "models" / month / f"node{node}" / model
+    return _load(d / "metrics.json"), _load(d / "config.json")
+
+
+def verdict(rows: list[dict]) -> dict | None:
+    """The learned model with the lowest mean interruption, and whether it beats avg: the 95 %
+    interval of the paired difference excludes zero (below it) and it wastes no more node-hours."""
+    learned = [r for r in rows if r["model"] not in BASELINES]
+    if not learned:
+        return None
+    best = min(learned, key=lambda r: r["mean_interruption_h"])
+    hi = best.get("diff_vs_avg_ci_hi")
+    waste_ok = best.get("wasted_diff_vs_avg") is not None and best["wasted_diff_vs_avg"] <= 1e-9
+    beats = hi is not None and hi < 0 and waste_ok
+    return {"best": best, "beats_avg": beats, "interval_excludes_zero": hi is not None and hi < 0,
+            "waste_ok": waste_ok}
+
+
+def write_doc(root: Path, out: Path, args: Any) -> None:
+    run = _load(root / "run.json") or {}
+    months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
+    L: list[str] = []
+    L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
+          "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
+          "```sh", "nice -n 5 .venv/bin/python bench/ls6_months.py   # everything below, under var/ls6-months/",
+          ".venv/bin/python bench/ls6_months.py --write-doc docs/results/ls6-months.md", "```", ""]
+    if run:
+        L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
+              f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
+              f"{run['finished']}). Command: `{' '.join(run['argv'])}`.", ""]
+    else:
+        L += ["The run had not finished when this page was written: the tables below hold what was committed "
+              "by then (months or models missing from them did not finish).", ""]
+    L += ["## Setup", "",
+          "* trace: `ls6-a100.log` (CC BY 4.0, the Mirage authors, SC'23), local times read as America/Chicago; "
+          "simulator preset `ls6` (78 nodes, conservative backfill, recorded priority plus capped age, "
+          "8 running jobs per user, warm start);",
+          f"* training samples: one every {args.interval_hours:g} h from 2022-11-01 (the seed: 4 h), 2-day warm-up, "
+          "5-day workloads, 7 probes each, node sizes " + ", ".join(map(str, args.nodes)) + "; for each month the "
+          "models use only the samples whose workload ends before the month starts (`train --samples-until`), "
+          "split chronologically (latest 20 % of samples for validation, 5-day purge);",
+          "* decision thresholds: chosen on that training-period validation split by replaying the probes "
+          "(submit at the first probe whose prediction reaches the threshold, else at the predecessor's end), "
+          "minimising mean interruption + waste weight x mean wasted node-hours (`train --waste-weight`, "
+          "default 0.1 h per node-hour); never tuned on the validation month;",
+          f"* validation: {args.val_count} samples per month every 4 h from the 1st (26 days), a decision every "
+          "10 simulated minutes; baselines `reactive` (submit at the predecessor's end) and `avg` (its end minus "
+          "the recent mean wait);",
+          f"* models: {', '.join(args.models)}, preset `{args.preset}` (" + ", ".join(args.param) + "), seed 0;",
+          "* intervals: paired bootstrap 95 % (2,000 resamples of the samples, the same draw for the model and "
+          "the baseline). `- avg` columns: mean over samples of (model - avg) on the same sample; negative = "
+          "the model is better (less interruption, less waste). Load level of a sample from the reactive "
+          "baseline's interruption: low <= 2 h, medium 2-12 h, heavy > 12 h.", ""]
+
+    # ---- verdict
+    L += ["## Does a learned model beat `avg`?", "",
+          "Criterion (issue 14): the best learned model's mean interruption is below avg's with the 95 % interval "
+          "of the paired difference excluding zero, and its mean wasted node-hours are at most avg's.", "",
+          "| month | node | best learned model | mean interruption h (avg) | interruption - avg h [95% CI] | "
+          "wasted node-h - avg [95% CI] | beats avg |", "|---|---|---|---|---|---|---|"]
+    wins = {n: 0 for n in args.nodes}
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            rows = _rows(doc, n)
+            v = verdict(rows)
+            avg = next((r for r in rows if r["model"] == "avg"), None)
+            if v is None or avg is None:
+                continue
+            b = v["best"]
+            wins[n] += int(v["beats_avg"])
+            why = "yes" if v["beats_avg"] else ("no: interval includes zero or is above it"
+                                               if not v["interval_excludes_zero"] else "no: wastes more")
+            L.append(f"| {m} | {n} | {b['model']} | {b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f}) "
+                     f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                     f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                     f"| {why} |")
+    L += ["", "Months where the best learned model beats avg: " +
+          "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
+
+    # ---- per month
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        L += [f"## {m}", ""]
+        for n in args.nodes:
+            rows = _rows(doc, n)
+            if not rows:
+                continue
+            c = doc["level_counts"].get(str(n), {})
+            L += [f"### {m}, {n}-node service jobs (levels from reactive: {c.get('low', 0)} low, "
+                  f"{c.get('medium', 0)} medium, {c.get('heavy', 0)} heavy)", "",
+                  "| model | mean interruption h [95% CI] | zero interruption | wasted node-h | interruption - avg h "
+                  "[95% CI] | wasted node-h - avg [95% CI] | low / medium / heavy interruption h | forced | "
+                  "threshold (calibrated) | val MAE h (constant) |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for r in rows:
+                lv = {x["level"]: x for x in doc["rows"] if x["model"] == r["model"] and int(x["node"]) == n}
+                levels = " / ".join(_f(lv[k]["mean_interruption_h"]) if k in lv else "-"
+                                    for k in ("low", "medium", "heavy"))
+                met, cfg = _model_info(root, m, n, r["model"])
+                thr, mae = "-", "-"
+                if cfg is not None:
+                    low = (cfg.get("decision") or {}).get("low_h", "n/a")
+                    thr = "never early" if low is None else f"{low:.2f} h"
+                if met is not None:
+                    mae = f"{met['val_mae_h']:.2f} ({met['val_constant_mae_h']:.2f})"
+                L.append(f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
+                         f"| {_f(r['zero_share'], '{:.0%}')} | {_f(r['mean_wasted_node_h'])} "
+                         f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                         f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                         f"| {levels} | {_f(r['forced_share'], '{:.0%}')} | {thr} | {mae} |")
+            L.append("")
+            # per level: the paired difference to avg
+            lv_rows = [x for x in doc["rows"] if int(x["node"]) == n and x["level"] in ("low", "medium", "heavy")
+                       and x["model"] not in BASELINES]
+            if lv_rows:
+                L += ["Per load level, interruption - avg h [95% CI]:", "",
+                      "| model | low | medium | heavy |", "|---|---|---|---|"]
+                for model in dict.fromkeys(x["model"] for x in lv_rows):
+                    cells = []
+                    for k in ("low", "medium", "heavy"):
+                        x = next((y for y in lv_rows if y["model"] == model and y["level"] == k), None)
+                        cells.append("-" if x is None else
+                                     f"{_ci(x.get('diff_vs_avg_h'), x.get('diff_vs_avg_ci_lo'), x.get('diff_vs_avg_ci_hi'), '{:+.2f}')} (n={x['n']})")
+                    L.append(f"| {model} | " + " | ".join(cells) + " |")
+                L.append("")
+        ns = doc.get("never_submits") or []
+        if ns:
+            L += ["Never submitted before the predecessor ended (every submission forced: online they are the "
+                  "reactive baseline): " + ", ".join(f"{d['model']} (node {d['node']})" for d in ns) + ".", ""]
+
+    # ---- calibration
+    L += ["## Thresholds chosen on the training period", "",
+          "Objective on each training period's own validation split (mean interruption h + weight x wasted "
+          "node-h) at the calibrated threshold, at the fixed -0.5 h of the seed, and never submitting early.", "",
+          "| month | node | model | training samples | threshold | objective: calibrated / -0.5 h / reactive |",
+          "|---|---|---|---|---|---|"]
+    for m in months:
+        for n in args.nodes:
+            for model in args.models:
+                met, cfg = _model_info(root, m, n, model)
+                if met is None or "calibration" not in met:
+                    continue
+                c = met["calibration"]
+                thr = "never early" if met.get("threshold_h") is None else f"{met['threshold_h']:.2f} h"
+                L.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {thr} | "
+                         f"{c['chosen']['objective']:.3f} / {c['default']['objective']:.3f} / "
+                         f"{c['reactive']['objective']:.3f} |")
+    L.append("")
+
+    # ---- learning curve
+    if months:
+        m = months[-1]
+        pts = []
+        for n in args.nodes:
+            for model in args.curve_models:
+                for f in [*args.curve_fractions, 1.0]:
+                    if f < 1.0:
+                        tag = f"{model}@{int(round(f * 100))}pct"
+                        mdir = root / "curve" / m / f"node{n}" / tag
+                        vdir = root / "curve-validate" / m / f"node{n}" / tag
+                    else:
+                        mdir = root / "models" / m / f"node{n}" / model
+                        vdir = root / "validate" / m / f"node{n}" / model
+                    met = _load(mdir / "metrics.json")
+                    if met is None or not (vdir / "validation.parquet").exists():
+                        continue
+                    v = pd.read_parquet(vdir / "validation.parquet")
+                    cfg = _load(mdir / "config.json") or {}
+                    sub = (cfg.get("data") or {}).get("subset") or {}
+                    pts.append({"node": n, "model": model, "fraction": f, "samples": sub.get("n_samples"),
+                                "train_samples": met.get("n_train_samples"), "val_mae_h": met["val_mae_h"],
+                                "online_h": float(v["interruption_h"].mean()),
+                                "wasted": float(v["wasted_node_h"].mean())})
+        if pts:
+            L += [f"## Learning curve ({m})", "",
+                  "The curve models retrained on an evenly thinned share of the same history (25 % = one sample every "
+                  "4 h, 50 % = every 2 h, 100 % = every hour); validation MAE on the training period's own split "
+                  "(its size shrinks with the share) and online mean interruption on the month.", "",
+                  "| node | model | share | samples (train split) | val MAE h | online mean interruption h | "
+                  "wasted node-h |", "|---|---|---|---|---|---|---|"]
+            for p in sorted(pts, key=lambda d: (d["node"], d["model"], d["fraction"])):
+                L.append(f"| {p['node']} | {p['model']} | {p['fraction']:.0%} | {p['samples']} ({p['train_samples']}) "
+                         f"| {p['val_mae_h']:.2f} | {p['online_h']:.2f} | {p['wasted']:.2f} |")
+            L.append("")
+
+    # ---- training
+    L += ["## Training", "", "| month | node | model | training samples | val MAE h | constant h | wall s |",
+          "|---|---|---|---|---|---|---|"]
+    for m in months:
+        for n in args.nodes:
+            for model in args.models:
+                met, _ = _model_info(root, m, n, model)
+                if met is None:
+                    continue
+                L.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {met['val_mae_h']:.2f} | "
+                         f"{met['val_constant_mae_h']:.2f} | {met['wall_s']:.0f} |")
+    L.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(L))
+    print(f"wrote {out} ({len(months)} month(s))")
