@@ -43,7 +43,8 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
                     device: str = "cpu", val_fraction: float = 0.2, purge_days: float | None = None,
                     threads: int | None = None, stop_after: int | None = None,
                     preset: str | None = None, waste_weight: float = WASTE_WEIGHT,
-                    samples_until: int | None = None, sample_fraction: float = 1.0) -> dict[str, Any]:
+                    samples_until: int | None = None, sample_fraction: float = 1.0,
+                    hpo_trials: int = 0, hpo_timeout_s: float | None = None) -> dict[str, Any]:
     """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
     from . import data as D
     from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
@@ -63,6 +64,29 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
              split.info["n_purged_samples"])
     scaler = D.FeatureScaler.fit(ds.X[split.train])
     Xs = scaler.transform(ds.X)
+    fam = family(kind)
+    hpo_summary = None
+    if hpo_trials:
+        from .hpo import HPO_FILE, search
+
+        def trial_fit(thp: dict[str, Any], tmp: str) -> tuple[np.ndarray, np.ndarray]:
+            tstep = Step("hpo-trial", tmp, __version__, {"hp": thp})
+            tcfg: dict[str, Any] = {
+                "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
+                "weights": fam.weights, "scaler": scaler.to_dict(), "decision": dict(DEFAULT_DECISION),
+                "data": D.data_window(ds, split)}
+            fam.fit_fn()(kind, ds, split, Xs, thp, tcfg, tstep, seed=seed, device=device, threads=threads,
+                         stop_after=None)
+            tstep.write_json(CONFIG_FILE, tcfg)
+            tm = load_model(tmp, device=device if fam.torch else "cpu")
+            return batched_predict(tm, ds.X, split.val), ds.y[split.val]
+
+        hp, history, hpo_summary = search(kind, hp, trial_fit, n_trials=hpo_trials, timeout_s=hpo_timeout_s,
+                                          seed=seed)
+        step.write_json(HPO_FILE, {"summary": hpo_summary, "trials": history})
+        log.info("%s: hyper-parameter search kept trial %d of %d (%s %.4f; preset %s)", kind,
+                 hpo_summary["best_number"], hpo_summary["n_trials"], hpo_summary["objective"],
+                 hpo_summary["best_value"], hpo_summary["preset_value"])
     cfg: dict[str, Any] = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
         "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights, "scaler": scaler.to_dict(),
@@ -70,7 +94,8 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     }
     if subset_info is not None:
         cfg["data"]["subset"] = subset_info
-    fam = family(kind)
+    if hpo_summary is not None:
+        cfg["hpo"] = hpo_summary
     curves = fam.fit_fn()(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
                           stop_after=stop_after)
     del Xs
@@ -105,6 +130,9 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
         "n_val": split.info["n_val"],
         "wall_s": round(time.monotonic() - t0, 2),
     }
+    if hpo_summary is not None:
+        metrics["hpo"] = {k: hpo_summary[k] for k in ("n_trials", "n_complete", "objective", "best_value",
+                                                      "preset_value", "best_params", "seconds")}
     step.write_json("metrics.json", metrics)
     log.info("%s: validation MAE %.3f h (constant predictor %.3f h), train MAE %.3f h, %.1f s",
              kind, metrics["val_mae_h"], metrics["val_constant_mae_h"], metrics["train_mae_h"], metrics["wall_s"])

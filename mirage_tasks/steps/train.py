@@ -63,6 +63,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "+ workload span), e.g. the first validation sample start of a month (default: all)")
     p.add_argument("--sample-fraction", type=float, default=1.0,
                    help="regressors: keep this share of those samples, evenly spaced in time (learning curves; 1)")
+    p.add_argument("--hpo-trials", type=int, default=0,
+                   help="regressors: Optuna trials on the training period's split before the final fit (0: none)")
+    p.add_argument("--hpo-timeout-s", type=float, default=None,
+                   help="regressors: stop the hyper-parameter search after this many seconds (default: no limit)")
     p.add_argument("--purge-days", type=float, default=None,
                    help="drop training samples starting less than this before the first validation sample "
                         "(default: the dataset's workload span, params.workload_days, else 5)")
@@ -106,17 +110,22 @@ def run(args: argparse.Namespace) -> int:
             from ..schema import parse_time
 
             until = int(parse_time(args.samples_until, "--samples-until").timestamp())
+        if args.hpo_trials < 0 or (args.hpo_timeout_s is not None and not args.hpo_timeout_s > 0):
+            raise StepError("--hpo-trials must be >= 0 and --hpo-timeout-s > 0")
         if not 0.0 < args.sample_fraction <= 1.0:
             raise StepError(f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
         params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
                   "val_fraction": args.val_fraction, "purge_days": args.purge_days,
                   "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction}
+        if args.hpo_trials:
+            params["hpo"] = {"trials": args.hpo_trials, "timeout_s": args.hpo_timeout_s}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
         if step.skip():
             return 0
         fit = lambda: train_regressor(args.model, args.dataset, step, hp, val_fraction=args.val_fraction,  # noqa: E731
                                       purge_days=args.purge_days, waste_weight=args.waste_weight,
-                                      samples_until=until, sample_fraction=args.sample_fraction, **common)
+                                      samples_until=until, sample_fraction=args.sample_fraction,
+                                      hpo_trials=args.hpo_trials, hpo_timeout_s=args.hpo_timeout_s, **common)
     try:
         result = fit()
     except StopRequested as exc:

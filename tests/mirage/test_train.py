@@ -344,3 +344,27 @@ def test_sim_env_episodes_stay_in_their_window(ls6_parquet, ls6_small, tmp_path)
     assert pcfg["env"]["train"]["decision_s"] == 600 and pcfg["env"]["train"]["node"] == 1
     assert pcfg["env"]["train"]["start_max"] < pcfg["env"]["validation"]["start_min"]
     assert load_model(out).decide(np.zeros((2, *obs.shape), np.float32)).submit.shape == (2,)
+
+
+def test_hyperparameter_search_on_the_training_split(dataset, tmp_path):
+    pytest.importorskip("optuna")
+    out = str(tmp_path / "hpo")
+    assert train(dataset, out, "xgboost", "--hpo-trials", "4", "--hpo-timeout-s", "120") == 0
+    doc = json.load(open(os.path.join(out, "hpo_trials.json")))
+    trials, summary = doc["trials"], doc["summary"]
+    assert len(trials) == 4 and summary["n_complete"] == 4 and summary["objective"] == "val_mae_h"
+    # trial 0 is the preset with the test's override; the kept one is the best on the training split
+    assert trials[0]["params"]["n_estimators"] == 80 and trials[0]["params"]["max_depth"] == 4
+    best = min((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["value"])
+    assert summary["best_number"] == best["number"] and summary["best_value"] <= summary["preset_value"]
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert all(cfg["preset_hp"][k] == v for k, v in best["params"].items())
+    assert cfg["hpo"]["data"].startswith("the training period")
+    # the saved model is the best trial refitted: its validation MAE is the study's best value
+    met = json.load(open(os.path.join(out, "metrics.json")))
+    assert met["val_mae_h"] == pytest.approx(summary["best_value"], rel=1e-4)
+    # a quantile model is searched on the pinball loss
+    q = str(tmp_path / "hpo_q")
+    assert train(dataset, q, "linear_quantile", "--hpo-trials", "2") == 0
+    assert json.load(open(os.path.join(q, "hpo_trials.json")))["summary"]["objective"] == "val_pinball_q0.9_h"
+    assert train(dataset, str(tmp_path / "bad"), "xgboost", "--hpo-trials", "-1") == 2
