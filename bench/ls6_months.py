@@ -14,7 +14,9 @@ date, so a rerun only does what is missing:
 3. per validation month (Jan, Feb, Mar 2023) and node size: ``train`` each model on the
    samples whose episodes end before the month starts (``--samples-until``: models see
    nothing of the month), with the chronological split and purge inside that history; the
-   submit threshold is calibrated there (``--waste-weight``), never on the month;
+   submit threshold is calibrated there (``--waste-weight``), never on the month; the
+   ``--hpo-models`` first search their hyper-parameters there with Optuna (``--hpo-trials``,
+   ``--hpo-timeout-s``);
 4. ``validate`` the baselines and each model on ``--val-count`` samples every 4 h from the
    month's first day (156: 26 days, as the seed's March run), a decision every 10 minutes;
 5. ``metrics`` per month (paired bootstrap 95 % intervals, also of the difference to ``avg``);
@@ -80,8 +82,10 @@ def main() -> int:
     p.add_argument("--param", action="append", default=["transformer:epochs=20"], metavar="MODEL:KEY=VALUE",
                    help="train --param for one model (repeatable; default transformer:epochs=20)")
     p.add_argument("--waste-weight", type=float, default=None, help="train --waste-weight (default: train's)")
-    p.add_argument("--hpo-trials", type=int, default=0, help="train --hpo-trials for every model (0: presets)")
-    p.add_argument("--hpo-timeout-s", type=float, default=300.0)
+    p.add_argument("--hpo-models", nargs="*", default=["xgboost", "linear_quantile"],
+                   help="models whose hyper-parameters are searched (train --hpo-trials); the others keep the preset")
+    p.add_argument("--hpo-trials", type=int, default=10, help="train --hpo-trials for --hpo-models (10)")
+    p.add_argument("--hpo-timeout-s", type=float, default=90.0, help="train --hpo-timeout-s (90)")
     p.add_argument("--curve-models", nargs="*", default=["xgboost", "random_forest"],
                    help="models of the learning curve (on the last month)")
     p.add_argument("--curve-fractions", nargs="*", type=float, default=[0.25, 0.5])
@@ -127,7 +131,7 @@ def main() -> int:
             argv += ["--sample-fraction", str(fraction)]
         if args.waste_weight is not None:
             argv += ["--waste-weight", str(args.waste_weight)]
-        if args.hpo_trials:
+        if args.hpo_trials and model in args.hpo_models:
             argv += ["--hpo-trials", str(args.hpo_trials), "--hpo-timeout-s", str(args.hpo_timeout_s)]
         for kv in params.get(model, []):
             argv += ["--param", kv]

@@ -86,7 +86,10 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           f"* validation: {args.val_count} samples per month every 4 h from the 1st (26 days), a decision every "
           "10 simulated minutes; baselines `reactive` (submit at the predecessor's end) and `avg` (its end minus "
           "the recent mean wait);",
-          f"* models: {', '.join(args.models)}, preset `{args.preset}` (" + ", ".join(args.param) + "), seed 0;",
+          f"* models: {', '.join(args.models)}, preset `{args.preset}` (" + ", ".join(args.param) + "), seed 0; "
+          + (f"hyper-parameters of {', '.join(args.hpo_models)} searched with Optuna on each training period's "
+             f"split ({args.hpo_trials} trials or {args.hpo_timeout_s:g} s, the preset as trial 0);"
+             if args.hpo_trials and args.hpo_models else "no hyper-parameter search;"),
           "* intervals: paired bootstrap 95 % (2,000 resamples of the samples, the same draw for the model and "
           "the baseline). `- avg` columns: mean over samples of (model - avg) on the same sample; negative = "
           "the model is better (less interruption, less waste). Load level of a sample from the reactive "
@@ -186,6 +189,25 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                          f"{c['chosen']['objective']:.3f} / {c['default']['objective']:.3f} / "
                          f"{c['reactive']['objective']:.3f} |")
     L.append("")
+
+    # ---- hyper-parameter search
+    hrows = []
+    for m in months:
+        for n in args.nodes:
+            for model in args.models:
+                met, _ = _model_info(root, m, n, model)
+                h = (met or {}).get("hpo")
+                if h:
+                    hrows.append(f"| {m} | {n} | {model} | {h['n_complete']}/{h['n_trials']} | {h['objective']} | "
+                                 f"{_f(h['preset_value'], '{:.3f}')} | {_f(h['best_value'], '{:.3f}')} | "
+                                 f"{json.dumps(h['best_params'], default=lambda v: round(v, 4))} |")
+    if hrows:
+        L += ["## Hyper-parameter search (Optuna, training period only)", "",
+              "Loss on each training period's own validation split; the preset is trial 0, so the kept value is "
+              "never worse there. The study histories are in `hpo_trials.json` beside each model and plotted by "
+              "the pipeline's report.", "",
+              "| month | node | model | trials complete | objective | preset | best | best parameters |",
+              "|---|---|---|---|---|---|---|---|", *hrows, ""]
 
     # ---- learning curve
     if months:
