@@ -40,8 +40,11 @@ _QUICK_TX = {
 _LINEAR_Q = {"features": "summary", "quantile": 0.9, "alpha": 1e-3, "solver": "highs"}
 
 _POLICY = {
-    "entropy": 0.1, "hidden": 0, "init_submit_prob": 0.005, "parallel_envs": 8, "eval_mode": "sample",
-    "checkpoint_every": 1,
+    # PPO-style clipped updates (8 per batch) and an entropy bonus decaying to 0: trained with one
+    # REINFORCE step per batch (ppo_epochs=1, entropy_final=0.1: the seed), the policies' greedy action
+    # never submitted (see mirage_tasks.models.policy)
+    "entropy": 0.1, "entropy_final": 0.0, "hidden": 0, "init_submit_prob": 0.005, "parallel_envs": 8,
+    "eval_mode": "sample", "checkpoint_every": 1, "ppo_epochs": 8, "clip": 0.2,
 }
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
