@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
                         "models without one)")
     p.add_argument("--stochastic", action="store_true", help="policies: sample the action instead of argmax")
+    p.add_argument("--argmax", action="store_true",
+                   help="policies: greedy by the likelier action (P(submit) > 0.5) instead of the policy's "
+                        "calibrated P(submit) threshold")
     p.add_argument("--seed", type=int, default=0, help="seed of --stochastic (per sample: (seed, k))")
     p.add_argument("--window", type=int, default=None,
                    help="snapshots per history (default: the model's; 144 for baselines)")
@@ -86,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     require_input(args.trace, "--trace")
     if args.model not in BASELINES:
         require_input(args.model, "--model")
+    if args.argmax and args.stochastic:
+        raise StepError("--argmax and --stochastic exclude each other")
     if args.decide_every_minutes <= 0:
         raise StepError("--decide-every-minutes must be > 0")
     if (args.window is not None and args.window < 1) or (args.step_s is not None and args.step_s < 1):
@@ -115,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "interval_hours": args.interval_hours, "warmup_days": args.warmup_days,
         "workload_days": args.workload_days, "node": args.node, "decide_every_s": every_s,
         "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
+        **({"argmax": True} if args.argmax else {}),
         "shard": [shard_i, shard_n], "window": window, "step_s": step_s, "config": cfg.to_dict(),
     }
     step = Step("validate", args.out, __version__, params, inputs=inputs)
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     setup = {"kind": kind, "model_uri": args.model, "node": args.node, "warmup_days": args.warmup_days,
              "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
-             "threads": threads}
+             "threads": threads, "argmax": bool(args.argmax)}
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers)
     wall = time.perf_counter() - t

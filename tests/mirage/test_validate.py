@@ -184,3 +184,12 @@ def test_bad_flags_exit_2(world, tmp_path, capsys):
                "--count", 1, "--node", 4, "--out", tmp_path / "x", "--cluster-config", "ls6", "--nodes", "16") == 2
     assert "trained for 2-node jobs" in capsys.readouterr().err
     assert validate(world["trace"], world["xgb"], tmp_path / "x", "--window", "144") == 2
+
+
+def test_policy_argmax_ignores_the_calibrated_threshold(policy_world, tmp_path):
+    w = policy_world
+    every = ["--decide-every-minutes", "120"]
+    assert validate(w["trace"], w["pol"], tmp_path / "a", *every, "--argmax") == 0
+    dec = pd.read_parquet(tmp_path / "a" / A.DECISIONS_FILE)
+    np.testing.assert_array_equal(dec["submit"], dec["output"] > 0.5)
+    assert validate(w["trace"], w["pol"], tmp_path / "b", *every, "--argmax", "--stochastic") == 2
