@@ -186,7 +186,8 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     curves = fit_phases(
         model, phases, X, y, split.val, loss=hp["loss"], y_scale=scale, device=dev, seed=seed,
         grad_clip=float(hp.get("grad_clip", 0.0)), checkpoint_every=int(hp["checkpoint_every"]),
-        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after)
+        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after,
+        amp=str(hp.get("amp", "off")))
     torchutil.save_tensors(step.record(cfg["weights"]),
                            {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return curves

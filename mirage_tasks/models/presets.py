@@ -27,7 +27,9 @@ from stepkit import StepError
 
 from .registry import KINDS
 
-_COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine"}
+# amp: "off" (float32), "bf16" (autocast to bfloat16 on any device) or "auto" (bfloat16 on CUDA only)
+_COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine",
+                 "amp": "off"}
 
 _QUICK_TX = {
     "d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "patch": 4, "dropout": 0.1,
@@ -70,11 +72,12 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {
         "transformer": {**_COMMON_TORCH, "d_model": 512, "n_heads": 2, "n_layers": 2, "d_ff": 128, "patch": 1,
                         "dropout": 0.1, "head": "flatten", "loss": "l1", "epochs": 300, "lr": 1e-4,
-                        "lr_schedule": "constant", "batch_size": 128, "checkpoint_every": 5},
+                        "lr_schedule": "constant", "batch_size": 128, "checkpoint_every": 5, "amp": "auto"},
         "moe": {**_COMMON_TORCH, "d_model": 512, "n_heads": 1, "n_layers": 1, "d_ff": 128, "patch": 1,
                 "dropout": 0.1, "head": "flatten", "loss": "mse", "lr_schedule": "constant", "n_experts": 10,
                 "expert_fraction": 0.5, "expert_epochs": 300, "expert_lr": 1e-5, "expert_batch_size": 64,
-                "epochs": 300, "lr": 1e-5, "batch_size": 128, "gate_hidden": 32, "checkpoint_every": 5},
+                "epochs": 300, "lr": 1e-5, "batch_size": 128, "gate_hidden": 32, "checkpoint_every": 5,
+                "amp": "auto"},
         "xgboost": {"features": "flat", "n_estimators": 1000, "max_depth": 6, "learning_rate": 0.03,
                     "subsample": 0.8, "colsample_bytree": 0.3, "min_child_weight": 1.0,
                     "objective": "reg:absoluteerror", "quantile": None},

@@ -368,3 +368,17 @@ def test_hyperparameter_search_on_the_training_split(dataset, tmp_path):
     assert train(dataset, q, "linear_quantile", "--hpo-trials", "2") == 0
     assert json.load(open(os.path.join(q, "hpo_trials.json")))["summary"]["objective"] == "val_pinball_q0.9_h"
     assert train(dataset, str(tmp_path / "bad"), "xgboost", "--hpo-trials", "-1") == 2
+
+
+def test_bfloat16_autocast_trains_to_a_similar_error(trained, dataset, tmp_path):
+    from mirage_tasks.models.training import amp_dtype
+
+    out = str(tmp_path / "bf16")
+    assert train(dataset, out, "transformer", params=[*TINY["transformer"], "amp=bf16"]) == 0
+    fp32 = json.load(open(os.path.join(trained["transformer"], "metrics.json")))["val_mae_h"]
+    bf16 = json.load(open(os.path.join(out, "metrics.json")))["val_mae_h"]
+    assert bf16 < 1.25 * fp32 + 0.2, (bf16, fp32)
+    assert json.load(open(os.path.join(out, "config.json")))["preset_hp"]["amp"] == "bf16"
+    assert amp_dtype("auto", torch.device("cpu")) is None and amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    assert amp_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert train(dataset, str(tmp_path / "x"), "transformer", params=[*TINY["transformer"], "amp=fp8"]) == 2
