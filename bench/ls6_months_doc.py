@@ -245,6 +245,41 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                          f"| {p['val_mae_h']:.2f} | {p['online_h']:.2f} | {p['wasted']:.2f} |")
             L.append("")
 
+    # ---- policies before/after the training fix (bench/ls6_policy_fix.py)
+    for pdir in sorted((root / "policy").glob("*/node*")) if (root / "policy").exists() else []:
+        mdoc = _load(pdir / "metrics" / "metrics.json")
+        if mdoc is None:
+            continue
+        month, node = pdir.parent.name, int(pdir.name[4:])
+        L += [f"## Policies before and after the training fix ({month}, {node}-node jobs)", "",
+              "`bench/ls6_policy_fix.py`: `transformer_policy` on this month's frozen transformer, trained with the "
+              "same seed, episodes and budget by the seed's method (one REINFORCE step per batch, constant entropy "
+              "bonus: `ppo_epochs=1 entropy_final=0.1`) and by the fix (the preset: 8 clipped PPO steps per batch, "
+              "entropy decaying to 0); validated on the month by argmax (P(submit) > 0.5) and by the P(submit) "
+              "threshold calibrated on the training period.", "",
+              "| training | greedy return on the training period's episodes (min) | greedy forced share there | "
+              "argmax submits on the probes | calibrated threshold |", "|---|---|---|---|---|"]
+        for name in ("reinforce", "ppo"):
+            met = _load(pdir / f"transformer_policy-{name}" / "metrics.json")
+            if met is None:
+                continue
+            thr = met.get("threshold")
+            L.append(f"| {name} | {_f(met.get('greedy_val_return'), '{:.0f}')} | "
+                     f"{_f(met.get('greedy_val_forced_share'), '{:.0%}')} | "
+                     f"{_f(met.get('argmax_submit_share'), '{:.1%}')} of decisions | "
+                     f"{'never' if thr is None else f'{thr:.3f}'} |")
+        L += ["", "| model | mean interruption h [95% CI] | wasted node-h | forced | interruption - avg h [95% CI] | "
+              "wasted node-h - avg [95% CI] |", "|---|---|---|---|---|---|"]
+        for r in _rows(mdoc, node):
+            L.append(f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
+                     f"| {_f(r['mean_wasted_node_h'])} | {_f(r['forced_share'], '{:.0%}')} "
+                     f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                     f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} |")
+        ns = mdoc.get("never_submits") or []
+        if ns:
+            L += ["", "Never submitted before the predecessor ended: " + ", ".join(d["model"] for d in ns) + "."]
+        L.append("")
+
     # ---- training
     L += ["## Training", "", "| month | node | model | training samples | val MAE h | constant h | wall s |",
           "|---|---|---|---|---|---|---|"]
