@@ -32,6 +32,8 @@ def main() -> int:
     p.add_argument("--month", default="2023-01")
     p.add_argument("--node", type=int, default=8)
     p.add_argument("--val-count", type=int, default=156)
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="train --param for both variants (e.g. a smaller budget for a smoke run)")
     args = p.parse_args()
     t0 = time.monotonic()
     root = (ROOT / args.root).resolve()
@@ -47,7 +49,7 @@ def main() -> int:
     for name, extra in VARIANTS.items():
         m = out / f"transformer_policy-{name}"
         run(["train", "--model", "transformer_policy", "--base", str(base), "--trace", str(root / "trace"),
-             "--out", str(m), "--threads", "1", *extra], logs / f"policy-{args.month}-{args.node}-{name}.log")
+             "--out", str(m), "--threads", "1", *[a for kv in args.param for a in ("--param", kv)], *extra], logs / f"policy-{args.month}-{args.node}-{name}.log")
         for rule, flag in (("argmax", ["--argmax"]), ("calibrated", [])):
             v = out / f"v-{name}-{rule}"
             run([*val, "--model", str(m), "--name", f"policy_{name}_{rule}", "--out", str(v), *flag],
