@@ -33,7 +33,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..models import KINDS, POLICIES, StopRequested
 from ..models import presets as presets_mod
-from ..models.calibrate import WASTE_WEIGHT
+from ..models.calibrate import CALIBRATION_VERSION, WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
 ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
             raise StepError(f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
         params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
                   "val_fraction": args.val_fraction, "purge_days": args.purge_days,
-                  "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction}
+                  "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction,
+                  "calibration": CALIBRATION_VERSION}
         if args.hpo_trials:
             params["hpo"] = {"trials": args.hpo_trials, "timeout_s": args.hpo_timeout_s}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
@@ -155,6 +156,6 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
         require_input(args.trace, "--trace")
         inputs.append(args.trace)
     params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-              "env": args.env, "waste_weight": args.waste_weight}
+              "env": args.env, "waste_weight": args.waste_weight, "calibration": CALIBRATION_VERSION}
     step = Step("train", args.out, __version__, params, inputs=inputs)
     return (None if step.skip() else step), base_cfg

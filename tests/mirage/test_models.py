@@ -305,3 +305,16 @@ def test_ppo_updates_make_the_greedy_policy_submit():
     assert after["greedy_val_return"] > before["greedy_val_return"] + 30
     assert after["greedy_val_return"] > after["reactive_val_return"] + 30
     assert c_after[-1]["entropy_coef"] == 0.0 and c_after[1]["entropy_coef"] == 0.1
+
+
+def test_calibration_keeps_the_default_on_a_tie():
+    from mirage_tasks.models import calibrate as C
+
+    sample = np.repeat(np.arange(3), 3)
+    y = np.array([-16.0, -8.0, 0.0] * 3)  # every early probe overlaps, the last is exact
+    score = np.array([-9.0, -7.0, -0.2] * 3)
+    cal = C.calibrate(score, y, sample, node=1, waste_weight=0.1, default=-0.5)
+    # -0.5 submits at the last probe, like never submitting early: a tie, so the default stays
+    assert cal["kept_default"] and cal["threshold"] == -0.5
+    cal2 = C.calibrate(score, np.array([-16.0, -8.0, 3.0] * 3), sample, node=1, waste_weight=0.01, default=-0.5)
+    assert not cal2["kept_default"] and cal2["threshold"] < -0.5  # here submitting earlier pays
