@@ -134,7 +134,8 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                   f"{c.get('medium', 0)} medium, {c.get('heavy', 0)} heavy)", "",
                   "| model | mean interruption h [95% CI] | zero interruption | wasted node-h | interruption - avg h "
                   "[95% CI] | wasted node-h - avg [95% CI] | low / medium / heavy interruption h | forced | "
-                  "threshold (calibrated) | val MAE h (constant) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "threshold (calibrated) | highest prediction h | val MAE h (constant) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
             for r in rows:
                 lv = {x["level"]: x for x in doc["rows"] if x["model"] == r["model"] and int(x["node"]) == n}
                 levels = " / ".join(_f(lv[k]["mean_interruption_h"]) if k in lv else "-"
@@ -146,11 +147,16 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                     thr = "never early" if low is None else f"{low:.2f} h"
                 if met is not None:
                     mae = f"{met['val_mae_h']:.2f} ({met['val_constant_mae_h']:.2f})"
+                top = "-"
+                dec_path = root / "validate" / m / f"node{n}" / r["model"] / "decisions.parquet"
+                if cfg is not None and dec_path.exists():
+                    dec = pd.read_parquet(dec_path, columns=["output"])
+                    top = _f(float(dec["output"].max())) if len(dec) else "-"
                 L.append(f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
                          f"| {_f(r['zero_share'], '{:.0%}')} | {_f(r['mean_wasted_node_h'])} "
                          f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
                          f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} "
-                         f"| {levels} | {_f(r['forced_share'], '{:.0%}')} | {thr} | {mae} |")
+                         f"| {levels} | {_f(r['forced_share'], '{:.0%}')} | {thr} | {top} | {mae} |")
             L.append("")
             # per level: the paired difference to avg
             lv_rows = [x for x in doc["rows"] if int(x["node"]) == n and x["level"] in ("low", "medium", "heavy")
