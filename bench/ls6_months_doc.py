@@ -121,6 +121,40 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     L += ["", "Months where the best learned model beats avg: " +
           "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
 
+    # ---- findings generated from the outputs
+    man = _load(root / "datasets" / f"node{args.nodes[0]}" / "manifest.json") or {}
+    probes = int((man.get("params") or {}).get("probes", 7))
+    stuck = []
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            for r in _rows(doc, n):
+                met, cfg = _model_info(root, m, n, r["model"])
+                dec_path = root / "validate" / m / f"node{n}" / r["model"] / "decisions.parquet"
+                if cfg is None or not dec_path.exists() or r["forced_share"] < 1.0:
+                    continue
+                dec = pd.read_parquet(dec_path, columns=["output"])
+                low = (cfg.get("decision") or {}).get("low_h")
+                stuck.append(f"{r['model']} ({m}, node {n}: highest prediction {dec['output'].max():.2f} h, "
+                             f"threshold {'never early' if low is None else f'{low:.2f} h'})")
+    L += ["## Why learned models lose where they lose", "",
+          f"The training samples hold {probes} probes each, equally spaced from the predecessor's submission to "
+          f"its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart (more when the predecessor "
+          "waits). So no training example describes a submission in the last "
+          f"{48 / (probes - 1):.0f} hours before the predecessor ends, other than at the end itself, while "
+          "`avg` gains exactly there (it submits the recent mean wait early, minutes to a few hours). Regressors "
+          "must extrapolate into that gap: trees cannot (their prediction for a decision an hour before the end is "
+          f"the label of the probe {48 / (probes - 1):.0f} h before it, a large overlap), so in light months they "
+          "never reach a submit threshold and replay the reactive baseline; and the thresholds calibrated on the "
+          "probes can only choose between submitting at least that early or at the end.",
+          ""]
+    if stuck:
+        L += ["Learned models that never submitted before the predecessor ended: " + "; ".join(stuck) + ".", ""]
+    L += ["The fix is in the sampling, not the models: probes concentrated near the predecessor's end (e.g. at "
+          "its end minus 10 min, 30 min, 1, 2, 4, 8, 16 h) would give the models and the calibration examples "
+          "of the decisions that matter; that needs a probe-spacing option in the `sample` step "
+          "(`mirage_tasks/sim/episode.py: probe_times`), outside this change.", ""]
+
     # ---- per month
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
