@@ -143,10 +143,11 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "waits). So no training example describes a submission in the last "
           f"{48 / (probes - 1):.0f} hours before the predecessor ends, other than at the end itself, while "
           "`avg` gains exactly there (it submits the recent mean wait early, minutes to a few hours). Regressors "
-          "must extrapolate into that gap: trees cannot (their prediction for a decision an hour before the end is "
-          f"the label of the probe {48 / (probes - 1):.0f} h before it, a large overlap), so in light months they "
-          "never reach a submit threshold and replay the reactive baseline; and the thresholds calibrated on the "
-          "probes can only choose between submitting at least that early or at the end.",
+          "must extrapolate into that gap, and trees do not extrapolate: an hour before the end they answer about "
+          f"what they learned for the probe {48 / (probes - 1):.0f} h before it (a large overlap). Where that keeps "
+          "every prediction below the submit threshold the model replays the reactive baseline (listed below). "
+          "The thresholds calibrated on the probes likewise can only choose between submitting at least that "
+          "early or at the end.",
           ""]
     if stuck:
         L += ["Learned models that never submitted before the predecessor ended: " + "; ".join(stuck) + ".", ""]
