@@ -342,6 +342,10 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
             pg.h3(f"{int(node)}-node jobs, all samples (samples per load level: {_counts_text(c)})")
             sub = table[(table["node"] == node) & (table["level"] == "all")]
             pg.table(M.TABLE_HEAD, [M.table_cells(r) for r in M.records(sub)])
+            for d in M.never_submits(table[table["node"] == node]):
+                pg.p(f"{d['model']} never submitted before the predecessor ended on any of its {d['n']} "
+                     f"{int(node)}-node samples: online it is the reactive baseline.")
+        summary["never_submits"] = M.never_submits(table)
         summary["headline"] = {f"{r['model']}@{r['node']}": {k: r[k] for k in (
             "n", "mean_interruption_h", "zero_share", "reduction_vs_reactive")}
             for r in M.records(table[table["level"] == "all"])}

@@ -114,6 +114,9 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
     md = (out / "report.md").read_text()
     assert "hyper-parameter search of xgboost" in md and (out / "figures" / "hpo_0.png").read_bytes()[:8] == PNG
     assert "Held-out scores and calibrated decision rules" in md
+    never = json.load(open(out / "_SUCCESS.json"))["summary"]["never_submits"]
+    for n in never:  # a learned model whose submissions were all forced is said so in the summary
+        assert f"{n['model']} never submitted before the predecessor ended" in md
     low = json.load(open(d / "config.json"))["decision"]["low_h"]
     row = next(line for line in md.splitlines() if line.startswith("| xgboost (hpo)"))
     assert ("never early" if low is None else R._fmt(float(low))) in row
