@@ -89,6 +89,14 @@ def time_paper(kind: str, dataset: str, device: str, epochs: int, rows: int, thr
         model = transformer.build(transformer.arch_from(hp, ds.n_features, ds.window))
     if dev.type == "cuda":
         X, y = X.to(dev), y.to(dev)
+    # warm-up (one-time allocations, kernel selection), untimed, on a copy of the model
+    import copy
+
+    warm = copy.deepcopy(model)
+    fit_phases(warm, [Phase("warm-up", warm, sub[:hp["batch_size"]], 1, hp["lr"], hp["batch_size"])], X, y,
+               sp.val[:8], loss=hp["loss"], y_scale=1.0, device=dev, seed=0, grad_clip=1.0,
+               checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench", amp=amp)
+    del warm
     phase = Phase(f"paper {kind}", model, sub, epochs, hp["lr"], hp["batch_size"])
     torchutil.seed_everything(0, dev)
     t0 = time.monotonic()
