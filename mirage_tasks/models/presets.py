@@ -15,6 +15,13 @@ joint MoE epoch on ls6 is estimated at ~8 minutes on 2 CPU cores. The policies'
 epochs for the transformer policy, 20 for the MoE policy); ``quick`` is 12 updates of
 16 episodes (lr 0.05).
 
+``xgboost_quantile`` is XGBoost with ``reg:quantileerror`` at q = 0.9; ``linear_quantile``
+the reference's ``QuantileRegressor(quantile=0.9, solver="highs")`` on the trees' summary
+table (quick: at most 3,000 training rows in the LP). Policies train with 8 clipped PPO
+steps per batch and an entropy bonus decaying to 0 (``ppo_epochs=1 entropy_final=0.1`` is
+the seed's REINFORCE). The paper presets' neural nets use ``amp=auto`` (bfloat16 autocast
+on CUDA).
+
 Any value can be overridden with ``--param key=value``.
 """
 

@@ -4,17 +4,27 @@
         [--preset quick|paper] [--device cpu|cuda] [--seed S] [--param key=value ...]
     python -m mirage_tasks train --model moe_policy --base MOE_MODEL --trace TRACE --out POLICY
 
-Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``) are trained on the
+Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``, and the 0.9-quantile
+``xgboost_quantile`` and ``linear_quantile``: the reference baselines script's linear quantile
+regressor, scikit-learn ``QuantileRegressor`` with ``highs``) are trained on the
 earliest samples of the dataset and validated on the latest (chronological split by
 sample, see :mod:`mirage_tasks.models.data`; the fitting is
-:mod:`mirage_tasks.models.fit`). Features are ``log1p``-scaled and
+:mod:`mirage_tasks.models.fit`). ``--samples-until`` keeps only the samples whose episodes
+end by a time (a validation month's start), ``--sample-fraction`` thins them (learning
+curves). ``--hpo-trials``/``--hpo-timeout-s`` first search the hyper-parameters with Optuna
+on that split (:mod:`mirage_tasks.models.hpo`, history in ``hpo_trials.json``). The submit
+threshold (regressors) or P(submit) threshold (policies) is then chosen on the same
+validation split, never on the validation period, by minimising mean interruption +
+``--waste-weight`` x wasted node-hours over the dataset's probes
+(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``). Features are ``log1p``-scaled and
 standardised with statistics of the training rows only; targets (hours) are centred and
 scaled for the neural models. Outputs under ``--out``:
 
 * ``config.json``: kind, architecture, hyper-parameters, scaler, target scaling, the
   decision rule, the dataset's window and the train/validation windows (for leakage
   checks), the weights file name;
-* the weights (``model.pt`` / ``model.ubj`` / ``model.skops`` / ``policy.pt``);
+* the weights (``model.pt`` / ``model.ubj`` / ``model.skops`` / ``model.json`` / ``policy.pt``);
+* ``hpo_trials.json`` with ``--hpo-trials``;
 * ``curves.json``: per-epoch (or per-round) training and validation loss and MAE;
 * ``metrics.json``: train and validation MAE in hours, the constant-predictor baseline,
   wall time;
