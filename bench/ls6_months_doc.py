@@ -326,14 +326,18 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
               "bonus: `ppo_epochs=1 entropy_final=0.1`) and by the fix (the preset: 8 clipped PPO steps per batch, "
               "entropy decaying to 0); validated on the month by argmax (P(submit) > 0.5) and by the P(submit) "
               "threshold calibrated on the training period.", "",
-              "| training | greedy return on the training period's episodes (min) | greedy forced share there | "
-              "argmax submits on the probes | calibrated threshold |", "|---|---|---|---|---|"]
+              "Returns are -|interruption| in minutes on the policy's own validation episodes (drawn from the "
+              "training period): sampled = actions drawn from the policy (how the best epoch is selected), greedy = "
+              "argmax, reactive = always wait.", "",
+              "| training | best sampled return | greedy return | reactive return | greedy forced share | "
+              "argmax submits on the probes | calibrated threshold |", "|---|---|---|---|---|---|---|"]
         for name in ("reinforce", "ppo"):
             met = _load(pdir / f"transformer_policy-{name}" / "metrics.json")
             if met is None:
                 continue
             thr = met.get("threshold")
-            L.append(f"| {name} | {_f(met.get('greedy_val_return'), '{:.0f}')} | "
+            L.append(f"| {name} | {_f(met.get('best_val_return'), '{:.0f}')} | "
+                     f"{_f(met.get('greedy_val_return'), '{:.0f}')} | {_f(met.get('reactive_val_return'), '{:.0f}')} | "
                      f"{_f(met.get('greedy_val_forced_share'), '{:.0%}')} | "
                      f"{_f(met.get('argmax_submit_share'), '{:.1%}')} of decisions | "
                      f"{'never' if thr is None else f'{thr:.3f}'} |")
@@ -347,6 +351,14 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
         ns = mdoc.get("never_submits") or []
         if ns:
             L += ["", "Never submitted before the predecessor ended: " + ", ".join(d["model"] for d in ns) + "."]
+        ppo = _load(pdir / "transformer_policy-ppo" / "metrics.json") or {}
+        if ppo.get("greedy_never_submits") and ppo.get("best_val_return") is not None \
+                and abs(ppo["best_val_return"] - ppo.get("reactive_val_return", float("nan"))) < 1e-6:
+            L += ["", "With PPO the policy became deterministic and chose to wait: its best sampled return equals "
+                  "always waiting on its validation episodes, so on this training period the frozen transformer's "
+                  "output gave it no state in which submitting early paid (see the probe spacing above). On the toy "
+                  "environment, where the signal exists, the same change turns a policy whose argmax never submits "
+                  "into one that does (`tests/mirage/test_models.py::test_ppo_updates_make_the_greedy_policy_submit`)."]
         L.append("")
 
     # ---- training
