@@ -2,7 +2,7 @@
 
     python bench/train.py [--dataset URI] [--models transformer,moe,xgboost,random_forest]
                           [--preset quick] [--threads 2] [--workdir DIR] [--trace TRACE]
-                          [--paper-moe-epochs 2 --paper-rows 256 --devices cpu,cuda]
+                          [--paper-moe-epochs 2 --paper-rows 256 --devices cpu,cuda --amp off,bf16]
 
 Without ``--dataset`` a synthetic dataset of the ls6 size (684 samples x 7 probes =
 4,788 histories of 144 x 42, :mod:`mirage_tasks.models.synthetic`) is generated, and the
@@ -15,9 +15,11 @@ on the simulator on top of this run's transformer and MoE, and reports their val
 return against the untrained (always-wait, i.e. reactive) policy.
 
 ``--paper-moe-epochs N`` also times the ``paper`` preset's mixture (10 experts, embedding
-512) for N epochs of joint training on ``--paper-rows`` training rows on each of
-``--devices`` and reports seconds per epoch, measured and extrapolated to the full
-training split. A device that is not available is reported as such.
+512) for N epochs of joint training, and the paper transformer, on ``--paper-rows`` training
+rows on each of ``--devices`` and precision (``--amp``: float32, bfloat16 autocast; the
+paper preset's ``amp=auto`` uses bfloat16 on CUDA only) and reports seconds per epoch,
+measured and extrapolated to the full training split, and the validation MAE after those
+epochs. A device that is not available is reported as such.
 """
 
 from __future__ import annotations
@@ -57,12 +59,15 @@ def train_policy(model: str, base: str, trace: str, out: str, preset: str, threa
     return _train(["--model", model, "--base", base, "--trace", trace, "--preset", preset], out, threads)
 
 
-def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: int) -> dict:
+def time_paper(kind: str, dataset: str, device: str, epochs: int, rows: int, threads: int, amp: str) -> dict:
+    """Seconds per epoch of the ``paper`` preset's ``kind`` (the MoE's joint mixture phase, or the
+    transformer) on ``rows`` training rows, with ``amp`` ("off" float32, "bf16" autocast); and the
+    validation MAE (scaled units) after those epochs, to compare precisions on equal terms."""
     import numpy as np
     import torch
 
     from mirage_tasks.models import data as D
-    from mirage_tasks.models import moe, presets, torchutil
+    from mirage_tasks.models import moe, presets, torchutil, transformer
     from mirage_tasks.models.training import Phase, fit_phases
 
     try:
@@ -76,20 +81,33 @@ def time_paper_moe(dataset: str, device: str, epochs: int, rows: int, threads: i
     sub = sp.train[:rows]
     X = torch.from_numpy(sc.transform(ds.X))
     y = torch.from_numpy(((ds.y - np.median(ds.y[sp.train])) / ds.y[sp.train].std()).astype(np.float32))
-    hp = presets.resolve("paper", "moe", {"epochs": epochs})
-    model = moe.build(moe.arch_from(hp, ds.n_features, ds.window), 0)
+    hp = presets.resolve("paper", kind, {"epochs": epochs})
+    if kind == "moe":
+        model = moe.build(moe.arch_from(hp, ds.n_features, ds.window), 0)
+    else:
+        torchutil.seed_everything(0, dev)
+        model = transformer.build(transformer.arch_from(hp, ds.n_features, ds.window))
     if dev.type == "cuda":
         X, y = X.to(dev), y.to(dev)
-    phase = Phase("paper mixture", model, sub, epochs, hp["lr"], hp["batch_size"])
+    # warm-up (one-time allocations, kernel selection), untimed, on a copy of the model
+    import copy
+
+    warm = copy.deepcopy(model)
+    fit_phases(warm, [Phase("warm-up", warm, sub[:hp["batch_size"]], 1, hp["lr"], hp["batch_size"])], X, y,
+               sp.val[:8], loss=hp["loss"], y_scale=1.0, device=dev, seed=0, grad_clip=1.0,
+               checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench", amp=amp)
+    del warm
+    phase = Phase(f"paper {kind}", model, sub, epochs, hp["lr"], hp["batch_size"])
     torchutil.seed_everything(0, dev)
     t0 = time.monotonic()
-    fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
-                           grad_clip=1.0, checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench")
+    curves = fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
+                        grad_clip=1.0, checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench", amp=amp)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     per = (time.monotonic() - t0) / epochs
     full = per * (len(sp.train) + len(sp.val)) / (len(sub) + min(rows, len(sp.val)))
-    return {"device": device, "rows": len(sub), "s_per_epoch": per, "s_per_full_epoch_est": full,
+    return {"kind": kind, "device": device, "amp": amp, "rows": len(sub), "s_per_epoch": per,
+            "s_per_full_epoch_est": full, "val_mae_scaled": curves[-1]["val_mae_h"],
             "n_parameters": sum(p.numel() for p in model.parameters())}
 
 
@@ -103,9 +121,12 @@ def main() -> int:
     p.add_argument("--param", action="append", default=[], help="passed to every train run")
     p.add_argument("--trace", help="ingest output of the dataset's trace: also train the policies on the "
                                    "simulator (needs the transformer and moe rows)")
-    p.add_argument("--paper-moe-epochs", type=int, default=0)
+    p.add_argument("--paper-moe-epochs", type=int, default=0,
+                   help="also time the paper preset for this many epochs (0: no)")
+    p.add_argument("--paper-kinds", default="moe,transformer", help="paper-preset models to time")
     p.add_argument("--paper-rows", type=int, default=256)
     p.add_argument("--devices", default="cpu,cuda")
+    p.add_argument("--amp", default="off,bf16", help="precisions to time: off (float32), bf16 (autocast)")
     args = p.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
     dataset, source = args.dataset, args.dataset
@@ -118,7 +139,7 @@ def main() -> int:
         source = "synthetic (684 samples x 7 probes x 144 x 42; MAE of the synthetic signal, not ls6)"
     extra = [a for kv in args.param for a in ("--param", kv)]
     rows = []
-    for model in args.models.split(","):
+    for model in [m for m in args.models.split(",") if m]:
         out = os.path.join(work, f"{model}-{args.preset}")
         print(f"training {model} ({args.preset}) ...", file=sys.stderr, flush=True)
         rows.append(train_one(model, dataset, out, args.preset, args.threads, extra))
@@ -152,15 +173,20 @@ def main() -> int:
                 print(f"| {model} | {r['process_wall_s']:.0f} | {r['episodes']} | {r['reactive_val_return']:.0f} | "
                       f"{r['initial_val_return']:.0f} | {r['best_val_return']:.0f} | {r['best_epoch']} |")
     if args.paper_moe_epochs:
-        print(f"\npaper-preset MoE, joint training, {args.paper_moe_epochs} epoch(s) on {args.paper_rows} rows:\n")
-        print("| device | s/epoch measured | s/epoch full split (est.) | parameters |")
-        print("|---|---:|---:|---:|")
-        for dev in args.devices.split(","):
-            r = time_paper_moe(dataset, dev, args.paper_moe_epochs, args.paper_rows, args.threads)
-            if "error" in r:
-                print(f"| {dev} | not available: {r['error']} | | |")
-            else:
-                print(f"| {dev} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | {r['n_parameters']:,} |")
+        print(f"\npaper preset (MoE: the joint mixture phase), {args.paper_moe_epochs} epoch(s) on "
+              f"{args.paper_rows} rows:\n")
+        print("| model | device | precision | s/epoch measured | s/epoch full split (est.) | val MAE (scaled) after "
+              "these epochs | parameters |")
+        print("|---|---|---|---:|---:|---:|---:|")
+        for kind in args.paper_kinds.split(","):
+            for dev in args.devices.split(","):
+                for amp in args.amp.split(","):
+                    r = time_paper(kind, dataset, dev, args.paper_moe_epochs, args.paper_rows, args.threads, amp)
+                    if "error" in r:
+                        print(f"| {kind} | {dev} | {amp} | not available: {r['error']} | | | |")
+                    else:
+                        print(f"| {kind} | {dev} | {amp} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | "
+                              f"{r['val_mae_scaled']:.3f} | {r['n_parameters']:,} |", flush=True)
     return 0
 
 

@@ -21,7 +21,9 @@ Per model x node x level (``all`` = every sample), with ``s`` the signed interru
 | ``zero_share`` | share of samples with ``s <= 0`` (successor started no later than the predecessor ended) |
 | ``reduction_vs_reactive`` | ``1 - mean_interruption_h / reactive mean_interruption_h`` on the same samples (None when the reactive mean is 0) |
 | ``backfilled_share``, ``forced_share`` | share of successors started by backfill / submitted because the predecessor ended |
-| ``*_ci_lo``, ``*_ci_hi`` | paired bootstrap 95% percentile intervals of mean interruption, zero share and reduction: samples are resampled with replacement, the same draw for the model and the reactive baseline (``--bootstrap`` draws, seeded by ``--seed``, the node, level and model name) |
+| ``diff_vs_avg_h`` | mean over samples of (model interruption - the ``avg`` baseline's interruption on the same sample); < 0: the model interrupts less than ``avg`` |
+| ``wasted_diff_vs_avg`` | the same paired difference of wasted node-hours |
+| ``*_ci_lo``, ``*_ci_hi`` | paired bootstrap 95% percentile intervals of mean interruption, zero share and reduction: samples are resampled with replacement, the same draw for the model and the reactive (or ``avg``) baseline (``--bootstrap`` draws, seeded by ``--seed``, the node, level and model name) |
 
 Outputs under ``--out``: ``metrics.json`` (parameters, level counts, rows), ``metrics.parquet``
 and ``metrics.csv`` (the rows), ``metrics.md`` (one table per node size) and
@@ -54,7 +56,9 @@ SAME_SIM = ("warmup_days", "workload_days", "config")
 COLUMNS = ["model", "node", "level", "n", "mean_signed_h", "mean_interruption_h", "mean_interruption_ci_lo",
            "mean_interruption_ci_hi", "median_interruption_h", "mean_overlap_h", "mean_wasted_node_h",
            "zero_share", "zero_share_ci_lo", "zero_share_ci_hi", "reduction_vs_reactive", "reduction_ci_lo",
-           "reduction_ci_hi", "reactive_mean_interruption_h", "backfilled_share", "forced_share"]
+           "reduction_ci_hi", "reactive_mean_interruption_h", "backfilled_share", "forced_share",
+           "diff_vs_avg_h", "diff_vs_avg_ci_lo", "diff_vs_avg_ci_hi", "wasted_diff_vs_avg",
+           "wasted_diff_vs_avg_ci_lo", "wasted_diff_vs_avg_ci_hi"]
 
 
 def level_of(reactive_interruption_h: np.ndarray) -> np.ndarray:
@@ -116,6 +120,12 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
                             f"validate reactive on the same --start/--count/--interval-hours")
         g = g.copy()
         g["reactive_interruption_h"] = ref.reindex(g["sample_start"]).to_numpy()
+        avg = g[g["model"] == "avg"].set_index("sample_start")
+        # the avg baseline on the same sample (NaN where it was not validated): paired differences
+        g["avg_interruption_h"] = avg["interruption_h"].reindex(g["sample_start"]).to_numpy(np.float64) \
+            if not avg.empty else np.nan
+        g["avg_wasted_node_h"] = avg["wasted_node_h"].reindex(g["sample_start"]).to_numpy(np.float64) \
+            if not avg.empty else np.nan
         g["level"] = level_of(g["reactive_interruption_h"].to_numpy())
         out.append(g)
     return pd.concat(out, ignore_index=True)
@@ -156,8 +166,20 @@ def group_metrics(g: pd.DataFrame, node: int, n_boot: int, rng: np.random.Genera
         "mean_interruption_ci_lo": None, "mean_interruption_ci_hi": None, "zero_share_ci_lo": None,
         "zero_share_ci_hi": None, "reduction_ci_lo": None, "reduction_ci_hi": None,
     }
+    a_gap = g["avg_interruption_h"].to_numpy(np.float64) if "avg_interruption_h" in g else np.full(len(s), np.nan)
+    a_waste = g["avg_wasted_node_h"].to_numpy(np.float64) if "avg_wasted_node_h" in g else np.full(len(s), np.nan)
+    paired = bool(len(s)) and bool(np.isfinite(a_gap).all())
+    d_gap = gap - a_gap if paired else None
+    d_waste = node * ovl - a_waste if paired else None
+    row.update({"diff_vs_avg_h": float(d_gap.mean()) if paired else None, "diff_vs_avg_ci_lo": None,
+                "diff_vs_avg_ci_hi": None,
+                "wasted_diff_vs_avg": float(d_waste.mean()) if paired else None,
+                "wasted_diff_vs_avg_ci_lo": None, "wasted_diff_vs_avg_ci_hi": None})
     if rng is not None and n_boot > 0 and len(s) > 1:
         idx = rng.integers(0, len(s), size=(n_boot, len(s)))
+        if paired:  # the same resampled samples for the model and avg
+            row["diff_vs_avg_ci_lo"], row["diff_vs_avg_ci_hi"] = _ci(d_gap[idx].mean(axis=1))
+            row["wasted_diff_vs_avg_ci_lo"], row["wasted_diff_vs_avg_ci_hi"] = _ci(d_waste[idx].mean(axis=1))
         m_b = gap[idx].mean(axis=1)
         r_b = react[idx].mean(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -167,6 +189,16 @@ def group_metrics(g: pd.DataFrame, node: int, n_boot: int, rng: np.random.Genera
         if rmean > 0:
             row["reduction_ci_lo"], row["reduction_ci_hi"] = _ci(red_b)
     return row
+
+
+def never_submits(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Learned models that never submitted before the predecessor ended on any sample of a node size
+    (every submission forced): online they are the reactive baseline, whatever they learned."""
+    out = []
+    for r in records(table[(table["level"] == "all") & ~table["model"].isin(BASELINES)]):
+        if r["forced_share"] is not None and r["forced_share"] >= 1.0:
+            out.append({"model": r["model"], "node": int(r["node"]), "n": int(r["n"])})
+    return out
 
 
 def compute(df: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -216,7 +248,7 @@ def _with_ci(v: Any, lo: Any, hi: Any, fmt: str) -> str:
 
 TABLE_HEAD = ["model", "level", "n", "mean interruption h [95% CI]", "median interruption h", "mean signed h",
               "mean overlap h", "wasted node-h", "zero interruption [95% CI]", "reduction vs reactive [95% CI]",
-              "backfilled", "forced"]
+              "backfilled", "forced", "interruption - avg h [95% CI]", "wasted node-h - avg [95% CI]"]
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
@@ -229,6 +261,9 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         _with_ci(r["zero_share"], r["zero_share_ci_lo"], r["zero_share_ci_hi"], pct),
         _with_ci(r["reduction_vs_reactive"], r["reduction_ci_lo"], r["reduction_ci_hi"], pct),
         _num(r["backfilled_share"], pct), _num(r["forced_share"], pct),
+        _with_ci(r.get("diff_vs_avg_h"), r.get("diff_vs_avg_ci_lo"), r.get("diff_vs_avg_ci_hi"), "{:+.2f}"),
+        _with_ci(r.get("wasted_diff_vs_avg"), r.get("wasted_diff_vs_avg_ci_lo"), r.get("wasted_diff_vs_avg_ci_hi"),
+                 "{:+.2f}"),
     ]
 
 
@@ -255,4 +290,7 @@ def markdown(table: pd.DataFrame, counts: dict, title: str = "# Mirage online va
         for r in records(table[table["node"] == node]):
             lines.append("| " + " | ".join(table_cells(r)) + " |")
         lines.append("")
+        for d in never_submits(table[table["node"] == node]):
+            lines += [f"**{d['model']} never submitted before the predecessor ended** on any of its {d['n']} "
+                      f"{int(node)}-node samples: online it is the reactive baseline.", ""]
     return "\n".join(lines)

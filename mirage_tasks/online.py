@@ -29,6 +29,7 @@ from .times import iso
 log = logging.getLogger(__name__)
 
 HIGH_H_DEFAULT = 500.0
+THRESHOLD_H_DEFAULT = -0.5  # models whose config records no decision rule (trained before calibration)
 
 # column -> meaning (units); the order of the Parquet columns
 ROW_COLUMNS: dict[str, str] = {
@@ -113,10 +114,13 @@ def check_leakage(model_uri: str, cfg: dict[str, Any], first_start: int, last_en
 class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
-    def __init__(self, fn: Any, threshold_h: float, stochastic: bool, seed: int):
-        self.fn, self.threshold_h, self.stochastic, self.seed = fn, threshold_h, stochastic, seed
+    def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False):
+        self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
         self.is_policy = bool(fn.is_policy)
-        self.high_h = float((fn.decision_rule or {}).get("high_h", HIGH_H_DEFAULT)) if not self.is_policy else 0.0
+        rule = fn.decision_rule or {}
+        # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
+        self.threshold_h = threshold_h if threshold_h is not None else rule.get("low_h", THRESHOLD_H_DEFAULT)
+        self.high_h = float(rule.get("high_h", HIGH_H_DEFAULT)) if not self.is_policy else 0.0
 
     def rng(self, k: int) -> np.random.Generator | None:
         return np.random.default_rng([self.seed, k]) if (self.is_policy and self.stochastic) else None
@@ -124,8 +128,12 @@ class _Model:
     def ask(self, hist: np.ndarray, rng: np.random.Generator | None) -> tuple[bool, float]:
         if self.is_policy:  # greedy without rng, a draw with probability P(submit) with it
             d = self.fn.decide(hist[None], rng=rng)
+            if self.argmax and rng is None:  # the likelier action, ignoring the calibrated threshold
+                return bool(d.raw[0] > 0.5), float(d.raw[0])
             return bool(d.submit[0]), float(d.raw[0])
-        raw = float(self.fn.decide(hist[None]).raw[0])
+        raw = float(self.fn.predict(hist[None])[0])
+        if self.threshold_h is None:
+            return False, raw
         return (self.threshold_h <= raw <= self.high_h), raw
 
 
@@ -189,7 +197,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
     from .models.loader import load_model
 
     fn = load_model(setup["model_uri"], device="cpu")
-    _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"])
+    _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")))
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:

@@ -236,6 +236,25 @@ def curves_figure(name: str, curves: list[dict]) -> bytes | None:
     return _png(fig)
 
 
+def hpo_figure(name: str, trials: list[dict]) -> bytes | None:
+    """Each trial's validation loss and the best so far, in trial order."""
+    pts = [(t["number"], t["value"]) for t in trials if t.get("state") == "COMPLETE" and t.get("value") is not None]
+    if not pts:
+        return None
+    plt = _plt()
+    xs = np.array([p[0] for p in pts])
+    ys = np.array([p[1] for p in pts], dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    ax.scatter(xs, ys, s=14, label="trial")
+    ax.step(xs, np.minimum.accumulate(ys), where="post", color="C3", label="best so far")
+    ax.scatter(xs[:1], ys[:1], marker="x", color="k", label="preset (trial 0)")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("validation loss (training period)")
+    ax.set_title(f"hyper-parameter search: {name}", fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
 # ----------------------------------------------------------------------------- HTML / Markdown
 
 CSS = """
@@ -323,6 +342,10 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
             pg.h3(f"{int(node)}-node jobs, all samples (samples per load level: {_counts_text(c)})")
             sub = table[(table["node"] == node) & (table["level"] == "all")]
             pg.table(M.TABLE_HEAD, [M.table_cells(r) for r in M.records(sub)])
+            for d in M.never_submits(table[table["node"] == node]):
+                pg.p(f"{d['model']} never submitted before the predecessor ended on any of its {d['n']} "
+                     f"{int(node)}-node samples: online it is the reactive baseline.")
+        summary["never_submits"] = M.never_submits(table)
         summary["headline"] = {f"{r['model']}@{r['node']}": {k: r[k] for k in (
             "n", "mean_interruption_h", "zero_share", "reduction_vs_reactive")}
             for r in M.records(table[table["level"] == "all"])}
@@ -390,13 +413,36 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
                 pg.image(f"training_{n}.png", png, f"training curves of {name}")
             else:
                 pg.p(f"{name}: no per-epoch curves recorded.", note=True)
+            hu = storage.join(i["uri"], "hpo_trials.json")
+            if storage.exists(hu):
+                hdoc = storage.read_json(hu)
+                hpng = hpo_figure(name, hdoc.get("trials") or [])
+                if hpng is not None:
+                    pg.image(f"hpo_{n}.png", hpng, f"hyper-parameter search of {name}")
+                hs = hdoc.get("summary") or {}
+                pg.p(f"{name}: {hs.get('library')} {hs.get('sampler')}, {hs.get('n_complete')} of "
+                     f"{hs.get('n_trials')} trials complete in {_fmt(hs.get('seconds'))} s on {hs.get('data')}; "
+                     f"{hs.get('objective')}: preset {_fmt(hs.get('preset_value'))}, best {_fmt(hs.get('best_value'))} "
+                     f"(trial {hs.get('best_number')}: {json.dumps(hs.get('best_params'), default=str)}).")
             mu = storage.join(i["uri"], "metrics.json")
             met = storage.read_json(mu) if storage.exists(mu) else i["marker"].get("summary", {})
+            cal = met.get("calibration") or {}
+            never = met.get("never_submits_early") or (met.get("threshold") is None and "threshold" in met)
+            thr = met.get("threshold_h", met.get("threshold"))
             score_rows.append([name] + [_fmt(met.get(k)) for k in (
-                "val_mae_h", "val_constant_mae_h", "train_mae_h", "initial_val_return", "best_val_return", "wall_s")])
-        pg.h3("Held-out scores")
+                "val_mae_h", "val_constant_mae_h", "train_mae_h", "initial_val_return", "best_val_return")] + [
+                "never early" if never else _fmt(thr),
+                _fmt((cal.get("chosen") or {}).get("objective")), _fmt((cal.get("default") or {}).get("objective")),
+                "yes" if met.get("argmax_never_submits") else ("no" if "argmax_never_submits" in met else "-"),
+                _fmt(met.get("wall_s"))])
+        pg.h3("Held-out scores and calibrated decision rules")
+        pg.p("Threshold: regressors submit when the predicted signed interruption (h) reaches it, policies when "
+             "P(submit) does; chosen on the training period's own validation split by minimising mean interruption "
+             "+ waste weight x wasted node-hours (objective; 'fixed' = the seed's -0.5 h, or 0.5 for a policy). "
+             "'argmax never submits': the policy's P(submit) never exceeds 0.5 there.")
         pg.table(["model", "val MAE h", "constant MAE h", "train MAE h", "policy val return (start)",
-                  "policy val return (best)", "wall s"], score_rows)
+                  "policy val return (best)", "threshold", "objective (calibrated)", "objective (fixed)",
+                  "argmax never submits", "wall s"], score_rows)
     else:
         pg.p("Not available: no train output among the inputs.", note=True)
     pg.end()

@@ -271,3 +271,47 @@ def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sa
     step.write_bytes(DATASET_FILE, npz_bytes(arrays, compress=False))
     step.write_bytes(MANIFEST_FILE, (json.dumps(manifest, indent=2) + "\n").encode())
     step.commit(summary={"n_examples": int(len(y))})
+
+
+def parse_iso(value: str) -> int:
+    """Epoch seconds of an ISO time written by :func:`mirage_tasks.times.iso` (UTC when no offset)."""
+    import pandas as pd
+
+    t = pd.Timestamp(value)
+    return int((t.tz_localize("UTC") if t.tzinfo is None else t).timestamp())
+
+
+def subset(ds: Dataset, *, until: int | None = None, fraction: float = 1.0) -> tuple[Dataset, dict[str, Any]]:
+    """The dataset restricted to samples whose episodes end by ``until`` (epoch s: sample start +
+    the workload span <= until), then thinned to ``fraction`` of those samples, evenly spaced in
+    time (0.25 keeps every 4th sample: a 4-times coarser sampling interval over the same history).
+    The manifest's sample window and ``data_end`` describe the rows kept, so the leakage guard
+    sees the subset's true end. Returns (dataset, a description for the model config)."""
+    if not 0.0 < fraction <= 1.0:
+        raise StepError(f"sample fraction must be in (0, 1], got {fraction}")
+    m = ds.manifest
+    span_s = int(float((m.get("params") or {}).get("workload_days", 5.0)) * 86400)
+    first_row = np.unique(ds.sample, return_index=True)[1]
+    samples, starts = ds.sample[first_row], ds.sample_start[first_row]
+    order = np.lexsort((samples, starts))
+    samples, starts = samples[order], starts[order]
+    keep = np.ones(len(samples), bool) if until is None else starts + span_s <= until
+    samples, starts = samples[keep], starts[keep]
+    if fraction < 1.0 and len(samples):
+        n_keep = max(2, int(round(len(samples) * fraction)))
+        idx = np.unique(np.round(np.linspace(0, len(samples) - 1, n_keep)).astype(int))
+        samples, starts = samples[idx], starts[idx]
+    if len(samples) < 3:
+        raise StepError(f"{ds.uri}: only {len(samples)} samples end by {iso(until) if until else 'the end'} "
+                        f"(fraction {fraction}); too few to train")
+    rows = np.flatnonzero(np.isin(ds.sample, samples))
+    out = ds.rows(rows)
+    man = dict(m)
+    man.update({"n_examples": int(len(rows)), "n_samples": int(len(samples)),
+                "sample_start_min": int(starts.min()), "sample_start_max": int(starts.max()),
+                "sample_start_min_iso": iso(starts.min()), "sample_start_max_iso": iso(starts.max()),
+                "data_end": iso(int(starts.max()) + span_s)})
+    out.manifest = man
+    info = {"until": iso(until) if until is not None else None, "fraction": fraction,
+            "n_samples": int(len(samples)), "n_examples": int(len(rows)), "of_n_samples": int(len(first_row))}
+    return out, info

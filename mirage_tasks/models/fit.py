@@ -18,6 +18,7 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
+from .calibrate import WASTE_WEIGHT, calibrate
 from .registry import family
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,19 @@ def remove_checkpoints(step: Step) -> None:
 def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, seed: int = 0,
                     device: str = "cpu", val_fraction: float = 0.2, purge_days: float | None = None,
                     threads: int | None = None, stop_after: int | None = None,
-                    preset: str | None = None) -> dict[str, Any]:
+                    preset: str | None = None, waste_weight: float = WASTE_WEIGHT,
+                    samples_until: int | None = None, sample_fraction: float = 1.0,
+                    hpo_trials: int = 0, hpo_timeout_s: float | None = None) -> dict[str, Any]:
     """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
     from . import data as D
     from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
 
     t0 = time.monotonic()
     ds = D.load_dataset(dataset)
+    subset_info = None
+    if samples_until is not None or sample_fraction < 1.0:
+        ds, subset_info = D.subset(ds, until=samples_until, fraction=sample_fraction)
+        log.info("training on a subset: %s", subset_info)
     if purge_days is None:  # an episode's labels depend on the trace up to workload_days after its start
         purge_days = float((ds.manifest.get("params") or {}).get("workload_days", 5.0))
     split = D.chronological_split(ds, val_fraction, purge_days)
@@ -57,12 +64,38 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
              split.info["n_purged_samples"])
     scaler = D.FeatureScaler.fit(ds.X[split.train])
     Xs = scaler.transform(ds.X)
+    fam = family(kind)
+    hpo_summary = None
+    if hpo_trials:
+        from .hpo import HPO_FILE, search
+
+        def trial_fit(thp: dict[str, Any], tmp: str) -> tuple[np.ndarray, np.ndarray]:
+            tstep = Step("hpo-trial", tmp, __version__, {"hp": thp})
+            tcfg: dict[str, Any] = {
+                "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
+                "weights": fam.weights, "scaler": scaler.to_dict(), "decision": dict(DEFAULT_DECISION),
+                "data": D.data_window(ds, split)}
+            fam.fit_fn()(kind, ds, split, Xs, thp, tcfg, tstep, seed=seed, device=device, threads=threads,
+                         stop_after=None)
+            tstep.write_json(CONFIG_FILE, tcfg)
+            tm = load_model(tmp, device=device if fam.torch else "cpu")
+            return batched_predict(tm, ds.X, split.val), ds.y[split.val]
+
+        hp, history, hpo_summary = search(kind, hp, trial_fit, n_trials=hpo_trials, timeout_s=hpo_timeout_s,
+                                          seed=seed)
+        step.write_json(HPO_FILE, {"summary": hpo_summary, "trials": history})
+        log.info("%s: hyper-parameter search kept trial %d of %d (%s %.4f; preset %s)", kind,
+                 hpo_summary["best_number"], hpo_summary["n_trials"], hpo_summary["objective"],
+                 hpo_summary["best_value"], hpo_summary["preset_value"])
     cfg: dict[str, Any] = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
         "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights, "scaler": scaler.to_dict(),
         "decision": dict(DEFAULT_DECISION), "data": D.data_window(ds, split),
     }
-    fam = family(kind)
+    if subset_info is not None:
+        cfg["data"]["subset"] = subset_info
+    if hpo_summary is not None:
+        cfg["hpo"] = hpo_summary
     curves = fam.fit_fn()(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
                           stop_after=stop_after)
     del Xs
@@ -74,6 +107,13 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     pred_va = batched_predict(model, ds.X, split.val)
     yt, yv = ds.y[split.train], ds.y[split.val]
     const = D.constant_baseline(yt, yv)
+    # the submit threshold, chosen on this validation split (never on the validation month)
+    cal = calibrate(pred_va, yv, ds.sample[split.val], int(ds.manifest["node"]), waste_weight=waste_weight,
+                    default=DEFAULT_DECISION["low_h"])
+    cfg["decision"] = {"rule": "threshold", "low_h": cal["threshold"], "high_h": DEFAULT_DECISION["high_h"],
+                       "calibration": cal}
+    step.write_json(CONFIG_FILE, cfg)
+    model.decision_rule = dict(cfg["decision"])
     metrics = {
         "model": kind,
         "train_mae_h": D.mae(pred_tr, yt),
@@ -82,15 +122,24 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
         "val_constant_mae_h": const["val_mae_h"],
         "constant_h": const["value_h"],
         "val_submit_share": float(model.decide(ds.X[split.val]).submit.mean()),
+        "threshold_h": cal["threshold"],
+        "never_submits_early": cal["never_submits_early"],
+        "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive")},
+        "n_train_samples": split.info["n_train_samples"],
         "n_train": split.info["n_train"],
         "n_val": split.info["n_val"],
         "wall_s": round(time.monotonic() - t0, 2),
     }
+    if hpo_summary is not None:
+        metrics["hpo"] = {k: hpo_summary[k] for k in ("n_trials", "n_complete", "objective", "best_value",
+                                                      "preset_value", "best_params", "seconds")}
     step.write_json("metrics.json", metrics)
     log.info("%s: validation MAE %.3f h (constant predictor %.3f h), train MAE %.3f h, %.1f s",
              kind, metrics["val_mae_h"], metrics["val_constant_mae_h"], metrics["train_mae_h"], metrics["wall_s"])
+    thr = "never early" if cal["threshold"] is None else f"{cal['threshold']:.3f}"
     print(f"train {kind}: val_mae_h={metrics['val_mae_h']:.4f} constant={metrics['val_constant_mae_h']:.4f} "
-          f"wall_s={metrics['wall_s']}", flush=True)
+          f"threshold_h={thr} (objective {cal['chosen']['objective']:.3f}, at -0.5 h "
+          f"{cal['default']['objective']:.3f}) wall_s={metrics['wall_s']}", flush=True)
     return metrics
 
 
@@ -137,7 +186,8 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     curves = fit_phases(
         model, phases, X, y, split.val, loss=hp["loss"], y_scale=scale, device=dev, seed=seed,
         grad_clip=float(hp.get("grad_clip", 0.0)), checkpoint_every=int(hp["checkpoint_every"]),
-        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after)
+        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after,
+        amp=str(hp.get("amp", "off")))
     torchutil.save_tensors(step.record(cfg["weights"]),
                            {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return curves
@@ -146,7 +196,8 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
 def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
                step: Step, *, seed: int, threads: int | None, device: str = "cpu",
                stop_after: int | None = None) -> list:
-    """Fit ``xgboost`` or ``random_forest`` (CPU; ``device`` and ``stop_after`` do not apply)."""
+    """Fit ``xgboost``, ``xgboost_quantile``, ``random_forest`` or ``linear_quantile`` on the tree
+    table (CPU; ``device`` and ``stop_after`` do not apply)."""
     from . import trees
 
     step_s = int(ds.manifest["step_s"])
@@ -156,11 +207,19 @@ def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any]
     Xt, yt = table[split.train], ds.y[split.train]
     Xv, yv = table[split.val], ds.y[split.val]
     log.info("%s: %d training rows x %d columns (%s features)", kind, Xt.shape[0], Xt.shape[1], hp["features"])
-    if kind == "xgboost":
+    if kind in ("xgboost", "xgboost_quantile"):
         booster, curves = trees.fit_xgboost(Xt, yt, Xv, yv, hp, seed, threads)
         cfg["xgb_params"] = trees.xgb_params(hp, seed, None)
         step.write_bytes(cfg["weights"], trees.xgb_to_bytes(booster))
         return curves
+    if kind == "linear_quantile":
+        t = time.monotonic()
+        model, info = trees.fit_linear_quantile(Xt, yt, hp, seed)
+        cfg["quantile"] = float(hp["quantile"])
+        log.info("linear_quantile: q=%.2f alpha=%g on %d rows, %d non-zero coefficients in %.1f s", hp["quantile"],
+                 hp["alpha"], info["n_fit_rows"], info["n_nonzero_coef"], time.monotonic() - t)
+        step.write_bytes(cfg["weights"], trees.linear_to_bytes(model, hp["quantile"], hp["alpha"]))
+        return [{"phase": "linear_quantile", **info, "fit_s": round(time.monotonic() - t, 2)}]
     t = time.monotonic()
     forest = trees.fit_forest(Xt, yt, hp, seed, threads)
     log.info("random_forest: %d trees in %.1f s", len(forest.estimators_), time.monotonic() - t)
@@ -174,7 +233,7 @@ def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any]
 def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step, hp: dict[str, Any], *,
                  env_kind: str = "sim", trace: str | None = None, seed: int = 0, device: str = "cpu",
                  threads: int | None = None, stop_after: int | None = None,
-                 preset: str | None = None) -> dict[str, Any]:
+                 preset: str | None = None, waste_weight: float = WASTE_WEIGHT) -> dict[str, Any]:
     """Train the wait/submit policy ``kind`` on the frozen base model in ``base_uri`` and write its
     files through ``step`` (not committed). Returns its metrics."""
     import torch
@@ -213,13 +272,44 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
     }
     step.write_json(CONFIG_FILE, cfg)
     step.write_json("curves.json", curves)
+    # greedy P(submit) threshold, chosen on the base model's own validation split (its probes)
+    cal = calibrate_policy(load_model(step.out, device=device), base_cfg, waste_weight)
+    cfg["decision"].update({"threshold": cal["threshold"], "calibration": cal,
+                            "greedy": "submit if P(submit) >= threshold (decide(X))"})
+    step.write_json(CONFIG_FILE, cfg)
     metrics = {"model": kind, **summary, "wall_s": round(time.monotonic() - t0, 2),
-               "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"])}
+               "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"]),
+               "threshold": cal["threshold"], "argmax_submit_share": cal["argmax_submit_share"],
+               "argmax_never_submits": cal["argmax_never_submits"],
+               "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive")}}
     step.write_json("metrics.json", metrics)
     print(f"train {kind}: val_return {summary['initial_val_return']:.1f} -> "
           f"best {summary['best_val_return']:.1f} "
           f"(epoch {summary['best_epoch']}) wall_s={metrics['wall_s']}", flush=True)
     return metrics
+
+
+def calibrate_policy(model: Any, base_cfg: dict[str, Any], waste_weight: float) -> dict[str, Any]:
+    """The greedy P(submit) threshold of a policy, chosen on its base regressor's validation split
+    (the same rows, subset and purge as the base's training); with how often argmax (P > 0.5)
+    submits there: a policy whose argmax never submits is the reactive baseline when run greedily."""
+    from . import data as D
+
+    data = base_cfg["data"]
+    ds = D.load_dataset(data["dataset"])
+    sub = data.get("subset")
+    if sub:
+        until = sub.get("until")
+        ds, _ = D.subset(ds, until=None if until is None else int(D.parse_iso(until)),
+                         fraction=float(sub.get("fraction", 1.0)))
+    split = D.chronological_split(ds, float(data["split"]["val_fraction"]), float(data["split"]["purge_days"]))
+    p = np.concatenate([model.decide(ds.X[split.val[i:i + 512]]).raw for i in range(0, len(split.val), 512)])
+    cal = calibrate(p, ds.y[split.val], ds.sample[split.val], int(ds.manifest["node"]), waste_weight=waste_weight,
+                    default=0.5)
+    cal["argmax_submit_share"] = float((p > 0.5).mean())
+    cal["argmax_never_submits"] = bool(not (p > 0.5).any())
+    cal["p_submit_max"] = float(p.max())
+    return cal
 
 
 def make_envs(kind: str, trace: str | None, base_cfg: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:

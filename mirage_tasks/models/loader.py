@@ -8,6 +8,8 @@ describes how to rebuild the model, and one weights file named in it:
 | ``transformer``, ``moe``       | ``model.pt``  | torch state dict, ``torch.load(weights_only=True)`` |
 | ``xgboost``                    | ``model.ubj`` | XGBoost universal binary JSON               |
 | ``random_forest``              | ``model.skops`` | skops, explicit trusted types only        |
+| ``xgboost_quantile``           | ``model.ubj`` | XGBoost UBJ (``reg:quantileerror``, q = 0.9) |
+| ``linear_quantile``            | ``model.json`` | coefficients, intercept and quantile as JSON |
 | ``*_policy``                   | ``policy.pt`` | policy head state dict; the frozen base model in ``base/`` |
 
 Every kind answers the same calls on raw histories ``X`` float32 [n, W, F]:
@@ -55,7 +57,7 @@ class DecisionFunction:
         self.kind: str = config["kind"]
         self.window: int = int(config["data"]["window"])
         self.feature_names: list[str] = list(config["data"]["feature_names"])
-        self.decision_rule: dict[str, float] = dict(config.get("decision", DEFAULT_DECISION))
+        self.decision_rule: dict[str, Any] = dict(config.get("decision", DEFAULT_DECISION))
         self._impl = impl
 
     @property
@@ -86,10 +88,21 @@ class DecisionFunction:
         X = self._check(X)
         if self.is_policy:
             p = self._impl.submit_probability(X).astype(np.float32)
-            submit = rng.random(p.shape[0]) < p if rng is not None else p > 0.5
+            submit = rng.random(p.shape[0]) < p if rng is not None else self._greedy(p)
             return Decision(submit, p)
         hours = self._impl.predict(X).astype(np.float32)
-        return Decision((hours >= self.decision_rule["low_h"]) & (hours <= self.decision_rule["high_h"]), hours)
+        low = self.decision_rule.get("low_h")
+        if low is None:  # calibrated to never submit before the predecessor ends
+            return Decision(np.zeros(hours.shape[0], bool), hours)
+        return Decision((hours >= low) & (hours <= self.decision_rule.get("high_h", 500.0)), hours)
+
+    def _greedy(self, p: np.ndarray) -> np.ndarray:
+        """Greedy policy decision: P(submit) >= the calibrated threshold (``decision.threshold``),
+        or P(submit) > 0.5 (argmax) when none was calibrated; never when calibrated to None."""
+        if "threshold" not in self.decision_rule:
+            return p > 0.5
+        t = self.decision_rule["threshold"]
+        return np.zeros(p.shape[0], bool) if t is None else p >= t
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """Policy inputs from a neural regressor: its outputs in scaled units, float32 [n, k]."""
@@ -143,7 +156,7 @@ class _Trees:
         from . import trees
 
         table = trees.tree_features(self.scaler.transform(X), self.mode, self.step_s)
-        if self.kind == "xgboost":
+        if self.kind in ("xgboost", "xgboost_quantile"):
             return trees.xgb_predict(self.model, table)
         return self.model.predict(table).astype(np.float32)
 
@@ -272,9 +285,14 @@ def load_trees(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, 
 
     kind = cfg["kind"]
     data = storage.read_bytes(wuri)
-    model = trees.xgb_from_bytes(data, wuri) if kind == "xgboost" else trees.forest_from_bytes(data, wuri)
+    if kind in ("xgboost", "xgboost_quantile"):
+        model = trees.xgb_from_bytes(data, wuri)
+    elif kind == "linear_quantile":
+        model = trees.linear_from_bytes(data, wuri)
+    else:
+        model = trees.ForestArrays(trees.forest_from_bytes(data, wuri))
     expected = cfg["n_tree_features"]
-    got = model.num_features() if kind == "xgboost" else int(model.n_features_in_)
+    got = int(model.n_features_in_) if kind == "random_forest" else model.num_features()
     if got != expected:
         raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
     return _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))

@@ -15,6 +15,13 @@ joint MoE epoch on ls6 is estimated at ~8 minutes on 2 CPU cores. The policies'
 epochs for the transformer policy, 20 for the MoE policy); ``quick`` is 12 updates of
 16 episodes (lr 0.05).
 
+``xgboost_quantile`` is XGBoost with ``reg:quantileerror`` at q = 0.9; ``linear_quantile``
+the reference's ``QuantileRegressor(quantile=0.9, solver="highs")`` on the trees' summary
+table (quick: at most 3,000 training rows in the LP). Policies train with 8 clipped PPO
+steps per batch and an entropy bonus decaying to 0 (``ppo_epochs=1 entropy_final=0.1`` is
+the seed's REINFORCE). The paper presets' neural nets use ``amp=auto`` (bfloat16 autocast
+on CUDA).
+
 Any value can be overridden with ``--param key=value``.
 """
 
@@ -27,16 +34,26 @@ from stepkit import StepError
 
 from .registry import KINDS
 
-_COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine"}
+# amp: "off" (float32), "bf16" (autocast to bfloat16 on any device) or "auto" (bfloat16 on CUDA only)
+_COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine",
+                 "amp": "off"}
 
 _QUICK_TX = {
     "d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "patch": 4, "dropout": 0.1,
     "head": "pool", "loss": "huber",
 }
 
+# The reference's QuantileRegressor(quantile=0.9, solver="highs") keeps scikit-learn's alpha=1.0;
+# on standardised features that L1 penalty zeroes every coefficient (a constant quantile), so the
+# default here is small and HPO may tune it. max_rows bounds the LP (0 = every training row).
+_LINEAR_Q = {"features": "summary", "quantile": 0.9, "alpha": 1e-3, "solver": "highs"}
+
 _POLICY = {
-    "entropy": 0.1, "hidden": 0, "init_submit_prob": 0.005, "parallel_envs": 8, "eval_mode": "sample",
-    "checkpoint_every": 1,
+    # PPO-style clipped updates (8 per batch) and an entropy bonus decaying to 0: trained with one
+    # REINFORCE step per batch (ppo_epochs=1, entropy_final=0.1: the seed), the policies' greedy action
+    # never submitted (see mirage_tasks.models.policy)
+    "entropy": 0.1, "entropy_final": 0.0, "hidden": 0, "init_submit_prob": 0.005, "parallel_envs": 8,
+    "eval_mode": "sample", "checkpoint_every": 1, "ppo_epochs": 8, "clip": 0.2,
 }
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -52,22 +69,31 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                     "objective": "reg:absoluteerror", "quantile": None},
         "random_forest": {"features": "summary", "n_estimators": 100, "max_depth": None,
                           "min_samples_leaf": 2, "max_features": 0.3},
+        "xgboost_quantile": {"features": "summary", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
+                             "subsample": 0.8, "colsample_bytree": 0.5, "min_child_weight": 1.0,
+                             "objective": "reg:quantileerror", "quantile": 0.9},
+        "linear_quantile": {**_LINEAR_Q, "max_rows": 3000},
         "moe_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
         "transformer_policy": {**_POLICY, "epochs": 12, "episodes_per_epoch": 16, "eval_episodes": 8, "lr": 0.05},
     },
     "paper": {
         "transformer": {**_COMMON_TORCH, "d_model": 512, "n_heads": 2, "n_layers": 2, "d_ff": 128, "patch": 1,
                         "dropout": 0.1, "head": "flatten", "loss": "l1", "epochs": 300, "lr": 1e-4,
-                        "lr_schedule": "constant", "batch_size": 128, "checkpoint_every": 5},
+                        "lr_schedule": "constant", "batch_size": 128, "checkpoint_every": 5, "amp": "auto"},
         "moe": {**_COMMON_TORCH, "d_model": 512, "n_heads": 1, "n_layers": 1, "d_ff": 128, "patch": 1,
                 "dropout": 0.1, "head": "flatten", "loss": "mse", "lr_schedule": "constant", "n_experts": 10,
                 "expert_fraction": 0.5, "expert_epochs": 300, "expert_lr": 1e-5, "expert_batch_size": 64,
-                "epochs": 300, "lr": 1e-5, "batch_size": 128, "gate_hidden": 32, "checkpoint_every": 5},
+                "epochs": 300, "lr": 1e-5, "batch_size": 128, "gate_hidden": 32, "checkpoint_every": 5,
+                "amp": "auto"},
         "xgboost": {"features": "flat", "n_estimators": 1000, "max_depth": 6, "learning_rate": 0.03,
                     "subsample": 0.8, "colsample_bytree": 0.3, "min_child_weight": 1.0,
                     "objective": "reg:absoluteerror", "quantile": None},
         "random_forest": {"features": "flat", "n_estimators": 100, "max_depth": None,
                           "min_samples_leaf": 1, "max_features": 1.0},
+        "xgboost_quantile": {"features": "flat", "n_estimators": 1000, "max_depth": 6, "learning_rate": 0.03,
+                             "subsample": 0.8, "colsample_bytree": 0.3, "min_child_weight": 1.0,
+                             "objective": "reg:quantileerror", "quantile": 0.9},
+        "linear_quantile": {**_LINEAR_Q, "max_rows": 0},
         "moe_policy": {**_POLICY, "epochs": 20, "episodes_per_epoch": 32, "eval_episodes": 32, "lr": 0.01},
         "transformer_policy": {**_POLICY, "epochs": 60, "episodes_per_epoch": 32, "eval_episodes": 32,
                                "lr": 0.01},

@@ -45,6 +45,10 @@ _FIT, _LOAD = "mirage_tasks.models.fit", "mirage_tasks.models.loader"
 FAMILIES: dict[str, Family] = {f.kind: f for f in (
     Family("xgboost", "model.ubj", f"{_FIT}:fit_trees", f"{_LOAD}:load_trees"),
     Family("random_forest", "model.skops", f"{_FIT}:fit_trees", f"{_LOAD}:load_trees"),
+    # XGBoost fitted to the 0.9 quantile of the signed interruption (reg:quantileerror)
+    Family("xgboost_quantile", "model.ubj", f"{_FIT}:fit_trees", f"{_LOAD}:load_trees"),
+    # the reference baselines script's linear quantile regressor (q = 0.9, highs), coefficients in JSON
+    Family("linear_quantile", "model.json", f"{_FIT}:fit_trees", f"{_LOAD}:load_trees"),
     Family("transformer", "model.pt", f"{_FIT}:fit_neural", f"{_LOAD}:load_net", torch=True),
     Family("moe", "model.pt", f"{_FIT}:fit_neural", f"{_LOAD}:load_net", torch=True),
     Family("transformer_policy", "policy.pt", f"{_FIT}:train_policy", f"{_LOAD}:load_policy",

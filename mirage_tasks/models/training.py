@@ -46,21 +46,40 @@ class Phase:
         raise StepError(f"unknown lr schedule {self.schedule!r}; use constant or cosine")
 
 
+AMP_MODES = ("off", "bf16", "auto")
+
+
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``mode``: ``off`` none; ``bf16`` bfloat16 on any device; ``auto``
+    bfloat16 on a CUDA device, none on the CPU (bfloat16 matmuls are rarely faster there).
+    bfloat16 keeps float32's exponent range, so no loss scaling is needed; weights, optimiser
+    state and the loss stay float32."""
+    if mode not in AMP_MODES:
+        raise StepError(f"unknown amp mode {mode!r}; use {', '.join(AMP_MODES)}")
+    if mode == "off" or (mode == "auto" and device.type != "cuda"):
+        return None
+    return torch.bfloat16
+
+
 def _loss_fn(name: str) -> nn.Module:
     return {"l1": nn.L1Loss(), "mse": nn.MSELoss(), "huber": nn.HuberLoss(delta=1.0)}[name]
 
 
 @torch.no_grad()
-def predict_scaled(module: nn.Module, X: torch.Tensor, device: torch.device, batch: int = 512) -> torch.Tensor:
+def predict_scaled(module: nn.Module, X: torch.Tensor, device: torch.device, batch: int = 512,
+                   amp: torch.dtype | None = None) -> torch.Tensor:
     module.eval()
-    out = [module(X[i:i + batch].to(device)).float().cpu() for i in range(0, X.shape[0], batch)]
+    out = []
+    for i in range(0, X.shape[0], batch):
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            out.append(module(X[i:i + batch].to(device)).float().cpu())
     return torch.cat(out) if out else torch.zeros(0)
 
 
 def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.Tensor, val_rows: np.ndarray,
                *, loss: str, y_scale: float, device: torch.device, seed: int, grad_clip: float,
                checkpoint_every: int, ckpt_uri: str | None, fingerprint: str,
-               stop_after: int | None = None) -> list[dict[str, Any]]:
+               stop_after: int | None = None, amp: str = "off") -> list[dict[str, Any]]:
     """Train ``phases`` in order; checkpoint after every ``checkpoint_every`` epochs and at phase ends.
 
     ``X``/``y`` are the scaled inputs/targets of every row (CPU tensors); phases index into
@@ -68,6 +87,9 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
     exactly (weights, optimiser, epoch, RNG states, curves). Returns the per-epoch curves.
     """
     loss_fn = _loss_fn(loss)
+    cast = amp_dtype(amp, device)
+    if cast is not None:
+        log.info("mixed precision: autocast to %s on %s", cast, device)
     curves: list[dict[str, Any]] = []
     start_phase, start_epoch, ck = 0, 0, None
     if ckpt_uri is not None:
@@ -106,14 +128,16 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
                 idx = perm[i:i + ph.batch_size]
                 xb, yb = X[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
                 opt.zero_grad(set_to_none=True)
-                lo = loss_fn(ph.module(xb), yb)
+                with torch.autocast(device.type, dtype=cast, enabled=cast is not None):
+                    out = ph.module(xb)
+                lo = loss_fn(out.float(), yb)
                 lo.backward()
                 if grad_clip:
                     nn.utils.clip_grad_norm_(params, grad_clip)
                 opt.step()
                 total += float(lo.detach()) * len(idx)
                 count += len(idx)
-            pv = predict_scaled(ph.module, Xv, device)
+            pv = predict_scaled(ph.module, Xv, device, amp=cast)
             rec = {
                 "phase": ph.name,
                 "epoch": epoch,

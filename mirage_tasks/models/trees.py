@@ -171,3 +171,112 @@ def _check_forest(model: Any, uri: str) -> None:
         )
         if not ok:
             raise StepError(f"{uri}: tree {i} of the random forest has inconsistent node arrays")
+
+
+# ---------------------------------------------------------------- linear quantile regression
+
+def fit_linear_quantile(Xt: np.ndarray, yt: np.ndarray, hp: dict[str, Any], seed: int) -> tuple[Any, dict]:
+    """scikit-learn ``QuantileRegressor`` (pinball loss at ``hp["quantile"]``, L1 penalty
+    ``hp["alpha"]``, ``highs`` LP solver) on the tree table; at most ``hp["max_rows"]``
+    training rows, drawn uniformly with ``seed`` (the LP grows with the rows)."""
+    from sklearn.linear_model import QuantileRegressor
+
+    q = float(hp["quantile"])
+    if not 0.0 < q < 1.0:
+        raise StepError(f"quantile must be in (0, 1), got {q}")
+    n = Xt.shape[0]
+    cap = int(hp.get("max_rows") or 0)
+    rows = np.arange(n)
+    if cap and n > cap:
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=cap, replace=False))
+    model = QuantileRegressor(quantile=q, alpha=float(hp["alpha"]), solver=hp.get("solver", "highs"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(Xt[rows].astype(np.float64), yt[rows].astype(np.float64))
+    return model, {"n_fit_rows": int(len(rows)), "n_nonzero_coef": int(np.count_nonzero(model.coef_))}
+
+
+def linear_to_bytes(model: Any, quantile: float, alpha: float) -> bytes:
+    """Coefficients as JSON (no pickle): ``{"coef": [...], "intercept": x, "quantile": q, "alpha": a}``."""
+    import json
+
+    doc = {"format": "mirage-linear-quantile", "coef": [float(c) for c in model.coef_],
+           "intercept": float(model.intercept_), "quantile": float(quantile), "alpha": float(alpha)}
+    return (json.dumps(doc) + "\n").encode()
+
+
+class LinearQuantile:
+    """A fitted linear quantile model rebuilt from its JSON coefficients."""
+
+    def __init__(self, coef: np.ndarray, intercept: float, quantile: float):
+        self.coef = np.asarray(coef, np.float64)
+        self.intercept = float(intercept)
+        self.quantile = float(quantile)
+
+    def num_features(self) -> int:
+        return int(self.coef.shape[0])
+
+    def predict(self, table: np.ndarray) -> np.ndarray:
+        return (np.asarray(table, np.float64) @ self.coef + self.intercept).astype(np.float32)
+
+
+def linear_from_bytes(data: bytes, uri: str) -> LinearQuantile:
+    import json
+
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StepError(f"{uri}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != "mirage-linear-quantile":
+        raise StepError(f"{uri}: not a linear quantile model (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+    coef, icpt, q = doc.get("coef"), doc.get("intercept"), doc.get("quantile")
+    if (not isinstance(coef, list) or not coef
+            or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in coef)):
+        raise StepError(f"{uri}: 'coef' must be a non-empty list of numbers")
+    if not isinstance(icpt, (int, float)) or isinstance(icpt, bool) or not np.isfinite(icpt):
+        raise StepError(f"{uri}: 'intercept' must be a finite number, got {icpt!r}")
+    if not isinstance(q, (int, float)) or not 0.0 < float(q) < 1.0:
+        raise StepError(f"{uri}: 'quantile' must be in (0, 1), got {q!r}")
+    if not np.all(np.isfinite(coef)):
+        raise StepError(f"{uri}: 'coef' holds NaN or infinity")
+    return LinearQuantile(np.asarray(coef), float(icpt), float(q))
+
+
+class ForestArrays:
+    """A fitted random forest's trees as flat NumPy arrays, predicted by walking all trees at
+    once (one vectorised step per tree level).
+
+    Online validation asks the model one history at a time, about 290 times per episode;
+    scikit-learn's ``predict`` costs tens of milliseconds per call for 100 trees (per-call
+    input validation and a per-tree Python loop), this a fraction of a millisecond. Same
+    numbers as ``RandomForestRegressor.predict`` (tested); built from the bounds-checked trees."""
+
+    def __init__(self, model: Any):
+        lefts, rights, feats, thrs, vals, roots = [], [], [], [], [], []
+        off = 0
+        for est in model.estimators_:
+            t = est.tree_
+            n = int(t.node_count)
+            left, right = np.asarray(t.children_left, np.int64), np.asarray(t.children_right, np.int64)
+            leaf = left == -1
+            lefts.append(np.where(leaf, np.arange(n), left) + off)  # leaves point to themselves
+            rights.append(np.where(leaf, np.arange(n), right) + off)
+            feats.append(np.where(leaf, 0, np.asarray(t.feature, np.int64)))
+            thrs.append(np.asarray(t.threshold, np.float64))
+            vals.append(np.asarray(t.value, np.float64).reshape(n, -1)[:, 0])
+            roots.append(off)
+            off += n
+        self.left, self.right = np.concatenate(lefts), np.concatenate(rights)
+        self.feature, self.threshold = np.concatenate(feats), np.concatenate(thrs)
+        self.value, self.roots = np.concatenate(vals), np.asarray(roots, np.int64)
+        self.depth = max(int(est.tree_.max_depth) for est in model.estimators_)
+        self.n_features_in_ = int(model.n_features_in_)
+
+    def predict(self, table: np.ndarray) -> np.ndarray:
+        x = np.asarray(table, np.float32)  # scikit-learn compares float32 inputs with float64 thresholds
+        rows = np.arange(x.shape[0])[:, None]
+        node = np.broadcast_to(self.roots, (x.shape[0], len(self.roots))).copy()
+        for _ in range(self.depth):
+            go_left = x[rows, self.feature[node]] <= self.threshold[node]
+            node = np.where(go_left, self.left[node], self.right[node])
+        return self.value[node].mean(axis=1).astype(np.float32)

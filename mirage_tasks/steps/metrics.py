@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..artifacts import parquet_bytes
-    from ..metrics import COLUMNS, LOW_MAX_H, MEDIUM_MAX_H, compute, load_inputs, markdown, records
+    from ..metrics import COLUMNS, LOW_MAX_H, MEDIUM_MAX_H, compute, load_inputs, markdown, never_submits, records
 
     if args.bootstrap < 0:
         raise StepError("--bootstrap must be >= 0")
@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     table, samples, counts = compute(df, args.bootstrap, args.seed)
     doc = {"params": params, "level_counts": counts, "rows": records(table),
+           # learned models whose every submission was forced at the predecessor's end
+           "never_submits": never_submits(table),
            "runs": [{k: v for k, v in r.items() if k != "params"} for r in runs],
            "columns": COLUMNS}
     step.write_json(METRICS_JSON, doc)

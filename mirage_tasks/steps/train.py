@@ -4,17 +4,27 @@
         [--preset quick|paper] [--device cpu|cuda] [--seed S] [--param key=value ...]
     python -m mirage_tasks train --model moe_policy --base MOE_MODEL --trace TRACE --out POLICY
 
-Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``) are trained on the
+Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``, and the 0.9-quantile
+``xgboost_quantile`` and ``linear_quantile``: the reference baselines script's linear quantile
+regressor, scikit-learn ``QuantileRegressor`` with ``highs``) are trained on the
 earliest samples of the dataset and validated on the latest (chronological split by
 sample, see :mod:`mirage_tasks.models.data`; the fitting is
-:mod:`mirage_tasks.models.fit`). Features are ``log1p``-scaled and
+:mod:`mirage_tasks.models.fit`). ``--samples-until`` keeps only the samples whose episodes
+end by a time (a validation month's start), ``--sample-fraction`` thins them (learning
+curves). ``--hpo-trials``/``--hpo-timeout-s`` first search the hyper-parameters with Optuna
+on that split (:mod:`mirage_tasks.models.hpo`, history in ``hpo_trials.json``). The submit
+threshold (regressors) or P(submit) threshold (policies) is then chosen on the same
+validation split, never on the validation period, by minimising mean interruption +
+``--waste-weight`` x wasted node-hours over the dataset's probes
+(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``). Features are ``log1p``-scaled and
 standardised with statistics of the training rows only; targets (hours) are centred and
 scaled for the neural models. Outputs under ``--out``:
 
 * ``config.json``: kind, architecture, hyper-parameters, scaler, target scaling, the
   decision rule, the dataset's window and the train/validation windows (for leakage
   checks), the weights file name;
-* the weights (``model.pt`` / ``model.ubj`` / ``model.skops`` / ``policy.pt``);
+* the weights (``model.pt`` / ``model.ubj`` / ``model.skops`` / ``model.json`` / ``policy.pt``);
+* ``hpo_trials.json`` with ``--hpo-trials``;
 * ``curves.json``: per-epoch (or per-round) training and validation loss and MAE;
 * ``metrics.json``: train and validation MAE in hours, the constant-predictor baseline,
   wall time;
@@ -33,6 +43,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..models import KINDS, POLICIES, StopRequested
 from ..models import presets as presets_mod
+from ..models.calibrate import CALIBRATION_VERSION, WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
 ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
@@ -50,9 +61,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override one preset hyper-parameter (repeatable)")
     p.add_argument("--quantile", type=float, default=None,
                    help="xgboost only: fit this quantile with reg:quantileerror instead of the median")
+    p.add_argument("--waste-weight", type=float, default=WASTE_WEIGHT,
+                   help="hours of service interruption one wasted node-hour (node x overlap) costs when the "
+                        "decision threshold is chosen on the training period's validation split "
+                        f"(default {WASTE_WEIGHT}: 6 minutes)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (neural models)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-fraction", type=float, default=0.2, help="latest share of samples used for validation")
+    p.add_argument("--samples-until", default=None, metavar="ISO",
+                   help="regressors: use only the dataset's samples whose episodes end by this time (sample start "
+                        "+ workload span), e.g. the first validation sample start of a month (default: all)")
+    p.add_argument("--sample-fraction", type=float, default=1.0,
+                   help="regressors: keep this share of those samples, evenly spaced in time (learning curves; 1)")
+    p.add_argument("--hpo-trials", type=int, default=0,
+                   help="regressors: Optuna trials on the training period's split before the final fit (0: none)")
+    p.add_argument("--hpo-timeout-s", type=float, default=None,
+                   help="regressors: stop the hyper-parameter search after this many seconds (default: no limit)")
     p.add_argument("--purge-days", type=float, default=None,
                    help="drop training samples starting less than this before the first validation sample "
                         "(default: the dataset's workload span, params.workload_days, else 5)")
@@ -72,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
-        if args.model != "xgboost":
-            raise StepError("--quantile applies to --model xgboost only")
+        if args.model not in ("xgboost", "xgboost_quantile", "linear_quantile"):
+            raise StepError("--quantile applies to --model xgboost, xgboost_quantile and linear_quantile only")
         hp["quantile"] = args.quantile
+    if not args.waste_weight >= 0:
+        raise StepError(f"--waste-weight must be >= 0, got {args.waste_weight}")
     if args.threads is not None and args.threads < 1:
         raise StepError("--threads must be >= 1")
     common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
@@ -84,18 +110,33 @@ def run(args: argparse.Namespace) -> int:
         if step is None:
             return 0
         fit = lambda: train_policy(args.model, args.base, base_cfg, step, hp, env_kind=args.env,  # noqa: E731
-                                   trace=args.trace, **common)
+                                   trace=args.trace, waste_weight=args.waste_weight, **common)
     else:
         if not args.dataset:
             raise StepError(f"--dataset is required for --model {args.model}")
         require_input(args.dataset, "--dataset")
+        until = None
+        if args.samples_until is not None:
+            from ..schema import parse_time
+
+            until = int(parse_time(args.samples_until, "--samples-until").timestamp())
+        if args.hpo_trials < 0 or (args.hpo_timeout_s is not None and not args.hpo_timeout_s > 0):
+            raise StepError("--hpo-trials must be >= 0 and --hpo-timeout-s > 0")
+        if not 0.0 < args.sample_fraction <= 1.0:
+            raise StepError(f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
         params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-                  "val_fraction": args.val_fraction, "purge_days": args.purge_days}
+                  "val_fraction": args.val_fraction, "purge_days": args.purge_days,
+                  "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction,
+                  "calibration": CALIBRATION_VERSION}
+        if args.hpo_trials:
+            params["hpo"] = {"trials": args.hpo_trials, "timeout_s": args.hpo_timeout_s}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
         if step.skip():
             return 0
         fit = lambda: train_regressor(args.model, args.dataset, step, hp, val_fraction=args.val_fraction,  # noqa: E731
-                                      purge_days=args.purge_days, **common)
+                                      purge_days=args.purge_days, waste_weight=args.waste_weight,
+                                      samples_until=until, sample_fraction=args.sample_fraction,
+                                      hpo_trials=args.hpo_trials, hpo_timeout_s=args.hpo_timeout_s, **common)
     try:
         result = fit()
     except StopRequested as exc:
@@ -125,6 +166,6 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
         require_input(args.trace, "--trace")
         inputs.append(args.trace)
     params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-              "env": args.env}
+              "env": args.env, "waste_weight": args.waste_weight, "calibration": CALIBRATION_VERSION}
     step = Step("train", args.out, __version__, params, inputs=inputs)
     return (None if step.skip() else step), base_cfg

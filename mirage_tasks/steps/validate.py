@@ -6,11 +6,12 @@ in ``sample`` (:mod:`mirage_tasks.schedule`); shard ``I/S`` takes the samples wi
 clock starts at the predecessor's submission and moves in steps of ``--decide-every-minutes``. At every step whose history
 window is full the model is asked once; the successor is submitted at the first "submit"
 
-* regressors: ``--threshold-h <= predicted signed interruption <= high_h`` (the model's
-  decision rule upper bound, 500 h by default), i.e. unless more than 30 minutes of
-  overlap are predicted;
-* policies: P(submit) > 0.5 (greedy, the default) or, with ``--stochastic``, a draw with
-  probability P(submit) from a generator seeded by ``(--seed, k)``,
+* regressors: ``threshold <= predicted signed interruption <= high_h``, the threshold being
+  the model's own ``decision.low_h`` (chosen by ``train`` on its training period's validation
+  split, :mod:`mirage_tasks.models.calibrate`) unless ``--threshold-h`` overrides it;
+* policies: P(submit) >= the model's calibrated ``decision.threshold`` (greedy, the default;
+  > 0.5 for a policy without one) or, with ``--stochastic``, a draw with probability
+  P(submit) from a generator seeded by ``(--seed, k)``,
 
 and is forced the moment the predecessor ends (never later). The baselines follow the
 ``sample`` step's rules exactly: ``reactive`` submits at the predecessor's end, ``avg`` at
@@ -54,9 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="trained model (train output URI), or 'reactive' / 'avg'")
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
-    p.add_argument("--threshold-h", type=float, default=-0.5,
-                   help="regressors: submit when the predicted signed interruption is >= this (-0.5 h)")
+    p.add_argument("--threshold-h", type=float, default=None,
+                   help="regressors: submit when the predicted signed interruption is >= this (default: the "
+                        "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
+                        "models without one)")
     p.add_argument("--stochastic", action="store_true", help="policies: sample the action instead of argmax")
+    p.add_argument("--argmax", action="store_true",
+                   help="policies: greedy by the likelier action (P(submit) > 0.5) instead of the policy's "
+                        "calibrated P(submit) threshold")
     p.add_argument("--seed", type=int, default=0, help="seed of --stochastic (per sample: (seed, k))")
     p.add_argument("--window", type=int, default=None,
                    help="snapshots per history (default: the model's; 144 for baselines)")
@@ -83,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     require_input(args.trace, "--trace")
     if args.model not in BASELINES:
         require_input(args.model, "--model")
+    if args.argmax and args.stochastic:
+        raise StepError("--argmax and --stochastic exclude each other")
     if args.decide_every_minutes <= 0:
         raise StepError("--decide-every-minutes must be > 0")
     if (args.window is not None and args.window < 1) or (args.step_s is not None and args.step_s < 1):
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "interval_hours": args.interval_hours, "warmup_days": args.warmup_days,
         "workload_days": args.workload_days, "node": args.node, "decide_every_s": every_s,
         "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
+        **({"argmax": True} if args.argmax else {}),
         "shard": [shard_i, shard_n], "window": window, "step_s": step_s, "config": cfg.to_dict(),
     }
     step = Step("validate", args.out, __version__, params, inputs=inputs)
@@ -134,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     setup = {"kind": kind, "model_uri": args.model, "node": args.node, "warmup_days": args.warmup_days,
              "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
-             "threads": threads}
+             "threads": threads, "argmax": bool(args.argmax)}
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers)
     wall = time.perf_counter() - t

@@ -245,6 +245,7 @@ SMALL_RUN = {
     "train_params": {
         "transformer": ["epochs=2"], "moe": ["epochs=1", "expert_epochs=1", "n_experts=2"],
         "xgboost": ["n_estimators=20"], "random_forest": ["n_estimators=10"],
+        "xgboost_quantile": ["n_estimators=20"],
         "transformer_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
         "moe_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
     },
@@ -253,7 +254,7 @@ SMALL_RUN = {
 
 @pytest.mark.timeout(900)
 def test_whole_pipeline_on_the_synthetic_trace(storage):
-    """trace -> sample -> merge -> train (6 models) -> validate (+ baselines) -> metrics -> report."""
+    """trace -> sample -> merge -> train (8 models) -> validate (+ baselines) -> metrics -> report."""
     import pandas as pd
 
     dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=SMALL_RUN)
@@ -263,10 +264,11 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     run = _one(storage, PREFIX_GLOB)
     manifest = json.loads((run / "datasets" / "node1" / "manifest.json").read_text())
     assert manifest["n_samples"] == 30 and manifest["n_examples"] == 30 * 4
-    for model in ("xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"):
+    for model in ("xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
+                  "transformer_policy", "moe_policy"):
         assert json.loads((run / "models" / model / "node1" / "_SUCCESS.json").read_text())["step"] == "train"
     rows = pd.read_parquet(run / "metrics" / "samples.parquet")
-    assert set(rows["model"]) == {"xgboost", "random_forest", "transformer", "moe",
+    assert set(rows["model"]) == {"xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
                                   "transformer_policy", "moe_policy", "reactive", "avg"}
     assert (rows.groupby("model").size() == 3).all()
     html = (run / "report" / "report.html").read_text()

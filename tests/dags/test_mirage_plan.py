@@ -95,19 +95,29 @@ def dag_defaults() -> dict:
     return _dag_params().dump()
 
 
-def _makefile_demo_conf() -> dict:
-    """The Makefile's DEMO_CONF (the synthetic-trace demo) as JSON."""
+def _makefile_demo_conf(synthetic: bool = False) -> dict:
+    """The Makefile's DEMO_CONF as JSON: as `make demo TRACE=... TRACE_TZ=...` expands it, or as
+    plain `make demo` does (``synthetic``: the synthetic trace and its fixed window)."""
     import json
     import re
 
     from conftest import REPO
 
     text = (REPO / "Makefile").read_text()
-    line = next(ln for ln in text.splitlines() if ln.startswith("DEMO_CONF :="))
+    lines = text.splitlines()
+    line = next(ln for ln in lines if ln.startswith("DEMO_CONF :="))
     conf = line.split(":=", 1)[1].strip()
-    # as `make demo TRACE=... TRACE_TZ=...` expands it: the optional time zone included
-    conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', r", \1", conf)
-    conf = conf.replace("$(TRACE_TZ)", "America/Chicago").replace("$(DEMO_TRACE)", "/data/demo-trace.log")
+    if synthetic:
+        synth = next(ln for ln in lines if ln.startswith("DEMO_SYNTH :=")).split(":=", 1)[1].strip()
+        start = next(ln for ln in lines if ln.startswith("DEMO_VAL_START ?=")).split("?=", 1)[1].strip()
+        conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', "", conf)
+        conf = conf.replace("$(if $(TRACE),,$(DEMO_SYNTH))", synth.replace("$(DEMO_VAL_START)", start))
+        conf = conf.replace("$(DEMO_TRACE)", "")
+    else:
+        # the optional time zone included, the synthetic window left out
+        conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', r", \1", conf)
+        conf = conf.replace("$(if $(TRACE),,$(DEMO_SYNTH))", "")
+        conf = conf.replace("$(TRACE_TZ)", "America/Chicago").replace("$(DEMO_TRACE)", "/data/demo-trace.log")
     assert "$(" not in conf, conf
     return json.loads(conf)
 
@@ -119,13 +129,15 @@ def _every_argv(p: dict) -> list[list[str]]:
     return singles + lists
 
 
-@pytest.mark.parametrize("case", ["dag_defaults_small", "makefile_demo", "cuda", "real_trace"])
+@pytest.mark.parametrize("case", ["dag_defaults_small", "makefile_demo", "makefile_demo_synthetic", "cuda",
+                                  "real_trace"])
 def test_every_argv_parses_with_its_steps_own_parser(dag_defaults, case):
     """Each argv of the plan parses with ``python -m mirage_tasks <step>``'s parser, no error."""
     small = {"train_count": 12, "val_count": 3, "shards": 2}
     params = {
         "dag_defaults_small": dict(dag_defaults, **small),
         "makefile_demo": dict(dag_defaults, **_makefile_demo_conf()),
+        "makefile_demo_synthetic": dict(dag_defaults, **_makefile_demo_conf(synthetic=True)),
         "cuda": dict(dag_defaults, **small, device="cuda", train_params={"moe": ["epochs=3"]}),
         "real_trace": dict(dag_defaults, **dict(small, val_count=6), trace="/data/ls6.log",
                            trace_timezone="America/Chicago", window_from="2022-10-01T00:00:00+00:00",

@@ -122,3 +122,24 @@ def test_cli_writes_every_output(world, tmp_path, capsys):
     assert "duplicated" in capsys.readouterr().err
     assert cli("metrics", "--in", world["v_avg"], "--out", tmp_path / "d") == 2
     assert "no reactive baseline rows" in capsys.readouterr().err
+
+
+def test_paired_difference_against_avg_and_never_submits():
+    avg = [0.5, 0.0, 1.0, 12.0, 10.0, -1.0]
+    df = frame({("reactive", 8): REACT, ("avg", 8): avg, ("m", 8): MODEL})
+    df.loc[df["model"] == "m", "forced"] = True  # every submission of m forced
+    table, samples, _ = M.compute(df, n_boot=500, seed=0)
+    a = get(table, "m", "all")
+    # interruption: m 0,0,2,10,30,0 vs avg 0.5,0,1,12,10,0 -> differences -0.5,0,1,-2,20,0
+    assert a["diff_vs_avg_h"] == pytest.approx(18.5 / 6)
+    # wasted node-h: m 8,0,0,0,0,32 vs avg 0,0,0,0,0,8
+    assert a["wasted_diff_vs_avg"] == pytest.approx(32 / 6)
+    assert a["diff_vs_avg_ci_lo"] <= a["diff_vs_avg_h"] <= a["diff_vs_avg_ci_hi"]
+    heavy = get(table, "m", "heavy")
+    assert heavy["diff_vs_avg_h"] == pytest.approx((-2 + 20) / 2)
+    assert get(table, "avg", "all")["diff_vs_avg_h"] == 0.0
+    assert M.never_submits(table) == [{"model": "m", "node": 8, "n": 6}]
+    assert "**m never submitted before the predecessor ended**" in M.markdown(table, {})
+    # without avg rows the paired columns are empty, not wrong
+    t2, _, _ = M.compute(frame({("reactive", 8): REACT, ("m", 8): MODEL}), n_boot=50)
+    assert pd.isna(get(t2, "m", "all")["diff_vs_avg_h"])

@@ -225,3 +225,96 @@ def test_forest_node_arrays_are_bounds_checked():
                 forest([1, -1, -1], [2, -1, -1], [9, -2, -2])):  # feature index out of range
         with pytest.raises(StepError, match="bad.skops: tree 0"):
             trees._check_forest(bad, "bad.skops")
+
+
+# ---------------------------------------------------------------- decision calibration
+
+def test_calibration_replays_first_probe_at_or_above_the_threshold():
+    from mirage_tasks.models import calibrate as C
+
+    # two samples of three probes (the last = the predecessor's end)
+    sample = np.array([0, 0, 0, 1, 1, 1])
+    y = np.array([-10.0, -2.0, 3.0, -5.0, 1.0, 4.0])
+    score = np.array([-9.0, -1.0, 2.0, 0.5, 0.7, 3.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, 0.0), [3.0, -5.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, -1.5), [-2.0, -5.0])
+    np.testing.assert_array_equal(C.outcomes(score, y, sample, np.inf), [3.0, 4.0])  # reactive
+    o = C.objective(np.array([3.0, -5.0]), node=2, waste_weight=0.1)
+    assert o == {"mean_interruption_h": 1.5, "mean_wasted_node_h": 5.0, "zero_share": 0.5, "objective": 2.0}
+
+
+def test_calibration_picks_the_cheapest_threshold_and_prices_waste():
+    from mirage_tasks.models import calibrate as C
+
+    rng = np.random.default_rng(0)
+    n_s, probes = 200, 7
+    sample = np.repeat(np.arange(n_s), probes)
+    # the true signed interruption rises over the predecessor's run; the score is it plus noise
+    base = rng.normal(-20, 6, n_s)[:, None] + np.linspace(0, 28, probes)[None, :]
+    y = base.ravel()
+    score = y + rng.normal(0, 1, y.shape)
+    free = C.calibrate(score, y, sample, node=1, waste_weight=0.0, default=-0.5)
+    dear = C.calibrate(score, y, sample, node=1, waste_weight=10.0, default=-0.5)
+    assert free["chosen"]["objective"] <= free["default"]["objective"] + 1e-12
+    assert free["chosen"]["mean_interruption_h"] <= dear["chosen"]["mean_interruption_h"]
+    assert dear["chosen"]["mean_wasted_node_h"] <= free["chosen"]["mean_wasted_node_h"]
+    # no threshold does better than the grid's best (checked against a fine brute force)
+    brute = min(C.objective(C.outcomes(score, y, sample, t), 1, 10.0)["objective"]
+                for t in np.r_[np.sort(score), np.inf])
+    assert dear["chosen"]["objective"] <= brute + 0.05
+    # a score that never reaches any useful level: never submitting early is chosen and said
+    never = C.calibrate(np.full_like(y, -100.0), np.where(np.arange(len(y)) % probes == probes - 1, 0.0, -30.0),
+                        sample, node=8, waste_weight=0.1)
+    assert never["threshold"] is None and never["never_submits_early"]
+
+
+def test_forest_arrays_predict_like_scikit_learn():
+    from sklearn.ensemble import RandomForestRegressor
+
+    from mirage_tasks.models.trees import ForestArrays
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 12)).astype(np.float32)
+    y = X[:, 0] * 3 + np.sin(X[:, 1]) + rng.normal(0, 0.1, 400)
+    rf = RandomForestRegressor(n_estimators=20, min_samples_leaf=2, max_features=0.5, random_state=0).fit(X, y)
+    fa = ForestArrays(rf)
+    Xt = rng.normal(size=(300, 12)).astype(np.float32)
+    np.testing.assert_allclose(fa.predict(Xt), rf.predict(Xt), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fa.predict(Xt[:1]), rf.predict(Xt[:1]), rtol=1e-5, atol=1e-5)
+
+
+def test_ppo_updates_make_the_greedy_policy_submit():
+    """Before/after on the same toy episodes: one REINFORCE step per batch leaves a low per-step
+    hazard whose argmax never submits (the reactive baseline); clipped PPO updates fix it."""
+    from mirage_tasks.models import policy as P
+    from mirage_tasks.models import presets
+
+    def fit(**kw):
+        hp = presets.resolve("quick", "transformer_policy", {"parallel_envs": 8, **kw})
+        envs = [S.ToyQueueEnv(window=12) for _ in range(8)]
+        val = [S.ToyQueueEnv(window=12) for _ in range(8)]
+        _, curves, summary = P.train_reinforce(_oracle_features, 1, envs, val, hp, seed=0, ckpt_uri=None,
+                                               fingerprint="t")
+        return curves, summary
+
+    c_before, before = fit(ppo_epochs=1, entropy_final=0.1)
+    c_after, after = fit()  # the preset: ppo_epochs=8, entropy decaying to 0
+    assert before["method"] == "REINFORCE" and after["method"].startswith("PPO")
+    assert before["greedy_never_submits"] and before["greedy_val_forced_share"] == 1.0
+    assert not after["greedy_never_submits"] and after["greedy_val_forced_share"] < 0.25
+    assert after["greedy_val_return"] > before["greedy_val_return"] + 30
+    assert after["greedy_val_return"] > after["reactive_val_return"] + 30
+    assert c_after[-1]["entropy_coef"] == 0.0 and c_after[1]["entropy_coef"] == 0.1
+
+
+def test_calibration_keeps_the_default_on_a_tie():
+    from mirage_tasks.models import calibrate as C
+
+    sample = np.repeat(np.arange(3), 3)
+    y = np.array([-16.0, -8.0, 0.0] * 3)  # every early probe overlaps, the last is exact
+    score = np.array([-9.0, -7.0, -0.2] * 3)
+    cal = C.calibrate(score, y, sample, node=1, waste_weight=0.1, default=-0.5)
+    # -0.5 submits at the last probe, like never submitting early: a tie, so the default stays
+    assert cal["kept_default"] and cal["threshold"] == -0.5
+    cal2 = C.calibrate(score, np.array([-16.0, -8.0, 3.0] * 3), sample, node=1, waste_weight=0.01, default=-0.5)
+    assert not cal2["kept_default"] and cal2["threshold"] < -0.5  # here submitting earlier pays

@@ -99,3 +99,27 @@ def test_report_needs_a_known_input(world, tmp_path, capsys):
     assert cli("report", "--in", world["dataset"], "--out", tmp_path / "r") == 2
     assert "none of the inputs" in capsys.readouterr().err
     assert cli("report", "--in", tmp_path / "missing", "--out", tmp_path / "r") == 2
+
+
+def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
+    import pytest
+
+    pytest.importorskip("optuna")
+    d = tmp_path / "hpo"
+    assert cli("train", "--model", "xgboost", "--dataset", world["dataset"], "--out", d, "--param",
+               "n_estimators=10", "--threads", "1", "--val-fraction", "0.25", "--purge-days", "0",
+               "--hpo-trials", "3") == 0
+    out = tmp_path / "rep"
+    assert cli("report", "--in", world["v_xgb"], world["v_reactive"], world["v_avg"], d, "--out", out) == 0
+    md = (out / "report.md").read_text()
+    assert "hyper-parameter search of xgboost" in md and (out / "figures" / "hpo_0.png").read_bytes()[:8] == PNG
+    assert "Held-out scores and calibrated decision rules" in md
+    never = json.load(open(out / "_SUCCESS.json"))["summary"]["never_submits"]
+    for n in never:  # a learned model whose submissions were all forced is said so in the summary
+        assert f"{n['model']} never submitted before the predecessor ended" in md
+    low = json.load(open(d / "config.json"))["decision"]["low_h"]
+    row = next(line for line in md.splitlines() if line.startswith("| xgboost (hpo)"))
+    assert ("never early" if low is None else R._fmt(float(low))) in row
+    # the figure: one point per complete trial
+    trials = json.load(open(d / "hpo_trials.json"))["trials"]
+    assert R.hpo_figure("x", trials)[:8] == PNG and R.hpo_figure("x", []) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -25,6 +26,8 @@ TINY = {
             "lr=0.005", "gate_hidden=8", "patch=4"],
     "xgboost": ["n_estimators=80"],
     "random_forest": ["n_estimators=25"],
+    "xgboost_quantile": ["n_estimators=80"],
+    "linear_quantile": ["alpha=0.001"],
 }
 COMMON = ["--threads", "1", "--purge-days", "1", "--val-fraction", "0.25"]
 
@@ -63,7 +66,18 @@ def _val(dataset):
 def test_model_beats_constant_on_held_out_data(trained, dataset, kind):
     out = trained[kind]
     metrics = json.load(open(os.path.join(out, "metrics.json")))
-    assert metrics["val_mae_h"] < 0.8 * metrics["val_constant_mae_h"], metrics
+    if kind.endswith("quantile"):  # a 0.9 quantile: judged by the pinball loss against the constant quantile
+        ds, sp = _val(dataset)
+        yv = ds.y[sp.val].astype(np.float64)
+        const = np.quantile(ds.y[sp.train], 0.9)
+
+        def pinball(pred):
+            d = yv - pred
+            return float(np.mean(np.maximum(0.9 * d, -0.1 * d)))
+
+        assert pinball(load_model(out).predict(ds.X[sp.val])) < 0.8 * pinball(np.full_like(yv, const))
+    else:
+        assert metrics["val_mae_h"] < 0.8 * metrics["val_constant_mae_h"], metrics
     for f in ("config.json", "curves.json", "metrics.json", "_SUCCESS.json"):
         assert os.path.exists(os.path.join(out, f))
     assert not os.path.exists(os.path.join(out, "checkpoints"))
@@ -83,7 +97,13 @@ def test_config_records_training_window_and_scaler(trained, kind):
     assert cfg["data"]["train_data_end"] <= split["val_sample_start_min"]  # labels decided before validation
     assert cfg["data"]["trace_fingerprint"] == "synthetic-seed11"
     assert len(cfg["scaler"]["mean"]) == 42 and cfg["scaler"]["transform"] == "log1p-standardise"
-    assert cfg["decision"] == {"low_h": -0.5, "high_h": 500.0}
+    dec = cfg["decision"]
+    assert dec["rule"] == "threshold" and dec["high_h"] == 500.0
+    cal = dec["calibration"]
+    assert cal["waste_weight"] == 0.1 and cal["default_threshold"] == -0.5
+    assert cal["threshold"] == dec["low_h"]
+    # the chosen threshold is no worse than -0.5 h or never submitting early, on the training period's split
+    assert cal["chosen"]["objective"] <= min(cal["default"]["objective"], cal["reactive"]["objective"]) + 1e-9
 
 
 @pytest.mark.parametrize("kind", list(TINY))
@@ -95,7 +115,9 @@ def test_decision_function_interface(trained, dataset, kind):
     d = model.decide(X)
     assert hours.dtype == np.float32 and hours.shape == (7,)
     assert d.submit.dtype == bool and np.array_equal(d.raw, hours)
-    assert np.array_equal(d.submit, (hours >= -0.5) & (hours <= 500))
+    low = model.decision_rule["low_h"]
+    expected = np.zeros(7, bool) if low is None else (hours >= low) & (hours <= 500)
+    assert np.array_equal(d.submit, expected)
     np.testing.assert_allclose(model.predict(X[0]), hours[:1], rtol=1e-5)  # one history [W, F] works too
     with pytest.raises(StepError, match="expects histories"):
         model.predict(X[:, :10])
@@ -176,6 +198,65 @@ def test_xgboost_quantile_option(trained, dataset, tmp_path):
     assert cfg["xgb_params"]["objective"] == "reg:quantileerror" and cfg["xgb_params"]["quantile_alpha"] == 0.9
     ds, _ = _val(dataset)
     assert load_model(q).predict(ds.X).mean() > load_model(trained["xgboost"]).predict(ds.X).mean()
+
+
+def test_linear_quantile_is_json_and_a_quantile(trained, dataset, tmp_path):
+    out = trained["linear_quantile"]
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert cfg["weights"] == "model.json" and cfg["quantile"] == 0.9
+    doc = json.load(open(os.path.join(out, "model.json")))
+    assert doc["format"] == "mirage-linear-quantile" and len(doc["coef"]) == cfg["n_tree_features"]
+    ds, sp = _val(dataset)
+    pred = load_model(out).predict(ds.X[sp.train])
+    # a 0.9 quantile: most training targets lie below it
+    assert 0.75 < float((ds.y[sp.train] <= pred).mean()) <= 1.0
+    # tampered coefficients are refused with the file named
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    (bad / "model.json").write_text(json.dumps({**doc, "coef": doc["coef"][:-1]}))
+    with pytest.raises(StepError, match="model has .* input columns, config says"):
+        load_model(str(bad))
+    (bad / "model.json").write_text(json.dumps({**doc, "intercept": "x"}))
+    with pytest.raises(StepError, match=r"bad/model.json: 'intercept' must be a finite number"):
+        load_model(str(bad))
+
+
+def test_xgboost_quantile_kind(trained, dataset):
+    cfg = json.load(open(os.path.join(trained["xgboost_quantile"], "config.json")))
+    assert cfg["xgb_params"]["objective"] == "reg:quantileerror" and cfg["xgb_params"]["quantile_alpha"] == 0.9
+    ds, sp = _val(dataset)
+    pred = load_model(trained["xgboost_quantile"]).predict(ds.X[sp.train])
+    assert float((ds.y[sp.train] <= pred).mean()) > 0.75
+
+
+def test_waste_weight_moves_the_threshold(dataset, tmp_path):
+    low = str(tmp_path / "w0")
+    high = str(tmp_path / "w100")
+    assert train(dataset, low, "xgboost", "--waste-weight", "0") == 0
+    assert train(dataset, high, "xgboost", "--waste-weight", "100") == 0
+    a = json.load(open(os.path.join(low, "config.json")))["decision"]["calibration"]
+    b = json.load(open(os.path.join(high, "config.json")))["decision"]["calibration"]
+    # wasting is free: no more interruption than with an expensive waste, and no less waste
+    assert a["chosen"]["mean_interruption_h"] <= b["chosen"]["mean_interruption_h"]
+    assert a["chosen"]["mean_wasted_node_h"] >= b["chosen"]["mean_wasted_node_h"]
+    assert train(dataset, str(tmp_path / "neg"), "xgboost", "--waste-weight", "-1") == 2
+
+
+def test_sample_subset_and_fraction(dataset, tmp_path):
+    ds = D.load_dataset(dataset)
+    starts = np.unique(ds.sample_start)
+    span = int(ds.manifest["params"]["workload_days"] * 86400) if ds.manifest.get("params") else 5 * 86400
+    until = int(starts[36]) + span
+    out = str(tmp_path / "sub")
+    from mirage_tasks.times import iso
+
+    assert train(dataset, out, "xgboost", "--samples-until", iso(until), "--sample-fraction", "0.5") == 0
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    sub = cfg["data"]["subset"]
+    assert sub["n_samples"] == 18 and sub["fraction"] == 0.5  # round(37 * 0.5)
+    # the leakage guard sees the subset's end, not the dataset's
+    assert D.parse_iso(cfg["data"]["data_end"]) <= until
+    assert train(dataset, str(tmp_path / "z"), "xgboost", "--sample-fraction", "0") == 2
 
 
 def test_bad_parameters_exit_2(dataset, tmp_path, capsys):
@@ -263,3 +344,41 @@ def test_sim_env_episodes_stay_in_their_window(ls6_parquet, ls6_small, tmp_path)
     assert pcfg["env"]["train"]["decision_s"] == 600 and pcfg["env"]["train"]["node"] == 1
     assert pcfg["env"]["train"]["start_max"] < pcfg["env"]["validation"]["start_min"]
     assert load_model(out).decide(np.zeros((2, *obs.shape), np.float32)).submit.shape == (2,)
+
+
+def test_hyperparameter_search_on_the_training_split(dataset, tmp_path):
+    pytest.importorskip("optuna")
+    out = str(tmp_path / "hpo")
+    assert train(dataset, out, "xgboost", "--hpo-trials", "4", "--hpo-timeout-s", "120") == 0
+    doc = json.load(open(os.path.join(out, "hpo_trials.json")))
+    trials, summary = doc["trials"], doc["summary"]
+    assert len(trials) == 4 and summary["n_complete"] == 4 and summary["objective"] == "val_mae_h"
+    # trial 0 is the preset with the test's override; the kept one is the best on the training split
+    assert trials[0]["params"]["n_estimators"] == 80 and trials[0]["params"]["max_depth"] == 4
+    best = min((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["value"])
+    assert summary["best_number"] == best["number"] and summary["best_value"] <= summary["preset_value"]
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert all(cfg["preset_hp"][k] == v for k, v in best["params"].items())
+    assert cfg["hpo"]["data"].startswith("the training period")
+    # the saved model is the best trial refitted: its validation MAE is the study's best value
+    met = json.load(open(os.path.join(out, "metrics.json")))
+    assert met["val_mae_h"] == pytest.approx(summary["best_value"], rel=1e-4)
+    # a quantile model is searched on the pinball loss
+    q = str(tmp_path / "hpo_q")
+    assert train(dataset, q, "linear_quantile", "--hpo-trials", "2") == 0
+    assert json.load(open(os.path.join(q, "hpo_trials.json")))["summary"]["objective"] == "val_pinball_q0.9_h"
+    assert train(dataset, str(tmp_path / "bad"), "xgboost", "--hpo-trials", "-1") == 2
+
+
+def test_bfloat16_autocast_trains_to_a_similar_error(trained, dataset, tmp_path):
+    from mirage_tasks.models.training import amp_dtype
+
+    out = str(tmp_path / "bf16")
+    assert train(dataset, out, "transformer", params=[*TINY["transformer"], "amp=bf16"]) == 0
+    fp32 = json.load(open(os.path.join(trained["transformer"], "metrics.json")))["val_mae_h"]
+    bf16 = json.load(open(os.path.join(out, "metrics.json")))["val_mae_h"]
+    assert bf16 < 1.25 * fp32 + 0.2, (bf16, fp32)
+    assert json.load(open(os.path.join(out, "config.json")))["preset_hp"]["amp"] == "bf16"
+    assert amp_dtype("auto", torch.device("cpu")) is None and amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    assert amp_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert train(dataset, str(tmp_path / "x"), "transformer", params=[*TINY["transformer"], "amp=fp8"]) == 2

@@ -122,13 +122,20 @@ def test_regressor_decides_online(world, tmp_path):
     first = dec.groupby("sample")["time"].min().to_numpy()
     np.testing.assert_array_equal(first, df["pred_submit"].to_numpy())
     assert (dec.groupby("sample")["time"].diff().dropna() == 14400).all()
-    # the submit flag follows -0.5 <= prediction <= 500
-    np.testing.assert_array_equal(dec["submit"], (dec["output"] >= -0.5) & (dec["output"] <= 500))
+    # the submit flag follows the model's own calibrated threshold: low_h <= prediction <= 500
+    low = json.load(open(f"{world['xgb']}/config.json"))["decision"]["low_h"]
+    low = math.inf if low is None else low
+    np.testing.assert_array_equal(dec["submit"], (dec["output"] >= low) & (dec["output"] <= 500))
     for _, r in df.iterrows():
         if r["forced"]:
             assert math.isnan(r["model_output"]) and r["decision_time"] == r["pred_end"]
         else:
-            assert r["model_output"] >= -0.5
+            assert r["model_output"] >= low
+    # --threshold-h overrides it
+    out = tmp_path / "fixed"
+    assert validate(world["trace"], world["xgb"], out, "--threshold-h", "-0.5", "--name", "fixed") == 0
+    dec = pd.read_parquet(out / A.DECISIONS_FILE)
+    np.testing.assert_array_equal(dec["submit"], (dec["output"] >= -0.5) & (dec["output"] <= 500))
     # a threshold no prediction misses: submit at the first decision, with the predecessor
     out = tmp_path / "eager"
     assert validate(world["trace"], world["xgb"], out, "--threshold-h", "-1000", "--name", "eager") == 0
@@ -144,7 +151,9 @@ def test_policy_greedy_and_seeded_stochastic(policy_world, tmp_path):
     assert validate(w["trace"], w["pol"], tmp_path / "g", *every) == 0
     dec = pd.read_parquet(tmp_path / "g" / A.DECISIONS_FILE)
     assert ((dec["output"] >= 0) & (dec["output"] <= 1)).all()
-    np.testing.assert_array_equal(dec["submit"], dec["output"] > 0.5)
+    thr = json.load(open(f"{w['pol']}/config.json"))["decision"]["threshold"]
+    # greedy: P(submit) >= the policy's threshold, calibrated on its base's validation split
+    np.testing.assert_array_equal(dec["submit"], dec["output"] >= (math.inf if thr is None else thr))
     outs = []
     for name in ("s1", "s2"):
         assert validate(w["trace"], w["pol"], tmp_path / name, *every, "--stochastic", "--seed", "3") == 0
@@ -175,3 +184,12 @@ def test_bad_flags_exit_2(world, tmp_path, capsys):
                "--count", 1, "--node", 4, "--out", tmp_path / "x", "--cluster-config", "ls6", "--nodes", "16") == 2
     assert "trained for 2-node jobs" in capsys.readouterr().err
     assert validate(world["trace"], world["xgb"], tmp_path / "x", "--window", "144") == 2
+
+
+def test_policy_argmax_ignores_the_calibrated_threshold(policy_world, tmp_path):
+    w = policy_world
+    every = ["--decide-every-minutes", "120"]
+    assert validate(w["trace"], w["pol"], tmp_path / "a", *every, "--argmax") == 0
+    dec = pd.read_parquet(tmp_path / "a" / A.DECISIONS_FILE)
+    np.testing.assert_array_equal(dec["submit"], dec["output"] > 0.5)
+    assert validate(w["trace"], w["pol"], tmp_path / "b", *every, "--argmax", "--stochastic") == 2

@@ -1,0 +1,187 @@
+"""Mirage on ls6 over several validation months: every number of docs/results/ls6-months.md.
+
+    nice -n 5 .venv/bin/python bench/ls6_months.py            # then:
+    .venv/bin/python bench/ls6_months.py --write-doc docs/results/ls6-months.md
+
+One command runs the package's step CLIs (``python -m mirage_tasks <step>``), in this order,
+under ``--root`` (default ``var/ls6-months``); every step skips when its output is up to
+date, so a rerun only does what is missing:
+
+1. ``ingest`` the ls6 log (local times read as America/Chicago);
+2. ``sample`` per node size: one sample every ``--interval-hours`` (1 h) from 2022-11-01 to
+   the last start whose 5-day workload ends before the last validation month, 7 probes
+   each (the seed sampled every 4 h); ``merge``;
+3. per validation month (Jan, Feb, Mar 2023) and node size: ``train`` each model on the
+   samples whose episodes end before the month starts (``--samples-until``: models see
+   nothing of the month), with the chronological split and purge inside that history; the
+   submit threshold is calibrated there (``--waste-weight``), never on the month; the
+   ``--hpo-models`` first search their hyper-parameters there with Optuna (``--hpo-trials``,
+   ``--hpo-timeout-s``);
+4. ``validate`` the baselines and each model on ``--val-count`` samples every 4 h from the
+   month's first day (156: 26 days, as the seed's March run), a decision every 10 minutes;
+5. ``metrics`` per month (paired bootstrap 95 % intervals, also of the difference to ``avg``);
+6. a learning curve on the last month: the curve models retrained on 25 % and 50 % of the
+   samples (evenly thinned: a 4 h and a 2 h interval over the same history) and validated.
+
+It prints the CPU time of the steps it ran (user + system of the child processes) and the
+wall time. ``--write-doc PATH`` writes the Markdown report from the outputs (no numbers
+typed by hand); it runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+MONTHS = ("2023-01", "2023-02", "2023-03")
+MODELS = ("xgboost", "random_forest", "linear_quantile", "transformer")
+SAMPLE_START = "2022-11-01T00:00:00+00:00"
+WORKLOAD_DAYS = 5.0
+
+
+def month_start(m: str) -> pd.Timestamp:
+    return pd.Timestamp(f"{m}-01T00:00:00+00:00")
+
+
+def run(argv: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mirage_tasks", *argv]
+    t = time.monotonic()
+    with open(log, "a") as fh:
+        fh.write("$ " + shlex.join(cmd) + "\n")
+        fh.flush()
+        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+    print(f"[{time.strftime('%H:%M:%S')}] {argv[0]} {' '.join(a for a in argv[1:] if not a.startswith('-'))[:90]} "
+          f"rc={rc} {time.monotonic() - t:.0f}s :: {tail[0][:140] if tail else ''}", flush=True)
+    if rc != 0:
+        raise SystemExit(f"step failed (rc {rc}): {shlex.join(cmd)}; log {log}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default="var/ls6-months", help="output folder (var/ls6-months)")
+    p.add_argument("--trace", default=str(ROOT.parent / "shared/traces/ls6-a100.log.gz"))
+    p.add_argument("--months", nargs="+", default=list(MONTHS), help="validation months YYYY-MM")
+    p.add_argument("--nodes", nargs="+", type=int, default=[1, 8])
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--interval-hours", type=float, default=1.0, help="training sample interval (1 h)")
+    p.add_argument("--val-count", type=int, default=156, help="validation samples per month, 4 h apart (156)")
+    p.add_argument("--preset", default="quick")
+    p.add_argument("--param", action="append", default=["transformer:epochs=20"], metavar="MODEL:KEY=VALUE",
+                   help="train --param for one model (repeatable; default transformer:epochs=20)")
+    p.add_argument("--waste-weight", type=float, default=None, help="train --waste-weight (default: train's)")
+    p.add_argument("--hpo-models", nargs="*", default=["xgboost", "linear_quantile"],
+                   help="models whose hyper-parameters are searched (train --hpo-trials); the others keep the preset")
+    p.add_argument("--hpo-trials", type=int, default=10, help="train --hpo-trials for --hpo-models (10)")
+    p.add_argument("--hpo-timeout-s", type=float, default=90.0, help="train --hpo-timeout-s (90)")
+    p.add_argument("--curve-models", nargs="*", default=["xgboost", "random_forest"],
+                   help="models of the learning curve (on the last month)")
+    p.add_argument("--curve-fractions", nargs="*", type=float, default=[0.25, 0.5])
+    p.add_argument("--jobs", type=int, default=2, help="(month, node) chains run at once (2)")
+    p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
+    args = p.parse_args()
+    root = (ROOT / args.root).resolve()
+    if args.write_doc:
+        from ls6_months_doc import write_doc  # bench/ls6_months_doc.py
+
+        write_doc(root, Path(args.write_doc), args)
+        return 0
+    t_wall = time.monotonic()
+    logs = root / "logs"
+    trace = root / "trace"
+    run(["ingest", "--trace", args.trace, "--timezone", "America/Chicago", "--out", str(trace)], logs / "ingest.log")
+    sim = ["--cluster-config", "ls6"]
+    last = max(month_start(m) for m in args.months)
+    span = pd.Timedelta(days=WORKLOAD_DAYS)
+    count = int((last - span - pd.Timestamp(SAMPLE_START)) / pd.Timedelta(hours=args.interval_hours)) + 1
+    datasets = {}
+
+    def build(n: int) -> None:
+        s = root / "samples" / f"node{n}"
+        run(["sample", "--trace", str(trace), *sim, "--start", SAMPLE_START, "--count", str(count),
+             "--interval-hours", str(args.interval_hours), "--node", str(n), "--out", str(s)],
+            logs / f"sample-node{n}.log")
+        datasets[n] = root / "datasets" / f"node{n}"
+        run(["merge", "--in", str(s), "--out", str(datasets[n]), "--no-compress"], logs / f"merge-node{n}.log")
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        list(ex.map(build, args.nodes))
+
+    params: dict[str, list[str]] = {}
+    for item in args.param:
+        model, _, kv = item.partition(":")
+        params.setdefault(model, []).append(kv)
+
+    def train(model: str, n: int, until: pd.Timestamp, out: Path, fraction: float = 1.0) -> None:
+        argv = ["train", "--model", model, "--dataset", str(datasets[n]), "--out", str(out), "--preset", args.preset,
+                "--samples-until", until.isoformat(), "--threads", "1"]
+        if fraction < 1.0:
+            argv += ["--sample-fraction", str(fraction)]
+        if args.waste_weight is not None:
+            argv += ["--waste-weight", str(args.waste_weight)]
+        if args.hpo_trials and model in args.hpo_models:
+            argv += ["--hpo-trials", str(args.hpo_trials), "--hpo-timeout-s", str(args.hpo_timeout_s)]
+        for kv in params.get(model, []):
+            argv += ["--param", kv]
+        run(argv, logs / f"train-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+
+    def validate(model: str, n: int, start: pd.Timestamp, out: Path, name: str | None = None) -> None:
+        argv = ["validate", "--trace", str(trace), *sim, "--start", start.isoformat(), "--count", str(args.val_count),
+                "--interval-hours", "4", "--node", str(n), "--model", model, "--out", str(out), "--workers", "1"]
+        if name:
+            argv += ["--name", name]
+        run(argv, logs / f"validate-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+
+    def chain(month: str, n: int) -> None:
+        start = month_start(month)
+        for b in ("reactive", "avg"):
+            validate(b, n, start, root / "validate" / month / f"node{n}" / b)
+        for model in args.models:
+            m_out = root / "models" / month / f"node{n}" / model
+            train(model, n, start, m_out)
+            validate(str(m_out), n, start, root / "validate" / month / f"node{n}" / model)
+
+    def curve(month: str, n: int, model: str, f: float) -> None:
+        start = month_start(month)
+        tag = f"{model}@{int(round(f * 100))}pct"
+        m_out = root / "curve" / month / f"node{n}" / tag
+        train(model, n, start, m_out, fraction=f)
+        validate(str(m_out), n, start, root / "curve-validate" / month / f"node{n}" / tag, name=tag)
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        chains = [ex.submit(chain, m, n) for m in args.months for n in args.nodes]
+        # the learning curve last: the months' results come first if the run is cut short
+        curves = [ex.submit(curve, args.months[-1], n, model, f) for n in args.nodes
+                  for model in args.curve_models for f in args.curve_fractions]
+        for fut in chains:
+            fut.result()
+        for month in args.months:
+            ins = sorted(str(d) for d in (root / "validate" / month).glob("node*/*")
+                         if (d / "_SUCCESS.json").exists())
+            run(["metrics", "--in", *ins, "--out", str(root / "metrics" / month)], logs / f"metrics-{month}.log")
+        for fut in curves:
+            fut.result()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ru.ru_utime + ru.ru_stime
+    wall = time.monotonic() - t_wall
+    (root / "run.json").write_text(json.dumps({
+        "argv": sys.argv, "cpu_s_children": round(cpu, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count(),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
+    print(f"ls6_months: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
