@@ -24,7 +24,9 @@ from kubeapi.server import KubeAPIServer
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("airflow_db")]
 
 LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
-PREFIX = "mirage_pipeline/2026-11-29T120000Z"
+#: The run's own outputs live under ``mirage_pipeline/<logical date>-<config key>``; the trace and
+#: the day partitions of samples under the content-keyed ``mirage/`` (shared by runs).
+RUN_GLOB = "mirage_pipeline/2026-11-29T120000Z-*"
 NS = "mirage-e2e"
 SECRET = "house-storage-credentials"
 IMAGE = "registry.example.org/house/mirage-tasks:0.1.0"
@@ -91,9 +93,16 @@ def assert_pods_and_cleanup(api: KubeAPIServer, dr) -> list[dict]:
     return pods
 
 
-def assert_run_outputs(read_json, read_text, exists) -> None:
-    """Markers, models, metrics and report of the tiny run, through the given readers."""
-    assert read_json(f"{PREFIX}/trace/_SUCCESS.json")["step"] == "synth"
+def assert_run_outputs(keys: list[str], read_json, read_text, exists) -> None:
+    """Markers, models, metrics and report of the tiny run, through the given readers
+    (``keys``: every stored path, relative to the storage root)."""
+    import fnmatch
+
+    (run,) = {k.split("/")[0] + "/" + k.split("/")[1] for k in keys if fnmatch.fnmatch(k, RUN_GLOB + "/*")}
+    traces = [k for k in keys if fnmatch.fnmatch(k, "mirage/traces/*/_SUCCESS.json")]
+    assert len(traces) == 1 and read_json(traces[0])["step"] == "synth"
+    assert any(fnmatch.fnmatch(k, "mirage/samples/node1-*/day=*/_SUCCESS.json") for k in keys)
+    PREFIX = run
     manifest = read_json(f"{PREFIX}/datasets/node1/manifest.json")
     assert manifest["n_samples"] == TINY_RUN["train_count"]
     for model in MODELS:
@@ -123,20 +132,25 @@ def test_mirage_pipeline_through_kpo(tmp_path, monkeypatch, capfd):
     # the step's own log lines reached the task log
     captured = capfd.readouterr()
     assert "[base]" in captured.out + captured.err
-    assert_run_outputs(lambda k: json.loads((root / k).read_text()), lambda k: (root / k).read_text(),
+    keys = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    assert_run_outputs(keys, lambda k: json.loads((root / k).read_text()), lambda k: (root / k).read_text(),
                        lambda k: (root / k).exists())
 
 
 def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
-    """The same run with ``HOUSE_STORAGE_ROOT=s3://...`` on moto: endpoint and keys reach the pods only
-    through the storage Secret, and every output, marker, metric and report lands in the bucket."""
+    """The same run with ``HOUSE_STORAGE_ROOT=s3://...`` on moto: endpoint and keys reach the pods
+    through the storage Secret, and every output, marker, metric and report lands in the bucket.
+    The worker gets the same settings: its ``plan`` task fingerprints the trace and lists the
+    committed day partitions (docs/deploy.md: the workers' storage access)."""
     from moto_s3 import list_keys, moto_s3, s3_client, storage_env
 
     bucket = "house-e2e"
     for key in [k for k in list(__import__("os").environ) if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)  # the worker has no S3 settings: only the pods get them (Secret)
+        monkeypatch.delenv(key)
     monkeypatch.setenv("HOUSE_STORAGE_ROOT", f"s3://{bucket}/house")
     with moto_s3(bucket) as url:
+        for key, value in storage_env(url).items():  # the worker's own storage access (plan)
+            monkeypatch.setenv(key, value)
         api = start_cluster(tmp_path, monkeypatch, storage_env(url))
         try:
             dr = mirage_dag().test(logical_date=LOGICAL_DATE, run_conf=TINY_RUN)
@@ -149,18 +163,18 @@ def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
             paths = [a for a in pod["spec"]["containers"][0]["args"] if "://" in a or a.startswith("/")]
             assert paths and all(a.startswith(f"s3://{bucket}/house/") for a in paths), paths
         keys = list_keys(url, bucket)
-        run_keys = [k for k in keys if k.startswith(f"house/{PREFIX}/")]
-        assert run_keys == keys, set(keys) - set(run_keys)  # nothing outside the run's prefix
+        inside = [k for k in keys if k.startswith(("house/mirage_pipeline/", "house/mirage/"))]
+        assert inside == keys, set(keys) - set(inside)  # nothing outside the house's prefixes
         client = s3_client(url)
 
         def read(key: str) -> bytes:
             return client.get_object(Bucket=bucket, Key=f"house/{key}")["Body"].read()
 
-        assert_run_outputs(lambda k: json.loads(read(k)), lambda k: read(k).decode(),
-                           lambda k: f"house/{k}" in keys)
+        assert_run_outputs([k.removeprefix("house/") for k in keys], lambda k: json.loads(read(k)),
+                           lambda k: read(k).decode(), lambda k: f"house/{k}" in keys)
         # every step that ran committed its marker in the bucket
         markers = [k for k in keys if k.endswith("/_SUCCESS.json")]
         steps = {json.loads(read(k.removeprefix("house/")))["step"] for k in markers}
         assert {"synth", "sample", "merge", "train", "validate", "fidelity", "metrics", "report"} <= steps, steps
         assert len(markers) >= len(pods) - 1, (len(markers), len(pods))
-        print(f"\nS3 run: {len(pods)} pods, {len(keys)} objects, {len(markers)} markers in s3://{bucket}/house/{PREFIX}")
+        print(f"\nS3 run: {len(pods)} pods, {len(keys)} objects, {len(markers)} markers in s3://{bucket}/house/")
