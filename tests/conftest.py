@@ -150,3 +150,26 @@ def ls6_parquet(ls6_log, tmp_path_factory) -> Path:
               ["ingest", "--trace", str(ls6_log), "--timezone", "America/Chicago", "--out", str(out)])
     assert rc == 0
     return out
+
+
+def load_dag(dag_id: str):
+    """The DAG ``dag_id``, parsed from ``dags/<dag_id>.py`` (an import error fails the test)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / f"{dag_id}.py"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[dag_id]
+
+
+def task_states(dr) -> dict[str, str]:
+    """``{task_id: state}`` of a finished ``dag.test()`` run (``dag.test()`` never raises)."""
+    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+
+
+@pytest.fixture
+def local_storage(tmp_path, monkeypatch) -> Path:
+    """The local runner with a throw-away storage root."""
+    root = tmp_path / "storage"
+    monkeypatch.setenv("HOUSE_RUNNER", "local")
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
+    return root

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import DAGS
+from conftest import load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("airflow_db")]
 
@@ -32,15 +32,10 @@ def env(tmp_path, monkeypatch) -> Path:
 
 
 def _dag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "faasm_benchmarks.py"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags["faasm_benchmarks"]
+    return load_dag("faasm_benchmarks")
 
 
-def _states(dr) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+_states = task_states
 
 
 def test_one_experiment_runs_and_tears_down(env):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import DAGS, REPO
+from conftest import REPO, load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
 
@@ -38,23 +38,15 @@ def _require(module: str) -> None:
 
 
 @pytest.fixture
-def storage(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "storage"
-    monkeypatch.setenv("HOUSE_RUNNER", "local")
-    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
-    return root
+def storage(local_storage) -> Path:
+    return local_storage
 
 
 def _dag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "mirage_pipeline.py"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags["mirage_pipeline"]
+    return load_dag("mirage_pipeline")
 
 
-def _states(dr) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+_states = task_states
 
 
 def _assert_trace(out: Path, step: str) -> dict:

@@ -9,29 +9,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import DAGS
+from conftest import load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("airflow_db")]
 
 
 @pytest.fixture
-def storage(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "storage"
-    monkeypatch.setenv("HOUSE_RUNNER", "local")
-    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
-    return root
+def storage(local_storage) -> Path:
+    return local_storage
 
 
 def _dag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "mirage_samples.py"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags["mirage_samples"]
+    return load_dag("mirage_samples")
 
 
-def _states(dr) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+_states = task_states
 
 
 def test_one_day_then_skip_then_next_day(storage, ls6_log):
