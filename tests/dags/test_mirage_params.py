@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 
 import pytest
 from conftest import DAGS, REPO
@@ -42,19 +43,20 @@ def readme_examples() -> list[tuple[str, dict]]:
     return [(dag_id, json.loads(body)) for dag_id, body in found]
 
 
+def make_value(name: str, **variables: str) -> str:
+    """The Makefile variable ``name`` as make expands it (``variables`` set on the command line)."""
+    out = subprocess.run(["make", "-s", "--no-print-directory", "-f", str(REPO / "Makefile"),
+                          "--eval", f"print-value: ; @:$(info $({name}))", "print-value",
+                          *[f"{k}={v}" for k, v in variables.items()]],
+                         cwd=REPO, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def makefile_examples() -> list[tuple[str, dict]]:
-    text = (REPO / "Makefile").read_text()
-    out = []
-    for name in ("DEMO_CONF", "LS6_CONF"):
-        line = next(ln for ln in text.splitlines() if ln.startswith(f"{name} :="))
-        conf = line.split(":=", 1)[1].strip()
-        conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', r", \1", conf)
-        for var, value in (("$(TRACE_TZ)", "America/Chicago"), ("$(DEMO_TRACE)", "/data/t.log"),
-                           ("$(LS6_TRACE)", "/data/ls6.log")):
-            conf = conf.replace(var, value)
-        assert "$(" not in conf, conf
-        out.append(("mirage_pipeline", json.loads(conf)))
-    return out
+    """The Makefile's run configurations, expanded by make: the demo with a trace and on the
+    synthetic trace, and the ls6 results run."""
+    confs = [make_value("DEMO_CONF", TRACE="/data/t.log"), make_value("DEMO_CONF"), make_value("LS6_CONF")]
+    return [("mirage_pipeline", json.loads(c)) for c in confs]
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)

@@ -62,6 +62,9 @@ def test_lists_reports_on_s3(storage, monkeypatch):
         host, port = server.get_host_and_port()
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{host}:{port}")
         fsspec.config.conf.pop("s3", None)
+        # fsspec caches filesystems by their arguments, not the environment: an S3 filesystem an
+        # earlier test made for another (now stopped) endpoint would be handed to the catalog
+        fsspec.get_filesystem_class("s3").clear_instance_cache()
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         fs.mkdir("results-bucket")
         fs.put(str(root) + "/", "results-bucket/house/", recursive=True)
