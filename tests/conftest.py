@@ -173,3 +173,34 @@ def local_storage(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HOUSE_RUNNER", "local")
     monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
     return root
+
+
+def fake_bundle(tmp_path: Path, monkeypatch, *, package: str, main_source: str, dags_source: str,
+                bundle: str) -> tuple[Path, Path, Path]:
+    """A fake task package ``<tmp>/code/<package>`` (its ``__main__`` is ``main_source``) and a
+    DAG bundle ``<tmp>/dags`` holding ``dags_source``, configured so ``dag.test()`` serializes
+    it. Returns ``(code root, dags folder, output folder)``."""
+    import json
+
+    code = tmp_path / "code" / package
+    code.mkdir(parents=True)
+    (code / "__init__.py").write_text("")
+    (code / "__main__.py").write_text(main_source)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / f"{bundle.replace('-', '_')}.py").write_text(dags_source)
+    out = tmp_path / "out"
+    out.mkdir()
+    config = {"name": bundle, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+              "kwargs": {"path": str(dags), "refresh_interval": 0}}
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([config]))
+    return tmp_path / "code", dags, out
+
+
+def bundle_dags(dags: Path) -> dict:
+    """The DAGs of a bundle folder (an import error fails the test)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dags))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags

@@ -19,9 +19,9 @@ import textwrap
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
+from conftest import bundle_dags, fake_bundle, task_states
 
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.server import KubeAPIServer
@@ -90,18 +90,8 @@ TEST_DAGS = textwrap.dedent('''
 @pytest.fixture
 def kpo_env(tmp_path, monkeypatch):
     """A DAG bundle, the fake task package, the stand-in with the namespace and the storage Secret."""
-    code = tmp_path / "code" / "fake_tasks"
-    code.mkdir(parents=True)
-    (code / "__init__.py").write_text("")
-    (code / "__main__.py").write_text(FAKE_MAIN)
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "kpo_test_dags.py").write_text(TEST_DAGS)
-    out = tmp_path / "out"
-    out.mkdir()
-    bundle = {"name": "kpo-test-bundle", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-              "kwargs": {"path": str(dags), "refresh_interval": 0}}
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([bundle]))
+    _, dags, out = fake_bundle(tmp_path, monkeypatch, package="fake_tasks", main_source=FAKE_MAIN,
+                               dags_source=TEST_DAGS, bundle="kpo-test-bundle")
     monkeypatch.setenv("FAKE_OUT", str(out))
     monkeypatch.setenv("HOUSE_RUNNER", "kubernetes")
     monkeypatch.setenv("HOUSE_IMAGE_FAKE", "registry.example.org/house/fake-tasks:0.0.1")
@@ -114,15 +104,10 @@ def kpo_env(tmp_path, monkeypatch):
         api.create("", "v1", "namespaces", "", {"metadata": {"name": NS}})
         api.create("", "v1", "secrets", NS, {"metadata": {"name": SECRET}, "stringData": dict(SECRET_DATA)})
 
-        from airflow.dag_processing.dagbag import DagBag
-
-        bag = DagBag(dag_folder=str(dags))
-        assert not bag.import_errors, bag.import_errors
-        yield api, bag.dags, out
+        yield api, bundle_dags(dags), out
 
 
-def _states(dr) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+_states = task_states
 
 
 def _assert_clean(api: KubeAPIServer) -> None:

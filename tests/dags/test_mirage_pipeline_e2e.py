@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_dag, task_states
+from conftest import REPO, bundle_dags, fake_bundle, load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
 
@@ -159,28 +159,12 @@ elif mode == "write":
 @pytest.fixture
 def test_bundle(tmp_path, monkeypatch):
     """A DAG bundle with the DAGs above and a fake task package ``fakesteps``."""
-    code = tmp_path / "code" / "fakesteps"
-    code.mkdir(parents=True)
-    (code / "__init__.py").write_text("")
-    (code / "__main__.py").write_text(FAKE_STEPS)
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "house_test_dags.py").write_text(TEST_BUNDLE_DAGS)
-    out = tmp_path / "out"
-    out.mkdir()
-    # dag.test() serializes the DAGs of the configured bundles: add this folder as one.
-    bundle = {"name": "house-test-bundle", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-              "kwargs": {"path": str(dags), "refresh_interval": 0}}
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([bundle]))
+    code_root, dags, out = fake_bundle(tmp_path, monkeypatch, package="fakesteps", main_source=FAKE_STEPS,
+                                       dags_source=TEST_BUNDLE_DAGS, bundle="house-test-bundle")
     monkeypatch.setenv("HOUSE_RUNNER", "local")
-    monkeypatch.setenv("HOUSE_CODE_ROOT", str(tmp_path / "code"))
+    monkeypatch.setenv("HOUSE_CODE_ROOT", str(code_root))
     monkeypatch.setenv("FAKE_OUT", str(out))
-
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(dags))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags, out
+    return bundle_dags(dags), out
 
 
 def test_step_timeout_kills_the_child(test_bundle):
