@@ -125,7 +125,7 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
         want = {f"node{n}/2023-01-{d}" for n in nodes for d in (10, 11, 12)}
         print(f"backfill 1 (2023-01-10..12): {len(first)} runs {sorted(r['state'] for r in first)} in {wall1:.0f} s; "
               f"partitions {sorted(parts)}; asset events for days {days}")
-        print(f"  sampling CPU s per partition: " + ", ".join(f"{k} {v['cpu_s']}" for k, v in parts.items()))
+        print("  sampling CPU s per partition: " + ", ".join(f"{k} {v['cpu_s']}" for k, v in parts.items()))
         labels = sorted({ti["label"] for ti in probe["tis"] if ti["task_id"] == "sample" and ti["label"]})
         print(f"  sample instance labels: {labels}")
         if set(parts) != want or days != ["2023-01-10", "2023-01-11", "2023-01-12"] or \

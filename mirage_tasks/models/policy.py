@@ -35,7 +35,7 @@ from torch import nn
 
 from stepkit import StepError
 
-from . import torchutil
+from . import StopRequested, torchutil
 from .env import Env
 
 log = logging.getLogger(__name__)
@@ -284,7 +284,7 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
                 "best_state": best["state"],
             })
         if stop_after is not None and run >= stop_after and epoch < epochs:
-            raise torchutil.StopRequested(f"stopped after {run} epoch(s) as requested; rerun to resume")
+            raise StopRequested(f"stopped after {run} epoch(s) as requested; rerun to resume")
     head.load_state_dict(best["state"])
     head.eval()
     # the kept policy run greedily (argmax) on the validation episodes: forced share 1.0 = it never

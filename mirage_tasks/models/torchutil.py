@@ -16,7 +16,6 @@ import torch
 
 from stepkit import StepError, storage
 
-from . import StopRequested  # noqa: F401 - re-exported for the training loops
 
 log = logging.getLogger(__name__)
 

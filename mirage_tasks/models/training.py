@@ -20,7 +20,7 @@ from torch import nn
 from stepkit import StepError
 
 from . import torchutil
-from .torchutil import StopRequested
+from . import StopRequested
 
 log = logging.getLogger(__name__)
 

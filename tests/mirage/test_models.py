@@ -179,7 +179,7 @@ def test_reinforce_improves_mean_return():
 
 def test_reinforce_is_seeded_and_resumes(tmp_path):
     from mirage_tasks.models import policy as P
-    from mirage_tasks.models.torchutil import StopRequested
+    from mirage_tasks.models import StopRequested
 
     def run(ckpt, stop=None):
         env, ve = S.ToyQueueEnv(window=12), S.ToyQueueEnv(window=12)
