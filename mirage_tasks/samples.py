@@ -78,8 +78,9 @@ def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np
     return arrays, meta
 
 
-#: What tells one shard or day partition of a sample family from another.
-_PART_KEYS = ("shard", "day")
+#: What tells one shard or day partition of a sample family from another (a day's trace
+#: prefix digest differs from day to day by nature).
+_PART_KEYS = ("shard", "day", "trace_prefix")
 
 
 def shared_params(uris: list[str], markers: list[dict]) -> dict:
@@ -95,7 +96,7 @@ def shared_params(uris: list[str], markers: list[dict]) -> dict:
         elif p != shared:
             diff = sorted(k for k in set(p) | set(shared) if p.get(k) != shared.get(k))
             raise StepError(f"{uri}: shard parameters differ from {uris[0]} in {diff}")
-    parts = [json.dumps([m["params"].get(k) for k in _PART_KEYS]) for m in markers]
+    parts = [json.dumps([m["params"].get(k) for k in ("shard", "day")]) for m in markers]
     if len(set(parts)) != len(markers):
         raise StepError("the same shard or day is given twice")
     if any("day" in m["params"] for m in markers) and any("shard" in m["params"] for m in markers):
@@ -130,13 +131,27 @@ def _window(cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int,
     return cat, probes
 
 
+def check_prefixes(uris: list[str], markers: list[dict], prefixes: dict, workload_days: float) -> None:
+    """Every day partition was sampled from the jobs ``prefixes`` (the trace being merged for)
+    holds before that day's horizon; an error naming the stale partitions otherwise."""
+    from .prefixes import prefix_before
+
+    stale = [u for u, m in zip(uris, markers) if "day" in m["params"]
+             and m["params"].get("trace_prefix") != prefix_before(prefixes, m["params"]["day"], workload_days)]
+    if stale:
+        raise StepError(f"{len(stale)} day partition(s) were sampled from another version of the trace "
+                        f"(the jobs their samples see differ): {stale[:3]}; sample those days again")
+
+
 def merge_shards(uris: list[str], shared: dict, window: tuple[int, int, float] | None = None,
-                 ) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
+                 trace_fingerprint: str | None = None) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
     """(arrays, probes, manifest fields) of the shards in ``uris``, sorted by sample then probe time.
 
     ``window`` = (first start epoch, count, interval hours): keep the samples of that window
     (day partitions hold whole days) and number them from its first start; every start of
-    the window must be covered by a partition."""
+    the window must be covered by a partition. ``trace_fingerprint``: the trace the day
+    partitions were checked against (:func:`check_prefixes`), recorded in the manifest;
+    without it every input must come from one trace."""
     parts, frames, fps = [], [], set()
     for uri in uris:
         arrays, probes, info = load_shard(uri)
@@ -145,6 +160,8 @@ def merge_shards(uris: list[str], shared: dict, window: tuple[int, int, float] |
         parts.append(arrays)
         frames.append(probes)
         fps.add(info["trace_fingerprint"])
+    if trace_fingerprint is not None:  # days sampled from earlier versions of a grown trace
+        fps = {trace_fingerprint}
     if len(fps) != 1:
         raise StepError(f"shards come from different traces: {sorted(fps)}")
     cat = {k: np.concatenate([a[k] for a in parts]) for k in DATASET_KEYS}

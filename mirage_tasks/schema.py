@@ -24,6 +24,7 @@ when unknown) and the ``partitions`` map of SWF headers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,3 +154,41 @@ def describe(df: pd.DataFrame) -> dict[str, Any]:
         "mean_wait_h": float(np.nanmean(wait) / 3600) if wait.notna().any() else None,
         "nodes_max": int(df["nodes"].max()) if df["nodes"].notna().any() else None,
     }
+
+
+DAY_S = 86400
+
+
+def submit_prefixes(df: pd.DataFrame) -> dict[str, Any]:
+    """Digests of the trace's prefixes: for each UTC midnight M from the first submit's day to
+    the day after the last submit, the SHA-256 of every row (all columns) submitted before M,
+    in the normalised order (submit, then job id). ``all`` is the digest of every row; a
+    midnight past the last day has it, one before the first day the empty digest.
+
+    A sample starting on day D depends only on the jobs submitted before D + 1 day + its
+    workload (:func:`mirage_tasks.prefixes.prefix_before`): a trace that grew by later jobs (a cluster's next
+    daily export) keeps that digest, one whose earlier rows changed (a job that ended since
+    and now appears) does not."""
+    # the canonical form read_trace returns (types, order), whatever frame is given
+    df = to_table(df, TraceMeta(source="", format="", timezone="UTC")).to_pandas()
+    sec = epoch_seconds(df["submit"]) if len(df) else np.zeros(0, np.int64)
+    # one text line per row (missing values as Python prints them)
+    rows = ["\x1f".join(map(str, r)) for r in df.itertuples(index=False, name=None)]
+    h = hashlib.sha256()
+    days: dict[str, str] = {}
+    if len(df):
+        first = int(sec[0]) // DAY_S * DAY_S
+        last = int(sec[-1]) // DAY_S * DAY_S + DAY_S
+        i = 0
+        for m in range(first, last + DAY_S, DAY_S):
+            j = int(np.searchsorted(sec, m, side="left"))
+            for line in rows[i:j]:
+                h.update(line.encode())
+                h.update(b"\n")
+            i = j
+            days[_day(m)] = h.hexdigest()
+    return {"version": 1, "days": days, "all": h.hexdigest() if len(df) else hashlib.sha256().hexdigest()}
+
+
+def _day(epoch: int) -> str:
+    return pd.Timestamp(epoch, unit="s", tz="UTC").strftime("%Y-%m-%d")

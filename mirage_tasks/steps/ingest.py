@@ -15,7 +15,8 @@ import time
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..schema import TRACE_FILE, describe, parse_time, write_trace
+from ..prefixes import PREFIXES_FILE
+from ..schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
 from ..traces import FORMATS, BadRows, parse
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ingest: WARNING: {msg}", flush=True)
 
     write_trace(step.record(TRACE_FILE), df, meta)
+    step.write_json(PREFIXES_FILE, submit_prefixes(df))
     report = {
         "trace": args.trace,
         "format": meta.format,

@@ -16,6 +16,9 @@ hours, ``sample``, ``sample_start``, ``probe_time``, ``node`` int64 [n]), ``prob
 With ``--start``/``--count``/``--interval-hours`` the inputs are day partitions
 (``sample --day``) and the dataset keeps the samples of that window only, numbered
 ``0 .. count-1`` from ``--start``; a window sample missing from the partitions is an error.
+With ``--trace`` each day partition is checked against that trace (it must have been sampled
+from the same jobs before its horizon: days from an earlier, shorter export of a growing trace
+qualify) and the manifest records that trace's fingerprint.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start", default=None, help="window: first sample start (ISO), with --count")
     p.add_argument("--count", type=int, default=None, help="window: number of samples")
     p.add_argument("--interval-hours", type=float, default=None, help="window: hours between sample starts")
+    p.add_argument("--trace", default=None,
+                   help="window: the trace the day partitions are for; each must have been sampled from the jobs "
+                        "this trace holds before its horizon (a grown trace keeps earlier days valid)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,10 +64,26 @@ def run(args: argparse.Namespace) -> int:
     params = {"compress": not args.no_compress}
     if window:
         params["window"] = list(window)
-    step = Step("merge", args.out, __version__, params, inputs=list(args.inputs))
+    if args.trace and not window:
+        raise StepError("--trace goes with a window (--start/--count/--interval-hours) of day partitions")
+    step = Step("merge", args.out, __version__, params, inputs=[*args.inputs, *([args.trace] if args.trace else [])])
     if step.skip():
         return 0
-    cat, probes, manifest = merge_shards(list(args.inputs), shared, window)
+    fingerprint = None
+    if args.trace:
+        from ..artifacts import require_input
+        from ..prefixes import load_prefixes
+        from ..schema import read_trace
+        from ..samples import check_prefixes
+        from ..sim.config import SimConfig
+        from ..sim.workload import Workload
+
+        require_input(args.trace, "--trace")
+        df, _meta = read_trace(args.trace)
+        check_prefixes(list(args.inputs), markers, load_prefixes(args.trace, df), float(shared["workload_days"]))
+        cfg = SimConfig.from_dict(shared["config"])
+        fingerprint = Workload.from_frame(df, cfg.procs_per_node or None).fingerprint  # as sample builds it
+    cat, probes, manifest = merge_shards(list(args.inputs), shared, window, fingerprint)
     manifest["shards"] = [m["fingerprint"] for m in markers]
     step.write_bytes(DATASET_FILE, npz_bytes(cat, compress=not args.no_compress))
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))

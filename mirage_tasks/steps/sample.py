@@ -22,9 +22,12 @@ samples are the points of the grid through ``--start`` (every ``--interval-hours
 start falls on UTC day ``D``; each day is written, committed and skipped on its own under
 ``<--out>/day=YYYY-MM-DD/`` (the same three files and marker), with ``sample`` counting grid
 points from the epoch, so a partition is the same whichever run computed it. ``--out`` is
-then the sample family's root (``mirage_tasks.plan.sample_family``: one per trace, simulator
-configuration, sampling parameters, node size and mode), and ``merge --start --count``
-joins the days of a window.
+then the sample family's root (``mirage_tasks.plan.sample_family``: one per trace source,
+simulator configuration, sampling parameters, node size and mode), and ``merge --start
+--count`` joins the days of a window. A partition records the digest of the trace rows its
+samples can see (submitted before the day's end plus the workload,
+``mirage_tasks.prefixes``) instead of the whole trace's, so when the trace grows
+(a cluster's next daily export) only the days whose samples see new jobs are recomputed.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def _parse_days(days: list[str]) -> list[tuple[str, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..prefixes import load_prefixes, prefix_before
     from ..schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.episode import EpisodeSpec
@@ -118,10 +122,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     anchor = int(start.timestamp())
     step_s, phase = grid_phase(anchor, args.interval_hours)
+    prefixes = load_prefixes(args.trace, df)
     done = computed = 0
     for day, day_start in days:
-        params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase}, **common}
-        step = Step("sample", partition_uri(args.out, day), __version__, params, inputs=[args.trace])
+        # A day depends on the jobs its samples can see, not on the whole trace: a trace that
+        # grew by later jobs leaves the partition valid (mirage_tasks.schema.prefix_before).
+        params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase},
+                  "trace_prefix": prefix_before(prefixes, day, args.workload_days), **common}
+        step = Step("sample", partition_uri(args.out, day), __version__, params)
         if step.skip():
             done += 1
             continue

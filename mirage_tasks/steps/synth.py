@@ -75,7 +75,8 @@ def _run_fit(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from ..schema import TRACE_FILE, TraceMeta, describe, parse_time, write_trace
+    from ..prefixes import PREFIXES_FILE
+    from ..schema import TRACE_FILE, TraceMeta, describe, parse_time, submit_prefixes, write_trace
     from ..synth import generate, load_profile
 
     if not args.t_from or not args.t_to:
@@ -97,6 +98,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     meta = TraceMeta(source=f"synth:{args.profile}:seed={args.seed}", format="synthetic", timezone="UTC",
                      machine_nodes=profile.get("machine_nodes"))
     write_trace(step.record(TRACE_FILE), df, meta)
+    step.write_json(PREFIXES_FILE, submit_prefixes(df))
     stats = describe(df)
     step.write_json("synth_report.json", {"profile": args.profile, "seed": args.seed, "stats": stats})
     step.commit(summary=stats)
