@@ -23,10 +23,12 @@ Storage is keyed by what each artefact depends on (``<root>`` is the house stora
 * ``<root>/mirage/traces/<key>/``: the ingested trace, once per (trace content
   fingerprint, time zone, window) (:func:`trace_location`);
 * ``<root>/mirage/samples/node<N>-<key>/day=YYYY-MM-DD/``: the training samples whose start
-  falls on that UTC day, once per (trace, simulator configuration, sampling parameters,
-  sample grid, node size, mode) (:func:`sample_family`); a run samples only the days
-  without a committed partition, mapped over up to ``shards`` tasks, and ``merge`` joins the
-  days of its window;
+  falls on that UTC day, once per (trace location, simulator configuration, sampling
+  parameters, sample grid, node size, mode) (:func:`sample_family`); each partition records
+  the digest of the trace rows its samples see (:mod:`mirage_tasks.prefixes`), so a trace
+  that grows in place keeps its earlier days; a run samples only the days without a valid
+  committed partition (:func:`sample_argvs`), mapped over up to ``shards`` tasks, and
+  ``merge --trace`` joins the days of its window, checking each against the trace;
 * ``<root>/mirage_pipeline/<logical date>-<key>/``: datasets, models, validation, metrics
   and report of one configuration (params, windows, trace) (:func:`run_key`): a second run
   with the same params reuses it and every step skips; a run with other params (a manual
@@ -190,9 +192,21 @@ def trace_fingerprint(uri: str) -> str:
     return input_fingerprint(uri)
 
 
+def sample_source(identity: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """What names a sample family's trace: a real trace by its location (time zone and window),
+    not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
+    each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.prefixes`).
+    A synthetic trace by its identity (profile, seed, window)."""
+    if identity["kind"] == "ingest" and params.get("trace"):
+        return {"kind": "ingest", "source": str(params["trace"]), "timezone": identity.get("timezone"),
+                "from": identity.get("from"), "to": identity.get("to")}
+    return identity
+
+
 def sample_family(shared: str, trace: dict[str, Any], params: dict[str, Any], node: int, anchor: str,
                   baseline: str = "default") -> str:
-    """The root of one sample family: its day partitions share every input but the day."""
+    """The root of one sample family: its day partitions share every input but the day.
+    ``trace``: :func:`sample_source`."""
     step = timedelta(hours=float(params["interval_hours"]))
     t = _ts(anchor, "anchor")
     phase = int(t.timestamp()) % int(step.total_seconds())
@@ -214,11 +228,46 @@ def partition(family: str, day: str) -> str:
     return f"{family}/day={day}"
 
 
-def committed_days(family: str, days: list[str]) -> set[str]:
-    """The ``days`` whose partition under ``family`` is committed (reads markers)."""
+def committed_days(family: str, days: list[str], trace: str | None = None,
+                   workload_days: float | None = None) -> set[str]:
+    """The ``days`` whose partition under ``family`` is committed (reads markers) and, when
+    ``trace`` has stored prefix digests, was sampled from the jobs ``trace`` holds before the
+    day's horizon (a grown trace keeps its earlier days; a changed one does not). Without
+    digests (the trace is not ingested yet) a marker is enough: the ``sample`` step checks
+    again and recomputes a stale day, and ``merge --trace`` refuses one."""
     from stepkit.step import read_marker  # noqa: PLC0415
 
-    return {d for d in days if read_marker(partition(family, d)) is not None}
+    from .prefixes import prefix_before, read_prefixes
+
+    prefixes = read_prefixes(trace) if trace else None
+    out = set()
+    for d in days:
+        marker = read_marker(partition(family, d))
+        if marker is None:
+            continue
+        if prefixes is not None and marker.get("params", {}).get("trace_prefix") != prefix_before(
+                prefixes, d, float(workload_days)):
+            continue
+        out.add(d)
+    return out
+
+
+def checked_against(trace: str, workload_days: float):
+    """``have(family, days)`` for :func:`sample_argvs`: :func:`committed_days` checked against ``trace``."""
+    return functools.partial(committed_days, trace=trace, workload_days=float(workload_days))
+
+
+def sample_argvs(p: dict[str, Any], have: Any = None) -> tuple[list[list[str]], dict[str, list[str]]]:
+    """(sample argvs, missing days per node size) of a plan's ``sample_jobs``: only the days
+    ``have(family, days)`` does not return, in up to ``shards`` contiguous chunks per node size."""
+    argvs, missing = [], {}
+    for job in p["sample_jobs"]:
+        done = set(have(job["family"], job["days"])) if have else set()
+        miss = [d for d in job["days"] if d not in done]
+        missing[str(job["node"])] = miss
+        for chunk in chunks(miss, job["shards"]):
+            argvs.append(argv("sample", **job["argv"], days=chunk))
+    return argvs, missing
 
 
 def chunks(items: list[Any], n: int) -> list[list[Any]]:
@@ -290,22 +339,20 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
 
     days = sample_days(w["train_start"], w["train_count"], params["interval_hours"])
     out: dict[str, Any] = {"prefix": prefix, "trace": trace, "trace_argv": trace_argv, "windows": w,
-                           "days": days, "families": {}, "missing_days": {},
+                           "days": days, "families": {}, "missing_days": {}, "sample_jobs": [],
                            "sample": [], "merge": [], "train_cpu": [], "train_gpu": [],
                            "policy_cpu": [], "policy_gpu": [], "validate": []}
     for n in nodes:
-        family = sample_family(shared, identity, params, n, w["train_start"])
-        done = set(have(family, days)) if have else set()
-        missing = [d for d in days if d not in done]
+        family = sample_family(shared, sample_source(identity, params), params, n, w["train_start"])
         out["families"][str(n)] = family
-        out["missing_days"][str(n)] = missing
-        for chunk in chunks(missing, shards):
-            out["sample"].append(argv("sample", trace=trace, start=w["train_start"], **episode,
-                                      probes=params["probes"], node=n, days=chunk, out=family,
-                                      workers=workers))
+        out["sample_jobs"].append({"node": n, "family": family, "days": days, "shards": shards,
+                                   "argv": {"trace": trace, "start": w["train_start"], **episode,
+                                            "probes": params["probes"], "node": n, "out": family,
+                                            "workers": workers}})
         dataset = f"{prefix}/datasets/node{n}"
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
-                                 count=w["train_count"], interval_hours=params["interval_hours"], out=dataset))
+                                 count=w["train_count"], interval_hours=params["interval_hours"], trace=trace,
+                                 out=dataset))
         for m in models:
             model_out = f"{prefix}/models/{m}/node{n}"
             hp = list((params.get("train_params") or {}).get(m, []))
@@ -329,6 +376,10 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
                     "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
                     **episode, node=n, stochastic=stochastic, seed=params["seed"] if stochastic else None,
                     shard=f"{i}/{shards}", workers=workers, out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
+    # Before the trace is ingested, have() can only read markers: the DAG lists the sample
+    # argvs again after ingest (sample_argvs with checked_against), when digests exist.
+    out["sample"], out["missing_days"] = sample_argvs(
+        out, checked_against(trace, params["workload_days"]) if have is committed_days else have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
     out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, params),
                            episode_days=params["workload_days"], cluster_config=params["cluster_config"],
@@ -389,11 +440,41 @@ def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day:
                "workload_days": params["workload_days"], "cluster_config": params["cluster_config"]}
     out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
     for n in [int(x) for x in params["node_sizes"]]:
-        family = sample_family(shared, trace["identity"], params, n, anchor)
+        family = sample_family(shared, sample_source(trace["identity"], params), params, n, anchor)
         out["partitions"][str(n)] = partition(family, day)
+        if have is committed_days:
+            have = checked_against(trace["trace"], params["workload_days"])
         if have is not None and day in set(have(family, [day])):
             continue
         out["missing"].append(n)
         out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
                                   node=n, days=[day], out=family, workers=workers))
     return out
+
+
+# ----------------------------------------------------------------------------- mirage_monthly: a complete month
+
+#: The ``mirage_samples`` params that name a sample family (the pipeline run a complete month
+#: triggers must use the same, so it reads those partitions instead of sampling again).
+FAMILY_PARAMS = ("trace", "trace_timezone", "synth_profile", "cluster_config", "interval_hours", "warmup_days",
+                 "workload_days", "probes", "node_sizes", "seed")
+
+
+def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``mirage_pipeline`` run a month of complete sample partitions calls for.
+
+    ``month``: the rolled-up partition key (``YYYY-MM``); ``extras``: the ``mirage_samples``
+    asset events of its days (each carries the run's family params). The run validates that
+    month (logical date: the first of the next month) with the pipeline's default training
+    window, on the trace and sampling params the days were sampled with. A ``ValueError``
+    when the days disagree (e.g. half the month sampled with other params)."""
+    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=timezone.utc)
+    nxt = (start + timedelta(days=32)).replace(day=1)
+    confs = {json.dumps({k: e.get("params", {}).get(k) for k in FAMILY_PARAMS}, sort_keys=True) for e in extras}
+    if not extras or any("params" not in e for e in extras):
+        raise ValueError(f"the sample events of {month} do not record their params (older mirage_samples runs?)")
+    if len(confs) != 1:
+        raise ValueError(f"the days of {month} were sampled with {len(confs)} different param sets; "
+                         "trigger mirage_pipeline by hand with the ones to use")
+    conf = json.loads(confs.pop())
+    return {"logical_date": _iso(nxt), "run_id": f"samples_complete__{month}", "conf": conf}

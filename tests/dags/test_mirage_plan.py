@@ -209,12 +209,15 @@ def test_locations_are_keyed_by_what_they_depend_on():
 
     real = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
     p = plan(real, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
-    # same content under another URI: the same trace and sample families
+    # same content under another URI: the same ingested trace; sample families are named by the
+    # trace's location (each day partition is checked against the content: mirage_tasks.prefixes)
     q = plan(dict(real, trace="s3://b/ls6.log"), "/r/mirage_pipeline/y", APRIL, shared="/r/mirage",
              trace_fp="sha256:aa")
-    assert p["trace"] == q["trace"] and p["families"] == q["families"]
-    # other content, time zone or window: another trace; other sampling params: other families
-    assert plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:bb")["trace"] != p["trace"]
+    assert p["trace"] == q["trace"] and p["families"] != q["families"]
+    # other content (the trace grew in place), time zone or window: another ingested trace; the
+    # same families for grown content; other sampling params: other families
+    grown = plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:bb")
+    assert grown["trace"] != p["trace"] and grown["families"] == p["families"]
     assert plan(dict(real, trace_timezone="UTC"), "/r/p", APRIL, shared="/r/mirage",
                 trace_fp="sha256:aa")["trace"] != p["trace"]
     other = plan(dict(real, probes=5), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
@@ -295,3 +298,34 @@ def test_samples_day_plan():
     assert s1["trace"] != samples_trace(BASE, "/r/mirage", "2023-02-01")["trace"]
     with pytest.raises(ValueError):
         samples_day(params, "/r/mirage", t, "10/01/2023")
+
+
+# ----------------------------------------------------------------------------- mirage_monthly
+
+def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
+    from mirage_tasks.plan import FAMILY_PARAMS, month_run
+
+    fam = {"trace": "s3://b/ls6.log", "trace_timezone": "America/Chicago", "synth_profile": "ls6-a100",
+           "cluster_config": "ls6", "interval_hours": 4, "warmup_days": 2, "workload_days": 5, "probes": 7,
+           "node_sizes": [1, 8], "seed": 0}
+    assert set(fam) == set(FAMILY_PARAMS)
+    extras = [{"day": f"2023-02-{d:02d}", "params": fam} for d in range(1, 29)]
+    run = month_run("2023-02", extras)
+    assert run["logical_date"] == "2023-03-01T00:00:00+00:00" and run["run_id"] == "samples_complete__2023-02"
+    assert run["conf"] == fam
+    # the pipeline accepts the conf and validates February on it (the month before its logical date)
+    from datetime import datetime, timezone
+
+    from mirage_tasks.plan import windows
+
+    form = _dag_params()
+    for k, v in run["conf"].items():  # the pipeline's param schema accepts the conf
+        form[k] = v
+    params = form.validate()
+    w = windows(params, datetime(2023, 3, 1, tzinfo=timezone.utc))
+    assert w["val_start"] == "2023-02-01T00:00:00+00:00"
+    assert month_run("2023-12", extras)["logical_date"] == "2024-01-01T00:00:00+00:00"
+    with pytest.raises(ValueError, match="different param sets"):
+        month_run("2023-02", [*extras, {"params": dict(fam, probes=5)}])
+    with pytest.raises(ValueError, match="do not record their params"):
+        month_run("2023-02", [{"day": "2023-02-01"}])
