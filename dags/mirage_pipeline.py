@@ -13,13 +13,14 @@ the days no run has sampled yet, and a second run with the same params does no w
 step finds its committed output and skips. A run with other params (a manual run beside a
 backfill of the same date) gets its own prefix.
 
-The recipe: ``plan`` fingerprints the trace, finds the missing sample days and computes every
+The recipe: ``plan`` (one folded task group: ``plan.commands`` and the argv list each mapped
+step expands over) fingerprints the trace, finds the missing sample days and computes every
 command line; the trace is ingested (or generated); ``sample`` runs mapped over the missing
 days of each node size (in up to ``shards`` tasks; skipped when none is missing); ``merge``
 builds one chronological dataset per node size from the window's day partitions; ``train``
 runs mapped over models x node sizes (torch models on the ``gpu`` preset when ``device`` is
-``cuda``; the ``*_gpu`` tasks get no instance otherwise), the policies after their base
-models; ``validate`` runs mapped over models, the reactive and avg baselines, node sizes and
+``cuda``; the ``*_gpu`` tasks and the ``cuda`` choice exist only where the deployment declares
+GPU nodes, ``HOUSE_GPUS=true``), the policies after their base models; ``validate`` runs mapped over models, the reactive and avg baselines, node sizes and
 shards; ``fidelity`` (real vs simulated waits over the validation window), ``metrics`` and
 ``report`` close the run. Mapped instances are labelled (node size, days, model, shard).
 
@@ -49,7 +50,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
 from house import default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
@@ -61,6 +62,12 @@ SCHEDULED = {"train_count": 42, "val_count": 12, "shards": 1, "models": ["xgboos
 #: CPUs a heavy step is granted: the cpu-large preset's request in a pod, one locally, where at
 #: most as many heavy instances run at once as this machine has CPUs (affinity-aware).
 LOCAL = get_config().runner == "local"
+#: GPU tasks exist only where the deployment has GPU nodes (HOUSE_GPUS); ``device`` offers cuda then.
+GPUS = get_config().gpus
+DEVICES = ["cpu", "cuda"] if GPUS else ["cpu"]
+#: The plan's argv lists the mapped steps expand over (mirage_tasks.plan.plan_run's keys).
+STEP_LISTS = ("sample", "merge", "train_cpu", *(("train_gpu",) if GPUS else ()), "policy_cpu",
+              *(("policy_gpu",) if GPUS else ()), "validate")
 GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
 HEAVY = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
          **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
@@ -130,8 +137,9 @@ with DAG(
         "train_params": Param({}, type="object", title="Hyper-parameter overrides",
                               description='Per model, a list of "key=value" (train --param), '
                                           'e.g. {"transformer": ["epochs=10"]}.'),
-        "device": Param("cpu", enum=["cpu", "cuda"], title="Training device",
-                        description="cuda runs the torch models on the gpu preset (pool gpu in kubernetes mode)."),
+        "device": Param("cpu", enum=DEVICES, title="Training device",
+                        description="cuda runs the torch models on the gpu preset (pool gpu in kubernetes mode); "
+                                    "offered where the deployment has GPU nodes (HOUSE_GPUS=true)."),
         "policy_eval": Param("sampled", enum=["sampled", "greedy"], title="Policy evaluation",
                              description="sampled: seeded sampling of the policy's actions, as it was trained; "
                                          "greedy: argmax."),
@@ -160,33 +168,53 @@ with DAG(
         """One list of argvs to map a step over (Airflow maps over a task's whole return value)."""
         return p[key]
 
-    run = plan()
+    @task
+    def missing_days(p: dict) -> list:
+        """The sample argvs of the days still missing, once the trace is ingested: a committed
+        day counts only if it saw the same jobs as this trace (a grown trace keeps its days)."""
+        from mirage_tasks.plan import checked_against, sample_argvs
+
+        if not p["sample_jobs"]:
+            return []
+        have = checked_against(p["trace"], p["sample_jobs"][0]["argv"]["workload_days"])
+        argvs_, missing = sample_argvs(p, have)
+        print("days to sample per node size:", {n: len(d) for n, d in missing.items()}, flush=True)
+        return argvs_
+
+    # The plan and the per-step argv lists sit in one task group (one folded row in the grid):
+    # Airflow maps over a task's whole return value, so each mapped step needs its own list.
+    with TaskGroup("plan", tooltip="Fingerprint the trace, find missing sample days, build every argv"):
+        run = plan.override(task_id="commands")()
+        lists = {key: argvs.override(task_id=key)(run, key) for key in STEP_LISTS if key != "sample"}
+        lists["sample"] = missing_days.override(task_id="sample")(run)
     trace = step("prepare_trace", argv=run["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
+    trace >> lists["sample"]
 
     # Mapped steps with an empty list are skipped: sample when every day is committed, and
     # one of each cpu/gpu pair. Labels: map_index_template over each instance's argv.
     after_any = {"trigger_rule": TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS}
     mapped = {"map_index_template": LABEL}
     sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2), **mapped, **HEAVY).expand(
-        argv=argvs.override(task_id="sample_argvs")(run, "sample"))
+        argv=lists["sample"])
     merge = step_partial("merge", preset="cpu-small", timeout=timedelta(minutes=30),
-                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand(
-        argv=argvs.override(task_id="merge_argvs")(run, "merge"))
-    train_cpu = step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                             **HEAVY).expand(argv=argvs.override(task_id="train_cpu_argvs")(run, "train_cpu"))
-    train_gpu = step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand(
-        argv=argvs.override(task_id="train_gpu_argvs")(run, "train_gpu"))
-    policy_cpu = step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                              **HEAVY).expand(argv=argvs.override(task_id="policy_cpu_argvs")(run, "policy_cpu"))
-    policy_gpu = step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand(
-        argv=argvs.override(task_id="policy_gpu_argvs")(run, "policy_gpu"))
+                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand(argv=lists["merge"])
+    train = [step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
+                          **HEAVY).expand(argv=lists["train_cpu"])]
+    policy = [step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
+                           **HEAVY).expand(argv=lists["policy_cpu"])]
+    if GPUS:  # only where the deployment has GPU nodes (HOUSE_GPUS)
+        train.append(step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
+                                  **mapped).expand(argv=lists["train_gpu"]))
+        policy.append(step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
+                                   **mapped).expand(argv=lists["policy_gpu"]))
     validate = step_partial("validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any, **mapped,
-                            **HEAVY).expand(argv=argvs.override(task_id="validate_argvs")(run, "validate"))
+                            **HEAVY).expand(argv=lists["validate"])
     fidelity = step("fidelity", argv=run["fidelity"], preset="cpu-large", timeout=timedelta(hours=2))
     metrics = step("metrics", argv=run["metrics"], preset="cpu-small", timeout=timedelta(minutes=30))
     report = step("report", argv=run["report"], preset="cpu-small", timeout=timedelta(minutes=30))
 
-    trace >> sample >> merge >> [train_cpu, train_gpu] >> policy_cpu
-    [train_cpu, train_gpu] >> policy_gpu
-    [policy_cpu, policy_gpu] >> validate >> metrics >> report
+    trace >> sample >> merge >> train
+    for p in policy:
+        train >> p
+    policy >> validate >> metrics >> report
     trace >> fidelity >> report

@@ -34,6 +34,7 @@ environment variable           Airflow Variable            default
 ``HOUSE_NAMESPACE``            ``house_namespace``         ``airflow``
 ``HOUSE_KUBE_CONN_ID``         ``house_kube_conn_id``      ``kubernetes_default``
 ``HOUSE_STORAGE_SECRET``       ``house_storage_secret``    ``house-storage-credentials``
+``HOUSE_GPUS``                 ``house_gpus``              ``false``: no GPU nodes (DAGs leave out GPU tasks)
 ``HOUSE_GPU_POOL``             ``house_gpu_pool``          ``gpu``
 ``HOUSE_GPU_NODE_SELECTOR``    ``house_gpu_node_selector`` ``nvidia.com/gpu.present=true``
 ``HOUSE_NO_VARIABLES``         (none)                      unset; ``1`` = never look up Variables
@@ -134,6 +135,7 @@ class HouseConfig:
     namespace: str = "airflow"
     kube_conn_id: str = "kubernetes_default"
     storage_secret: str = "house-storage-credentials"
+    gpus: bool = False
     gpu_pool: str = "gpu"
     gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
 
@@ -243,6 +245,17 @@ def _parse_selector(text: str) -> dict[str, str]:
     return out
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _parse_bool(env: str, text: str) -> bool:
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise ConfigError(f"{env}: expected true or false, got {text!r}")
+
+
 def get_config() -> HouseConfig:
     """Resolve every setting now (environment variable, then Airflow Variable, then default)."""
     try:
@@ -283,6 +296,7 @@ def get_config() -> HouseConfig:
         namespace=_setting("HOUSE_NAMESPACE", defaults.namespace),
         kube_conn_id=_setting("HOUSE_KUBE_CONN_ID", defaults.kube_conn_id),
         storage_secret=_setting("HOUSE_STORAGE_SECRET", defaults.storage_secret),
+        gpus=_parse_bool("HOUSE_GPUS", _setting("HOUSE_GPUS", "false")),
         gpu_pool=_setting("HOUSE_GPU_POOL", defaults.gpu_pool),
         gpu_node_selector=_parse_selector(selector) if selector else defaults.gpu_node_selector,
     )

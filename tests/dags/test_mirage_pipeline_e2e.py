@@ -107,7 +107,7 @@ def test_failing_step_fails_the_run(storage, tmp_path):
     dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)}, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "failed", _states(dr)
     # the plan fingerprints the trace first: it fails at once (no retry), nothing is written
-    assert _states(dr)["plan"] == "failed" and _states(dr)["prepare_trace"] == "upstream_failed"
+    assert _states(dr)["plan.commands"] == "failed" and _states(dr)["prepare_trace"] == "upstream_failed"
     assert not list(storage.glob("mirage/traces/*/_SUCCESS.json"))
     # a trace that is there but unreadable: ingest exits 2, the task fails without retries
     bad = tmp_path / "bad.swf"
@@ -236,7 +236,7 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=SMALL_RUN)
     states = _states(dr)
     assert dr.state == "success", states
-    assert states["train_gpu"] == "skipped" and states["policy_gpu"] == "skipped"  # device=cpu
+    assert "train_gpu" not in states and "policy_gpu" not in states  # no GPU nodes declared (HOUSE_GPUS)
     run = _one(storage, PREFIX_GLOB)
     manifest = json.loads((run / "datasets" / "node1" / "manifest.json").read_text())
     assert manifest["n_samples"] == 30 and manifest["n_examples"] == 30 * 4
