@@ -7,7 +7,10 @@ dag-processor, triggerer, api-server on 127.0.0.1, its own database and storage)
   expects three committed day partitions per node size and three asset events naming the days;
 * a second backfill over an overlapping range (``--reprocess-behavior completed``, so the
   overlapping days get runs too): expects only the new days sampled (the overlapping days'
-  ``sample`` tasks skipped, their partitions untouched).
+  ``sample`` tasks skipped, their partitions untouched);
+* a backfill of every day of February 2023 (small synthetic configuration) with
+  ``mirage_monthly`` unpaused: expects the month's rollup run and the ``mirage_pipeline`` run
+  it starts for that month (``check_monthly``).
 
 Part 2, without Airflow (the plan and the step CLIs, as the pipeline's tasks run them): a
 monthly backfill of ``mirage_pipeline`` validating January, February and March 2023 (logical
@@ -69,6 +72,7 @@ DB_PROBE = r"""
 import json, sys
 from airflow.utils.session import create_session
 from airflow.models.asset import AssetEvent
+from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
 with create_session() as s:
     ev = [{"day": e.extra.get("day"), "computed": e.extra.get("computed"), "partition_key": e.partition_key}
@@ -76,7 +80,11 @@ with create_session() as s:
     tis = [{"run_id": t.run_id, "task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
             "label": t.rendered_map_index}
            for t in s.query(TaskInstance).filter(TaskInstance.dag_id == "mirage_samples").all()]
-print("JSON" + json.dumps({"events": ev, "tis": tis}))
+    runs = [{"dag_id": r.dag_id, "run_id": r.run_id, "state": str(r.state), "partition_key": r.partition_key,
+             "logical_date": r.logical_date.isoformat() if r.logical_date else None, "conf": r.conf,
+             "run_type": str(r.run_type)}
+            for r in s.query(DagRun).filter(DagRun.dag_id.in_(["mirage_monthly", "mirage_pipeline"])).all()]
+print("JSON" + json.dumps({"events": ev, "tis": tis, "runs": runs}))
 """
 
 
@@ -167,8 +175,57 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
             ok = False
         events = sorted(e["day"] for e in probe["events"])
         print(f"  asset events now: {len(events)} ({events})")
+        ok = check_monthly(env) and ok
     finally:
         subprocess.run([str(REPO / "devtools" / "airflow_local.sh"), "stop"], env=env, cwd=REPO)
+    return ok
+
+
+def check_monthly(env: dict) -> bool:
+    """Part 1b: a complete month of partitions starts its experiment (mirage_monthly).
+
+    Backfills every day of February 2023 (a small synthetic-trace configuration: one node
+    size, two samples a day, two probes) with mirage_monthly unpaused and mirage_pipeline
+    paused; expects one mirage_monthly run with partition key 2023-02 once the 28th day is
+    in, and the mirage_pipeline run it starts (samples_complete__2023-02, logical date
+    2023-03-01, the days' params as conf), left queued because that DAG is paused."""
+    conf = json.dumps({"node_sizes": [1], "interval_hours": 12, "probes": 2})
+    for _ in range(60):
+        if "mirage_monthly" in airflow("dags list -o plain", env, check=False):
+            break
+        time.sleep(3)
+    airflow("dags unpause mirage_monthly", env)
+    t = time.time()
+    before = {r["run_id"] for r in runs(env) if r["run_id"].startswith("backfill__")}
+    for _ in range(60):
+        try:
+            airflow(f"backfill create --dag-id mirage_samples --from-date 2023-02-01 --to-date 2023-02-28 "
+                    f"--max-active-runs 2 --dag-run-conf '{conf}'", env)
+            break
+        except RuntimeError as exc:
+            if "AlreadyRunningBackfill" not in str(exc):
+                raise
+            time.sleep(5)
+    wait_backfill(env, len(before) + 28, timeout=2400)
+    monthly_runs, pipeline_runs = [], []
+    for _ in range(60):  # the scheduler creates the rollup run, then the run starts the pipeline run
+        probe = db_probe(env)
+        monthly_runs = [r for r in probe["runs"] if r["dag_id"] == "mirage_monthly"]
+        pipeline_runs = [r for r in probe["runs"] if r["dag_id"] == "mirage_pipeline"]
+        if pipeline_runs and all(r["state"] in ("success", "failed") for r in monthly_runs):
+            break
+        time.sleep(5)
+    feb = sorted(e["day"] for e in probe["events"] if (e["day"] or "").startswith("2023-02"))
+    print(f"backfill 3 (2023-02-01..28, synthetic): {time.time() - t:.0f} s; {len(feb)} February asset events; "
+          f"mirage_monthly runs {[(r['partition_key'], r['state']) for r in monthly_runs]}; mirage_pipeline runs "
+          f"{[(r['run_id'], r['logical_date'], r['state']) for r in pipeline_runs]}")
+    ok = (len(feb) == 28 and [(r["partition_key"], r["state"]) for r in monthly_runs] == [("2023-02", "success")]
+          and [(r["run_id"], (r["logical_date"] or "")[:10]) for r in pipeline_runs]
+          == [("samples_complete__2023-02", "2023-03-01")]
+          and pipeline_runs[0]["conf"].get("node_sizes") == [1] and pipeline_runs[0]["conf"].get("probes") == 2)
+    if not ok:
+        print("CHECK FAILED: a complete February must give one mirage_monthly run (2023-02) that starts "
+              "mirage_pipeline samples_complete__2023-02 for 2023-03-01 with the days' params")
     return ok
 
 

@@ -7,8 +7,9 @@ Each run samples one UTC day of a trace: every sample of the grid (midnight UTC,
 
 the same partitions ``mirage_pipeline`` reads (its default windows are on this grid when
 ``interval_hours`` divides 24), so an experiment over a backfilled range samples nothing.
-The family key covers the trace's content, the simulator configuration, the sampling
-parameters, the node size and the mode (``mirage_tasks.plan.sample_family``).
+The family key covers the trace's location, the simulator configuration, the sampling
+parameters, the node size and the mode (``mirage_tasks.plan.sample_family``); each day
+partition is checked against the trace's content before it is reused.
 
 The schedule is a daily partitioned timetable (``CronPartitionTimetable``): a backfill turns
 its date range into day partitions,
@@ -25,8 +26,11 @@ the partition of each node size, so lineage shows in the UI's asset view.
 
 Scheduled runs (the DAG unpaused) follow a growing trace, e.g. a cluster's daily ``sacct``
 export landing at ``trace``: each samples the newest day whose samples' workloads the trace
-covers entirely (last submit minus ``workload_days``, minus a day). A changed trace is
-another content, so its partitions form a new family. A scheduled run without ``trace``
+covers entirely (last submit minus ``workload_days``, minus a day). The family is named by
+the trace's location, and each partition records the digest of the trace rows its samples
+see (``mirage_tasks.prefixes``): when tomorrow's export has grown the trace, the days
+already sampled stay valid and only new days (and any day whose rows changed, e.g. a job that
+ended since and now appears) are sampled. A scheduled run without ``trace``
 has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
 without ``trace`` samples its day of a synthetic trace generated for that day's month
 (6 samples per node size and day).
@@ -130,14 +134,21 @@ with DAG(
 
     @task(outlets=[SAMPLES], trigger_rule=TriggerRule.NONE_FAILED)
     def publish(d: dict, **context) -> dict:
-        """Every partition of the day committed: one asset event naming the day."""
+        """Every partition of the day committed: one asset event for the day sampled (its
+        partition key is that day, also when a scheduled run followed the trace to an earlier
+        day), naming the partitions and the params (mirage_monthly starts a pipeline run with them)."""
+        from mirage_tasks.plan import FAMILY_PARAMS
         from stepkit.step import read_marker
 
         missing = [u for u in d["partitions"].values() if read_marker(u) is None]
         if missing:
             raise RuntimeError(f"partitions not committed: {missing}")
-        extra = {"day": d["day"], "trace": d["trace"], "partitions": d["partitions"], "computed": d["missing"]}
-        context["outlet_events"][SAMPLES].extra = extra
+        params = context["params"]
+        extra = {"day": d["day"], "trace": d["trace"], "partitions": d["partitions"], "computed": d["missing"],
+                 "params": {k: params.get(k) for k in FAMILY_PARAMS}}
+        events = context["outlet_events"][SAMPLES]
+        events.extra = extra
+        events.add_partitions(f"{d['day']}T00:00:00")  # the CronPartitionTimetable's key format
         return extra
 
     p = plan()
