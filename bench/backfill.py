@@ -8,6 +8,8 @@ dag-processor, triggerer, api-server on 127.0.0.1, its own database and storage)
 * a second backfill over an overlapping range (``--reprocess-behavior completed``, so the
   overlapping days get runs too): expects only the new days sampled (the overlapping days'
   ``sample`` tasks skipped, their partitions untouched);
+* the grid of ``mirage_pipeline`` as the api-server serves it to the UI: one folded ``plan``
+  group, no GPU tasks (``check_grid``);
 * a backfill of every day of February 2023 (small synthetic configuration) with
   ``mirage_monthly`` unpaused: expects the month's rollup run and the ``mirage_pipeline`` run
   it starts for that month (``check_monthly``).
@@ -175,9 +177,36 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
             ok = False
         events = sorted(e["day"] for e in probe["events"])
         print(f"  asset events now: {len(events)} ({events})")
+        ok = check_grid(env) and ok
         ok = check_monthly(env) and ok
     finally:
         subprocess.run([str(REPO / "devtools" / "airflow_local.sh"), "stop"], env=env, cwd=REPO)
+    return ok
+
+
+def check_grid(env: dict) -> bool:
+    """What the UI's grid shows of mirage_pipeline, from the api-server's structure endpoint:
+    the planning helpers folded into one ``plan`` group, no GPU tasks (HOUSE_GPUS unset)."""
+    import urllib.request
+
+    settings = dict(line.removeprefix("export ").split("=", 1) for line in
+                    (REPO / "var" / "airflow-live" / "env.sh").read_text().splitlines() if line.startswith("export "))
+    base = settings["AIRFLOW__API__BASE_URL"].strip('"')
+    password = json.loads((REPO / "var" / "airflow-live" / "simple_auth_manager_passwords.json.generated")
+                          .read_text())["admin"]
+    req = urllib.request.Request(f"{base}/auth/token", data=json.dumps({"username": "admin", "password": password})
+                                 .encode(), headers={"Content-Type": "application/json"})
+    token = json.loads(urllib.request.urlopen(req, timeout=30).read())["access_token"]
+    req = urllib.request.Request(f"{base}/ui/structure/structure_data?dag_id=mirage_pipeline",
+                                 headers={"Authorization": f"Bearer {token}"})
+    nodes = json.loads(urllib.request.urlopen(req, timeout=30).read())["nodes"]
+    top = [n["id"] for n in nodes]
+    plan = next((sorted(c["id"] for c in n.get("children") or []) for n in nodes if n["id"] == "plan"), [])
+    print(f"grid of mirage_pipeline (api-server structure): top-level rows {top}; in the folded 'plan' group {plan}")
+    ok = (plan == sorted(f"plan.{k}" for k in ("commands", "merge", "policy_cpu", "sample", "train_cpu", "validate"))
+          and not any("gpu" in t or t.endswith("_argvs") for t in top))
+    if not ok:
+        print("CHECK FAILED: the grid must show one folded plan group and no GPU tasks")
     return ok
 
 
@@ -226,6 +255,12 @@ def check_monthly(env: dict) -> bool:
     if not ok:
         print("CHECK FAILED: a complete February must give one mirage_monthly run (2023-02) that starts "
               "mirage_pipeline samples_complete__2023-02 for 2023-03-01 with the days' params")
+    # unpausing mirage_samples without a trace default started a scheduled run: it skips, never fails
+    scheduled = [r for r in runs(env) if r["run_id"].startswith("scheduled__")]
+    print(f"scheduled mirage_samples runs (no trace to follow): {[(r['run_id'][:30], r['state']) for r in scheduled]}")
+    if any(r["state"] == "failed" for r in scheduled):
+        print("CHECK FAILED: a scheduled run without a trace must skip, not fail")
+        ok = False
     return ok
 
 
