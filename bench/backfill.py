@@ -60,6 +60,21 @@ def runs(env: dict) -> list[dict]:
     return []
 
 
+def backfill(env: dict, dates: str, conf: str) -> None:
+    """``airflow backfill create`` of mirage_samples, once the previous backfill is marked complete
+    (the scheduler does that a little after its last run ends)."""
+    for _ in range(60):
+        try:
+            airflow(f"backfill create --dag-id mirage_samples {dates} --max-active-runs 2 --dag-run-conf '{conf}'",
+                    env)
+            return
+        except RuntimeError as exc:
+            if "AlreadyRunningBackfill" not in str(exc):
+                raise
+            time.sleep(5)
+    raise RuntimeError("the previous backfill never completed")
+
+
 def wait_backfill(env: dict, n: int, timeout: float = 900) -> list[dict]:
     t = time.time()
     while time.time() - t < timeout:
@@ -125,8 +140,7 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
         airflow("dags unpause mirage_samples", env)
 
         t = time.time()
-        airflow(f"backfill create --dag-id mirage_samples --from-date 2023-01-10 --to-date 2023-01-12 "
-                f"--max-active-runs 2 --dag-run-conf '{conf}'", env)
+        backfill(env, "--from-date 2023-01-10 --to-date 2023-01-12", conf)
         first = wait_backfill(env, 3)
         wall1 = time.time() - t
         parts = partitions(storage)
@@ -145,16 +159,8 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
 
         before = {k: v["mtime"] for k, v in parts.items()}
         t = time.time()
-        for _ in range(60):  # the scheduler marks the first backfill complete a little after its runs
-            try:
-                airflow(f"backfill create --dag-id mirage_samples --from-date 2023-01-11 --to-date 2023-01-14 "
-                        f"--max-active-runs 2 --reprocess-behavior completed --dag-run-conf '{conf}'", env)
-                break
-            except RuntimeError as exc:
-                if "AlreadyRunningBackfill" not in str(exc):
-                    raise
-                time.sleep(5)
-        second = wait_backfill(env, 5)
+        backfill(env, "--from-date 2023-01-11 --to-date 2023-01-14 --reprocess-behavior completed", conf)
+        wait_backfill(env, 5)
         wall2 = time.time() - t
         parts2 = partitions(storage)
         probe = db_probe(env)
@@ -226,15 +232,7 @@ def check_monthly(env: dict) -> bool:
     airflow("dags unpause mirage_monthly", env)
     t = time.time()
     before = {r["run_id"] for r in runs(env) if r["run_id"].startswith("backfill__")}
-    for _ in range(60):
-        try:
-            airflow(f"backfill create --dag-id mirage_samples --from-date 2023-02-01 --to-date 2023-02-28 "
-                    f"--max-active-runs 2 --dag-run-conf '{conf}'", env)
-            break
-        except RuntimeError as exc:
-            if "AlreadyRunningBackfill" not in str(exc):
-                raise
-            time.sleep(5)
+    backfill(env, "--from-date 2023-02-01 --to-date 2023-02-28", conf)
     wait_backfill(env, len(before) + 28, timeout=2400)
     monthly_runs, pipeline_runs = [], []
     for _ in range(60):  # the scheduler creates the rollup run, then the run starts the pipeline run
