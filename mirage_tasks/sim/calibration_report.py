@@ -61,13 +61,14 @@ def _yn(ok: bool) -> str:
 
 
 class Ls6:
-    def __init__(self, trace: str, cal: str, cal_trace_only: str | None):
+    def __init__(self, trace: str, cal: str, cal_trace_only: str | None, cal_holds: str | None = None):
         df, meta = read_trace(trace)
         self.tz = meta.timezone or "UTC"
         self.wl = Workload.from_frame(df)
         self.doc = json.load(open(os.path.join(cal, "calibration.json")))
         self.doc_t = json.load(open(os.path.join(cal_trace_only, "calibration.json"))) if cal_trace_only else None
         self.cal, self.cal_t = cal, cal_trace_only
+        self.doc_h = json.load(open(os.path.join(cal_holds, "calibration.json"))) if cal_holds else None
         w = self.doc["windows"]
         ts = [int(pd.Timestamp(w[k]).timestamp()) for k in ("calibrate_from", "calibrate_to", "score_from", "score_to")]
         self.a, self.b, self.c, self.d = ts
@@ -130,7 +131,19 @@ class Ls6:
             for v, c in variants:
                 out.append(_row(f"{label}, {v}", "in sample", self.m(c, oos=False)))
                 out.append(_row(f"{label}, {v}", "**out of sample**", self.m(c)))
+        if self.doc_h:  # a calibration searched with holds on (its start configuration had them)
+            c = SimConfig.from_dict(self.doc_h["config"])
+            out.append(_row("calibrated with holds inferred (start `ls6` + holds)", "in sample", self.m(c, oos=False)))
+            out.append(_row("calibrated with holds inferred (start `ls6` + holds)", "**out of sample**", self.m(c)))
         return "\n".join(out)
+
+    def holds_config(self) -> str:
+        if not self.doc_h:
+            return "(no calibration with holds given: --ls6-holds)"
+        d = self.doc_h
+        return (f"* start `ls6` + holds inferred: {config_line(d['config'])}; holds {d['config'].get('holds', 'none')} "
+                f"({d['config'].get('holds_tolerance_s', 60)} s); search {d['search']['trials_run']} trials in "
+                f"{d['search']['elapsed_s']} s (stopped by {d['search']['stopped_by']}).")
 
     def holds_split(self) -> str:
         """Out of sample, round 1 with holds off and on (60 s): the jobs with an inferred
@@ -408,7 +421,7 @@ def fill(doc_text: str, blocks: dict[str, str]) -> str:
 
 
 BLOCKS = ("ls6-targets", "ls6-months", "ls6-ablation", "ls6-errors", "ls6-busy", "ls6-quick", "ls6-top-trials",
-          "ls6-configs", "ls6-holds", "ls6-holds-counts", "ls6-holds-split", "others", "bench")
+          "ls6-configs", "ls6-holds", "ls6-holds-counts", "ls6-holds-split", "ls6-holds-config", "others", "bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", required=True, help="the ls6 ingest output")
     p.add_argument("--ls6", required=True, help="calibrate output with --start-config ls6")
     p.add_argument("--ls6-trace-only", default=None, help="calibrate output without a start configuration")
+    p.add_argument("--ls6-holds", default=None, help="calibrate output whose start configuration has holds inferred")
     p.add_argument("--other", action="append", default=[], help="NAME=calibrate output of another trace")
     p.add_argument("--bench", action="append", default=[], help="NAME=bench/simulator.py --json output")
     p.add_argument("--doc", default=None, help="markdown file whose generated blocks are replaced")
@@ -425,11 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(only) - set(BLOCKS))
     if unknown:  # before any replay
         p.error(f"--only: unknown blocks {unknown}; known: {list(BLOCKS)}")
-    ls6 = Ls6(args.trace, args.ls6, args.ls6_trace_only)
+    ls6 = Ls6(args.trace, args.ls6, args.ls6_trace_only, args.ls6_holds)
     makers = {"ls6-targets": ls6.targets, "ls6-months": ls6.months, "ls6-ablation": ls6.ablation,
               "ls6-errors": ls6.errors, "ls6-busy": ls6.busy, "ls6-quick": ls6.quick_probe,
               "ls6-top-trials": ls6.top_trials, "ls6-configs": ls6.configs, "ls6-holds": ls6.holds,
-              "ls6-holds-counts": ls6.holds_counts, "ls6-holds-split": ls6.holds_split}
+              "ls6-holds-counts": ls6.holds_counts, "ls6-holds-split": ls6.holds_split, "ls6-holds-config": ls6.holds_config}
     if args.other:
         makers["others"] = lambda: others(args.other)
     if args.bench:
