@@ -168,7 +168,9 @@ def config_line(cfg: dict) -> str:
                f"past {cfg['capacity_window_s']} s (re-read every {cfg.get('capacity_step_s', 3600)} s)"
                if cfg.get("capacity_window_s") else "")
             + (f", short partition for limits <= {cfg['short_partition_limit_s']} s"
-               if cfg.get("short_partition_limit_s") else ""))
+               if cfg.get("short_partition_limit_s") else "")
+            + (f", holds inferred from real starts within {cfg.get('holds_tolerance_s', 60)} s of a predecessor's "
+               f"end (reads the outcome: a reconstruction)" if cfg.get("holds", "none") != "none" else ""))
 
 
 def markdown(name: str, rep: dict) -> str:

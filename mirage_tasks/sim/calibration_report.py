@@ -30,7 +30,7 @@ from ..fidelity import metrics
 from ..schema import read_trace
 from .calibration import _max_overlap, month_windows, objective_value, replay_months
 from .config import PRESETS, SimConfig
-from .workload import Workload
+from .workload import Workload, infer_holds, workload_holds
 
 TARGETS = {"mae_h": 2.5, "within_1h": 0.75, "spearman": 0.65, "daily_corr": 0.8}
 
@@ -61,13 +61,14 @@ def _yn(ok: bool) -> str:
 
 
 class Ls6:
-    def __init__(self, trace: str, cal: str, cal_trace_only: str | None):
+    def __init__(self, trace: str, cal: str, cal_trace_only: str | None, cal_holds: str | None = None):
         df, meta = read_trace(trace)
         self.tz = meta.timezone or "UTC"
         self.wl = Workload.from_frame(df)
         self.doc = json.load(open(os.path.join(cal, "calibration.json")))
         self.doc_t = json.load(open(os.path.join(cal_trace_only, "calibration.json"))) if cal_trace_only else None
         self.cal, self.cal_t = cal, cal_trace_only
+        self.doc_h = json.load(open(os.path.join(cal_holds, "calibration.json"))) if cal_holds else None
         w = self.doc["windows"]
         ts = [int(pd.Timestamp(w[k]).timestamp()) for k in ("calibrate_from", "calibrate_to", "score_from", "score_to")]
         self.a, self.b, self.c, self.d = ts
@@ -85,6 +86,85 @@ class Ls6:
 
     def m(self, cfg: SimConfig, oos: bool = True) -> dict:
         return metrics(self.frame(cfg, oos), self.tz)
+
+    # ------------------------------------------------------------------ inferred holds
+    HOLD_TOLERANCES = (60, 10)
+
+    def _month(self, t: np.ndarray) -> np.ndarray:
+        return pd.to_datetime(t, unit="s", utc=True).tz_convert(self.tz).strftime("%Y-%m").to_numpy()
+
+    def holds_counts(self, shuffles: int = 3, seed: int = 0) -> str:
+        """Per month: jobs with an inferred predecessor (60 s), their share of the jobs, of the
+        node-hours and of the real wait; and the same rule on user labels permuted at random
+        over the jobs (a null model: pairs that arise by chance from a busy partition)."""
+        wl = self.wl
+        tol = self.HOLD_TOLERANCES[0]
+        pred = workload_holds(wl, tol)
+        tight = workload_holds(wl, self.HOLD_TOLERANCES[1])
+        rng = np.random.default_rng(seed)
+        shuf = np.mean([infer_holds(wl.submit, wl.real_start, wl.real_end, rng.permutation(wl.user), tol) >= 0
+                        for _ in range(shuffles)], axis=0)
+        month = self._month(wl.submit)
+        nh = wl.nodes * wl.duration / 3600.0
+        wait = (wl.real_start - wl.submit) / 3600.0
+        dep = pred >= 0
+        out = [f"| month | jobs submitted | with an inferred predecessor ({tol} s) | share of jobs | share of node-hours "
+               f"| share of real wait | with a predecessor at {self.HOLD_TOLERANCES[1]} s | same rule, user labels "
+               f"shuffled (mean of {shuffles}) |", "|---|---|---|---|---|---|---|---|"]
+        lo, hi = self._month(np.array([self.a]))[0], self._month(np.array([self.d - 1]))[0]
+        for mon in sorted(set(month)):
+            if not lo <= mon <= hi:
+                continue
+            k = month == mon
+            out.append(f"| {mon} | {k.sum():,} | {dep[k].sum():,} | {dep[k].mean():.1%} | "
+                       f"{nh[k & dep].sum() / max(nh[k].sum(), 1e-9):.1%} | {wait[k & dep].sum() / max(wait[k].sum(), 1e-9):.1%} | "
+                       f"{(tight[k] >= 0).sum():,} | {shuf[k].sum():.0f} ({shuf[k].mean():.1%}) |")
+        return "\n".join(out)
+
+    def holds(self) -> str:
+        """Fidelity with inferred holds off (the default) and on, in and out of sample."""
+        out = [HEAD]
+        for label, cfg in (("round 1", self.round1), ("calibrated, start `ls6`", self.cfg)):
+            variants = [("holds off", cfg)] + [(f"holds inferred, {t} s", cfg.replace(holds="inferred",
+                                                                                   holds_tolerance_s=t))
+                                               for t in self.HOLD_TOLERANCES]
+            for v, c in variants:
+                out.append(_row(f"{label}, {v}", "in sample", self.m(c, oos=False)))
+                out.append(_row(f"{label}, {v}", "**out of sample**", self.m(c)))
+        if self.doc_h:  # a calibration searched with holds on (its start configuration had them)
+            c = SimConfig.from_dict(self.doc_h["config"])
+            out.append(_row("calibrated with holds inferred (start `ls6` + holds)", "in sample", self.m(c, oos=False)))
+            out.append(_row("calibrated with holds inferred (start `ls6` + holds)", "**out of sample**", self.m(c)))
+        return "\n".join(out)
+
+    def holds_config(self) -> str:
+        if not self.doc_h:
+            return "(no calibration with holds given: --ls6-holds)"
+        d = self.doc_h
+        return (f"* start `ls6` + holds inferred: {config_line(d['config'])}; holds {d['config'].get('holds', 'none')} "
+                f"({d['config'].get('holds_tolerance_s', 60)} s); search {d['search']['trials_run']} trials in "
+                f"{d['search']['elapsed_s']} s (stopped by {d['search']['stopped_by']}).")
+
+    def holds_split(self) -> str:
+        """Out of sample, round 1 with holds off and on (60 s): the jobs with an inferred
+        predecessor and the others, per month."""
+        tol = self.HOLD_TOLERANCES[0]
+        dep_ids = set(self.wl.job_id[workload_holds(self.wl, tol) >= 0])
+        off, on = self.frame(self.round1), self.frame(self.round1.replace(holds="inferred", holds_tolerance_s=tol))
+        on = on.set_index("job_id").loc[off["job_id"]].reset_index()
+        out = ["| month | jobs | n | real mean h | sim mean h, off | sim mean h, on | MAE h, off | MAE h, on |",
+               "|---|---|---|---|---|---|---|---|"]
+        month = self._month(off["submit"].to_numpy())
+        dep = off["job_id"].isin(dep_ids).to_numpy()
+        r = off["real_wait_s"].to_numpy() / 3600
+        s0, s1 = off["sim_wait_s"].to_numpy() / 3600, on["sim_wait_s"].to_numpy() / 3600
+        for mon in sorted(set(month)):
+            for name, k in (("with an inferred predecessor", dep), ("the others", ~dep)):
+                sel = (month == mon) & k
+                out.append(f"| {mon} | {name} | {sel.sum():,} | {r[sel].mean():.2f} | {s0[sel].mean():.2f} | "
+                           f"{s1[sel].mean():.2f} | {np.abs(s0[sel] - r[sel]).mean():.2f} | "
+                           f"{np.abs(s1[sel] - r[sel]).mean():.2f} |")
+        return "\n".join(out)
 
     # ------------------------------------------------------------------ tables
     def targets(self) -> str:
@@ -340,23 +420,36 @@ def fill(doc_text: str, blocks: dict[str, str]) -> str:
     return doc_text
 
 
+BLOCKS = ("ls6-targets", "ls6-months", "ls6-ablation", "ls6-errors", "ls6-busy", "ls6-quick", "ls6-top-trials",
+          "ls6-configs", "ls6-holds", "ls6-holds-counts", "ls6-holds-split", "ls6-holds-config", "others", "bench")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trace", required=True, help="the ls6 ingest output")
     p.add_argument("--ls6", required=True, help="calibrate output with --start-config ls6")
     p.add_argument("--ls6-trace-only", default=None, help="calibrate output without a start configuration")
+    p.add_argument("--ls6-holds", default=None, help="calibrate output whose start configuration has holds inferred")
     p.add_argument("--other", action="append", default=[], help="NAME=calibrate output of another trace")
     p.add_argument("--bench", action="append", default=[], help="NAME=bench/simulator.py --json output")
     p.add_argument("--doc", default=None, help="markdown file whose generated blocks are replaced")
+    p.add_argument("--only", default="", help="comma list of block names to write (default: all)")
     args = p.parse_args(argv)
-    ls6 = Ls6(args.trace, args.ls6, args.ls6_trace_only)
-    blocks = {"ls6-targets": ls6.targets(), "ls6-months": ls6.months(), "ls6-ablation": ls6.ablation(),
-              "ls6-errors": ls6.errors(), "ls6-busy": ls6.busy(), "ls6-quick": ls6.quick_probe(),
-              "ls6-top-trials": ls6.top_trials(), "ls6-configs": ls6.configs()}
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = sorted(set(only) - set(BLOCKS))
+    if unknown:  # before any replay
+        p.error(f"--only: unknown blocks {unknown}; known: {list(BLOCKS)}")
+    ls6 = Ls6(args.trace, args.ls6, args.ls6_trace_only, args.ls6_holds)
+    makers = {"ls6-targets": ls6.targets, "ls6-months": ls6.months, "ls6-ablation": ls6.ablation,
+              "ls6-errors": ls6.errors, "ls6-busy": ls6.busy, "ls6-quick": ls6.quick_probe,
+              "ls6-top-trials": ls6.top_trials, "ls6-configs": ls6.configs, "ls6-holds": ls6.holds,
+              "ls6-holds-counts": ls6.holds_counts, "ls6-holds-split": ls6.holds_split, "ls6-holds-config": ls6.holds_config}
     if args.other:
-        blocks["others"] = others(args.other)
+        makers["others"] = lambda: others(args.other)
     if args.bench:
-        blocks["bench"] = bench(args.bench)
+        makers["bench"] = lambda: bench(args.bench)
+    assert set(makers) <= set(BLOCKS)
+    blocks = {k: f() for k, f in makers.items() if not only or k in only}
     if args.doc:
         with open(args.doc) as f:
             text = fill(f.read(), blocks)  # before opening for writing: a bad --doc stays as it was

@@ -34,6 +34,7 @@ from typing import Any
 from stepkit import StepError, storage
 
 BACKFILL_MODES = ("conservative", "easy", "none")
+HOLDS_MODES = ("none", "inferred")
 PRIORITY_MODES = ("age_size", "trace")
 
 
@@ -71,6 +72,14 @@ class SimConfig:
     # priority order within each partition, so a blocked long job does not hold back a short
     # one that fits now (and vice versa). 0 = one partition.
     short_partition_limit_s: int = 0
+    # Job holds the export does not record (dependencies, array throttles). "inferred": a job
+    # is held until the predecessor that :func:`~mirage_tasks.sim.workload.infer_holds` names
+    # for it has ended *in the simulation* (same user, submitted before the predecessor ended,
+    # real start within holds_tolerance_s after its real end). The pairing is read from real
+    # start times, i.e. part of the outcome: a reconstruction of missing input, not a
+    # prediction. "none" (default): every job is eligible at its submission.
+    holds: str = "none"
+    holds_tolerance_s: int = 60
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -84,6 +93,10 @@ class SimConfig:
         for name in ("bf_interval_s", "bf_resolution_s", "max_age_s"):
             if int(getattr(self, name)) < 1:
                 raise StepError(f"{name} must be >= 1")
+        if self.holds not in HOLDS_MODES:
+            raise StepError(f"holds must be one of {HOLDS_MODES}, got {self.holds!r}")
+        if self.holds_tolerance_s < 0:
+            raise StepError("holds_tolerance_s must be >= 0")
         if self.capacity_window_s < 0 or self.capacity_step_s < 1:
             raise StepError("capacity_window_s must be >= 0 (0 = off) and capacity_step_s >= 1")
         if self.short_partition_limit_s < 0:
@@ -185,6 +198,11 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("capacity_step_s", "--capacity-step", int, "seconds between re-reads of the nodes in service"),
     ("short_partition_limit_s", "--short-partition-limit", int,
      "jobs with a limit up to this many seconds form a short partition on the same nodes (0 = off)"),
+    ("holds", "--holds", str,
+     "none | inferred: hold a job until the predecessor inferred from the trace has ended in the simulation "
+     "(reads real start times: a reconstruction, not a prediction)"),
+    ("holds_tolerance_s", "--holds-tolerance", int,
+     "seconds between a predecessor's real end and its dependent's real start for inferred holds (60)"),
     ("procs_per_node", "--procs-per-node", int, "processors per node, for traces with processor counts only"),
 ]
 

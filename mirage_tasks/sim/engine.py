@@ -54,6 +54,14 @@ seconds keep their own strict priority order in step 3 (Slurm orders and blocks 
 partition; ls6's development and small queues share the gpu-a100 nodes): a job that does
 not fit blocks only lower-priority jobs of its own partition. Backfill passes are unchanged.
 
+Inferred holds (``holds="inferred"``): a trace job whose predecessor
+:func:`~mirage_tasks.sim.workload.infer_holds` names (a dependency or array throttle read
+from the trace, see there) is not queued at its submission while that predecessor has not
+ended in the simulation; it joins the queue when the predecessor's simulated run ends (step
+1), and its age counts from then (Slurm's age factor counts from eligibility). The pairing is
+input; the timing is simulated. A predecessor outside the episode (ended before it, or too
+big for the partition) holds nothing. Off (default) every job is eligible at submission.
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -73,7 +81,7 @@ import numpy as np
 from stepkit import StepError
 
 from .config import SimConfig
-from .workload import Workload, capacity_schedule
+from .workload import Workload, capacity_schedule, workload_holds
 
 INF = float("inf")
 AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the last 100 started jobs
@@ -92,6 +100,8 @@ class Simulator:
         self.t0 = int(t0)
         # per-job tables (index = local job id)
         self.j_submit: list[int] = []
+        self.j_elig: list[int] = []      # eligible since (submit, or its inferred predecessor's end): age
+        self.j_pred: list[int] = []      # inferred predecessor (local id) or -1 (cfg.holds)
         self.j_dur: list[int] = []
         self.j_limit: list[int] = []
         self.j_plan: list[int] = []
@@ -113,6 +123,7 @@ class Simulator:
         self.min_sub = INF               # oldest pending submit (for the age cap)
         self.future: list[tuple[int, int]] = []  # (submit, job), sorted; consumed from fptr
         self.fptr = 0
+        self.held: dict[int, list[int]] = {}  # predecessor -> submitted jobs waiting for its end
         self.urun: dict[int, int] = {}
         self.unodes: dict[int, int] = {}
         self.waits: deque[int] = deque(maxlen=AVG_WAIT_JOBS)
@@ -134,6 +145,7 @@ class Simulator:
         trace's running jobs (kept on their nodes until their replayed end) and pending
         jobs (queued with their real submit time) at ``t0``."""
         sim = cls(cfg, t0)
+        waiting: list[int] = []
         sim.static_default = _static_default(wl, cfg) if static_default is None else static_default
         tick = cfg.tick_s
         if cfg.capacity_window_s > 0:
@@ -159,12 +171,21 @@ class Simulator:
             for i in pending:
                 j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=0)
                 if j >= 0:
-                    sim._enqueue(j)
+                    waiting.append(j)
         for i in wl.window(t0, t1):
             j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=tick)
             if j >= 0:
                 sim.future.append((sim.j_submit[j], j))
         sim.future.sort()
+        if cfg.holds == "inferred":
+            pred = workload_holds(wl, cfg.holds_tolerance_s)
+            local = {t: j for j, t in enumerate(sim.j_tag) if t >= 0}
+            for j, t in enumerate(sim.j_tag):
+                p = int(pred[t]) if t >= 0 else -1
+                if p >= 0 and p in local:
+                    sim.j_pred[j] = local[p]
+        for j in waiting:  # the warm start's pending jobs (queue order does not depend on arrival order)
+            sim._arrive(j)
         sim._apply_capacity()
         if sim.queue:
             sim._strict()
@@ -208,6 +229,8 @@ class Simulator:
         res = cfg.bf_resolution_s
         j = len(self.j_submit)
         self.j_submit.append(int(submit))
+        self.j_elig.append(int(submit))
+        self.j_pred.append(-1)
         self.j_dur.append(duration)
         self.j_limit.append(int(limit))
         self.j_plan.append(max(duration, -(-int(limit) // res) * res))
@@ -235,7 +258,7 @@ class Simulator:
 
     def submit_now(self, j: int) -> None:
         """Submit job ``j`` at the current instant, after its other events (step 6)."""
-        self.j_submit[j] = self.now
+        self.j_submit[j] = self.j_elig[j] = self.now
         self._enqueue(j)
         self._strict()
         self.dirty = True
@@ -314,7 +337,7 @@ class Simulator:
                 changed = True
             n_future = len(future)
             while self.fptr < n_future and future[self.fptr][0] <= now:
-                self._enqueue(future[self.fptr][1])
+                self._arrive(future[self.fptr][1])
                 self.fptr += 1
                 changed = True
             if self.cap_ptr < n_sched and sched[self.cap_ptr][0] <= now and self._apply_capacity():
@@ -339,8 +362,13 @@ class Simulator:
 
     def drain(self) -> None:
         """Run until every known job has started (the queue is empty and nothing is due)."""
-        while self.queue or self.fptr < len(self.future):
-            target = self.queue[-1][2] if self.queue else self.future[-1][1]
+        while self.queue or self.fptr < len(self.future) or self.held:
+            if self.queue:
+                target = self.queue[-1][2]
+            elif self.fptr < len(self.future):
+                target = self.future[-1][1]
+            else:  # only jobs held by running predecessors are left
+                target = next(iter(self.held.values()))[0]
             self.run_until(INF, until_started=target)
 
     # ------------------------------------------------------------------ scheduling
@@ -349,12 +377,21 @@ class Simulator:
         """Pending job ids (in submit-adjusted priority order)."""
         return [k[2] for k in self.queue]
 
+    def _arrive(self, j: int) -> None:
+        """Job ``j`` is submitted now: queued, or held while its inferred predecessor has not
+        ended in the simulation (not started, or running)."""
+        p = self.j_pred[j]
+        if p >= 0 and (self.j_start[p] < 0 or p in self.running):
+            self.held.setdefault(p, []).append(j)
+        else:
+            self._enqueue(j)
+
     def _enqueue(self, j: int) -> None:
         """Add job ``j`` to the queue. The order key ``-(static - rate * submit)`` ranks jobs
         exactly as their priority at any time while no pending job has reached the age cap
         (every age term grows at the same rate); :meth:`_order` re-sorts when one has."""
         cfg = self.cfg
-        sub = self.j_submit[j]
+        sub = self.j_elig[j]
         key = -(self.j_static[j] - cfg.weight_age / cfg.max_age_s * sub)
         bisect.insort(self.queue, (key, sub, j))
         n = self.j_nodes[j]
@@ -378,7 +415,7 @@ class Simulator:
             return
         q = self.queue
         ps = self.psize
-        sub = self.j_submit
+        sub = self.j_elig
         static = self.j_static
         rate = self.cfg.weight_age / self.cfg.max_age_s
         oldest = False
@@ -404,7 +441,7 @@ class Simulator:
         now = self.now
         if not cfg.age_cap or now - self.min_sub <= cfg.max_age_s:
             return (k[2] for k in self.queue)
-        sub = self.j_submit
+        sub = self.j_elig
         st = self.j_static
         rate = cfg.weight_age / cfg.max_age_s
         cap = cfg.max_age_s
@@ -449,6 +486,12 @@ class Simulator:
         if u >= 0:
             self.urun[u] -= 1
             self.unodes[u] -= n
+        if self.held:
+            deps = self.held.pop(j, None)
+            if deps:  # its dependents become eligible now (run_until then runs the scheduler)
+                for d in deps:
+                    self.j_elig[d] = self.now
+                    self._enqueue(d)
 
     def _strict(self) -> None:
         if self.free <= 0 or not self.queue:
@@ -676,6 +719,7 @@ class Simulator:
                 nd[k] = deque(v, maxlen=v.maxlen)
             else:
                 nd[k] = v
+        c.held = {p: v.copy() for p, v in self.held.items()}
         return c
 
     def avg_wait_s(self) -> float:

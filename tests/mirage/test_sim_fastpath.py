@@ -38,6 +38,10 @@ CONFIGS = {
     # nodes in service from the trace's past (drains: free < 0) and a short partition
     "capacity_short": PRESETS["ls6"].replace(capacity_window_s=86400, capacity_quantile=0.9,
                                              short_partition_limit_s=3600),
+    # inferred holds (jobs queued when their predecessor ends; age from then), with the age
+    # cap reached within the window so that the capped re-sort uses the eligibility times
+    "holds_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70,
+                                                 max_age_s=86400, max_jobs_per_user=8, holds="inferred"),
 }
 
 
