@@ -16,7 +16,9 @@ with the Redis hosts taken from the pods' ``REDIS_QUEUE_HOST``/``REDIS_STATE_HOS
 Invocations go through the stand-in's Host-routing ingress (the ``istio-ingressgateway``
 LoadBalancer Service the test creates, as the platform's Istio has it); the steps reach Redis and
 the upload server at their Services' EndpointSlices, never by ``pods/exec``. Data (the Python
-function, the matrix archive) comes from S3 on a moto server; results go to a local folder.
+function, the matrix archive) comes from S3 on a moto server; results go to the same moto
+server (``HOUSE_STORAGE_ROOT=s3://...``, credentials through the storage Secret) in the
+successful run and to a local folder in the failing one.
 
 What this does not show (only a real cluster can): images, real Faasm/WebAssembly, Knative's
 autoscaler and activator, Istio, cluster DNS and networking, the kubelet (probes, limits, node
@@ -49,6 +51,39 @@ GROUP = f"{EXPERIMENT}__{SYSTEM}"
 CONF = {"experiments": [EXPERIMENT], "systems": [SYSTEM]}  # target: the default, knative
 STEPS = ("deploy", "wait_ready", "upload_data", "run", "collect", "teardown", "verify_clean")
 DATA_BUCKET = "faasm-data"
+RESULTS_BUCKET = "house-e2e"
+
+
+class Stored:
+    """The files under the storage root, relative to it, on a local folder or in the bucket."""
+
+    def __init__(self, root: str, s3_url: str | None):
+        self.root, self.s3_url = root, s3_url
+
+    def keys(self) -> list[str]:
+        if self.s3_url is None:
+            base = Path(self.root)
+            return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+        from moto_s3 import list_keys
+
+        prefix = self.root.removeprefix(f"s3://{RESULTS_BUCKET}/") + "/"
+        return [k.removeprefix(prefix) for k in list_keys(self.s3_url, RESULTS_BUCKET, prefix)]
+
+    def read(self, key: str) -> bytes:
+        if self.s3_url is None:
+            return (Path(self.root) / key).read_bytes()
+        from moto_s3 import s3_client
+
+        full = self.root.removeprefix(f"s3://{RESULTS_BUCKET}/") + "/" + key
+        return s3_client(self.s3_url).get_object(Bucket=RESULTS_BUCKET, Key=full)["Body"].read()
+
+    def json(self, key: str):
+        return json.loads(self.read(key))
+
+    def glob(self, pattern: str) -> list[str]:
+        import fnmatch
+
+        return [k for k in self.keys() if fnmatch.fnmatch(k, pattern)]
 
 
 def small_catalogue(folder: Path) -> Path:
@@ -91,7 +126,8 @@ def faasm_cluster(tmp_path, monkeypatch):
     """moto S3 (the data bucket, with the function), the stand-in with the platform's objects
     (namespaces, the RBAC manifests, the storage Secret in both namespaces, Knative's autoscaler
     ConfigMap, Istio's ingress Service), and the house settings for the kubernetes runner.
-    Yields ``start(worker_state_url=None) -> api``; everything is stopped at the end."""
+    Yields ``start(worker_state_url=None, s3_results=False) -> (api, Stored)``; everything is
+    stopped at the end."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (make system-deps)")
     from moto_s3 import moto_s3, s3_client, storage_env
@@ -101,19 +137,21 @@ def faasm_cluster(tmp_path, monkeypatch):
     catalogue = small_catalogue(tmp_path / "catalogue")
     root = tmp_path / "storage"
     started = []
-    with moto_s3(DATA_BUCKET) as url:
+    with moto_s3(DATA_BUCKET, RESULTS_BUCKET) as url:
         s3_client(url).put_object(Bucket=DATA_BUCKET, Key="func/python/mat_mul.py",
                                   Body=b"# mat_mul: the local worker runs its own Python implementation\n")
 
-        def start(worker_state_url: str | None = None) -> KubeAPIServer:
+        def start(worker_state_url: str | None = None, s3_results: bool = False) -> tuple[KubeAPIServer, Stored]:
             api = KubeAPIServer(workdir=REPO, base_env=dict(IMAGE_ENV), images=image_table(worker_state_url)).start()
             started.append(api)
             path = api.write_kubeconfig(tmp_path / "kubeconfig.json")
             api.base_env["KUBECONFIG"] = str(path)  # the stand-in's "service account mount" for step pods
             monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", api.connection_json(path))
             for key, value in {"HOUSE_RUNNER": "kubernetes", "HOUSE_NAMESPACE": STEP_NS, "HOUSE_STORAGE_SECRET": SECRET,
-                               "HOUSE_IMAGE_FAASM": IMAGE, "HOUSE_STORAGE_ROOT": str(root)}.items():
+                               "HOUSE_IMAGE_FAASM": IMAGE}.items():
                 monkeypatch.setenv(key, value)
+            results = f"s3://{RESULTS_BUCKET}/house" if s3_results else str(root)
+            monkeypatch.setenv("HOUSE_STORAGE_ROOT", results)
             for ns in (STEP_NS, "knative-serving", "istio-system"):
                 api.create("", "v1", "namespaces", "", {"metadata": {"name": ns}})
             for doc in yaml.safe_load_all((REPO / "deploy" / "rbac" / "faasm-benchmark.yaml").read_text()):
@@ -129,10 +167,10 @@ def faasm_cluster(tmp_path, monkeypatch):
                        {"metadata": {"name": "config-autoscaler"}, "data": {"stable-window": "60s"}})
             api.create("", "v1", "services", "istio-system", api.ingress_service())
             api.platform = api.objects_left()  # what the platform provides: all that may be left
-            return api
+            return api, Stored(results, url if s3_results else None)
 
         try:
-            yield start, root
+            yield start
         finally:
             for api in started:
                 api.stop()
@@ -182,8 +220,7 @@ def assert_steps_and_cleanup(api: KubeAPIServer, dr) -> None:
 
 
 def test_faasm_benchmarks_through_kpo_on_the_standin(faasm_cluster, capfd):
-    start, root = faasm_cluster
-    api = start()
+    api, stored = faasm_cluster(s3_results=True)
     dr = load_dag("faasm_benchmarks").test(logical_date=LOGICAL_DATE, run_conf=CONF)
     st = task_states(dr)
     assert dr.state == "success", st
@@ -196,25 +233,37 @@ def test_faasm_benchmarks_through_kpo_on_the_standin(faasm_cluster, capfd):
     assert len({p["metadata"]["labels"]["serving.knative.dev/revision"] for p in workers}) == 1  # run's redeploy: same spec
     assert "[base]" in "".join(capfd.readouterr())  # the steps' log lines reached the task log
 
-    (run,) = [p for p in (root / "faasm_benchmarks" / "2026-11-29").iterdir() if p.is_dir()]
-    (record_path,) = run.glob(f"{EXPERIMENT}/{SYSTEM}/**/run.json")
-    record = json.loads(record_path.read_text())
+    # every step was given the bucket, never a local path
+    for pod in api.pods_created:
+        if pod["metadata"]["namespace"] == STEP_NS or pod["metadata"]["name"].startswith("faasm-billing"):
+            c = pod["spec"]["containers"][0]
+            argv = c.get("args") or c["command"]
+            assert argv[argv.index("--results") + 1] == f"s3://{RESULTS_BUCKET}/house/faasm_benchmarks"
+    keys = stored.keys()
+    assert keys and all(k.startswith("faasm_benchmarks/") for k in keys), keys  # nothing outside the prefix
+    (run,) = {"/".join(k.split("/")[:3]) for k in stored.glob("faasm_benchmarks/2026-11-29/*/*")}
+    (record_key,) = stored.glob(f"{run}/{EXPERIMENT}/{SYSTEM}/*/run.json")
+    record = stored.json(record_key)
     assert record["status"] == "succeeded" and record["target"] == "knative", record
     assert record["params"]["matrix_size"] == 100 and record["metrics"]["call_status"] == "success"
     assert record["target_info"]["images"]["worker"] == "faasm/knative-worker:0.1.3"
     assert record["metrics"]["between_points"]["queue_keys_flushed"] >= 0
-    assert (record_path.parent / "RUN_TIME.log").read_text().endswith("ms")
+    assert stored.read(record_key.replace("run.json", "RUN_TIME.log")).decode().endswith("ms")
     # host metrics: the billing DaemonSet's sampler wrote its segments under the run
-    segments = sorted((run / "billing" / "kubeapi-node").glob("*.jsonl"))
-    assert segments and json.loads(segments[0].read_text().splitlines()[0])["header"]["host"] == "kubeapi-node"
-    ops = {json.loads(p.read_text())["step"] for p in (run / "_ops").glob("*.json")}
+    segments = sorted(stored.glob(f"{run}/billing/kubeapi-node/*.jsonl"))
+    assert segments and json.loads(stored.read(segments[0]).splitlines()[0])["header"]["host"] == "kubeapi-node"
+    ops = {stored.json(k)["step"] for k in stored.glob(f"{run}/_ops/*.json")}
     assert {"deploy", "wait-ready", "upload-data", "run", "collect", "teardown", "verify-clean"} <= ops, ops
-    upload = [json.loads(p.read_text()) for p in (run / "_ops").glob("upload-data-*.json")][0]
+    (upload,) = [stored.json(k) for k in stored.glob(f"{run}/_ops/upload-data-*.json")]
     assert {"function", "matrix-archive", "state"} <= {o["kind"] for o in upload["objects"]}
-    teardown = [json.loads(p.read_text()) for p in (run / "_ops").glob("teardown-*.json")][0]["report"]
+    (teardown,) = [stored.json(k)["report"] for k in stored.glob(f"{run}/_ops/teardown-*.json")]
     assert not teardown["incomplete"] and "ksvc/faasm-worker" in teardown["deleted"], teardown
     assert teardown["state_keys_deleted"] >= 1  # the product and intermediates, through the Redis client
-    assert json.loads((run / "summary" / "_SUCCESS.json").read_text())["step"] == "summarize"
+    assert stored.json(f"{run}/summary/_SUCCESS.json")["step"] == "summarize"
+    assert stored.glob(f"{run}/_ops/check-*.json")
+    steps = [p for p in api.pods_created if p["metadata"]["namespace"] == STEP_NS]
+    print(f"\nS3 run: {len(steps)} step pods, {len(faasm_pods(api))} pods in {FAASM_NS}, {len(api.requests)} API "
+          f"requests, {len(keys)} objects in s3://{RESULTS_BUCKET}/house/")
 
 
 def test_failed_load_step_still_tears_down_and_fails_the_run(faasm_cluster, monkeypatch):
@@ -223,8 +272,7 @@ def test_failed_load_step_still_tears_down_and_fails_the_run(faasm_cluster, monk
     import house.config as house_config
 
     monkeypatch.setattr(house_config, "DEFAULT_RETRY_DELAY", timedelta(seconds=1))  # the retries, without the wait
-    start, root = faasm_cluster
-    api = start(worker_state_url="redis://127.0.0.1:9/0")
+    api, stored = faasm_cluster(worker_state_url="redis://127.0.0.1:9/0")
     dr = load_dag("faasm_benchmarks").test(logical_date=LOGICAL_DATE, run_conf=CONF)
     st = task_states(dr)
     assert dr.state == "failed", st
@@ -235,7 +283,6 @@ def test_failed_load_step_still_tears_down_and_fails_the_run(faasm_cluster, monk
         assert st[f"{GROUP}.{t}"] == "success", (t, st)
     assert st["watcher"] == "failed", st
     assert_steps_and_cleanup(api, dr)
-    records = [json.loads(p.read_text())
-               for p in (root / "faasm_benchmarks" / "2026-11-29").glob(f"*/{EXPERIMENT}/{SYSTEM}/**/run.json")]
+    records = [stored.json(k) for k in stored.glob(f"faasm_benchmarks/2026-11-29/*/{EXPERIMENT}/{SYSTEM}/*/run.json")]
     assert sorted(r["attempt"] for r in records) == [1, 2, 3]  # one attempt per try, none overwritten
     assert all(r["status"] == "failed" and r["outcome"]["error"] for r in records), records
