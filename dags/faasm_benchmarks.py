@@ -184,11 +184,13 @@ with DAG(
                 # collect is a teardown too: it runs after a failed run, so partial results are kept.
                 collect = step("collect", argv=["collect", *COMMON],
                                timeout=timedelta(minutes=20)).as_teardown(setups=setup)
-                teardown = step("teardown", argv=["teardown", *COMMON],
+                # --full: the Redis and upload pods and Services go too (the next group deploys its own),
+                # so nothing of the benchmark is left in the namespace once the day is done
+                teardown = step("teardown", argv=["teardown", *COMMON, "--full"],
                                 timeout=timedelta(minutes=30)).as_teardown(setups=setup)
                 # a teardown too: it runs whenever the group was set up, even when the teardown
                 # failed or was marked failed by hand (then it finds what was left and fails)
-                verify = step("verify_clean", argv=["verify-clean", *COMMON],
+                verify = step("verify_clean", argv=["verify-clean", *COMMON, "--full"],
                               timeout=timedelta(minutes=10)).as_teardown(setups=setup)
                 setup >> deploy >> wait >> upload >> run >> collect >> teardown >> verify
             if previous is not None:

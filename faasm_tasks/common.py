@@ -49,6 +49,12 @@ def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_
                    help="ingress URL for invocations (knative target; env FAASM_INVOKE_URL)")
     k.add_argument("--upload-url", default=os.environ.get("FAASM_UPLOAD_URL"),
                    help="upload service URL (knative target; env FAASM_UPLOAD_URL)")
+    k.add_argument("--redis-queue-url", default=os.environ.get("FAASM_REDIS_QUEUE_URL"),
+                   help="redis:// URL of the queue Redis (default: the ready endpoint of the redis-queue Service; "
+                        "env FAASM_REDIS_QUEUE_URL)")
+    k.add_argument("--redis-state-url", default=os.environ.get("FAASM_REDIS_STATE_URL"),
+                   help="redis:// URL of the state Redis (default: the ready endpoint of the redis-state Service; "
+                        "env FAASM_REDIS_STATE_URL)")
     k.add_argument("--protocol", choices=["knative", "planner"], default=None,
                    help="invocation protocol (default: knative, the 2020 one)")
 

@@ -5,7 +5,8 @@ Knative protocol (JSON POST, ``async`` ids, ``{"status": true, "id": N}`` polls,
 ``{"flush": true}``) and the planner protocol (``{"http_type": "EXECUTE_BATCH", ...}``).
 Several workers share one port through ``SO_REUSEPORT``, so the kernel spreads
 connections over them like an ingress would. Results and status live in Redis (database
-0 = queue, 1 = state), so any worker answers any status poll.
+0 = queue, 1 = state; ``--state-redis-url`` puts state in a Redis of its own, database 0,
+as Faasm's ``redis-queue``/``redis-state`` pair does), so any worker answers any status poll.
 
 ``python -m faasm_tasks.local_server upload --port P ...`` serves ``PUT /f``, ``/p``,
 ``/s`` (and ``GET /s``), ``PUT /file`` with ``FilePath``, ``GET /ping``.
@@ -89,10 +90,17 @@ class Handler(BaseHTTPRequestHandler):
         self.app.handle(self, "POST", self._body())
 
 
+def state_redis(args) -> redis.Redis:
+    """The state store: ``--state-redis-url`` as given, else database 1 of ``--redis-url``."""
+    if args.state_redis_url:
+        return redis.Redis.from_url(args.state_redis_url)
+    return redis.Redis.from_url(args.redis_url, db=1)
+
+
 class WorkerApp:
     def __init__(self, args):
         self.queue = redis.Redis.from_url(args.redis_url, db=0)
-        self.state = redis.Redis.from_url(args.redis_url, db=1)
+        self.state = state_redis(args)
         self.port = args.port
         self.invoke_url = f"http://127.0.0.1:{args.port}/"
         self.cold_delay_ms = args.cold_start_delay_ms
@@ -274,7 +282,7 @@ class WorkerApp:
 
 class UploadApp:
     def __init__(self, args):
-        self.state = redis.Redis.from_url(args.redis_url, db=1)
+        self.state = state_redis(args)
         self.root = args.shared_dir
         self.func_dir = args.functions_dir
 
@@ -322,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m faasm_tasks.local_server")
     p.add_argument("role", choices=["worker", "upload"])
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--redis-url", required=True)
+    p.add_argument("--redis-url", required=True, help="the queue Redis (and the state Redis's server, database 1)")
+    p.add_argument("--state-redis-url", help="a separate state Redis (database as in the URL)")
     p.add_argument("--shared-dir", required=True)
     p.add_argument("--functions-dir", default="")
     p.add_argument("--cold-start-delay-ms", type=float, default=800.0)

@@ -14,12 +14,16 @@ from ..targets import get_target
 
 def add_arguments(p):
     add_common(p, experiment=True)
+    p.add_argument("--full", action="store_true",
+                   help="knative: after a teardown --full, also check that the Redis and upload pods and Services "
+                        "are gone")
 
 
 def run(args) -> int:
     date = run_date(args)
     keys, key_problem = teardown_state_keys(args)
-    report = get_target(args.target, args).verify_clean(keys)
+    target = get_target(args.target, args)
+    report = target.verify_clean(keys, full=args.full) if args.target == "knative" else target.verify_clean(keys)
     if key_problem:
         report["input_problem"] = key_problem
     write_op_report(args.results, date, args.run_id, "verify-clean", {"target": args.target, "report": report})

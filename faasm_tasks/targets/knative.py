@@ -11,7 +11,14 @@ applied with the official ``kubernetes`` client; readiness comes from the Servic
 never from fixed sleeps. Teardown is hard and idempotent: 404 counts as gone, 409 and
 API timeouts are retried until a deadline, and it waits for the pods to disappear.
 
-The API clients and the exec function are injectable, so tests run against a fake.
+A step reaches the deployment's Services from any pod, without ``pods/exec`` and without
+cluster DNS: Redis (queue flush, run-state keys) through a Redis client to the
+``redis-queue``/``redis-state`` Services, and the upload server, at the ready addresses
+their EndpointSlices list (``--redis-queue-url``/``--redis-state-url``/``--upload-url``
+override them); invocations go through the Istio ingress gateway's LoadBalancer address
+and its ``http2`` port (or ``--invoke-url``).
+
+The API clients and the Redis client factory are injectable, so tests run against a fake.
 """
 
 from __future__ import annotations
@@ -199,14 +206,17 @@ class KnativeTarget(Target):
     name = "knative"
 
     def __init__(self, *, namespace: str = "faasm", run_id: str = "run", core=None, custom=None,
-                 exec_fn: Callable[[str, str, list[str]], str] | None = None, kubeconfig: str | None = None,
+                 redis_fn: Callable[[str], Any] | None = None, kubeconfig: str | None = None,
                  context: str | None = None, release: str = DEFAULT_RELEASE, registry: str | None = None,
                  invoke_url: str | None = None, upload_url: str | None = None, domain: str = "faasm.example.com",
                  protocol: str = "knative", sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, poll_s: float = 2.0, apps=None,
-                 billing: dict[str, Any] | None = None):
+                 billing: dict[str, Any] | None = None, discovery=None,
+                 redis_urls: dict[str, str] | None = None):
         self.ns, self.run_id = namespace, run_id
-        self._core, self._custom, self._exec = core, custom, exec_fn
+        self._core, self._custom, self._redis_fn, self._discovery = core, custom, redis_fn, discovery
+        self.redis_urls = {k: v for k, v in (redis_urls or {}).items() if v}  # Service name -> redis:// URL
+        self._redis_clients: dict[str, Any] = {}
         self.kubeconfig, self.context = kubeconfig, context
         self.release, self.registry = release, registry
         self.images = release_images(release, registry)
@@ -221,7 +231,9 @@ class KnativeTarget(Target):
         return cls(namespace=args.namespace, run_id=args.run_id, kubeconfig=args.kubeconfig, context=args.context,
                    release=args.release, registry=args.image_registry, invoke_url=args.invoke_url,
                    upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative",
-                   billing=billing_spec(args))
+                   billing=billing_spec(args),
+                   redis_urls={"redis-queue": getattr(args, "redis_queue_url", None),
+                               "redis-state": getattr(args, "redis_state_url", None)})
 
     # ---------------------------------------------------------------- clients
     def _load_config(self) -> None:
@@ -262,13 +274,42 @@ class KnativeTarget(Target):
             self._custom = client.CustomObjectsApi()
         return self._custom
 
-    def exec(self, pod: str, cmd: list[str]) -> str:
-        if self._exec is not None:
-            return self._exec(self.ns, pod, cmd)
-        from kubernetes.stream import stream
+    @property
+    def discovery(self):
+        if self._discovery is None:
+            from kubernetes import client
 
-        return stream(self.core.connect_get_namespaced_pod_exec, pod, self.ns, command=cmd, stderr=True,
-                      stdin=False, stdout=True, tty=False, _request_timeout=120)
+            self._load_config()
+            self._discovery = client.DiscoveryV1Api()
+        return self._discovery
+
+    def service_address(self, name: str, port_name: str | None = None, deadline: float | None = None) -> str:
+        """``host:port`` of a ready endpoint of Service ``name`` (its EndpointSlices): reachable
+        from any pod of the cluster, with no cluster DNS and no exec. StepError when none is ready."""
+        deadline = deadline if deadline is not None else self.clock() + 30
+        res = self._call(f"list endpointslices of {name}", lambda: self.discovery.list_namespaced_endpoint_slice(
+            self.ns, label_selector=f"kubernetes.io/service-name={name}"), deadline, absent_ok=True)
+        for sl in getattr(res, "items", None) or []:
+            ports = [p for p in (sl.ports or []) if port_name is None or p.name == port_name] or (sl.ports or [])
+            for ep in sl.endpoints or []:
+                cond = ep.conditions
+                if ports and ep.addresses and (cond is None or cond.ready is not False):
+                    return f"{ep.addresses[0]}:{ports[0].port}"
+        raise StepError(f"Service {self.ns}/{name} has no ready endpoint (is the deployment up? deploy and "
+                        f"wait-ready first)")
+
+    def redis(self, service: str):
+        """A Redis client for ``redis-queue`` or ``redis-state`` (database 0, as Faasm uses it)."""
+        if service not in self._redis_clients:
+            if self._redis_fn is not None:
+                self._redis_clients[service] = self._redis_fn(service)
+            else:
+                import redis  # noqa: PLC0415 - the knative target's steps only
+
+                url = self.redis_urls.get(service) or f"redis://{self.service_address(service)}/0"
+                self._redis_clients[service] = redis.Redis.from_url(url, socket_timeout=30,
+                                                                    socket_connect_timeout=10)
+        return self._redis_clients[service]
 
     # ---------------------------------------------------------------- retry helper
     def _call(self, what: str, fn: Callable[[], Any], deadline: float, *, absent_ok: bool = False,
@@ -435,42 +476,45 @@ class KnativeTarget(Target):
             if not inv:
                 svc = self._call("get istio ingress", lambda: self.core.read_namespaced_service(
                     "istio-ingressgateway", "istio-system"), deadline, absent_ok=True)
-                inv = _lb_url(svc, 80)
+                inv = _lb_url(svc, 80, ("http2", "http"))
             if not up:
                 up = _lb_url(self._call("get upload service", lambda: self.core.read_namespaced_service(
-                    "upload", self.ns), deadline, absent_ok=True), 8002)
+                    "upload", self.ns), deadline, absent_ok=True), 8002, ("http",))
+                if not up:  # a ClusterIP Service (the default): its ready endpoint, from inside the cluster
+                    try:
+                        up = "http://" + self.service_address("upload", "http", deadline)
+                    except StepError:
+                        up = None
         if not inv or not up:
-            raise StepError("knative target needs --invoke-url and --upload-url (no LoadBalancer address found)")
+            raise StepError("knative target needs --invoke-url (no LoadBalancer address on "
+                            "istio-system/istio-ingressgateway) and --upload-url (no LoadBalancer address or "
+                            f"ready endpoint of {self.ns}/upload)")
         return Endpoints(inv.rstrip("/") + "/", up, protocol=self.protocol, domain=self.domain)
 
     # ---------------------------------------------------------------- redis
-    def _redis(self, pod: str, args: list[str]) -> str:
-        return self.exec(pod, ["redis-cli", *args])
-
     def flush_queue(self) -> int:
-        try:
-            n = int((self._redis("redis-queue", ["dbsize"]) or "0").strip() or 0)
-        except ValueError:
-            n = 0
-        self._redis("redis-queue", ["flushall"])
+        r = self.redis("redis-queue")
+        n = int(r.dbsize())
+        r.flushall()
         return n
 
     def _scan(self, pattern: str) -> list[str]:
-        out = self._redis("redis-state", ["--scan", "--pattern", pattern])
-        return [k for k in (out or "").split() if k]
+        return sorted({k.decode() if isinstance(k, bytes) else str(k)
+                       for k in self.redis("redis-state").scan_iter(match=pattern, count=1000)})
 
-    def delete_state_keys(self, patterns: list[str]) -> int:
+    def _state_keys(self, patterns: list[str]) -> list[str]:
+        """The run-state keys present: glob patterns scanned, plain names checked."""
+        r = self.redis("redis-state")
         keys: list[str] = []
         for pat in patterns:
-            keys += self._scan(pat) if any(c in pat for c in "*?[") else [pat]
-        n = 0
-        for i in range(0, len(keys), 200):
-            out = self._redis("redis-state", ["del", *keys[i:i + 200]])
-            try:
-                n += int((out or "0").strip().split()[-1])
-            except (ValueError, IndexError):
-                pass
-        return n
+            found = self._scan(pat) if any(c in pat for c in "*?[") else ([pat] if r.exists(pat) else [])
+            keys += [k for k in found if k not in keys]
+        return keys
+
+    def delete_state_keys(self, patterns: list[str]) -> int:
+        keys = self._state_keys(patterns)
+        r = self.redis("redis-state")
+        return sum(int(r.delete(*keys[i:i + 200])) for i in range(0, len(keys), 200))
 
     def _pod_exists(self, name: str, deadline: float) -> bool:
         return self._call(f"read pod {name}", lambda: self.core.read_namespaced_pod(name, self.ns), deadline,
@@ -480,15 +524,18 @@ class KnativeTarget(Target):
     def teardown(self, run_state_keys: list[str], timeout_s: float, full: bool = False) -> dict[str, Any]:
         deadline = self.clock() + timeout_s
         rep: dict[str, Any] = {"deleted": [], "absent": [], "incomplete": []}
-        try:
-            if self._pod_exists("redis-queue", deadline):
-                rep["queue_keys_flushed"] = self.flush_queue()
-            if self._pod_exists("redis-state", deadline):
-                rep["state_keys_deleted"] = self.delete_state_keys(run_state_keys)
-        except StepError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - exec failures are reported, teardown goes on
-            rep["incomplete"].append(f"redis cleanup failed: {type(exc).__name__}: {exc}")
+        for pod, what, fn in (("redis-queue", "queue_keys_flushed", self.flush_queue),
+                              ("redis-state", "state_keys_deleted", lambda: self.delete_state_keys(run_state_keys))):
+            if not self._pod_exists(pod, deadline):  # API errors (e.g. Forbidden) surface here
+                continue
+            try:
+                rep[what] = fn()
+            except Exception as exc:  # noqa: BLE001 - Redis failures are reported, teardown goes on
+                msg = f"{pod} cleanup failed: {type(exc).__name__}: {exc}"
+                if full:  # its data goes with the pod, deleted below
+                    rep.setdefault("notes", []).append(msg + " (the pod is deleted with its data)")
+                else:
+                    rep["incomplete"].append(msg)
         names = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
         for name in names:
             r = self._call(f"delete ksvc {name}", lambda n=name: self.custom.delete_namespaced_custom_object(
@@ -549,7 +596,9 @@ class KnativeTarget(Target):
                 return out
             self.sleep(self.poll_s)
 
-    def verify_clean(self, run_state_keys: list[str]) -> dict[str, Any]:
+    def verify_clean(self, run_state_keys: list[str], full: bool = False) -> dict[str, Any]:
+        """What a teardown left: Knative Services and their pods, billing, run keys in Redis;
+        with ``full`` (a ``teardown --full``) also the Redis and upload pods and Services."""
         deadline = self.clock() + 60
         problems = []
         ksvcs = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
@@ -564,14 +613,20 @@ class KnativeTarget(Target):
         billing_pods = self._billing_pods(deadline)
         if billing_pods:
             problems.append(f"billing sampler pods left: {billing_pods}")
+        if full:
+            common = [p.metadata.name for p in self._pods("app=faasm", deadline)]
+            if common:
+                problems.append(f"Redis/upload pods left: {common}")
+            for name in ("upload", "redis-queue", "redis-state"):
+                if self._call(f"read service {name}", lambda n=name: self.core.read_namespaced_service(n, self.ns),
+                              deadline, absent_ok=True) is not None:
+                    problems.append(f"service {name} left")
         if self._pod_exists("redis-queue", deadline):
-            n = (self._redis("redis-queue", ["dbsize"]) or "0").strip()
-            if n not in ("0", "(integer) 0"):
+            n = int(self.redis("redis-queue").dbsize())
+            if n:
                 problems.append(f"redis-queue holds {n} keys")
         if self._pod_exists("redis-state", deadline):
-            left = [k for pat in run_state_keys for k in (self._scan(pat) if any(c in pat for c in "*?[") else
-                                                          ([pat] if self._redis("redis-state", ["exists", pat]).strip()
-                                                           not in ("0", "(integer) 0") else []))]
+            left = self._state_keys(run_state_keys)
             if left:
                 problems.append(f"run state keys left: {left[:20]}")
         return {"clean": not problems, "problems": problems, "namespace": self.ns}
@@ -603,9 +658,15 @@ def billing_spec(args) -> dict[str, Any] | None:
             "secret": getattr(args, "billing_secret", None) or None}
 
 
-def _lb_url(svc, port: int) -> str | None:
+def _lb_url(svc, port: int, names: tuple[str, ...] = ()) -> str | None:
+    """``http://<LoadBalancer address>:<port>``: the Service's port named one of ``names`` (Istio's
+    gateway: ``http2``), else ``port``. None without a LoadBalancer address."""
     try:
         ing = svc.status.load_balancer.ingress[0]
-        return f"http://{ing.ip or ing.hostname}:{port}"
     except (AttributeError, IndexError, TypeError):
         return None
+    for p in (getattr(svc.spec, "ports", None) or []) if getattr(svc, "spec", None) else []:
+        if p.name in names:
+            port = p.port
+            break
+    return f"http://{ing.ip or ing.hostname}:{port}"

@@ -67,6 +67,7 @@ class LocalTarget(Target):
         self.label = procs.run_label(self.state_root, run_id)
         self.state_problem: str | None = None
         self.results: str | None = None  # results root: the record is mirrored under <results>/_state/<run>/
+        self.recovered_from: str | None = None  # the storage record load() used, when there was no state file
 
     @classmethod
     def from_args(cls, args) -> "LocalTarget":
@@ -86,14 +87,50 @@ class LocalTarget(Target):
             with open(self.state_path, encoding="utf-8") as f:
                 st = json.load(f)
         except FileNotFoundError:
-            self.state_problem = "no state file"
-            return None
+            st = self._from_storage()
+            if st is None:
+                return None
         except (OSError, ValueError) as exc:
             self.state_problem = f"state file unreadable ({type(exc).__name__}: {exc})"
             return None
         if not isinstance(st, dict) or not isinstance(st.get("procs"), list):
             self.state_problem = "state file is not a deployment record"
             return None
+        return st
+
+    def record_uri(self) -> str | None:
+        """``<results>/_state/<run id>/local-target.json``: the record mirrored to storage."""
+        if not self.results:
+            return None
+        from stepkit import storage  # noqa: PLC0415
+
+        return storage.join(self.results, "_state", self.run_id, "local-target.json")
+
+    def _from_storage(self) -> dict[str, Any] | None:
+        """The deployment record from storage when this process has no local state file (a step
+        in a fresh process, or with another ``--state-dir``): usable only on the host that runs
+        the processes; ``state_problem`` says why not otherwise."""
+        uri = self.record_uri()
+        self.state_problem = "no state file"
+        if uri is None:
+            return None
+        from stepkit import storage  # noqa: PLC0415
+
+        try:
+            st = storage.read_json(uri)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - storage trouble: as if there were no record
+            self.state_problem = f"no state file; the record in storage is unreadable ({type(exc).__name__}: {exc})"
+            return None
+        host = st.get("host") if isinstance(st, dict) else None
+        if host != socket.gethostname():
+            self.state_problem = f"no state file; the record in storage ({uri}) is from host {host!r}"
+            return None
+        self.recovered_from = uri
+        if st.get("label"):  # the processes carry the deploying step's run label (its state root)
+            self.label = str(st["label"])
+        log.info("local target record recovered from %s", uri)
         return st
 
     def save(self, st: dict[str, Any]) -> None:
@@ -110,7 +147,8 @@ class LocalTarget(Target):
                 from stepkit import storage  # noqa: PLC0415
 
                 storage.write_json(storage.join(self.results, "_state", self.run_id, "local-target.json"),
-                                   {**st, "host": socket.gethostname(), "state_file": self.state_path})
+                                   {**st, "host": socket.gethostname(), "state_file": self.state_path,
+                                    "label": self.label})
             except Exception as exc:  # noqa: BLE001 - the local record is authoritative for the processes
                 log.warning("could not mirror the local target record to storage: %s", exc)
 

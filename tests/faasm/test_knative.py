@@ -205,6 +205,12 @@ class FakeCluster:
         del self.pods[name]
         return {}
 
+    def read_namespaced_service(self, name, ns):
+        self._rec("read_namespaced_service", name)
+        if name not in self.services:
+            raise ApiErr(404, "NotFound")
+        return self.services[name]
+
     def delete_namespaced_service(self, name, ns, **kw):
         self._rec("delete_namespaced_service", name)
         if self.services.pop(name, None) is None:
@@ -274,33 +280,49 @@ class FakeCluster:
                                                                       **obj["metadata"]["labels"]})
 
 
-class FakeRedisExec:
+class FakeRedis:
+    """The two Redis servers behind ``redis-queue`` and ``redis-state``, as redis-py clients
+    (the methods the target calls); ``calls`` records (service, method, args)."""
+
     def __init__(self):
         self.calls = []
         self.state = {"sgd_params", "sgd_weights", "python_intermediate_1_0_0_0_0", "sgd_inputs_vals"}
         self.queue = 5
 
-    def __call__(self, ns, pod, cmd):
-        self.calls.append((pod, tuple(cmd)))
-        args = cmd[1:]
-        if pod == "redis-queue":
-            if args == ["dbsize"]:
-                return f"{self.queue}\n"
-            if args == ["flushall"]:
-                self.queue = 0
-                return "OK\n"
-        if pod == "redis-state":
-            if args[:1] == ["--scan"]:
-                import fnmatch
+    def client(self, service):
+        fake = self
 
-                return "\n".join(k for k in sorted(self.state) if fnmatch.fnmatch(k, args[2])) + "\n"
-            if args[0] == "del":
-                n = len(self.state & set(args[1:]))
-                self.state -= set(args[1:])
-                return f"{n}\n"
-            if args[0] == "exists":
-                return "1\n" if args[1] in self.state else "0\n"
-        raise AssertionError(f"unexpected exec {pod} {cmd}")
+        class Client:
+            def __getattr__(self, method):
+                def call(*args, **kw):
+                    fake.calls.append((service, method, args))
+                    return getattr(fake, f"_{method}")(service, *args, **kw)
+                return call
+
+        return Client()
+
+    def _dbsize(self, service):
+        return self.queue if service == "redis-queue" else len(self.state)
+
+    def _flushall(self, service):
+        assert service == "redis-queue", "only the queue is flushed whole"
+        self.queue = 0
+        return True
+
+    def _scan_iter(self, service, match="*", count=None):
+        import fnmatch
+
+        assert service == "redis-state"
+        return iter(sorted(k.encode() for k in self.state if fnmatch.fnmatch(k, match)))
+
+    def _exists(self, service, *keys):
+        return sum(k in self.state for k in keys)
+
+    def _delete(self, service, *keys):
+        assert service == "redis-state"
+        n = len(self.state & set(keys))
+        self.state -= set(keys)
+        return n
 
 
 @pytest.fixture
@@ -308,13 +330,13 @@ def fake():
     t = {"now": 0.0}
     clock = lambda: t["now"]  # noqa: E731
     cluster = FakeCluster(clock)
-    rexec = FakeRedisExec()
+    rexec = FakeRedis()
 
     def sleep(s):
         t["now"] += s
         cluster.tick()
 
-    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, apps=cluster, exec_fn=rexec, sleep=sleep,
+    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, apps=cluster, redis_fn=rexec.client, sleep=sleep,
                            clock=clock, poll_s=1.0,
                            billing={"image": "faasm-tasks:0.1.0", "command": ["python", "-m", "faasm_tasks",
                                                                               "billing-agent"]})
@@ -404,7 +426,7 @@ def test_soft_restart_replaces_pods(fake):
     rep = target.soft_restart(60)
     after = {n for n, p in cluster.pods.items() if "serving.knative.dev/service" in p.metadata.labels}
     assert rep["ready"] and before and after and not (before & after)
-    assert ("redis-queue", ("redis-cli", "flushall")) in rexec.calls
+    assert ("redis-queue", "flushall", ()) in rexec.calls
 
 
 def test_deploy_needs_the_platforms_namespace(fake):
@@ -466,6 +488,7 @@ _RBAC = {
     "create_namespaced_pod": ("create", "", "pods"), "list_namespaced_pod": ("list", "", "pods"),
     "read_namespaced_pod": ("get", "", "pods"), "delete_namespaced_pod": ("delete", "", "pods"),
     "create_namespaced_service": ("create", "", "services"), "delete_namespaced_service": ("delete", "", "services"),
+    "read_namespaced_service": ("get", "", "services"),
     "create_namespaced_custom_object": ("create", "serving.knative.dev", "services"),
     "get_namespaced_custom_object": ("get", "serving.knative.dev", "services"),
     "replace_namespaced_custom_object": ("update", "serving.knative.dev", "services"),
@@ -491,7 +514,7 @@ def test_rbac_manifest_covers_every_call_of_the_target(fake):
     target.deploy(plan)
     target.soft_restart(60)
     target.teardown(["sgd_params"], timeout_s=60, full=True)
-    target.verify_clean(["sgd_params"])
+    assert target.verify_clean(["sgd_params"], full=True)["clean"]
     docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/rbac/faasm-benchmark.yaml").read_text()))
     [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "faasm-benchmark"]
     granted = {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
@@ -499,12 +522,14 @@ def test_rbac_manifest_covers_every_call_of_the_target(fake):
     methods = {c[0] for c in cluster.calls}
     in_ns = {m for m in methods if m in _RBAC}
     assert methods - in_ns <= {"read_namespace", "patch_namespaced_config_map", "create_namespaced_config_map"}
-    needed = {_RBAC[m] for m in in_ns} | {("create", "", "pods/exec"), ("get", "", "pods/exec")}  # exec: redis-cli
+    # Redis through a client to the Services' endpoints (what list_namespaced_endpoint_slice finds): no exec
+    needed = {_RBAC[m] for m in in_ns} | {("list", "discovery.k8s.io", "endpointslices")}
     assert needed <= granted, needed - granted
     documented_extra = {("get", "", "pods/log"), ("create", "", "configmaps"), ("patch", "", "configmaps"),
-                        ("get", "apps", "daemonsets"), ("get", "", "services")}
+                        ("get", "apps", "daemonsets")}
     assert granted - needed <= documented_extra, granted - needed
-    assert rexec.calls  # the Redis cleanup went through exec
+    assert {c[0] for c in rexec.calls} == {"redis-queue", "redis-state"}  # cleanup through the Redis clients
+    assert not {g for rule in role["rules"] for g in rule["resources"] if g in ("pods/exec", "pods/attach")}
     # beyond the namespace: get on the namespace itself, the autoscaler ConfigMap by name
     [ns_role] = [d for d in docs if d["kind"] == "ClusterRole"]
     assert ns_role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["faasm"],
@@ -555,3 +580,42 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
     points.clear()
     assert main("faasm_tasks", STEPS, ["run", *common, "--replicas", "fixed", "--rerun"]) == 0
     assert deployed == [] and {p[0] for p in points} == {10}  # the catalogue's fixed 10 replicas
+
+
+def test_endpoints_and_redis_from_the_services_without_dns_or_exec():
+    """From a step pod: the ingress at its LoadBalancer address and ``http2`` port, the upload
+    server and Redis at the ready endpoints of their ClusterIP Services (EndpointSlices)."""
+
+    def svc(ports, ip=None):
+        lb = NS(ingress=[NS(ip=ip, hostname=None)]) if ip else NS(ingress=None)
+        return NS(spec=NS(ports=[NS(name=n, port=p) for n, p in ports]), status=NS(load_balancer=lb))
+
+    def slice_(name, port, ready=True, port_name=""):
+        return NS(ports=[NS(name=port_name, port=port)],
+                  endpoints=[NS(addresses=["10.1.2.3"], conditions=NS(ready=ready))])
+
+    services = {("istio-system", "istio-ingressgateway"): svc([("status-port", 15021), ("http2", 31380)], "192.0.2.7"),
+                ("faasm", "upload"): svc([("http", 8002)])}
+    slices = {"upload": [slice_("upload", 8002, port_name="http")], "redis-state": [slice_("redis-state", 6379)],
+              "redis-queue": [slice_("redis-queue", 6379, ready=False)]}
+    calls = []
+
+    class Core:
+        def read_namespaced_service(self, name, ns):
+            return services[(ns, name)]
+
+    class Discovery:
+        def list_namespaced_endpoint_slice(self, ns, label_selector):
+            calls.append((ns, label_selector))
+            return NS(items=slices.get(label_selector.split("=", 1)[1], []))
+
+    t = KnativeTarget(run_id="r1", core=Core(), discovery=Discovery())
+    ep = t.endpoints()
+    assert ep.invoke_url == "http://192.0.2.7:31380/" and ep.upload_url == "http://10.1.2.3:8002"
+    assert t.service_address("redis-state") == "10.1.2.3:6379"
+    with pytest.raises(StepError, match="faasm/redis-queue has no ready endpoint"):
+        t.service_address("redis-queue")
+    assert ("faasm", "kubernetes.io/service-name=upload") in calls
+    assert t.redis("redis-state").connection_pool.connection_kwargs["host"] == "10.1.2.3"  # lazy: no connection yet
+    t2 = KnativeTarget(run_id="r1", core=Core(), discovery=Discovery(), redis_urls={"redis-queue": "redis://q:7/0"})
+    assert t2.redis("redis-queue").connection_pool.connection_kwargs["port"] == 7

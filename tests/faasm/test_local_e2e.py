@@ -138,3 +138,24 @@ def test_local_worker_protocol_details(tmp_path):
     finally:
         t.teardown([], 10)
     assert t.verify_clean([])["clean"]
+
+
+def test_steps_in_fresh_processes_recover_the_record_from_storage(tmp_path):
+    """A step with another (empty) state folder, as in a fresh pod or on another worker slot,
+    finds the deployment through ``<results>/_state/<run>/local-target.json``: it waits for the
+    deployed processes and tears them down; the deploying step's folder then says clean."""
+    first, fresh = str(tmp_path / "state-a"), str(tmp_path / "state-b")
+    results = f"file://{tmp_path}/results"
+    common = ["--target", "local", "--run-id", "fresh", "--results", results, "--date", "2026-11-29"]
+    try:
+        cli("deploy", *common, "--experiment", "sgd_reuters_svm", state_dir=first)
+        record = storage.read_json(f"{results}/_state/fresh/local-target.json")
+        assert record["status"] == "deployed" and record["label"].startswith("fresh:")
+        assert "ready" in cli("wait-ready", *common, "--timeout", "60", state_dir=fresh).stdout
+        cli("teardown", *common, state_dir=fresh)
+    finally:
+        cli("teardown", *common, state_dir=first, check=False)
+    st = json.load(open(os.path.join(first, "fresh", "local", "state.json")))
+    assert not any(psutil.pid_exists(p["pid"]) and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE
+                   for p in st["procs"])
+    assert "clean" in cli("verify-clean", *common, state_dir=first).stdout

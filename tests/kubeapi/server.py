@@ -36,6 +36,22 @@ kubeconfig. What it does, and does not do:
   ``nodeSelector`` is matched against ``node_labels``. Deleting the DaemonSet deletes its
   pods (their processes get SIGTERM first); its status counts them. Deployments are stored
   with a status claiming all replicas ready; their pod templates are NOT run.
+* **Images with stand-in behaviour** (``images``: image -> command factory, supplied by
+  the test): a container without ``command`` whose image is in the table runs the
+  factory's command instead, on a free 127.0.0.1 port (env ``PORT``); the pod turns
+  ``Ready`` once that port accepts connections (a TCP readiness probe). A **Knative
+  Service** whose image is in the table gets a revision: ``minScale`` pods labelled as
+  Knative labels them (``serving.knative.dev/service``, ``/configuration``, ``/revision``),
+  sharing one port per Service (the workers bind it with ``SO_REUSEPORT``); the Service is
+  ``Ready`` only when they are; a spec change rolls them to a new revision; a deleted pod of
+  the current revision is replaced; deleting the Service deletes them. ``status.url`` is
+  ``http://<name>.<namespace>.<ingress_domain>`` (Knative's default domain template) and
+  ``status.address.url`` the pods' local address. An **ingress** on a free port routes
+  requests by ``Host`` to those Services, as Istio's gateway does
+  (:meth:`KubeAPIServer.ingress_service` is the ``istio-ingressgateway`` Service a test
+  creates for it). **EndpointSlices** (``discovery.k8s.io/v1``, list by
+  ``kubernetes.io/service-name``) are computed from the Services' selectors and the pods'
+  local ports: what a client uses to reach a Service without cluster DNS.
 * Not implemented (answered ``405``/``400`` with a message saying so): ``watch=true``,
   ``pods/exec``/``attach``/``portforward`` (WebSocket), authentication and RBAC
   enforcement (every request is allowed; RBAC objects are stored, not enforced),
@@ -103,7 +119,11 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("serving.knative.dev", "v1", "revisions"): ("Revision", True),
     ("serving.knative.dev", "v1", "configurations"): ("Configuration", True),
     ("serving.knative.dev", "v1", "routes"): ("Route", True),
+    ("discovery.k8s.io", "v1", "endpointslices"): ("EndpointSlice", True),
 }
+#: Knative's labels on a revision's pods.
+KSVC_LABEL, KCONF_LABEL, KREV_LABEL = ("serving.knative.dev/service", "serving.knative.dev/configuration",
+                                       "serving.knative.dev/revision")
 #: Namespaces every cluster has; never reported by :meth:`KubeAPIServer.objects_left`.
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public")
 UNSUPPORTED_SUBRESOURCES = ("exec", "attach", "portforward", "proxy", "eviction", "binding")
@@ -252,6 +272,27 @@ class PodRun:
     killed_for: str | None = None  # "deadline" or "delete"
 
 
+@dataclass
+class PodContext:
+    """What an image's command factory gets: the pod, its port and a Service resolver."""
+
+    pod: dict
+    port: int
+    env: dict[str, str]
+    home: Path
+    shared: Path  # one folder per namespace, shared by its image-served pods (a volume)
+    python: str
+    service: Callable[[str], str]  # Service name -> "127.0.0.1:<port>" of a pod behind it
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class KubeAPIServer:
     """The stand-in: an in-memory object store, pod processes, and the HTTP front end."""
 
@@ -266,7 +307,14 @@ class KubeAPIServer:
         namespaces: tuple[str, ...] = SYSTEM_NAMESPACES,
         nodes: tuple[str, ...] = ("kubeapi-node",),
         node_labels: dict[str, dict[str, str]] | None = None,
+        images: dict[str, Callable[[PodContext], list[str]]] | None = None,
+        ingress_domain: str = "example.com",
     ):
+        self.images = dict(images or {})
+        self.ingress_domain = ingress_domain
+        self.pod_ports: dict[tuple[str, str], int] = {}  # image-served pods: (ns, name) -> local port
+        self.ksvc_ports: dict[tuple[str, str], int] = {}  # served Knative Services: (ns, name) -> port
+        self._ingress: ThreadingHTTPServer | None = None
         self.nodes = tuple(nodes)
         self.node_labels = {n: {"kubernetes.io/hostname": n, **((node_labels or {}).get(n) or {})} for n in self.nodes}
         self.workdir = Path(workdir)
@@ -304,12 +352,36 @@ class KubeAPIServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, name="kubeapi", daemon=True).start()
+        if self.images:
+            ingress = type("Ingress", (_IngressHandler,), {"api": self})
+            self._ingress = ThreadingHTTPServer(("127.0.0.1", 0), ingress)
+            self._ingress.daemon_threads = True
+            threading.Thread(target=self._ingress.serve_forever, name="kubeapi-ingress", daemon=True).start()
         return self
+
+    @property
+    def ingress_port(self) -> int:
+        assert self._ingress is not None, "no ingress: the stand-in starts one when given images"
+        return self._ingress.server_address[1]
+
+    def ingress_service(self) -> dict:
+        """The ``istio-system/istio-ingressgateway`` Service (a LoadBalancer with its address, as
+        the platform's Istio has it) pointing at the stand-in's ingress: create it in a test."""
+        return {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system",
+                             "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"}},
+                "spec": {"type": "LoadBalancer", "selector": {"istio": "ingressgateway"},
+                         "ports": [{"name": "http2", "port": self.ingress_port, "targetPort": 8080}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}}
 
     def stop(self) -> None:
         """Kill every pod process and close the server."""
         for run in list(self.runs.values()):
             self._kill(run, "delete", grace=0.5)
+        if self._ingress is not None:
+            self._ingress.shutdown()
+            self._ingress.server_close()
+            self._ingress = None
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -415,6 +487,8 @@ class KubeAPIServer:
         fields = field_matcher(query.get("fieldSelector"))
         with self.lock:
             items = []
+            if (group, plural) == ("discovery.k8s.io", "endpointslices"):
+                items = [o for o in self._endpoint_slices(ns) if labels(o["metadata"]["labels"]) and fields(o)]
             for (g, v, p, ons, name), obj in self.objects.items():
                 if (g, v, p) != (group, version, plural) or (ns and ons != ns):
                     continue
@@ -456,8 +530,19 @@ class KubeAPIServer:
             if plural == "pods" and not group:
                 self.pods_deleted.append(f"{ns}/{name}")
             owned = self._owned_pods(ns, obj["metadata"]["uid"]) if (group, plural) == ("apps", "daemonsets") else []
+            if (group, plural) == ("serving.knative.dev", "services"):  # its revisions' pods go with it
+                owned = self._ksvc_pods(ns, name)
+                self.ksvc_ports.pop((ns, name), None)
+            replace = None
+            if plural == "pods" and not group:
+                self.pod_ports.pop((ns, name), None)
+                replace = self._current_ksvc_of(obj)
         if run is not None:
             self._kill(run, "delete", grace=MAX_DELETE_GRACE if grace is None else grace)
+        if replace is not None:  # the revision's ReplicaSet brings the pod count back to minScale
+            with self.lock:
+                if ("serving.knative.dev", "v1", "services", ns, replace) in self.objects:
+                    self._revision_pods(self.objects[("serving.knative.dev", "v1", "services", ns, replace)])
         for pod in owned:  # the garbage collector's cascade: the pods get their grace period
             try:
                 self.delete("", "v1", "pods", ns, pod, grace=grace)
@@ -494,6 +579,7 @@ class KubeAPIServer:
             self._start_pod(obj)
         elif (group, plural) == ("serving.knative.dev", "services"):
             obj["metadata"].setdefault("annotations", {})["kubeapi.test/changed-at"] = repr(time.time())
+            self._revision_pods(obj)
             self._ksvc_status(obj)
         elif (group, plural) == ("apps", "daemonsets"):
             self._daemonset_pods(obj)
@@ -530,12 +616,23 @@ class KubeAPIServer:
         if (group, plural) == ("serving.knative.dev", "services") and obj.get("spec") != old.get("spec"):
             obj["metadata"].setdefault("annotations", {})["kubeapi.test/changed-at"] = repr(time.time())
             obj.pop("status", None)
+            ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            for pod in self._ksvc_pods(ns, name):  # a new revision replaces the old one's pods
+                self._drop_pod(ns, pod)
+            self._revision_pods(obj)
             self._ksvc_status(obj)
 
     def _ksvc_status(self, obj: dict) -> None:
         """Ready ``ksvc_ready_seconds`` after the last spec change (checked on each read)."""
         changed = float(obj["metadata"].get("annotations", {}).get("kubeapi.test/changed-at", "0"))
         ready = time.time() - changed >= self.ksvc_ready_seconds
+        served = self._ksvc_image(obj) is not None
+        if served:  # Ready when the current revision has its minScale pods Ready
+            ns = obj["metadata"]["namespace"]
+            pods = [self.objects[("", "v1", "pods", ns, p)] for p in self._ksvc_pods(ns, obj["metadata"]["name"])]
+            rev = self._revision_name(obj)
+            up = [p for p in pods if p["metadata"]["labels"].get(KREV_LABEL) == rev and _is_ready(p)]
+            ready = ready and len(up) >= self._min_scale(obj)
         state = "True" if ready else "Unknown"
         gen = obj["metadata"].get("generation", 1)
         name = obj["metadata"]["name"]
@@ -546,10 +643,143 @@ class KubeAPIServer:
                   "latestCreatedRevisionName": f"{name}-{gen:05d}"}
         if ready:
             url = self.ksvc_url(obj)
+            address = url
+            if served:
+                url = f"http://{name}.{obj['metadata']['namespace']}.{self.ingress_domain}"
+                address = f"http://127.0.0.1:{self.ksvc_ports[(obj['metadata']['namespace'], name)]}"
             status.update({"latestReadyRevisionName": f"{name}-{gen:05d}", "url": url,
-                           "address": {"url": url},
+                           "address": {"url": address},
                            "traffic": [{"revisionName": f"{name}-{gen:05d}", "latestRevision": True, "percent": 100}]})
         obj["status"] = status
+
+    # -- image-served pods, Knative revisions, EndpointSlices -------------------------
+
+    def _image_factory(self, image: str | None) -> Callable[[PodContext], list[str]] | None:
+        if not image:
+            return None
+        return self.images.get(image) or self.images.get(image.rsplit(":", 1)[0])
+
+    def _ksvc_image(self, ksvc: dict) -> str | None:
+        """The image of a Knative Service the stand-in serves (in ``images``), else None."""
+        try:
+            image = ksvc["spec"]["template"]["spec"]["containers"][0]["image"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return image if self._image_factory(image) else None
+
+    @staticmethod
+    def _min_scale(ksvc: dict) -> int:
+        ann = ((ksvc["spec"].get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        return max(1, int(ann.get("autoscaling.knative.dev/minScale", ann.get("autoscaling.knative.dev/min-scale", 1))))
+
+    @staticmethod
+    def _revision_name(ksvc: dict) -> str:
+        return f"{ksvc['metadata']['name']}-{ksvc['metadata'].get('generation', 1):05d}"
+
+    def _ksvc_pods(self, ns: str, name: str) -> list[str]:
+        return [k[4] for k, o in self.objects.items() if k[:4] == ("", "v1", "pods", ns)
+                and (o["metadata"].get("labels") or {}).get(KSVC_LABEL) == name]
+
+    def _current_ksvc_of(self, pod: dict) -> str | None:
+        """The served Knative Service whose current revision this pod belongs to (None otherwise)."""
+        labels = pod["metadata"].get("labels") or {}
+        name, ns = labels.get(KSVC_LABEL), pod["metadata"].get("namespace", "")
+        ksvc = self.objects.get(("serving.knative.dev", "v1", "services", ns, name)) if name else None
+        if ksvc is None or self._ksvc_image(ksvc) is None or labels.get(KREV_LABEL) != self._revision_name(ksvc):
+            return None
+        return name
+
+    def _revision_pods(self, ksvc: dict) -> None:
+        """Create the current revision's missing pods (``minScale`` of them), labelled as Knative does."""
+        if self._ksvc_image(ksvc) is None:
+            return
+        ns, name = ksvc["metadata"]["namespace"], ksvc["metadata"]["name"]
+        rev = self._revision_name(ksvc)
+        have = [p for p in self._ksvc_pods(ns, name)
+                if self.objects[("", "v1", "pods", ns, p)]["metadata"]["labels"].get(KREV_LABEL) == rev]
+        tmpl = ksvc["spec"]["template"]
+        for _ in range(self._min_scale(ksvc) - len(have)):
+            spec = copy.deepcopy(tmpl.get("spec") or {})
+            spec.pop("containerConcurrency", None)
+            spec["containers"][0].setdefault("name", "user-container")
+            pod = {"metadata": {"name": f"{rev}-deployment-{uuid.uuid4().hex[:10]}",
+                                "labels": {**((tmpl.get("metadata") or {}).get("labels") or {}),
+                                           KSVC_LABEL: name, KCONF_LABEL: name, KREV_LABEL: rev, "app": rev},
+                                "annotations": dict((tmpl.get("metadata") or {}).get("annotations") or {})},
+                   "spec": spec}
+            self._store("", "v1", "pods", ns, pod)
+            self._start_pod(pod)
+
+    def _drop_pod(self, ns: str, name: str) -> None:
+        """Remove a pod now and kill its process in the background (a controller's delete)."""
+        if ("", "v1", "pods", ns, name) in self.objects:
+            self.pod_ports.pop((ns, name), None)
+            self._forget(("", "v1", "pods", ns, name))
+
+    def _service_address(self, ns: str, name: str) -> str:
+        """``127.0.0.1:<port>`` of a ready-or-starting image-served pod behind Service ``name``."""
+        svc = self.objects.get(("", "v1", "services", ns, name))
+        if svc is None:
+            raise ApiError(404, f'services "{name}" not found (the stand-in resolves a Service to its pods)')
+        sel = label_matcher(",".join(f"{k}={v}" for k, v in ((svc.get("spec") or {}).get("selector") or {}).items()))
+        for (g, v, p, ons, pname), pod in self.objects.items():
+            if (g, p, ons) == ("", "pods", ns) and (ns, pname) in self.pod_ports and sel(pod["metadata"].get("labels") or {}):
+                return f"127.0.0.1:{self.pod_ports[(ns, pname)]}"
+        raise ApiError(404, f"service {ns}/{name} has no pod with a port yet")
+
+    def _endpoint_slices(self, ns: str) -> list[dict]:
+        """One EndpointSlice per Service with a selector and per distinct local port of its pods."""
+        out = []
+        for (g, v, p, sns, name), svc in list(self.objects.items()):
+            if (g, p) != ("", "services") or (ns and sns != ns):
+                continue
+            selector = (svc.get("spec") or {}).get("selector") or {}
+            if not selector:
+                continue
+            sel = label_matcher(",".join(f"{k}={v}" for k, v in selector.items()))
+            by_port: dict[int, list[dict]] = {}
+            for (pg, pv, pp, pns, pname), pod in self.objects.items():
+                if (pg, pp, pns) == ("", "pods", sns) and (sns, pname) in self.pod_ports \
+                        and sel(pod["metadata"].get("labels") or {}):
+                    by_port.setdefault(self.pod_ports[(sns, pname)], []).append(
+                        {"addresses": ["127.0.0.1"], "conditions": {"ready": _is_ready(pod)},
+                         "nodeName": pod["spec"].get("nodeName"),
+                         "targetRef": {"kind": "Pod", "namespace": sns, "name": pname, "uid": pod["metadata"]["uid"]}})
+            ports = (svc.get("spec") or {}).get("ports") or [{}]
+            for i, (port, eps) in enumerate(sorted(by_port.items())):
+                out.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                            "metadata": {"name": f"{name}-kubeapi{i}", "namespace": sns,
+                                         "labels": {"kubernetes.io/service-name": name,
+                                                    "endpointslice.kubernetes.io/managed-by": "kubeapi-stand-in"}},
+                            "endpoints": eps,
+                            "ports": [{"name": ports[0].get("name", ""), "port": port, "protocol": "TCP"}]})
+        return out
+
+    def _probe(self, key: tuple[str, str], port: int, timeout: float = 120.0) -> None:
+        """TCP readiness probe: the pod turns Ready once its port accepts connections."""
+        import socket
+
+        end = time.time() + timeout
+        while time.time() < end:
+            run = self.runs.get(key)
+            if run is None or run.done or ("", "v1", "pods", *key) not in self.objects:
+                return
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            return
+        with self.lock:
+            pod = self.objects.get(("", "v1", "pods", *key))
+            if pod is None or pod["status"].get("phase") != "Running":
+                return
+            for cond in pod["status"]["conditions"]:
+                if cond["type"] in ("Ready", "ContainersReady"):
+                    cond["status"] = "True"
+            pod["status"]["containerStatuses"][0]["ready"] = True
+            pod["metadata"]["resourceVersion"] = str(next(self._rv))
 
     def _event(self, pod: dict, reason: str, message: str, type_: str = "Normal") -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -641,12 +871,30 @@ class KubeAPIServer:
             self._event(pod, "Failed", f"Error: {exc.message}", "Warning")
             return
         argv = list(container.get("command") or []) + list(container.get("args") or [])
+        home = self._home / ns / name
+        home.mkdir(parents=True, exist_ok=True)
+        port = None
+        factory = self._image_factory(container.get("image")) if not container.get("command") else None
+        if factory is not None:  # the image's stand-in behaviour, on a local port
+            ksvc = (pod["metadata"].get("labels") or {}).get(KSVC_LABEL)
+            port = self.ksvc_ports.setdefault((ns, ksvc), free_port()) if ksvc else free_port()
+            self.pod_ports[(ns, name)] = port
+            env = {**env, "PORT": str(port)}
+            shared = self._home / ns / "_shared"
+            shared.mkdir(parents=True, exist_ok=True)
+            try:
+                argv = list(factory(PodContext(pod=pod, port=port, env=dict(env), home=home, shared=shared,
+                                               python=self.python,
+                                               service=lambda svc: self._service_address(ns, svc)))) + argv
+            except ApiError as exc:
+                self._container_status(pod, {"waiting": {"reason": "CreateContainerError", "message": exc.message}},
+                                       ready=False)
+                self._event(pod, "Failed", f"Error: {exc.message}", "Warning")
+                return
         if not argv:
             raise ApiError(422, "the stand-in needs the container's command (images are not run)", "Invalid")
         if argv[0] in ("python", "python3"):
             argv[0] = self.python
-        home = self._home / ns / name
-        home.mkdir(parents=True, exist_ok=True)
         full_env = {**self.base_env, "HOME": str(home), "HOSTNAME": name, **env}
         self._event(pod, "Pulled", f'Container image "{container.get("image")}" ignored: the stand-in runs the command locally')
         try:
@@ -660,8 +908,12 @@ class KubeAPIServer:
             return
         started = now_iso()
         pod["status"].update({"phase": "Running", "startTime": started})
-        pod["status"]["conditions"] += [{"type": t, "status": "True"} for t in ("Initialized", "ContainersReady", "Ready")]
-        self._container_status(pod, {"running": {"startedAt": started}}, ready=True)
+        ready = "False" if port is not None else "True"  # served images: Ready once the port answers
+        pod["status"]["conditions"] += [{"type": "Initialized", "status": "True"}] + [
+            {"type": t, "status": ready} for t in ("ContainersReady", "Ready")]
+        self._container_status(pod, {"running": {"startedAt": started}}, ready=port is None)
+        if port is not None:
+            threading.Thread(target=self._probe, args=((ns, name), port), daemon=True, name=f"probe-{name}").start()
         self._event(pod, "Started", f"Started container {container['name']}")
         threading.Thread(target=self._pump, args=(run, started), daemon=True, name=f"pod-{name}").start()
         deadline = spec.get("activeDeadlineSeconds")
@@ -778,6 +1030,11 @@ class KubeAPIServer:
                 with run.cond:  # last lines written between the check and now
                     yield from (_fmt(t, line, stamps) for t, line in run.lines[i:])
                 return
+
+
+def _is_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _true(value: str | None) -> bool:
@@ -913,3 +1170,58 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self):  # noqa: N802
         self._dispatch("DELETE")
+
+
+class _IngressHandler(BaseHTTPRequestHandler):
+    """The Istio ingress gateway's part: route by ``Host`` (``<ksvc>.<namespace>.<domain>``)
+    to the served Knative Service's pods; an unknown host gets 404, as from Istio."""
+
+    api: KubeAPIServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _forward(self, method: str) -> None:
+        import http.client
+
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        host = (self.headers.get("Host") or "").split(":")[0].lower()
+        suffix = "." + self.api.ingress_domain
+        port = None
+        if host.endswith(suffix) and host.count(".") >= 2:
+            name, ns = host[: -len(suffix)].split(".", 1)
+            port = self.api.ksvc_ports.get((ns, name))
+        if port is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "content-length")}
+            conn.request(method, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            status = resp.status
+            ctype = resp.getheader("Content-Type")
+        except OSError as exc:
+            data, status, ctype = f"upstream connect error: {exc}".encode(), 503, "text/plain"
+        finally:
+            conn.close()
+        self.send_response(status)
+        if ctype:
+            self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802
+        self._forward("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._forward("POST")
+
+    def do_PUT(self):  # noqa: N802
+        self._forward("PUT")

@@ -215,3 +215,91 @@ def test_rbac_objects_and_unsupported_calls(kube_api, core, kube_client):
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_pod(NS, watch=True, _preload_content=False)
     assert exc.value.status == 405 and "watch" in exc.value.body
+
+
+#: A tiny HTTP server answering "<name> <pid>" on $PORT, sharing the port (SO_REUSEPORT) like
+#: the Knative workers the Faasm tests run; redis-like pods need only the port to answer.
+_ECHO = r"""
+import os, socket, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class S(HTTPServer):
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"{sys.argv[1]} {os.getpid()} {self.headers.get('Host')}".encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+S(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"""
+
+
+def test_served_images_knative_revisions_ingress_and_endpoint_slices(tmp_path):
+    """Images given stand-in behaviour: a pod without command runs the factory's command on a
+    local port, turns Ready when the port answers, and a Service's EndpointSlice points at it;
+    a Knative Service gets minScale labelled pods, is Ready only with them, is reachable by Host
+    through the ingress, gets a deleted pod replaced, and takes its pods with it when deleted."""
+    import urllib.request
+
+    from kubernetes import client, config
+
+    from kubeapi.server import KubeAPIServer
+
+    seen = []
+
+    def echo(ctx):
+        seen.append((ctx.pod["metadata"]["name"], ctx.port, ctx.env.get("GREETING")))
+        return [ctx.python, "-c", _ECHO, ctx.pod["metadata"]["name"]]
+
+    with KubeAPIServer(images={"example.org/echo": echo}, ksvc_ready_seconds=0.0) as api:
+        path = api.write_kubeconfig(tmp_path / "kc.json")
+        c = config.new_client_from_config(config_file=str(path))
+        core, custom, disc = client.CoreV1Api(c), client.CustomObjectsApi(c), client.DiscoveryV1Api(c)
+        core.create_namespace({"metadata": {"name": NS}})
+        core.create_namespaced_pod(NS, {"metadata": {"name": "db", "labels": {"role": "db"}},
+                                        "spec": {"containers": [{"name": "db", "image": "example.org/echo:1.0"}]}})
+        core.create_namespaced_service(NS, {"metadata": {"name": "db"},
+                                            "spec": {"selector": {"role": "db"}, "ports": [{"name": "x", "port": 6379}]}})
+        end = time.monotonic() + 30
+        while not any(c.type == "Ready" and c.status == "True" for c in core.read_namespaced_pod("db", NS).status.conditions or []):
+            assert time.monotonic() < end, "pod never Ready"
+            time.sleep(0.05)
+        (sl,) = disc.list_namespaced_endpoint_slice(NS, label_selector="kubernetes.io/service-name=db").items
+        assert sl.endpoints[0].conditions.ready and sl.endpoints[0].target_ref.name == "db"
+        port = sl.ports[0].port
+        assert port == api.pod_ports[(NS, "db")] and sl.ports[0].name == "x"
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/").read().startswith(b"db ")
+
+        ksvc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "hello"},
+                "spec": {"template": {"metadata": {"labels": {"team": "t"},
+                                                   "annotations": {"autoscaling.knative.dev/minScale": "2"}},
+                                      "spec": {"containers": [{"image": "example.org/echo:1.0",
+                                                               "env": [{"name": "GREETING", "value": "hi"}]}]}}}}
+        custom.create_namespaced_custom_object("serving.knative.dev", "v1", NS, "services", ksvc)
+        pods = core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items
+        assert len(pods) == 2 and {p.metadata.labels["serving.knative.dev/revision"] for p in pods} == {"hello-00001"}
+        assert all(p.metadata.labels["team"] == "t" for p in pods)
+        end = time.monotonic() + 30
+        while True:
+            obj = custom.get_namespaced_custom_object("serving.knative.dev", "v1", NS, "services", "hello")
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"]["conditions"]):
+                break
+            assert time.monotonic() < end, obj["status"]
+            time.sleep(0.05)
+        assert obj["status"]["url"] == f"http://hello.{NS}.example.com"
+        assert {s[2] for s in seen[1:]} == {"hi"} and len({s[1] for s in seen[1:]}) == 1  # one port per ksvc
+        req = urllib.request.Request(f"http://127.0.0.1:{api.ingress_port}/", headers={"Host": f"hello.{NS}.example.com"})
+        assert urllib.request.urlopen(req).read().split()[0].decode() in {p.metadata.name for p in pods}
+        with pytest.raises(urllib.error.HTTPError) as exc:  # no such Knative Service: Istio's 404
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api.ingress_port}/",
+                                                          headers={"Host": f"nope.{NS}.example.com"}))
+        assert exc.value.code == 404
+        core.delete_namespaced_pod(pods[0].metadata.name, NS)  # the revision brings it back
+        now = {p.metadata.name for p in core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items}
+        assert len(now) == 2 and pods[0].metadata.name not in now
+        custom.delete_namespaced_custom_object("serving.knative.dev", "v1", NS, "services", "hello")
+        assert not core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items
+        assert api.ingress_service()["status"]["loadBalancer"]["ingress"] == [{"ip": "127.0.0.1"}]
+        c.close()
