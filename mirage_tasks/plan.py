@@ -199,8 +199,20 @@ def sample_family(shared: str, trace: dict[str, Any], params: dict[str, Any], no
     key = {"trace": trace, "cluster_config": params["cluster_config"], "interval_hours": float(params["interval_hours"]),
            "phase_s": phase, "warmup_days": float(params["warmup_days"]),
            "workload_days": float(params["workload_days"]), "probes": int(params["probes"]), "node": int(node),
-           "baseline": baseline}
+           "baseline": baseline, **_spacing(params, baseline)}
     return f"{shared.rstrip('/')}/samples/node{int(node)}-{digest(key)}"
+
+
+def _spacing(params: dict[str, Any], baseline: str = "default") -> dict[str, Any]:
+    """The sample step's probe spacing of these params (its parser's default when absent), as
+    it enters the sample outputs' params: families of different spacings never share a root."""
+    from .steps.sample import spacing_params  # noqa: PLC0415
+
+    return spacing_params(baseline, params.get("probe_spacing") or step_parser("sample").get_default("probe_spacing"))
+
+
+def _spacing_argv(params: dict[str, Any]) -> dict[str, Any]:
+    return {"probe_spacing": params.get("probe_spacing") or None}  # None: the step's default
 
 
 def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
@@ -301,7 +313,7 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
         out["missing_days"][str(n)] = missing
         for chunk in chunks(missing, shards):
             out["sample"].append(argv("sample", trace=trace, start=w["train_start"], **episode,
-                                      probes=params["probes"], node=n, days=chunk, out=family,
+                                      probes=params["probes"], **_spacing_argv(params), node=n, days=chunk, out=family,
                                       workers=workers))
         dataset = f"{prefix}/datasets/node{n}"
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
@@ -395,5 +407,5 @@ def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day:
             continue
         out["missing"].append(n)
         out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
-                                  node=n, days=[day], out=family, workers=workers))
+                                  **_spacing_argv(params), node=n, days=[day], out=family, workers=workers))
     return out
