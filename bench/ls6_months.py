@@ -8,9 +8,11 @@ under ``--root`` (default ``var/ls6-months``); every step skips when its output 
 date, so a rerun only does what is missing:
 
 1. ``ingest`` the ls6 log (local times read as America/Chicago);
-2. ``sample`` per node size: one sample every ``--interval-hours`` (1 h) from 2022-11-01 to
-   the last start whose 5-day workload ends before the last validation month, 7 probes
-   each (the seed sampled every 4 h); ``merge``;
+2. ``sample`` per node size, one after the other: one sample every ``--interval-hours`` (1 h)
+   from 2022-11-01 to the last start whose 5-day workload ends before the last validation
+   month (the seed sampled every 4 h), probes placed by ``--probe-spacing`` (``end``: at the
+   predecessor's end minus 24 h ... 10 min and at its end; ``uniform``: the reference's 7
+   equally spaced); ``merge``; a node's months start training once its dataset is merged;
 3. per validation month (Jan, Feb, Mar 2023) and node size: ``train`` each model on the
    samples whose episodes end before the month starts (``--samples-until``: models see
    nothing of the month), with the chronological split and purge inside that history; the
@@ -25,7 +27,8 @@ date, so a rerun only does what is missing:
 
 It prints the CPU time of the steps it ran (user + system of the child processes) and the
 wall time. ``--write-doc PATH`` writes the Markdown report from the outputs (no numbers
-typed by hand); it runs nothing.
+typed by hand; ``--compare-rev REV`` sets the verdicts beside those of the page committed at
+REV); it runs nothing.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2,
                    help="step processes at once (2); the node sizes are sampled one after the other")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
+    p.add_argument("--compare-rev", metavar="REV",
+                   help="with --write-doc: set the verdicts beside those of the page committed at this git revision "
+                        "(an earlier run, e.g. the uniform probe spacing)")
     args = p.parse_args()
     root = (ROOT / args.root).resolve()
     if args.write_doc:
