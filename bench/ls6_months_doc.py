@@ -237,6 +237,8 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                              f"threshold {'never early' if low is None else f'{low:.2f} h'})")
     L += ["Learned models that never submitted before the predecessor ended: "
           + ("; ".join(stuck) if stuck else "none") + ".", ""]
+    if spacing == "end" and months:
+        L += submission_section(root, args, months)
     shift = []
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
@@ -253,6 +255,47 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
               "latest training samples, and a threshold that pays off in a busy period (submit hours early) wastes "
               "node-hours in a quiet month, and the reverse. The reactive baseline's mean interruption, a measure "
               "of the load, on the calibration split and in the month: " + "; ".join(shift) + ".", ""]
+    return L
+
+
+def submission_section(root: Path, args: Any, months: list[str]) -> list[str]:
+    """Where the online submissions fell against the probes the models were trained on: before
+    the earliest probe (the predecessor's end - 24 h), a state no training example describes,
+    or inside the probed last 24 h."""
+    from mirage_tasks.sim.probes import END_OFFSETS_MIN
+
+    first = END_OFFSETS_MIN[0] * 60
+    rows, beyond = [], {}
+    for m in months:
+        for n in args.nodes:
+            for model in ["avg", *args.models]:
+                path = root / "validate" / m / f"node{n}" / model / "validation.parquet"
+                if not path.exists():
+                    continue
+                v = pd.read_parquet(path, columns=["pred_end", "decision_time", "wasted_node_h", "forced"])
+                lead = (v["pred_end"] - v["decision_time"]) / 3600.0
+                early = lead > first / 3600.0 + 1e-9
+                rows.append(f"| {m} | {n} | {model} | {early.mean():.0%} | {v['wasted_node_h'][early].sum() / len(v):.2f} "
+                            f"| {v['wasted_node_h'].mean():.2f} | {((~early) & ~v['forced'].astype(bool)).mean():.0%} "
+                            f"| {v['forced'].astype(bool).mean():.0%} | {lead.median():.1f} |")
+                if model != "avg":
+                    beyond[(m, n, model)] = (early.mean(), v["wasted_node_h"][early].sum() / max(1e-9, v["wasted_node_h"].sum()))
+    if not rows:
+        return []
+    worst = sorted(beyond.items(), key=lambda kv: -kv[1][0])[:3]
+    L = [f"### Where the online submissions fell (against the probes, {_offset(END_OFFSETS_MIN[0])} before the end at most)", "",
+         "Online, a model decides every 10 minutes from the predecessor's submission, also while the predecessor "
+         "still waits; the training probes start at its (pre-simulated) end - "
+         f"{_offset(END_OFFSETS_MIN[0])}. A submission earlier than that comes from a state no training example "
+         "describes (the trees answer with what they learned at the earliest probe), and the threshold calibration, "
+         "which replays the probes only, never priced it.", "",
+         "| month | node | model | submitted > 24 h before the end | its wasted node-h per sample | all wasted node-h "
+         "per sample | submitted in the last 24 h | forced at the end | median hours before the end |",
+         "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    if worst and worst[0][1][0] > 0:
+        L += ["Most submissions before the earliest probe: " + "; ".join(
+            f"{model} ({m}, node {n}: {share:.0%} of samples, {w:.0%} of its wasted node-hours)"
+            for (m, n, model), (share, w) in worst if share > 0) + ".", ""]
     return L
 
 
