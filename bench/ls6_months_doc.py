@@ -150,6 +150,97 @@ def previous_verdicts(rev: str, path: str = "docs/results/ls6-months.md") -> dic
     return out
 
 
+def load_shift_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
+    """The calibrated thresholds against the month's load: per month, the reactive baseline's mean
+    interruption on the calibration split (training period) and in the month, and which way the
+    model that is best on the calibration objective missed avg (interruption or waste)."""
+    rows, up, down = [], [], []
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            react = next((r for r in _rows(doc, n) if r["model"] == "reactive"), None)
+            met, _ = _model_info(root, m, n, args.models[0])
+            cal = (met or {}).get("calibration") or {}
+            if react is None or not cal.get("reactive"):
+                continue
+            split = cal["reactive"]["mean_interruption_h"]
+            ratio = react["mean_interruption_h"] / max(split, 1e-9)
+            ods = {r["model"]: objective_diff(root, m, n, r["model"], weight) for r in _rows(doc, n)
+                   if r["model"] not in BASELINES}
+            ods = {k: v for k, v in ods.items() if v is not None}
+            if not ods:
+                continue
+            k = min(ods, key=lambda x: ods[x][0])
+            r = next(x for x in _rows(doc, n) if x["model"] == k)
+            mk, _ = _model_info(root, m, n, k)
+            thr = (mk or {}).get("threshold_h")
+            rows.append(f"| {m} | {n} | {split:.2f} | {react['mean_interruption_h']:.2f} | x{ratio:.1f} | {k} | "
+                        f"{'never early' if thr is None else f'{thr:.2f} h'} | {r['diff_vs_avg_h']:+.2f} | "
+                        f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |")
+            entry = (m, n, ratio, r["diff_vs_avg_h"], r["wasted_diff_vs_avg"], ods[k])
+            (up if ratio > 1.5 else down if ratio < 1 / 1.5 else []).append(entry)
+    if not rows:
+        return []
+    L = ["### The calibrated thresholds against the month's load", "",
+         "Per month, the reactive baseline's mean interruption (a measure of the load) on the split the thresholds "
+         "were calibrated on (the latest 20 % of the training period) and in the month, and the learned model best "
+         "on the calibration objective there (lowest mean objective - avg) with its paired differences to avg.", "",
+         "| month | node | load on the calibration split h | load in the month h | ratio | model | threshold | "
+         "interruption - avg h | wasted node-h - avg | objective - avg [95% CI] |",
+         "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    late = [e for e in up if e[3] > 0]
+    early = [e for e in down if e[4] > 0]
+    if up:
+        L += [f"Where the month was busier than the calibration split (ratio > 1.5: "
+              + ", ".join(f"{m} node {n}" for m, n, *_ in up) + f"), the model interrupted more than avg in "
+              f"{len(late)} of {len(up)} (it submitted too late for the month's load)"
+              + (f"; its objective was still below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
+                 if any(od[2] < 0 for *_, od in up) else "") + "."]
+    if down:
+        L += [f"Where it was quieter (ratio < 1/1.5: " + ", ".join(f"{m} node {n}" for m, n, *_ in down)
+              + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
+              "early for the month's load)."]
+    L += ["", "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
+          "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the load "
+          "was different."]
+    curve = curve_points(root, args, months[-1])
+    pairs = []
+    for (n, model), pts in sorted(curve.items()):
+        lo, hi = min(pts), max(pts)
+        if lo != hi:
+            pairs.append((n, model, lo, hi, pts[lo], pts[hi]))
+    if pairs:
+        small = all(abs(b[0] - a[0]) <= 0.1 * a[0] for *_, a, b in pairs)
+        L += [f"The learning curve ({months[-1]}, below), from the smallest to the whole share of the samples: "
+              + "; ".join(f"node {n} {model}: val MAE {a[0]:.2f} -> {b[0]:.2f} h, online interruption "
+                          f"{a[1]:.2f} -> {b[1]:.2f} h, wasted {a[2]:.2f} -> {b[2]:.2f} node-h"
+                          for n, model, _, _, a, b in pairs) + "."
+              + (" Validation MAE moves by at most 10 %: more samples of the same past do not fix a month whose "
+                 "load differs from it." if small else "")]
+    L.append("")
+    return L
+
+
+def curve_points(root: Path, args: Any, m: str) -> dict[tuple[int, str], dict[float, tuple[float, float, float]]]:
+    """(node, model) -> {share: (val MAE h, online mean interruption h, mean wasted node-h)} of the learning curve."""
+    out: dict[tuple[int, str], dict[float, tuple[float, float, float]]] = {}
+    for n in args.nodes:
+        for model in args.curve_models:
+            for f in [*args.curve_fractions, 1.0]:
+                if f < 1.0:
+                    tag = f"{model}@{int(round(f * 100))}pct"
+                    mdir, vdir = root / "curve" / m / f"node{n}" / tag, root / "curve-validate" / m / f"node{n}" / tag
+                else:
+                    mdir, vdir = root / "models" / m / f"node{n}" / model, root / "validate" / m / f"node{n}" / model
+                met = _load(mdir / "metrics.json")
+                if met is None or not (vdir / "validation.parquet").exists():
+                    continue
+                v = pd.read_parquet(vdir / "validation.parquet", columns=["interruption_h", "wasted_node_h"])
+                out.setdefault((n, model), {})[f] = (float(met["val_mae_h"]), float(v["interruption_h"].mean()),
+                                                     float(v["wasted_node_h"].mean()))
+    return out
+
+
 def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
     """The findings: what the probe spacing changed (against an earlier run's committed page when
     ``--compare-rev`` is given), the labels near the end, the stuck models and the load shift."""
@@ -176,8 +267,10 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
               "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
               "[95% CI]):", "",
               "| month | node | uniform: model | uniform: interruption - avg | uniform: waste - avg | uniform: beats | "
-              "end: model | end: interruption - avg | end: waste - avg | end: beats |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "uniform: objective - avg | end: model | end: interruption - avg | end: waste - avg | end: beats | "
+              "end: objective - avg |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        moved = []
         now_wins, prev_wins = {n: 0 for n in args.nodes}, {n: 0 for n in args.nodes}
         for m in months:
             doc = _load(root / "metrics" / m / "metrics.json")
@@ -189,12 +282,29 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                 b = v["best"]
                 now_wins[n] += int(v["beats_avg"])
                 prev_wins[n] += int(p_["beats"] == "yes")
+                od = objective_diff(root, m, n, b["model"], weight)
+                try:
+                    before = float(p_["objective"].split()[0])
+                except ValueError:
+                    before = None
+                if od is not None and before is not None:
+                    moved.append((m, n, before, od[0]))
                 L.append(f"| {m} | {n} | {p_['model']} | {p_['diff']} | {p_['waste']} | {p_['beats'].split(':')[0]} "
-                         f"| {b['model']} | {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                         f"| {p_['objective']} | {b['model']} "
+                         f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
                          f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
-                         f"| {'yes' if v['beats_avg'] else 'no'} |")
+                         f"| {'yes' if v['beats_avg'] else 'no'} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
         L += ["", "Months where the best learned model beats avg, uniform -> end: " + "; ".join(
-            f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
+            f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes) + "."]
+        if moved:
+            better = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ < a]
+            worse = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ >= a]
+            L += ["", "On the calibration objective (the verdict's model, point estimates of the paired difference to "
+                  "avg; the two runs' samples are the same validation samples but the runs are not paired here): "
+                  f"lower with the end spacing in {len(better)} of {len(moved)}"
+                  + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
+                  + "."]
+        L.append("")
     if spacing == "end" and months:
         until = month_start_ts(months[-1])
         for n in args.nodes:
@@ -239,22 +349,7 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
           + ("; ".join(stuck) if stuck else "none") + ".", ""]
     if spacing == "end" and months:
         L += submission_section(root, args, months)
-    shift = []
-    for m in months:
-        doc = _load(root / "metrics" / m / "metrics.json")
-        for n in args.nodes:
-            react = next((r for r in _rows(doc, n) if r["model"] == "reactive"), None)
-            met, _ = _model_info(root, m, n, args.models[0])
-            cal = (met or {}).get("calibration") or {}
-            if react is None or not cal.get("reactive"):
-                continue
-            shift.append(f"{m} node {n}: {cal['reactive']['mean_interruption_h']:.2f} h on the training period's "
-                         f"split vs {react['mean_interruption_h']:.2f} h in the month")
-    if shift:
-        L += ["A change of load between the training period and the month: the thresholds are calibrated on the "
-              "latest training samples, and a threshold that pays off in a busy period (submit hours early) wastes "
-              "node-hours in a quiet month, and the reverse. The reactive baseline's mean interruption, a measure "
-              "of the load, on the calibration split and in the month: " + "; ".join(shift) + ".", ""]
+    L += load_shift_section(root, args, months, weight)
     return L
 
 
@@ -305,12 +400,15 @@ def month_start_ts(m: str) -> pd.Timestamp:
 
 def write_doc(root: Path, out: Path, args: Any) -> None:
     run = _load(root / "run.json") or {}
+    flags = (run.get("argv") or [])[1:]  # the run's own flags, as it was invoked
+    run_flags = " ".join(flags) if flags else f"--root {args.root}"
     months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
     L: list[str] = []
     L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
           "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
-          "```sh", "nice -n 5 .venv/bin/python bench/ls6_months.py   # everything below, under var/ls6-months/",
-          ".venv/bin/python bench/ls6_months.py --write-doc docs/results/ls6-months.md", "```", ""]
+          "```sh", f"nice -n 5 .venv/bin/python bench/ls6_months.py {run_flags}  # everything below, under {args.root}/",
+          f".venv/bin/python bench/ls6_months.py {run_flags} --write-doc {out.as_posix()}"
+          + (f" --compare-rev {args.compare_rev}" if getattr(args, "compare_rev", None) else ""), "```", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
               f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
