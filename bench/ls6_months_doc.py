@@ -241,6 +241,61 @@ def curve_points(root: Path, args: Any, m: str) -> dict[tuple[int, str], dict[fl
     return out
 
 
+def previous_models(rev: str, path: str = "docs/results/ls6-months.md") -> dict[tuple[str, int, str], dict]:
+    """(month, node, model) -> online mean interruption, wasted node-h, forced share and threshold from
+    the per-month tables of the report as committed at ``rev``."""
+    import re
+    import subprocess
+
+    text = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"],
+                          capture_output=True, text=True, check=True).stdout
+    out: dict[tuple[str, int, str], dict] = {}
+    key = None
+    for line in text.splitlines():
+        h = re.match(r"### (\d{4}-\d{2}), (\d+)-node service jobs", line)
+        if h:
+            key = (h.group(1), int(h.group(2)))
+            continue
+        if line.startswith("## "):
+            key = None
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if key and len(cells) == 11 and cells[0] not in ("model", "---", *BASELINES) and not cells[0].startswith("-"):
+            out[(*key, cells[0])] = {"interruption": float(cells[1].split()[0]), "wasted": float(cells[3]),
+                                     "forced": cells[7], "threshold": cells[8]}
+    return out
+
+
+def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[str]:
+    """Per learned model and month: threshold and online result, uniform run -> this run."""
+    prev = previous_models(rev)
+    rows, less_waste, more_int, both_better = [], 0, 0, 0
+    n_cells = 0
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            for r in _rows(doc, n):
+                p_ = prev.get((m, n, r["model"]))
+                if p_ is None:
+                    continue
+                met, cfg = _model_info(root, m, n, r["model"])
+                low = (cfg or {}).get("decision", {}).get("low_h", "n/a") if cfg else "n/a"
+                thr = "never early" if low is None else (f"{low:.2f} h" if isinstance(low, float) else "-")
+                n_cells += 1
+                less_waste += r["mean_wasted_node_h"] < p_["wasted"]
+                more_int += r["mean_interruption_h"] > p_["interruption"]
+                both_better += (r["mean_wasted_node_h"] <= p_["wasted"]) and (r["mean_interruption_h"] <= p_["interruption"])
+                rows.append(f"| {m} | {n} | {r['model']} | {p_['threshold']} -> {thr} | {p_['interruption']:.2f} -> "
+                            f"{r['mean_interruption_h']:.2f} | {p_['wasted']:.2f} -> {r['mean_wasted_node_h']:.2f} | "
+                            f"{p_['forced']} -> {_f(r['forced_share'], '{:.0%}')} |")
+    if not rows:
+        return []
+    return [f"### What the probes near the end changed, model by model (uniform run at `{rev}` -> this run)", "",
+            "| month | node | model | calibrated threshold | online mean interruption h | wasted node-h | forced |",
+            "|---|---|---|---|---|---|---|", *rows, "",
+            f"Of these {n_cells} month x node x model cells, the end spacing wasted fewer node-hours in {less_waste}, "
+            f"interrupted more in {more_int}, and did no worse on both in {both_better}.", ""]
+
+
 def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
     """The findings: what the probe spacing changed (against an earlier run's committed page when
     ``--compare-rev`` is given), the labels near the end, the stuck models and the load shift."""
@@ -305,6 +360,7 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                   + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
                   + "."]
         L.append("")
+        L += change_section(root, args, months, rev)
     if spacing == "end" and months:
         until = month_start_ts(months[-1])
         for n in args.nodes:
