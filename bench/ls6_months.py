@@ -8,9 +8,11 @@ under ``--root`` (default ``var/ls6-months``); every step skips when its output 
 date, so a rerun only does what is missing:
 
 1. ``ingest`` the ls6 log (local times read as America/Chicago);
-2. ``sample`` per node size: one sample every ``--interval-hours`` (1 h) from 2022-11-01 to
-   the last start whose 5-day workload ends before the last validation month, 7 probes
-   each (the seed sampled every 4 h); ``merge``;
+2. ``sample`` per node size, one after the other: one sample every ``--interval-hours`` (1 h)
+   from 2022-11-01 to the last start whose 5-day workload ends before the last validation
+   month (the seed sampled every 4 h), probes placed by ``--probe-spacing`` (``end``: at the
+   predecessor's end minus 24 h ... 10 min and at its end; ``uniform``: the reference's 7
+   equally spaced); ``merge``; a node's months start training once its dataset is merged;
 3. per validation month (Jan, Feb, Mar 2023) and node size: ``train`` each model on the
    samples whose episodes end before the month starts (``--samples-until``: models see
    nothing of the month), with the chronological split and purge inside that history; the
@@ -25,7 +27,8 @@ date, so a rerun only does what is missing:
 
 It prints the CPU time of the steps it ran (user + system of the child processes) and the
 wall time. ``--write-doc PATH`` writes the Markdown report from the outputs (no numbers
-typed by hand); it runs nothing.
+typed by hand; ``--compare-rev REV`` sets the verdicts beside those of the page committed at
+REV); it runs nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,14 +58,19 @@ def month_start(m: str) -> pd.Timestamp:
     return pd.Timestamp(f"{m}-01T00:00:00+00:00")
 
 
+#: At most ``--jobs`` step processes at once (set in main).
+SLOTS = threading.Semaphore(2)
+
+
 def run(argv: list[str], log: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "mirage_tasks", *argv]
-    t = time.monotonic()
-    with open(log, "a") as fh:
-        fh.write("$ " + shlex.join(cmd) + "\n")
-        fh.flush()
-        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    with SLOTS:
+        t = time.monotonic()
+        with open(log, "a") as fh:
+            fh.write("$ " + shlex.join(cmd) + "\n")
+            fh.flush()
+            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
     tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
     print(f"[{time.strftime('%H:%M:%S')}] {argv[0]} {' '.join(a for a in argv[1:] if not a.startswith('-'))[:90]} "
           f"rc={rc} {time.monotonic() - t:.0f}s :: {tail[0][:140] if tail else ''}", flush=True)
@@ -77,6 +86,8 @@ def main() -> int:
     p.add_argument("--nodes", nargs="+", type=int, default=[1, 8])
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--interval-hours", type=float, default=1.0, help="training sample interval (1 h)")
+    p.add_argument("--probe-spacing", default="end", choices=("uniform", "end"),
+                   help="sample --probe-spacing of the training samples (end: near the predecessor's end)")
     p.add_argument("--val-count", type=int, default=156, help="validation samples per month, 4 h apart (156)")
     p.add_argument("--preset", default="quick")
     p.add_argument("--param", action="append", default=["transformer:epochs=20"], metavar="MODEL:KEY=VALUE",
@@ -89,8 +100,12 @@ def main() -> int:
     p.add_argument("--curve-models", nargs="*", default=["xgboost", "random_forest"],
                    help="models of the learning curve (on the last month)")
     p.add_argument("--curve-fractions", nargs="*", type=float, default=[0.25, 0.5])
-    p.add_argument("--jobs", type=int, default=2, help="(month, node) chains run at once (2)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="step processes at once (2); the node sizes are sampled one after the other")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
+    p.add_argument("--compare-rev", metavar="REV",
+                   help="with --write-doc: set the verdicts beside those of the page committed at this git revision "
+                        "(an earlier run, e.g. the uniform probe spacing)")
     args = p.parse_args()
     root = (ROOT / args.root).resolve()
     if args.write_doc:
@@ -98,6 +113,8 @@ def main() -> int:
 
         write_doc(root, Path(args.write_doc), args)
         return 0
+    global SLOTS
+    SLOTS = threading.Semaphore(max(1, args.jobs))
     t_wall = time.monotonic()
     logs = root / "logs"
     trace = root / "trace"
@@ -106,18 +123,33 @@ def main() -> int:
     last = max(month_start(m) for m in args.months)
     span = pd.Timedelta(days=WORKLOAD_DAYS)
     count = int((last - span - pd.Timestamp(SAMPLE_START)) / pd.Timedelta(hours=args.interval_hours)) + 1
-    datasets = {}
+    datasets = {n: root / "datasets" / f"node{n}" for n in args.nodes}
+    ready = {n: threading.Event() for n in args.nodes}
+    failed: list[BaseException] = []
 
-    def build(n: int) -> None:
-        s = root / "samples" / f"node{n}"
-        run(["sample", "--trace", str(trace), *sim, "--start", SAMPLE_START, "--count", str(count),
-             "--interval-hours", str(args.interval_hours), "--node", str(n), "--out", str(s)],
-            logs / f"sample-node{n}.log")
-        datasets[n] = root / "datasets" / f"node{n}"
-        run(["merge", "--in", str(s), "--out", str(datasets[n]), "--no-compress"], logs / f"merge-node{n}.log")
+    def build_all() -> None:  # one sampling process at a time; a node's chains start once its dataset is merged
+        try:
+            for n in args.nodes:
+                s = root / "samples" / f"node{n}"
+                run(["sample", "--trace", str(trace), *sim, "--start", SAMPLE_START, "--count", str(count),
+                     "--interval-hours", str(args.interval_hours), "--probe-spacing", args.probe_spacing,
+                     "--node", str(n), "--workers", "1", "--out", str(s)], logs / f"sample-node{n}.log")
+                run(["merge", "--in", str(s), "--out", str(datasets[n]), "--no-compress"],
+                    logs / f"merge-node{n}.log")
+                ready[n].set()
+        except BaseException as exc:
+            failed.append(exc)
+            for e in ready.values():
+                e.set()
+            raise
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
-        list(ex.map(build, args.nodes))
+    def dataset_ready(n: int) -> None:
+        ready[n].wait()
+        if failed:
+            raise SystemExit(f"sampling failed: {failed[0]}")
+
+    builder = threading.Thread(target=build_all, daemon=True)
+    builder.start()
 
     params: dict[str, list[str]] = {}
     for item in args.param:
@@ -125,6 +157,7 @@ def main() -> int:
         params.setdefault(model, []).append(kv)
 
     def train(model: str, n: int, until: pd.Timestamp, out: Path, fraction: float = 1.0) -> None:
+        dataset_ready(n)
         argv = ["train", "--model", model, "--dataset", str(datasets[n]), "--out", str(out), "--preset", args.preset,
                 "--samples-until", until.isoformat(), "--threads", "1"]
         if fraction < 1.0:
@@ -160,8 +193,10 @@ def main() -> int:
         train(model, n, start, m_out, fraction=f)
         validate(str(m_out), n, start, root / "curve-validate" / month / f"node{n}" / tag, name=tag)
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
-        chains = [ex.submit(chain, m, n) for m in args.months for n in args.nodes]
+    # threads wait for their dataset and for a process slot (SLOTS): node by node, so the first node's
+    # chains train while the next node samples
+    with ThreadPoolExecutor(len(args.months) * len(args.nodes)) as ex:
+        chains = [ex.submit(chain, m, n) for n in args.nodes for m in args.months]
         # the learning curve last: the months' results come first if the run is cut short
         curves = [ex.submit(curve, args.months[-1], n, model, f) for n in args.nodes
                   for model in args.curve_models for f in args.curve_fractions]
@@ -173,11 +208,13 @@ def main() -> int:
             run(["metrics", "--in", *ins, "--out", str(root / "metrics" / month)], logs / f"metrics-{month}.log")
         for fut in curves:
             fut.result()
+    builder.join()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = ru.ru_utime + ru.ru_stime
     wall = time.monotonic() - t_wall
     (root / "run.json").write_text(json.dumps({
-        "argv": sys.argv, "cpu_s_children": round(cpu, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count(),
+        "argv": sys.argv, "probe_spacing": args.probe_spacing, "interval_hours": args.interval_hours,
+        "cpu_s_children": round(cpu, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
     print(f"ls6_months: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s", flush=True)
     return 0

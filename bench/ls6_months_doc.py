@@ -82,30 +82,409 @@ def objective_diff(root: Path, month: str, node: int, model: str, weight: float,
     return float(d.mean()), float(lo), float(hi)
 
 
+def _spacing(root: Path, args: Any) -> tuple[str, int]:
+    man = _load(root / "datasets" / f"node{args.nodes[0]}" / "manifest.json") or {}
+    params = man.get("params") or {}
+    return params.get("probe_spacing", "uniform"), int(params.get("probes", 7))
+
+
+def probe_text(root: Path, args: Any) -> str:
+    from mirage_tasks.sim.probes import END_OFFSETS_MIN
+
+    spacing, probes = _spacing(root, args)
+    if spacing == "end":
+        ladder = ", ".join(_offset(m) for m in END_OFFSETS_MIN if m)
+        return (f"{len(END_OFFSETS_MIN)} probes each near the predecessor's end (`sample --probe-spacing end`: at its "
+                f"pre-simulated end minus {ladder}, and at its end; never before its submission + 60 s)")
+    return f"{probes} probes each, equally spaced from the predecessor's submission to its end (`--probe-spacing uniform`)"
+
+
+def _offset(minutes: int) -> str:
+    return f"{minutes // 60} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes} min"
+
+
+def ladder_table(root: Path, node: int, until: pd.Timestamp, weight: float,
+                 workload_days: float = 5.0) -> tuple[list[dict], dict] | None:
+    """Per probe offset of the end spacing, on the training samples whose workload ends before
+    ``until``: what submitting every sample's successor at that offset gives (the labels), and
+    the per-sample best probe (an oracle no rule reaches)."""
+    import numpy as np
+
+    path = root / "datasets" / f"node{node}" / "probes.parquet"
+    if not path.exists():
+        return None
+    pr = pd.read_parquet(path, columns=["sample", "sample_start", "probe_time", "pred_end_without_succ",
+                                        "interruption_s"])
+    pr = pr[pr["sample_start"] + int(workload_days * 86400) <= int(until.timestamp())]
+    if pr.empty:
+        return None
+    s = pr["interruption_s"].to_numpy(np.float64) / 3600.0
+    pr = pr.assign(gap=np.maximum(s, 0), waste=node * np.maximum(-s, 0),
+                   offset=(pr["pred_end_without_succ"] - pr["probe_time"]) // 60)
+    pr = pr.assign(cost=pr["gap"] + weight * pr["waste"], zero=s <= 0)
+    rows = []
+    for off, g in pr.groupby("offset"):
+        if len(g) < 0.9 * pr["sample"].nunique():  # a probe cut at the predecessor's submission + 60 s
+            continue
+        rows.append({"offset_min": int(off), "n": len(g), "interruption_h": g["gap"].mean(),
+                     "wasted_node_h": g["waste"].mean(), "zero": g["zero"].mean(), "objective": g["cost"].mean()})
+    best = pr.loc[pr.groupby("sample")["cost"].idxmin()]
+    oracle = {"n": len(best), "interruption_h": best["gap"].mean(), "wasted_node_h": best["waste"].mean(),
+              "zero": best["zero"].mean(), "objective": best["cost"].mean(),
+              "offsets": best["offset"].value_counts(normalize=True).to_dict()}
+    return sorted(rows, key=lambda r: -r["offset_min"]), oracle
+
+
+def previous_verdicts(rev: str, path: str = "docs/results/ls6-months.md") -> dict[tuple[str, int], dict]:
+    """The verdict table of the report as committed at ``rev`` (an earlier run's generated page)."""
+    import subprocess
+
+    text = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"],
+                          capture_output=True, text=True, check=True).stdout
+    out: dict[tuple[str, int], dict] = {}
+    for line in text.split("## Does a learned model beat", 1)[-1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0][:4].isdigit():
+            out[(cells[0], int(cells[1]))] = {"model": cells[2], "interruption": cells[3], "diff": cells[4],
+                                              "waste": cells[5], "beats": cells[6], "objective": cells[7]}
+    return out
+
+
+def load_shift_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
+    """The calibrated thresholds against the month's load: per month, the reactive baseline's mean
+    interruption on the calibration split (training period) and in the month, and which way the
+    model that is best on the calibration objective missed avg (interruption or waste)."""
+    rows, up, down = [], [], []
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            react = next((r for r in _rows(doc, n) if r["model"] == "reactive"), None)
+            met, _ = _model_info(root, m, n, args.models[0])
+            cal = (met or {}).get("calibration") or {}
+            if react is None or not cal.get("reactive"):
+                continue
+            split = cal["reactive"]["mean_interruption_h"]
+            ratio = react["mean_interruption_h"] / max(split, 1e-9)
+            ods = {r["model"]: objective_diff(root, m, n, r["model"], weight) for r in _rows(doc, n)
+                   if r["model"] not in BASELINES}
+            ods = {k: v for k, v in ods.items() if v is not None}
+            if not ods:
+                continue
+            k = min(ods, key=lambda x: ods[x][0])
+            r = next(x for x in _rows(doc, n) if x["model"] == k)
+            mk, _ = _model_info(root, m, n, k)
+            thr = (mk or {}).get("threshold_h")
+            rows.append(f"| {m} | {n} | {split:.2f} | {react['mean_interruption_h']:.2f} | x{ratio:.1f} | {k} | "
+                        f"{'never early' if thr is None else f'{thr:.2f} h'} | {r['diff_vs_avg_h']:+.2f} | "
+                        f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |")
+            entry = (m, n, ratio, r["diff_vs_avg_h"], r["wasted_diff_vs_avg"], ods[k])
+            (up if ratio > 1.5 else down if ratio < 1 / 1.5 else []).append(entry)
+    if not rows:
+        return []
+    L = ["### The calibrated thresholds against the month's load", "",
+         "Per month, the reactive baseline's mean interruption (a measure of the load) on the split the thresholds "
+         "were calibrated on (the latest 20 % of the training period) and in the month, and the learned model best "
+         "on the calibration objective there (lowest mean objective - avg) with its paired differences to avg.", "",
+         "| month | node | load on the calibration split h | load in the month h | ratio | model | threshold | "
+         "interruption - avg h | wasted node-h - avg | objective - avg [95% CI] |",
+         "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    late = [e for e in up if e[3] > 0]
+    early = [e for e in down if e[4] > 0]
+    if up:
+        L += [f"Where the month was busier than the calibration split (ratio > 1.5: "
+              + ", ".join(f"{m} node {n}" for m, n, *_ in up) + f"), the model interrupted more than avg in "
+              f"{len(late)} of {len(up)} (it submitted too late for the month's load)"
+              + (f"; its objective was still below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
+                 if any(od[2] < 0 for *_, od in up) else "") + "."]
+    if down:
+        L += [f"Where it was quieter (ratio < 1/1.5: " + ", ".join(f"{m} node {n}" for m, n, *_ in down)
+              + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
+              "early for the month's load)."]
+    L += ["", "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
+          "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the load "
+          "was different."]
+    curve = curve_points(root, args, months[-1])
+    pairs = []
+    for (n, model), pts in sorted(curve.items()):
+        lo, hi = min(pts), max(pts)
+        if lo != hi:
+            pairs.append((n, model, lo, hi, pts[lo], pts[hi]))
+    if pairs:
+        small = all(abs(b[0] - a[0]) <= 0.1 * a[0] for *_, a, b in pairs)
+        L += [f"The learning curve ({months[-1]}, below), from the smallest to the whole share of the samples: "
+              + "; ".join(f"node {n} {model}: val MAE {a[0]:.2f} -> {b[0]:.2f} h, online interruption "
+                          f"{a[1]:.2f} -> {b[1]:.2f} h, wasted {a[2]:.2f} -> {b[2]:.2f} node-h"
+                          for n, model, _, _, a, b in pairs) + "."
+              + (" Validation MAE moves by at most 10 %: more samples of the same past do not fix a month whose "
+                 "load differs from it." if small else "")]
+    L.append("")
+    return L
+
+
+def curve_points(root: Path, args: Any, m: str) -> dict[tuple[int, str], dict[float, tuple[float, float, float]]]:
+    """(node, model) -> {share: (val MAE h, online mean interruption h, mean wasted node-h)} of the learning curve."""
+    out: dict[tuple[int, str], dict[float, tuple[float, float, float]]] = {}
+    for n in args.nodes:
+        for model in args.curve_models:
+            for f in [*args.curve_fractions, 1.0]:
+                if f < 1.0:
+                    tag = f"{model}@{int(round(f * 100))}pct"
+                    mdir, vdir = root / "curve" / m / f"node{n}" / tag, root / "curve-validate" / m / f"node{n}" / tag
+                else:
+                    mdir, vdir = root / "models" / m / f"node{n}" / model, root / "validate" / m / f"node{n}" / model
+                met = _load(mdir / "metrics.json")
+                if met is None or not (vdir / "validation.parquet").exists():
+                    continue
+                v = pd.read_parquet(vdir / "validation.parquet", columns=["interruption_h", "wasted_node_h"])
+                out.setdefault((n, model), {})[f] = (float(met["val_mae_h"]), float(v["interruption_h"].mean()),
+                                                     float(v["wasted_node_h"].mean()))
+    return out
+
+
+def previous_models(rev: str, path: str = "docs/results/ls6-months.md") -> dict[tuple[str, int, str], dict]:
+    """(month, node, model) -> online mean interruption, wasted node-h, forced share and threshold from
+    the per-month tables of the report as committed at ``rev``."""
+    import re
+    import subprocess
+
+    text = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"],
+                          capture_output=True, text=True, check=True).stdout
+    out: dict[tuple[str, int, str], dict] = {}
+    key = None
+    for line in text.splitlines():
+        h = re.match(r"### (\d{4}-\d{2}), (\d+)-node service jobs", line)
+        if h:
+            key = (h.group(1), int(h.group(2)))
+            continue
+        if line.startswith("## "):
+            key = None
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if key and len(cells) == 11 and cells[0] not in ("model", "---", *BASELINES) and not cells[0].startswith("-"):
+            out[(*key, cells[0])] = {"interruption": float(cells[1].split()[0]), "wasted": float(cells[3]),
+                                     "forced": cells[7], "threshold": cells[8]}
+    return out
+
+
+def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[str]:
+    """Per learned model and month: threshold and online result, uniform run -> this run."""
+    prev = previous_models(rev)
+    rows, less_waste, more_int, both_better = [], 0, 0, 0
+    n_cells = 0
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            for r in _rows(doc, n):
+                p_ = prev.get((m, n, r["model"]))
+                if p_ is None:
+                    continue
+                met, cfg = _model_info(root, m, n, r["model"])
+                low = (cfg or {}).get("decision", {}).get("low_h", "n/a") if cfg else "n/a"
+                thr = "never early" if low is None else (f"{low:.2f} h" if isinstance(low, float) else "-")
+                n_cells += 1
+                less_waste += r["mean_wasted_node_h"] < p_["wasted"]
+                more_int += r["mean_interruption_h"] > p_["interruption"]
+                both_better += (r["mean_wasted_node_h"] <= p_["wasted"]) and (r["mean_interruption_h"] <= p_["interruption"])
+                rows.append(f"| {m} | {n} | {r['model']} | {p_['threshold']} -> {thr} | {p_['interruption']:.2f} -> "
+                            f"{r['mean_interruption_h']:.2f} | {p_['wasted']:.2f} -> {r['mean_wasted_node_h']:.2f} | "
+                            f"{p_['forced']} -> {_f(r['forced_share'], '{:.0%}')} |")
+    if not rows:
+        return []
+    return [f"### What the probes near the end changed, model by model (uniform run at `{rev}` -> this run)", "",
+            "| month | node | model | calibrated threshold | online mean interruption h | wasted node-h | forced |",
+            "|---|---|---|---|---|---|---|", *rows, "",
+            f"Of these {n_cells} month x node x model cells, the end spacing wasted fewer node-hours in {less_waste}, "
+            f"interrupted more in {more_int}, and did no worse on both in {both_better}.", ""]
+
+
+def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
+    """The findings: what the probe spacing changed (against an earlier run's committed page when
+    ``--compare-rev`` is given), the labels near the end, the stuck models and the load shift."""
+    from mirage_tasks.sim.probes import END_OFFSETS_MIN
+
+    spacing, probes = _spacing(root, args)
+    L = ["## Why learned models lose where they lose", ""]
+    if spacing == "end":
+        L += ["The run before this one (`--probe-spacing uniform`) sampled 7 probes equally spaced from the "
+              "predecessor's submission to its end, at least 8 h apart: no training example described a submission "
+              "in the last 8 h before the predecessor ends, where `avg` gains, so trees could not answer there and "
+              "the calibrated thresholds could only choose between submitting at least 8 h early or at the end. "
+              f"This run's samples hold {probe_text(root, args)}, so the models and the threshold calibration see "
+              "the decisions of the last hours.", ""]
+    else:
+        L += [f"The training samples hold {probes} probes each, equally spaced from the predecessor's submission "
+              f"to its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart. No training example "
+              "describes a submission in the last hours before the predecessor ends, where `avg` gains; "
+              "`--probe-spacing end` samples there.", ""]
+    rev = getattr(args, "compare_rev", None)
+    if rev:
+        prev = previous_verdicts(rev)
+        L += [f"### Against the uniform-spacing run (the page as committed at `{rev}`)", "",
+              "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
+              "[95% CI]):", "",
+              "| month | node | uniform: model | uniform: interruption - avg | uniform: waste - avg | uniform: beats | "
+              "uniform: objective - avg | end: model | end: interruption - avg | end: waste - avg | end: beats | "
+              "end: objective - avg |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        moved = []
+        now_wins, prev_wins = {n: 0 for n in args.nodes}, {n: 0 for n in args.nodes}
+        for m in months:
+            doc = _load(root / "metrics" / m / "metrics.json")
+            for n in args.nodes:
+                v = verdict(_rows(doc, n))
+                p_ = prev.get((m, n))
+                if v is None or p_ is None:
+                    continue
+                b = v["best"]
+                now_wins[n] += int(v["beats_avg"])
+                prev_wins[n] += int(p_["beats"] == "yes")
+                od = objective_diff(root, m, n, b["model"], weight)
+                try:
+                    before = float(p_["objective"].split()[0])
+                except ValueError:
+                    before = None
+                if od is not None and before is not None:
+                    moved.append((m, n, before, od[0]))
+                L.append(f"| {m} | {n} | {p_['model']} | {p_['diff']} | {p_['waste']} | {p_['beats'].split(':')[0]} "
+                         f"| {p_['objective']} | {b['model']} "
+                         f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                         f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                         f"| {'yes' if v['beats_avg'] else 'no'} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
+        L += ["", "Months where the best learned model beats avg, uniform -> end: " + "; ".join(
+            f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes) + "."]
+        if moved:
+            better = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ < a]
+            worse = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ >= a]
+            L += ["", "On the calibration objective (the verdict's model, point estimates of the paired difference to "
+                  "avg; the two runs' samples are the same validation samples but the runs are not paired here): "
+                  f"lower with the end spacing in {len(better)} of {len(moved)}"
+                  + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
+                  + "."]
+        L.append("")
+        L += change_section(root, args, months, rev)
+    if spacing == "end" and months:
+        until = month_start_ts(months[-1])
+        for n in args.nodes:
+            res = ladder_table(root, n, until, weight)
+            if res is None:
+                continue
+            rows, oracle = res
+            L += [f"### The labels near the end ({n}-node jobs, training samples before {months[-1]})", "",
+                  f"Every sample's successor submitted at the same offset before the predecessor's end (the probe "
+                  f"labels), and each sample at its best probe (an oracle: no rule knows it in advance); objective = "
+                  f"interruption + {weight:g} x wasted node-h.", "",
+                  "| submitted at | samples | mean interruption h | wasted node-h | zero interruption | objective |",
+                  "|---|---|---|---|---|---|"]
+            for r in rows:
+                when = "the end (reactive)" if r["offset_min"] == 0 else f"end - {_offset(r['offset_min'])}"
+                L.append(f"| {when} | {r['n']} | {r['interruption_h']:.2f} | {r['wasted_node_h']:.2f} | "
+                         f"{r['zero']:.0%} | {r['objective']:.3f} |")
+            top = sorted(oracle["offsets"].items(), key=lambda kv: -kv[1])[:3]
+            L.append(f"| best probe per sample (oracle) | {oracle['n']} | {oracle['interruption_h']:.2f} | "
+                     f"{oracle['wasted_node_h']:.2f} | {oracle['zero']:.0%} | {oracle['objective']:.3f} |")
+            fixed = min(rows, key=lambda r: r["objective"])
+            react = next((r for r in rows if r["offset_min"] == 0), None)
+            L += ["", f"The best single offset on these samples is {_offset(fixed['offset_min']) if fixed['offset_min'] else 'the end'}"
+                  f" (objective {fixed['objective']:.3f}" + (f" against {react['objective']:.3f} at the end" if react else "")
+                  + f"); the oracle reaches {oracle['objective']:.3f}, most often at "
+                  + ", ".join(f"end - {_offset(int(k))} ({v:.0%})" if k else f"the end ({v:.0%})" for k, v in top)
+                  + ". The gap between the two is what a model could gain by telling samples apart.", ""]
+    stuck = []
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            for r in _rows(doc, n):
+                met, cfg = _model_info(root, m, n, r["model"])
+                dec_path = root / "validate" / m / f"node{n}" / r["model"] / "decisions.parquet"
+                if cfg is None or not dec_path.exists() or r["forced_share"] < 1.0:
+                    continue
+                dec = pd.read_parquet(dec_path, columns=["output"])
+                low = (cfg.get("decision") or {}).get("low_h")
+                stuck.append(f"{r['model']} ({m}, node {n}: highest prediction {dec['output'].max():.2f} h, "
+                             f"threshold {'never early' if low is None else f'{low:.2f} h'})")
+    L += ["Learned models that never submitted before the predecessor ended: "
+          + ("; ".join(stuck) if stuck else "none") + ".", ""]
+    if spacing == "end" and months:
+        L += submission_section(root, args, months)
+    L += load_shift_section(root, args, months, weight)
+    return L
+
+
+def submission_section(root: Path, args: Any, months: list[str]) -> list[str]:
+    """Where the online submissions fell against the probes the models were trained on: before
+    the earliest probe (the predecessor's end - 24 h), a state no training example describes,
+    or inside the probed last 24 h."""
+    from mirage_tasks.sim.probes import END_OFFSETS_MIN
+
+    first = END_OFFSETS_MIN[0] * 60
+    rows, beyond = [], {}
+    for m in months:
+        for n in args.nodes:
+            for model in ["avg", *args.models]:
+                path = root / "validate" / m / f"node{n}" / model / "validation.parquet"
+                if not path.exists():
+                    continue
+                v = pd.read_parquet(path, columns=["pred_end", "decision_time", "wasted_node_h", "forced"])
+                lead = (v["pred_end"] - v["decision_time"]) / 3600.0
+                early = lead > first / 3600.0 + 1e-9
+                rows.append(f"| {m} | {n} | {model} | {early.mean():.0%} | {v['wasted_node_h'][early].sum() / len(v):.2f} "
+                            f"| {v['wasted_node_h'].mean():.2f} | {((~early) & ~v['forced'].astype(bool)).mean():.0%} "
+                            f"| {v['forced'].astype(bool).mean():.0%} | {lead.median():.1f} |")
+                if model != "avg":
+                    beyond[(m, n, model)] = (early.mean(), v["wasted_node_h"][early].sum() / max(1e-9, v["wasted_node_h"].sum()))
+    if not rows:
+        return []
+    worst = sorted(beyond.items(), key=lambda kv: -kv[1][0])[:3]
+    L = [f"### Where the online submissions fell (against the probes, {_offset(END_OFFSETS_MIN[0])} before the end at most)", "",
+         "Online, a model decides every 10 minutes from the predecessor's submission, also while the predecessor "
+         "still waits; the training probes start at its (pre-simulated) end - "
+         f"{_offset(END_OFFSETS_MIN[0])}. A submission earlier than that comes from a state no training example "
+         "describes (the trees answer with what they learned at the earliest probe), and the threshold calibration, "
+         "which replays the probes only, never priced it.", "",
+         "| month | node | model | submitted > 24 h before the end | its wasted node-h per sample | all wasted node-h "
+         "per sample | submitted in the last 24 h | forced at the end | median hours before the end |",
+         "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    if worst and worst[0][1][0] > 0:
+        L += ["Most submissions before the earliest probe: " + "; ".join(
+            f"{model} ({m}, node {n}: {share:.0%} of samples, {w:.0%} of its wasted node-hours)"
+            for (m, n, model), (share, w) in worst if share > 0) + ".", ""]
+    return L
+
+
+def month_start_ts(m: str) -> pd.Timestamp:
+    return pd.Timestamp(f"{m}-01T00:00:00+00:00")
+
+
 def write_doc(root: Path, out: Path, args: Any) -> None:
     run = _load(root / "run.json") or {}
+    flags = (run.get("argv") or [])[1:]  # the run's own flags, as it was invoked
+    run_flags = " ".join(flags) if flags else f"--root {args.root}"
     months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
     L: list[str] = []
     L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
           "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
-          "```sh", "nice -n 5 .venv/bin/python bench/ls6_months.py   # everything below, under var/ls6-months/",
-          ".venv/bin/python bench/ls6_months.py --write-doc docs/results/ls6-months.md", "```", ""]
+          "```sh", f"nice -n 5 .venv/bin/python bench/ls6_months.py {run_flags}  # everything below, under {args.root}/",
+          f".venv/bin/python bench/ls6_months.py {run_flags} --write-doc {out.as_posix()}"
+          + (f" --compare-rev {args.compare_rev}" if getattr(args, "compare_rev", None) else ""), "```", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
               f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
               f"{run['finished']}). Command: `{' '.join(run['argv'])}`.", ""]
-        walls = []
+        walls, skipped = [], False
+        started = pd.Timestamp(run["finished"]) - pd.Timedelta(seconds=float(run["wall_s"]))
         for n in args.nodes:
             info = _load(root / "samples" / f"node{n}" / "shard.json")
+            marker = _load(root / "samples" / f"node{n}" / "_SUCCESS.json") or {}
             if info:
                 walls.append(f"node {n}: {info['n_samples']} samples, {info['n_examples']} examples in "
-                             f"{info['wall_s']:.0f} s")
+                             f"{info['wall_s']:.0f} s ({info.get('cpu_s', float('nan')):.0f} CPU s)")
+                skipped |= bool(marker.get("finished")) and pd.Timestamp(marker["finished"]) < started
         if walls:
-            L += ["Steps whose outputs were already up to date (from an earlier invocation of the same command) "
-                  "were skipped and are not in that CPU time: in this run the training samples (`sample`, wall "
-                  "time it recorded: " + "; ".join(walls) + ", one process each on the shared machine) and the "
-                  "January baselines. The policy comparison below was run by `bench/ls6_policy_fix.py` "
-                  "(its own CPU time is printed by it).", ""]
+            L += [("Steps whose outputs were already up to date (from an earlier invocation of the same command) "
+                   "were skipped and are not in that CPU time, among them the training samples"
+                   if skipped else "It includes the training samples, computed by this invocation, one node size "
+                   "after the other in one process") + " (`sample`, as it recorded them: " + "; ".join(walls) + ")."
+                  + (" The policy comparison below was run by `bench/ls6_policy_fix.py` (its own CPU time is "
+                     "printed by it)." if (root / "policy").exists() else ""), ""]
     else:
         L += ["The run had not finished when this page was written: the tables below hold what was committed "
               "by then (months or models missing from them did not finish).", ""]
@@ -114,7 +493,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "simulator preset `ls6` (78 nodes, conservative backfill, recorded priority plus capped age, "
           "8 running jobs per user, warm start);",
           f"* training samples: one every {args.interval_hours:g} h from 2022-11-01 (the seed: 4 h), 2-day warm-up, "
-          "5-day workloads, 7 probes each, node sizes " + ", ".join(map(str, args.nodes)) + "; for each month the "
+          f"5-day workloads, {probe_text(root, args)}, node sizes " + ", ".join(map(str, args.nodes)) + "; for each month the "
           "models use only the samples whose workload ends before the month starts (`train --samples-until`), "
           "split chronologically (latest 20 % of samples for validation, 5-day purge);",
           "* decision thresholds: chosen on that training-period validation split by replaying the probes "
@@ -179,56 +558,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
               "of each month and its paired difference to avg [95% CI]: " + "; ".join(obj_best) + ".", ""]
 
     # ---- findings generated from the outputs
-    man = _load(root / "datasets" / f"node{args.nodes[0]}" / "manifest.json") or {}
-    probes = int((man.get("params") or {}).get("probes", 7))
-    stuck = []
-    for m in months:
-        doc = _load(root / "metrics" / m / "metrics.json")
-        for n in args.nodes:
-            for r in _rows(doc, n):
-                met, cfg = _model_info(root, m, n, r["model"])
-                dec_path = root / "validate" / m / f"node{n}" / r["model"] / "decisions.parquet"
-                if cfg is None or not dec_path.exists() or r["forced_share"] < 1.0:
-                    continue
-                dec = pd.read_parquet(dec_path, columns=["output"])
-                low = (cfg.get("decision") or {}).get("low_h")
-                stuck.append(f"{r['model']} ({m}, node {n}: highest prediction {dec['output'].max():.2f} h, "
-                             f"threshold {'never early' if low is None else f'{low:.2f} h'})")
-    L += ["## Why learned models lose where they lose", "",
-          f"The training samples hold {probes} probes each, equally spaced from the predecessor's submission to "
-          f"its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart (more when the predecessor "
-          "waits). So no training example describes a submission in the last "
-          f"{48 / (probes - 1):.0f} hours before the predecessor ends, other than at the end itself, while "
-          "`avg` gains exactly there (it submits the recent mean wait early, minutes to a few hours). Regressors "
-          "must extrapolate into that gap, and trees do not extrapolate: an hour before the end they answer about "
-          f"what they learned for the probe {48 / (probes - 1):.0f} h before it (a large overlap). Where that keeps "
-          "every prediction below the submit threshold the model replays the reactive baseline (listed below). "
-          "The thresholds calibrated on the probes likewise can only choose between submitting at least that "
-          "early or at the end.",
-          ""]
-    if stuck:
-        L += ["Learned models that never submitted before the predecessor ended: " + "; ".join(stuck) + ".", ""]
-    shift = []
-    for m in months:
-        doc = _load(root / "metrics" / m / "metrics.json")
-        for n in args.nodes:
-            react = next((r for r in _rows(doc, n) if r["model"] == "reactive"), None)
-            met, _ = _model_info(root, m, n, args.models[0])
-            cal = (met or {}).get("calibration") or {}
-            if react is None or not cal.get("reactive"):
-                continue
-            shift.append(f"{m} node {n}: {cal['reactive']['mean_interruption_h']:.2f} h on the training period's "
-                         f"split vs {react['mean_interruption_h']:.2f} h in the month")
-    if shift:
-        L += ["The second way to lose is a change of load between the training period and the month: the "
-              "thresholds are calibrated on the latest training samples, and a threshold that pays off in a busy "
-              "period (submit many hours early) wastes node-hours in a quiet month, and the reverse. The reactive "
-              "baseline's mean interruption, a measure of the load, on the calibration split and in the month: "
-              + "; ".join(shift) + ".", ""]
-    L += ["For the first, the fix is in the sampling, not the models: probes concentrated near the predecessor's end (e.g. at "
-          "its end minus 10 min, 30 min, 1, 2, 4, 8, 16 h) would give the models and the calibration examples "
-          "of the decisions that matter; that needs a probe-spacing option in the `sample` step "
-          "(`mirage_tasks/sim/episode.py: probe_times`), outside this change.", ""]
+    L += why_section(root, args, months, weight)
 
     # ---- per month
     for m in months:
@@ -350,8 +680,9 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                                 "wasted": float(v["wasted_node_h"].mean())})
         if pts:
             L += [f"## Learning curve ({m})", "",
-                  "The curve models retrained on an evenly thinned share of the same history (25 % = one sample every "
-                  "4 h, 50 % = every 2 h, 100 % = every hour); validation MAE on the training period's own split "
+                  "The curve models retrained on an evenly thinned share of the same history ("
+                  + ", ".join(f"{f:.0%} = one sample every {args.interval_hours / f:g} h"
+                              for f in [*args.curve_fractions, 1.0]) + "); validation MAE on the training period's own split "
                   "(its size shrinks with the share) and online mean interruption on the month.", "",
                   "| node | model | share | samples (train split) | val MAE h | online mean interruption h | "
                   "wasted node-h |", "|---|---|---|---|---|---|---|"]

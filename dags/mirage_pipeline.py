@@ -125,6 +125,10 @@ with DAG(
         "warmup_days": Param(2, type="number", minimum=0, title="Warm-up days before the predecessor"),
         "workload_days": Param(5, type="number", exclusiveMinimum=0, title="Workload days per sample"),
         "probes": Param(7, type="integer", minimum=2, title="Probes per training sample"),
+        "probe_spacing": Param("uniform", enum=["uniform", "end"], title="Probe spacing",
+                               description="uniform: probes equally spaced from the predecessor's submission "
+                                           "to its end (the reference's); end: at its end minus 24 h .. 10 min "
+                                           "(sample --probe-spacing)."),
         "node_sizes": Param([1, 8], type="array", items={"type": "integer", "minimum": 1}, title="Service job sizes (nodes)"),
         "shards": Param(4, type="integer", minimum=1, maximum=64, title="Shards per node size"),
         "models": Param(["xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",

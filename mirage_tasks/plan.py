@@ -213,8 +213,20 @@ def sample_family(shared: str, trace: dict[str, Any], params: dict[str, Any], no
     key = {"trace": trace, "cluster_config": params["cluster_config"], "interval_hours": float(params["interval_hours"]),
            "phase_s": phase, "warmup_days": float(params["warmup_days"]),
            "workload_days": float(params["workload_days"]), "probes": int(params["probes"]), "node": int(node),
-           "baseline": baseline}
+           "baseline": baseline, **_spacing(params, baseline)}
     return f"{shared.rstrip('/')}/samples/node{int(node)}-{digest(key)}"
+
+
+def _spacing(params: dict[str, Any], baseline: str = "default") -> dict[str, Any]:
+    """The sample step's probe spacing of these params (its parser's default when absent), as
+    it enters the sample outputs' params: families of different spacings never share a root."""
+    from .steps.sample import spacing_params  # noqa: PLC0415
+
+    return spacing_params(baseline, params.get("probe_spacing") or step_parser("sample").get_default("probe_spacing"))
+
+
+def _spacing_argv(params: dict[str, Any]) -> dict[str, Any]:
+    return {"probe_spacing": params.get("probe_spacing") or None}  # None: the step's default
 
 
 def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
@@ -347,8 +359,8 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
         out["families"][str(n)] = family
         out["sample_jobs"].append({"node": n, "family": family, "days": days, "shards": shards,
                                    "argv": {"trace": trace, "start": w["train_start"], **episode,
-                                            "probes": params["probes"], "node": n, "out": family,
-                                            "workers": workers}})
+                                            "probes": params["probes"], **_spacing_argv(params), "node": n,
+                                            "out": family, "workers": workers}})
         dataset = f"{prefix}/datasets/node{n}"
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
                                  count=w["train_count"], interval_hours=params["interval_hours"], trace=trace,
@@ -448,7 +460,7 @@ def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day:
             continue
         out["missing"].append(n)
         out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
-                                  node=n, days=[day], out=family, workers=workers))
+                                  **_spacing_argv(params), node=n, days=[day], out=family, workers=workers))
     return out
 
 
@@ -457,7 +469,7 @@ def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day:
 #: The ``mirage_samples`` params that name a sample family (the pipeline run a complete month
 #: triggers must use the same, so it reads those partitions instead of sampling again).
 FAMILY_PARAMS = ("trace", "trace_timezone", "synth_profile", "cluster_config", "interval_hours", "warmup_days",
-                 "workload_days", "probes", "node_sizes", "seed")
+                 "workload_days", "probes", "probe_spacing", "node_sizes", "seed")
 
 
 def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:

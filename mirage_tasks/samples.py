@@ -28,28 +28,31 @@ from .times import iso
 _W: dict = {}
 
 
-def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str) -> None:
-    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline)
+def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
+          spacing: str = "uniform") -> None:
+    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline, spacing=spacing)
 
 
 def _one(task: tuple[int, int]) -> tuple[int, list, float]:
     k, t0 = task
     cpu0 = time.process_time()
-    res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"])
+    res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"],
+                          spacing=_W["spacing"])
     return k, res, time.process_time() - cpu0
 
 
 def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
                 tasks: list[tuple[int, int]], workers: int = 1,
-                cpu: list[float] | None = None) -> list[tuple[int, list]]:
-    """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked.
+                cpu: list[float] | None = None, spacing: str = "uniform") -> list[tuple[int, list]]:
+    """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked
+    (``spacing``: the probe spacing, :func:`mirage_tasks.sim.episode.probe_times`).
     ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it)."""
     if workers <= 1 or len(tasks) <= 1:
-        _init(wl, cfg, spec, node, probes, baseline)
+        _init(wl, cfg, spec, node, probes, baseline, spacing)
         out = [_one(t) for t in tasks]
     else:
         with pool_context().Pool(workers, initializer=_init,
-                                 initargs=(wl, cfg, spec, node, probes, baseline)) as pool:
+                                 initargs=(wl, cfg, spec, node, probes, baseline, spacing)) as pool:
             out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
         out.sort(key=lambda r: r[0])
     if cpu is not None:

@@ -9,8 +9,11 @@ probes at increasing times from the predecessor's submission to its end (the las
 *is* the forced submission), each labelled with the signed interruption it produced in
 the simulator. For a threshold, a sample's outcome is the label of its first probe whose
 score reaches the threshold, else of its last probe. No extra simulation is needed; the
-probes are coarser than the online decisions (7 per 48 h against one every 10 minutes),
-so the calibrated value is an approximation of the online optimum.
+probes are coarser than the online decisions (one every 10 minutes): 7 per 48 h with the
+reference's uniform spacing, 9 with ``sample --probe-spacing end`` (most in the predecessor's
+last hours), so the calibrated value is an approximation of the online optimum. Samples may
+hold different numbers of probes (the end spacing drops probes before the predecessor's
+submission): only the grouping by sample and the order inside a sample matter.
 
 The objective, minimised over a grid of candidate thresholds (quantiles of the scores,
 plus "never submit early"):
@@ -20,8 +23,9 @@ plus "never submit early"):
 ``waste_weight`` (:data:`WASTE_WEIGHT`, the ``train --waste-weight`` flag) prices one wasted
 node-hour in hours of service interruption. Ties go to the threshold that wastes less, and
 the default rule (-0.5 h for regressors, 0.5 for policies) is kept when nothing does
-better than it on the probes (``kept_default``): with 7 probes over 48 h (8 h apart) many
-thresholds tie offline while acting differently online, and a tie is no evidence to move.
+better than it on the probes (``kept_default``): with few probes (the uniform spacing's are
+8 h apart) many thresholds tie offline while acting differently online, and a tie is no
+evidence to move.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *
     kept_default = False
     if default is not None:
         d = objective(outcomes(score, y, sample, default), node, waste_weight)
-        # no evidence against the default rule on these probes: keep it (the probes are 8 h apart, so
+        # no evidence against the default rule on these probes: keep it (the probes are sparse, so
         # thresholds that tie here can still differ online; the tie gives no reason to move)
         if round(d["objective"], 9) <= round(best["objective"], 9):
             best = {"threshold": float(default), **d}

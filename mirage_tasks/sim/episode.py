@@ -25,6 +25,7 @@ import numpy as np
 from . import features
 from .config import SimConfig
 from .engine import Simulator
+from .probes import END_OFFSETS_MIN, PROBE_SPACINGS
 from ..models.registry import BASELINES
 from .workload import Workload
 
@@ -169,13 +170,16 @@ class DecisionEpisode:
         }
 
 
-def probe_times(pred_submit: int, pred_end: int, probes: int, baseline: str, avg_wait_s: float) -> list[int]:
+def probe_times(pred_submit: int, pred_end: int, probes: int, baseline: str, avg_wait_s: float,
+                spacing: str = "uniform") -> list[int]:
     """Decision times of one sample (minute-aligned, seconds dropped as the reference).
 
-    default: ``probes`` equally spaced from pred submit + 60 s to pred end (inclusive; the
-    last is the reactive baseline); reactive: pred end; avg: pred end - the mean wait of
-    the last 100 started jobs when the predecessor started (whole minutes), not before
-    pred submit + 60 s."""
+    default, ``spacing="uniform"``: ``probes`` equally spaced from pred submit + 60 s to pred
+    end (inclusive; the last is the reactive baseline). default, ``spacing="end"``: pred end
+    minus each of :data:`END_OFFSETS_MIN` (``probes`` is not used), minute-aligned, never
+    before pred submit + 60 s, duplicates removed, sorted, the last exactly pred end.
+    reactive: pred end; avg: pred end - the mean wait of the last 100 started jobs when the
+    predecessor started (whole minutes), not before pred submit + 60 s."""
     lower = pred_submit + 60
     upper = pred_end
     if baseline == "reactive":
@@ -185,6 +189,11 @@ def probe_times(pred_submit: int, pred_end: int, probes: int, baseline: str, avg
         return [max(lower, t // 60 * 60)]
     if baseline != "default":
         raise ValueError(f"unknown baseline {baseline!r}")
+    if spacing == "end":
+        early = {max(lower, (upper - m * 60) // 60 * 60) for m in END_OFFSETS_MIN if m > 0}
+        return sorted(t for t in early if t < upper) + [upper]
+    if spacing != "uniform":
+        raise ValueError(f"unknown probe spacing {spacing!r}; choose from {PROBE_SPACINGS}")
     if probes < 1:
         raise ValueError("probes must be >= 1")
     if probes == 1:
@@ -201,8 +210,10 @@ class ProbeResult:
 
 
 def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: EpisodeSpec,
-                    probes: int = 7, baseline: str = "default", with_features: bool = True) -> list[ProbeResult]:
-    """All probes of one sample: one shared prefix, one fork per probe."""
+                    probes: int = 7, baseline: str = "default", with_features: bool = True,
+                    spacing: str = "uniform") -> list[ProbeResult]:
+    """All probes of one sample: one shared prefix, one fork per probe (``spacing``: see
+    :func:`probe_times`)."""
     base, pred = build_episode(wl, cfg, t0, node, spec, record=with_features)
     pred_submit = base.j_submit[pred]
     base.run_until(pred_submit)
@@ -214,7 +225,8 @@ def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: Epis
     pred_end = pred_start + base.j_dur[pred]
     del pre
     out = []
-    for k, t in enumerate(probe_times(pred_submit, pred_end, probes, baseline, avg_at_pred_start)):
+    for k, t in enumerate(probe_times(pred_submit, pred_end, probes, baseline, avg_at_pred_start,
+                                                spacing)):
         base.run_until(t)
         hist = features.history(base, pred, node, spec.service_s, spec.window) if with_features else None
         full = len(base.snaps) >= spec.window

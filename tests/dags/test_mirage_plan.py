@@ -195,8 +195,11 @@ def test_dag_defaults_are_the_steps_defaults(dag_defaults):
     from mirage_tasks.models.presets import PRESETS
 
     sample = step_parser("sample")
-    for param in ("interval_hours", "warmup_days", "workload_days", "probes"):
+    for param in ("interval_hours", "warmup_days", "workload_days", "probes", "probe_spacing"):
         assert dag_defaults[param] == sample.get_default(param), param
+    from mirage_tasks.sim.probes import PROBE_SPACINGS
+
+    assert _dag_params().get_param("probe_spacing").schema["enum"] == list(PROBE_SPACINGS)
     assert dag_defaults["preset"] == step_parser("train").get_default("preset")
     preset_enum = _dag_params().get_param("preset").schema["enum"]
     assert sorted(preset_enum) == sorted(PRESETS)
@@ -307,6 +310,7 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
 
     fam = {"trace": "s3://b/ls6.log", "trace_timezone": "America/Chicago", "synth_profile": "ls6-a100",
            "cluster_config": "ls6", "interval_hours": 4, "warmup_days": 2, "workload_days": 5, "probes": 7,
+           "probe_spacing": "uniform",
            "node_sizes": [1, 8], "seed": 0}
     assert set(fam) == set(FAMILY_PARAMS)
     extras = [{"day": f"2023-02-{d:02d}", "params": fam} for d in range(1, 29)]

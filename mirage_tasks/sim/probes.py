@@ -1,0 +1,16 @@
+"""Probe spacings of the training samples (``sample --probe-spacing``), without numpy, so a
+step's ``add_arguments`` can offer them; :func:`mirage_tasks.sim.episode.probe_times` places
+the probes.
+
+* ``uniform``: the reference's, ``--probes`` equally spaced from the predecessor's
+  submission + 60 s to its end: 48 h / 6 = 8 h apart with 7 probes.
+* ``end``: concentrated near the predecessor's (pre-simulated) end, at its end minus
+  :data:`END_OFFSETS_MIN`, where a submission decides between a short overlap and a gap.
+"""
+
+from __future__ import annotations
+
+PROBE_SPACINGS = ("uniform", "end")
+#: Minutes before the predecessor's end of the ``end`` spacing's probes; 0 is the end itself
+#: (the reactive probe, always last).
+END_OFFSETS_MIN = (1440, 960, 480, 240, 120, 60, 30, 10, 0)
