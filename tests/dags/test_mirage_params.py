@@ -113,3 +113,18 @@ def test_samples_dag_is_partitioned_and_publishes_an_asset(dags):
     assert [a.name for a in dag.get_task("publish").outlets] == ["mirage_samples"]
     # partitioned runs have no logical date: nothing may template {{ ds }}
     assert "ds }}" not in (DAGS / "mirage_samples.py").read_text()
+
+
+def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
+    """mirage_samples and mirage_pipeline each show the params that name a sample family (a
+    pipeline run reads mirage_samples' partitions only when they agree): same defaults, same
+    choices, so a run with the defaults of one reads what the other wrote."""
+    from mirage_tasks.plan import FAMILY_PARAMS
+
+    pipe, samp = dags["mirage_pipeline"].params, dags["mirage_samples"].params
+    for name in FAMILY_PARAMS:
+        a, b = pipe.get_param(name), samp.get_param(name)
+        assert a.value == b.value, name
+        sa = {k: v for k, v in a.schema.items() if k not in ("description", "maximum")}
+        sb = {k: v for k, v in b.schema.items() if k not in ("description", "maximum")}
+        assert sa == sb, name
