@@ -27,12 +27,23 @@ def moto_s3(*buckets: str) -> Iterator[str]:
     server.start()
     url = f"http://127.0.0.1:{port}"
     try:
+        # moto keeps its backends per process, shared by every server a test session starts:
+        # start from an empty S3 so no test sees another's buckets and objects
+        reset(url)
         client = s3_client(url)
         for bucket in buckets:
             client.create_bucket(Bucket=bucket)
         yield url
     finally:
+        reset(url)
         server.stop()
+
+
+def reset(url: str) -> None:
+    """Empty every moto backend of this process (through the server's reset endpoint)."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30).read()
 
 
 def s3_client(url: str):

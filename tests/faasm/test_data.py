@@ -10,6 +10,7 @@ from faasm_tasks.clients import UploadClient
 from faasm_tasks.data import (expected_product, matrix_state_objects, prepare, synthetic_sgd,
                               tar_bytes)
 from faasm_testutil import ScriptedServer
+from moto_s3 import reset
 from stepkit import StepError
 
 
@@ -60,6 +61,7 @@ def moto_s3(monkeypatch):
     srv.start()
     host, port = srv.get_host_and_port()
     url = f"http://{host}:{port}"
+    reset(url)  # moto's backends are per process: no bucket or object of an earlier test
     s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
     s3.create_bucket(Bucket="faasm-data")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from moto_s3 import reset
 from ui_fixtures import END, MIRAGE_KEY, make_reports
 
 from house.links import StepReportLink, report_uri, view_url
@@ -60,6 +61,7 @@ def test_lists_reports_on_s3(storage, monkeypatch):
     server.start()
     try:
         host, port = server.get_host_and_port()
+        reset(f"http://{host}:{port}")  # moto's backends are per process: start empty
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{host}:{port}")
         fsspec.config.conf.pop("s3", None)
         # fsspec caches filesystems by their arguments, not the environment: an S3 filesystem an
