@@ -53,9 +53,20 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts)
 
 
+def _options(uri: str) -> dict[str, Any]:
+    """Filesystem arguments taken from the environment. fsspec reuses a filesystem made with
+    the same arguments, so an S3 endpoint read from ``AWS_ENDPOINT_URL(_S3)`` is passed
+    explicitly: a process whose endpoint setting changed never gets the old endpoint's client."""
+    if uri.startswith(("s3://", "s3a://")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            return {"endpoint_url": endpoint}
+    return {}
+
+
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem and in-filesystem path for ``uri``."""
-    fs, path = url_to_fs(normalize(uri) if is_local(uri) else uri)
+    fs, path = url_to_fs(normalize(uri) if is_local(uri) else uri, **_options(uri))
     return fs, path
 
 
@@ -66,7 +77,8 @@ def exists(uri: str) -> bool:
 
 def open_read(uri: str, mode: str = "rb", compression: str | None = None) -> IO[Any]:
     """Open for reading; ``compression="infer"`` decompresses ``.gz``/``.bz2``/``.xz`` by suffix."""
-    return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression).open()
+    return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression,
+                       **_options(uri)).open()
 
 
 def read_bytes(uri: str) -> bytes:
