@@ -109,6 +109,9 @@ def main() -> int:
     p.add_argument("--compare-rev", metavar="REV",
                    help="with --write-doc: set the verdicts beside those of the page committed at this git revision "
                         "(an earlier run, e.g. the uniform probe spacing)")
+    p.add_argument("--compare-label", default=None,
+                   help="with --compare-rev: what the earlier run was, in the tables' headers (default: uniform)")
+    p.add_argument("--run-label", default=None, help="with --compare-rev: what this run is (default: end)")
     args = p.parse_args()
     root = (ROOT / args.root).resolve()
     if args.write_doc:

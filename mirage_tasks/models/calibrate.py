@@ -123,7 +123,9 @@ def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *
 #     submit  <=>  score - slope x z  >=  threshold,     z = (load - center) / scale
 #
 # ``load`` is one of :data:`LOAD_FEATURES`; ``center``/``scale`` are the mean/std of that
-# load over the split's probes; ``slope`` is ``beta x std(score)`` for ``beta`` in
+# load over the split's probes, and z is clipped to the range the split showed (``z_min``,
+# ``z_max``: a month busier or quieter than anything in the split gets the rule's edge, not an
+# extrapolation); ``slope`` is ``beta x std(score)`` for ``beta`` in
 # :data:`LOAD_BETAS` (a negative slope lowers the threshold, i.e. submits earlier, when the
 # queue is long). For every (load, beta) the threshold is calibrated exactly as the fixed
 # one (:func:`calibrate` on the adjusted score); the fixed rule (slope 0, the default kept on
@@ -177,6 +179,8 @@ def adjusted_score(score: np.ndarray, X: np.ndarray, load: dict[str, Any] | None
     if not load:
         return s
     z = (load_values(X, load["feature"], load["columns"]) - float(load["center"])) / float(load["scale"])
+    if load.get("z_min") is not None:  # no extrapolation beyond the loads the split showed
+        z = np.clip(z, float(load["z_min"]), float(load["z_max"]))
     return s - float(load["slope"]) * z
 
 
@@ -219,7 +223,8 @@ def calibrate_load_aware(score: np.ndarray, y: np.ndarray, sample: np.ndarray, X
             continue
         for beta in betas:
             load = {"feature": feat, "columns": cols, "center": center, "scale": scale, "slope": float(beta) * sd,
-                    "beta": float(beta)}
+                    "beta": float(beta), "z_min": float((v.min() - center) / scale),
+                    "z_max": float((v.max() - center) / scale)}
             c = calibrate(adjusted_score(score, X_last, load), y, sample, node, waste_weight=waste_weight, grid=grid)
             obj = round(c["chosen"]["objective"], 9)
             search.append({"feature": feat, "beta": float(beta), "threshold": c["threshold"], "objective": obj})

@@ -90,7 +90,8 @@ def test_offline_replay_and_online_decision_agree(seed):
     X = _probes(score, wait)
     cal = C.calibrate_load_aware(score, y, sample, X, FEATURE_NAMES, node=8, waste_weight=0.1, default=-0.5)
     # force a load rule when the search kept the fixed one, so the check is never vacuous
-    load = cal["load"] or {"feature": "running_wait", "columns": [WAIT], "center": 1.0, "scale": 0.7, "slope": -0.8}
+    load = cal["load"] or {"feature": "running_wait", "columns": [WAIT], "center": 1.0, "scale": 0.7, "slope": -0.8,
+                           "z_min": -1.4, "z_max": 1.5}
     thr = cal["threshold"] if cal["load"] else float(np.quantile(C.adjusted_score(score, X, load), 0.6))
     decision = {"rule": "threshold", "low_h": thr, "high_h": 500.0, "load": load}
     offline = C.outcomes(C.adjusted_score(score, X, load), y, sample, thr)
@@ -99,6 +100,12 @@ def test_offline_replay_and_online_decision_agree(seed):
     mask = _toy_model(decision).decide(X).submit
     np.testing.assert_array_equal(mask, C.submit_mask(score, X, thr, load))
     assert 0 < mask.sum() < len(mask)
+    # z is clipped to the split's range: a load beyond it acts as the range's edge
+    far, edge, inside = X[:1].copy(), X[:1].copy(), X[:1].copy()
+    top = float(np.expm1(load["center"] + load["z_max"] * load["scale"]) * 3600.0)  # running_wait at z_max
+    far[:, :, WAIT], edge[:, :, WAIT], inside[:, :, WAIT] = top * 50.0, top, top * 0.9
+    at = [C.adjusted_score(score[:1], h, load)[0] for h in (far, edge, inside)]
+    assert at[0] == pytest.approx(at[1]) and at[2] != pytest.approx(at[1])
     # a --threshold-h override is a fixed threshold: the load is ignored
     fixed = _Model(_toy_model(decision), threshold_h=0.0, stochastic=False, seed=0)
     assert [fixed.ask(X[i], None)[0] for i in range(20)] == list(score[:20] >= 0.0)
