@@ -26,6 +26,9 @@ the default rule (-0.5 h for regressors, 0.5 for policies) is kept when nothing 
 better than it on the probes (``kept_default``): with few probes (the uniform spacing's are
 8 h apart) many thresholds tie offline while acting differently online, and a tie is no
 evidence to move.
+
+:func:`calibrate_load_aware` (what ``train`` runs) adds a threshold that moves with the load at
+the decision, chosen on the same split by the same objective; see the section below.
 """
 
 from __future__ import annotations
