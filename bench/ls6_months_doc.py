@@ -60,6 +60,17 @@ def rule_text(cfg: dict | None) -> str:
     return f"{low:.2f} h {'+' if load['slope'] >= 0 else '-'} {abs(load['slope']):.2f} z({load['feature']})"
 
 
+def span_text(cfg: dict | None) -> str:
+    """The effective threshold (on the prediction) at the lowest and the highest load of the split: the
+    range a load-aware rule can move it over (z is clipped to that range online)."""
+    dec = (cfg or {}).get("decision") or {}
+    load, low = dec.get("load"), dec.get("low_h")
+    if not load or low is None or load.get("z_min") is None:
+        return "-"
+    at = [low + load["slope"] * z for z in (load["z_min"], load["z_max"])]
+    return f"{at[0]:.2f} / {at[1]:.2f} h"
+
+
 def verdict(rows: list[dict]) -> dict | None:
     """The learned model with the lowest mean interruption, and whether it beats avg: the 95 %
     interval of the paired difference excludes zero (below it) and it wastes no more node-hours."""
@@ -685,18 +696,21 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                         gains.append((c["chosen"]["objective"] - fx["objective"]) / max(fx["objective"], 1e-9))
                 fixed_obj = "-" if fx is None else f"{fx['objective']:.3f}"
                 cal_rows.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {rule_text(cfg)} | "
+                                f"{span_text(cfg)} | "
                                 f"{c['chosen']['objective']:.3f} / {fixed_obj} / "
                                 f"{c['default']['objective']:.3f} / {c['reactive']['objective']:.3f} |")
     L += ["## Decision rules chosen on the training period", "",
           "Objective on each training period's own validation split (mean interruption h + weight x wasted "
           "node-h) with the calibrated rule, with the best fixed threshold alone, at the fixed -0.5 h of the seed, "
-          "and never submitting early. A rule `t h - s z(load)` submits when prediction - slope x z >= t, "
-          "z = (load - its mean on the split) / its standard deviation there, slope = -s (so `- s` lowers the "
-          "threshold, i.e. submits earlier, when the load is above the split's mean); load `queue_nodes` = "
+          "and never submitting early. A rule `t h - s z(load)` is the threshold the prediction must reach at the "
+          "decision: t + slope x z with slope = -s, z = (load - its mean on the split) / its standard deviation "
+          "there, clipped to the split's range (so `- s` lowers the threshold, i.e. submits earlier, when the load "
+          "is above the split's mean); load `queue_nodes` = "
           "nodes requested by pending jobs / cluster nodes, `running_wait` = log1p(median wait of the running "
           "jobs in hours), both read from the last snapshot of the decision's own history.", "",
-          "| month | node | model | training samples | rule | objective: calibrated / best fixed / -0.5 h / reactive |",
-          "|---|---|---|---|---|---|", *cal_rows, ""]
+          "| month | node | model | training samples | rule | threshold at the split's lowest / highest load | "
+          "objective: calibrated / best fixed / -0.5 h / reactive |",
+          "|---|---|---|---|---|---|---|", *cal_rows, ""]
     if _load_aware(root, args):
         L += [f"The load-aware form lowered the split's objective below the best fixed threshold in {n_load} of "
               f"{len(cal_rows)} cells" + (f" (by {-max(gains):.0%} to {-min(gains):.0%} of it)" if gains else "")
