@@ -184,6 +184,7 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
     interruption on the calibration split (training period) and in the month, and which way the
     model that is best on the calibration objective missed avg (interruption or waste)."""
     rows, up, down = [], [], []
+    quiet_edge: dict[tuple[str, int], tuple[str, float, float]] = {}
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
         for n in args.nodes:
@@ -207,6 +208,10 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
                         f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |")
             entry = (m, n, ratio, r["diff_vs_avg_h"], r["wasted_diff_vs_avg"], ods[k])
             (up if ratio > 1.5 else down if ratio < 1 / 1.5 else []).append(entry)
+            dec = (ck or {}).get("decision") or {}
+            if ratio < 1 / 1.5 and dec.get("load") and dec.get("low_h") is not None:
+                ld = dec["load"]  # both loads grow with the queue: z_min is the split's quietest decision
+                quiet_edge[(m, n)] = (k, dec["low_h"] + ld["slope"] * ld["z_min"], dec["low_h"])
     if not rows:
         return []
     L = ["### The calibrated thresholds against the month's load", "",
@@ -228,6 +233,13 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
         L += [f"Where it was quieter (ratio < 1/1.5: " + ", ".join(f"{m} node {n}" for m, n, *_ in down)
               + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
               "early for the month's load)."]
+        if quiet_edge:
+            L += ["The load term moves the threshold only within the loads the split showed: at the split's quietest "
+                  "decision that model's threshold is " + "; ".join(
+                      f"{t:.2f} h ({k}, {m} node {n}; {c:.2f} h at the split's mean load)"
+                      for (m, n), (k, t, c) in quiet_edge.items())
+                  + " (a negative threshold submits while the model still predicts that much overlap); the level "
+                  "itself was fitted on the split, whose load (column 3) was far above the month's."]
     n_load = sum(1 for m in months for n in args.nodes for model in args.models
                  if ((_model_info(root, m, n, model)[1] or {}).get("decision") or {}).get("load"))
     n_all = sum(1 for m in months for n in args.nodes for model in args.models
@@ -523,6 +535,10 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           + "".join(f" {flag} '{getattr(args, attr)}'" for flag, attr in (("--compare-label", "compare_label"),
                                                                         ("--run-label", "run_label"))
                     if getattr(args, attr, None)), "```", ""]
+    if run.get("reuse_samples"):
+        L += ["`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
+              "the root are those of the end-spacing run (`bench/ls6_months.py --root var/ls6-months-end "
+              "--probe-spacing end`), linked there; without the flag the same command computes them first.", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
               f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
@@ -618,6 +634,14 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                      f"| {why} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
     L += ["", "Months where the best learned model beats avg: " +
           "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
+    if _load_aware(root, args):
+        L += ["How far these months are out of sample for the load-aware rule: its parameters (load, slope, "
+              "threshold, the clip of z to the split's range) were chosen on each training period's own validation "
+              "split only, and no variant was compared on the months (one was run; the clip was added after "
+              "reading three models' split calibrations, before any validation-month result of a learned model). "
+              "But the idea of moving the threshold with the load came from the previous run's diagnosis of these "
+              "same three months, so the rule's form is not independent of them: a later month (April 2023 or "
+              "after) is the clean test.", ""]
     if obj_best:
         L += ["On the calibration objective (interruption + weight x wasted node-hours), the best learned model "
               "of each month and its paired difference to avg [95% CI]: " + "; ".join(obj_best) + ".", ""]
