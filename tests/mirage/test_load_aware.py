@@ -122,12 +122,9 @@ def test_missing_load_features_are_skipped_not_guessed():
 
 # ----------------------------------------------------------------------------- through the train step
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("xgboost")
-
-
 def test_rule_is_calibrated_from_the_training_split_only(tmp_path):
     """Changing every sample of the validation period (after --samples-until) changes nothing of the rule."""
+    pytest.importorskip("xgboost")
     from mirage_tasks.__main__ import STEPS
     from mirage_tasks.models import data as D
     from mirage_tasks.models import synthetic as S
