@@ -102,10 +102,16 @@ def main() -> int:
     p.add_argument("--curve-fractions", nargs="*", type=float, default=[0.25, 0.5])
     p.add_argument("--jobs", type=int, default=2,
                    help="step processes at once (2); the node sizes are sampled one after the other")
+    p.add_argument("--reuse-samples", action="store_true",
+                   help="run no ingest/sample/merge: use the committed trace and datasets already under --root "
+                        "(e.g. symlinks to an earlier run's, which must not be written); only train/validate/metrics run")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
     p.add_argument("--compare-rev", metavar="REV",
                    help="with --write-doc: set the verdicts beside those of the page committed at this git revision "
                         "(an earlier run, e.g. the uniform probe spacing)")
+    p.add_argument("--compare-label", default=None,
+                   help="with --compare-rev: what the earlier run was, in the tables' headers (default: uniform)")
+    p.add_argument("--run-label", default=None, help="with --compare-rev: what this run is (default: end)")
     args = p.parse_args()
     root = (ROOT / args.root).resolve()
     if args.write_doc:
@@ -118,7 +124,13 @@ def main() -> int:
     t_wall = time.monotonic()
     logs = root / "logs"
     trace = root / "trace"
-    run(["ingest", "--trace", args.trace, "--timezone", "America/Chicago", "--out", str(trace)], logs / "ingest.log")
+    if args.reuse_samples:
+        for d in [trace, *(root / "datasets" / f"node{n}" for n in args.nodes)]:
+            if not (d / "_SUCCESS.json").exists():
+                raise SystemExit(f"--reuse-samples: {d} holds no committed step output")
+    else:
+        run(["ingest", "--trace", args.trace, "--timezone", "America/Chicago", "--out", str(trace)],
+            logs / "ingest.log")
     sim = ["--cluster-config", "ls6"]
     last = max(month_start(m) for m in args.months)
     span = pd.Timedelta(days=WORKLOAD_DAYS)
@@ -130,6 +142,9 @@ def main() -> int:
     def build_all() -> None:  # one sampling process at a time; a node's chains start once its dataset is merged
         try:
             for n in args.nodes:
+                if args.reuse_samples:
+                    ready[n].set()
+                    continue
                 s = root / "samples" / f"node{n}"
                 run(["sample", "--trace", str(trace), *sim, "--start", SAMPLE_START, "--count", str(count),
                      "--interval-hours", str(args.interval_hours), "--probe-spacing", args.probe_spacing,
@@ -213,7 +228,7 @@ def main() -> int:
     cpu = ru.ru_utime + ru.ru_stime
     wall = time.monotonic() - t_wall
     (root / "run.json").write_text(json.dumps({
-        "argv": sys.argv, "probe_spacing": args.probe_spacing, "interval_hours": args.interval_hours,
+        "argv": sys.argv, "probe_spacing": args.probe_spacing, "reuse_samples": args.reuse_samples, "interval_hours": args.interval_hours,
         "cpu_s_children": round(cpu, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
     print(f"ls6_months: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s", flush=True)

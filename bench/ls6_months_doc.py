@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from mirage_tasks.models.calibrate import LOAD_BETAS
+
 BASELINES = ("reactive", "avg")
 
 
@@ -40,6 +42,33 @@ def _rows(doc: dict, node: int, level: str = "all") -> list[dict]:
 def _model_info(root: Path, month: str, node: int, model: str) -> tuple[dict | None, dict | None]:
     d = root / "models" / month / f"node{node}" / model
     return _load(d / "metrics.json"), _load(d / "config.json")
+
+
+def rule_text(cfg: dict | None) -> str:
+    """A regressor's calibrated rule in a few words: the threshold, and the load term when it moves."""
+    if cfg is None:
+        return "-"
+    dec = cfg.get("decision") or {}
+    low = dec.get("low_h", "n/a")
+    if low is None:
+        return "never early"
+    if not isinstance(low, (int, float)):
+        return "-"
+    load = dec.get("load")
+    if not load:
+        return f"{low:.2f} h"
+    return f"{low:.2f} h {'+' if load['slope'] >= 0 else '-'} {abs(load['slope']):.2f} z({load['feature']})"
+
+
+def span_text(cfg: dict | None) -> str:
+    """The effective threshold (on the prediction) at the lowest and the highest load of the split: the
+    range a load-aware rule can move it over (z is clipped to that range online)."""
+    dec = (cfg or {}).get("decision") or {}
+    load, low = dec.get("load"), dec.get("low_h")
+    if not load or low is None or load.get("z_min") is None:
+        return "-"
+    at = [low + load["slope"] * z for z in (load["z_min"], load["z_max"])]
+    return f"{at[0]:.2f} / {at[1]:.2f} h"
 
 
 def verdict(rows: list[dict]) -> dict | None:
@@ -155,6 +184,7 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
     interruption on the calibration split (training period) and in the month, and which way the
     model that is best on the calibration objective missed avg (interruption or waste)."""
     rows, up, down = [], [], []
+    quiet_edge: dict[tuple[str, int], tuple[str, float, float]] = {}
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
         for n in args.nodes:
@@ -172,20 +202,23 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
                 continue
             k = min(ods, key=lambda x: ods[x][0])
             r = next(x for x in _rows(doc, n) if x["model"] == k)
-            mk, _ = _model_info(root, m, n, k)
-            thr = (mk or {}).get("threshold_h")
+            _, ck = _model_info(root, m, n, k)
             rows.append(f"| {m} | {n} | {split:.2f} | {react['mean_interruption_h']:.2f} | x{ratio:.1f} | {k} | "
-                        f"{'never early' if thr is None else f'{thr:.2f} h'} | {r['diff_vs_avg_h']:+.2f} | "
+                        f"{rule_text(ck)} | {r['diff_vs_avg_h']:+.2f} | "
                         f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |")
             entry = (m, n, ratio, r["diff_vs_avg_h"], r["wasted_diff_vs_avg"], ods[k])
             (up if ratio > 1.5 else down if ratio < 1 / 1.5 else []).append(entry)
+            dec = (ck or {}).get("decision") or {}
+            if ratio < 1 / 1.5 and dec.get("load") and dec.get("low_h") is not None:
+                ld = dec["load"]  # both loads grow with the queue: z_min is the split's quietest decision
+                quiet_edge[(m, n)] = (k, dec["low_h"] + ld["slope"] * ld["z_min"], dec["low_h"])
     if not rows:
         return []
     L = ["### The calibrated thresholds against the month's load", "",
          "Per month, the reactive baseline's mean interruption (a measure of the load) on the split the thresholds "
          "were calibrated on (the latest 20 % of the training period) and in the month, and the learned model best "
          "on the calibration objective there (lowest mean objective - avg) with its paired differences to avg.", "",
-         "| month | node | load on the calibration split h | load in the month h | ratio | model | threshold | "
+         "| month | node | load on the calibration split h | load in the month h | ratio | model | rule | "
          "interruption - avg h | wasted node-h - avg | objective - avg [95% CI] |",
          "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
     late = [e for e in up if e[3] > 0]
@@ -194,15 +227,32 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
         L += [f"Where the month was busier than the calibration split (ratio > 1.5: "
               + ", ".join(f"{m} node {n}" for m, n, *_ in up) + f"), the model interrupted more than avg in "
               f"{len(late)} of {len(up)} (it submitted too late for the month's load)"
-              + (f"; its objective was still below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
+              + (f"; its objective was below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
                  if any(od[2] < 0 for *_, od in up) else "") + "."]
     if down:
         L += [f"Where it was quieter (ratio < 1/1.5: " + ", ".join(f"{m} node {n}" for m, n, *_ in down)
               + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
               "early for the month's load)."]
-    L += ["", "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
-          "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the load "
-          "was different."]
+        if quiet_edge:
+            L += ["The load term moves the threshold only within the loads the split showed: at the split's quietest "
+                  "decision that model's threshold is " + "; ".join(
+                      f"{t:.2f} h ({k}, {m} node {n}; {c:.2f} h at the split's mean load)"
+                      for (m, n), (k, t, c) in quiet_edge.items())
+                  + " (a negative threshold submits while the model still predicts that much overlap); the level "
+                  "itself was fitted on the split, whose load (column 3) was far above the month's."]
+    n_load = sum(1 for m in months for n in args.nodes for model in args.models
+                 if ((_model_info(root, m, n, model)[1] or {}).get("decision") or {}).get("load"))
+    n_all = sum(1 for m in months for n in args.nodes for model in args.models
+                if _model_info(root, m, n, model)[1] is not None)
+    if n_load:
+        L += ["", f"The rules are chosen before the month, on the latest training samples; the load-aware form "
+              f"(the threshold moved by the load in the decision's own history) was chosen there for {n_load} of "
+              f"{n_all} month x node x model cells, the fixed threshold for the others. A month whose load lies "
+              "outside the split's range still meets a rule fitted where the load was different."]
+    else:
+        L += ["", "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
+              "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the "
+              "load was different."]
     curve = curve_points(root, args, months[-1])
     pairs = []
     for (n, model), pts in sorted(curve.items()):
@@ -278,8 +328,7 @@ def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[s
                 if p_ is None:
                     continue
                 met, cfg = _model_info(root, m, n, r["model"])
-                low = (cfg or {}).get("decision", {}).get("low_h", "n/a") if cfg else "n/a"
-                thr = "never early" if low is None else (f"{low:.2f} h" if isinstance(low, float) else "-")
+                thr = rule_text(cfg)
                 n_cells += 1
                 less_waste += r["mean_wasted_node_h"] < p_["wasted"]
                 more_int += r["mean_interruption_h"] > p_["interruption"]
@@ -289,11 +338,16 @@ def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[s
                             f"{p_['forced']} -> {_f(r['forced_share'], '{:.0%}')} |")
     if not rows:
         return []
-    return [f"### What the probes near the end changed, model by model (uniform run at `{rev}` -> this run)", "",
-            "| month | node | model | calibrated threshold | online mean interruption h | wasted node-h | forced |",
+    prev_l, now_l = _labels(args)
+    return [f"### What changed, model by model ({prev_l} run at `{rev}` -> this run, {now_l})", "",
+            "| month | node | model | calibrated rule | online mean interruption h | wasted node-h | forced |",
             "|---|---|---|---|---|---|---|", *rows, "",
-            f"Of these {n_cells} month x node x model cells, the end spacing wasted fewer node-hours in {less_waste}, "
+            f"Of these {n_cells} month x node x model cells, this run ({now_l}) wasted fewer node-hours in {less_waste}, "
             f"interrupted more in {more_int}, and did no worse on both in {both_better}.", ""]
+
+
+def _labels(args: Any) -> tuple[str, str]:
+    return getattr(args, "compare_label", None) or "uniform", getattr(args, "run_label", None) or "end"
 
 
 def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
@@ -304,7 +358,8 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
     spacing, probes = _spacing(root, args)
     L = ["## Why learned models lose where they lose", ""]
     if spacing == "end":
-        L += ["The run before this one (`--probe-spacing uniform`) sampled 7 probes equally spaced from the "
+        L += [("An earlier run" if getattr(args, "compare_label", None) else "The run before this one")
+              + " (`--probe-spacing uniform`) sampled 7 probes equally spaced from the "
               "predecessor's submission to its end, at least 8 h apart: no training example described a submission "
               "in the last 8 h before the predecessor ends, where `avg` gains, so trees could not answer there and "
               "the calibrated thresholds could only choose between submitting at least 8 h early or at the end. "
@@ -318,12 +373,13 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
     rev = getattr(args, "compare_rev", None)
     if rev:
         prev = previous_verdicts(rev)
-        L += [f"### Against the uniform-spacing run (the page as committed at `{rev}`)", "",
+        pl, nl = _labels(args)
+        L += [f"### Against the {pl} run (the page as committed at `{rev}`)", "",
               "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
               "[95% CI]):", "",
-              "| month | node | uniform: model | uniform: interruption - avg | uniform: waste - avg | uniform: beats | "
-              "uniform: objective - avg | end: model | end: interruption - avg | end: waste - avg | end: beats | "
-              "end: objective - avg |",
+              f"| month | node | {pl}: model | {pl}: interruption - avg | {pl}: waste - avg | {pl}: beats | "
+              f"{pl}: objective - avg | {nl}: model | {nl}: interruption - avg | {nl}: waste - avg | {nl}: beats | "
+              f"{nl}: objective - avg |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         moved = []
         now_wins, prev_wins = {n: 0 for n in args.nodes}, {n: 0 for n in args.nodes}
@@ -349,14 +405,14 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                          f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
                          f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
                          f"| {'yes' if v['beats_avg'] else 'no'} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
-        L += ["", "Months where the best learned model beats avg, uniform -> end: " + "; ".join(
+        L += ["", f"Months where the best learned model beats avg, {pl} -> {nl}: " + "; ".join(
             f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes) + "."]
         if moved:
             better = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ < a]
             worse = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ >= a]
             L += ["", "On the calibration objective (the verdict's model, point estimates of the paired difference to "
                   "avg; the two runs' samples are the same validation samples but the runs are not paired here): "
-                  f"lower with the end spacing in {len(better)} of {len(moved)}"
+                  f"lower with {nl} in {len(better)} of {len(moved)}"
                   + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
                   + "."]
         L.append("")
@@ -454,6 +510,17 @@ def month_start_ts(m: str) -> pd.Timestamp:
     return pd.Timestamp(f"{m}-01T00:00:00+00:00")
 
 
+def _load_aware(root: Path, args: Any) -> bool:
+    """Whether this run's models were calibrated with the load-aware search (their metrics record ``fixed``)."""
+    for m in args.months:
+        for n in args.nodes:
+            for model in args.models:
+                met, _ = _model_info(root, m, n, model)
+                if met is not None and "fixed" in (met.get("calibration") or {}):
+                    return True
+    return False
+
+
 def write_doc(root: Path, out: Path, args: Any) -> None:
     run = _load(root / "run.json") or {}
     flags = (run.get("argv") or [])[1:]  # the run's own flags, as it was invoked
@@ -464,7 +531,14 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
           "```sh", f"nice -n 5 .venv/bin/python bench/ls6_months.py {run_flags}  # everything below, under {args.root}/",
           f".venv/bin/python bench/ls6_months.py {run_flags} --write-doc {out.as_posix()}"
-          + (f" --compare-rev {args.compare_rev}" if getattr(args, "compare_rev", None) else ""), "```", ""]
+          + (f" --compare-rev {args.compare_rev}" if getattr(args, "compare_rev", None) else "")
+          + "".join(f" {flag} '{getattr(args, attr)}'" for flag, attr in (("--compare-label", "compare_label"),
+                                                                        ("--run-label", "run_label"))
+                    if getattr(args, attr, None)), "```", ""]
+    if run.get("reuse_samples"):
+        L += ["`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
+              "the root are those of the end-spacing run (`bench/ls6_months.py --root var/ls6-months-end "
+              "--probe-spacing end`), linked there; without the flag the same command computes them first.", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
               f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
@@ -499,7 +573,14 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "* decision thresholds: chosen on that training-period validation split by replaying the probes "
           "(submit at the first probe whose prediction reaches the threshold, else at the predecessor's end), "
           "minimising mean interruption + waste weight x mean wasted node-hours (`train --waste-weight`, "
-          "default 0.1 h per node-hour); never tuned on the validation month;",
+          "default 0.1 h per node-hour); never tuned on the validation month;"
+          + (" the threshold may move with the load at the decision (`decision.load` in the model's config.json: "
+             "prediction - slope x z(load) >= threshold, the load read from the last snapshot of the decision's "
+             "own history, so the offline replay and the online decision see the same number; load queue_nodes or "
+             "running_wait, slope = beta x the predictions' standard deviation on the split, beta in "
+             + ", ".join(f"{b:g}" for b in LOAD_BETAS) + "; kept only when it lowers the split's objective below "
+             "the best fixed threshold). One variant of this rule was run; nothing of it was chosen on the months;"
+             if _load_aware(root, args) else ""),
           f"* validation: {args.val_count} samples per month every 4 h from the 1st (26 days), a decision every "
           "10 simulated minutes; baselines `reactive` (submit at the predecessor's end) and `avg` (its end minus "
           "the recent mean wait);",
@@ -528,6 +609,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "wasted node-h - avg [95% CI] | beats avg | objective - avg [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     wins = {n: 0 for n in args.nodes}
     obj_best: list[str] = []
+    obj_wins = 0
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
         for n in args.nodes:
@@ -547,15 +629,27 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
             if ods:
                 k = min(ods, key=lambda x: ods[x][0])
                 obj_best.append(f"{m} node {n}: {k} {_ci(*ods[k], '{:+.2f}')}")
+                obj_wins += int(ods[k][2] < 0)
             L.append(f"| {m} | {n} | {b['model']} | {b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f}) "
                      f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
                      f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
                      f"| {why} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
     L += ["", "Months where the best learned model beats avg: " +
           "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
+    if _load_aware(root, args):
+        L += ["How far these months are out of sample for the load-aware rule: its parameters (load, slope, "
+              "threshold, the clip of z to the split's range) were chosen on each training period's own validation "
+              "split only, and no variant was compared on the months (one was run; the clip was added after "
+              "reading three models' split calibrations, before any validation-month result of a learned model). "
+              "But the idea of moving the threshold with the load came from the previous run's diagnosis of these "
+              "same three months, so the rule's form is not independent of them: a later month (April 2023 or "
+              "after) is the clean test.", ""]
     if obj_best:
         L += ["On the calibration objective (interruption + weight x wasted node-hours), the best learned model "
-              "of each month and its paired difference to avg [95% CI]: " + "; ".join(obj_best) + ".", ""]
+              "of each month and its paired difference to avg [95% CI]: " + "; ".join(obj_best)
+              + f". Below avg with the interval excluding zero in {obj_wins} of {len(obj_best)} month x node cells "
+              "(this measure ignores the criterion's separate waste condition; the model is chosen on the month, "
+              "as above).", ""]
 
     # ---- findings generated from the outputs
     L += why_section(root, args, months, weight)
@@ -582,8 +676,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                 met, cfg = _model_info(root, m, n, r["model"])
                 thr, mae = "-", "-"
                 if cfg is not None:
-                    low = (cfg.get("decision") or {}).get("low_h", "n/a")
-                    thr = "never early" if low is None else f"{low:.2f} h"
+                    thr = rule_text(cfg)
                 if met is not None:
                     mae = f"{met['val_mae_h']:.2f} ({met['val_constant_mae_h']:.2f})"
                 top = "-"
@@ -617,11 +710,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                   "reactive baseline): " + ", ".join(f"{d['model']} (node {d['node']})" for d in ns) + ".", ""]
 
     # ---- calibration
-    L += ["## Thresholds chosen on the training period", "",
-          "Objective on each training period's own validation split (mean interruption h + weight x wasted "
-          "node-h) at the calibrated threshold, at the fixed -0.5 h of the seed, and never submitting early.", "",
-          "| month | node | model | training samples | threshold | objective: calibrated / -0.5 h / reactive |",
-          "|---|---|---|---|---|---|"]
+    cal_rows, n_load, gains = [], 0, []
     for m in months:
         for n in args.nodes:
             for model in args.models:
@@ -629,11 +718,32 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                 if met is None or "calibration" not in met:
                     continue
                 c = met["calibration"]
-                thr = "never early" if met.get("threshold_h") is None else f"{met['threshold_h']:.2f} h"
-                L.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {thr} | "
-                         f"{c['chosen']['objective']:.3f} / {c['default']['objective']:.3f} / "
-                         f"{c['reactive']['objective']:.3f} |")
-    L.append("")
+                fx = c.get("fixed")
+                if fx is not None:
+                    n_load += bool(c.get("load"))
+                    if c.get("load"):
+                        gains.append((c["chosen"]["objective"] - fx["objective"]) / max(fx["objective"], 1e-9))
+                fixed_obj = "-" if fx is None else f"{fx['objective']:.3f}"
+                cal_rows.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {rule_text(cfg)} | "
+                                f"{span_text(cfg)} | "
+                                f"{c['chosen']['objective']:.3f} / {fixed_obj} / "
+                                f"{c['default']['objective']:.3f} / {c['reactive']['objective']:.3f} |")
+    L += ["## Decision rules chosen on the training period", "",
+          "Objective on each training period's own validation split (mean interruption h + weight x wasted "
+          "node-h) with the calibrated rule, with the best fixed threshold alone, at the fixed -0.5 h of the seed, "
+          "and never submitting early. A rule `t h - s z(load)` is the threshold the prediction must reach at the "
+          "decision: t + slope x z with slope = -s, z = (load - its mean on the split) / its standard deviation "
+          "there, clipped to the split's range (so `- s` lowers the threshold, i.e. submits earlier, when the load "
+          "is above the split's mean); load `queue_nodes` = "
+          "nodes requested by pending jobs / cluster nodes, `running_wait` = log1p(median wait of the running "
+          "jobs in hours), both read from the last snapshot of the decision's own history.", "",
+          "| month | node | model | training samples | rule | threshold at the split's lowest / highest load | "
+          "objective: calibrated / best fixed / -0.5 h / reactive |",
+          "|---|---|---|---|---|---|---|", *cal_rows, ""]
+    if _load_aware(root, args):
+        L += [f"The load-aware form lowered the split's objective below the best fixed threshold in {n_load} of "
+              f"{len(cal_rows)} cells" + (f" (by {-max(gains):.0%} to {-min(gains):.0%} of it)" if gains else "")
+              + "; elsewhere no load term did strictly better on the split and the fixed threshold was kept.", ""]
 
     # ---- hyper-parameter search
     hrows = []

@@ -19,6 +19,7 @@ import pandas as pd
 
 from stepkit import StepError
 
+from .models.calibrate import submit_mask
 from .models.registry import BASELINES, family
 from .schedule import pool_context
 from .sim.config import SimConfig
@@ -120,6 +121,8 @@ class _Model:
         rule = fn.decision_rule or {}
         # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
         self.threshold_h = threshold_h if threshold_h is not None else rule.get("low_h", THRESHOLD_H_DEFAULT)
+        # the calibrated load-aware shift of low_h (decision.load); a --threshold-h override is a fixed threshold
+        self.load = rule.get("load") if threshold_h is None else None
         self.high_h = float(rule.get("high_h", HIGH_H_DEFAULT)) if not self.is_policy else 0.0
 
     def rng(self, k: int) -> np.random.Generator | None:
@@ -134,7 +137,9 @@ class _Model:
         raw = float(self.fn.predict(hist[None])[0])
         if self.threshold_h is None:
             return False, raw
-        return (self.threshold_h <= raw <= self.high_h), raw
+        # the same test as the calibration's offline replay (models.calibrate.submit_mask)
+        ok = bool(submit_mask(np.array([raw]), hist[None], self.threshold_h, self.load)[0])
+        return (ok and raw <= self.high_h), raw
 
 
 def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: int) -> tuple[dict, list[dict]]:

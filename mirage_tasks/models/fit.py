@@ -18,7 +18,7 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from .calibrate import WASTE_WEIGHT, calibrate
+from .calibrate import WASTE_WEIGHT, calibrate_load_aware
 from .registry import family
 
 log = logging.getLogger(__name__)
@@ -108,10 +108,12 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     yt, yv = ds.y[split.train], ds.y[split.val]
     const = D.constant_baseline(yt, yv)
     # the submit threshold, chosen on this validation split (never on the validation month)
-    cal = calibrate(pred_va, yv, ds.sample[split.val], int(ds.manifest["node"]), waste_weight=waste_weight,
-                    default=DEFAULT_DECISION["low_h"])
+    # (fixed, or moving with the load at the decision: calibrate_load_aware)
+    cal = calibrate_load_aware(pred_va, yv, ds.sample[split.val], ds.X[split.val, -1:, :],
+                               list(ds.manifest["feature_names"]), int(ds.manifest["node"]),
+                               waste_weight=waste_weight, default=DEFAULT_DECISION["low_h"])
     cfg["decision"] = {"rule": "threshold", "low_h": cal["threshold"], "high_h": DEFAULT_DECISION["high_h"],
-                       "calibration": cal}
+                       "load": cal["load"], "calibration": cal}
     step.write_json(CONFIG_FILE, cfg)
     model.decision_rule = dict(cfg["decision"])
     metrics = {
@@ -124,7 +126,7 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
         "val_submit_share": float(model.decide(ds.X[split.val]).submit.mean()),
         "threshold_h": cal["threshold"],
         "never_submits_early": cal["never_submits_early"],
-        "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive")},
+        "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive", "fixed", "load")},
         "n_train_samples": split.info["n_train_samples"],
         "n_train": split.info["n_train"],
         "n_val": split.info["n_val"],
@@ -274,14 +276,14 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
     step.write_json("curves.json", curves)
     # greedy P(submit) threshold, chosen on the base model's own validation split (its probes)
     cal = calibrate_policy(load_model(step.out, device=device), base_cfg, waste_weight)
-    cfg["decision"].update({"threshold": cal["threshold"], "calibration": cal,
+    cfg["decision"].update({"threshold": cal["threshold"], "load": cal["load"], "calibration": cal,
                             "greedy": "submit if P(submit) >= threshold (decide(X))"})
     step.write_json(CONFIG_FILE, cfg)
     metrics = {"model": kind, **summary, "wall_s": round(time.monotonic() - t0, 2),
                "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"]),
                "threshold": cal["threshold"], "argmax_submit_share": cal["argmax_submit_share"],
                "argmax_never_submits": cal["argmax_never_submits"],
-               "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive")}}
+               "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive", "fixed", "load")}}
     step.write_json("metrics.json", metrics)
     print(f"train {kind}: val_return {summary['initial_val_return']:.1f} -> "
           f"best {summary['best_val_return']:.1f} "
@@ -304,8 +306,8 @@ def calibrate_policy(model: Any, base_cfg: dict[str, Any], waste_weight: float) 
                          fraction=float(sub.get("fraction", 1.0)))
     split = D.chronological_split(ds, float(data["split"]["val_fraction"]), float(data["split"]["purge_days"]))
     p = np.concatenate([model.decide(ds.X[split.val[i:i + 512]]).raw for i in range(0, len(split.val), 512)])
-    cal = calibrate(p, ds.y[split.val], ds.sample[split.val], int(ds.manifest["node"]), waste_weight=waste_weight,
-                    default=0.5)
+    cal = calibrate_load_aware(p, ds.y[split.val], ds.sample[split.val], ds.X[split.val, -1:, :],
+                               list(ds.manifest["feature_names"]), int(ds.manifest["node"]), waste_weight=waste_weight, default=0.5)
     cal["argmax_submit_share"] = float((p > 0.5).mean())
     cal["argmax_never_submits"] = bool(not (p > 0.5).any())
     cal["p_submit_max"] = float(p.max())

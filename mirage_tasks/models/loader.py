@@ -31,6 +31,7 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
+from .calibrate import submit_mask
 from .data import FeatureScaler
 from .registry import FAMILIES, KINDS, family
 
@@ -88,21 +89,23 @@ class DecisionFunction:
         X = self._check(X)
         if self.is_policy:
             p = self._impl.submit_probability(X).astype(np.float32)
-            submit = rng.random(p.shape[0]) < p if rng is not None else self._greedy(p)
+            submit = rng.random(p.shape[0]) < p if rng is not None else self._greedy(p, X)
             return Decision(submit, p)
         hours = self._impl.predict(X).astype(np.float32)
         low = self.decision_rule.get("low_h")
         if low is None:  # calibrated to never submit before the predecessor ends
             return Decision(np.zeros(hours.shape[0], bool), hours)
-        return Decision((hours >= low) & (hours <= self.decision_rule.get("high_h", 500.0)), hours)
+        # low_h, moved by the load at the decision when calibrated so (decision.load)
+        ok = submit_mask(hours, X, low, self.decision_rule.get("load"))
+        return Decision(ok & (hours <= self.decision_rule.get("high_h", 500.0)), hours)
 
-    def _greedy(self, p: np.ndarray) -> np.ndarray:
-        """Greedy policy decision: P(submit) >= the calibrated threshold (``decision.threshold``),
-        or P(submit) > 0.5 (argmax) when none was calibrated; never when calibrated to None."""
+    def _greedy(self, p: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Greedy policy decision: P(submit) >= the calibrated threshold (``decision.threshold``, moved by
+        the load at the decision when ``decision.load`` says so), or P(submit) > 0.5 (argmax) when none was
+        calibrated; never when calibrated to None."""
         if "threshold" not in self.decision_rule:
             return p > 0.5
-        t = self.decision_rule["threshold"]
-        return np.zeros(p.shape[0], bool) if t is None else p >= t
+        return submit_mask(p, X, self.decision_rule["threshold"], self.decision_rule.get("load"))
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """Policy inputs from a neural regressor: its outputs in scaled units, float32 [n, k]."""

@@ -16,7 +16,10 @@ on that split (:mod:`mirage_tasks.models.hpo`, history in ``hpo_trials.json``). 
 threshold (regressors) or P(submit) threshold (policies) is then chosen on the same
 validation split, never on the validation period, by minimising mean interruption +
 ``--waste-weight`` x wasted node-hours over the dataset's probes
-(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``). Features are ``log1p``-scaled and
+(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``); the same
+split also decides whether the threshold moves with the load at the decision (``decision.load``:
+the backlog in cluster widths or the running jobs' median wait, from the history's last snapshot;
+kept only when it lowers the split's objective below the best fixed threshold). Features are ``log1p``-scaled and
 standardised with statistics of the training rows only; targets (hours) are centred and
 scaled for the neural models. Outputs under ``--out``:
 

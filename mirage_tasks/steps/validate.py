@@ -8,8 +8,12 @@ window is full the model is asked once; the successor is submitted at the first 
 
 * regressors: ``threshold <= predicted signed interruption <= high_h``, the threshold being
   the model's own ``decision.low_h`` (chosen by ``train`` on its training period's validation
-  split, :mod:`mirage_tasks.models.calibrate`) unless ``--threshold-h`` overrides it;
-* policies: P(submit) >= the model's calibrated ``decision.threshold`` (greedy, the default;
+  split, :mod:`mirage_tasks.models.calibrate`) unless ``--threshold-h`` overrides it; when the
+  calibration chose the load-aware form (``decision.load``), the test is ``prediction - slope x
+  z(load) >= low_h`` with the load read from the last snapshot of the decision's history (the
+  same function as the calibration's offline replay; ``--threshold-h`` drops the load term);
+* policies: P(submit) >= the model's calibrated ``decision.threshold`` (moved by ``decision.load``
+  the same way when present; greedy, the default;
   > 0.5 for a policy without one) or, with ``--stochastic``, a draw with probability
   P(submit) from a generator seeded by ``(--seed, k)``,
 

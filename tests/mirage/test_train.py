@@ -115,8 +115,17 @@ def test_decision_function_interface(trained, dataset, kind):
     d = model.decide(X)
     assert hours.dtype == np.float32 and hours.shape == (7,)
     assert d.submit.dtype == bool and np.array_equal(d.raw, hours)
-    low = model.decision_rule["low_h"]
-    expected = np.zeros(7, bool) if low is None else (hours >= low) & (hours <= 500)
+    low, load = model.decision_rule["low_h"], model.decision_rule.get("load")
+    if low is None:
+        expected = np.zeros(7, bool)
+    elif load is None:
+        expected = (hours >= low) & (hours <= 500)
+    else:  # the load-aware rule: the threshold moved by the load of each history's last snapshot
+        from mirage_tasks.models.calibrate import load_values
+
+        z = np.clip((load_values(X, load["feature"], load["columns"]) - load["center"]) / load["scale"],
+                    load["z_min"], load["z_max"])
+        expected = (hours.astype(np.float64) - load["slope"] * z >= low) & (hours <= 500)
     assert np.array_equal(d.submit, expected)
     np.testing.assert_allclose(model.predict(X[0]), hours[:1], rtol=1e-5)  # one history [W, F] works too
     with pytest.raises(StepError, match="expects histories"):

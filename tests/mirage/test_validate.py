@@ -123,9 +123,17 @@ def test_regressor_decides_online(world, tmp_path):
     np.testing.assert_array_equal(first, df["pred_submit"].to_numpy())
     assert (dec.groupby("sample")["time"].diff().dropna() == 14400).all()
     # the submit flag follows the model's own calibrated threshold: low_h <= prediction <= 500
-    low = json.load(open(f"{world['xgb']}/config.json"))["decision"]["low_h"]
+    rule = json.load(open(f"{world['xgb']}/config.json"))["decision"]
+    low, load = rule["low_h"], rule.get("load")
     low = math.inf if low is None else low
-    np.testing.assert_array_equal(dec["submit"], (dec["output"] >= low) & (dec["output"] <= 500))
+    if load is None:
+        np.testing.assert_array_equal(dec["submit"], (dec["output"] >= low) & (dec["output"] <= 500))
+    else:  # load-aware: the threshold lies between its values at the split's load extremes
+        ends = [low + load["slope"] * z for z in (load["z_min"], load["z_max"])]
+        assert (dec["output"][dec["submit"]] >= min(ends) - 1e-9).all()
+        waited = dec["output"][~dec["submit"]]
+        assert ((waited < max(ends) + 1e-9) | (waited > 500)).all()
+        low = min(ends) - 1e-9
     for _, r in df.iterrows():
         if r["forced"]:
             assert math.isnan(r["model_output"]) and r["decision_time"] == r["pred_end"]
