@@ -247,41 +247,30 @@ class KnativeTarget(Target):
             except (config.ConfigException, FileNotFoundError) as exc:
                 raise StepError(f"no Kubernetes configuration: {exc}") from exc
 
-    @property
-    def core(self):
-        if self._core is None:
+    def _api(self, attr: str, cls: str):
+        """The injected client in ``attr``, else one ``kubernetes.client.<cls>`` made on first use."""
+        if getattr(self, attr) is None:
             from kubernetes import client
 
             self._load_config()
-            self._core = client.CoreV1Api()
-        return self._core
+            setattr(self, attr, getattr(client, cls)())
+        return getattr(self, attr)
+
+    @property
+    def core(self):
+        return self._api("_core", "CoreV1Api")
 
     @property
     def apps(self):
-        if self._apps is None:
-            from kubernetes import client
-
-            self._load_config()
-            self._apps = client.AppsV1Api()
-        return self._apps
+        return self._api("_apps", "AppsV1Api")
 
     @property
     def custom(self):
-        if self._custom is None:
-            from kubernetes import client
-
-            self._load_config()
-            self._custom = client.CustomObjectsApi()
-        return self._custom
+        return self._api("_custom", "CustomObjectsApi")
 
     @property
     def discovery(self):
-        if self._discovery is None:
-            from kubernetes import client
-
-            self._load_config()
-            self._discovery = client.DiscoveryV1Api()
-        return self._discovery
+        return self._api("_discovery", "DiscoveryV1Api")
 
     def service_address(self, name: str, port_name: str | None = None, deadline: float | None = None) -> str:
         """``host:port`` of a ready endpoint of Service ``name`` (its EndpointSlices): reachable
