@@ -311,6 +311,13 @@ class Page:
         self.md += [f"<details><summary>{summary}</summary>", "", "```json", text, "```", "", "</details>", ""]
 
 
+def _load_term(load: dict | None) -> str:
+    """The load term of a calibrated decision rule (``calibration.load``), or '-' for a fixed threshold."""
+    if not load:
+        return "-"
+    return f"{load.get('feature')}: slope {_fmt(load.get('slope'))} (beta {_fmt(load.get('beta'))})"
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return "-" if v is None else str(v)
@@ -431,7 +438,7 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
             thr = met.get("threshold_h", met.get("threshold"))
             score_rows.append([name] + [_fmt(met.get(k)) for k in (
                 "val_mae_h", "val_constant_mae_h", "train_mae_h", "initial_val_return", "best_val_return")] + [
-                "never early" if never else _fmt(thr),
+                "never early" if never else _fmt(thr), _load_term(cal.get("load")),
                 _fmt((cal.get("chosen") or {}).get("objective")), _fmt((cal.get("default") or {}).get("objective")),
                 "yes" if met.get("argmax_never_submits") else ("no" if "argmax_never_submits" in met else "-"),
                 _fmt(met.get("wall_s"))])
@@ -439,9 +446,11 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
         pg.p("Threshold: regressors submit when the predicted signed interruption (h) reaches it, policies when "
              "P(submit) does; chosen on the training period's own validation split by minimising mean interruption "
              "+ waste weight x wasted node-hours (objective; 'fixed' = the seed's -0.5 h, or 0.5 for a policy). "
-             "'argmax never submits': the policy's P(submit) never exceeds 0.5 there.")
+             "'argmax never submits': the policy's P(submit) never exceeds 0.5 there. Load term: where the "
+             "split preferred it, the score minus slope x z(load at the decision) is compared with the "
+             "threshold (z standardised on the split, clipped to its range); '-' = a fixed threshold.")
         pg.table(["model", "val MAE h", "constant MAE h", "train MAE h", "policy val return (start)",
-                  "policy val return (best)", "threshold", "objective (calibrated)", "objective (fixed)",
+                  "policy val return (best)", "threshold", "load term", "objective (calibrated)", "objective (fixed)",
                   "argmax never submits", "wall s"], score_rows)
     else:
         pg.p("Not available: no train output among the inputs.", note=True)

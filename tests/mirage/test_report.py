@@ -117,9 +117,13 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
     never = json.load(open(out / "_SUCCESS.json"))["summary"]["never_submits"]
     for n in never:  # a learned model whose submissions were all forced is said so in the summary
         assert f"{n['model']} never submitted before the predecessor ended" in md
-    low = json.load(open(d / "config.json"))["decision"]["low_h"]
+    decision = json.load(open(d / "config.json"))["decision"]
+    low = decision["low_h"]
     row = next(line for line in md.splitlines() if line.startswith("| xgboost (hpo)"))
     assert ("never early" if low is None else R._fmt(float(low))) in row
+    assert R._load_term(decision.get("load")) in row  # the load term of the rule, or '-'
+    assert R._load_term({"feature": "queue_nodes", "slope": -0.5, "beta": -0.25}) == (
+        "queue_nodes: slope -0.500 (beta -0.250)")
     # the figure: one point per complete trial
     trials = json.load(open(d / "hpo_trials.json"))["trials"]
     assert R.hpo_figure("x", trials)[:8] == PNG and R.hpo_figure("x", []) is None
