@@ -119,7 +119,7 @@ with DAG(
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
         """The day's sample argvs, only for node sizes whose partition is not committed."""
-        from mirage_tasks.plan import committed_days, newest_complete_day, samples_day
+        from mirage_tasks.plan import checked_against, newest_complete_day, samples_day
         from stepkit import storage
 
         params = dict(context["params"])
@@ -128,7 +128,8 @@ with DAG(
             report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
             day = newest_complete_day(report["span_last_submit"], params["workload_days"])
         try:
-            return samples_day(params, storage_prefix("mirage"), p, day, have=committed_days, workers=GRANTED)
+            have = checked_against(p["trace"], params["workload_days"])
+            return samples_day(params, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
         except ValueError as exc:
             raise _fail(exc) from exc
 

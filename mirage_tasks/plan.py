@@ -313,7 +313,8 @@ def plan_run(params: dict[str, Any], shared: str, runs: str, logical_date: datet
     fingerprint = trace_fingerprint(params["trace"]) if params.get("trace") else None
     identity = trace_identity(params, fingerprint)
     prefix = f"{runs.rstrip('/')}/{run_key(params, logical_date, identity)}"
-    return plan(params, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=committed_days, **settings)
+    have = checked_against(trace_location(shared, identity), params["workload_days"])
+    return plan(params, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=have, **settings)
 
 
 def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, shared: str | None = None,
@@ -390,8 +391,7 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
                     shard=f"{i}/{shards}", workers=workers, out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
     # Before the trace is ingested, have() can only read markers: the DAG lists the sample
     # argvs again after ingest (sample_argvs with checked_against), when digests exist.
-    out["sample"], out["missing_days"] = sample_argvs(
-        out, checked_against(trace, params["workload_days"]) if have is committed_days else have)
+    out["sample"], out["missing_days"] = sample_argvs(out, have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
     out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, params),
                            episode_days=params["workload_days"], cluster_config=params["cluster_config"],
@@ -454,8 +454,6 @@ def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day:
     for n in [int(x) for x in params["node_sizes"]]:
         family = sample_family(shared, sample_source(trace["identity"], params), params, n, anchor)
         out["partitions"][str(n)] = partition(family, day)
-        if have is committed_days:
-            have = checked_against(trace["trace"], params["workload_days"])
         if have is not None and day in set(have(family, [day])):
             continue
         out["missing"].append(n)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from mirage_tasks.plan import committed_days, plan, trace_fingerprint
+from mirage_tasks.plan import plan_run
 from mirage_tasks.prefixes import EMPTY, horizon, prefix_before
 from stepkit.cli import main
 
@@ -50,9 +50,7 @@ def export(src, dst, before: str, edit_first_after: str | None = None) -> None:
 
 def pipeline_plan(path, shared):
     params = dict(PARAMS, trace=str(path))
-    p = plan(params, f"{shared}/runs/x", APRIL, shared=str(shared), trace_fp=trace_fingerprint(str(path)),
-             have=committed_days)
-    return p
+    return plan_run(params, str(shared), f"{shared}/runs", APRIL)
 
 
 def run_plan(p) -> None:
@@ -93,7 +91,7 @@ def test_a_grown_trace_keeps_its_sampled_days(ls6_log, tmp_path):
     after = {d: (tmp_path / fam / f"day={d}" / "_SUCCESS.json").stat().st_mtime_ns for d in days}
     assert [d for d in days if after[d] != stamps[d]] == stale
     assert run(*p2["merge"][0]) == 0
-    manifest = json.loads((tmp_path / "mirage" / "runs" / "x" / "datasets" / "node1" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / p2["prefix"] / "datasets" / "node1" / "manifest.json").read_text())
     assert manifest["n_samples"] == 18
 
     # a late correction of one row submitted on Jan 10 afternoon (local): the days that see it are stale
