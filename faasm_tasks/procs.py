@@ -163,20 +163,21 @@ def _title(p: psutil.Process, prefix: str) -> str | None:
     return None
 
 
-def _label_of(p: psutil.Process) -> str | None:
+def _tag(p: psutil.Process, env_name: str, title_prefix: str) -> str | None:
+    """A process's tag: from its environment, else from its title (environments can be unreadable)."""
     try:
-        env = p.environ().get(LABEL_ENV)
+        env = p.environ().get(env_name)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         env = None
-    return env or _title(p, TITLE_LABEL)
+    return env or _title(p, title_prefix)
+
+
+def _label_of(p: psutil.Process) -> str | None:
+    return _tag(p, LABEL_ENV, TITLE_LABEL)
 
 
 def role_of(p: psutil.Process) -> str | None:
-    try:
-        env = p.environ().get(ROLE_ENV)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-        env = None
-    return env or _title(p, TITLE_ROLE)
+    return _tag(p, ROLE_ENV, TITLE_ROLE)
 
 
 def _live(p: psutil.Process) -> bool:
