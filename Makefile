@@ -104,9 +104,15 @@ airflow-home: $(STAMP)
 	@test -f $(AIRFLOW_HOME)/airflow.db || $(VENV)/bin/airflow db migrate >$(AIRFLOW_HOME)/db-migrate.log 2>&1 \
 	  || { cat $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 
-# The demo run's storage prefix: its logical date and a key of its configuration
-# (see dags/mirage_pipeline.py); summary lists the newest such prefix.
-DEMO_RUN = $(firstword $(shell ls -dt $(HOUSE_STORAGE_ROOT)/mirage_pipeline/$(DEMO_DATE)T000000Z-* 2>/dev/null))
+# $(call run-summary,LOG): the summary (with the metrics table) of the mirage_pipeline run whose
+# plan task printed "run prefix: ..." into LOG. Read in the shell when the line runs: make
+# expands a whole recipe before its first line, so a $(shell ls ...) here would look for the
+# run's folder before the run has made it (empty on a fresh clone).
+define run-summary
+	@run=$$(sed -n 's/^.*run prefix: \([^ "]*\).*$$/\1/p' $(1) | tail -n 1); \
+	  test -n "$$run" || { echo "no 'run prefix:' line in $(1): cannot tell which run to summarise"; exit 1; }; \
+	  $(PYTHON) -m mirage_tasks summary --run "$$run" --show-md metrics.md
+endef
 # A local trace path is made absolute (steps run from the repository root); URLs pass as is.
 DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))
 comma := ,
@@ -116,7 +122,7 @@ demo: airflow-home system-deps
 	@echo "running mirage_pipeline for $(DEMO_DATE) ($(if $(TRACE),trace $(DEMO_TRACE),synthetic ls6-like trace)); log: var/demo.log"
 	@$(VENV)/bin/airflow dags test mirage_pipeline $(DEMO_DATE) -c '$(DEMO_CONF)' >var/demo.log 2>&1 \
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
-	@$(PYTHON) -m mirage_tasks summary --run $(DEMO_RUN) --show-md metrics.md
+	$(call run-summary,var/demo.log)
 
 test: airflow-home system-deps
 	$(PYTHON) -m pytest
@@ -132,14 +138,13 @@ test-tier: airflow-home system-deps
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
 # 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.
 LS6_TRACE ?= $(abspath ../shared/traces/ls6-a100.log.gz)
-LS6_RUN = $(firstword $(shell ls -dt $(HOUSE_STORAGE_ROOT)/mirage_pipeline/2023-04-01T000000Z-* 2>/dev/null))
 LS6_CONF := {"trace": "$(LS6_TRACE)", "trace_timezone": "America/Chicago", "train_start": "2022-11-01T00:00:00+00:00", "train_count": 684, "val_start": "2023-03-01T00:00:00+00:00", "val_count": 156, "node_sizes": [1, 8], "shards": 2}
 
 ls6-results: airflow-home
 	@echo "running mirage_pipeline on $(LS6_TRACE) with the seed's configuration; log: var/ls6-results.log"
 	@$(VENV)/bin/airflow dags test mirage_pipeline 2023-04-01 -c '$(LS6_CONF)' >var/ls6-results.log 2>&1 \
 	  || { tail -n 60 var/ls6-results.log; echo "mirage_pipeline failed; full log: var/ls6-results.log"; exit 1; }
-	@$(PYTHON) -m mirage_tasks summary --run $(LS6_RUN) --show-md metrics.md
+	$(call run-summary,var/ls6-results.log)
 
 bench: $(STAMP)
 	$(PYTHON) bench/ingest.py

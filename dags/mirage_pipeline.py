@@ -162,10 +162,12 @@ with DAG(
         if context["dag_run"].run_type == "scheduled":
             params.update(SCHEDULED)
         try:
-            return plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                            context.get("logical_date"), workers=GRANTED, threads=GRANTED)
+            planned = plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                               context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
+        print(f"run prefix: {planned['prefix']}", flush=True)  # make demo's summary reads it from the log
+        return planned
 
     @task
     def argvs(p: dict, key: str) -> list:
