@@ -43,13 +43,13 @@ needs a run timeout below: a new one without it fails the parse, naming it.
 from __future__ import annotations
 
 import importlib.util
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from house import MACROS, default_args, get_config, steps_for
+from house import MACROS, cron_schedule, default_args, get_config, steps_for
 
 _step, _ = steps_for("faasm_tasks")
 CFG = get_config()
@@ -116,8 +116,7 @@ with DAG(
     dag_id="faasm_benchmarks",
     description="Faasm ATC'20 experiments on Knative (or locally): wasm vs native, with mandatory teardown",
     doc_md=__doc__,
-    schedule="@daily",
-    start_date=datetime(2026, 11, 1),
+    schedule=cron_schedule("@daily"),  # first run: the next midnight (UTC) after unpausing
     catchup=False,
     max_active_runs=1,  # one benchmark on the cluster at a time
     allowed_run_types=["scheduled", "manual"],  # a backfill cannot measure the past

@@ -48,11 +48,11 @@ covering the windows.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from house import default_args, get_config, steps_for, storage_prefix
+from house import cron_schedule, default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
 
 step, step_partial = steps_for("mirage_tasks")
@@ -92,8 +92,7 @@ with DAG(
     dag_id="mirage_pipeline",
     description="Mirage (SC'23): trace -> samples -> models -> online validation -> report",
     doc_md=__doc__,
-    schedule="@monthly",  # one validation month per run: backfills walk a trace month by month
-    start_date=datetime(2022, 12, 1, tzinfo=timezone.utc),
+    schedule=cron_schedule("@monthly"),  # one validation month per run; first run: the next 1st after unpausing
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),

@@ -8,9 +8,9 @@ DAG files use only::
 """
 
 from house.config import MACROS, ConfigError, HouseConfig, get_config, storage_prefix
-from house.steps import PackageSteps, default_args, step, step_partial, step_spec, steps_for
+from house.steps import PackageSteps, cron_schedule, default_args, step, step_partial, step_spec, steps_for
 
 __all__ = [
-    "MACROS", "ConfigError", "HouseConfig", "PackageSteps", "default_args", "get_config", "step", "step_partial",
+    "MACROS", "ConfigError", "HouseConfig", "PackageSteps", "cron_schedule", "default_args", "get_config", "step", "step_partial",
     "step_spec", "steps_for", "storage_prefix",
 ]

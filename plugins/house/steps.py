@@ -144,3 +144,20 @@ def default_args(owner: str = house_config.DEFAULT_OWNER, **extra: Any) -> dict[
         **extra,
     }
 
+
+
+def cron_schedule(expression: str):
+    """A DAG's cron schedule (UTC) whose first run is the next cron time *after* it is unpaused.
+
+    Airflow's plain ``schedule="@daily"`` with a ``start_date`` and ``catchup=False`` creates a
+    run for the most recent past cron time the moment the DAG is unpaused, and the trigger
+    form's "Unpause on trigger" box is ticked by default: a user's first manual run then
+    starts beside (or, with ``max_active_runs=1``, queues behind) a scheduled run nobody asked
+    for. Without a ``start_date``, ``CronTriggerTimetable(run_immediately=timedelta(0))``
+    schedules the first run at the next cron time instead; after that, runs follow the cron
+    as usual (a DAG paused for a while resumes with its latest missed time, ``catchup=False``).
+    DAGs using it must not set ``start_date``.
+    """
+    from airflow.sdk import CronTriggerTimetable  # noqa: PLC0415 - the factory imports Airflow only when a DAG asks
+
+    return CronTriggerTimetable(expression, timezone="UTC", run_immediately=timedelta(0))
