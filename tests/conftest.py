@@ -71,7 +71,23 @@ E2E_FILES = frozenset({
     "test_models.py",      # REINFORCE training runs
     "test_report.py",      # the whole HTML report with its plots
     "test_loadgen.py",     # open/closed-loop load against live local servers (timing)
+    # Files whose tests start whole steps (`python -m faasm_tasks ...`), servers or an
+    # Airflow database: the unit tier (`make test-fast`) runs none of them (see
+    # _unit_tier_starts_no_steps below, which enforces it).
+    "test_teardown_faults.py",          # the Faasm local target's processes killed at each stage
+    "test_validity.py",                 # deploy/run/collect of overloaded and interrupted points
+    "test_trends.py",                   # summarize/check steps over a written history
+    "test_trends_dag.py",               # faasm_benchmarks under dag.test() (Airflow database)
+    "test_billing_agent.py",            # billing agents and collect as processes
+    "test_billing_daemonset_standin.py",  # the billing DaemonSet on the Kubernetes stand-in
+    "test_billing_results.py",          # the host sampler as a process
+    "test_results_catalog.py",          # reports made by the report step, S3 on moto
+    "test_packaging.py",                # builds a wheel, runs the console scripts
 })
+#: What a unit test may not start: a whole step (``python -m mirage_tasks|faasm_tasks``, the
+#: console scripts), Airflow, or a service. Such a test belongs in the e2e tier.
+STEP_COMMANDS = ("mirage_tasks", "faasm_tasks", "mirage-tasks", "faasm-tasks", "airflow", "redis-server",
+                 "moto_server")
 
 
 def tier_of(path: Path) -> str:
@@ -88,6 +104,39 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(Path(str(item.fspath)))
         if not any(item.get_closest_marker(t) for t in TIERS):  # an explicit tier marker wins
             item.add_marker(getattr(pytest.mark, tier))
+        if item.get_closest_marker("unit") and "airflow_db" in getattr(item, "fixturenames", ()):
+            raise pytest.UsageError(f"{item.nodeid}: a unit test uses the Airflow database; mark it e2e or dag")
+
+
+def starts_a_step(args) -> str | None:
+    """The step, Airflow or service command that ``args`` (a Popen argv) would start, if any."""
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    for i, a in enumerate(argv):
+        if os.path.basename(a) in STEP_COMMANDS:
+            return os.path.basename(a)
+        if a == "-m" and i + 1 < len(argv) and argv[i + 1].split(".")[0] in STEP_COMMANDS:
+            return argv[i + 1]
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_starts_no_steps(request, monkeypatch):
+    """``make test-fast`` is the edit-test loop: a unit test that starts a whole step, Airflow or
+    a service fails here, naming it (mark such a test ``e2e``)."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    import subprocess
+
+    popen_init = subprocess.Popen.__init__
+
+    def guarded(self, args, *a, **k):
+        what = starts_a_step(args)
+        if what:
+            pytest.fail(f"a unit test started {what!r} ({args!r}): whole steps, Airflow and services "
+                        "belong in the e2e tier (mark the test e2e or list its file in E2E_FILES)")
+        popen_init(self, args, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
 
 
 def pytest_unconfigure(config):

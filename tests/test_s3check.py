@@ -102,6 +102,7 @@ def test_access_key_is_shown_shortened(endpoint, aws_env):
     assert ACCESS_KEY not in str(exc.value) and storage_env(endpoint)["AWS_SECRET_ACCESS_KEY"] not in str(exc.value)
 
 
+@pytest.mark.e2e  # runs a whole step
 def test_step_cli_exits_2_on_an_unreachable_store(aws_env, tmp_path):
     """Once stepkit/cli.py calls s3check.preflight, a step on a dead endpoint exits 2 at once."""
     if "s3check" not in (REPO / "stepkit" / "cli.py").read_text():

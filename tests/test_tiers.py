@@ -32,3 +32,25 @@ def test_markers_registered_in_pyproject():
 def test_this_test_is_marked_unit(request):
     assert request.node.get_closest_marker("unit") is not None
     assert request.node.get_closest_marker("e2e") is None
+
+
+def test_starts_a_step_names_steps_airflow_and_services():
+    from conftest import starts_a_step
+
+    assert starts_a_step(["/v/bin/python", "-m", "faasm_tasks", "deploy"]) == "faasm_tasks"
+    assert starts_a_step(["/v/bin/python", "-m", "mirage_tasks.steps.sample"]) == "mirage_tasks.steps.sample"
+    assert starts_a_step(["/v/bin/airflow", "dags", "list"]) == "airflow"
+    assert starts_a_step(["redis-server", "--port", "0"]) == "redis-server"
+    assert starts_a_step(["/v/bin/python", "-c", "print(1)"]) is None
+    assert starts_a_step(["hadolint", "Dockerfile"]) is None
+
+
+def test_a_unit_test_cannot_start_a_step():
+    import subprocess
+    import sys
+
+    import pytest
+
+    with pytest.raises(pytest.fail.Exception, match="e2e tier"):
+        subprocess.run([sys.executable, "-m", "faasm_tasks", "--help"], capture_output=True, timeout=60)
+    assert subprocess.run([sys.executable, "-c", "pass"], timeout=60).returncode == 0  # other processes run

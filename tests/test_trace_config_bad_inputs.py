@@ -176,6 +176,7 @@ def test_bad_cluster_config_exits_2_through_a_step(tmp_path, capsys):
 # --- faasm_tasks deploy -----------------------------------------------------------------
 
 
+@pytest.mark.e2e  # runs the deploy step
 @pytest.mark.parametrize("workers", ["-3", "0", "many"])
 def test_faasm_deploy_rejects_bad_worker_count(tmp_path, workers):
     proc = subprocess.run(

@@ -52,7 +52,7 @@ def test_ls6_strict_policy_names_the_line(ls6_log, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("name", "jobs", "nodes"),
     [("KTH-SP2-1996-2.1-cln.swf.gz", 28476, 100), ("CTC-SP2-1996-3.1-cln.swf.gz", 77222, 338),
-     ("CEA-Curie-2011-2.1-cln.swf.gz", 312826, 5544)],
+     pytest.param("CEA-Curie-2011-2.1-cln.swf.gz", 312826, 5544, marks=pytest.mark.e2e)],  # 7 CPU s
 )
 def test_swf_counts_match_headers(name, jobs, nodes, tmp_path, shared_trace):
     path = shared_trace(name)
