@@ -193,7 +193,7 @@ def test_execution_timeout_kills_process_group(code_root, tmp_path):
     start = time.time()
     with pytest.raises(AirflowTaskTimeout), timeout(2):
         op.execute({})
-    assert time.time() - start < 8
+    assert time.time() - start < 30  # timeout 2 s + grace 3 s; without the kill it hangs (margin: busy machines)
     child, grandchild = map(int, pids.read_text().split())
     assert _wait_dead(child), f"child {child} survived"
     assert _wait_dead(grandchild), f"grandchild {grandchild} survived"

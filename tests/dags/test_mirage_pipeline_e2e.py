@@ -175,7 +175,7 @@ def test_step_timeout_kills_the_child(test_bundle):
     start = time.monotonic()
     dr = dags["house_timeout"].test(logical_date=LOGICAL_DATE)
     assert dr.state == "failed", _states(dr)
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 200  # the step sleeps 300 s unless the timeout kills it
     for pid in map(int, (out / "pids").read_text().split()):
         assert _wait_dead(pid), f"process {pid} survived the task timeout"
 

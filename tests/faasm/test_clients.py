@@ -56,17 +56,19 @@ def test_knative_protocol(outcome):
         assert not res.ok and res.status == "failed" and polls["n"] == 3  # stops at once, no endless polling
         assert res.raw[-1]["body"] == "FAILED: out of memory"
     elif outcome == "running":
-        assert res.status == "timeout" and 0.9 <= res.elapsed_s < 3.0
+        # the server answers RUNNING forever: the client stops at its deadline (a generous bound: busy machines)
+        assert res.status == "timeout" and 0.9 <= res.elapsed_s < 20
         assert res.raw[-1]["body"] == "RUNNING"
     else:
         assert res.status == "error" and res.raw[0]["http_status"] == 500 and res.raw[0]["body"] == "worker exploded"
 
 
 def test_knative_slow_invoke_hits_deadline():
-    h, _ = knative_server("success", slow_s=1.5)
+    h, _ = knative_server("success", slow_s=30)
     with ScriptedServer(h) as srv:
         res = KnativeInvoker(ep(srv.url)).call("tf", "image", system="wasm", timeout_s=0.5, poll_interval_s=0.05)
-    assert not res.ok and res.status == "timeout" and res.elapsed_s < 1.4
+    # a client that waited for the answer would take 30 s; the margin is for busy machines
+    assert not res.ok and res.status == "timeout" and res.elapsed_s < 10
 
 
 def test_python_message_shape():
@@ -119,7 +121,7 @@ def test_planner_failure_kept_raw():
 def test_planner_never_finishes_times_out():
     with ScriptedServer(planner_server(no_hosts=0, not_ready=10**6)) as srv:
         res = PlannerInvoker(ep(srv.url)).call("sgd", "reuters_svm", "4 100", timeout_s=0.5, poll_interval_s=0.05)
-    assert res.status == "timeout" and res.elapsed_s < 2
+    assert res.status == "timeout" and res.elapsed_s < 20  # never finishes: stops at the deadline, not never
 
 
 def test_upload_client_and_checksum_skip():

@@ -228,16 +228,14 @@ def test_random_trace_replay_with_warm_start_is_valid():
     _check_schedule(sim, 16)
 
 
-def test_performance_sanity():
-    """A 10-day, 16-node random trace (720 jobs, ~80% load) replays in well under a second."""
-    import time
-
+def test_ten_day_random_trace_replays_completely():
+    """A 10-day, 16-node random trace (720 jobs, ~80% load) replays to the end with every job
+    started (its speed is measured by bench/simulator.py, not asserted here)."""
     wl = Workload.from_frame(random_trace(5, days=10, nodes=16))
-    t = time.perf_counter()
     sim = Simulator.from_workload(wl, PRESETS["ls6"].replace(nodes=16, max_jobs_per_user=0), T0, T0 + 10 * 86400)
     sim.drain()
-    assert time.perf_counter() - t < 1.0
     assert pd.Series(sim.j_start).ge(0).all()
+    _check_schedule(sim, 16)
 
 
 def test_processor_only_traces_need_procs_per_node():
