@@ -34,7 +34,7 @@ from stepkit import StepError
 from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
 from ..catalogue import replicas_for
-from ..common import add_common, add_replicas, load_plan, parse_set, run_date
+from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..data import expected_product, matrix_objects_from_s3, upload_matrices, upload_state_once
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
@@ -137,6 +137,7 @@ def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
 def run(args) -> int:
     date = run_date(args)
     plan = load_plan(args, parse_set(args.set))
+    record_state_keys(args, plan)  # what teardown deletes, without reading the catalogue
     only = parse_set(args.only)
     points = [p for p in plan.points if _matches(p, only)]
     if not points:
