@@ -23,7 +23,6 @@ Generate: ``synth --profile ls6-a100|PROFILE.json --from ISO --to ISO --seed S -
 
 from __future__ import annotations
 
-import json
 import logging
 from importlib import resources
 from typing import Any

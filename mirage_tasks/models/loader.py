@@ -30,7 +30,6 @@ import numpy as np
 
 from stepkit import StepError, storage
 from stepkit.safeload import read_document
-from stepkit.step import load_json
 
 from .calibrate import submit_mask
 from .data import FeatureScaler
