@@ -205,6 +205,31 @@ def test_worker_killed_during_sgd_call_fails_the_point_fast(tmp_path):
     assert out is not None
 
 
+def test_billing_sampler_killed_during_a_point_fails_it_naming_the_signal(tmp_path):
+    """The sampler ``run`` started dies (SIGKILL, as the OOM killer would): the point in
+    flight fails promptly, its record naming the sampler and the signal (its host metrics
+    would be missing), and the step exits 1; teardown then leaves nothing."""
+    run = Run(tmp_path, "skill")
+    try:
+        run.cli("deploy", "--experiment", "sgd_reuters_svm")
+        run.cli("wait-ready", "--timeout", "60")
+        run.cli("upload-data", "--experiment", "sgd_reuters_svm")
+        # 1000 epochs: the call would take many minutes; the sampler's death must end it first
+        p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000")
+        _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+        ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
+        _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+        os.kill(json.load(open(ctl_path))["pid"], signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 1, (out, err)
+        rec = _records(run)[0]
+        assert rec["status"] == "failed", rec["outcome"]
+        assert "billing sampler pid" in rec["outcome"]["error"] and "SIGKILL" in rec["outcome"]["error"], rec
+    finally:
+        out = run.teardown_and_check() if run.left() else None
+    assert out is not None
+
+
 def test_load_driver_killed(tmp_path):
     """``run`` SIGKILLed during an open-loop load point with two driver processes: the forks
     exit with their parent (the load driver watches it) or are found by their run label and
