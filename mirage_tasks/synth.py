@@ -208,8 +208,8 @@ def validate_profile(p: dict[str, Any], where: str) -> None:
     if not p.get("shape_nodes_limit_counts"):
         raise StepError(f"{where}: shape_nodes_limit_counts is empty")
     shape = _numbers(where, "shape_nodes_limit_counts", p["shape_nodes_limit_counts"], width=3).reshape(-1, 3)
-    if (shape[:, 0] < 1).any() or (shape[:, 1] < 1).any() or shape[:, 2].sum() <= 0:
-        raise StepError(f"{where}: shape_nodes_limit_counts needs nodes and limits >= 1 and a positive count")
+    if (shape[:, 0] < 1).any() or shape[:, 2].sum() <= 0:
+        raise StepError(f"{where}: shape_nodes_limit_counts needs nodes >= 1 and a positive count")
     if _numbers(where, "user_batch_shares", p.get("user_batch_shares")).sum() <= 0:
         raise StepError(f"{where}: user_batch_shares must not all be 0")
     for key, classes in (("runtime_by_limit_class", len(LIMIT_CLASSES_S) + 1),
