@@ -97,21 +97,21 @@ def _one_timed(task: tuple[int, int]) -> tuple[tuple[int, list], int, float]:
 
 def run_pooled(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int,
                tasks: list[tuple[int, int]], workers: int) -> tuple[list, float]:
-    """``samples.run_samples``'s pool (the same context, initializer and chunking), and the
+    """``samples.run_samples``'s pool (the same pool, context and initializer), and the
     CPU seconds its workers spent. Workers are children of the forkserver, not of this
     process, so RUSAGE_CHILDREN never sees them: each task reports its worker's own rusage."""
     from mirage_tasks import samples
     from mirage_tasks.schedule import pool_context
+    from stepkit.pool import run_pool
 
     if workers <= 1 or len(tasks) <= 1:
         return run_samples(wl, cfg, spec, node, probes, "default", tasks, 1), 0.0
     last: dict[int, float] = {}
     out = []
-    with pool_context().Pool(workers, initializer=samples._init,
-                                      initargs=(wl, cfg, spec, node, probes, "default")) as pool:
-        for res, pid, cpu in pool.imap_unordered(_one_timed, tasks, chunksize=max(1, len(tasks) // (workers * 8))):
-            out.append(res)
-            last[pid] = max(cpu, last.get(pid, 0.0))
+    for res, pid, cpu in run_pool(_one_timed, tasks, workers, initializer=samples._init,
+                                  initargs=(wl, cfg, spec, node, probes, "default"), context=pool_context()):
+        out.append(res)
+        last[pid] = max(cpu, last.get(pid, 0.0))
     out.sort(key=lambda r: r[0])
     return out, sum(last.values())
 

@@ -146,6 +146,33 @@ def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_fil
     return {**ctl, "action": "started"}
 
 
+def sampler_problem(ctl: dict[str, Any]) -> str | None:
+    """None while the sampler ``ctl`` (what :func:`start_sampler` returned) runs, else why not:
+    ``billing sampler pid N died: SIGKILL`` (the signal or exit status when it was this
+    process's child, as it is in ``run``). A dead sampler means the host metrics of the
+    points from then on are missing: ``run`` fails the point with this reason."""
+    pid = ctl.get("pid")
+    how = ""
+    if isinstance(pid, int):
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                if os.WIFSIGNALED(status):
+                    how = f": {signal.Signals(os.WTERMSIG(status)).name}"
+                else:
+                    how = f": exit status {os.WEXITSTATUS(status)}"
+        except (ChildProcessError, OSError, ValueError):
+            pass
+    if not how and isinstance(pid, int):
+        try:  # alive while the recorded process (same start time) runs; never a false alarm
+            p = psutil.Process(pid)
+            if abs(p.create_time() - float(ctl.get("create_time", 0))) < 0.05 and p.status() != psutil.STATUS_ZOMBIE:
+                return None
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):
+            pass
+    return f"billing sampler pid {pid} died{how or ' (gone)'}; host metrics from then on are missing"
+
+
 def stop_sampler(state_root: str, run_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """Stop the run's sampler: the recorded one (when it still is ours) and any other process
     labelled as this run's sampler (a lost or truncated ``sampler.json`` hides nothing)."""

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from stepkit import StepError
+from stepkit.safeload import read_document
 
 log = logging.getLogger(__name__)
 ENV_DIRS = "FAASM_CATALOGUE_DIR"
@@ -33,11 +33,8 @@ def _schema() -> dict[str, Any]:
 
 
 def _parse(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise StepError(f"{path}: not valid YAML/JSON ({exc})") from exc
+    """One catalogue file, bounded (size, no YAML aliases, depth: :mod:`stepkit.safeload`)."""
+    doc = read_document(str(path), "json" if path.suffix == ".json" else "yaml")
     if not isinstance(doc, dict):
         raise StepError(f"{path}: an experiment must be a mapping")
     return doc
@@ -133,6 +130,24 @@ def expand(axes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def parameter_names(exp: dict[str, Any]) -> set[str]:
+    """Every parameter an experiment knows: its ``params`` (and the ``local`` section's) and
+    every parameter of any of its sweeps (default, variants, local)."""
+    names = set(exp.get("params", {})) | set(exp.get("local", {}).get("params", {}))
+    sweeps = [*exp.get("sweep", {}).values(), *(v for var in (exp.get("sweep_variants") or {}).values()
+                                                 for v in var.values())]
+    if "sweep" in exp.get("local", {}):
+        sweeps.append(exp["local"]["sweep"])
+    for axes in sweeps:
+        for axis in axes:
+            if "points" in axis:
+                for point in axis["points"]:
+                    names |= set(point)
+            else:
+                names.add(axis["param"])
+    return names
+
+
 def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, Any] | None = None,
             variant: str | None = None) -> Plan:
     """Merge the catalogue entry (plus the ``local`` section on the local target) into a Plan.
@@ -160,6 +175,11 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
         if "workers" in loc:
             deployment["worker_replicas"] = loc["workers"]
     overrides = dict(overrides or {})
+    known = parameter_names(exp)
+    unknown = sorted(k for k in overrides if k not in known)
+    if unknown:
+        raise StepError(f"--set {unknown[0]}: {exp['name']} has no parameter {unknown[0]!r}; "
+                        f"its parameters: {', '.join(sorted(known))}")
     params.update(overrides)
     plan = Plan(exp, system, target, params, driver, axes, deployment, int(exp.get("repeats", 1)))
     # overrides win over the sweep too (e.g. a shorter duration_s for a smoke run)

@@ -119,33 +119,48 @@ def add_replicas(p) -> None:
                         "(e.g. tf_inference_throughput: extended)")
 
 
-def all_run_state_keys(args: Any) -> list[str]:
-    from .catalogue import get_experiment, load_catalogue
+def state_keys_record(results: str, run_id: str) -> str:
+    """``<results>/_state/<run id>/run-state-keys.json``: the run-state keys of every experiment
+    this run deployed or ran, written by ``deploy`` and ``run``, read by ``teardown`` and
+    ``verify-clean`` (which never read the catalogue: a broken or hostile catalogue file
+    cannot keep a run's resources alive)."""
+    return storage.join(results, "_state", run_id, "run-state-keys.json")
 
-    if getattr(args, "experiment", None):
-        return list(get_experiment(args.experiment, args.catalogue_dir).get("run_state_keys", []))
-    keys: list[str] = []
-    for exp in load_catalogue(args.catalogue_dir).values():
-        keys += [k for k in exp.get("run_state_keys", []) if k not in keys]
-    return keys
+
+def record_state_keys(args: Any, plan: Any) -> None:
+    """Add ``plan``'s experiment and its run-state keys to the run's record (deploy, run)."""
+    uri = state_keys_record(args.results, args.run_id)
+    doc = {"run_id": args.run_id, "experiments": [], "run_state_keys": []}
+    keys, problem = teardown_state_keys(args)
+    if problem is None and storage.exists(uri):
+        from stepkit.safeload import read_document
+
+        old = read_document(uri, "json")
+        doc["experiments"] = [e for e in old.get("experiments", []) if isinstance(e, str)]
+        doc["run_state_keys"] = keys
+    if plan.name not in doc["experiments"]:
+        doc["experiments"].append(plan.name)
+    doc["run_state_keys"] += [k for k in plan.experiment.get("run_state_keys", []) if k not in doc["run_state_keys"]]
+    storage.write_json(uri, doc)
 
 
 def teardown_state_keys(args: Any) -> tuple[list[str], str | None]:
-    """The run-state keys for a teardown, which must never stop on input errors: from the
-    full catalogue, else from the packaged one alone, else none. Returns (keys, problem)."""
-    try:
-        return all_run_state_keys(args), None
-    except Exception as exc:  # noqa: BLE001 - a bad catalogue must not keep anything running
-        problem = f"catalogue not usable ({type(exc).__name__}: {exc}); used the packaged catalogue's keys"
-    from .catalogue import load_catalogue
+    """The run-state keys a teardown deletes: from the run's own record
+    (:func:`state_keys_record`), never from the catalogue; none when no step recorded any.
+    Never raises (a teardown must not stop on input errors). Returns (keys, problem)."""
+    from stepkit.safeload import read_document
 
+    uri = state_keys_record(args.results, args.run_id)
     try:
-        keys: list[str] = []
-        for exp in load_catalogue(packaged_only=True).values():
-            keys += [k for k in exp.get("run_state_keys", []) if k not in keys]
-        return keys, problem
-    except Exception as exc:  # noqa: BLE001
-        return [], f"{problem}; packaged catalogue failed too ({exc})"
+        if not storage.exists(uri):
+            return [], None
+        doc = read_document(uri, "json")
+        keys = doc.get("run_state_keys") if isinstance(doc, dict) else None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return [], f"{uri}: run_state_keys is not a list of strings; no state keys deleted by name"
+        return keys, None
+    except Exception as exc:  # noqa: BLE001 - reported, the teardown goes on
+        return [], f"run record {uri} not usable ({type(exc).__name__}: {exc}); no state keys deleted by name"
 
 
 def parse_set(values: list[str]) -> dict[str, Any]:

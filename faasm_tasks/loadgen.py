@@ -718,21 +718,23 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
             child.close()
             procs.append((p, parent))
         try:
-            waiting = {parent: p for p, parent in procs}
+            waiting = {parent: (i, p) for i, (p, parent) in enumerate(procs)}
             while waiting:  # whichever reports (or dies) first, not in index order
                 left = deadline - time.monotonic()
                 ready = mp_connection.wait(list(waiting), timeout=max(0.0, left))
                 if not ready:
-                    pids = sorted(p.pid for p in waiting.values())
+                    pids = sorted(p.pid for _, p in waiting.values())
                     raise RuntimeError(f"load process(es) {pids} did not report within the deadline")
                 for parent in ready:
-                    p = waiting.pop(parent)
+                    i, p = waiting.pop(parent)
                     try:
                         r = parent.recv()
                     except EOFError:  # it died without a word (killed, out of memory)
                         p.join(timeout=1)
-                        raise RuntimeError(f"load process {p.pid} exited without a result "
-                                           f"(exit code {p.exitcode})") from None
+                        from stepkit.pool import exit_reason  # noqa: PLC0415
+
+                        raise RuntimeError(f"load process {i} (pid {p.pid}) died without a result: "
+                                           f"{exit_reason(p.exitcode)}") from None
                     if "error" in r:  # fail now; the others are stopped below
                         raise RuntimeError(f"load process failed: {r['error']}")
                     results.append(r)

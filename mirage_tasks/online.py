@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from stepkit import StepError
+from stepkit.pool import run_pool
 
 from .models.calibrate import submit_mask
 from .models.registry import BASELINES, family
@@ -215,8 +216,9 @@ def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:
 
 
 def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, int]],
-              workers: int = 1) -> list[tuple[int, dict, list[dict], float]]:
-    """Episodes of ``tasks`` = [(k, t0)], in parallel if asked; ordered by k."""
+              workers: int = 1, part: str = "") -> list[tuple[int, dict, list[dict], float]]:
+    """Episodes of ``tasks`` = [(k, t0)], in parallel if asked; ordered by k. A worker that
+    dies ends the run (:class:`stepkit.pool.WorkerDied` naming the sample and ``part``)."""
     if workers <= 1 or len(tasks) <= 1:
         _init(wl, cfg, setup)
         out = []
@@ -225,8 +227,10 @@ def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, 
             if (i + 1) % 10 == 0:
                 log.info("validate: %d/%d samples", i + 1, len(tasks))
         return out
-    with pool_context().Pool(workers, initializer=_init, initargs=(wl, cfg, setup)) as pool:
-        out = list(pool.imap_unordered(_one, tasks, chunksize=1))
+    from .samples import describe_sample
+
+    out = run_pool(_one, tasks, workers, initializer=_init, initargs=(wl, cfg, setup),
+                   describe=lambda t: describe_sample(t, part), name="validate", context=pool_context())
     out.sort(key=lambda r: r[0])
     return out
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from stepkit import StepError
+from stepkit.pool import run_pool
 
 from .artifacts import DATASET_KEYS, load_shard
 from .schedule import pool_context
@@ -43,21 +44,30 @@ def _one(task: tuple[int, int]) -> tuple[int, list, float]:
 
 def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
                 tasks: list[tuple[int, int]], workers: int = 1,
-                cpu: list[float] | None = None, spacing: str = "uniform") -> list[tuple[int, list]]:
+                cpu: list[float] | None = None, spacing: str = "uniform",
+                part: str = "") -> list[tuple[int, list]]:
     """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked
     (``spacing``: the probe spacing, :func:`mirage_tasks.sim.episode.probe_times`).
-    ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it)."""
+    ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it).
+    A worker that dies ends the run (:class:`stepkit.pool.WorkerDied` naming the sample and
+    ``part``, the shard or day it belongs to)."""
     if workers <= 1 or len(tasks) <= 1:
         _init(wl, cfg, spec, node, probes, baseline, spacing)
         out = [_one(t) for t in tasks]
     else:
-        with pool_context().Pool(workers, initializer=_init,
-                                 initargs=(wl, cfg, spec, node, probes, baseline, spacing)) as pool:
-            out = list(pool.imap_unordered(_one, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
+        out = run_pool(_one, tasks, workers, initializer=_init,
+                       initargs=(wl, cfg, spec, node, probes, baseline, spacing),
+                       describe=lambda t: describe_sample(t, part), name="sample", context=pool_context())
         out.sort(key=lambda r: r[0])
     if cpu is not None:
         cpu.extend(r[2] for r in out)
     return [(k, res) for k, res, _ in out]
+
+
+def describe_sample(task: tuple[int, int], part: str = "") -> str:
+    """``sample 5 (start 2023-01-01T20:00:00+00:00) of shard 1/2``: a task in an error."""
+    k, t0 = task
+    return f"sample {k} (start {iso(t0)})" + (f" of {part}" if part else "")
 
 
 def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np.ndarray], pd.DataFrame]:

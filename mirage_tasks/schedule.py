@@ -3,7 +3,7 @@
 Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours``; shard
 ``I/S`` takes the samples with ``k % S == I``. Both steps declare these flags through
 :func:`add_schedule_arguments`, check them with :func:`check_schedule`, and run their
-samples in a worker pool from :func:`pool_context` sized by :func:`cpu_count`, the one
+samples in a worker pool (:func:`stepkit.pool.run_pool`, processes from :func:`pool_context`) sized by :func:`cpu_count`, the one
 CPU count of every Mirage step (the CPUs this process may run on: a pod's CPU set, not
 the whole machine's); `train` sizes its thread pools with it too.
 
@@ -117,6 +117,8 @@ def set_threads(cpus: int | None = None) -> int:
 def pool_context() -> mp.context.BaseContext:
     """Worker processes started from a clean server process, never forked from this one: a
     fork after torch or OpenMP threads exist (a caller that already ran a model, a test
-    session) can deadlock the child."""
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+    session) can deadlock the child. The pool itself is :func:`stepkit.pool.run_pool`, which
+    fails fast when a worker dies."""
+    from stepkit.pool import default_context
+
+    return default_context()

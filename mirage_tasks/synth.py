@@ -23,7 +23,6 @@ Generate: ``synth --profile ls6-a100|PROFILE.json --from ISO --to ISO --seed S -
 
 from __future__ import annotations
 
-import json
 import logging
 from importlib import resources
 from typing import Any
@@ -163,14 +162,79 @@ def _pmf(values: np.ndarray, cap: int) -> list[list[float]]:
 # ------------------------------------------------------------------ generating
 
 
+#: The keys of a workload profile (what :func:`fit_profile` writes); any other key is refused.
+PROFILE_KEYS = frozenset({
+    "profile_version", "fitted_on", "machine_nodes", "batch_gap_s", "arrivals", "shape_nodes_limit_counts",
+    "runtime_by_limit_class", "limit_classes_s", "wait_quantiles_s_by_node_class", "node_classes",
+    "user_batch_shares", "status_when_not_timeout",
+})
+ARRIVAL_KEYS = frozenset({"batch_rate_per_hour_of_week", "batch_size_pmf", "intra_batch_gap_quantiles_s"})
+
+
+def _numbers(where: str, key: str, v: Any, n: int | None = None, width: int | None = None,
+             nonneg: bool = True) -> np.ndarray:
+    """``v`` as a float array of ``n`` numbers (rows of ``width``), finite and (``nonneg``) >= 0;
+    a :class:`StepError` naming ``key`` otherwise."""
+    shape = f"{n if n else 'a non-empty list of'} " + (f"[{width} numbers] rows" if width else "numbers")
+    ok = isinstance(v, list) and len(v) > 0 and (n is None or len(v) == n)
+    rows = v if width is None else (v if ok else [])
+    if ok and width is not None:
+        ok = all(isinstance(r, list) and len(r) == width for r in rows)
+        rows = [x for r in rows for x in r] if ok else []
+    ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rows)
+    arr = np.asarray(rows, dtype=float) if ok else np.zeros(0)
+    if not ok or not np.isfinite(arr).all() or (nonneg and (arr < 0).any()):
+        raise StepError(f"{where}: {key} must be {shape}" + (" (finite, >= 0)" if nonneg else " (finite)"))
+    return arr
+
+
 def validate_profile(p: dict[str, Any], where: str) -> None:
+    """A workload profile's shape: its version, no unknown keys (a misspelt key would be
+    silently ignored otherwise), and every array :func:`generate` draws from."""
+    from stepkit.safeload import refuse_unknown
+
     if not isinstance(p, dict) or p.get("profile_version") != PROFILE_VERSION:
         raise StepError(f"{where}: not a workload profile of version {PROFILE_VERSION}")
-    rate = p.get("arrivals", {}).get("batch_rate_per_hour_of_week")
-    if not isinstance(rate, list) or len(rate) != 168 or min(rate) < 0:
-        raise StepError(f"{where}: arrivals.batch_rate_per_hour_of_week must be 168 non-negative numbers")
+    refuse_unknown(p, PROFILE_KEYS, where)
+    a = p.get("arrivals")
+    if not isinstance(a, dict):
+        raise StepError(f"{where}: arrivals must be an object")
+    refuse_unknown(a, ARRIVAL_KEYS, where, "key in arrivals")
+    _numbers(where, "arrivals.batch_rate_per_hour_of_week", a.get("batch_rate_per_hour_of_week"), n=168)
+    pmf = _numbers(where, "arrivals.batch_size_pmf", a.get("batch_size_pmf"), width=2).reshape(-1, 2)
+    if (pmf[:, 0] < 1).any() or pmf[:, 1].sum() <= 0:
+        raise StepError(f"{where}: arrivals.batch_size_pmf needs sizes >= 1 and a positive total probability")
+    _numbers(where, "arrivals.intra_batch_gap_quantiles_s", a.get("intra_batch_gap_quantiles_s"), n=len(QUANTILES))
     if not p.get("shape_nodes_limit_counts"):
         raise StepError(f"{where}: shape_nodes_limit_counts is empty")
+    shape = _numbers(where, "shape_nodes_limit_counts", p["shape_nodes_limit_counts"], width=3).reshape(-1, 3)
+    if (shape[:, 0] < 1).any() or shape[:, 2].sum() <= 0:
+        raise StepError(f"{where}: shape_nodes_limit_counts needs nodes >= 1 and a positive count")
+    if _numbers(where, "user_batch_shares", p.get("user_batch_shares")).sum() <= 0:
+        raise StepError(f"{where}: user_batch_shares must not all be 0")
+    for key, classes in (("runtime_by_limit_class", len(LIMIT_CLASSES_S) + 1),
+                         ("wait_quantiles_s_by_node_class", len(NODE_CLASSES) + 1)):
+        d = p.get(key)
+        if not isinstance(d, dict) or any(str(c) not in d for c in range(classes)):
+            raise StepError(f"{where}: {key} must map each class 0..{classes - 1} (as a string)")
+        for c in range(classes):
+            if key == "wait_quantiles_s_by_node_class":
+                _numbers(where, f"{key}.{c}", d[str(c)], n=len(QUANTILES))
+                continue
+            spec = d[str(c)]
+            if not isinstance(spec, dict):
+                raise StepError(f"{where}: {key}.{c} must be an object")
+            refuse_unknown(spec, {"to_limit_share", "ratio_quantiles"}, where, f"key in {key}.{c}")
+            share = spec.get("to_limit_share")
+            if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
+                raise StepError(f"{where}: {key}.{c}.to_limit_share must be a number in [0, 1]")
+            _numbers(where, f"{key}.{c}.ratio_quantiles", spec.get("ratio_quantiles"), n=len(QUANTILES))
+    st = p.get("status_when_not_timeout")
+    if st is not None and st != {}:
+        if not isinstance(st, dict) or not all(isinstance(k, str) for k in st):
+            raise StepError(f"{where}: status_when_not_timeout must map status names to shares")
+        if _numbers(where, "status_when_not_timeout", list(st.values())).sum() <= 0:
+            raise StepError(f"{where}: status_when_not_timeout must not be all 0")
 
 
 def _draw_quantile(q: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -259,18 +323,17 @@ def generate(profile: dict[str, Any], t_from: pd.Timestamp, t_to: pd.Timestamp, 
 
 
 def load_profile(ref: str) -> dict[str, Any]:
+    from stepkit.safeload import parse_document, read_bounded
+
     if ref in PACKAGED:
-        text = resources.files("mirage_tasks.profiles").joinpath(PACKAGED[ref]).read_text()
+        data = resources.files("mirage_tasks.profiles").joinpath(PACKAGED[ref]).read_bytes()
         where = f"packaged profile {ref}"
     else:
         if not storage.exists(ref):
             raise StepError(f"--profile {ref}: no such file (packaged profiles: {', '.join(PACKAGED)})")
-        text = storage.read_bytes(ref).decode()
+        data = read_bounded(ref)
         where = ref
-    try:
-        prof = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StepError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    prof = parse_document(data, where, "json")  # bounded: size, nesting (stepkit.safeload)
     validate_profile(prof, where)
     return prof
 

@@ -5,7 +5,9 @@ Each step lives in its own module exposing ``add_arguments(parser)`` and
 ``ingest`` never pays for importing torch.
 
 Exit codes: 0 success (or skipped), 2 bad input or parameters (:class:`StepError`,
-argparse errors), 1 anything else (with a traceback).
+argparse errors), 1 anything else (with a traceback; a dead pool worker,
+:class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while a worker
+pool ran (its workers stopped first, :mod:`stepkit.pool`).
 
 Called without ``argv`` (``python -m <package>`` and the ``mirage-tasks`` /
 ``faasm-tasks`` console scripts), :func:`main` is the process entry: it flushes stdout
@@ -29,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import s3check
+from .pool import Terminated, WorkerDied
 from .step import StepError
 
 
@@ -93,6 +96,12 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except KeyboardInterrupt:
         print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"{prog} {name}: {exc}; its worker processes were stopped", file=sys.stderr)
+        return 143
+    except WorkerDied as exc:
+        print(f"{prog} {name}: error: {exc}", file=sys.stderr)
+        return 1
     except Exception:  # noqa: BLE001 - report and fail with the traceback
         traceback.print_exc()
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..catalogue import replicas_for
-from ..common import add_common, add_replicas, load_plan, parse_set, run_date
+from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..results import write_op_report
 from ..targets import get_target
 
@@ -31,6 +31,7 @@ def add_arguments(p):
 def run(args) -> int:
     date = run_date(args)
     plan = load_plan(args, parse_set(args.set))
+    record_state_keys(args, plan)  # what teardown deletes, without reading the catalogue
     if args.replicas == "per-point" and plan.points:  # the first point's N (run redeploys for the others)
         plan.deployment = replicas_for(plan, plan.points[0])
     if args.workers is not None:

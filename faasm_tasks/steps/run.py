@@ -34,7 +34,7 @@ from stepkit import StepError
 from .. import billing, procs
 from ..clients import UploadClient, make_invoker, service_name
 from ..catalogue import replicas_for
-from ..common import add_common, add_replicas, load_plan, parse_set, run_date
+from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..data import expected_product, matrix_objects_from_s3, upload_matrices, upload_state_once
 from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
@@ -137,6 +137,7 @@ def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
 def run(args) -> int:
     date = run_date(args)
     plan = load_plan(args, parse_set(args.set))
+    record_state_keys(args, plan)  # what teardown deletes, without reading the catalogue
     only = parse_set(args.only)
     points = [p for p in plan.points if _matches(p, only)]
     if not points:
@@ -166,6 +167,14 @@ def run(args) -> int:
                            {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})
     results = []
     deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
+
+    def health() -> str | None:
+        """What broke under the point: the target, or the billing sampler this step started."""
+        problem = target.health()
+        if problem is None and sampler is not None and sampler.get("pid"):
+            problem = billing.sampler_problem(sampler)
+        return problem
+
     try:
         for i, point in enumerate(points):
             point = _point_key(args, plan, point)
@@ -185,7 +194,7 @@ def run(args) -> int:
                         target.wait_ready(args.ready_timeout)
                         deployed = want
                 results.append(_run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix,
-                                          first=(i == 0 and rep == 0), date=date))
+                                          first=(i == 0 and rep == 0), date=date, health=health))
     finally:
         if sampler and not args.keep_billing:
             billing.stop_sampler(args.state_dir, args.run_id)
@@ -217,7 +226,10 @@ def _between_points(args, plan, target, first: bool, budget: float) -> dict[str,
     return done
 
 
-def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix, first, date) -> dict[str, Any]:
+def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix, first, date,
+               health=None) -> dict[str, Any]:
+    """One attempt of one point; ``health()`` (default: the target's) says what broke under it."""
+    health = health or target.health
     base = {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
             "target": args.target, "protocol": ep.protocol, "params": point, "repeat": rep,
             "images": info.get("images", {}), "target_info": info}
@@ -230,9 +242,9 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
         prep = _between_points(args, plan, target, first, budget)
         wl = plan.experiment["workload"]
         if wl == "inference":
-            ok, metrics, err, invalid = _load_point(args, plan, target, ep, att, point, budget)
+            ok, metrics, err, invalid = _load_point(args, plan, target, ep, att, point, budget, health)
         else:
-            ok, metrics, err = _call_point(args, plan, target, invoker, upload, att, point, budget)
+            ok, metrics, err = _call_point(args, plan, target, invoker, upload, att, point, budget, health)
         failed_calls = 0 if ok else 1
         metrics["between_points"] = prep
         metrics["budget_s"] = round(budget, 1)
@@ -253,10 +265,11 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
     return {"prefix": prefix, "attempt": att.record["attempt"], "status": status}
 
 
-def _call_point(args, plan, target, invoker, upload, att, point, budget) -> tuple[bool, dict[str, Any], str | None]:
+def _call_point(args, plan, target, invoker, upload, att, point, budget,
+                health=None) -> tuple[bool, dict[str, Any], str | None]:
     exp, drv = plan.experiment, plan.driver
     wl = exp["workload"]
-    kw: dict[str, Any] = {"system": plan.system, "timeout_s": budget, "check": target.health,
+    kw: dict[str, Any] = {"system": plan.system, "timeout_s": budget, "check": health or target.health,
                           "poll_interval_s": min(drv.get("poll_interval_ms", 1000) / 1000.0, 2.0)}
     metrics: dict[str, Any] = {}
     if wl == "sgd":
@@ -324,7 +337,8 @@ def _bounded(fn, budget: float, what: str):
     return box["value"]
 
 
-def _load_point(args, plan, target, ep, att, point, budget) -> tuple[bool, dict[str, Any], str | None, list[str]]:
+def _load_point(args, plan, target, ep, att, point, budget,
+                health=None) -> tuple[bool, dict[str, Any], str | None, list[str]]:
     exp, drv = plan.experiment, plan.driver
     threads = args.threads or drv.get("threads", 1)
     threads = (os.cpu_count() or 1) if threads == "auto" else int(threads)
@@ -353,7 +367,7 @@ def _load_point(args, plan, target, ep, att, point, budget) -> tuple[bool, dict[
                                            "p50_us", "p99_us", "p999_us", "max_us", "errors", "errors_total",
                                            "schedule_lag_fraction", "rate", "scheduled", "sent", "missed",
                                            "late")}
-    problem = target.health()
+    problem = (health or target.health)()
     if problem:
         return False, metrics, f"the target broke during the point: {problem}", []
     if summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed"):

@@ -1,8 +1,10 @@
 """Hard, idempotent teardown; safe to run when nothing (or only part) was deployed.
 
-It never stops on input errors: a broken catalogue or a bad ``--date`` is reported and
-the teardown goes on (the local target needs neither; knative falls back to the packaged
-catalogue's run-state keys). Attempts left ``running`` by a killed ``run`` are marked
+It never stops on input errors: a bad ``--date`` or an unusable run record is reported
+and the teardown goes on. It never reads the catalogue: what it stops comes from the
+run's own records (the local target's state file, journal and process labels; the
+run-state keys ``deploy`` and ``run`` recorded, :func:`faasm_tasks.common.state_keys_record`),
+so a broken or hostile catalogue file (an alias bomb) cannot keep anything running. Attempts left ``running`` by a killed ``run`` are marked
 ``failed`` (``interrupted``).
 """
 

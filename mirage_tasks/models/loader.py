@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from stepkit import StepError, storage
-from stepkit.step import load_json
+from stepkit.safeload import read_document
 
 from .calibrate import submit_mask
 from .data import FeatureScaler
@@ -186,7 +186,7 @@ def read_config(uri: str) -> dict[str, Any]:
     path = storage.join(uri, CONFIG_FILE)
     if not storage.exists(path):
         raise StepError(f"model config not found: {path}")
-    cfg = load_json(path)
+    cfg = read_document(path, "json")  # bounded: size, nesting (stepkit.safeload)
     if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
         fmt = cfg.get("format") if isinstance(cfg, dict) else None
         raise StepError(f"{path}: not a Mirage model config (format {fmt!r})")

@@ -227,10 +227,12 @@ def load_config(spec: str | None, machine_nodes: int | None = None) -> dict[str,
         return PRESETS[spec].to_dict()
     if not (os.path.exists(spec) or "://" in spec):
         raise StepError(f"--cluster-config {spec!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
-    try:
-        doc = storage.read_json(spec)
-    except (ValueError, FileNotFoundError) as exc:
-        raise StepError(f"--cluster-config {spec}: {exc}") from exc
+    from stepkit.safeload import read_document
+
+    try:  # bounded: size, nesting (stepkit.safeload); the error names the file
+        doc = read_document(spec, "json")
+    except StepError as exc:
+        raise StepError(f"--cluster-config {exc}") from None
     if not isinstance(doc, dict):
         raise StepError(f"--cluster-config {spec}: expected a JSON object")
     return doc

@@ -188,8 +188,9 @@ def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, sp
                     iso(wl.submit[0]), iso(wl.submit[-1]))
     t = time.perf_counter()
     cpu: list[float] = []
+    part = f"day {params['day']}" if "day" in params else "shard {}/{}".format(*params["shard"])
     results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers, cpu=cpu,
-                          spacing=args.probe_spacing)
+                          spacing=args.probe_spacing, part=part)
     wall = time.perf_counter() - t
     cpu_s = sum(cpu)
     arrays, probes = assemble(results, args.window)

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
              "threads": threads, "argmax": bool(args.argmax)}
     t = time.perf_counter()
-    results = run_tasks(wl, cfg, setup, tasks, workers)
+    results = run_tasks(wl, cfg, setup, tasks, workers, part=f"shard {shard_i}/{shard_n}")
     wall = time.perf_counter() - t
     rows, decisions = make_rows(results, name, kind, args.node)
     step.write_bytes(ROWS_FILE, parquet_bytes(rows))

@@ -87,10 +87,10 @@ class Run:
     def verify(self) -> subprocess.CompletedProcess:
         return self.cli("verify-clean", check=False)
 
-    def teardown_and_check(self, **kw) -> dict:
+    def teardown_and_check(self, extra: list[str] = (), **kw) -> dict:
         before = self.verify()
         assert before.returncode == 1 and "NOT clean" in before.stderr, (before.stdout, before.stderr)
-        td = self.cli("teardown", "--timeout", "10", **kw)
+        td = self.cli("teardown", "--timeout", "10", *extra, **kw)
         assert "teardown: done" in td.stdout
         assert self.left() == [], self.left()
         after = self.verify()
@@ -205,6 +205,31 @@ def test_worker_killed_during_sgd_call_fails_the_point_fast(tmp_path):
     assert out is not None
 
 
+def test_billing_sampler_killed_during_a_point_fails_it_naming_the_signal(tmp_path):
+    """The sampler ``run`` started dies (SIGKILL, as the OOM killer would): the point in
+    flight fails promptly, its record naming the sampler and the signal (its host metrics
+    would be missing), and the step exits 1; teardown then leaves nothing."""
+    run = Run(tmp_path, "skill")
+    try:
+        run.cli("deploy", "--experiment", "sgd_reuters_svm")
+        run.cli("wait-ready", "--timeout", "60")
+        run.cli("upload-data", "--experiment", "sgd_reuters_svm")
+        # 1000 epochs: the call would take many minutes; the sampler's death must end it first
+        p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000")
+        _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+        ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
+        _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+        os.kill(json.load(open(ctl_path))["pid"], signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 1, (out, err)
+        rec = _records(run)[0]
+        assert rec["status"] == "failed", rec["outcome"]
+        assert "billing sampler pid" in rec["outcome"]["error"] and "SIGKILL" in rec["outcome"]["error"], rec
+    finally:
+        out = run.teardown_and_check() if run.left() else None
+    assert out is not None
+
+
 def test_load_driver_killed(tmp_path):
     """``run`` SIGKILLed during an open-loop load point with two driver processes: the forks
     exit with their parent (the load driver watches it) or are found by their run label and
@@ -254,14 +279,25 @@ def test_sampler_alone_is_not_clean(tmp_path):
     run.teardown_and_check()
 
 
-def test_teardown_survives_a_broken_catalogue(tmp_path):
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefghi", "bcdefghij"))
+
+
+def test_teardown_never_reads_the_catalogue(tmp_path):
+    """A catalogue replaced by an alias bomb and a broken file after deploy: teardown stops
+    everything and deletes the run-state keys deploy recorded, reading no catalogue file."""
     run = Run(tmp_path, "badcat")
     run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
     bad = tmp_path / "catalogue"
     bad.mkdir()
     (bad / "broken.yaml").write_text("name: [unclosed\n")
-    out = run.teardown_and_check(env={"FAASM_CATALOGUE_DIR": str(bad)})
-    assert "warning: catalogue not usable" in out["teardown"]
+    (bad / "bomb.yaml").write_text(ALIAS_BOMB)
+    out = run.teardown_and_check(env={"FAASM_CATALOGUE_DIR": str(bad)}, extra=["--catalogue-dir", str(bad)])
+    assert "catalogue" not in out["teardown"]
+    (report,) = (tmp_path / "results").glob("2026-11-29/badcat/_ops/teardown-*.json")
+    assert json.loads(report.read_text())["input_problems"] == []
+    assert json.loads(report.read_text())["run_state_keys"] == [
+        "sgd_params", "sgd_weights", "sgd_mask", "sgd_errors", "sgd_step_*"]
     # an unknown experiment or a bad date does not stop it either
     run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
     td = cli("teardown", "--target", "local", "--run-id", run.run_id, "--results", run.results,
