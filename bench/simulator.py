@@ -108,9 +108,9 @@ def run_pooled(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probe
         return run_samples(wl, cfg, spec, node, probes, "default", tasks, 1), 0.0
     last: dict[int, float] = {}
     out = []
-    for res, pid, cpu in run_pool(_one_timed, tasks, workers, initializer=samples._init,
-                                  initargs=(wl, cfg, spec, node, probes, "default"), context=pool_context()):
-        out.append(res)
+    for (k, res, _), pid, cpu in run_pool(_one_timed, tasks, workers, initializer=samples._init,
+                                          initargs=(wl, cfg, spec, node, probes, "default"), context=pool_context()):
+        out.append((k, res))  # samples._one also returns its own CPU time: assemble takes (k, res)
         last[pid] = max(cpu, last.get(pid, 0.0))
     out.sort(key=lambda r: r[0])
     return out, sum(last.values())
