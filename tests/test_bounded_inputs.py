@@ -84,6 +84,7 @@ def test_python_tags_are_refused():
 # --- through the steps -------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_experiments_with_an_alias_bomb_exits_2_naming_the_file(tmp_path):
     cat = tmp_path / "cat"
     cat.mkdir()
@@ -93,6 +94,7 @@ def test_experiments_with_an_alias_bomb_exits_2_naming_the_file(tmp_path):
     assert f"{cat / 'bomb.yaml'}: line" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_oversize_catalogue_file_exits_2(tmp_path):
     cat = tmp_path / "cat"
     cat.mkdir()
@@ -101,6 +103,7 @@ def test_oversize_catalogue_file_exits_2(tmp_path):
     assert proc.returncode == 2 and f"{cat / 'huge.yaml'}: larger than" in proc.stderr, proc.stderr
 
 
+@pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_unknown_catalogue_key_exits_2_naming_it(tmp_path):
     cat = tmp_path / "cat"
     cat.mkdir()
@@ -111,6 +114,7 @@ def test_unknown_catalogue_key_exits_2_naming_it(tmp_path):
     assert proc.returncode == 2 and "'repeets' was unexpected" in proc.stderr, proc.stderr
 
 
+@pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_deploy_set_with_an_unknown_name_exits_2_naming_it(tmp_path):
     proc = _step("faasm_tasks", "deploy", "--target", "local", "--run-id", "setcheck", "--results",
                  str(tmp_path / "results"), "--experiment", "sgd_reuters_svm", "--set", "epochs=2",
@@ -120,6 +124,7 @@ def test_deploy_set_with_an_unknown_name_exits_2_naming_it(tmp_path):
     assert "epochs" in proc.stderr  # the known names are listed
 
 
+@pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_profile_with_an_unknown_key_exits_2_naming_it(tmp_path):
     prof = {**PROFILE, "load_scale": 2.0}
     path = tmp_path / "profile.json"
