@@ -28,8 +28,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import s3check
-from .step import StepError
+from . import lease, s3check
+from .errors import StepError
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -96,6 +96,8 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except Exception:  # noqa: BLE001 - report and fail with the traceback
         traceback.print_exc()
         return 1
+    finally:
+        lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
     return int(rc or 0)
 
 
