@@ -2,7 +2,7 @@
 checked against their upstream marker), locally and on S3 (a moto server).
 
 The concurrent runs of real steps (``ingest``, ``merge``) and a writer killed with SIGKILL
-are in ``tests/mirage/test_one_writer.py``. No test here waits for a time to pass: an
+are in ``tests/mirage/test_one_writer_e2e.py``. No test here waits for a time to pass: an
 expired lease is written as one (``expires_epoch`` in the past), a heartbeat is awaited as
 a condition with a generous deadline.
 """
