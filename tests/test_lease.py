@@ -118,6 +118,24 @@ def test_released_lease_leaves_no_empty_folder(tmp_path):
     assert (tmp_path / "kept").is_dir()  # a folder that was there stays
 
 
+def test_exclusive_create_without_hard_links(tmp_path, monkeypatch):
+    """A filesystem without hard links: the lease is created with O_CREAT|O_EXCL instead."""
+    import errno
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "hard links not supported", dst)
+
+    monkeypatch.setattr(leases.os, "link", no_links)
+    out = str(tmp_path / "out")
+    first = Lease(out, "demo", ttl=3600).acquire()
+    try:
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()}"):
+            Lease(out, "demo").acquire()
+    finally:
+        first.release()
+    assert not os.path.exists(os.path.join(out, LEASE))
+
+
 def test_expired_lease_is_taken_over_by_exactly_one(where):
     out, raw, put = where
     put(dead_writer_lease(pid=4242))
