@@ -43,8 +43,9 @@ with exit 2 instead of committing over the new writer's outputs.
   release is ``DeleteObject`` with ``If-Match``. After every create or takeover the document
   is read back and its token compared: a store that ignored the condition and let another
   writer overwrite shows up there, at the next renewal, or at the check before the marker.
-  AWS S3 honours both headers; moto (5.2.5, the tests') honours ``If-None-Match: *`` and
-  ``If-Match`` on ``PutObject`` and ``DeleteObject`` (``tests/test_lease.py`` checks it), but
+  AWS S3 documents both headers on ``PutObject`` and ``If-Match`` on ``DeleteObject``; moto
+  (5.2.5, the tests') honours ``If-None-Match: *`` and ``If-Match`` on ``PutObject`` and
+  ``DeleteObject`` (``tests/test_lease.py::test_moto_honours_conditional_writes``), but
   its threaded server checks and writes without a lock, so only the read-back protects
   writers that race within the same millisecond there. A store that rejects a conditional
   ``DeleteObject`` gets a plain delete after the token check.
