@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from stepkit import StepError, require_committed, storage
+from stepkit.step import trust_containing
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -111,7 +112,11 @@ def load_metrics(uri: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
 def require_input(uri: str, flag: str) -> dict[str, Any] | None:
     """An input of a step: a folder must be a committed step output (its ``_SUCCESS.json``
     present), never one being written or replaced; a single ``.parquet`` file (written
-    atomically) is taken as is. Returns the folder's marker (None for a file)."""
+    atomically) is taken as is. Returns the folder's marker (None for a file).
+
+    Either way the files read from a committed folder are checked against its marker
+    (:func:`stepkit.step.verify_read`): a single file only when its folder's marker lists it."""
     if uri.endswith(".parquet"):
+        trust_containing(uri)
         return None
     return require_committed(uri, flag)

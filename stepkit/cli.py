@@ -7,7 +7,9 @@ Each step lives in its own module exposing ``add_arguments(parser)`` and
 Exit codes: 0 success (or skipped), 2 bad input or parameters (:class:`StepError`,
 argparse errors), 1 anything else (with a traceback; a dead pool worker,
 :class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while a worker
-pool ran (its workers stopped first, :mod:`stepkit.pool`).
+pool ran (its workers stopped first, :mod:`stepkit.pool`), 75 another run is writing the
+very same output right now (:data:`stepkit.lease.EXIT_BUSY`: retryable, the retry skips; a
+writer of a *different* output to the same prefix is exit 2).
 
 Called without ``argv`` (``python -m <package>`` and the ``mirage-tasks`` /
 ``faasm-tasks`` console scripts), :func:`main` is the process entry: it flushes stdout
@@ -30,9 +32,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import s3check
+from . import lease, s3check
+from .errors import StepError
 from .pool import Terminated, WorkerDied
-from .step import StepError
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -90,6 +92,9 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     try:
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
+    except lease.LeaseHeld as exc:
+        print(f"{prog} {name}: error: {exc}", file=sys.stderr)
+        return lease.EXIT_BUSY if exc.same_output else 2  # the same work elsewhere: a retry skips
     except StepError as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return 2
@@ -105,6 +110,8 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except Exception:  # noqa: BLE001 - report and fail with the traceback
         traceback.print_exc()
         return 1
+    finally:
+        lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
     return int(rc or 0)
 
 

@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from .step import StepError
+from .errors import StepError
 
 #: Seconds for connecting and for reading the one pre-flight response.
 TIMEOUT_SECONDS = 5.0

@@ -13,6 +13,19 @@ the same fingerprint is skipped only when every output still has the size and SH
 the marker recorded (a truncated or edited output is recomputed). A rerun with a
 different fingerprint first removes the old marker, so readers never trust outputs
 that are being replaced. A failing step never writes a marker.
+
+**One writer per prefix.** A run takes the prefix's lease (:mod:`stepkit.lease`,
+``_LEASE.json``) before it decides whether to skip and before its first write, and gives
+it back when it skipped, committed or failed; a second writer of the same prefix meanwhile
+fails with exit 2 naming the first. A skip holds the lease only while it checks the
+outputs: "up to date" is then true of outputs no other run is replacing at that moment.
+
+**Inputs verified, not trusted.** An upstream output a step reads (an input folder whose
+marker :func:`input_fingerprint` or :func:`require_committed` read) is trusted through its
+marker only as far as its files still match it: every file of that folder the step opens
+(:func:`stepkit.storage.open_read`) is checked against the size (every open) and the
+SHA-256 (once per file per process) the marker recorded, and a mismatch is an exit 2
+naming the file and what differs (:func:`verify_read`).
 """
 
 from __future__ import annotations
@@ -22,17 +35,18 @@ import hashlib
 import json
 import logging
 import socket
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import lease as leases
 from . import storage
+from .errors import StepError
 
 MARKER = "_SUCCESS.json"
 log = logging.getLogger("stepkit")
 
-
-class StepError(Exception):
-    """A user-facing error: bad input or parameters. The CLI prints it and exits 2."""
+__all__ = ["MARKER", "Step", "StepError", "read_marker", "require_committed", "verify_read"]
 
 
 def _utcnow() -> str:
@@ -63,9 +77,13 @@ def load_json(uri: str) -> Any:
 
 
 def input_fingerprint(uri: str) -> str:
-    """Fingerprint of one input: an upstream step's marker fingerprint, else content hash."""
+    """Fingerprint of one input: an upstream step's marker fingerprint, else content hash.
+
+    An upstream folder's marker is registered for :func:`verify_read`; so is the marker of the
+    folder holding a single input file when it lists that file (``.../trace.parquet``)."""
     marker = read_marker(uri) if _looks_like_dir(uri) else None
     if marker is not None:
+        trust(uri, marker)
         return "step:" + marker["fingerprint"]
     fs, path = storage.filesystem(uri)
     if not fs.exists(path):
@@ -75,7 +93,105 @@ def input_fingerprint(uri: str) -> str:
         for rel in storage.list_files(uri):
             h.update(rel.encode() + b"\0" + storage.sha256_of(storage.join(uri, rel)).encode())
         return "dir:" + h.hexdigest()
-    return "sha256:" + storage.sha256_of(uri)
+    digest = storage.sha256_of(uri)
+    _trust_parent(uri, digest)
+    return "sha256:" + digest
+
+
+# ----------------------------------------------------------------------------- inputs verified against markers
+
+_lock = threading.Lock()
+#: committed upstream folders read by this process: normalised folder -> (marker URI, its outputs)
+_trusted: dict[str, tuple[str, dict[str, Any]]] = {}
+#: (file, size, sha256) whose content this process has hashed and found as its marker recorded
+_verified: set[tuple[str, int, str]] = set()
+
+
+def _norm(uri: str) -> str:
+    return storage.normalize(uri).rstrip("/")
+
+
+def trust(folder: str, marker: dict[str, Any]) -> None:
+    """Check the files of the committed ``folder`` against ``marker`` whenever they are read."""
+    outputs = marker.get("outputs")
+    if isinstance(outputs, dict):
+        with _lock:
+            _trusted[_norm(folder)] = (marker_uri(folder), outputs)
+
+
+def forget(folder: str) -> None:
+    """Stop checking reads under ``folder`` (this process is about to write there)."""
+    base = _norm(folder)
+    with _lock:
+        for key in [k for k in _trusted if k == base or k.startswith(base + "/")]:
+            del _trusted[key]
+
+
+def trust_containing(uri: str) -> None:
+    """An input given as one file (``.../trace.parquet``) inside a committed folder that lists it:
+    check the file (and the folder's other files) against that folder's marker when read."""
+    _trust_parent(uri, None)
+
+
+def _trust_parent(uri: str, digest: str | None) -> None:
+    """An input file inside a committed folder that lists it: trust that folder's marker
+    (and, with ``digest``, the file's content as already hashed)."""
+    norm = _norm(uri)
+    parent, _, rel = norm.rpartition("/")
+    if not parent or rel == MARKER:
+        return
+    try:
+        marker = read_marker(parent)
+    except StepError:
+        return  # a corrupt marker beside a file input: the file is fingerprinted by content anyway
+    if marker is None or rel not in (marker.get("outputs") or {}):
+        return
+    trust(parent, marker)
+    want = marker["outputs"][rel]
+    if digest is not None and isinstance(want, dict) and want.get("sha256") == digest:
+        with _lock:
+            _verified.add((norm, int(want.get("size", -1)), digest))
+
+
+def verify_read(uri: str) -> None:
+    """Refuse (:class:`StepError`, exit 2) to read a file of a committed upstream output that no
+    longer matches its marker: the size on every read, the SHA-256 once per file per process."""
+    if not _trusted:
+        return
+    norm = _norm(uri)
+    with _lock:
+        found = [(k, v) for k, v in _trusted.items() if norm.startswith(k + "/")]
+    if not found:
+        return
+    folder, (marker, outputs) = max(found, key=lambda kv: len(kv[0]))
+    rel = norm[len(folder) + 1:]
+    if rel not in outputs:
+        return
+    want = outputs[rel]
+    if not isinstance(want, dict) or "size" not in want or "sha256" not in want:
+        raise StepError(f"input {uri}: its marker {marker} records no size and SHA-256 for {rel} "
+                        "(written by an older version): rerun the step that wrote it")
+    try:
+        size = storage.size_of(uri)
+    except FileNotFoundError:
+        raise StepError(f"input {uri} is missing, but its marker {marker} lists it: the folder was changed "
+                        "after the step that wrote it committed; rerun that step") from None
+    if size != want["size"]:
+        raise StepError(f"input {uri} has {size} bytes, but its marker {marker} recorded {want['size']}: "
+                        f"the file was truncated or replaced after the step that wrote it committed; rerun that step")
+    key = (norm, int(want["size"]), str(want["sha256"]))
+    if key in _verified:
+        return
+    digest = storage.sha256_of(uri)
+    if digest != want["sha256"]:
+        raise StepError(f"input {uri} has SHA-256 {digest[:16]}..., but its marker {marker} recorded "
+                        f"{str(want['sha256'])[:16]}... (same size, {size} bytes): the file was replaced after the "
+                        f"step that wrote it committed; rerun that step")
+    with _lock:
+        _verified.add(key)
+
+
+storage.read_check = verify_read
 
 
 def _looks_like_dir(uri: str) -> bool:
@@ -112,6 +228,31 @@ class Step:
         self.started = _utcnow()
         self.outputs: list[str] = []
         self._invalidated = False
+        self._lease: leases.Lease | None = None
+
+    #: the lease each output prefix's latest Step of this process took (see :meth:`_hold`)
+    _own: dict[str, leases.Lease] = {}
+
+    def _hold(self) -> leases.Lease:
+        """This run's lease on its prefix, taken on first use (:class:`stepkit.lease.LeaseHeld`,
+        exit 2, when another writer holds it); :class:`~stepkit.lease.LeaseLost` once lost."""
+        if self._lease is not None and (self._lease.held or self._lease.lost):
+            self._lease.check()
+            return self._lease
+        earlier = Step._own.get(self.out)
+        if earlier is not None and earlier is not self._lease and earlier.held:
+            # an earlier Step of this process on the same prefix that failed without committing
+            earlier.release()
+        self._lease = leases.Lease(self.out, self.name, fingerprint=self.fingerprint, started=self.started).acquire()
+        Step._own[self.out] = self._lease
+        return self._lease
+
+    def release(self) -> None:
+        """Give the prefix's lease back (commit and a skip do; the CLI does when a step fails)."""
+        if self._lease is not None:
+            self._lease.release()
+            if Step._own.get(self.out) is self._lease:
+                del Step._own[self.out]
 
     def path(self, rel: str) -> str:
         """URI of an output file (relative to the output prefix)."""
@@ -122,11 +263,16 @@ class Step:
 
         Otherwise the stale marker is removed at this run's first write (not before, so
         a run that fails on bad input leaves the stored results and their marker alone).
+
+        The check holds the prefix's lease: a run that skips gives it back at once; one that
+        goes on keeps it until it commits or fails.
         """
+        self._hold()
         marker = read_marker(self.out)
         if marker is not None and marker.get("fingerprint") == self.fingerprint:
             changed = self._changed_outputs(marker.get("outputs") or {})
             if not changed:
+                self.release()
                 log.info("%s: skipped, outputs in %s are up to date (fingerprint %s)",
                          self.name, self.out, self.fingerprint[:12])
                 print(f"{self.name}: skipped (up to date: {self.out})", flush=True)
@@ -156,8 +302,11 @@ class Step:
         return changed
 
     def _invalidate(self) -> None:
-        """Remove a previous run's marker before the first output is replaced."""
+        """Hold the lease (checked at every write); remove a previous run's marker before the
+        first output is replaced."""
+        self._hold()
         if not self._invalidated:
+            forget(self.out)  # this process writes here now: its reads are no upstream's
             storage.remove(marker_uri(self.out))
             self._invalidated = True
 
@@ -178,8 +327,12 @@ class Step:
         storage.write_json(uri, obj)
         return uri
 
-    def commit(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Write the success marker, last. Returns the marker document."""
+    def commit(self, summary: dict[str, Any] | None = None, *, release: bool = True) -> dict[str, Any]:
+        """Write the success marker, last, and give the lease back (``release=False``: the
+        caller still tidies the prefix and calls :meth:`release`). Returns the marker document.
+
+        Just before the marker the lease is renewed and checked (:meth:`stepkit.lease.Lease.verify`):
+        a run that lost it (taken over after it stalled past its expiry) fails instead of committing."""
         self._invalidate()
         outputs = {}
         for rel in self.outputs:
@@ -199,14 +352,21 @@ class Step:
             "finished": _utcnow(),
             "host": socket.gethostname(),
         }
+        self._hold().verify()
         storage.write_json(marker_uri(self.out), doc)
+        if release:
+            self.release()
         print(f"{self.name}: committed {len(outputs)} output(s) to {self.out}", flush=True)
         return doc
 
 
 def require_committed(uri: str, what: str = "input") -> dict[str, Any]:
-    """The marker of an upstream output prefix; a clear error when it is missing."""
+    """The marker of an upstream output prefix; a clear error when it is missing.
+
+    From here on, the files this process reads from the prefix are checked against it
+    (:func:`verify_read`)."""
     marker = read_marker(uri)
     if marker is None:
         raise StepError(f"{what} {uri} has no {MARKER}: the step that writes it did not finish")
+    trust(uri, marker)
     return marker

@@ -17,7 +17,7 @@ import json
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import fsspec
@@ -75,8 +75,21 @@ def exists(uri: str) -> bool:
     return fs.exists(path)
 
 
+#: Called with every URI :func:`open_read` opens, before opening it: ``stepkit.step`` checks a
+#: file of a committed upstream output against its marker there (``stepkit.step.verify_read``).
+read_check: Callable[[str], None] | None = None
+
+
 def open_read(uri: str, mode: str = "rb", compression: str | None = None) -> IO[Any]:
-    """Open for reading; ``compression="infer"`` decompresses ``.gz``/``.bz2``/``.xz`` by suffix."""
+    """Open for reading; ``compression="infer"`` decompresses ``.gz``/``.bz2``/``.xz`` by suffix.
+
+    A file of a committed upstream output is checked against its marker first (:data:`read_check`)."""
+    if read_check is not None:
+        read_check(uri)
+    return _open(uri, mode, compression)
+
+
+def _open(uri: str, mode: str = "rb", compression: str | None = None) -> IO[Any]:
     return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression,
                        **_options(uri)).open()
 
@@ -145,7 +158,7 @@ def remove(uri: str) -> None:
 def sha256_of(uri: str) -> str:
     """Streamed SHA-256 of a file's bytes."""
     h = hashlib.sha256()
-    with open_read(uri) as f:
+    with _open(uri) as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()

@@ -40,6 +40,13 @@ simulator configuration, sampling parameters, node size and mode), and ``merge -
 samples can see (submitted before the day's end plus the workload,
 ``mirage_tasks.prefixes``) instead of the whole trace's, so when the trace grows
 (a cluster's next daily export) only the days whose samples see new jobs are recomputed.
+
+**Days the trace covers.** Every sample must start on a UTC day from the trace's first
+submit's to its last submit's (:func:`check_span`): a ``--day`` (or, with ``--count``, a
+window's sample) outside that span is an exit 2 naming the days and the span, before
+anything is simulated or written (a day far outside would be simulated on an empty cluster).
+The newest day of a growing trace is allowed; samples whose workload reaches past the last
+submit are kept with a warning.
 """
 
 from __future__ import annotations
@@ -95,6 +102,12 @@ def partition_uri(out: str, day: str) -> str:
     return f"{out.rstrip('/')}/day={day}"
 
 
+def _utc_day(epoch: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, timezone.utc).date().isoformat()
+
+
 def _parse_days(days: list[str]) -> list[tuple[str, int]]:
     from datetime import date, datetime, timezone
 
@@ -108,6 +121,34 @@ def _parse_days(days: list[str]) -> list[tuple[str, int]]:
     if len({d for d, _ in out}) != len(out):
         raise StepError("--day: a day is given twice")
     return sorted(out)
+
+
+def _listed(days: list[str], n: int = 6) -> str:
+    if len(days) <= n:
+        return ", ".join(days)
+    return f"{', '.join(days[:n])} and {len(days) - n} more (to {days[-1]})"
+
+
+def check_span(trace: str, df, days: list[str]) -> None:
+    """Refuse sample days outside the trace's span: the UTC days from its first submit's to its
+    last submit's, both included (exit 2 naming the days and the span).
+
+    A sample on a day the trace does not reach would be simulated on a cluster missing that
+    day's jobs (far outside: an empty one) and look like any other example. The newest day of
+    a growing trace stays allowed as long as the trace holds a job submitted on it; samples
+    whose workload reaches past the last submit are kept with a warning (:func:`_compute`)."""
+    from ..times import iso
+
+    if df.empty:
+        raise StepError(f"{trace}: the trace holds no jobs")
+    first, last = df["submit"].min(), df["submit"].max()
+    lo, hi = first.date().isoformat(), last.date().isoformat()
+    outside = sorted({d for d in days if d < lo or d > hi})
+    if outside:
+        raise StepError(
+            f"{trace}: sample day(s) {_listed(outside)} lie outside the trace's span {lo} .. {hi} (submits "
+            f"{iso(first.to_pydatetime())} .. {iso(last.to_pydatetime())}): their samples would be simulated "
+            f"without the jobs of those days; sample days the trace covers, or ingest a trace that covers them")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,6 +170,11 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--probes, --window and --step-s must be >= 1")
     start = parse_time(args.start, "--start")
     df, meta = read_trace(args.trace)
+    if days:
+        check_span(args.trace, df, [d for d, _ in days])
+    else:
+        window = sample_tasks(int(start.timestamp()), max(0, args.count), args.interval_hours, (0, 1))
+        check_span(args.trace, df, sorted({_utc_day(t) for _, t in window}))
     cfg = config_from_args(args, meta.machine_nodes)
     if args.node > cfg.nodes:
         raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")

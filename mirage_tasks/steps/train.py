@@ -145,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
     except StopRequested as exc:
         print(f"train: {exc}", flush=True)
         return EXIT_STOPPED
-    step.commit(summary=result)
-    remove_checkpoints(step)
+    step.commit(summary=result, release=False)
+    remove_checkpoints(step)  # still under the lease: no other writer of this prefix meanwhile
+    step.release()
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -15,10 +16,17 @@ from stepkit import MARKER
 
 
 def _copy_model(src: str, dst, edit) -> str:
+    """A copy of a model with an edited config.json, committed with it (its marker records the
+    edited file: a model whose trainer wrote a bad config, not a config changed after the commit,
+    which is refused before its content is read; tests/test_lease.py)."""
     shutil.copytree(src, dst)
     cfg = json.loads((dst / "config.json").read_text())
     edit(cfg)
-    (dst / "config.json").write_text(json.dumps(cfg))
+    data = json.dumps(cfg).encode()
+    (dst / "config.json").write_bytes(data)
+    marker = json.loads((dst / MARKER).read_text())
+    marker["outputs"]["config.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (dst / MARKER).write_text(json.dumps(marker))
     return str(dst)
 
 

@@ -1,0 +1,675 @@
+"""One writer per output prefix: the lease ``_LEASE.json`` under it.
+
+A step takes the lease of its output prefix before it decides whether it can skip and before
+its first write, a background thread renews it while the step runs, and the step gives it
+back when it has committed, skipped or failed (:meth:`stepkit.step.Step.commit`,
+:meth:`~stepkit.step.Step.skip`; the CLI releases whatever a failed step still holds). A second
+run writing the same prefix meanwhile (a manual run and a backfill of the same key, a retry
+racing its zombie attempt) finds the lease held and fails at once with :class:`LeaseHeld`
+(a :class:`~stepkit.errors.StepError`, exit 2) naming the holder; it writes nothing.
+
+The document::
+
+    {"lease": 1, "token": <uuid>, "step": "ingest", "fingerprint": <the run's>, "out": <prefix>,
+     "owner": {"host", "pid", "run_id", "started"}, "acquired", "renewed", "expires" (ISO),
+     "expires_epoch": <s>, "ttl_s", "heartbeat_s"}
+
+``run_id`` is ``HOUSE_RUN_ID`` when set, else Airflow's ``AIRFLOW_CTX_*`` task context
+(dag/run/task/try) when the step runs under a task, else null.
+
+**Expiry.** A writer that dies without releasing (kill -9, a lost node) leaves its lease.
+It expires ``HOUSE_LEASE_TTL_S`` seconds (default 90) after its last renewal; the holder
+renews every ``HOUSE_LEASE_HEARTBEAT_S`` (default a third of the ttl). After that the next
+writer takes it over (logged, naming the dead owner). Expiry is the ``expires`` time the
+holder wrote, judged by the taker's wall clock: hosts' clocks must agree to well under the
+ttl (NTP does). A holder whose renewals fail past its own expiry counts its lease as lost;
+before writing its marker a step renews synchronously and checks it still holds the lease
+(:meth:`Lease.verify`), so a writer that was paused past its expiry and taken over fails
+with exit 2 instead of committing over the new writer's outputs.
+
+**Exclusion, by storage.**
+
+* local (plain path, ``file://``): the document is written to a temporary file and
+  hard-linked to ``_LEASE.json``: ``link`` fails when the name exists (an exclusive create that
+  never shows a half-written lease; ``O_CREAT|O_EXCL`` where the filesystem has no hard links).
+  A takeover renames the expired lease to a unique name (of several takers only one can),
+  checks that it moved the very document it judged expired (else it puts it back) and
+  creates its own. A renewal checks the token and rewrites the holder's document
+  (``os.replace``). Release renames, checks the token and deletes, and removes the folders
+  the lease itself created when they are left empty (a run refused on bad input leaves no
+  empty output folder behind).
+* S3: ``PutObject`` with ``If-None-Match: *`` creates; a takeover and every renewal are
+  ``PutObject`` with ``If-Match: <ETag read>`` (a compare-and-swap on the document read), a
+  release is ``DeleteObject`` with ``If-Match``. After every create or takeover the document
+  is read back and its token compared: a store that ignored the condition and let another
+  writer overwrite shows up there, at the next renewal, or at the check before the marker.
+  AWS S3 documents both headers on ``PutObject`` and ``If-Match`` on ``DeleteObject``; moto
+  (5.2.5, the tests') honours ``If-None-Match: *`` and ``If-Match`` on ``PutObject`` and
+  ``DeleteObject`` (``tests/test_lease.py::test_moto_honours_conditional_writes``), but
+  its threaded server checks and writes without a lock, so only the read-back protects
+  writers that race within the same millisecond there. A store that rejects a conditional
+  ``DeleteObject`` gets a plain delete after the token check.
+* other fsspec protocols: check, write, read back (no atomic create; logged once).
+
+**Limits.** No storage here offers fencing tokens: a writer frozen between its final check
+and its marker write for longer than the ttl could still commit after a takeover. Within
+one process, leases are per :class:`Lease` object; two threads of one process must not write
+one prefix (the step CLI runs one step per process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import storage
+from .errors import StepError
+
+LEASE = "_LEASE.json"
+TTL_ENV = "HOUSE_LEASE_TTL_S"
+HEARTBEAT_ENV = "HOUSE_LEASE_HEARTBEAT_S"
+DEFAULT_TTL_S = 90.0
+log = logging.getLogger("stepkit.lease")
+
+
+class LeaseHeld(StepError):
+    """Another live writer holds the output prefix's lease (exit 2, naming it). ``same_output``:
+    it computes the same output (same fingerprint), so a retry once it has finished skips: the
+    CLI then exits :data:`EXIT_BUSY` (retryable) instead of 2."""
+
+    def __init__(self, message: str, *, same_output: bool = False):
+        super().__init__(message)
+        self.same_output = same_output
+
+
+#: Exit status of a step refused because another run is computing the very same output
+#: (sysexits' EX_TEMPFAIL): the house runners retry it, and the retry skips once that run has
+#: committed. Two writers of *different* outputs to one prefix exit 2 (no retry can help).
+EXIT_BUSY = 75
+
+
+class LeaseLost(StepError):
+    """This writer's lease expired or was taken over while it ran: it must not commit (exit 2)."""
+
+
+# ----------------------------------------------------------------------------- settings, owner
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise StepError(f"{name}={raw!r} is not a number of seconds") from None
+    if not value > 0:
+        raise StepError(f"{name}={raw!r} must be > 0 seconds")
+    return value
+
+
+def settings(ttl: float | None = None, heartbeat: float | None = None) -> tuple[float, float]:
+    """(ttl, heartbeat) in seconds: arguments, else ``HOUSE_LEASE_TTL_S`` / ``HOUSE_LEASE_HEARTBEAT_S``."""
+    ttl = float(ttl) if ttl is not None else _seconds(TTL_ENV, DEFAULT_TTL_S)
+    heartbeat = float(heartbeat) if heartbeat is not None else _seconds(HEARTBEAT_ENV, ttl / 3)
+    if not 0 < heartbeat < ttl:
+        raise StepError(f"{HEARTBEAT_ENV}={heartbeat:g} must be above 0 and below {TTL_ENV}={ttl:g} "
+                        "(the lease is renewed several times before it expires)")
+    return ttl, heartbeat
+
+
+def run_id() -> str | None:
+    """Who runs this step, for the lease's owner: ``HOUSE_RUN_ID``, else Airflow's task context."""
+    if os.environ.get("HOUSE_RUN_ID"):
+        return os.environ["HOUSE_RUN_ID"]
+    parts = [os.environ.get(f"AIRFLOW_CTX_{k}") for k in ("DAG_ID", "DAG_RUN_ID", "TASK_ID", "TRY_NUMBER")]
+    if any(parts):
+        return "/".join(p or "?" for p in parts)
+    return None
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
+def describe(doc: dict[str, Any] | None) -> str:
+    """The owner of a lease document, in words (for error messages and logs)."""
+    if not doc:
+        return "an unreadable lease (no owner recorded)"
+    o = doc.get("owner") or {}
+    run = f", run {o['run_id']}" if o.get("run_id") else ""
+    step = f"{doc['step']} " if doc.get("step") else ""
+    return (f"{step}on host {o.get('host', '?')} pid {o.get('pid', '?')}{run}, started {o.get('started', '?')}, "
+            f"lease renewed {doc.get('renewed', '?')}, expires {doc.get('expires', '?')}")
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) and "token" in doc else None
+
+
+# ----------------------------------------------------------------------------- storage back ends
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One read of the lease object: its bytes, a version tag (S3 ETag) and modification time."""
+
+    raw: bytes
+    tag: str | None
+    modified: float
+
+    @property
+    def doc(self) -> dict[str, Any] | None:
+        return _parse(self.raw)
+
+    @property
+    def token(self) -> str | None:
+        doc = self.doc
+        return doc.get("token") if doc else None
+
+
+class _Local:
+    """``_LEASE.json`` in a local folder (see the module docstring)."""
+
+    def __init__(self, out: str):
+        self.dir = storage.normalize(out)
+        self.path = os.path.join(self.dir, LEASE)
+        self.made: str | None = None  # the topmost folder this lease created
+
+    def _side(self, kind: str) -> str:
+        return os.path.join(self.dir, f".{LEASE}.{kind}-{uuid.uuid4().hex[:12]}")
+
+    def read(self) -> Seen | None:
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+                modified = os.fstat(f.fileno()).st_mtime
+        except FileNotFoundError:
+            return None
+        return Seen(raw, None, modified)
+
+    def _ensure_dir(self) -> None:
+        if os.path.isdir(self.dir):
+            return
+        top = self.dir
+        while not os.path.exists(os.path.dirname(top)) and os.path.dirname(top) != top:
+            top = os.path.dirname(top)
+        os.makedirs(self.dir, exist_ok=True)
+        if self.made is None:
+            self.made = top
+
+    def _write(self, path: str, data: bytes) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def create(self, data: bytes) -> bool:
+        for _ in range(5):
+            self._ensure_dir()
+            tmp = self._side("tmp")
+            try:
+                self._write(tmp, data)
+            except FileNotFoundError:  # a releasing writer removed the empty folder meanwhile
+                continue
+            try:
+                os.link(tmp, self.path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                return self._create_excl(data)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        raise OSError(f"could not create {self.path}: its folder keeps disappearing")
+
+    def _create_excl(self, data: bytes) -> bool:
+        """Exclusive create where hard links are not supported (a reader may see it half-written;
+        :class:`Lease` treats an unparsable lease as held until its file is a ttl old)."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def _rename_away(self, seen: Seen) -> str | None:
+        """Move the lease to a unique name if it is still ``seen``; the new name, or None.
+        Only one of several concurrent callers can move it; a changed lease is put back."""
+        side = self._side("stale")
+        try:
+            os.rename(self.path, side)
+        except FileNotFoundError:
+            return None
+        with open(side, "rb") as f:
+            moved = f.read()
+        if moved != seen.raw:  # renewed or replaced since it was read: not ours to take
+            with contextlib.suppress(FileExistsError):
+                os.link(side, self.path)
+            os.unlink(side)
+            return None
+        return side
+
+    def swap(self, data: bytes, seen: Seen) -> bool:
+        """Replace the lease ``seen`` (expired) by ``data``; False when another writer was first."""
+        side = self._rename_away(seen)
+        if side is None:
+            return False
+        try:
+            return self.create(data)
+        finally:
+            os.unlink(side)
+
+    def renew(self, data: bytes, seen: Seen) -> Seen | None:
+        tmp = self._side("tmp")
+        try:
+            self._write(tmp, data)
+            os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return Seen(data, None, time.time())
+
+    def delete(self, seen: Seen) -> bool:
+        side = self._rename_away(seen)
+        if side is None:
+            return False
+        os.unlink(side)
+        return True
+
+    def cleanup(self) -> None:
+        """Remove the folders this lease created, when they are empty (nothing was written)."""
+        if self.made is None:
+            return
+        path = self.dir
+        while True:
+            try:
+                os.rmdir(path)
+            except OSError:
+                return
+            if path == self.made or os.path.dirname(path) == path:
+                return
+            path = os.path.dirname(path)
+
+
+_S3_CLIENTS: dict[str | None, Any] = {}
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409", "404"}
+
+
+def _s3_client() -> Any:
+    """A botocore S3 client with the storage's endpoint (``AWS_ENDPOINT_URL(_S3)``) and settings."""
+    import botocore.session  # noqa: PLC0415 - only S3 outputs pay for botocore
+    from botocore.config import Config  # noqa: PLC0415
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    if endpoint not in _S3_CLIENTS:
+        config = Config(connect_timeout=10, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"})
+        _S3_CLIENTS[endpoint] = botocore.session.get_session().create_client(
+            "s3", endpoint_url=endpoint, config=config)
+    return _S3_CLIENTS[endpoint]
+
+
+def _code(exc: Exception) -> tuple[str, int | None]:
+    resp = getattr(exc, "response", None) or {}
+    return str(resp.get("Error", {}).get("Code", "")), resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
+class _S3:
+    """``_LEASE.json`` as an S3 object, written with conditional requests (module docstring)."""
+
+    def __init__(self, out: str):
+        uri = storage.join(out, LEASE)
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        self.bucket, self.key = bucket, key
+        self.client = _s3_client()
+
+    def _conflict(self, exc: Exception) -> bool:
+        code, status = _code(exc)
+        return code in _CONFLICT_CODES or status in (409, 412, 404)
+
+    def read(self) -> Seen | None:
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=self.key)
+        except ClientError as exc:
+            code, status = _code(exc)
+            if code in ("NoSuchKey", "404") or status == 404:
+                return None
+            raise
+        return Seen(r["Body"].read(), r["ETag"], r["LastModified"].timestamp())
+
+    def _put(self, data: bytes, **cond: str) -> str | None:
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
+        try:
+            r = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
+                                       ContentType="application/json", **cond)
+        except ClientError as exc:
+            if self._conflict(exc):
+                return None
+            raise
+        return r.get("ETag", "")
+
+    def create(self, data: bytes) -> bool:
+        return self._put(data, IfNoneMatch="*") is not None
+
+    def swap(self, data: bytes, seen: Seen) -> bool:
+        return self._put(data, IfMatch=seen.tag or "") is not None
+
+    def renew(self, data: bytes, seen: Seen) -> Seen | None:
+        etag = self._put(data, IfMatch=seen.tag or "")
+        return None if etag is None else Seen(data, etag, time.time())
+
+    def delete(self, seen: Seen) -> bool:
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=seen.tag or "")
+        except ClientError as exc:
+            if self._conflict(exc):
+                return False
+            code, status = _code(exc)
+            if code not in ("NotImplemented", "InvalidArgument", "InvalidRequest") and status != 501:
+                raise
+            # a store without conditional deletes: the token was checked just before
+            self.client.delete_object(Bucket=self.bucket, Key=self.key)
+        return True
+
+    def cleanup(self) -> None:
+        pass
+
+
+class _Generic:
+    """Any other fsspec store: check, write, read back (no atomic create)."""
+
+    warned = False
+
+    def __init__(self, out: str):
+        self.uri = storage.join(out, LEASE)
+        if not _Generic.warned:
+            log.warning("%s: this store has no exclusive create; the lease is check-then-write with read-back",
+                        self.uri)
+            _Generic.warned = True
+
+    def read(self) -> Seen | None:
+        if not storage.exists(self.uri):
+            return None
+        try:
+            raw = storage.read_bytes(self.uri)
+        except FileNotFoundError:
+            return None
+        return Seen(raw, None, time.time())
+
+    def create(self, data: bytes) -> bool:
+        if storage.exists(self.uri):
+            return False
+        storage.write_bytes(self.uri, data)
+        return True
+
+    def swap(self, data: bytes, seen: Seen) -> bool:
+        now = self.read()
+        if now is None or now.raw != seen.raw:
+            return False
+        storage.write_bytes(self.uri, data)
+        return True
+
+    def renew(self, data: bytes, seen: Seen) -> Seen | None:
+        storage.write_bytes(self.uri, data)
+        return Seen(data, None, time.time())
+
+    def delete(self, seen: Seen) -> bool:
+        storage.remove(self.uri)
+        return True
+
+    def cleanup(self) -> None:
+        pass
+
+
+def _store(out: str):
+    if storage.is_local(out):
+        return _Local(out)
+    if out.startswith(("s3://", "s3a://")):
+        return _S3(out)
+    return _Generic(out)
+
+
+# ----------------------------------------------------------------------------- the heartbeat
+
+
+class _Keeper:
+    """One daemon thread per process renewing every held lease when its heartbeat is due."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.leases: list[Lease] = []
+        self.thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self.cond:
+            self.leases.append(lease)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="stepkit-lease-heartbeat", daemon=True)
+                self.thread.start()
+            self.cond.notify_all()
+
+    def remove(self, lease: Lease) -> None:
+        with self.cond:
+            if lease in self.leases:
+                self.leases.remove(lease)
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while True:
+                    if not self.leases:
+                        self.cond.wait()
+                        continue
+                    now = time.monotonic()
+                    due = [x for x in self.leases if x.next_beat <= now]
+                    if due:
+                        break
+                    self.cond.wait(min(x.next_beat for x in self.leases) - now)
+            for lease in due:
+                try:
+                    lease.beat()
+                except Exception:  # noqa: BLE001 - never let the heartbeat thread die
+                    log.exception("%s: lease heartbeat failed", lease.uri)
+
+
+_keeper = _Keeper()
+_held: set[Lease] = set()  # the leases this process holds (released by release_all)
+_held_lock = threading.Lock()
+
+
+# ----------------------------------------------------------------------------- the lease
+
+
+class Lease:
+    """The lease on ``out`` for one run of step ``step`` (see the module docstring)."""
+
+    def __init__(self, out: str, step: str = "", *, fingerprint: str | None = None, started: str | None = None,
+                 ttl: float | None = None, heartbeat: float | None = None):
+        self.out = storage.normalize(out)
+        self.uri = storage.join(self.out, LEASE)
+        self.step = step
+        self.fingerprint = fingerprint
+        self.ttl, self.heartbeat = settings(ttl, heartbeat)
+        self.token = uuid.uuid4().hex
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id(),
+                      "started": started or _iso(time.time())}
+        self.acquired: str | None = None
+        self.took_over: dict[str, Any] | None = None  # the expired lease this one replaced
+        self.held = False
+        self.lost: str | None = None
+        self.expires = 0.0
+        self.next_beat = float("inf")
+        self._seen: Seen | None = None
+        self._lock = threading.RLock()
+        self._store = _store(self.out)
+
+    def __repr__(self) -> str:
+        return f"Lease({self.uri!r}, held={self.held}, lost={self.lost!r})"
+
+    def _document(self, now: float) -> bytes:
+        self.acquired = self.acquired or _iso(now)
+        doc = {"lease": 1, "token": self.token, "step": self.step, "fingerprint": self.fingerprint,
+               "out": self.out, "owner": self.owner,
+               "acquired": self.acquired, "renewed": _iso(now), "expires": _iso(now + self.ttl),
+               "expires_epoch": round(now + self.ttl, 3), "ttl_s": self.ttl, "heartbeat_s": self.heartbeat}
+        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+    def _expiry(self, seen: Seen) -> float:
+        doc = seen.doc
+        try:
+            return float(doc["expires_epoch"]) if doc else seen.modified + self.ttl
+        except (KeyError, TypeError, ValueError):
+            return seen.modified + self.ttl
+
+    def _held_error(self, seen: Seen) -> LeaseHeld:
+        doc = seen.doc or {}
+        same_output = bool(self.fingerprint and doc.get("fingerprint") == self.fingerprint)
+        same = " It computes the same output (same fingerprint): a rerun after it has finished skips." \
+            if same_output else ""
+        return LeaseHeld(
+            f"{self.out} is being written by another run: {describe(seen.doc)} ({self.uri}). Two writers of "
+            f"one output prefix would leave a mix of both, so this run writes nothing; rerun it when that run "
+            f"has finished (a writer that died keeps the lease until it expires, {TTL_ENV} after its last "
+            f"renewal).{same}", same_output=same_output)
+
+    def acquire(self) -> Lease:
+        """Take the lease, or raise :class:`LeaseHeld` naming its live holder."""
+        last: Seen | None = None
+        for _ in range(8):
+            seen = self._store.read()
+            now = time.time()
+            if seen is None:
+                data = self._document(now)
+                if self._store.create(data) and self._confirm(now):
+                    return self
+                continue  # another writer created it first: read whose it is
+            last = seen
+            if seen.token == self.token:  # our own document (a read-back that lagged)
+                if self._confirm(now):
+                    return self
+                continue
+            if now < self._expiry(seen):
+                raise self._held_error(seen)
+            if self._store.swap(self._document(now), seen) and self._confirm(now):
+                self.took_over = seen.doc or {}
+                log.warning("%s: took over the expired lease of %s", self.out, describe(seen.doc))
+                return self
+        raise self._held_error(last) if last is not None else LeaseHeld(
+            f"{self.out}: could not take its lease {self.uri} (it kept changing); another writer is active")
+
+    def _confirm(self, now: float) -> bool:
+        """Read the lease back: True (and held from now) when it carries this writer's token."""
+        seen = self._store.read()
+        if seen is None or seen.token != self.token:
+            return False
+        with self._lock:
+            self._seen = seen
+            self.held, self.lost = True, None
+            self.expires = now + self.ttl
+            self.next_beat = time.monotonic() + self.heartbeat
+        with _held_lock:
+            _held.add(self)
+        _keeper.add(self)
+        return True
+
+    def _lose(self, why: str) -> None:
+        self.lost = why
+        self.next_beat = float("inf")
+        _keeper.remove(self)
+        log.error("%s: lease lost: %s", self.out, why)
+
+    def beat(self) -> bool:
+        """Renew now (the heartbeat calls this); False when the lease is lost."""
+        with self._lock:
+            if not self.held or self.lost:
+                return False
+            now = time.time()
+            try:
+                seen = self._store.read()
+                if seen is None or seen.token != self.token:
+                    self._lose(f"{self.uri} now belongs to {describe(seen.doc)}" if seen is not None
+                               else f"{self.uri} was removed by another writer")
+                    return False
+                new = self._store.renew(self._document(now), seen)
+                if new is None:
+                    self._lose(f"{self.uri} changed while it was being renewed")
+                    return False
+            except Exception as exc:  # noqa: BLE001 - storage trouble: retry until our own expiry
+                if time.time() >= self.expires:
+                    self._lose(f"could not renew {self.uri} before it expired ({exc})")
+                    return False
+                log.warning("%s: could not renew the lease (%s); retrying", self.out, exc)
+                self.next_beat = time.monotonic() + min(self.heartbeat, max(1.0, (self.expires - now) / 4))
+                return True
+            self._seen = new
+            self.expires = now + self.ttl
+            self.next_beat = time.monotonic() + self.heartbeat
+            return True
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` when the heartbeat found the lease lost (no storage access)."""
+        if self.lost:
+            raise LeaseLost(f"{self.out}: this run lost its lease and stops writing: {self.lost}")
+        if not self.held:
+            raise LeaseLost(f"{self.out}: this run does not hold its lease {self.uri}")
+
+    def verify(self) -> None:
+        """Renew synchronously and check the lease is still this writer's (before a commit)."""
+        self.check()
+        self.beat()
+        self.check()
+
+    def release(self) -> None:
+        """Give the lease back (idempotent); a lost lease is left to its new owner."""
+        with self._lock:
+            if not self.held:
+                return
+            self.held = False
+            self.next_beat = float("inf")
+        _keeper.remove(self)
+        with _held_lock:
+            _held.discard(self)
+        if self.lost:
+            return
+        try:
+            seen = self._store.read()
+            if seen is not None and seen.token == self.token:
+                self._store.delete(seen)
+            self._store.cleanup()
+        except Exception as exc:  # noqa: BLE001 - the step's outcome is settled; the lease expires
+            log.warning("%s: could not release the lease (%s); it expires at %s", self.out, exc,
+                        _iso(self.expires))
+
+
+def release_all() -> None:
+    """Release every lease this process still holds (the CLI calls this when a step ends)."""
+    with _held_lock:
+        leases = list(_held)
+    for lease in leases:
+        lease.release()

@@ -1,0 +1,382 @@
+"""``stepkit.lease`` (one writer per output prefix) and ``stepkit.step.verify_read`` (inputs
+checked against their upstream marker), locally and on S3 (a moto server).
+
+The concurrent runs of real steps (``ingest``, ``merge``) and a writer killed with SIGKILL
+are in ``tests/mirage/test_one_writer_e2e.py``. No test here waits for a time to pass: an
+expired lease is written as one (``expires_epoch`` in the past), a heartbeat is awaited as
+a condition with a generous deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+from moto_s3 import list_keys, moto_s3, s3_client, storage_env
+
+from stepkit import MARKER, Step, StepError, read_marker, require_committed, storage
+from stepkit import lease as leases
+from stepkit.lease import LEASE, Lease, LeaseHeld, LeaseLost
+
+pytestmark = pytest.mark.timeout(180)
+
+BUCKET = "house-lease"
+
+
+def wait_for(condition, what: str, deadline_s: float = 60.0):
+    """Poll ``condition`` until it is true (returns its value) or fail after a generous deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
+
+
+def dead_writer_lease(pid: int = 999_999, expired: bool = True) -> bytes:
+    """The document a writer that died leaves behind (expired, or not yet)."""
+    now = time.time()
+    expires = now - 5 if expired else now + 3600
+    doc = {"lease": 1, "token": "dead-writer-token", "step": "demo", "out": "?",
+           "owner": {"host": "other-host", "pid": pid, "run_id": "manual__x", "started": "2026-01-01T00:00:00+00:00"},
+           "acquired": "2026-01-01T00:00:00+00:00", "renewed": "2026-01-01T00:00:00+00:00",
+           "expires": leases._iso(expires), "expires_epoch": expires, "ttl_s": 90, "heartbeat_s": 30}
+    return json.dumps(doc).encode()
+
+
+# ----------------------------------------------------------------------------- where: local folder or S3
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with moto_s3(BUCKET) as url:
+        yield url
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request, tmp_path, monkeypatch):
+    """An output prefix URI (a fresh one per test) and a function reading its lease object's bytes."""
+    if request.param == "local":
+        out = str(tmp_path / "out")
+
+        def raw():
+            path = os.path.join(out, LEASE)
+            return open(path, "rb").read() if os.path.exists(path) else None
+
+        def put(data: bytes):
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, LEASE), "wb") as f:
+                f.write(data)
+
+        return out, raw, put
+    url = request.getfixturevalue("s3_endpoint")
+    for k, v in storage_env(url).items():
+        monkeypatch.setenv(k, v)
+    key = f"runs/{tmp_path.name}/out"
+    client = s3_client(url)
+
+    def raw():
+        try:
+            return client.get_object(Bucket=BUCKET, Key=f"{key}/{LEASE}")["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return None
+
+    def put(data: bytes):
+        client.put_object(Bucket=BUCKET, Key=f"{key}/{LEASE}", Body=data)
+
+    return f"s3://{BUCKET}/{key}", raw, put
+
+
+def test_second_writer_is_refused_naming_the_owner(where):
+    out, raw, _ = where
+    first = Lease(out, "demo", ttl=3600).acquire()
+    try:
+        doc = json.loads(raw())
+        assert doc["token"] == first.token and doc["owner"]["pid"] == os.getpid()
+        with pytest.raises(LeaseHeld) as exc:
+            Lease(out, "demo").acquire()
+        msg = str(exc.value)
+        assert f"host {socket.gethostname()} pid {os.getpid()}" in msg and "being written by another run" in msg
+        assert raw() is not None and json.loads(raw())["token"] == first.token  # the refused one changed nothing
+    finally:
+        first.release()
+    assert raw() is None
+    second = Lease(out, "demo").acquire()  # free again
+    second.release()
+
+
+def test_released_lease_leaves_no_empty_folder(tmp_path):
+    out = tmp_path / "a" / "b" / "out"
+    Lease(str(out), "demo").acquire().release()
+    assert not (tmp_path / "a").exists()  # the folders the lease created, gone with it
+    (tmp_path / "kept").mkdir()
+    Lease(str(tmp_path / "kept"), "demo").acquire().release()
+    assert (tmp_path / "kept").is_dir()  # a folder that was there stays
+
+
+def test_exclusive_create_without_hard_links(tmp_path, monkeypatch):
+    """A filesystem without hard links: the lease is created with O_CREAT|O_EXCL instead."""
+    import errno
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "hard links not supported", dst)
+
+    monkeypatch.setattr(leases.os, "link", no_links)
+    out = str(tmp_path / "out")
+    first = Lease(out, "demo", ttl=3600).acquire()
+    try:
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()}"):
+            Lease(out, "demo").acquire()
+    finally:
+        first.release()
+    assert not os.path.exists(os.path.join(out, LEASE))
+
+
+def test_expired_lease_is_taken_over_by_exactly_one(where):
+    out, raw, put = where
+    put(dead_writer_lease(pid=4242))
+    a, b = Lease(out, "demo", ttl=3600), Lease(out, "demo", ttl=3600)
+    seen = a._store.read()  # both takers read the same expired document ...
+    assert b._store.read() == seen
+    assert a._store.swap(a._document(time.time()), seen) is True  # ... the first swap wins,
+    assert b._store.swap(b._document(time.time()), seen) is False  # the second finds it changed
+    assert json.loads(raw())["token"] == a.token
+
+
+def test_expired_lease_takeover_through_acquire(where, caplog):
+    out, raw, put = where
+    put(dead_writer_lease(pid=4242))
+    with caplog.at_level("WARNING", logger="stepkit.lease"):
+        taker = Lease(out, "demo", ttl=3600).acquire()
+    try:
+        assert taker.took_over["owner"]["pid"] == 4242
+        assert "took over the expired lease" in caplog.text and "pid 4242" in caplog.text
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()}"):
+            Lease(out, "demo").acquire()
+    finally:
+        taker.release()
+    assert raw() is None
+
+
+def test_live_lease_of_another_host_is_respected(where):
+    out, raw, put = where
+    put(dead_writer_lease(pid=4242, expired=False))
+    with pytest.raises(LeaseHeld, match="on host other-host pid 4242, run manual__x"):
+        Lease(out, "demo").acquire()
+    assert json.loads(raw())["token"] == "dead-writer-token"
+
+
+def test_heartbeat_renews_and_a_taken_lease_is_lost(where):
+    out, raw, put = where
+    lease = Lease(out, "demo", ttl=30, heartbeat=0.2).acquire()
+    try:
+        first = json.loads(raw())["expires_epoch"]
+        wait_for(lambda: json.loads(raw())["expires_epoch"] > first, "a heartbeat renewal")
+        put(dead_writer_lease(pid=4242, expired=False))  # another writer took it over
+        wait_for(lambda: lease.lost, "the heartbeat to notice the takeover")
+        assert "pid 4242" in lease.lost
+        with pytest.raises(LeaseLost, match="lost its lease"):
+            lease.check()
+    finally:
+        lease.release()
+    assert json.loads(raw())["token"] == "dead-writer-token"  # a lost lease is not deleted on release
+
+
+def test_step_that_lost_its_lease_does_not_commit(where):
+    out, raw, put = where
+    step = Step("demo", out, "1", {"k": 1})
+    assert not step.skip()
+    step.write_bytes("a.txt", b"A")
+    put(dead_writer_lease(pid=4242, expired=False))  # taken over while this writer stalled
+    with pytest.raises(LeaseLost, match="pid 4242"):
+        step.commit()
+    assert read_marker(out) is None
+    step.release()
+
+
+def test_skip_holds_the_lease_only_while_it_checks(where):
+    out, raw, put = where
+    step = Step("demo", out, "1", {"k": 1})
+    assert not step.skip()
+    step.write_bytes("a.txt", b"A")
+    step.commit()
+    assert raw() is None  # released by the commit
+    again = Step("demo", out, "1", {"k": 1})
+    assert again.skip() and raw() is None
+    put(dead_writer_lease(pid=4242, expired=False))  # a writer is replacing the outputs right now
+    with pytest.raises(LeaseHeld, match="pid 4242"):
+        Step("demo", out, "1", {"k": 1}).skip()  # not "up to date" while another run rewrites them
+
+
+def test_a_writer_of_the_same_output_is_named_as_such(tmp_path):
+    out = str(tmp_path / "out")
+    twin = Step("demo", out, "1", {"k": 1})
+    other = Lease(out, "demo", fingerprint=twin.fingerprint, ttl=3600).acquire()  # another process's, in effect
+    try:
+        with pytest.raises(LeaseHeld, match="same fingerprint.*a rerun after it has finished skips") as same:
+            twin.skip()
+        assert same.value.same_output
+        with pytest.raises(LeaseHeld) as exc:
+            Step("demo", out, "1", {"k": 2}).skip()
+        assert "same fingerprint" not in str(exc.value) and not exc.value.same_output
+    finally:
+        other.release()
+
+
+def test_cli_exit_status_busy_for_the_same_output_bad_input_for_another(tmp_path, monkeypatch, capsys):
+    """The same output being computed elsewhere is retryable (75: the retry skips once that run
+    has committed); a different output into the same prefix is exit 2 (no retry can help)."""
+    from stepkit.cli import main
+
+    (tmp_path / "leasestep.py").write_text(
+        "from stepkit import Step\n"
+        "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
+        "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    s.skip()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = {"demo": ("leasestep", "")}
+    for k, status in ((1, leases.EXIT_BUSY), (2, 2)):
+        out = str(tmp_path / f"out{k}")
+        held = Lease(out, "demo", fingerprint=Step("demo", out, "1", {"k": 1}).fingerprint, ttl=3600).acquire()
+        try:
+            assert main("house_test", steps, ["demo", "--out", out, "--k", str(k)]) == status
+            assert "being written by another run" in capsys.readouterr().err
+        finally:
+            held.release()
+    assert leases.EXIT_BUSY == 75
+
+
+def test_settings_are_checked(monkeypatch):
+    monkeypatch.setenv(leases.TTL_ENV, "soon")
+    with pytest.raises(StepError, match="HOUSE_LEASE_TTL_S='soon' is not a number"):
+        leases.settings()
+    monkeypatch.setenv(leases.TTL_ENV, "10")
+    monkeypatch.setenv(leases.HEARTBEAT_ENV, "10")
+    with pytest.raises(StepError, match="HOUSE_LEASE_HEARTBEAT_S=10 must be above 0 and below"):
+        leases.settings()
+    monkeypatch.delenv(leases.HEARTBEAT_ENV)
+    assert leases.settings() == (10.0, 10.0 / 3)
+
+
+def test_run_id_names_the_airflow_task(monkeypatch):
+    for k in ("HOUSE_RUN_ID", "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID",
+              "AIRFLOW_CTX_TRY_NUMBER"):
+        monkeypatch.delenv(k, raising=False)
+    assert leases.run_id() is None
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "mirage_pipeline")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "backfill__2026-01-01")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "ingest")
+    monkeypatch.setenv("AIRFLOW_CTX_TRY_NUMBER", "2")
+    assert leases.run_id() == "mirage_pipeline/backfill__2026-01-01/ingest/2"
+    monkeypatch.setenv("HOUSE_RUN_ID", "r1")
+    assert leases.run_id() == "r1"
+
+
+def test_moto_honours_conditional_writes(s3_endpoint):
+    """What the S3 lease relies on, on the tests' store: If-None-Match: * and If-Match on PutObject,
+    If-Match on DeleteObject. (If moto stopped honouring them, the lease would fall back to its
+    read-back checks only; this test says so first.)"""
+    from botocore.exceptions import ClientError
+
+    client = s3_client(s3_endpoint)
+    key = "cond/x"
+    etag = client.put_object(Bucket=BUCKET, Key=key, Body=b"1", IfNoneMatch="*")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        client.put_object(Bucket=BUCKET, Key=key, Body=b"2", IfNoneMatch="*")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    with pytest.raises(ClientError) as exc:
+        client.put_object(Bucket=BUCKET, Key=key, Body=b"2", IfMatch='"0123"')
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    with pytest.raises(ClientError) as exc:
+        client.delete_object(Bucket=BUCKET, Key=key, IfMatch='"0123"')
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    client.put_object(Bucket=BUCKET, Key=key, Body=b"2", IfMatch=etag)
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"2"
+    client.delete_object(Bucket=BUCKET, Key=key)
+
+
+def test_s3_step_leaves_no_lease_object(s3_endpoint, monkeypatch, tmp_path):
+    for k, v in storage_env(s3_endpoint).items():
+        monkeypatch.setenv(k, v)
+    out = f"s3://{BUCKET}/steps/{tmp_path.name}"
+    step = Step("demo", out, "1", {"k": 1})
+    assert not step.skip()
+    step.write_bytes("a.txt", b"A")
+    step.commit()
+    assert list_keys(s3_endpoint, BUCKET, f"steps/{tmp_path.name}/") == [
+        f"steps/{tmp_path.name}/{MARKER}", f"steps/{tmp_path.name}/a.txt"]
+
+
+# ----------------------------------------------------------------------------- inputs verified against markers
+
+
+def _upstream(out: str, files: dict[str, bytes]) -> dict:
+    step = Step("up", out, "1", {"files": sorted(files)})
+    for rel, data in files.items():
+        step.write_bytes(rel, data)
+    return step.commit()
+
+
+@pytest.fixture
+def hashes(monkeypatch):
+    """Count SHA-256 computations per file URI."""
+    counts: dict[str, int] = {}
+    real = storage.sha256_of
+
+    def counting(uri):
+        key = storage.normalize(uri)
+        counts[key] = counts.get(key, 0) + 1
+        return real(uri)
+
+    monkeypatch.setattr(storage, "sha256_of", counting)
+    return counts
+
+
+def test_untouched_input_is_hashed_once_per_process(tmp_path, hashes):
+    up = str(tmp_path / "up")
+    _upstream(up, {"a.bin": b"A" * 1000, "b.json": b"{}"})
+    Step("down", str(tmp_path / "down"), "1", {}, inputs=[up])  # registers the upstream marker
+    a = storage.normalize(os.path.join(up, "a.bin"))
+    hashes.clear()
+    for _ in range(3):
+        assert storage.read_bytes(a) == b"A" * 1000
+    assert hashes.get(a) == 1  # size checked on every read, content hashed once
+
+
+def test_changed_input_is_refused_naming_the_file(tmp_path):
+    up = str(tmp_path / "up")
+    _upstream(up, {"a.bin": b"A" * 1000, "b.bin": b"B" * 1000})
+    require_committed(up, "--in")
+    (tmp_path / "up" / "a.bin").write_bytes(b"A" * 10)  # truncated
+    with pytest.raises(StepError, match=r"up/a.bin has 10 bytes, but its marker .*_SUCCESS.json recorded 1000"):
+        storage.read_bytes(os.path.join(up, "a.bin"))
+    (tmp_path / "up" / "b.bin").write_bytes(b"C" * 1000)  # replaced, same size
+    with pytest.raises(StepError, match=r"up/b.bin has SHA-256 .* \(same size, 1000 bytes\)"):
+        storage.read_bytes(os.path.join(up, "b.bin"))
+    (tmp_path / "up" / "b.bin").unlink()
+    with pytest.raises(StepError, match=r"up/b.bin is missing, but its marker"):
+        storage.read_bytes(os.path.join(up, "b.bin"))
+
+
+def test_a_step_writing_a_folder_stops_checking_it(tmp_path):
+    up = str(tmp_path / "up")
+    _upstream(up, {"a.bin": b"A"})
+    require_committed(up, "--in")
+    _upstream(up, {"a.bin": b"AA"})  # this process rewrote it (and committed): its own reads are fine
+    assert storage.read_bytes(os.path.join(up, "a.bin")) == b"AA"
+
+
+def test_s3_input_is_verified(s3_endpoint, monkeypatch, tmp_path):
+    for k, v in storage_env(s3_endpoint).items():
+        monkeypatch.setenv(k, v)
+    up = f"s3://{BUCKET}/up/{tmp_path.name}"
+    _upstream(up, {"a.bin": b"A" * 100})
+    require_committed(up, "--in")
+    assert storage.read_bytes(f"{up}/a.bin") == b"A" * 100
+    s3_client(s3_endpoint).put_object(Bucket=BUCKET, Key=f"up/{tmp_path.name}/a.bin", Body=b"A" * 50)
+    storage.filesystem(up)[0].invalidate_cache()
+    with pytest.raises(StepError, match=r"a.bin has 50 bytes, but its marker .* recorded 100"):
+        storage.read_bytes(f"{up}/a.bin")
