@@ -55,8 +55,6 @@ from .runconf import FAMILY_PARAMS, MirageRun
 from .times import iso as _iso
 from .times import parse_iso
 
-__all__ = ["FAMILY_PARAMS", "MirageRun", "argv", "plan", "plan_run", "windows", "month_run"]
-
 
 def _ts(value: str | None, name: str) -> datetime | None:
     return parse_iso(value, f"param {name}")
@@ -475,8 +473,8 @@ def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     ``month``: the rolled-up partition key (``YYYY-MM``); ``extras``: the ``mirage_samples``
     asset events of its days (each carries the run's family params). The run validates that
     month (logical date: the first of the next month) with the pipeline's default training
-    window, a ``paper``-size run on the trace and sampling params the days were sampled with. A ``ValueError``
-    when the days disagree (e.g. half the month sampled with other params)."""
+    window, a ``paper``-size run on the trace and sampling params the days were sampled with.
+    A ``ValueError`` when the days disagree (e.g. half the month sampled with other params)."""
     start = datetime.strptime(month, "%Y-%m").replace(tzinfo=timezone.utc)
     nxt = (start + timedelta(days=32)).replace(day=1)
     confs = {json.dumps({k: e.get("params", {}).get(k) for k in FAMILY_PARAMS}, sort_keys=True) for e in extras}
