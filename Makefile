@@ -21,17 +21,14 @@ export HOUSE_RUNNER ?= local
 export HOUSE_STORAGE_ROOT ?= $(CURDIR)/var/storage
 
 # make demo TRACE=path-or-url  (a real sacct/SWF log); default: the ls6-fitted synthetic trace.
-# With a TRACE the demo validates the first 6 samples of the month before DEMO_DATE; on the
-# synthetic trace (generated for Jan-Mar 2023, seed 0) it validates the 6 samples from
-# DEMO_VAL_START, chosen because their load levels (from the reactive baseline) mix low,
-# medium and heavy on both node sizes (node 1: M L H M M L, node 8: M M H M M L), so the
-# models differ. Models are trained on the 30 samples (12 h apart) just before: quick preset,
-# short policy training, nodes 1 and 8, every step of the pipeline.
+# The demo is the pipeline's run size "demo" (mirage_tasks/runconf.py): 30 training samples
+# 12 h apart, 6 validation samples, nodes 1 and 8, quick preset, short policy training, every
+# step of the pipeline. With a TRACE it validates the first 6 samples of the month before
+# DEMO_DATE; on the synthetic trace (Jan-Mar 2023, seed 0) the 6 samples from 2023-02-11,
+# whose load levels mix low, medium and heavy on both node sizes, so the models differ.
 TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
-DEMO_VAL_START ?= 2023-02-11T00:00:00+00:00
-DEMO_SYNTH := "window_from": "2023-01-01T00:00:00+00:00", "window_to": "2023-03-31T00:00:00+00:00", "val_start": "$(DEMO_VAL_START)",
 
 .PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
 	airflow airflow-stop airflow-status airflow-check bench-monthly
@@ -116,7 +113,7 @@ endef
 # A local trace path is made absolute (steps run from the repository root); URLs pass as is.
 DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))
 comma := ,
-DEMO_CONF := {"trace": "$(DEMO_TRACE)"$(if $(TRACE),$(comma) "trace_timezone": "$(TRACE_TZ)"), $(if $(TRACE),,$(DEMO_SYNTH)) "train_count": 30, "interval_hours": 12, "val_count": 6, "node_sizes": [1, 8], "shards": 2, "train_params": {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]}}
+DEMO_CONF := {"size": "demo"$(if $(TRACE),$(comma) "trace": "$(DEMO_TRACE)"$(comma) "trace_timezone": "$(TRACE_TZ)")}
 
 demo: airflow-home system-deps
 	@echo "running mirage_pipeline for $(DEMO_DATE) ($(if $(TRACE),trace $(DEMO_TRACE),synthetic ls6-like trace)); log: var/demo.log"

@@ -10,8 +10,8 @@ sampling params the days were sampled with (``mirage_tasks.plan.month_run``), so
 pipeline reads those partitions instead of sampling again. This is how a production
 deployment that follows a cluster's daily ``sacct`` export gets a monthly experiment without a
 clock: the month runs when its data is there. The pipeline run is a normal full-size run
-(``run_id`` ``samples_complete__<M>``; skipped when it exists already, e.g. from a backfill
-of that date with the same id).
+(size ``paper``, ``run_id`` ``samples_complete__<M>``; skipped when it exists already, e.g.
+from a backfill of that date with the same id).
 
 Pause this DAG to stop the automatic experiments; ``mirage_pipeline``'s own ``@monthly``
 schedule and backfills are independent of it. The UI shows the pending month and which days

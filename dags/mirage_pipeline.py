@@ -29,16 +29,28 @@ from the ``cpu-large`` preset's CPU request; locally each heavy step gets one CP
 one torch/OpenMP thread) and at most as many instances of it run at once as this machine
 has CPUs (``max_active_tis_per_dag``, affinity-aware).
 
+Params (``mirage_tasks.runconf``: each one typed, with its range and a description in the
+form): ``size`` comes first. ``demo`` (the form's default) finishes in minutes: 30 training
+samples 12 h apart, 6 validation samples, node sizes 1 and 8, 2 shards, short policy
+training, and on the synthetic trace fixed windows (validation from 2023-02-11), so it means
+the same whatever the logical date; ``month`` validates a whole month on the 180 samples
+before it; ``paper`` is the Mirage seed's full configuration (684 samples every 4 h, the whole
+month, all 8 models). A param left empty takes the size's value; one you set wins. The
+resolved configuration is the plan's ``config`` (its XCom); storage keys hash the resolved
+values, not the size.
+
 Windows: validation defaults to the month before the logical date, training to the
 ``train_count`` samples just before it (with a ``workload_days`` gap), so a monthly
 backfill (``airflow backfill create --dag-id mirage_pipeline --from-date 2023-02-01
---to-date 2023-04-01 --max-active-runs 2``) validates each month on models trained on the
-weeks before it. Give ``train_start``/``val_start`` to pin them (e.g. the Mirage seed: train
-from 2022-11-01, 684 samples; validate from 2023-03-01, 156 samples).
+--to-date 2023-04-01 --max-active-runs 2 --dag-run-conf '{"size": "paper"}'``) validates
+each month on models trained on the weeks before it (give a size other than ``demo``,
+whose synthetic-trace windows are fixed). Give ``train_start``/``val_start`` to pin them
+(e.g. the Mirage seed: train from 2022-11-01, 684 samples; validate from 2023-03-01, 156
+samples).
 
-Scheduled runs (the DAG unpaused) use the params' defaults but a small size: the run
-samples one week (``train_count`` 42), validates 12 samples, one shard, xgboost and
-random_forest only (``SCHEDULED``); trigger by hand or backfill for full-size runs.
+Scheduled runs (the DAG unpaused) have size ``scheduled`` whatever the form says: one week of
+training (``train_count`` 42), 12 validation samples, one shard, xgboost and random_forest
+only; trigger by hand or backfill for other sizes.
 
 Trace: ``trace`` is a real trace URI (sacct log, ``sacct --parsable2`` or SWF), trimmed to
 ``window_from``/``window_to`` if given; empty = a synthetic trace from ``synth_profile``
@@ -54,11 +66,9 @@ from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
 from house import cron_schedule, default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
+from mirage_tasks.runconf import PIPELINE_FORM, form
 
 step, step_partial = steps_for("mirage_tasks")
-
-#: What a scheduled run (not a manual run, not a backfill) changes in the defaults.
-SCHEDULED = {"train_count": 42, "val_count": 12, "shards": 1, "models": ["xgboost", "random_forest"]}
 #: CPUs a heavy step is granted: the cpu-large preset's request in a pod, one locally, where at
 #: most as many heavy instances run at once as this machine has CPUs (affinity-aware).
 LOCAL = get_config().runner == "local"
@@ -98,56 +108,8 @@ with DAG(
     default_args=default_args(owner="mirage"),
     user_defined_filters={"step_label": step_label},
     tags=["mirage", "pipeline", "ml"],
-    params={
-        "trace": Param(None, type=["null", "string"], title="Trace URI",
-                       description="Real trace (sacct log or SWF, local path, file:// or s3://). "
-                                   "Empty: the embedded synthetic trace."),
-        "window_from": Param(None, type=["null", "string"], title="Trace window start (ISO 8601)",
-                             description="Trim the trace to jobs submitted from here (empty: whole trace)."),
-        "window_to": Param(None, type=["null", "string"], title="Trace window end (ISO 8601)",
-                           description="... and before here (exclusive)."),
-        "trace_timezone": Param(None, type=["null", "string"], title="Trace time zone",
-                                description="IANA zone of a sacct log's local times "
-                                            "(America/Chicago for Lonestar6); SWF logs carry their own."),
-        "synth_profile": Param("ls6-a100", type="string", title="Synthetic profile",
-                               description="Workload profile (packaged name or JSON URI) used when no trace is given."),
-        "cluster_config": Param("ls6", type="string", title="Simulator configuration",
-                                description="Preset (ls6, reference) or a JSON URI of simulator settings."),
-        "train_start": Param(None, type=["null", "string"], title="First training sample (ISO 8601)",
-                             description="Empty: as late as the validation window allows."),
-        "train_count": Param(684, type="integer", minimum=1, title="Training samples"),
-        "val_start": Param(None, type=["null", "string"], title="First validation sample (ISO 8601)",
-                           description="Empty: the first day of the month before the run's logical date."),
-        "val_count": Param(None, type=["null", "integer"], minimum=1, title="Validation samples",
-                           description="Empty: the whole validation month."),
-        "interval_hours": Param(4, type="number", exclusiveMinimum=0, title="Hours between samples"),
-        "warmup_days": Param(2, type="number", minimum=0, title="Warm-up days before the predecessor"),
-        "workload_days": Param(5, type="number", exclusiveMinimum=0, title="Workload days per sample"),
-        "probes": Param(7, type="integer", minimum=2, title="Probes per training sample"),
-        "probe_spacing": Param("uniform", enum=["uniform", "end"], title="Probe spacing",
-                               description="uniform: probes equally spaced from the predecessor's submission "
-                                           "to its end (the reference's); end: at its end minus 24 h .. 10 min "
-                                           "(sample --probe-spacing)."),
-        "node_sizes": Param([1, 8], type="array", items={"type": "integer", "minimum": 1}, title="Service job sizes (nodes)"),
-        "shards": Param(4, type="integer", minimum=1, maximum=64, title="Shards per node size"),
-        "models": Param(["xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
-                         "transformer_policy", "moe_policy"],
-                        type="array", title="Models",
-                        items={"type": "string", "enum": ["xgboost", "random_forest", "xgboost_quantile",
-                                                          "linear_quantile", "transformer", "moe",
-                                                          "transformer_policy", "moe_policy"]}),
-        "preset": Param("quick", enum=["quick", "paper"], title="Training preset"),
-        "train_params": Param({}, type="object", title="Hyper-parameter overrides",
-                              description='Per model, a list of "key=value" (train --param), '
-                                          'e.g. {"transformer": ["epochs=10"]}.'),
-        "device": Param("cpu", enum=DEVICES, title="Training device",
-                        description="cuda runs the torch models on the gpu preset (pool gpu in kubernetes mode); "
-                                    "offered where the deployment has GPU nodes (HOUSE_GPUS=true)."),
-        "policy_eval": Param("sampled", enum=["sampled", "greedy"], title="Policy evaluation",
-                             description="sampled: seeded sampling of the policy's actions, as it was trained; "
-                                         "greedy: argmax."),
-        "seed": Param(0, type="integer", minimum=0, title="Seed", description="Seeds the synthetic trace and training."),
-    },
+    # every param declared once, typed and described, in mirage_tasks.runconf (size first)
+    params={name: Param(**spec) for name, spec in form(PIPELINE_FORM, choices={"device": DEVICES}).items()},
 ) as dag:
 
     @task(multiple_outputs=True)
@@ -157,12 +119,11 @@ with DAG(
         from mirage_tasks.plan import plan_run
         from stepkit import StepError
 
-        params = dict(context["params"])
-        if context["dag_run"].run_type == "scheduled":
-            params.update(SCHEDULED)
+        run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
         try:
-            planned = plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                               context.get("logical_date"), workers=GRANTED, threads=GRANTED)
+            planned = plan_run(dict(context["params"]), storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                               context.get("logical_date"), scheduled=run_type == "scheduled",
+                               backfill=run_type == "backfill", workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
         print(f"run prefix: {planned['prefix']}", flush=True)  # make demo's summary reads it from the log

@@ -45,6 +45,7 @@ from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, 
 
 from house import default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
+from mirage_tasks.runconf import SAMPLES_FORM, form
 
 step, step_partial = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
@@ -66,28 +67,8 @@ with DAG(
     user_defined_filters={"node_label": lambda argv: f"node {argv[argv.index('--node') + 1]} · "
                                                      f"{argv[argv.index('--day') + 1]}"},
     tags=["mirage", "pipeline"],
-    params={
-        "trace": Param(None, type=["null", "string"], title="Trace URI",
-                       description="Real trace (sacct log or SWF, local path, file:// or s3://), ingested whole. "
-                                   "Empty: a synthetic trace of the day's month."),
-        "trace_timezone": Param(None, type=["null", "string"], title="Trace time zone",
-                                description="IANA zone of a sacct log's local times (America/Chicago for Lonestar6)."),
-        "synth_profile": Param("ls6-a100", type="string", title="Synthetic profile",
-                               description="Workload profile used when no trace is given."),
-        "cluster_config": Param("ls6", type="string", title="Simulator configuration",
-                                description="Preset (ls6, reference) or a JSON URI of simulator settings."),
-        "interval_hours": Param(4, type="number", exclusiveMinimum=0, maximum=24, title="Hours between samples"),
-        "warmup_days": Param(2, type="number", minimum=0, title="Warm-up days before the predecessor"),
-        "workload_days": Param(5, type="number", exclusiveMinimum=0, title="Workload days per sample"),
-        "probes": Param(7, type="integer", minimum=2, title="Probes per training sample"),
-        "probe_spacing": Param("uniform", enum=["uniform", "end"], title="Probe spacing",
-                               description="uniform: probes equally spaced from the predecessor's submission "
-                                           "to its end (the reference's); end: at its end minus 24 h .. 10 min "
-                                           "(sample --probe-spacing)."),
-        "node_sizes": Param([1, 8], type="array", items={"type": "integer", "minimum": 1},
-                            title="Service job sizes (nodes)"),
-        "seed": Param(0, type="integer", minimum=0, title="Seed", description="Seeds the synthetic trace."),
-    },
+    # the sample family's params, declared once in mirage_tasks.runconf (shared with mirage_pipeline)
+    params={name: Param(**spec) for name, spec in form(SAMPLES_FORM).items()},
 ) as dag:
 
     def _fail(exc: Exception):

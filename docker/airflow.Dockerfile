@@ -1,6 +1,10 @@
 # The Airflow image with the DAG package baked in (the alternative to git-sync, see
-# docs/deploy.md). The workers only build pod specs in kubernetes mode: they need the
-# providers, not torch or the task packages. Build from the repository root:
+# docs/deploy.md). In kubernetes mode the steps run in their own images; the Airflow
+# components still import the task packages' light modules: the Mirage DAG files build their
+# forms from mirage_tasks.runconf at parse time, and the plan tasks (mirage_tasks.plan) run on
+# the workers. Those modules need only the standard library and fsspec (which the Amazon
+# provider's s3fs extra brings), so the packages are installed without their dependencies: no
+# torch, numpy or pandas in this image. Build from the repository root:
 #   docker build -f docker/airflow.Dockerfile -t REGISTRY/house-airflow:0.1.0 .
 FROM apache/airflow:3.3.2-python3.11
 COPY constraints.txt /opt/house/constraints.txt
@@ -8,5 +12,12 @@ RUN pip install --no-cache-dir -c /opt/house/constraints.txt \
       "apache-airflow==3.3.2" \
       "apache-airflow-providers-cncf-kubernetes==10.25.0" \
       "apache-airflow-providers-amazon[s3fs]==9.39.0"
+COPY --chown=airflow:root pyproject.toml README.md /tmp/src/
+COPY --chown=airflow:root docker /tmp/src/docker
+COPY --chown=airflow:root stepkit /tmp/src/stepkit
+COPY --chown=airflow:root mirage_tasks /tmp/src/mirage_tasks
+COPY --chown=airflow:root faasm_tasks /tmp/src/faasm_tasks
+RUN pip install --no-cache-dir --no-deps /tmp/src && rm -rf /tmp/src \
+    && python -c "import mirage_tasks.runconf, mirage_tasks.plan"
 COPY dags /opt/airflow/dags
 COPY plugins /opt/airflow/plugins

@@ -1,5 +1,9 @@
 """The command lines of one ``mirage_pipeline`` run, computed from its params (no I/O).
 
+The params are read once, by :meth:`mirage_tasks.runconf.MirageRun.from_params` (typed,
+checked, the run size's values filled in); every function here takes that
+:class:`~mirage_tasks.runconf.MirageRun` (or a params dict, which it reads the same way).
+
 Lives beside the steps it plans, so a flag and its default are written once: in the step's
 own ``add_arguments``. :func:`argv` builds a command line from a step name and keyword
 values (the parser's destinations), looking up each flag in that step's parser; a value
@@ -46,7 +50,8 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .models.registry import BASELINES, FAMILIES, KINDS, POLICIES
+from .models.registry import BASELINES, FAMILIES, POLICIES
+from .runconf import FAMILY_PARAMS, MirageRun
 from .times import iso as _iso
 from .times import parse_iso
 
@@ -116,14 +121,15 @@ def _month_before(t: datetime) -> tuple[datetime, datetime]:
     return start, end
 
 
-def windows(params: dict[str, Any], logical_date: datetime | None) -> dict[str, Any]:
+def windows(params: MirageRun | dict[str, Any], logical_date: datetime | None) -> dict[str, Any]:
     """Training and validation windows (sample starts and counts)."""
-    step = timedelta(hours=float(params["interval_hours"]))
-    workload = timedelta(days=float(params["workload_days"]))
+    run = MirageRun.of(params)
+    step = timedelta(hours=run.interval_hours)
+    workload = timedelta(days=run.workload_days)
     if logical_date is not None:  # Airflow hands a pendulum DateTime: use plain datetime arithmetic
         logical_date = datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc)
-    val_start = _ts(params.get("val_start"), "val_start")
-    val_count = params.get("val_count")
+    val_start = _ts(run.val_start, "val_start")
+    val_count = run.val_count
     if val_start is None:
         if logical_date is None:
             raise ValueError("val_start is required when the run has no logical date")
@@ -132,33 +138,31 @@ def windows(params: dict[str, Any], logical_date: datetime | None) -> dict[str, 
             val_count = max(1, math.floor((month_end - workload - val_start) / step))
     if not val_count:
         raise ValueError("val_count is required with an explicit val_start")
-    train_count = params.get("train_count")
-    if not train_count:
-        raise ValueError("train_count must be at least 1")
-    train_start = _ts(params.get("train_start"), "train_start")
-    latest_train_start = val_start - workload - (int(train_count) - 1) * step - step
+    train_count = run.train_count
+    train_start = _ts(run.train_start, "train_start")
+    latest_train_start = val_start - workload - (train_count - 1) * step - step
     if train_start is None:
         train_start = latest_train_start
-    train_data_end = train_start + (int(train_count) - 1) * step + workload
+    train_data_end = train_start + (train_count - 1) * step + workload
     if train_data_end > val_start:
         raise ValueError(
             f"training samples from {_iso(train_start)} reach {_iso(train_data_end)} with their "
-            f"{params['workload_days']}-day workloads, after val_start {_iso(val_start)}: "
+            f"{run.workload_days}-day workloads, after val_start {_iso(val_start)}: "
             f"start training earlier or use fewer samples"
         )
-    val_end = val_start + (int(val_count) - 1) * step + workload
+    val_end = val_start + (val_count - 1) * step + workload
     return {
-        "train_start": _iso(train_start), "train_count": int(train_count),
-        "val_start": _iso(val_start), "val_count": int(val_count),
+        "train_start": _iso(train_start), "train_count": train_count,
+        "val_start": _iso(val_start), "val_count": val_count,
         # what the trace must cover: a day of history before the first sample, the last workload
         "trace_from": _iso(train_start - timedelta(days=2)), "trace_to": _iso(val_end + timedelta(days=1)),
     }
 
 
-def windows_end(w: dict[str, Any], params: dict[str, Any]) -> str:
+def windows_end(w: dict[str, Any], params: MirageRun | dict[str, Any]) -> str:
     """End of the validation window: the last sample's start plus one sample interval."""
     start = _ts(w["val_start"], "val_start")
-    step = timedelta(hours=float(params["interval_hours"]))
+    step = timedelta(hours=MirageRun.of(params).interval_hours)
     return _iso(start + w["val_count"] * step)
 
 
@@ -169,15 +173,15 @@ def digest(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
-def trace_identity(params: dict[str, Any], fingerprint: str | None = None) -> dict[str, Any]:
+def trace_identity(params: MirageRun | dict[str, Any], fingerprint: str | None = None) -> dict[str, Any]:
     """What the ingested (or generated) trace depends on. ``fingerprint``: the raw trace's
     content fingerprint (:func:`trace_fingerprint`); without it the URI stands in (tests)."""
-    if params.get("trace"):
-        return {"kind": "ingest", "content": fingerprint or f"uri:{params['trace']}",
-                "timezone": params.get("trace_timezone") or None,
-                "from": params.get("window_from") or None, "to": params.get("window_to") or None}
-    return {"kind": "synth", "profile": params["synth_profile"], "seed": params["seed"],
-            "from": params.get("window_from") or None, "to": params.get("window_to") or None}
+    run = MirageRun.of(params)
+    if run.trace:
+        return {"kind": "ingest", "content": fingerprint or f"uri:{run.trace}", "timezone": run.trace_timezone,
+                "from": run.window_from, "to": run.window_to}
+    return {"kind": "synth", "profile": run.synth_profile, "seed": run.seed,
+            "from": run.window_from, "to": run.window_to}
 
 
 def trace_location(shared: str, identity: dict[str, Any]) -> str:
@@ -192,41 +196,45 @@ def trace_fingerprint(uri: str) -> str:
     return input_fingerprint(uri)
 
 
-def sample_source(identity: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+def sample_source(identity: dict[str, Any], params: MirageRun | dict[str, Any]) -> dict[str, Any]:
     """What names a sample family's trace: a real trace by its location (time zone and window),
     not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
     each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
-    if identity["kind"] == "ingest" and params.get("trace"):
-        return {"kind": "ingest", "source": str(params["trace"]), "timezone": identity.get("timezone"),
+    trace = MirageRun.of(params).trace
+    if identity["kind"] == "ingest" and trace:
+        return {"kind": "ingest", "source": trace, "timezone": identity.get("timezone"),
                 "from": identity.get("from"), "to": identity.get("to")}
     return identity
 
 
-def sample_family(shared: str, trace: dict[str, Any], params: dict[str, Any], node: int, anchor: str,
+def sample_family(shared: str, trace: dict[str, Any], params: MirageRun | dict[str, Any], node: int, anchor: str,
                   baseline: str = "default") -> str:
     """The root of one sample family: its day partitions share every input but the day.
     ``trace``: :func:`sample_source`."""
-    step = timedelta(hours=float(params["interval_hours"]))
+    run = MirageRun.of(params)
+    step = timedelta(hours=run.interval_hours)
     t = _ts(anchor, "anchor")
     phase = int(t.timestamp()) % int(step.total_seconds())
-    key = {"trace": trace, "cluster_config": params["cluster_config"], "interval_hours": float(params["interval_hours"]),
-           "phase_s": phase, "warmup_days": float(params["warmup_days"]),
-           "workload_days": float(params["workload_days"]), "probes": int(params["probes"]), "node": int(node),
-           "baseline": baseline, **_spacing(params, baseline)}
+    # floats as the keys have always been written (4.0, not 4), so committed families stay valid
+    key = {"trace": trace, "cluster_config": run.cluster_config, "interval_hours": float(run.interval_hours),
+           "phase_s": phase, "warmup_days": float(run.warmup_days), "workload_days": float(run.workload_days),
+           "probes": run.probes, "node": int(node), "baseline": baseline, **_spacing(run, baseline)}
     return f"{shared.rstrip('/')}/samples/node{int(node)}-{digest(key)}"
 
 
-def _spacing(params: dict[str, Any], baseline: str = "default") -> dict[str, Any]:
-    """The sample step's probe spacing of these params (its parser's default when absent), as
-    it enters the sample outputs' params: families of different spacings never share a root."""
+def _spacing(run: MirageRun, baseline: str = "default") -> dict[str, Any]:
+    """The sample step's probe spacing of this run, as it enters the sample outputs' params:
+    families of different spacings never share a root."""
     from .steps.sample import spacing_params  # noqa: PLC0415
 
-    return spacing_params(baseline, params.get("probe_spacing") or step_parser("sample").get_default("probe_spacing"))
+    return spacing_params(baseline, run.probe_spacing)
 
 
-def _spacing_argv(params: dict[str, Any]) -> dict[str, Any]:
-    return {"probe_spacing": params.get("probe_spacing") or None}  # None: the step's default
+def _episode(run: MirageRun) -> dict[str, Any]:
+    """The episode flags sample, validate and the baselines share."""
+    return {"interval_hours": run.interval_hours, "warmup_days": run.warmup_days,
+            "workload_days": run.workload_days, "cluster_config": run.cluster_config}
 
 
 def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
@@ -294,30 +302,35 @@ def chunks(items: list[Any], n: int) -> list[list[Any]]:
     return [c for c in out if c]
 
 
-def run_key(params: dict[str, Any], logical_date: datetime | None, trace: dict[str, Any]) -> str:
+def run_key(params: MirageRun | dict[str, Any], logical_date: datetime | None, trace: dict[str, Any]) -> str:
     """``<logical date>-<hash>``: the run prefix under ``<root>/mirage_pipeline`` of one
-    configuration (params with the windows they resolve to, and the trace's identity)."""
-    w = windows(params, logical_date)
+    configuration (its resolved params, not the size that picked them, with the windows
+    they resolve to, and the trace's identity)."""
+    run = MirageRun.of(params)
+    w = windows(run, logical_date)
     date = (datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
             if logical_date is not None else "manual")
-    return f"{date}-{digest({'params': params, 'windows': w, 'trace': trace}, 12)}"
+    return f"{date}-{digest({'params': run.key_params(), 'windows': w, 'trace': trace}, 12)}"
 
 
-def plan_run(params: dict[str, Any], shared: str, runs: str, logical_date: datetime | None,
-             **settings: Any) -> dict[str, Any]:
+def plan_run(params: MirageRun | dict[str, Any], shared: str, runs: str, logical_date: datetime | None, *,
+             scheduled: bool = False, backfill: bool = False, **settings: Any) -> dict[str, Any]:
     """The whole plan of one run, with the I/O it needs: the raw trace's fingerprint and
     the committed day partitions (so only missing days are sampled). Traces and samples go
     under ``shared`` (``<root>/mirage``), the run's own outputs under ``<runs>/<run_key>``.
-    ``settings``: ``workers``/``threads`` of the heavy steps (the CPUs each is granted)."""
-    params = dict(params)
-    fingerprint = trace_fingerprint(params["trace"]) if params.get("trace") else None
-    identity = trace_identity(params, fingerprint)
-    prefix = f"{runs.rstrip('/')}/{run_key(params, logical_date, identity)}"
-    have = checked_against(trace_location(shared, identity), params["workload_days"])
-    return plan(params, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=have, **settings)
+    ``params``: the DAG's params (read by :meth:`MirageRun.from_params`; ``scheduled``: a
+    scheduled run, size ``scheduled``; ``backfill``: a backfill's run, no fixed synthetic
+    windows). ``settings``: ``workers``/``threads`` of the heavy
+    steps (the CPUs each is granted)."""
+    run = MirageRun.of(params, scheduled=scheduled, backfill=backfill)
+    fingerprint = trace_fingerprint(run.trace) if run.trace else None
+    identity = trace_identity(run, fingerprint)
+    prefix = f"{runs.rstrip('/')}/{run_key(run, logical_date, identity)}"
+    have = checked_against(trace_location(shared, identity), run.workload_days)
+    return plan(run, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=have, **settings)
 
 
-def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, shared: str | None = None,
+def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime | None, *, shared: str | None = None,
          trace_fp: str | None = None, have: Any = None, workers: int | None = None,
          threads: int | None = None) -> dict[str, Any]:
     """Every step's argv for one run under ``prefix``; shared traces and samples under
@@ -325,50 +338,43 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
     already committed (default: none), so the sample argvs cover only the missing days.
     ``workers``/``threads``: processes of sample/validate and torch threads of train
     (None: the steps' defaults)."""
-    w = windows(params, logical_date)
+    run = MirageRun.of(params)
+    w = windows(run, logical_date)
     shared = shared if shared is not None else f"{prefix.rstrip('/').rsplit('/', 1)[0]}/mirage"
-    identity = trace_identity(params, trace_fp)
+    identity = trace_identity(run, trace_fp)
     trace = trace_location(shared, identity)
-    if params.get("trace"):
-        trace_argv = argv("ingest", trace=params["trace"], out=trace, t_from=params.get("window_from") or None,
-                          t_to=params.get("window_to") or None, timezone=params.get("trace_timezone") or None)
+    if run.trace:
+        trace_argv = argv("ingest", trace=run.trace, out=trace, t_from=run.window_from, t_to=run.window_to,
+                          timezone=run.trace_timezone)
     else:
-        trace_argv = argv("synth", profile=params["synth_profile"], t_from=params.get("window_from") or w["trace_from"],
-                          t_to=params.get("window_to") or w["trace_to"], seed=params["seed"], out=trace)
-    episode = {"interval_hours": params["interval_hours"], "warmup_days": params["warmup_days"],
-               "workload_days": params["workload_days"], "cluster_config": params["cluster_config"]}
-    shards = int(params["shards"])
-    nodes = [int(n) for n in params["node_sizes"]]
-    models = list(params["models"])
-    unknown = [m for m in models if m not in KINDS]
-    if unknown:
-        raise ValueError(f"param models: unknown {unknown}; choose from {list(KINDS)}")
-    missing_base = [m for m in models if m in POLICIES and POLICIES[m] not in models]
-    if missing_base:
-        raise ValueError(f"param models: {missing_base} need their base model(s) {[POLICIES[m] for m in missing_base]}")
-    gpu = params.get("device", "cpu") == "cuda"
-    sampled = params.get("policy_eval", "sampled") == "sampled"
-    train_common = {"preset": params["preset"], "seed": params["seed"], "threads": threads}
+        trace_argv = argv("synth", profile=run.synth_profile, t_from=run.window_from or w["trace_from"],
+                          t_to=run.window_to or w["trace_to"], seed=run.seed, out=trace)
+    episode = _episode(run)
+    shards, nodes, models = run.shards, run.node_sizes, run.models
+    gpu = run.device == "cuda"
+    sampled = run.policy_eval == "sampled"
+    train_common = {"preset": run.preset, "seed": run.seed, "threads": threads}
 
-    days = sample_days(w["train_start"], w["train_count"], params["interval_hours"])
-    out: dict[str, Any] = {"prefix": prefix, "trace": trace, "trace_argv": trace_argv, "windows": w,
+    days = sample_days(w["train_start"], w["train_count"], run.interval_hours)
+    out: dict[str, Any] = {"config": run.as_dict(), "prefix": prefix, "trace": trace, "trace_argv": trace_argv,
+                           "windows": w,
                            "days": days, "families": {}, "missing_days": {}, "sample_jobs": [],
                            "sample": [], "merge": [], "train_cpu": [], "train_gpu": [],
                            "policy_cpu": [], "policy_gpu": [], "validate": []}
     for n in nodes:
-        family = sample_family(shared, sample_source(identity, params), params, n, w["train_start"])
+        family = sample_family(shared, sample_source(identity, run), run, n, w["train_start"])
         out["families"][str(n)] = family
         out["sample_jobs"].append({"node": n, "family": family, "days": days, "shards": shards,
                                    "argv": {"trace": trace, "start": w["train_start"], **episode,
-                                            "probes": params["probes"], **_spacing_argv(params), "node": n,
+                                            "probes": run.probes, "probe_spacing": run.probe_spacing, "node": n,
                                             "out": family, "workers": workers}})
         dataset = f"{prefix}/datasets/node{n}"
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
-                                 count=w["train_count"], interval_hours=params["interval_hours"], trace=trace,
+                                 count=w["train_count"], interval_hours=run.interval_hours, trace=trace,
                                  out=dataset))
         for m in models:
             model_out = f"{prefix}/models/{m}/node{n}"
-            hp = list((params.get("train_params") or {}).get(m, []))
+            hp = run.train_params.get(m, [])
             on_gpu = gpu and FAMILIES[m].torch
             if m in POLICIES:
                 base = f"{prefix}/models/{POLICIES[m]}/node{n}"
@@ -387,14 +393,14 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
             for i in range(shards):
                 out["validate"].append(argv(
                     "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
-                    **episode, node=n, stochastic=stochastic, seed=params["seed"] if stochastic else None,
+                    **episode, node=n, stochastic=stochastic, seed=run.seed if stochastic else None,
                     shard=f"{i}/{shards}", workers=workers, out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
     # Before the trace is ingested, have() can only read markers: the DAG lists the sample
     # argvs again after ingest (sample_argvs with checked_against), when digests exist.
     out["sample"], out["missing_days"] = sample_argvs(out, have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
-    out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, params),
-                           episode_days=params["workload_days"], cluster_config=params["cluster_config"],
+    out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, run),
+                           episode_days=run.workload_days, cluster_config=run.cluster_config,
                            out=f"{prefix}/fidelity")
     validation = sorted({a[-1] for a in out["validate"]})
     out["metrics"] = argv("metrics", inputs=validation, out=f"{prefix}/metrics")
@@ -407,31 +413,29 @@ def plan(params: dict[str, Any], prefix: str, logical_date: datetime | None, *, 
 
 # ----------------------------------------------------------------------------- mirage_samples: one trace day
 
-def samples_trace(params: dict[str, Any], shared: str, day: str | None,
+def samples_trace(params: MirageRun | dict[str, Any], shared: str, day: str | None,
                   fingerprint: str | None = None) -> dict[str, Any]:
     """The trace a ``mirage_samples`` run samples: a real trace ingested whole (no window),
     once per content; else the synthetic trace of ``day``'s month (padded by the warm-up
     history before and a workload after), so every day of a month shares one trace."""
-    if params.get("trace"):
-        p = dict(params, window_from=None, window_to=None)
-        identity = trace_identity(p, fingerprint)
+    run = MirageRun.of(params)
+    if run.trace:
+        identity = trace_identity(run.replace(window_from=None, window_to=None), fingerprint)
         loc = trace_location(shared, identity)
         return {"identity": identity, "trace": loc,
-                "argv": argv("ingest", trace=params["trace"], out=loc,
-                             timezone=params.get("trace_timezone") or None)}
+                "argv": argv("ingest", trace=run.trace, out=loc, timezone=run.trace_timezone)}
     if day is None:
         raise ValueError("a synthetic trace needs the run's day")
     d = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
     month = d.replace(day=1)
     nxt = (month + timedelta(days=32)).replace(day=1)
-    t_from = month - timedelta(days=float(params["warmup_days"]) + 2)
-    t_to = nxt + timedelta(days=float(params["workload_days"]) + 1)
-    p = dict(params, window_from=_iso(t_from), window_to=_iso(t_to))
-    identity = trace_identity(p)
+    t_from = month - timedelta(days=run.warmup_days + 2)
+    t_to = nxt + timedelta(days=run.workload_days + 1)
+    identity = trace_identity(run.replace(window_from=_iso(t_from), window_to=_iso(t_to)))
     loc = trace_location(shared, identity)
     return {"identity": identity, "trace": loc,
-            "argv": argv("synth", profile=params["synth_profile"], t_from=_iso(t_from), t_to=_iso(t_to),
-                         seed=params["seed"], out=loc)}
+            "argv": argv("synth", profile=run.synth_profile, t_from=_iso(t_from), t_to=_iso(t_to), seed=run.seed,
+                         out=loc)}
 
 
 def newest_complete_day(last_submit: str, workload_days: float) -> str:
@@ -441,34 +445,28 @@ def newest_complete_day(last_submit: str, workload_days: float) -> str:
     return (t.date() - timedelta(days=1)).isoformat()
 
 
-def samples_day(params: dict[str, Any], shared: str, trace: dict[str, Any], day: str,
+def samples_day(params: MirageRun | dict[str, Any], shared: str, trace: dict[str, Any], day: str,
                 have: Any = None, workers: int | None = None) -> dict[str, Any]:
     """The sample argvs of one trace day: one per node size whose partition is missing.
     The grid is anchored at midnight UTC (the pipeline's default windows are on it when
     ``interval_hours`` divides 24)."""
     datetime.fromisoformat(day)  # ValueError on a bad day
     anchor = f"{day}T00:00:00+00:00"
-    episode = {"interval_hours": params["interval_hours"], "warmup_days": params["warmup_days"],
-               "workload_days": params["workload_days"], "cluster_config": params["cluster_config"]}
+    run = MirageRun.of(params)
+    episode = _episode(run)
     out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
-    for n in [int(x) for x in params["node_sizes"]]:
-        family = sample_family(shared, sample_source(trace["identity"], params), params, n, anchor)
+    for n in run.node_sizes:
+        family = sample_family(shared, sample_source(trace["identity"], run), run, n, anchor)
         out["partitions"][str(n)] = partition(family, day)
         if have is not None and day in set(have(family, [day])):
             continue
         out["missing"].append(n)
-        out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=params["probes"],
-                                  **_spacing_argv(params), node=n, days=[day], out=family, workers=workers))
+        out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=run.probes,
+                                  probe_spacing=run.probe_spacing, node=n, days=[day], out=family, workers=workers))
     return out
 
 
 # ----------------------------------------------------------------------------- mirage_monthly: a complete month
-
-#: The ``mirage_samples`` params that name a sample family (the pipeline run a complete month
-#: triggers must use the same, so it reads those partitions instead of sampling again).
-FAMILY_PARAMS = ("trace", "trace_timezone", "synth_profile", "cluster_config", "interval_hours", "warmup_days",
-                 "workload_days", "probes", "probe_spacing", "node_sizes", "seed")
-
 
 def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``mirage_pipeline`` run a month of complete sample partitions calls for.
@@ -476,8 +474,8 @@ def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     ``month``: the rolled-up partition key (``YYYY-MM``); ``extras``: the ``mirage_samples``
     asset events of its days (each carries the run's family params). The run validates that
     month (logical date: the first of the next month) with the pipeline's default training
-    window, on the trace and sampling params the days were sampled with. A ``ValueError``
-    when the days disagree (e.g. half the month sampled with other params)."""
+    window, a ``paper``-size run on the trace and sampling params the days were sampled with.
+    A ``ValueError`` when the days disagree (e.g. half the month sampled with other params)."""
     start = datetime.strptime(month, "%Y-%m").replace(tzinfo=timezone.utc)
     nxt = (start + timedelta(days=32)).replace(day=1)
     confs = {json.dumps({k: e.get("params", {}).get(k) for k in FAMILY_PARAMS}, sort_keys=True) for e in extras}
@@ -486,5 +484,6 @@ def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     if len(confs) != 1:
         raise ValueError(f"the days of {month} were sampled with {len(confs)} different param sets; "
                          "trigger mirage_pipeline by hand with the ones to use")
-    conf = json.loads(confs.pop())
+    conf = {"size": "paper", **json.loads(confs.pop())}
+    MirageRun.from_params(conf)  # the pipeline can read it (ValueError naming a bad param)
     return {"logical_date": _iso(nxt), "run_id": f"samples_complete__{month}", "conf": conf}

@@ -115,16 +115,75 @@ def test_samples_dag_is_partitioned_and_publishes_an_asset(dags):
     assert "ds }}" not in (DAGS / "mirage_samples.py").read_text()
 
 
-def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
-    """mirage_samples and mirage_pipeline each show the params that name a sample family (a
-    pipeline run reads mirage_samples' partitions only when they agree): same defaults, same
-    choices, so a run with the defaults of one reads what the other wrote."""
-    from mirage_tasks.plan import FAMILY_PARAMS
+def _schema(param) -> dict:
+    return {"default": param.value, "description": param.description, **param.schema}
+
+
+def test_every_param_has_a_title_and_a_description(dags):
+    for dag_id, dag in dags.items():
+        for name, param in dag.params.items():
+            param = dag.params.get_param(name)
+            assert param.schema.get("title"), (dag_id, name)
+            assert param.description and len(param.description) > 20, (dag_id, name)
+    assert list(dags["mirage_pipeline"].params)[0] == "size"  # the first field of the form
+    assert dags["mirage_pipeline"].params["size"] == "demo"  # submitting the form unchanged: minutes
+
+
+def test_both_forms_come_from_the_one_run_configuration(dags):
+    """Each DAG's params are exactly what mirage_tasks.runconf renders (no hand-written Param), and
+    a param both DAGs show is identical in both, except that in the pipeline a param the run size
+    sets is empty by default (null: the size's value) and says so."""
+    from mirage_tasks.runconf import FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZED, form, size_note
 
     pipe, samp = dags["mirage_pipeline"].params, dags["mirage_samples"].params
-    for name in FAMILY_PARAMS:
-        a, b = pipe.get_param(name), samp.get_param(name)
-        assert a.value == b.value, name
-        sa = {k: v for k, v in a.schema.items() if k not in ("description", "maximum")}
-        sb = {k: v for k, v in b.schema.items() if k not in ("description", "maximum")}
-        assert sa == sb, name
+    assert list(pipe) == list(PIPELINE_FORM) == list(FIELDS) and list(samp) == list(SAMPLES_FORM)
+    rendered = form(PIPELINE_FORM, choices={"device": ["cpu"]})  # no GPU nodes declared here
+    assert {k: _schema(pipe.get_param(k)) for k in pipe} == rendered
+    assert {k: _schema(samp.get_param(k)) for k in samp} == form(SAMPLES_FORM)
+    shared = set(pipe) & set(samp)
+    assert shared == set(SAMPLES_FORM)
+    for name in shared:
+        a, b = _schema(pipe.get_param(name)), _schema(samp.get_param(name))
+        if name in SIZED:
+            assert (a.pop("default"), a.pop("type"), a.pop("description")) == (
+                None, ["null", b.pop("type")], f"{b.pop('description')} {size_note(name)}"), name
+            b.pop("default")
+        assert a == b, name
+    assert samp.get_param("interval_hours").schema["maximum"] == 24  # the one spec: no more drift
+
+
+def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
+    """A pipeline run reads mirage_samples' partitions only when the family params agree: the
+    samples form's defaults are what every pipeline size but demo resolves to."""
+    from mirage_tasks.plan import FAMILY_PARAMS
+    from mirage_tasks.runconf import MirageRun
+
+    samp = dags["mirage_samples"].params
+    assert list(samp) == list(FAMILY_PARAMS)
+    for size in ("month", "paper", "scheduled"):
+        run = MirageRun.from_params({"size": size}).as_dict()
+        assert {k: run[k] for k in FAMILY_PARAMS} == samp.dump(), size
+
+
+def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
+    """The DAG files build their forms from mirage_tasks.runconf at parse time: that pulls in
+    stdlib-only modules of the task package, never numpy, pandas, torch or pyarrow."""
+    import os
+    import sys
+
+    from conftest import PLUGINS
+
+    probe = ("import runpy, sys\n"
+             f"for f in ({str(DAGS / 'mirage_pipeline.py')!r}, {str(DAGS / 'mirage_samples.py')!r}):\n"
+             "    runpy.run_path(f)\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mirage_tasks', 'stepkit', 'faasm_tasks')))\n"
+             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'sklearn', 'xgboost') if m in sys.modules))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), str(REPO)]), "HOUSE_NO_VARIABLES": "1"}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    modules, heavy = out.stdout.strip().splitlines()[-2:]
+    assert set(json.loads(modules.replace("'", '"'))) <= {
+        "mirage_tasks", "mirage_tasks.runconf", "mirage_tasks.times", "mirage_tasks.models",
+        "mirage_tasks.models.registry", "mirage_tasks.sim", "mirage_tasks.sim.probes"}
+    assert heavy == "[]"

@@ -96,30 +96,14 @@ def dag_defaults() -> dict:
 
 
 def _makefile_demo_conf(synthetic: bool = False) -> dict:
-    """The Makefile's DEMO_CONF as JSON: as `make demo TRACE=... TRACE_TZ=...` expands it, or as
-    plain `make demo` does (``synthetic``: the synthetic trace and its fixed window)."""
+    """The Makefile's DEMO_CONF as make expands it: as `make demo TRACE=... TRACE_TZ=...` does,
+    or as plain `make demo` does (``synthetic``)."""
     import json
-    import re
 
-    from conftest import REPO
+    from test_mirage_params import make_value
 
-    text = (REPO / "Makefile").read_text()
-    lines = text.splitlines()
-    line = next(ln for ln in lines if ln.startswith("DEMO_CONF :="))
-    conf = line.split(":=", 1)[1].strip()
-    if synthetic:
-        synth = next(ln for ln in lines if ln.startswith("DEMO_SYNTH :=")).split(":=", 1)[1].strip()
-        start = next(ln for ln in lines if ln.startswith("DEMO_VAL_START ?=")).split("?=", 1)[1].strip()
-        conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', "", conf)
-        conf = conf.replace("$(if $(TRACE),,$(DEMO_SYNTH))", synth.replace("$(DEMO_VAL_START)", start))
-        conf = conf.replace("$(DEMO_TRACE)", "")
-    else:
-        # the optional time zone included, the synthetic window left out
-        conf = re.sub(r'\$\(if \$\(TRACE\),\$\(comma\)(.*?")\)', r", \1", conf)
-        conf = conf.replace("$(if $(TRACE),,$(DEMO_SYNTH))", "")
-        conf = conf.replace("$(TRACE_TZ)", "America/Chicago").replace("$(DEMO_TRACE)", "/data/demo-trace.log")
-    assert "$(" not in conf, conf
-    return json.loads(conf)
+    trace = {} if synthetic else {"TRACE": "/data/demo-trace.log", "TRACE_TZ": "America/Chicago"}
+    return json.loads(make_value("DEMO_CONF", **trace))
 
 
 def _every_argv(p: dict) -> list[list[str]]:
@@ -171,13 +155,14 @@ def test_argv_helper_uses_the_parsers_flags_and_refuses_unknown_keys():
 
 
 def test_dag_model_enum_is_the_registry():
-    """The DAG's model list stays literal (no import at parse time) but must equal the registry."""
+    """The form's model choices and the paper's models are the registry's."""
     from mirage_tasks.models.registry import KINDS
+    from mirage_tasks.runconf import MirageRun
 
     params = _dag_params()
     models = params.get_param("models")
-    assert models.schema["items"]["enum"] == list(KINDS)
-    assert models.value == list(KINDS)
+    assert models.schema["items"]["enum"] == list(KINDS) and models.schema["examples"] == list(KINDS)
+    assert models.value is None and MirageRun().models == list(KINDS)  # empty: the size's models
 
 
 def test_plan_module_imports_stdlib_only():
@@ -191,16 +176,19 @@ def test_plan_module_imports_stdlib_only():
 
 
 def test_dag_defaults_are_the_steps_defaults(dag_defaults):
-    """Where a DAG param mirrors a step flag, its default is the step's own (written once, in the step)."""
+    """Where a run param mirrors a step flag, its default (the paper's) is the step's own."""
     from mirage_tasks.models.presets import PRESETS
+    from mirage_tasks.runconf import DEFAULTS
 
     sample = step_parser("sample")
     for param in ("interval_hours", "warmup_days", "workload_days", "probes", "probe_spacing"):
+        assert DEFAULTS[param] == sample.get_default(param), param
+    for param in ("warmup_days", "workload_days", "probes", "probe_spacing"):  # not set by any size
         assert dag_defaults[param] == sample.get_default(param), param
     from mirage_tasks.sim.probes import PROBE_SPACINGS
 
     assert _dag_params().get_param("probe_spacing").schema["enum"] == list(PROBE_SPACINGS)
-    assert dag_defaults["preset"] == step_parser("train").get_default("preset")
+    assert dag_defaults["preset"] == DEFAULTS["preset"] == step_parser("train").get_default("preset")
     preset_enum = _dag_params().get_param("preset").schema["enum"]
     assert sorted(preset_enum) == sorted(PRESETS)
 
@@ -316,7 +304,7 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     extras = [{"day": f"2023-02-{d:02d}", "params": fam} for d in range(1, 29)]
     run = month_run("2023-02", extras)
     assert run["logical_date"] == "2023-03-01T00:00:00+00:00" and run["run_id"] == "samples_complete__2023-02"
-    assert run["conf"] == fam
+    assert run["conf"] == {"size": "paper", **fam}  # a full-size run on the days' sampling params
     # the pipeline accepts the conf and validates February on it (the month before its logical date)
     from datetime import datetime, timezone
 
@@ -327,9 +315,140 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
         form[k] = v
     params = form.validate()
     w = windows(params, datetime(2023, 3, 1, tzinfo=timezone.utc))
-    assert w["val_start"] == "2023-02-01T00:00:00+00:00"
+    assert w["val_start"] == "2023-02-01T00:00:00+00:00" and w["train_count"] == 684
+    # it reads the days' partitions: the same sample families as mirage_samples wrote
+    from mirage_tasks.plan import samples_day, samples_trace
+
+    t = samples_trace(fam, "/r/mirage", "2023-02-10", "sha256:aa")
+    p = plan(params, "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=timezone.utc), shared="/r/mirage",
+             trace_fp="sha256:aa")
+    assert samples_day(fam, "/r/mirage", t, "2023-02-10")["partitions"]["8"] == p["families"]["8"] + "/day=2023-02-10"
     assert month_run("2023-12", extras)["logical_date"] == "2024-01-01T00:00:00+00:00"
     with pytest.raises(ValueError, match="different param sets"):
         month_run("2023-02", [*extras, {"params": dict(fam, probes=5)}])
     with pytest.raises(ValueError, match="do not record their params"):
         month_run("2023-02", [{"day": "2023-02-01"}])
+
+
+# ----------------------------------------------------------------------------- one run configuration
+
+#: The Makefile's demo before it became the ``demo`` size: DEMO_CONF, and DEMO_SYNTH on the
+#: synthetic trace (both as they were written there).
+OLD_DEMO = {"train_count": 30, "interval_hours": 12, "val_count": 6, "node_sizes": [1, 8], "shards": 2,
+            "train_params": {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]}}
+OLD_DEMO_SYNTH = {"window_from": "2023-01-01T00:00:00+00:00", "window_to": "2023-03-31T00:00:00+00:00",
+                  "val_start": "2023-02-11T00:00:00+00:00"}
+#: The DAG's defaults before sizes (the paper's configuration): what every run key was computed from.
+OLD_DEFAULTS = {"trace": None, "window_from": None, "window_to": None, "trace_timezone": None,
+                "synth_profile": "ls6-a100", "cluster_config": "ls6", "train_start": None, "train_count": 684,
+                "val_start": None, "val_count": None, "interval_hours": 4, "warmup_days": 2, "workload_days": 5,
+                "probes": 7, "probe_spacing": "uniform", "node_sizes": [1, 8], "shards": 4,
+                "models": ["xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
+                           "transformer_policy", "moe_policy"],
+                "preset": "quick", "train_params": {}, "device": "cpu", "policy_eval": "sampled", "seed": 0}
+
+
+def _form(conf: dict) -> dict:
+    """The mirage_pipeline form's values after a trigger with ``conf`` (checked by the form's schema)."""
+    import copy
+
+    params = copy.deepcopy(_dag_params())
+    for k, v in conf.items():
+        params[k] = v
+    return params.validate()
+
+
+def _plan_task(run_type: str, conf: dict, logical_date=APRIL):
+    """The DAG's own ``plan.commands`` task run on a trigger's form values (no database)."""
+    from types import SimpleNamespace
+
+    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DAGS
+
+    dag = DagBag(dag_folder=str(DAGS / "mirage_pipeline.py")).dags["mirage_pipeline"]
+    task = dag.get_task("plan.commands")
+    return task.python_callable(params=_form(conf), dag_run=SimpleNamespace(run_type=run_type), dag=dag,
+                                logical_date=logical_date)
+
+
+def test_storage_keys_of_the_paper_configuration_are_unchanged():
+    """Committed outputs stay valid: the paper size (the former defaults) gives the run keys and
+    sample families it always had (values computed before sizes existed)."""
+    from mirage_tasks.plan import run_key, trace_identity
+    from mirage_tasks.runconf import MirageRun
+
+    paper = MirageRun.from_params(_form({"size": "paper"}))
+    assert paper.key_params() == OLD_DEFAULTS
+    assert run_key(paper, APRIL, trace_identity(paper)) == "2023-04-01T000000Z-85d52a42ea4b"
+    real = MirageRun.from_params(_form({"size": "paper", "trace": "/data/ls6.log",
+                                        "trace_timezone": "America/Chicago"}))
+    assert run_key(real, APRIL, trace_identity(real, "sha256:aa")) == "2023-04-01T000000Z-6364ef39a127"
+    assert run_key(dict(OLD_DEFAULTS, trace="/data/ls6.log", trace_timezone="America/Chicago"), APRIL,
+                   trace_identity(real, "sha256:aa")) == "2023-04-01T000000Z-6364ef39a127"
+    p = plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    assert p["trace"] == "/r/mirage/traces/ingest-0a99dd7fcae108c3"
+    assert p["families"] == {"1": "/r/mirage/samples/node1-08b68ac85fefc5ee",
+                             "8": "/r/mirage/samples/node8-ed80663a7bc2c9af"}
+    synth = plan(paper, "/r/p", APRIL, shared="/r/mirage")
+    assert synth["trace"] == "/r/mirage/traces/synth-9abb5a0d653efd3f"
+    assert synth["families"] == {"1": "/r/mirage/samples/node1-844576b500350e35",
+                                 "8": "/r/mirage/samples/node8-6c226210bf5abfae"}
+    # a scheduled run: the DAG's own plan task, whatever size the form says
+    scheduled = _plan_task("scheduled", {})
+    assert scheduled["config"]["size"] == "scheduled" and scheduled["prefix"].endswith("/2023-04-01T000000Z-943569fab9f8")
+    assert scheduled["windows"]["train_count"] == 42 and scheduled["windows"]["val_count"] == 12
+
+
+@pytest.mark.parametrize("synthetic", [True, False])
+def test_size_demo_is_the_makefiles_former_demo(synthetic):
+    """``{"size": "demo"}`` (what `make demo` now sends) plans exactly what the hand-copied
+    DEMO_CONF planned: same params, windows and every argv."""
+    from mirage_tasks.runconf import MirageRun
+
+    conf = _makefile_demo_conf(synthetic)
+    assert conf["size"] == "demo" and set(conf) <= {"size", "trace", "trace_timezone"}
+    old = dict(OLD_DEFAULTS, **OLD_DEMO, **(OLD_DEMO_SYNTH if synthetic else {}),
+               **{k: v for k, v in conf.items() if k != "size"})
+    new = MirageRun.from_params(_form(conf))
+    assert new.key_params() == old
+    date = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a manual trigger today
+    p, q = plan(new, "/r/p", date, shared="/r/mirage"), plan(old, "/r/p", date, shared="/r/mirage")
+    assert p.pop("config")["size"] == "demo" and q.pop("config")["size"] == "paper"
+    assert p == q
+    if synthetic:  # pinned windows: the same run whatever the logical date
+        assert p["windows"]["val_start"] == "2023-02-11T00:00:00+00:00" and p["windows"]["val_count"] == 6
+        assert plan(new, "/r/p", APRIL, shared="/r/mirage")["validate"] == p["validate"]
+        assert p["trace_argv"][p["trace_argv"].index("--from") + 1] == "2023-01-01T00:00:00+00:00"
+    else:  # a real trace: the month before the logical date, as always
+        assert p["windows"]["val_start"] == "2026-11-01T00:00:00+00:00"
+    assert len(p["train_cpu"]) == 12 and len(p["policy_cpu"]) == 4 and len(p["validate"]) == 10 * 2 * 2
+
+
+def test_explicit_params_win_over_the_size():
+    from mirage_tasks.runconf import MirageRun
+
+    run = MirageRun.from_params(_form({"size": "demo", "train_count": 12, "val_start": "2023-02-20T00:00:00+00:00",
+                                       "models": ["xgboost"], "train_params": {}}))
+    assert (run.train_count, run.val_start, run.models, run.train_params) == (12, "2023-02-20T00:00:00+00:00",
+                                                                              ["xgboost"], {})
+    assert (run.interval_hours, run.val_count, run.window_from) == (12, 6, "2023-01-01T00:00:00+00:00")  # the demo's
+    month = MirageRun.from_params(_form({"size": "month"}))
+    assert (month.train_count, month.val_count, month.interval_hours, month.models) == (180, None, 4, OLD_DEFAULTS["models"])
+    w = windows(month, APRIL)
+    assert w["val_count"] == 156 and w["train_count"] == 180 and w["val_start"] == "2023-03-01T00:00:00+00:00"
+
+
+@pytest.mark.parametrize("conf, param", [
+    ({"val_start": "March"}, "val_start"),
+    ({"train_params": {"xgboost": "n_estimators=5"}}, "train_params"),
+    ({"train_params": {"lstm": ["a=1"]}}, "train_params"),
+    ({"models": ["moe_policy", "xgboost"]}, "models"),
+    ({"window_to": "2023-13-01"}, "window_to"),
+])
+def test_a_bad_value_fails_the_plan_naming_the_param(conf, param):
+    """Values the form's schema lets through but the run cannot use fail the DAG's plan task
+    for good (no retry), with the param named."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=f"param {param}"):
+        _plan_task("manual", conf)
