@@ -93,7 +93,7 @@ def test_trigger_form_defaults_start_one_manual_run_and_no_scheduled_one(ui):
     time.sleep(2)  # give a wrongly scheduled run the chance to appear beside it
     runs = _runs(ui, "mirage_pipeline")
     assert [r["run_type"] for r in runs] == ["manual"], runs
-    assert runs[0]["conf"] == defaults
+    assert runs[0]["conf"] == defaults and runs[0]["conf"]["size"] == "demo"  # the form's default: minutes
     dag = api_get(base, ui["token"], "/api/v2/dags/mirage_pipeline")
     assert not dag["is_paused"]
     next_run = datetime.fromisoformat(dag["next_dagrun_run_after"].replace("Z", "+00:00"))
