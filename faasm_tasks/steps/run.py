@@ -168,6 +168,8 @@ def run(args) -> int:
     if use_billing and args.target == "local":  # knative: the run's billing DaemonSet samples every node
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
+        if sampler.get("ready") is False:  # the points run; collect says which windows have no samples
+            print(f"run: billing sampler not sampling: {sampler.get('problem')}", flush=True)
         # the handle is recoverable from storage (host, pid, start time, samples file)
         from stepkit import storage  # noqa: PLC0415
 
@@ -234,6 +236,7 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
     print(f"run: {plan.name}/{plan.system} {point} repeat {rep} -> {att.uri}", flush=True)
     t_start = time.time()
     budget = point_budget(plan, point, args.call_timeout)
+    billing_wanted = bool(plan.experiment.get("billing", False) and not args.no_billing)
     invalid: list[str] = []
     try:
         prep = _between_points(args, plan, target, first, budget)
@@ -246,6 +249,7 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
         metrics["between_points"] = prep
         metrics["budget_s"] = round(budget, 1)
         metrics["window"] = {"start": t_start, "end": time.time()}
+        metrics["billing_wanted"] = billing_wanted  # collect: a window without samples is then said so
         att.finish(ok, err, metrics, failed_calls, invalid_reasons=invalid)
     except Exception as exc:  # noqa: BLE001 - keep partial results, mark the attempt failed
         tb = traceback.format_exc()
@@ -253,7 +257,8 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
             att.write_text("error.txt", tb)
         except Exception:  # noqa: BLE001
             pass
-        att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()}}, 1)
+        att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()},
+                                                           "billing_wanted": billing_wanted}, 1)
         log.error("point failed: %s", tb)
         ok, err = False, str(exc)
     status = att.record["status"]
