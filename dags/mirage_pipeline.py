@@ -156,16 +156,22 @@ with DAG(
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
         from mirage_tasks.plan import plan_run
+        from mirage_tasks.runlog import record_run
         from stepkit import StepError
 
         params = dict(context["params"])
         if context["dag_run"].run_type == "scheduled":
             params.update(SCHEDULED)
         try:
-            return plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                            context.get("logical_date"), workers=GRANTED, threads=GRANTED)
+            p = plan_run(params, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                         context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
+        # which DAG run used this prefix (the results view lists runs by it)
+        record_run(p["prefix"], dag_id=context["dag"].dag_id, run_id=context["run_id"],
+                   run_type=context["dag_run"].run_type, logical_date=context.get("logical_date"),
+                   params=params, defaults=context["dag"].params.dump())
+        return p
 
     @task
     def argvs(p: dict, key: str) -> list:
