@@ -79,9 +79,10 @@ def _parts(rel: str) -> list[str]:
     return parts
 
 
-def _read_local(base: str, rel: str) -> bytes:
-    """``base/rel`` when every component below ``base`` is a real folder and the last a regular
-    file: opened from ``base``'s descriptor down with ``O_NOFOLLOW`` (no check-then-open race)."""
+def _open_local(base: str, rel: str) -> int:
+    """A descriptor of ``base/rel`` when every component below ``base`` is a real folder and the
+    last a regular file: opened from ``base``'s descriptor down with ``O_NOFOLLOW`` (no
+    check-then-open race); ``KeyError`` otherwise."""
     parts = _parts(rel)
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -98,13 +99,19 @@ def _read_local(base: str, rel: str) -> bytes:
         raise KeyError(rel) from exc
     finally:
         os.close(fd)
-    try:
-        if not stat.S_ISREG(os.fstat(ffd).st_mode):
-            raise KeyError(rel)
-        with os.fdopen(ffd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
+    if not stat.S_ISREG(os.fstat(ffd).st_mode):
         os.close(ffd)
+        raise KeyError(rel)
+    return ffd
+
+
+def _plain_object(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> None:
+    try:
+        info = fs.info(path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise KeyError(rel) from exc
+    if info.get("type") != "file":
+        raise KeyError(rel)
 
 
 def read_plain(root: str, rel: str) -> bytes:
@@ -114,16 +121,30 @@ def read_plain(root: str, rel: str) -> bytes:
     _parts(rel)
     fs, base = filesystem(root)
     if _is_local(fs):
-        return _read_local(base, rel)
+        fd = _open_local(base, rel)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
     path = f"{base}/{rel}"
+    _plain_object(fs, path, rel)
     try:
-        info = fs.info(path)
-        if info.get("type") != "file":
-            raise KeyError(rel)
         with fs.open(path, "rb") as f:
             return f.read()
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise KeyError(rel) from exc
+
+
+def is_plain(root: str, rel: str) -> bool:
+    """Whether :func:`read_plain` would read ``rel`` (without reading it)."""
+    try:
+        _parts(rel)
+        fs, base = filesystem(root)
+        if _is_local(fs):
+            os.close(_open_local(base, rel))
+        else:
+            _plain_object(fs, f"{base}/{rel}", rel)
+        return True
+    except KeyError:
+        return False
 
 
 def _json(root: str, rel: str) -> Any:
@@ -169,8 +190,8 @@ def list_reports(root: str) -> list[Report]:
             folder = posixpath.dirname(marker_path)
             rel_folder = folder[len(base) + 1:]
             marker = _json(root, f"{rel_folder}/{MARKER}")  # a linked folder or marker is no report
-            if not isinstance(marker, dict):
-                continue  # a half-written, foreign or linked marker: not a report
+            if not isinstance(marker, dict) or not is_plain(root, f"{rel_folder}/{page}"):
+                continue  # a half-written, foreign or linked marker or page: not a report
             parts = rel_folder.split("/")
             if pipeline == "mirage_pipeline":
                 run = parts[1]

@@ -189,6 +189,10 @@ def _escape_tree(tmp_path):
     (inner / "_SUCCESS.json").symlink_to(ok / "_SUCCESS.json")  # a link inside the root: refused too
     (inner / "report.html").write_text("inner")
     (root / "mirage_pipeline" / "linked").symlink_to(secret, target_is_directory=True)  # a linked run folder
+    clean = root / "mirage_pipeline" / "clean" / "report"
+    clean.mkdir(parents=True)
+    (clean / "_SUCCESS.json").write_text(json.dumps({"finished": "x"}))
+    (clean / "report.html").write_text("<p>clean</p>")
     fifo = root / "mirage_pipeline" / "good" / "report" / "report.md.fifo"
     os.mkfifo(fifo)
     return root, secret
@@ -208,8 +212,8 @@ def test_symlinks_out_of_the_root_are_never_served(tmp_path):
             catalog.read_plain(r, "mirage_pipeline/good/report/report.md.fifo")  # not a regular file
         with pytest.raises(KeyError):
             catalog.read_plain(r, "mirage_pipeline/good/report")  # a folder
-    # the listing shows only the real report folder
-    assert [x.path for x in catalog.list_reports(str(root))] == ["mirage_pipeline/good/report/report.html"]
+    # the listing shows only the report whose marker and page are regular files inside the root
+    assert [x.path for x in catalog.list_reports(str(root))] == ["mirage_pipeline/clean/report/report.html"]
     # a root that is itself a link is fine (the links below it are what is refused)
     alias = tmp_path / "alias"
     alias.symlink_to(root, target_is_directory=True)
