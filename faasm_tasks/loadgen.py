@@ -1153,6 +1153,13 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
     if not exe:
         raise FileNotFoundError("wrk is not installed (apt-get install -y wrk)")
     script = wrk_script(spec)
+    if spec.ready_timeout_s > 0:  # the same start condition as the builtin driver: a first 2xx reply
+        t0 = time.monotonic()
+        readiness = await_ready(spec)
+        if not readiness["ready"]:
+            out = _not_ready_summary(spec, readiness, time.monotonic() - t0)
+            out.pop("histogram")
+            return out, "", script
     duration = int(max(1, round(spec.duration_s)))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)

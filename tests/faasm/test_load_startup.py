@@ -113,3 +113,17 @@ def test_a_driver_process_that_never_starts_fails_the_point_with_that_message(mo
                                                r"report within 1 s \(0/2 started"):
             run_load(LoadSpec(url=srv.url + "/", connections=2, processes=2, duration_s=0.3, timeout_s=1,
                               start_timeout_s=1))
+
+
+def test_wrk_waits_for_readiness_too():
+    if not loadgen.wrk_available():
+        pytest.skip("wrk is not installed (apt-get install -y wrk)")
+    with ScriptedServer(first_call_slow(0.0, status=503)) as srv:
+        s, stdout, _ = loadgen.run_wrk(LoadSpec(url=srv.url + "/", connections=1, duration_s=1, timeout_s=1,
+                                                ready_timeout_s=0.5), threads=1)
+    assert s["ready"] is False and stdout == "" and "histogram" not in s
+    assert explain_no_success(s).startswith("the target never answered 2xx before the window")
+    with ScriptedServer(first_call_slow(1.0)) as srv:
+        s, stdout, _ = loadgen.run_wrk(LoadSpec(url=srv.url + "/", connections=1, duration_s=1, timeout_s=2,
+                                                ready_timeout_s=120), threads=1)
+    assert s["requests_all"] > 0 and "FAASM_WRK" in stdout
