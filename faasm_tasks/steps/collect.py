@@ -1,7 +1,8 @@
 """Stop the billing samplers, store their samples and attach a billing summary (one entry
 per host) to every attempt of the run that has none yet (an attempt that asked for billing and
-has no samples around its window gets a summary that says so: ``no_samples``, ``problem``); copy local-target logs. Attempts
-left ``running`` by a killed ``run`` are marked ``failed`` (``interrupted``) first.
+has no samples around its window gets a summary that says so, ``no_samples`` and ``problem``,
+and a later collect tries it again); copy local-target logs. Attempts left ``running`` by a
+killed ``run`` are marked ``failed`` (``interrupted``) first.
 
 Local target: the sampler is a process of this worker (its samples are stored under
 ``billing/<host>-<digest>.jsonl``). Knative target: the samplers are the run's billing
@@ -67,7 +68,7 @@ def run(args) -> int:
     parsed = {h: billing.read_samples(t)[1] for h, t in texts.items()}
     report["no_samples"] = []
     for uri, rec in iter_records(args.results, date, args.run_id):
-        if rec.get("status") == "running" or "billing" in rec:
+        if rec.get("status") == "running" or (rec.get("billing") or {}).get("hosts"):
             continue
         win = (rec.get("metrics") or {}).get("window")
         if not win:
