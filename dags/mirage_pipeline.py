@@ -117,6 +117,7 @@ with DAG(
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
         from mirage_tasks.plan import plan_run
+        from mirage_tasks.runlog import record_run
         from stepkit import StepError
 
         run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
@@ -126,6 +127,10 @@ with DAG(
                                backfill=run_type == "backfill", workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
+        # which DAG run used this prefix (the results view lists runs by it)
+        record_run(planned["prefix"], dag_id=context["dag"].dag_id, run_id=context["run_id"], run_type=run_type,
+                   logical_date=context.get("logical_date"), params=dict(context["params"]),
+                   defaults=context["dag"].params.dump())
         print(f"run prefix: {planned['prefix']}", flush=True)  # make demo's summary reads it from the log
         return planned
 

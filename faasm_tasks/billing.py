@@ -33,6 +33,7 @@ import psutil
 from . import procs
 
 MB = 1024 * 1024
+MAX_GAP_S = 5.0  # summarize: samples this far outside a window still bound it
 CUMULATIVE = ("disk_read_mb", "disk_write_mb", "net_sent_mb", "net_recv_mb",
               "cpu_time_user", "cpu_time_system", "cpu_time_idle", "cpu_time_iowait")
 
@@ -117,8 +118,43 @@ def _read_ctl(path: str) -> dict[str, Any] | None:
         return None
 
 
+def _sample_lines_after(path: str, offset: int) -> int:
+    """How many complete sample lines (not headers) ``path`` holds past byte ``offset``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return 0
+    lines = data.split(b"\n")[:-1]  # the last piece is an unfinished line (or empty)
+    return sum(1 for ln in lines if ln.strip() and not ln.startswith(b'{"header"'))
+
+
+def await_samples(path: str, offset: int, proc: psutil.Process | subprocess.Popen, n: int = 1,
+                  timeout_s: float = 120.0) -> dict[str, Any]:
+    """Wait until the sampler writing ``path`` has written ``n`` samples past ``offset`` (it
+    has imported, installed its signal handlers and sampled), while it lives, for at most
+    ``timeout_s``. Returns ``{"ready", "samples", "waited_s"}`` (and ``problem`` when not)."""
+    t0 = time.monotonic()
+    while True:
+        got = _sample_lines_after(path, offset)
+        if got >= n:
+            return {"ready": True, "samples": got, "waited_s": round(time.monotonic() - t0, 3)}
+        alive = proc.poll() is None if isinstance(proc, subprocess.Popen) else proc.is_running()
+        if not alive:
+            return {"ready": False, "samples": got, "waited_s": round(time.monotonic() - t0, 3),
+                    "problem": f"the sampler (pid {proc.pid}) exited before writing {n} sample(s)"}
+        if time.monotonic() - t0 > timeout_s:
+            return {"ready": False, "samples": got, "waited_s": round(time.monotonic() - t0, 3),
+                    "problem": f"the sampler (pid {proc.pid}) wrote {got} of {n} sample(s) in {timeout_s:g} s"}
+        time.sleep(0.05)
+
+
 def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_file: str | None = None,
-                  max_s: float = 6 * 3600) -> dict[str, Any]:
+                  max_s: float = 6 * 3600, ready_timeout_s: float = 120.0) -> dict[str, Any]:
+    """Start the run's sampler (unless it runs) and wait until it has taken its first sample,
+    so that a window measured from now on has a sample before it and a stop after this
+    returns finds its SIGTERM handler installed (``ready`` says whether it got there)."""
     label = procs.run_label(state_root, run_id)
     procs.run_dir(state_root, run_id, "billing")
     ctl_path = _ctl_path(state_root, run_id)
@@ -126,6 +162,10 @@ def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_fil
     if ctl and _running(ctl, label):
         return {**ctl, "action": "already running"}
     out = samples_path(state_root, run_id)
+    try:
+        offset = os.path.getsize(out)  # a restarted sampler appends to the same file
+    except OSError:
+        offset = 0
     cmd = [sys.executable, "-m", "faasm_tasks.billing", "sample", "--out", out, "--interval", str(interval),
            "--max-s", str(max_s)] + (["--state-file", state_file] if state_file else [])
     env = procs.labelled_env(label, "billing-sampler")
@@ -143,7 +183,7 @@ def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_fil
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         json.dump(ctl, f)
     os.replace(tmp, ctl_path)
-    return {**ctl, "action": "started"}
+    return {**ctl, "action": "started", **await_samples(out, offset, proc, 1, ready_timeout_s)}
 
 
 def sampler_problem(ctl: dict[str, Any]) -> str | None:
@@ -229,7 +269,7 @@ def _integral_gb_s(rows: list[dict[str, Any]], key: str, t0: float, t1: float) -
 
 
 def summarize(rows: list[dict[str, Any]], t_start: float, t_end: float, host: str = "",
-              max_gap_s: float = 5.0) -> dict[str, Any]:
+              max_gap_s: float = MAX_GAP_S) -> dict[str, Any]:
     """Summary of one host over ``[t_start, t_end]`` (epoch seconds). Includes the sample
     just before the window and just after it (if within ``max_gap_s``: samples from another
     sampler session do not count), so a short run still gets a delta."""

@@ -26,6 +26,18 @@ Errors are counted by kind: ``connect``, ``timeout`` (from the send), ``read`` (
 bad reply) and ``non2xx``. Throughput is reported for successful and for all responses,
 divided by ``measured_duration_s`` (the window, lengthened by replies that arrive after
 it; ``throughput_basis`` says so); ``duration_s`` stays the nominal window.
+
+Start-up is judged by conditions, not fixed windows (a loaded machine stretches every
+step of it): with ``ready_timeout_s`` the driver first sends single requests until one is
+answered 2xx (the target has imported and warmed its function), waiting as long as that
+first reply takes, up to the deadline; a target that never answers yields a summary with
+``ready: False`` and no window at all. Forked driver processes report that they have
+started before the start time ``t0`` is fixed (``start_timeout_s`` bounds that). In
+closed mode ``min_requests`` lengthens the window, by at most ``max_extra_s``, until that
+many requests were concluded in it. Every summary carries the counters that explain a
+point without a success (``attempted``, ``sent``, errors by kind with the last error of
+each, warm-up requests, the driver's start lag, ``elapsed_s``); :func:`explain_no_success`
+turns them into one sentence.
 """
 
 from __future__ import annotations
@@ -86,6 +98,17 @@ class LoadSpec:
     # processes (Linux >= 6.12 EEVDF; unprivileged; ignored by older kernels). A short slice
     # lets a driver waking from epoll preempt a busy neighbour sooner. 0: the kernel default.
     slice_us: int = 100
+    # > 0: before the window, send one request at a time until one is answered 2xx, waiting
+    # up to this many seconds in all (each reply may take that long): the target is warm
+    # (imports done, first call served) before anything is measured. Never answered: the
+    # summary says ``ready: False`` and holds what the probe got; no window is run.
+    ready_timeout_s: float = 0.0
+    # forked driver processes must report that they have started within this many seconds
+    start_timeout_s: float = 60.0
+    # closed mode: the window goes on past ``duration_s`` until this many requests were
+    # concluded in it (answered or failed), for at most ``max_extra_s`` more seconds
+    min_requests: int = 0
+    max_extra_s: float = 0.0
 
     def __post_init__(self):
         if self.mode not in ("closed", "open"):
@@ -99,6 +122,8 @@ class LoadSpec:
             raise ValueError("slice_us must be 0 (kernel default) or 100..100000")
         if not 0 <= self.rt_priority <= 99:
             raise ValueError("rt_priority must be 0 (normal scheduling) or 1..99 (SCHED_FIFO)")
+        if self.ready_timeout_s < 0 or self.start_timeout_s <= 0 or self.min_requests < 0 or self.max_extra_s < 0:
+            raise ValueError("ready_timeout_s, min_requests and max_extra_s must be >= 0, start_timeout_s > 0")
 
 
 def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
@@ -159,11 +184,29 @@ class _Worker:
         self.hist = new_hist()  # latency of 2xx responses, us
         self.lag = new_hist()  # open mode: actual send minus scheduled send, us
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
+        self.last_errors: dict[str, str] = {}  # the last error of each kind, as text
+        self.statuses: Counter[int] = Counter()  # non-2xx statuses in the window
         self.ok = self.all = self.scheduled = self.sent = self.late = 0
+        self.attempted = 0  # requests started in the window (a failed connect counts)
+        self.warmup_attempted = self.warmup_ok = 0
         self.rng = random.Random(spec.seed * 1000 + index)
         self.record_from = t0 + spec.warmup_s
         self.end = self.record_from + spec.duration_s
+        # min_requests: this process's share of them; the window may run on until hard_end
+        n = _share(spec, index)
+        self.min_share = math.ceil(spec.min_requests * n / spec.connections) if spec.min_requests else 0
+        self.hard_end = self.end + (spec.max_extra_s if self.min_share else 0.0)
         self.last_done = 0.0
+        self.first_start: float | None = None  # when this process's first request started
+        self.last_start = 0.0
+
+    def _concluded(self) -> int:
+        return self.all + self.errors["connect"] + self.errors["timeout"] + self.errors["read"]
+
+    def _error(self, kind: str, record: bool, detail: str) -> None:
+        if record:
+            self.errors[kind] += 1
+            self.last_errors[kind] = detail[:200]
 
     async def _connect(self):
         return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.spec.timeout_s)
@@ -171,27 +214,30 @@ class _Worker:
     async def _one(self, conn, t_ref: float, record: bool):
         """Send one request on ``conn`` (connecting if needed); returns the connection to reuse."""
         spec = self.spec
+        if record:
+            self.attempted += 1
+        else:
+            self.warmup_attempted += 1
         if conn is None:
             try:
                 conn = await self._connect()
-            except (OSError, asyncio.TimeoutError):
-                if record:
-                    self.errors["connect"] += 1
+            except (OSError, asyncio.TimeoutError) as exc:
+                self._error("connect", record, f"{self.host}:{self.port}: {type(exc).__name__}: {exc}")
                 await asyncio.sleep(min(0.05, spec.timeout_s))
                 return None
         reader, writer = conn
         try:
             writer.write(self.req)
+            if record:
+                self.sent += 1
             async with asyncio.timeout(spec.timeout_s):  # cheaper than wait_for (no extra task)
                 status, keep = await _read_response(reader)
         except asyncio.TimeoutError:
-            if record:
-                self.errors["timeout"] += 1
+            self._error("timeout", record, f"no reply within {spec.timeout_s:g} s")
             writer.close()
             return None
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _BadReply, ValueError):
-            if record:
-                self.errors["read"] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _BadReply, ValueError) as exc:
+            self._error("read", record, f"{type(exc).__name__}: {exc}")
             writer.close()
             return None
         done = time.monotonic()
@@ -203,6 +249,9 @@ class _Worker:
                 self.hist.record_value(max(LOWEST_US, int((done - t_ref) * 1e6)))
             else:
                 self.errors["non2xx"] += 1
+                self.statuses[status] += 1
+        elif 200 <= status < 300:
+            self.warmup_ok += 1
         if not keep:
             writer.close()
             return None
@@ -215,8 +264,13 @@ class _Worker:
             if spec.max_delay_ms > 0:
                 await asyncio.sleep(self.rng.uniform(0, spec.max_delay_ms) / 1000.0)
             start = time.monotonic()
-            if start >= self.end:
+            # the window ends at its nominal end once this process concluded its share of
+            # min_requests, else at the latest at hard_end
+            if start >= self.end and (self._concluded() >= self.min_share or start >= self.hard_end):
                 break
+            if self.first_start is None:
+                self.first_start = start
+            self.last_start = max(self.last_start, start)
             conn = await self._one(conn, start, start >= self.record_from)
         if conn:
             conn[1].close()
@@ -237,7 +291,11 @@ class _Worker:
     def result(self) -> dict[str, Any]:
         return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
                 "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late, "last_done": self.last_done}
+                "late": self.late, "last_done": self.last_done, "attempted": self.attempted,
+                "warmup_attempted": self.warmup_attempted, "warmup_ok": self.warmup_ok,
+                "last_errors": self.last_errors, "statuses": {str(k): v for k, v in self.statuses.items()},
+                "start_lag_s": None if self.first_start is None else self.first_start - self.t0,
+                "extended_s": max(0.0, self.last_start - self.end)}
 
 
 def _slot_range(spec: LoadSpec) -> tuple[int, int]:
@@ -615,7 +673,8 @@ class _OpenLoop:
     def result(self) -> dict[str, Any]:
         return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
                 "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late, "late_no_conn": self.late_no_conn, "last_done": self.last_done}
+                "late": self.late, "late_no_conn": self.late_no_conn, "last_done": self.last_done,
+                "attempted": self.sent}
 
 
 _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274, "arm64": 274, "ppc64le": 355, "s390x": 345, "riscv64": 274}
@@ -691,33 +750,151 @@ def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[st
             gc.enable()
 
 
-def _proc_main(spec: LoadSpec, index: int, t0: float, conn) -> None:
+def await_ready(spec: LoadSpec) -> dict[str, Any]:
+    """Send one request at a time until one is answered 2xx, for at most ``ready_timeout_s``
+    in all; each reply may take the rest of that time (a first call importing its libraries
+    on a loaded machine is slow, not failed). Returns what happened, counters included."""
+    host, port, req = _request_bytes(spec)
+    t_start = time.monotonic()
+    deadline = t_start + spec.ready_timeout_s
+    errors = dict.fromkeys(ERROR_KINDS, 0)
+    statuses: Counter[int] = Counter()
+    attempts, last = 0, ""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        attempts += 1
+        kind, status = None, 0
+        try:
+            sock = socket.create_connection((host, port), timeout=min(left, max(spec.timeout_s, 1.0)))
+        except OSError as exc:
+            kind, last = "connect", f"{host}:{port}: {type(exc).__name__}: {exc}"
+        else:
+            with sock:
+                try:
+                    sock.settimeout(max(0.05, deadline - time.monotonic()))
+                    sock.sendall(req)
+                    buf, r = b"", None
+                    while r is None:
+                        data = sock.recv(65536)
+                        buf += data
+                        r = parse_response(buf, eof=not data)
+                    status = r[1]
+                except socket.timeout:
+                    kind, last = "timeout", "no reply before the readiness deadline"
+                except (OSError, _BadReply) as exc:
+                    kind, last = "read", f"{type(exc).__name__}: {exc}"
+        if kind is None:
+            if 200 <= status < 300:
+                return {"ready": True, "attempts": attempts, "errors": errors,
+                        "statuses": {str(k): v for k, v in statuses.items()},
+                        "last_error": last, "waited_s": round(time.monotonic() - t_start, 3)}
+            kind, last = "non2xx", f"HTTP {status}"
+            statuses[status] += 1
+        errors[kind] += 1
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return {"ready": False, "attempts": attempts, "errors": errors, "statuses": {str(k): v for k, v in statuses.items()},
+            "last_error": last, "waited_s": round(time.monotonic() - t_start, 3),
+            "ready_timeout_s": spec.ready_timeout_s}
+
+
+def _child_setup(spec: LoadSpec) -> None:
+    """What a forked driver process does before it reports that it has started."""
+    if spec.mode == "closed":
+        try:
+            import uvloop  # noqa: F401 - optional, installed in _run_share
+        except ImportError:
+            pass
+
+
+def _proc_main(spec: LoadSpec, index: int, conn) -> None:
+    """A forked driver process: set up, report that it has started, wait for the start time, run."""
     try:
+        _child_setup(spec)
+        conn.send({"started": os.getpid()})
+        parent = os.getppid()
+        while not conn.poll(0.1):  # the parent sends t0 once every process has started
+            if os.getppid() != parent:
+                raise SystemExit("load driver parent exited")
+        t0 = conn.recv()
         conn.send(_run_share(spec, index, t0, in_child=True))
+    except (EOFError, BrokenPipeError):
+        pass  # the parent is gone or gave up on this run
     except BaseException as exc:  # noqa: BLE001 - report to the parent
-        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        try:
+            conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        except OSError:
+            pass
     finally:
         conn.close()
 
 
+def _load_text() -> str:
+    try:
+        return "load average %.1f, %.1f, %.1f" % os.getloadavg()
+    except OSError:
+        return "load average unknown"
+
+
+def _not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    out = summarize(new_hist(), spec.duration_s, 0, 0, dict.fromkeys(ERROR_KINDS, 0))
+    out.update(ready=False, readiness=readiness, attempted=0, sent=0, warmup_attempted=0, warmup_ok=0,
+               mode=spec.mode, connections=spec.connections, processes=spec.processes, warmup_s=spec.warmup_s,
+               elapsed_s=round(elapsed, 3), started=time.time(), histogram=new_hist().encode().decode(),
+               host_load=_load_text())
+    return out
+
+
 def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
     """Run the load and return the summary (with the encoded histogram)."""
-    t0 = time.monotonic() + start_delay_s
-    deadline = t0 + spec.warmup_s + spec.duration_s + spec.timeout_s + 30
-    wall0 = time.time() + start_delay_s
+    m0 = time.monotonic()
+    readiness = None
+    if spec.ready_timeout_s > 0:
+        readiness = await_ready(spec)
+        if not readiness["ready"]:
+            return _not_ready_summary(spec, readiness, time.monotonic() - m0)
     results = []
     if spec.processes == 1:
+        t0 = time.monotonic() + start_delay_s
+        wall0 = time.time() + start_delay_s
         results.append(_run_share(spec, 0, t0, in_child=False))
     else:
         ctx = mp.get_context("fork")
         procs = []
         for i in range(spec.processes):
-            parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_proc_main, args=(spec, i, t0, child), daemon=True)
+            parent, child = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=_proc_main, args=(spec, i, child), daemon=True)
             p.start()
             child.close()
             procs.append((p, parent))
         try:
+            # 1. every process reports that it has started (forks are slow on a loaded machine)
+            waiting = {parent: p for p, parent in procs}
+            start_deadline = time.monotonic() + spec.start_timeout_s
+            while waiting:
+                ready = mp_connection.wait(list(waiting), timeout=max(0.0, start_deadline - time.monotonic()))
+                if not ready:
+                    pids = sorted(p.pid for p in waiting.values())
+                    raise RuntimeError(f"the load driver never started: process(es) {pids} did not report within "
+                                       f"{spec.start_timeout_s:g} s ({len(procs) - len(waiting)}/{len(procs)} "
+                                       f"started; {_load_text()})")
+                for parent in ready:
+                    p = waiting.pop(parent)
+                    try:
+                        r = parent.recv()
+                    except EOFError:
+                        p.join(timeout=1)
+                        raise RuntimeError(f"the load driver never started: process {p.pid} exited before "
+                                           f"starting (exit code {p.exitcode})") from None
+                    if "error" in r:
+                        raise RuntimeError(f"the load driver never started: {r['error']}")
+            # 2. the start time, now that all of them wait for it
+            t0 = time.monotonic() + start_delay_s
+            wall0 = time.time() + start_delay_s
+            for _, parent in procs:
+                parent.send(t0)
+            deadline = t0 + spec.warmup_s + spec.duration_s + spec.max_extra_s + spec.timeout_s + 30
             waiting = {parent: (i, p) for i, (p, parent) in enumerate(procs)}
             while waiting:  # whichever reports (or dies) first, not in index order
                 left = deadline - time.monotonic()
@@ -755,7 +932,9 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
         raise RuntimeError("load process failed: " + "; ".join(errs))
     hist, lag = new_hist(), new_hist()
     errors = dict.fromkeys(ERROR_KINDS, 0)
-    ok = total = scheduled = sent = late = late_no_conn = 0
+    ok = total = scheduled = sent = late = late_no_conn = attempted = warm_att = warm_ok = 0
+    last_errors: dict[str, str] = {}
+    statuses: Counter[str] = Counter()
     last_done = max((r["last_done"] for r in results), default=0.0)
     for r in results:
         hist.decode_and_add(r["hist"])
@@ -768,6 +947,12 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
         sent += r["sent"]
         late += r["late"]
         late_no_conn += r.get("late_no_conn", 0)
+        attempted += r.get("attempted", 0)
+        warm_att += r.get("warmup_attempted", 0)
+        warm_ok += r.get("warmup_ok", 0)
+        last_errors.update(r.get("last_errors", {}))
+        statuses.update(r.get("statuses", {}))
+    lags = [r["start_lag_s"] for r in results if r.get("start_lag_s") is not None]
     # Throughput divides by the measured window: from the first recorded slot (or send) to
     # the later of the window's end and the last recorded response (a backlog that drains
     # after the window lengthens it), never by the nominal duration alone.
@@ -780,6 +965,11 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
                warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
+    # what explains a point without a success (explain_no_success)
+    out.update(ready=True, readiness=readiness, attempted=attempted, sent=sent, warmup_attempted=warm_att,
+               warmup_ok=warm_ok, last_errors=last_errors, statuses=dict(statuses),
+               start_lag_s=round(max(lags), 3) if lags else None, timeout_s=spec.timeout_s,
+               elapsed_s=round(time.monotonic() - m0, 3), host_load=_load_text())
     if spec.mode == "open":
         missed = max(0, scheduled - sent)
         out.update(rate=spec.rate, scheduled=scheduled, sent=sent, missed=missed, late=late,
@@ -793,8 +983,62 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                    send_lag_p99_us=lag.get_value_at_percentile(99) if sent else None,
                    send_lag_max_us=lag.get_max_value() if sent else None)
     else:
-        out.update(max_delay_ms=spec.max_delay_ms)
+        extended = max((r.get("extended_s", 0.0) for r in results), default=0.0)
+        out.update(max_delay_ms=spec.max_delay_ms, min_requests=spec.min_requests,
+                   window_extended_s=round(extended, 3))
     return out
+
+
+def counters_text(s: dict[str, Any]) -> str:
+    e = s.get("errors") or {}
+    return (f"attempted {s.get('attempted', '?')}, sent {s.get('sent', '?')}, responses {s.get('requests_all', 0)}, "
+            f"connect errors {e.get('connect', 0)}, timeouts {e.get('timeout', 0)}, read errors {e.get('read', 0)}, "
+            f"non-2xx {e.get('non2xx', 0)}, elapsed {float(s.get('elapsed_s') or 0):.1f} s")
+
+
+def explain_no_success(s: dict[str, Any]) -> str:
+    """One sentence on why a load summary has no successful response, with its counters."""
+    counters = f"[{counters_text(s)}; {s.get('host_load', _load_text())}]"
+    e = s.get("errors") or {}
+    last = s.get("last_errors") or {}
+    if s.get("ready") is False:
+        r = s.get("readiness") or {}
+        re_ = r.get("errors") or {}
+        got = ", ".join(f"{v} {k}" for k, v in re_.items() if v) or "nothing"
+        return (f"the target never answered 2xx before the window: {r.get('attempts', 0)} readiness request(s) in "
+                f"{r.get('waited_s', 0):g} s (deadline {r.get('ready_timeout_s', 0):g} s) got {got} "
+                f"(last: {r.get('last_error') or '-'}); no load was sent {counters}")
+    # wrk's summary has no "attempted": what it concluded stands in
+    attempted = int(s["attempted"] if "attempted" in s else (s.get("requests_all") or 0) + (s.get("errors_total") or 0))
+    window = f"{float(s.get('duration_s') or 0):g} s"
+    if attempted == 0:
+        if s.get("mode") == "open":
+            why = (f"{s.get('scheduled', 0)} slot(s) were scheduled and none was sent (the driver fell behind "
+                   "its schedule)")
+        else:
+            lag, span = s.get("start_lag_s"), float(s.get("warmup_s") or 0) + float(s.get("duration_s") or 0)
+            if lag is None or lag >= span:
+                why = ("the driver started after the window had closed" if lag is not None
+                       else "the driver never sent a request") + (f" (start lag {lag:.1f} s)" if lag is not None else "")
+            else:
+                why = (f"the warm-up's request(s) ({s.get('warmup_attempted', 0)} started, {s.get('warmup_ok', 0)} "
+                       "answered 2xx) were still in flight when the window closed")
+        return f"zero requests sent in the {window} measurement window: {why} {counters}"
+    failed = sum(int(e.get(k, 0)) for k in ERROR_KINDS)
+    if e.get("connect", 0) and e.get("connect") == failed and not s.get("requests_all"):
+        return f"no connection: all {e['connect']} connect attempt(s) failed (last: {last.get('connect', '-')}) {counters}"
+    if e.get("timeout", 0) and e.get("timeout") == failed:
+        return (f"all {e['timeout']} request(s) timed out (no reply within {float(s.get('timeout_s') or 0):g} s) "
+                f"{counters}")
+    if e.get("read", 0) and e.get("read") == failed:
+        return f"all {e['read']} request(s) failed reading the reply (last: {last.get('read', '-')}) {counters}"
+    if e.get("non2xx", 0) and e.get("non2xx") == failed:
+        sts = ", ".join(f"HTTP {k} x{v}" for k, v in sorted((s.get("statuses") or {}).items())) or "statuses unrecorded"
+        return f"all {e['non2xx']} repl(ies) were non-2xx ({sts}) {counters}"
+    if failed:
+        kinds = ", ".join(f"{k}: {last[k]}" for k in ERROR_KINDS if k in last)
+        return f"no successful responses: every request failed ({kinds or 'mixed errors'}) {counters}"
+    return f"no successful responses: {attempted} request(s) started and none concluded in the window {counters}"
 
 
 def summarize(hist: HdrHistogram, duration_s: float, ok: int, total: int, errors: dict[str, int]) -> dict[str, Any]:
@@ -911,6 +1155,13 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
     if not exe:
         raise FileNotFoundError("wrk is not installed (apt-get install -y wrk)")
     script = wrk_script(spec)
+    if spec.ready_timeout_s > 0:  # the same start condition as the builtin driver: a first 2xx reply
+        t0 = time.monotonic()
+        readiness = await_ready(spec)
+        if not readiness["ready"]:
+            out = _not_ready_summary(spec, readiness, time.monotonic() - t0)
+            out.pop("histogram")
+            return out, "", script
     duration = int(max(1, round(spec.duration_s)))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)

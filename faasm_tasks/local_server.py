@@ -336,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--functions-dir", default="")
     p.add_argument("--cold-start-delay-ms", type=float, default=800.0)
     p.add_argument("--call-timeout-s", type=float, default=600.0)
+    p.add_argument("--preload", choices=["", "inference"], default="",
+                   help="worker: import the workload's libraries before registering (inference: torch), so "
+                        "that readiness means the first call does not import them")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -349,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if isinstance(app, WorkerApp):
+        if args.preload == "inference":
+            workloads.build_cnn()  # imports torch: seconds, many more on a loaded machine
         app.register()
     log.info("%s listening on 127.0.0.1:%d", args.role, args.port)
     try:

@@ -17,6 +17,16 @@ URL_PREFIX = "/results"
 class ResultsViewPlugin(AirflowPlugin):
     name = "results_view"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Pipeline results"}]
-    # A "Results" entry in the Browse menu showing the list inside the Airflow UI (iframe).
-    external_views = [{"name": "Pipeline results", "href": "results/", "destination": "nav",
-                       "category": "browse", "url_route": "results"}]
+    # Inside the Airflow UI (each an iframe in its layout): a "Pipeline results" entry in the
+    # Browse menu (the list); a "Results" tab on every DAG run (that run's reports); a "Report"
+    # tab on every task instance (a report step's report; other tasks say they write none),
+    # where the steps' "Report" extra link leads (house.links). The UI fills in {DAG_ID},
+    # {RUN_ID} and {TASK_ID}; hrefs are relative to the UI's base URL.
+    external_views = [
+        {"name": "Pipeline results", "href": "results/", "destination": "nav", "category": "browse",
+         "url_route": "results"},
+        {"name": "Results", "href": "results/dag-run/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
+         "url_route": "results"},
+        {"name": "Report", "href": "results/task/{DAG_ID}/{RUN_ID}/{TASK_ID}", "destination": "task_instance",
+         "url_route": "report"},
+    ]

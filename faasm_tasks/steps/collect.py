@@ -1,6 +1,8 @@
 """Stop the billing samplers, store their samples and attach a billing summary (one entry
-per host) to every attempt of the run that has none yet; copy local-target logs. Attempts
-left ``running`` by a killed ``run`` are marked ``failed`` (``interrupted``) first.
+per host) to every attempt of the run that has none yet (an attempt that asked for billing and
+has no samples around its window gets a summary that says so, ``no_samples`` and ``problem``,
+and a later collect tries it again); copy local-target logs. Attempts left ``running`` by a
+killed ``run`` are marked ``failed`` (``interrupted``) first.
 
 Local target: the sampler is a process of this worker (its samples are stored under
 ``billing/<host>-<digest>.jsonl``). Knative target: the samplers are the run's billing
@@ -64,19 +66,30 @@ def run(args) -> int:
         texts[host] += "".join(storage.read_bytes(storage.join(base, "billing", r)).decode() for r in sorted(rels))
     report["hosts"] = sorted(texts)
     parsed = {h: billing.read_samples(t)[1] for h, t in texts.items()}
+    report["no_samples"] = []
     for uri, rec in iter_records(args.results, date, args.run_id):
-        if rec.get("status") == "running" or "billing" in rec:
+        if rec.get("status") == "running" or (rec.get("billing") or {}).get("hosts"):
             continue
         win = (rec.get("metrics") or {}).get("window")
-        if not win or not parsed:
+        if not win:
             continue
-        summaries = [billing.summarize(rows, win["start"], win["end"], host) for host, rows in sorted(parsed.items())]
-        summaries = [s for s in summaries if s["samples"] >= 2]
-        if not summaries:
+        every = [billing.summarize(rows, win["start"], win["end"], host) for host, rows in sorted(parsed.items())]
+        summaries = [s for s in every if s["samples"] >= 2]
+        if summaries:
+            doc = {"hosts": summaries}
+            rec["billing"] = {"hosts": len(summaries),
+                              "memory_gb_s": round(sum(s["memory_gb_s"] for s in summaries), 4),
+                              "peak_memory_mb": max(s["peak_memory_mb"] for s in summaries)}
+        elif (rec.get("metrics") or {}).get("billing_wanted"):
+            # billing was asked for and no host has samples around this window: say so, never leave it out
+            problem = no_samples_problem(parsed, win)
+            doc = {"hosts": [], "no_samples": True, "problem": problem,
+                   "hosts_without_samples": [{"host": s["host"], "samples": s["samples"]} for s in every]}
+            rec["billing"] = {"hosts": 0, "problem": problem}
+            report["no_samples"].append({"attempt": uri, "problem": problem})
+        else:
             continue
-        storage.write_json(storage.join(uri, "billing_summary.json"), {"hosts": summaries})
-        rec["billing"] = {"hosts": len(summaries), "memory_gb_s": round(sum(s["memory_gb_s"] for s in summaries), 4),
-                          "peak_memory_mb": max(s["peak_memory_mb"] for s in summaries)}
+        storage.write_json(storage.join(uri, "billing_summary.json"), doc)
         rec["files"] = sorted(set(rec.get("files", [])) | {"billing_summary.json"})
         validate_record(rec)
         storage.write_json(storage.join(uri, "run.json"), rec)
@@ -92,4 +105,16 @@ def run(args) -> int:
     write_op_report(args.results, date, args.run_id, "collect", report)
     print(f"collect: sampler {stopped.get('action')}, {len(report['attached'])} billing summaries attached, "
           f"{len(report['logs'])} logs stored", flush=True)
+    for item in report["no_samples"]:
+        print(f"collect: no billing samples for {item['attempt']}: {item['problem']}", flush=True)
     return 0
+
+
+def no_samples_problem(parsed: dict[str, list[dict]], win: dict[str, float]) -> str:
+    """Why no host has samples around an attempt's window (what the samples cover instead)."""
+    span = f"window {win['start']:.3f} .. {win['end']:.3f} (+- {billing.MAX_GAP_S:g} s)"
+    if not parsed or not any(parsed.values()):
+        return f"no billing samples were stored for this run; {span}"
+    cover = "; ".join(f"{h}: {len(rows)} sample(s) from {rows[0]['t']:.3f} to {rows[-1]['t']:.3f}"
+                      for h, rows in sorted(parsed.items()) if rows)
+    return f"no host has 2 samples around the {span}; samples cover {cover}"

@@ -36,7 +36,8 @@ from ..clients import UploadClient, make_invoker, service_name
 from ..catalogue import replicas_for
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..data import expected_product, matrix_objects_from_s3, upload_matrices, upload_state_once
-from ..loadgen import LoadSpec, latency_txt, run_load, run_wrk, spec_dict, wrk_available
+from ..loadgen import (LoadSpec, counters_text, explain_no_success, latency_txt, run_load, run_wrk, spec_dict,
+                       wrk_available)
 from ..results import Attempt, judge_load, latest_record, point_prefix, write_op_report
 from ..targets import get_target
 
@@ -79,18 +80,26 @@ def add_arguments(p):
 EPOCH_BUDGET_S = 120.0      # one SGD epoch (the ATC'20 runs take seconds to a minute per epoch)
 MATMUL_BUDGET_S = 60.0      # per (matrix_size / 1000) ** 3 of a chained multiplication
 STARTUP_BUDGET_S = 60.0     # scheduling, cold starts, the first poll
+READY_TIMEOUT_S = 120.0     # load points: the first 2xx reply (a cold target imports its libraries first)
+
+
+def extra_window_s(duration_s: float) -> float:
+    """Load points (closed loop): how much longer the window may run to reach ``--min-requests``."""
+    return min(60.0, max(10.0, float(duration_s)))
 
 
 def point_budget(plan, point: dict[str, Any], override: float | None = None) -> float:
     """Seconds a point may take, from the point itself, capped by the catalogue's
-    ``call_timeout_s``: load points: warm-up + duration + request timeout + 10 % + 15 s;
+    ``call_timeout_s``: load points: readiness deadline + warm-up + duration + its possible
+    extension (``extra_window_s``) + request timeout + 10 % + 15 s + the driver's start deadline;
     SGD: 60 s + 120 s per epoch; matrix multiplication: 60 s + 60 s * (size / 1000)^3."""
     drv, wl = plan.driver, plan.experiment["workload"]
     if override:
         return float(override)
     if wl == "inference":
         dur = float(point["duration_s"])
-        return float(drv.get("warmup_s", 10)) + dur + float(drv.get("timeout_s", 5)) + 0.1 * dur + 15.0
+        return (float(drv.get("ready_timeout_s", READY_TIMEOUT_S)) + float(drv.get("warmup_s", 10)) + dur
+                + extra_window_s(dur) + float(drv.get("timeout_s", 5)) + 0.1 * dur + 15.0 + 60.0)
     if wl == "sgd":
         est = STARTUP_BUDGET_S + EPOCH_BUDGET_S * int(point.get("epochs", 20))
     elif wl == "matmul":
@@ -160,6 +169,8 @@ def run(args) -> int:
     if use_billing and args.target == "local":  # knative: the run's billing DaemonSet samples every node
         state_file = getattr(target, "state_path", None)
         sampler = billing.start_sampler(args.state_dir, args.run_id, state_file=state_file)
+        if sampler.get("ready") is False:  # the points run; collect says which windows have no samples
+            print(f"run: billing sampler not sampling: {sampler.get('problem')}", flush=True)
         # the handle is recoverable from storage (host, pid, start time, samples file)
         from stepkit import storage  # noqa: PLC0415
 
@@ -237,6 +248,7 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
     print(f"run: {plan.name}/{plan.system} {point} repeat {rep} -> {att.uri}", flush=True)
     t_start = time.time()
     budget = point_budget(plan, point, args.call_timeout)
+    billing_wanted = bool(plan.experiment.get("billing", False) and not args.no_billing)
     invalid: list[str] = []
     try:
         prep = _between_points(args, plan, target, first, budget)
@@ -249,6 +261,7 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
         metrics["between_points"] = prep
         metrics["budget_s"] = round(budget, 1)
         metrics["window"] = {"start": t_start, "end": time.time()}
+        metrics["billing_wanted"] = billing_wanted  # collect: a window without samples is then said so
         att.finish(ok, err, metrics, failed_calls, invalid_reasons=invalid)
     except Exception as exc:  # noqa: BLE001 - keep partial results, mark the attempt failed
         tb = traceback.format_exc()
@@ -256,7 +269,8 @@ def _run_point(args, plan, target, ep, invoker, upload, info, point, rep, prefix
             att.write_text("error.txt", tb)
         except Exception:  # noqa: BLE001
             pass
-        att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()}}, 1)
+        att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()},
+                                                           "billing_wanted": billing_wanted}, 1)
         log.error("point failed: %s", tb)
         ok, err = False, str(exc)
     status = att.record["status"]
@@ -350,7 +364,11 @@ def _load_point(args, plan, target, ep, att, point, budget,
                     duration_s=float(point["duration_s"]), warmup_s=float(drv.get("warmup_s", 10)),
                     timeout_s=float(drv["timeout_s"]), max_delay_ms=float(point.get("max_delay_ms", 0)),
                     rate=float(args.rate or drv.get("rate", 0) or 0), body=body,
-                    headers={"Host": host, "Content-Type": "application/json"})
+                    headers={"Host": host, "Content-Type": "application/json"},
+                    # start-up by conditions: the first 2xx reply, then the window; a closed-loop
+                    # window runs on (bounded) until --min-requests were concluded in it
+                    ready_timeout_s=float(drv.get("ready_timeout_s", READY_TIMEOUT_S)), start_timeout_s=60.0,
+                    min_requests=int(args.min_requests), max_extra_s=extra_window_s(float(point["duration_s"])))
     att.write_json("load_spec.json", spec_dict(spec))
     if args.driver == "wrk":
         if not wrk_available():
@@ -367,11 +385,13 @@ def _load_point(args, plan, target, ep, att, point, budget,
                                            "p50_us", "p99_us", "p999_us", "max_us", "errors", "errors_total",
                                            "schedule_lag_fraction", "rate", "scheduled", "sent", "missed",
                                            "late")}
+    metrics.update({k: summary.get(k) for k in ("attempted", "ready", "elapsed_s", "window_extended_s")})
     problem = (health or target.health)()
     if problem:
-        return False, metrics, f"the target broke during the point: {problem}", []
-    if summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed"):
-        return False, metrics, f"no successful responses ({summary['errors']})", []
+        return False, metrics, f"the target broke during the point: {problem} [{counters_text(summary)}]", []
+    if summary.get("ready") is False or (
+            summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed")):
+        return False, metrics, explain_no_success(summary), []
     # an open-loop driver that sent nothing in the window (too far behind) is invalid, not failed
     invalid = judge_load(summary, spec.mode, spec.rate, max_late_fraction=args.max_late_fraction,
                          min_requests=args.min_requests)

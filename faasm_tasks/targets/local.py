@@ -191,7 +191,8 @@ class LocalTarget(Target):
     def _worker_cmd(self, st: dict[str, Any]) -> list[str]:
         return [sys.executable, "-m", "faasm_tasks.local_server", "worker", "--port", str(st["invoke_port"]),
                 "--redis-url", st["redis_url"], "--shared-dir", st["shared_dir"],
-                "--cold-start-delay-ms", str(st["cold_start_delay_ms"])]
+                "--cold-start-delay-ms", str(st["cold_start_delay_ms"])] + (
+                    ["--preload", st["preload"]] if st.get("preload") else [])
 
     def _stop(self, recs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
         """Stop the recorded processes that still are this run's; report the others as gone."""
@@ -242,6 +243,8 @@ class LocalTarget(Target):
         st = {"status": "deploying", "run_id": self.run_id, "experiment": plan.name, "system": plan.system,
               "workers": n, "procs": [], "shared_dir": shared, "functions_dir": funcs, "redis_dir": rdir,
               "cold_start_delay_ms": float(plan.params.get("cold_start_delay_ms", 800)),
+              # the worker imports the workload's libraries before it registers (wait_ready waits for that)
+              "preload": "inference" if plan.experiment.get("workload") == "inference" else "",
               "started": time.time()}
         try:
             rport = free_port()

@@ -7,8 +7,11 @@ Steps with a report:
 * ``mirage_tasks report ... --out <prefix>``         -> ``<prefix>/report.html``
 * ``faasm_tasks summarize --results R --run-id I --date D`` -> ``R/D/I/trends/trends.html``
 
-Any other step gets no link (an empty URL). The link points into the results view
-(``plugins/results_view``) at ``<[api] base_url>/results/report/<path below the storage root>``.
+Any other step gets no link (an empty URL). The link opens the report inside the Airflow
+UI's layout: the task instance's "Report" tab (``<[api] base_url>/dags/<dag>/runs/<run>/tasks/
+<task>/plugin/report``, an external view of ``plugins/results_view_plugin.py`` that shows the
+results view's page for that task in a frame). Without a task instance key it points into the
+results view itself: ``<base_url>/results/report/<path below the storage root>``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ def report_uri(package: str, argv: Sequence[Any]) -> str | None:
     return None
 
 
+def ui_tab_url(dag_id: str, run_id: str, task_id: str, base_url: str = "", map_index: int = -1) -> str:
+    """The Airflow UI page of a task instance's "Report" tab (the results view in the UI's layout)."""
+    task = f"tasks/{quote(task_id, safe='')}" + (f"/mapped/{int(map_index)}" if map_index is not None
+                                                 and int(map_index) >= 0 else "")
+    return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/{task}/plugin/report"
+
+
 def view_url(uri: str, storage_root: str, base_url: str = "") -> str | None:
     """The results-view URL of a report stored at ``uri``; None when it is outside the storage root."""
     root = _strip(storage_root)
@@ -84,4 +94,9 @@ class StepReportLink(BaseOperatorLink):
             base_url = conf.get("api", "base_url", fallback="") or ""
         except Exception:  # noqa: BLE001 - no configuration: a root-relative link still works in the UI
             base_url = ""
-        return view_url(uri, house_config.get_config().storage_root, base_url) or ""
+        direct = view_url(uri, house_config.get_config().storage_root, base_url)
+        if not direct:
+            return ""
+        if ti_key is None:
+            return direct
+        return ui_tab_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id, base_url, getattr(ti_key, "map_index", -1))

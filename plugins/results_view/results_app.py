@@ -4,8 +4,15 @@ Routes (all behind Airflow's login: the JWT of the ``_token`` cookie the UI sets
 login, or an ``Authorization: Bearer`` token; the user must be allowed to read the
 pipeline's DAG runs):
 
-* ``GET /results/``                 the list of reports of both pipelines (HTML);
-* ``GET /results/api/reports``      the same list as JSON;
+* ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id,
+  logical date, trigger and the params that differ from the defaults; pick two Mirage runs
+  to compare;
+* ``GET /results/api/reports``      the same list as JSON (paths relative to the storage root);
+* ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side;
+* ``GET /results/dag-run/<dag id>/<run id>``   the reports of one DAG run (the "Results" tab of a
+  DAG run in the Airflow UI);
+* ``GET /results/task/<dag id>/<run id>/<task id>``  the report of a report step (the "Report"
+  tab of its task instance in the Airflow UI, where the step's "Report" link leads);
 * ``GET /results/report/<path>``    a report file below the storage root (``report.html``,
   ``trends.html``, their Markdown and figures), served as stored;
 * ``GET /results/summary/<date>/<run id>``  a Faasm run's ``summary.json`` as an HTML table.
@@ -37,6 +44,10 @@ PIPELINES = {"mirage_pipeline": "Mirage pipeline", "faasm_benchmarks": "Faasm be
 #: What a stored report page may load: its own embedded images and inline styles, nothing else.
 REPORT_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
               "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+#: The view's own pages: the same, plus the compare form (GET to this view).
+PAGE_CSP = REPORT_CSP.replace("form-action 'none'", "form-action 'self'")
+#: Report steps per pipeline: (task id, report kind) for the task-instance "Report" tab.
+REPORT_TASKS = {"mirage_pipeline": {"report": "mirage_report"}, "faasm_benchmarks": {"summarize": "faasm_trends"}}
 
 app = FastAPI(title="Pipeline results", description="Reports of the Mirage and Faasm pipelines from storage",
               docs_url=None, redoc_url=None, openapi_url=None)
@@ -96,8 +107,9 @@ async def _reports(user) -> tuple[str, list[catalog.Report]]:
 @app.get("/api/reports")
 async def api_reports(request: Request) -> JSONResponse:
     user = await current_user(request)
-    root, reports = await _reports(user)
-    return JSONResponse({"storage_root": root, "reports": [r.to_dict() for r in reports]})
+    _, reports = await _reports(user)
+    # paths are relative to the storage root, which is not shown
+    return JSONResponse({"reports": [r.to_dict() for r in reports]})
 
 
 def _page(title: str, body: str) -> HTMLResponse:
@@ -107,7 +119,7 @@ def _page(title: str, body: str) -> HTMLResponse:
              ".muted{color:#777}a{color:#0a58ca}")
     doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<style>{style}</style></head><body>{body}</body></html>")
-    return HTMLResponse(doc, headers={"Content-Security-Policy": REPORT_CSP, "Cache-Control": "no-store"})
+    return HTMLResponse(doc, headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
 
 
 def _summary_text(r: catalog.Report) -> str:
@@ -119,33 +131,164 @@ def _summary_text(r: catalog.Report) -> str:
     return ", ".join(f"{k}: {v}" for k, v in list(s.items())[:4] if not isinstance(v, (dict, list)))
 
 
+def _e(v: Any) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def _changed_text(changed: dict[str, Any]) -> str:
+    if not changed:
+        return "defaults"
+    return ", ".join(f"{k}={json.dumps(v.get('value') if isinstance(v, dict) else v, default=str)}"
+                     for k, v in sorted(changed.items()))
+
+
+def _run_cells(run: dict[str, Any] | None, key: str | None = None) -> str:
+    if run is None:  # a run prefix written before the plan recorded its DAG runs
+        return (f"<td class='run-id muted'>not recorded (storage key {_e(key)})</td><td class='logical-date'></td>"
+                "<td class='trigger'></td><td class='params'></td>")
+    return (f"<td class='run-id'>{_e(run.get('run_id'))}</td><td class='logical-date'>{_e(run.get('logical_date'))}</td>"
+            f"<td class='trigger'>{_e(run.get('trigger'))}</td>"
+            f"<td class='params'>{_e(_changed_text(run.get('changed') or {}))}</td>")
+
+
+def _href(r: catalog.Report) -> str:
+    return "summary/" + quote(r.run) if r.kind == "faasm_summary" else "report/" + quote(r.path)
+
+
+def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "") -> list[str]:
+    rows = []
+    for r in reports:
+        runs = r.runs or [None]
+        for run in runs:
+            pick = (f"<td><input type='checkbox' name='run' value='{_e(r.run)}' "
+                    f"aria-label='compare {_e(run.get('run_id') if run else r.run)}'></td>"
+                    if kind == "mirage_report" else "")
+            rows.append(f"<tr data-key='{_e(r.run)}'>{pick}{_run_cells(run, r.run)}<td>{_e(r.finished)}</td>"
+                        f"<td>{_e(_summary_text(r))}</td>"
+                        f"<td><a class='report-link' href='{_e(prefix + _href(r))}'>open</a></td></tr>")
+    return rows
+
+
 @app.get("/", response_class=HTMLResponse)
 async def index(request: Request) -> HTMLResponse:
     user = await current_user(request)
-    root, reports = await _reports(user)
+    _, reports = await _reports(user)
     parts = ["<h1>Pipeline results</h1>",
-             f"<p class='muted'>Reports found under <code>{html.escape(root)}</code>.</p>"]
-    sections = [("mirage_report", "Mirage pipeline: validation reports", "Run"),
-                ("faasm_trends", "Faasm benchmarks: trend reports", "Date / run"),
-                ("faasm_summary", "Faasm benchmarks: run summaries", "Date / run")]
-    for kind, title, col in sections:
+             "<p class='muted'>Reports found under the house storage root, by DAG run: run id, logical date, "
+             "trigger and the params that differ from the DAG's defaults.</p>"]
+    sections = [("mirage_report", "Mirage pipeline: validation reports"),
+                ("faasm_trends", "Faasm benchmarks: trend reports"),
+                ("faasm_summary", "Faasm benchmarks: run summaries")]
+    for kind, title in sections:
         rows = [r for r in reports if r.kind == kind]
         parts.append(f"<h2 id='{kind}'>{html.escape(title)}</h2>")
         if not rows:
             parts.append("<p class='muted'>None yet.</p>")
             continue
-        parts.append(f"<table class='reports' data-kind='{kind}'><thead><tr><th>{col}</th><th>Finished</th>"
-                     "<th>Summary</th><th>Open</th></tr></thead><tbody>")
-        for r in rows:
-            if kind == "faasm_summary":
-                href = "summary/" + quote(r.run)
-            else:
-                href = "report/" + quote(r.path)
-            parts.append(f"<tr><td>{html.escape(r.run)}</td><td>{html.escape(r.finished or '')}</td>"
-                         f"<td>{html.escape(_summary_text(r))}</td>"
-                         f"<td><a class='report-link' href='{html.escape(href)}'>open</a></td></tr>")
-        parts.append("</tbody></table>")
+        pick = "<th>Compare</th>" if kind == "mirage_report" else ""
+        table = (f"<table class='reports' data-kind='{kind}'><thead><tr>{pick}<th>DAG run</th><th>Logical date</th>"
+                 "<th>Trigger</th><th>Params (not default)</th><th>Finished</th><th>Summary</th><th>Open</th>"
+                 "</tr></thead><tbody>" + "".join(_report_rows(rows, kind)) + "</tbody></table>")
+        if kind == "mirage_report":
+            table = (f"<form id='compare' method='get' action='compare'>{table}"
+                     "<button type='submit'>Compare the two selected runs</button></form>")
+        parts.append(table)
     return _page("Pipeline results", "\n".join(parts))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+@app.get("/compare", response_class=HTMLResponse)
+async def compare(request: Request) -> HTMLResponse:
+    user = await current_user(request)
+    if "mirage_pipeline" not in allowed_pipelines(user):
+        raise HTTPException(403, "not allowed to read mirage_pipeline runs")
+    keys = request.query_params.getlist("run")
+    if len(keys) != 2:
+        raise HTTPException(400, f"pick exactly two runs to compare (got {len(keys)})")
+    root = storage_root()
+    docs = []
+    for key in keys:
+        try:
+            docs.append(await asyncio.to_thread(catalog.run_metrics, root, key))
+        except KeyError:
+            raise HTTPException(404, f"no Mirage run with metrics: {key}") from None
+    a, b = docs
+
+    def who(d: dict[str, Any]) -> str:
+        runs = d["runs"]
+        if not runs:
+            return f"storage key {d['key']} (DAG run not recorded)"
+        r = runs[0]
+        more = f" (+{len(runs) - 1} more run(s) of the same configuration)" if len(runs) > 1 else ""
+        return f"{r['run_id']} · {r.get('logical_date') or ''} · {r.get('trigger')}{more}"
+
+    head = ["<h1>Compare Mirage runs</h1>", "<p><a href='./'>All reports</a></p>",
+            "<table class='runs'><thead><tr><th></th><th>Run A</th><th>Run B</th></tr></thead><tbody>"]
+    for label, fn in (("DAG run", who), ("Params (not default)",
+                                          lambda d: _changed_text(d["runs"][0]["changed"]) if d["runs"] else "?"),
+                      ("Metrics finished", lambda d: d.get("finished") or ""),
+                      ("Validation rows", lambda d: _fmt(d.get("n_rows")))):
+        head.append(f"<tr><th>{_e(label)}</th><td>{_e(fn(a))}</td><td>{_e(fn(b))}</td></tr>")
+    links = [f"<a href='report/{quote(d['report'])}'>report</a>" if d["report"] else "no report" for d in (a, b)]
+    head.append(f"<tr><th>Report</th><td>{links[0]}</td><td>{links[1]}</td></tr></tbody></table>")
+    rows = []
+    for mn in sorted(set(a["headline"]) | set(b["headline"])):
+        ma, mb = a["headline"].get(mn) or {}, b["headline"].get(mn) or {}
+        for metric in sorted(set(ma) | set(mb)):
+            va, vb = ma.get(metric), mb.get(metric)
+            diff = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
+            rows.append(f"<tr><td>{_e(mn)}</td><td>{_e(metric)}</td><td class='a'>{_e(_fmt(va))}</td>"
+                        f"<td class='b'>{_e(_fmt(vb))}</td><td class='diff'>{_e(_fmt(diff))}</td></tr>")
+    body = ("<h2>Headline metrics (all samples)</h2><table class='compare'><thead><tr><th>Model @ node size</th>"
+            "<th>Metric</th><th>Run A</th><th>Run B</th><th>B - A</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>") if rows else "<p class='muted'>No headline metrics recorded.</p>"
+    return _page("Compare Mirage runs", "\n".join(head) + body)
+
+
+@app.get("/dag-run/{dag_id}/{run_id}", response_class=HTMLResponse)
+async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLResponse:
+    """The "Results" tab of a DAG run: the reports it made or used."""
+    user = await current_user(request)
+    if dag_id not in PIPELINES:
+        return _page("Results", f"<p class='muted'>{_e(dag_id)} writes no reports to the results view.</p>")
+    if dag_id not in allowed_pipelines(user):
+        raise HTTPException(403, f"not allowed to read {dag_id} runs")
+    reports = await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id)
+    parts = [f"<h1>{_e(PIPELINES[dag_id])}: results of {_e(run_id)}</h1>",
+             "<p><a href='../../'>All reports</a></p>"]
+    if not reports:
+        parts.append("<p class='muted'>No report of this DAG run yet.</p>")
+    for r in reports:
+        run = next(x for x in r.runs if x["run_id"] == run_id)
+        parts.append(f"<table class='reports' data-kind='{r.kind}'><tbody>"
+                     f"<tr><th>Report</th><td><a class='report-link' href='../../{_e(_href(r))}'>{_e(r.kind)}</a>"
+                     f"</td></tr><tr><th>Logical date</th><td>{_e(run.get('logical_date'))}</td></tr>"
+                     f"<tr><th>Trigger</th><td>{_e(run.get('trigger'))}</td></tr>"
+                     f"<tr><th>Params (not default)</th><td>{_e(_changed_text(run.get('changed') or {}))}</td></tr>"
+                     f"<tr><th>Summary</th><td>{_e(_summary_text(r))}</td></tr></tbody></table>")
+    return _page(f"Results of {run_id}", "\n".join(parts))
+
+
+@app.get("/task/{dag_id}/{run_id}/{task_id}")
+async def task_report(dag_id: str, run_id: str, task_id: str, request: Request) -> Response:
+    """The "Report" tab of a task instance: its report, for the steps that write one."""
+    user = await current_user(request)
+    kind = REPORT_TASKS.get(dag_id, {}).get(task_id)
+    if kind is None:
+        return _page("Report", f"<p class='muted'>Task {_e(task_id)} of {_e(dag_id)} writes no report. "
+                               f"<a href='../../../dag-run/{quote(dag_id)}/{quote(run_id, safe='')}'>"
+                               "This run's results</a></p>")
+    if dag_id not in allowed_pipelines(user):
+        raise HTTPException(403, f"not allowed to read {dag_id} runs")
+    reports = [r for r in await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id) if r.kind == kind]
+    if not reports:
+        return _page("Report", f"<p class='muted'>No committed report of {_e(run_id)} yet.</p>")
+    return RedirectResponse(f"../../../report/{quote(reports[0].path)}", status_code=303)
 
 
 def _pipeline_of(rel: str) -> str:

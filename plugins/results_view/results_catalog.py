@@ -7,21 +7,32 @@ Layout (written by the task packages; this module never imports them):
   and ``<root>/faasm_benchmarks/<date>/<run id>/summary/summary.json`` (``summary/_SUCCESS.json``).
 
 Only files inside a committed report folder are ever served (:func:`resolve`), so the
-view cannot be used to read anything else under the storage root.
+view cannot be used to read anything else under the storage root; and only regular files
+*inside* the root: on a local root every path component below it is opened without
+following symbolic links (``O_NOFOLLOW`` from the root's descriptor down), so a link to a
+file or folder outside (or inside) the root is refused; on S3 only plain objects are read.
+
+Run identity: the Mirage plan records each DAG run that uses a run prefix in
+``<prefix>/_runs/<run>.json`` (``mirage_tasks.runlog``: run id, logical date, trigger, the
+params that differ from the DAG's defaults); the Faasm layout names the run in its path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
-from dataclasses import asdict, dataclass
+import stat
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
 
 MARKER = "_SUCCESS.json"
+RUNS_DIR = "_runs"  # mirage_tasks.runlog: one record per DAG run of a Mirage run prefix
+TRIGGERS = ("manual", "scheduled", "backfill", "asset_triggered")
 #: (pipeline, glob below the root of a report folder's marker, page inside that folder)
 KINDS = {
     "mirage_report": ("mirage_pipeline", "mirage_pipeline/*/report/" + MARKER, "report.html"),
@@ -45,6 +56,8 @@ class Report:
     run: str  # the run key (Mirage) or "<date>/<run id>" (Faasm)
     finished: str | None
     summary: dict[str, Any]
+    #: the DAG runs behind it: run_id, logical_date, trigger, changed (params unlike the defaults)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,6 +66,117 @@ class Report:
 def filesystem(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, path = url_to_fs(root)
     return fs, path.rstrip("/")
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+
+
+def _parts(rel: str) -> list[str]:
+    parts = rel.split("/")
+    if not rel or "\\" in rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise KeyError(rel)
+    return parts
+
+
+def _open_local(base: str, rel: str) -> int:
+    """A descriptor of ``base/rel`` when every component below ``base`` is a real folder and the
+    last a regular file: opened from ``base``'s descriptor down with ``O_NOFOLLOW`` (no
+    check-then-open race); ``KeyError`` otherwise."""
+    parts = _parts(rel)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise KeyError(rel) from exc
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
+    except OSError as exc:  # ELOOP (a link), ENOTDIR, ENOENT, EACCES: not a servable file
+        raise KeyError(rel) from exc
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        os.close(ffd)
+        raise KeyError(rel)
+    return ffd
+
+
+def _plain_object(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> None:
+    try:
+        info = fs.info(path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise KeyError(rel) from exc
+    if info.get("type") != "file":
+        raise KeyError(rel)
+
+
+def read_plain(root: str, rel: str) -> bytes:
+    """The bytes of the regular file (local) or plain object (S3 ...) ``rel`` below ``root``;
+    ``KeyError`` for anything else: a symbolic link anywhere below the root, a folder, a
+    device or FIFO, a missing file, a path with ``..``."""
+    _parts(rel)
+    fs, base = filesystem(root)
+    if _is_local(fs):
+        fd = _open_local(base, rel)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+    path = f"{base}/{rel}"
+    _plain_object(fs, path, rel)
+    try:
+        with fs.open(path, "rb") as f:
+            return f.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise KeyError(rel) from exc
+
+
+def is_plain(root: str, rel: str) -> bool:
+    """Whether :func:`read_plain` would read ``rel`` (without reading it)."""
+    try:
+        _parts(rel)
+        fs, base = filesystem(root)
+        if _is_local(fs):
+            os.close(_open_local(base, rel))
+        else:
+            _plain_object(fs, f"{base}/{rel}", rel)
+        return True
+    except KeyError:
+        return False
+
+
+def _json(root: str, rel: str) -> Any:
+    try:
+        return json.loads(read_plain(root, rel).decode("utf-8"))
+    except (KeyError, OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def trigger_of(run_id: str) -> str:
+    """The trigger an Airflow run id names (``manual__...``, ``scheduled__...``, ``backfill__...``)."""
+    head = run_id.split("__", 1)[0]
+    return head if head in TRIGGERS and "__" in run_id else "unknown"
+
+
+def _mirage_runs(root: str, fs: fsspec.AbstractFileSystem, base: str, rel_prefix: str) -> list[dict[str, Any]]:
+    runs = []
+    try:
+        names = sorted(posixpath.basename(p) for p in fs.ls(f"{base}/{rel_prefix}/{RUNS_DIR}", detail=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        doc = _json(root, f"{rel_prefix}/{RUNS_DIR}/{name}")
+        if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
+            runs.append({"run_id": doc["run_id"], "logical_date": doc.get("logical_date"),
+                         "trigger": doc.get("run_type") or trigger_of(doc["run_id"]),
+                         "changed": doc.get("changed") if isinstance(doc.get("changed"), dict) else {},
+                         "recorded": doc.get("recorded")})
+    runs.sort(key=lambda r: str(r.get("recorded") or ""), reverse=True)
+    return runs
 
 
 def list_reports(root: str) -> list[Report]:
@@ -65,16 +189,19 @@ def list_reports(root: str) -> list[Report]:
         for marker_path in fs.glob(f"{base}/{pattern}"):
             folder = posixpath.dirname(marker_path)
             rel_folder = folder[len(base) + 1:]
-            try:
-                with fs.open(marker_path, "rb") as f:
-                    marker = json.loads(f.read().decode("utf-8"))
-            except (OSError, ValueError, UnicodeDecodeError):
-                continue  # a half-written or foreign marker: not a report
+            marker = _json(root, f"{rel_folder}/{MARKER}")  # a linked folder or marker is no report
+            if not isinstance(marker, dict) or not is_plain(root, f"{rel_folder}/{page}"):
+                continue  # a half-written, foreign or linked marker or page: not a report
             parts = rel_folder.split("/")
-            run = parts[1] if pipeline == "mirage_pipeline" else f"{parts[1]}/{parts[2]}"
+            if pipeline == "mirage_pipeline":
+                run = parts[1]
+                runs = _mirage_runs(root, fs, base, f"{parts[0]}/{parts[1]}")
+            else:
+                run = f"{parts[1]}/{parts[2]}"
+                runs = [{"run_id": parts[2], "logical_date": parts[1], "trigger": trigger_of(parts[2]), "changed": {}}]
             summary = marker.get("summary") if isinstance(marker.get("summary"), dict) else {}
             out.append(Report(kind=kind, pipeline=pipeline, path=f"{rel_folder}/{page}", run=run,
-                              finished=marker.get("finished"), summary=summary))
+                              finished=marker.get("finished"), summary=summary, runs=runs))
     out.sort(key=lambda r: (r.kind, r.run), reverse=True)
     return out
 
@@ -83,24 +210,44 @@ def resolve(root: str, rel: str) -> str:
     """The storage path of a servable file ``rel`` below ``root``; ``KeyError`` when it is not one.
 
     ``rel`` must match :data:`SERVABLE` (no ``..``, no other folders) and its report folder
-    must hold a success marker.
+    must hold a success marker (a regular file, not a link).
     """
-    if not rel or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")):
-        raise KeyError(rel)
+    _parts(rel)
     if not any(rx.match(rel) for rx in SERVABLE):
         raise KeyError(rel)
     fs, base = filesystem(root)
     folder = rel.split("/figures/")[0] if "/figures/" in rel else posixpath.dirname(rel)
-    if not fs.exists(f"{base}/{folder}/{MARKER}"):
-        raise KeyError(rel)
+    read_plain(root, f"{folder}/{MARKER}")
     return f"{base}/{rel}"
 
 
 def read(root: str, rel: str) -> bytes:
-    fs, _ = filesystem(root)
-    path = resolve(root, rel)
-    try:
-        with fs.open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError as exc:
-        raise KeyError(rel) from exc
+    """A servable report file (:func:`resolve`), read as a regular file inside the root."""
+    resolve(root, rel)
+    return read_plain(root, rel)
+
+
+#: Mirage run key: ``<logical date>-<hash>`` or ``manual-<hash>`` (mirage_tasks.plan.run_key)
+RUN_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
+
+
+def run_metrics(root: str, key: str) -> dict[str, Any]:
+    """A Mirage run's headline metrics (``metrics/_SUCCESS.json``: per model@node) and its DAG runs;
+    ``KeyError`` when ``key`` is no run with committed metrics."""
+    if not RUN_KEY.match(key):
+        raise KeyError(key)
+    marker = _json(root, f"mirage_pipeline/{key}/metrics/{MARKER}")
+    if not isinstance(marker, dict):
+        raise KeyError(key)
+    fs, base = filesystem(root)
+    summary = marker.get("summary") if isinstance(marker.get("summary"), dict) else {}
+    headline = summary.get("headline") if isinstance(summary.get("headline"), dict) else {}
+    report = _json(root, f"mirage_pipeline/{key}/report/{MARKER}")
+    return {"key": key, "finished": marker.get("finished"), "headline": headline,
+            "n_rows": summary.get("n_rows"), "runs": _mirage_runs(root, fs, base, f"mirage_pipeline/{key}"),
+            "report": f"mirage_pipeline/{key}/report/report.html" if isinstance(report, dict) else None}
+
+
+def runs_of(root: str, dag_id: str, run_id: str) -> list[Report]:
+    """The reports a DAG run made or used (Mirage: its recorded prefix; Faasm: its run folder)."""
+    return [r for r in list_reports(root) if r.pipeline == dag_id and any(x["run_id"] == run_id for x in r.runs)]

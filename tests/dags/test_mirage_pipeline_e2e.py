@@ -96,6 +96,13 @@ def test_synthetic_default(storage):
     assert dr.state == "success", _states(dr)
     assert (out / "trace.parquet").stat().st_mtime_ns == stamp
     assert json.loads((out / "_SUCCESS.json").read_text())["fingerprint"] == first["fingerprint"]
+    # the plan recorded which DAG run used the prefix, and the params unlike the defaults
+    records = [json.loads(p.read_text()) for p in _one(storage, PREFIX_GLOB).glob("_runs/*.json")]
+    assert records and {r["run_type"] for r in records} == {"manual"}, records
+    rec = records[0]
+    assert rec["dag_id"] == "mirage_pipeline" and rec["run_id"] and rec["logical_date"].startswith("2026-11-29T12:00")
+    assert rec["changed"]["window_from"] == {"value": conf["window_from"], "default": None}
+    assert "seed" not in rec["changed"] and rec["params"]["seed"] == 0
 
 
 def test_failing_step_fails_the_run(storage, tmp_path):

@@ -13,6 +13,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+from faasm_tasks import billing
 from faasm_tasks.results import Attempt, iter_records, point_prefix
 from faasm_tasks.targets.knative import KnativeTarget, billing_daemonset, billing_spec
 from kubeapi.fixtures import IMAGE_ENV
@@ -42,19 +43,41 @@ def test_billing_daemonset_on_the_standin(tmp_path):
         pods = sorted(p["metadata"]["name"] for p in api.list("pods", "faasm"))
         assert pods == ["faasm-billing-node-a", "faasm-billing-node-b"]  # the selected nodes only
         base = storage.join(root, date, run_id, "billing")
-        deadline = time.time() + 90
-        while {f.split("/")[0] for f in storage.list_files(base)} != {"node-a", "node-b"}:
-            assert time.time() < deadline, [api.pod_log("faasm", p) for p in pods]
-            time.sleep(0.3)
+
+        def samples_by_host() -> dict[str, list[dict]]:
+            out: dict[str, list[dict]] = {}
+            for rel in storage.list_files(base):
+                if rel.endswith(".jsonl") and "/" in rel:
+                    text = storage.read_bytes(storage.join(base, rel)).decode()
+                    out.setdefault(rel.split("/")[0], []).extend(billing.read_samples(text)[1])
+            return out
+
+        def wait_for(cond, what: str) -> None:
+            # conditions on what is stored, not windows: on a loaded machine a sample may come late
+            deadline = time.time() + 120
+            while True:
+                got = samples_by_host()
+                if set(got) == {"node-a", "node-b"} and cond(got):
+                    return
+                assert time.time() < deadline, (what, {h: len(r) for h, r in got.items()},
+                                                [api.pod_log("faasm", p) for p in pods])
+                time.sleep(0.3)
+
+        wait_for(lambda got: True, "both nodes' samplers store samples")
         t0 = time.time()
-        time.sleep(1.5)
+        wait_for(lambda got: all(sum(r["t"] > t0 for r in rows) >= 2 for rows in got.values()),
+                 "two samples of each node inside the window")
         t1 = time.time()
+        wait_for(lambda got: all(any(r["t"] >= t1 for r in rows) for rows in got.values()),
+                 "a sample of each node after the window")
         prefix = point_prefix(root, date, run_id, "sgd_reuters_svm", "wasm", {"n_workers": 2}, 0)
         Attempt(prefix, {"run_id": run_id, "date": date, "experiment": "sgd_reuters_svm", "system": "wasm",
                          "target": "knative", "params": {"n_workers": 2}, "repeat": 0}).finish(
             True, None, {"window": {"start": t0, "end": t1}})
         env = {**os.environ, "PYTHONPATH": REPO, "KUBECONFIG": str(kubeconfig)}
-        common = ["--target", "knative", "--run-id", run_id, "--results", root, "--kubeconfig", str(kubeconfig),
+        # --date as the DAG passes it: without it a step takes today's date (UTC), not the run's
+        common = ["--target", "knative", "--run-id", run_id, "--date", date, "--results", root,
+                  "--kubeconfig", str(kubeconfig),
                   "--state-dir", str(tmp_path / "fresh-pod")]
         c = subprocess.run([sys.executable, "-m", "faasm_tasks", "collect", *common], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120)

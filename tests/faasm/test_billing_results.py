@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-import time
+import json
 
+import psutil
 import pytest
 
 from faasm_tasks import billing
@@ -34,15 +35,17 @@ def test_billing_summary_deltas_peak_and_gb_seconds():
 
 def test_sampler_start_stop(tmp_path):
     st = str(tmp_path)
-    a = billing.start_sampler(st, "run1", interval=0.2, max_s=30)
-    assert a["action"] == "started"
+    a = billing.start_sampler(st, "run1", interval=0.2, max_s=300)
+    # started means sampling: its first sample is written (however long its imports took)
+    assert a["action"] == "started" and a["ready"] is True and a["samples"] >= 1
     assert billing.start_sampler(st, "run1", interval=0.2)["action"] == "already running"
-    time.sleep(0.7)
+    proc = psutil.Process(a["pid"])
+    assert billing.await_samples(a["out"], 0, proc, n=3, timeout_s=120)["ready"]
     stop = billing.stop_sampler(st, "run1")
     assert stop["action"] == "stopped"
     assert billing.stop_sampler(st, "run1")["action"] == "none running"
     header, samples = billing.read_samples(open(billing.samples_path(st, "run1")).read())
-    assert header["cpu_count"] >= 1 and len(samples) >= 3
+    assert header["cpu_count"] >= 1 and len(samples) >= 4  # three awaited, one at stop
     assert {"memory_used_mb", "net_sent_mb", "disk_write_mb", "cpu_time_user", "cpu_pct"} <= set(samples[0])
 
 
@@ -79,3 +82,30 @@ def test_record_schema_rejects_bad_records():
                 {**good, "date": "29/11/2026"}):
         with pytest.raises(StepError):
             validate_record(bad)
+
+
+def test_collect_says_when_an_attempt_has_no_samples_around_its_window(tmp_path):
+    """An attempt that asked for billing and has no samples around its window gets a
+    billing_summary.json saying so (collect never leaves it out silently); one that did not
+    ask for billing gets none."""
+    from faasm_testutil import cli
+
+    root, date, run_id = f"file://{tmp_path}/results", "2026-11-29", "r-nosamples"
+    seg = "\n".join(json.dumps(r) for r in [{"header": {"host": "node-a", "t": 1000.0}}] + rows()) + "\n"
+    storage.write_bytes(storage.join(root, date, run_id, "billing", "node-a", "000000.jsonl"), seg.encode())
+    uris = {}
+    for name, wanted in (("wanted", True), ("unwanted", False)):
+        prefix = point_prefix(root, date, run_id, "e", "native", {"p": name}, 0)
+        att = Attempt(prefix, {**BASE, "run_id": run_id, "date": date, "params": {"p": name}})
+        att.finish(True, None, {"window": {"start": 5000.0, "end": 5010.0}, "billing_wanted": wanted})
+        uris[name] = att.uri
+    out = cli("collect", "--target", "local", "--run-id", run_id, "--results", root, "--date", date,
+              state_dir=str(tmp_path / "state")).stdout
+    doc = storage.read_json(storage.join(uris["wanted"], "billing_summary.json"))
+    assert doc["no_samples"] is True and doc["hosts"] == []
+    assert "node-a: 11 sample(s) from 1000.000 to 1020.000" in doc["problem"], doc
+    assert doc["hosts_without_samples"] == [{"host": "node-a", "samples": 0}]
+    rec = storage.read_json(storage.join(uris["wanted"], "run.json"))
+    assert rec["billing"] == {"hosts": 0, "problem": doc["problem"]} and "billing_summary.json" in rec["files"]
+    assert f"collect: no billing samples for {uris['wanted']}" in out
+    assert not storage.exists(storage.join(uris["unwanted"], "billing_summary.json"))

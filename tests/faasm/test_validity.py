@@ -50,7 +50,9 @@ def test_point_budget_comes_from_the_point():
     assert point_budget(mm, {"matrix_size": 100}) == pytest.approx(60.06)
     assert point_budget(mm, {"matrix_size": 2000}) == 60 + 60 * 8
     tf = resolve(get_experiment("tf_inference_latency"), "native", "knative")
-    assert point_budget(tf, {"duration_s": 180}) == 10 + 180 + 5 + 18 + 15
+    # readiness deadline + warm-up + duration + its extension for --min-requests + timeout + 10 % + 15 s
+    # + the driver's start deadline
+    assert point_budget(tf, {"duration_s": 180}) == 120 + 10 + 180 + 60 + 5 + 18 + 15 + 60
 
 
 def test_invalid_is_a_status_of_the_record_schema(tmp_path):

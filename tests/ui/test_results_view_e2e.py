@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
-from ui_fixtures import END, MIRAGE_TITLE, REPO, make_reports
+from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, MIRAGE_TITLE, REPO, make_reports
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +63,13 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
     storage = tmp_path_factory.mktemp("storage")
     pages = make_reports(storage, tmp_path_factory.mktemp("state"))
+    # issue 19: a committed report folder whose report.html is a link to a secret outside the root
+    secret = tmp_path_factory.mktemp("outside") / "shadow"
+    secret.write_text("SECRET-MARKER-19")
+    evil = storage / "mirage_pipeline" / "evil" / "report"
+    evil.mkdir(parents=True)
+    (evil / "_SUCCESS.json").write_text(json.dumps({"finished": "x"}))
+    (evil / "report.html").symlink_to(secret)
     port = _free_port()
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "HOUSE_"))}
@@ -109,7 +116,7 @@ def server(tmp_path_factory):
             if time.monotonic() > deadline:
                 raise AssertionError("api-server not up in 180 s:\n" + (home / "api-server.log").read_text()[-4000:])
             time.sleep(1)
-        yield {"base": base, "pages": pages, "log": home / "api-server.log"}
+        yield {"base": base, "pages": pages, "log": home / "api-server.log", "storage": storage}
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -177,8 +184,48 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     assert "report/" + pages["mirage"] in links, links.keys()
     assert "report/" + pages["faasm_trends"] in links
     assert any(k.startswith("summary/") for k in links)
-    mirage_row = browser.find_element(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")
-    assert "2023-03-01T000000Z" in mirage_row.text
+    # runs by DAG run id, logical date, trigger and the params that differ from the defaults
+    rows = {r.get_attribute("data-key"): r
+            for r in browser.find_elements(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")}
+    assert set(rows) == {MIRAGE_KEY, MIRAGE_KEY_B}
+
+    def cell(key, cls):
+        return rows[key].find_element(By.CSS_SELECTOR, f"td.{cls}").text
+
+    assert cell(MIRAGE_KEY, "run-id") == MIRAGE_RUNS[MIRAGE_KEY] and cell(MIRAGE_KEY, "trigger") == "scheduled"
+    assert cell(MIRAGE_KEY, "logical-date").startswith("2023-03-01T00:00:00")
+    assert "train_count=42" in cell(MIRAGE_KEY, "params")
+    assert cell(MIRAGE_KEY_B, "run-id") == MIRAGE_RUNS[MIRAGE_KEY_B] and cell(MIRAGE_KEY_B, "trigger") == "manual"
+    assert cell(MIRAGE_KEY_B, "params") == "seed=7"
+    faasm_row = browser.find_element(By.CSS_SELECTOR, "table[data-kind=faasm_trends] tbody tr")
+    assert faasm_row.find_element(By.CSS_SELECTOR, "td.trigger").text == "scheduled"
+    assert faasm_row.find_element(By.CSS_SELECTOR, "td.logical-date").text == END
+    # the API shows paths relative to the storage root, never the root itself
+    token = browser.get_cookie("_token")["value"]
+    req = urllib.request.Request(f"{base}/results/api/reports", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        api = r.read().decode()
+    assert json.loads(api)["reports"] and not any(x["path"].startswith("/") for x in json.loads(api)["reports"])
+    assert "storage_root" not in api and str(server["storage"]) not in api
+
+    # compare the two Mirage runs side by side
+    for key in (MIRAGE_KEY, MIRAGE_KEY_B):
+        rows[key].find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    browser.find_element(By.CSS_SELECTOR, "form#compare button[type=submit]").click()
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.compare")))
+    assert "/results/compare?" in browser.current_url
+    runs_text = browser.find_element(By.CSS_SELECTOR, "table.runs").text
+    assert MIRAGE_RUNS[MIRAGE_KEY] in runs_text and MIRAGE_RUNS[MIRAGE_KEY_B] in runs_text and "seed=7" in runs_text
+    cmp_rows = {tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
+                for tr in browser.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")}
+    mae = cmp_rows[("xgboost@1", "mean_interruption_h")]
+    vals = {c: mae.find_element(By.CSS_SELECTOR, f"td.{c}").text for c in ("a", "b", "diff")}
+    assert {vals["a"], vals["b"]} == {"3.21", "2.5"} and vals["diff"] in ("-0.71", "0.71"), vals
+    _shot(browser, "compare")
+    browser.get(f"{base}/results/")
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.reports")))
+    links = {unquote(a.get_attribute("href").split("/results/", 1)[1]): a
+             for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")}
 
     # open the Mirage report from the list
     links["report/" + pages["mirage"]].click()
@@ -204,6 +251,17 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     rows = wait.until(EC.presence_of_all_elements_located((By.CSS_SELECTOR, "tbody tr")))
     assert len(rows) == 7 and "succeeded" in rows[0].text
 
+    # a report page that is a symbolic link out of the storage root is neither listed nor served
+    for path in ("report/mirage_pipeline/evil/report/report.html", ""):
+        req = urllib.request.Request(f"{base}/results/{path}", headers={"Authorization": f"Bearer {token}"})
+        if path:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=30)
+            assert err.value.code == 404 and b"SECRET-MARKER-19" not in err.value.read()
+        else:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                page = r.read()
+            assert b"evil" not in page and b"SECRET-MARKER-19" not in page
     # a file outside the reports is not served, even when logged in
     browser.get(f"{base}/results/report/mirage_pipeline/2023-03-01T000000Z/train/xgboost-n1/metrics.json")
     assert "no report file" in browser.find_element(By.TAG_NAME, "body").text
@@ -216,3 +274,17 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     browser.switch_to.frame(frame)
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table[data-kind=mirage_report]")))
     browser.switch_to.default_content()
+
+    # a task instance's "Report" tab (where the step's Report link leads): the report inside the UI
+    run_b = MIRAGE_RUNS[MIRAGE_KEY_B]
+    browser.get(f"{base}/dags/mirage_pipeline/runs/{quote(run_b, safe='')}/tasks/report/plugin/report")
+    frame = wait.until(EC.presence_of_element_located((By.TAG_NAME, "iframe")))
+    browser.switch_to.frame(frame)  # (a page title is the top document's, so the heading is checked)
+    wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), MIRAGE_TITLE))
+    assert "2.5" in browser.find_element(By.TAG_NAME, "body").text
+    browser.switch_to.default_content()
+    _shot(browser, "task-report-tab")
+    # a DAG run's "Results" tab lists that run's reports
+    browser.get(f"{base}/results/dag-run/mirage_pipeline/{quote(run_b, safe='')}")
+    link = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "a.report-link")))
+    assert unquote(link.get_attribute("href")).endswith(f"mirage_pipeline/{MIRAGE_KEY_B}/report/report.html")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -14,7 +15,10 @@ sys.path.insert(0, str(REPO / "tests" / "faasm"))
 from test_trends_history import END, write_history  # noqa: E402
 
 MIRAGE_KEY = "2023-03-01T000000Z"
+MIRAGE_KEY_B = "manual-5eed07"  # a second configuration: a manual run with another seed
 MIRAGE_TITLE = "Mirage fixture report"
+MIRAGE_RUNS = {MIRAGE_KEY: "scheduled__2023-03-01T00:00:00+00:00", MIRAGE_KEY_B: "manual__2026-11-30T09:15:00+00:00"}
+DEFAULTS = {"seed": 0, "train_count": 684, "models": ["xgboost", "random_forest", "transformer"]}
 
 
 def _step(*argv: str, cwd: Path = REPO) -> None:
@@ -27,22 +31,38 @@ def _step(*argv: str, cwd: Path = REPO) -> None:
 
 def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
     """Write both pipelines' reports under the storage ``root``; returns their pages below the root."""
+    from mirage_tasks.runlog import record_run  # noqa: PLC0415
     from stepkit import Step  # noqa: PLC0415
 
-    run = root / "mirage_pipeline" / MIRAGE_KEY
-    train = Step("train", str(run / "train" / "xgboost-n1"), "test", {"model": "xgboost", "node_size": 1})
-    train.write_bytes("metrics.json", json.dumps({"val_mae_h": 3.21, "val_constant_mae_h": 7.5,
-                                                  "train_mae_h": 2.9, "wall_s": 12.0}).encode())
-    train.write_bytes("curves.json", json.dumps([{"epoch": i, "train_loss": 1 / (i + 1), "val_loss": 1.2 / (i + 1)}
-                                                 for i in range(5)]).encode())
-    train.commit({"val_mae_h": 3.21})
-    _step("-m", "mirage_tasks", "report", "--in", str(run / "train" / "xgboost-n1"), "--out", str(run / "report"),
-          "--title", MIRAGE_TITLE)
+    for key, seed, mae in ((MIRAGE_KEY, 0, 3.21), (MIRAGE_KEY_B, 7, 2.5)):
+        run = root / "mirage_pipeline" / key
+        train = Step("train", str(run / "train" / "xgboost-n1"), "test", {"model": "xgboost", "node_size": 1})
+        train.write_bytes("metrics.json", json.dumps({"val_mae_h": mae, "val_constant_mae_h": 7.5,
+                                                      "train_mae_h": 2.9, "wall_s": 12.0}).encode())
+        train.write_bytes("curves.json", json.dumps([{"epoch": i, "train_loss": 1 / (i + 1),
+                                                      "val_loss": 1.2 / (i + 1)} for i in range(5)]).encode())
+        train.commit({"val_mae_h": mae})
+        # the headline of the metrics step's marker (what the comparison reads)
+        metrics = Step("metrics", str(run / "metrics"), "test", {"seed": seed})
+        metrics.write_bytes("metrics.json", b"{}")
+        metrics.commit(summary={"n_rows": 24, "headline": {
+            "xgboost@1": {"mean_interruption_h": mae, "zero_share": 0.25 + seed / 100, "reduction_vs_reactive": 0.4},
+            "reactive@1": {"mean_interruption_h": 5.0, "zero_share": 0.1, "reduction_vs_reactive": 0.0}}})
+        _step("-m", "mirage_tasks", "report", "--in", str(run / "train" / "xgboost-n1"), "--out", str(run / "report"),
+              "--title", MIRAGE_TITLE)
+        scheduled = key == MIRAGE_KEY
+        params = dict(DEFAULTS, seed=seed, **({"train_count": 42, "models": ["xgboost", "random_forest"]}
+                                              if scheduled else {}))
+        record_run(str(run), dag_id="mirage_pipeline", run_id=MIRAGE_RUNS[key],
+                   run_type="scheduled" if scheduled else "manual",
+                   logical_date=datetime(2023, 3, 1, tzinfo=timezone.utc) if scheduled else
+                   datetime(2026, 11, 30, 9, 15, tzinfo=timezone.utc), params=params, defaults=DEFAULTS)
     faasm = root / "faasm_benchmarks"
     # Airflow's own run ids carry ':' and '+': they must survive the URLs of the view and the links
     run_id = write_history(str(faasm), days=6, last={"p99_us": 1.5}, run_id="scheduled__{date}T00:00:00+00:00")
     _step("-m", "faasm_tasks", "summarize", "--run-id", run_id, "--results", str(faasm), "--date", END,
           "--state-dir", str(state_dir))
     return {"mirage": f"mirage_pipeline/{MIRAGE_KEY}/report/report.html",
+            "mirage_b": f"mirage_pipeline/{MIRAGE_KEY_B}/report/report.html",
             "faasm_trends": f"faasm_benchmarks/{END}/{run_id}/trends/trends.html",
             "faasm_run": f"{END}/{run_id}"}
