@@ -141,7 +141,7 @@ def parse(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResu
 def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> ParseResult:
     tz = timezone or "UTC"
     notes: dict[str, Any] = {}
-    if timezone is None:
+    if not timezone:  # omitted or empty: the same warning
         log.warning("%s: sacct times carry no zone; assuming UTC (pass --timezone, e.g. America/Chicago)", uri)
         notes["timezone_assumed"] = True
     idx = 0
@@ -299,8 +299,9 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
     status = state.map(_slurm_status) if state is not None else pd.Series("UNKNOWN", index=range(len(rows)))
 
     local = pd.DataFrame({"submit": submit, "start": start, "end": end})
-    utc, ambiguous = _localize(local, tz, uri)
+    utc, ambiguous, nonexistent = _localize(local, tz, uri)
     notes["ambiguous_local_times"] = ambiguous
+    notes["nonexistent_local_times"] = nonexistent
     df = pd.DataFrame(
         {
             "job_id": col("job_id"),
@@ -326,20 +327,32 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
     return ParseResult(df, meta, rows_read, rejected, notes)
 
 
-def _localize(local: pd.DataFrame, tz: str, uri: str) -> tuple[pd.DataFrame, int]:
-    """Local wall-clock times -> UTC. Ambiguous autumn times are read as standard time (counted)."""
+def _localize(local: pd.DataFrame, tz: str, uri: str) -> tuple[pd.DataFrame, int, int]:
+    """Local wall-clock times -> UTC, with the counts of ambiguous and nonexistent ones.
+    Ambiguous autumn times are read as standard time; times inside a spring-forward gap
+    (which no clock showed) are moved to the first valid time after it. Both are counted
+    and said in a warning naming the column and the zone, never silently."""
     out = {}
-    ambiguous = 0
+    ambiguous = nonexistent = 0
     for name in local.columns:
         s = local[name]
+        amb = np.zeros(len(s), dtype=bool)  # False = standard time for ambiguous wall times
         try:
             probe = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
+            gaps = s.dt.tz_localize(tz, ambiguous=amb, nonexistent="NaT")
         except Exception as exc:  # noqa: BLE001 - unknown zone names
             raise StepError(f"--timezone {tz!r} is not a known time zone ({exc})") from exc
-        ambiguous += int((probe.isna() & s.notna()).sum())
-        amb = np.zeros(len(s), dtype=bool)  # False = standard time for ambiguous wall times
+        n_amb, n_gap = int((probe.isna() & s.notna()).sum()), int((gaps.isna() & s.notna()).sum())
+        if n_gap:
+            first = s[gaps.isna() & s.notna()].iloc[0]
+            log.warning("%s: %d %s time(s) fall in a spring-forward gap of %s and do not exist (first: %s); "
+                        "moved to the first valid time after the gap", uri, n_gap, name, tz, first)
+        if n_amb:
+            log.warning("%s: %d %s time(s) are ambiguous in %s (the autumn hour shown twice); read as standard "
+                        "time", uri, n_amb, name, tz)
+        ambiguous, nonexistent = ambiguous + n_amb, nonexistent + n_gap
         out[name] = s.dt.tz_localize(tz, ambiguous=amb, nonexistent="shift_forward").dt.tz_convert("UTC").dt.as_unit("s")
-    return pd.DataFrame(out), ambiguous
+    return pd.DataFrame(out), ambiguous, nonexistent
 
 
 def _slurm_duration_s(text: str | None) -> float:
@@ -451,8 +464,21 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
     start = np.where(wait >= 0, submit + np.maximum(wait, 0), np.nan)
     end = np.where((wait >= 0) & (run >= 0), start + np.maximum(run, 0), np.nan)
     req_procs = np.where(v[:, 7] > 0, v[:, 7], v[:, 4])
-    max_nodes = _header_int(header.get("MaxNodes"))
-    max_procs = _header_int(header.get("MaxProcs"))
+    max_nodes = _header_size(header, "MaxNodes", uri)
+    max_procs = _header_size(header, "MaxProcs", uri)
+    if max_procs is not None:
+        over = int((req_procs > max_procs).sum())
+        if over:
+            log.warning("%s: %d job(s) ask for more processors than the header's MaxProcs %d (largest: %d)",
+                        uri, over, max_procs, int(req_procs.max()))
+    zone = header.get("TimeZoneString", "UTC").strip() or "UTC"
+    try:
+        import zoneinfo  # noqa: PLC0415
+
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        log.warning("%s: header TimeZoneString %r is not a known time zone (times are read from UnixStartTime, "
+                    "in UTC, as always)", uri, zone)
     one_proc_per_node = max_nodes is not None and max_nodes == max_procs
     part_num = v[:, 15].astype(np.int64)
 
@@ -558,6 +584,18 @@ def _swf_rowwise(good: list[str], lines: list[int]) -> tuple[np.ndarray, list[Re
         except ValueError:
             rej.append(Rejected(ln, "non-numeric field in SWF row"))
     return (np.array(rows, dtype=np.float64).reshape(-1, 18), rej, kept)
+
+
+def _header_size(header: dict[str, str], key: str, uri: str) -> int | None:
+    """A machine size from the SWF header (``MaxNodes``, ``MaxProcs``): None when absent, a
+    :class:`StepError` naming the header when it is not a positive integer."""
+    val = header.get(key)
+    if not val or not val.strip():
+        return None
+    m = re.match(r"\s*([+-]?\d+)", val)
+    if not m or int(m.group(1)) <= 0:
+        raise StepError(f"{uri}: header {key} {val.strip()!r} is not a positive integer (the machine's size)")
+    return int(m.group(1))
 
 
 def _header_int(val: str | None) -> int | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import sys
 import traceback
@@ -68,6 +69,19 @@ def exit_now(rc: int) -> None:
     os._exit(rc)
 
 
+def check_flag_values(args: argparse.Namespace) -> None:
+    """Values argparse accepts but no step can use, refused for every step in one place:
+    a float flag of ``nan`` or ``inf`` (``type=float`` parses both), and an ``s3://`` URI
+    without a bucket. Raises :class:`StepError` naming the flag."""
+    for dest, value in vars(args).items():
+        flag = "--" + dest.replace("_", "-")
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise StepError(f"{flag} {v}: not a finite number")
+            if isinstance(v, str) and v.lower().startswith("s3://") and not v[5:].split("/", 1)[0]:
+                raise StepError(f"{flag} {v}: an s3:// URI needs a bucket (s3://BUCKET/key)")
+
+
 def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str]) -> int:
     """Run one step and return its exit code (0, 2 or 1; 130 when interrupted)."""
     argv = list(argv)
@@ -90,6 +104,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
     try:
+        check_flag_values(args)  # NaN, infinities, s3:// without a bucket: exit 2 naming the flag
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
     except lease.LeaseHeld as exc:

@@ -559,7 +559,16 @@ class Lease:
             f"renewal).{same}", same_output=same_output)
 
     def acquire(self) -> Lease:
-        """Take the lease, or raise :class:`LeaseHeld` naming its live holder."""
+        """Take the lease, or raise :class:`LeaseHeld` naming its live holder (a
+        :class:`StepError` naming the output when its folder cannot be made: a file in the
+        way, no permission)."""
+        try:
+            return self._acquire()
+        except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError) as exc:
+            raise StepError(f"output {self.out}: cannot create or use it as a folder: "
+                            f"{exc.strerror or exc} ({exc.filename or self.out})") from None
+
+    def _acquire(self) -> Lease:
         last: Seen | None = None
         for _ in range(8):
             seen = self._store.read()

@@ -188,3 +188,69 @@ def test_faasm_deploy_rejects_bad_worker_count(tmp_path, workers):
     assert proc.returncode == 2, proc.stderr
     assert "argument --workers: must be a positive integer" in proc.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
+
+
+# --- values that parse but cannot be right: an error or a warning that names them ---------
+
+
+@pytest.mark.parametrize("size", ["-5", "0", "lots"])
+def test_swf_header_machine_size_must_be_positive(tmp_path, capsys, size):
+    rc, trace, out = ingest(tmp_path, SWF_HEADER.replace("MaxNodes: 64", f"MaxNodes: {size}") + SWF_GOOD)
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{trace}: header MaxNodes '{size}' is not a positive integer" in err, err
+    assert not (out / MARKER).exists()
+
+
+def test_swf_unknown_zone_and_jobs_larger_than_the_machine_are_said(tmp_path, capsys):
+    text = SWF_HEADER.replace("MaxProcs: 64", "MaxProcs: 3") + "; TimeZoneString: Mars/Olympus_Mons\n" + SWF_GOOD
+    rc, trace, _ = ingest(tmp_path, text)
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "TimeZoneString 'Mars/Olympus_Mons' is not a known time zone" in err
+    assert "1 job(s) ask for more processors than the header's MaxProcs 3 (largest: 4)" in err
+
+
+def test_sacct_times_in_a_spring_forward_gap_are_counted_and_said(tmp_path, capsys):
+    gap = "3|2023-03-12T02:30:00|2023-03-12T03:10:00|2023-03-12T04:00:00|01:00:00|1|COMPLETED\n"  # no 02:30 in Chicago
+    rc, trace, out = ingest(tmp_path, SACCT_HEADER + SACCT_GOOD + gap, "--timezone", "America/Chicago")
+    assert rc == 0
+    assert "1 submit time(s) fall in a spring-forward gap of America/Chicago" in capsys.readouterr().err
+    report = json.loads((out / "ingest_report.json").read_text())
+    assert report["notes"]["nonexistent_local_times"] == 1, report
+
+
+def test_sacct_empty_timezone_warns_as_an_omitted_one(tmp_path, capsys):
+    rc, *_ = ingest(tmp_path, SACCT_HEADER + SACCT_GOOD, "--timezone", "")
+    assert rc == 0 and "assuming UTC (pass --timezone" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--load-scale", "nan", "--load-scale nan: not a finite number"),
+    ("--load-scale", "inf", "--load-scale inf: not a finite number"),
+    ("--load-scale", "1e30", "--load-scale 1e+30: must be > 0 and at most 1000"),
+    ("--out", "s3:///no-bucket", "--out s3:///no-bucket: an s3:// URI needs a bucket"),
+])
+def test_flag_values_no_step_can_use_exit_2_naming_the_flag(tmp_path, capsys, flag, value, message):
+    argv = ["synth", "--profile", "ls6-a100", "--from", "2023-01-01", "--to", "2023-01-02",
+            "--out", str(tmp_path / "o"), flag, value]
+    assert main("mirage_tasks", MIRAGE_STEPS, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_negative_batch_gap_is_refused(tmp_path, capsys):
+    rc, trace, _ = ingest(tmp_path, SWF_HEADER + SWF_GOOD)
+    argv = ["synth", "--fit", str(trace), "--batch-gap-s", "-5", "--out", str(tmp_path / "fit")]
+    assert main("mirage_tasks", MIRAGE_STEPS, argv) == 2
+    assert "--batch-gap-s -5: must be >= 0 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["under a file", "the input file itself"])
+def test_an_output_that_cannot_be_a_folder_exits_2_naming_it(tmp_path, capsys, where):
+    trace = tmp_path / "trace.swf"
+    trace.write_text(SWF_HEADER + SWF_GOOD)
+    out = trace / "sub" if where == "under a file" else trace
+    rc = main("mirage_tasks", MIRAGE_STEPS, ["ingest", "--trace", str(trace), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"output {out}: cannot create or use it as a folder" in err, err
+    assert trace.read_text() == SWF_HEADER + SWF_GOOD  # the input untouched

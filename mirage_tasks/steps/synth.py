@@ -16,6 +16,10 @@ from .. import __version__
 from ..profiles import PACKAGED
 
 
+#: The largest arrival-rate multiple: beyond it the Poisson draws overflow (and no cluster is that busy).
+MAX_LOAD_SCALE = 1000.0
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)")
@@ -51,6 +55,8 @@ def _run_fit(args: argparse.Namespace) -> int:
 
     from ..synth import compare, fit_markdown, fit_profile, generate
 
+    if args.batch_gap_s < 0:
+        raise StepError(f"--batch-gap-s {args.batch_gap_s:g}: must be >= 0 seconds")
     params = {"mode": "fit", "batch_gap_s": args.batch_gap_s, "compare_month": args.compare_month, "timezone": args.timezone}
     step = Step("synth-fit", args.out, __version__, params, inputs=[args.fit])
     if step.skip():
@@ -84,8 +90,9 @@ def _run_generate(args: argparse.Namespace) -> int:
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     if t_to <= t_from:
         raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
-    if args.load_scale <= 0:
-        raise StepError("--load-scale must be > 0")
+    if not 0 < args.load_scale <= MAX_LOAD_SCALE:
+        raise StepError(f"--load-scale {args.load_scale:g}: must be > 0 and at most {MAX_LOAD_SCALE:g} "
+                        "(a multiple of the profile's arrival rate)")
     profile = load_profile(args.profile)
     params = {"mode": "generate", "profile": profile, "from": t_from.isoformat(), "to": t_to.isoformat(),
               "seed": args.seed, "load_scale": args.load_scale}
