@@ -82,6 +82,8 @@ def run_date(args: Any) -> str:
             return str(rec["date"])
     except FileNotFoundError:
         pass
+    except OSError as exc:  # a file where a folder should be, no permission: say which flag
+        raise StepError(f"--results {args.results}: cannot read the run's record there ({exc})") from None
     path = os.path.join(run_dir(args.state_dir, args.run_id), "date")
     try:
         with open(path, encoding="utf-8") as f:
@@ -90,7 +92,10 @@ def run_date(args: Any) -> str:
         today = dt.datetime.now(dt.UTC).date().isoformat()
         with open(path, "w", encoding="utf-8") as f:
             f.write(today)
-    storage.write_json(uri, {"run_id": args.run_id, "date": today})
+    try:  # the first write of a run: an unwritable --results fails here, before anything is started
+        storage.write_json(uri, {"run_id": args.run_id, "date": today})
+    except OSError as exc:
+        raise StepError(f"--results {args.results}: cannot write the run's record there ({exc})") from None
     return today
 
 

@@ -254,3 +254,17 @@ def test_an_output_that_cannot_be_a_folder_exits_2_naming_it(tmp_path, capsys, w
     err = capsys.readouterr().err
     assert rc == 2 and f"output {out}: cannot create or use it as a folder" in err, err
     assert trace.read_text() == SWF_HEADER + SWF_GOOD  # the input untouched
+
+
+def test_faasm_deploy_with_unwritable_results_exits_2_before_starting_anything(tmp_path, capsys, monkeypatch):
+    """In the unit tier a started redis-server or worker would also fail this test (the tier's guard)."""
+    from faasm_tasks.__main__ import STEPS as FAASM_STEPS
+
+    monkeypatch.setenv("FAASM_TASKS_STATE_DIR", str(tmp_path / "state"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = ["deploy", "--target", "local", "--run-id", "unwritable", "--results", str(blocker / "results"),
+            "--experiment", "sgd_reuters_svm"]
+    assert main("faasm_tasks", FAASM_STEPS, argv) == 2
+    err = capsys.readouterr().err
+    assert f"--results {blocker / 'results'}: cannot " in err and "Traceback" not in err
