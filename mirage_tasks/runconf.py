@@ -229,7 +229,7 @@ class MirageRun:
         if unknown:
             raise ValueError(f"unknown param(s) {', '.join(unknown)}; known: {', '.join(FIELDS)}")
         size = "scheduled" if scheduled else (params.get("size") or "paper")
-        if size not in SIZES:
+        if not isinstance(size, str) or size not in SIZES:
             raise ValueError(f"param size: {size!r} is not one of {', '.join(SIZE_NAMES)}")
         given = {k: v for k, v in params.items() if k != "size" and not _empty(v)}
         values = {**DEFAULTS, **SIZES[size]}

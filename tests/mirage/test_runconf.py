@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mirage_tasks.models.registry import KINDS
 from mirage_tasks.runconf import (DEFAULTS, FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZE_NAMES, SIZED, SIZES,
@@ -144,3 +146,25 @@ def test_runconf_imports_stdlib_only():
             "'jsonschema') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([*FIELDS, "not_a_param"]), json_values, max_size=8),
+       st.booleans(), st.booleans())
+def test_any_conf_is_a_run_or_a_value_error_naming_a_param(conf, scheduled, backfill):
+    """What a trigger form, `--conf` or the REST API can send: the plan gets a typed run or a
+    ValueError that names the param (the plan task fails at once with it), never anything else."""
+    try:
+        run = MirageRun.from_params(conf, scheduled=scheduled, backfill=backfill)
+    except ValueError as exc:
+        assert "param" in str(exc), exc
+        return
+    assert isinstance(run, MirageRun) and run.size in SIZES
+    assert json.loads(json.dumps(run.as_dict())) == run.as_dict()
