@@ -144,6 +144,14 @@ def test_cluster_config_nodes_zero_says_positive(tmp_path):
     assert str(path) in str(err.value) and "unknown" not in str(err.value)
 
 
+@pytest.mark.parametrize("field", ["weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user"])
+def test_cluster_config_negative_weights_and_limits_are_refused(tmp_path, field):
+    path, build = _config(tmp_path, {"nodes": 8, field: -1})
+    with pytest.raises(StepError, match=f"{field} must be >= 0, got -1") as err:
+        build()
+    assert str(path) in str(err.value)
+
+
 def test_nodes_flag_zero_says_positive(tmp_path):
     _, build = _config(tmp_path, {"nodes": 8}, "--nodes", "0")
     with pytest.raises(StepError, match=r"^--nodes: nodes must be a positive number of nodes .* got 0$"):

@@ -107,6 +107,9 @@ class SimConfig:
             raise StepError("dispatch_latency_s must be >= 0")
         if self.tick_s < 0 or self.bf_window_s < 0 or self.bf_max_job_test < 1:
             raise StepError("tick_s and bf_window_s must be >= 0, bf_max_job_test >= 1")
+        for name in NONNEGATIVE:
+            if getattr(self, name) < 0:
+                raise StepError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -132,11 +135,16 @@ class SimConfig:
                 _check_type(name, value, types[name])
                 if name == "nodes" and value < 1:
                     raise StepError(f"nodes must be a positive number of nodes (the cluster size), got {value}")
+                if name in NONNEGATIVE and value < 0:
+                    raise StepError(f"{name} must be >= 0, got {value}")
             except StepError as exc:
                 source = (sources or {}).get(name)
                 raise StepError(f"{source}: {exc}" if source else str(exc)) from None
         return cls(**doc)
 
+
+#: Fields below zero mean nothing: a negative weight inverts the priority, a negative limit is no limit.
+NONNEGATIVE = ("weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user")
 
 _TYPES = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool,), "str": (str,)}
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
