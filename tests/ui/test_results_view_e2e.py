@@ -10,14 +10,8 @@ Skips with a clear message when chromium, chromedriver or selenium is missing
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -25,39 +19,14 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
-from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, MIRAGE_TITLE, REPO, make_reports
+from airflow_ui import PASSWORD, USER, api_server, chromium, missing
+from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, MIRAGE_TITLE, make_reports
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
-USER, PASSWORD = "tester", "pw-for-the-ui-test"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000"]
-
-
-def _missing() -> str | None:
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"chromium not installed ({CHROMIUM}); apt-get install -y chromium chromium-driver (make system-deps)"
-    if not os.access(CHROMEDRIVER, os.X_OK):
-        return f"chromedriver not installed ({CHROMEDRIVER}); apt-get install -y chromium-driver (make system-deps)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium not installed (pip install -r requirements-dev.txt -c constraints.txt)"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    why = _missing()
+    why = missing()
     if why:
         pytest.skip(why)
     home = tmp_path_factory.mktemp("airflow-home")
@@ -70,82 +39,14 @@ def server(tmp_path_factory):
     evil.mkdir(parents=True)
     (evil / "_SUCCESS.json").write_text(json.dumps({"finished": "x"}))
     (evil / "report.html").symlink_to(secret)
-    port = _free_port()
-    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "HOUSE_"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "ui-test-secret-" + os.urandom(8).hex(),
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-        "HOUSE_STORAGE_ROOT": str(storage),
-        "HOUSE_NO_VARIABLES": "1",
-        "PYTHONPATH": str(REPO),
-        "OMP_NUM_THREADS": "1",
-    })
-    airflow = [sys.executable, "-m", "airflow"]
-    subprocess.run([*airflow, "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300)
-    log = open(home / "api-server.log", "wb")
-    proc = subprocess.Popen([*airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "--workers", "1"],
-                            env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError("api-server exited:\n" + (home / "api-server.log").read_text()[-4000:])
-            try:
-                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("api-server not up in 180 s:\n" + (home / "api-server.log").read_text()[-4000:])
-            time.sleep(1)
-        yield {"base": base, "pages": pages, "log": home / "api-server.log", "storage": storage}
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+    with api_server(home, storage) as srv:
+        yield {"base": srv["base"], "pages": pages, "log": srv["log"], "storage": storage}
 
 
 @pytest.fixture(scope="module")
 def browser(server, tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ.setdefault("SE_OFFLINE", "true")  # selenium-manager must not download anything
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for f in FLAGS:
-        opts.add_argument(f)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _shot(driver, name: str) -> Path:

@@ -40,9 +40,16 @@ def ui(tmp_path_factory):
 
 
 def _wait(what, fn, timeout: float = 120):
+    """``fn()`` once it is truthy; an element React replaced meanwhile (stale) or not yet ready for
+    input (a popover still opening) is tried again."""
+    from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while True:
-        value = fn()
+        try:
+            value = fn()
+        except (StaleElementReferenceException, ElementNotInteractableException):
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -100,6 +107,17 @@ def test_trigger_form_defaults_start_one_manual_run_and_no_scheduled_one(ui):
     assert next_run > datetime.now(timezone.utc), f"unpausing scheduled a run for {next_run} (past)"
 
 
+def _type(driver, css: str, text: str) -> bool:
+    """Type ``text`` into the visible input matching ``css`` (False while there is none)."""
+    from selenium.webdriver.common.by import By
+
+    field = next((i for i in driver.find_elements(By.CSS_SELECTOR, css) if i.is_displayed()), None)
+    if field is None:
+        return False
+    field.send_keys(text)
+    return True
+
+
 def _backfill(ui, dag_id: str, start: str, end: str, *, override: bool) -> None:
     from selenium.webdriver.common.by import By
 
@@ -109,12 +127,8 @@ def _backfill(ui, dag_id: str, start: str, end: str, *, override: bool) -> None:
     _wait("the backfill form", lambda: "Date Range" in dialog.text)
     for picker, day in zip(dialog.find_elements(By.CSS_SELECTOR, "[data-testid=datetime-input]"), (start, end)):
         _click(driver, picker)
-        date = _wait("the date field", lambda: next(
-            (i for i in driver.find_elements(By.CSS_SELECTOR, "input[placeholder='YYYY/MM/DD']") if i.is_displayed()),
-            None))
-        date.send_keys(day)
-        hour = next(i for i in driver.find_elements(By.CSS_SELECTOR, "input[placeholder='HH:mm']") if i.is_displayed())
-        hour.send_keys("00:00")
+        _wait("the date typed", lambda: _type(driver, "input[placeholder='YYYY/MM/DD']", day))
+        _wait("the time typed", lambda: _type(driver, "input[placeholder='HH:mm']", "00:00"))
         _click(driver, dialog.find_element(By.XPATH, ".//*[text()='Date Range']"))  # closes the picker
     trace = dialog.find_element(By.NAME, "element_trace")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", trace)
