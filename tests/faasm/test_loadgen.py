@@ -45,8 +45,9 @@ def test_closed_loop_percentiles_follow_injected_delay():
         s = run_load(LoadSpec(url=srv.url + "/", mode="closed", connections=1, duration_s=1.5, timeout_s=2,
                               body=b"{}", headers={"Content-Type": "application/json"}))
     assert s["errors_total"] == 0 and s["requests_ok"] >= 15
-    assert 9_000 <= s["p50_us"] <= 40_000
-    assert 95_000 <= s["p90_us"] <= 200_000 and s["max_us"] >= 99_000
+    # lower bounds are the server's sleeps; the upper one is relative, so a busy machine cannot fail it
+    assert 9_000 <= s["p50_us"] <= 0.5 * s["p90_us"]
+    assert s["p90_us"] >= 95_000 and s["max_us"] >= 99_000
     assert len(s["latencies_us"]) == 100 and s["latencies_us"][0] == 0
     h = HdrHistogram.decode(s["histogram"])
     assert h.get_total_count() == s["requests_ok"]
