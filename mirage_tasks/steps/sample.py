@@ -41,12 +41,14 @@ samples can see (submitted before the day's end plus the workload,
 ``mirage_tasks.prefixes``) instead of the whole trace's, so when the trace grows
 (a cluster's next daily export) only the days whose samples see new jobs are recomputed.
 
-**Days the trace covers.** Every sample must start on a UTC day from the trace's first
-submit's to its last submit's (:func:`check_span`): a ``--day`` (or, with ``--count``, a
-window's sample) outside that span is an exit 2 naming the days and the span, before
-anything is simulated or written (a day far outside would be simulated on an empty cluster).
-The newest day of a growing trace is allowed; samples whose workload reaches past the last
-submit are kept with a warning.
+**Days the trace covers.** No sample may start after the UTC day of the trace's last submit
+(:func:`check_span`): such a ``--day`` (or, with ``--count``, a window's sample) is an exit 2
+naming the days and the span, before anything is simulated or written (those days are not in
+the export yet: their samples would be simulated without their jobs and committed as if
+complete). The newest day of a growing trace is allowed; samples whose workload reaches past
+the last submit are kept with a warning. Days before the first submit are sampled with a
+warning naming them: a long training window (684 samples at 4 h reach 114 days back) may
+start before a log does, and those samples replay the cluster as the log knows it, from empty.
 """
 
 from __future__ import annotations
@@ -130,20 +132,26 @@ def _listed(days: list[str], n: int = 6) -> str:
 
 
 def check_span(trace: str, df, days: list[str]) -> None:
-    """Refuse sample days outside the trace's span: the UTC days from its first submit's to its
-    last submit's, both included (exit 2 naming the days and the span).
+    """Refuse sample days after the trace's newest UTC day (exit 2 naming the days and the
+    span); warn, naming them, about days before its first.
 
-    A sample on a day the trace does not reach would be simulated on a cluster missing that
-    day's jobs (far outside: an empty one) and look like any other example. The newest day of
-    a growing trace stays allowed as long as the trace holds a job submitted on it; samples
-    whose workload reaches past the last submit are kept with a warning (:func:`_compute`)."""
+    A sample on a day the trace does not reach yet would be simulated on a cluster missing
+    that day's jobs and look like any other example (a growing trace's next export would have
+    them). The newest day stays allowed as long as the trace holds a job submitted on it;
+    samples whose workload reaches past the last submit are kept with a warning
+    (:func:`_compute`). Days before the first submit replay the log's cluster from empty, as a
+    training window that starts before a log always has: said, not refused."""
     from ..times import iso
 
     if df.empty:
         raise StepError(f"{trace}: the trace holds no jobs")
     first, last = df["submit"].min(), df["submit"].max()
     lo, hi = first.date().isoformat(), last.date().isoformat()
-    outside = sorted({d for d in days if d < lo or d > hi})
+    before = sorted({d for d in days if d < lo})
+    if before:
+        log.warning("%s: sample day(s) %s come before the trace's first submit (%s): their samples replay the "
+                    "cluster from empty, with only the jobs the log holds", trace, _listed(before), lo)
+    outside = sorted({d for d in days if d > hi})
     if outside:
         raise StepError(
             f"{trace}: sample day(s) {_listed(outside)} lie outside the trace's span {lo} .. {hi} (submits "

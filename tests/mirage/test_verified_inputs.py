@@ -135,13 +135,16 @@ def test_sample_days_outside_the_trace_are_refused(traces, tmp_path, capsys):
     span = "the trace's span 2023-01-01 .. 2023-01-19"
     capsys.readouterr()
     assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "fam"),
-               "--day", "2019-06-01", "--day", "2023-01-05") == 2
+               "--day", "2023-03-01", "--day", "2023-01-05") == 2
     err = capsys.readouterr().err
-    assert "sample day(s) 2019-06-01 lie outside" in err and span in err
+    assert "sample day(s) 2023-03-01 lie outside" in err and span in err
     assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "win"),
                "--count", "3", "--interval-hours", "24", "--start", "2023-01-19T00:00:00") == 2
     assert "sample day(s) 2023-01-20, 2023-01-21 lie outside" in capsys.readouterr().err
     assert not (tmp_path / "fam").exists() and not (tmp_path / "win").exists()
+    # before the first submit: sampled (a long training window can start before a log), and said
+    assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "early"), "--day", "2022-12-30") == 0
+    assert "sample day(s) 2022-12-30 come before the trace's first submit (2023-01-01)" in capsys.readouterr().err
     # the trace's newest day is covered (a growing trace samples it), however short its workload there
     assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "fam"), "--day", "2023-01-19") == 0
     assert (tmp_path / "fam" / "day=2023-01-19" / MARKER).exists()
