@@ -368,7 +368,7 @@ def _plan_task(run_type: str, conf: dict, logical_date=APRIL):
     dag = DagBag(dag_folder=str(DAGS / "mirage_pipeline.py")).dags["mirage_pipeline"]
     task = dag.get_task("plan.commands")
     return task.python_callable(params=_form(conf), dag_run=SimpleNamespace(run_type=run_type), dag=dag,
-                                logical_date=logical_date)
+                                logical_date=logical_date, run_id=f"{run_type}__test")
 
 
 def test_storage_keys_of_the_paper_configuration_are_unchanged():
