@@ -265,7 +265,7 @@ def check_monthly(env: dict) -> bool:
 def monthly(trace: str) -> None:
     """Sampling CPU of a monthly backfill (validating Jan, Feb, Mar 2023), month by month."""
     sys.path.insert(0, str(REPO))
-    from mirage_tasks.plan import plan_run
+    from mirage_tasks.run.plan import plan_run
 
     root = VAR / "monthly"
     shutil.rmtree(root, ignore_errors=True)

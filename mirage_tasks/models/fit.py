@@ -18,7 +18,7 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from .calibrate import WASTE_WEIGHT, calibrate_load_aware
+from .thresholds import WASTE_WEIGHT, calibrate_load_aware
 from .registry import family
 
 log = logging.getLogger(__name__)

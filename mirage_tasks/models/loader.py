@@ -31,7 +31,7 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.safeload import read_document
 
-from .calibrate import submit_mask
+from .thresholds import submit_mask
 from .data import FeatureScaler
 from .registry import FAMILIES, KINDS, family
 

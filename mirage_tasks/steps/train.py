@@ -16,7 +16,7 @@ on that split (:mod:`mirage_tasks.models.hpo`, history in ``hpo_trials.json``). 
 threshold (regressors) or P(submit) threshold (policies) is then chosen on the same
 validation split, never on the validation period, by minimising mean interruption +
 ``--waste-weight`` x wasted node-hours over the dataset's probes
-(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``); the same
+(:mod:`mirage_tasks.models.thresholds`), and stored in ``config.json`` (``decision``); the same
 split also decides whether the threshold moves with the load at the decision (``decision.load``:
 the backlog in cluster widths or the running jobs' median wait, from the history's last snapshot;
 kept only when it lowers the split's objective below the best fixed threshold). Features are ``log1p``-scaled and
@@ -46,7 +46,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..models import KINDS, POLICIES, StopRequested
 from ..models import presets as presets_mod
-from ..models.calibrate import CALIBRATION_VERSION, WASTE_WEIGHT
+from ..models.thresholds import CALIBRATION_VERSION, WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
 ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
@@ -93,9 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import require_input
+    from ..data.artifacts import require_input
     from ..models.fit import remove_checkpoints, train_policy, train_regressor
-    from ..schedule import cpu_count
+    from ..sampling.schedule import cpu_count
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         require_input(args.dataset, "--dataset")
         until = None
         if args.samples_until is not None:
-            from ..schema import parse_time
+            from ..data.schema import parse_time
 
             until = int(parse_time(args.samples_until, "--samples-until").timestamp())
         if args.hpo_trials < 0 or (args.hpo_timeout_s is not None and not args.hpo_timeout_s > 0):
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]:
     """The policy's Step (None when it is up to date) and its base model's config."""
-    from ..artifacts import require_input
+    from ..data.artifacts import require_input
     from ..models.loader import read_config
 
     want = POLICIES[args.model]

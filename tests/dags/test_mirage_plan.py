@@ -1,4 +1,4 @@
-"""The command lines of a mirage_pipeline run (mirage_tasks.plan): windows, fan-out, and the contract
+"""The command lines of a mirage_pipeline run (mirage_tasks.run.plan): windows, fan-out, and the contract
 that every argv the plan builds parses with its step's own parser."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from mirage_tasks.plan import argv, plan, step_parser, windows
+from mirage_tasks.run.plan import argv, plan, step_parser, windows
 
 BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=684,
             val_start=None, val_count=None, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
@@ -157,7 +157,7 @@ def test_argv_helper_uses_the_parsers_flags_and_refuses_unknown_keys():
 def test_dag_model_enum_is_the_registry():
     """The form's model choices and the paper's models are the registry's."""
     from mirage_tasks.models.registry import KINDS
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     params = _dag_params()
     models = params.get_param("models")
@@ -169,7 +169,7 @@ def test_plan_module_imports_stdlib_only():
     import subprocess
     import sys
 
-    code = ("import sys; import mirage_tasks.plan\n"
+    code = ("import sys; import mirage_tasks.run.plan\n"
             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -178,7 +178,7 @@ def test_plan_module_imports_stdlib_only():
 def test_dag_defaults_are_the_steps_defaults(dag_defaults):
     """Where a run param mirrors a step flag, its default (the paper's) is the step's own."""
     from mirage_tasks.models.presets import PRESETS
-    from mirage_tasks.runconf import DEFAULTS
+    from mirage_tasks.run.runconf import DEFAULTS
 
     sample = step_parser("sample")
     for param in ("interval_hours", "warmup_days", "workload_days", "probes", "probe_spacing"):
@@ -196,12 +196,12 @@ def test_dag_defaults_are_the_steps_defaults(dag_defaults):
 # ----------------------------------------------------------------------------- content-keyed storage
 
 def test_locations_are_keyed_by_what_they_depend_on():
-    from mirage_tasks.plan import run_key
+    from mirage_tasks.run.plan import run_key
 
     real = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
     p = plan(real, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     # same content under another URI: the same ingested trace; sample families are named by the
-    # trace's location (each day partition is checked against the content: mirage_tasks.prefixes)
+    # trace's location (each day partition is checked against the content: mirage_tasks.data.prefixes)
     q = plan(dict(real, trace="s3://b/ls6.log"), "/r/mirage_pipeline/y", APRIL, shared="/r/mirage",
              trace_fp="sha256:aa")
     assert p["trace"] == q["trace"] and p["families"] != q["families"]
@@ -269,7 +269,7 @@ def test_step_label():
 
 
 def test_samples_day_plan():
-    from mirage_tasks.plan import newest_complete_day, samples_day, samples_trace
+    from mirage_tasks.run.plan import newest_complete_day, samples_day, samples_trace
 
     params = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
     t = samples_trace(params, "/r/mirage", "2023-01-10", "sha256:aa")
@@ -294,7 +294,7 @@ def test_samples_day_plan():
 # ----------------------------------------------------------------------------- mirage_monthly
 
 def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
-    from mirage_tasks.plan import FAMILY_PARAMS, month_run
+    from mirage_tasks.run.plan import FAMILY_PARAMS, month_run
 
     fam = {"trace": "s3://b/ls6.log", "trace_timezone": "America/Chicago", "synth_profile": "ls6-a100",
            "cluster_config": "ls6", "interval_hours": 4, "warmup_days": 2, "workload_days": 5, "probes": 7,
@@ -308,7 +308,7 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     # the pipeline accepts the conf and validates February on it (the month before its logical date)
     from datetime import datetime, timezone
 
-    from mirage_tasks.plan import windows
+    from mirage_tasks.run.plan import windows
 
     form = _dag_params()
     for k, v in run["conf"].items():  # the pipeline's param schema accepts the conf
@@ -317,7 +317,7 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     w = windows(params, datetime(2023, 3, 1, tzinfo=timezone.utc))
     assert w["val_start"] == "2023-02-01T00:00:00+00:00" and w["train_count"] == 684
     # it reads the days' partitions: the same sample families as mirage_samples wrote
-    from mirage_tasks.plan import samples_day, samples_trace
+    from mirage_tasks.run.plan import samples_day, samples_trace
 
     t = samples_trace(fam, "/r/mirage", "2023-02-10", "sha256:aa")
     p = plan(params, "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=timezone.utc), shared="/r/mirage",
@@ -374,8 +374,8 @@ def _plan_task(run_type: str, conf: dict, logical_date=APRIL):
 def test_storage_keys_of_the_paper_configuration_are_unchanged():
     """Committed outputs stay valid: the paper size (the former defaults) gives the run keys and
     sample families it always had (values computed before sizes existed)."""
-    from mirage_tasks.plan import run_key, trace_identity
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.plan import run_key, trace_identity
+    from mirage_tasks.run.runconf import MirageRun
 
     paper = MirageRun.from_params(_form({"size": "paper"}))
     assert paper.key_params() == OLD_DEFAULTS
@@ -403,7 +403,7 @@ def test_storage_keys_of_the_paper_configuration_are_unchanged():
 def test_size_demo_is_the_makefiles_former_demo(synthetic):
     """``{"size": "demo"}`` (what `make demo` now sends) plans exactly what the hand-copied
     DEMO_CONF planned: same params, windows and every argv."""
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     conf = _makefile_demo_conf(synthetic)
     assert conf["size"] == "demo" and set(conf) <= {"size", "trace", "trace_timezone"}
@@ -425,7 +425,7 @@ def test_size_demo_is_the_makefiles_former_demo(synthetic):
 
 
 def test_explicit_params_win_over_the_size():
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     run = MirageRun.from_params(_form({"size": "demo", "train_count": 12, "val_start": "2023-02-20T00:00:00+00:00",
                                        "models": ["xgboost"], "train_params": {}}))

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks.models.calibrate import calibrate, outcomes
+from mirage_tasks.models.thresholds import calibrate, outcomes
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, probe_times, simulate_sample
 from mirage_tasks.sim.probes import END_OFFSETS_MIN, PROBE_SPACINGS
 from stepkit.cli import main
@@ -126,7 +126,7 @@ def test_spacing_is_in_the_params_and_spacings_never_merge(trace_uri, tmp_path):
 
 
 def test_plan_keys_sample_families_by_spacing():
-    from mirage_tasks.plan import plan, samples_day, step_parser
+    from mirage_tasks.run.plan import plan, samples_day, step_parser
 
     base = dict(trace="/data/ls6.log", trace_timezone="America/Chicago", synth_profile="ls6-a100",
                 cluster_config="ls6", train_start=None, train_count=12, val_start=None, val_count=3,

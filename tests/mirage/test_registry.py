@@ -46,7 +46,7 @@ def test_presets_loader_train_and_sample_derive_from_the_registry():
     assert loader.WEIGHTS == {k: f.weights for k, f in registry.FAMILIES.items()}
     assert _choices(_parser("mirage_tasks.steps.train"), "--model") == registry.KINDS
     assert _choices(_parser("mirage_tasks.steps.sample"), "--baseline") == ("default", *registry.BASELINES)
-    from mirage_tasks import metrics
+    from mirage_tasks.evaluation import metrics
 
     assert metrics.model_order(["xgboost", "avg", "reactive"]) == [*registry.BASELINES, "xgboost"]
 

@@ -1,8 +1,8 @@
 """The command lines of one ``mirage_pipeline`` run, computed from its params (no I/O).
 
-The params are read once, by :meth:`mirage_tasks.runconf.MirageRun.from_params` (typed,
+The params are read once, by :meth:`mirage_tasks.run.runconf.MirageRun.from_params` (typed,
 checked, the run size's values filled in); every function here takes that
-:class:`~mirage_tasks.runconf.MirageRun` (or a params dict, which it reads the same way).
+:class:`~mirage_tasks.run.runconf.MirageRun` (or a params dict, which it reads the same way).
 
 Lives beside the steps it plans, so a flag and its default are written once: in the step's
 own ``add_arguments``. :func:`argv` builds a command line from a step name and keyword
@@ -29,7 +29,7 @@ Storage is keyed by what each artefact depends on (``<root>`` is the house stora
 * ``<root>/mirage/samples/node<N>-<key>/day=YYYY-MM-DD/``: the training samples whose start
   falls on that UTC day, once per (trace location, simulator configuration, sampling
   parameters, sample grid, node size, mode) (:func:`sample_family`); each partition records
-  the digest of the trace rows its samples see (:mod:`mirage_tasks.prefixes`), so a trace
+  the digest of the trace rows its samples see (:mod:`mirage_tasks.data.prefixes`), so a trace
   that grows in place keeps its earlier days; a run samples only the days without a valid
   committed partition (:func:`sample_argvs`), mapped over up to ``shards`` tasks, and
   ``merge --trace`` joins the days of its window, checking each against the trace;
@@ -50,10 +50,10 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .models.registry import BASELINES, FAMILIES, POLICIES
+from ..models.registry import BASELINES, FAMILIES, POLICIES
 from .runconf import FAMILY_PARAMS, MirageRun
-from .times import iso as _iso
-from .times import parse_iso
+from ..data.times import iso as _iso
+from ..data.times import parse_iso
 
 
 def _ts(value: str | None, name: str) -> datetime | None:
@@ -65,7 +65,7 @@ def _ts(value: str | None, name: str) -> datetime | None:
 @functools.lru_cache(maxsize=None)
 def step_parser(step: str) -> argparse.ArgumentParser:
     """The parser of ``python -m mirage_tasks <step>`` (its module's ``add_arguments``)."""
-    from .__main__ import STEPS
+    from ..__main__ import STEPS
 
     if step not in STEPS:
         raise ValueError(f"unknown mirage_tasks step {step!r}; known: {', '.join(STEPS)}")
@@ -199,7 +199,7 @@ def trace_fingerprint(uri: str) -> str:
 def sample_source(identity: dict[str, Any], params: MirageRun | dict[str, Any]) -> dict[str, Any]:
     """What names a sample family's trace: a real trace by its location (time zone and window),
     not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
-    each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.prefixes`).
+    each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.data.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
     trace = MirageRun.of(params).trace
     if identity["kind"] == "ingest" and trace:
@@ -226,7 +226,7 @@ def sample_family(shared: str, trace: dict[str, Any], params: MirageRun | dict[s
 def _spacing(run: MirageRun, baseline: str = "default") -> dict[str, Any]:
     """The sample step's probe spacing of this run, as it enters the sample outputs' params:
     families of different spacings never share a root."""
-    from .steps.sample import spacing_params  # noqa: PLC0415
+    from ..steps.sample import spacing_params  # noqa: PLC0415
 
     return spacing_params(baseline, run.probe_spacing)
 
@@ -257,7 +257,7 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
     again and recomputes a stale day, and ``merge --trace`` refuses one."""
     from stepkit.step import read_marker  # noqa: PLC0415
 
-    from .prefixes import prefix_before, read_prefixes
+    from ..data.prefixes import prefix_before, read_prefixes
 
     prefixes = read_prefixes(trace) if trace else None
     out = set()
