@@ -43,7 +43,7 @@ import pandas as pd
 from stepkit import StepError
 
 from ..data.artifacts import load_rows
-from ..models.registry import BASELINES
+from ..sim.probes import BASELINES
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from stepkit import StepError, require_committed, storage
 from .. import __version__
 from . import metrics as M
 from ..data.artifacts import load_metrics
-from ..models.registry import BASELINES
+from ..sim.probes import BASELINES
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from stepkit import StepError
 from stepkit.pool import run_pool
 
 from ..models.thresholds import submit_mask
-from ..models.registry import BASELINES, family
+from ..models.registry import family
+from ..sim.probes import BASELINES
 from ..sampling.schedule import pool_context
 from ..sim.config import SimConfig
 from ..sim.episode import DecisionEpisode, probe_times

@@ -1,4 +1,4 @@
-"""Every model family, declared once; the baselines, declared once. Stdlib only.
+"""Every model family, declared once (the baselines are the simulator's: sim.probes). Stdlib only.
 
 A :class:`Family` says what the rest of the code needs to know about a model kind: its
 name, its weights file, whether it is a policy (and on which base regressor kind), whether
@@ -17,6 +17,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ..sim.probes import BASELINES  # noqa: F401 - the simulator's rules, re-exported beside the kinds
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,6 @@ REGRESSORS: tuple[str, ...] = tuple(k for k, f in FAMILIES.items() if not f.poli
 POLICIES: dict[str, str] = {k: f.base for k, f in FAMILIES.items() if f.base is not None}
 NETS: tuple[str, ...] = tuple(k for k in REGRESSORS if FAMILIES[k].torch)  # regressors that can use a GPU
 
-# Decision rules without a model, validated beside the models: submit when the predecessor
-# ends (reactive) or at its end minus the recent mean wait (avg).
-BASELINES: tuple[str, ...] = ("reactive", "avg")
 
 
 def family(kind: str) -> Family:

@@ -50,7 +50,8 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..models.registry import BASELINES, FAMILIES, POLICIES
+from ..models.registry import FAMILIES, POLICIES
+from ..sim.probes import BASELINES
 from .runconf import FAMILY_PARAMS, MirageRun
 from ..data.times import iso as _iso
 from ..data.times import parse_iso

@@ -64,7 +64,7 @@ from ..data.artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
 from ..sampling.schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
                         sample_tasks, set_threads)
 from ..sim.config import add_config_arguments
-from ..models.registry import BASELINES
+from ..sim.probes import BASELINES
 from ..sim.probes import PROBE_SPACINGS
 
 log = logging.getLogger(__name__)

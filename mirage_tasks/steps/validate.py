@@ -48,7 +48,7 @@ from stepkit import Step, StepError, read_marker, storage
 from .. import __version__
 from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
-from ..models.registry import BASELINES
+from ..sim.probes import BASELINES
 from ..sim.config import add_config_arguments
 
 log = logging.getLogger(__name__)
