@@ -117,14 +117,16 @@ with DAG(
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
         from mirage_tasks.run.plan import plan_run
+        from mirage_tasks.run.runconf import MirageRun
         from mirage_tasks.run.runlog import record_run
         from stepkit import StepError
 
         run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
         try:
-            planned = plan_run(dict(context["params"]), storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                               context.get("logical_date"), scheduled=run_type == "scheduled",
-                               backfill=run_type == "backfill", workers=GRANTED, threads=GRANTED)
+            conf = MirageRun.from_params(dict(context["params"]), scheduled=run_type == "scheduled",
+                                         backfill=run_type == "backfill")
+            planned = plan_run(conf, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                               context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
         # which DAG run used this prefix (the results view lists runs by it)

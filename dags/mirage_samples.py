@@ -81,6 +81,7 @@ with DAG(
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
         from mirage_tasks.run.plan import samples_trace, trace_fingerprint
+        from mirage_tasks.run.runconf import MirageRun
         from stepkit import StepError
 
         params = dict(context["params"])
@@ -90,8 +91,9 @@ with DAG(
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(timezone.utc).date().isoformat()
         try:
-            fp = trace_fingerprint(params["trace"]) if params.get("trace") else None
-            trace = samples_trace(params, storage_prefix("mirage"), day, fp)
+            run = MirageRun.from_params(params)
+            fp = trace_fingerprint(run.trace) if run.trace else None
+            trace = samples_trace(run, storage_prefix("mirage"), day, fp)
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
@@ -101,16 +103,17 @@ with DAG(
     def day_plan(p: dict, **context) -> dict:
         """The day's sample argvs, only for node sizes whose partition is not committed."""
         from mirage_tasks.run.plan import checked_against, newest_complete_day, samples_day
+        from mirage_tasks.run.runconf import MirageRun
         from stepkit import storage
 
-        params = dict(context["params"])
-        day = p["day"]
-        if day is None:  # a scheduled run follows the trace: its newest complete day
-            report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
-            day = newest_complete_day(report["span_last_submit"], params["workload_days"])
         try:
-            have = checked_against(p["trace"], params["workload_days"])
-            return samples_day(params, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
+            run = MirageRun.from_params(dict(context["params"]))
+            day = p["day"]
+            if day is None:  # a scheduled run follows the trace: its newest complete day
+                report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
+                day = newest_complete_day(report["span_last_submit"], run.workload_days)
+            have = checked_against(p["trace"], run.workload_days)
+            return samples_day(run, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
         except ValueError as exc:
             raise _fail(exc) from exc
 

@@ -241,11 +241,6 @@ class MirageRun:
         run._check_models()
         return run
 
-    @classmethod
-    def of(cls, params: MirageRun | Mapping[str, Any], **kwargs: Any) -> MirageRun:
-        """``params`` itself when it is a :class:`MirageRun`, else :meth:`from_params`."""
-        return params if isinstance(params, MirageRun) else cls.from_params(params, **kwargs)
-
     def _check_models(self) -> None:
         need = [m for m in self.models if m in POLICIES and POLICIES[m] not in self.models]
         if need:

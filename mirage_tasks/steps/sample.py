@@ -34,7 +34,7 @@ samples are the points of the grid through ``--start`` (every ``--interval-hours
 start falls on UTC day ``D``; each day is written, committed and skipped on its own under
 ``<--out>/day=YYYY-MM-DD/`` (the same three files and marker), with ``sample`` counting grid
 points from the epoch, so a partition is the same whichever run computed it. ``--out`` is
-then the sample family's root (``mirage_tasks.run.plan.sample_family``: one per trace source,
+then the sample family's root (``mirage_tasks.data.keys.sample_family``, which the plan calls: one per trace source,
 simulator configuration, sampling parameters, node size and mode), and ``merge --start
 --count`` joins the days of a window. A partition records the digest of the trace rows its
 samples can see (submitted before the day's end plus the workload,
@@ -60,6 +60,7 @@ import time
 from stepkit import Step, StepError
 
 from .. import __version__
+from ..data import keys
 from ..data.artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
 from ..sampling.schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
                         sample_tasks, set_threads)
@@ -69,39 +70,22 @@ from ..sim.probes import PROBE_SPACINGS
 
 log = logging.getLogger(__name__)
 
-#: The default probe spacing (see ``--probe-spacing``).
-DEFAULT_SPACING = "uniform"
-
-
-def spacing_params(baseline: str, spacing: str) -> dict:
-    """The probe spacing as it enters a sample output's parameters (and so its marker, its
-    skip check and :func:`mirage_tasks.run.plan.sample_family`'s key): absent for the reference's
-    uniform spacing (the spacing of every output written before the option existed, which
-    stay valid) and for the baseline modes (one probe, no spacing)."""
-    return {"probe_spacing": spacing} if baseline == "default" and spacing != "uniform" else {}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p, days=True)
     p.add_argument("--day", dest="days", action="append", default=None,
                    help="UTC day YYYY-MM-DD (repeatable): write that day's partition <out>/day=YYYY-MM-DD")
     p.add_argument("--probes", type=int, default=7,
                    help="decision times per sample in default mode with --probe-spacing uniform (7)")
-    p.add_argument("--probe-spacing", default=DEFAULT_SPACING, choices=PROBE_SPACINGS,
+    p.add_argument("--probe-spacing", default=keys.DEFAULT_SPACING, choices=PROBE_SPACINGS,
                    help="default mode's probe times: uniform (the reference's: --probes equally spaced from the "
                         "predecessor's submission to its end) or end (its end minus 24, 16, 8, 4, 2, 1 h, 30 and "
-                        f"10 min, and its end; --probes not used) ({DEFAULT_SPACING})")
+                        f"10 min, and its end; --probes not used) ({keys.DEFAULT_SPACING})")
     p.add_argument("--baseline", default="default", choices=("default", *BASELINES),
                    help="default (training probes), reactive or avg")
     p.add_argument("--window", type=int, default=144, help="snapshots per history (144)")
     p.add_argument("--step-s", type=int, default=600, help="seconds between snapshots (600)")
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
-
-
-def partition_uri(out: str, day: str) -> str:
-    """The partition of ``day`` (YYYY-MM-DD) under a sample family's root."""
-    return f"{out.rstrip('/')}/day={day}"
 
 
 def _utc_day(epoch: int) -> str:
@@ -191,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         "interval_hours": args.interval_hours, "warmup_days": args.warmup_days, "workload_days": args.workload_days,
         "probes": args.probes, "node": args.node, "baseline": args.baseline, "window": args.window,
         "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
-        **spacing_params(args.baseline, args.probe_spacing),
+        **keys.spacing_params(args.baseline, args.probe_spacing),
     }
     set_threads(1)  # the simulator is single-threaded; its parallelism is --workers processes
     workers = resolve_workers(args.workers)
@@ -213,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         # grew by later jobs leaves the partition valid (mirage_tasks.data.schema.prefix_before).
         params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase},
                   "trace_prefix": prefix_before(prefixes, day, args.workload_days), **common}
-        step = Step("sample", partition_uri(args.out, day), __version__, params)
+        step = Step("sample", keys.partition(args.out, day), __version__, params)
         if step.skip():
             done += 1
             continue

@@ -184,6 +184,7 @@ def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
     assert out.returncode == 0, out.stderr[-3000:]
     modules, heavy = out.stdout.strip().splitlines()[-2:]
     assert set(json.loads(modules.replace("'", '"'))) <= {
-        "mirage_tasks", "mirage_tasks.run.runconf", "mirage_tasks.data.times", "mirage_tasks.models",
+        "mirage_tasks", "mirage_tasks.run", "mirage_tasks.run.runconf", "mirage_tasks.data", "mirage_tasks.data.times",
+        "mirage_tasks.models",
         "mirage_tasks.models.registry", "mirage_tasks.sim", "mirage_tasks.sim.probes"}
     assert heavy == "[]"

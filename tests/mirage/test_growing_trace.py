@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from mirage_tasks.run.runconf import MirageRun
 from mirage_tasks.run.plan import plan_run
 from mirage_tasks.data.prefixes import EMPTY, horizon, prefix_before
 from stepkit.cli import main
@@ -50,7 +51,7 @@ def export(src, dst, before: str, edit_first_after: str | None = None) -> None:
 
 def pipeline_plan(path, shared):
     params = dict(PARAMS, trace=str(path))
-    return plan_run(params, str(shared), f"{shared}/runs", APRIL)
+    return plan_run(MirageRun.from_params(params), str(shared), f"{shared}/runs", APRIL)
 
 
 def run_plan(p) -> None:

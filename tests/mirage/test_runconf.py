@@ -20,7 +20,7 @@ def test_no_params_is_the_paper_configuration():
     run = MirageRun.from_params({})
     assert run == MirageRun() and run.size == "paper"
     assert (run.train_count, run.interval_hours, run.val_count, run.shards, run.models) == (684, 4, None, 4, list(KINDS))
-    assert MirageRun.of(run) is run and MirageRun.of({"size": "demo"}).train_count == 30
+    assert MirageRun.from_params({"size": "demo"}).train_count == 30
 
 
 def test_values_are_typed_and_numbers_canonical():
