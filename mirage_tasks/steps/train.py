@@ -44,8 +44,9 @@ import argparse
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..models import KINDS, POLICIES, StopRequested
+from ..models import StopRequested
 from ..models import presets as presets_mod
+from ..models.registry import FAMILIES, family
 from ..models.thresholds import CALIBRATION_VERSION, WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
@@ -53,7 +54,7 @@ ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, choices=KINDS, help="model kind")
+    p.add_argument("--model", required=True, choices=list(FAMILIES), help="model kind")
     p.add_argument("--out", required=True, help="output prefix (URI) for the model")
     p.add_argument("--dataset", help="merge output (URI with dataset.npz and manifest.json); regressors")
     p.add_argument("--base", help="trained base model (moe for moe_policy, transformer for transformer_policy)")
@@ -99,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
-        if args.model not in ("xgboost", "xgboost_quantile", "linear_quantile"):
-            raise StepError("--quantile applies to --model xgboost, xgboost_quantile and linear_quantile only")
+        if "quantile" not in hp:  # the families whose hyper-parameters have one
+            have = [k for k, f in FAMILIES.items() if "quantile" in f.presets_of().get(args.preset, {})]
+            raise StepError(f"--quantile applies to --model {', '.join(have)} only")
         hp["quantile"] = args.quantile
     if not args.waste_weight >= 0:
         raise StepError(f"--waste-weight must be >= 0, got {args.waste_weight}")
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--threads must be >= 1")
     common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
               "stop_after": args.stop_after_epochs, "preset": args.preset}
-    if args.model in POLICIES:
+    if family(args.model).policy:
         step, base_cfg = _policy_step(args, hp)
         if step is None:
             return 0
@@ -156,7 +158,7 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
     from ..data.artifacts import require_input
     from ..models.loader import read_config
 
-    want = POLICIES[args.model]
+    want = family(args.model).base
     if not args.base:
         raise StepError(f"--base (a trained {want} model) is required for {args.model}")
     require_input(args.base, "--base")
