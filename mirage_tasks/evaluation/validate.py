@@ -139,7 +139,7 @@ class _Model:
         raw = float(self.fn.predict(hist[None])[0])
         if self.threshold_h is None:
             return False, raw
-        # the same test as the calibration's offline replay (models.calibrate.submit_mask)
+        # the same test as the calibration's offline replay (models.thresholds.submit_mask)
         ok = bool(submit_mask(np.array([raw]), hist[None], self.threshold_h, self.load)[0])
         return (ok and raw <= self.high_h), raw
 
