@@ -130,3 +130,16 @@ def test_wings_meet_only_at_a_command_line_and_never_import_airflow(wing):
             if top == "airflow" or (top in WINGS and top not in WINGS[wing]):
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
     assert bad == []
+
+
+def test_imports_by_name_stay_in_their_layer_too():
+    """The registry's ``"module:function"`` references are imports too: a family's code is in
+    the models layer (or below), and the step table names only step modules."""
+    from mirage_tasks.__main__ import STEPS
+    from mirage_tasks.models.registry import FAMILIES
+
+    models = next(i for i, (name, _) in enumerate(LAYERS) if name == "models")
+    refs = {getattr(f, k) for f in FAMILIES.values() for k in ("fit", "load", "presets", "hpo", "check", "net")}
+    modules = {r.partition(":")[0] for r in refs if r}
+    assert modules and all(layer(m) is not None and layer(m) <= models for m in modules), sorted(modules)
+    assert {layer(m) for m, _ in STEPS.values()} == {layer("mirage_tasks.steps")}
