@@ -21,7 +21,7 @@ export HOUSE_RUNNER ?= local
 export HOUSE_STORAGE_ROOT ?= $(CURDIR)/var/storage
 
 # make demo TRACE=path-or-url  (a real sacct/SWF log); default: the ls6-fitted synthetic trace.
-# The demo is the pipeline's run size "demo" (mirage_tasks/runconf.py): 30 training samples
+# The demo is the pipeline's run size "demo" (mirage_tasks/run/runconf.py): 30 training samples
 # 12 h apart, 6 validation samples, nodes 1 and 8, quick preset, short policy training, every
 # step of the pipeline. With a TRACE it validates the first 6 samples of the month before
 # DEMO_DATE; on the synthetic trace (Jan-Mar 2023, seed 0) the 6 samples from 2023-02-11,

@@ -265,7 +265,8 @@ def check_monthly(env: dict) -> bool:
 def monthly(trace: str) -> None:
     """Sampling CPU of a monthly backfill (validating Jan, Feb, Mar 2023), month by month."""
     sys.path.insert(0, str(REPO))
-    from mirage_tasks.plan import plan_run
+    from mirage_tasks.run.plan import plan_run
+    from mirage_tasks.run.runconf import MirageRun
 
     root = VAR / "monthly"
     shutil.rmtree(root, ignore_errors=True)
@@ -278,7 +279,7 @@ def monthly(trace: str) -> None:
     rows = []
     for month in (2, 3, 4):
         logical = datetime(2023, month, 1, tzinfo=timezone.utc)
-        p = plan_run(params, str(root / "mirage"), str(root / "mirage_pipeline"), logical, workers=1, threads=1)
+        p = plan_run(MirageRun.from_params(params), str(root / "mirage"), str(root / "mirage_pipeline"), logical, workers=1, threads=1)
         subprocess.run([PY, "-m", "mirage_tasks", *p["trace_argv"][0:]], env=env, check=True, cwd=REPO,
                        capture_output=True)
         t = time.time()

@@ -15,7 +15,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-from mirage_tasks.traces import parse  # noqa: E402
+from mirage_tasks.data.ingest import parse  # noqa: E402
 from stepkit.cli import main  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from mirage_tasks.models.calibrate import LOAD_BETAS
+from mirage_tasks.models.thresholds import LOAD_BETAS
 
 BASELINES = ("reactive", "avg")
 
@@ -594,7 +594,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "baseline's interruption: low <= 2 h, medium 2-12 h, heavy > 12 h.", ""]
 
     # ---- verdict
-    from mirage_tasks.models.calibrate import WASTE_WEIGHT  # train's default
+    from mirage_tasks.models.thresholds import WASTE_WEIGHT  # train's default
 
     weight = args.waste_weight if args.waste_weight is not None else WASTE_WEIGHT
     L += ["## Does a learned model beat `avg`?", "",

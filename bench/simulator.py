@@ -52,8 +52,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 import pandas as pd  # noqa: E402
 
-from mirage_tasks.samples import assemble, run_samples  # noqa: E402
-from mirage_tasks.schema import read_trace  # noqa: E402
+from mirage_tasks.sampling.sample import assemble, run_samples  # noqa: E402
+from mirage_tasks.data.schema import read_trace  # noqa: E402
 from mirage_tasks.sim import EpisodeSpec, Workload  # noqa: E402
 from mirage_tasks.sim.config import PRESETS, SimConfig, load_config  # noqa: E402
 from stepkit.cli import main  # noqa: E402
@@ -90,7 +90,7 @@ def _cpu() -> float:
 def _one_timed(task: tuple[int, int]) -> tuple[tuple[int, list], int, float]:
     """``samples._one`` in a pool worker, returning also the worker's pid and its own CPU
     seconds so far (initialisation included): the parent sums each worker's last figure."""
-    from mirage_tasks import samples
+    from mirage_tasks.sampling import sample as samples
 
     return samples._one(task), os.getpid(), _cpu_self()
 
@@ -100,8 +100,8 @@ def run_pooled(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probe
     """``samples.run_samples``'s pool (the same pool, context and initializer), and the
     CPU seconds its workers spent. Workers are children of the forkserver, not of this
     process, so RUSAGE_CHILDREN never sees them: each task reports its worker's own rusage."""
-    from mirage_tasks import samples
-    from mirage_tasks.schedule import pool_context
+    from mirage_tasks.sampling import sample as samples
+    from mirage_tasks.sampling.schedule import pool_context
     from stepkit.pool import run_pool
 
     if workers <= 1 or len(tasks) <= 1:

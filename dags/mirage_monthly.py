@@ -6,7 +6,7 @@ by that day. This DAG rolls the days up by month (``PartitionedAssetTimetable`` 
 month): when the last day of month M arrives, it runs once with partition key ``M`` and starts
 a ``mirage_pipeline`` run that validates M (logical date: the first of M + 1, the pipeline's
 default validation window) on the models trained on the weeks before it, with the trace and
-sampling params the days were sampled with (``mirage_tasks.plan.month_run``), so the
+sampling params the days were sampled with (``mirage_tasks.run.plan.month_run``), so the
 pipeline reads those partitions instead of sampling again. This is how a production
 deployment that follows a cluster's daily ``sacct`` export gets a monthly experiment without a
 clock: the month runs when its data is there. The pipeline run is a normal full-size run
@@ -50,7 +50,7 @@ with DAG(
     def month(**context) -> dict:
         """The pipeline run this month calls for, from the month's sample events."""
         from airflow.sdk.exceptions import AirflowFailException
-        from mirage_tasks.plan import month_run
+        from mirage_tasks.run.plan import month_run
 
         key = context["dag_run"].partition_key
         events = [e for evs in context["triggering_asset_events"].values() for e in evs]

@@ -2,7 +2,7 @@
 
 Every step is ``python -m mirage_tasks <step>`` declared with the house factory
 (``plugins/house``), run as a local process or a pod depending on ``HOUSE_RUNNER``.
-Data moves through storage only, keyed by what it depends on (``mirage_tasks.plan``):
+Data moves through storage only, keyed by what it depends on (``mirage_tasks.run.plan``):
 
     <root>/mirage/traces/<trace key>/                      ingested once per (trace content, time zone, window)
     <root>/mirage/samples/node<N>-<family key>/day=<D>/    samples starting on trace day D (shared with mirage_samples)
@@ -29,7 +29,7 @@ from the ``cpu-large`` preset's CPU request; locally each heavy step gets one CP
 one torch/OpenMP thread) and at most as many instances of it run at once as this machine
 has CPUs (``max_active_tis_per_dag``, affinity-aware).
 
-Params (``mirage_tasks.runconf``: each one typed, with its range and a description in the
+Params (``mirage_tasks.run.runconf``: each one typed, with its range and a description in the
 form): ``size`` comes first. ``demo`` (the form's default) finishes in minutes: 30 training
 samples 12 h apart, 6 validation samples, node sizes 1 and 8, 2 shards, short policy
 training, and on the synthetic trace fixed windows (validation from 2023-02-11), so it means
@@ -66,7 +66,7 @@ from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
 from house import cron_schedule, default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
-from mirage_tasks.runconf import PIPELINE_FORM, form
+from mirage_tasks.run.runconf import PIPELINE_FORM, form
 
 step, step_partial = steps_for("mirage_tasks")
 #: CPUs a heavy step is granted: the cpu-large preset's request in a pod, one locally, where at
@@ -75,7 +75,7 @@ LOCAL = get_config().runner == "local"
 #: GPU tasks exist only where the deployment has GPU nodes (HOUSE_GPUS); ``device`` offers cuda then.
 GPUS = get_config().gpus
 DEVICES = ["cpu", "cuda"] if GPUS else ["cpu"]
-#: The plan's argv lists the mapped steps expand over (mirage_tasks.plan.plan_run's keys).
+#: The plan's argv lists the mapped steps expand over (mirage_tasks.run.plan.plan_run's keys).
 STEP_LISTS = ("sample", "merge", "train_cpu", *(("train_gpu",) if GPUS else ()), "policy_cpu",
               *(("policy_gpu",) if GPUS else ()), "validate")
 GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
@@ -108,7 +108,7 @@ with DAG(
     default_args=default_args(owner="mirage"),
     user_defined_filters={"step_label": step_label},
     tags=["mirage", "pipeline", "ml"],
-    # every param declared once, typed and described, in mirage_tasks.runconf (size first)
+    # every param declared once, typed and described, in mirage_tasks.run.runconf (size first)
     params={name: Param(**spec) for name, spec in form(PIPELINE_FORM, choices={"device": DEVICES}).items()},
 ) as dag:
 
@@ -116,15 +116,17 @@ with DAG(
     def plan(**context) -> dict:
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
-        from mirage_tasks.plan import plan_run
-        from mirage_tasks.runlog import record_run
+        from mirage_tasks.run.plan import plan_run
+        from mirage_tasks.run.runconf import MirageRun
+        from mirage_tasks.run.runlog import record_run
         from stepkit import StepError
 
         run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
         try:
-            planned = plan_run(dict(context["params"]), storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                               context.get("logical_date"), scheduled=run_type == "scheduled",
-                               backfill=run_type == "backfill", workers=GRANTED, threads=GRANTED)
+            conf = MirageRun.from_params(dict(context["params"]), scheduled=run_type == "scheduled",
+                                         backfill=run_type == "backfill")
+            planned = plan_run(conf, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
+                               context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
         # which DAG run used this prefix (the results view lists runs by it)
@@ -143,7 +145,7 @@ with DAG(
     def missing_days(p: dict) -> list:
         """The sample argvs of the days still missing, once the trace is ingested: a committed
         day counts only if it saw the same jobs as this trace (a grown trace keeps its days)."""
-        from mirage_tasks.plan import checked_against, sample_argvs
+        from mirage_tasks.run.plan import checked_against, sample_argvs
 
         if not p["sample_jobs"]:
             return []

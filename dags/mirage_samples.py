@@ -8,7 +8,7 @@ Each run samples one UTC day of a trace: every sample of the grid (midnight UTC,
 the same partitions ``mirage_pipeline`` reads (its default windows are on this grid when
 ``interval_hours`` divides 24), so an experiment over a backfilled range samples nothing.
 The family key covers the trace's location, the simulator configuration, the sampling
-parameters, the node size and the mode (``mirage_tasks.plan.sample_family``); each day
+parameters, the node size and the mode (``mirage_tasks.run.plan.sample_family``); each day
 partition is checked against the trace's content before it is reused.
 
 The schedule is a daily partitioned timetable (``CronPartitionTimetable``): a backfill turns
@@ -28,7 +28,7 @@ Scheduled runs (the DAG unpaused) follow a growing trace, e.g. a cluster's daily
 export landing at ``trace``: each samples the newest day whose samples' workloads the trace
 covers entirely (last submit minus ``workload_days``, minus a day). The family is named by
 the trace's location, and each partition records the digest of the trace rows its samples
-see (``mirage_tasks.prefixes``): when tomorrow's export has grown the trace, the days
+see (``mirage_tasks.data.prefixes``): when tomorrow's export has grown the trace, the days
 already sampled stay valid and only new days (and any day whose rows changed, e.g. a job that
 ended since and now appears) are sampled. A scheduled run without ``trace``
 has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
@@ -45,7 +45,7 @@ from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, 
 
 from house import default_args, get_config, steps_for, storage_prefix
 from house.config import PRESETS
-from mirage_tasks.runconf import SAMPLES_FORM, form
+from mirage_tasks.run.runconf import SAMPLES_FORM, form
 
 step, step_partial = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
@@ -67,7 +67,7 @@ with DAG(
     user_defined_filters={"node_label": lambda argv: f"node {argv[argv.index('--node') + 1]} · "
                                                      f"{argv[argv.index('--day') + 1]}"},
     tags=["mirage", "pipeline"],
-    # the sample family's params, declared once in mirage_tasks.runconf (shared with mirage_pipeline)
+    # the sample family's params, declared once in mirage_tasks.run.runconf (shared with mirage_pipeline)
     params={name: Param(**spec) for name, spec in form(SAMPLES_FORM).items()},
 ) as dag:
 
@@ -80,7 +80,8 @@ with DAG(
     def plan(**context) -> dict:
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
-        from mirage_tasks.plan import samples_trace, trace_fingerprint
+        from mirage_tasks.run.plan import samples_trace, trace_fingerprint
+        from mirage_tasks.run.runconf import MirageRun
         from stepkit import StepError
 
         params = dict(context["params"])
@@ -90,8 +91,9 @@ with DAG(
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(timezone.utc).date().isoformat()
         try:
-            fp = trace_fingerprint(params["trace"]) if params.get("trace") else None
-            trace = samples_trace(params, storage_prefix("mirage"), day, fp)
+            run = MirageRun.from_params(params)
+            fp = trace_fingerprint(run.trace) if run.trace else None
+            trace = samples_trace(run, storage_prefix("mirage"), day, fp)
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
@@ -100,17 +102,18 @@ with DAG(
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
         """The day's sample argvs, only for node sizes whose partition is not committed."""
-        from mirage_tasks.plan import checked_against, newest_complete_day, samples_day
+        from mirage_tasks.run.plan import checked_against, newest_complete_day, samples_day
+        from mirage_tasks.run.runconf import MirageRun
         from stepkit import storage
 
-        params = dict(context["params"])
-        day = p["day"]
-        if day is None:  # a scheduled run follows the trace: its newest complete day
-            report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
-            day = newest_complete_day(report["span_last_submit"], params["workload_days"])
         try:
-            have = checked_against(p["trace"], params["workload_days"])
-            return samples_day(params, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
+            run = MirageRun.from_params(dict(context["params"]))
+            day = p["day"]
+            if day is None:  # a scheduled run follows the trace: its newest complete day
+                report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
+                day = newest_complete_day(report["span_last_submit"], run.workload_days)
+            have = checked_against(p["trace"], run.workload_days)
+            return samples_day(run, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
         except ValueError as exc:
             raise _fail(exc) from exc
 
@@ -125,7 +128,7 @@ with DAG(
         """Every partition of the day committed: one asset event for the day sampled (its
         partition key is that day, also when a scheduled run followed the trace to an earlier
         day), naming the partitions and the params (mirage_monthly starts a pipeline run with them)."""
-        from mirage_tasks.plan import FAMILY_PARAMS
+        from mirage_tasks.run.plan import FAMILY_PARAMS
         from stepkit.step import read_marker
 
         missing = [u for u in d["partitions"].values() if read_marker(u) is None]

@@ -1,7 +1,7 @@
 # The Airflow image with the DAG package baked in (the alternative to git-sync, see
 # docs/deploy.md). In kubernetes mode the steps run in their own images; the Airflow
 # components still import the task packages' light modules: the Mirage DAG files build their
-# forms from mirage_tasks.runconf at parse time, and the plan tasks (mirage_tasks.plan) run on
+# forms from mirage_tasks.run.runconf at parse time, and the plan tasks (mirage_tasks.run.plan) run on
 # the workers. Those modules need only the standard library and fsspec (which the Amazon
 # provider's s3fs extra brings), so the packages are installed without their dependencies: no
 # torch, numpy or pandas in this image. Build from the repository root:
@@ -18,6 +18,6 @@ COPY --chown=airflow:root stepkit /tmp/src/stepkit
 COPY --chown=airflow:root mirage_tasks /tmp/src/mirage_tasks
 COPY --chown=airflow:root faasm_tasks /tmp/src/faasm_tasks
 RUN pip install --no-cache-dir --no-deps /tmp/src && rm -rf /tmp/src \
-    && python -c "import mirage_tasks.runconf, mirage_tasks.plan"
+    && python -c "import mirage_tasks.run.runconf, mirage_tasks.run.plan"
 COPY dags /opt/airflow/dags
 COPY plugins /opt/airflow/plugins

@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 
 from faasm_tasks.catalogue import load_catalogue, resolve
 from mirage_tasks.sim.config import SimConfig, load_config
-from mirage_tasks.synth import load_profile
+from mirage_tasks.data.synth import load_profile
 from stepkit import StepError
 from stepkit.safeload import MAX_BYTES, MAX_DEPTH, parse_document, read_document
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGED = ROOT / "faasm_tasks" / "experiments"
-PROFILE = json.loads((ROOT / "mirage_tasks" / "profiles" / "ls6-a100.json").read_text())
+PROFILE = json.loads((ROOT / "mirage_tasks" / "data" / "profiles" / "ls6-a100.json").read_text())
 
 #: "Billion laughs": 9 levels of 9 aliases each, 9**9 leaves once expanded (~400 bytes).
 ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(

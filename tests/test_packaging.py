@@ -53,7 +53,7 @@ def test_wheel_holds_the_packages_their_data_and_entry_points(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = [
-        *(f"mirage_tasks/profiles/{p.name}" for p in (ROOT / "mirage_tasks" / "profiles").glob("*.json")),
+        *(f"mirage_tasks/data/profiles/{p.name}" for p in (ROOT / "mirage_tasks" / "data" / "profiles").glob("*.json")),
         *(f"faasm_tasks/{d}/{p.name}" for d in ("experiments", "schemas", "templates")
           for p in (ROOT / "faasm_tasks" / d).iterdir() if p.is_file()),
     ]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_tasks.__main__ import STEPS as MIRAGE_STEPS
-from mirage_tasks.traces import parse
+from mirage_tasks.data.ingest import parse
 from stepkit import StepError
 from stepkit.cli import main
 

@@ -2,7 +2,7 @@
 
 | module           | what                                                                 |
 |------------------|----------------------------------------------------------------------|
-| ``registry``     | every model family declared once (kind, weights, fit, load), baselines |
+| ``registry``     | every model family in one row (kind, weights, fit, load, presets, search space, net, policy base) |
 | ``data``         | dataset reading, chronological split by sample, feature scaler       |
 | ``presets``      | the ``quick`` and ``paper`` hyper-parameters of every model kind      |
 | ``transformer``  | transformer regressor (positional encoding) and its config           |
@@ -10,7 +10,8 @@
 | ``experts``      | which training rows pre-train which MoE expert                       |
 | ``training``     | the epoch loop (phases, checkpoints, resume) of the neural models    |
 | ``fit``          | what ``train`` runs: fit a regressor or a policy, write its files    |
-| ``trees``        | XGBoost (UBJ) and random forest (skops) baselines                    |
+| ``thresholds``   | the decision threshold of a model, chosen on its training split      |
+| ``trees``        | the table families: XGBoost (UBJ), random forest (skops), linear quantile |
 | ``env``          | the environment protocol (``Env``) a policy is trained in            |
 | ``policy``       | REINFORCE wait/submit policies on a frozen regressor                 |
 | ``simenv``       | ``SimEnv``: the simulator's ``DecisionEpisode`` as an ``Env``        |

@@ -28,8 +28,8 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.step import load_json
 
-from ..artifacts import DATASET_FILE, MANIFEST_FILE, npz_bytes
-from ..times import iso
+from ..data.artifacts import DATASET_FILE, MANIFEST_FILE, npz_bytes
+from ..data.times import iso
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sa
 
 
 def parse_iso(value: str) -> int:
-    """Epoch seconds of an ISO time written by :func:`mirage_tasks.times.iso` (UTC when no offset)."""
+    """Epoch seconds of an ISO time written by :func:`mirage_tasks.data.times.iso` (UTC when no offset)."""
     import pandas as pd
 
     t = pd.Timestamp(value)

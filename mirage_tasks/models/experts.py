@@ -14,7 +14,7 @@ import numpy as np
 
 from stepkit import StepError
 
-from ..times import iso
+from ..data.times import iso
 from .training import Phase
 
 

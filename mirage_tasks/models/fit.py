@@ -18,7 +18,7 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from .calibrate import WASTE_WEIGHT, calibrate_load_aware
+from .thresholds import WASTE_WEIGHT, calibrate_load_aware
 from .registry import family
 
 log = logging.getLogger(__name__)
@@ -150,13 +150,16 @@ def batched_predict(model: Any, X: np.ndarray, rows: np.ndarray, batch: int = 10
 
 
 def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
-                step: Step, *, seed: int, device: str, threads: int | None, stop_after: int | None) -> list:
+               step: Step, *, seed: int, device: str, threads: int | None, stop_after: int | None) -> list:
+    """Fit a torch regressor: its family's net module (registry ``net``) gives the
+    architecture, the model and the training phases; the epoch loop is
+    :func:`mirage_tasks.models.training.fit_phases`."""
     import torch
 
-    from . import moe, torchutil, transformer
-    from .experts import expert_phases
-    from .training import Phase, fit_phases
+    from . import torchutil
+    from .training import fit_phases
 
+    net = family(kind).net_module()
     if threads:
         torch.set_num_threads(threads)
     dev = torchutil.pick_device(device)
@@ -169,18 +172,9 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     y = torch.from_numpy(((ds.y - center) / scale).astype(np.float32))
     if dev.type == "cuda":  # the whole dataset fits on a GPU; avoids per-batch copies
         X, y = X.to(dev), y.to(dev)
-    wd = float(hp.get("weight_decay", 0.0))
-    if kind == "transformer":
-        arch = transformer.arch_from(hp, ds.n_features, ds.window)
-        model = transformer.build(arch)
-        phases = [Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]),
-                        int(hp["batch_size"]), wd, hp["lr_schedule"])]
-    else:
-        arch = moe.arch_from(hp, ds.n_features, ds.window)
-        model = moe.build(arch, seed)
-        phases, cfg["expert_slices"] = expert_phases(model, ds.sample, ds.sample_start, split.train, hp)
-        phases.append(Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]),
-                            int(hp["batch_size"]), wd, hp["lr_schedule"]))
+    arch = net.arch_from(hp, ds.n_features, ds.window)
+    model = net.build(arch, seed)
+    phases = net.phases(model, ds, split, hp, cfg)
     cfg["arch"] = arch
     n_params = sum(p.numel() for p in model.parameters())
     cfg["n_parameters"] = int(n_params)
@@ -193,41 +187,6 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     torchutil.save_tensors(step.record(cfg["weights"]),
                            {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return curves
-
-
-def fit_trees(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
-               step: Step, *, seed: int, threads: int | None, device: str = "cpu",
-               stop_after: int | None = None) -> list:
-    """Fit ``xgboost``, ``xgboost_quantile``, ``random_forest`` or ``linear_quantile`` on the tree
-    table (CPU; ``device`` and ``stop_after`` do not apply)."""
-    from . import trees
-
-    step_s = int(ds.manifest["step_s"])
-    table = trees.tree_features(Xs, hp["features"], step_s)
-    cfg["tree_features"] = hp["features"]
-    cfg["n_tree_features"] = int(table.shape[1])
-    Xt, yt = table[split.train], ds.y[split.train]
-    Xv, yv = table[split.val], ds.y[split.val]
-    log.info("%s: %d training rows x %d columns (%s features)", kind, Xt.shape[0], Xt.shape[1], hp["features"])
-    if kind in ("xgboost", "xgboost_quantile"):
-        booster, curves = trees.fit_xgboost(Xt, yt, Xv, yv, hp, seed, threads)
-        cfg["xgb_params"] = trees.xgb_params(hp, seed, None)
-        step.write_bytes(cfg["weights"], trees.xgb_to_bytes(booster))
-        return curves
-    if kind == "linear_quantile":
-        t = time.monotonic()
-        model, info = trees.fit_linear_quantile(Xt, yt, hp, seed)
-        cfg["quantile"] = float(hp["quantile"])
-        log.info("linear_quantile: q=%.2f alpha=%g on %d rows, %d non-zero coefficients in %.1f s", hp["quantile"],
-                 hp["alpha"], info["n_fit_rows"], info["n_nonzero_coef"], time.monotonic() - t)
-        step.write_bytes(cfg["weights"], trees.linear_to_bytes(model, hp["quantile"], hp["alpha"]))
-        return [{"phase": "linear_quantile", **info, "fit_s": round(time.monotonic() - t, 2)}]
-    t = time.monotonic()
-    forest = trees.fit_forest(Xt, yt, hp, seed, threads)
-    log.info("random_forest: %d trees in %.1f s", len(forest.estimators_), time.monotonic() - t)
-    step.write_bytes(cfg["weights"], trees.forest_to_bytes(forest))
-    return [{"phase": "random_forest", "n_estimators": len(forest.estimators_)}]
-
 
 
 # ------------------------------------------------------------------------------ policies

@@ -32,42 +32,23 @@ HPO_FILE = "hpo_trials.json"
 
 
 def space(trial: Any, kind: str, hp: dict[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters a trial tries for ``kind`` (on top of the preset's ``hp``)."""
-    s: dict[str, Any] = {}
-    if kind in ("xgboost", "xgboost_quantile"):
-        s = {"n_estimators": trial.suggest_int("n_estimators", 100, 600, step=50),
-             "max_depth": trial.suggest_int("max_depth", 2, 8),
-             "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
-             "subsample": trial.suggest_float("subsample", 0.5, 1.0),
-             "colsample_bytree": trial.suggest_float("colsample_bytree", 0.2, 1.0),
-             "min_child_weight": trial.suggest_float("min_child_weight", 0.5, 20.0, log=True)}
-    elif kind == "random_forest":
-        s = {"n_estimators": trial.suggest_int("n_estimators", 50, 200, step=25),
-             "min_samples_leaf": trial.suggest_int("min_samples_leaf", 1, 30, log=True),
-             "max_features": trial.suggest_float("max_features", 0.05, 1.0, log=True)}
-    elif kind == "linear_quantile":
-        s = {"alpha": trial.suggest_float("alpha", 1e-5, 1e-1, log=True)}
-    elif kind == "transformer":
-        s = {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
-             "d_model": trial.suggest_categorical("d_model", [16, 32, 64]),
-             "n_layers": trial.suggest_int("n_layers", 1, 2),
-             "dropout": trial.suggest_float("dropout", 0.0, 0.3),
-             "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
-    elif kind == "moe":
-        s = {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
-             "expert_lr": trial.suggest_float("expert_lr", 2e-4, 5e-3, log=True),
-             "d_model": trial.suggest_categorical("d_model", [8, 16, 32]),
-             "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
-    else:
+    """The hyper-parameters a trial tries for ``kind`` (its family's ``hpo`` space, on top of
+    the preset's ``hp``)."""
+    from .registry import family
+
+    suggest = family(kind).hpo_fn()
+    if suggest is None:
         raise StepError(f"no hyper-parameter search space for {kind}")
+    s = suggest(trial)
     if "n_heads" in hp and "d_model" in s and s["d_model"] % int(hp["n_heads"]):
         s["n_heads"] = 1
     return {**hp, **s}
 
 
 def loss_fn(kind: str, hp: dict[str, Any]) -> tuple[str, Any]:
-    """(name, function(pred, y)) the search minimises: pinball at the quantile, else MAE (hours)."""
-    q = hp.get("quantile") if kind in ("xgboost_quantile", "linear_quantile", "xgboost") else None
+    """(name, function(pred, y)) the search minimises: pinball at the model's quantile (an
+    ``hp["quantile"]`` that is set), else MAE (hours)."""
+    q = hp.get("quantile")
     if q is not None:
         qf = float(q)
 

@@ -31,9 +31,9 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.safeload import read_document
 
-from .calibrate import submit_mask
+from .thresholds import submit_mask
 from .data import FeatureScaler
-from .registry import FAMILIES, KINDS, family
+from .registry import FAMILIES, family
 
 FORMAT = "mirage-model"
 FORMAT_VERSION = 1
@@ -151,19 +151,6 @@ class _Torch:
         return self._run(X, fn)
 
 
-class _Trees:
-    def __init__(self, kind: str, model: Any, scaler: FeatureScaler, mode: str, step_s: int):
-        self.kind, self.model, self.scaler, self.mode, self.step_s = kind, model, scaler, mode, step_s
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        from . import trees
-
-        table = trees.tree_features(self.scaler.transform(X), self.mode, self.step_s)
-        if self.kind in ("xgboost", "xgboost_quantile"):
-            return trees.xgb_predict(self.model, table)
-        return self.model.predict(table).astype(np.float32)
-
-
 class _Policy:
     def __init__(self, head: Any, base: DecisionFunction):
         import torch
@@ -192,8 +179,8 @@ def read_config(uri: str) -> dict[str, Any]:
         raise StepError(f"{path}: not a Mirage model config (format {fmt!r})")
     if cfg.get("format_version") != FORMAT_VERSION:
         raise StepError(f"{path}: model format version {cfg.get('format_version')} is not {FORMAT_VERSION}")
-    if cfg.get("kind") not in KINDS:
-        raise StepError(f"{path}: unknown model kind {cfg.get('kind')!r}")
+    if cfg.get("kind") not in FAMILIES:
+        raise StepError(f"{path}: unknown model kind {cfg.get('kind')!r}; known: {', '.join(FAMILIES)}")
     for key in ("data", "weights"):
         if key not in cfg:
             raise StepError(f"{path}: missing {key!r}")
@@ -207,24 +194,27 @@ def read_config(uri: str) -> dict[str, Any]:
     names = data.get("feature_names")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise StepError(f"{path}: 'data.feature_names' must be a non-empty list of names, got {names!r}")
-    if fam.policy:
-        arch = cfg.get("arch")
-        if not isinstance(arch, dict):
-            raise StepError(f"{path}: missing 'arch' (the policy head's n_inputs and hidden)")
-        _positive_int(path, "arch.n_inputs", arch.get("n_inputs"))
-        _nonnegative_int(path, "arch.hidden", arch.get("hidden"))
-    elif fam.torch:
-        for key in ("arch", "target"):
-            if not isinstance(cfg.get(key), dict):
-                raise StepError(f"{path}: missing {key!r} (an object)")
-        for key in ("center", "scale"):
-            if not _is_number(cfg["target"].get(key)):
-                raise StepError(f"{path}: 'target.{key}' must be a number, got {cfg['target'].get(key)!r}")
-    else:
-        _positive_int(path, "n_tree_features", cfg.get("n_tree_features"))
-        if cfg.get("tree_features") not in ("summary", "flat"):
-            raise StepError(f"{path}: 'tree_features' must be summary or flat, got {cfg.get('tree_features')!r}")
+    check = fam.check_fn()  # the fields this family's loader reads (registry ``check``)
+    if check is not None:
+        check(path, cfg)
     return cfg
+
+
+def check_policy(path: str, cfg: dict[str, Any]) -> None:
+    arch = cfg.get("arch")
+    if not isinstance(arch, dict):
+        raise StepError(f"{path}: missing 'arch' (the policy head's n_inputs and hidden)")
+    _positive_int(path, "arch.n_inputs", arch.get("n_inputs"))
+    _nonnegative_int(path, "arch.hidden", arch.get("hidden"))
+
+
+def check_net(path: str, cfg: dict[str, Any]) -> None:
+    for key in ("arch", "target"):
+        if not isinstance(cfg.get(key), dict):
+            raise StepError(f"{path}: missing {key!r} (an object)")
+    for key in ("center", "scale"):
+        if not _is_number(cfg["target"].get(key)):
+            raise StepError(f"{path}: 'target.{key}' must be a number, got {cfg['target'].get(key)!r}")
 
 
 def _is_number(v: Any) -> bool:
@@ -269,36 +259,21 @@ def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
     return DecisionFunction(uri, cfg, family(kind).load_fn()(uri, cfg, wuri, scaler, device))
 
 
-# One rebuild function per family (named in mirage_tasks.models.registry): config + weights -> implementation.
+# Rebuild functions of the torch families (named in mirage_tasks.models.registry; the table
+# families' are in mirage_tasks.models.trees): config + weights -> implementation.
 
 def load_net(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Torch:
-    from . import moe, torchutil, transformer
+    """A torch regressor, built by its family's net module (registry ``net``)."""
+    from . import torchutil
 
+    net = family(cfg["kind"]).net_module()
     dev = torchutil.pick_device(device)
     try:
-        model = transformer.build(cfg["arch"]) if cfg["kind"] == "transformer" else moe.build(cfg["arch"])
+        model = net.build(cfg["arch"])
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad architecture ({exc})") from exc
     torchutil.load_state(model, torchutil.load_tensors(wuri), wuri)
     return _Torch(model, scaler, cfg["target"], dev)
-
-
-def load_trees(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Trees:
-    from . import trees
-
-    kind = cfg["kind"]
-    data = storage.read_bytes(wuri)
-    if kind in ("xgboost", "xgboost_quantile"):
-        model = trees.xgb_from_bytes(data, wuri)
-    elif kind == "linear_quantile":
-        model = trees.linear_from_bytes(data, wuri)
-    else:
-        model = trees.ForestArrays(trees.forest_from_bytes(data, wuri))
-    expected = cfg["n_tree_features"]
-    got = int(model.n_features_in_) if kind == "random_forest" else model.num_features()
-    if got != expected:
-        raise StepError(f"{wuri}: model has {got} input columns, config says {expected}")
-    return _Trees(kind, model, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
 
 
 def load_policy(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler | None, device: str) -> _Policy:

@@ -72,3 +72,23 @@ def build(arch: dict[str, Any], seed: int = 0) -> MixtureOfExperts:
         experts.append(transformer.build(arch["expert"]))
     torch.manual_seed(seed * 7919 + arch["n_experts"])
     return MixtureOfExperts(experts, arch["n_features"], arch["window"], arch["gate_hidden"])
+
+
+def phases(model: MixtureOfExperts, ds: Any, split: Any, hp: dict[str, Any], cfg: dict[str, Any]) -> list:
+    """One pre-training phase per expert on its slice of the early samples (what each saw goes
+    into ``cfg["expert_slices"]``), then the whole mixture on every training row."""
+    from .experts import expert_phases
+    from .training import Phase
+
+    out, cfg["expert_slices"] = expert_phases(model, ds.sample, ds.sample_start, split.train, hp)
+    out.append(Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]), int(hp["batch_size"]),
+                     float(hp.get("weight_decay", 0.0)), hp["lr_schedule"]))
+    return out
+
+
+def hpo_space(trial: Any) -> dict[str, Any]:
+    """The Optuna search space of ``train --hpo-trials`` (mirage_tasks.models.hpo)."""
+    return {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
+            "expert_lr": trial.suggest_float("expert_lr", 2e-4, 5e-3, log=True),
+            "d_model": trial.suggest_categorical("d_model", [8, 16, 32]),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}

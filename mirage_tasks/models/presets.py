@@ -1,4 +1,5 @@
-"""Hyper-parameters of every model kind (:data:`.registry.KINDS`), in two presets.
+"""Hyper-parameters of the built-in model kinds (:data:`.registry.KINDS`), in two presets
+(each family's row names where its presets are: these, for the built-in ones).
 
 ``quick`` (default) trains every model on a 4,788-example ls6-sized dataset on 2 CPU
 cores in minutes: small transformers over 36 patches of 4 snapshots, summary features
@@ -32,7 +33,7 @@ from typing import Any
 
 from stepkit import StepError
 
-from .registry import KINDS
+from .registry import FAMILIES, family
 
 # amp: "off" (float32), "bf16" (autocast to bfloat16 on any device) or "auto" (bfloat16 on CUDA only)
 _COMMON_TORCH = {"checkpoint_every": 1, "weight_decay": 0.0, "grad_clip": 1.0, "lr_schedule": "cosine",
@@ -126,11 +127,12 @@ def resolve(preset: str, kind: str, overrides: dict[str, Any] | list[str] | None
     """The hyper-parameters of ``kind`` in ``preset`` with ``overrides`` (dict or ``key=value`` strings)."""
     if preset not in PRESETS:
         raise StepError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
-    if kind not in KINDS:
-        raise StepError(f"unknown model {kind!r}; choose from {', '.join(KINDS)}")
-    if kind not in PRESETS[preset]:
+    if kind not in FAMILIES:
+        raise StepError(f"unknown model {kind!r}; choose from {', '.join(FAMILIES)}")
+    table = family(kind).presets_of()  # the family's own presets (registry ``presets``)
+    if preset not in table:
         raise StepError(f"preset {preset!r} has no hyper-parameters for {kind!r}")
-    hp = copy.deepcopy(PRESETS[preset][kind])
+    hp = copy.deepcopy(table[preset])
     items: list[tuple[str, Any]] = []
     if isinstance(overrides, dict):
         items = list(overrides.items())

@@ -82,7 +82,7 @@ def envs_for(trace: str, base_cfg: dict[str, Any]) -> tuple[SimEnv, SimEnv]:
     episodes inside its validation sample window. The cluster configuration, node count,
     warm-up, workload span, window and snapshot step are the ones the dataset was sampled with.
     """
-    from ..schema import read_trace
+    from ..data.schema import read_trace
     from ..sim.config import SimConfig
     from ..sim.workload import Workload
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..times import iso
+from ..data.times import iso
 from .data import write_dataset
 
 STEP_S = 600

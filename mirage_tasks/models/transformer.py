@@ -89,10 +89,28 @@ class TransformerRegressor(nn.Module):
         return self.head(z).squeeze(-1)
 
 
-def build(arch: dict[str, Any]) -> TransformerRegressor:
-    """The model of an ``arch`` dict (a :class:`TransformerConfig` as stored in ``config.json``)."""
+def build(arch: dict[str, Any], seed: int = 0) -> TransformerRegressor:
+    """The model of an ``arch`` dict (a :class:`TransformerConfig` as stored in ``config.json``);
+    ``seed`` is not used (the caller seeds torch), it is the net interface's (registry)."""
     return TransformerRegressor(**dataclasses.asdict(TransformerConfig(**{k: arch[k] for k in ARCH_KEYS})))
 
 
 def arch_from(hp: dict[str, Any], n_features: int, window: int) -> dict[str, Any]:
     return dataclasses.asdict(TransformerConfig.from_hp(hp, n_features, window))
+
+
+def phases(model: TransformerRegressor, ds: Any, split: Any, hp: dict[str, Any], cfg: dict[str, Any]) -> list:
+    """One training phase over the training rows."""
+    from .training import Phase
+
+    return [Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]), int(hp["batch_size"]),
+                  float(hp.get("weight_decay", 0.0)), hp["lr_schedule"])]
+
+
+def hpo_space(trial: Any) -> dict[str, Any]:
+    """The Optuna search space of ``train --hpo-trials`` (mirage_tasks.models.hpo)."""
+    return {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
+            "d_model": trial.suggest_categorical("d_model", [16, 32, 64]),
+            "n_layers": trial.suggest_int("n_layers", 1, 2),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.3),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}

@@ -1,4 +1,7 @@
-"""Tree baselines: XGBoost (saved as UBJ) and a random forest (saved with skops).
+"""Table families: XGBoost (saved as UBJ), a random forest (saved with skops) and the linear
+quantile regressor (coefficients as JSON). Each family's fit, load, search space and config
+check are here (``fit_xgb``, ``load_xgb``, ``xgb_space``, ...), named by its row in
+:mod:`mirage_tasks.models.registry`.
 
 Both read the scaled history either flattened (``features="flat"``: W*F columns, as
 the reference) or summarised (``features="summary"``: for every feature its last value,
@@ -11,6 +14,8 @@ any type outside the explicit list in :data:`RF_TRUSTED` (plus skops' own defaul
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from stepkit import StepError
+
+log = logging.getLogger(__name__)
 
 SUMMARY_STATS = ("last", "mean", "min", "max", "delta_1h")
 
@@ -280,3 +287,116 @@ class ForestArrays:
             go_left = x[rows, self.feature[node]] <= self.threshold[node]
             node = np.where(go_left, self.left[node], self.right[node])
         return self.value[node].mean(axis=1).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- the families
+
+def _table(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any]):
+    """(train table, train y, validation table, validation y) of the scaled histories; records
+    the table's mode and width in ``cfg`` (what the loader rebuilds it with)."""
+    table = tree_features(Xs, hp["features"], int(ds.manifest["step_s"]))
+    cfg["tree_features"] = hp["features"]
+    cfg["n_tree_features"] = int(table.shape[1])
+    log.info("%s: %d training rows x %d columns (%s features)", kind, len(split.train), table.shape[1],
+             hp["features"])
+    return table[split.train], ds.y[split.train], table[split.val], ds.y[split.val]
+
+
+def fit_xgb(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any, *,
+            seed: int, threads: int | None, **_: Any) -> list:
+    """``xgboost`` and ``xgboost_quantile`` (CPU; the device and epoch stop do not apply)."""
+    Xt, yt, Xv, yv = _table(kind, ds, split, Xs, hp, cfg)
+    booster, curves = fit_xgboost(Xt, yt, Xv, yv, hp, seed, threads)
+    cfg["xgb_params"] = xgb_params(hp, seed, None)
+    step.write_bytes(cfg["weights"], xgb_to_bytes(booster))
+    return curves
+
+
+def fit_rf(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any, *,
+           seed: int, threads: int | None, **_: Any) -> list:
+    Xt, yt, _, _ = _table(kind, ds, split, Xs, hp, cfg)
+    t = time.monotonic()
+    forest = fit_forest(Xt, yt, hp, seed, threads)
+    log.info("random_forest: %d trees in %.1f s", len(forest.estimators_), time.monotonic() - t)
+    step.write_bytes(cfg["weights"], forest_to_bytes(forest))
+    return [{"phase": "random_forest", "n_estimators": len(forest.estimators_)}]
+
+
+def fit_linear(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any,
+               *, seed: int, **_: Any) -> list:
+    Xt, yt, _, _ = _table(kind, ds, split, Xs, hp, cfg)
+    t = time.monotonic()
+    model, info = fit_linear_quantile(Xt, yt, hp, seed)
+    cfg["quantile"] = float(hp["quantile"])
+    log.info("linear_quantile: q=%.2f alpha=%g on %d rows, %d non-zero coefficients in %.1f s", hp["quantile"],
+             hp["alpha"], info["n_fit_rows"], info["n_nonzero_coef"], time.monotonic() - t)
+    step.write_bytes(cfg["weights"], linear_to_bytes(model, hp["quantile"], hp["alpha"]))
+    return [{"phase": "linear_quantile", **info, "fit_s": round(time.monotonic() - t, 2)}]
+
+
+class TableModel:
+    """A table family's model on raw histories: scale, build the table, predict."""
+
+    def __init__(self, predict_table: Any, scaler: Any, mode: str, step_s: int):
+        self.predict_table, self.scaler, self.mode, self.step_s = predict_table, scaler, mode, step_s
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.predict_table(tree_features(self.scaler.transform(X), self.mode, self.step_s)),
+                          np.float32)
+
+
+def _loaded(model: Any, got: int, cfg: dict[str, Any], wuri: str, scaler: Any, predict_table: Any) -> TableModel:
+    if got != cfg["n_tree_features"]:
+        raise StepError(f"{wuri}: model has {got} input columns, config says {cfg['n_tree_features']}")
+    return TableModel(predict_table, scaler, cfg["tree_features"], int(cfg["data"]["step_s"]))
+
+
+def load_xgb(uri: str, cfg: dict[str, Any], wuri: str, scaler: Any, device: str) -> TableModel:
+    from stepkit import storage
+
+    booster = xgb_from_bytes(storage.read_bytes(wuri), wuri)
+    return _loaded(booster, booster.num_features(), cfg, wuri, scaler, lambda t: xgb_predict(booster, t))
+
+
+def load_rf(uri: str, cfg: dict[str, Any], wuri: str, scaler: Any, device: str) -> TableModel:
+    from stepkit import storage
+
+    forest = ForestArrays(forest_from_bytes(storage.read_bytes(wuri), wuri))
+    return _loaded(forest, forest.n_features_in_, cfg, wuri, scaler, forest.predict)
+
+
+def load_linear(uri: str, cfg: dict[str, Any], wuri: str, scaler: Any, device: str) -> TableModel:
+    from stepkit import storage
+
+    model = linear_from_bytes(storage.read_bytes(wuri), wuri)
+    return _loaded(model, model.num_features(), cfg, wuri, scaler, model.predict)
+
+
+def check_table(path: str, cfg: dict[str, Any]) -> None:
+    """The config fields a table family's loader reads."""
+    n = cfg.get("n_tree_features")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise StepError(f"{path}: 'n_tree_features' must be a positive integer, got {n!r}")
+    if cfg.get("tree_features") not in ("summary", "flat"):
+        raise StepError(f"{path}: 'tree_features' must be summary or flat, got {cfg.get('tree_features')!r}")
+
+
+# Optuna search spaces (train --hpo-trials; mirage_tasks.models.hpo)
+
+def xgb_space(trial: Any) -> dict[str, Any]:
+    return {"n_estimators": trial.suggest_int("n_estimators", 100, 600, step=50),
+            "max_depth": trial.suggest_int("max_depth", 2, 8),
+            "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
+            "subsample": trial.suggest_float("subsample", 0.5, 1.0),
+            "colsample_bytree": trial.suggest_float("colsample_bytree", 0.2, 1.0),
+            "min_child_weight": trial.suggest_float("min_child_weight", 0.5, 20.0, log=True)}
+
+
+def rf_space(trial: Any) -> dict[str, Any]:
+    return {"n_estimators": trial.suggest_int("n_estimators", 50, 200, step=25),
+            "min_samples_leaf": trial.suggest_int("min_samples_leaf", 1, 30, log=True),
+            "max_features": trial.suggest_float("max_features", 0.05, 1.0, log=True)}
+
+
+def linear_space(trial: Any) -> dict[str, Any]:
+    return {"alpha": trial.suggest_float("alpha", 1e-5, 1e-1, log=True)}

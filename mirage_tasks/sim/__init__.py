@@ -1,4 +1,5 @@
-"""The Mirage batch-scheduler simulator (event driven; see :mod:`.engine`).
+"""The Mirage batch-scheduler simulator (event driven; see :mod:`.engine`), and only it:
+its calibration against a trace is :mod:`mirage_tasks.calibration`.
 
 | module       | what                                                               |
 |--------------|--------------------------------------------------------------------|
@@ -7,6 +8,7 @@
 | ``engine``   | the event-driven scheduler (FIFO + EASY backfill, fair share)      |
 | ``features`` | the queue/cluster snapshot features of a decision history          |
 | ``episode``  | samples, probes and online decision episodes                       |
+| ``probes``   | probe spacings and the baseline rules (reactive, avg), stdlib only |
 
 Importing this package is cheap: the names below load their module on first use, so a
 step's ``add_arguments`` can use :mod:`.config` without importing numpy.

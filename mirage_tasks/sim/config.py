@@ -164,7 +164,7 @@ def _check_type(name: str, value: Any, annotation: Any) -> None:
 
 
 # Presets. "ls6" is the shipped Lonestar6 gpu-a100 model, chosen with the fidelity report
-# (mirage_tasks/fidelity.py) on jobs submitted Dec 2022 - Mar 2023, replayed in warm-started
+# (mirage_tasks/calibration/fidelity.py) on jobs submitted Dec 2022 - Mar 2023, replayed in warm-started
 # 5-day windows as Mirage's episodes are. The trace never shows more than 8 running jobs of
 # one user, and 73-80 busy nodes at its peaks. 78 nodes, the 8-job user limit, the recorded
 # priorities (no age back-out) with a 3000-point age term, conservative backfill every 60 s

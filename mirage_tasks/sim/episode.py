@@ -25,8 +25,7 @@ import numpy as np
 from . import features
 from .config import SimConfig
 from .engine import Simulator
-from .probes import END_OFFSETS_MIN, PROBE_SPACINGS
-from ..models.registry import BASELINES
+from .probes import BASELINES, END_OFFSETS_MIN, PROBE_SPACINGS
 from .workload import Workload
 
 SERVICE_LIMIT_S = 48 * 3600

@@ -1,6 +1,6 @@
-"""Probe spacings of the training samples (``sample --probe-spacing``), without numpy, so a
-step's ``add_arguments`` can offer them; :func:`mirage_tasks.sim.episode.probe_times` places
-the probes.
+"""Probe spacings of the training samples (``sample --probe-spacing``) and the baseline
+decision rules, without numpy, so a step's ``add_arguments`` can offer them;
+:func:`mirage_tasks.sim.episode.probe_times` places the probes and the baselines' decisions.
 
 * ``uniform``: the reference's, ``--probes`` equally spaced from the predecessor's
   submission + 60 s to its end: 48 h / 6 = 8 h apart with 7 probes.
@@ -14,3 +14,8 @@ PROBE_SPACINGS = ("uniform", "end")
 #: Minutes before the predecessor's end of the ``end`` spacing's probes; 0 is the end itself
 #: (the reactive probe, always last).
 END_OFFSETS_MIN = (1440, 960, 480, 240, 120, 60, 30, 10, 0)
+
+# Decision rules without a model, validated beside the models: submit when the predecessor
+# ends (reactive) or at its end minus the recent mean wait (avg). The simulator's episodes
+# implement them (probe_times); the model registry re-exports them.
+BASELINES: tuple[str, ...] = ("reactive", "avg")

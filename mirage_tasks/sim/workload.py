@@ -1,7 +1,7 @@
 """Compact, immutable job arrays built once per trace and shared by every episode.
 
 ``Workload.from_frame(df)`` takes a trace in the normalised schema
-(:mod:`mirage_tasks.schema`) and keeps, per job, sorted by submit time:
+(:mod:`mirage_tasks.data.schema`) and keeps, per job, sorted by submit time:
 
 * ``submit``, ``real_start``, ``real_end`` (int64 epoch seconds; real times only serve
   the warm start, the recorded priority's age term and the fidelity comparison),
@@ -24,7 +24,7 @@ import pandas as pd
 
 from stepkit import StepError
 
-from ..schema import epoch_seconds
+from ..data.schema import epoch_seconds
 
 
 @dataclass

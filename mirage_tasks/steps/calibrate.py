@@ -5,7 +5,7 @@
         [--lead-in-days 7] [--start-config PRESET|FILE] [--procs-per-node P]
 
 Searches a :class:`~mirage_tasks.sim.config.SimConfig` on the jobs submitted in
-``[A, B)`` (see :mod:`mirage_tasks.sim.calibration` for what is read from the trace,
+``[A, B)`` (see :mod:`mirage_tasks.calibration.calibrate` for what is read from the trace,
 what is searched and the objective), then scores the chosen configuration on the jobs
 submitted in ``[C, D)``, a later window that must not overlap the first. Times are ISO;
 a time without an offset is read in the trace's own time zone (months are the trace's).
@@ -39,9 +39,9 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..fidelity import metrics, summarize
-from ..schema import read_trace
-from ..sim.calibration import calibrate, default_config, replay_months
+from ..calibration.fidelity import metrics, summarize
+from ..data.schema import read_trace
+from ..calibration.calibrate import calibrate, default_config, replay_months
 from ..sim.config import SimConfig, load_config
 from ..sim.workload import Workload
 

@@ -50,9 +50,9 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..schema import parse_time, read_trace
+from ..data.schema import parse_time, read_trace
 from ..sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
-from ..fidelity import markdown, report, too_big
+from ..calibration.fidelity import markdown, report, too_big
 from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """``python -m mirage_tasks ingest``: a job trace in any supported format -> normalised Parquet.
 
-Outputs under ``--out``: ``trace.parquet`` (schema in :mod:`mirage_tasks.schema`),
+Outputs under ``--out``: ``trace.parquet`` (schema in :mod:`mirage_tasks.data.schema`),
 ``ingest_report.json`` (rows read, kept, rejected with line numbers and reasons, window,
 time span, machine size), then ``_SUCCESS.json``.
 """
@@ -15,9 +15,9 @@ import time
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..prefixes import PREFIXES_FILE
-from ..schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
-from ..traces import FORMATS, BadRows, parse
+from ..data.prefixes import PREFIXES_FILE
+from ..data.schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
+from ..data.ingest import FORMATS, BadRows, parse
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "ingest_report.json"

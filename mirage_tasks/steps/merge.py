@@ -28,7 +28,7 @@ import argparse
 from stepkit import Step, require_committed
 
 from .. import __version__
-from ..artifacts import DATASET_FILE, MANIFEST_FILE, PROBES_FILE
+from ..data.artifacts import DATASET_FILE, MANIFEST_FILE, PROBES_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,12 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import npz_bytes, parquet_bytes
-    from ..samples import merge_shards, shared_params
+    from ..data.artifacts import npz_bytes, parquet_bytes
+    from ..sampling.sample import merge_shards, shared_params
 
     from stepkit import StepError
 
-    from ..schema import parse_time
+    from ..data.schema import parse_time
 
     window = None
     given = [x is not None for x in (args.start, args.count, args.interval_hours)]
@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     fingerprint = None
     if args.trace:
-        from ..artifacts import require_input
-        from ..prefixes import load_prefixes
-        from ..schema import read_trace
-        from ..samples import check_prefixes
+        from ..data.artifacts import require_input
+        from ..data.prefixes import load_prefixes
+        from ..data.schema import read_trace
+        from ..sampling.sample import check_prefixes
         from ..sim.config import SimConfig
         from ..sim.workload import Workload
 

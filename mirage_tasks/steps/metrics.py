@@ -1,6 +1,6 @@
 """``python -m mirage_tasks metrics``: interruption metrics per model, node size and load level.
 
-The computation is :mod:`mirage_tasks.metrics`. Outputs under ``--out``: ``metrics.json``,
+The computation is :mod:`mirage_tasks.evaluation.metrics`. Outputs under ``--out``: ``metrics.json``,
 ``metrics.parquet``, ``metrics.csv``, ``metrics.md`` (one row per model, node size and
 level) and ``samples.parquet`` (every validation row with its load level), then
 ``_SUCCESS.json``.
@@ -14,7 +14,7 @@ import io
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..artifacts import METRICS_CSV, METRICS_JSON, METRICS_MD, METRICS_SAMPLES, METRICS_TABLE
+from ..data.artifacts import METRICS_CSV, METRICS_JSON, METRICS_MD, METRICS_SAMPLES, METRICS_TABLE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import parquet_bytes
-    from ..metrics import COLUMNS, LOW_MAX_H, MEDIUM_MAX_H, compute, load_inputs, markdown, never_submits, records
+    from ..data.artifacts import parquet_bytes
+    from ..evaluation.metrics import COLUMNS, LOW_MAX_H, MEDIUM_MAX_H, compute, load_inputs, markdown, never_submits, records
 
     if args.bootstrap < 0:
         raise StepError("--bootstrap must be >= 0")

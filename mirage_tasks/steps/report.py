@@ -1,6 +1,6 @@
 """``python -m mirage_tasks report``: one self-contained HTML (and Markdown) results report.
 
-The page is built by :mod:`mirage_tasks.report` from the committed outputs given with
+The page is built by :mod:`mirage_tasks.evaluation.report` from the committed outputs given with
 ``--in`` (metrics, validate, fidelity, train, datasets). Outputs under ``--out``:
 ``report.html``, ``report.md``, ``figures/*.png``, then ``_SUCCESS.json``.
 """
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import KNOWN_STEPS, build, classify
+    from ..evaluation.report import KNOWN_STEPS, build, classify
 
     items = classify(list(args.inputs))
     if not any(i["step"] in KNOWN_STEPS for i in items):

@@ -1,9 +1,9 @@
 """``python -m mirage_tasks sample``: offline Mirage training examples, one shard per run.
 
 Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours``; shard
-``I/S`` takes the samples with ``k % S == I`` (:mod:`mirage_tasks.schedule`). Each sample is
+``I/S`` takes the samples with ``k % S == I`` (:mod:`mirage_tasks.sampling.schedule`). Each sample is
 simulated once up to the predecessor's submission, then forked per probe
-(:mod:`mirage_tasks.samples`): ``--baseline default`` gives ``--probes`` examples per
+(:mod:`mirage_tasks.sampling.sample`): ``--baseline default`` gives ``--probes`` examples per
 sample, ``reactive``/``avg`` one.
 
 **Probe spacing** (``--probe-spacing``, default mode only): ``uniform`` (the default, the
@@ -34,11 +34,11 @@ samples are the points of the grid through ``--start`` (every ``--interval-hours
 start falls on UTC day ``D``; each day is written, committed and skipped on its own under
 ``<--out>/day=YYYY-MM-DD/`` (the same three files and marker), with ``sample`` counting grid
 points from the epoch, so a partition is the same whichever run computed it. ``--out`` is
-then the sample family's root (``mirage_tasks.plan.sample_family``: one per trace source,
+then the sample family's root (``mirage_tasks.data.keys.sample_family``, which the plan calls: one per trace source,
 simulator configuration, sampling parameters, node size and mode), and ``merge --start
 --count`` joins the days of a window. A partition records the digest of the trace rows its
 samples can see (submitted before the day's end plus the workload,
-``mirage_tasks.prefixes``) instead of the whole trace's, so when the trace grows
+``mirage_tasks.data.prefixes``) instead of the whole trace's, so when the trace grows
 (a cluster's next daily export) only the days whose samples see new jobs are recomputed.
 
 **Days the trace covers.** No sample may start after the UTC day of the trace's last submit
@@ -60,26 +60,15 @@ import time
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
-from ..schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
+from ..data import keys
+from ..data.artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
+from ..sampling.schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
                         sample_tasks, set_threads)
 from ..sim.config import add_config_arguments
-from ..models.registry import BASELINES
+from ..sim.probes import BASELINES
 from ..sim.probes import PROBE_SPACINGS
 
 log = logging.getLogger(__name__)
-
-#: The default probe spacing (see ``--probe-spacing``).
-DEFAULT_SPACING = "uniform"
-
-
-def spacing_params(baseline: str, spacing: str) -> dict:
-    """The probe spacing as it enters a sample output's parameters (and so its marker, its
-    skip check and :func:`mirage_tasks.plan.sample_family`'s key): absent for the reference's
-    uniform spacing (the spacing of every output written before the option existed, which
-    stay valid) and for the baseline modes (one probe, no spacing)."""
-    return {"probe_spacing": spacing} if baseline == "default" and spacing != "uniform" else {}
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p, days=True)
@@ -87,21 +76,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="UTC day YYYY-MM-DD (repeatable): write that day's partition <out>/day=YYYY-MM-DD")
     p.add_argument("--probes", type=int, default=7,
                    help="decision times per sample in default mode with --probe-spacing uniform (7)")
-    p.add_argument("--probe-spacing", default=DEFAULT_SPACING, choices=PROBE_SPACINGS,
+    p.add_argument("--probe-spacing", default=keys.DEFAULT_SPACING, choices=PROBE_SPACINGS,
                    help="default mode's probe times: uniform (the reference's: --probes equally spaced from the "
                         "predecessor's submission to its end) or end (its end minus 24, 16, 8, 4, 2, 1 h, 30 and "
-                        f"10 min, and its end; --probes not used) ({DEFAULT_SPACING})")
+                        f"10 min, and its end; --probes not used) ({keys.DEFAULT_SPACING})")
     p.add_argument("--baseline", default="default", choices=("default", *BASELINES),
                    help="default (training probes), reactive or avg")
     p.add_argument("--window", type=int, default=144, help="snapshots per history (144)")
     p.add_argument("--step-s", type=int, default=600, help="seconds between snapshots (600)")
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
-
-
-def partition_uri(out: str, day: str) -> str:
-    """The partition of ``day`` (YYYY-MM-DD) under a sample family's root."""
-    return f"{out.rstrip('/')}/day={day}"
 
 
 def _utc_day(epoch: int) -> str:
@@ -141,7 +125,7 @@ def check_span(trace: str, df, days: list[str]) -> None:
     samples whose workload reaches past the last submit are kept with a warning
     (:func:`_compute`). Days before the first submit replay the log's cluster from empty, as a
     training window that starts before a log always has: said, not refused."""
-    from ..times import iso
+    from ..data.times import iso
 
     if df.empty:
         raise StepError(f"{trace}: the trace holds no jobs")
@@ -160,12 +144,12 @@ def check_span(trace: str, df, days: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..prefixes import load_prefixes, prefix_before
-    from ..schema import parse_time, read_trace
+    from ..data.prefixes import load_prefixes, prefix_before
+    from ..data.schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.episode import EpisodeSpec
     from ..sim.features import FEATURE_NAMES
-    from ..artifacts import require_input
+    from ..data.artifacts import require_input
 
     shard_i, shard_n = check_schedule(args)
     if args.days and (args.count is not None or args.shard != "0/1"):
@@ -191,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         "interval_hours": args.interval_hours, "warmup_days": args.warmup_days, "workload_days": args.workload_days,
         "probes": args.probes, "node": args.node, "baseline": args.baseline, "window": args.window,
         "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
-        **spacing_params(args.baseline, args.probe_spacing),
+        **keys.spacing_params(args.baseline, args.probe_spacing),
     }
     set_threads(1)  # the simulator is single-threaded; its parallelism is --workers processes
     workers = resolve_workers(args.workers)
@@ -210,10 +194,10 @@ def run(args: argparse.Namespace) -> int:
     done = computed = 0
     for day, day_start in days:
         # A day depends on the jobs its samples can see, not on the whole trace: a trace that
-        # grew by later jobs leaves the partition valid (mirage_tasks.schema.prefix_before).
+        # grew by later jobs leaves the partition valid (mirage_tasks.data.schema.prefix_before).
         params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase},
                   "trace_prefix": prefix_before(prefixes, day, args.workload_days), **common}
-        step = Step("sample", partition_uri(args.out, day), __version__, params)
+        step = Step("sample", keys.partition(args.out, day), __version__, params)
         if step.skip():
             done += 1
             continue
@@ -227,10 +211,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None):
     """Simulate ``tasks`` and commit them as one output (a shard or a day partition)."""
-    from ..artifacts import npz_bytes, parquet_bytes
-    from ..samples import assemble, run_samples
+    from ..data.artifacts import npz_bytes, parquet_bytes
+    from ..sampling.sample import assemble, run_samples
     from ..sim.workload import Workload
-    from ..times import iso
+    from ..data.times import iso
 
     if wl is None:
         wl = Workload.from_frame(df, cfg.procs_per_node or None)

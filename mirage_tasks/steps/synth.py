@@ -1,6 +1,6 @@
 """``python -m mirage_tasks synth``: fit a workload profile to a trace, or generate a synthetic trace.
 
-The profile and the generator are :mod:`mirage_tasks.synth`. ``--fit TRACE`` writes
+The profile and the generator are :mod:`mirage_tasks.data.synth`. ``--fit TRACE`` writes
 ``profile.json`` and a real-vs-generated comparison (``fit_report.json``/``.md``);
 ``--profile NAME|URI --from --to`` writes ``trace.parquet`` (the ``ingest`` layout) and
 ``synth_report.json``.
@@ -13,7 +13,7 @@ import argparse
 from stepkit import Step, StepError, storage
 
 from .. import __version__
-from ..profiles import PACKAGED
+from ..data.profiles import PACKAGED
 
 
 #: The largest arrival-rate multiple: beyond it the Poisson draws overflow (and no cluster is that busy).
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_any(uri: str, timezone: str | None) -> tuple:
-    from ..schema import TRACE_FILE, read_trace
-    from ..traces import parse
+    from ..data.schema import TRACE_FILE, read_trace
+    from ..data.ingest import parse
 
     if uri.endswith(".parquet") or storage.exists(storage.join(uri, TRACE_FILE)):
         return read_trace(uri)
@@ -53,7 +53,7 @@ def _read_any(uri: str, timezone: str | None) -> tuple:
 def _run_fit(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..synth import compare, fit_markdown, fit_profile, generate
+    from ..data.synth import compare, fit_markdown, fit_profile, generate
 
     if args.batch_gap_s < 0:
         raise StepError(f"--batch-gap-s {args.batch_gap_s:g}: must be >= 0 seconds")
@@ -81,9 +81,9 @@ def _run_fit(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from ..prefixes import PREFIXES_FILE
-    from ..schema import TRACE_FILE, TraceMeta, describe, parse_time, submit_prefixes, write_trace
-    from ..synth import generate, load_profile
+    from ..data.prefixes import PREFIXES_FILE
+    from ..data.schema import TRACE_FILE, TraceMeta, describe, parse_time, submit_prefixes, write_trace
+    from ..data.synth import generate, load_profile
 
     if not args.t_from or not args.t_to:
         raise StepError("--profile needs --from and --to")

@@ -16,7 +16,7 @@ on that split (:mod:`mirage_tasks.models.hpo`, history in ``hpo_trials.json``). 
 threshold (regressors) or P(submit) threshold (policies) is then chosen on the same
 validation split, never on the validation period, by minimising mean interruption +
 ``--waste-weight`` x wasted node-hours over the dataset's probes
-(:mod:`mirage_tasks.models.calibrate`), and stored in ``config.json`` (``decision``); the same
+(:mod:`mirage_tasks.models.thresholds`), and stored in ``config.json`` (``decision``); the same
 split also decides whether the threshold moves with the load at the decision (``decision.load``:
 the backlog in cluster widths or the running jobs' median wait, from the history's last snapshot;
 kept only when it lowers the split's objective below the best fixed threshold). Features are ``log1p``-scaled and
@@ -44,16 +44,17 @@ import argparse
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..models import KINDS, POLICIES, StopRequested
+from ..models import StopRequested
 from ..models import presets as presets_mod
-from ..models.calibrate import CALIBRATION_VERSION, WASTE_WEIGHT
+from ..models.registry import FAMILIES, family
+from ..models.thresholds import CALIBRATION_VERSION, WASTE_WEIGHT
 
 EXIT_STOPPED = 75  # stopped on request (--stop-after-epochs); rerun to resume
 ENVS = ("sim", "toy")  # policy environments: the simulator replaying --trace, or the synthetic toy
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, choices=KINDS, help="model kind")
+    p.add_argument("--model", required=True, choices=list(FAMILIES), help="model kind")
     p.add_argument("--out", required=True, help="output prefix (URI) for the model")
     p.add_argument("--dataset", help="merge output (URI with dataset.npz and manifest.json); regressors")
     p.add_argument("--base", help="trained base model (moe for moe_policy, transformer for transformer_policy)")
@@ -93,14 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..artifacts import require_input
+    from ..data.artifacts import require_input
     from ..models.fit import remove_checkpoints, train_policy, train_regressor
-    from ..schedule import cpu_count
+    from ..sampling.schedule import cpu_count
 
     hp = presets_mod.resolve(args.preset, args.model, args.param)
     if args.quantile is not None:
-        if args.model not in ("xgboost", "xgboost_quantile", "linear_quantile"):
-            raise StepError("--quantile applies to --model xgboost, xgboost_quantile and linear_quantile only")
+        if "quantile" not in hp:  # the families whose hyper-parameters have one
+            have = [k for k, f in FAMILIES.items() if "quantile" in f.presets_of().get(args.preset, {})]
+            raise StepError(f"--quantile applies to --model {', '.join(have)} only")
         hp["quantile"] = args.quantile
     if not args.waste_weight >= 0:
         raise StepError(f"--waste-weight must be >= 0, got {args.waste_weight}")
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--threads must be >= 1")
     common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
               "stop_after": args.stop_after_epochs, "preset": args.preset}
-    if args.model in POLICIES:
+    if family(args.model).policy:
         step, base_cfg = _policy_step(args, hp)
         if step is None:
             return 0
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         require_input(args.dataset, "--dataset")
         until = None
         if args.samples_until is not None:
-            from ..schema import parse_time
+            from ..data.schema import parse_time
 
             until = int(parse_time(args.samples_until, "--samples-until").timestamp())
         if args.hpo_trials < 0 or (args.hpo_timeout_s is not None and not args.hpo_timeout_s > 0):
@@ -153,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]:
     """The policy's Step (None when it is up to date) and its base model's config."""
-    from ..artifacts import require_input
+    from ..data.artifacts import require_input
     from ..models.loader import read_config
 
-    want = POLICIES[args.model]
+    want = family(args.model).base
     if not args.base:
         raise StepError(f"--base (a trained {want} model) is required for {args.model}")
     require_input(args.base, "--base")

@@ -1,14 +1,14 @@
 """``python -m mirage_tasks validate``: a model (or a baseline) decides online, in the simulator.
 
 Sample ``k`` (``0 <= k < --count``) starts at ``--start + k * --interval-hours`` exactly as
-in ``sample`` (:mod:`mirage_tasks.schedule`); shard ``I/S`` takes the samples with
+in ``sample`` (:mod:`mirage_tasks.sampling.schedule`); shard ``I/S`` takes the samples with
 ``k % S == I``. Each sample is one :class:`~mirage_tasks.sim.episode.DecisionEpisode`: the
 clock starts at the predecessor's submission and moves in steps of ``--decide-every-minutes``. At every step whose history
 window is full the model is asked once; the successor is submitted at the first "submit"
 
 * regressors: ``threshold <= predicted signed interruption <= high_h``, the threshold being
   the model's own ``decision.low_h`` (chosen by ``train`` on its training period's validation
-  split, :mod:`mirage_tasks.models.calibrate`) unless ``--threshold-h`` overrides it; when the
+  split, :mod:`mirage_tasks.models.thresholds`) unless ``--threshold-h`` overrides it; when the
   calibration chose the load-aware form (``decision.load``), the test is ``prediction - slope x
   z(load) >= low_h`` with the load read from the last snapshot of the decision's history (the
   same function as the calibration's offline replay; ``--threshold-h`` drops the load term);
@@ -22,7 +22,7 @@ and is forced the moment the predecessor ends (never later). The baselines follo
 the end minus the mean wait of the last 100 started jobs when the predecessor started
 (from the same pre-simulation :func:`~mirage_tasks.sim.episode.probe_times` uses).
 
-The guards, the decision rule and the episodes are :mod:`mirage_tasks.online`.
+The guards, the decision rule and the episodes are :mod:`mirage_tasks.evaluation.validate`.
 
 Leakage guard: a model whose training data reach past the first validation sample start
 (``data.data_end`` / ``data.train_data_end`` of its ``config.json``, copied from the
@@ -46,9 +46,9 @@ import time
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from ..artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
-from ..schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
-from ..models.registry import BASELINES
+from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
+from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..sim.probes import BASELINES
 from ..sim.config import add_config_arguments
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..artifacts import parquet_bytes, require_input
-    from ..online import ROW_COLUMNS, make_rows, resolve_model, run_tasks, sampling_warnings
-    from ..schema import parse_time, read_trace
+    from ..data.artifacts import parquet_bytes, require_input
+    from ..evaluation.validate import ROW_COLUMNS, make_rows, resolve_model, run_tasks, sampling_warnings
+    from ..data.schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.workload import Workload
-    from ..times import iso
+    from ..data.times import iso
 
     shard_i, shard_n = check_schedule(args)
     require_input(args.trace, "--trace")

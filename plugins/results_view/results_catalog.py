@@ -13,7 +13,7 @@ following symbolic links (``O_NOFOLLOW`` from the root's descriptor down), so a 
 file or folder outside (or inside) the root is refused; on S3 only plain objects are read.
 
 Run identity: the Mirage plan records each DAG run that uses a run prefix in
-``<prefix>/_runs/<run>.json`` (``mirage_tasks.runlog``: run id, logical date, trigger, the
+``<prefix>/_runs/<run>.json`` (``mirage_tasks.run.runlog``: run id, logical date, trigger, the
 params that differ from the DAG's defaults); the Faasm layout names the run in its path.
 """
 
@@ -31,7 +31,7 @@ import fsspec
 from fsspec.core import url_to_fs
 
 MARKER = "_SUCCESS.json"
-RUNS_DIR = "_runs"  # mirage_tasks.runlog: one record per DAG run of a Mirage run prefix
+RUNS_DIR = "_runs"  # mirage_tasks.run.runlog: one record per DAG run of a Mirage run prefix
 TRIGGERS = ("manual", "scheduled", "backfill", "asset_triggered")
 #: (pipeline, glob below the root of a report folder's marker, page inside that folder)
 KINDS = {
@@ -227,7 +227,7 @@ def read(root: str, rel: str) -> bytes:
     return read_plain(root, rel)
 
 
-#: Mirage run key: ``<logical date>-<hash>`` or ``manual-<hash>`` (mirage_tasks.plan.run_key)
+#: Mirage run key: ``<logical date>-<hash>`` or ``manual-<hash>`` (mirage_tasks.run.plan.run_key)
 RUN_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 

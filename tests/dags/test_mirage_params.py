@@ -130,10 +130,10 @@ def test_every_param_has_a_title_and_a_description(dags):
 
 
 def test_both_forms_come_from_the_one_run_configuration(dags):
-    """Each DAG's params are exactly what mirage_tasks.runconf renders (no hand-written Param), and
+    """Each DAG's params are exactly what mirage_tasks.run.runconf renders (no hand-written Param), and
     a param both DAGs show is identical in both, except that in the pipeline a param the run size
     sets is empty by default (null: the size's value) and says so."""
-    from mirage_tasks.runconf import FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZED, form, size_note
+    from mirage_tasks.run.runconf import FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZED, form, size_note
 
     pipe, samp = dags["mirage_pipeline"].params, dags["mirage_samples"].params
     assert list(pipe) == list(PIPELINE_FORM) == list(FIELDS) and list(samp) == list(SAMPLES_FORM)
@@ -155,8 +155,8 @@ def test_both_forms_come_from_the_one_run_configuration(dags):
 def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
     """A pipeline run reads mirage_samples' partitions only when the family params agree: the
     samples form's defaults are what every pipeline size but demo resolves to."""
-    from mirage_tasks.plan import FAMILY_PARAMS
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.plan import FAMILY_PARAMS
+    from mirage_tasks.run.runconf import MirageRun
 
     samp = dags["mirage_samples"].params
     assert list(samp) == list(FAMILY_PARAMS)
@@ -166,7 +166,7 @@ def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
 
 
 def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
-    """The DAG files build their forms from mirage_tasks.runconf at parse time: that pulls in
+    """The DAG files build their forms from mirage_tasks.run.runconf at parse time: that pulls in
     stdlib-only modules of the task package, never numpy, pandas, torch or pyarrow."""
     import os
     import sys
@@ -184,6 +184,7 @@ def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
     assert out.returncode == 0, out.stderr[-3000:]
     modules, heavy = out.stdout.strip().splitlines()[-2:]
     assert set(json.loads(modules.replace("'", '"'))) <= {
-        "mirage_tasks", "mirage_tasks.runconf", "mirage_tasks.times", "mirage_tasks.models",
+        "mirage_tasks", "mirage_tasks.run", "mirage_tasks.run.runconf", "mirage_tasks.data", "mirage_tasks.data.times",
+        "mirage_tasks.models",
         "mirage_tasks.models.registry", "mirage_tasks.sim", "mirage_tasks.sim.probes"}
     assert heavy == "[]"

@@ -1,4 +1,4 @@
-"""The command lines of a mirage_pipeline run (mirage_tasks.plan): windows, fan-out, and the contract
+"""The command lines of a mirage_pipeline run (mirage_tasks.run.plan): windows, fan-out, and the contract
 that every argv the plan builds parses with its step's own parser."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from mirage_tasks.plan import argv, plan, step_parser, windows
+from mirage_tasks.run.runconf import MirageRun
+from mirage_tasks.run.plan import argv, plan, step_parser, windows
 
 BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=684,
             val_start=None, val_count=None, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
@@ -16,7 +17,7 @@ APRIL = datetime(2023, 4, 1, tzinfo=timezone.utc)
 
 
 def test_default_windows_validate_the_month_before():
-    w = windows(BASE, APRIL)
+    w = windows(MirageRun.from_params(BASE), APRIL)
     assert w["val_start"] == "2023-03-01T00:00:00+00:00"
     assert w["val_count"] == 156  # March, every workload ending inside the month: the seed's count
     # the last training sample's 5-day workload ends right before validation starts
@@ -26,22 +27,22 @@ def test_default_windows_validate_the_month_before():
 def test_pendulum_logical_date():
     import pendulum
 
-    assert windows(BASE, pendulum.datetime(2023, 4, 1, tz="UTC"))["val_count"] == 156
+    assert windows(MirageRun.from_params(BASE), pendulum.datetime(2023, 4, 1, tz="UTC"))["val_count"] == 156
 
 
 def test_seed_configuration_and_leakage_refused():
     seed = dict(BASE, train_start="2022-11-01", val_start="2023-03-01", val_count=156)
-    assert windows(seed, None)["train_start"] == "2022-11-01T00:00:00+00:00"
+    assert windows(MirageRun.from_params(seed), None)["train_start"] == "2022-11-01T00:00:00+00:00"
     with pytest.raises(ValueError, match="after val_start"):
-        windows(dict(seed, train_start="2022-11-05"), None)
+        windows(MirageRun.from_params(dict(seed, train_start="2022-11-05")), None)
     with pytest.raises(ValueError, match="ISO 8601"):
-        windows(dict(seed, val_start="March"), None)
+        windows(MirageRun.from_params(dict(seed, val_start="March")), None)
     with pytest.raises(ValueError, match="logical date"):
-        windows(BASE, None)
+        windows(MirageRun.from_params(BASE), None)
 
 
 def test_fan_out_and_gpu_split():
-    p = plan(BASE, "s3://b/run", APRIL)
+    p = plan(MirageRun.from_params(BASE), "s3://b/run", APRIL)
     assert len(p["sample"]) == 8 and len(p["merge"]) == 2
     assert len(p["train_cpu"]) == 8 and not p["train_gpu"] and len(p["policy_cpu"]) == 4
     assert len(p["validate"]) == (6 + 2) * 2 * 4  # models + reactive/avg, node sizes, shards
@@ -51,14 +52,14 @@ def test_fan_out_and_gpu_split():
     assert days0 == p["days"][:29] and "--shard" not in p["sample"][0] and "--count" not in p["sample"][0]
     assert p["merge"][0][p["merge"][0].index("--count") + 1] == "684"
     assert p["trace_argv"][0] == "synth"
-    g = plan(dict(BASE, device="cuda", train_params={"moe": ["epochs=3"]}), "s3://b/run", APRIL)
+    g = plan(MirageRun.from_params(dict(BASE, device="cuda", train_params={"moe": ["epochs=3"]})), "s3://b/run", APRIL)
     assert {a[a.index("--model") + 1] for a in g["train_gpu"]} == {"transformer", "moe"}
     assert {a[a.index("--model") + 1] for a in g["train_cpu"]} == {"xgboost", "random_forest"}
     moe = next(a for a in g["train_gpu"] if "moe" in a)
     assert moe[moe.index("--param") + 1] == "epochs=3" and moe[moe.index("--device") + 1] == "cuda"
     sampled = [a for a in p["validate"] if "--stochastic" in a]
     assert {a[a.index("--name") + 1] for a in sampled} == {"transformer_policy", "moe_policy"}
-    assert not any("--stochastic" in a for a in plan(dict(BASE, policy_eval="greedy"), "/r", APRIL)["validate"])
+    assert not any("--stochastic" in a for a in plan(MirageRun.from_params(dict(BASE, policy_eval="greedy")), "/r", APRIL)["validate"])
     assert p["fidelity"][p["fidelity"].index("--to") + 1] == "2023-03-27T00:00:00+00:00"  # 156 x 4 h
     assert "s3://b/run/fidelity" in p["report"]
     policy = g["policy_gpu"][0]
@@ -66,16 +67,16 @@ def test_fan_out_and_gpu_split():
 
 
 def test_real_trace_and_bad_models():
-    p = plan(dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago", window_from="2022-11-01"),
+    p = plan(MirageRun.from_params(dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago", window_from="2022-11-01")),
              "/r", APRIL)
     out = p["trace_argv"][p["trace_argv"].index("--out") + 1]
     assert out.startswith("/mirage/traces/ingest-") and out == p["trace"]
     assert p["trace_argv"] == ["ingest", "--trace", "/data/ls6.log", "--out", out,
                                "--from", "2022-11-01", "--timezone", "America/Chicago"]
     with pytest.raises(ValueError, match="unknown"):
-        plan(dict(BASE, models=["lstm"]), "/r", APRIL)
+        plan(MirageRun.from_params(dict(BASE, models=["lstm"])), "/r", APRIL)
     with pytest.raises(ValueError, match="base model"):
-        plan(dict(BASE, models=["moe_policy"]), "/r", APRIL)
+        plan(MirageRun.from_params(dict(BASE, models=["moe_policy"])), "/r", APRIL)
 
 
 # ----------------------------------------------------------------------------- the plan <-> step contract
@@ -127,7 +128,7 @@ def test_every_argv_parses_with_its_steps_own_parser(dag_defaults, case):
                            trace_timezone="America/Chicago", window_from="2022-10-01T00:00:00+00:00",
                            val_start="2023-03-01"),
     }[case]
-    p = plan(params, "s3://bucket/mirage_pipeline/2023-04-01T000000Z", APRIL)
+    p = plan(MirageRun.from_params(params), "s3://bucket/mirage_pipeline/2023-04-01T000000Z", APRIL)
     argvs = _every_argv(p)
     assert len(argvs) > 10
     for a in argvs:
@@ -157,7 +158,7 @@ def test_argv_helper_uses_the_parsers_flags_and_refuses_unknown_keys():
 def test_dag_model_enum_is_the_registry():
     """The form's model choices and the paper's models are the registry's."""
     from mirage_tasks.models.registry import KINDS
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     params = _dag_params()
     models = params.get_param("models")
@@ -169,7 +170,7 @@ def test_plan_module_imports_stdlib_only():
     import subprocess
     import sys
 
-    code = ("import sys; import mirage_tasks.plan\n"
+    code = ("import sys; import mirage_tasks.run.plan\n"
             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -178,7 +179,7 @@ def test_plan_module_imports_stdlib_only():
 def test_dag_defaults_are_the_steps_defaults(dag_defaults):
     """Where a run param mirrors a step flag, its default (the paper's) is the step's own."""
     from mirage_tasks.models.presets import PRESETS
-    from mirage_tasks.runconf import DEFAULTS
+    from mirage_tasks.run.runconf import DEFAULTS
 
     sample = step_parser("sample")
     for param in ("interval_hours", "warmup_days", "workload_days", "probes", "probe_spacing"):
@@ -196,59 +197,60 @@ def test_dag_defaults_are_the_steps_defaults(dag_defaults):
 # ----------------------------------------------------------------------------- content-keyed storage
 
 def test_locations_are_keyed_by_what_they_depend_on():
-    from mirage_tasks.plan import run_key
+    from mirage_tasks.run.plan import run_key
 
     real = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
-    p = plan(real, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    run = MirageRun.from_params(real)
+    p = plan(run, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     # same content under another URI: the same ingested trace; sample families are named by the
-    # trace's location (each day partition is checked against the content: mirage_tasks.prefixes)
-    q = plan(dict(real, trace="s3://b/ls6.log"), "/r/mirage_pipeline/y", APRIL, shared="/r/mirage",
+    # trace's location (each day partition is checked against the content: mirage_tasks.data.prefixes)
+    q = plan(MirageRun.from_params(dict(real, trace="s3://b/ls6.log")), "/r/mirage_pipeline/y", APRIL, shared="/r/mirage",
              trace_fp="sha256:aa")
     assert p["trace"] == q["trace"] and p["families"] != q["families"]
     # other content (the trace grew in place), time zone or window: another ingested trace; the
     # same families for grown content; other sampling params: other families
-    grown = plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:bb")
+    grown = plan(run, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:bb")
     assert grown["trace"] != p["trace"] and grown["families"] == p["families"]
-    assert plan(dict(real, trace_timezone="UTC"), "/r/p", APRIL, shared="/r/mirage",
+    assert plan(MirageRun.from_params(dict(real, trace_timezone="UTC")), "/r/p", APRIL, shared="/r/mirage",
                 trace_fp="sha256:aa")["trace"] != p["trace"]
-    other = plan(dict(real, probes=5), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    other = plan(MirageRun.from_params(dict(real, probes=5)), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     assert other["trace"] == p["trace"] and other["families"]["1"] != p["families"]["1"]
     assert p["families"]["1"] != p["families"]["8"]
     # models only: same samples, another run prefix
     fewer = dict(real, models=["xgboost"])
-    assert plan(fewer, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")["families"] == p["families"]
+    assert plan(MirageRun.from_params(fewer), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")["families"] == p["families"]
     ident = {"kind": "ingest", "content": "sha256:aa"}
-    assert run_key(real, APRIL, ident) == run_key(dict(real), APRIL, ident)
-    assert run_key(fewer, APRIL, ident) != run_key(real, APRIL, ident)
-    assert run_key(real, APRIL, ident).startswith("2023-04-01T000000Z-")
+    assert run_key(run, APRIL, ident) == run_key(MirageRun.from_params(dict(real)), APRIL, ident)
+    assert run_key(MirageRun.from_params(fewer), APRIL, ident) != run_key(run, APRIL, ident)
+    assert run_key(run, APRIL, ident).startswith("2023-04-01T000000Z-")
 
 
 def test_only_missing_days_are_sampled():
-    p = plan(BASE, "/r/p", APRIL, shared="/r/mirage")
+    p = plan(MirageRun.from_params(BASE), "/r/p", APRIL, shared="/r/mirage")
     have = set(p["days"][:100])
-    q = plan(BASE, "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: have)
+    q = plan(MirageRun.from_params(BASE), "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: have)
     assert q["missing_days"]["1"] == p["days"][100:]
     days = [a[i + 1] for a in q["sample"] if "1" == a[a.index("--node") + 1] for i, x in enumerate(a) if x == "--day"]
     assert days == p["days"][100:]
     assert len(q["merge"][0][q["merge"][0].index("--in") + 1:q["merge"][0].index("--start")]) == 114  # every day
-    done = plan(BASE, "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: set(days))
+    done = plan(MirageRun.from_params(BASE), "/r/p", APRIL, shared="/r/mirage", have=lambda family, days: set(days))
     assert done["sample"] == [] and len(done["merge"]) == 2
 
 
 def test_next_month_reuses_most_days():
     """A monthly backfill: May's training window overlaps April's in all but ~a month of days."""
-    april = plan(BASE, "/r/p", APRIL, shared="/r/mirage")
-    may = plan(BASE, "/r/q", datetime(2023, 5, 1, tzinfo=timezone.utc), shared="/r/mirage")
+    april = plan(MirageRun.from_params(BASE), "/r/p", APRIL, shared="/r/mirage")
+    may = plan(MirageRun.from_params(BASE), "/r/q", datetime(2023, 5, 1, tzinfo=timezone.utc), shared="/r/mirage")
     assert may["families"] == april["families"]
     new = set(may["days"]) - set(april["days"])
     assert len(new) <= 31 and len(set(may["days"]) & set(april["days"])) >= 80
 
 
 def test_workers_and_threads_reach_the_heavy_steps():
-    p = plan(dict(BASE, train_count=12, val_count=3), "/r/p", APRIL, workers=4, threads=4)
+    p = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3)), "/r/p", APRIL, workers=4, threads=4)
     assert all(a[a.index("--workers") + 1] == "4" for a in p["sample"] + p["validate"])
     assert all(a[a.index("--threads") + 1] == "4" for a in p["train_cpu"] + p["policy_cpu"])
-    q = plan(dict(BASE, train_count=12, val_count=3), "/r/p", APRIL)
+    q = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3)), "/r/p", APRIL)
     assert not any("--workers" in a for a in q["sample"] + q["validate"])
 
 
@@ -260,41 +262,41 @@ def test_step_label():
     spec = importlib.util.spec_from_file_location("mp", DAGS / "mirage_pipeline.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    p = plan(dict(BASE, train_count=12, val_count=3, shards=2), "/r/p", APRIL)
+    p = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3, shards=2)), "/r/p", APRIL)
     assert len(p["days"]) == 2 and mod.step_label(p["sample"][0]) == f"node 1 · {p['days'][0]}"
-    one = plan(dict(BASE, train_count=12, val_count=3, shards=1), "/r/p", APRIL)
+    one = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3, shards=1)), "/r/p", APRIL)
     assert mod.step_label(one["sample"][-1]) == f"node 8 · {p['days'][0]}..{p['days'][1]} (2 d)"
     assert mod.step_label(p["train_cpu"][0]) == "xgboost · node 1"
     assert mod.step_label(p["validate"][-1]) == "avg · node 8 · shard 1/2"
 
 
 def test_samples_day_plan():
-    from mirage_tasks.plan import newest_complete_day, samples_day, samples_trace
+    from mirage_tasks.run.plan import newest_complete_day, samples_day, samples_trace
 
     params = dict(BASE, trace="/data/ls6.log", trace_timezone="America/Chicago")
-    t = samples_trace(params, "/r/mirage", "2023-01-10", "sha256:aa")
+    t = samples_trace(MirageRun.from_params(params), "/r/mirage", "2023-01-10", "sha256:aa")
     assert t["argv"][:3] == ["ingest", "--trace", "/data/ls6.log"] and "--from" not in t["argv"]  # the whole log
-    d = samples_day(params, "/r/mirage", t, "2023-01-10")
+    d = samples_day(MirageRun.from_params(params), "/r/mirage", t, "2023-01-10")
     assert [a[a.index("--day") + 1] for a in d["sample"]] == ["2023-01-10", "2023-01-10"] and d["missing"] == [1, 8]
     # the pipeline's families on the same trace and grid are the same
-    p = plan(params, "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
+    p = plan(MirageRun.from_params(params), "/r/mirage_pipeline/x", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     assert d["partitions"]["1"] == p["families"]["1"] + "/day=2023-01-10"
-    done = samples_day(params, "/r/mirage", t, "2023-01-10", have=lambda family, days: set(days))
+    done = samples_day(MirageRun.from_params(params), "/r/mirage", t, "2023-01-10", have=lambda family, days: set(days))
     assert done["sample"] == [] and set(done["partitions"]) == {"1", "8"}
     # a growing trace: the newest day whose samples' 5-day workloads the trace covers
     assert newest_complete_day("2023-04-01T04:54:55+00:00", 5) == "2023-03-26"
     # synthetic: one trace per month, shared by its days
-    s1 = samples_trace(BASE, "/r/mirage", "2023-01-10")
-    assert s1["trace"] == samples_trace(BASE, "/r/mirage", "2023-01-31")["trace"]
-    assert s1["trace"] != samples_trace(BASE, "/r/mirage", "2023-02-01")["trace"]
+    s1 = samples_trace(MirageRun.from_params(BASE), "/r/mirage", "2023-01-10")
+    assert s1["trace"] == samples_trace(MirageRun.from_params(BASE), "/r/mirage", "2023-01-31")["trace"]
+    assert s1["trace"] != samples_trace(MirageRun.from_params(BASE), "/r/mirage", "2023-02-01")["trace"]
     with pytest.raises(ValueError):
-        samples_day(params, "/r/mirage", t, "10/01/2023")
+        samples_day(MirageRun.from_params(params), "/r/mirage", t, "10/01/2023")
 
 
 # ----------------------------------------------------------------------------- mirage_monthly
 
 def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
-    from mirage_tasks.plan import FAMILY_PARAMS, month_run
+    from mirage_tasks.run.plan import FAMILY_PARAMS, month_run
 
     fam = {"trace": "s3://b/ls6.log", "trace_timezone": "America/Chicago", "synth_profile": "ls6-a100",
            "cluster_config": "ls6", "interval_hours": 4, "warmup_days": 2, "workload_days": 5, "probes": 7,
@@ -308,21 +310,21 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     # the pipeline accepts the conf and validates February on it (the month before its logical date)
     from datetime import datetime, timezone
 
-    from mirage_tasks.plan import windows
+    from mirage_tasks.run.plan import windows
 
     form = _dag_params()
     for k, v in run["conf"].items():  # the pipeline's param schema accepts the conf
         form[k] = v
     params = form.validate()
-    w = windows(params, datetime(2023, 3, 1, tzinfo=timezone.utc))
+    w = windows(MirageRun.from_params(params), datetime(2023, 3, 1, tzinfo=timezone.utc))
     assert w["val_start"] == "2023-02-01T00:00:00+00:00" and w["train_count"] == 684
     # it reads the days' partitions: the same sample families as mirage_samples wrote
-    from mirage_tasks.plan import samples_day, samples_trace
+    from mirage_tasks.run.plan import samples_day, samples_trace
 
-    t = samples_trace(fam, "/r/mirage", "2023-02-10", "sha256:aa")
-    p = plan(params, "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=timezone.utc), shared="/r/mirage",
+    t = samples_trace(MirageRun.from_params(fam), "/r/mirage", "2023-02-10", "sha256:aa")
+    p = plan(MirageRun.from_params(params), "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=timezone.utc), shared="/r/mirage",
              trace_fp="sha256:aa")
-    assert samples_day(fam, "/r/mirage", t, "2023-02-10")["partitions"]["8"] == p["families"]["8"] + "/day=2023-02-10"
+    assert samples_day(MirageRun.from_params(fam), "/r/mirage", t, "2023-02-10")["partitions"]["8"] == p["families"]["8"] + "/day=2023-02-10"
     assert month_run("2023-12", extras)["logical_date"] == "2024-01-01T00:00:00+00:00"
     with pytest.raises(ValueError, match="different param sets"):
         month_run("2023-02", [*extras, {"params": dict(fam, probes=5)}])
@@ -374,8 +376,8 @@ def _plan_task(run_type: str, conf: dict, logical_date=APRIL):
 def test_storage_keys_of_the_paper_configuration_are_unchanged():
     """Committed outputs stay valid: the paper size (the former defaults) gives the run keys and
     sample families it always had (values computed before sizes existed)."""
-    from mirage_tasks.plan import run_key, trace_identity
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.plan import run_key, trace_identity
+    from mirage_tasks.run.runconf import MirageRun
 
     paper = MirageRun.from_params(_form({"size": "paper"}))
     assert paper.key_params() == OLD_DEFAULTS
@@ -383,7 +385,7 @@ def test_storage_keys_of_the_paper_configuration_are_unchanged():
     real = MirageRun.from_params(_form({"size": "paper", "trace": "/data/ls6.log",
                                         "trace_timezone": "America/Chicago"}))
     assert run_key(real, APRIL, trace_identity(real, "sha256:aa")) == "2023-04-01T000000Z-6364ef39a127"
-    assert run_key(dict(OLD_DEFAULTS, trace="/data/ls6.log", trace_timezone="America/Chicago"), APRIL,
+    assert run_key(MirageRun.from_params(dict(OLD_DEFAULTS, trace="/data/ls6.log", trace_timezone="America/Chicago")), APRIL,
                    trace_identity(real, "sha256:aa")) == "2023-04-01T000000Z-6364ef39a127"
     p = plan(real, "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     assert p["trace"] == "/r/mirage/traces/ingest-0a99dd7fcae108c3"
@@ -403,7 +405,7 @@ def test_storage_keys_of_the_paper_configuration_are_unchanged():
 def test_size_demo_is_the_makefiles_former_demo(synthetic):
     """``{"size": "demo"}`` (what `make demo` now sends) plans exactly what the hand-copied
     DEMO_CONF planned: same params, windows and every argv."""
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     conf = _makefile_demo_conf(synthetic)
     assert conf["size"] == "demo" and set(conf) <= {"size", "trace", "trace_timezone"}
@@ -412,7 +414,7 @@ def test_size_demo_is_the_makefiles_former_demo(synthetic):
     new = MirageRun.from_params(_form(conf))
     assert new.key_params() == old
     date = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a manual trigger today
-    p, q = plan(new, "/r/p", date, shared="/r/mirage"), plan(old, "/r/p", date, shared="/r/mirage")
+    p, q = plan(new, "/r/p", date, shared="/r/mirage"), plan(MirageRun.from_params(old), "/r/p", date, shared="/r/mirage")
     assert p.pop("config")["size"] == "demo" and q.pop("config")["size"] == "paper"
     assert p == q
     if synthetic:  # pinned windows: the same run whatever the logical date
@@ -425,7 +427,7 @@ def test_size_demo_is_the_makefiles_former_demo(synthetic):
 
 
 def test_explicit_params_win_over_the_size():
-    from mirage_tasks.runconf import MirageRun
+    from mirage_tasks.run.runconf import MirageRun
 
     run = MirageRun.from_params(_form({"size": "demo", "train_count": 12, "val_start": "2023-02-20T00:00:00+00:00",
                                        "models": ["xgboost"], "train_params": {}}))

@@ -10,9 +10,9 @@ import pytest
 from test_fidelity import CFG, _self_made_trace
 from test_sim_support import T0, frame
 
-from mirage_tasks.schema import TraceMeta, write_trace
+from mirage_tasks.data.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Workload
-from mirage_tasks.sim.calibration import month_windows, objective_value, sustained_max, trace_facts
+from mirage_tasks.calibration.calibrate import month_windows, objective_value, sustained_max, trace_facts
 from mirage_tasks.sim.config import load_config
 from stepkit.cli import main
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.fidelity import metrics, node_class, replay, summarize
-from mirage_tasks.schema import TraceMeta, write_trace
+from mirage_tasks.calibration.fidelity import metrics, node_class, replay, summarize
+from mirage_tasks.data.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from stepkit.cli import main
 

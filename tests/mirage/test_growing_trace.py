@@ -1,6 +1,6 @@
 """A trace that grows in place (a cluster's next daily ``sacct`` export at the same path): the
 days already sampled stay valid and only the days whose samples see new jobs are sampled again
-(``mirage_tasks.prefixes``); a changed earlier row invalidates the days that see it, and a merge
+(``mirage_tasks.data.prefixes``); a changed earlier row invalidates the days that see it, and a merge
 refuses a partition sampled from other jobs."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from mirage_tasks.plan import plan_run
-from mirage_tasks.prefixes import EMPTY, horizon, prefix_before
+from mirage_tasks.run.runconf import MirageRun
+from mirage_tasks.run.plan import plan_run
+from mirage_tasks.data.prefixes import EMPTY, horizon, prefix_before
 from stepkit.cli import main
 
 STEPS = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample", "merge")}
@@ -50,7 +51,7 @@ def export(src, dst, before: str, edit_first_after: str | None = None) -> None:
 
 def pipeline_plan(path, shared):
     params = dict(PARAMS, trace=str(path))
-    return plan_run(params, str(shared), f"{shared}/runs", APRIL)
+    return plan_run(MirageRun.from_params(params), str(shared), f"{shared}/runs", APRIL)
 
 
 def run_plan(p) -> None:

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from mirage_tasks.schema import COLUMNS, read_trace
+from mirage_tasks.data.schema import COLUMNS, read_trace
 from stepkit import MARKER
 from stepkit.cli import main
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from test_validate_support import NODE, VAL_COUNT, cli, world  # noqa: F401 - fixture
 
-from mirage_tasks import metrics as M
+from mirage_tasks.evaluation import metrics as M
 from stepkit import StepError
 
 

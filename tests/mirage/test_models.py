@@ -230,7 +230,7 @@ def test_forest_node_arrays_are_bounds_checked():
 # ---------------------------------------------------------------- decision calibration
 
 def test_calibration_replays_first_probe_at_or_above_the_threshold():
-    from mirage_tasks.models import calibrate as C
+    from mirage_tasks.models import thresholds as C
 
     # two samples of three probes (the last = the predecessor's end)
     sample = np.array([0, 0, 0, 1, 1, 1])
@@ -244,7 +244,7 @@ def test_calibration_replays_first_probe_at_or_above_the_threshold():
 
 
 def test_calibration_picks_the_cheapest_threshold_and_prices_waste():
-    from mirage_tasks.models import calibrate as C
+    from mirage_tasks.models import thresholds as C
 
     rng = np.random.default_rng(0)
     n_s, probes = 200, 7
@@ -308,7 +308,7 @@ def test_ppo_updates_make_the_greedy_policy_submit():
 
 
 def test_calibration_keeps_the_default_on_a_tie():
-    from mirage_tasks.models import calibrate as C
+    from mirage_tasks.models import thresholds as C
 
     sample = np.repeat(np.arange(3), 3)
     y = np.array([-16.0, -8.0, 0.0] * 3)  # every early probe overlaps, the last is exact

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from mirage_tasks.artifacts import read_npz
-from mirage_tasks.schedule import day_tasks
+from mirage_tasks.data.artifacts import read_npz
+from mirage_tasks.sampling.schedule import day_tasks
 from stepkit.cli import main
 
 STEPS = {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")}

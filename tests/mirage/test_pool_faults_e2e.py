@@ -19,7 +19,7 @@ import pytest
 from proctree import all_gone, pool_workers, tree, wait_for
 from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks.times import iso
+from mirage_tasks.data.times import iso
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ["--cluster-config", "ls6", "--nodes", "16", "--max-jobs-per-user", "3"]

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks.models.calibrate import calibrate, outcomes
+from mirage_tasks.run.runconf import MirageRun
+from mirage_tasks.models.thresholds import calibrate, outcomes
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, probe_times, simulate_sample
 from mirage_tasks.sim.probes import END_OFFSETS_MIN, PROBE_SPACINGS
 from stepkit.cli import main
@@ -126,7 +127,7 @@ def test_spacing_is_in_the_params_and_spacings_never_merge(trace_uri, tmp_path):
 
 
 def test_plan_keys_sample_families_by_spacing():
-    from mirage_tasks.plan import plan, samples_day, step_parser
+    from mirage_tasks.run.plan import plan, samples_day, step_parser
 
     base = dict(trace="/data/ls6.log", trace_timezone="America/Chicago", synth_profile="ls6-a100",
                 cluster_config="ls6", train_start=None, train_count=12, val_start=None, val_count=3,
@@ -136,9 +137,9 @@ def test_plan_keys_sample_families_by_spacing():
 
     april = datetime(2023, 4, 1, tzinfo=timezone.utc)
     default = step_parser("sample").get_default("probe_spacing")
-    fams = {s: plan(dict(base, probe_spacing=s), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
+    fams = {s: plan(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
             for s in PROBE_SPACINGS}
-    absent = plan(base, "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
+    absent = plan(MirageRun.from_params(base), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
     assert fams["uniform"]["families"]["1"] != fams["end"]["families"]["1"]
     assert fams["uniform"]["families"]["8"] != fams["end"]["families"]["8"]
     assert absent["families"] == fams[default]["families"]  # no param: the step's default, keyed as such
@@ -148,7 +149,7 @@ def test_plan_keys_sample_families_by_spacing():
             assert step_parser("sample").parse_args(a[1:]).probe_spacing == s
     assert absent["sample"] == fams[default]["sample"]  # no param: the run configuration's default, the step's
     shared_trace = {"identity": {"kind": "ingest", "content": "sha256:aa"}, "trace": "/r/mirage/traces/t"}
-    d = {s: samples_day(dict(base, probe_spacing=s), "/r/mirage", shared_trace, "2023-01-10") for s in PROBE_SPACINGS}
+    d = {s: samples_day(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/mirage", shared_trace, "2023-01-10") for s in PROBE_SPACINGS}
     assert d["uniform"]["partitions"]["1"] != d["end"]["partitions"]["1"]
     assert d["end"]["sample"][0][d["end"]["sample"][0].index("--probe-spacing") + 1] == "end"
 

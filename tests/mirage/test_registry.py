@@ -36,6 +36,37 @@ def test_every_family_is_complete_and_resolvable():
     assert not set(registry.BASELINES) & set(registry.KINDS)
     with pytest.raises(KeyError, match="unknown model kind 'lstm'"):
         registry.family("lstm")
+    for kind, fam in registry.FAMILIES.items():  # the rest of the row: presets, search space, check, net
+        assert set(fam.presets_of()) == set(presets.PRESETS), kind
+        assert fam.policy or callable(fam.hpo_fn()), kind
+        assert fam.check_fn() is None or callable(fam.check_fn())
+        if kind in registry.NETS:
+            net = fam.net_module()
+            assert all(callable(getattr(net, f)) for f in ("arch_from", "build", "phases")), kind
+        else:
+            with pytest.raises(KeyError, match="not a torch regressor"):
+                fam.net_module()
+
+
+def test_no_model_kind_is_compared_outside_the_registry():
+    """A family's behaviour comes from its row: no ``kind == "moe"`` (or ``in ("xgboost", ...)``)
+    anywhere in the task package, so a new family cannot fall into another's branch."""
+    import ast
+    from pathlib import Path
+
+    root = Path(registry.__file__).resolve().parents[1]
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "registry.py" and path.parent.name == "models":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in [node.left, *node.comparators]:
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                if any(isinstance(v, ast.Constant) and v.value in registry.KINDS for v in values):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
 
 
 def test_presets_loader_train_and_sample_derive_from_the_registry():
@@ -46,7 +77,7 @@ def test_presets_loader_train_and_sample_derive_from_the_registry():
     assert loader.WEIGHTS == {k: f.weights for k, f in registry.FAMILIES.items()}
     assert _choices(_parser("mirage_tasks.steps.train"), "--model") == registry.KINDS
     assert _choices(_parser("mirage_tasks.steps.sample"), "--baseline") == ("default", *registry.BASELINES)
-    from mirage_tasks import metrics
+    from mirage_tasks.evaluation import metrics
 
     assert metrics.model_order(["xgboost", "avg", "reactive"]) == [*registry.BASELINES, "xgboost"]
 

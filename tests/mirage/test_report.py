@@ -8,7 +8,7 @@ import json
 
 from test_validate_support import NODE, cli, fidelity_out, policy_world, world  # noqa: F401 - fixtures
 
-from mirage_tasks import report as R
+from mirage_tasks.evaluation import report as R
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""The one run configuration of the Mirage DAGs (mirage_tasks.runconf): types, ranges, unknown
+"""The one run configuration of the Mirage DAGs (mirage_tasks.run.runconf): types, ranges, unknown
 params, run sizes and the form rendered from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_tasks.models.registry import KINDS
-from mirage_tasks.runconf import (DEFAULTS, FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZE_NAMES, SIZED, SIZES,
+from mirage_tasks.run.runconf import (DEFAULTS, FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZE_NAMES, SIZED, SIZES,
                                   SYNTHETIC, MirageRun, form)
 
 
@@ -20,7 +20,7 @@ def test_no_params_is_the_paper_configuration():
     run = MirageRun.from_params({})
     assert run == MirageRun() and run.size == "paper"
     assert (run.train_count, run.interval_hours, run.val_count, run.shards, run.models) == (684, 4, None, 4, list(KINDS))
-    assert MirageRun.of(run) is run and MirageRun.of({"size": "demo"}).train_count == 30
+    assert MirageRun.from_params({"size": "demo"}).train_count == 30
 
 
 def test_values_are_typed_and_numbers_canonical():
@@ -141,7 +141,7 @@ def test_the_form_accepts_what_it_shows():
 
 
 def test_runconf_imports_stdlib_only():
-    code = ("import sys; import mirage_tasks.runconf\n"
+    code = ("import sys; import mirage_tasks.run.runconf\n"
             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec', 'stepkit', "
             "'jsonschema') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -171,7 +171,7 @@ def test_ls6_samples_online_equals_offline(ls6_log, tmp_path):
     ingest = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
                   ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
     assert ingest == 0
-    from mirage_tasks.schema import read_trace
+    from mirage_tasks.data.schema import read_trace
 
     df, _ = read_trace(str(tmp_path / "ls6"))
     wl = Workload.from_frame(df)
@@ -198,7 +198,7 @@ def test_reference_preset_reproduces_the_reference_ls6_baselines(ls6_log, tmp_pa
     rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
               ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
     assert rc == 0
-    from mirage_tasks.schema import read_trace
+    from mirage_tasks.data.schema import read_trace
 
     wl = Workload.from_frame(read_trace(str(tmp_path / "ls6"))[0])
     t0 = int(pd.Timestamp("2023-03-01", tz="UTC").timestamp())

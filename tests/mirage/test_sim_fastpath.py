@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mirage_tasks.schema import read_trace
+from mirage_tasks.data.schema import read_trace
 from mirage_tasks.sim import PRESETS, Simulator, Workload
 from mirage_tasks.sim.episode import EpisodeSpec, simulate_sample
 

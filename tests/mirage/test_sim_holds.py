@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, frame, tiny_cfg
 
-from mirage_tasks.fidelity import replay
-from mirage_tasks.schema import read_trace
+from mirage_tasks.calibration.fidelity import replay
+from mirage_tasks.data.schema import read_trace
 from mirage_tasks.sim import PRESETS, SimConfig, Simulator, Workload
 from mirage_tasks.sim.config import add_config_arguments, config_from_args
 from mirage_tasks.sim.workload import infer_holds, infer_holds_frame, workload_holds

@@ -87,7 +87,7 @@ def random_trace(seed: int, days: float = 10.0, nodes: int = 16, rate_per_h: flo
 def write_committed_trace(folder, df: pd.DataFrame, source: str = "random") -> str:
     """Write ``df`` as ``folder/trace.parquet`` and commit it like an ingest output; returns the folder."""
     from mirage_tasks import __version__
-    from mirage_tasks.schema import TRACE_FILE, TraceMeta, write_trace
+    from mirage_tasks.data.schema import TRACE_FILE, TraceMeta, write_trace
     from stepkit import Step
 
     step = Step("ingest", str(folder), __version__, {"source": source, "rows": int(len(df))})

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mirage_tasks.schema import TraceMeta, read_trace
-from mirage_tasks.synth import fit_profile, generate, load_profile, month_stats
+from mirage_tasks.data.schema import TraceMeta, read_trace
+from mirage_tasks.data.synth import fit_profile, generate, load_profile, month_stats
 from stepkit import StepError
 from stepkit.cli import main
 

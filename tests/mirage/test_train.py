@@ -121,7 +121,7 @@ def test_decision_function_interface(trained, dataset, kind):
     elif load is None:
         expected = (hours >= low) & (hours <= 500)
     else:  # the load-aware rule: the threshold moved by the load of each history's last snapshot
-        from mirage_tasks.models.calibrate import load_values
+        from mirage_tasks.models.thresholds import load_values
 
         z = np.clip((load_values(X, load["feature"], load["columns"]) - load["center"]) / load["scale"],
                     load["z_min"], load["z_max"])
@@ -257,7 +257,7 @@ def test_sample_subset_and_fraction(dataset, tmp_path):
     span = int(ds.manifest["params"]["workload_days"] * 86400) if ds.manifest.get("params") else 5 * 86400
     until = int(starts[36]) + span
     out = str(tmp_path / "sub")
-    from mirage_tasks.times import iso
+    from mirage_tasks.data.times import iso
 
     assert train(dataset, out, "xgboost", "--samples-until", iso(until), "--sample-fraction", "0.5") == 0
     cfg = json.load(open(os.path.join(out, "config.json")))

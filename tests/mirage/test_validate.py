@@ -24,9 +24,9 @@ from test_validate_support import (  # noqa: F401 - fixtures
     world,
 )
 
-from mirage_tasks import artifacts as A
-from mirage_tasks import online as V
-from mirage_tasks.artifacts import load_shard
+from mirage_tasks.data import artifacts as A
+from mirage_tasks.evaluation import validate as V
+from mirage_tasks.data.artifacts import load_shard
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, simulate_sample
 from stepkit import StepError
 

@@ -151,7 +151,7 @@ def test_lists_runs_by_dag_run_with_trigger_and_changed_params(storage):
 def test_record_run_changed_params(tmp_path):
     from datetime import datetime, timezone
 
-    from mirage_tasks.runlog import changed_params, record_name, record_run
+    from mirage_tasks.run.runlog import changed_params, record_name, record_run
 
     assert changed_params({"a": 1, "b": [1, 2], "c": None}, {"a": 1, "b": [1], "c": None}) == {
         "b": {"value": [1, 2], "default": [1]}}

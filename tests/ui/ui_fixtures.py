@@ -31,7 +31,7 @@ def _step(*argv: str, cwd: Path = REPO) -> None:
 
 def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
     """Write both pipelines' reports under the storage ``root``; returns their pages below the root."""
-    from mirage_tasks.runlog import record_run  # noqa: PLC0415
+    from mirage_tasks.run.runlog import record_run  # noqa: PLC0415
     from stepkit import Step  # noqa: PLC0415
 
     for key, seed, mae in ((MIRAGE_KEY, 0, 3.21), (MIRAGE_KEY_B, 7, 2.5)):

@@ -18,6 +18,8 @@ import os
 
 from stepkit import StepError
 
+from ..data.keys import grid
+
 
 def add_schedule_arguments(p: argparse.ArgumentParser, days: bool = False) -> None:
     """The schedule flags; ``days=True`` (``sample``) makes ``--count`` optional, for the
@@ -85,10 +87,10 @@ DAY_S = 86400
 def grid_phase(anchor: int, interval_hours: float) -> tuple[int, int]:
     """``(interval seconds, phase)`` of the sample grid through ``anchor`` (epoch seconds):
     sample starts are the times ``t`` with ``t % interval == phase``."""
-    step_s = int(round(interval_hours * 3600))
-    if step_s < 1:
-        raise StepError("--interval-hours must be at least one second")
-    return step_s, anchor % step_s
+    try:  # the grid the plan keys sample families by
+        return grid(anchor, interval_hours)
+    except ValueError as exc:
+        raise StepError(str(exc)) from exc
 
 
 def day_tasks(day_start: int, interval_hours: float, anchor: int) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ validation month, every model). Three things are derived from it:
   (``Param(**spec)``), so a param shared by the two cannot drift;
 * :meth:`MirageRun.from_params`: a form's values (or any conf dict) checked and typed, with
   a ``ValueError`` naming the param on a bad value and unknown keys refused; the plan
-  (:mod:`mirage_tasks.plan`) reads only this;
+  (:mod:`mirage_tasks.run.plan`) reads only this;
 * :data:`SIZES`: what each ``size`` of a run changes in the defaults. A field a size sets
   shows empty (null) in the pipeline's form; left empty it takes the size's value, set it
   and it wins.
@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models.registry import KINDS, POLICIES
-from .sim.probes import PROBE_SPACINGS
-from .times import parse_iso
+from ..models.registry import KINDS, POLICIES
+from ..sim.probes import PROBE_SPACINGS
+from ..data.times import parse_iso
 
 
 @dataclass(frozen=True)
@@ -240,11 +240,6 @@ class MirageRun:
         run = cls(**{name: _check(name, value) for name, value in values.items()})
         run._check_models()
         return run
-
-    @classmethod
-    def of(cls, params: MirageRun | Mapping[str, Any], **kwargs: Any) -> MirageRun:
-        """``params`` itself when it is a :class:`MirageRun`, else :meth:`from_params`."""
-        return params if isinstance(params, MirageRun) else cls.from_params(params, **kwargs)
 
     def _check_models(self) -> None:
         need = [m for m in self.models if m in POLICIES and POLICIES[m] not in self.models]

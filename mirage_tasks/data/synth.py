@@ -326,7 +326,7 @@ def load_profile(ref: str) -> dict[str, Any]:
     from stepkit.safeload import parse_document, read_bounded
 
     if ref in PACKAGED:
-        data = resources.files("mirage_tasks.profiles").joinpath(PACKAGED[ref]).read_bytes()
+        data = resources.files("mirage_tasks.data.profiles").joinpath(PACKAGED[ref]).read_bytes()
         where = f"packaged profile {ref}"
     else:
         if not storage.exists(ref):

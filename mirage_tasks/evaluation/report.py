@@ -31,10 +31,10 @@ import pandas as pd
 
 from stepkit import StepError, require_committed, storage
 
-from . import __version__
+from .. import __version__
 from . import metrics as M
-from .artifacts import load_metrics
-from .models.registry import BASELINES
+from ..data.artifacts import load_metrics
+from ..sim.probes import BASELINES
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ import pandas as pd
 
 from stepkit import StepError
 
-from .artifacts import load_rows
-from .models.registry import BASELINES
+from ..data.artifacts import load_rows
+from ..sim.probes import BASELINES
 
 log = logging.getLogger(__name__)
 

@@ -49,9 +49,9 @@ import pandas as pd
 
 from stepkit import StepError
 
-from ..fidelity import metrics, replay
-from .config import BACKFILL_MODES, SimConfig
-from .workload import Workload
+from .fidelity import metrics, replay
+from ..sim.config import BACKFILL_MODES, SimConfig
+from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 

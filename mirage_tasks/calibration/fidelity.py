@@ -1,7 +1,7 @@
 """Simulator fidelity: replay a trace window and compare simulated with real per-job waits.
 
 The library behind ``python -m mirage_tasks fidelity`` (:mod:`mirage_tasks.steps.fidelity`,
-which documents the measures) and ``calibrate`` (:mod:`mirage_tasks.sim.calibration`).
+which documents the measures) and ``calibrate`` (:mod:`mirage_tasks.calibration.calibrate`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from .sim.config import SimConfig
-from .sim.engine import Simulator
-from .sim.workload import Workload
+from ..sim.config import SimConfig
+from ..sim.engine import Simulator
+from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 

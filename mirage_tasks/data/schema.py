@@ -166,7 +166,7 @@ def submit_prefixes(df: pd.DataFrame) -> dict[str, Any]:
     midnight past the last day has it, one before the first day the empty digest.
 
     A sample starting on day D depends only on the jobs submitted before D + 1 day + its
-    workload (:func:`mirage_tasks.prefixes.prefix_before`): a trace that grew by later jobs (a cluster's next
+    workload (:func:`mirage_tasks.data.prefixes.prefix_before`): a trace that grew by later jobs (a cluster's next
     daily export) keeps that digest, one whose earlier rows changed (a job that ended since
     and now appears) does not."""
     # the canonical form read_trace returns (types, order), whatever frame is given

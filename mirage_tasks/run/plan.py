@@ -1,8 +1,9 @@
 """The command lines of one ``mirage_pipeline`` run, computed from its params (no I/O).
 
-The params are read once, by :meth:`mirage_tasks.runconf.MirageRun.from_params` (typed,
-checked, the run size's values filled in); every function here takes that
-:class:`~mirage_tasks.runconf.MirageRun` (or a params dict, which it reads the same way).
+The params are read once, by :meth:`mirage_tasks.run.runconf.MirageRun.from_params` (typed,
+checked, the run size's values filled in), in the DAG's task; every function here takes
+that :class:`~mirage_tasks.run.runconf.MirageRun`, and every storage key comes from
+:mod:`mirage_tasks.data.keys`, which the steps that derive keys call too.
 
 Lives beside the steps it plans, so a flag and its default are written once: in the step's
 own ``add_arguments``. :func:`argv` builds a command line from a step name and keyword
@@ -22,14 +23,15 @@ Windows (all UTC):
 * **synthetic trace** (no ``trace`` given): generated to cover both windows plus the
   warm-up history.
 
-Storage is keyed by what each artefact depends on (``<root>`` is the house storage root):
+Storage is keyed by what each artefact depends on (``<root>`` is the house storage root;
+the keys are built by :mod:`mirage_tasks.data.keys`):
 
 * ``<root>/mirage/traces/<key>/``: the ingested trace, once per (trace content
   fingerprint, time zone, window) (:func:`trace_location`);
 * ``<root>/mirage/samples/node<N>-<key>/day=YYYY-MM-DD/``: the training samples whose start
   falls on that UTC day, once per (trace location, simulator configuration, sampling
   parameters, sample grid, node size, mode) (:func:`sample_family`); each partition records
-  the digest of the trace rows its samples see (:mod:`mirage_tasks.prefixes`), so a trace
+  the digest of the trace rows its samples see (:mod:`mirage_tasks.data.prefixes`), so a trace
   that grows in place keeps its earlier days; a run samples only the days without a valid
   committed partition (:func:`sample_argvs`), mapped over up to ``shards`` tasks, and
   ``merge --trace`` joins the days of its window, checking each against the trace;
@@ -43,21 +45,28 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import importlib
 import json
 import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .models.registry import BASELINES, FAMILIES, POLICIES
+from ..data import keys
+from ..data.keys import digest, partition, trace_location  # noqa: F401 - the DAGs and tests use them from here
+from ..data.times import iso as _iso
+from ..data.times import parse_iso
+from ..models.registry import FAMILIES, POLICIES
+from ..sim.probes import BASELINES
 from .runconf import FAMILY_PARAMS, MirageRun
-from .times import iso as _iso
-from .times import parse_iso
 
 
 def _ts(value: str | None, name: str) -> datetime | None:
     return parse_iso(value, f"param {name}")
+
+
+def _typed(run: Any) -> None:
+    if not isinstance(run, MirageRun):  # a params dict: read it once, where the DAG task has it
+        raise TypeError(f"expected a MirageRun (MirageRun.from_params(params)), got {type(run).__name__}")
 
 
 # ----------------------------------------------------------------------------- argv from the step parsers
@@ -65,7 +74,7 @@ def _ts(value: str | None, name: str) -> datetime | None:
 @functools.lru_cache(maxsize=None)
 def step_parser(step: str) -> argparse.ArgumentParser:
     """The parser of ``python -m mirage_tasks <step>`` (its module's ``add_arguments``)."""
-    from .__main__ import STEPS
+    from ..__main__ import STEPS
 
     if step not in STEPS:
         raise ValueError(f"unknown mirage_tasks step {step!r}; known: {', '.join(STEPS)}")
@@ -121,9 +130,8 @@ def _month_before(t: datetime) -> tuple[datetime, datetime]:
     return start, end
 
 
-def windows(params: MirageRun | dict[str, Any], logical_date: datetime | None) -> dict[str, Any]:
+def windows(run: MirageRun, logical_date: datetime | None) -> dict[str, Any]:
     """Training and validation windows (sample starts and counts)."""
-    run = MirageRun.of(params)
     step = timedelta(hours=run.interval_hours)
     workload = timedelta(days=run.workload_days)
     if logical_date is not None:  # Airflow hands a pendulum DateTime: use plain datetime arithmetic
@@ -159,34 +167,24 @@ def windows(params: MirageRun | dict[str, Any], logical_date: datetime | None) -
     }
 
 
-def windows_end(w: dict[str, Any], params: MirageRun | dict[str, Any]) -> str:
+def windows_end(w: dict[str, Any], run: MirageRun) -> str:
     """End of the validation window: the last sample's start plus one sample interval."""
     start = _ts(w["val_start"], "val_start")
-    step = timedelta(hours=MirageRun.of(params).interval_hours)
+    step = timedelta(hours=run.interval_hours)
     return _iso(start + w["val_count"] * step)
 
 
 # ----------------------------------------------------------------------------- content-keyed locations
 
-def digest(obj: Any, n: int = 16) -> str:
-    """A short stable hash of a JSON-able value (the key of a storage location)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
-
-
-def trace_identity(params: MirageRun | dict[str, Any], fingerprint: str | None = None) -> dict[str, Any]:
-    """What the ingested (or generated) trace depends on. ``fingerprint``: the raw trace's
-    content fingerprint (:func:`trace_fingerprint`); without it the URI stands in (tests)."""
-    run = MirageRun.of(params)
+def trace_identity(run: MirageRun, fingerprint: str | None = None) -> dict[str, Any]:
+    """What the ingested (or generated) trace depends on (:func:`keys.trace_location`'s key).
+    ``fingerprint``: the raw trace's content fingerprint (:func:`trace_fingerprint`); without
+    it the URI stands in (tests)."""
     if run.trace:
         return {"kind": "ingest", "content": fingerprint or f"uri:{run.trace}", "timezone": run.trace_timezone,
                 "from": run.window_from, "to": run.window_to}
     return {"kind": "synth", "profile": run.synth_profile, "seed": run.seed,
             "from": run.window_from, "to": run.window_to}
-
-
-def trace_location(shared: str, identity: dict[str, Any]) -> str:
-    """``<shared>/traces/<kind>-<key>``: one ingested (or generated) trace per identity."""
-    return f"{shared.rstrip('/')}/traces/{identity['kind']}-{digest(identity)}"
 
 
 def trace_fingerprint(uri: str) -> str:
@@ -196,39 +194,25 @@ def trace_fingerprint(uri: str) -> str:
     return input_fingerprint(uri)
 
 
-def sample_source(identity: dict[str, Any], params: MirageRun | dict[str, Any]) -> dict[str, Any]:
+def sample_source(identity: dict[str, Any], run: MirageRun) -> dict[str, Any]:
     """What names a sample family's trace: a real trace by its location (time zone and window),
     not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
-    each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.prefixes`).
+    each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.data.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
-    trace = MirageRun.of(params).trace
-    if identity["kind"] == "ingest" and trace:
-        return {"kind": "ingest", "source": trace, "timezone": identity.get("timezone"),
+    if identity["kind"] == "ingest" and run.trace:
+        return {"kind": "ingest", "source": run.trace, "timezone": identity.get("timezone"),
                 "from": identity.get("from"), "to": identity.get("to")}
     return identity
 
 
-def sample_family(shared: str, trace: dict[str, Any], params: MirageRun | dict[str, Any], node: int, anchor: str,
+def sample_family(shared: str, trace: dict[str, Any], run: MirageRun, node: int, anchor: str,
                   baseline: str = "default") -> str:
-    """The root of one sample family: its day partitions share every input but the day.
-    ``trace``: :func:`sample_source`."""
-    run = MirageRun.of(params)
-    step = timedelta(hours=run.interval_hours)
-    t = _ts(anchor, "anchor")
-    phase = int(t.timestamp()) % int(step.total_seconds())
-    # floats as the keys have always been written (4.0, not 4), so committed families stay valid
-    key = {"trace": trace, "cluster_config": run.cluster_config, "interval_hours": float(run.interval_hours),
-           "phase_s": phase, "warmup_days": float(run.warmup_days), "workload_days": float(run.workload_days),
-           "probes": run.probes, "node": int(node), "baseline": baseline, **_spacing(run, baseline)}
-    return f"{shared.rstrip('/')}/samples/node{int(node)}-{digest(key)}"
-
-
-def _spacing(run: MirageRun, baseline: str = "default") -> dict[str, Any]:
-    """The sample step's probe spacing of this run, as it enters the sample outputs' params:
-    families of different spacings never share a root."""
-    from .steps.sample import spacing_params  # noqa: PLC0415
-
-    return spacing_params(baseline, run.probe_spacing)
+    """The root of one sample family (:func:`keys.sample_family`) of this run's sampling
+    params at node size ``node``, on the grid through ``anchor``. ``trace``: :func:`sample_source`."""
+    return keys.sample_family(shared, trace, cluster_config=run.cluster_config, interval_hours=run.interval_hours,
+                              anchor=int(_ts(anchor, "anchor").timestamp()), warmup_days=run.warmup_days,
+                              workload_days=run.workload_days, probes=run.probes, node=node,
+                              probe_spacing=run.probe_spacing, baseline=baseline)
 
 
 def _episode(run: MirageRun) -> dict[str, Any]:
@@ -240,12 +224,8 @@ def _episode(run: MirageRun) -> dict[str, Any]:
 def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
     """The UTC days (YYYY-MM-DD) the starts of ``count`` samples from ``start`` fall on."""
     t = _ts(start, "start")
-    step = timedelta(hours=float(interval_hours))
-    return sorted({(t + k * step).date().isoformat() for k in range(int(count))})
-
-
-def partition(family: str, day: str) -> str:
-    return f"{family}/day={day}"
+    step = timedelta(hours=interval_hours)
+    return sorted({(t + k * step).date().isoformat() for k in range(count)})
 
 
 def committed_days(family: str, days: list[str], trace: str | None = None,
@@ -257,7 +237,7 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
     again and recomputes a stale day, and ``merge --trace`` refuses one."""
     from stepkit.step import read_marker  # noqa: PLC0415
 
-    from .prefixes import prefix_before, read_prefixes
+    from ..data.prefixes import prefix_before, read_prefixes
 
     prefixes = read_prefixes(trace) if trace else None
     out = set()
@@ -266,7 +246,7 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
         if marker is None:
             continue
         if prefixes is not None and marker.get("params", {}).get("trace_prefix") != prefix_before(
-                prefixes, d, float(workload_days)):
+                prefixes, d, workload_days):
             continue
         out.add(d)
     return out
@@ -274,7 +254,7 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
 
 def checked_against(trace: str, workload_days: float):
     """``have(family, days)`` for :func:`sample_argvs`: :func:`committed_days` checked against ``trace``."""
-    return functools.partial(committed_days, trace=trace, workload_days=float(workload_days))
+    return functools.partial(committed_days, trace=trace, workload_days=workload_days)
 
 
 def sample_argvs(p: dict[str, Any], have: Any = None) -> tuple[list[list[str]], dict[str, list[str]]]:
@@ -302,35 +282,32 @@ def chunks(items: list[Any], n: int) -> list[list[Any]]:
     return [c for c in out if c]
 
 
-def run_key(params: MirageRun | dict[str, Any], logical_date: datetime | None, trace: dict[str, Any]) -> str:
+def run_key(run: MirageRun, logical_date: datetime | None, trace: dict[str, Any]) -> str:
     """``<logical date>-<hash>``: the run prefix under ``<root>/mirage_pipeline`` of one
     configuration (its resolved params, not the size that picked them, with the windows
     they resolve to, and the trace's identity)."""
-    run = MirageRun.of(params)
     w = windows(run, logical_date)
     date = (datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
             if logical_date is not None else "manual")
     return f"{date}-{digest({'params': run.key_params(), 'windows': w, 'trace': trace}, 12)}"
 
 
-def plan_run(params: MirageRun | dict[str, Any], shared: str, runs: str, logical_date: datetime | None, *,
-             scheduled: bool = False, backfill: bool = False, **settings: Any) -> dict[str, Any]:
+def plan_run(run: MirageRun, shared: str, runs: str, logical_date: datetime | None, **settings: Any) -> dict[str, Any]:
     """The whole plan of one run, with the I/O it needs: the raw trace's fingerprint and
     the committed day partitions (so only missing days are sampled). Traces and samples go
     under ``shared`` (``<root>/mirage``), the run's own outputs under ``<runs>/<run_key>``.
-    ``params``: the DAG's params (read by :meth:`MirageRun.from_params`; ``scheduled``: a
-    scheduled run, size ``scheduled``; ``backfill``: a backfill's run, no fixed synthetic
-    windows). ``settings``: ``workers``/``threads`` of the heavy
-    steps (the CPUs each is granted)."""
-    run = MirageRun.of(params, scheduled=scheduled, backfill=backfill)
+    ``run``: the DAG's params as :meth:`MirageRun.from_params` read them (with the run's
+    type: a scheduled run's size, a backfill's windows). ``settings``: ``workers``/``threads``
+    of the heavy steps (the CPUs each is granted)."""
+    _typed(run)
     fingerprint = trace_fingerprint(run.trace) if run.trace else None
     identity = trace_identity(run, fingerprint)
-    prefix = f"{runs.rstrip('/')}/{run_key(run, logical_date, identity)}"
+    prefix = keys.run_prefix(runs, run_key(run, logical_date, identity))
     have = checked_against(trace_location(shared, identity), run.workload_days)
     return plan(run, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=have, **settings)
 
 
-def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime | None, *, shared: str | None = None,
+def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: str | None = None,
          trace_fp: str | None = None, have: Any = None, workers: int | None = None,
          threads: int | None = None) -> dict[str, Any]:
     """Every step's argv for one run under ``prefix``; shared traces and samples under
@@ -338,7 +315,7 @@ def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime
     already committed (default: none), so the sample argvs cover only the missing days.
     ``workers``/``threads``: processes of sample/validate and torch threads of train
     (None: the steps' defaults)."""
-    run = MirageRun.of(params)
+    _typed(run)
     w = windows(run, logical_date)
     shared = shared if shared is not None else f"{prefix.rstrip('/').rsplit('/', 1)[0]}/mirage"
     identity = trace_identity(run, trace_fp)
@@ -368,16 +345,16 @@ def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime
                                    "argv": {"trace": trace, "start": w["train_start"], **episode,
                                             "probes": run.probes, "probe_spacing": run.probe_spacing, "node": n,
                                             "out": family, "workers": workers}})
-        dataset = f"{prefix}/datasets/node{n}"
+        dataset = keys.dataset(prefix, n)
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
                                  count=w["train_count"], interval_hours=run.interval_hours, trace=trace,
                                  out=dataset))
         for m in models:
-            model_out = f"{prefix}/models/{m}/node{n}"
+            model_out = keys.model(prefix, m, n)
             hp = run.train_params.get(m, [])
             on_gpu = gpu and FAMILIES[m].torch
             if m in POLICIES:
-                base = f"{prefix}/models/{POLICIES[m]}/node{n}"
+                base = keys.model(prefix, POLICIES[m], n)
                 a = argv("train", model=m, base=base, trace=trace, dataset=dataset, **train_common, param=hp,
                          device="cuda" if on_gpu else "cpu", out=model_out)
                 out["policy_gpu" if on_gpu else "policy_cpu"].append(a)
@@ -386,7 +363,7 @@ def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime
                          device="cuda" if on_gpu else "cpu", out=model_out)
                 out["train_gpu" if on_gpu else "train_cpu"].append(a)
         for m in [*models, *BASELINES]:
-            target = f"{prefix}/models/{m}/node{n}" if m not in BASELINES else m
+            target = keys.model(prefix, m, n) if m not in BASELINES else m
             # Policies are trained and selected by sampling their actions; argmax would keep
             # P(submit) < 0.5 forever and replay the reactive baseline. Seeded, so reproducible.
             stochastic = m in POLICIES and sampled
@@ -394,31 +371,30 @@ def plan(params: MirageRun | dict[str, Any], prefix: str, logical_date: datetime
                 out["validate"].append(argv(
                     "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
                     **episode, node=n, stochastic=stochastic, seed=run.seed if stochastic else None,
-                    shard=f"{i}/{shards}", workers=workers, out=f"{prefix}/validation/{m}/node{n}/shard{i}"))
+                    shard=f"{i}/{shards}", workers=workers, out=keys.validation(prefix, m, n, i)))
     # Before the trace is ingested, have() can only read markers: the DAG lists the sample
     # argvs again after ingest (sample_argvs with checked_against), when digests exist.
     out["sample"], out["missing_days"] = sample_argvs(out, have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
     out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, run),
                            episode_days=run.workload_days, cluster_config=run.cluster_config,
-                           out=f"{prefix}/fidelity")
+                           out=keys.fidelity(prefix))
     validation = sorted({a[-1] for a in out["validate"]})
-    out["metrics"] = argv("metrics", inputs=validation, out=f"{prefix}/metrics")
-    out["report"] = argv("report", inputs=[f"{prefix}/metrics",
-                                           *[f"{prefix}/models/{m}/node{n}" for m in models for n in nodes],
-                                           *[f"{prefix}/datasets/node{n}" for n in nodes], f"{prefix}/fidelity"],
-                         out=f"{prefix}/report")
+    out["metrics"] = argv("metrics", inputs=validation, out=keys.metrics(prefix))
+    out["report"] = argv("report", inputs=[keys.metrics(prefix), *[keys.model(prefix, m, n) for m in models for n in nodes],
+                                           *[keys.dataset(prefix, n) for n in nodes], keys.fidelity(prefix)],
+                         out=keys.report(prefix))
     return out
 
 
 # ----------------------------------------------------------------------------- mirage_samples: one trace day
 
-def samples_trace(params: MirageRun | dict[str, Any], shared: str, day: str | None,
+def samples_trace(run: MirageRun, shared: str, day: str | None,
                   fingerprint: str | None = None) -> dict[str, Any]:
     """The trace a ``mirage_samples`` run samples: a real trace ingested whole (no window),
     once per content; else the synthetic trace of ``day``'s month (padded by the warm-up
     history before and a workload after), so every day of a month shares one trace."""
-    run = MirageRun.of(params)
+    _typed(run)
     if run.trace:
         identity = trace_identity(run.replace(window_from=None, window_to=None), fingerprint)
         loc = trace_location(shared, identity)
@@ -441,18 +417,18 @@ def samples_trace(params: MirageRun | dict[str, Any], shared: str, day: str | No
 def newest_complete_day(last_submit: str, workload_days: float) -> str:
     """The newest UTC day whose every sample has its whole workload in a trace whose last
     job was submitted at ``last_submit``: how a scheduled run follows a growing trace."""
-    t = _ts(last_submit, "last_submit") - timedelta(days=float(workload_days))
+    t = _ts(last_submit, "last_submit") - timedelta(days=workload_days)
     return (t.date() - timedelta(days=1)).isoformat()
 
 
-def samples_day(params: MirageRun | dict[str, Any], shared: str, trace: dict[str, Any], day: str,
+def samples_day(run: MirageRun, shared: str, trace: dict[str, Any], day: str,
                 have: Any = None, workers: int | None = None) -> dict[str, Any]:
     """The sample argvs of one trace day: one per node size whose partition is missing.
     The grid is anchored at midnight UTC (the pipeline's default windows are on it when
     ``interval_hours`` divides 24)."""
     datetime.fromisoformat(day)  # ValueError on a bad day
     anchor = f"{day}T00:00:00+00:00"
-    run = MirageRun.of(params)
+    _typed(run)
     episode = _episode(run)
     out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
     for n in run.node_sizes:

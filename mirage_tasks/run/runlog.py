@@ -1,6 +1,6 @@
 """Which DAG runs used a Mirage run prefix: ``<prefix>/_runs/<run>.json``, one small record each.
 
-A run prefix is keyed by its configuration (:func:`mirage_tasks.plan.run_key`), so two DAG
+A run prefix is keyed by its configuration (:func:`mirage_tasks.run.plan.run_key`), so two DAG
 runs with the same params share it (the second does no work); the storage key alone cannot
 tell runs apart. The plan records, for each DAG run: its run id, logical date, trigger
 (``manual``, ``scheduled``, ``backfill``, ...), the params it ran with and those that differ

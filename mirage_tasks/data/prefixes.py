@@ -1,7 +1,7 @@
 """Which jobs a sample day can see, as digests: how a growing trace keeps its sample days.
 
 An ingested (or generated) trace carries ``submit_prefixes.json`` beside ``trace.parquet``
-(:func:`mirage_tasks.schema.submit_prefixes`): for each UTC midnight, the SHA-256 of every row
+(:func:`mirage_tasks.data.schema.submit_prefixes`): for each UTC midnight, the SHA-256 of every row
 submitted before it. A sample starting on day D replays the jobs submitted before D + 1 day +
 its workload (and the warm start, jobs submitted before its start), so its partition records
 :func:`prefix_before` of that horizon. When the trace grows (a cluster's daily ``sacct`` export

@@ -20,13 +20,14 @@ import pandas as pd
 from stepkit import StepError
 from stepkit.pool import run_pool
 
-from .models.calibrate import submit_mask
-from .models.registry import BASELINES, family
-from .schedule import pool_context
-from .sim.config import SimConfig
-from .sim.episode import DecisionEpisode, probe_times
-from .sim.workload import Workload
-from .times import iso
+from ..models.thresholds import submit_mask
+from ..models.registry import family
+from ..sim.probes import BASELINES
+from ..sampling.schedule import pool_context
+from ..sim.config import SimConfig
+from ..sim.episode import DecisionEpisode, probe_times
+from ..sim.workload import Workload
+from ..data.times import iso
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class _Model:
         raw = float(self.fn.predict(hist[None])[0])
         if self.threshold_h is None:
             return False, raw
-        # the same test as the calibration's offline replay (models.calibrate.submit_mask)
+        # the same test as the calibration's offline replay (models.thresholds.submit_mask)
         ok = bool(submit_mask(np.array([raw]), hist[None], self.threshold_h, self.load)[0])
         return (ok and raw <= self.high_h), raw
 
@@ -200,7 +201,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
         import torch
 
         torch.set_num_threads(threads)
-    from .models.loader import load_model
+    from ..models.loader import load_model
 
     fn = load_model(setup["model_uri"], device="cpu")
     _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")))
@@ -227,7 +228,7 @@ def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, 
             if (i + 1) % 10 == 0:
                 log.info("validate: %d/%d samples", i + 1, len(tasks))
         return out
-    from .samples import describe_sample
+    from ..sampling.sample import describe_sample
 
     out = run_pool(_one, tasks, workers, initializer=_init, initargs=(wl, cfg, setup),
                    describe=lambda t: describe_sample(t, part), name="validate", context=pool_context())
@@ -266,14 +267,14 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
 
     Returns ``{"kind", "config" (None for a baseline), "window", "step_s", "leakage", "warnings"}``.
     """
-    from .sim.features import FEATURE_NAMES
+    from ..sim.features import FEATURE_NAMES
 
     if model in BASELINES:
         if stochastic:
             raise StepError("--stochastic applies to policies only")
         return {"kind": model, "config": None, "window": window or 144, "step_s": step_s or 600,
                 "leakage": None, "warnings": []}
-    from .models.loader import read_config
+    from ..models.loader import read_config
 
     cfg = read_config(model)
     kind = cfg["kind"]

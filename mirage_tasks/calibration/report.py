@@ -1,6 +1,6 @@
 """The tables of ``docs/results/calibration.md``, written from ``calibrate`` outputs and replays.
 
-    python -m mirage_tasks.sim.calibration_report --trace /tmp/sim/ls6 \\
+    python -m mirage_tasks.calibration.report --trace /tmp/sim/ls6 \\
         --ls6 /tmp/sim2/cal/ls6 --ls6-trace-only /tmp/sim2/cal/ls6_trace_only \\
         --other "KTH SP2=/tmp/sim2/cal/kth" --other "CTC SP2=/tmp/sim2/cal/ctc" \\
         --other "CEA Curie=/tmp/sim2/cal/cea" --doc docs/results/calibration.md
@@ -26,11 +26,11 @@ import sys
 import numpy as np
 import pandas as pd
 
-from ..fidelity import metrics
-from ..schema import read_trace
-from .calibration import _max_overlap, month_windows, objective_value, replay_months
-from .config import PRESETS, SimConfig
-from .workload import Workload, infer_holds, workload_holds
+from .fidelity import metrics
+from ..data.schema import read_trace
+from .calibrate import _max_overlap, month_windows, objective_value, replay_months
+from ..sim.config import PRESETS, SimConfig
+from ..sim.workload import Workload, infer_holds, workload_holds
 
 TARGETS = {"mae_h": 2.5, "within_1h": 0.75, "spearman": 0.65, "daily_corr": 0.8}
 
@@ -264,7 +264,7 @@ class Ls6:
         how much the calibration months tell configurations apart."""
         import optuna
 
-        from .calibration import _suggest
+        from .calibrate import _suggest
         out = ["| search | trial | objective in sample | MAE h in / out | within 1 h in / out | Spearman in / out | "
                "daily-mean corr in / out | capacity window d | short partition s | backfill | nodes |",
                "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -300,7 +300,7 @@ class Ls6:
     def quick_probe(self) -> str:
         """The jobs that started within a minute in reality but wait over an hour in the
         chosen configuration's replay: the simulated state at their submission."""
-        from .engine import Simulator
+        from ..sim.engine import Simulator
         cfg = self.cfg
         out = ["| month | such jobs | simulated partition too full for the job at its submission | "
                "user at its job limit | median jobs ahead in the simulated queue |", "|---|---|---|---|---|"]
@@ -332,7 +332,7 @@ class Ls6:
 
     def busy(self) -> str:
         """Real busy nodes per month against the capacity the chosen configuration reads."""
-        from .workload import BUSY_GRID_S, busy_grid
+        from ..sim.workload import BUSY_GRID_S, busy_grid
         g0, level = busy_grid(self.wl)
         out = ["| month | real busy nodes: mean | p90 | max (5-min samples) | jobs submitted | real mean wait h |",
                "|---|---|---|---|---|---|"]

@@ -17,13 +17,13 @@ import pandas as pd
 from stepkit import StepError
 from stepkit.pool import run_pool
 
-from .artifacts import DATASET_KEYS, load_shard
+from ..data.artifacts import DATASET_KEYS, load_shard
 from .schedule import pool_context
-from .sim.config import SimConfig
-from .sim.episode import EpisodeSpec, simulate_sample
-from .sim.features import FEATURE_NAMES, N_FEATURES
-from .sim.workload import Workload
-from .times import iso
+from ..sim.config import SimConfig
+from ..sim.episode import EpisodeSpec, simulate_sample
+from ..sim.features import FEATURE_NAMES, N_FEATURES
+from ..sim.workload import Workload
+from ..data.times import iso
 
 # worker state (set in this process, or by the pool's initializer)
 _W: dict = {}
@@ -147,7 +147,7 @@ def _window(cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int,
 def check_prefixes(uris: list[str], markers: list[dict], prefixes: dict, workload_days: float) -> None:
     """Every day partition was sampled from the jobs ``prefixes`` (the trace being merged for)
     holds before that day's horizon; an error naming the stale partitions otherwise."""
-    from .prefixes import prefix_before
+    from ..data.prefixes import prefix_before
 
     stale = [u for u, m in zip(uris, markers) if "day" in m["params"]
              and m["params"].get("trace_prefix") != prefix_before(prefixes, m["params"]["day"], workload_days)]
