@@ -31,7 +31,7 @@ TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
 .PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
-	airflow airflow-stop airflow-status airflow-check bench-monthly
+	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
@@ -73,6 +73,17 @@ system-deps:
 	$(call apt-install,command -v chromium && command -v chromedriver,chromium chromium-driver,the results-view browser test)
 	$(call apt-install,command -v wrk && { command -v nginx || test -x /usr/sbin/nginx; },nginx wrk,bench/load.py)
 	$(call apt-install,ls /usr/lib/postgresql/*/bin/pg_ctl,postgresql,make airflow)
+	$(call apt-install,command -v clang && command -v wasm-ld && test -f /usr/lib/wasm32-wasi/libc.a && ls /usr/lib/llvm-14/lib/clang/14*/lib/wasi/libclang_rt.builtins-wasm32.a,clang lld wasi-libc libclang-rt-14-dev-wasm32,the Faasm functions' wasm32-wasi build (make functions))
+	$(call apt-install,command -v runc,runc,the Faasm local target's native system)
+
+# The Faasm functions (faasm_tasks/functions): each C source built to wasm32-wasi (clang,
+# wasi-libc) and native static (gcc), for the local target's wasm and native systems.
+functions: system-deps
+	$(MAKE) -C faasm_tasks/functions
+
+# docs/results/faasm-local.md: wasm vs native on this machine (SMOKE=1: the test's size).
+bench-faasm: $(STAMP) functions
+	nice -n 10 $(PYTHON) bench/faasm_local.py $(if $(SMOKE),--smoke)
 
 # A real local Airflow: PostgreSQL in var/pg (run as the postgres user, 127.0.0.1 only), then
 # scheduler, dag-processor, triggerer and api-server on free 127.0.0.1 ports (execution API
@@ -121,7 +132,7 @@ demo: airflow-home system-deps
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
 	$(call run-summary,var/demo.log)
 
-test: airflow-home system-deps
+test: airflow-home system-deps functions
 	$(PYTHON) -m pytest
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
@@ -129,7 +140,7 @@ test-fast: $(STAMP)
 	$(PYTHON) -m pytest -m unit -q
 
 # One tier: make test-tier TIER=dag (unit, dag or e2e).
-test-tier: airflow-home system-deps
+test-tier: airflow-home system-deps functions
 	$(PYTHON) -m pytest -m $(TIER)
 
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
