@@ -479,7 +479,7 @@ class Container:
             json.dump(container_config(self.id, rt.rootfs(module), rt.memory_limit, rt.env), f)
         self.bundle = bundle
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([rt.runc, "--root", rt.root, "run", "--bundle", bundle, self.id],
+        self.proc = subprocess.Popen([rt.runc, "--root", rt.root, "run", "--keep", "--bundle", bundle, self.id],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.start_s = time.perf_counter() - t0
         self.calls = 0
@@ -547,14 +547,15 @@ class Container:
         self.kill()
 
     def _death_reason(self, exc: Exception, timeout_s: float) -> str:
-        self.kill()
         if self.timed_out:
+            self.kill()
             return f"native container {self.id} killed after the call's {timeout_s:g} s limit"
         try:
-            rc = self.proc.wait(timeout=10)
+            rc = self.proc.wait(timeout=10)  # runc exits with its container's status
         except subprocess.TimeoutExpired:
             rc = None
-        oom = self.rt.oom_kills(self.id)
+        oom = self.rt.oom_kills(self.id)  # read before the container (and its cgroup) is deleted
+        self.kill()
         err = (self.proc.stderr.read() or b"").decode(errors="replace").strip()[-300:] if self.proc.stderr else ""
         if oom:
             return (f"native container {self.id} killed by the OOM killer: over its "
