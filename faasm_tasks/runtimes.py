@@ -353,9 +353,8 @@ class WasmRuntime:
         for name, (params, results, fn) in defs.items():
             self.linker.define_func("faasm", name, wt.FuncType(params, results), fn, access_caller=True)
 
-    def execute(self, msg: dict[str, Any], cold: bool = False) -> tuple[bool, str]:
-        user, module, index = resolve(msg)
-        call = Call(user, module, index, (msg.get("input_data") or "").encode(), msg)
+    def acquire(self, module: str, cold: bool = False):
+        """An instance for a call: an idle one when warm, else a fresh one (a cold start)."""
         inst = None
         if not cold:
             with self.lock:
@@ -366,24 +365,39 @@ class WasmRuntime:
             self.stats["cold"] += 1
         else:
             self.stats["warm"] += 1
+        return inst
+
+    def release(self, inst) -> None:
+        with self.lock:
+            self.idle.setdefault(inst["module"], []).append(inst)
+
+    def run(self, inst, call: Call) -> tuple[bool, str, bool]:
+        """(ok, output, instance still usable): a trap or an interrupt spends the instance."""
         timeout = self.host.call_timeout_s
         inst["store"].set_epoch_deadline(max(1, int(timeout / EPOCH_TICK_S)))
         self.local.call = call
         try:
-            rc = inst["main"](inst["store"], index)
+            rc = inst["main"](inst["store"], call.index)
         except (self.wt.Trap, self.wt.WasmtimeError) as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             why = [ln for ln in lines if "trap" in ln.lower() and "backtrace" not in ln.lower()]
             text = (why or lines or [type(exc).__name__])[-1]
             if "interrupt" in str(exc):
-                return False, f"wasm trap: interrupted after the call's {timeout:g} s limit ({text})"
-            return False, text if text.startswith("wasm trap") else f"wasm trap: {text}"  # the instance is dropped, the worker lives on
+                return False, f"wasm trap: interrupted after the call's {timeout:g} s limit ({text})", False
+            return False, (text if text.startswith("wasm trap") else f"wasm trap: {text}"), False
         finally:
             self.local.call = None
-        with self.lock:
-            self.idle.setdefault(module, []).append(inst)
         out = call.output.decode(errors="replace")
-        return (rc == 0), (out if rc == 0 else out or f"function returned {rc}")
+        return (rc == 0), (out if rc == 0 else out or f"function returned {rc}"), True
+
+    def execute(self, msg: dict[str, Any], cold: bool = False) -> tuple[bool, str]:
+        user, module, index = resolve(msg)
+        call = Call(user, module, index, (msg.get("input_data") or "").encode(), msg)
+        inst = self.acquire(module, cold)
+        ok, out, usable = self.run(inst, call)
+        if usable:
+            self.release(inst)  # a trapped instance is dropped, the worker lives on
+        return ok, out
 
     def flush(self) -> None:
         """Faasm's flush: idle instances dropped, the local tier emptied (compiled code kept)."""
@@ -693,3 +707,49 @@ class NativeRuntime:
             self.idle.clear()
         for c in everything:
             c.kill()
+
+
+# ------------------------------------------------------------------ in-process calls
+class InProcess:
+    """One runtime whose chained calls run on a thread pool of this process instead of going
+    back through a worker's HTTP port (bench/faasm_local.py, tests)."""
+
+    def __init__(self, system: str, r, work_dir: str, build_dir: str = BUILD_DIR, label: str = "",
+                 memory_limit_mb: int = 512, call_timeout_s: float = 600.0, threads: int = 96):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(threads)
+        self.futures: dict[int, Any] = {}
+        self.lock = threading.Lock()
+        self.n = 0
+        os.makedirs(os.path.join(work_dir, "shared"), exist_ok=True)
+        tier = LocalTier(r) if system == "wasm" else GlobalTier(r)
+        self.host = Host(tier, os.path.join(work_dir, "shared"), self.chain, self.await_call, call_timeout_s)
+        if system == "wasm":
+            self.rt: Any = WasmRuntime(self.host, os.path.join(work_dir, "codegen"), memory_limit_mb, build_dir)
+        else:
+            self.rt = NativeRuntime(self.host, os.path.join(work_dir, "native"), label or f"inprocess-{os.getpid()}",
+                                    memory_limit_mb, build_dir)
+
+    def chain(self, msg: dict[str, Any]) -> int:
+        with self.lock:
+            self.n += 1
+            cid = self.n
+            self.futures[cid] = self.pool.submit(self.rt.execute, msg)
+        return cid
+
+    def await_call(self, cid: int, timeout: float) -> tuple[bool, str]:
+        fut = self.futures.pop(cid, None)
+        if fut is None:
+            return False, f"unknown call {cid}"
+        try:
+            return fut.result(timeout)
+        except Exception as exc:  # noqa: BLE001 - a failed chained call
+            return False, f"{type(exc).__name__}: {exc}"
+
+    def call(self, user: str, function: str, input_data: str = "", cold: bool = False, **kw) -> tuple[bool, str]:
+        return self.rt.execute({"user": user, "function": function, "input_data": input_data, **kw}, cold=cold)
+
+    def close(self) -> None:
+        self.rt.close()
+        self.pool.shutdown(wait=True)

@@ -2,7 +2,8 @@
 against a real redis-server: the same results in both and the references', failures that
 name their reason, and nothing left behind.
 
-Chaining runs in-process here (a thread pool stands in for the worker's HTTP round trip);
+Chaining runs in-process here (runtimes.InProcess: a thread pool stands in for the worker's
+HTTP round trip);
 tests/faasm/test_local_e2e.py runs the same runtimes behind the local target's workers.
 """
 
@@ -12,9 +13,7 @@ import math
 import os
 import shutil
 import subprocess
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -67,40 +66,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class InProcess:
-    """One runtime whose chained calls run on a thread pool of this process."""
-
-    def __init__(self, system: str, r, tmp, build: str, **kw):
-        self.pool = ThreadPoolExecutor(96)
-        self.futures: dict[int, object] = {}
-        self.lock = threading.Lock()
-        self.n = 0
-        tier = runtimes.LocalTier(r) if system == "wasm" else runtimes.GlobalTier(r)
-        self.host = runtimes.Host(tier, str(tmp / "shared"), self.chain, self.await_call, kw.pop("timeout", 120))
-        if system == "wasm":
-            self.rt = runtimes.WasmRuntime(self.host, str(tmp / "codegen"), build_dir=build, **kw)
-        else:
-            self.rt = runtimes.NativeRuntime(self.host, str(tmp / "native"), f"test-{os.getpid()}:x",
-                                             build_dir=build, **kw)
-
-    def chain(self, msg):
-        with self.lock:
-            self.n += 1
-            cid = self.n
-        self.futures[cid] = self.pool.submit(self.rt.execute, msg)
-        return cid
-
-    def await_call(self, cid, timeout):
-        return self.futures[cid].result(timeout)
-
-    def call(self, user, function, input_data="", **kw):
-        return self.rt.execute({"user": user, "function": function, "input_data": input_data, **kw})
-
-    def close(self):
-        self.rt.close()
-        self.pool.shutdown(wait=True)
-
-
 SYSTEMS = ["wasm", pytest.param("native", marks=pytest.mark.skipif(
     not HAVE_RUNC, reason="runc missing or not root (apt-get install -y runc; the native system runs as root)"))]
 
@@ -113,7 +78,7 @@ def system(request):
 @pytest.fixture
 def rt(system, rds, tmp_path, built):
     os.makedirs(tmp_path / "shared", exist_ok=True)
-    r = InProcess(system, rds, tmp_path, built, memory_limit_mb=64, timeout=60)
+    r = runtimes.InProcess(system, rds, str(tmp_path), built, memory_limit_mb=64, call_timeout_s=60)
     yield r
     r.close()
     if system == "native":
@@ -195,7 +160,7 @@ def test_both_builds_give_the_same_outputs(rds, tmp_path, built):
     outs = {}
     for system in ("wasm", "native"):
         os.makedirs(tmp_path / system / "shared", exist_ok=True)
-        r = InProcess(system, rds, tmp_path / system, built, memory_limit_mb=64)
+        r = runtimes.InProcess(system, rds, str(tmp_path / system), built, memory_limit_mb=64)
         try:
             ok, out = r.call("sgd", "reuters_svm", "1 -1 2")
             assert ok, out
@@ -221,7 +186,7 @@ def test_a_runaway_call_is_stopped(system, rds, tmp_path, built):
     if system == "native" and not HAVE_RUNC:
         pytest.skip("runc missing")
     os.makedirs(tmp_path / "shared", exist_ok=True)
-    r = InProcess(system, rds, tmp_path, built, memory_limit_mb=64, timeout=1.0)
+    r = runtimes.InProcess(system, rds, str(tmp_path), built, memory_limit_mb=64, call_timeout_s=1.0)
     try:
         t0 = time.monotonic()
         ok, out = r.call("demo", "loop")
@@ -239,12 +204,12 @@ def test_unknown_function_is_a_failed_call(rt):
 
 def test_wasm_compiles_once_and_caches_the_machine_code(rds, tmp_path, built):
     os.makedirs(tmp_path / "shared", exist_ok=True)
-    a = InProcess("wasm", rds, tmp_path, built)
+    a = runtimes.InProcess("wasm", rds, str(tmp_path), built)
     a.call("demo", "noop")
     a.call("demo", "noop")
     assert a.rt.stats["compiled"] == 1 and a.rt.stats["cold"] == 1 and a.rt.stats["warm"] == 1
     a.close()
-    b = InProcess("wasm", rds, tmp_path, built)  # a second runtime process loads the cached code
+    b = runtimes.InProcess("wasm", rds, str(tmp_path), built)  # a second runtime process loads the cached code
     assert b.call("demo", "echo", "x") == (True, "x")
     assert b.rt.stats["compiled"] == 0 and b.rt.stats["cache_loaded"] == 1
     b.close()
