@@ -31,10 +31,11 @@ TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
 .PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
-	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm
+	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
+	@echo "make demo-faasm                 run faasm_benchmarks on the local target (wasm vs native) and print its trend page"
 	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
 	@echo "make test-fast                  run the unit tier only (seconds)"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
@@ -80,6 +81,15 @@ system-deps:
 # wasi-libc) and native static (gcc), for the local target's wasm and native systems.
 functions: system-deps
 	$(MAKE) -C faasm_tasks/functions
+
+# One faasm_benchmarks run on the local target (every experiment, wasm and native), then the
+# path of its trend page (which sets wasm beside native). Log: var/demo-faasm.log.
+FAASM_DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
+demo-faasm: airflow-home system-deps functions
+	@echo "running faasm_benchmarks for $(FAASM_DEMO_DATE) on the local target; log: var/demo-faasm.log"
+	@$(VENV)/bin/airflow dags test faasm_benchmarks $(FAASM_DEMO_DATE) -c '{"target": "local"}' >var/demo-faasm.log 2>&1 \
+	  || { tail -n 60 var/demo-faasm.log; echo "faasm_benchmarks failed; full log: var/demo-faasm.log"; exit 1; }
+	@ls -d $(HOUSE_STORAGE_ROOT)/faasm_benchmarks/$(FAASM_DEMO_DATE)/*/trends/trends.md
 
 # docs/results/faasm-local.md: wasm vs native on this machine (SMOKE=1: the test's size).
 bench-faasm: $(STAMP) functions

@@ -297,15 +297,22 @@ def report(res: dict) -> str:
               f"{res['sgd']['epochs']} epochs, sync interval {res['sgd']['interval']})", "",
               "Peak memory: wasm = the runtime process's PSS growth during the run; native = PSS of the "
               "containers plus their runc supervisors.", "",
-              "| workers | wasm time (s) | native time (s) | time wasm/native | wasm peak (MB) | native peak (MB) | "
-              "memory wasm/native | final loss wasm / native | load |", "|---|---|---|---|---|---|---|---|---|"]
+              "CPU s: this process plus the containers runc reaped (user + system).", "",
+              "| workers | wasm time (s) | native time (s) | time wasm/native | CPU s wasm / native | wasm peak (MB) | "
+              "native peak (MB) | memory wasm/native | final loss wasm / native | load |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for a, b in zip(w.get("sgd", []), n.get("sgd", []) or [{}] * len(w.get("sgd", []))):
         lines.append(f"| {a['workers']} | {fmt(a['time_s'], 3)} | {fmt(b.get('time_s', float('nan')), 3)} | "
-                     f"{fmt(ratio(a['time_s'], b.get('time_s', float('nan'))), 3)} | {fmt(a['peak_mb'], 1)} | "
+                     f"{fmt(ratio(a['time_s'], b.get('time_s', float('nan'))), 3)} | "
+                     f"{fmt(a['cpu_s'], 2)} / {fmt(b.get('cpu_s', float('nan')), 2)} | {fmt(a['peak_mb'], 1)} | "
                      f"{fmt(b.get('peak_mb', float('nan')), 1)} | "
                      f"{fmt(ratio(a['peak_mb'], b.get('peak_mb', float('nan'))), 3)} | "
                      f"{fmt(a['final_loss'], 4)} / {fmt(b.get('final_loss', float('nan')), 4)} | {a['load']} |")
-    lines.append(f"\nPaper: {PAPER['sgd_time']}, {PAPER['sgd_memory']}.")
+    lines.append(f"\nPaper: {PAPER['sgd_time']}, {PAPER['sgd_memory']}. Faasm maps the shared state into every "
+                 "Faaslet's linear memory (one copy per host); wasmtime's Python API cannot map host memory into "
+                 "an instance, so here each instance copies the data set into its memory as each container does, "
+                 "and the runtime's local tier holds one more copy: the paper's memory saving has no mechanism "
+                 "here, and the time includes those copies.")
     lines += ["", f"## Inference (CNN, {res['inference']['duration_s']} s per point, "
               f"{res['inference']['callers']} closed-loop callers; cold start = fresh instance / new container "
               "every N-th call)", "",
@@ -319,12 +326,15 @@ def report(res: dict) -> str:
                      f"{fmt(b.get('p99_ms', nan), 3)} | {fmt(ratio(a['p99_ms'], b.get('p99_ms', nan)), 3)} | {a['load']} |")
     lines.append(f"\nPaper: {PAPER['tpt']}, {PAPER['p99']}.")
     lines += ["", "## Matrix multiplication (divide and conquer, 2 splits = 73 chained calls)", "",
-              "| size | wasm (s) | native (s) | wasm/native | max rel. error wasm / native | load |",
-              "|---|---|---|---|---|---|"]
+              "Each size starts from no idle instance / container (the catalogue's soft restart between points), "
+              "so the 73 calls include their cold starts.", "",
+              "| size | wasm (s) | native (s) | wasm/native | CPU s wasm / native | max rel. error wasm / native | load |",
+              "|---|---|---|---|---|---|---|"]
     for a, b in zip(w.get("matmul", []), n.get("matmul", []) or [{}] * len(w.get("matmul", []))):
         nan = float("nan")
         lines.append(f"| {a['size']} | {fmt(a['time_s'], 3)} | {fmt(b.get('time_s', nan), 3)} | "
-                     f"{fmt(ratio(a['time_s'], b.get('time_s', nan)), 3)} | {a['max_rel_err']:.1e} / "
+                     f"{fmt(ratio(a['time_s'], b.get('time_s', nan)), 3)} | {fmt(a['cpu_s'], 2)} / "
+                     f"{fmt(b.get('cpu_s', nan), 2)} | {a['max_rel_err']:.1e} / "
                      f"{b.get('max_rel_err', nan):.1e} | {a['load']} |")
     lines.append(f"\nPaper: {PAPER['matmul']}.")
     lines += ["", "## The paper's claims here", ""] + [f"* {c}" for c in claims(res)]
@@ -352,13 +362,13 @@ def claims(res: dict) -> list[str]:
                f"{sw['workers']} workers (ratio {fmt(ratio(sw['time_s'], sn['time_s']), 3)})")
     out.append(f"SGD 10x less memory in wasm: {'direction holds' if sw['peak_mb'] < sn['peak_mb'] else 'refuted'} "
                f"at {sw['workers']} workers (ratio {fmt(ratio(sw['peak_mb'], sn['peak_mb']), 3)})")
-    iw, inn = w["inference"][0], n["inference"][0]
-    out.append(f"Inference throughput 2x in wasm at cold-start interval {iw['cold_start_interval']}: "
-               f"{'direction holds' if iw['throughput_rps'] > inn['throughput_rps'] else 'refuted'} "
-               f"(ratio {fmt(ratio(iw['throughput_rps'], inn['throughput_rps']), 3)})")
-    out.append(f"Inference tail latency -90 % in wasm at interval {iw['cold_start_interval']}: "
-               f"{'direction holds' if iw['p99_ms'] < inn['p99_ms'] else 'refuted'} "
-               f"(p99 ratio {fmt(ratio(iw['p99_ms'], inn['p99_ms']), 3)}; -90 % is 0.1)")
+    for iw, inn in {0: (w["inference"][0], n["inference"][0]), 1: (w["inference"][-1], n["inference"][-1])}.values():
+        tr, pr = ratio(iw["throughput_rps"], inn["throughput_rps"]), ratio(iw["p99_ms"], inn["p99_ms"])
+        out.append(f"Inference throughput 2x in wasm at cold-start interval {iw['cold_start_interval']}: "
+                   f"{('holds' if tr >= 2 else 'direction holds') if tr > 1 else 'refuted'} (ratio {fmt(tr, 3)})")
+        out.append(f"Inference tail latency -90 % in wasm at interval {iw['cold_start_interval']}: "
+                   f"{('holds' if pr <= 0.1 else 'direction holds') if pr < 1 else 'refuted'} "
+                   f"(p99 ratio {fmt(pr, 3)}; -90 % is 0.1)")
     return out
 
 
