@@ -398,13 +398,16 @@ class LocalTarget(Target):
         report["found_by_label_only"] = [procs.describe(p) for p in unrecorded]
         for p in unrecorded:
             found[p.pid] = p
-        ordered = sorted(found.values(), key=lambda p: procs.describe(p).get("role") == "redis")
-        first = [p for p in ordered if procs.describe(p).get("role") != "redis"]
-        last = [p for p in ordered if p not in first]
-        report["processes"] = procs.stop(first, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
+        roles = {pid: procs.describe(p).get("role") for pid, p in found.items()}
+        # containers (pid 1 of their namespaces: SIGTERM does not end them) go through runc below
+        first = [p for p in found.values() if roles[p.pid] not in ("redis", "container")]
+        last = [p for p in found.values() if roles[p.pid] == "redis"]
+        report["processes"] = procs.stop(first, self.label, timeout_s)
         # native containers a killed worker left behind: removed from the run's runc root
         report["containers"] = {c.get("id"): runtimes.runc_remove(self.runc_root, c["id"])
                                 for c in runtimes.runc_list(self.runc_root) if c.get("id")}
+        left_containers = [p for p in found.values() if roles[p.pid] == "container"]
+        report["processes"] += procs.stop(left_containers, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
         left = self.run_processes()
         if left:
             report["incomplete"] = [f"{d.get('role')} pid {d['pid']} survived" for d in map(procs.describe, left)]
