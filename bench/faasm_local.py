@@ -171,29 +171,34 @@ def memory_per_instance(ip, system: str, k: int) -> dict:
             "runc_supervisor_kb": sup / max(n, 1) / 1024}
 
 
-def sgd(ip, system: str, r, workers: list[int], epochs: int, interval: int) -> list[dict]:
+def sgd(ip, system: str, r, workers: list[int], epochs: int, interval: int, repeats: int) -> list[dict]:
+    """Per worker count, the median of ``repeats`` runs (time, CPU, peak memory)."""
     rt, me = ip.rt, psutil.Process()
     out = []
     for w in workers:
-        rt.flush()
-        if isinstance(ip.host.tier, runtimes.LocalTier):
-            ip.host.tier.clear()
-        base = pss(me)
-        if system == "wasm":
-            def mem():
-                return max(0, pss(me) - base)
-        else:
-            def mem():
-                fn, sup, _ = container_pss(rt)
-                return fn + sup
-        c0, t0 = cpu_s(), time.perf_counter()
-        with Sampler(mem) as s:
-            ok, res = ip.call("sgd", "reuters_svm", f"{w} {interval} {epochs}")
-        wall = time.perf_counter() - t0
-        assert ok, res
-        loss = float(res.splitlines()[-1].split()[1])
-        out.append({"workers": w, "time_s": wall, "cpu_s": cpu_s() - c0, "peak_mb": s.peak / 2**20,
-                    "final_loss": loss, "load": loadavg()})
+        runs = []
+        for _ in range(repeats):
+            rt.flush()
+            if isinstance(ip.host.tier, runtimes.LocalTier):
+                ip.host.tier.clear()
+            base = pss(me)
+            if system == "wasm":
+                def mem():
+                    return max(0, pss(me) - base)
+            else:
+                def mem():
+                    fn, sup, _ = container_pss(rt)
+                    return fn + sup
+            c0, t0 = cpu_s(), time.perf_counter()
+            with Sampler(mem) as s:
+                ok, res = ip.call("sgd", "reuters_svm", f"{w} {interval} {epochs}")
+            wall = time.perf_counter() - t0
+            assert ok, res
+            runs.append({"time_s": wall, "cpu_s": cpu_s() - c0, "peak_mb": s.peak / 2**20,
+                         "final_loss": float(res.splitlines()[-1].split()[1])})
+        out.append({"workers": w, "repeats": repeats, "time_s_all": [x["time_s"] for x in runs],
+                    **{k: statistics.median(x[k] for x in runs) for k in ("time_s", "cpu_s", "peak_mb", "final_loss")},
+                    "load": loadavg()})
     return out
 
 
@@ -229,24 +234,31 @@ def inference(ip, intervals: list[int], duration_s: float, callers: int = 2) -> 
     return out
 
 
-def matmul(ip, r, sizes: list[int]) -> list[dict]:
+def matmul(ip, r, sizes: list[int], repeats: int) -> list[dict]:
+    """Per size, the median of ``repeats`` runs, each from no idle instance / container."""
     out = []
     for size in sizes:
         for k in list(r.scan_iter("python_*")):
             r.delete(k)
         for k, v in data.matrix_state_objects(size, 2, seed=42).items():
             r.set(f"python_{k}", v)
-        ip.rt.flush()
-        if isinstance(ip.host.tier, runtimes.LocalTier):
-            ip.host.tier.clear()
-        c0, t0 = cpu_s(), time.perf_counter()
-        ok, res = ip.call("python", "mat_mul", python=True)
-        wall = time.perf_counter() - t0
-        assert ok, res
-        got = np.frombuffer(r.get("python_result_matrix"), dtype=np.float32).reshape(size, size)
         want = data.expected_product(size, 2, seed=42)
-        err = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-6)))
-        out.append({"size": size, "time_s": wall, "cpu_s": cpu_s() - c0, "max_rel_err": err, "load": loadavg()})
+        runs = []
+        for _ in range(repeats):
+            ip.rt.flush()
+            if isinstance(ip.host.tier, runtimes.LocalTier):
+                ip.host.tier.clear()
+            c0, t0 = cpu_s(), time.perf_counter()
+            ok, res = ip.call("python", "mat_mul", python=True)
+            wall = time.perf_counter() - t0
+            assert ok, res
+            got = np.frombuffer(r.get("python_result_matrix"), dtype=np.float32).reshape(size, size)
+            err = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-6)))
+            runs.append({"time_s": wall, "cpu_s": cpu_s() - c0, "max_rel_err": err})
+        out.append({"size": size, "repeats": repeats, "time_s_all": [x["time_s"] for x in runs],
+                    "time_s": statistics.median(x["time_s"] for x in runs),
+                    "cpu_s": statistics.median(x["cpu_s"] for x in runs),
+                    "max_rel_err": max(x["max_rel_err"] for x in runs), "load": loadavg()})
     return out
 
 
@@ -294,7 +306,7 @@ def report(res: dict) -> str:
         lines.append(f"| wasm linear memory per instance (KB, reserved by the module) | "
                      f"{fmt(mw['linear_memory_kb'], 0)} | | | |")
     lines += ["", f"## SGD (Hogwild SVM, {res['sgd']['examples']} examples x {res['sgd']['features']} features, "
-              f"{res['sgd']['epochs']} epochs, sync interval {res['sgd']['interval']})", "",
+              f"{res['sgd']['epochs']} epochs, sync interval {res['sgd']['interval']}; median of {res['repeats']} runs)", "",
               "Peak memory: wasm = the runtime process's PSS growth during the run; native = PSS of the "
               "containers plus their runc supervisors.", "",
               "CPU s: this process plus the containers runc reaped (user + system).", "",
@@ -325,7 +337,8 @@ def report(res: dict) -> str:
                      f"{fmt(a['p50_ms'], 3)} / {fmt(a['p99_ms'], 3)} | {fmt(b.get('p50_ms', nan), 3)} / "
                      f"{fmt(b.get('p99_ms', nan), 3)} | {fmt(ratio(a['p99_ms'], b.get('p99_ms', nan)), 3)} | {a['load']} |")
     lines.append(f"\nPaper: {PAPER['tpt']}, {PAPER['p99']}.")
-    lines += ["", "## Matrix multiplication (divide and conquer, 2 splits = 73 chained calls)", "",
+    lines += ["", f"## Matrix multiplication (divide and conquer, 2 splits = 73 chained calls; median of "
+              f"{res['repeats']} runs)", "",
               "Each size starts from no idle instance / container (the catalogue's soft restart between points), "
               "so the 73 calls include their cold starts.", "",
               "| size | wasm (s) | native (s) | wasm/native | CPU s wasm / native | max rel. error wasm / native | load |",
@@ -409,7 +422,7 @@ def main(argv=None) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
     smoke = args.smoke
-    cfg = {"n_cold": 5 if smoke else 40, "n_warm": 20 if smoke else 400, "k": 4 if smoke else 24,
+    cfg = {"repeats": 1 if smoke else 3, "n_cold": 5 if smoke else 40, "n_warm": 20 if smoke else 400, "k": 4 if smoke else 24,
            "sgd": {"examples": 1500 if smoke else 40000, "features": 300 if smoke else 5000,
                    "nnz_per_example": 12 if smoke else 30, "epochs": 2 if smoke else 10, "interval": 60000,
                    "workers": [1, 2] if smoke else [1, 2, 4]},
@@ -420,7 +433,8 @@ def main(argv=None) -> int:
     res = {"command": "python bench/faasm_local.py" + (" --smoke" if smoke else ""),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "load_before": loadavg(), "systems": {},
-           "wasmtime": runtimes._wasmtime_version(), "sgd": {**cfg["sgd"]}, "inference": cfg["inference"]}
+           "wasmtime": runtimes._wasmtime_version(), "sgd": {**cfg["sgd"]}, "inference": cfg["inference"],
+           "repeats": cfg["repeats"]}
     runc = runtimes.runc_binary()
     res["runc"] = (subprocess.run([runc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
                    .replace("runc version ", "") if runc else "absent")
@@ -451,12 +465,13 @@ def main(argv=None) -> int:
                 print(" start", out["start"], flush=True)
                 out["memory"] = memory_per_instance(ip, system, cfg["k"])
                 print(" memory", out["memory"], flush=True)
-                out["sgd"] = sgd(ip, system, r, cfg["sgd"]["workers"], cfg["sgd"]["epochs"], cfg["sgd"]["interval"])
+                out["sgd"] = sgd(ip, system, r, cfg["sgd"]["workers"], cfg["sgd"]["epochs"], cfg["sgd"]["interval"],
+                                 cfg["repeats"])
                 print(" sgd", out["sgd"], flush=True)
                 out["inference"] = inference(ip, cfg["inference"]["intervals"], cfg["inference"]["duration_s"],
                                              cfg["inference"]["callers"])
                 print(" inference", out["inference"], flush=True)
-                out["matmul"] = matmul(ip, r, cfg["matmul"])
+                out["matmul"] = matmul(ip, r, cfg["matmul"], cfg["repeats"])
                 print(" matmul", out["matmul"], flush=True)
             finally:
                 ip.close()
