@@ -606,6 +606,9 @@ class NativeRuntime:
         exe = runc_binary()
         if not exe:
             raise RuntimeError("runc not found: apt-get install -y runc (make system-deps)")
+        if os.geteuid() != 0:
+            raise RuntimeError("the native system starts runc containers, which needs root here "
+                               f"(running as uid {os.geteuid()}); use --system wasm")
         self.runc = exe
         self.host = host
         self.build_dir = build_dir

@@ -14,12 +14,12 @@ import psutil
 import pytest
 import requests
 
-from faasm_testutil import ROOT, needs_redis
+from faasm_testutil import ROOT, needs_local_target
 from faasm_tasks import procs, runtimes
 from faasm_tasks.catalogue import get_experiment, resolve
 from faasm_tasks.targets.local import LocalTarget
 
-pytestmark = needs_redis
+pytestmark = needs_local_target
 HAVE_RUNC = runtimes.runc_binary() is not None and os.geteuid() == 0
 
 
