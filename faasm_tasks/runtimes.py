@@ -497,12 +497,13 @@ class Container:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.start_s = time.perf_counter() - t0
         self.calls = 0
+        self.timed_out = False
+        self._gone = False
 
     def call(self, call: Call, timeout_s: float) -> tuple[bool, str]:
         """Serve the container's host requests until it reports the call done."""
         host = self.rt.host
         timer = threading.Timer(timeout_s, self._timeout)
-        self.timed_out = False
         timer.daemon = True
         timer.start()
         w, r = self.proc.stdin, self.proc.stdout
@@ -581,7 +582,7 @@ class Container:
         return f"native container {self.id} ended mid-call (exit {rc}, {exc})" + (f": {err}" if err else "")
 
     def kill(self) -> None:
-        if getattr(self, "_gone", False):
+        if self._gone:
             return
         try:
             self.proc.stdin.close()
@@ -682,7 +683,7 @@ class NativeRuntime:
         else:
             self.stats["warm"] += 1
         ok, out = c.call(call, self.host.call_timeout_s)
-        if getattr(c, "_gone", False):
+        if c._gone:
             with self.lock:
                 self.all.pop(c.id, None)
         else:
