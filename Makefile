@@ -31,10 +31,11 @@ TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
 .PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
-	airflow airflow-stop airflow-status airflow-check bench-monthly
+	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
+	@echo "make demo-faasm                 run faasm_benchmarks on the local target (wasm vs native) and print its trend page"
 	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
 	@echo "make test-fast                  run the unit tier only (seconds)"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
@@ -73,6 +74,26 @@ system-deps:
 	$(call apt-install,command -v chromium && command -v chromedriver,chromium chromium-driver,the results-view browser test)
 	$(call apt-install,command -v wrk && { command -v nginx || test -x /usr/sbin/nginx; },nginx wrk,bench/load.py)
 	$(call apt-install,ls /usr/lib/postgresql/*/bin/pg_ctl,postgresql,make airflow)
+	$(call apt-install,command -v clang && command -v wasm-ld && test -f /usr/lib/wasm32-wasi/libc.a && ls /usr/lib/llvm-14/lib/clang/14*/lib/wasi/libclang_rt.builtins-wasm32.a,clang lld wasi-libc libclang-rt-14-dev-wasm32,the Faasm functions' wasm32-wasi build (make functions))
+	$(call apt-install,command -v runc,runc,the Faasm local target's native system)
+
+# The Faasm functions (faasm_tasks/functions): each C source built to wasm32-wasi (clang,
+# wasi-libc) and native static (gcc), for the local target's wasm and native systems.
+functions: system-deps
+	$(MAKE) -C faasm_tasks/functions
+
+# One faasm_benchmarks run on the local target (every experiment, wasm and native), then the
+# path of its trend page (which sets wasm beside native). Log: var/demo-faasm.log.
+FAASM_DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
+demo-faasm: airflow-home system-deps functions
+	@echo "running faasm_benchmarks for $(FAASM_DEMO_DATE) on the local target; log: var/demo-faasm.log"
+	@$(VENV)/bin/airflow dags test faasm_benchmarks $(FAASM_DEMO_DATE) -c '{"target": "local"}' >var/demo-faasm.log 2>&1 \
+	  || { tail -n 60 var/demo-faasm.log; echo "faasm_benchmarks failed; full log: var/demo-faasm.log"; exit 1; }
+	@ls -d $(HOUSE_STORAGE_ROOT)/faasm_benchmarks/$(FAASM_DEMO_DATE)/*/trends/trends.md
+
+# docs/results/faasm-local.md: wasm vs native on this machine (SMOKE=1: the test's size).
+bench-faasm: $(STAMP) functions
+	nice -n 10 $(PYTHON) bench/faasm_local.py $(if $(SMOKE),--smoke)
 
 # A real local Airflow: PostgreSQL in var/pg (run as the postgres user, 127.0.0.1 only), then
 # scheduler, dag-processor, triggerer and api-server on free 127.0.0.1 ports (execution API
@@ -121,7 +142,7 @@ demo: airflow-home system-deps
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
 	$(call run-summary,var/demo.log)
 
-test: airflow-home system-deps
+test: airflow-home system-deps functions
 	$(PYTHON) -m pytest
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
@@ -129,7 +150,7 @@ test-fast: $(STAMP)
 	$(PYTHON) -m pytest -m unit -q
 
 # One tier: make test-tier TIER=dag (unit, dag or e2e).
-test-tier: airflow-home system-deps
+test-tier: airflow-home system-deps functions
 	$(PYTHON) -m pytest -m $(TIER)
 
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from

@@ -125,7 +125,7 @@ with DAG(
     user_defined_macros=dict(MACROS),
     params={
         "target": Param(DEFAULT_TARGET, enum=["local", "knative"], title="Target",
-                        description="local: worker processes on 127.0.0.1 (pipeline check, not Faasm); "
+                        description="local: this host (wasm on wasmtime against native runc containers); "
                                     "knative: the cluster (the default under HOUSE_RUNNER=kubernetes)"),
         "release": Param(RELEASES[0], enum=RELEASES, title="Faasm release",
                          description="image names and tags to deploy: 0.1.3 (the experiments manual's: "

@@ -87,11 +87,56 @@ def synthetic_sgd(examples: int = 1500, features: int = 400, nnz_per_example: in
     }
 
 
-# ---------------------------------------------------------------- TF (local stand-in)
+# ---------------------------------------------------------------- TF (local: the small CNN of functions/image.c)
+IMAGE_SHAPE = (3, 64, 64)
+N_CLASSES = 10
+# conv1 [8,3,3,3] + b, conv2 [16,8,3,3] + b, fc [10,16] + b: the order image.c reads them in
+CNN_SHAPES = ((8, 3, 3, 3), (8,), (16, 8, 3, 3), (16,), (N_CLASSES, 16), (N_CLASSES,))
+
+
+def cnn_weights(seed: int = 0) -> bytes:
+    """Deterministic float32 weights of the CNN (uniform, fan-in scaled), raw bytes."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for shape in CNN_SHAPES:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 16
+        bound = 1.0 / np.sqrt(fan_in)
+        parts.append(rng.uniform(-bound, bound, size=shape).astype(np.float32).ravel())
+    return np.concatenate(parts).tobytes()
+
+
+def cnn_reference(model: bytes, image: bytes, labels: list[str]) -> tuple[str, float]:
+    """What image.c computes, in NumPy: (top label, its softmax probability)."""
+    vec = np.frombuffer(model, dtype=np.float32)
+    ws, off = [], 0
+    for shape in CNN_SHAPES:
+        n = int(np.prod(shape))
+        ws.append(vec[off:off + n].reshape(shape).astype(np.float64))
+        off += n
+    need = int(np.prod(IMAGE_SHAPE))
+    x = np.frombuffer(image[-need:], dtype=np.uint8).reshape(IMAGE_SHAPE) / 255.0
+
+    def conv(a, w, b):  # 3x3, stride 2, pad 1, ReLU
+        c, h, _ = a.shape
+        p = np.pad(a, ((0, 0), (1, 1), (1, 1)))
+        ho = (h + 1) // 2
+        out = np.zeros((w.shape[0], ho, ho))
+        for ky in range(3):
+            for kx in range(3):
+                patch = p[:, ky:ky + 2 * ho:2, kx:kx + 2 * ho:2]
+                out += np.einsum("oc,chw->ohw", w[:, :, ky, kx], patch)
+        return np.maximum(out + b[:, None, None], 0)
+
+    a = conv(conv(x, ws[0], ws[1]), ws[2], ws[3])
+    logits = ws[4] @ a.mean(axis=(1, 2)) + ws[5]
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    top = int(probs.argmax())
+    return (labels[top] if top < len(labels) else "?"), float(probs[top])
+
+
 def synthetic_tf(seed: int = 0) -> tuple[bytes, dict[str, bytes]]:
     """(model state, shared files) for the local CNN. The image is raw RGB bytes."""
-    from .workloads import IMAGE_SHAPE, N_CLASSES, cnn_weights
-
     rng = np.random.default_rng(seed)
     image = rng.integers(0, 256, size=IMAGE_SHAPE, dtype=np.uint8).tobytes()
     labels = "\n".join(f"class_{i}" for i in range(N_CLASSES)).encode()

@@ -8,6 +8,11 @@ connections over them like an ingress would. Results and status live in Redis (d
 0 = queue, 1 = state; ``--state-redis-url`` puts state in a Redis of its own, database 0,
 as Faasm's ``redis-queue``/``redis-state`` pair does), so any worker answers any status poll.
 
+Each worker is the runtime of one system (``--system``, :mod:`faasm_tasks.runtimes`): ``wasm``
+runs the C functions as wasmtime instances in this process, ``native`` in runc containers it
+starts. A call with ``cold_start_interval`` N is a cold start on the first and every N-th call
+of that function on this worker (a fresh instance / a new container), on both systems.
+
 ``python -m faasm_tasks.local_server upload --port P ...`` serves ``PUT /f``, ``/p``,
 ``/s`` (and ``GET /s``), ``PUT /file`` with ``FilePath``, ``GET /ping``.
 """
@@ -19,7 +24,6 @@ import base64
 import json
 import logging
 import os
-import random
 import signal
 import socket
 import sys
@@ -30,7 +34,7 @@ from typing import Any
 
 import redis
 
-from . import workloads
+from . import runtimes
 
 log = logging.getLogger("faasm_tasks.local_server")
 HTTP_TYPES = {1: "RESET", 2: "FLUSH_AVAILABLE_HOSTS", 3: "FLUSH_EXECUTORS", 4: "FLUSH_SCHEDULING_STATE",
@@ -103,13 +107,17 @@ class WorkerApp:
         self.state = state_redis(args)
         self.port = args.port
         self.invoke_url = f"http://127.0.0.1:{args.port}/"
-        self.cold_delay_ms = args.cold_start_delay_ms
-        self.rng = random.Random(os.getpid())
         self.counter_lock = threading.Lock()
         self.counts: dict[str, int] = {}
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.ctx = workloads.Context(self.state, args.shared_dir, self._chain, self._await,
-                                     call_timeout_s=args.call_timeout_s)
+        tier = runtimes.LocalTier(self.state) if args.system == "wasm" else runtimes.GlobalTier(self.state)
+        host = runtimes.Host(tier, args.shared_dir, self._chain, self._await, call_timeout_s=args.call_timeout_s)
+        run_dir = args.run_dir or os.path.join(args.shared_dir, os.pardir)
+        if args.system == "wasm":
+            self.runtime = runtimes.WasmRuntime(host, os.path.join(run_dir, "codegen"), args.memory_limit_mb)
+        else:
+            self.runtime = runtimes.NativeRuntime(host, run_dir, os.environ.get("FAASM_TASKS_RUN", "manual"),
+                                                  args.memory_limit_mb)
         self.name = f"{os.getpid()}@127.0.0.1:{args.port}"
         self._session = threading.local()
 
@@ -140,27 +148,25 @@ class WorkerApp:
             delay = min(delay * 2, 0.05)
         return False, f"timed out after {timeout}s awaiting call {cid}"
 
-    def _cold_start(self, handler: Handler, msg: dict[str, Any]) -> None:
-        """Native cold-start simulation: cold on the first call and every N-th call."""
-        host = handler.headers.get("Host", "")
-        if host.startswith("faasm-worker") or "cold_start_interval" not in msg:
-            return  # the Faasm worker ignores cold_start_interval
-        interval = max(1, int(msg["cold_start_interval"]))
+    def _is_cold(self, msg: dict[str, Any]) -> bool:
+        """A real cold start on the first and every N-th call with ``cold_start_interval`` N."""
+        if "cold_start_interval" not in msg:
+            return False
+        try:
+            interval = max(1, int(msg["cold_start_interval"]))
+        except (TypeError, ValueError):
+            return False
         key = f"{msg.get('user')}/{msg.get('function')}"
         with self.counter_lock:
             n = self.counts.get(key, 0)
             self.counts[key] = n + 1
-        if n % interval == 0:
-            with self.ctx.lock:
-                self.ctx.cache.pop("model", None)
-            x = max(0.0, self.rng.gauss(1.0, 0.5))
-            time.sleep(round(self.cold_delay_ms * x) / 1000.0)
+        return n % interval == 0
 
-    def _run(self, msg: dict[str, Any]) -> tuple[bool, str]:
+    def _run(self, msg: dict[str, Any], cold: bool = False) -> tuple[bool, str]:
         self._session.msg = msg
         try:
-            return True, workloads.execute(self.ctx, msg)
-        except workloads.FunctionError as exc:
+            return self.runtime.execute(msg, cold=cold)
+        except runtimes.CallFailed as exc:
             return False, str(exc)
         except Exception as exc:  # noqa: BLE001 - a crashing function is a failed call
             log.exception("call failed")
@@ -190,8 +196,7 @@ class WorkerApp:
             st = self.queue.get(f"status_{int(msg.get('id', 0))}")
             return h.reply(200, st.decode() if st is not None else "FAILED: unknown message id")
         if msg.get("flush"):
-            with self.ctx.lock:
-                self.ctx.cache.clear()
+            self.runtime.flush()
             return h.reply(200, "Flush success")
         if not msg.get("user") or not msg.get("function"):
             return h.reply(400, "Bad request: user and function are required")
@@ -202,8 +207,7 @@ class WorkerApp:
             self.queue.set(f"status_{mid}", "RUNNING")
             threading.Thread(target=self._run_async, args=(mid, msg), daemon=True).start()
             return h.reply(200, str(mid))
-        self._cold_start(h, msg)
-        ok, out = self._run(msg)
+        ok, out = self._run(msg, cold=self._is_cold(msg))
         return h.reply(200 if ok else 500, out + "\n")
 
     # -- planner protocol (faabric HttpMessage)
@@ -231,8 +235,7 @@ class WorkerApp:
             return h.reply(200, json.dumps({"hosts": [{"ip": x, "slots": MAX_IN_FLIGHT} for x in hosts]}),
                            "application/json")
         if name in ("RESET", "FLUSH_EXECUTORS", "FLUSH_AVAILABLE_HOSTS", "FLUSH_SCHEDULING_STATE"):
-            with self.ctx.lock:
-                self.ctx.cache.clear()
+            self.runtime.flush()
             return h.reply(200, "Flush sent")
         return h.reply(400, f"Unrecognised request type {name}")
 
@@ -334,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-redis-url", help="a separate state Redis (database as in the URL)")
     p.add_argument("--shared-dir", required=True)
     p.add_argument("--functions-dir", default="")
-    p.add_argument("--cold-start-delay-ms", type=float, default=800.0)
-    p.add_argument("--call-timeout-s", type=float, default=600.0)
-    p.add_argument("--preload", choices=["", "inference"], default="",
-                   help="worker: import the workload's libraries before registering (inference: torch), so "
-                        "that readiness means the first call does not import them")
+    p.add_argument("--system", choices=runtimes.SYSTEMS, default="wasm",
+                   help="worker: wasm (wasmtime instances in this process) or native (runc containers)")
+    p.add_argument("--run-dir", default="", help="worker: where the compiled-code cache / runc state go")
+    p.add_argument("--memory-limit-mb", type=int, default=512, help="worker: memory per instance / container")
+    p.add_argument("--call-timeout-s", type=float, default=600.0,
+                   help="worker: a call running longer is stopped (epoch interruption / container killed)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -352,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if isinstance(app, WorkerApp):
-        if args.preload == "inference":
-            workloads.build_cnn()  # imports torch: seconds, many more on a loaded machine
+        # codegen before readiness: each module compiled (or loaded from the cache) / staged
+        app.runtime.warm_up(sorted(set(runtimes.MODULES.values())))
         app.register()
     log.info("%s listening on 127.0.0.1:%d", args.role, args.port)
     try:
@@ -361,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if isinstance(app, WorkerApp):
             app.unregister()
+            app.runtime.close()  # its containers go with it
         server.server_close()
     return 0
 

@@ -63,7 +63,7 @@ def validate_record(rec: dict[str, Any]) -> None:
 
 def versions() -> dict[str, Any]:
     pk = {}
-    for name in ("numpy", "torch", "redis", "requests", "hdrhistogram", "kubernetes", "psutil"):
+    for name in ("numpy", "wasmtime", "redis", "requests", "hdrhistogram", "kubernetes", "psutil"):
         try:
             pk[name] = md.version(name)
         except md.PackageNotFoundError:

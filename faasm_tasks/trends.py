@@ -324,6 +324,39 @@ def trend_table(day: pd.DataFrame, run_date: str) -> list[dict[str, Any]]:
     return rows
 
 
+# The ATC'20 paper's headline ratios (wasm / native; abstract), per experiment and metric.
+PAPER_RATIOS = {("sgd_reuters_svm", "run_time_ms"): "0.5 (2x speed-up)",
+                ("sgd_reuters_svm", "memory_gb_s"): "0.1 (10x less memory)",
+                ("tf_inference_throughput", "throughput_ok"): "2 (double the throughput)",
+                ("tf_inference_throughput", "p99_us"): "0.1 (tail latency -90 %)",
+                ("tf_inference_latency", "p99_us"): "0.1 (tail latency -90 %)"}
+COMPARED = ("run_time_ms", "p50_us", "p99_us", "throughput_ok", "memory_gb_s")
+
+
+def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
+    """wasm against native in one run: per experiment and metric, the median over the measured
+    points of each system (the points the two sweeps share, when they share any) and the ratio."""
+    rows: list[dict[str, Any]] = []
+    if run.empty:
+        return rows
+    ok = run[run["measured"].astype(bool)]
+    for exp, g in ok.groupby("experiment"):
+        w, n = g[g["system"] == "wasm"], g[g["system"] == "native"]
+        if w.empty or n.empty:
+            continue
+        shared = sorted(set(w["point"]) & set(n["point"]))
+        if shared:
+            w, n = w[w["point"].isin(shared)], n[n["point"].isin(shared)]
+        for metric in COMPARED:
+            a, b = _num(w[metric].median()), _num(n[metric].median())
+            if a is None or b is None:
+                continue
+            rows.append({"experiment": exp, "metric": metric, "wasm": a, "native": b,
+                         "ratio": round(a / b, 4) if b else None, "points": "shared" if shared else "all",
+                         "paper": PAPER_RATIOS.get((exp, metric), "")})
+    return rows
+
+
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
@@ -337,6 +370,8 @@ TABLE_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "poi
               ("p99_us_change_pct", "p99 vs median %"), ("throughput_ok", "req/s"),
               ("throughput_ok_change_pct", "req/s vs median %"), ("run_time_ms", "run time ms"),
               ("run_time_ms_change_pct", "run time vs median %"), ("memory_gb_s", "memory GB-s")]
+CMP_COLS = [("experiment", "experiment"), ("metric", "metric"), ("wasm", "wasm"), ("native", "native"),
+            ("ratio", "wasm/native"), ("points", "points"), ("paper", "paper (wasm/native)")]
 RUN_COLS = [("experiment", "experiment"), ("system", "system"), ("params", "params"), ("repeat", "repeat"),
             ("attempt", "attempt"), ("status", "status"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
             ("throughput_ok", "req/s"), ("run_time_ms", "run time ms"), ("memory_gb_s", "memory GB-s")]
@@ -374,10 +409,13 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
             f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
             f" measured points of {len(df)}.")
     files: dict[str, bytes] = {}
+    cmp = system_comparison(run)
     parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", "<h2 id='run'>This run</h2>",
-                  _html_table(run_rows_, RUN_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
+                  _html_table(run_rows_, RUN_COLS), "<h2 id='systems'>wasm against native in this run</h2>",
+                  _html_table(cmp, CMP_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
                   _html_table(table, TABLE_COLS), "<h2 id='plots'>Plots</h2>"]
     parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", "## This run\n", _md_table(run_rows_, RUN_COLS),
+                "## wasm against native in this run\n", _md_table(cmp, CMP_COLS),
                 "## Latest value against the days before\n", _md_table(table, TABLE_COLS), "## Plots\n"]
     for name, caption, png in figs:
         parts_html.append(f"<h3 id='fig-{html.escape(name)}'>{html.escape(caption)}</h3>")
@@ -398,7 +436,8 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
                             + "\n".join(parts_html) + "</body></html>\n").encode()
     files["trends.md"] = "\n".join(parts_md).encode()
     files["trends.json"] = (json.dumps({"run_id": run_id, "date": run_date, "days": days, "dates": dates,
-                                        "trend": table, "daily": daily_records(day)},
+                                        "trend": table, "daily": daily_records(day),
+                                        "systems": cmp},
                                        indent=2, sort_keys=True, default=str) + "\n").encode()
     return files
 

@@ -6,8 +6,12 @@ spawn journal before it starts (see :mod:`faasm_tasks.procs`), then recorded in
 ``deploy``, ``run`` and ``teardown`` can be separate processes. ``teardown`` and
 ``verify-clean`` find the run's processes by the label too, so a killed deploy, a lost or
 truncated state file or a sampler nobody recorded cannot hide anything. A pid is only
-signalled when it still is this run's process (start time, command line, label). Results are tagged ``target=local``: they exercise
-the pipeline with Python workloads, not Faasm.
+signalled when it still is this run's process (start time, command line, label).
+
+Each worker is the runtime of the plan's system (:mod:`faasm_tasks.runtimes`): ``wasm`` runs
+the C functions as wasmtime instances in the worker process, ``native`` runs their static
+builds in runc containers the worker starts (state root ``<run>/local/runc``); teardown also
+removes every container left in that root, verify-clean reports any.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import requests
 
 from stepkit import StepError
 
-from .. import procs
+from .. import procs, runtimes
 from ..procs import default_state_root  # noqa: F401 - re-exported (common.py, tests)
 from .base import Endpoints, Target
 
@@ -76,6 +80,10 @@ class LocalTarget(Target):
         return t
 
     # ---------------------------------------------------------------- state file
+    @property
+    def runc_root(self) -> str:
+        return os.path.join(self.dir, "runc")
+
     @property
     def state_path(self) -> str:
         return os.path.join(self.dir, STATE_FILE)
@@ -191,8 +199,9 @@ class LocalTarget(Target):
     def _worker_cmd(self, st: dict[str, Any]) -> list[str]:
         return [sys.executable, "-m", "faasm_tasks.local_server", "worker", "--port", str(st["invoke_port"]),
                 "--redis-url", st["redis_url"], "--shared-dir", st["shared_dir"],
-                "--cold-start-delay-ms", str(st["cold_start_delay_ms"])] + (
-                    ["--preload", st["preload"]] if st.get("preload") else [])
+                "--system", st.get("system") or "wasm", "--run-dir", self.dir,
+                "--memory-limit-mb", str(st.get("memory_limit_mb", 512)),
+                "--call-timeout-s", str(st.get("call_timeout_s", 600))]
 
     def _stop(self, recs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
         """Stop the recorded processes that still are this run's; report the others as gone."""
@@ -242,9 +251,9 @@ class LocalTarget(Target):
             os.makedirs(d, exist_ok=True)
         st = {"status": "deploying", "run_id": self.run_id, "experiment": plan.name, "system": plan.system,
               "workers": n, "procs": [], "shared_dir": shared, "functions_dir": funcs, "redis_dir": rdir,
-              "cold_start_delay_ms": float(plan.params.get("cold_start_delay_ms", 800)),
-              # the worker imports the workload's libraries before it registers (wait_ready waits for that)
-              "preload": "inference" if plan.experiment.get("workload") == "inference" else "",
+              "memory_limit_mb": int(plan.params.get("memory_limit_mb", 512)),
+              "call_timeout_s": float(plan.params.get("call_timeout_s")
+                                      or (plan.experiment.get("driver") or {}).get("call_timeout_s") or 600),
               "started": time.time()}
         try:
             rport = free_port()
@@ -389,10 +398,16 @@ class LocalTarget(Target):
         report["found_by_label_only"] = [procs.describe(p) for p in unrecorded]
         for p in unrecorded:
             found[p.pid] = p
-        ordered = sorted(found.values(), key=lambda p: procs.describe(p).get("role") == "redis")
-        first = [p for p in ordered if procs.describe(p).get("role") != "redis"]
-        last = [p for p in ordered if p not in first]
-        report["processes"] = procs.stop(first, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
+        roles = {pid: procs.describe(p).get("role") for pid, p in found.items()}
+        # containers (pid 1 of their namespaces: SIGTERM does not end them) go through runc below
+        first = [p for p in found.values() if roles[p.pid] not in ("redis", "container")]
+        last = [p for p in found.values() if roles[p.pid] == "redis"]
+        report["processes"] = procs.stop(first, self.label, timeout_s)
+        # native containers a killed worker left behind: removed from the run's runc root
+        report["containers"] = {c.get("id"): runtimes.runc_remove(self.runc_root, c["id"])
+                                for c in runtimes.runc_list(self.runc_root) if c.get("id")}
+        left_containers = [p for p in found.values() if roles[p.pid] == "container"]
+        report["processes"] += procs.stop(left_containers, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
         left = self.run_processes()
         if left:
             report["incomplete"] = [f"{d.get('role')} pid {d['pid']} survived" for d in map(procs.describe, left)]
@@ -415,6 +430,9 @@ class LocalTarget(Target):
         for d in map(procs.describe, left):
             problems.append(f"{d.get('role', '?')} pid {d['pid']} still running"
                             + (f", listening on {d['listening']}" if d.get("listening") else ""))
+        for c in runtimes.runc_list(self.runc_root):
+            problems.append(f"native container {c.get('id')} ({c.get('status')}, pid {c.get('pid')}) left in "
+                            f"{self.runc_root}")
         recs = (st["procs"] if st else []) + procs.journal_read(self.dir)
         ports = sorted({int(r["port"]) for r in recs if isinstance(r.get("port"), int)})
         for port in ports:
@@ -437,7 +455,9 @@ class LocalTarget(Target):
     def describe(self) -> dict[str, Any]:
         st = self.load() or {}
         return {"target": "local", "workers": st.get("workers"), "images": {},
-                "redis_server": _redis_version(), "note": "Python workloads; exercises the pipeline, not Faasm"}
+                "redis_server": _redis_version(), "system": st.get("system"),
+                "note": "C functions on one host: wasm = wasmtime instances per worker process, "
+                        "native = static binaries in runc containers"}
 
 
 def _redis_version() -> str | None:

@@ -16,6 +16,25 @@ HAVE_REDIS = shutil.which(os.environ.get("FAASM_REDIS_SERVER", "redis-server")) 
 needs_redis = pytest.mark.skipif(not HAVE_REDIS, reason="redis-server not installed (apt-get install -y redis-server)")
 
 
+def _local_target_missing() -> list[str]:
+    """What the local target's workers need and this machine lacks: Redis, the built functions
+    (``make functions``; ``make test`` builds them) and, for the native system, runc as root."""
+    build = os.path.join(ROOT, "faasm_tasks", "functions", "build")
+    missing = [] if HAVE_REDIS else ["redis-server (apt-get install -y redis-server)"]
+    if not all(os.path.isfile(os.path.join(build, sub, name)) for sub, names in
+               (("wasm", ("sgd.wasm", "matmul.wasm", "image.wasm", "demo.wasm")),
+                ("native", ("sgd", "matmul", "image", "demo"))) for name in names):
+        missing.append("the built functions (make functions: clang, lld, wasi-libc, libclang-rt-14-dev-wasm32, gcc)")
+    if not (shutil.which(os.environ.get("FAASM_RUNC", "runc")) and os.geteuid() == 0):
+        missing.append("runc run as root, for the native system (apt-get install -y runc)")
+    return missing
+
+
+LOCAL_TARGET_MISSING = _local_target_missing()
+needs_local_target = pytest.mark.skipif(bool(LOCAL_TARGET_MISSING),
+                                        reason="the local target needs " + "; ".join(LOCAL_TARGET_MISSING))
+
+
 def cli(*args: str, state_dir: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, FAASM_TASKS_STATE_DIR=state_dir, PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, "-m", "faasm_tasks", *args, "--log-level", "WARNING"],

@@ -9,10 +9,10 @@ import signal
 import psutil
 import pytest
 
-from faasm_testutil import cli, needs_redis
+from faasm_testutil import cli, needs_local_target
 from stepkit import storage
 
-pytestmark = needs_redis
+pytestmark = needs_local_target
 
 
 def test_local_end_to_end(tmp_path):

@@ -15,10 +15,10 @@ import sys
 import pytest
 
 from faasm_tasks.results import iter_records
-from faasm_testutil import cli, needs_redis
+from faasm_testutil import cli, needs_local_target
 from stepkit import storage
 
-pytestmark = [needs_redis, pytest.mark.timeout(900)]
+pytestmark = [needs_local_target, pytest.mark.timeout(900)]
 
 HOG = "while True: pass"
 # each hog in its own session: with the scheduler's autogroups, hogs sharing this test's

@@ -17,9 +17,9 @@ import time
 import psutil
 import pytest
 
-from faasm_testutil import ROOT, cli, needs_redis
+from faasm_testutil import ROOT, cli, needs_local_target
 
-pytestmark = [needs_redis, pytest.mark.timeout(240)]
+pytestmark = [needs_local_target, pytest.mark.timeout(240)]
 
 
 _RUNS: list["Run"] = []

@@ -160,3 +160,26 @@ def test_compare_uses_only_days_before_the_run():
     res = trends.compare(df, df[df["run_id"] == "r3"], END, trends.Thresholds(p99_increase_pct=50, min_history=3))
     assert [b["trailing_median"] for b in res.breaches] == [100.0]
     assert res.breaches[0]["change_pct"] == 200.0
+
+
+def test_system_comparison_sets_wasm_beside_native_with_the_papers_ratio():
+    import pandas as pd
+
+    from faasm_tasks.trends import render, system_comparison
+
+    def row(system, point, **m):
+        base = {"date": "2026-11-29", "run_id": "r", "experiment": "sgd_reuters_svm", "system": system,
+                "point": point, "repeat": 0, "attempt": 1, "status": "succeeded", "measured": True, "params": "",
+                "uri": "u", "n_workers": 2.0, "matrix_size": None, "p50_us": None, "p99_us": None,
+                "throughput_ok": None, "run_time_ms": None, "memory_gb_s": None}
+        return {**base, **m}
+
+    df = pd.DataFrame([row("wasm", "n_workers=2", run_time_ms=100.0), row("wasm", "n_workers=4", run_time_ms=300.0),
+                       row("native", "n_workers=2", run_time_ms=400.0),
+                       row("native", "n_workers=9", run_time_ms=1.0, measured=False)])
+    cmp = system_comparison(df)
+    assert cmp == [{"experiment": "sgd_reuters_svm", "metric": "run_time_ms", "wasm": 100.0, "native": 400.0,
+                    "ratio": 0.25, "points": "shared", "paper": "0.5 (2x speed-up)"}]
+    md = render(df, "r", "2026-11-29", 30)["trends.md"].decode()
+    assert "## wasm against native in this run" in md and "| sgd_reuters_svm | run_time_ms | 100 | 400 | 0.25 |" in md
+    assert system_comparison(df[df["system"] == "wasm"]) == []  # one system: nothing to set beside it

@@ -8,7 +8,7 @@ import os
 import psutil
 import pytest
 
-from faasm_testutil import cli, needs_redis
+from faasm_testutil import cli, needs_local_target
 
 
 def _summary(**kw):
@@ -92,7 +92,7 @@ def test_interrupted_attempts_are_marked_failed(tmp_path):
     assert mark_interrupted(root, "2026-11-29", "r") == []  # idempotent
 
 
-@needs_redis
+@needs_local_target
 @pytest.mark.timeout(240)
 def test_overloaded_point_is_invalid_and_rate_is_part_of_the_key(tmp_path):
     """An open-loop point far above what the local workers serve is recorded invalid; the run
