@@ -6,9 +6,10 @@ and the cncf provider's ``KubernetesPodOperator`` talk to it through an ordinary
 kubeconfig. What it does, and does not do:
 
 * Objects are stored in memory: namespaces, pods, secrets, configmaps, service accounts,
-  events, services, RBAC (Roles, RoleBindings, ClusterRoles, ClusterRoleBindings), apps
-  (Deployments, DaemonSets, StatefulSets), batch Jobs and Knative
-  ``serving.knative.dev/v1`` Services. Namespaced objects need their namespace to exist
+  events, services, RBAC (Roles, RoleBindings, ClusterRoles, ClusterRoleBindings),
+  DaemonSets, EndpointSlices and Knative ``serving.knative.dev/v1`` Services: the kinds
+  the project's clients and manifests use (any other kind is a 404, as an API server
+  without that resource answers). Namespaced objects need their namespace to exist
   (404 otherwise, as on a real cluster); names are unique (409); ``generateName`` works;
   ``stringData`` of a Secret is folded into base64 ``data``. Deleting a namespace deletes
   everything in it at once (no ``Terminating`` phase).
@@ -34,8 +35,7 @@ kubeconfig. What it does, and does not do:
   ``ownerReference`` to the DaemonSet and ``spec.nodeName`` (also what a
   ``fieldRef: spec.nodeName`` resolves to), started as local processes like any pod;
   ``nodeSelector`` is matched against ``node_labels``. Deleting the DaemonSet deletes its
-  pods (their processes get SIGTERM first); its status counts them. Deployments are stored
-  with a status claiming all replicas ready; their pod templates are NOT run.
+  pods (their processes get SIGTERM first); its status counts them.
 * **Images with stand-in behaviour** (``images``: image -> command factory, supplied by
   the test): a container without ``command`` whose image is in the table runs the
   factory's command instead, on a free 127.0.0.1 port (env ``PORT``); the pod turns
@@ -106,19 +106,12 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("", "v1", "serviceaccounts"): ("ServiceAccount", True),
     ("", "v1", "events"): ("Event", True),
     ("", "v1", "services"): ("Service", True),
-    ("", "v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
-    ("apps", "v1", "deployments"): ("Deployment", True),
     ("apps", "v1", "daemonsets"): ("DaemonSet", True),
-    ("apps", "v1", "statefulsets"): ("StatefulSet", True),
-    ("batch", "v1", "jobs"): ("Job", True),
     ("rbac.authorization.k8s.io", "v1", "roles"): ("Role", True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): ("RoleBinding", True),
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): ("ClusterRole", False),
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("serving.knative.dev", "v1", "services"): ("Service", True),
-    ("serving.knative.dev", "v1", "revisions"): ("Revision", True),
-    ("serving.knative.dev", "v1", "configurations"): ("Configuration", True),
-    ("serving.knative.dev", "v1", "routes"): ("Route", True),
     ("discovery.k8s.io", "v1", "endpointslices"): ("EndpointSlice", True),
 }
 #: Knative's labels on a revision's pods.
@@ -583,10 +576,6 @@ class KubeAPIServer:
             self._ksvc_status(obj)
         elif (group, plural) == ("apps", "daemonsets"):
             self._daemonset_pods(obj)
-        elif (group, plural) == ("apps", "deployments"):
-            n = (obj.get("spec") or {}).get("replicas", 1)
-            obj["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n,
-                             "observedGeneration": 1}
 
     def _daemonset_pods(self, ds: dict) -> None:
         """One pod per (selected) fake node, from the template, owned by the DaemonSet."""
