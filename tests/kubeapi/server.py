@@ -52,7 +52,8 @@ kubeconfig. What it does, and does not do:
   creates for it). **EndpointSlices** (``discovery.k8s.io/v1``, list by
   ``kubernetes.io/service-name``) are computed from the Services' selectors and the pods'
   local ports: what a client uses to reach a Service without cluster DNS.
-* Not implemented (answered ``405``/``400`` with a message saying so): ``watch=true``,
+* Not implemented (answered ``405``/``415`` with a message saying so): ``watch=true``, JSON
+  patches (RFC 6902 operation lists; merge patches work),
   ``pods/exec``/``attach``/``portforward`` (WebSocket), authentication and RBAC
   enforcement (every request is allowed; RBAC objects are stored, not enforced),
   admission, scheduling, resource limits, images.
@@ -227,27 +228,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
-
-
-def json_patch(target: dict, ops: list[dict]) -> dict:
-    """RFC 6902 ``add``/``replace``/``remove`` on object paths (enough for labels and specs)."""
-    doc = copy.deepcopy(target)
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
-        parent = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
-        last = parts[-1]
-        if op["op"] in ("add", "replace"):
-            if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), op["value"])
-            else:
-                parent[last] = op["value"]
-        elif op["op"] == "remove":
-            del parent[int(last) if isinstance(parent, list) else last]
-        else:
-            raise ApiError(422, f"json patch operation {op['op']!r} is not supported by the stand-in")
-    return doc
 
 
 # --- pods as processes ------------------------------------------------------------------
@@ -509,7 +489,10 @@ class KubeAPIServer:
     def patch(self, group, version, plural, ns, name, patch: Any) -> dict:
         with self.lock:
             old = self.read(group, version, plural, ns, name)
-            new = json_patch(old, patch) if isinstance(patch, list) else merge_patch(old, patch)
+            if not isinstance(patch, dict):  # no client here sends RFC 6902 operations
+                raise ApiError(415, "JSON patch (a list of operations) is not implemented by the kubeapi stand-in; "
+                                    "send a merge patch (an object)")
+            new = merge_patch(old, patch)
             return self.replace(group, version, plural, ns, name, new)
 
     def delete(self, group, version, plural, ns, name, grace: float | None = None) -> dict:
