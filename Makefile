@@ -166,6 +166,7 @@ ls6-results: airflow-home
 
 bench: $(STAMP)
 	$(PYTHON) bench/ingest.py
+	nice -n 10 $(PYTHON) bench/sampling.py --log $(LS6_TRACE)
 
 clean:
 	rm -rf var .pytest_cache

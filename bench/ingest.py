@@ -1,6 +1,6 @@
 """Ingest throughput: rows/s parsing the ls6 sacct log and the CEA-Curie SWF log (312k jobs).
 
-Run: ``make bench`` or ``.venv/bin/python bench/ingest.py [--repeat 3]``. Prints, per trace,
+Run: ``make bench`` or ``.venv/bin/python bench/ingest.py [--repeat 3] [--smoke]``. Prints, per trace,
 the best-of-N wall time of parsing alone and of the whole step (parse, Parquet write,
 report, marker), and rows per second for each. Traces are read from ../shared/traces.
 """
@@ -34,10 +34,16 @@ def best(fn, repeat: int) -> float:
 def main_bench() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--traces", default=str(TRACES), help=f"folder of the traces ({TRACES})")
+    ap.add_argument("--smoke", action="store_true", help="the ls6 log only, once (what the test suite runs)")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat = 1
+    cases = CASES[:1] if args.smoke else CASES
+    traces = pathlib.Path(args.traces)
     print(f"{'trace':<32} {'rows':>8} {'parse s':>8} {'parse rows/s':>13} {'step s':>8} {'step rows/s':>12}")
-    for name, tz in CASES:
-        path = TRACES / name
+    for name, tz in cases:
+        path = traces / name
         if not path.exists():
             print(f"{name:<32} skipped: {path} not found")
             continue

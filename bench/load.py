@@ -216,7 +216,12 @@ def main() -> int:
     ap.add_argument("--server", choices=["auto", "nginx", "python"], default="auto")
     ap.add_argument("--nginx-workers", type=int, default=1)
     ap.add_argument("--json-out", help="also write the results here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one 1000 req/s point for 1 s, normal scheduling, 1 process, 16 connections (the test suite's)")
     a = ap.parse_args()
+    if a.smoke:
+        a.rates, a.duration, a.warmup, a.processes, a.connections = "1000", 1.0, 0.2, 1, 16
+        a.scheduling, a.wrk_connections = "normal", 16
     if not 1 <= a.rt_priority <= 99:
         ap.error("--rt-priority must be 1..99")
     port = free_port()

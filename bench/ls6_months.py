@@ -27,8 +27,9 @@ date, so a rerun only does what is missing:
 
 It prints the CPU time of the steps it ran (user + system of the child processes) and the
 wall time. ``--write-doc PATH`` writes the Markdown report from the outputs (no numbers
-typed by hand; ``--compare-rev REV`` sets the verdicts beside those of the page committed at
-REV); it runs nothing.
+typed by hand) and, beside it, the run's record (``PATH`` with ``.json``: verdicts and each
+model's online result); ``--compare-with JSON`` sets the verdicts beside an earlier run's
+committed record. It runs nothing.
 """
 
 from __future__ import annotations
@@ -106,12 +107,12 @@ def main() -> int:
                    help="run no ingest/sample/merge: use the committed trace and datasets already under --root "
                         "(e.g. symlinks to an earlier run's, which must not be written); only train/validate/metrics run")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
-    p.add_argument("--compare-rev", metavar="REV",
-                   help="with --write-doc: set the verdicts beside those of the page committed at this git revision "
-                        "(an earlier run, e.g. the uniform probe spacing)")
+    p.add_argument("--compare-with", metavar="JSON",
+                   help="with --write-doc: set the verdicts beside those of an earlier run's record (the JSON "
+                        "--write-doc writes beside its page, committed with it; e.g. docs/results/ls6-months-ff01480.json)")
     p.add_argument("--compare-label", default=None,
-                   help="with --compare-rev: what the earlier run was, in the tables' headers (default: uniform)")
-    p.add_argument("--run-label", default=None, help="with --compare-rev: what this run is (default: end)")
+                   help="with --compare-with: what the earlier run was, in the tables' headers (default: uniform)")
+    p.add_argument("--run-label", default=None, help="with --compare-with: what this run is (default: end)")
     args = p.parse_args()
     root = (ROOT / args.root).resolve()
     if args.write_doc:

@@ -164,18 +164,22 @@ def ladder_table(root: Path, node: int, until: pd.Timestamp, weight: float,
     return sorted(rows, key=lambda r: -r["offset_min"]), oracle
 
 
-def previous_verdicts(rev: str, path: str = "docs/results/ls6-months.md") -> dict[tuple[str, int], dict]:
-    """The verdict table of the report as committed at ``rev`` (an earlier run's generated page)."""
-    import subprocess
+def previous_run(path: str | Path) -> dict:
+    """An earlier run's record (the JSON :func:`write_doc` writes beside its page, committed with
+    it): ``verdicts`` by "month node" and ``models`` by "month node model". Comparisons read
+    this data, never an earlier page."""
+    doc = _load(Path(path))
+    if not isinstance(doc, dict) or "verdicts" not in doc or "models" not in doc:
+        raise SystemExit(f"--compare-with {path}: not a run record written by --write-doc (verdicts, models)")
+    return doc
 
-    text = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"],
-                          capture_output=True, text=True, check=True).stdout
-    out: dict[tuple[str, int], dict] = {}
-    for line in text.split("## Does a learned model beat", 1)[-1].split("\n## ", 1)[0].splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0][:4].isdigit():
-            out[(cells[0], int(cells[1]))] = {"model": cells[2], "interruption": cells[3], "diff": cells[4],
-                                              "waste": cells[5], "beats": cells[6], "objective": cells[7]}
+
+def previous_verdicts(record: dict) -> dict[tuple[str, int], dict]:
+    """(month, node) -> the verdict row's cells of an earlier run (:func:`previous_run`)."""
+    out = {}
+    for k, v in record["verdicts"].items():
+        m, n = k.split()
+        out[(m, int(n))] = v
     return out
 
 
@@ -291,33 +295,19 @@ def curve_points(root: Path, args: Any, m: str) -> dict[tuple[int, str], dict[fl
     return out
 
 
-def previous_models(rev: str, path: str = "docs/results/ls6-months.md") -> dict[tuple[str, int, str], dict]:
-    """(month, node, model) -> online mean interruption, wasted node-h, forced share and threshold from
-    the per-month tables of the report as committed at ``rev``."""
-    import re
-    import subprocess
-
-    text = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{rev}:{path}"],
-                          capture_output=True, text=True, check=True).stdout
-    out: dict[tuple[str, int, str], dict] = {}
-    key = None
-    for line in text.splitlines():
-        h = re.match(r"### (\d{4}-\d{2}), (\d+)-node service jobs", line)
-        if h:
-            key = (h.group(1), int(h.group(2)))
-            continue
-        if line.startswith("## "):
-            key = None
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if key and len(cells) == 11 and cells[0] not in ("model", "---", *BASELINES) and not cells[0].startswith("-"):
-            out[(*key, cells[0])] = {"interruption": float(cells[1].split()[0]), "wasted": float(cells[3]),
-                                     "forced": cells[7], "threshold": cells[8]}
+def previous_models(record: dict) -> dict[tuple[str, int, str], dict]:
+    """(month, node, model) -> online mean interruption, wasted node-h, forced share and threshold of
+    an earlier run (:func:`previous_run`)."""
+    out = {}
+    for k, v in record["models"].items():
+        m, n, model = k.split()
+        out[(m, int(n), model)] = v
     return out
 
 
-def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[str]:
-    """Per learned model and month: threshold and online result, uniform run -> this run."""
-    prev = previous_models(rev)
+def change_section(root: Path, args: Any, months: list[str], record: dict, name: str) -> list[str]:
+    """Per learned model and month: threshold and online result, the earlier run -> this run."""
+    prev = previous_models(record)
     rows, less_waste, more_int, both_better = [], 0, 0, 0
     n_cells = 0
     for m in months:
@@ -339,7 +329,7 @@ def change_section(root: Path, args: Any, months: list[str], rev: str) -> list[s
     if not rows:
         return []
     prev_l, now_l = _labels(args)
-    return [f"### What changed, model by model ({prev_l} run at `{rev}` -> this run, {now_l})", "",
+    return [f"### What changed, model by model ({prev_l} run, `{name}` -> this run, {now_l})", "",
             "| month | node | model | calibrated rule | online mean interruption h | wasted node-h | forced |",
             "|---|---|---|---|---|---|---|", *rows, "",
             f"Of these {n_cells} month x node x model cells, this run ({now_l}) wasted fewer node-hours in {less_waste}, "
@@ -352,7 +342,7 @@ def _labels(args: Any) -> tuple[str, str]:
 
 def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
     """The findings: what the probe spacing changed (against an earlier run's committed page when
-    ``--compare-rev`` is given), the labels near the end, the stuck models and the load shift."""
+    ``--compare-with`` names its record), the labels near the end, the stuck models and the load shift."""
     from mirage_tasks.sim.probes import END_OFFSETS_MIN
 
     spacing, probes = _spacing(root, args)
@@ -370,11 +360,12 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
               f"to its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart. No training example "
               "describes a submission in the last hours before the predecessor ends, where `avg` gains; "
               "`--probe-spacing end` samples there.", ""]
-    rev = getattr(args, "compare_rev", None)
+    rev = getattr(args, "compare_with", None)
     if rev:
-        prev = previous_verdicts(rev)
+        record = previous_run(rev)
+        prev = previous_verdicts(record)
         pl, nl = _labels(args)
-        L += [f"### Against the {pl} run (the page as committed at `{rev}`)", "",
+        L += [f"### Against the {pl} run (its record `{rev}`)", "",
               "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
               "[95% CI]):", "",
               f"| month | node | {pl}: model | {pl}: interruption - avg | {pl}: waste - avg | {pl}: beats | "
@@ -416,7 +407,7 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                   + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
                   + "."]
         L.append("")
-        L += change_section(root, args, months, rev)
+        L += change_section(root, args, months, record, rev)
     if spacing == "end" and months:
         until = month_start_ts(months[-1])
         for n in args.nodes:
@@ -531,7 +522,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
           "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
           "```sh", f"nice -n 5 .venv/bin/python bench/ls6_months.py {run_flags}  # everything below, under {args.root}/",
           f".venv/bin/python bench/ls6_months.py {run_flags} --write-doc {out.as_posix()}"
-          + (f" --compare-rev {args.compare_rev}" if getattr(args, "compare_rev", None) else "")
+          + (f" --compare-with {args.compare_with}" if getattr(args, "compare_with", None) else "")
           + "".join(f" {flag} '{getattr(args, attr)}'" for flag, attr in (("--compare-label", "compare_label"),
                                                                         ("--run-label", "run_label"))
                     if getattr(args, attr, None)), "```", ""]
@@ -862,4 +853,41 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     L.append("")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(L))
-    print(f"wrote {out} ({len(months)} month(s))")
+    rec = out.with_suffix(".json")
+    rec.write_text(json.dumps(run_record(root, args, months, weight, out), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out} and its run record {rec} ({len(months)} month(s))")
+
+
+def run_record(root: Path, args: Any, months: list[str], weight: float, page: Path) -> dict:
+    """This run's data that a later run compares with (``--compare-with``): the verdict row of each
+    month x node (its cells as the page shows them) and each learned model's online result and
+    calibrated rule. Written beside the page from the outputs, never read back from a page."""
+    verdicts: dict[str, dict] = {}
+    models: dict[str, dict] = {}
+    for m in months:
+        doc = _load(root / "metrics" / m / "metrics.json")
+        for n in args.nodes:
+            rows = _rows(doc, n)
+            for r in rows:
+                if r["model"] in BASELINES:
+                    continue
+                _, cfg = _model_info(root, m, n, r["model"])
+                models[f"{m} {n} {r['model']}"] = {
+                    "interruption": float(r["mean_interruption_h"]), "wasted": float(r["mean_wasted_node_h"]),
+                    "forced": _f(r["forced_share"], "{:.0%}"), "threshold": rule_text(cfg) if cfg is not None else "-"}
+            v = verdict(rows)
+            avg = next((r for r in rows if r["model"] == "avg"), None)
+            if v is None or avg is None:
+                continue
+            b = v["best"]
+            od = objective_diff(root, m, n, b["model"], weight)
+            verdicts[f"{m} {n}"] = {
+                "model": b["model"],
+                "interruption": f"{b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f})",
+                "diff": _ci(b["diff_vs_avg_h"], b["diff_vs_avg_ci_lo"], b["diff_vs_avg_ci_hi"], "{:+.2f}"),
+                "waste": _ci(b["wasted_diff_vs_avg"], b["wasted_diff_vs_avg_ci_lo"], b["wasted_diff_vs_avg_ci_hi"],
+                             "{:+.2f}"),
+                "beats": "yes" if v["beats_avg"] else ("no: interval includes zero or is above it"
+                                                       if not v["interval_excludes_zero"] else "no: wastes more"),
+                "objective": "-" if od is None else _ci(*od, "{:+.2f}")}
+    return {"page": page.as_posix(), "label": _labels(args)[1], "verdicts": verdicts, "models": models}

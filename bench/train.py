@@ -127,16 +127,23 @@ def main() -> int:
     p.add_argument("--paper-rows", type=int, default=256)
     p.add_argument("--devices", default="cpu,cuda")
     p.add_argument("--amp", default="off,bf16", help="precisions to time: off (float32), bf16 (autocast)")
+    p.add_argument("--smoke", action="store_true",
+                   help="a synthetic dataset of 40 samples and the tree models only (the test suite's)")
     args = p.parse_args()
+    n_samples = 684
+    if args.smoke:
+        n_samples = 40
+        if args.models == p.get_default("models"):
+            args.models = "xgboost,random_forest"
     work = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
     dataset, source = args.dataset, args.dataset
     if not dataset:
         from mirage_tasks.models.synthetic import write_synthetic_dataset
 
-        dataset = os.path.join(work, "synthetic-ls6-size")
+        dataset = os.path.join(work, "synthetic-ls6-size" if n_samples == 684 else f"synthetic-{n_samples}")
         if not os.path.exists(os.path.join(dataset, "manifest.json")):
-            write_synthetic_dataset(dataset, n_samples=684, probes=7, window=144, seed=0)
-        source = "synthetic (684 samples x 7 probes x 144 x 42; MAE of the synthetic signal, not ls6)"
+            write_synthetic_dataset(dataset, n_samples=n_samples, probes=7, window=144, seed=0)
+        source = f"synthetic ({n_samples} samples x 7 probes x 144 x 42; MAE of the synthetic signal, not ls6)"
     extra = [a for kv in args.param for a in ("--param", kv)]
     rows = []
     for model in [m for m in args.models.split(",") if m]:
@@ -187,6 +194,10 @@ def main() -> int:
                     else:
                         print(f"| {kind} | {dev} | {amp} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | "
                               f"{r['val_mae_scaled']:.3f} | {r['n_parameters']:,} |", flush=True)
+    failed = [r["model"] for r in rows if "error" in r]
+    if failed:  # the table says so; the exit status too, so a broken model cannot pass unseen
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -23,7 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
 PLUGINS = REPO / "plugins"
-TRACES = REPO.parent / "shared" / "traces"
+#: ../shared/traces beside the repository; SHARED_TRACES names another folder (a git worktree
+#: whose parent holds no shared/).
+TRACES = Path(os.environ.get("SHARED_TRACES") or REPO.parent / "shared" / "traces")
 
 _HOME = Path(tempfile.mkdtemp(prefix="airflow-test-home-"))
 

@@ -134,6 +134,9 @@ class Simulator:
         self.snap_step = 600
         self.next_snap = INF
         self.snaps: deque[tuple[int, np.ndarray]] = deque(maxlen=144)
+        # sorted statistics of the queue and running set for features.snapshot, kept by the
+        # hooks below while a history is recorded (None otherwise: no cost)
+        self.queue_stats = None
         self.n_events = 0
         self.n_bf_passes = 0
 
@@ -287,6 +290,7 @@ class Simulator:
         self.snap_step = int(step)
         first = -(-max(int(start), self.now) // step) * step
         self.snaps = deque(maxlen=int(window))
+        self.queue_stats = None  # (re)built from the state by the first snapshot
         if first == self.now:  # the current instant is already processed: take it now
             self.snaps.append((first, fn(self)))
             first += step
@@ -295,6 +299,7 @@ class Simulator:
     def stop_history(self) -> None:
         self.snap_fn = None
         self.next_snap = INF
+        self.queue_stats = None
 
     # ------------------------------------------------------------------ running
     def run_until(self, t_stop: float, until_started: int = -1) -> None:
@@ -394,6 +399,8 @@ class Simulator:
         sub = self.j_elig[j]
         key = -(self.j_static[j] - cfg.weight_age / cfg.max_age_s * sub)
         bisect.insort(self.queue, (key, sub, j))
+        if self.queue_stats is not None:
+            self.queue_stats.enqueued(j)
         n = self.j_nodes[j]
         self.psize[n] = self.psize.get(n, 0) + 1
         if sub < self.min_sub:
@@ -404,7 +411,12 @@ class Simulator:
         (queue keys are unique), else by a full rebuild."""
         st = self.j_start
         nodes = self.j_nodes
+        qs = self.queue_stats
         if started is None or not self.fast:
+            if qs is not None:
+                for k in self.queue:
+                    if st[k[2]] >= 0:
+                        qs.dequeued(k[2])
             self.queue = q = [k for k in self.queue if st[k[2]] < 0]
             ps: dict[int, int] = {}
             for k in q:
@@ -425,6 +437,8 @@ class Simulator:
             if q[i][2] != j:  # keys are recomputed as _enqueue made them; never expected
                 raise RuntimeError(f"queue key of job {j} not found")
             del q[i]
+            if qs is not None:
+                qs.dequeued(j)
             n = nodes[j]
             c = ps[n] - 1
             if c:
@@ -477,9 +491,13 @@ class Simulator:
             self.unodes[u] = self.unodes.get(u, 0) + n
         if record_wait:
             self.waits.append(t - self.j_submit[j])
+        if self.queue_stats is not None:
+            self.queue_stats.started(j)
 
     def _finish(self, j: int) -> None:
         del self.running[j]
+        if self.queue_stats is not None:
+            self.queue_stats.finished(j)
         n = self.j_nodes[j]
         self.free += n
         u = self.j_user[j]
@@ -720,6 +738,8 @@ class Simulator:
             else:
                 nd[k] = v
         c.held = {p: v.copy() for p, v in self.held.items()}
+        if self.queue_stats is not None:
+            c.queue_stats = self.queue_stats.copy(c)
         return c
 
     def avg_wait_s(self) -> float:

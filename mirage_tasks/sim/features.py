@@ -34,6 +34,7 @@ started) and run time so far (0 while pending; the full 48 h once it has ended).
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,8 +74,9 @@ def _percentiles(rows: np.ndarray) -> np.ndarray:
     return s[:, lo] + (s[:, hi] - s[:, lo]) * frac
 
 
-def snapshot(sim: Simulator) -> np.ndarray:
-    """The 44-vector of the partition now (columns 34-41 left 0: set by :func:`history`)."""
+def snapshot_direct(sim: Simulator) -> np.ndarray:
+    """:func:`snapshot` computed from scratch from the simulator's queue and running set (the
+    definition :class:`QueueStats` must reproduce bit for bit; tests compare the two)."""
     v = np.zeros(N_FEATURES, dtype=np.float64)
     now = sim.now
     lim = sim.j_limit
@@ -101,6 +103,139 @@ def snapshot(sim: Simulator) -> np.ndarray:
     v[42] = max(sim.free, 0)  # nodes leaving service while busy make free < 0 (capacity_window_s)
     v[43] = sim.cap           # nodes in service: cfg.nodes unless capacity_window_s is on
     return v
+
+
+
+class QueueStats:
+    """Sorted multisets of what :func:`snapshot` summarises, kept up to date by the simulator
+    while a history is recorded (``Simulator.queue_stats``; the engine calls :meth:`enqueued`,
+    :meth:`dequeued`, :meth:`started` and :meth:`finished`), so a snapshot reads its order
+    statistics instead of sorting the queue every 600 s.
+
+    Pending jobs: their time limits and submit times; running jobs: limits, waits (start -
+    submit) and starts, all exact integers, plus the nodes of each set. A snapshot's values
+    are the same float64 operations on the same operands as :func:`snapshot_direct`'s
+    (``limit / 60.0`` is monotone, ``now - submit`` is exact), so the features are identical.
+    """
+
+    __slots__ = ("p_lim", "p_sub", "p_nodes", "r_lim", "r_wait", "r_start", "r_nodes", "_sim")
+
+    def __init__(self, sim: Simulator | None = None):
+        self._sim = sim
+        self.p_lim: list[int] = []
+        self.p_sub: list[int] = []
+        self.r_lim: list[int] = []
+        self.r_wait: list[int] = []
+        self.r_start: list[int] = []
+        self.p_nodes = self.r_nodes = 0
+        if sim is None:
+            return
+        lim, nodes, sub, st = sim.j_limit, sim.j_nodes, sim.j_submit, sim.j_start
+        pend = [k[2] for k in sim.queue]
+        self.p_lim = sorted(lim[j] for j in pend)
+        self.p_sub = sorted(sub[j] for j in pend)
+        self.p_nodes = sum(nodes[j] for j in pend)
+        run = list(sim.running)
+        self.r_lim = sorted(lim[j] for j in run)
+        self.r_wait = sorted(st[j] - sub[j] for j in run)
+        self.r_start = sorted(st[j] for j in run)
+        self.r_nodes = sum(nodes[j] for j in run)
+
+    def copy(self, sim: Simulator) -> QueueStats:
+        c = QueueStats()
+        c._sim = sim
+        c.p_lim, c.p_sub, c.r_lim, c.r_wait, c.r_start = (
+            self.p_lim.copy(), self.p_sub.copy(), self.r_lim.copy(), self.r_wait.copy(), self.r_start.copy())
+        c.p_nodes, c.r_nodes = self.p_nodes, self.r_nodes
+        return c
+
+    # the engine's hooks ---------------------------------------------------------------
+    def enqueued(self, j: int) -> None:
+        sim = self._sim
+        insort(self.p_lim, sim.j_limit[j])
+        insort(self.p_sub, sim.j_submit[j])
+        self.p_nodes += sim.j_nodes[j]
+
+    def dequeued(self, j: int) -> None:
+        sim = self._sim
+        _remove(self.p_lim, sim.j_limit[j])
+        _remove(self.p_sub, sim.j_submit[j])
+        self.p_nodes -= sim.j_nodes[j]
+
+    def started(self, j: int) -> None:
+        sim = self._sim
+        s = sim.j_start[j]
+        insort(self.r_lim, sim.j_limit[j])
+        insort(self.r_wait, s - sim.j_submit[j])
+        insort(self.r_start, s)
+        self.r_nodes += sim.j_nodes[j]
+
+    def finished(self, j: int) -> None:
+        sim = self._sim
+        s = sim.j_start[j]
+        _remove(self.r_lim, sim.j_limit[j])
+        _remove(self.r_wait, s - sim.j_submit[j])
+        _remove(self.r_start, s)
+        self.r_nodes -= sim.j_nodes[j]
+
+
+def _remove(a: list[int], x: int) -> None:
+    i = bisect_left(a, x)
+    if i == len(a) or a[i] != x:  # the hooks pair up; never expected
+        raise RuntimeError(f"queue statistics lost value {x}")
+    del a[i]
+
+
+_POS: dict[int, tuple[tuple[int, int, float], ...]] = {}
+
+
+def _pos(n: int) -> tuple[tuple[int, int, float], ...]:
+    """(lo, hi, frac) of each percentile of ``n`` values, as :func:`_percentiles` computes them."""
+    r = _POS.get(n)
+    if r is None:
+        pos = (n - 1) * _Q
+        lo = np.floor(pos).astype(np.intp)
+        hi = np.minimum(lo + 1, n - 1)
+        r = _POS[n] = tuple((int(a), int(b), float(f)) for a, b, f in zip(lo, hi, pos - lo))
+    return r
+
+
+def snapshot(sim: Simulator) -> np.ndarray:
+    """The 44-vector of the partition now (columns 34-41 left 0: set by :func:`history`).
+    Read from the simulator's :class:`QueueStats` (started on the first snapshot of a
+    history); equal, value for value, to :func:`snapshot_direct`."""
+    st = sim.queue_stats
+    if st is None:
+        st = sim.queue_stats = QueueStats(sim)
+    now = sim.now
+    v = [0.0] * N_FEATURES
+    n = len(st.p_lim)
+    if n:
+        v[0] = float(n)
+        v[1] = float(st.p_nodes)
+        lim, sub = st.p_lim, st.p_sub
+        last = n - 1
+        for q, (lo, hi, f) in enumerate(_pos(n)):
+            a, b = lim[lo] / 60.0, lim[hi] / 60.0
+            v[2 + q] = a + (b - a) * f
+            a, b = float(now - sub[last - lo]), float(now - sub[last - hi])
+            v[7 + q] = a + (b - a) * f
+    n = len(st.r_lim)
+    if n:
+        v[17] = float(n)
+        v[18] = float(st.r_nodes)
+        lim, wait, start = st.r_lim, st.r_wait, st.r_start
+        last = n - 1
+        for q, (lo, hi, f) in enumerate(_pos(n)):
+            a, b = lim[lo] / 60.0, lim[hi] / 60.0
+            v[19 + q] = a + (b - a) * f
+            a, b = float(wait[lo]), float(wait[hi])
+            v[24 + q] = a + (b - a) * f
+            a, b = float(now - start[last - lo]), float(now - start[last - hi])
+            v[29 + q] = a + (b - a) * f
+    v[42] = float(max(sim.free, 0))  # nodes leaving service while busy make free < 0 (capacity_window_s)
+    v[43] = float(sim.cap)           # nodes in service: cfg.nodes unless capacity_window_s is on
+    return np.array(v, dtype=np.float64)
 
 
 def probe_tuple(sim: Simulator, j: int) -> tuple[float, float, float, float]:

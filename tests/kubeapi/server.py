@@ -6,9 +6,10 @@ and the cncf provider's ``KubernetesPodOperator`` talk to it through an ordinary
 kubeconfig. What it does, and does not do:
 
 * Objects are stored in memory: namespaces, pods, secrets, configmaps, service accounts,
-  events, services, RBAC (Roles, RoleBindings, ClusterRoles, ClusterRoleBindings), apps
-  (Deployments, DaemonSets, StatefulSets), batch Jobs and Knative
-  ``serving.knative.dev/v1`` Services. Namespaced objects need their namespace to exist
+  events, services, RBAC (Roles, RoleBindings, ClusterRoles, ClusterRoleBindings),
+  DaemonSets, EndpointSlices and Knative ``serving.knative.dev/v1`` Services: the kinds
+  the project's clients and manifests use (any other kind is a 404, as an API server
+  without that resource answers). Namespaced objects need their namespace to exist
   (404 otherwise, as on a real cluster); names are unique (409); ``generateName`` works;
   ``stringData`` of a Secret is folded into base64 ``data``. Deleting a namespace deletes
   everything in it at once (no ``Terminating`` phase).
@@ -34,8 +35,7 @@ kubeconfig. What it does, and does not do:
   ``ownerReference`` to the DaemonSet and ``spec.nodeName`` (also what a
   ``fieldRef: spec.nodeName`` resolves to), started as local processes like any pod;
   ``nodeSelector`` is matched against ``node_labels``. Deleting the DaemonSet deletes its
-  pods (their processes get SIGTERM first); its status counts them. Deployments are stored
-  with a status claiming all replicas ready; their pod templates are NOT run.
+  pods (their processes get SIGTERM first); its status counts them.
 * **Images with stand-in behaviour** (``images``: image -> command factory, supplied by
   the test): a container without ``command`` whose image is in the table runs the
   factory's command instead, on a free 127.0.0.1 port (env ``PORT``); the pod turns
@@ -52,7 +52,8 @@ kubeconfig. What it does, and does not do:
   creates for it). **EndpointSlices** (``discovery.k8s.io/v1``, list by
   ``kubernetes.io/service-name``) are computed from the Services' selectors and the pods'
   local ports: what a client uses to reach a Service without cluster DNS.
-* Not implemented (answered ``405``/``400`` with a message saying so): ``watch=true``,
+* Not implemented (answered ``405``/``415`` with a message saying so): ``watch=true``, JSON
+  patches (RFC 6902 operation lists; merge patches work),
   ``pods/exec``/``attach``/``portforward`` (WebSocket), authentication and RBAC
   enforcement (every request is allowed; RBAC objects are stored, not enforced),
   admission, scheduling, resource limits, images.
@@ -106,19 +107,12 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("", "v1", "serviceaccounts"): ("ServiceAccount", True),
     ("", "v1", "events"): ("Event", True),
     ("", "v1", "services"): ("Service", True),
-    ("", "v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
-    ("apps", "v1", "deployments"): ("Deployment", True),
     ("apps", "v1", "daemonsets"): ("DaemonSet", True),
-    ("apps", "v1", "statefulsets"): ("StatefulSet", True),
-    ("batch", "v1", "jobs"): ("Job", True),
     ("rbac.authorization.k8s.io", "v1", "roles"): ("Role", True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): ("RoleBinding", True),
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): ("ClusterRole", False),
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("serving.knative.dev", "v1", "services"): ("Service", True),
-    ("serving.knative.dev", "v1", "revisions"): ("Revision", True),
-    ("serving.knative.dev", "v1", "configurations"): ("Configuration", True),
-    ("serving.knative.dev", "v1", "routes"): ("Route", True),
     ("discovery.k8s.io", "v1", "endpointslices"): ("EndpointSlice", True),
 }
 #: Knative's labels on a revision's pods.
@@ -234,27 +228,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
-
-
-def json_patch(target: dict, ops: list[dict]) -> dict:
-    """RFC 6902 ``add``/``replace``/``remove`` on object paths (enough for labels and specs)."""
-    doc = copy.deepcopy(target)
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
-        parent = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
-        last = parts[-1]
-        if op["op"] in ("add", "replace"):
-            if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), op["value"])
-            else:
-                parent[last] = op["value"]
-        elif op["op"] == "remove":
-            del parent[int(last) if isinstance(parent, list) else last]
-        else:
-            raise ApiError(422, f"json patch operation {op['op']!r} is not supported by the stand-in")
-    return doc
 
 
 # --- pods as processes ------------------------------------------------------------------
@@ -516,7 +489,10 @@ class KubeAPIServer:
     def patch(self, group, version, plural, ns, name, patch: Any) -> dict:
         with self.lock:
             old = self.read(group, version, plural, ns, name)
-            new = json_patch(old, patch) if isinstance(patch, list) else merge_patch(old, patch)
+            if not isinstance(patch, dict):  # no client here sends RFC 6902 operations
+                raise ApiError(415, "JSON patch (a list of operations) is not implemented by the kubeapi stand-in; "
+                                    "send a merge patch (an object)")
+            new = merge_patch(old, patch)
             return self.replace(group, version, plural, ns, name, new)
 
     def delete(self, group, version, plural, ns, name, grace: float | None = None) -> dict:
@@ -583,10 +559,6 @@ class KubeAPIServer:
             self._ksvc_status(obj)
         elif (group, plural) == ("apps", "daemonsets"):
             self._daemonset_pods(obj)
-        elif (group, plural) == ("apps", "deployments"):
-            n = (obj.get("spec") or {}).get("replicas", 1)
-            obj["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n,
-                             "observedGeneration": 1}
 
     def _daemonset_pods(self, ds: dict) -> None:
         """One pod per (selected) fake node, from the template, owned by the DaemonSet."""
