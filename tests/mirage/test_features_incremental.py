@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.schema import read_trace
+from mirage_tasks.data.schema import read_trace
 from mirage_tasks.sim import PRESETS, Simulator, Workload, episode, features
 from mirage_tasks.sim.episode import DecisionEpisode, EpisodeSpec, simulate_sample
 
