@@ -83,10 +83,12 @@ def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str) -> str:
 
 
 def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0: int, tag: str = "mr",
-        drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp") -> tuple[pd.DataFrame, dict]:
+        drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp",
+        stop=None) -> tuple[pd.DataFrame, dict]:
     """Submit ``jobs`` (from :func:`plan`) on schedule, wait until every scored job has started
     (or ``drain_s`` real seconds after the last submission), record Slurm's times, cancel
-    what is left of *these* jobs. Returns (jobs with Slurm times, run facts)."""
+    what is left of *these* jobs. Returns (jobs with Slurm times, run facts). ``stop`` (a
+    :class:`threading.Event`) ends submissions and the wait early (a background workload)."""
     todo = jobs[~jobs["too_big"]].sort_values("offset_real_s", kind="stable")
     ids: dict[int, str] = {}
     lateness = []
@@ -95,16 +97,18 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
     for idx, row in todo.iterrows():
         due = origin + float(row["offset_real_s"])
         now = time.time()
-        if due > now:
+        if stop is not None and stop.wait(max(0.0, due - now)):
+            break
+        if stop is None and due > now:
             time.sleep(due - now)
         lateness.append(time.time() - due)
         ids[idx] = _sbatch(row.to_dict(), env, tag, workdir)
     last_sub = time.time()
-    scored = {ids[i] for i in todo.index if todo.at[i, "kind"] == "window"}
+    scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}
     started: dict[str, float] = {}
     deadline = last_sub + drain_s
     ours = set(ids.values())
-    while time.time() < deadline:
+    while time.time() < deadline and not (stop is not None and stop.is_set()):
         q = {j.job_id: j for j in squeue(env)}
         for jid in ours:
             j = q.get(jid)
