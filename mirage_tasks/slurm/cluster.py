@@ -250,8 +250,8 @@ class LocalSlurm:
     def leftovers(self) -> list[int]:
         """Processes still running with this root's SLURM_CONF in their environment or its
         paths on their command line (slurmstepd and the jobs it ran)."""
-        mark = self.paths.conf.encode()
-        rootb = str(self.root).encode()
+        conf = self.paths.conf.encode()
+        prefix = str(self.root).encode() + b"/"
         me = os.getpid()
         out = []
         for d in os.listdir("/proc"):
@@ -259,15 +259,15 @@ class LocalSlurm:
                 continue
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as fh:
-                    cmdline = fh.read()
+                    args = fh.read().split(b"\0")
                 with open(f"/proc/{d}/environ", "rb") as fh:
-                    environ = fh.read()
+                    environ = fh.read().split(b"\0")
             except OSError:
                 continue
-            name = cmdline.split(b"\0")[0]
-            if b"python" in name or b"pytest" in name:
+            if b"python" in args[0] or b"pytest" in args[0]:
                 continue  # the callers (this process's parents) carry SLURM_CONF too
-            if (b"SLURM_CONF=" + mark) in environ or (rootb in cmdline and b"slurm" in cmdline):
+            # exactly this root: its SLURM_CONF, or an argument inside it (not a sibling root's)
+            if (b"SLURM_CONF=" + conf) in environ or any(a == conf or a.startswith(prefix) for a in args[1:]):
                 if _alive(int(d)):
                     out.append(int(d))
         return out
