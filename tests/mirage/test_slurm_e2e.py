@@ -81,23 +81,26 @@ def _wl(rows):
 
 def test_replay_matches_the_simulator_on_a_backfill_case(slurm):
     """3 nodes, x60: a 3-node job must wait for a running 2-node job; a short 1-node job
-    submitted later fits beside it (backfill); a long one must not jump the queue."""
+    submitted later fits beside it (backfill); a long one would delay the big one: it waits.
+    About 2 trace hours = 2 real minutes."""
     h = 3600
-    wl = _wl([("r", -600, -600, 2 * h, 3 * h, 2, "u", 10.0),   # running at t0 = 0 until 2 h
-              ("big", 600, 0, 0, 2 * h, 3, "u", 100.0),       # waits for r: 2 h
-              ("short", 1200, 0, 0, h, 1, "u", 1.0),          # fits on the third node before r ends: backfill
-              ("long", 1800, 0, 0, 5 * h, 1, "u", 1.0)])      # would delay big: waits
-    # the trace's own starts are irrelevant for the replay (only durations): give them plausible values
-    wl.real_start[:] = np.maximum(wl.real_start, wl.submit)
+    t0 = 100 * h
+    # (id, submit, start, end, limit, nodes, user, recorded priority); durations = end - start
+    wl = _wl([("r", t0 - 600, t0 - 600, t0 + h, 2 * h + 600, 2, "u", 10.0),      # running at t0: ends at t0 + 1 h,
+              #                                                                     planned (limit) t0 + 2 h
+              ("big", t0 + 300, t0 + h, t0 + 2 * h, h, 3, "u", 100.0),            # needs all 3 nodes: waits for r
+              ("short", t0 + 600, t0 + 600, t0 + 600 + h // 2, h, 1, "u", 1.0),    # ends (planned) before r: backfill
+              ("long", t0 + 1200, t0 + 2 * h, t0 + 3 * h, 2 * h, 1, "u", 1.0)])    # would delay big: waits for it
     cfg = SimConfig(nodes=3, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(wl, cfg, 0, 3 * h, FACTOR)
-    out, facts = replay.run(jobs, slurm.env(), slurm.paths.jobcomp, FACTOR, 0, drain_s=600)
+    jobs = replay.plan(wl, cfg, t0, t0 + 3 * h, FACTOR)
+    assert list(jobs['kind']) == ['running_at_start', 'window', 'window', 'window']
+    out, facts = replay.run(jobs, slurm.env(), slurm.paths.jobcomp, FACTOR, t0, drain_s=600)
     assert facts["scored"] == 3 and facts["scored_started"] == 3
     doc, frame = compare.compare(out, cfg, FACTOR, horizon_t=facts["horizon_t"])
     f = frame.set_index("trace_job_id")
     wait = (f["start_t"] - f["submit_t"]) / h
     assert wait["short"] < 0.25 and bool(f.loc["short", "slurm_backfilled"])  # Slurm backfilled it
-    assert wait["big"] > 1.0 and f.loc["long", "start_t"] >= f.loc["big", "start_t"] - 3 * FACTOR
+    assert wait["big"] > 0.5 and f.loc["long", "start_t"] >= f.loc["big", "start_t"] + 0.5 * h
     # the simulator, given the same submissions, agrees within a few real seconds x the factor
     assert doc["compared"] == 3
     assert doc["start_error_h"]["max"] <= 6 * FACTOR / h, doc
