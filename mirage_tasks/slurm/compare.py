@@ -81,8 +81,10 @@ def explain(df: pd.DataFrame, tol_s: float) -> pd.Series:
     m_rank = df["sim_start_t"].rank(method="min")
     for idx in df.index:
         a, b = df.at[idx, "start_t"], df.at[idx, "sim_start_t"]
+        if pd.isna(a) and pd.isna(b):
+            continue  # neither started before the replay stopped watching: they agree so far
         if pd.isna(a) or pd.isna(b):
-            why[idx] = "not started on one side"
+            why[idx] = "started on one side only (by the horizon)"
             continue
         if abs(a - b) <= tol_s:
             continue
@@ -99,11 +101,14 @@ def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
             horizon_t: float | None = None) -> tuple[dict, pd.DataFrame]:
     """(metrics, per-job frame) for the scored (window) jobs. The replay stopped watching at
     ``horizon_t`` (trace time): a simulated start after it is censored like Slurm's."""
-    df = simulate(jobs, cfg, factor)
+    df = simulate(jobs.drop(columns=[c for c in ("sim_start_t", "sim_backfilled", "slurm_backfilled", "why")
+                                     if c in jobs]), cfg, factor)
     if horizon_t is not None:
         df.loc[df["sim_start_t"] > horizon_t, "sim_start_t"] = np.nan
     df["slurm_backfilled"] = slurm_backfilled(df)
     scored = df[(df["kind"] == "window") & df["submit_t"].notna()].copy()
+    if "why" in scored:
+        scored = scored.drop(columns="why")
     scored["why"] = explain(scored, tol_s=max(3600.0, 2 * factor))
     both = scored[scored["start_t"].notna() & scored["sim_start_t"].notna()]
     m = pd.DataFrame({"submit": both["submit_t"].astype(np.int64),
