@@ -145,11 +145,12 @@ def markdown(doc: dict) -> str:
     m, st, sl, sm = c["sim_vs_slurm"], c["start_error_h"], c["slurm_vs_trace"], c["sim_vs_trace"]
     r = doc["run"]
     lines = [f"# Slurm replay {doc['from']} .. {doc['to']} at x{doc['factor']:g}", "",
-             f"Slurm settings (real time): {json.dumps(doc['slurm_settings'])}", "",
-             "Not enforced by this Slurm: " + "; ".join(doc["not_enforced_by_slurm"]), "",
-             f"Run: {r['submissions']} submissions over {r['submit_span_real_s']} s real, wall {r['wall_s']} s, "
-             f"submission lateness mean {r['submit_lateness_mean_s']} s (max {r['submit_lateness_max_s']} s), "
-             f"{r['cancelled_at_end']} jobs cancelled at the end, load {r['loadavg_start']} -> {r['loadavg_end']}", "",
+             f"Slurm settings (real time): {json.dumps(doc.get('slurm_settings', {}))}", "",
+             "Not enforced by this Slurm: " + "; ".join(doc.get("not_enforced_by_slurm", [])), "",
+             f"Run: {r.get('submissions', '-')} submissions over {r.get('submit_span_real_s', '-')} s real, wall "
+             f"{r.get('wall_s', '-')} s, submission lateness mean {r.get('submit_lateness_mean_s', '-')} s (max "
+             f"{r.get('submit_lateness_max_s', '-')} s), {r.get('cancelled_at_end', '-')} jobs cancelled at the end, "
+             f"load {r.get('loadavg_start', '-')} -> {r.get('loadavg_end', '-')}", "",
              "| measure (trace time) | value |", "|---|---|",
              f"| scored jobs / started on both sides | {c['scored']} / {c['compared']} |",
              f"| not started by the horizon: Slurm / simulator / both | {c['not_started_slurm']} / "

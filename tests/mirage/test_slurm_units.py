@@ -243,3 +243,45 @@ def test_keeper_avg_uses_the_waits_it_saw(fake):
     assert not r["forced"]
     with pytest.raises(ValueError):
         keeper.Keeper(env={}, policy="model", node=1, service_s=3600)
+
+
+def _replay_dir(tmp_path):
+    import json
+
+    rows = []
+    # 3 nodes: a 2-node job runs 2 h, a second waits for it, a 1-node job fits beside (backfill)
+    for k, (sub, dur, n, pr) in enumerate([(0, 7200, 2, 10.0), (60, 7200, 2, 10.0), (120, 600, 1, 1.0)]):
+        rows.append({"trace_job_id": str(k), "kind": "window", "trace_submit": sub, "trace_start": sub, "nodes": n,
+                     "duration_s": dur, "limit_s": dur, "priority": pr, "sleep_s": dur / 60, "limit_min": dur // 3600,
+                     "slurm_id": str(k), "submit_t": float(sub), "start_t": [0.0, 7200.0, 120.0][k]})
+    d = tmp_path / "replay"
+    d.mkdir()
+    pd.DataFrame(rows).to_parquet(d / "jobs.parquet")
+    cfg = SimConfig(nodes=3).to_dict()
+    (d / "replay.json").write_text(json.dumps({"factor": 60, "config": cfg, "from": "x", "to": "y",
+                                               "run": {"horizon_t": 1e9}}))
+    return d
+
+
+def test_fidelity_slurm_rescores_a_replay(tmp_path, capsys):
+    import argparse
+    import json
+
+    from mirage_tasks.steps import fidelity_slurm
+
+    d = _replay_dir(tmp_path)
+    p = argparse.ArgumentParser()
+    fidelity_slurm.add_arguments(p)
+    out = tmp_path / "out"
+    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out)])) == 0
+    doc = json.loads((out / "fidelity_slurm.json").read_text())
+    assert doc["comparison"]["compared"] == 3 and doc["comparison"]["sim_vs_slurm"]["within_1h"] == 1.0
+    # without backfill the 1-node job waits for the 2-node one: the rescoring must notice
+    out2 = tmp_path / "out2"
+    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out2), "--backfill", "none"])) == 0
+    doc2 = json.loads((out2 / "fidelity_slurm.json").read_text())
+    assert doc2["comparison"]["why"] and doc2["comparison"]["sim_vs_slurm"]["within_1h"] < 1.0
+    from stepkit import StepError
+
+    with pytest.raises(StepError, match="not a replay-slurm output"):
+        fidelity_slurm.run(p.parse_args(["--replay", str(tmp_path / "nope"), "--out", str(tmp_path / "o3")]))
