@@ -243,7 +243,7 @@ class Keeper:
                    "succ_submit": link.succ_submit, "succ_start": link.succ_start,
                    "decision_lead_trace_h": (pend - link.succ_submit) * self.scale / 3600,
                    "signed_interruption_h": signed, "interruption_h": max(signed, 0.0),
-                   "overlap_h": max(-signed, 0.0), "wasted_node_h": self.node * max(-signed, 0.0),
+                   "overlap_h": max(-signed, 0.0) + 0.0, "wasted_node_h": self.node * max(-signed, 0.0) + 0.0,
                    "forced": link.forced, "model_output": link.model_output, "n_decisions": link.n_decisions}
             self._log({"event": "link_done", **res})
             results.append(res)
