@@ -113,7 +113,7 @@ def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):
     # a foreign job the keeper must leave alone
     other = run_client(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
                         "--wrap=exec sleep 200"], env).strip()
-    k = keeper.Keeper(env=env, policy="reactive", node=1, service_s=2 * 3600, scale=FACTOR, step_s=600,
+    k = keeper.Keeper(env=env, policy="reactive", node=1, service_s=3600, scale=FACTOR, step_s=600,
                       log_path=str(tmp_path / "d.jsonl"), stop_chain=True)
     (r,) = k.run(deadline_s=300)
     assert r["forced"] and r["succ_submit"] >= r["pred_end"] - 0.5
