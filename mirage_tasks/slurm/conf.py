@@ -18,7 +18,7 @@ Mapping (SimConfig -> slurm.conf):
 | bf_window_s | ``bf_window`` (min, >= 1) | / factor |
 | bf_resolution_s | ``bf_resolution`` (s, >= 1) | / factor |
 | bf_max_job_test | ``bf_max_job_test`` | - |
-| weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min) | max age / factor |
+| weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min), rendered but **ignored by Slurm without slurmdbd** | max age / factor |
 | weight_size | ``PriorityWeightJobSize`` (PriorityFavorSmall=NO) | - |
 | priority trace | per job at submission: ``--nice=-<recorded priority>`` (replay) | - |
 | age_cap false | not expressible (Slurm always caps at PriorityMaxAge) | - |
@@ -111,6 +111,9 @@ def back_to_sim(cfg: SimConfig, factor: float) -> SimConfig:
 def unsupported(cfg: SimConfig) -> list[str]:
     """Simulator settings of ``cfg`` that the rendered Slurm does not enforce."""
     out = []
+    if cfg.weight_age > 0:
+        out.append("PriorityWeightAge: Slurm ignores the age factor without slurmdbd (the comparison's simulator "
+                   "uses weight_age 0)")
     if cfg.backfill == "easy":
         out.append("backfill=easy: Slurm's backfill reserves for every job it tests (rendered as conservative)")
     if not cfg.age_cap:

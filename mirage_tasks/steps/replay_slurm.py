@@ -108,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
     doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"])
     facts["cpu_s_step"] = round(time.process_time() - t_cpu, 2)
     doc = {**params, "trace_fingerprint": wl.fingerprint, "slurm_settings": scaled(cfg, args.factor),
-           "not_enforced_by_slurm": unsupported(cfg) + ["PriorityWeightAge: Slurm ignores the age factor without "
-                                                        "slurmdbd (the comparison's simulator uses weight_age 0)"],
+           "not_enforced_by_slurm": unsupported(cfg),
            "run": facts, "comparison": doc_cmp}
     step.write_json("replay.json", doc)
     buf = io.BytesIO()
