@@ -31,7 +31,8 @@ TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
 .PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
-	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm
+	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm \
+	slurm slurm-stop slurm-status
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
@@ -43,6 +44,8 @@ help:
 	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
 	@echo "make airflow-stop               stop exactly what make airflow started"
 	@echo "make airflow-check              opt-in: backfill 3 trace days of the ls6 log through a real Airflow, then an overlapping range"
+	@echo "make slurm [SLURM_CLUSTER=ls6 SLURM_NODES=N SLURM_FACTOR=F]  a real local Slurm (munge, slurmctld, N slurmd on 127.0.0.1; as root)"
+	@echo "make slurm-stop                 cancel every job and stop exactly what make slurm started"
 	@echo "make bench-monthly              sampling CPU seconds of a monthly backfill's months 2 and 3 vs month 1"
 
 venv: $(STAMP)
@@ -76,6 +79,7 @@ system-deps:
 	$(call apt-install,ls /usr/lib/postgresql/*/bin/pg_ctl,postgresql,make airflow)
 	$(call apt-install,command -v clang && command -v wasm-ld && test -f /usr/lib/wasm32-wasi/libc.a && ls /usr/lib/llvm-14/lib/clang/14*/lib/wasi/libclang_rt.builtins-wasm32.a,clang lld wasi-libc libclang-rt-14-dev-wasm32,the Faasm functions' wasm32-wasi build (make functions))
 	$(call apt-install,command -v runc,runc,the Faasm local target's native system)
+	$(call apt-install,command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged,slurmctld slurmd slurm-client munge,make slurm and the Slurm e2e tests)
 
 # The Faasm functions (faasm_tasks/functions): each C source built to wasm32-wasi (clang,
 # wasi-libc) and native static (gcc), for the local target's wasm and native systems.
@@ -101,6 +105,18 @@ bench-faasm: $(STAMP) functions
 # the airflow CLI: source var/airflow-live/env.sh. make airflow-stop stops what it started.
 airflow: $(STAMP) system-deps
 	@devtools/airflow_local.sh start
+
+# A real local Slurm (Debian's Slurm 22.05 and munge, as root), configured from the simulator's
+# cluster config: SLURM_CLUSTER (preset or JSON, default 4 nodes), SLURM_NODES, SLURM_FACTOR (time
+# compression). State, logs and the munge key in var/slurm; clients: source var/slurm/env.sh.
+slurm: system-deps
+	@devtools/slurm_local.sh start
+
+slurm-stop:
+	@devtools/slurm_local.sh stop
+
+slurm-status:
+	@devtools/slurm_local.sh status
 
 airflow-stop:
 	@devtools/airflow_local.sh stop

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sampling", ("mirage_tasks.sampling",)),
     ("models", ("mirage_tasks.models",)),
     ("evaluation", ("mirage_tasks.evaluation",)),
+    ("slurm", ("mirage_tasks.slurm",)),  # a real Slurm: its config, replay and the service keeper
     ("steps", ("mirage_tasks.steps", "mirage_tasks.__main__")),
     ("run", ("mirage_tasks.run",)),
 )

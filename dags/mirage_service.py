@@ -1,0 +1,73 @@
+"""Keep a service alive on a Slurm cluster: the trained model's decision put to work.
+
+One task, ``keep_service`` (``python -m mirage_tasks keep-service``): it submits the
+service's first job (``node`` nodes, ``service_hours`` limit), watches it through ``squeue``
+and ``sinfo``, builds the features the model was trained on from the live queue and submits
+each successor when the model's calibrated rule says so (never later than the predecessor's
+end); ``policy`` ``reactive`` or ``avg`` runs a baseline instead. Every decision is logged with
+its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
+
+Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
+``var/slurm/slurm.conf``). In a pod the Slurm client and the munge key come from the
+``mirage-slurm`` Secret (``slurm.conf`` and ``munge.key``, mounted at ``/etc/slurm`` and
+``/etc/munge``; docs/deploy.md says how to make it and which account submits).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG, Param
+
+from house import default_args, get_config, steps_for
+from house.config import MACROS
+
+step, _ = steps_for("mirage_tasks")
+LOCAL = get_config().runner == "local"
+
+
+def _pod_overrides() -> dict:
+    """The Slurm credentials in a pod: the ``mirage-slurm`` Secret as files (kubernetes runner only)."""
+    if LOCAL:
+        return {}
+    from kubernetes.client import models as k8s  # noqa: PLC0415 - only for the kubernetes runner
+
+    vol = k8s.V1Volume(name="slurm", secret=k8s.V1SecretVolumeSource(secret_name="mirage-slurm", default_mode=0o400))
+    mounts = [k8s.V1VolumeMount(name="slurm", mount_path="/etc/slurm/slurm.conf", sub_path="slurm.conf", read_only=True),
+              k8s.V1VolumeMount(name="slurm", mount_path="/etc/munge/munge.key", sub_path="munge.key", read_only=True)]
+    return {"volumes": [vol], "volume_mounts": mounts}
+
+
+with DAG(
+    dag_id="mirage_service",
+    description="Keep a service alive on a Slurm cluster (model, reactive or avg)",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    default_args=default_args(owner="mirage"),
+    tags=["mirage", "ml"],
+    user_defined_macros=dict(MACROS),
+    params={
+        "policy": Param("model", enum=["model", "reactive", "avg"], description="who decides when to submit"),
+        "model": Param("", type="string", description="trained model (a train output URI); for policy model"),
+        "node": Param(1, type="integer", minimum=1, description="nodes of each service job"),
+        "service_hours": Param(48.0, type="number", exclusiveMinimum=0, description="limit of each job (h)"),
+        "links": Param(1, type="integer", minimum=1, description="successions to keep"),
+        "factor": Param(1.0, type="number", exclusiveMinimum=0,
+                        description="time compression of the cluster (1 for a real one)"),
+        "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string"),
+        "partition": Param("", type="string"),
+        "account": Param("", type="string"),
+    },
+) as dag:
+    # resolved at run time (the house macro), one folder per run
+    out = "{{ house_storage_prefix(dag.dag_id) }}/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+    argv = ["keep-service", "--policy", "{{ params.policy }}", "--node", "{{ params.node }}",
+            "--service-hours", "{{ params.service_hours }}", "--links", "{{ params.links }}",
+            "--factor", "{{ params.factor }}", "--slurm-conf", "{{ params.slurm_conf }}", "--out", out,
+            "{{ '--model=' ~ params.model if params.model else '--policy=' ~ params.policy }}",
+            "{{ '--partition=' ~ params.partition if params.partition else '--links=' ~ params.links }}",
+            "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}"]
+    step("keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30), pod_overrides=_pod_overrides())

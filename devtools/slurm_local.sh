@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A real local Slurm (make slurm / make slurm-stop / make slurm-status), as root: munge with its own
+# key and socket, one slurmctld and N `slurmd -N nX` on free 127.0.0.1 ports, everything under
+# var/slurm. Size and scheduler settings come from the simulator's cluster config
+# (mirage_tasks/sim/config.py; mirage_tasks/slurm/conf.py says what maps and what does not):
+#
+#   SLURM_CLUSTER=ls6 SLURM_FACTOR=60 devtools/slurm_local.sh start   (defaults: 4 nodes, factor 1)
+#   devtools/slurm_local.sh stop      cancels every job, stops each daemon by the pid it recorded
+#   devtools/slurm_local.sh status
+#
+# Clients: source var/slurm/env.sh (sets SLURM_CONF).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+DIR="${SLURM_ROOT:-$ROOT/var/slurm}"
+cd "$ROOT"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+case "${1:-}" in
+  start)
+    args=(--root "$DIR" --factor "${SLURM_FACTOR:-1}")
+    if [ -n "${SLURM_CLUSTER:-}" ]; then args+=(--cluster-config "$SLURM_CLUSTER"); fi
+    if [ -n "${SLURM_NODES:-}" ]; then args+=(--nodes "$SLURM_NODES"); fi
+    exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster start "${args[@]}" ;;
+  stop) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster stop --root "$DIR" ;;
+  status) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster status --root "$DIR" ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,323 @@
+"""Start and stop a real local Slurm (munge, one slurmctld, N ``slurmd -N nX``) as root.
+
+``python -m mirage_tasks.slurm.cluster start|stop|status [--root var/slurm] [--cluster-config
+ls6] [--nodes N] [--factor F]`` (``make slurm`` / ``make slurm-stop`` / ``make slurm-status``)
+and :class:`LocalSlurm` (the pytest fixture). Everything lives under ``--root``: the munge key
+and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one pid file per
+daemon. Ports are free 127.0.0.1 ports found at start. ``stop`` cancels every job, waits for
+their steps to end, then stops each daemon by the pid it recorded (slurmd, slurmctld, munged,
+in that order) and checks nothing of this root is left running.
+
+Clients use ``SLURM_CONF=<root>/slurm.conf`` (:meth:`LocalSlurm.env`; ``<root>/env.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..sim.config import SimConfig, config_from_args
+from .conf import Paths, render, scaled, unsupported
+
+DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "sinfo", "scancel")
+
+
+def missing_binaries() -> list[str]:
+    """Slurm/munge programs this needs that are not on PATH (or /usr/sbin)."""
+    out = []
+    for b in ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "sinfo", "scancel", "scontrol"):
+        if not (shutil.which(b) or os.path.exists(f"/usr/sbin/{b}")):
+            out.append(b)
+    return out
+
+
+def _bin(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def _port_free(p: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
+    """First port of ``n`` consecutive free 127.0.0.1 ports (a random start, then upwards)."""
+    import random
+
+    start = random.randrange(lo, hi - n)
+    p = start
+    while p + n < hi:
+        if all(_port_free(q) for q in range(p, p + n)):
+            return p
+        p += n
+    raise RuntimeError(f"no {n} consecutive free ports in [{lo}, {hi})")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class LocalSlurm:
+    """One local cluster under ``root``."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).resolve()
+        self.paths = Paths(str(self.root))
+        self.info_file = self.root / "cluster.json"
+
+    # ------------------------------------------------------------------ helpers
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": self.paths.conf}
+
+    def info(self) -> dict:
+        return json.loads(self.info_file.read_text()) if self.info_file.exists() else {}
+
+    def cmd(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(list(args), env=self.env(), capture_output=True, text=True, check=check,
+                              timeout=timeout)
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> int:
+        fh = open(log, "ab")
+        p = subprocess.Popen(argv, env=self.env(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True, cwd=str(self.root))
+        fh.close()
+        (self.root / "pids").mkdir(exist_ok=True)
+        (self.root / "pids" / f"{name}.started").write_text(str(p.pid))
+        return p.pid
+
+    def _pids(self) -> dict[str, int]:
+        out = {}
+        d = self.root / "pids"
+        if d.is_dir():
+            for f in d.glob("*.started"):
+                try:
+                    out[f.stem] = int(f.read_text().strip())
+                except ValueError:
+                    pass
+        return out
+
+    def running(self) -> dict[str, int]:
+        return {k: v for k, v in self._pids().items() if _alive(v)}
+
+    # ------------------------------------------------------------------ start
+    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90) -> dict:
+        if os.geteuid() != 0:
+            raise RuntimeError("the local Slurm runs its daemons as root (SlurmUser=root); run as root")
+        miss = missing_binaries()
+        if miss:
+            raise RuntimeError(f"not installed: {', '.join(miss)} (make system-deps installs Debian's slurmctld, "
+                               "slurmd, slurm-client and munge)")
+        if self.running():
+            raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
+        p = self.paths
+        for d in (p.munge_dir, p.state, p.spool, p.logs, p.pids):
+            os.makedirs(d, exist_ok=True)
+        os.chmod(p.munge_dir, 0o700)
+        os.makedirs(os.path.dirname(p.munge_socket), exist_ok=True)
+        os.chmod(os.path.dirname(p.munge_socket), 0o755)
+        for old in (Path(p.state), Path(p.spool)):  # a fresh cluster: no jobs from an earlier run
+            shutil.rmtree(old, ignore_errors=True)
+            old.mkdir()
+        for f in Path(p.pids).glob("*"):
+            f.unlink()
+        Path(p.jobcomp).unlink(missing_ok=True)
+        n = int(cfg.nodes)
+        if not os.path.exists(p.munge_key):
+            subprocess.run([_bin("mungekey"), "--create", f"--keyfile={p.munge_key}"], check=True,
+                           capture_output=True)
+        os.chmod(p.munge_key, 0o600)
+        ctld = free_port()
+        first = free_port_range(n)
+        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1)))
+        for i in range(1, n + 1):
+            os.makedirs(f"{p.spool}/n{i}", exist_ok=True)
+        (self.root / "env.sh").write_text(f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n")
+        info = {"root": str(self.root), "nodes": n, "factor": factor, "ctld_port": ctld,
+                "node_ports": [first, first + n - 1], "config": cfg.to_dict(), "scaled": scaled(cfg, factor),
+                "unsupported": unsupported(cfg), "started_at": time.time()}
+        self.info_file.write_text(json.dumps(info, indent=1))
+        try:
+            self._spawn("munged", [_bin("munged"), "-F", "--force", f"--socket={p.munge_socket}",
+                                   f"--key-file={p.munge_key}", f"--pid-file={p.munge_dir}/munged.pid",
+                                   f"--log-file={p.logs}/munged.log", f"--seed-file={p.munge_dir}/munged.seed"],
+                        Path(p.logs) / "munged.out")
+            self._wait(lambda: os.path.exists(p.munge_socket), 20, "munged socket", "munged.log")
+            self._spawn("slurmctld", [_bin("slurmctld"), "-D", "-i", "-f", p.conf], Path(p.logs) / "slurmctld.out")
+            self._wait(lambda: self.cmd("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0,
+                       timeout, "slurmctld to answer", "slurmctld.log")
+            for i in range(1, n + 1):
+                self._spawn(f"slurmd-n{i}", [_bin("slurmd"), "-D", "-N", f"n{i}", "-f", p.conf],
+                            Path(p.logs) / f"slurmd-n{i}.out")
+            self._wait(lambda: self.idle_nodes() >= n, timeout, f"{n} idle nodes", "slurmctld.log")
+        except Exception:
+            self.stop()
+            raise
+        return info
+
+    def _wait(self, cond, timeout: float, what: str, log: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [k for k, v in self._pids().items() if not _alive(v)]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited while waiting for {what}; see {self.paths.logs}/{log}")
+            try:
+                if cond():
+                    return
+            except (subprocess.SubprocessError, OSError):
+                pass
+            time.sleep(0.3)
+        tail = ""
+        f = Path(self.paths.logs) / log
+        if f.exists():
+            tail = "\n".join(f.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}; {f}:\n{tail}")
+
+    def idle_nodes(self) -> int:
+        r = self.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=10)
+        return sum(1 for ln in r.stdout.splitlines() if ln.split()[-1:] == ["idle"])
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, timeout: float = 60) -> list[str]:
+        """Cancel every job, stop each daemon this root started; returns what was stopped."""
+        said = []
+        pids = self.running()
+        if "slurmctld" in pids:
+            self.cmd("scancel", "--full", "--user=root", check=False, timeout=20)
+            deadline = time.monotonic() + timeout / 2
+            while time.monotonic() < deadline:
+                r = self.cmd("squeue", "-h", "-o", "%i", check=False, timeout=10)
+                if r.returncode == 0 and not r.stdout.strip():
+                    break
+                time.sleep(0.5)
+        order = sorted((k for k in pids if k.startswith("slurmd-")), key=lambda k: int(k.split("-n")[1]))
+        order += [k for k in ("slurmctld", "munged") if k in pids]
+        for name in order:
+            pid = pids[name]
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        deadline = time.monotonic() + timeout / 2
+        for name in order:
+            pid = pids[name]
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            said.append(f"stopped {name} (pid {pid})")
+        # job steps that outlived their slurmd (slurmstepd runs in a session of its own)
+        for pid in self.leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                said.append(f"killed leftover job process {pid}")
+            except ProcessLookupError:
+                pass
+        for f in Path(self.paths.pids).glob("*.started") if os.path.isdir(self.paths.pids) else []:
+            f.unlink()
+        return said
+
+    def leftovers(self) -> list[int]:
+        """Processes still running with this root's SLURM_CONF in their environment or its
+        paths on their command line (slurmstepd and the jobs it ran)."""
+        conf = self.paths.conf.encode()
+        prefix = str(self.root).encode() + b"/"
+        me = os.getpid()
+        out = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == me:
+                continue
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    args = fh.read().split(b"\0")
+                with open(f"/proc/{d}/environ", "rb") as fh:
+                    environ = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if b"python" in args[0] or b"pytest" in args[0]:
+                continue  # the callers (this process's parents) carry SLURM_CONF too
+            # exactly this root: its SLURM_CONF, or an argument inside it (not a sibling root's)
+            if (b"SLURM_CONF=" + conf) in environ or any(a == conf or a.startswith(prefix) for a in args[1:]):
+                if _alive(int(d)):
+                    out.append(int(d))
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mirage_tasks.slurm.cluster", description=__doc__.split("\n")[0])
+    ap.add_argument("action", choices=("start", "stop", "status"))
+    ap.add_argument("--root", default="var/slurm")
+    ap.add_argument("--factor", type=float, default=1.0, help="time compression (trace seconds per real second)")
+    from ..sim.config import add_config_arguments
+
+    add_config_arguments(ap)
+    a = ap.parse_args(argv)
+    c = LocalSlurm(a.root)
+    if a.action == "start":
+        if a.factor <= 0:
+            print("--factor must be > 0", file=sys.stderr)
+            return 2
+        if a.cluster_config is None and a.cfg_nodes is None:
+            a.cfg_nodes = 4
+        cfg = config_from_args(a)
+        try:
+            info = c.start(cfg, a.factor)
+        except RuntimeError as exc:
+            print(f"slurm start failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
+              f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}")
+        for u in info["unsupported"]:
+            print(f"  not enforced: {u}")
+        print(f"clients: export SLURM_CONF={c.paths.conf}   (or source {c.root}/env.sh); stop: make slurm-stop")
+        return 0
+    if a.action == "stop":
+        for line in c.stop():
+            print(line)
+        left = c.leftovers() + list(c.running().values())
+        if left:
+            print(f"still running: {left}", file=sys.stderr)
+            return 1
+        return 0
+    run = c.running()
+    for k in sorted(run):
+        print(f"{k}: running (pid {run[k]})")
+    if not run:
+        print(f"no local Slurm running under {c.root}")
+    else:
+        print(c.cmd("sinfo", check=False).stdout, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

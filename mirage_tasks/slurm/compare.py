@@ -1,0 +1,138 @@
+"""The project's simulator against the real Slurm replay of the same workload.
+
+:func:`simulate` gives the simulator exactly what Slurm was given, in trace time: each job's
+submission as Slurm recorded it (mapped back by the factor), its compressed sleep and its
+minute-rounded limit times the factor, its nodes and priority (the warm start's running
+jobs first), on an empty cluster of the same size, with
+:func:`~mirage_tasks.slurm.conf.back_to_sim` settings (Slurm's rounded intervals, and the
+rules this Slurm does not enforce switched off: the age factor, which Slurm ignores
+without slurmdbd, and the per-user limits, which need it).
+
+:func:`explain` names, for each scored job whose starts differ by more than ``tol_s``, the
+rule that separates them, from the two schedules alone:
+
+* ``backfill``: one side started the job ahead of a higher-priority job that was still
+  waiting (a backfill start) and the other did not;
+* ``priority order``: neither or both backfilled it, but the jobs that started just before
+  it differ in order (one side let a job of lower priority or later submission go first);
+* ``timing``: same rule, same order: the difference is the compression's resolution
+  (Slurm's 1-s clock and scheduling latency times the factor, minute-rounded limits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..calibration.fidelity import metrics
+from ..sim.config import SimConfig
+from ..sim.engine import Simulator
+from .conf import back_to_sim
+
+
+def sim_config(cfg: SimConfig, factor: float) -> SimConfig:
+    return back_to_sim(cfg, factor).replace(weight_age=0.0)
+
+
+def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float) -> pd.DataFrame:
+    """``jobs`` (replayed rows with ``submit_t``) plus ``sim_start_t`` and ``sim_backfilled``."""
+    scfg = sim_config(cfg, factor)
+    ok = jobs[jobs["submit_t"].notna()].copy()
+    t0 = int(np.floor(ok["submit_t"].min()))
+    sim = Simulator(scfg, t0)
+    sim.static_default = 0.0
+    local = {}
+    for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
+        sub = int(round(r["submit_t"]))
+        dur = int(round(r["sleep_s"] * factor))
+        lim = int(r["limit_min"] * 60 * factor)
+        j = sim.add_job(sub, dur, lim, int(r["nodes"]), user=-1, static=float(r["priority"]), tag=int(idx), tick=0)
+        sim.schedule_submit(j)
+        local[idx] = j
+    sim.drain()
+    out = jobs.copy()
+    out["sim_start_t"] = np.nan
+    out["sim_backfilled"] = False
+    for idx, j in local.items():
+        out.at[idx, "sim_start_t"] = sim.j_start[j]
+        out.at[idx, "sim_backfilled"] = bool(sim.j_bf[j])
+    return out
+
+
+def slurm_backfilled(df: pd.DataFrame) -> pd.Series:
+    """True where Slurm started a job while a job of higher priority (or equal priority,
+    submitted earlier) was still waiting."""
+    ok = df[df["start_t"].notna() & df["submit_t"].notna()]
+    res = pd.Series(False, index=df.index)
+    sub = ok["submit_t"].to_numpy()
+    st = ok["start_t"].to_numpy()
+    pr = ok["priority"].to_numpy()
+    for k, idx in enumerate(ok.index):
+        ahead = (sub <= st[k]) & (st > st[k]) & ((pr > pr[k]) | ((pr == pr[k]) & (sub < sub[k])))
+        res[idx] = bool(ahead.any())
+    return res
+
+
+def explain(df: pd.DataFrame, tol_s: float) -> pd.Series:
+    """A rule name for each row whose Slurm and simulated starts differ by more than ``tol_s``."""
+    why = pd.Series("", index=df.index, dtype=object)
+    bf = slurm_backfilled(df)
+    s_rank = df["start_t"].rank(method="min")
+    m_rank = df["sim_start_t"].rank(method="min")
+    for idx in df.index:
+        a, b = df.at[idx, "start_t"], df.at[idx, "sim_start_t"]
+        if pd.isna(a) and pd.isna(b):
+            continue  # neither started before the replay stopped watching: they agree so far
+        if pd.isna(a) or pd.isna(b):
+            why[idx] = "started on one side only (by the horizon)"
+            continue
+        if abs(a - b) <= tol_s:
+            continue
+        if bool(bf[idx]) != bool(df.at[idx, "sim_backfilled"]):
+            why[idx] = "backfill"
+        elif abs(s_rank[idx] - m_rank[idx]) >= 1:
+            why[idx] = "priority order"
+        else:
+            why[idx] = "timing"
+    return why
+
+
+def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
+            horizon_t: float | None = None) -> tuple[dict, pd.DataFrame]:
+    """(metrics, per-job frame) for the scored (window) jobs. The replay stopped watching at
+    ``horizon_t`` (trace time): a simulated start after it is censored like Slurm's."""
+    df = simulate(jobs.drop(columns=[c for c in ("sim_start_t", "sim_backfilled", "slurm_backfilled", "why")
+                                     if c in jobs]), cfg, factor)
+    if horizon_t is not None:
+        df.loc[df["sim_start_t"] > horizon_t, "sim_start_t"] = np.nan
+    df["slurm_backfilled"] = slurm_backfilled(df)
+    scored = df[(df["kind"] == "window") & df["submit_t"].notna()].copy()
+    if "why" in scored:
+        scored = scored.drop(columns="why")
+    scored["why"] = explain(scored, tol_s=max(3600.0, 2 * factor))
+    both = scored[scored["start_t"].notna() & scored["sim_start_t"].notna()]
+    m = pd.DataFrame({"submit": both["submit_t"].astype(np.int64),
+                      "real_wait_s": both["start_t"] - both["submit_t"],
+                      "sim_wait_s": both["sim_start_t"] - both["submit_t"], "nodes": both["nodes"]})
+    sim_vs_slurm = metrics(m, tz)
+    tr = pd.DataFrame({"submit": both["trace_submit"], "real_wait_s": both["trace_start"] - both["trace_submit"],
+                       "sim_wait_s": both["start_t"] - both["submit_t"], "nodes": both["nodes"]})
+    tr2 = tr.assign(sim_wait_s=both["sim_start_t"] - both["submit_t"])
+    err = (both["sim_start_t"] - both["start_t"]).abs()
+    doc = {
+        "sim_config": sim_config(cfg, factor).to_dict(),
+        "scored": int(len(scored)), "compared": int(len(both)),
+        "not_started_slurm": int(scored["start_t"].isna().sum()),
+        "not_started_sim": int(scored["sim_start_t"].isna().sum()),
+        "not_started_both": int((scored["sim_start_t"].isna() & scored["start_t"].isna()).sum()),
+        "horizon_t": horizon_t,
+        "sim_vs_slurm": sim_vs_slurm,
+        "start_error_h": {"mean": float(err.mean() / 3600) if len(err) else None,
+                          "median": float(err.median() / 3600) if len(err) else None,
+                          "p90": float(err.quantile(0.9) / 3600) if len(err) else None,
+                          "max": float(err.max() / 3600) if len(err) else None},
+        "slurm_vs_trace": metrics(tr, tz), "sim_vs_trace": metrics(tr2, tz),
+        "why": {k: int(v) for k, v in scored["why"].value_counts().items() if k},
+        "backfilled": {"slurm": int(both["slurm_backfilled"].sum()), "sim": int(both["sim_backfilled"].sum())},
+    }
+    return doc, df.assign(why=scored["why"]).loc[:, lambda d: list(d.columns)]

@@ -1,0 +1,278 @@
+"""The service keeper: keep a chain of batch jobs alive on a Slurm cluster.
+
+A service runs as a chain of jobs of ``node`` nodes and a ``service_s`` limit each. The
+keeper submits (or adopts) the first one, then for every link: watches the running
+predecessor, reads the live queue every ``step_s`` (``squeue`` + ``sinfo``), keeps the last
+``window`` snapshots (:func:`mirage_tasks.sim.features.snapshot` on a
+:class:`~mirage_tasks.slurm.queue.LiveView`: the same 44 features the simulator recorded
+for training), and submits the successor when the policy says so:
+
+* ``model``: the trained model's calibrated rule (:meth:`DecisionFunction.decide`) on the
+  history, asked every step once the predecessor runs;
+* ``reactive``: at the predecessor's end;
+* ``avg``: at predecessor end minus the mean wait of the last 100 job starts the keeper saw
+  (start - submit of the running jobs, as the queue showed them) when the predecessor
+  started;
+
+and never later than the predecessor's end. Each decision (wait or submit) is one JSON line
+with its inputs (queue counts, idle nodes, predecessor state and end, the mean wait, the
+model's output). Signed interruption per link = successor start - predecessor end.
+
+Refusals: the keeper only ever cancels job ids it submitted itself in this run (``cancel``
+raises otherwise), and with ``stop_chain=False`` it cancels nothing at all; it never changes
+other users' jobs, priorities or the cluster's settings.
+
+Time: with a compressed local cluster (``scale`` = factor) every duration the model sees is
+multiplied back to trace seconds, so the features match training; on a real cluster
+``scale`` is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..sim import features
+from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, squeue
+
+POLICIES = ("model", "reactive", "avg")
+
+
+class RefusedError(RuntimeError):
+    pass
+
+
+@dataclass
+class Link:
+    pred: str
+    pred_submit: float
+    pred_start: float | None = None
+    succ: str | None = None
+    succ_submit: float | None = None
+    succ_start: float | None = None
+    forced: bool = False
+    model_output: float = float("nan")
+    n_decisions: int = 0
+
+
+@dataclass
+class Keeper:
+    env: dict[str, str]
+    policy: str
+    node: int
+    service_s: float                 # trace seconds (the limit of each job)
+    scale: float = 1.0               # trace seconds per real second
+    step_s: float = 600.0            # trace seconds between snapshots / decisions
+    window: int = 144
+    links: int = 1
+    decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
+    tag: str = "svc"
+    nice: int = 0
+    partition: str | None = None
+    account: str | None = None
+    log_path: str | None = None
+    stop_chain: bool = False
+    submitted: set[str] = field(default_factory=set)
+    snaps: deque = field(default_factory=lambda: deque(maxlen=144))
+    waits: dict[str, float] = field(default_factory=dict)   # job -> start - submit (real s), as seen
+    starts: dict[str, float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.policy == "model" and self.decide is None:
+            raise ValueError("policy 'model' needs a model")
+        self.snaps = deque(maxlen=self.window)
+        self.origin = self.clock()
+        self.limit_min = max(1, math.ceil(self.service_s / self.scale / 60))
+        self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
+
+    # ------------------------------------------------------------------ slurm
+    def _log(self, rec: dict) -> None:
+        rec = {"t": round(self.clock(), 3), "policy": self.policy, **rec}
+        if self.log_path:
+            with open(self.log_path, "a") as fh:
+                fh.write(json.dumps(rec, default=float) + "\n")
+
+    def submit(self, what: str) -> str:
+        args = ["sbatch", "--parsable", f"--job-name={self.tag}-{what}", "-N", str(self.node), "--exclusive",
+                f"--time={self.limit_min}", "--output=/dev/null", "--chdir=/tmp",
+                f"--wrap=exec sleep {self.run_s}"]
+        if self.nice:
+            args.insert(2, f"--nice={int(self.nice)}")
+        if self.partition:
+            args.insert(2, f"--partition={self.partition}")
+        if self.account:
+            args.insert(2, f"--account={self.account}")
+        jid = run_client(args, self.env).strip().split(";")[0]
+        self.submitted.add(jid)
+        self._log({"event": "submitted", "job": jid, "what": what})
+        return jid
+
+    def cancel(self, jid: str) -> None:
+        if jid not in self.submitted:
+            raise RefusedError(f"refusing to cancel job {jid}: this keeper did not submit it")
+        run_client(["scancel", jid], self.env)
+        self._log({"event": "cancelled", "job": jid})
+
+    def read(self) -> tuple[list[QJob], dict[str, int]]:
+        jobs = squeue(self.env, self.partition)
+        nodes = sinfo_nodes(self.env, self.partition)
+        for q in jobs:
+            if q.state in RUNNING_STATES and q.start is not None and q.submit is not None:
+                if q.job_id not in self.starts:
+                    self.starts[q.job_id] = q.start
+                    self.waits[q.job_id] = q.start - q.submit
+        return jobs, nodes
+
+    def avg_wait_trace_s(self) -> float:
+        last = sorted(self.starts, key=lambda j: self.starts[j])[-100:]
+        return float(np.mean([self.waits[j] for j in last])) * self.scale if last else 0.0
+
+    # ------------------------------------------------------------------ features
+    def snapshot(self, jobs: list[QJob], nodes: dict[str, int], now: float) -> np.ndarray:
+        view = LiveView(jobs, nodes, now=now, scale=self.scale, origin=self.origin)
+        return features.snapshot_direct(view)
+
+    def history(self, pred: QJob | None, pred_submit: float, now: float) -> np.ndarray:
+        out = np.zeros((self.window, features.N_FEATURES), dtype=np.float32)
+        snaps = list(self.snaps)[-self.window:]
+        if snaps:
+            out[self.window - len(snaps):] = np.stack(snaps)
+        lim = self.limit_min * 60 * self.scale / 60.0
+        if pred is not None and pred.start is not None and pred.state in RUNNING_STATES:
+            tup = (lim, float(self.node), (pred.start - pred_submit) * self.scale,
+                   min(now - pred.start, self.run_s) * self.scale)
+        else:
+            tup = (lim, float(self.node), (now - pred_submit) * self.scale, 0.0)
+        out[:, features.PRED_COL:features.PRED_COL + 4] = tup
+        out[:, features.SUCC_COL:features.SUCC_COL + 4] = (lim, float(self.node), 0.0, 0.0)
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, first: str | None = None, deadline_s: float = 86400.0) -> list[dict]:
+        """Keep the chain for ``links`` successions; returns one result per link."""
+        t_end = self.clock() + deadline_s
+        step_real = self.step_s / self.scale
+        pred = first or self.submit("0")
+        pred_submit = self.clock()
+        results = []
+        for k in range(self.links):
+            link = Link(pred=pred, pred_submit=pred_submit)
+            avg_at_start = None
+            next_tick = self.clock()
+            while link.succ is None:
+                if self.clock() > t_end:
+                    raise TimeoutError(f"link {k}: no successor decision before the deadline")
+                now = self.clock()
+                jobs, nodes = self.read()
+                by_id = {q.job_id: q for q in jobs}
+                p = by_id.get(pred)
+                if p is not None and p.submit is not None and link.pred_submit == pred_submit:
+                    link.pred_submit = pred_submit = min(pred_submit, p.submit)
+                if p is not None and p.state in RUNNING_STATES and p.start is not None and link.pred_start is None:
+                    link.pred_start = p.start
+                    avg_at_start = self.avg_wait_trace_s()
+                    self._log({"event": "pred_started", "job": pred, "start": p.start, "avg_wait_trace_s": avg_at_start})
+                if p is None and link.pred_start is None:
+                    raise RuntimeError(f"predecessor {pred} left the queue without being seen running")
+                if now >= next_tick:
+                    self.snaps.append(self.snapshot(jobs, nodes, now))
+                    next_tick += step_real
+                pend = link.pred_start + self.run_s if link.pred_start is not None else None
+                inputs = {"pending": sum(1 for q in jobs if q.state not in RUNNING_STATES),
+                          "running": sum(1 for q in jobs if q.state in RUNNING_STATES), "idle_nodes": nodes["idle"],
+                          "pred": pred, "pred_state": p.state if p else "ended", "pred_end": pend,
+                          "avg_wait_trace_s": avg_at_start}
+                submit, why, raw = False, "", float("nan")
+                if pend is not None and now >= pend - 0.5:
+                    submit, why = True, "predecessor end"
+                    link.forced = True
+                elif pend is not None and self.policy == "avg":
+                    due = pend - (avg_at_start or 0.0) / self.scale
+                    if now >= due:
+                        submit, why = True, "avg wait before the end"
+                elif pend is not None and self.policy == "model":
+                    submit, raw = self.decide(self.history(p, pred_submit, now))
+                    link.n_decisions += 1
+                    why = "model" if submit else ""
+                self._log({"event": "decision", "link": k, "submit": submit, "why": why, "model_output": raw,
+                           "inputs": inputs})
+                if submit:
+                    link.model_output = raw
+                    link.succ = self.submit(str(k + 1))
+                    link.succ_submit = self.clock()
+                    break
+                # next look: the next snapshot, the avg time or the predecessor's end, whichever first
+                wake = next_tick
+                if pend is not None:
+                    wake = min(wake, pend)
+                    if self.policy == "avg" and avg_at_start is not None:
+                        due = pend - avg_at_start / self.scale
+                        if due > now:
+                            wake = min(wake, due)
+                if link.pred_start is None:
+                    wake = min(wake, now + min(step_real, 1.0))
+                self.sleep(max(0.05, wake - self.clock()))
+            while link.succ_start is None:
+                if self.clock() > t_end:
+                    raise TimeoutError(f"link {k}: successor {link.succ} did not start before the deadline")
+                jobs, nodes = self.read()
+                q = {j.job_id: j for j in jobs}.get(link.succ)
+                if q is not None and q.state in RUNNING_STATES and q.start is not None:
+                    link.succ_start = q.start
+                    break
+                now = self.clock()
+                if now >= next_tick:
+                    self.snaps.append(self.snapshot(jobs, nodes, now))
+                    next_tick += step_real
+                self.sleep(min(1.0, step_real))
+            pend = link.pred_start + self.run_s
+            signed = (link.succ_start - pend) * self.scale / 3600
+            res = {"link": k, "policy": self.policy, "pred": link.pred, "succ": link.succ,
+                   "pred_submit": link.pred_submit, "pred_start": link.pred_start, "pred_end": pend,
+                   "succ_submit": link.succ_submit, "succ_start": link.succ_start,
+                   "decision_lead_trace_h": (pend - link.succ_submit) * self.scale / 3600,
+                   "signed_interruption_h": signed, "interruption_h": max(signed, 0.0),
+                   "overlap_h": max(-signed, 0.0) + 0.0, "wasted_node_h": self.node * max(-signed, 0.0) + 0.0,
+                   "forced": link.forced, "model_output": link.model_output, "n_decisions": link.n_decisions}
+            self._log({"event": "link_done", **res})
+            results.append(res)
+            pred, pred_submit = link.succ, link.succ_submit
+        if self.stop_chain:
+            self.cancel(pred)
+        return results
+
+
+def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]], dict[str, Any]]:
+    """(decide(history) -> (submit, raw output), model config) of a trained model."""
+    from ..models.loader import load_model
+
+    fn = load_model(uri, device="cpu")
+    if fn.window != 144 and fn.window < 1:
+        raise ValueError(f"{uri}: odd window {fn.window}")
+    if list(fn.feature_names) != list(features.FEATURE_NAMES):
+        raise ValueError(f"{uri}: the model was trained on other features ({len(fn.feature_names)}), "
+                         f"the keeper builds {len(features.FEATURE_NAMES)}")
+
+    def decide(hist: np.ndarray) -> tuple[bool, float]:
+        d = fn.decide(hist[None])
+        return bool(d.submit[0]), float(d.raw[0])
+
+    return decide, {"window": fn.window, "kind": fn.kind, "decision": fn.decision_rule}
+
+
+def env_for(conf: str | None) -> dict[str, str]:
+    env = os.environ.copy()
+    if conf:
+        env["SLURM_CONF"] = conf
+    return env

@@ -1,0 +1,86 @@
+"""What the simulator predicts for a kept service, given the workload the real run saw.
+
+The background is a replay's job table (:mod:`.replay`: Slurm's own submission times
+mapped back to trace time, compressed sleeps and minute-rounded limits times the factor);
+the chain starts with the predecessor at the keeper's real submission time; the settings
+are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the keeper does
+(:mod:`.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
+asked every step once the predecessor runs, ``avg`` = end minus the simulator's mean wait of
+the last 100 starts when the predecessor started, ``reactive`` and every policy at the
+latest at the predecessor's end. The other policies' chains are not in the simulated
+workload (each chain is predicted alone).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..sim import features
+from ..sim.config import SimConfig
+from ..sim.engine import Simulator
+from .compare import sim_config
+
+PRED_TAG, SUCC_TAG = -2, -3
+
+
+def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int) -> Simulator:
+    sim = Simulator(sim_config(cfg, factor), t0)
+    sim.static_default = 0.0
+    ok = jobs[jobs["submit_t"].notna()]
+    for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
+        j = sim.add_job(int(round(r["submit_t"])), int(round(r["sleep_s"] * factor)), int(r["limit_min"] * 60 * factor),
+                        int(r["nodes"]), user=-1, static=float(r["priority"]), tag=int(idx), tick=0)
+        sim.schedule_submit(j)
+    return sim
+
+
+def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
+            policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
+            step_s: int = 600, window: int = 144) -> dict:
+    """Signed interruption (h) and the decision the simulator makes for one link."""
+    ps = int(round(pred_submit_t))
+    t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
+    sim = _background(jobs, cfg, factor, t0)
+    sim.static_default = float(priority)
+    pred = sim.add_probe_job(ps, service_s, node, PRED_TAG)
+    sim.schedule_submit(pred)
+    sim.run_until(ps)
+    sim.record_history(features.snapshot, ps, step_s, window)
+    pre = sim.fork()
+    pre.stop_history()
+    pstart = pre.run_until_started(pred)
+    avg = pre.avg_wait_s()
+    del pre
+    pend = pstart + service_s
+    raw = float("nan")
+    n = 0
+    if policy == "reactive":
+        t = pend
+    elif policy == "avg":
+        t = max(ps, int(pend - avg))
+    else:
+        sim.run_until(pstart)
+        t = pend
+        while sim.now < pend:
+            hist = features.history(sim, pred, node, service_s, window)
+            ok, out = decide(hist)
+            n += 1
+            if ok:
+                t, raw = sim.now, out
+                break
+            nxt = (sim.now // step_s + 1) * step_s
+            sim.run_until(min(nxt, pend))
+    sim.run_until(t)
+    sim.stop_history()
+    succ = sim.add_probe_job(int(t), service_s, node, SUCC_TAG)
+    sim.submit_now(succ)
+    ss = sim.run_until_started(succ)
+    signed = (ss - pend) / 3600
+    return {"policy": policy, "sim_pred_start": pstart, "sim_pred_end": pend, "sim_succ_submit": int(t),
+            "sim_succ_start": ss, "sim_signed_interruption_h": signed, "sim_interruption_h": max(signed, 0.0),
+            "sim_overlap_h": max(-signed, 0.0), "sim_wasted_node_h": node * max(-signed, 0.0),
+            "sim_decision_lead_h": (pend - t) / 3600, "sim_avg_wait_h": avg / 3600, "sim_model_output": raw,
+            "sim_n_decisions": n, "sim_backfilled": bool(sim.j_bf[succ])}

@@ -1,0 +1,156 @@
+"""The live queue of a Slurm cluster, read through its ordinary clients.
+
+:func:`squeue` / :func:`sinfo_nodes` parse ``squeue``/``sinfo`` output (fixed ``-o`` formats,
+so the parse does not depend on a site's defaults); :func:`read_jobcomp` parses the
+``jobcomp/filetxt`` log; :class:`LiveView` turns one queue reading into the object
+:func:`mirage_tasks.sim.features.snapshot_direct` reads, so the keeper computes exactly the
+features the model was trained on from the simulator.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+SQUEUE_FMT = "%i|%T|%D|%l|%V|%S|%u|%j"
+#: squeue states that hold nodes; everything else pending-like counts as pending
+RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+
+
+def slurm_time(value: str) -> float | None:
+    """Epoch seconds of a Slurm local ISO time; None for N/A, Unknown, None or empty."""
+    v = (value or "").strip()
+    if not v or v in ("N/A", "Unknown", "None", "(null)") or v.startswith("0"):
+        return None
+    try:
+        return datetime.strptime(v, "%Y-%m-%dT%H:%M:%S").timestamp()  # Slurm prints local time
+    except ValueError:
+        return None
+
+
+def limit_seconds(value: str) -> int | None:
+    """Seconds of a Slurm time limit (``[D-]HH:MM:SS``, ``MM:SS``, ``UNLIMITED``)."""
+    v = value.strip()
+    if v in ("UNLIMITED", "INVALID", "NOT_SET", "Partition_Limit", ""):
+        return None
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in v.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts[-3:]
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+@dataclass
+class QJob:
+    job_id: str
+    state: str
+    nodes: int
+    limit_s: int | None
+    submit: float | None
+    start: float | None
+    user: str
+    name: str
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+def run_client(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> str:
+    r = subprocess.run(args, env=env or os.environ.copy(), capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise SlurmError(f"{' '.join(args[:3])}...: exit {r.returncode}: {r.stderr.strip()[:300]}")
+    return r.stdout
+
+
+def parse_squeue(text: str) -> list[QJob]:
+    out = []
+    for ln in text.splitlines():
+        if not ln.strip():
+            continue
+        f = ln.split("|", 7)
+        if len(f) != 8:
+            raise SlurmError(f"squeue line with {len(f)} fields, expected 8: {ln!r}")
+        out.append(QJob(job_id=f[0], state=f[1], nodes=int(f[2]), limit_s=limit_seconds(f[3]),
+                        submit=slurm_time(f[4]), start=slurm_time(f[5]), user=f[6], name=f[7]))
+    return out
+
+
+def squeue(env: dict[str, str] | None = None, partition: str | None = None) -> list[QJob]:
+    args = ["squeue", "-h", "-a", "-o", SQUEUE_FMT]
+    if partition:
+        args += ["-p", partition]
+    return parse_squeue(run_client(args, env))
+
+
+def sinfo_nodes(env: dict[str, str] | None = None, partition: str | None = None) -> dict[str, int]:
+    """{"total": nodes, "idle": idle nodes, "down": unusable} of the partition."""
+    args = ["sinfo", "-h", "-N", "-o", "%N|%t"]
+    if partition:
+        args += ["-p", partition]
+    seen: dict[str, str] = {}
+    for ln in run_client(args, env).splitlines():
+        if "|" in ln:
+            n, st = ln.split("|", 1)
+            seen[n.strip()] = st.strip().rstrip("*~#!%$@^-")
+    idle = sum(1 for s in seen.values() if s == "idle")
+    down = sum(1 for s in seen.values() if s in ("down", "drain", "drng", "fail", "maint", "unk", "boot"))
+    return {"total": len(seen), "idle": idle, "down": down}
+
+
+def read_jobcomp(path: str) -> dict[str, dict[str, str]]:
+    """JobId -> fields of the jobcomp/filetxt log (``Key=Value`` tokens per line)."""
+    out: dict[str, dict[str, str]] = {}
+    if not os.path.exists(path):
+        return out
+    with open(path, errors="replace") as fh:
+        for ln in fh:
+            rec = {}
+            for tok in ln.split():
+                if "=" in tok:
+                    k, v = tok.split("=", 1)
+                    rec[k] = v
+            if "JobId" in rec:
+                out[rec["JobId"]] = rec
+    return out
+
+
+class LiveView:
+    """What :func:`~mirage_tasks.sim.features.snapshot_direct` reads from a simulator, built from
+    one reading of the live queue (times in the model's clock: ``scale`` trace seconds
+    per real second, so a compressed cluster looks like the trace it replays)."""
+
+    def __init__(self, jobs: list[QJob], nodes: dict[str, int], now: float | None = None, scale: float = 1.0,
+                 exclude: set[str] | None = None, origin: float = 0.0):
+        now = time.time() if now is None else now
+        self.now = (now - origin) * scale
+        self.j_limit, self.j_nodes, self.j_submit, self.j_start = [], [], [], []
+        self.pending: list[int] = []
+        self.running: dict[int, float] = {}
+        for q in jobs:
+            if exclude and q.job_id in exclude:
+                continue
+            if q.state not in RUNNING_STATES and q.state not in PENDING_STATES:
+                continue
+            k = len(self.j_limit)
+            lim = q.limit_s if q.limit_s is not None else 0
+            self.j_limit.append(lim * scale)
+            self.j_nodes.append(q.nodes)
+            sub = q.submit if q.submit is not None else now
+            self.j_submit.append((sub - origin) * scale)
+            st = q.start if (q.start is not None and q.state in RUNNING_STATES) else -1
+            self.j_start.append((st - origin) * scale if st >= 0 else -1)
+            if q.state in RUNNING_STATES:
+                self.running[k] = 0.0
+            else:
+                self.pending.append(k)
+        self.free = nodes.get("idle", 0)
+        self.cap = nodes.get("total", 0) - nodes.get("down", 0)

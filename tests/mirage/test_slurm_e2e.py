@@ -1,0 +1,124 @@
+"""E2E tier: a real local Slurm (Debian's slurmctld/slurmd/munge, as root) started by the
+fixture in a temporary root and stopped after; skips only where Slurm is not installed (or
+the tests do not run as root, which the daemons need)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mirage_tasks.sim.config import SimConfig
+from mirage_tasks.slurm import compare, keeper, replay
+from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_binaries
+from mirage_tasks.slurm.queue import read_jobcomp, run_client, squeue
+from mirage_tasks.sim.workload import Workload
+
+pytestmark = pytest.mark.skipif(
+    bool(missing_binaries()) or os.geteuid() != 0,
+    reason=(f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
+            "slurm-client munge)" if missing_binaries() else "the local Slurm's daemons run as root"))
+
+FACTOR = 60
+
+
+def _until(cond, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    c = LocalSlurm(tmp_path / "slurm")
+    c.start(SimConfig(nodes=3, bf_interval_s=60, bf_resolution_s=60), FACTOR)
+    yield c
+    c.stop()
+    left = c.leftovers() + list(c.running().values())
+    assert not left, f"left running: {left}"
+
+
+def test_cluster_schedules_jobs_and_stop_leaves_nothing(tmp_path):
+    c = LocalSlurm(tmp_path / "s")
+    info = c.start(SimConfig(nodes=3), 1.0)
+    try:
+        assert c.idle_nodes() == 3 and info["nodes"] == 3
+        env = c.env()
+        ids = [run_client(["sbatch", "--parsable", "-N", "2", "-t", "1", "--output=/dev/null", "--chdir=/tmp",
+                           "--wrap=exec sleep 3"], env).strip() for _ in range(2)]
+        # two 2-node jobs on 3 nodes: one runs, one waits for Resources, then runs
+        q = _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="a running job")
+        assert len(q) == 1
+        _until(lambda: set(ids) <= read_jobcomp(c.paths.jobcomp).keys(), what="both jobs completed")
+        comp = read_jobcomp(c.paths.jobcomp)
+        assert all(comp[i]["JobState"] == "COMPLETED" for i in ids)
+        # and one more that is still running when the cluster stops
+        run_client(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
+                    "--wrap=exec sleep 300"], env)
+        _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="the long job running")
+        pids = c.running()
+        assert set(pids) >= {"munged", "slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3"}
+    finally:
+        c.stop()
+    assert not any(_alive(p) for p in pids.values())
+    assert c.leftovers() == []
+
+
+def _wl(rows):
+    df = pd.DataFrame(rows, columns=["job_id", "submit", "start", "end", "time_limit_s", "nodes", "user", "priority"])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    df["procs"] = np.nan
+    return Workload.from_frame(df)
+
+
+def test_replay_matches_the_simulator_on_a_backfill_case(slurm):
+    """3 nodes, x60: a 3-node job must wait for a running 2-node job; a short 1-node job
+    submitted later fits beside it (backfill); a long one would delay the big one: it waits.
+    About 2 trace hours = 2 real minutes."""
+    h = 3600
+    t0 = 100 * h
+    # (id, submit, start, end, limit, nodes, user, recorded priority); durations = end - start
+    wl = _wl([("r", t0 - 600, t0 - 600, t0 + h, 2 * h + 600, 2, "u", 10.0),      # running at t0: ends at t0 + 1 h,
+              #                                                                     planned (limit) t0 + 2 h
+              ("big", t0 + 300, t0 + h, t0 + 2 * h, h, 3, "u", 100.0),            # needs all 3 nodes: waits for r
+              ("short", t0 + 600, t0 + 600, t0 + 600 + h // 2, h, 1, "u", 1.0),    # ends (planned) before r: backfill
+              ("long", t0 + 1200, t0 + 2 * h, t0 + 3 * h, 2 * h, 1, "u", 1.0)])    # would delay big: waits for it
+    cfg = SimConfig(nodes=3, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(wl, cfg, t0, t0 + 3 * h, FACTOR)
+    assert list(jobs['kind']) == ['running_at_start', 'window', 'window', 'window']
+    out, facts = replay.run(jobs, slurm.env(), slurm.paths.jobcomp, FACTOR, t0, drain_s=600)
+    assert facts["scored"] == 3 and facts["scored_started"] == 3
+    doc, frame = compare.compare(out, cfg, FACTOR, horizon_t=facts["horizon_t"])
+    f = frame.set_index("trace_job_id")
+    wait = (f["start_t"] - f["submit_t"]) / h
+    assert wait["short"] < 0.25 and bool(f.loc["short", "slurm_backfilled"])  # Slurm backfilled it
+    assert wait["big"] > 0.5 and f.loc["long", "start_t"] >= f.loc["big", "start_t"] + 0.5 * h
+    # the simulator, given the same submissions, agrees within a few real seconds x the factor
+    assert doc["compared"] == 3
+    assert doc["start_error_h"]["max"] <= 6 * FACTOR / h, doc
+    assert doc["sim_vs_slurm"]["within_1h"] == 1.0
+    assert slurm.cmd("squeue", "-h").stdout.strip() == ""  # the replay cancelled what it left
+
+
+def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):
+    env = slurm.env()
+    # a foreign job the keeper must leave alone
+    other = run_client(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
+                        "--wrap=exec sleep 200"], env).strip()
+    k = keeper.Keeper(env=env, policy="reactive", node=1, service_s=3600, scale=FACTOR, step_s=600,
+                      log_path=str(tmp_path / "d.jsonl"), stop_chain=True)
+    (r,) = k.run(deadline_s=300)
+    assert r["forced"] and r["succ_submit"] >= r["pred_end"] - 0.5
+    assert 0 <= r["signed_interruption_h"] <= 5 * FACTOR / 3600  # a few real seconds of dispatch, x60
+    with pytest.raises(keeper.RefusedError):
+        k.cancel(other)
+    assert other in {j.job_id for j in squeue(env)}
+    assert '"event": "decision"' in (tmp_path / "d.jsonl").read_text()

@@ -1,0 +1,287 @@
+"""Unit tier for mirage_tasks.slurm: config rendering, queue parsing, live features, replay
+planning, the Slurm-vs-simulator comparison and the keeper's decisions on a fake cluster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mirage_tasks.sim import features
+from mirage_tasks.sim.config import PRESETS, SimConfig
+from mirage_tasks.sim.engine import Simulator
+from mirage_tasks.sim.workload import Workload
+from mirage_tasks.slurm import compare, keeper, replay
+from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
+from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
+
+
+def test_render_scales_the_simulator_config():
+    cfg = PRESETS["ls6"]
+    text = render(cfg, 60, Paths("/x"), 6817, (7001, 7078))
+    assert "NodeName=n[1-78] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[7001-7078]" in text
+    assert "SelectType=select/linear" in text and "SchedulerType=sched/backfill" in text
+    assert "JobCompType=jobcomp/filetxt" in text and "JobCompLoc=/x/log/jobcomp.txt" in text
+    # 60 s interval / 60 -> 1 s; 48 h window / 60 -> 48 min; 600 s resolution / 60 -> 10 s
+    assert "bf_interval=1,bf_window=48,bf_resolution=10,bf_max_job_test=3000" in text
+    assert "PriorityMaxAge=0-02:48" in text  # 7 days / 60
+    assert scaled(cfg, 120)["bf_resolution_s"] == 5
+    assert any("per-user limits" in u for u in unsupported(cfg))
+    with pytest.raises(ValueError):
+        render(cfg, 60, Paths("/x"), 6817, (7001, 7002))
+    assert "SchedulerType=sched/builtin" in render(cfg.replace(backfill="none", nodes=2), 1, Paths("/x"), 1, (2, 3))
+
+
+def test_back_to_sim_matches_what_slurm_enforces():
+    cfg = PRESETS["ls6"].replace(bf_interval_s=90)
+    s = back_to_sim(cfg, 60)
+    assert s.bf_interval_s == 120  # 90/60 rounds to 2 real s = 120 trace s
+    assert s.max_jobs_per_user == 0 and not s.warm_start and s.nodes == 78
+    assert compare.sim_config(cfg, 60).weight_age == 0.0
+
+
+def test_squeue_and_jobcomp_parsing(tmp_path):
+    jobs = parse_squeue("12|RUNNING|2|1:00|2026-01-01T00:00:00|2026-01-01T00:00:05|root|mr\n"
+                        "13|PENDING|1|2-00:00:00|2026-01-01T00:00:01|N/A|root|mr\n")
+    assert [j.state for j in jobs] == ["RUNNING", "PENDING"]
+    assert jobs[0].limit_s == 60 and jobs[1].limit_s == 172800 and jobs[1].start is None
+    assert jobs[0].start - jobs[0].submit == 5
+    assert limit_seconds("UNLIMITED") is None and limit_seconds("01:02:03") == 3723
+    f = tmp_path / "jc.txt"
+    f.write_text("JobId=7 UserId=root(0) JobState=COMPLETED StartTime=2026-01-01T00:00:01 EndTime=2026-01-01T00:00:09\n")
+    assert read_jobcomp(str(f))["7"]["JobState"] == "COMPLETED"
+    with pytest.raises(RuntimeError):
+        parse_squeue("1|RUNNING|2\n")
+
+
+def test_live_view_gives_the_simulators_features():
+    """A queue reading of the same state yields exactly the snapshot the simulator records."""
+    cfg = SimConfig(nodes=4, backfill="none")
+    sim = Simulator(cfg, 0)
+    spec = [(0, 5000, 7200, 2), (0, 3000, 3600, 2), (100, 4000, 7200, 3), (200, 100, 600, 1)]
+    ids = [sim.add_job(s, d, lim, n) for s, d, lim, n in spec]
+    for j in ids:
+        sim.schedule_submit(j)
+    sim.run_until(1000)
+    want = features.snapshot(sim)
+    q = []
+    for j in ids:
+        state = "RUNNING" if j in sim.running else ("PENDING" if sim.j_start[j] < 0 else "COMPLETED")
+        q.append(QJob(str(j), state, sim.j_nodes[j], sim.j_limit[j], float(sim.j_submit[j]),
+                      float(sim.j_start[j]) if sim.j_start[j] >= 0 else None, "u", "x"))
+    view = LiveView(q, {"total": 4, "idle": sim.free, "down": 0}, now=1000.0)
+    got = features.snapshot_direct(view)
+    np.testing.assert_allclose(got, want)
+    # a compressed cluster: every time multiplied back by the factor
+    q2 = [QJob(x.job_id, x.state, x.nodes, x.limit_s / 60 if x.limit_s else None, x.submit / 60,
+               x.start / 60 if x.start is not None else None, "u", "x") for x in q]
+    got2 = features.snapshot_direct(LiveView(q2, {"total": 4, "idle": sim.free, "down": 0}, now=1000 / 60, scale=60))
+    np.testing.assert_allclose(got2, want, rtol=1e-9, atol=1e-6)
+
+
+def _wl(rows):
+    df = pd.DataFrame(rows, columns=["job_id", "submit", "start", "end", "time_limit_s", "nodes", "user", "priority"])
+    for c in ("submit", "start", "end"):
+        df[c] = pd.to_datetime(df[c], unit="s", utc=True)
+    df["procs"] = np.nan
+    return Workload.from_frame(df)
+
+
+def test_replay_plan_scales_and_warm_starts():
+    wl = _wl([("a", 0, 0, 7200, 10800, 2, "u1", 100.0),        # running at t0=3600
+              ("b", 1000, 9000, 10000, 3600, 1, "u1", 200.0),  # pending at t0
+              ("c", 4000, 4000, 5000, 1800, 1, "u2", 300.0),   # window
+              ("d", 5000, 5000, 6000, 60, 9, "u2", 300.0)])    # too big for 4 nodes
+    cfg = SimConfig(nodes=4, priority="trace")
+    p = replay.plan(wl, cfg, 3600, 7200, 60)
+    kinds = dict(zip(p["trace_job_id"], p["kind"]))
+    assert kinds == {"a": "running_at_start", "b": "pending_at_start", "c": "window", "d": "window"}
+    a = p.set_index("trace_job_id").loc["a"]
+    assert a["duration_s"] == 3600 and a["sleep_s"] == 60 and a["limit_min"] == 2  # 7200 s left / 60 -> 2 min
+    c = p.set_index("trace_job_id").loc["c"]
+    assert c["offset_real_s"] == pytest.approx(400 / 60) and c["limit_min"] == 1 and c["nice"] == -300
+    assert bool(p.set_index("trace_job_id").loc["d", "too_big"])
+    assert p.set_index("trace_job_id").loc["a", "priority"] == replay.RUNNING_BOOST
+
+
+def test_compare_agrees_with_itself_and_names_rules():
+    """A replay table whose 'Slurm' starts are the simulator's own: full agreement; then one
+    job moved to start ahead of its queue: the rule is backfill."""
+    rows = []
+    # 2 nodes: j0 (2 nodes, 1 h) runs; j1 (2 nodes) waits; j2 (1 node, short) backfill candidate
+    for k, (sub, dur, lim, n, pr) in enumerate([(0, 3600, 3600, 2, 10.0), (60, 3600, 3600, 2, 10.0),
+                                                 (120, 600, 600, 1, 1.0)]):
+        rows.append({"trace_job_id": str(k), "kind": "window", "trace_submit": sub, "trace_start": sub,
+                     "nodes": n, "duration_s": dur, "limit_s": lim, "priority": pr, "sleep_s": dur / 60,
+                     "limit_min": max(1, -(-lim // 3600)), "slurm_id": str(k), "submit_t": float(sub)})
+    jobs = pd.DataFrame(rows)
+    cfg = SimConfig(nodes=2)
+    sim = compare.simulate(jobs, cfg, 60)
+    jobs["start_t"] = sim["sim_start_t"]
+    doc, frame = compare.compare(jobs, cfg, 60)
+    assert doc["compared"] == 3 and doc["sim_vs_slurm"]["within_1h"] == 1.0 and doc["why"] == {}
+    assert doc["start_error_h"]["max"] == 0.0
+    moved = jobs.copy()
+    moved.loc[2, "start_t"] = 7200 + 4 * 3600.0  # Slurm (pretend) started it hours later than the sim
+    moved.loc[1, "start_t"] = 3600.0
+    _, f2 = compare.compare(moved, cfg, 60)
+    assert f2.loc[2, "why"] in ("backfill", "priority order", "timing")
+    assert (f2["why"].fillna("") != "").sum() >= 1
+
+
+class FakeSlurm:
+    """A one-partition cluster on a fake clock: jobs start in submit order when nodes are free."""
+
+    def __init__(self, nodes=4, busy_until=0.0):
+        self.t = 1000.0
+        self.nodes = nodes
+        self.jobs = {}
+        self.next = 100
+        self.cancelled = []
+        # a foreign job holding 1 node until busy_until
+        self.jobs["1"] = dict(nodes=1, limit=10**6, submit=0.0, start=0.0, end=busy_until, mine=False)
+
+    def clock(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += max(s, 0.01)
+        self._tick()
+
+    def _tick(self):
+        for j in self.jobs.values():
+            if j["start"] is not None and j["end"] is not None and j["end"] <= self.t:
+                j["done"] = True
+        used = sum(j["nodes"] for j in self.jobs.values() if j["start"] is not None and not j.get("done"))
+        for jid in sorted((k for k, j in self.jobs.items() if j["start"] is None), key=int):
+            j = self.jobs[jid]
+            if used + j["nodes"] <= self.nodes:
+                j["start"] = float(int(self.t))
+                j["end"] = j["start"] + j["limit"]
+                used += j["nodes"]
+
+    def run_client(self, args, env=None, timeout=60):
+        if args[0] == "sbatch":
+            n = int(args[args.index("-N") + 1])
+            lim = int([a for a in args if a.startswith("--time=")][0].split("=")[1]) * 60
+            jid = str(self.next)
+            self.next += 1
+            self.jobs[jid] = dict(nodes=n, limit=lim, submit=float(int(self.t)), start=None, end=None)
+            self._tick()
+            return jid + "\n"
+        if args[0] == "scancel":
+            self.cancelled += args[1:]
+            return ""
+        raise AssertionError(args)
+
+    def squeue(self, env=None, partition=None):
+        out = []
+        for jid, j in self.jobs.items():
+            if j.get("done"):
+                continue
+            st = "RUNNING" if j["start"] is not None else "PENDING"
+            out.append(QJob(jid, st, j["nodes"], j["limit"], j["submit"], j["start"], "u", "x"))
+        return out
+
+    def sinfo(self, env=None, partition=None):
+        used = sum(j["nodes"] for j in self.jobs.values() if j["start"] is not None and not j.get("done"))
+        return {"total": self.nodes, "idle": self.nodes - used, "down": 0}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = FakeSlurm()
+    monkeypatch.setattr(keeper, "run_client", f.run_client)
+    monkeypatch.setattr(keeper, "squeue", f.squeue)
+    monkeypatch.setattr(keeper, "sinfo_nodes", f.sinfo)
+    return f
+
+
+def _keeper(f, policy, decide=None, log=None):
+    return keeper.Keeper(env={}, policy=policy, node=1, service_s=4 * 3600, scale=60, step_s=600, decide=decide,
+                         clock=f.clock, sleep=f.sleep, log_path=log)
+
+
+def test_keeper_reactive_submits_at_the_end_never_later(fake, tmp_path):
+    k = _keeper(fake, "reactive", log=str(tmp_path / "d.jsonl"))
+    (r,) = k.run(deadline_s=10_000)
+    assert r["forced"] and r["succ_submit"] >= r["pred_end"] - 0.5
+    assert r["succ_submit"] - r["pred_end"] < 1.0  # at the end, not a poll later
+    assert r["signed_interruption_h"] >= 0 and r["signed_interruption_h"] <= 60 / 3600 * 60
+    lines = (tmp_path / "d.jsonl").read_text().splitlines()
+    assert any('"decision"' in ln and '"inputs"' in ln for ln in lines)
+
+
+def test_keeper_model_decides_from_features_and_never_cancels_foreign_jobs(fake):
+    seen = []
+
+    def decide(hist):
+        seen.append(hist.copy())
+        elapsed = hist[-1, features.PRED_COL + 3]
+        return bool(elapsed >= 3 * 3600), float(elapsed)
+
+    k = _keeper(fake, "model", decide)
+    (r,) = k.run(deadline_s=10_000)
+    assert not r["forced"] and r["n_decisions"] >= 2
+    lead = r["decision_lead_trace_h"]
+    assert 0.5 <= lead <= 1.0 + 1e-6  # submitted once 3 of 4 h had run (decided every 10 trace minutes)
+    assert seen[-1].shape == (144, features.N_FEATURES) and seen[-1][-1, features.PRED_COL] == 240  # 4 h limit, min
+    assert r["signed_interruption_h"] < 0  # submitted early on a free cluster: overlap
+    with pytest.raises(keeper.RefusedError):
+        k.cancel("1")
+    k.cancel(r["succ"])
+    assert fake.cancelled == [r["succ"]]
+
+
+def test_keeper_avg_uses_the_waits_it_saw(fake):
+    fake.jobs["2"] = dict(nodes=1, limit=10**6, submit=900.0, start=960.0, end=None, mine=False)  # waited 60 s
+    k = _keeper(fake, "avg")
+    (r,) = k.run(deadline_s=10_000)
+    # jobs seen starting: "2" (waited 60 real s) and the predecessor (0 s): mean 30 s x 60 = 0.5 trace h
+    # ("1" ended before the keeper looked); the successor goes in that long before the end
+    assert r["decision_lead_trace_h"] == pytest.approx(0.5, abs=2 / 60)
+    assert not r["forced"]
+    with pytest.raises(ValueError):
+        keeper.Keeper(env={}, policy="model", node=1, service_s=3600)
+
+
+def _replay_dir(tmp_path):
+    import json
+
+    rows = []
+    # 3 nodes: a 2-node job runs 2 h, a second waits for it, a 1-node job fits beside (backfill)
+    for k, (sub, dur, n, pr) in enumerate([(0, 7200, 2, 10.0), (60, 7200, 2, 10.0), (120, 600, 1, 1.0)]):
+        rows.append({"trace_job_id": str(k), "kind": "window", "trace_submit": sub, "trace_start": sub, "nodes": n,
+                     "duration_s": dur, "limit_s": dur, "priority": pr, "sleep_s": dur / 60, "limit_min": dur // 3600,
+                     "slurm_id": str(k), "submit_t": float(sub), "start_t": [0.0, 7200.0, 120.0][k]})
+    d = tmp_path / "replay"
+    d.mkdir()
+    pd.DataFrame(rows).to_parquet(d / "jobs.parquet")
+    cfg = SimConfig(nodes=3).to_dict()
+    (d / "replay.json").write_text(json.dumps({"factor": 60, "config": cfg, "from": "x", "to": "y",
+                                               "run": {"horizon_t": 1e9}}))
+    return d
+
+
+def test_fidelity_slurm_rescores_a_replay(tmp_path, capsys):
+    import argparse
+    import json
+
+    from mirage_tasks.steps import fidelity_slurm
+
+    d = _replay_dir(tmp_path)
+    p = argparse.ArgumentParser()
+    fidelity_slurm.add_arguments(p)
+    out = tmp_path / "out"
+    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out)])) == 0
+    doc = json.loads((out / "fidelity_slurm.json").read_text())
+    assert doc["comparison"]["compared"] == 3 and doc["comparison"]["sim_vs_slurm"]["within_1h"] == 1.0
+    # without backfill the 1-node job waits for the 2-node one: the rescoring must notice
+    out2 = tmp_path / "out2"
+    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out2), "--backfill", "none"])) == 0
+    doc2 = json.loads((out2 / "fidelity_slurm.json").read_text())
+    assert doc2["comparison"]["why"] and doc2["comparison"]["sim_vs_slurm"]["within_1h"] < 1.0
+    from stepkit import StepError
+
+    with pytest.raises(StepError, match="not a replay-slurm output"):
+        fidelity_slurm.run(p.parse_args(["--replay", str(tmp_path / "nope"), "--out", str(tmp_path / "o3")]))
