@@ -129,8 +129,8 @@ def chain(lg: Log, root: Path, args: argparse.Namespace) -> None:
     run(cal, logs / "calibrate.log")
     cfg = str(d / "cal" / "config.json")
     n_train, score_start, n_score = sample_counts(lg, args.interval_hours, months)
-    if args.max_samples:
-        n_train, n_score = min(n_train, args.max_samples), min(n_score, args.max_samples)
+    if args.max_train or args.max_score:
+        n_train, n_score = min(n_train, args.max_train or n_train), min(n_score, args.max_score or n_score)
         # the smoke size: the last training samples before the first scored month
         train_start = (utc(months[0]) - pd.Timedelta(days=WORKLOAD_DAYS)
                        - pd.Timedelta(hours=args.interval_hours) * (n_train - 1)).isoformat()
@@ -171,10 +171,11 @@ def main() -> int:
     p.add_argument("--cal-timeout-s", type=float, default=300.0, help="calibrate --timeout-s (protocol: 300)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (protocol: 2000)")
     p.add_argument("--months", type=int, default=0, help="score only the first N scored months (0: all)")
-    p.add_argument("--max-samples", type=int, default=0, help="cap on samples per sampling step (0: the protocol's)")
+    p.add_argument("--max-train", type=int, default=0, help="cap on training samples (0: the protocol's)")
+    p.add_argument("--max-score", type=int, default=0, help="cap on scored samples (0: the protocol's)")
     p.add_argument("--jobs", type=int, default=2, help="logs at once (2)")
     p.add_argument("--smoke", action="store_true",
-                   help="a tiny run (KTH, 1 month, 12 samples, node sizes as the protocol, 5 trials, 200 resamples)")
+                   help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown page from the outputs and exit")
     p.add_argument("--protocol-rev", default=None, help="with --write-doc: the protocol's commit (default: git log)")
     args = p.parse_args()
@@ -186,7 +187,7 @@ def main() -> int:
         write_doc(root, Path(args.write_doc), args, [LOGS[n] for n in args.logs])
         return 0
     if args.smoke:
-        args.logs, args.months, args.max_samples = ["KTH-SP2"], 1, 12
+        args.logs, args.months, args.max_train, args.max_score = ["KTH-SP2"], 1, 40, 12
         args.cal_trials, args.bootstrap = 5, 200
     t_wall = time.monotonic()
     with ThreadPoolExecutor(max(1, args.jobs)) as ex:

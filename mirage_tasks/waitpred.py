@@ -47,6 +47,7 @@ FIT_SHARE = 0.75
 RECENT_N = 50
 PREDICTORS = ("simulator", "corrected", "zero", "recent", "guarded")
 CANDIDATES = ("simulator", "corrected", "zero")
+TIE_ORDER = ("zero", "simulator", "corrected")
 FEATURES = ("sim_wait_h", "log_limit_h", "log_nodes", "pending_jobs", "pending_nodes_frac", "busy_frac",
             "recent_wait_h", "hour", "weekday")
 XGB_PARAMS = {"objective": "reg:absoluteerror", "n_estimators": 200, "max_depth": 4, "learning_rate": 0.05,
@@ -84,7 +85,7 @@ def submission_features(wl: Any, machine_nodes: int, tz: str) -> pd.DataFrame:
         "busy_frac": np.maximum(c_st[k_st] - c_en[k_en], 0.0) / machine_nodes,
         "recent_wait_h": recent / 3600.0,
         "hour": local.hour.to_numpy(np.float64),
-        "weekday": local.weekday.to_numpy(np.float64),
+        "weekday": local.day_of_week.to_numpy(np.float64),
     })
 
 
@@ -120,7 +121,8 @@ def guard(cal: pd.DataFrame, seed: int = 0) -> tuple[str, dict[str, float], Any]
     mae = {"simulator": float(np.abs(tail["sim_wait_h"].to_numpy() - real).mean()),
            "corrected": float(np.abs(_predict_h(corr, tail) - real).mean()),
            "zero": float(np.abs(real).mean())}
-    pick = min(CANDIDATES, key=lambda k: (mae[k], CANDIDATES.index(k)))
+    # ties go to the simpler predictor: zero, then the simulator, then the correction
+    pick = min(CANDIDATES, key=lambda k: (round(mae[k], 9), TIE_ORDER.index(k)))
     return pick, mae, fit_correction(cal, seed)
 
 

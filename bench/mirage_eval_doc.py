@@ -1,0 +1,197 @@
+"""The Markdown page of ``bench/mirage_eval.py --write-doc`` (and its PNG figures), from the outputs
+under ``--root``: nothing typed by hand. A log, node size or part that has not finished is said so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOW = ("reactive", "avg", "avg-cal", "avg-load", "xgboost", "linear_quantile", "oracle-wait", "oracle")
+CURVES = ("avg", "avg-load", "xgboost", "linear_quantile")
+COLORS = {"avg": "tab:blue", "avg-load": "tab:cyan", "xgboost": "tab:red", "linear_quantile": "tab:orange"}
+
+
+def _git(*a: str) -> str:
+    try:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def _f(v: Any, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    return fmt.format(v)
+
+
+def _read_json(p: Path) -> dict | None:
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def figure(curves: pd.DataFrame, rows: pd.DataFrame, title: str, out: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    months = sorted(rows["month"].unique())
+    fig, axes = plt.subplots(1, len(months), figsize=(4.2 * len(months), 3.6), squeeze=False)
+    for ax, month in zip(axes[0], months):
+        c = curves[curves["month"] == month]
+        r = rows[rows["month"] == month].set_index("method")
+        for m in CURVES:
+            g = c[c["method"] == m].sort_values("mean_wasted_node_h")
+            if g.empty:
+                continue
+            ax.plot(g["mean_wasted_node_h"], g["mean_interruption_h"], "-", color=COLORS[m], lw=1, label=m)
+            if m in r.index:
+                ax.plot(r.loc[m, "mean_wasted_node_h"], r.loc[m, "mean_interruption_h"], "o", color=COLORS[m], ms=6)
+        for m, mk in (("avg-cal", "s"), ("reactive", "x"), ("oracle", "*"), ("oracle-wait", "^")):
+            if m in r.index:
+                ax.plot(r.loc[m, "mean_wasted_node_h"], r.loc[m, "mean_interruption_h"], mk, color="k", ms=7, label=m)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_title(f"{title} {month}", fontsize=9)
+        ax.set_xlabel("mean wasted node-h per sample")
+        ax.set_ylabel("mean interruption h per sample")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=72)
+    plt.close(fig)
+    return True
+
+
+def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
+    proto = args.protocol_rev or _git("log", "-n", "1", "--format=%h", "--", "docs/results/protocol.md")
+    run = _read_json(root / "run.json") or {}
+    fig_dir = path.parent / path.stem
+    L: list[str] = [
+        "# Mirage on four logs under protocol v1 (issue 22)", "",
+        f"Protocol: [`protocol.md`](protocol.md) at commit `{proto}` (committed before any of these results was "
+        "computed). Written by `bench/mirage_eval.py --write-doc` from the outputs of:", "", "```sh",
+        "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mirage_eval.py --root var/eval",
+        f".venv/bin/python bench/mirage_eval.py --root var/eval --write-doc {path.as_posix()}", "```", ""]
+    if run:
+        L += [f"Last invocation: CPU {run.get('cpu_s_children')} s (user + system of the steps it ran; steps already "
+              f"up to date are skipped and not counted), wall {run.get('wall_s')} s, finished {run.get('finished')}, "
+              f"load average {' '.join(run.get('loadavg', []))} on {run.get('cpus')} CPUs (a shared machine); failed: "
+              f"{run.get('failed') or 'none'}.", ""]
+    L += ["Every method is scored by the probe replay (protocol: the first probe where its score reaches its "
+          "threshold, else the predecessor's end); objective = interruption h + 0.1 x wasted node-h per sample. "
+          "`diff vs avg-cal`: mean paired difference of the objective, paired bootstrap 95 % interval; negative = "
+          "better than the calibrated avg. `oracle share`: (reactive - method) / (reactive - oracle) of the "
+          "objective. Verdict (primary: xgboost) better / worse when the interval excludes 0.", ""]
+    verdicts: list[tuple[str, str, int, str, str, str]] = []
+    wp_rows: list[tuple[str, dict]] = []
+    for lg in logs:
+        d = root / lg.name
+        L += [f"## {lg.name}", ""]
+        cal = _read_json(d / "cal" / "calibration.json")
+        if cal:
+            o = cal["out_of_sample"]
+            L += [f"Simulator: calibrated on {cal['windows']['calibrate_from'][:10]} .. {cal['windows']['calibrate_to'][:10]} "
+                  f"({cal['search']['trials_run']} trials); on the scored months its per-job waits have MAE "
+                  f"{_f(o.get('mae_h'))} h against zero wait's {_f(o.get('zero_mae_h'))} h, within 1 h "
+                  f"{_f(o.get('within_1h'), '{:.1%}')} (zero wait {_f(o.get('zero_within_1h'), '{:.1%}')}).", ""]
+        else:
+            L += ["Simulator calibration: **not run**.", ""]
+        for n in lg.nodes:
+            ev = d / "eval" / f"node{n}"
+            if not (ev / "_SUCCESS.json").exists():
+                L += [f"### {n}-node jobs", "", "**Not finished** (no committed evaluation).", ""]
+                continue
+            doc = json.loads((ev / "evaluation.json").read_text())
+            rows = pd.read_parquet(ev / "rows.parquet")
+            curves = pd.read_parquet(ev / "curves.parquet")
+            c = doc["calibration"]
+            L += [f"### {n}-node jobs", "",
+                  f"Training split (the models' and the baselines' calibration): {doc['split']['n_train_samples']} "
+                  f"training / {doc['split']['n_val_samples']} validation samples, validation from "
+                  f"{doc['split']['val_sample_start_min'][:10]}. Calibrated rules: avg-cal offset "
+                  f"{_f(c['avg-cal']['threshold'], '{:+.2f}')} h"
+                  + (" (never early)" if c["avg-cal"]["threshold"] is None else "")
+                  + f"; avg-load threshold {_f(c['avg-load']['threshold'], '{:+.2f}')} h"
+                  + (f" - {c['avg-load']['load']['slope']:.2f} x z({c['avg-load']['load']['feature']})"
+                     if c["avg-load"].get("load") else " (no load term kept)")
+                  + "".join(f"; {m} threshold {_f(c[m]['threshold'], '{:+.2f}')} h"
+                            + (f" - {c[m]['load']['slope']:.2f} x z({c[m]['load']['feature']})" if c[m].get("load") else "")
+                            for m in ("xgboost", "linear_quantile") if m in c) + ".", "",
+                  "| month | method | n | mean interruption h | wasted node-h | zero interruption | objective | "
+                  "diff vs avg-cal [95% CI] | oracle share | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for month in sorted(rows["month"].unique()):
+                g = rows[rows["month"] == month].set_index("method")
+                for m in SHOW:
+                    if m not in g.index:
+                        continue
+                    r = g.loc[m]
+                    ci = (f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
+                          if m != "avg-cal" and r["diff_ci_lo"] == r["diff_ci_lo"] else "-")
+                    L.append(f"| {month} | {m} | {int(r['n'])} | {r['mean_interruption_h']:.2f} | "
+                             f"{r['mean_wasted_node_h']:.2f} | {r['zero_share']:.0%} | {r['objective']:.3f} | {ci} | "
+                             f"{_f(r['oracle_gain_share'], '{:.0%}')} | "
+                             f"{r['verdict'] if m not in ('avg-cal', 'oracle', 'oracle-wait', 'reactive') else ''} |")
+                for m in ("xgboost", "linear_quantile", "avg-load"):
+                    if m in g.index:
+                        verdicts.append((lg.name, month, n, m, g.loc[m, "verdict"],
+                                         f"{g.loc[m, 'diff_vs_avg_cal']:+.3f} [{g.loc[m, 'diff_ci_lo']:+.3f}, "
+                                         f"{g.loc[m, 'diff_ci_hi']:+.3f}]"))
+            png = fig_dir / f"{lg.name}-node{n}.png"
+            if figure(curves, rows, f"{lg.name} {n}-node", png):
+                L += ["", f"![trade-off curves {lg.name} {n}-node]({path.stem}/{png.name})", "",
+                      "Trade-off curves on each scored month: mean interruption against mean wasted node-hours over "
+                      "the method's threshold (avg: its offset; the load-aware rules with their calibrated load "
+                      "term); dots: the calibrated operating points; black: avg-cal (square), reactive (x), oracle "
+                      "(star), oracle-wait (triangle)."]
+            L.append("")
+        wp = _read_json(d / "waitpred" / "waitpred.json")
+        if wp:
+            wp_rows.append((lg.name, wp))
+    L += ["## Verdicts, plainly", "",
+          "| log | month | node | method | objective - avg-cal [95% CI] | verdict |", "|---|---|---|---|---|---|"]
+    for name, month, n, m, v, ci in verdicts:
+        L.append(f"| {name} | {month} | {n} | {m} | {ci} | {'**' + v + '**' if m == 'xgboost' else v} |")
+    prim = [v for v in verdicts if v[3] == "xgboost"]
+    if prim:
+        cnt = {k: sum(1 for v in prim if v[4] == k) for k in ("better", "worse", "no difference shown")}
+        L += ["", f"Primary (xgboost against the calibrated avg), over {len(prim)} log x month x node cells: better in "
+              f"{cnt['better']}, worse in {cnt['worse']}, no difference shown in {cnt['no difference shown']}.", ""]
+    L += ["## Wait predictor (guarded)", "",
+          "Fitted on each log's calibration period, scored on its three scored months (all jobs submitted there); "
+          "guard = the least MAE on the calibration period's last 25 % among simulator / corrected / zero wait.", "",
+          "| log | guard's pick (tail MAE h: simulator / corrected / zero) | predictor | n | MAE h | vs zero | within 1 h | "
+          "Spearman | daily-mean corr |", "|---|---|---|---|---|---|---|---|---|"]
+    met_all, met25 = True, 0
+    crit_lines = []
+    for name, wp in wp_rows:
+        t = wp["tail_mae_h"]
+        oos = wp["out_of_sample"]
+        zero = oos["zero"]["pooled"]["mae_h"]
+        for p in ("guarded", "simulator", "corrected", "zero", "recent"):
+            m = oos[p]["pooled"]
+            L.append(f"| {name} | {wp['pick']} ({t['simulator']:.2f} / {t['corrected']:.2f} / {t['zero']:.2f}) | {p} | "
+                     f"{m['n']} | {m['mae_h']:.2f} | {(m['mae_h'] / zero - 1) if zero else float('nan'):+.1%} | "
+                     f"{m['within_1h']:.1%} | {_f(m.get('spearman'))} | {_f(m.get('daily_corr'))} |")
+        red = wp["criteria"]["mae_reduction_vs_zero"]
+        ok = wp["criteria"]["mae_at_or_below_zero"]
+        met_all &= ok
+        met25 += int(red is not None and red >= 0.25)
+        months = oos["guarded"]["months"]
+        per = ", ".join(f"{mo} {months[mo]['mae_h']:.2f} vs {oos['zero']['months'][mo]['mae_h']:.2f}" for mo in months)
+        crit_lines.append(f"* {name}: guarded MAE {oos['guarded']['pooled']['mae_h']:.2f} h against zero wait's "
+                          f"{zero:.2f} h ({_f(red, '{:.1%}')} below){'' if ok else ' — **above zero wait**'}; per month "
+                          f"(guarded vs zero, h): {per}.")
+    L += ["", "Per log:", "", *crit_lines, "",
+          f"Targets: MAE at or below zero wait's on every log's scored months: **{'met' if met_all and wp_rows else 'not met'}** "
+          f"({len(wp_rows)} of {len(logs)} logs scored); at least 25 % below on at least two logs: "
+          f"**{'met' if met25 >= 2 else 'not met'}** ({met25} logs).", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(L) + "\n")
+    print(f"wrote {path}")
