@@ -205,10 +205,18 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     with open("/proc/loadavg") as fh:
         load = fh.read().split()[:3]
-    (root / "run.json").write_text(json.dumps({
-        "argv": sys.argv, "logs": args.logs, "failed": failed, "cpu_s_children": round(cpu, 1),
-        "wall_s": round(wall, 1), "cpus": os.cpu_count(), "loadavg": load,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
+    rec = {"argv": sys.argv, "logs": args.logs, "failed": failed, "cpu_s_children": round(cpu, 1),
+           "wall_s": round(wall, 1), "cpus": os.cpu_count(), "loadavg": load,
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    # every invocation is kept (a rerun only does what is missing: its CPU time is not the whole run's)
+    hist = root / "runs.jsonl"
+    seen = hist.read_text().splitlines() if hist.exists() else []
+    prev = root / "run.json"
+    if prev.exists() and json.dumps(json.loads(prev.read_text()), sort_keys=True) not in seen:
+        seen.append(json.dumps(json.loads(prev.read_text()), sort_keys=True))
+    seen.append(json.dumps(rec, sort_keys=True))
+    hist.write_text("\n".join(seen) + "\n")
+    prev.write_text(json.dumps(rec, indent=2) + "\n")
     print(f"mirage_eval: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s, "
           f"load {' '.join(load)}", flush=True)
     return 1 if failed else 0

@@ -81,11 +81,17 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         "computed). Written by `bench/mirage_eval.py --write-doc` from the outputs of:", "", "```sh",
         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mirage_eval.py --root var/eval",
         f".venv/bin/python bench/mirage_eval.py --root var/eval --write-doc {path.as_posix()}", "```", ""]
-    if run:
-        L += [f"Last invocation: CPU {run.get('cpu_s_children')} s (user + system of the steps it ran; steps already "
-              f"up to date are skipped and not counted), wall {run.get('wall_s')} s, finished {run.get('finished')}, "
-              f"load average {' '.join(run.get('loadavg', []))} on {run.get('cpus')} CPUs (a shared machine); failed: "
-              f"{run.get('failed') or 'none'}.", ""]
+    hist = root / "runs.jsonl"
+    runs = [json.loads(x) for x in hist.read_text().splitlines() if x.strip()] if hist.exists() else ([run] if run else [])
+    if runs:
+        L += ["Invocations of the command (each skips the steps already up to date, so each CPU figure is what that "
+              "invocation ran; user + system of the child processes):", "",
+              "| finished | logs | CPU s | wall s | load average (1/5/15 min) at the end | failed |", "|---|---|---|---|---|---|"]
+        for r in runs:
+            L.append(f"| {r.get('finished')} | {', '.join(r.get('logs', []))} | {r.get('cpu_s_children')} | "
+                     f"{r.get('wall_s')} | {' '.join(r.get('loadavg', []))} on {r.get('cpus')} CPUs | "
+                     f"{'; '.join(f'{k}: {v[:80]}' for k, v in (r.get('failed') or {}).items()) or 'none'} |")
+        L += [f"Total CPU over the invocations: {sum(float(r.get('cpu_s_children') or 0) for r in runs):.0f} s.", ""]
     L += ["Every method is scored by the probe replay (protocol: the first probe where its score reaches its "
           "threshold, else the predecessor's end); objective = interruption h + 0.1 x wasted node-h per sample. "
           "`diff vs avg-cal`: mean paired difference of the objective, paired bootstrap 95 % interval; negative = "
