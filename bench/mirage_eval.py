@@ -136,7 +136,8 @@ def chain(lg: Log, root: Path, args: argparse.Namespace) -> None:
                        - pd.Timedelta(hours=args.interval_hours) * (n_train - 1)).isoformat()
     else:
         train_start = utc(lg.train_start).isoformat()
-    for n in lg.nodes:
+    nodes = [n for n in lg.nodes if not args.nodes or n in args.nodes]
+    for n in nodes:
         common = ["--trace", str(trace), "--cluster-config", cfg, "--interval-hours", str(args.interval_hours),
                   "--probe-spacing", "end", "--node", str(n), "--workers", "1"]
         run(["sample", *common, "--start", train_start, "--count", str(n_train),
@@ -149,12 +150,14 @@ def chain(lg: Log, root: Path, args: argparse.Namespace) -> None:
             run(["train", "--model", model, "--dataset", str(d / "datasets" / f"node{n}"),
                  "--out", str(d / "models" / f"node{n}" / model), "--preset", "quick", "--seed", "0",
                  "--threads", "1"], logs / f"train-node{n}-{model}.log")
-    for n in lg.nodes:
+    for n in nodes:
         run(["--train-samples", str(d / "samples-train" / f"node{n}"), "--dataset", str(d / "datasets" / f"node{n}"),
              "--score-samples", str(d / "samples-score" / f"node{n}"), "--months", *months,
              "--models", *(str(d / "models" / f"node{n}" / m) for m in args.models),
              "--out", str(d / "eval" / f"node{n}"), "--bootstrap", str(args.bootstrap)],
             logs / f"eval-node{n}.log", module="mirage_tasks.evaluation")
+    if args.skip_waitpred:
+        return
     wp = ["--trace", str(trace), "--cluster-config", cfg, "--calibrate-from", lg.calibrate[0],
           "--calibrate-to", lg.calibrate[1], "--months", *months, "--out", str(d / "waitpred")]
     run(wp, logs / "waitpred.log", module="mirage_tasks.waitpred")
@@ -174,6 +177,9 @@ def main() -> int:
     p.add_argument("--max-train", type=int, default=0, help="cap on training samples (0: the protocol's)")
     p.add_argument("--max-score", type=int, default=0, help="cap on scored samples (0: the protocol's)")
     p.add_argument("--jobs", type=int, default=2, help="logs at once (2)")
+    p.add_argument("--nodes", nargs="*", type=int, default=None,
+                   help="only these of each log's node sizes (e.g. two invocations of one log, one per size, at once)")
+    p.add_argument("--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)")
     p.add_argument("--smoke", action="store_true",
                    help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown page from the outputs and exit")
