@@ -156,6 +156,12 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                         cal_ci = (f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
                                   if m != "avg-cal" else "-")
                         verdicts.append((lg.name, month, n, m, r["verdict"] if m != "avg-cal" else "", cal_ci, vs_avg))
+            best = curves.groupby(["month", "method"])["objective"].min()
+            L += ["", "The lowest objective anywhere on each method's curve (its threshold chosen in hindsight on the "
+                  "month: not an operating point any rule could pick, but a measure of the curve itself, free of the "
+                  "calibration's transfer from the training split): "
+                  + "; ".join(f"{mo}: " + ", ".join(f"{m} {best[(mo, m)]:.3f}" for m in CURVES if (mo, m) in best.index)
+                              for mo in sorted(rows["month"].unique())) + "."]
             png = fig_dir / f"{lg.name}-node{n}.png"
             if figure(curves, rows, f"{lg.name} {n}-node", png):
                 L += ["", f"![trade-off curves {lg.name} {n}-node]({path.stem}/{png.name})", "",
