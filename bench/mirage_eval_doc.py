@@ -173,6 +173,17 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         wp = _read_json(d / "waitpred" / "waitpred.json")
         if wp:
             wp_rows.append((lg.name, wp))
+    L += ["## What these verdicts rest on", "",
+          "* The probe replay (protocol): every method decides at the same 9 probes per sample (the predecessor's "
+          "end minus 24 h ... 10 min, and its end), the replay the thresholds are calibrated by; the online decision "
+          "every 10 minutes was not run. The baselines are coarsened the same way (avg submits at the first probe at "
+          "or after its time).",
+          "* Sizes (protocol v1, for 2 shared cores): one sample every 6 h, about 120 scored samples per month and "
+          "node size; two model families (xgboost primary, linear_quantile secondary), quick preset, no search; "
+          "models trained once per log and node size and frozen for the three months.",
+          "* ls6's months were seen by every earlier variant (docs/results/ls6-months.md); KTH, CTC and CEA were "
+          "first scored under this protocol.",
+          "* Several methods and cells, no correction for multiple comparisons; the verdict line is xgboost's.", ""]
     L += ["## Verdicts, plainly", "",
           "| log | month | node | method | objective - avg-cal [95% CI] | verdict | objective - plain avg [95% CI], verdict |",
           "|---|---|---|---|---|---|---|"]
