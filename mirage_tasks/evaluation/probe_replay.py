@@ -1,0 +1,361 @@
+"""Probe-replay evaluation with fair baselines (issue 22, ``docs/results/protocol.md``).
+
+    python -m mirage_tasks.evaluation.probe_replay --train-samples S_TRAIN --dataset DS --score-samples S_SCORE \\
+        --months 1997-01 1997-02 1997-03 --models M1 M2 --out URI [--bootstrap 2000] [--seed 0]
+
+Every method is a *score* at each probe of a sample and a *threshold*: the successor is submitted
+at the first probe whose score reaches the threshold, else at the predecessor's end (the last
+probe), and the outcome is that probe's simulated signed interruption
+(:func:`mirage_tasks.models.thresholds.outcomes`, the replay the models' thresholds are calibrated
+by). Methods:
+
+* ``reactive``: always the last probe;
+* ``avg``: score = the recent mean wait at the predecessor's start - the time left to the
+  predecessor's (pre-simulated) end, threshold 0 (the reference's rule);
+* ``avg-cal``: the same score, threshold chosen by :func:`~mirage_tasks.models.thresholds.calibrate`
+  on the training samples' chronological validation split (the split the models' thresholds are
+  chosen on: the same fraction and purge as the first model's config), same objective and grid;
+* ``avg-load``: the same with :func:`~mirage_tasks.models.thresholds.calibrate_load_aware` (a
+  threshold that moves with the load, as the learned rules may);
+* each trained model (``--models``): its predictions and its own calibrated rule (``decision`` in
+  its config.json);
+* ``oracle``: per sample the probe with the least objective (the ceiling of any probe rule);
+* ``oracle-wait``: submit at the predecessor's end minus the true wait (the reactive probe's
+  interruption): the latest probe at or before that time.
+
+Per scored month: each method's mean interruption, wasted node-hours and objective (interruption +
+waste weight x wasted node-hours), the paired difference of the objective to ``avg-cal`` with a
+paired bootstrap 95 % interval (and the same against the plain ``avg``), the share of the oracle's gain, and the trade-off curve (mean
+interruption against wasted node-hours over the method's threshold).
+
+Outputs under ``--out``: ``evaluation.json`` (parameters, calibrations, rows), ``rows.parquet``,
+``curves.parquet``, ``per_sample.parquet`` (each method's outcome per sample), then
+``_SUCCESS.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import sys
+import zlib
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stepkit import Step, StepError, storage
+
+from .. import __version__
+from ..data.artifacts import PROBES_FILE, SHARD_FILE
+from ..models.thresholds import WASTE_WEIGHT, adjusted_score, calibrate, calibrate_load_aware, outcomes
+
+log = logging.getLogger(__name__)
+
+BASELINE_METHODS = ("reactive", "avg", "avg-cal", "avg-load")
+ORACLES = ("oracle", "oracle-wait")
+REFERENCE = "avg-cal"
+SECOND = "avg"  # also reported: the difference to the plain avg rule (the reference's own baseline)
+CURVE_POINTS = 41
+
+
+# ----------------------------------------------------------------------------- inputs
+
+class Probes:
+    """One sample output: the arrays of ``shard.npz`` and its ``probes.parquet``, rows grouped by
+    sample and ordered by probe time (as ``sample`` writes them)."""
+
+    def __init__(self, uri: str, with_x: bool = True):
+        with np.load(io.BytesIO(storage.read_bytes(storage.join(uri, SHARD_FILE))), allow_pickle=False) as z:
+            self.X = z["X"] if with_x else None
+            self.X_last = z["X"][:, -1:, :] if not with_x else self.X[:, -1:, :]
+            self.y = z["y"].astype(np.float64)
+            self.sample = z["sample"].astype(np.int64)
+            self.sample_start = z["sample_start"].astype(np.int64)
+            self.probe_time = z["probe_time"].astype(np.int64)
+        meta = pd.read_parquet(io.BytesIO(storage.read_bytes(storage.join(uri, PROBES_FILE))))
+        if len(meta) != len(self.y) or not (np.array_equal(meta["sample"].to_numpy(), self.sample)
+                                            and np.array_equal(meta["probe_time"].to_numpy(), self.probe_time)):
+            raise StepError(f"{uri}: {PROBES_FILE} and {SHARD_FILE} do not list the same probes in the same order")
+        order = np.lexsort((self.probe_time, self.sample))
+        if not np.array_equal(order, np.arange(len(order))):
+            raise StepError(f"{uri}: rows are not grouped by sample and ordered by probe time")
+        self.meta = meta
+        self.uri = uri
+
+    def avg_score(self) -> np.ndarray:
+        """Recent mean wait at the predecessor's start minus the time left to its pre-simulated end (h)."""
+        m = self.meta
+        left = (m["pred_end_without_succ"].to_numpy(np.float64) - m["probe_time"].to_numpy(np.float64)) / 3600.0
+        return m["avg_wait_at_pred_start_s"].to_numpy(np.float64) / 3600.0 - left
+
+    def time_left_h(self) -> np.ndarray:
+        m = self.meta
+        return (m["pred_end_without_succ"].to_numpy(np.float64) - m["probe_time"].to_numpy(np.float64)) / 3600.0
+
+    def rows(self, mask: np.ndarray) -> Probes:
+        out = object.__new__(Probes)
+        out.X = self.X[mask] if self.X is not None else None
+        out.X_last = self.X_last[mask]
+        for k in ("y", "sample", "sample_start", "probe_time"):
+            setattr(out, k, getattr(self, k)[mask])
+        out.meta = self.meta[mask].reset_index(drop=True)
+        out.uri = self.uri
+        return out
+
+
+def _starts(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
+    return starts, np.r_[starts[1:], len(sample)] - 1
+
+
+def per_sample_objective(signed: np.ndarray, node: int, w: float) -> np.ndarray:
+    return np.maximum(signed, 0.0) + w * node * np.maximum(-signed, 0.0)
+
+
+def oracle_outcomes(y: np.ndarray, sample: np.ndarray, node: int, w: float) -> np.ndarray:
+    """Per sample, the probe label with the least objective."""
+    starts, _ = _starts(sample)
+    j = per_sample_objective(y, node, w)
+    best = np.minimum.reduceat(j, starts)
+    out = np.empty(len(starts))
+    for i, (a, b) in enumerate(zip(starts, np.r_[starts[1:], len(y)])):
+        out[i] = y[a:b][np.flatnonzero(j[a:b] == best[i])[-1]]  # ties: the latest probe (least waste)
+    return out
+
+
+def oracle_wait_outcomes(y: np.ndarray, sample: np.ndarray, left_h: np.ndarray) -> np.ndarray:
+    """Submit at the end minus the true wait W (the last probe's interruption): the latest probe with
+    time left >= W (the first probe when none)."""
+    starts, ends = _starts(sample)
+    out = np.empty(len(starts))
+    for i, (a, e) in enumerate(zip(starts, ends)):
+        w = max(float(y[e]), 0.0)
+        ok = np.flatnonzero(left_h[a:e + 1] >= w - 1e-9)
+        out[i] = y[a + (ok[-1] if len(ok) else 0)]
+    return out
+
+
+# ----------------------------------------------------------------------------- methods
+
+def calibrate_avg(train: Probes, node: int, w: float, load: bool) -> dict[str, Any]:
+    """avg's threshold (offset, h) on the training split: fixed, or load-aware."""
+    s = train.avg_score()
+    if load:
+        from ..sim.features import FEATURE_NAMES
+
+        return calibrate_load_aware(s, train.y, train.sample, train.X_last, FEATURE_NAMES, node, waste_weight=w,
+                                    default=0.0)
+    return calibrate(s, train.y, train.sample, node, waste_weight=w, default=0.0)
+
+
+def model_scores(uri: str, X: np.ndarray) -> tuple[np.ndarray, dict[str, Any], str]:
+    from ..models.loader import load_model, read_config
+
+    cfg = read_config(uri)
+    fn = load_model(uri, device="cpu")
+    if fn.is_policy:
+        raise StepError(f"{uri}: a policy; the probe replay scores regressors")
+    pred = np.concatenate([np.asarray(fn.predict(X[i:i + 512]), np.float64) for i in range(0, len(X), 512)])
+    return pred, dict(fn.decision_rule or {}), cfg["kind"]
+
+
+def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
+          points: int = CURVE_POINTS) -> pd.DataFrame:
+    """The trade-off curve: mean interruption and wasted node-hours over thresholds (score quantiles)."""
+    cands = np.r_[np.unique(np.quantile(score, np.linspace(0, 1, points))), np.inf]
+    rows = []
+    for t in cands:
+        s = outcomes(score, y, sample, t)
+        rows.append({"threshold": float(t) if np.isfinite(t) else None,
+                     "mean_interruption_h": float(np.maximum(s, 0).mean()),
+                     "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
+                     "objective": float(per_sample_objective(s, node, w).mean())})
+    return pd.DataFrame(rows)
+
+
+def _ci(x: np.ndarray, idx: np.ndarray) -> tuple[float, float]:
+    b = x[idx].mean(axis=1)
+    lo, hi = np.percentile(b, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, seed: int, month: str) -> list[dict]:
+    j = {m: per_sample_objective(s, node, w) for m, s in outs.items()}
+    n = len(next(iter(outs.values())))
+    rng = np.random.default_rng([seed, node, zlib.crc32(month.encode())])
+    idx = rng.integers(0, n, size=(n_boot, n)) if n_boot > 0 and n > 1 else None
+    jr, jo = j["reactive"].mean(), j["oracle"].mean()
+    rows = []
+    for m, s in outs.items():
+        d = j[m] - j[REFERENCE]
+        lo, hi = _ci(d, idx) if idx is not None else (None, None)
+        d2 = j[m] - j[SECOND]  # the same against the reference's own rule, uncalibrated
+        lo2, hi2 = _ci(d2, idx) if idx is not None else (None, None)
+        gain = jr - jo
+        rows.append({
+            "month": month, "node": node, "method": m, "n": int(n),
+            "mean_interruption_h": float(np.maximum(s, 0).mean()),
+            "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
+            "zero_share": float((s <= 0).mean()), "objective": float(j[m].mean()),
+            "diff_vs_avg_cal": float(d.mean()), "diff_ci_lo": lo, "diff_ci_hi": hi,
+            "oracle_gain_share": float((jr - j[m].mean()) / gain) if gain > 1e-9 else None,
+            "verdict": verdict(lo, hi) if m != REFERENCE else "reference",
+            "diff_vs_avg": float(d2.mean()), "diff_avg_ci_lo": lo2, "diff_avg_ci_hi": hi2,
+            "verdict_vs_avg": verdict(lo2, hi2) if m != SECOND else "reference",
+        })
+    return rows
+
+
+def verdict(lo: float | None, hi: float | None) -> str:
+    if lo is None or hi is None:
+        return "no interval"
+    if hi < 0:
+        return "better"
+    if lo > 0:
+        return "worse"
+    return "no difference shown"
+
+
+def month_of(sample_start: np.ndarray) -> np.ndarray:
+    return pd.to_datetime(sample_start, unit="s", utc=True).strftime("%Y-%m").to_numpy()
+
+
+def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[str], node: int, *,
+             waste_weight: float = WASTE_WEIGHT, val_fraction: float = 0.2, purge_days: float = 5.0,
+             n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Everything of the module docstring, in memory: ``{"rows", "curves", "per_sample", "calibration"}``."""
+    from ..models.data import Dataset, chronological_split
+
+    ds = Dataset(train.X_last, train.y.astype(np.float32), train.sample, train.sample_start, train.probe_time,
+                 np.full(len(train.y), node), {}, train.uri)
+    split = chronological_split(ds, val_fraction, purge_days)
+    val = train.rows(np.isin(np.arange(len(train.y)), split.val))
+    cal = {"avg-cal": calibrate_avg(val, node, waste_weight, load=False),
+           "avg-load": calibrate_avg(val, node, waste_weight, load=True)}
+    w = waste_weight
+    a_sc = score.avg_score()
+    # method -> (score over the scored rows, threshold (None: never early), load rule)
+    rules: dict[str, tuple[np.ndarray, float | None, dict | None]] = {
+        "reactive": (a_sc, None, None), "avg": (a_sc, 0.0, None),
+        "avg-cal": (a_sc, cal["avg-cal"]["threshold"], None),
+        "avg-load": (a_sc, cal["avg-load"]["threshold"], cal["avg-load"].get("load")),
+    }
+    for uri in model_uris:
+        pred, rule, kind = model_scores(uri, score.X)
+        name = kind if kind not in rules else uri.rstrip("/").rsplit("/", 1)[-1]
+        rules[name] = (pred, rule.get("low_h"), rule.get("load"))
+        hi = float(rule.get("high_h", 500.0))
+        if np.any(pred > hi):  # the online rule never submits above high_h: the replay does the same
+            rules[name] = (np.where(pred > hi, -np.inf, pred), rule.get("low_h"), rule.get("load"))
+        cal[name] = {"threshold": rule.get("low_h"), "load": rule.get("load"), "kind": kind, "uri": uri}
+    rows, curves, per = [], [], []
+    mo = month_of(score.sample_start)
+    for month in months:
+        sel = mo == month
+        if not sel.any():
+            raise StepError(f"no scored sample starts in {month}")
+        sub = score.rows(sel)
+        outs: dict[str, np.ndarray] = {}
+        for m, (sc, thr, load) in rules.items():
+            adj = adjusted_score(sc[sel], sub.X_last, load)
+            outs[m] = outcomes(adj, sub.y, sub.sample, np.inf if thr is None or m == "reactive" else float(thr))
+            if m != "reactive":
+                c = sweep(adj, sub.y, sub.sample, node, w)
+                c.insert(0, "method", m)
+                c.insert(0, "month", month)
+                curves.append(c)
+        outs["oracle"] = oracle_outcomes(sub.y, sub.sample, node, w)
+        outs["oracle-wait"] = oracle_wait_outcomes(sub.y, sub.sample, sub.time_left_h())
+        rows += month_rows(outs, node, w, n_boot, seed, month)
+        samples = np.unique(sub.sample)
+        for m, s in outs.items():
+            per.append(pd.DataFrame({"month": month, "method": m, "sample": samples, "signed_interruption_h": s}))
+    return {"rows": pd.DataFrame(rows), "curves": pd.concat(curves, ignore_index=True),
+            "per_sample": pd.concat(per, ignore_index=True), "calibration": cal, "split": split.info}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        return None if not np.isfinite(o) else float(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return o
+
+
+def _parquet(df: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mirage_tasks.evaluation.probe_replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--train-samples", required=True, help="sample output of the training window (its probes)")
+    p.add_argument("--dataset", required=True, help="merge output the models were trained on (its manifest's node)")
+    p.add_argument("--score-samples", required=True, help="sample output of the scored months")
+    p.add_argument("--months", nargs="+", required=True, help="scored months YYYY-MM (UTC, by sample start)")
+    p.add_argument("--models", nargs="*", default=[], help="trained model folders (train outputs)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--waste-weight", type=float, default=WASTE_WEIGHT)
+    p.add_argument("--bootstrap", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        for m in args.months:
+            if len(m) != 7 or m[4] != "-" or not (m[:4] + m[5:]).isdigit():
+                raise StepError(f"--months {m!r}: expected YYYY-MM")
+        if args.bootstrap < 0 or not (args.waste_weight >= 0):
+            raise StepError("--bootstrap and --waste-weight must be >= 0")
+        from ..models.data import load_dataset  # noqa: F401 - the dataset's manifest names the node
+        man = storage.read_json(storage.join(args.dataset, "manifest.json"))
+        node = int(man["node"])
+        split = {"val_fraction": 0.2, "purge_days": float((man.get("params") or {}).get("workload_days", 5.0))}
+        if args.models:
+            from ..models.loader import read_config
+
+            split = (read_config(args.models[0]).get("data") or {}).get("split") or split
+        params = {"months": args.months, "node": node, "waste_weight": args.waste_weight, "bootstrap": args.bootstrap,
+                  "seed": args.seed, "val_fraction": float(split["val_fraction"]),
+                  "purge_days": float(split["purge_days"]), "curve_points": CURVE_POINTS,
+                  "references": [REFERENCE, SECOND]}
+        step = Step("evaluation", args.out, __version__, params,
+                    inputs=[args.train_samples, args.dataset, args.score_samples, *args.models])
+        if step.skip():
+            return 0
+        train = Probes(args.train_samples, with_x=False)
+        score = Probes(args.score_samples, with_x=True)
+        res = evaluate(train, score, args.models, args.months, node, waste_weight=args.waste_weight,
+                       val_fraction=params["val_fraction"], purge_days=params["purge_days"],
+                       n_boot=args.bootstrap, seed=args.seed)
+    except StepError as exc:
+        print(f"mirage_tasks.evaluation.probe_replay: error: {exc}", file=sys.stderr)
+        return 2
+    doc = {"params": params, "calibration": res["calibration"], "split": res["split"],
+           "rows": res["rows"].to_dict("records")}
+    step.write_json("evaluation.json", _jsonable(doc))
+    step.write_bytes("rows.parquet", _parquet(res["rows"]))
+    step.write_bytes("curves.parquet", _parquet(res["curves"]))
+    step.write_bytes("per_sample.parquet", _parquet(res["per_sample"]))
+    step.commit(summary={"node": node, "months": args.months})
+    r = res["rows"]
+    for month in args.months:
+        g = r[r["month"] == month].set_index("method")
+        print(f"evaluation node {node} {month}: " + ", ".join(
+            f"{m} {g.loc[m, 'objective']:.3f}" for m in g.index), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

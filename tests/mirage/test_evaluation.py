@@ -1,0 +1,155 @@
+"""The probe-replay evaluation (fair baselines, oracles, paired intervals) and the guarded wait
+predictor of issue 22, on small synthetic inputs whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mirage_tasks.evaluation import probe_replay as ev
+from mirage_tasks.calibration import waitpred as wp
+from mirage_tasks.sim.features import N_FEATURES
+from mirage_tasks.sim.probes import END_OFFSETS_MIN
+from mirage_tasks.sim.workload import Workload
+
+H = 3600
+
+
+def _probes(n_samples: int, wait_h: np.ndarray, avg_wait_h: np.ndarray, t0: int = 0) -> ev.Probes:
+    """Samples 6 h apart, 9 end-spaced probes each; a successor submitted with ``left`` hours before the
+    predecessor's end starts ``wait`` later: signed interruption = wait - left."""
+    offs = np.array(END_OFFSETS_MIN, dtype=np.float64) / 60.0  # hours before the end, decreasing to 0
+    rows = []
+    for k in range(n_samples):
+        start = t0 + k * 6 * H
+        end = start + 4 * 86400
+        for left in offs:
+            rows.append({"sample": k, "sample_start": start, "probe_time": int(end - left * H),
+                         "pred_end_without_succ": end, "avg_wait_at_pred_start_s": avg_wait_h[k] * H,
+                         "y": wait_h[k] - left})
+    meta = pd.DataFrame(rows)
+    p = object.__new__(ev.Probes)
+    p.X = np.zeros((len(meta), 1, N_FEATURES), np.float32)
+    p.X_last = p.X
+    p.y = meta["y"].to_numpy(np.float64)
+    p.sample = meta["sample"].to_numpy(np.int64)
+    p.sample_start = meta["sample_start"].to_numpy(np.int64)
+    p.probe_time = meta["probe_time"].to_numpy(np.int64)
+    p.meta = meta
+    p.uri = "memory://"
+    return p
+
+
+def test_oracles_pick_the_best_probe_and_the_true_wait():
+    p = _probes(3, np.array([0.0, 3.0, 30.0]), np.zeros(3))
+    best = ev.oracle_outcomes(p.y, p.sample, node=1, w=0.1)
+    # wait 0: the end (0 h); wait 3 h: the probe 4 h before the end overlaps 1 h (0.1) < 1 h gap at end-2 h;
+    # wait 30 h: the earliest probe (24 h before) leaves a 6 h gap, every other probe more
+    assert best.tolist() == [0.0, -1.0, 6.0]
+    ow = ev.oracle_wait_outcomes(p.y, p.sample, p.time_left_h())
+    # the latest probe at or before end - W: W 0 -> the end; W 3 -> 4 h before (overlap 1 h); W 30 -> the first
+    assert ow.tolist() == [0.0, -1.0, 6.0]
+
+
+def test_calibrated_avg_finds_the_offset_the_plain_avg_lacks():
+    # every successor waits 3 h, the recorded recent wait says 0: plain avg submits at the end (3 h gap);
+    # the calibrated offset moves the submission 4 h earlier (1 h overlap)
+    n = 60
+    train = _probes(n, np.full(n, 3.0), np.zeros(n))
+    score = _probes(24, np.full(24, 3.0), np.zeros(24), t0=int(pd.Timestamp("1997-01-01", tz="UTC").timestamp()))
+    res = ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=200, val_fraction=0.2, purge_days=1.0)
+    r = res["rows"].set_index("method")
+    assert r.loc["avg", "mean_interruption_h"] == pytest.approx(3.0)
+    assert r.loc["avg-cal", "objective"] == pytest.approx(0.1)  # 1 h overlap x 1 node x 0.1
+    assert r.loc["oracle", "objective"] <= r["objective"].min() + 1e-12
+    assert r.loc["reactive", "oracle_gain_share"] == pytest.approx(0.0)
+    assert r.loc["oracle", "oracle_gain_share"] == pytest.approx(1.0)
+    assert r.loc["avg", "verdict"] == "worse"  # +2.9 h on every sample: the interval excludes 0
+    assert res["calibration"]["avg-cal"]["threshold"] is not None
+    # the curve of avg passes through its calibrated point
+    c = res["curves"][res["curves"]["method"] == "avg-cal"]
+    assert np.isclose(c["objective"].min(), r.loc["avg-cal", "objective"])
+
+
+def test_calibration_reads_the_training_split_only():
+    n = 60
+    train = _probes(n, np.full(n, 3.0), np.zeros(n))
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+    a = _probes(24, np.full(24, 3.0), np.zeros(24), t0=month)
+    b = _probes(24, np.full(24, 20.0), np.zeros(24), t0=month)  # a very different scored month
+    ca = ev.evaluate(train, a, [], ["1997-01"], node=1, n_boot=0, purge_days=1.0)["calibration"]
+    cb = ev.evaluate(train, b, [], ["1997-01"], node=1, n_boot=0, purge_days=1.0)["calibration"]
+    assert ca["avg-cal"]["threshold"] == cb["avg-cal"]["threshold"]
+    assert ca["avg-load"]["threshold"] == cb["avg-load"]["threshold"]
+
+
+def test_verdict_needs_the_interval_to_exclude_zero():
+    assert ev.verdict(-0.3, -0.1) == "better"
+    assert ev.verdict(0.1, 0.4) == "worse"
+    assert ev.verdict(-0.1, 0.2) == "no difference shown"
+    assert ev.verdict(None, None) == "no interval"
+
+
+def _workload(submit, start, dur, nodes, limit=None) -> Workload:
+    n = len(submit)
+    submit, start, dur = (np.asarray(x, np.int64) for x in (submit, start, dur))
+    return Workload(job_id=np.arange(n, dtype=np.int64), submit=submit, real_start=start, real_end=start + dur,
+                    duration=dur, limit=np.asarray(limit if limit is not None else dur, np.int64),
+                    nodes=np.asarray(nodes, np.int64), user=np.zeros(n, np.int64), priority=np.full(n, np.nan))
+
+
+def test_submission_features_see_nothing_after_the_submission():
+    rng = np.random.default_rng(0)
+    n = 300
+    submit = np.sort(rng.integers(0, 30 * 86400, n))
+    start = submit + rng.integers(0, 8 * H, n)
+    dur = rng.integers(60, 12 * H, n)
+    nodes = rng.integers(1, 9, n)
+    full = wp.submission_features(_workload(submit, start, dur, nodes), 32, "UTC")
+    k = 200  # keep job k and everything submitted before it, with every start/end after its submission moved
+    t = submit[k]
+    s2, d2 = start.copy(), dur.copy()
+    later = s2 > t
+    s2[later] += 5 * H
+    ends_later = (start + dur > t) & ~later
+    d2[ends_later] += 3 * H
+    part = wp.submission_features(_workload(submit[:k + 1], s2[:k + 1], d2[:k + 1], nodes[:k + 1]), 32, "UTC")
+    cols = ["pending_jobs", "pending_nodes_frac", "busy_frac", "recent_wait_h"]
+    np.testing.assert_allclose(part.loc[k, cols].to_numpy(float), full.loc[k, cols].to_numpy(float))
+    # and the counts are what they say: pending = submitted before t, not started by t
+    sel = (submit < t) & (start > t)
+    assert full.loc[k, "pending_jobs"] == sel.sum()
+    assert full.loc[k, "busy_frac"] == pytest.approx(nodes[(start <= t) & (start + dur > t)].sum() / 32)
+
+
+def _cal_frame(real_h: np.ndarray, sim_h: np.ndarray, x: np.ndarray) -> pd.DataFrame:
+    n = len(real_h)
+    df = pd.DataFrame({"job_id": np.arange(n), "submit": np.arange(n) * 60, "real_wait_s": real_h * H,
+                       "sim_wait_s": sim_h * H, "sim_wait_h": sim_h, "nodes": 1})
+    for f in wp.FEATURES:
+        if f != "sim_wait_h":
+            df[f] = 0.0
+    df["pending_jobs"] = x
+    return df
+
+
+def test_guard_falls_back_to_zero_when_nothing_predicts():
+    rng = np.random.default_rng(1)
+    n = 800
+    real = np.where(rng.random(n) < 0.8, 0.0, rng.exponential(2.0, n))  # mostly no wait, no signal
+    sim = rng.exponential(5.0, n)  # a simulator that puts waits on the wrong jobs
+    pick, mae, _ = wp.guard(_cal_frame(real, sim, rng.random(n)), seed=0)
+    assert pick == "zero", mae
+    assert mae["simulator"] > mae["zero"]
+
+
+def test_guard_takes_the_correction_where_it_helps():
+    rng = np.random.default_rng(2)
+    n = 800
+    x = rng.integers(0, 20, n).astype(float)
+    real = 0.5 * x  # the wait follows the queue at submission
+    sim = rng.exponential(3.0, n)
+    pick, mae, corr = wp.guard(_cal_frame(real, sim, x), seed=0)
+    assert pick == "corrected"
+    assert mae["corrected"] < 0.5 * mae["zero"]
