@@ -57,9 +57,12 @@ with DAG(
         "links": Param(1, type="integer", minimum=1, description="successions to keep"),
         "factor": Param(1.0, type="number", exclusiveMinimum=0,
                         description="time compression of the cluster (1 for a real one)"),
-        "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string"),
-        "partition": Param("", type="string"),
-        "account": Param("", type="string"),
+        "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string",
+                            description="the cluster's slurm.conf (SLURM_CONF of the Slurm client); "
+                                        "make slurm writes var/slurm/slurm.conf"),
+        "partition": Param("", type="string", description="Slurm partition of the service jobs (empty: the default)"),
+        "account": Param("", type="string", description="Slurm account charged for the service jobs (empty: the "
+                                                         "submitting user's default)"),
     },
 ) as dag:
     # resolved at run time (the house macro), one folder per run
