@@ -193,6 +193,19 @@ def _protected() -> set[int]:
     return {me.pid, *(p.pid for p in me.parents())}
 
 
+#: How far two readings of one process's start time may differ. psutil derives it from the
+#: boot time in /proc/stat (btime), which the kernel recomputes from the wall clock: when the
+#: clock is stepped or slewed, a start time read in another process (deploy records it, run
+#: checks it) can differ by a whole second. The pid, this run's label and the command line
+#: still identify the process; the start time only guards against a reused pid.
+START_TOLERANCE_S = 1.5
+
+
+def same_start(p: psutil.Process, recorded: float) -> bool:
+    """Whether ``p`` started when a record (perhaps read in another process) says it did."""
+    return abs(p.create_time() - float(recorded)) < START_TOLERANCE_S
+
+
 def is_ours(rec: dict[str, Any], label: str) -> psutil.Process | None:
     """The live process of a record when it is the one this run started: same start time,
     same command line (when recorded) and this run's label in its environment."""
@@ -202,7 +215,7 @@ def is_ours(rec: dict[str, Any], label: str) -> psutil.Process | None:
     _reap(pid)
     try:
         p = psutil.Process(pid)
-        if "create_time" in rec and abs(p.create_time() - float(rec["create_time"])) >= 0.05:
+        if "create_time" in rec and not same_start(p, rec["create_time"]):
             return None
         if _label_of(p) != label or not _live(p) or p.uids().real != os.getuid():
             return None
