@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from stepkit import StepError
+
 from ..sim.config import SimConfig, config_from_args
 from .conf import Paths, render, scaled, unsupported
 
@@ -271,6 +273,17 @@ class LocalSlurm:
                 if _alive(int(d)):
                     out.append(int(d))
         return out
+
+
+def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
+    """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
+    config's settings at time compression ``factor``; a failed start is the step's bad input."""
+    cluster = LocalSlurm(root)
+    try:
+        cluster.start(cfg, factor)
+    except RuntimeError as exc:
+        raise StepError(f"--slurm-root {root}: {exc}") from None
+    return cluster
 
 
 def main(argv: list[str] | None = None) -> int:

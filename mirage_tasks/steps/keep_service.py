@@ -105,13 +105,9 @@ def run(args: argparse.Namespace) -> int:
         nice = -int(round(float(np.nanmedian(wl.priority)))) if (bg and cfg.priority == "trace") else 0
     cluster = None
     if args.slurm_root:
-        from ..slurm.cluster import LocalSlurm
+        from ..slurm.cluster import start_local
 
-        cluster = LocalSlurm(args.slurm_root)
-        try:
-            cluster.start(cfg, args.factor)
-        except RuntimeError as exc:
-            raise StepError(f"--slurm-root {args.slurm_root}: {exc}") from None
+        cluster = start_local(args.slurm_root, cfg, args.factor)
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = args.slurm_conf or os.environ.get("SLURM_CONF")

@@ -79,13 +79,9 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"no jobs submitted in [{t_from}, {t_to}) in {args.trace}")
     cluster = None
     if args.slurm_root:
-        from ..slurm.cluster import LocalSlurm
+        from ..slurm.cluster import start_local
 
-        cluster = LocalSlurm(args.slurm_root)
-        try:
-            cluster.start(cfg, args.factor)
-        except RuntimeError as exc:
-            raise StepError(f"--slurm-root {args.slurm_root}: {exc}") from None
+        cluster = start_local(args.slurm_root, cfg, args.factor)
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = os.environ.get("SLURM_CONF")
