@@ -14,7 +14,9 @@ Read from the trace (the calibration window and its lead-in only, never the scor
 * whether the trace records priorities (then the ``trace`` priority model is searched).
 
 Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
-effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it),
+effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it, never
+above the log's stated machine size: :func:`machine_warning` says when the data seem to need
+more; busy nodes are node-equivalents, see :attr:`~mirage_tasks.sim.workload.Workload.node_equiv`),
 per-user job and node limits, priority model, age weight, size weight, age cap and
 PriorityMaxAge, backfill mode (conservative, easy, none) and interval, the nodes in service
 over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 days, re-read
@@ -100,7 +102,7 @@ def sustained_max(t: np.ndarray, level: np.ndarray, end: int, hold_s: int) -> in
     order = np.argsort(-level, kind="stable")
     held = np.cumsum(dt[order])
     k = int(np.searchsorted(held, hold_s))
-    return int(level[order][min(k, len(order) - 1)])
+    return int(math.ceil(float(level[order][min(k, len(order) - 1)]) - 1e-9))
 
 
 def trace_facts(wl: Workload, a: int, b: int, machine_nodes: int | None = None, hold_s: int = HOLD_S) -> TraceFacts:
@@ -110,7 +112,10 @@ def trace_facts(wl: Workload, a: int, b: int, machine_nodes: int | None = None, 
     sel = (start < b) & (end > a)
     if not sel.any():
         raise StepError("no job of the trace ran in the calibration window")
-    s, e, n, u = np.maximum(start[sel], a), np.minimum(end[sel], b), wl.nodes[sel], wl.user[sel]
+    # busy levels in node-equivalents (processors / processors per node where the trace records no
+    # node count: jobs sharing a node do not each hold one), so the peak cannot exceed the machine
+    # merely by rounding
+    s, e, n, u = np.maximum(start[sel], a), np.minimum(end[sel], b), wl.node_equiv[sel], wl.user[sel]
     t, level = _max_overlap(s, e, n)
     dt = np.diff(np.append(t, b)).clip(min=0)
     mean_busy = float((level * dt).sum() / max(1, b - a))
@@ -127,10 +132,10 @@ def trace_facts(wl: Workload, a: int, b: int, machine_nodes: int | None = None, 
     quick = wait[wait <= DISPATCH_HORIZON_S]
     return TraceFacts(
         jobs=int(sub.sum()),
-        peak_busy_nodes=max(sustained_max(t, level, b, hold_s), int(n.max())),
-        instant_max_busy_nodes=int(level.max()),
+        peak_busy_nodes=max(sustained_max(t, level, b, hold_s), int(math.ceil(float(n.max()) - 1e-9))),
+        instant_max_busy_nodes=int(math.ceil(float(level.max()) - 1e-9)),
         mean_busy_nodes=round(mean_busy, 2),
-        max_job_nodes=int(n.max()),
+        max_job_nodes=int(wl.nodes[sel].max()),
         user_max_jobs=umax_jobs,
         user_max_nodes=umax_nodes,
         dispatch_latency_s=int(np.median(quick)) if len(quick) else 0,
@@ -173,9 +178,25 @@ def default_config(facts: TraceFacts) -> SimConfig:
     return SimConfig(nodes=int(nodes), backfill="conservative", priority="age_size", warm_start=True)
 
 
+def machine_warning(facts: TraceFacts) -> str | None:
+    """Evidence that the log seems to need more nodes than its stated machine (the search is
+    capped at the machine all the same), or None."""
+    m = facts.machine_nodes
+    if not m or max(facts.peak_busy_nodes, facts.max_job_nodes) <= m:
+        return None
+    return (f"the calibration window holds {facts.peak_busy_nodes} nodes busy for an hour in total (instantaneous "
+            f"maximum {facts.instant_max_busy_nodes}, largest job {facts.max_job_nodes}) on a machine the log states "
+            f"as {m} nodes: overlapping records, a second partition or a wrong processors-per-node; the simulated "
+            f"machine is capped at {m} nodes")
+
+
 def search_space(facts: TraceFacts) -> dict[str, Any]:
+    """The search space; the node count never above the log's stated machine size."""
     lo = max(facts.max_job_nodes, int(0.75 * facts.peak_busy_nodes), 1)
     hi = max(lo + 1, int(math.ceil(1.15 * facts.peak_busy_nodes)))
+    if facts.machine_nodes:
+        hi = min(hi, int(facts.machine_nodes))
+        lo = min(lo, hi)
     return {
         "nodes": [lo, hi],
         "max_jobs_per_user": sorted({0, facts.user_max_jobs}),
@@ -270,6 +291,8 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
             space[k] = sorted(set(space[k]) | {int(getattr(start, k))})
         lo, hi = space["nodes"]
         space["nodes"] = [min(lo, max(start.nodes, facts.max_job_nodes)), max(hi, start.nodes)]
+        if machine_nodes:
+            space["nodes"] = [min(space["nodes"][0], int(machine_nodes)), min(space["nodes"][1], int(machine_nodes))]
     # fields outside the search come from the start configuration, else the defaults
     base = (start or SimConfig(nodes=space["nodes"][0])).replace(
         warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0))

@@ -9,6 +9,9 @@
   this run time; it recomputes the start),
 * ``limit`` (seconds; a job without a limit uses its duration),
 * ``nodes`` (a job without a node count uses ``ceil(procs / procs_per_node)``),
+* ``node_equiv`` (float: ``nodes`` where the trace records them, ``procs / procs_per_node``
+  where they are derived: jobs that share nodes do not each hold a whole one, so the busy
+  peak in node-equivalents cannot exceed the machine the way the ceiling's can),
 * ``user`` (dense int ids, -1 unknown), ``priority`` (recorded, NaN unknown).
 
 Jobs that never ran (no start or end) are dropped, and counted in ``dropped``.
@@ -40,6 +43,11 @@ class Workload:
     priority: np.ndarray
     dropped: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
+    node_equiv: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.node_equiv is None:
+            self.node_equiv = np.asarray(self.nodes, dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.submit)
@@ -51,9 +59,11 @@ class Workload:
         end = epoch_seconds(df["end"])
         limit = df["time_limit_s"].to_numpy(dtype="float64", na_value=np.nan)
         nodes = df["nodes"].to_numpy(dtype="float64", na_value=np.nan)
+        equiv = nodes.copy()
         if np.isnan(nodes).any():
             procs = df["procs"].to_numpy(dtype="float64", na_value=np.nan)
             if procs_per_node:
+                equiv = np.where(np.isnan(nodes), procs / procs_per_node, nodes)
                 nodes = np.where(np.isnan(nodes), np.ceil(procs / procs_per_node), nodes)
             elif np.isnan(nodes).all():
                 raise StepError("the trace records processors but no node counts: pass --procs-per-node P "
@@ -80,6 +90,7 @@ class Workload:
             user=np.where(users.to_numpy()[order] == "", -1, codes[order]).astype(np.int64),
             priority=prio[order],
             dropped=dropped,
+            node_equiv=np.minimum(equiv[order], nodes[order]).astype(np.float64),
         )
         h = hashlib.sha256()
         for a in (wl.submit, wl.duration, wl.limit, wl.nodes, wl.user, np.nan_to_num(wl.priority, nan=-1)):

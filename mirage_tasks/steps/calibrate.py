@@ -41,7 +41,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..calibration.fidelity import metrics, summarize
 from ..data.schema import read_trace
-from ..calibration.calibrate import calibrate, default_config, replay_months
+from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months
 from ..sim.config import SimConfig, load_config
 from ..sim.workload import Workload
 
@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a preset or JSON configuration to try among the first trials (e.g. ls6)")
     p.add_argument("--procs-per-node", type=int, default=None,
                    help="processors per node, for traces that record processors but no node counts (SWF)")
+    p.add_argument("--machine-nodes", type=int, default=None,
+                   help="the machine's size in nodes, where the log does not state it (an SWF header's MaxNodes "
+                        "does); the simulated machine is never larger")
 
 
 def _time(value: str, flag: str, tz: str) -> pd.Timestamp:
@@ -121,6 +124,9 @@ def markdown(doc: dict) -> str:
             f"days before it. Search: {doc['search']['trials_run']} trials in {doc['search']['elapsed_s']} s "
             f"(budget {doc['search']['trials']} trials / {doc['search']['timeout_s']:g} s, stopped by "
             f"{doc['search']['stopped_by']}), seed {doc['search']['seed']}.", "",
+            "These are **replay fidelity** figures: each month is replayed with every job's real run time, which "
+            "is not known when a job is submitted. They say how well the simulator reproduces the log, not how "
+            "well it predicts a wait; for prediction at submission see `python -m mirage_tasks waitpred`.", "",
             f"MAE reduction against the zero-wait predictor: in sample "
             f"{_fmt(doc['mae_reduction_vs_zero']['in_sample'], '{:.1%}')}, out of sample "
             f"{_fmt(doc['mae_reduction_vs_zero']['out_of_sample'], '{:.1%}')}.", "",
@@ -166,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     if c < b:
         raise StepError(f"--score-from {c.isoformat()} lies inside the calibration window (before --calibrate-to "
                         f"{b.isoformat()}): the scoring window must be later and disjoint")
+    if args.machine_nodes is not None and args.machine_nodes < 1:
+        raise StepError(f"--machine-nodes must be >= 1, got {args.machine_nodes}")
+    machine = args.machine_nodes or meta.machine_nodes
     start = SimConfig.from_dict(load_config(args.start_config)) if args.start_config else None
     wl = Workload.from_frame(df, args.procs_per_node)
     ia, ib, ic, id_ = (int(x.timestamp()) for x in (a, b, c, d))
@@ -178,11 +187,13 @@ def run(args: argparse.Namespace) -> int:
     params = {"windows": [a.isoformat(), b.isoformat(), c.isoformat(), d.isoformat()], "trials": args.trials,
               "timeout_s": args.timeout_s, "seed": args.seed, "lead_in_s": lead,
               "start_config": start.to_dict() if start else None, "procs_per_node": args.procs_per_node}
+    if args.machine_nodes:
+        params["machine_nodes"] = args.machine_nodes
     step = Step("calibrate", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
     res = calibrate(wl, ia, ib, tz=tz, lead_in_s=lead, trials=args.trials, timeout_s=args.timeout_s, seed=args.seed,
-                    machine_nodes=meta.machine_nodes, start=start, procs_per_node=args.procs_per_node or 0)
+                    machine_nodes=machine, start=start, procs_per_node=args.procs_per_node or 0)
     cfg = res.config
     if biggest > cfg.nodes:  # a job of the scoring window larger than the fitted cluster: never drop it silently
         log.warning("calibrate: the scoring window has a %d-node job; the cluster is raised from %d to %d nodes",
@@ -196,7 +207,10 @@ def run(args: argparse.Namespace) -> int:
     d_oos = replay_months(wl, dflt, ic, id_, lead, tz)
     s_in, s_oos = summarize(ins, tz), summarize(oos, tz)
     m_in, m_oos = s_in["pooled"], s_oos["pooled"]
-    warnings = []
+    warnings = [w for w in (machine_warning(res.facts),) if w]
+    if machine and cfg.nodes > machine:
+        warnings.append(f"the scoring window has a {biggest}-node job, larger than the stated {machine}-node machine: "
+                        f"the simulated machine was raised to {cfg.nodes} nodes to hold it")
     for label, m in (("out of sample", m_oos), ("in sample", m_in)):
         if not beats_zero(m):
             warnings.append(f"{label}, the calibrated simulator does NOT beat predicting zero wait for every job: "
