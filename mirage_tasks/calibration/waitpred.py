@@ -1,36 +1,61 @@
-"""A queue-wait predictor that is never knowingly worse than predicting zero (issue 22).
+"""Queue-wait prediction at submission time, with calibrated bounds (issues 22 and 27).
 
-    python -m mirage_tasks.calibration.waitpred --trace T --cluster-config CFG --calibrate-from A --calibrate-to B \\
-        --months 1997-01 1997-02 1997-03 --out URI [--lead-in-days 7] [--seed 0]
+    python -m mirage_tasks.calibration.waitpred --trace T --cluster-config CFG \\
+        --calibrate-from A --calibrate-to B --months 1997-01 1997-02 1997-03 --out URI \\
+        [--level 0.9] [--margin 0.05] [--seed 0]
 
-Three candidate predictors of each job's wait, all fitted on the jobs submitted in the
-calibration period ``[A, B)`` only (dates in the trace's time zone):
+Every candidate predicts a job's wait from what is known at the job's submission only
+(:mod:`mirage_tasks.calibration.atsubmit`: the queue and running jobs at that instant with their
+requested and elapsed times, the job's own request, and history that had ended before it). No
+candidate replays the scored month with real run times: that replay (the ``calibrate`` step's
+figures) measures the simulator's fidelity, and is reported as such (``replay_fidelity``), never
+as a prediction. The candidates, and what each reads:
 
-* ``simulator``: the calibrated simulator (``CFG``, e.g. the ``calibrate`` step's config.json),
-  each calendar month replayed from a warm start ``--lead-in-days`` before it (as ``calibrate``);
-* ``corrected``: a gradient-boosted model (xgboost, absolute-error objective) of the real wait from
-  the simulator's wait and what is known at the job's submission (:data:`FEATURES`: its request,
-  and the real queue then: pending jobs and nodes, busy nodes over the machine, the recent
-  average wait, hour and weekday);
-* ``zero``: no wait.
+* ``zero``: nothing (every job starts at once);
+* ``recent``: the mean real wait of the last :data:`~mirage_tasks.calibration.atsubmit.RECENT_N`
+  jobs that had started before the submission;
+* ``plan_request``: the scheduler's plan from the current queue with requested times as run
+  times (Slurm's own ``squeue --start`` estimate), on the calibrated configuration's nodes and
+  priority weights;
+* ``plan``: the same plan with each job's run time predicted from its user's last two finished
+  jobs (capped by the request);
+* ``corrected_q20`` .. ``corrected_q50``: gradient-boosted quantiles (xgboost, one model) of the
+  real wait from the plans and the queue state at submission
+  (:data:`~mirage_tasks.calibration.atsubmit.FEATURES`), fitted on the calibration period. The
+  median minimises MAE; a lower quantile trades some of it for jobs that start at once (within
+  1 h), and the guard picks among them as among the others.
 
-The **guard** fits the correction on the first :data:`FIT_SHARE` of the calibration jobs (by
-submission), and picks the candidate with the least MAE on the rest (the held-back tail); a
-picked correction is refitted on the whole period. The pick (``guarded``) is scored on the jobs
-submitted in ``--months`` beside every candidate and the ``recent`` average predictor (mean real
-wait of the last :data:`RECENT_N` jobs started before the submission), with
-:func:`mirage_tasks.calibration.fidelity.metrics` (MAE, within 1 h, Spearman, daily-mean correlation), pooled
-and per month.
+**Bounds.** Every candidate also gives an upper bound at ``--level`` (0.9): a base (the
+candidate's point prediction; for a ``corrected`` one the quantile model's output at that level) moved on
+a log scale by an offset fitted by split conformal on the calibration period's held-back tail,
+then kept calibrated online over the scored months: each job's coverage is fed back at the
+instant it becomes known (its start, or its bound running out while it waits), never earlier
+(:func:`~mirage_tasks.calibration.atsubmit.online_bound`). Coverage is reported per month.
 
-Outputs under ``--out``: ``waitpred.json``, ``predictions.parquet`` (every scored job: real wait and
-each predictor's, seconds), then ``_SUCCESS.json``.
+**The guard** fits what needs fitting on the first :data:`FIT_SHARE` of the calibration jobs (by
+submission) and scores every candidate on the rest. Eligible are the candidates whose within-1-h
+share there is, with one-sided 95 % confidence (standard errors clustered by day), at most
+``--margin`` (5 points) below zero wait's; the pick is the eligible one with the least MAE (ties
+to the simpler). Zero wait is always eligible, so the guard never picks
+something worse than zero on the held-back tail by more than the margin on within 1 h, nor worse
+on MAE. The quantile model is refitted on the whole period for the scored months.
+
+Scored (pooled and per month, submission month in the trace's zone) for every candidate, the
+pick (``guarded``): MAE, median absolute error, within 1 h, within 10 minutes among jobs that
+waited more than 1 h (which jobs that start at once cannot inflate), Spearman, the bound's
+coverage and its median. Outputs under ``--out``: ``waitpred.json``, ``predictions.parquet``
+(per scored job: real wait, every predictor's point and bound, seconds), ``waitpred.md``, then
+``_SUCCESS.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import logging
+import math
+import re
 import sys
 from typing import Any
 
@@ -40,194 +65,342 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from .. import __version__
+from . import atsubmit
 
 log = logging.getLogger(__name__)
 
 FIT_SHARE = 0.75
-RECENT_N = 50
-PREDICTORS = ("simulator", "corrected", "zero", "recent", "guarded")
-CANDIDATES = ("simulator", "corrected", "zero")
-TIE_ORDER = ("zero", "simulator", "corrected")
-FEATURES = ("sim_wait_h", "log_limit_h", "log_nodes", "pending_jobs", "pending_nodes_frac", "busy_frac",
-            "recent_wait_h", "hour", "weekday")
-XGB_PARAMS = {"objective": "reg:absoluteerror", "n_estimators": 200, "max_depth": 4, "learning_rate": 0.05,
-              "subsample": 0.8, "random_state": 0, "n_jobs": 1}
+LEVEL = 0.9
+MARGIN = 0.05
+Z_ONE_SIDED = 1.645  # the guard's one-sided 95 % on the within-1-h difference
+ETA = 0.05
+QUANTILES = (0.2, 0.3, 0.4, 0.5)
+CORRECTED = tuple(f"corrected_q{int(round(100 * q))}" for q in QUANTILES)
+CANDIDATES = ("zero", "recent", "plan_request", "plan") + CORRECTED
+TIE_ORDER = CANDIDATES  # simpler first
+PREDICTORS = CANDIDATES + ("guarded",)
+#: what each candidate reads at a job's submission (said in the output and the docs)
+READS = {
+    "zero": "nothing",
+    "recent": f"the real waits of the last {atsubmit.RECENT_N} jobs started before the submission",
+    "plan_request": "the queue and running jobs at submission (nodes, requested times, elapsed times), the job's "
+                    "request; the configuration's nodes and priority weights",
+    "plan": "as plan_request, with run times predicted from each user's last two jobs ended before the submission",
+    **{k: f"the {q:g} quantile of the wait given both plans and the queue state at submission (features), "
+          "fitted on the calibration period" for k, q in zip(CORRECTED, QUANTILES)},
+}
+#: one model, one output per quantile (those of the corrected candidates, then the bound's level)
+XGB_PARAMS = {"objective": "reg:quantileerror", "n_estimators": 300, "max_depth": 5, "learning_rate": 0.05,
+              "subsample": 0.8, "min_child_weight": 5, "random_state": 0, "n_jobs": 1}
+MAX_JOBS = 2_000_000  # the sweep's bound on the jobs it walks
 
 
-def submission_features(wl: Any, machine_nodes: int, tz: str) -> pd.DataFrame:
-    """Per job of ``wl`` (its order), what the real queue looked like at its submission: only jobs
-    submitted before it and only starts/ends at or before it are read."""
-    sub = wl.submit.astype(np.int64)
-    st = wl.real_start.astype(np.int64)
-    en = (wl.real_start + wl.duration).astype(np.int64)
-    nd = wl.nodes.astype(np.float64)
-    wait = (st - sub).astype(np.float64)
-    o_sub, o_st, o_en = np.argsort(sub, kind="stable"), np.argsort(st, kind="stable"), np.argsort(en, kind="stable")
-    s_sub, s_st, s_en = sub[o_sub], st[o_st], en[o_en]
-    c_sub = np.r_[0.0, np.cumsum(nd[o_sub])]
-    c_st = np.r_[0.0, np.cumsum(nd[o_st])]
-    c_en = np.r_[0.0, np.cumsum(nd[o_en])]
-    c_wait = np.r_[0.0, np.cumsum(wait[o_st])]
-    k_sub = np.searchsorted(s_sub, sub, "left")       # jobs submitted strictly before
-    k_st = np.searchsorted(s_st, sub, "right")        # jobs started at or before
-    k_en = np.searchsorted(s_en, sub, "right")        # jobs ended at or before
-    k_st_strict = np.searchsorted(s_st, sub, "left")  # started strictly before: their wait is known
-    lo = np.maximum(k_st_strict - RECENT_N, 0)
-    cnt = k_st_strict - lo
-    recent = np.where(cnt > 0, (c_wait[k_st_strict] - c_wait[lo]) / np.maximum(cnt, 1), 0.0)
-    local = pd.to_datetime(sub, unit="s", utc=True).tz_convert(tz)
-    return pd.DataFrame({
-        "job_id": wl.job_id,
-        "log_limit_h": np.log1p(wl.limit.astype(np.float64) / 3600.0),
-        "log_nodes": np.log1p(nd),
-        "pending_jobs": np.maximum(k_sub - np.minimum(k_st, k_sub), 0).astype(np.float64),
-        "pending_nodes_frac": np.maximum(c_sub[k_sub] - c_st[np.minimum(k_st, k_sub)], 0.0) / machine_nodes,
-        "busy_frac": np.maximum(c_st[k_st] - c_en[k_en], 0.0) / machine_nodes,
-        "recent_wait_h": recent / 3600.0,
-        "hour": local.hour.to_numpy(np.float64),
-        "weekday": local.day_of_week.to_numpy(np.float64),
-    })
-
-
-def _frame(wl: Any, cfg: Any, a: int, b: int, lead_in_s: int, tz: str, feats: pd.DataFrame) -> pd.DataFrame:
-    from .calibrate import replay_months
-
-    df = replay_months(wl, cfg, a, b, lead_in_s, tz)
-    df = df.merge(feats, on="job_id", how="left", validate="one_to_one")
-    df["sim_wait_h"] = df["sim_wait_s"] / 3600.0
-    return df.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
-
-
-def fit_correction(df: pd.DataFrame, seed: int = 0):
+def fit_model(df: pd.DataFrame, level: float, seed: int = 0):
+    """Gradient-boosted quantiles (xgboost) of the real wait (h) on :data:`atsubmit.FEATURES`: one
+    output per :data:`QUANTILES`, then ``level`` (the bound's base)."""
     import xgboost as xgb
 
-    m = xgb.XGBRegressor(**{**XGB_PARAMS, "random_state": seed})
-    m.fit(df[list(FEATURES)].to_numpy(np.float64), df["real_wait_s"].to_numpy(np.float64) / 3600.0)
-    return m
+    X = df[list(atsubmit.FEATURES)].to_numpy(np.float64)
+    y = df["real_wait_s"].to_numpy(np.float64) / 3600.0
+    m = xgb.XGBRegressor(**{**XGB_PARAMS, "quantile_alpha": [*QUANTILES, level], "random_state": seed})
+    return m.fit(X, y)
 
 
-def _predict_h(model, df: pd.DataFrame) -> np.ndarray:
-    return np.maximum(model.predict(df[list(FEATURES)].to_numpy(np.float64)).astype(np.float64), 0.0)
+def points(df: pd.DataFrame, model) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(point prediction, bound base) of every candidate, seconds."""
+    q = np.maximum(model.predict(df[list(atsubmit.FEATURES)].to_numpy(np.float64)).astype(np.float64), 0.0) * 3600
+    q = q.reshape(len(df), len(QUANTILES) + 1)
+    pt = {"zero": np.zeros(len(df)), "recent": df["recent_wait_h"].to_numpy(np.float64) * 3600.0,
+          "plan_request": df["plan_request_s"].to_numpy(np.float64), "plan": df["plan_s"].to_numpy(np.float64)}
+    base = dict(pt)
+    for j, k in enumerate(CORRECTED):
+        pt[k] = q[:, j]
+        base[k] = np.maximum(q[:, -1], q[:, j])
+    return pt, base
 
 
-def guard(cal: pd.DataFrame, seed: int = 0) -> tuple[str, dict[str, float], Any]:
-    """(pick, tail MAE per candidate, the correction refitted on all of ``cal``)."""
-    cut = int(round(FIT_SHARE * len(cal)))
-    if cut < 50 or len(cal) - cut < 50:
-        raise StepError(f"the calibration period has {len(cal)} jobs: too few to fit and hold back a tail")
-    head, tail = cal.iloc[:cut], cal.iloc[cut:]
-    real = tail["real_wait_s"].to_numpy(np.float64) / 3600.0
-    corr = fit_correction(head, seed)
-    mae = {"simulator": float(np.abs(tail["sim_wait_h"].to_numpy() - real).mean()),
-           "corrected": float(np.abs(_predict_h(corr, tail) - real).mean()),
-           "zero": float(np.abs(real).mean())}
-    # ties go to the simpler predictor: zero, then the simulator, then the correction
-    pick = min(CANDIDATES, key=lambda k: (round(mae[k], 9), TIE_ORDER.index(k)))
-    return pick, mae, fit_correction(cal, seed)
+def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | None = None) -> dict[str, Any]:
+    from scipy import stats
 
-
-def predictions(df: pd.DataFrame, corr, pick: str) -> pd.DataFrame:
-    out = df[["job_id", "submit", "real_wait_s", "nodes"]].copy()
-    out["simulator"] = df["sim_wait_s"].to_numpy(np.float64)
-    out["corrected"] = _predict_h(corr, df) * 3600.0
-    out["zero"] = 0.0
-    out["recent"] = df["recent_wait_h"].to_numpy(np.float64) * 3600.0
-    out["guarded"] = out[pick]
+    n = len(real_s)
+    if n == 0:
+        return {"n": 0}
+    r, p = real_s / 3600.0, pred_s / 3600.0
+    err = np.abs(p - r)
+    long = r > 1.0
+    rho = stats.spearmanr(r, p).statistic if n > 2 and np.ptp(r) > 0 and np.ptp(p) > 0 else float("nan")
+    out = {"n": int(n), "real_mean_h": float(r.mean()), "pred_mean_h": float(p.mean()), "mae_h": float(err.mean()),
+           "medae_h": float(np.median(err)), "within_1h": float((err <= 1.0).mean()),
+           "n_waited_over_1h": int(long.sum()),
+           "within_10m_waited_over_1h": float((err[long] <= 1 / 6).mean()) if long.any() else float("nan"),
+           "spearman": float(rho)}
+    if bound_s is not None:
+        out["coverage"] = float((real_s <= bound_s + 1e-9).mean())
+        out["bound_median_h"] = float(np.median(bound_s) / 3600.0)
     return out
 
 
-def score(pred: pd.DataFrame, tz: str) -> dict[str, Any]:
-    """fidelity metrics of every predictor, pooled and per month (submission, ``tz``)."""
-    from .fidelity import metrics
+def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str = "UTC"
+          ) -> tuple[str, dict[str, dict], str]:
+    """(pick, held-back tail metrics per candidate, why).
 
-    month = pd.to_datetime(pred["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m")
+    A candidate is eligible when its within-1-h share on the tail is *confidently* at most ``margin``
+    below zero wait's: the paired difference minus :data:`Z_ONE_SIDED` standard errors (clustered by
+    day of submission, since jobs submitted together wait together) is at least ``-margin``."""
+    real = tail["real_wait_s"].to_numpy(np.float64)
+    m = {k: wait_metrics(real, pt[k]) for k in CANDIDATES}
+    day = pd.to_datetime(tail["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m-%d").to_numpy() \
+        if "submit" in tail else np.zeros(len(tail))
+    hit0 = (np.abs(pt["zero"] - real) <= 3600.0).astype(np.float64)
+    for k in CANDIDATES:
+        d = (np.abs(pt[k] - real) <= 3600.0).astype(np.float64) - hit0
+        per_day = pd.Series(d).groupby(day).mean()
+        se = float(per_day.std(ddof=1) / np.sqrt(len(per_day))) if len(per_day) > 1 else 0.0
+        m[k]["within_1h_diff_vs_zero"] = float(d.mean())
+        m[k]["within_1h_diff_se"] = se if np.isfinite(se) else 0.0
+        m[k]["eligible"] = bool(d.mean() - Z_ONE_SIDED * m[k]["within_1h_diff_se"] >= -margin - 1e-12)
+    eligible = [k for k in CANDIDATES if m[k]["eligible"]]
+    pick = min(eligible, key=lambda k: (round(m[k]["mae_h"], 9), TIE_ORDER.index(k)))
+    out = [k for k in CANDIDATES if k not in eligible]
+    why = (f"least MAE among the candidates whose within-1-h share on the held-back tail is, with one-sided 95 % "
+           f"confidence, at most {margin:.0%} below zero wait's {m['zero']['within_1h']:.1%}"
+           + ("; not eligible: " + ", ".join(f"{k} ({m[k]['within_1h_diff_vs_zero']:+.1%} "
+                                            f"± {m[k]['within_1h_diff_se']:.1%})" for k in out) if out else ""))
+    if pick == "zero":
+        why += "; no eligible candidate beat zero wait's MAE there"
+    return pick, m, why
+
+
+def score(pred: pd.DataFrame, tz: str) -> dict[str, Any]:
+    """Metrics of every predictor, pooled and per month (submission, ``tz``)."""
+    month = pd.to_datetime(pred["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m").to_numpy()
+    real = pred["real_wait_s"].to_numpy(np.float64)
     res: dict[str, Any] = {}
     for p in PREDICTORS:
-        f = pred[["submit", "real_wait_s"]].assign(sim_wait_s=pred[p])
-        res[p] = {"pooled": metrics(f, tz), "months": {m: metrics(g, tz) for m, g in f.groupby(month, sort=True)}}
+        pt, bd = pred[p].to_numpy(np.float64), pred[f"{p}_bound"].to_numpy(np.float64)
+        res[p] = {"pooled": wait_metrics(real, pt, bd),
+                  "months": {m: wait_metrics(real[month == m], pt[month == m], bd[month == m])
+                             for m in sorted(set(month))}}
     return res
+
+
+def criteria(res: dict[str, Any], level: float) -> dict[str, Any]:
+    g, z = res["guarded"]["pooled"], res["zero"]["pooled"]
+    cov = {m: v.get("coverage") for m, v in res["guarded"]["months"].items()}
+    lo, hi = level - 0.05, level + 0.05
+    return {"mae_at_or_below_zero": bool(g["mae_h"] <= z["mae_h"] + 1e-12),
+            "mae_reduction_vs_zero": (1 - g["mae_h"] / z["mae_h"]) if z["mae_h"] > 0 else None,
+            "within_1h_vs_zero_points": 100 * (g["within_1h"] - z["within_1h"]),
+            "within_1h_within_5_points": bool(g["within_1h"] >= z["within_1h"] - 0.05 - 1e-12),
+            "coverage_months": cov, "coverage_target": [lo, hi],
+            "coverage_in_target_every_month": bool(all(c is not None and lo <= c <= hi for c in cov.values()))}
 
 
 def _clean(o: Any) -> Any:
     if isinstance(o, dict):
         return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, float):
-        return None if not np.isfinite(o) else o
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        return None if not np.isfinite(o) else float(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
     return o
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lv = doc["params"]["level"]
+    c = doc["criteria"]
+    out = [f"# Wait prediction at submission: {doc['trace']}", "",
+           f"Calibrated on jobs submitted {doc['windows']['calibrate_from']} to {doc['windows']['calibrate_to']} "
+           f"(exclusive, {doc['n_calibration']} jobs), scored on {', '.join(doc['params']['months'])} "
+           f"({doc['n_scored']} jobs). Every figure reads only what was known at each job's submission.", "",
+           f"Guard pick: **{doc['pick']}** ({doc['pick_reason']}).", "",
+           f"Criteria (guarded, out of sample): MAE at or below zero wait's: {c['mae_at_or_below_zero']}; "
+           f"MAE reduction {_f(c['mae_reduction_vs_zero'], '{:.1%}')}; within 1 h "
+           f"{c['within_1h_vs_zero_points']:+.1f} points vs zero wait; the {lv:.0%} bound's coverage in "
+           f"[{c['coverage_target'][0]:.0%}, {c['coverage_target'][1]:.0%}] every month: "
+           f"{c['coverage_in_target_every_month']}.", "",
+           "| predictor | n | MAE h | median abs err h | within 1 h | within 10 min (waited > 1 h) | Spearman | "
+           f"{lv:.0%} bound coverage | bound median h |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in PREDICTORS:
+        r = doc["out_of_sample"][p]["pooled"]
+        out.append(f"| {p} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(r['medae_h'], '{:.2f}')} | "
+                   f"{_f(r['within_1h'], '{:.1%}')} | {_f(r['within_10m_waited_over_1h'], '{:.1%}')} | "
+                   f"{_f(r['spearman'], '{:.2f}')} | {_f(r.get('coverage'), '{:.1%}')} | "
+                   f"{_f(r.get('bound_median_h'), '{:.2f}')} |")
+    out += ["", "Per month (guarded beside zero wait):", "",
+            "| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage |", "|---|---|---|---|---|---|---|"]
+    for m, r in doc["out_of_sample"]["guarded"]["months"].items():
+        z = doc["out_of_sample"]["zero"]["months"][m]
+        out.append(f"| {m} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(z['mae_h'], '{:.2f}')} | "
+                   f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} |")
+    rf = doc.get("replay_fidelity")
+    if rf:
+        out += ["", f"Replay fidelity (not a prediction: the calibrated simulator replaying the scored window with "
+                    f"every job's real run time, from `calibrate`): MAE {_f(rf.get('mae_h'), '{:.2f}')} h, within 1 h "
+                    f"{_f(rf.get('within_1h'), '{:.1%}')}."]
+    out += ["", "What each candidate reads at submission:", ""] + [f"* `{k}`: {v}" for k, v in READS.items()]
+    return "\n".join(out) + "\n"
+
+
+def _ts(v: str, flag: str, tz: str) -> int:
+    try:
+        t = pd.Timestamp(v)
+    except (ValueError, TypeError) as exc:
+        raise StepError(f"{flag} {v!r} is not an ISO date/time") from exc
+    if t is pd.NaT:
+        raise StepError(f"{flag} {v!r} is not an ISO date/time")
+    return int((t.tz_localize(tz) if t.tzinfo is None else t).timestamp())
+
+
+def _replay_fidelity(cfg_uri: str) -> dict[str, Any] | None:
+    """The ``calibrate`` step's out-of-sample replay figures beside ``config.json``, if any."""
+    if not cfg_uri.endswith("config.json"):
+        return None
+    cal = cfg_uri[: -len("config.json")] + "calibration.json"
+    try:
+        doc = json.loads(storage.read_bytes(cal))
+    except Exception:  # noqa: BLE001 - a config without its calibration report: no fidelity figure
+        return None
+    return {"source": cal, **{k: doc.get("out_of_sample", {}).get(k) for k in ("n", "mae_h", "zero_mae_h", "within_1h",
+                                                                                "zero_within_1h", "spearman")}}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="normalised trace (ingest output)")
+    p.add_argument("--cluster-config", required=True,
+                   help="calibrated configuration (calibrate's config.json) or preset: nodes and priority weights")
+    p.add_argument("--calibrate-from", required=True, help="calibration period start (ISO; trace time zone)")
+    p.add_argument("--calibrate-to", required=True, help="calibration period end, exclusive")
+    p.add_argument("--months", nargs="+", required=True, help="scored months YYYY-MM (trace time zone), after it")
+    p.add_argument("--out", required=True, help="output prefix URI")
+    p.add_argument("--level", type=float, default=LEVEL, help=f"the upper bound's level, in (0.5, 1) ({LEVEL})")
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help=f"the guard's allowance on within 1 h below zero wait's, in [0, 0.5] ({MARGIN})")
+    p.add_argument("--procs-per-node", type=int, default=None,
+                   help="processors per node, for traces that record processors but no node counts")
+    p.add_argument("--seed", type=int, default=0, help="model seed, 0 .. 2^31-1 (0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..data.schema import read_trace
+    from ..sim.config import SimConfig, load_config
+    from ..sim.workload import Workload
+
+    if not (0.5 < args.level < 1.0):
+        raise StepError(f"--level must lie in (0.5, 1), got {args.level}")
+    if not (0.0 <= args.margin <= 0.5):
+        raise StepError(f"--margin must lie in [0, 0.5], got {args.margin}")
+    if not (0 <= args.seed < 2 ** 31):
+        raise StepError(f"--seed must lie in 0 .. 2^31-1, got {args.seed}")
+    if args.procs_per_node is not None and args.procs_per_node < 1:
+        raise StepError(f"--procs-per-node must be >= 1, got {args.procs_per_node}")
+    bad = [m for m in args.months if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", m)]
+    if bad:
+        raise StepError(f"--months: {', '.join(map(repr, bad))} not of the form YYYY-MM")
+    cfg = SimConfig.from_dict(load_config(args.cluster_config))
+    df, meta = read_trace(args.trace)
+    tz = meta.timezone or "UTC"
+    a, b = _ts(args.calibrate_from, "--calibrate-from", tz), _ts(args.calibrate_to, "--calibrate-to", tz)
+    months = sorted(set(args.months))
+    c = _ts(months[0] + "-01", "--months", tz)
+    d = int((pd.Timestamp(months[-1] + "-01").tz_localize(tz) + pd.offsets.MonthBegin(1)).timestamp())
+    if not a < b:
+        raise StepError("--calibrate-to must be after --calibrate-from")
+    if not b <= c:
+        raise StepError(f"--months {months[0]} begins before --calibrate-to: the scored months must come after the "
+                        "calibration period")
+    ppn = args.procs_per_node or cfg.procs_per_node or None
+    wl = Workload.from_frame(df, ppn)
+    if len(wl) > MAX_JOBS:
+        raise StepError(f"{args.trace}: {len(wl)} jobs, more than this step walks ({MAX_JOBS})")
+    first, last = (int(wl.submit[0]), int(wl.submit[-1])) if len(wl) else (0, -1)
+    n_cal = int(((wl.submit >= a) & (wl.submit < b)).sum())
+    if n_cal == 0:
+        raise StepError(f"--calibrate-from/--calibrate-to: no job of {args.trace} was submitted in that period (the "
+                        f"trace's submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d} to "
+                        f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d})")
+    sub_m = pd.to_datetime(wl.submit, unit="s", utc=True).tz_convert(tz).strftime("%Y-%m")
+    empty = [m for m in months if not (sub_m == m).any()]
+    if empty:
+        raise StepError(f"--months: no job of {args.trace} was submitted in {', '.join(empty)} (the trace's "
+                        f"submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m} to "
+                        f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m})")
+    params = {"config": cfg.to_dict(), "windows": [a, b, c, d], "months": months, "level": args.level,
+              "margin": args.margin, "seed": args.seed, "xgb": XGB_PARAMS, "features": list(atsubmit.FEATURES),
+              "fit_share": FIT_SHARE, "eta": ETA, "guard_z": Z_ONE_SIDED, "quantiles": list(QUANTILES), "recent_n": atsubmit.RECENT_N, "procs_per_node": ppn}
+    step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
+    if step.skip():
+        return 0
+
+    frame = atsubmit.sweep(wl, cfg, a, d, tz, label=args.trace)
+    scored_mask = frame["submit"].to_numpy() >= c
+    cal = frame[(frame["submit"] < b).to_numpy()].reset_index(drop=True)
+    scored = frame[scored_mask].reset_index(drop=True)
+    cut = int(round(FIT_SHARE * len(cal)))
+    if cut < 50 or len(cal) - cut < 50:
+        raise StepError(f"the calibration period has {len(cal)} jobs: too few to fit and hold back a tail (>= 200)")
+    head, tail = cal.iloc[:cut], cal.iloc[cut:].reset_index(drop=True)
+    pt_tail, base_tail = points(tail, fit_model(head, args.level, args.seed))
+    pick, tail_m, why = guard(tail, pt_tail, args.margin, tz)
+    real_tail = tail["real_wait_s"].to_numpy(np.float64)
+    theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level) for k in CANDIDATES}
+    for k in CANDIDATES:
+        tail_m[k]["coverage_static"] = float((real_tail <= 60 * np.expm1(
+            np.maximum(np.log1p(base_tail[k] / 60) + theta0[k], 0))).mean())
+    model = fit_model(cal, args.level, args.seed)
+    pt, base = points(scored, model)
+    pred = scored[["job_id", "submit", "real_wait_s", "nodes", "limit_s", "est_s", "plannable"]].copy()
+    sub = scored["submit"].to_numpy(np.float64)
+    real = scored["real_wait_s"].to_numpy(np.float64)
+    for k in CANDIDATES:
+        pred[k] = pt[k]
+        pred[f"{k}_bound"], _ = atsubmit.online_bound(base[k], sub, real, args.level, theta0[k], ETA)
+    pred["guarded"] = pred[pick]
+    pred["guarded_bound"] = pred[f"{pick}_bound"]
+    res = score(pred, tz)
+    doc = {"trace": args.trace, "timezone": tz, "params": params,
+           "windows": {"calibrate_from": pd.Timestamp(a, unit="s", tz="UTC").tz_convert(tz).isoformat(),
+                       "calibrate_to": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat()},
+           "pick": pick, "pick_reason": why, "tail": tail_m, "theta0": theta0, "reads": READS,
+           "n_calibration": int(len(cal)), "n_scored": int(len(scored)),
+           "unplannable_scored": int((~scored["plannable"]).sum()),
+           "out_of_sample": res, "criteria": criteria(res, args.level),
+           "feature_importance": dict(zip(atsubmit.FEATURES, map(float, model.feature_importances_))),
+           "replay_fidelity": _replay_fidelity(args.cluster_config)}
+    doc = _clean(doc)
+    step.write_json("waitpred.json", doc)
+    buf = io.BytesIO()
+    pred.to_parquet(buf, index=False)
+    step.write_bytes("predictions.parquet", buf.getvalue())
+    step.write_bytes("waitpred.md", markdown(doc).encode())
+    step.commit(summary={"pick": pick, "criteria": doc["criteria"]})
+    print(f"waitpred: pick {pick}; out of sample MAE h: "
+          + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS)
+          + f"; within 1 h guarded {res['guarded']['pooled']['within_1h']:.1%} vs zero "
+          f"{res['zero']['pooled']['within_1h']:.1%}; {args.level:.0%} bound coverage per month: "
+          + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None),
+          flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mirage_tasks.calibration.waitpred", description=__doc__.split("\n\n")[0])
-    p.add_argument("--trace", required=True, help="normalised trace (ingest output)")
-    p.add_argument("--cluster-config", required=True, help="calibrated configuration (calibrate's config.json) or preset")
-    p.add_argument("--calibrate-from", required=True, help="calibration period start (ISO; trace time zone)")
-    p.add_argument("--calibrate-to", required=True, help="calibration period end, exclusive")
-    p.add_argument("--months", nargs="+", required=True, help="scored months YYYY-MM (trace time zone)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--lead-in-days", type=float, default=7.0)
-    p.add_argument("--seed", type=int, default=0)
+    add_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        from ..data.schema import read_trace
-        from ..sim.config import SimConfig, load_config
-        from ..sim.workload import Workload
-
-        cfg = SimConfig.from_dict(load_config(args.cluster_config))
-        df, meta = read_trace(args.trace)
-        tz = meta.timezone or "UTC"
-
-        def ts(v: str, flag: str) -> int:
-            try:
-                t = pd.Timestamp(v)
-            except (ValueError, TypeError) as exc:
-                raise StepError(f"{flag} {v!r} is not an ISO date/time") from exc
-            return int((t.tz_localize(tz) if t.tzinfo is None else t).timestamp())
-
-        a, b = ts(args.calibrate_from, "--calibrate-from"), ts(args.calibrate_to, "--calibrate-to")
-        months = sorted(args.months)
-        c = ts(months[0] + "-01", "--months")
-        d = int((pd.Timestamp(months[-1] + "-01").tz_localize(tz) + pd.offsets.MonthBegin(1)).timestamp())
-        if not a < b <= c < d:
-            raise StepError("the calibration period must end before the first scored month begins")
-        if args.lead_in_days < 0:
-            raise StepError("--lead-in-days must be >= 0")
-        params = {"config": cfg.to_dict(), "windows": [a, b, c, d], "months": months, "lead_in_days": args.lead_in_days,
-                  "seed": args.seed, "xgb": XGB_PARAMS, "features": list(FEATURES), "fit_share": FIT_SHARE,
-                  "recent_n": RECENT_N}
-        step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
-        if step.skip():
-            return 0
-        wl = Workload.from_frame(df, cfg.procs_per_node or None)
-        feats = submission_features(wl, int(cfg.nodes), tz)
-        lead = int(round(args.lead_in_days * 86400))
-        cal = _frame(wl, cfg, a, b, lead, tz, feats)
-        pick, tail_mae, corr = guard(cal, args.seed)
-        scored = _frame(wl, cfg, c, d, lead, tz, feats)
+        return run(args)
     except StepError as exc:
         print(f"mirage_tasks.calibration.waitpred: error: {exc}", file=sys.stderr)
         return 2
-    pred = predictions(scored, corr, pick)
-    res = score(pred, tz)
-    cal_pred = predictions(cal, corr, pick)
-    doc = {"params": params, "timezone": tz, "pick": pick, "tail_mae_h": tail_mae,
-           "n_calibration": int(len(cal)), "n_scored": int(len(scored)),
-           "in_sample": {k: v["pooled"] for k, v in score(cal_pred, tz).items()},
-           "out_of_sample": res,
-           "feature_importance": dict(zip(FEATURES, map(float, corr.feature_importances_)))}
-    zero = res["zero"]["pooled"]["mae_h"]
-    g = res["guarded"]["pooled"]["mae_h"]
-    doc["criteria"] = {"mae_at_or_below_zero": bool(g <= zero + 1e-12),
-                       "mae_reduction_vs_zero": (1 - g / zero) if zero > 0 else None}
-    step.write_json("waitpred.json", _clean(doc))
-    buf = io.BytesIO()
-    pred.to_parquet(buf, index=False)
-    step.write_bytes("predictions.parquet", buf.getvalue())
-    step.commit(summary={"pick": pick, "criteria": doc["criteria"]})
-    print(f"waitpred: pick {pick} (tail MAE h: " + ", ".join(f"{k} {v:.2f}" for k, v in tail_mae.items())
-          + f"); out of sample MAE h: " + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS),
-          flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The probe-replay evaluation (fair baselines, oracles, paired intervals) and the guarded wait
-predictor of issue 22, on small synthetic inputs whose answers are known."""
+"""The probe-replay evaluation (fair baselines, oracles, paired intervals) of issue 22, on small
+synthetic inputs whose answers are known (the wait predictor's tests: test_waitpred.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import pandas as pd
 import pytest
 
 from mirage_tasks.evaluation import probe_replay as ev
-from mirage_tasks.calibration import waitpred as wp
 from mirage_tasks.sim.features import N_FEATURES
 from mirage_tasks.sim.probes import END_OFFSETS_MIN
-from mirage_tasks.sim.workload import Workload
 
 H = 3600
 
@@ -91,65 +89,3 @@ def test_verdict_needs_the_interval_to_exclude_zero():
     assert ev.verdict(None, None) == "no interval"
 
 
-def _workload(submit, start, dur, nodes, limit=None) -> Workload:
-    n = len(submit)
-    submit, start, dur = (np.asarray(x, np.int64) for x in (submit, start, dur))
-    return Workload(job_id=np.arange(n, dtype=np.int64), submit=submit, real_start=start, real_end=start + dur,
-                    duration=dur, limit=np.asarray(limit if limit is not None else dur, np.int64),
-                    nodes=np.asarray(nodes, np.int64), user=np.zeros(n, np.int64), priority=np.full(n, np.nan))
-
-
-def test_submission_features_see_nothing_after_the_submission():
-    rng = np.random.default_rng(0)
-    n = 300
-    submit = np.sort(rng.integers(0, 30 * 86400, n))
-    start = submit + rng.integers(0, 8 * H, n)
-    dur = rng.integers(60, 12 * H, n)
-    nodes = rng.integers(1, 9, n)
-    full = wp.submission_features(_workload(submit, start, dur, nodes), 32, "UTC")
-    k = 200  # keep job k and everything submitted before it, with every start/end after its submission moved
-    t = submit[k]
-    s2, d2 = start.copy(), dur.copy()
-    later = s2 > t
-    s2[later] += 5 * H
-    ends_later = (start + dur > t) & ~later
-    d2[ends_later] += 3 * H
-    part = wp.submission_features(_workload(submit[:k + 1], s2[:k + 1], d2[:k + 1], nodes[:k + 1]), 32, "UTC")
-    cols = ["pending_jobs", "pending_nodes_frac", "busy_frac", "recent_wait_h"]
-    np.testing.assert_allclose(part.loc[k, cols].to_numpy(float), full.loc[k, cols].to_numpy(float))
-    # and the counts are what they say: pending = submitted before t, not started by t
-    sel = (submit < t) & (start > t)
-    assert full.loc[k, "pending_jobs"] == sel.sum()
-    assert full.loc[k, "busy_frac"] == pytest.approx(nodes[(start <= t) & (start + dur > t)].sum() / 32)
-
-
-def _cal_frame(real_h: np.ndarray, sim_h: np.ndarray, x: np.ndarray) -> pd.DataFrame:
-    n = len(real_h)
-    df = pd.DataFrame({"job_id": np.arange(n), "submit": np.arange(n) * 60, "real_wait_s": real_h * H,
-                       "sim_wait_s": sim_h * H, "sim_wait_h": sim_h, "nodes": 1})
-    for f in wp.FEATURES:
-        if f != "sim_wait_h":
-            df[f] = 0.0
-    df["pending_jobs"] = x
-    return df
-
-
-def test_guard_falls_back_to_zero_when_nothing_predicts():
-    rng = np.random.default_rng(1)
-    n = 800
-    real = np.where(rng.random(n) < 0.8, 0.0, rng.exponential(2.0, n))  # mostly no wait, no signal
-    sim = rng.exponential(5.0, n)  # a simulator that puts waits on the wrong jobs
-    pick, mae, _ = wp.guard(_cal_frame(real, sim, rng.random(n)), seed=0)
-    assert pick == "zero", mae
-    assert mae["simulator"] > mae["zero"]
-
-
-def test_guard_takes_the_correction_where_it_helps():
-    rng = np.random.default_rng(2)
-    n = 800
-    x = rng.integers(0, 20, n).astype(float)
-    real = 0.5 * x  # the wait follows the queue at submission
-    sim = rng.exponential(3.0, n)
-    pick, mae, corr = wp.guard(_cal_frame(real, sim, x), seed=0)
-    assert pick == "corrected"
-    assert mae["corrected"] < 0.5 * mae["zero"]

@@ -1,0 +1,311 @@
+"""What is known at a job's submission, and the scheduler's plan from it (issue 27).
+
+The wait predictor's candidates (:mod:`mirage_tasks.calibration.waitpred`) read, for a job
+``j`` submitted at ``t``, only what a site knows at that instant:
+
+* the jobs submitted before ``j`` (in the same second: earlier in the log's order);
+* of those, the ones that had started before ``t`` and not ended (running: nodes, start,
+  requested time) and the ones not yet started (pending: nodes, submission, requested time);
+* a job's real run time and wait only once they are over: a run time when the job has ended
+  (``end <= t``), a wait when it has started (``start < t``);
+* ``j``'s own request (nodes, time limit, user).
+
+:func:`sweep` walks the log once in submission order with three pointers (submissions, starts,
+ends) and reads nothing else; ``tests/mirage/test_waitpred_atsubmit.py`` builds a log where a
+later job's real run time would change the answer and shows that it does not.
+
+**Run-time estimates** (``est_s``): fixed at the job's own submission, the mean run time of its
+user's last two jobs that had ended by then (Tsafrir, Etsion and Feitelson, "Backfilling using
+system-generated predictions rather than user runtime estimates", TPDS 2007), capped by its
+request; the request when the user has no history yet. A running job that has outlived its
+estimate is given its request (the same paper's correction).
+
+**The plan** (:func:`plan_start`): the start the scheduler would promise ``j`` now, planned as
+Slurm's backfill scheduler plans it (what ``squeue --start`` shows): the nodes free now and the
+running jobs' expected ends give a profile of free nodes over time; the pending jobs ahead of
+``j`` in priority order each reserve the earliest slot where they fit, then ``j`` does. Run
+times are the estimates (``plan_s``) or the requested times (``plan_request_s``: Slurm's own
+plan). Priority is the configuration's age and size terms; a ``trace``-priority configuration's
+recorded values contain the real wait (the outcome), so only its weights are used. The nodes in
+service are the configuration's (its capacity model, when on, reads only the trace's past).
+Node counts are node-equivalents (:attr:`~mirage_tasks.sim.workload.Workload.node_equiv`).
+Not modelled: later arrivals of higher priority, per-user limits, partitions, node topology.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+RECENT_N = 50          # the "recent" average: last this many starts
+USER_RECENT_N = 3      # a user's recent waits
+USER_RUNTIME_N = 2     # a user's last run times (Tsafrir et al.)
+PROGRESS_S = 30.0      # a log line at most this often while sweeping
+
+#: the columns :func:`sweep` returns beside ``job_id``, ``submit``, ``real_wait_s``, ``nodes``, and
+#: what each may know (all: only the state at the job's submission)
+FEATURES = ("plan_h", "plan_request_h", "plan_easy_h", "log_limit_h", "log_nodes", "log_est_h", "pending_jobs",
+            "pending_node_frac", "ahead_jobs", "ahead_node_h_frac", "busy_frac", "free_frac", "fits_now",
+            "recent_wait_h", "user_recent_wait_h", "user_pending_jobs", "user_running_jobs", "user_running_node_frac",
+            "hour", "weekday")
+
+
+def _place(T: list[float], F: list[float], n: float, d: float) -> float:
+    """Reserve ``n`` nodes for ``d`` seconds at the earliest start in the profile (``F[k]`` free
+    nodes on ``[T[k], T[k+1])``, the last segment open-ended; both lists are updated in place)
+    and return that start. The last segment must hold at least ``n`` free nodes.
+
+    Plain lists: a profile holds tens of segments, where numpy's per-call cost would dominate."""
+    L = len(F)
+    n = n - 1e-9
+    k = 0
+    while True:
+        while F[k] < n:
+            k += 1
+        e = T[k] + d
+        j = k + 1
+        while j < L and T[j] < e and F[j] >= n:
+            j += 1
+        if j < L and T[j] < e:  # a segment inside [start, end) lacks the nodes: start after it
+            k = j + 1
+            continue
+        break
+    s = T[k]
+    i = bisect.bisect_left(T, e)
+    if i == L or T[i] != e:
+        T.insert(i, e)
+        F.insert(i, F[i - 1])
+    n += 1e-9
+    for m in range(k, i):
+        F[m] -= n
+    return s
+
+
+def plan_start(now: float, capacity: float, run_end: np.ndarray, run_nodes: np.ndarray,
+               ahead_nodes: np.ndarray, ahead_dur: np.ndarray, nodes: float, dur: float) -> float:
+    """The planned start of a job of ``nodes`` x ``dur`` s submitted at ``now``: the running jobs
+    end at ``run_end`` (all > now), the jobs ahead of it in priority order (``ahead_*``, in that
+    order) reserve their slots first. ``inf`` when it cannot fit in ``capacity``."""
+    if nodes > capacity + 1e-9:
+        return np.inf
+    order = np.argsort(run_end, kind="stable")
+    T = [float(now), *run_end[order].astype(np.float64).tolist()]
+    F = (capacity - float(run_nodes.sum()) + np.concatenate(([0.0], np.cumsum(run_nodes[order], dtype=np.float64)))).tolist()
+    F[-1] = capacity  # every running job has ended: exact, whatever the rounding of the sums
+    cap = capacity + 1e-9
+    for n, d in zip(ahead_nodes.tolist(), ahead_dur.tolist()):
+        if n > cap:
+            continue  # never fits: the scheduler plans around it
+        _place(T, F, n, d)
+    return _place(T, F, float(nodes), float(dur))
+
+
+class _Capacity:
+    """Nodes in service at ``t``: the configuration's fixed size, or its capacity schedule (which
+    reads only the trace's busy nodes before each step)."""
+
+    def __init__(self, wl: Any, cfg: Any, t0: int, t1: int):
+        self.nodes = float(cfg.nodes)
+        self.times = self.caps = None
+        if getattr(cfg, "capacity_window_s", 0):
+            from ..sim.workload import capacity_schedule
+
+            sched = capacity_schedule(wl, int(cfg.nodes), int(cfg.capacity_window_s), float(cfg.capacity_quantile),
+                                      int(cfg.capacity_step_s), int(t0), int(t1))
+            self.times = np.array([a for a, _ in sched], dtype=np.int64)
+            self.caps = np.array([b for _, b in sched], dtype=np.float64)
+
+    def at(self, t: int) -> float:
+        if self.times is None:
+            return self.nodes
+        k = int(np.searchsorted(self.times, t, side="right")) - 1
+        return float(self.caps[max(k, 0)])
+
+
+def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: str = "") -> pd.DataFrame:
+    """Per job submitted in ``[t_from, t_to)`` (log order): what was known at its submission
+    (:data:`FEATURES`), its run-time estimate and both plans (seconds), and its real wait (the
+    target, never an input). The log before ``t_from`` is walked for state only."""
+    n_all = len(wl)
+    sub = wl.submit.astype(np.int64)
+    st = wl.real_start.astype(np.int64)
+    en = (wl.real_start + wl.duration).astype(np.int64)
+    lim = wl.limit.astype(np.float64)
+    dur = wl.duration.astype(np.float64)
+    nod = np.asarray(wl.node_equiv, dtype=np.float64)
+    user = wl.user.astype(np.int64)
+    o_st = np.argsort(st, kind="stable")
+    o_en = np.argsort(en, kind="stable")
+    lo = int(np.searchsorted(sub, t_from, "left"))
+    hi = int(np.searchsorted(sub, t_to, "left"))
+    cap = _Capacity(wl, cfg, t_from, t_to)
+    wa = float(cfg.weight_age) / float(cfg.max_age_s)
+    max_age = float(cfg.max_age_s) if cfg.age_cap else np.inf
+    ws = float(cfg.weight_size)
+
+    est = np.empty(n_all, dtype=np.float64)
+    hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RUNTIME_N))
+    u_wait: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RECENT_N))
+    recent: deque = deque(maxlen=RECENT_N)
+    running: set[int] = set()
+    pending: set[int] = set()
+    u_pend: dict[int, int] = defaultdict(int)
+    u_run: dict[int, int] = defaultdict(int)
+    u_run_nodes: dict[int, float] = defaultdict(float)
+    p_st = p_en = 0
+    rows = {c: np.full(hi - lo, np.nan) for c in ("est_s", "plan_s", "plan_request_s", "pending_jobs",
+                                                   "pending_node_frac", "ahead_jobs", "ahead_node_h_frac",
+                                                   "busy_frac", "free_frac", "fits_now", "recent_wait_h",
+                                                   "user_recent_wait_h", "capacity", "plan_easy_s",
+                                                   "user_pending_jobs", "user_running_jobs",
+                                                   "user_running_node_frac")}
+    t_log = time.monotonic()
+    for i in range(hi):
+        t = int(sub[i])
+        # starts strictly before t: running, and their waits are known
+        while p_st < n_all and st[o_st[p_st]] < t:
+            k = int(o_st[p_st])
+            p_st += 1
+            pending.discard(k)
+            running.add(k)
+            u_pend[int(user[k])] -= 1
+            u_run[int(user[k])] += 1
+            u_run_nodes[int(user[k])] += nod[k]
+            w = float(st[k] - sub[k])
+            recent.append(w)
+            u_wait[int(user[k])].append(w)
+        # ends at or before t: their run times are known
+        while p_en < n_all and en[o_en[p_en]] <= t:
+            k = int(o_en[p_en])
+            p_en += 1
+            running.discard(k)
+            u_run[int(user[k])] -= 1
+            u_run_nodes[int(user[k])] -= nod[k]
+            if user[k] >= 0:
+                hist[int(user[k])].append(dur[k])
+        h = hist.get(int(user[i])) if user[i] >= 0 else None
+        est[i] = min(lim[i], max(1.0, float(np.mean(h)))) if h else lim[i]
+        if i >= lo:
+            r = i - lo
+            C = cap.at(t)
+            if running:
+                ri = np.fromiter(running, dtype=np.int64, count=len(running))
+                r_nodes = nod[ri]
+                e_est = st[ri] + est[ri]
+                r_end = np.where(e_est > t, e_est, st[ri] + lim[ri]).astype(np.float64)
+                r_end = np.maximum(r_end, t + 1.0)
+                r_end_req = np.maximum((st[ri] + lim[ri]).astype(np.float64), t + 1.0)
+            else:
+                r_nodes = r_end = r_end_req = np.zeros(0)
+            if pending:
+                pi = np.fromiter(pending, dtype=np.int64, count=len(pending))
+                pi.sort()
+                age = np.minimum(t - sub[pi], max_age)
+                prio = wa * age + ws * nod[pi] / C
+                me = ws * nod[i] / C
+                sel = prio >= me - 1e-12
+                ahead = pi[sel]
+                ahead = ahead[np.lexsort((ahead, -prio[sel]))]  # priority, then submission
+            else:
+                pi = ahead = np.zeros(0, dtype=np.int64)
+            busy = float(r_nodes.sum())
+            free = max(C - busy, 0.0)
+            rows["plan_s"][r] = plan_start(t, C, r_end, r_nodes, nod[ahead], est[ahead], nod[i], est[i]) - t
+            rows["plan_easy_s"][r] = plan_start(t, C, r_end, r_nodes, nod[ahead[:1]], est[ahead[:1]], nod[i], est[i]) - t
+            rows["plan_request_s"][r] = plan_start(t, C, r_end_req, r_nodes, nod[ahead], lim[ahead], nod[i], lim[i]) - t
+            rows["est_s"][r] = est[i]
+            rows["capacity"][r] = C
+            rows["pending_jobs"][r] = len(pi)
+            rows["pending_node_frac"][r] = float(nod[pi].sum()) / C
+            rows["ahead_jobs"][r] = len(ahead)
+            rows["ahead_node_h_frac"][r] = float((nod[ahead] * est[ahead]).sum()) / 3600.0 / C
+            rows["busy_frac"][r] = busy / C
+            rows["free_frac"][r] = free / C
+            rows["fits_now"][r] = float(len(ahead) == 0 and free >= nod[i] - 1e-9)
+            rows["recent_wait_h"][r] = (float(np.mean(recent)) if recent else 0.0) / 3600.0
+            uw = u_wait.get(int(user[i])) if user[i] >= 0 else None
+            rows["user_recent_wait_h"][r] = (float(np.mean(uw)) / 3600.0) if uw else -1.0
+            known_user = user[i] >= 0
+            rows["user_pending_jobs"][r] = u_pend.get(int(user[i]), 0) if known_user else -1
+            rows["user_running_jobs"][r] = u_run.get(int(user[i]), 0) if known_user else -1
+            rows["user_running_node_frac"][r] = (u_run_nodes.get(int(user[i]), 0.0) / C) if known_user else -1
+            if time.monotonic() - t_log > PROGRESS_S:
+                t_log = time.monotonic()
+                log.info("waitpred%s: %d of %d jobs planned (%d pending, %d running now)",
+                         f" {label}" if label else "", r + 1, hi - lo, len(pending), len(running))
+        pending.add(i)
+        u_pend[int(user[i])] += 1
+    idx = np.arange(lo, hi)
+    local = pd.to_datetime(sub[idx], unit="s", utc=True).tz_convert(tz)
+    unplannable = ~np.isfinite(rows["plan_s"])
+    out = pd.DataFrame({
+        "job_id": wl.job_id[idx], "submit": sub[idx], "real_wait_s": (st[idx] - sub[idx]).astype(np.float64),
+        "nodes": wl.nodes[idx], "limit_s": lim[idx], **rows,
+        "log_limit_h": np.log1p(lim[idx] / 3600.0), "log_nodes": np.log1p(nod[idx]),
+        "log_est_h": np.log1p(rows["est_s"] / 3600.0),
+        "hour": local.hour.to_numpy(np.float64), "weekday": local.day_of_week.to_numpy(np.float64),
+    })
+    # a job larger than the nodes in service cannot be planned: its plan is its request (reported)
+    for c in ("plan_s", "plan_request_s", "plan_easy_s"):
+        out[c] = np.where(np.isfinite(out[c]), out[c], out["limit_s"])
+    out["plannable"] = ~unplannable
+    out["plan_h"] = out["plan_s"] / 3600.0
+    out["plan_request_h"] = out["plan_request_s"] / 3600.0
+    out["plan_easy_h"] = out["plan_easy_s"] / 3600.0
+    return out
+
+
+def next_outcomes(submit: np.ndarray, real_wait: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """When each job's coverage by its bound becomes known: at its start if it started within the
+    bound, else when the bound ran out while it still waited (``submit + bound``)."""
+    start = submit + real_wait
+    return np.where(real_wait <= bound, start, submit + bound)
+
+
+def online_bound(base_s: np.ndarray, submit: np.ndarray, real_wait: np.ndarray, level: float,
+                 theta0: float, eta: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """An upper bound at ``level`` kept calibrated online (quantile tracking, Angelopoulos, Candès
+    and Tibshirani 2023): ``log1p(bound / 60) = log1p(base / 60) + theta``; each job's outcome
+    (covered or not) is fed back at the instant it becomes known (:func:`next_outcomes`), never
+    before, and moves ``theta`` by ``eta * (miss - (1 - level))``. Jobs in submission order.
+    Returns (bound seconds, theta at each submission)."""
+    n = len(base_s)
+    bound = np.empty(n)
+    thetas = np.empty(n)
+    theta = float(theta0)
+    alpha = 1.0 - level
+    heap: list[tuple[float, int, bool]] = []
+    lb = np.log1p(np.maximum(base_s, 0.0) / 60.0)
+    for i in range(n):
+        t = submit[i]
+        while heap and heap[0][0] <= t:
+            _, _, miss = heapq.heappop(heap)
+            theta += eta * ((1.0 if miss else 0.0) - alpha)
+        thetas[i] = theta
+        b = 60.0 * np.expm1(max(lb[i] + theta, 0.0))
+        bound[i] = b
+        miss = bool(real_wait[i] > b)
+        known = (submit[i] + b) if miss else (submit[i] + real_wait[i])
+        # ties: an outcome known at the same second as a submission is not yet known to it
+        heapq.heappush(heap, (known + 1e-6, i, miss))
+    return bound, thetas
+
+
+def static_theta(base_s: np.ndarray, real_wait: np.ndarray, level: float) -> float:
+    """The split-conformal offset (log scale of :func:`online_bound`) that covers ``level`` of a
+    calibration sample: the ``ceil((n + 1) level) / n`` quantile of the scores."""
+    s = np.log1p(np.maximum(real_wait, 0.0) / 60.0) - np.log1p(np.maximum(base_s, 0.0) / 60.0)
+    n = len(s)
+    if n == 0:
+        return 0.0
+    q = min(1.0, np.ceil((n + 1) * level) / n)
+    return float(np.quantile(s, q, method="higher"))

@@ -1,0 +1,278 @@
+"""The wait predictor at submission time (issue 27): no hindsight, the scheduler's plan, online
+bounds whose feedback comes only when it is known, the guard's within-1-h rule, the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_sim_support import T0, random_trace
+
+from mirage_tasks.calibration import atsubmit, calibrate as cal, fidelity
+from mirage_tasks.calibration import waitpred as wp
+from mirage_tasks.data.schema import TraceMeta, write_trace
+from mirage_tasks.sim import SimConfig, Simulator, Workload
+
+H = 3600
+
+
+def _workload(submit, start, dur, nodes, limit=None, user=None) -> Workload:
+    n = len(submit)
+    submit, start, dur = (np.asarray(x, np.int64) for x in (submit, start, dur))
+    return Workload(job_id=np.arange(n).astype(str), submit=submit, real_start=start, real_end=start + dur,
+                    duration=dur, limit=np.asarray(limit if limit is not None else dur, np.int64),
+                    nodes=np.asarray(nodes, np.int64),
+                    user=np.asarray(user if user is not None else np.zeros(n), np.int64),
+                    priority=np.full(n, np.nan))
+
+
+# ----------------------------------------------------------------------------- the plan
+
+def _brute_start(free0: int, ends: list[tuple[int, int]], placed: list[tuple[int, int, int]], cap: int,
+                 n: int, d: int, now: int) -> int:
+    """Earliest integer start >= now where n nodes are free for d seconds (second by second)."""
+    def free(t):
+        f = free0 + sum(k for e, k in ends if e <= t)
+        return f - sum(k for s, e, k in placed if s <= t < e)
+    t = now
+    while True:
+        if all(free(u) >= n for u in range(t, t + d)):
+            return t
+        t += 1
+
+
+def test_plan_places_each_job_where_a_second_by_second_search_does():
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        cap = int(rng.integers(4, 12))
+        now = 100
+        r_nodes = rng.integers(1, 4, int(rng.integers(0, 4)))
+        r_nodes = r_nodes[np.cumsum(r_nodes) <= cap]
+        r_end = now + rng.integers(1, 40, len(r_nodes))
+        ahead_n = rng.integers(1, cap + 1, int(rng.integers(0, 6)))
+        ahead_d = rng.integers(1, 30, len(ahead_n))
+        n, d = int(rng.integers(1, cap + 1)), int(rng.integers(1, 30))
+        got = atsubmit.plan_start(now, cap, r_end.astype(float), r_nodes.astype(float), ahead_n.astype(float),
+                                  ahead_d.astype(float), n, d)
+        ends = list(zip(r_end.tolist(), r_nodes.tolist()))
+        placed: list[tuple[int, int, int]] = []
+        free0 = cap - int(r_nodes.sum())
+        for an, ad in zip(ahead_n.tolist(), ahead_d.tolist()):
+            s = _brute_start(free0, ends, placed, cap, an, ad, now)
+            placed.append((s, s + ad, an))
+        assert got == _brute_start(free0, ends, placed, cap, n, d, now)
+
+
+def test_a_job_larger_than_the_machine_cannot_be_planned():
+    assert atsubmit.plan_start(0, 8, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), 9, 60) == np.inf
+
+
+# ----------------------------------------------------------------------------- no hindsight
+
+def _log(seed: int = 0, n: int = 400, nodes: int = 16, days: int = 20):
+    rng = np.random.default_rng(seed)
+    submit = np.sort(rng.integers(0, days * 86400, n)) + T0
+    dur = rng.integers(600, 10 * H, n)
+    limit = dur + rng.integers(0, 12 * H, n)
+    jn = rng.integers(1, 9, n)
+    user = rng.integers(0, 12, n)
+    wl0 = _workload(submit, submit, dur, jn, limit, user)
+    sim = Simulator.from_workload(wl0, SimConfig(nodes=nodes, backfill="conservative", weight_size=0.0),
+                                  int(submit[0]), int(submit[-1]))
+    sim.drain()
+    start = np.zeros(n, np.int64)
+    for j, tag in enumerate(sim.j_tag):
+        if tag >= 0:
+            start[tag] = sim.j_start[j]
+    return submit, start, dur, jn, limit, user
+
+
+def test_the_answer_for_a_job_does_not_change_with_anything_known_only_later():
+    submit, start, dur, jn, limit, user = _log()
+    cfg = SimConfig(nodes=16, weight_size=0.0)
+    full = atsubmit.sweep(_workload(submit, start, dur, jn, limit, user), cfg, int(submit[0]), int(submit[-1]) + 1)
+    k = 250
+    t = int(submit[k])
+    # rewrite the future of job k's submission: every job running then runs 3 h longer (still within
+    # its limit where it can), every job not started by then starts 5 h later, later jobs vanish
+    s2, d2 = start.copy(), dur.copy()
+    running = (start < t) & (start + dur > t)
+    d2[running] = np.minimum(dur[running] + 3 * H, limit[running])
+    later = start >= t
+    s2[later] += 5 * H
+    keep = np.arange(k + 1)
+    part = atsubmit.sweep(_workload(submit[keep], s2[keep], d2[keep], jn[keep], limit[keep], user[keep]), cfg,
+                          int(submit[0]), t + 1)
+    cols = ["plan_s", "plan_request_s", "plan_easy_s", "est_s", *atsubmit.FEATURES]
+    a = full.loc[full.job_id == str(k), cols].to_numpy(float)
+    b = part.loc[part.job_id == str(k), cols].to_numpy(float)
+    np.testing.assert_allclose(b, a)
+    # the counts are what they say: pending = submitted before t and not started before t
+    row = full.loc[full.job_id == str(k)].iloc[0]
+    assert row["pending_jobs"] == ((submit < t) & (start >= t)).sum() + ((submit == t) & (np.arange(len(submit)) < k)
+                                                                        & (start < t)).sum()
+    # and the control: a replay with real run times (the old "simulator" candidate) does change
+    wl_a = _workload(submit, start, dur, jn, limit, user)
+    wl_b = _workload(submit, s2, d2, jn, limit, user)
+    ra = fidelity.replay(wl_a, cfg, int(submit[0]), int(submit[-1]) + 1, 0).set_index("job_id")["sim_wait_s"]
+    rb = fidelity.replay(wl_b, cfg, int(submit[0]), int(submit[-1]) + 1, 0).set_index("job_id")["sim_wait_s"]
+    changed = (ra != rb) & (submit >= t)
+    assert changed.sum() > 10  # hindsight would have changed later jobs' answers
+
+
+def test_run_time_estimates_use_only_runs_that_had_ended():
+    # one user: job 0 (1 h), job 1 (3 h), job 2 submitted while job 1 still runs, job 3 after both end
+    submit = np.array([0, 10, 2 * H, 5 * H]) + T0
+    start = submit.copy()
+    dur = np.array([1 * H, 3 * H, 1 * H, 1 * H])
+    limit = np.array([10 * H, 10 * H, 10 * H, 90 * 60])
+    fr = atsubmit.sweep(_workload(submit, start, dur, [1, 1, 1, 1], limit), SimConfig(nodes=8), int(T0), int(T0 + 6 * H))
+    est = fr["est_s"].to_numpy()
+    assert est[0] == 10 * H                   # no history: the request
+    assert est[1] == 10 * H                   # job 0 still running at job 1's submission
+    assert est[2] == 1 * H                    # job 0 ended (1 h); job 1 has not
+    assert est[3] == 90 * 60                  # mean of 1 h and 3 h = 2 h, capped by the 1.5 h request
+
+
+# ----------------------------------------------------------------------------- bounds
+
+def test_online_bound_learns_an_outcome_only_once_it_is_known():
+    rng = np.random.default_rng(0)
+    n = 3000
+    submit = np.sort(rng.integers(0, 60 * 86400, n)).astype(float)
+    real = rng.exponential(2 * H, n)
+    base = np.zeros(n)
+    b1, th1 = atsubmit.online_bound(base, submit, real, 0.9, theta0=0.0)
+    # the bound of job i is a function of outcomes known before submit[i]: change the wait of a job
+    # whose outcome becomes known only after job k's submission, and job k's bound stays the same
+    k = 2000
+    known = atsubmit.next_outcomes(submit, real, b1)
+    late = np.flatnonzero((np.arange(n) < k) & (known > submit[k]))
+    assert len(late) > 0
+    real2 = real.copy()
+    real2[late] = real2[late] * 5 + 10 * H
+    b2, _ = atsubmit.online_bound(base, submit, real2, 0.9, theta0=0.0)
+    assert b2[k] == b1[k]
+    assert 0.87 <= (real[1000:] <= b1[1000:]).mean() <= 0.93  # and it covers what it says
+
+
+def test_static_conformal_offset_covers_its_sample():
+    rng = np.random.default_rng(1)
+    real = rng.exponential(H, 2000)
+    base = rng.exponential(H, 2000)
+    th = atsubmit.static_theta(base, real, 0.9)
+    bound = 60 * np.expm1(np.maximum(np.log1p(base / 60) + th, 0))
+    assert (real <= bound + 1e-9).mean() >= 0.9
+
+
+# ----------------------------------------------------------------------------- guard
+
+def test_the_guard_refuses_a_lower_mae_bought_with_jobs_that_start_at_once():
+    rng = np.random.default_rng(3)
+    n = 2000
+    real = np.where(rng.random(n) < 0.7, 0.0, rng.exponential(8 * H, n))
+    tail = pd.DataFrame({"real_wait_s": real})
+    # right on the long waits, 1.5 h on every job that starts at once: a lower MAE than zero wait's,
+    # bought with the within-1-h share of the many jobs that start at once
+    hours = np.where(real > 0, real, 1.5 * H)
+    pt = {k: np.zeros(n) for k in wp.CANDIDATES}
+    pt["plan"] = hours
+    assert wp.wait_metrics(real, hours)["mae_h"] < wp.wait_metrics(real, np.zeros(n))["mae_h"]
+    pick, m, why = wp.guard(tail, pt, 0.05)
+    assert pick == "zero" and "plan" in why and "not eligible" in why
+    good = np.where(real > 0, real, 0.0) * 0.5  # close on the long waits, exact on the rest
+    pt["corrected_q40"] = good
+    pick, _, _ = wp.guard(tail, pt, 0.05)
+    assert pick == "corrected_q40"
+
+
+def test_metrics_count_the_long_waits_apart():
+    real = np.array([0, 0, 2 * H, 3 * H], float)
+    m = wp.wait_metrics(real, np.array([0, 0, 2 * H + 300, 0], float), np.array([60, 60, 3 * H, 4 * H], float))
+    assert m["within_1h"] == 0.75 and m["n_waited_over_1h"] == 2 and m["within_10m_waited_over_1h"] == 0.5
+    assert m["coverage"] == 1.0
+
+
+# ----------------------------------------------------------------------------- calibration respects the machine
+
+def test_the_search_never_exceeds_the_stated_machine_and_says_why():
+    rng = np.random.default_rng(0)
+    n = 200
+    submit = np.sort(rng.integers(0, 5 * 86400, n)) + T0
+    wl = _workload(submit, submit, rng.integers(H, 6 * H, n), rng.integers(4, 20, n))
+    facts = cal.trace_facts(wl, int(T0), int(T0 + 5 * 86400), machine_nodes=40)
+    assert facts.peak_busy_nodes > 40
+    assert cal.search_space(facts)["nodes"][1] <= 40
+    assert "40 nodes" in cal.machine_warning(facts) and str(facts.peak_busy_nodes) in cal.machine_warning(facts)
+
+
+def test_shared_nodes_count_as_node_equivalents():
+    df = random_trace(3, days=2, nodes=16)
+    df["procs"] = 4  # 4 processors per job on 16-processor nodes: each job holds a quarter node
+    df["nodes"] = pd.array([pd.NA] * len(df), dtype="Int32")
+    wl = Workload.from_frame(df, procs_per_node=16)
+    assert (wl.nodes == 1).all() and np.allclose(wl.node_equiv, 0.25)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+@pytest.fixture(scope="module")
+def trace_uri(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wp")
+    submit, start, dur, jn, limit, user = _log(seed=5, n=900, days=60)  # busy, not overloaded
+    ts = lambda a: pd.to_datetime(a, unit="s", utc=True).astype("datetime64[s, UTC]")  # noqa: E731
+    df = pd.DataFrame({"job_id": np.arange(len(submit)).astype(str), "submit": ts(submit), "start": ts(start),
+                       "end": ts(start + dur), "time_limit_s": limit, "nodes": jn.astype("int32"),
+                       "procs": jn.astype("int32"), "partition": "p", "user": user.astype(str),
+                       "status": "COMPLETED", "priority": pd.array([pd.NA] * len(submit), dtype="Int64")})
+    uri = str(d / "trace")
+    write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="UTC"))
+    (d / "cfg.json").write_text(json.dumps(SimConfig(nodes=16, weight_size=0.0).to_dict()))
+    return uri, str(d / "cfg.json")
+
+
+def _months(uri):
+    df = pd.read_parquet(uri + "/trace.parquet")
+    return sorted(df["submit"].dt.strftime("%Y-%m").unique())
+
+
+def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
+    uri, cfg = trace_uri
+    first = pd.read_parquet(uri + "/trace.parquet")["submit"].min()
+    a, b = first.strftime("%Y-%m-%d"), (first + pd.Timedelta(days=10)).strftime("%Y-%m-%d")
+    m = (first + pd.Timedelta(days=10)).strftime("%Y-%m")
+    months = [x for x in _months(uri) if x > m] or [m]
+    b = max(b, f"{months[0]}-01") if months[0] != m else b
+    out = tmp_path / "out"
+    rc = wp.main(["--trace", uri, "--cluster-config", cfg, "--calibrate-from", a, "--calibrate-to", f"{months[0]}-01",
+                  "--months", *months, "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    doc = json.loads((out / "waitpred.json").read_text())
+    assert doc["pick"] in wp.CANDIDATES and set(doc["out_of_sample"]) == set(wp.PREDICTORS)
+    assert "coverage" in doc["out_of_sample"]["guarded"]["pooled"]
+    pred = pd.read_parquet(out / "predictions.parquet")
+    assert {"guarded", "guarded_bound", "plan", "plan_bound"} <= set(pred.columns)
+    assert "Guard pick" in (out / "waitpred.md").read_text()
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--months", "2031-01"], "--months: no job"),
+    (["--months", "2024-13"], "not of the form YYYY-MM"),
+    (["--calibrate-from", "1990-01-01", "--calibrate-to", "1990-02-01"], "no job of"),
+    (["--level", "1.5"], "--level"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_waitpred_refuses_bad_input_naming_the_flag(trace_uri, tmp_path, capsys, flags, needle):
+    uri, cfg = trace_uri
+    months = _months(uri)
+    base = {"--trace": uri, "--cluster-config": cfg, "--calibrate-from": f"{months[0]}-01",
+            "--calibrate-to": f"{months[1]}-01", "--months": months[1], "--out": str(tmp_path / "o")}
+    argv: list[str] = []
+    over = dict(zip(flags[::2], flags[1::2]))
+    for k, v in {**base, **over}.items():
+        argv += [k, v]
+    assert wp.main(argv) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
