@@ -1,0 +1,91 @@
+"""Queue-wait prediction at submission time on your own log, from the trigger form (issue 27).
+
+Fill in the log's description and trigger: ``plan`` checks it (a field that cannot be used fails
+the run at once, naming it) and builds the command lines with the same functions as
+``bench/mirage_eval.py --waitpred-only`` (``mirage_tasks.run.evalplan``); then
+
+1. ``ingest`` reads the raw log (a Slurm ``sacct`` export or an SWF file, path or URI);
+2. ``calibrate`` fits the simulator's machine size and priority weights on the calibration period
+   (never larger than ``machine_nodes`` or the log's stated size); its figures are replay fidelity;
+3. ``waitpred`` fits the candidates on the calibration period and scores every job submitted in
+   the scored months, each from what was known at its submission: point predictions, a 90 % upper
+   bound with its coverage per month, and the guard's pick beside zero wait.
+
+Outputs: ``<storage root>/mirage_evaluation/<name>/{trace,cal,waitpred}``; ``waitpred.md`` and
+``waitpred.json`` hold the tables. A rerun with the same description skips every step. From a
+shell, the same::
+
+    python bench/mirage_eval.py --waitpred-only --log-file mysite.json
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, task
+
+from house import default_args, get_config, steps_for
+
+step, _ = steps_for("mirage_tasks")
+LOCAL = get_config().runner == "local"
+#: the form's example: the KTH SP2 log beside a local checkout (../shared/traces)
+_KTH = Path(__file__).resolve().parents[2] / "shared" / "traces" / "KTH-SP2-1996-2.1-cln.swf.gz"
+
+with DAG(
+    dag_id="mirage_evaluation",
+    description="Wait prediction at submission time on a log you describe (calibrate, waitpred)",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=2,
+    default_args=default_args(owner="mirage"),
+    tags=["mirage", "ml"],
+    params={
+        "name": Param("KTH-SP2", type="string", pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                      description="a short name for the log (its output folder)"),
+        "trace": Param(str(_KTH) if LOCAL and _KTH.exists() else "", type="string", minLength=1,
+                       description="the raw log: a Slurm sacct export or an SWF file (path or URI)"),
+        "timezone": Param(None, type=["null", "string"],
+                          description="the log's time zone (sacct; empty: an SWF header's, else UTC)"),
+        "procs_per_node": Param(1, type=["null", "integer"], minimum=1, maximum=4096,
+                                description="processors per node, for logs that record processors only (SWF)"),
+        "machine_nodes": Param(None, type=["null", "integer"], minimum=1,
+                               description="the machine's size in nodes where the log does not say (SWF headers do)"),
+        "calibrate_from": Param("1996-10-08", type="string", format="date", description="calibration period start"),
+        "calibrate_to": Param("1997-01-01", type="string", format="date", description="calibration period end (exclusive)"),
+        "months": Param(["1997-01", "1997-02", "1997-03"], type="array", minItems=1, maxItems=24,
+                        items={"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
+                        description="scored months YYYY-MM, after the calibration period"),
+        "trials": Param(40, type="integer", minimum=1, maximum=400, description="calibration trials (40)"),
+        "timeout_s": Param(300, type="integer", minimum=10, maximum=86400,
+                           description="calibration time budget, seconds (300)"),
+    },
+) as dag:
+
+    @task(multiple_outputs=True)
+    def plan(params=None) -> dict:
+        """The log description checked, and the three command lines."""
+        from airflow.sdk.exceptions import AirflowFailException
+        from house import storage_prefix
+        from mirage_tasks.run import evalplan
+
+        p = dict(params or {})
+        doc = {"name": p["name"], "trace": p["trace"], "calibrate": [p["calibrate_from"], p["calibrate_to"]],
+               "months": list(p["months"]), "timezone": p.get("timezone") or None,
+               "procs_per_node": p.get("procs_per_node"), "machine_nodes": p.get("machine_nodes")}
+        try:
+            spec = evalplan.LogSpec.from_dict(doc, source="the trigger form")
+        except evalplan.SpecError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        budget = evalplan.Budget(trials=int(p["trials"]), timeout_s=float(p["timeout_s"]))
+        argvs = dict(evalplan.waitpred_argvs(spec, storage_prefix("mirage_evaluation"), budget))
+        print(f"log {spec.name}: outputs under {storage_prefix('mirage_evaluation', spec.name)}")
+        return argvs
+
+    argvs = plan()
+    ingest = step("ingest", argv=argvs["ingest"], preset="cpu-small", timeout=timedelta(hours=1))
+    calibrate = step("calibrate", argv=argvs["calibrate"], preset="cpu-large", timeout=timedelta(hours=26))
+    waitpred = step("waitpred", argv=argvs["waitpred"], preset="cpu-large", timeout=timedelta(hours=6))
+    ingest >> calibrate >> waitpred
