@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from results_view import results_catalog as catalog
 
@@ -301,7 +301,7 @@ async def report_file(rel: str, request: Request) -> Response:
     if _pipeline_of(rel) not in allowed_pipelines(user):
         raise HTTPException(403, "not allowed to read this pipeline's runs")
     try:
-        data = await asyncio.to_thread(catalog.read, storage_root(), rel)
+        f = await asyncio.to_thread(catalog.open_servable, storage_root(), rel)
     except KeyError:
         raise HTTPException(404, f"no report file {rel}") from None
     ctype = mimetypes.guess_type(rel)[0] or "application/octet-stream"
@@ -309,9 +309,12 @@ async def report_file(rel: str, request: Request) -> Response:
         ctype = "text/plain"
     if ctype.startswith("text/") or ctype.endswith("json"):
         ctype += "; charset=utf-8"
-    return Response(data, media_type=ctype, headers={"Content-Security-Policy": REPORT_CSP,
-                                                     "X-Content-Type-Options": "nosniff",
-                                                     "Cache-Control": "no-store"})
+    headers = {"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+    if f.size is not None:
+        headers["Content-Length"] = str(f.size)
+    # in chunks from the open file (Starlette iterates a plain iterator in its thread pool): a
+    # 300 MB report costs one chunk of memory per request, not 300 MB
+    return StreamingResponse(f.chunks(), media_type=ctype, headers=headers)
 
 
 SUMMARY_COLS = ["experiment", "system", "params", "repeat", "attempt", "status", "run_time_ms", "throughput_ok",
@@ -328,13 +331,15 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
         doc: dict[str, Any] = json.loads(await asyncio.to_thread(catalog.read, storage_root(), rel))
     except KeyError:
         raise HTTPException(404, f"no summary for {date}/{run_id}") from None
-    points = doc.get("points") or []
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if p.get(c) is None else str(p.get(c)))}</td>"
-                                    for c in SUMMARY_COLS) + "</tr>" for p in points)
+    if not isinstance(doc, dict):
+        raise HTTPException(404, f"no summary for {date}/{run_id}")
+    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
+    head = "".join(f"<th>{_e(c)}</th>" for c in SUMMARY_COLS)
+    body = "".join("<tr>" + "".join(f"<td>{_e(p.get(c))}</td>" for c in SUMMARY_COLS) + "</tr>" for p in points)
     trends = f"../../report/faasm_benchmarks/{quote(date)}/{quote(run_id)}/trends/trends.html"
-    parts = [f"<h1>Faasm benchmarks: run {html.escape(run_id)} on {html.escape(date)}</h1>",
-             f"<p>{len(points)} points, {doc.get('failed', 0)} failed. "
-             f"<a href='{html.escape(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
+    # every field of the stored document is data: escaped, whatever wrote it
+    parts = [f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",
+             f"<p>{len(points)} points, {_e(doc.get('failed', 0))} failed. "
+             f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
              f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
     return _page(f"Faasm run {run_id}", "\n".join(parts))
