@@ -145,3 +145,14 @@ def test_a_large_report_is_streamed_in_bounded_memory(app_env):
     with _client(app.app) as c:  # and over HTTP: the whole file, with its headers
         r = c.get("/report/mirage_pipeline/big/report/report.html")
     assert r.status_code == 200 and len(r.content) == size and "nosniff" in r.headers["x-content-type-options"]
+
+
+def test_every_external_view_has_its_own_url_route():
+    """Airflow keeps one view per ``url_route`` and drops the others with only a log warning (the
+    DAG run's Results tab shared "results" with the Browse entry and never appeared); the browser
+    test is tests/ui/test_run_results_e2e.py."""
+    from results_view_plugin import ResultsViewPlugin
+
+    routes = [v["url_route"] for v in ResultsViewPlugin.external_views]
+    assert len(routes) == len(set(routes)), routes
+    assert {v["destination"] for v in ResultsViewPlugin.external_views} == {"nav", "dag_run", "task_instance"}
