@@ -181,6 +181,7 @@ def _mirage_runs(root: str, fs: fsspec.AbstractFileSystem, base: str, rel_prefix
             runs.append({"run_id": doc["run_id"], "logical_date": doc.get("logical_date"),
                          "trigger": doc.get("run_type") or trigger_of(doc["run_id"]),
                          "changed": doc.get("changed") if isinstance(doc.get("changed"), dict) else {},
+                         "params": doc.get("params") if isinstance(doc.get("params"), dict) else {},
                          "recorded": doc.get("recorded")})
     runs.sort(key=lambda r: str(r.get("recorded") or ""), reverse=True)
     return runs
@@ -310,8 +311,20 @@ def run_metrics(root: str, key: str) -> dict[str, Any]:
     summary = marker.get("summary") if isinstance(marker.get("summary"), dict) else {}
     headline = summary.get("headline") if isinstance(summary.get("headline"), dict) else {}
     report = _json(root, f"mirage_pipeline/{key}/report/{MARKER}")
+    # the metrics step's table (metrics.json, listed in its marker): per model@node on all samples the
+    # number of samples and the bootstrap intervals; and the validate runs behind it (trace fingerprints)
+    detail = _json(root, f"mirage_pipeline/{key}/metrics/metrics.json") \
+        if "metrics.json" in (marker.get("outputs") or {}) else None
+    detail = detail if isinstance(detail, dict) else {}
+    rows = {}
+    for r in detail.get("rows") or []:
+        if isinstance(r, dict) and r.get("level") == "all" and r.get("model") is not None:
+            rows[f"{r['model']}@{r.get('node')}"] = r
+    traces = sorted({str(r.get("trace_fingerprint")) for r in detail.get("runs") or []
+                     if isinstance(r, dict) and r.get("trace_fingerprint")})
     return {"key": key, "finished": marker.get("finished"), "headline": headline,
             "n_rows": summary.get("n_rows"), "runs": _mirage_runs(root, fs, base, f"mirage_pipeline/{key}"),
+            "rows": rows, "traces": traces, "bootstrap": (detail.get("params") or {}).get("bootstrap"),
             "report": f"mirage_pipeline/{key}/report/report.html" if isinstance(report, dict) else None}
 
 

@@ -178,3 +178,11 @@ def api_put(base: str, token: str, path: str, body: dict | None = None) -> dict:
                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
+
+
+def api_send(base: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    """``method`` (POST, PATCH) ``path`` with a JSON body; the JSON answer."""
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body or {}).encode(), method=method,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
