@@ -614,7 +614,7 @@ class _Keeper:
 
 _keeper = _Keeper()
 _held: set[Lease] = set()  # the leases this process holds (released by release_all)
-_held_lock = threading.Lock()
+_held_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while the main thread holds it
 
 
 # ----------------------------------------------------------------------------- the lease

@@ -526,6 +526,7 @@ def main():
         return 0
     step.write_bytes("part.txt", b"half")
     print("holding", flush=True)
+    sys.stdin.readline()  # the test has seen the lease: go on
     if mode == "raise":
         raise RuntimeError("a bug in the step")
     if mode == "exit2":  # a step's own main catching its StepError (waitpred, probe_replay)
@@ -552,9 +553,11 @@ def test_lease_released_on_every_exit_path_outside_the_cli(tmp_path, mode, statu
     caught StepError, KeyboardInterrupt, SIGTERM and SIGINT all give the lease back, and the
     corrected rerun proceeds at once."""
     out = str(tmp_path / "out")
-    proc = _py(STEP_SCRIPT, mode, out)
+    proc = _py(STEP_SCRIPT, mode, out, stdin=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "holding", proc.stderr.read()
     assert os.path.exists(os.path.join(out, LEASE))
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
     if mode == "sigterm":
         proc.send_signal(signal.SIGTERM)
     elif mode == "sigint":

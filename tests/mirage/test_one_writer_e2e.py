@@ -213,3 +213,26 @@ def test_on_s3_one_writer_and_takeover(log, tmp_path, monkeypatch):
         assert f"mirage/traces/t/{LEASE}" not in list_keys(url, bucket, "mirage/traces/t/")
         storage.filesystem(out)[0].invalidate_cache()
         assert committed_intact(out)["params"]["from"].startswith("2023-01-10")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_synth_leaves_no_lease(tmp_path, sig):
+    """``synth`` stopped while it generates (SIGTERM as Airflow and Kubernetes stop a task, SIGINT as
+    Ctrl-C): its lease is gone with it, so the corrected rerun is not refused as "being written"."""
+    out = tmp_path / "synth"
+    proc = subprocess.Popen([sys.executable, "-m", "mirage_tasks", "synth", "--profile", "ls6-a100",
+                             "--from", "2020-01-01", "--to", "2023-01-01", "--out", str(out)],
+                            env=env(**HOUR), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / LEASE).exists() or proc.poll() is not None, "synth to take its lease")
+        assert proc.poll() is None, "synth ended before it could be interrupted"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    assert not (out / LEASE).exists(), err
+    rerun = step_cli("synth", "--profile", "ls6-a100", "--from", "2020-01-01", "--to", "2020-02-01", "--out", str(out))
+    assert rerun.returncode == 0, rerun.stderr
