@@ -4,17 +4,19 @@ Routes (all behind Airflow's login: the JWT of the ``_token`` cookie the UI sets
 login, or an ``Authorization: Bearer`` token; the user must be allowed to read the
 pipeline's DAG runs):
 
-* ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id,
-  logical date, trigger and the params that differ from the defaults; pick two Mirage runs
-  to compare;
+* ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id
+  (linked to the run's page), the run's state and its unfinished tasks (Airflow's metadata
+  database: :func:`airflow_runs`), logical date, trigger and the params that differ from the
+  defaults; pick two Mirage runs to compare;
 * ``GET /results/api/reports``      the same list as JSON (paths relative to the storage root);
-* ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side;
+* ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side, with
+  each metric's n and 95 % bootstrap interval and the inputs that differ;
 * ``GET /results/dag-run/<dag id>/<run id>``   the reports of one DAG run (the "Results" tab of a
   DAG run in the Airflow UI);
 * ``GET /results/task/<dag id>/<run id>/<task id>``  the report of a report step (the "Report"
   tab of its task instance in the Airflow UI, where the step's "Report" link leads);
 * ``GET /results/report/<path>``    a report file below the storage root (``report.html``,
-  ``trends.html``, their Markdown and figures), served as stored;
+  ``trends.html``, their Markdown and figures) that its marker lists, streamed as stored;
 * ``GET /results/summary/<date>/<run id>``  a Faasm run's ``summary.json`` as an HTML table.
 
 A page opened without a login redirects to Airflow's login page and comes back after it.
