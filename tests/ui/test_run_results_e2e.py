@@ -12,16 +12,18 @@ own UI in a headless Chromium, DAG runs made and marked through the REST API (no
 
 from __future__ import annotations
 
+import shutil
 import time
 from urllib.parse import quote, unquote
 
 import pytest
 from airflow_ui import api_get, api_send, api_server, api_token, chromium, login, missing
-from ui_fixtures import MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
+from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
 
 pytestmark = pytest.mark.e2e
 
 RUN_B = MIRAGE_RUNS[MIRAGE_KEY_B]  # manual__2026-11-30T09:15:00+00:00
+FAASM_RUN = f"manual__{END}T06:00:00+00:00"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,11 @@ def ui(tmp_path_factory):
     if why:
         pytest.skip(why)
     home, storage = tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("storage")
-    make_reports(storage, tmp_path_factory.mktemp("state"))
+    pages = make_reports(storage, tmp_path_factory.mktemp("state"))
+    # the fixture's Faasm day again under a manual run id (Airflow reserves scheduled__ ids for the
+    # scheduler, and this test makes its runs through the REST API)
+    day = storage / "faasm_benchmarks" / END
+    shutil.copytree(day / pages["faasm_run"].split("/", 1)[1], day / FAASM_RUN)
     with api_server(home, storage, dags=True) as server, chromium(tmp_path_factory.mktemp("profile")) as driver:
         login(driver, server["base"], "/")
         server["driver"] = driver
@@ -42,6 +48,15 @@ def ui(tmp_path_factory):
         run = f"/api/v2/dags/mirage_pipeline/dagRuns/{quote(RUN_B, safe='')}"
         api_send(base, token, "PATCH", f"{run}/taskInstances/report", {"new_state": "failed"})
         api_send(base, token, "PATCH", run, {"state": "failed"})
+        # the Faasm day behind the fixture's summary ("7 points, 0 failed"): one experiment's run failed
+        api_send(base, token, "POST", "/api/v2/dags/faasm_benchmarks/dagRuns",
+                 {"dag_run_id": FAASM_RUN, "logical_date": f"{END}T00:00:00Z", "conf": {}})
+        frun = f"/api/v2/dags/faasm_benchmarks/dagRuns/{quote(FAASM_RUN, safe='')}"
+        tis = api_get(base, token, f"{frun}/taskInstances?limit=1000")["task_instances"]
+        failed = sorted(t["task_id"] for t in tis if t["task_id"].endswith(".run"))[0]
+        server["faasm_failed"] = failed
+        api_send(base, token, "PATCH", f"{frun}/taskInstances/{failed}", {"new_state": "failed"})
+        api_send(base, token, "PATCH", frun, {"state": "failed"})
         yield server
 
 
@@ -106,6 +121,20 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
     link = rows[MIRAGE_KEY_B].find_element(By.CSS_SELECTOR, "td.run-id a.run-link")
     assert link.text == RUN_B
     assert unquote(link.get_attribute("href")) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}"
+
+    # the failed Faasm day: its state and the experiment that did not finish, beside "7 points, 0 failed"
+    faasm = {r.get_attribute("data-key"): r
+             for r in driver.find_elements(By.CSS_SELECTOR, "table[data-kind=faasm_summary] tbody tr")}
+    row = faasm[f"{END}/{FAASM_RUN}"]
+    # (marked failed by hand, a run with teardowns waits for them: no scheduler here, so Airflow
+    # still calls it queued; the list shows what Airflow says)
+    said = api_get(base, ui["token"], f"/api/v2/dags/faasm_benchmarks/dagRuns/{quote(FAASM_RUN, safe='')}")["state"]
+    assert row.find_element(By.CSS_SELECTOR, "td.state").text == said
+    assert row.find_element(By.CSS_SELECTOR, "td.trigger").text == "manual"
+    group = ui["faasm_failed"].split(".", 1)[0]
+    unfinished = row.find_element(By.CSS_SELECTOR, "td.unfinished").text
+    assert f"experiments/groups not finished: {group}" in unfinished and ui["faasm_failed"] in unfinished, unfinished
+    assert row.find_element(By.CSS_SELECTOR, "a.run-link").text == FAASM_RUN
 
     # the compare view: n and intervals of each metric, and the inputs that differ
     for key in (MIRAGE_KEY, MIRAGE_KEY_B):
