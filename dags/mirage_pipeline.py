@@ -41,10 +41,15 @@ values, not the size.
 
 Windows: validation defaults to the month before the logical date, training to the
 ``train_count`` samples just before it (with a ``workload_days`` gap), so a monthly
-backfill (``airflow backfill create --dag-id mirage_pipeline --from-date 2023-02-01
---to-date 2023-04-01 --max-active-runs 2 --dag-run-conf '{"size": "paper"}'``) validates
-each month on models trained on the weeks before it (give a size other than ``demo``,
-whose synthetic-trace windows are fixed). Give ``train_start``/``val_start`` to pin them
+backfill validates each month on models trained on the weeks before it (give a size other
+than ``demo``, whose synthetic-trace windows are fixed). A paused DAG's backfill runs stay
+queued and never start (Airflow 3), so unpause it first (unpausing also starts the latest
+scheduled run, size ``scheduled``, see below):
+
+    airflow dags unpause mirage_pipeline
+    airflow backfill create --dag-id mirage_pipeline --from-date 2023-02-01 --to-date 2023-04-01 --max-active-runs 2 --dag-run-conf '{"size": "paper"}'
+
+Give ``train_start``/``val_start`` to pin the windows
 (e.g. the Mirage seed: train from 2022-11-01, 684 samples; validate from 2023-03-01, 156
 samples).
 

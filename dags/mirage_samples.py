@@ -12,8 +12,10 @@ parameters, the node size and the mode (``mirage_tasks.run.plan.sample_family``)
 partition is checked against the trace's content before it is reused.
 
 The schedule is a daily partitioned timetable (``CronPartitionTimetable``): a backfill turns
-its date range into day partitions,
+its date range into day partitions. A paused DAG's backfill runs stay queued and never start
+(Airflow 3), so unpause it first (a scheduled run without ``trace`` skips, see below):
 
+    airflow dags unpause mirage_samples
     airflow backfill create --dag-id mirage_samples --from-date 2023-01-01 --to-date 2023-01-31 \\
         --max-active-runs 2 --dag-run-conf '{"trace": "/data/ls6-a100.log.gz", "trace_timezone": "America/Chicago"}'
 

@@ -60,9 +60,11 @@ with DAG(
         "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string",
                             description="the cluster's slurm.conf (SLURM_CONF of the Slurm client); "
                                         "make slurm writes var/slurm/slurm.conf"),
-        "partition": Param("", type="string", description="Slurm partition of the service jobs (empty: the default)"),
-        "account": Param("", type="string", description="Slurm account charged for the service jobs (empty: the "
-                                                         "submitting user's default)"),
+        # None, not "": Param("", type="string") is a required field in the trigger form (its JSON is null)
+        "partition": Param(None, type=["null", "string"],
+                           description="Slurm partition of the service jobs (empty: the default)"),
+        "account": Param(None, type=["null", "string"],
+                         description="Slurm account charged for the service jobs (empty: the submitting user's default)"),
     },
 ) as dag:
     # resolved at run time (the house macro), one folder per run

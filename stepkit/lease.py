@@ -17,15 +17,32 @@ The document::
 ``run_id`` is ``HOUSE_RUN_ID`` when set, else Airflow's ``AIRFLOW_CTX_*`` task context
 (dag/run/task/try) when the step runs under a task, else null.
 
-**Expiry.** A writer that dies without releasing (kill -9, a lost node) leaves its lease.
-It expires ``HOUSE_LEASE_TTL_S`` seconds (default 90) after its last renewal; the holder
-renews every ``HOUSE_LEASE_HEARTBEAT_S`` (default a third of the ttl). After that the next
-writer takes it over (logged, naming the dead owner). Expiry is the ``expires`` time the
-holder wrote, judged by the taker's wall clock: hosts' clocks must agree to well under the
-ttl (NTP does). A holder whose renewals fail past its own expiry counts its lease as lost;
+**Every exit path releases.** Commit and skip release; the step CLI releases what a failed
+step still holds; and once a process holds a lease, an exit handler releases whatever is still
+held at interpreter exit (``sys.exit``, an uncaught exception or ``KeyboardInterrupt``: programs
+with their own ``main``, such as ``waitpred``, are covered too) and, where SIGTERM had its
+default action, a SIGTERM handler releases and then dies of SIGTERM as before. A forked worker
+never releases its parent's lease.
+
+**A dead writer.** A writer that dies without releasing (kill -9, a lost node) leaves its lease.
+When the owner ran on this host (same host name, boot id and pid namespace: ``owner.local``)
+and its pid no longer runs, or now belongs to a process with another start time (a reused
+pid; start time in clock ticks since boot from ``/proc/<pid>/stat``), the next writer takes it
+over at once. Otherwise it expires ``HOUSE_LEASE_TTL_S`` seconds (default 90) after its last
+renewal; the holder renews every ``HOUSE_LEASE_HEARTBEAT_S`` (default a third of the ttl).
+After that the next writer takes it over (logged, naming the dead owner). Expiry is judged by
+the taker's wall clock as the earliest of the ``expires_epoch`` the holder wrote, its
+``renewed`` time plus its ``ttl_s``, and the object's modification time (the store's clock,
+S3's LastModified) plus ``ttl_s``; a lease renewed more than a ttl in the taker's future (a
+holder's clock far ahead) counts as expired. Hosts' clocks must agree to well under the ttl
+(NTP does). A holder whose renewals fail past its own expiry counts its lease as lost;
 before writing its marker a step renews synchronously and checks it still holds the lease
 (:meth:`Lease.verify`), so a writer that was paused past its expiry and taken over fails
 with exit 2 instead of committing over the new writer's outputs.
+
+**Read-only outputs.** Where the prefix cannot be written (a read-only file system, no
+permission, S3 AccessDenied) no lease can be taken (:class:`OutputNotWritable`); a run whose
+committed output there is up to date skips all the same (exit 0), any other is refused (exit 2).
 
 **Exclusion, by storage.**
 
@@ -59,12 +76,15 @@ one prefix (the step CLI runs one step per process).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import errno
 import json
 import logging
+import math
 import os
+import signal
 import socket
 import threading
 import time
@@ -96,6 +116,12 @@ class LeaseHeld(StepError):
 #: (sysexits' EX_TEMPFAIL): the house runners retry it, and the retry skips once that run has
 #: committed. Two writers of *different* outputs to one prefix exit 2 (no retry can help).
 EXIT_BUSY = 75
+
+
+class OutputNotWritable(StepError):
+    """The output prefix cannot be written here (a read-only file system or bucket, no
+    permission): no lease can be taken, so no run can write it; a run whose committed output
+    is up to date still skips (:meth:`stepkit.step.Step.skip`)."""
 
 
 class LeaseLost(StepError):
@@ -142,6 +168,77 @@ def _iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
 
+def _epoch(iso: Any) -> float | None:
+    try:
+        t = dt.datetime.fromisoformat(str(iso))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22:
+    fixed for the process's life, unlike a wall-clock start derived from it); None when no such
+    process runs here or it is a zombie (dead, not yet reaped)."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat or ")" not in stat:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
+        return None
+    return fields[19]
+
+
+def _pidns() -> str | None:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
+def local_identity(pid: int | None = None) -> dict[str, str] | None:
+    """What tells a live local process from a dead one whose pid was reused: the boot, the pid
+    namespace and the process's start time (Linux ``/proc``); None where there is no ``/proc``."""
+    pid = os.getpid() if pid is None else pid
+    boot, ns, start = _read("/proc/sys/kernel/random/boot_id"), _pidns(), _proc_start(pid)
+    if not (boot and ns and start):
+        return None
+    return {"boot_id": boot, "pidns": ns, "start_ticks": start}
+
+
+def writer_gone(doc: dict[str, Any] | None) -> str | None:
+    """Why the writer of lease ``doc`` surely no longer runs (same host, boot and pid namespace as
+    this process, and its pid gone or now another process's), or None when it may still run
+    (another host or container, an older document without the identity, no ``/proc``)."""
+    o = (doc or {}).get("owner") or {}
+    rec = o.get("local")
+    if o.get("host") != socket.gethostname() or not isinstance(rec, dict):
+        return None
+    mine = local_identity()
+    if mine is None or rec.get("boot_id") != mine["boot_id"] or rec.get("pidns") != mine["pidns"]:
+        return None
+    try:
+        pid = int(o.get("pid"))
+    except (TypeError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    start = _proc_start(pid)
+    if start is None:
+        return f"pid {pid} no longer runs on this host"
+    if start != str(rec.get("start_ticks")):
+        return f"pid {pid} is now another process (started at tick {start}, the writer at {rec.get('start_ticks')})"
+    return None
+
+
 def describe(doc: dict[str, Any] | None) -> str:
     """The owner of a lease document, in words (for error messages and logs)."""
     if not doc:
@@ -151,6 +248,19 @@ def describe(doc: dict[str, Any] | None) -> str:
     step = f"{doc['step']} " if doc.get("step") else ""
     return (f"{step}on host {o.get('host', '?')} pid {o.get('pid', '?')}{run}, started {o.get('started', '?')}, "
             f"lease renewed {doc.get('renewed', '?')}, expires {doc.get('expires', '?')}")
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _positive(v: Any) -> float | None:
+    x = _finite(v)
+    return x if x is not None and x > 0 else None
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
@@ -368,6 +478,10 @@ class _S3:
         except ClientError as exc:
             if self._conflict(exc):
                 return None
+            code, status = _code(exc)
+            if code == "AccessDenied" or status == 403:
+                raise OutputNotWritable(f"output s3://{self.bucket}/{self.key.rsplit('/', 1)[0]}: cannot write "
+                                        f"there: {code or status} on PutObject") from None
             raise
         return r.get("ETag", "")
 
@@ -500,7 +614,7 @@ class _Keeper:
 
 _keeper = _Keeper()
 _held: set[Lease] = set()  # the leases this process holds (released by release_all)
-_held_lock = threading.Lock()
+_held_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while the main thread holds it
 
 
 # ----------------------------------------------------------------------------- the lease
@@ -519,6 +633,9 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id(),
                       "started": started or _iso(time.time())}
+        ident = local_identity()
+        if ident is not None:
+            self.owner["local"] = ident
         self.acquired: str | None = None
         self.took_over: dict[str, Any] | None = None  # the expired lease this one replaced
         self.held = False
@@ -541,11 +658,27 @@ class Lease:
         return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
     def _expiry(self, seen: Seen) -> float:
+        """When the lease ``seen`` expires, by this reader's clock: the earliest of the
+        ``expires_epoch`` its holder wrote, its ``renewed`` time plus its ``ttl_s`` and the
+        object's modification time (the store's clock: S3's LastModified) plus ``ttl_s``, so a
+        holder whose clock or document says "far in the future" holds it one ttl past its last
+        write at most. A lease renewed more than a ttl in this reader's future (a clock ahead by
+        more than the lease's contract allows) counts as expired: were its writer alive, its
+        next renewal finds the takeover and it stops without committing (:class:`LeaseLost`)."""
         doc = seen.doc
-        try:
-            return float(doc["expires_epoch"]) if doc else seen.modified + self.ttl
-        except (KeyError, TypeError, ValueError):
+        if not doc:
             return seen.modified + self.ttl
+        ttl = _positive(doc.get("ttl_s")) or self.ttl
+        times = [seen.modified + ttl]
+        expires = _finite(doc.get("expires_epoch"))
+        if expires is not None:
+            times.append(expires)
+        renewed = _epoch(doc.get("renewed"))
+        if renewed is not None:
+            if renewed > time.time() + ttl:
+                return 0.0  # long past
+            times.append(renewed + ttl)
+        return min(times)
 
     def _held_error(self, seen: Seen) -> LeaseHeld:
         doc = seen.doc or {}
@@ -564,9 +697,16 @@ class Lease:
         way, no permission)."""
         try:
             return self._acquire()
-        except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError) as exc:
+        except OutputNotWritable:
+            raise
+        except (NotADirectoryError, FileExistsError, IsADirectoryError) as exc:
             raise StepError(f"output {self.out}: cannot create or use it as a folder: "
                             f"{exc.strerror or exc} ({exc.filename or self.out})") from None
+        except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            raise OutputNotWritable(f"output {self.out}: cannot write there: {exc.strerror or exc} "
+                                    f"({exc.filename or self.out})") from None
 
     def _acquire(self) -> Lease:
         last: Seen | None = None
@@ -583,11 +723,16 @@ class Lease:
                 if self._confirm(now):
                     return self
                 continue
-            if now < self._expiry(seen):
+            gone = writer_gone(seen.doc)
+            if gone is None and now < self._expiry(seen):
                 raise self._held_error(seen)
             if self._store.swap(self._document(now), seen) and self._confirm(now):
                 self.took_over = seen.doc or {}
-                log.warning("%s: took over the expired lease of %s", self.out, describe(seen.doc))
+                if gone is not None:
+                    log.warning("%s: took over the lease of a writer that is gone (%s): %s", self.out, gone,
+                                describe(seen.doc))
+                else:
+                    log.warning("%s: took over the expired lease of %s", self.out, describe(seen.doc))
                 return self
         raise self._held_error(last) if last is not None else LeaseHeld(
             f"{self.out}: could not take its lease {self.uri} (it kept changing); another writer is active")
@@ -604,6 +749,7 @@ class Lease:
             self.next_beat = time.monotonic() + self.heartbeat
         with _held_lock:
             _held.add(self)
+        _guard_exits()
         _keeper.add(self)
         return True
 
@@ -655,7 +801,10 @@ class Lease:
         self.check()
 
     def release(self) -> None:
-        """Give the lease back (idempotent); a lost lease is left to its new owner."""
+        """Give the lease back (idempotent); a lost lease is left to its new owner. A forked child
+        (a worker process) never releases its parent's lease."""
+        if os.getpid() != self.owner["pid"]:
+            return
         with self._lock:
             if not self.held:
                 return
@@ -682,3 +831,36 @@ def release_all() -> None:
         leases = list(_held)
     for lease in leases:
         lease.release()
+
+
+# ----------------------------------------------------------------------------- every exit path
+
+_guarded = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM while leases are held (installed only where SIGTERM had its default action):
+    release them, then die of SIGTERM as before (the exit status callers see is unchanged)."""
+    try:
+        release_all()
+    finally:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _guard_exits() -> None:
+    """Release held leases on every way out of the process, also for a program that takes leases
+    outside the step CLI (its ``finally`` releases too): at interpreter exit (``sys.exit``, an
+    uncaught exception or ``KeyboardInterrupt``) and on SIGTERM when nothing else handles it (a
+    handler installed later, e.g. :func:`stepkit.pool.stop_on_sigterm`, raises instead, and the
+    exit releases then). A process killed by SIGKILL leaves its lease: the next writer on this host
+    takes it over at once (:func:`writer_gone`), elsewhere when it expires."""
+    global _guarded
+    if _guarded:
+        return
+    _guarded = True
+    atexit.register(release_all)
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _on_sigterm)

@@ -267,7 +267,19 @@ class Step:
         The check holds the prefix's lease: a run that skips gives it back at once; one that
         goes on keeps it until it commits or fails.
         """
-        self._hold()
+        try:
+            self._hold()
+        except leases.OutputNotWritable:
+            # nobody can write here, so no lease is needed to read it: up to date skips, as
+            # before leases; anything else cannot be computed here and is refused (exit 2)
+            marker = read_marker(self.out)
+            if (marker is not None and marker.get("fingerprint") == self.fingerprint
+                    and not self._changed_outputs(marker.get("outputs") or {})):
+                log.info("%s: skipped, outputs in %s (not writable here) are up to date (fingerprint %s)",
+                         self.name, self.out, self.fingerprint[:12])
+                print(f"{self.name}: skipped (up to date: {self.out})", flush=True)
+                return True
+            raise
         marker = read_marker(self.out)
         if marker is not None and marker.get("fingerprint") == self.fingerprint:
             changed = self._changed_outputs(marker.get("outputs") or {})

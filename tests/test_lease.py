@@ -43,8 +43,8 @@ def dead_writer_lease(pid: int = 999_999, expired: bool = True) -> bytes:
     expires = now - 5 if expired else now + 3600
     doc = {"lease": 1, "token": "dead-writer-token", "step": "demo", "out": "?",
            "owner": {"host": "other-host", "pid": pid, "run_id": "manual__x", "started": "2026-01-01T00:00:00+00:00"},
-           "acquired": "2026-01-01T00:00:00+00:00", "renewed": "2026-01-01T00:00:00+00:00",
-           "expires": leases._iso(expires), "expires_epoch": expires, "ttl_s": 90, "heartbeat_s": 30}
+           "acquired": "2026-01-01T00:00:00+00:00", "renewed": leases._iso(expires - 3600),
+           "expires": leases._iso(expires), "expires_epoch": expires, "ttl_s": 3600, "heartbeat_s": 1200}
     return json.dumps(doc).encode()
 
 
@@ -380,3 +380,256 @@ def test_s3_input_is_verified(s3_endpoint, monkeypatch, tmp_path):
     storage.filesystem(up)[0].invalidate_cache()
     with pytest.raises(StepError, match=r"a.bin has 50 bytes, but its marker .* recorded 100"):
         storage.read_bytes(f"{up}/a.bin")
+
+
+# ----------------------------------------------------------------------------- leases cannot outlive their writer
+
+import errno  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _doc(**over) -> dict:
+    """A lease document of a writer on this host (by default: this very process, alive)."""
+    now = time.time()
+    doc = {"lease": 1, "token": "other-token", "step": "demo", "out": "?",
+           "owner": {"host": socket.gethostname(), "pid": os.getpid(), "run_id": None,
+                     "started": leases._iso(now), "local": leases.local_identity()},
+           "acquired": leases._iso(now), "renewed": leases._iso(now), "expires": leases._iso(now + 3600),
+           "expires_epoch": now + 3600, "ttl_s": 3600, "heartbeat_s": 1200}
+    for k, v in over.items():
+        if k.startswith("owner_"):
+            doc["owner"][k[6:]] = v
+        else:
+            doc[k] = v
+    return doc
+
+
+def _put_local(out: str, doc: dict) -> str:
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, LEASE)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def _py(code: str, *args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    env.pop("HOUSE_LEASE_HEARTBEAT_S", None)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.skipif(leases.local_identity() is None, reason="needs Linux /proc")
+def test_killed_local_writer_is_taken_over_at_once(tmp_path, caplog):
+    """A writer killed with SIGKILL (no exit handler can run) holding an hour-long lease: the next
+    writer on this host takes it over at once instead of waiting for the hour."""
+    out = str(tmp_path / "out")
+    writer = _py("""
+        import sys, time
+        from stepkit.lease import Lease
+        Lease(sys.argv[1], "demo", ttl=3600).acquire()
+        print("held", flush=True)
+        time.sleep(600)
+    """, out)
+    try:
+        assert writer.stdout.readline().strip() == "held", writer.stderr.read()
+        doc = json.loads(open(os.path.join(out, LEASE)).read())
+        assert doc["owner"]["pid"] == writer.pid and doc["owner"]["local"]["start_ticks"]
+        with pytest.raises(LeaseHeld, match=f"pid {writer.pid}"):  # alive: respected
+            Lease(out, "demo").acquire()
+    finally:
+        writer.kill()
+        writer.communicate(timeout=60)
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="stepkit.lease"):
+        taker = Lease(out, "demo").acquire()
+    try:
+        assert time.monotonic() - started < 5
+        assert taker.took_over["owner"]["pid"] == writer.pid
+        assert f"pid {writer.pid} no longer runs on this host" in caplog.text
+    finally:
+        taker.release()
+    assert not os.path.exists(os.path.join(out, LEASE))
+
+
+@pytest.mark.skipif(leases.local_identity() is None, reason="needs Linux /proc")
+def test_dead_writer_judged_by_pid_start_time_boot_and_namespace(tmp_path):
+    """Only a writer that surely died is taken over early: a pid that now belongs to another process
+    (its start time differs) is dead; another boot, pid namespace or host is not judged (the lease
+    expires as before); a document without the identity (an older writer) is not judged either."""
+    me = leases.local_identity()
+    reused = _doc(owner_local={**me, "start_ticks": str(int(me["start_ticks"]) - 1)})  # our pid, not our start
+    assert "is now another process" in leases.writer_gone(reused)
+    assert leases.writer_gone(_doc()) is None  # this process itself: alive
+    for doc in (_doc(owner_local={**me, "boot_id": "another-boot"}), _doc(owner_local={**me, "pidns": "1"}),
+                _doc(owner_host="other-host", owner_pid=999_999), _doc(owner_local=None, owner_pid=999_999)):
+        assert leases.writer_gone(doc) is None, doc
+        with pytest.raises(LeaseHeld):
+            Lease(_put_local_dir(tmp_path, doc), "demo").acquire()
+    taker = Lease(_put_local_dir(tmp_path, reused), "demo").acquire()
+    assert taker.took_over["token"] == "other-token"
+    taker.release()
+
+
+def _put_local_dir(tmp_path, doc) -> str:
+    out = str(tmp_path / f"out-{time.monotonic_ns()}")
+    _put_local(out, doc)
+    return out
+
+
+def test_expiry_is_capped_by_renewal_plus_ttl(where):
+    """A lease whose ``expires_epoch`` lies far in the future (a skewed clock, a corrupt document) holds
+    no longer than its last renewal plus its ttl; one renewed more than a ttl in the reader's future
+    counts as expired; a consistent live lease of another host is still respected."""
+    out, raw, put = where
+    now = time.time()
+    far = now + 10 * 365 * 86400
+    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(now - 200), ttl_s=90,
+                        expires_epoch=far, expires=leases._iso(far))).encode())
+    taker = Lease(out, "demo").acquire()
+    assert taker.took_over["expires_epoch"] == far
+    taker.release()
+    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(far - 90), ttl_s=90,
+                        expires_epoch=far, expires=leases._iso(far))).encode())  # clock ten years ahead
+    Lease(out, "demo").acquire().release()
+    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(now), ttl_s=90,
+                        expires_epoch=far, expires=leases._iso(far))).encode())
+    with pytest.raises(LeaseHeld, match="other-host"):  # renewed just now: held for its ttl
+        Lease(out, "demo").acquire()
+
+
+def test_expiry_is_capped_by_the_files_own_age(tmp_path):
+    """Without a usable ``renewed`` time the lease file's modification time (the store's clock)
+    plus the ttl bounds it."""
+    out = str(tmp_path / "out")
+    far = time.time() + 10 * 365 * 86400
+    path = _put_local(out, _doc(owner_host="other-host", renewed="never", ttl_s=90, expires_epoch=far))
+    with pytest.raises(LeaseHeld):
+        Lease(out, "demo").acquire()
+    os.utime(path, (time.time() - 200, time.time() - 200))
+    Lease(out, "demo").acquire().release()
+
+
+STEP_SCRIPT = """
+import os, signal, sys, time
+from stepkit import Step, StepError
+mode, out = sys.argv[1], sys.argv[2]
+
+def main():
+    step = Step("demo", out, "1", {"mode": mode})
+    if step.skip():
+        return 0
+    step.write_bytes("part.txt", b"half")
+    print("holding", flush=True)
+    sys.stdin.readline()  # the test has seen the lease: go on
+    if mode == "raise":
+        raise RuntimeError("a bug in the step")
+    if mode == "exit2":  # a step's own main catching its StepError (waitpred, probe_replay)
+        try:
+            raise StepError("bad input found after the lease was taken")
+        except StepError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if mode == "keyboard":
+        raise KeyboardInterrupt
+    if mode in ("sigterm", "sigint"):
+        time.sleep(600)
+    return 0
+
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("mode,status", [("raise", 1), ("exit2", 2), ("keyboard", -signal.SIGINT),
+                                         ("sigterm", -signal.SIGTERM), ("sigint", -signal.SIGINT)])
+def test_lease_released_on_every_exit_path_outside_the_cli(tmp_path, mode, status):
+    """A program that takes a lease through :class:`Step` without the step CLI (its own ``main``,
+    as ``waitpred`` and the probe-replay evaluation have): an uncaught exception, exit 2 after a
+    caught StepError, KeyboardInterrupt, SIGTERM and SIGINT all give the lease back, and the
+    corrected rerun proceeds at once."""
+    out = str(tmp_path / "out")
+    proc = _py(STEP_SCRIPT, mode, out, stdin=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "holding", proc.stderr.read()
+    assert os.path.exists(os.path.join(out, LEASE))
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    if mode == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    elif mode == "sigint":
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert not os.path.exists(os.path.join(out, LEASE)), err
+    rerun = Step("demo", out, "1", {"mode": "fixed"})
+    assert not rerun.skip()
+    rerun.release()
+
+
+def test_sigterm_through_the_step_cli_releases_the_lease(tmp_path):
+    """An interrupted step run by the CLI (``synth`` stopped by SIGTERM, as Kubernetes and Airflow
+    stop tasks): its lease is gone when the process is."""
+    (tmp_path / "sleepstep.py").write_text(
+        "import time\nfrom stepkit import Step\n"
+        "def add_arguments(p):\n    p.add_argument('--out')\n"
+        "def run(a):\n    s = Step('demo', a.out, '1', {})\n    s.skip()\n    s.write_bytes('x', b'x')\n"
+        "    print('holding', flush=True)\n    time.sleep(600)\n")
+    out = str(tmp_path / "out")
+    proc = _py("import sys; sys.path.insert(0, sys.argv[1]); from stepkit.cli import main; "
+               "main('house_test', {'demo': ('sleepstep', '')}, ['demo', '--out', sys.argv[2]])",
+               str(tmp_path), out)
+    assert proc.stdout.readline().strip() == "holding", proc.stderr.read()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (-signal.SIGTERM, 143), err
+    assert not os.path.exists(os.path.join(out, LEASE)), err
+
+
+def test_a_forked_child_never_releases_its_parents_lease(tmp_path):
+    out = str(tmp_path / "out")
+    lease = Lease(out, "demo", ttl=3600).acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # a worker process: exits (and would release what it inherited)
+            try:
+                leases.release_all()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert json.loads(open(os.path.join(out, LEASE)).read())["token"] == lease.token
+    finally:
+        lease.release()
+
+
+def _read_only(monkeypatch):
+    """The output's file system turns read-only (EROFS: root cannot write it either)."""
+    def refuse(self, path, data):
+        raise OSError(errno.EROFS, "Read-only file system", path)
+
+    monkeypatch.setattr(leases._Local, "_write", refuse)
+
+
+def test_up_to_date_output_on_a_read_only_store_skips(tmp_path, monkeypatch, capsys):
+    from stepkit.cli import main
+
+    (tmp_path / "rostep.py").write_text(
+        "from stepkit import Step\n"
+        "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
+        "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    if s.skip():\n        return 0\n"
+        "    s.write_bytes('a.txt', b'A')\n    s.commit()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = {"demo": ("rostep", "")}
+    out = str(tmp_path / "out")
+    assert main("house_test", steps, ["demo", "--out", out, "--k", "1"]) == 0
+    _read_only(monkeypatch)
+    capsys.readouterr()
+    assert main("house_test", steps, ["demo", "--out", out, "--k", "1"]) == 0  # up to date: skips, as before leases
+    assert "skipped (up to date" in capsys.readouterr().out
+    assert main("house_test", steps, ["demo", "--out", out, "--k", "2"]) == 2  # would write: refused, no traceback
+    err = capsys.readouterr().err
+    assert "cannot write there: Read-only file system" in err and "Traceback" not in err
+    assert read_marker(out)["params"] == {"k": 1} and not os.path.exists(os.path.join(out, LEASE))

@@ -328,15 +328,50 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, str, dict[str, bytes], dict]:
+def _given(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def _short(uri: str, prefix: str | None) -> str:
+    """``uri`` below the run prefix as ``<run>/...`` (the storage root is not the reader's business)."""
+    if prefix and uri.startswith(prefix.rstrip("/") + "/"):
+        return "<run>/" + uri[len(prefix.rstrip("/")) + 1:]
+    return uri
+
+
+def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[dict] | None = None,
+          prefix: str | None = None) -> tuple[str, str, dict[str, bytes], dict]:
+    """The page, its Markdown, its figures and the marker summary. ``runs``: the DAG-run records of
+    the run prefix (:func:`mirage_tasks.run.runlog.read_runs`), named with their size and params
+    as given; ``prefix``: the run prefix, shown as ``<run>`` in output paths."""
     table, samples, counts = gather_metrics(items, n_boot, seed)
     pg = Page()
     stamp = pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds")
     steps_seen = sorted({str(i["step"]) for i in items})
     summary: dict[str, Any] = {}
+    runs = runs or []
 
     # summary ------------------------------------------------------------------
     pg.section("summary", SECTIONS[0][1])
+    if runs:
+        last = runs[-1]
+        size = (last.get("params") or {}).get("size")
+        if last.get("run_type") == "scheduled":  # scheduled runs have size "scheduled" whatever the form says
+            size = "scheduled"
+        pg.p(f"DAG run {last.get('run_id')} ({last.get('run_type') or 'trigger not recorded'}, logical date "
+             f"{last.get('logical_date') or 'none'}), size {size if size is not None else 'not given'}"
+             + (f"; {len(runs) - 1} earlier DAG run(s) of the same configuration: "
+                + ", ".join(str(r.get("run_id")) for r in runs[:-1]) if len(runs) > 1 else "") + ".")
+        changed = last.get("changed") or {}
+        pg.p("Params as given: " + (", ".join(f"{k}={_given(v.get('value') if isinstance(v, dict) else v)}"
+                                              for k, v in sorted(changed.items()))
+                                    if changed else "the DAG's defaults") + " (all params: Parameters below).")
+        summary.update({"run_id": last.get("run_id"), "size": size, "runs": [r.get("run_id") for r in runs]})
+    else:
+        pg.p("Not made by a DAG run (no run record beside the report): the step outputs below are its inputs.",
+             note=True)
+    if counts:
+        summary["samples"] = {str(k): v for k, v in counts.items()}
     pg.p(f"Generated {stamp} by mirage_tasks {__version__} from {len(items)} step output(s): {', '.join(steps_seen)}.")
     if table is not None and len(table):
         pg.p("Signed interruption = successor start - predecessor end, hours (> 0: service gap, < 0: both jobs run "
@@ -458,15 +493,22 @@ def build(items: list[dict], title: str, n_boot: int, seed: int) -> tuple[str, s
 
     # parameters ---------------------------------------------------------------
     pg.section("parameters", SECTIONS[6][1])
+    if runs:
+        given = runs[-1].get("params") or {}
+        changed = runs[-1].get("changed") or {}
+        pg.p(f"The DAG run's params as given (run {runs[-1].get('run_id')}; * = not the DAG's default):")
+        pg.table(["param", "value"], [[f"{k}{' *' if k in changed else ''}", _given(v)]
+                                      for k, v in sorted(given.items())])
     rows = []
     for i in items:
         p = i["marker"].get("params", {})
         short = {k: v for k, v in p.items() if not isinstance(v, (dict, list)) or k in ("shard",)}
-        rows.append([i["step"], i["uri"], ", ".join(f"{k}={v}" for k, v in short.items())])
+        rows.append([i["step"], _short(i["uri"], prefix), ", ".join(f"{k}={v}" for k, v in short.items())])
+    pg.p("What each step computed with (the resolved values, from its marker):")
     pg.table(["step", "output", "parameters (scalars)"], rows)
     for i in items:
         pg.pre(json.dumps(i["marker"].get("params", {}), indent=1, sort_keys=True, default=str),
-               f"all parameters of {i['step']} {i['uri']}")
+               f"all parameters of {i['step']} {_short(i['uri'], prefix)}")
     pg.end()
 
     # provenance ---------------------------------------------------------------

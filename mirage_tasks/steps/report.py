@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from stepkit import Step, StepError
+from stepkit import Step, StepError, storage
 
 from .. import __version__
 
@@ -24,6 +24,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed when metrics are computed here (0)")
 
 
+#: where the plan records each DAG run of a run prefix (mirage_tasks.run.runlog.RUNS_DIR; steps sit
+#: below the run layer, so the name is repeated here and tests/mirage/test_report.py checks both agree)
+RUNS_DIR = "_runs"
+
+
+def read_runs(prefix: str) -> list[dict]:
+    """The DAG-run records of run prefix ``prefix``, oldest first; [] outside a DAG run."""
+    base = storage.join(prefix, RUNS_DIR)
+    out = []
+    for name in storage.list_files(base):
+        if "/" in name or not name.endswith(".json"):
+            continue
+        try:
+            doc = storage.read_json(storage.join(base, name))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
+            out.append(doc)
+    return sorted(out, key=lambda d: str(d.get("recorded") or ""))
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.report import KNOWN_STEPS, build, classify
 
@@ -35,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
     step = Step("report", args.out, __version__, params, inputs=list(args.inputs))
     if step.skip():
         return 0
-    page, md, figures, summary = build(items, args.title, args.bootstrap, args.seed)
+    # the DAG runs this run prefix was made for (the plan's records beside the report folder):
+    # the report names them, their size and their params as given, not only the steps' argv
+    prefix = storage.normalize(args.out).rstrip("/").rsplit("/", 1)[0]
+    page, md, figures, summary = build(items, args.title, args.bootstrap, args.seed, runs=read_runs(prefix),
+                                       prefix=prefix)
     for name, png in sorted(figures.items()):
         step.write_bytes(f"figures/{name}", png)
     step.write_bytes("report.md", md.encode())

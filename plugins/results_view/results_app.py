@@ -4,17 +4,19 @@ Routes (all behind Airflow's login: the JWT of the ``_token`` cookie the UI sets
 login, or an ``Authorization: Bearer`` token; the user must be allowed to read the
 pipeline's DAG runs):
 
-* ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id,
-  logical date, trigger and the params that differ from the defaults; pick two Mirage runs
-  to compare;
+* ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id
+  (linked to the run's page), the run's state and its unfinished tasks (Airflow's metadata
+  database: :func:`airflow_runs`), logical date, trigger and the params that differ from the
+  defaults; pick two Mirage runs to compare;
 * ``GET /results/api/reports``      the same list as JSON (paths relative to the storage root);
-* ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side;
+* ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side, with
+  each metric's n and 95 % bootstrap interval and the inputs that differ;
 * ``GET /results/dag-run/<dag id>/<run id>``   the reports of one DAG run (the "Results" tab of a
   DAG run in the Airflow UI);
 * ``GET /results/task/<dag id>/<run id>/<task id>``  the report of a report step (the "Report"
   tab of its task instance in the Airflow UI, where the step's "Report" link leads);
 * ``GET /results/report/<path>``    a report file below the storage root (``report.html``,
-  ``trends.html``, their Markdown and figures), served as stored;
+  ``trends.html``, their Markdown and figures) that its marker lists, streamed as stored;
 * ``GET /results/summary/<date>/<run id>``  a Faasm run's ``summary.json`` as an HTML table.
 
 A page opened without a login redirects to Airflow's login page and comes back after it.
@@ -34,7 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from results_view import results_catalog as catalog
 
@@ -142,12 +144,93 @@ def _changed_text(changed: dict[str, Any]) -> str:
                      for k, v in sorted(changed.items()))
 
 
-def _run_cells(run: dict[str, Any] | None, key: str | None = None) -> str:
+#: task states that count as finished (skipped: a group not selected, a branch not taken)
+FINISHED = {"success", "skipped"}
+
+
+def airflow_runs(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """What Airflow's metadata database says of these ``(dag_id, run_id)``: the run's ``state``,
+    ``run_type`` (its trigger) and ``unfinished``, the task instances not finished (label, state),
+    with ``groups``, the task groups they are in (a Faasm experiment x system). The view runs
+    inside the api-server, which holds the database; a run the database does not know (deleted,
+    another Airflow) is left out, and a database error leaves every run out (logged)."""
+    if not keys:
+        return {}
+    try:
+        from airflow.models.dagrun import DagRun  # noqa: PLC0415
+        from airflow.models.taskinstance import TaskInstance as TI  # noqa: PLC0415
+        from airflow.utils.session import create_session  # noqa: PLC0415
+        from sqlalchemy import select  # noqa: PLC0415
+    except ImportError:
+        return {}
+
+    def value(x: Any) -> str | None:
+        return None if x is None else str(getattr(x, "value", x))
+
+    dag_ids, run_ids = sorted({d for d, _ in keys}), sorted({r for _, r in keys})
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        with create_session() as session:
+            for dag_id, run_id, state, run_type in session.execute(
+                    select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_type)
+                    .where(DagRun.dag_id.in_(dag_ids), DagRun.run_id.in_(run_ids))):
+                if (dag_id, run_id) in keys:
+                    out[(dag_id, run_id)] = {"state": value(state), "run_type": value(run_type), "unfinished": [],
+                                             "groups": []}
+            for dag_id, run_id, task_id, map_index, rendered, state in session.execute(
+                    select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.rendered_map_index, TI.state)
+                    .where(TI.dag_id.in_(dag_ids), TI.run_id.in_(run_ids))
+                    .order_by(TI.task_id, TI.map_index)):
+                rec = out.get((dag_id, run_id))
+                state = value(state) or "no status"
+                if rec is None or state in FINISHED:
+                    continue
+                label = task_id if map_index is None or map_index < 0 else f"{task_id}[{rendered or map_index}]"
+                rec["unfinished"].append((label, state))
+                if "." in task_id and task_id.split(".", 1)[0] not in rec["groups"]:
+                    rec["groups"].append(task_id.split(".", 1)[0])
+    except Exception:  # noqa: BLE001 - the list still shows what storage says
+        log.exception("results view: could not read DAG run states from the metadata database")
+        return {}
+    return out
+
+
+def _unfinished_text(db: dict[str, Any] | None) -> str:
+    if db is None:
+        return "?"
+    by_state: dict[str, list[str]] = {}
+    for label, state in db["unfinished"]:
+        by_state.setdefault(state, []).append(label)
+    parts = []
+    if db["groups"]:
+        parts.append(f"experiments/groups not finished: {', '.join(db['groups'])}")
+    for state, labels in sorted(by_state.items()):
+        shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
+        parts.append(f"{state}: {shown}")
+    return "; ".join(parts) if parts else "none"
+
+
+def _ui_run_href(dag_id: str, run_id: str) -> str:
+    """The DAG run's page in the Airflow UI, relative to the view's root (``/results/``)."""
+    return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def _run_cells(run: dict[str, Any] | None, key: str | None = None, *, dag_id: str = "",
+               db: dict[tuple[str, str], dict[str, Any]] | None = None, prefix: str = "") -> str:
     if run is None:  # a run prefix written before the plan recorded its DAG runs
-        return (f"<td class='run-id muted'>not recorded (storage key {_e(key)})</td><td class='logical-date'></td>"
+        return (f"<td class='run-id muted'>not recorded (storage key {_e(key)})</td><td class='state'></td>"
+                "<td class='unfinished'></td><td class='logical-date'></td>"
                 "<td class='trigger'></td><td class='params'></td>")
-    return (f"<td class='run-id'>{_e(run.get('run_id'))}</td><td class='logical-date'>{_e(run.get('logical_date'))}</td>"
-            f"<td class='trigger'>{_e(run.get('trigger'))}</td>"
+    rid = str(run.get("run_id"))
+    info = (db or {}).get((dag_id, rid))
+    trigger = (info or {}).get("run_type") or run.get("trigger")
+    state = info["state"] if info else "not in Airflow's database"
+    link = (f"<a class='run-link' target='_top' href='{_e(prefix + _ui_run_href(dag_id, rid))}'>{_e(rid)}</a>"
+            if info else _e(rid))
+    return (f"<td class='run-id'>{link}</td><td class='state'>{_e(state)}</td>"
+            f"<td class='unfinished'>{_e(_unfinished_text(info))}</td>"
+            f"<td class='logical-date'>{_e(run.get('logical_date'))}</td>"
+            f"<td class='trigger'>{_e(trigger)}</td>"
             f"<td class='params'>{_e(_changed_text(run.get('changed') or {}))}</td>")
 
 
@@ -155,7 +238,8 @@ def _href(r: catalog.Report) -> str:
     return "summary/" + quote(r.run) if r.kind == "faasm_summary" else "report/" + quote(r.path)
 
 
-def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "") -> list[str]:
+def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "",
+                 db: dict[tuple[str, str], dict[str, Any]] | None = None) -> list[str]:
     rows = []
     for r in reports:
         runs = r.runs or [None]
@@ -163,19 +247,26 @@ def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "") -> 
             pick = (f"<td><input type='checkbox' name='run' value='{_e(r.run)}' "
                     f"aria-label='compare {_e(run.get('run_id') if run else r.run)}'></td>"
                     if kind == "mirage_report" else "")
-            rows.append(f"<tr data-key='{_e(r.run)}'>{pick}{_run_cells(run, r.run)}<td>{_e(r.finished)}</td>"
-                        f"<td>{_e(_summary_text(r))}</td>"
+            cells = _run_cells(run, r.run, dag_id=r.pipeline, db=db, prefix=prefix)
+            rows.append(f"<tr data-key='{_e(r.run)}'>{pick}{cells}<td>{_e(r.finished)}</td>"
+                        f"<td class='summary'>{_e(_summary_text(r))}</td>"
                         f"<td><a class='report-link' href='{_e(prefix + _href(r))}'>open</a></td></tr>")
     return rows
+
+
+def _db_keys(reports: list[catalog.Report]) -> set[tuple[str, str]]:
+    return {(r.pipeline, str(x["run_id"])) for r in reports for x in r.runs if x.get("run_id")}
 
 
 @app.get("/", response_class=HTMLResponse)
 async def index(request: Request) -> HTMLResponse:
     user = await current_user(request)
     _, reports = await _reports(user)
+    db = await asyncio.to_thread(airflow_runs, _db_keys(reports))
     parts = ["<h1>Pipeline results</h1>",
-             "<p class='muted'>Reports found under the house storage root, by DAG run: run id, logical date, "
-             "trigger and the params that differ from the DAG's defaults.</p>"]
+             "<p class='muted'>Reports found under the house storage root, by DAG run: run id (a link to the run), "
+             "its state and the tasks that did not finish (from Airflow), logical date, trigger and the params "
+             "that differ from the DAG's defaults.</p>"]
     sections = [("mirage_report", "Mirage pipeline: validation reports"),
                 ("faasm_trends", "Faasm benchmarks: trend reports"),
                 ("faasm_summary", "Faasm benchmarks: run summaries")]
@@ -186,9 +277,10 @@ async def index(request: Request) -> HTMLResponse:
             parts.append("<p class='muted'>None yet.</p>")
             continue
         pick = "<th>Compare</th>" if kind == "mirage_report" else ""
-        table = (f"<table class='reports' data-kind='{kind}'><thead><tr>{pick}<th>DAG run</th><th>Logical date</th>"
-                 "<th>Trigger</th><th>Params (not default)</th><th>Finished</th><th>Summary</th><th>Open</th>"
-                 "</tr></thead><tbody>" + "".join(_report_rows(rows, kind)) + "</tbody></table>")
+        table = (f"<table class='reports' data-kind='{kind}'><thead><tr>{pick}<th>DAG run</th><th>Run state</th>"
+                 "<th>Not finished</th><th>Logical date</th><th>Trigger</th><th>Params (not default)</th>"
+                 "<th>Report finished</th><th>Summary</th><th>Open</th>"
+                 "</tr></thead><tbody>" + "".join(_report_rows(rows, kind, db=db)) + "</tbody></table>")
         if kind == "mirage_report":
             table = (f"<form id='compare' method='get' action='compare'>{table}"
                      "<button type='submit'>Compare the two selected runs</button></form>")
@@ -236,18 +328,63 @@ async def compare(request: Request) -> HTMLResponse:
         head.append(f"<tr><th>{_e(label)}</th><td>{_e(fn(a))}</td><td>{_e(fn(b))}</td></tr>")
     links = [f"<a href='report/{quote(d['report'])}'>report</a>" if d["report"] else "no report" for d in (a, b)]
     head.append(f"<tr><th>Report</th><td>{links[0]}</td><td>{links[1]}</td></tr></tbody></table>")
+    differs = _differences(a, b)
+    head.append("<h2>Inputs that differ</h2>" + (
+        "<ul class='differs'>" + "".join(f"<li>{_e(x)}</li>" for x in differs) + "</ul>" if differs else
+        "<p class='differs muted'>None recorded: same params and the same trace.</p>"))
     rows = []
     for mn in sorted(set(a["headline"]) | set(b["headline"])):
         ma, mb = a["headline"].get(mn) or {}, b["headline"].get(mn) or {}
+        ra, rb = a.get("rows", {}).get(mn) or {}, b.get("rows", {}).get(mn) or {}
         for metric in sorted(set(ma) | set(mb)):
             va, vb = ma.get(metric), mb.get(metric)
             diff = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
             rows.append(f"<tr><td>{_e(mn)}</td><td>{_e(metric)}</td><td class='a'>{_e(_fmt(va))}</td>"
-                        f"<td class='b'>{_e(_fmt(vb))}</td><td class='diff'>{_e(_fmt(diff))}</td></tr>")
-    body = ("<h2>Headline metrics (all samples)</h2><table class='compare'><thead><tr><th>Model @ node size</th>"
-            "<th>Metric</th><th>Run A</th><th>Run B</th><th>B - A</th></tr></thead><tbody>"
+                        f"<td class='a-ci'>{_e(_ci_text(ra, metric))}</td><td class='a-n'>{_e(_fmt(ra.get('n')))}</td>"
+                        f"<td class='b'>{_e(_fmt(vb))}</td><td class='b-ci'>{_e(_ci_text(rb, metric))}</td>"
+                        f"<td class='b-n'>{_e(_fmt(rb.get('n')))}</td><td class='diff'>{_e(_fmt(diff))}</td></tr>")
+    boot = a.get("bootstrap") or b.get("bootstrap")
+    note = ("<p class='muted'>95 % intervals: paired bootstrap percentile intervals of the metrics step"
+            + (f" ({_e(boot)} draws)" if boot else "") + "; n: validation samples of that model and node size. "
+            "With a few samples the intervals are wide: a difference inside both intervals is not evidence.</p>")
+    body = ("<h2>Headline metrics (all samples)</h2>" + note + "<table class='compare'><thead><tr>"
+            "<th>Model @ node size</th><th>Metric</th><th>Run A</th><th>A 95 % interval</th><th>A n</th>"
+            "<th>Run B</th><th>B 95 % interval</th><th>B n</th><th>B - A</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>") if rows else "<p class='muted'>No headline metrics recorded.</p>"
     return _page("Compare Mirage runs", "\n".join(head) + body)
+
+
+#: headline metric -> the metrics step's interval columns (mirage_tasks.evaluation.metrics)
+CI_COLUMNS = {"mean_interruption_h": "mean_interruption", "zero_share": "zero_share",
+              "reduction_vs_reactive": "reduction", "diff_vs_avg_h": "diff_vs_avg"}
+
+
+def _ci_text(row: dict[str, Any], metric: str) -> str:
+    col = CI_COLUMNS.get(metric)
+    lo, hi = (row.get(f"{col}_ci_lo"), row.get(f"{col}_ci_hi")) if col else (None, None)
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+        return "not recorded" if row else "no per-sample table"
+    return f"[{_fmt(float(lo))}, {_fmt(float(hi))}]"
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between the two runs' inputs: their params as given (the DAG runs' records)
+    and the traces their validations replayed (trace fingerprints of the metrics step's inputs)."""
+    out = []
+    pa = (a["runs"][0].get("params") or {}) if a["runs"] else {}
+    pb = (b["runs"][0].get("params") or {}) if b["runs"] else {}
+    keys = sorted(k for k in set(pa) | set(pb) if pa.get(k) != pb.get(k))
+    for k in keys:
+        out.append(f"param {k}: A {json.dumps(pa.get(k), default=str)}, B {json.dumps(pb.get(k), default=str)}")
+    ta, tb = a.get("traces") or [], b.get("traces") or []
+    if ta and tb and ta != tb:
+        why = ""
+        if "seed" in keys and not (pa.get("trace") or pb.get("trace")):
+            why = (": both validated on a synthetic trace drawn with the run's seed, so changing the seed also "
+                   "changed the workload; the metrics compare different workloads, not only different models")
+        out.append(f"trace: A {', '.join(t[:12] for t in ta)}, B {', '.join(t[:12] for t in tb)} "
+                   f"(fingerprints){why}")
+    return out
 
 
 @app.get("/dag-run/{dag_id}/{run_id}", response_class=HTMLResponse)
@@ -259,8 +396,11 @@ async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLRes
     if dag_id not in allowed_pipelines(user):
         raise HTTPException(403, f"not allowed to read {dag_id} runs")
     reports = await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id)
+    db = (await asyncio.to_thread(airflow_runs, {(dag_id, run_id)})).get((dag_id, run_id))
     parts = [f"<h1>{_e(PIPELINES[dag_id])}: results of {_e(run_id)}</h1>",
-             "<p><a href='../../'>All reports</a></p>"]
+             "<p><a href='../../'>All reports</a></p>",
+             f"<p class='run-state'>Run state: {_e(db['state'] if db else 'not in Airflow database')}; "
+             f"not finished: {_e(_unfinished_text(db))}</p>"]
     if not reports:
         parts.append("<p class='muted'>No report of this DAG run yet.</p>")
     for r in reports:
@@ -268,7 +408,7 @@ async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLRes
         parts.append(f"<table class='reports' data-kind='{r.kind}'><tbody>"
                      f"<tr><th>Report</th><td><a class='report-link' href='../../{_e(_href(r))}'>{_e(r.kind)}</a>"
                      f"</td></tr><tr><th>Logical date</th><td>{_e(run.get('logical_date'))}</td></tr>"
-                     f"<tr><th>Trigger</th><td>{_e(run.get('trigger'))}</td></tr>"
+                     f"<tr><th>Trigger</th><td>{_e((db or {}).get('run_type') or run.get('trigger'))}</td></tr>"
                      f"<tr><th>Params (not default)</th><td>{_e(_changed_text(run.get('changed') or {}))}</td></tr>"
                      f"<tr><th>Summary</th><td>{_e(_summary_text(r))}</td></tr></tbody></table>")
     return _page(f"Results of {run_id}", "\n".join(parts))
@@ -301,7 +441,7 @@ async def report_file(rel: str, request: Request) -> Response:
     if _pipeline_of(rel) not in allowed_pipelines(user):
         raise HTTPException(403, "not allowed to read this pipeline's runs")
     try:
-        data = await asyncio.to_thread(catalog.read, storage_root(), rel)
+        f = await asyncio.to_thread(catalog.open_servable, storage_root(), rel)
     except KeyError:
         raise HTTPException(404, f"no report file {rel}") from None
     ctype = mimetypes.guess_type(rel)[0] or "application/octet-stream"
@@ -309,9 +449,12 @@ async def report_file(rel: str, request: Request) -> Response:
         ctype = "text/plain"
     if ctype.startswith("text/") or ctype.endswith("json"):
         ctype += "; charset=utf-8"
-    return Response(data, media_type=ctype, headers={"Content-Security-Policy": REPORT_CSP,
-                                                     "X-Content-Type-Options": "nosniff",
-                                                     "Cache-Control": "no-store"})
+    headers = {"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+    if f.size is not None:
+        headers["Content-Length"] = str(f.size)
+    # in chunks from the open file (Starlette iterates a plain iterator in its thread pool): a
+    # 300 MB report costs one chunk of memory per request, not 300 MB
+    return StreamingResponse(f.chunks(), media_type=ctype, headers=headers)
 
 
 SUMMARY_COLS = ["experiment", "system", "params", "repeat", "attempt", "status", "run_time_ms", "throughput_ok",
@@ -328,13 +471,15 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
         doc: dict[str, Any] = json.loads(await asyncio.to_thread(catalog.read, storage_root(), rel))
     except KeyError:
         raise HTTPException(404, f"no summary for {date}/{run_id}") from None
-    points = doc.get("points") or []
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if p.get(c) is None else str(p.get(c)))}</td>"
-                                    for c in SUMMARY_COLS) + "</tr>" for p in points)
+    if not isinstance(doc, dict):
+        raise HTTPException(404, f"no summary for {date}/{run_id}")
+    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
+    head = "".join(f"<th>{_e(c)}</th>" for c in SUMMARY_COLS)
+    body = "".join("<tr>" + "".join(f"<td>{_e(p.get(c))}</td>" for c in SUMMARY_COLS) + "</tr>" for p in points)
     trends = f"../../report/faasm_benchmarks/{quote(date)}/{quote(run_id)}/trends/trends.html"
-    parts = [f"<h1>Faasm benchmarks: run {html.escape(run_id)} on {html.escape(date)}</h1>",
-             f"<p>{len(points)} points, {doc.get('failed', 0)} failed. "
-             f"<a href='{html.escape(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
+    # every field of the stored document is data: escaped, whatever wrote it
+    parts = [f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",
+             f"<p>{len(points)} points, {_e(doc.get('failed', 0))} failed. "
+             f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
              f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
     return _page(f"Faasm run {run_id}", "\n".join(parts))

@@ -10,7 +10,13 @@ Only files inside a committed report folder are ever served (:func:`resolve`), s
 view cannot be used to read anything else under the storage root; and only regular files
 *inside* the root: on a local root every path component below it is opened without
 following symbolic links (``O_NOFOLLOW`` from the root's descriptor down), so a link to a
-file or folder outside (or inside) the root is refused; on S3 only plain objects are read.
+file or folder outside (or inside) the root is refused, and a file with more than one hard
+link (``st_nlink > 1``: it may be the same inode as a file outside the root; the writers
+never make one) is refused too; on S3 only plain objects are read. And only what the report
+step wrote: where the folder's marker lists its outputs (``outputs``: path → size and
+SHA-256, :meth:`stepkit.step.Step.commit`), a file not listed, or whose size is not the
+recorded one, is refused. Files are served in chunks (:func:`open_servable`), never read
+whole.
 
 Run identity: the Mirage plan records each DAG run that uses a run prefix in
 ``<prefix>/_runs/<run>.json`` (``mirage_tasks.run.runlog``: run id, logical date, trigger, the
@@ -99,7 +105,8 @@ def _open_local(base: str, rel: str) -> int:
         raise KeyError(rel) from exc
     finally:
         os.close(fd)
-    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+    st = os.fstat(ffd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # a hard link may be a file outside the root
         os.close(ffd)
         raise KeyError(rel)
     return ffd
@@ -174,6 +181,7 @@ def _mirage_runs(root: str, fs: fsspec.AbstractFileSystem, base: str, rel_prefix
             runs.append({"run_id": doc["run_id"], "logical_date": doc.get("logical_date"),
                          "trigger": doc.get("run_type") or trigger_of(doc["run_id"]),
                          "changed": doc.get("changed") if isinstance(doc.get("changed"), dict) else {},
+                         "params": doc.get("params") if isinstance(doc.get("params"), dict) else {},
                          "recorded": doc.get("recorded")})
     runs.sort(key=lambda r: str(r.get("recorded") or ""), reverse=True)
     return runs
@@ -206,25 +214,85 @@ def list_reports(root: str) -> list[Report]:
     return out
 
 
-def resolve(root: str, rel: str) -> str:
-    """The storage path of a servable file ``rel`` below ``root``; ``KeyError`` when it is not one.
+def resolve(root: str, rel: str) -> int | None:
+    """Check that ``rel`` below ``root`` is a servable file; ``KeyError`` when it is not one.
+    Returns the size its marker recorded (None where the marker lists no outputs).
 
-    ``rel`` must match :data:`SERVABLE` (no ``..``, no other folders) and its report folder
-    must hold a success marker (a regular file, not a link).
+    ``rel`` must match :data:`SERVABLE` (no ``..``, no other folders), its report folder
+    must hold a success marker (a regular file, not a link), and where that marker lists its
+    outputs ``rel`` must be one of them.
     """
     _parts(rel)
     if not any(rx.match(rel) for rx in SERVABLE):
         raise KeyError(rel)
-    fs, base = filesystem(root)
     folder = rel.split("/figures/")[0] if "/figures/" in rel else posixpath.dirname(rel)
-    read_plain(root, f"{folder}/{MARKER}")
-    return f"{base}/{rel}"
+    try:
+        marker = json.loads(read_plain(root, f"{folder}/{MARKER}").decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise KeyError(rel) from exc
+    outputs = marker.get("outputs") if isinstance(marker, dict) else None
+    if isinstance(outputs, dict) and outputs:
+        entry = outputs.get(rel[len(folder) + 1:])
+        if entry is None:
+            raise KeyError(rel)  # not written by the report step: not served
+        size = entry.get("size") if isinstance(entry, dict) else None
+        return size if isinstance(size, int) else None
+    return None
+
+
+CHUNK = 256 * 1024
+
+
+class Servable:
+    """An open servable file: its ``size`` and its bytes in chunks (:meth:`chunks`, closes it)."""
+
+    def __init__(self, f, size: int | None):
+        self.f, self.size = f, size
+
+    def chunks(self):
+        try:
+            while True:
+                data = self.f.read(CHUNK)
+                if not data:
+                    return
+                yield data
+        finally:
+            self.f.close()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def open_servable(root: str, rel: str) -> Servable:
+    """A servable report file (:func:`resolve`), opened as a regular file inside the root (not read):
+    ``KeyError`` as for :func:`read_plain`, and when its size is not the one its marker recorded."""
+    want = resolve(root, rel)
+    fs, base = filesystem(root)
+    if _is_local(fs):
+        fd = _open_local(base, rel)
+        size = os.fstat(fd).st_size
+        f = os.fdopen(fd, "rb")
+    else:
+        path = f"{base}/{rel}"
+        _plain_object(fs, path, rel)
+        try:
+            f = fs.open(path, "rb")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+            raise KeyError(rel) from exc
+        size = getattr(f, "size", None)
+    if want is not None and size is not None and size != want:
+        f.close()
+        raise KeyError(rel)  # changed since the report step committed it
+    return Servable(f, size)
 
 
 def read(root: str, rel: str) -> bytes:
-    """A servable report file (:func:`resolve`), read as a regular file inside the root."""
-    resolve(root, rel)
-    return read_plain(root, rel)
+    """A servable report file (:func:`open_servable`), read whole (small files: summaries)."""
+    s = open_servable(root, rel)
+    try:
+        return b"".join(s.chunks())
+    finally:
+        s.close()
 
 
 #: Mirage run key: ``<logical date>-<hash>`` or ``manual-<hash>`` (mirage_tasks.run.plan.run_key)
@@ -243,8 +311,20 @@ def run_metrics(root: str, key: str) -> dict[str, Any]:
     summary = marker.get("summary") if isinstance(marker.get("summary"), dict) else {}
     headline = summary.get("headline") if isinstance(summary.get("headline"), dict) else {}
     report = _json(root, f"mirage_pipeline/{key}/report/{MARKER}")
+    # the metrics step's table (metrics.json, listed in its marker): per model@node on all samples the
+    # number of samples and the bootstrap intervals; and the validate runs behind it (trace fingerprints)
+    detail = _json(root, f"mirage_pipeline/{key}/metrics/metrics.json") \
+        if "metrics.json" in (marker.get("outputs") or {}) else None
+    detail = detail if isinstance(detail, dict) else {}
+    rows = {}
+    for r in detail.get("rows") or []:
+        if isinstance(r, dict) and r.get("level") == "all" and r.get("model") is not None:
+            rows[f"{r['model']}@{r.get('node')}"] = r
+    traces = sorted({str(r.get("trace_fingerprint")) for r in detail.get("runs") or []
+                     if isinstance(r, dict) and r.get("trace_fingerprint")})
     return {"key": key, "finished": marker.get("finished"), "headline": headline,
             "n_rows": summary.get("n_rows"), "runs": _mirage_runs(root, fs, base, f"mirage_pipeline/{key}"),
+            "rows": rows, "traces": traces, "bootstrap": (detail.get("params") or {}).get("bootstrap"),
             "report": f"mirage_pipeline/{key}/report/report.html" if isinstance(report, dict) else None}
 
 

@@ -149,22 +149,27 @@ def test_two_merges_into_one_prefix_one_wins(family, tmp_path):
     assert not (out / LEASE).exists()
 
 
-def test_killed_writer_blocks_until_its_lease_expires_then_is_taken_over(log, tmp_path):
+def test_killed_writer_is_taken_over_at_once_here_and_after_expiry_elsewhere(log, tmp_path):
     out = tmp_path / "trace"
-    # a dead writer whose lease is still valid: refused, naming it
+    # a writer killed on this host with an hour-long lease: its pid is gone, so the next run
+    # takes the lease over at once instead of waiting for the hour
     dead = stopped_writer(*ingest_argv(log, out, "2023-01-01", "2023-01-20"), extra_env=HOUR)
     dead.kill()
     dead.communicate(timeout=60)
-    refused = step_cli(*ingest_argv(log, out, "2023-01-10", "2023-02-01"))
-    assert refused.returncode == 2 and f"pid {dead.pid}" in refused.stderr, refused.stderr
-    (out / LEASE).unlink()
+    taker = step_cli(*ingest_argv(log, out, "2023-01-05", "2023-01-25"))
+    assert taker.returncode == 0, taker.stderr
+    assert "took over the lease of a writer that is gone" in taker.stderr and f"pid {dead.pid}" in taker.stderr
+    assert not (out / LEASE).exists()
 
-    # a dead writer with a two-second lease: once expired, the next writer takes over and commits
+    # a dead writer of another host (its pid cannot be checked from here) with a two-second
+    # lease: refused until it expires, then the next writer takes over and commits
     dead = stopped_writer(*ingest_argv(log, out, "2023-01-01", "2023-01-20"), extra_env={"HOUSE_LEASE_TTL_S": "2"})
     dead.kill()
     dead.communicate(timeout=60)
     lease = json.loads((out / LEASE).read_text())
     assert lease["owner"]["pid"] == dead.pid
+    lease["owner"]["host"] = "another-host"
+    (out / LEASE).write_text(json.dumps(lease))
     wait_for(lambda: time.time() > lease["expires_epoch"] + 0.5, "the killed writer's lease to expire")
     taker = step_cli(*ingest_argv(log, out, "2023-01-10", "2023-02-01"))
     assert taker.returncode == 0, taker.stderr
@@ -202,10 +207,32 @@ def test_on_s3_one_writer_and_takeover(log, tmp_path, monkeypatch):
         body = s3_client(url).get_object(Bucket=bucket, Key=f"mirage/traces/t/{LEASE}")["Body"].read()
         lease = json.loads(body)
         assert lease["owner"]["pid"] == dead.pid
-        wait_for(lambda: time.time() > lease["expires_epoch"] + 0.5, "the killed writer's lease to expire")
         taker = step_cli(*ingest_argv(log, out, "2023-01-10", "2023-02-01"), extra_env=s3env)
-        assert taker.returncode == 0, taker.stderr
-        assert "took over the expired lease" in taker.stderr and f"pid {dead.pid}" in taker.stderr
+        assert taker.returncode == 0, taker.stderr  # its pid is gone from this host: taken over at once
+        assert "took over the lease of a writer that is gone" in taker.stderr and f"pid {dead.pid}" in taker.stderr
         assert f"mirage/traces/t/{LEASE}" not in list_keys(url, bucket, "mirage/traces/t/")
         storage.filesystem(out)[0].invalidate_cache()
         assert committed_intact(out)["params"]["from"].startswith("2023-01-10")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_synth_leaves_no_lease(tmp_path, sig):
+    """``synth`` stopped while it generates (SIGTERM as Airflow and Kubernetes stop a task, SIGINT as
+    Ctrl-C): its lease is gone with it, so the corrected rerun is not refused as "being written"."""
+    out = tmp_path / "synth"
+    proc = subprocess.Popen([sys.executable, "-m", "mirage_tasks", "synth", "--profile", "ls6-a100",
+                             "--from", "2020-01-01", "--to", "2023-01-01", "--out", str(out)],
+                            env=env(**HOUR), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / LEASE).exists() or proc.poll() is not None, "synth to take its lease")
+        assert proc.poll() is None, "synth ended before it could be interrupted"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    assert not (out / LEASE).exists(), err
+    rerun = step_cli("synth", "--profile", "ls6-a100", "--from", "2020-01-01", "--to", "2020-02-01", "--out", str(out))
+    assert rerun.returncode == 0, rerun.stderr

@@ -127,3 +127,34 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
     # the figure: one point per complete trial
     trials = json.load(open(d / "hpo_trials.json"))["trials"]
     assert R.hpo_figure("x", trials)[:8] == PNG and R.hpo_figure("x", []) is None
+
+
+def test_report_names_its_dag_run_size_and_params_as_given(world, tmp_path):
+    """A report made in a DAG run's prefix names the run (id, trigger, logical date), its size and its
+    params as the user gave them, and shows step outputs below ``<run>`` instead of storage paths."""
+    from datetime import datetime, timezone
+
+    from mirage_tasks.run.runlog import RUNS_DIR, record_run
+    from mirage_tasks.steps import report as step
+
+    assert step.RUNS_DIR == RUNS_DIR
+
+    prefix = tmp_path / "mirage_pipeline" / "manual-abc"
+    defaults = {"size": "demo", "seed": 0, "trace": None}
+    record_run(str(prefix), dag_id="mirage_pipeline", run_id="manual__2026-12-01T10:00:00+00:00", run_type="manual",
+               logical_date=datetime(2026, 12, 1, 10, tzinfo=timezone.utc), params={**defaults, "seed": 7},
+               defaults=defaults)
+    out = prefix / "report"
+    assert cli("report", "--in", world["v_reactive"], world["v_avg"], "--out", out, "--bootstrap", "50") == 0
+    _, text = parse(out / "report.html")
+    assert "DAG run manual__2026-12-01T10:00:00+00:00 (manual, logical date 2026-12-01T10:00:00+00:00), size demo" \
+        in text
+    assert "Params as given: seed=7" in text
+    summary = json.loads((out / "_SUCCESS.json").read_text())["summary"]
+    assert summary["run_id"] == "manual__2026-12-01T10:00:00+00:00" and summary["size"] == "demo"
+    md = (out / "report.md").read_text()
+    assert "| seed * | 7 |" in md or "seed *" in md
+    # outside a DAG run (no record beside the report) it says so
+    alone = tmp_path / "alone"
+    assert cli("report", "--in", world["v_reactive"], world["v_avg"], "--out", alone, "--bootstrap", "50") == 0
+    assert "Not made by a DAG run" in (alone / "report.html").read_text()

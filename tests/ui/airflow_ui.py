@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,3 +179,14 @@ def api_put(base: str, token: str, path: str, body: dict | None = None) -> dict:
                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
+
+
+def api_send(base: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    """``method`` (POST, PATCH) ``path`` with a JSON body; the JSON answer."""
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body or {}).encode(), method=method,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None

@@ -44,7 +44,16 @@ def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
         train.commit({"val_mae_h": mae})
         # the headline of the metrics step's marker (what the comparison reads)
         metrics = Step("metrics", str(run / "metrics"), "test", {"seed": seed})
-        metrics.write_bytes("metrics.json", b"{}")
+        # the metrics step's table (rows with n and bootstrap intervals) and its inputs' traces: the
+        # synthetic trace is drawn with the seed, so the two runs validated on different traces
+        rows = [{"model": "xgboost", "node": 1, "level": "all", "n": 6, "mean_interruption_h": mae,
+                 "mean_interruption_ci_lo": mae - 1.0, "mean_interruption_ci_hi": mae + 1.5,
+                 "zero_share": 0.25 + seed / 100, "zero_share_ci_lo": 0.0, "zero_share_ci_hi": 0.6},
+                {"model": "reactive", "node": 1, "level": "all", "n": 6, "mean_interruption_h": 5.0,
+                 "mean_interruption_ci_lo": 3.0, "mean_interruption_ci_hi": 7.0}]
+        metrics.write_json("metrics.json", {"params": {"bootstrap": 2000, "seed": 0}, "rows": rows,
+                                            "runs": [{"model": "xgboost", "node": 1, "n": 6,
+                                                      "trace_fingerprint": f"synthetic-seed{seed}-fingerprint"}]})
         metrics.commit(summary={"n_rows": 24, "headline": {
             "xgboost@1": {"mean_interruption_h": mae, "zero_share": 0.25 + seed / 100, "reduction_vs_reactive": 0.4},
             "reactive@1": {"mean_interruption_h": 5.0, "zero_share": 0.1, "reduction_vs_reactive": 0.0}}})

@@ -1,0 +1,158 @@
+"""The results view serves only what the storage's own writers wrote, escapes what it renders and
+streams files (issue 32): the catalogue and the app's routes, in-process (no browser; the login
+is replaced by a test user allowed to read both pipelines)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tracemalloc
+
+import pytest
+
+from results_view import results_catalog as catalog
+from stepkit import Step
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _report(root, key: str = "k", files: dict[str, bytes] | None = None) -> str:
+    """A Mirage report folder committed by a real :class:`Step` (its marker lists its outputs)."""
+    out = str(root / "mirage_pipeline" / key / "report")
+    step = Step("report", out, "test", {"k": key})
+    for rel, data in (files or {"report.html": b"<p>report</p>", "report.md": b"# report"}).items():
+        step.write_bytes(rel, data)
+    step.commit({"title": "t"})
+    return out
+
+
+def test_a_hard_link_to_a_file_outside_storage_is_refused(tmp_path):
+    root = tmp_path / "root"
+    out = _report(root)
+    secret = tmp_path / "outside" / "shadow"
+    secret.parent.mkdir()
+    secret.write_text("SECRET-HARDLINK")
+    page = os.path.join(out, "report.html")
+    os.unlink(page)
+    os.link(secret, page)  # same inode as the secret: O_NOFOLLOW cannot see it
+    assert os.stat(page).st_nlink == 2
+    with pytest.raises(KeyError):
+        catalog.read(str(root), "mirage_pipeline/k/report/report.html")
+    with pytest.raises(KeyError):
+        catalog.read_plain(str(root), "mirage_pipeline/k/report/report.html")
+    assert catalog.list_reports(str(root)) == []  # nor listed (its page is no plain file)
+    assert catalog.read(str(root), "mirage_pipeline/k/report/report.md") == b"# report"
+
+
+def test_only_files_the_marker_lists_are_served(tmp_path):
+    root = tmp_path / "root"
+    out = _report(root, files={"report.html": b"<p>report</p>", "figures/a.png": b"\x89PNG-a"})
+    assert catalog.read(str(root), "mirage_pipeline/k/report/figures/a.png") == b"\x89PNG-a"
+    # dropped in after the commit: matches the servable names, but the report step did not write it
+    (root / "mirage_pipeline" / "k" / "report" / "report.md").write_text("# planted")
+    (root / "mirage_pipeline" / "k" / "report" / "figures" / "b.png").write_bytes(b"\x89PNG-planted")
+    for rel in ("report.md", "figures/b.png"):
+        with pytest.raises(KeyError):
+            catalog.read(str(root), f"mirage_pipeline/k/report/{rel}")
+    # replaced after the commit (another size than the marker recorded): refused too
+    with open(os.path.join(out, "report.html"), "wb") as f:
+        f.write(b"<p>replaced by someone else</p>")
+    with pytest.raises(KeyError):
+        catalog.read(str(root), "mirage_pipeline/k/report/report.html")
+    # a marker without an output list (older writers): its folder's servable names, as before
+    legacy = root / "mirage_pipeline" / "old" / "report"
+    legacy.mkdir(parents=True)
+    (legacy / "_SUCCESS.json").write_text(json.dumps({"finished": "x"}))
+    (legacy / "report.md").write_text("# old")
+    assert catalog.read(str(root), "mirage_pipeline/old/report/report.md") == b"# old"
+
+
+@pytest.fixture
+def app_env(tmp_path, monkeypatch):
+    """The results app with storage ``tmp_path/root`` and a logged-in user allowed both pipelines."""
+    from results_view import results_app
+
+    root = tmp_path / "root"
+    root.mkdir()
+
+    async def user(request):
+        return object()
+
+    monkeypatch.setattr(results_app, "current_user", user)
+    monkeypatch.setattr(results_app, "allowed_pipelines", lambda u: set(results_app.PIPELINES))
+    monkeypatch.setattr(results_app, "storage_root", lambda: str(root))
+    return results_app, root
+
+
+def _client(app):
+    from fastapi.testclient import TestClient
+
+    return TestClient(app)
+
+
+def test_summary_fields_are_escaped(app_env):
+    app, root = app_env
+    evil = "<script>alert('x')</script><img src=x onerror=alert(1)>"
+    out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__r1" / "summary")
+    step = Step("summarize", out, "test", {})
+    step.write_json("summary.json", {"failed": evil, "points": [{"experiment": evil, "status": "<b>ok</b>",
+                                                                  "error": "</td></tr></table><h1>x</h1>"}]})
+    step.commit({"points": 1, "failed": evil})
+    with _client(app.app) as c:
+        page = c.get("/summary/2026-11-30/manual__r1").text
+        index = c.get("/").text
+    for text in (page, index):
+        assert "<script>" not in text and "<img" not in text and "onerror=alert(1)>" not in text
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "<h1>x</h1>" not in page and "&lt;b&gt;ok&lt;/b&gt;" in page
+
+
+def test_a_large_report_is_streamed_in_bounded_memory(app_env):
+    app, root = app_env
+    big = 64 * 1024 * 1024
+    out = str(root / "mirage_pipeline" / "big" / "report")
+    step = Step("report", out, "test", {})
+    with open(step.record("report.html"), "wb") as f:  # written by the step, in pieces
+        chunk = b"<p>" + b"x" * (1024 * 1024 - 7) + b"</p>\n"
+        for _ in range(big // len(chunk)):
+            f.write(chunk)
+    step.commit({})
+    size = os.path.getsize(os.path.join(out, "report.html"))
+
+    class Req:
+        headers: dict = {}
+
+    from fastapi.responses import StreamingResponse
+
+    resp = asyncio.run(app.report_file("mirage_pipeline/big/report/report.html", Req()))
+    assert isinstance(resp, StreamingResponse)
+    assert resp.headers["content-length"] == str(size)
+    async def drain() -> int:
+        total = 0
+        async for piece in resp.body_iterator:  # what Starlette sends, chunk by chunk
+            total += len(piece)
+        return total
+
+    tracemalloc.start()
+    try:
+        total = asyncio.run(drain())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == size
+    assert peak < 8 * 1024 * 1024, f"peak {peak} bytes while streaming {size}"
+    with _client(app.app) as c:  # and over HTTP: the whole file, with its headers
+        r = c.get("/report/mirage_pipeline/big/report/report.html")
+    assert r.status_code == 200 and len(r.content) == size and "nosniff" in r.headers["x-content-type-options"]
+
+
+def test_every_external_view_has_its_own_url_route():
+    """Airflow keeps one view per ``url_route`` and drops the others with only a log warning (the
+    DAG run's Results tab shared "results" with the Browse entry and never appeared); the browser
+    test is tests/ui/test_run_results_e2e.py."""
+    from results_view_plugin import ResultsViewPlugin
+
+    routes = [v["url_route"] for v in ResultsViewPlugin.external_views]
+    assert len(routes) == len(set(routes)), routes
+    assert {v["destination"] for v in ResultsViewPlugin.external_views} == {"nav", "dag_run", "task_instance"}
