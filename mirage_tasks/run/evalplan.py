@@ -99,6 +99,10 @@ class LogSpec:
                                                   else Path.cwd())
             trace = str((base / trace).resolve())
         cal = doc["calibrate"]
+        if isinstance(cal, (list, tuple)):  # YAML reads an unquoted 2024-01-01 as a date
+            cal = [x.isoformat() if isinstance(x, date) else x for x in cal]
+        if isinstance(doc.get("train_start"), date):
+            doc = {**doc, "train_start": doc["train_start"].isoformat()}
         if not isinstance(cal, (list, tuple)) or len(cal) != 2 or not all(isinstance(x, str) for x in cal):
             raise err("calibrate", "two dates [from, to), e.g. [\"2024-01-01\", \"2024-03-01\"]")
         c0, c1 = (_day(x, "calibrate", source) for x in cal)

@@ -29,16 +29,50 @@ def test_mirage_eval_smoke_and_page(tmp_path):
         objective = {r["method"]: r["objective"] for r in doc["rows"]}
         assert objective["oracle"] <= min(objective.values()) + 1e-12
     wpj = json.loads((root / "KTH-SP2" / "waitpred" / "waitpred.json").read_text())
-    assert wpj["pick"] in ("simulator", "corrected", "zero")
+    from mirage_tasks.calibration.waitpred import CANDIDATES
+
+    assert wpj["pick"] in CANDIDATES and "coverage" in wpj["out_of_sample"]["guarded"]["pooled"]
     page = tmp_path / "page" / "clusters.md"
     p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--root", str(root), "--logs", "KTH-SP2",
                         "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     text = page.read_text()
-    assert "## KTH-SP2" in text and "Verdicts, plainly" in text and "Wait predictor (guarded)" in text
+    assert "## KTH-SP2" in text and "Verdicts, plainly" in text and "Wait predictor at submission" in text
     assert "| KTH-SP2 | 1997-01 | 1 | xgboost |" in text
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
     assert (tmp_path / "page" / "clusters" / "KTH-SP2-node1.png").stat().st_size > 1000
+
+
+def test_a_log_described_in_a_file_waitpred_only(tmp_path):
+    """A user's own log: a description file beside it, no code edit, the wait predictor alone."""
+    src = shared_trace_path("KTH-SP2-1996-2.1-cln.swf.gz")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "log.swf.gz").symlink_to(src)
+    (tmp_path / "site" / "mysite.yaml").write_text(
+        "name: mysite\ntrace: log.swf.gz\ncalibrate: [1996-12-01, 1997-01-01]\nmonths: [1997-01]\n"
+        "procs_per_node: 1\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    root = tmp_path / "eval"
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+                        "--waitpred-only", "--cal-trials", "3", "--root", str(root)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert not (root / "mysite" / "samples-train").exists()  # waitpred only: no sampling
+    doc = json.loads((root / "mysite" / "waitpred" / "waitpred.json").read_text())
+    assert doc["params"]["months"] == ["1997-01"] and doc["n_scored"] > 1000
+    page = tmp_path / "wp.md"
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+                        "--waitpred-only", "--root", str(root), "--write-doc", str(page)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "## mysite" in page.read_text() and "Targets (1 of 1 logs scored)" in page.read_text()
+    # a description with a mistake is refused naming the file and the field, before anything runs
+    (tmp_path / "site" / "bad.json").write_text('{"name": "bad", "trace": "log.swf.gz", "calibrate": ["1997-01-01", '
+                                                 '"1996-12-01"], "months": ["1997-01"]}')
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "bad.json"),
+                        "--waitpred-only", "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "bad.json: field 'calibrate'" in p.stderr

@@ -1,0 +1,69 @@
+"""Log descriptions (mirage_tasks.run.evalplan): every mistake named with its file and field, and the
+command lines the bench and the mirage_evaluation DAG both run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mirage_tasks.run import evalplan
+from mirage_tasks.run.evalplan import LogSpec, SpecError
+
+GOOD = {"name": "site", "trace": "/data/log.swf", "calibrate": ["2024-01-01", "2024-03-01"],
+        "months": ["2024-04", "2024-03"], "nodes": [8, 1], "procs_per_node": 8, "machine_nodes": 240}
+
+
+def test_a_good_description_round_trips_sorted():
+    s = LogSpec.from_dict(GOOD, source="x.json")
+    assert s.months == ("2024-03", "2024-04") and s.nodes == (1, 8)
+    assert LogSpec.from_dict(s.to_dict()) == s
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"months": ["2024-02"]}, "field 'months': the first scored month 2024-02 begins before"),
+    ({"months": ["2024-3"]}, "field 'months': '2024-3' not of the form YYYY-MM"),
+    ({"calibrate": ["2024-03-01", "2024-01-01"]}, "field 'calibrate': the end"),
+    ({"calibrate": "2024-01-01"}, "field 'calibrate': two dates"),
+    ({"nodes": [0]}, "field 'nodes'"),
+    ({"nodes": ["8"]}, "field 'nodes'"),
+    ({"procs_per_node": -1}, "field 'procs_per_node'"),
+    ({"machine_nodes": 2.5}, "field 'machine_nodes'"),
+    ({"timezone": "Mars/Olympus"}, "field 'timezone'"),
+    ({"name": "../x"}, "field 'name'"),
+    ({"sizes": [1]}, "unknown field(s) sizes"),
+    ({"trace": None}, "field 'trace' is required"),
+    ({"months": [f"2025-{m:02d}" for m in range(1, 13)] + [f"2026-{m:02d}" for m in range(1, 13)] + ["2027-01"]},
+     "at most 24"),
+])
+def test_every_mistake_names_the_file_and_the_field(change, needle):
+    with pytest.raises(SpecError) as e:
+        LogSpec.from_dict({**GOOD, **change}, source="mysite.json")
+    assert str(e.value).startswith("mysite.json: ") and needle in str(e.value)
+
+
+def test_files_json_and_yaml_relative_traces_and_bad_syntax(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({**GOOD, "trace": "log.swf"}))
+    assert evalplan.load(str(tmp_path / "a.json")).trace == str(tmp_path / "log.swf")
+    (tmp_path / "b.yaml").write_text("name: b\ntrace: log.swf\ncalibrate: [2024-01-01, 2024-03-01]\nmonths: [2024-03]\n")
+    assert evalplan.load(str(tmp_path / "b.yaml")).calibrate == ("2024-01-01", "2024-03-01")
+    (tmp_path / "c.json").write_text('{"name": "c",\n "trace": }')
+    with pytest.raises(SpecError, match=r"c.json: not valid JSON at line 2"):
+        evalplan.load(str(tmp_path / "c.json"))
+    with pytest.raises(SpecError, match="cannot read"):
+        evalplan.load(str(tmp_path / "missing.json"))
+
+
+def test_the_command_lines_carry_the_description():
+    s = LogSpec.from_dict(GOOD)
+    argvs = dict(evalplan.waitpred_argvs(s, "/r"))
+    assert argvs["ingest"][:5] == ["ingest", "--trace", "/data/log.swf", "--out", "/r/site/trace"]
+    cal = argvs["calibrate"]
+    assert cal[cal.index("--machine-nodes") + 1] == "240" and cal[cal.index("--procs-per-node") + 1] == "8"
+    assert cal[cal.index("--score-to") + 1] == "2024-05-01"
+    wp = argvs["waitpred"]
+    assert wp[wp.index("--months") + 1: wp.index("--months") + 3] == ["2024-03", "2024-04"]
+    names = [n for n, _ in evalplan.decision_argvs(s, "/r")]
+    assert names[0] == "sample-train-node1" and names[-1] == "eval-node8"
+    assert evalplan.command(["probe-replay", "--x"])[:2] == ["-m", "mirage_tasks.evaluation.probe_replay"]
+    assert evalplan.command(["waitpred"])[:3] == ["-m", "mirage_tasks", "waitpred"]
