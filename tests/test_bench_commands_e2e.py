@@ -1,7 +1,7 @@
 """Every bench command runs as documented, at its smallest size, so none can rot unseen.
 
 * every ``bench/*.py`` answers ``--help`` (its imports resolve after a module moves);
-* ``bench/sampling.py --smoke``, ``bench/ingest.py --smoke``, ``bench/train.py --smoke`` and
+* ``bench/waitpred.py --smoke``, ``bench/sampling.py --smoke``, ``bench/ingest.py --smoke``, ``bench/train.py --smoke`` and
   ``bench/load.py --smoke`` run to the end and print their figures (``bench/simulator.py
   --quick``: tests/test_bench_smoke_e2e.py).
 
@@ -35,6 +35,15 @@ def _run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
 def test_bench_command_answers_help(name):
     p = _run([f"bench/{name}", "--help"], timeout=300)
     assert "usage:" in p.stdout
+
+
+def test_waitpred_bench_smoke(tmp_path):
+    shared_trace_path("KTH-SP2-1996-2.1-cln.swf.gz")
+    out = tmp_path / "w.json"
+    p = _run(["bench/waitpred.py", "--smoke", "--json", str(out)])
+    s = json.loads(out.read_text())
+    assert s["jobs"] > 500 and s["sweep_cpu_s"] > 0 and s["replay_cpu_s"] > 0
+    assert "scored at submission" in p.stdout and "the replay of the same months" in p.stdout
 
 
 def test_sampling_bench_smoke(tmp_path):
