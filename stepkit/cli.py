@@ -6,8 +6,8 @@ Each step lives in its own module exposing ``add_arguments(parser)`` and
 
 Exit codes: 0 success (or skipped), 2 bad input or parameters (:class:`StepError`,
 argparse errors), 1 anything else (with a traceback; a dead pool worker,
-:class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while a worker
-pool ran (its workers stopped first, :mod:`stepkit.pool`), 75 another run is writing the
+:class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while the
+step ran (what it started stopped first: :mod:`stepkit.procs`, :mod:`stepkit.pool`), 75 another run is writing the
 very same output right now (:data:`stepkit.lease.EXIT_BUSY`: retryable, the retry skips; a
 writer of a *different* output to the same prefix is exit 2).
 
@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import lease, s3check
+from . import lease, procs, s3check
 from .errors import StepError
 from .pool import Terminated, WorkerDied
 
@@ -103,6 +103,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
+    restore = procs.trap_sigterm()  # SIGTERM: the step's finally blocks stop what it started, exit 143
     try:
         check_flag_values(args)  # NaN, infinities, s3:// without a bucket: exit 2 naming the flag
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
@@ -117,7 +118,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"{prog} {name}: {exc}; its worker processes were stopped", file=sys.stderr)
+        print(f"{prog} {name}: {exc}; the processes it started were stopped", file=sys.stderr)
         return 143
     except WorkerDied as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
@@ -126,7 +127,10 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         traceback.print_exc()
         return 1
     finally:
-        lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
+        try:
+            lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
+        finally:
+            restore()
     return int(rc or 0)
 
 

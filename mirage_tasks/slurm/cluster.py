@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ from stepkit import StepError
 
 from ..sim.config import SimConfig, config_from_args
 from .conf import Paths, render, scaled, unsupported
+
+log = logging.getLogger(__name__)
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "sinfo", "scancel")
 
@@ -212,13 +215,18 @@ class LocalSlurm:
         said = []
         pids = self.running()
         if "slurmctld" in pids:
-            self.cmd("scancel", "--full", "--user=root", check=False, timeout=20)
             deadline = time.monotonic() + timeout / 2
-            while time.monotonic() < deadline:
-                r = self.cmd("squeue", "-h", "-o", "%i", check=False, timeout=10)
-                if r.returncode == 0 and not r.stdout.strip():
-                    break
-                time.sleep(0.5)
+            try:  # a slurmctld that does not answer must not keep its daemons alive: they are killed below
+                r = self.cmd("scancel", "--full", "--user=root", check=False, timeout=max(1.0, timeout / 2))
+                said.append(f"cancelled every job (scancel status {r.returncode})")
+                while time.monotonic() < deadline:
+                    r = self.cmd("squeue", "-h", "-o", "%i", check=False,
+                                 timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                    if r.returncode == 0 and not r.stdout.strip():
+                        break
+                    time.sleep(0.5)
+            except (subprocess.SubprocessError, OSError) as exc:
+                said.append(f"could not cancel the jobs through slurmctld ({exc}); stopping the daemons")
         order = sorted((k for k in pids if k.startswith("slurmd-")), key=lambda k: int(k.split("-n")[1]))
         order += [k for k in ("slurmctld", "munged") if k in pids]
         for name in order:
@@ -275,10 +283,52 @@ class LocalSlurm:
         return out
 
 
+#: Seconds a step gives its local cluster's stop (cancel every job, stop every daemon) when it
+#: ends, SIGTERM included: well inside Kubernetes' default 30 s grace period.
+STEP_STOP_TIMEOUT_S = 20.0
+
+
+class OwnedSlurm(LocalSlurm):
+    """A local Slurm that one step started and owns: :meth:`stop` (the step's ``finally``, also
+    on SIGTERM) cancels every job and stops every daemon within :data:`STEP_STOP_TIMEOUT_S`
+    plus the kill grace; a :class:`stepkit.procs.Guard` started before the first daemon does
+    the same if the step is killed outright (SIGKILL)."""
+
+    guard = None
+
+    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90) -> dict:
+        from stepkit.procs import Guard
+
+        if self.running():  # another cluster's root: neither guard nor stop it
+            raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
+        self.guard = Guard([sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
+                           f"the local Slurm under {self.root}")
+        try:
+            return super().start(cfg, factor, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = STEP_STOP_TIMEOUT_S) -> list[str]:
+        said = super().stop(timeout)
+        left = self.leftovers() + list(self.running().values())
+        if self.guard is not None:
+            if left:  # let the guard try once more after the step has gone
+                log.warning("local Slurm under %s: still running after stop: %s", self.root, left)
+            else:
+                self.guard.disarm()
+                self.guard = None
+        for line in said:
+            log.info("local Slurm under %s: %s", self.root, line)
+        return said
+
+
 def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
-    config's settings at time compression ``factor``; a failed start is the step's bad input."""
-    cluster = LocalSlurm(root)
+    config's settings at time compression ``factor`` and owned by the step (:class:`OwnedSlurm`:
+    stopped on every exit, SIGTERM and SIGKILL included); a failed start is the step's bad
+    input."""
+    cluster = OwnedSlurm(root)
     try:
         cluster.start(cfg, factor)
     except RuntimeError as exc:
