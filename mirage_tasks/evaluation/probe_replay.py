@@ -321,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise StepError(f"--months {m!r}: expected YYYY-MM")
         if args.bootstrap < 0 or not (args.waste_weight >= 0):
             raise StepError("--bootstrap and --waste-weight must be >= 0")
+        from ..data.artifacts import require_input
         from ..models.data import load_dataset  # noqa: F401 - the dataset's manifest names the node
+
+        if args.seed < 0 or args.seed > 2**32 - 1:
+            raise StepError(f"--seed {args.seed}: must be between 0 and {2**32 - 1}")
+        if args.bootstrap > 100_000 or not np.isfinite(args.waste_weight):
+            raise StepError("--bootstrap must be at most 100000 and --waste-weight a finite number")
+        require_input(args.dataset, "--dataset", step="merge")
         man = storage.read_json(storage.join(args.dataset, "manifest.json"))
         node = int(man["node"])
         split = {"val_fraction": 0.2, "purge_days": float((man.get("params") or {}).get("workload_days", 5.0))}

@@ -323,6 +323,17 @@ class OwnedSlurm(LocalSlurm):
         return said
 
 
+def check_root(root: str, flag: str = "--slurm-root") -> None:
+    """A ``--slurm-root`` a local cluster can live in (a folder, or a path that can become one),
+    checked before a step reads or writes anything: :class:`StepError` naming the flag."""
+    p = Path(root)
+    if p.exists() and not p.is_dir():
+        raise StepError(f"{flag} {root}: exists and is not a folder")
+    up = p if p.exists() else next((q for q in p.absolute().parents if q.exists()), None)
+    if up is None or not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+        raise StepError(f"{flag} {root}: cannot create or write a folder there ({up} is not a writable folder)")
+
+
 def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
     config's settings at time compression ``factor`` and owned by the step (:class:`OwnedSlurm`:

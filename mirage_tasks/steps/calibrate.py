@@ -40,6 +40,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..calibration.fidelity import metrics, summarize
+from ..data.times import window_outside_trace
 from ..data.schema import read_trace
 from ..calibration.calibrate import calibrate, default_config, replay_months
 from ..sim.config import SimConfig, load_config
@@ -47,6 +48,9 @@ from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 
+
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"trials": (1, 100_000), "timeout_s": (0, 7 * 86400), "lead_in_days": (0, 366), "procs_per_node": (1, 1_000_000)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
@@ -169,7 +173,13 @@ def run(args: argparse.Namespace) -> int:
     start = SimConfig.from_dict(load_config(args.start_config)) if args.start_config else None
     wl = Workload.from_frame(df, args.procs_per_node)
     ia, ib, ic, id_ = (int(x.timestamp()) for x in (a, b, c, d))
+    if len(wl.submit) == 0:
+        raise StepError(f"{args.trace}: the trace holds no jobs")
+    first, last = int(wl.submit.min()), int(wl.submit.max())
     for lo, hi, flags in ((ia, ib, "--calibrate-from/--calibrate-to"), (ic, id_, "--score-from/--score-to")):
+        why = window_outside_trace(first, last, lo, hi, flags, args.trace)
+        if why:
+            raise StepError(why)
         n = int(((wl.submit >= lo) & (wl.submit < hi)).sum())
         if n == 0:
             raise StepError(f"{flags}: no job of the trace was submitted in that window")

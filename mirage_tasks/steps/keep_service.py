@@ -35,6 +35,9 @@ from ..data.schema import parse_time, read_trace
 from ..sim.config import add_config_arguments, config_from_args
 
 
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
+          "step_s": (1, 86400), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg or a comma list (one chain each)")
@@ -74,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--policy model needs --model URI (a train output)")
     if args.node < 1 or args.links < 1 or not args.factor > 0 or not args.service_hours > 0 or not args.step_s > 0:
         raise StepError("--node and --links must be >= 1; --factor, --service-hours and --step-s > 0")
+    if args.slurm_root:
+        from ..slurm.cluster import check_root
+
+        check_root(args.slurm_root)
     bg = args.background_from is not None or args.background_to is not None
     if bg and not (args.trace and args.background_from and args.background_to):
         raise StepError("a background replay needs --trace, --background-from and --background-to")
@@ -90,6 +97,17 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, meta_nodes)
         if args.trace:
             wl = Workload.from_frame(df, cfg.procs_per_node or None)
+        if bg:
+            from ..data.times import window_outside_trace
+
+            b0, b1 = parse_time(args.background_from, "--background-from"), parse_time(args.background_to,
+                                                                                          "--background-to")
+            if df.empty:
+                raise StepError(f"{args.trace}: the trace holds no jobs")
+            why = window_outside_trace(df["submit"].min(), df["submit"].max(), b0, b1,
+                                       "--background-from/--background-to", args.trace)
+            if why:
+                raise StepError(why)
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")}
     step = Step("keep-service", args.out, __version__, params, inputs=[x for x in (args.trace, args.model) if x])
     if step.skip():
