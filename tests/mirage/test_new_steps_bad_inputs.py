@@ -311,3 +311,15 @@ def test_any_calibrate_windows_are_calibrated_or_refused(trace, tmp_path_factory
                                       iso(t[1]), "--score-from", iso(t[2]), "--score-to", iso(t[3]), "--trials", "1",
                                       "--out", str(out), "--log-level", "ERROR"])
     assert rc in (0, 2)
+
+
+@pytest.mark.parametrize("step,argv", [
+    ("synth", ["--profile", "ls6-a100", "--from", "2024-01-01", "--to", "2024-01-02"]),
+    ("keep-service", ["--policy", "reactive", "--nodes", "8"]),
+])
+def test_an_out_that_cannot_be_created_exits_2_naming_it(capsys, step, argv):
+    """Not a permission error (the tests run as root) nor a file in the way: /proc refuses new
+    folders with ENOENT, which gave a FileNotFoundError traceback (exit 1)."""
+    rc, err = _run(capsys, step, *argv, "--out", "/proc/no-such-folder/out")
+    assert rc == 2 and "output /proc/no-such-folder/out: cannot create or use it as a folder" in err, err[-2000:]
+    assert "Traceback" not in err
