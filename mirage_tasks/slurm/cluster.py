@@ -334,6 +334,20 @@ def check_root(root: str, flag: str = "--slurm-root") -> None:
         raise StepError(f"{flag} {root}: cannot create or write a folder there ({up} is not a writable folder)")
 
 
+def check_conf(conf: str | None, flag: str) -> str:
+    """The slurm.conf a step's Slurm clients will read (``conf``, else ``$SLURM_CONF``): it must
+    be a readable file, checked before anything starts (a client retries a missing one for a
+    minute per call). :class:`StepError` naming ``flag`` or ``SLURM_CONF``; returns the path."""
+    path = conf or os.environ.get("SLURM_CONF")
+    where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
+    if not path:
+        raise StepError(f"no cluster: pass {flag} (or set SLURM_CONF)" if flag != "--slurm-root" else
+                        "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF")
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
+    return path
+
+
 def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
     config's settings at time compression ``factor`` and owned by the step (:class:`OwnedSlurm`:

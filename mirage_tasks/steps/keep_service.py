@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         from ..slurm.cluster import check_root
 
         check_root(args.slurm_root)
+    if not args.slurm_root:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
+        from ..slurm.cluster import check_conf
+
+        check_conf(args.slurm_conf, "--slurm-conf")
     bg = args.background_from is not None or args.background_to is not None
     if bg and not (args.trace and args.background_from and args.background_to):
         raise StepError("a background replay needs --trace, --background-from and --background-to")

@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         from ..slurm.cluster import check_root
 
         check_root(args.slurm_root)
+    if not args.slurm_root:
+        from ..slurm.cluster import check_conf
+
+        check_conf(None, "--slurm-root")
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     if t_to <= t_from:
         raise StepError("--to must be after --from")

@@ -67,8 +67,11 @@ def test_fidelity_window_37_days_past_the_last_submit_exits_2(trace, tmp_path, c
 def test_replay_slurm_and_keep_service_windows_outside_the_trace_exit_2(trace, tmp_path, capsys):
     out = tmp_path / "r"
     _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + 50 * DAY), "--to",
-             iso(T0 + 51 * DAY), "--factor", "60", "--nodes", "8", "--out", out, names="--from/--to")
-    _refused(capsys, out, "keep-service", "--policy", "reactive", "--trace", trace, "--background-from",
+             iso(T0 + 51 * DAY), "--factor", "60", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
+             names="--from/--to")
+    assert not (tmp_path / "slurm").exists()  # refused before a cluster was started
+    _refused(capsys, out, "keep-service", "--policy", "reactive", "--trace", trace, "--slurm-root",
+             tmp_path / "slurm", "--background-from",
              iso(T0 + 50 * DAY), "--background-to", iso(T0 + 51 * DAY), "--nodes", "8", "--out", out,
              names="--background-from/--background-to")
 
@@ -139,7 +142,9 @@ def test_an_existing_file_as_slurm_root_exits_2(trace, tmp_path, capsys):
 def test_a_replay_of_weeks_at_x1_is_refused_as_unbounded_work(trace, tmp_path, capsys):
     out = tmp_path / "o"
     _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0), "--to", iso(T0 + SPAN_DAYS * DAY),
-             "--factor", "0.5", "--nodes", "8", "--out", out, names="--from/--to/--factor")
+             "--factor", "0.5", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
+             names="--from/--to/--factor")
+    assert not (tmp_path / "slurm").exists()
 
 
 def test_a_100_year_synth_window_is_refused_at_once(tmp_path, capsys):
@@ -317,9 +322,25 @@ def test_any_calibrate_windows_are_calibrated_or_refused(trace, tmp_path_factory
     ("synth", ["--profile", "ls6-a100", "--from", "2024-01-01", "--to", "2024-01-02"]),
     ("keep-service", ["--policy", "reactive", "--nodes", "8"]),
 ])
-def test_an_out_that_cannot_be_created_exits_2_naming_it(capsys, step, argv):
+def test_an_out_that_cannot_be_created_exits_2_naming_it(tmp_path, capsys, step, argv):
     """Not a permission error (the tests run as root) nor a file in the way: /proc refuses new
     folders with ENOENT, which gave a FileNotFoundError traceback (exit 1)."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# a cluster's slurm.conf\n")
+    if step == "keep-service":
+        argv = [*argv, "--slurm-conf", str(conf)]
     rc, err = _run(capsys, step, *argv, "--out", "/proc/no-such-folder/out")
     assert rc == 2 and "output /proc/no-such-folder/out: cannot create or use it as a folder" in err, err[-2000:]
     assert "Traceback" not in err
+
+
+def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """A Slurm client retries a missing slurm.conf for 60 s per call: keep-service sat silent."""
+    out = tmp_path / "o"
+    _refused(capsys, out, "keep-service", "--policy", "reactive", "--slurm-conf", tmp_path / "none.conf", "--out", out,
+             names="--slurm-conf")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))
+    _refused(capsys, out, "replay-slurm", "--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor",
+             "60", "--out", out, names="SLURM_CONF=")
+    monkeypatch.delenv("SLURM_CONF")
+    _refused(capsys, out, "keep-service", "--policy", "reactive", "--out", out, names="no cluster")
