@@ -344,3 +344,26 @@ def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
              "60", "--out", out, names="SLURM_CONF=")
     monkeypatch.delenv("SLURM_CONF")
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--out", out, names="no cluster")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(start_day=st.integers(-40_000, 40_000), days=st.one_of(st.integers(-5, 30), st.integers(36_610, 600_000)),
+       load=st.one_of(st.floats(-10, 50), st.sampled_from([float("nan"), float("inf"), 1e4])),
+       seed=st.integers(-5, 2**33))
+def test_any_synth_request_generates_or_is_refused_quickly(tmp_path_factory, start_day, days, load, seed):
+    """Random spans (up to three days, or more than ten years up to 160), load scales and seeds
+    for ``synth --profile``: exit 0 or exit 2, never a traceback; a refusal comes before anything
+    is generated (within seconds, nothing written)."""
+    import time
+
+    out = tmp_path_factory.mktemp("synth") / "o"
+    a = T0 + start_day * DAY // 10
+    t = time.monotonic()
+    rc = main("mirage_tasks", STEPS, ["synth", "--profile", "ls6-a100", "--from", iso(max(a, 0)), "--to",
+                                      iso(max(a, 0) + days * DAY // 10), "--load-scale", str(load), "--seed", str(seed),
+                                      "--out", str(out), "--log-level", "ERROR"])
+    assert rc in (0, 2)
+    if rc == 2:
+        assert not out.exists()
+        assert time.monotonic() - t < 60
