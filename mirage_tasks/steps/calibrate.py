@@ -200,8 +200,12 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(nodes=biggest)
     dflt = default_config(res.facts).replace(dispatch_latency_s=0, procs_per_node=args.procs_per_node or 0)
     dflt = dflt.replace(nodes=max(dflt.nodes, biggest))
+    log.info("calibrate: search done (%d trials); scoring the chosen and the default configuration on both "
+             "windows, month by month", len(res.trials))
     ins = replay_months(wl, cfg, ia, ib, lead, tz)
+    log.info("calibrate: in-sample replay done; out of sample next")
     oos = replay_months(wl, cfg, ic, id_, lead, tz)
+    log.info("calibrate: out-of-sample replay done; the default configuration next")
     d_in = replay_months(wl, dflt, ia, ib, lead, tz)
     d_oos = replay_months(wl, dflt, ic, id_, lead, tz)
     s_in, s_oos = summarize(ins, tz), summarize(oos, tz)
