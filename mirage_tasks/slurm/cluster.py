@@ -323,6 +323,18 @@ class OwnedSlurm(LocalSlurm):
         return said
 
 
+#: The most slurmd a local cluster starts (one process and one port each on this machine).
+MAX_LOCAL_NODES = 256
+
+
+def check_local_size(cfg: SimConfig, flag: str = "--slurm-root") -> None:
+    """A local cluster of ``cfg.nodes`` slurmd is a bounded amount of work: at most
+    :data:`MAX_LOCAL_NODES`, checked before anything starts (:class:`StepError`)."""
+    if cfg.nodes > MAX_LOCAL_NODES:
+        raise StepError(f"{flag}: a local Slurm of the cluster config's {cfg.nodes} nodes would start {cfg.nodes} "
+                        f"slurmd; at most {MAX_LOCAL_NODES} (pass --nodes N)")
+
+
 def check_root(root: str, flag: str = "--slurm-root") -> None:
     """A ``--slurm-root`` a local cluster can live in (a folder, or a path that can become one),
     checked before a step reads or writes anything: :class:`StepError` naming the flag."""

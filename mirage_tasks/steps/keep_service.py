@@ -99,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
             df, meta = read_trace(args.trace)
             meta_nodes = meta.machine_nodes
         cfg = config_from_args(args, meta_nodes)
+        if args.slurm_root:
+            from ..slurm.cluster import check_local_size
+
+            check_local_size(cfg)
         if args.trace:
             wl = Workload.from_frame(df, cfg.procs_per_node or None)
         if bg:

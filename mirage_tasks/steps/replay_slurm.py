@@ -82,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--to must be after --from")
     df, meta = read_trace(args.trace)
     cfg = config_from_args(args, meta.machine_nodes)
+    if args.slurm_root:
+        from ..slurm.cluster import check_local_size
+
+        check_local_size(cfg)
     t0, t1 = int(t_from.timestamp()), int(t_to.timestamp())
     if df.empty:
         raise StepError(f"{args.trace}: the trace holds no jobs")

@@ -367,3 +367,16 @@ def test_any_synth_request_generates_or_is_refused_quickly(tmp_path_factory, sta
     if rc == 2:
         assert not out.exists()
         assert time.monotonic() - t < 60
+
+
+def test_a_cluster_size_beyond_any_machine_or_a_local_slurm_is_refused(trace, tmp_path, capsys):
+    out = tmp_path / "o"
+    _refused(capsys, out, "fidelity", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
+             "--nodes", "10000000000", "--out", out, names="--nodes")
+    # the ls6 preset's 84 nodes are fine for the simulator, 5000 slurmd are not a local cluster
+    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
+             "--factor", "600", "--nodes", "5000", "--slurm-root", tmp_path / "slurm", "--out", out,
+             names="--slurm-root")
+    _refused(capsys, out, "keep-service", "--policy", "reactive", "--nodes", "5000", "--slurm-root",
+             tmp_path / "slurm", "--out", out, names="--slurm-root")
+    assert not (tmp_path / "slurm").exists()
