@@ -380,3 +380,13 @@ def test_a_cluster_size_beyond_any_machine_or_a_local_slurm_is_refused(trace, tm
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--nodes", "5000", "--slurm-root",
              tmp_path / "slurm", "--out", out, names="--slurm-root")
     assert not (tmp_path / "slurm").exists()
+
+
+def test_jobs_larger_than_the_cluster_are_said_when_sampled(tmp_path, capsys):
+    """The simulator leaves out jobs larger than the cluster: sample says so, with the count and
+    the largest size, instead of sampling without them silently."""
+    tr = write_committed_trace(tmp_path / "t", random_trace(4, days=8, nodes=16))
+    rc, err = _run(capsys, "sample", "--trace", tr, "--start", iso(T0 + DAY), "--count", "1", "--probes", "2",
+                   "--window", "12", "--node", "1", "--nodes", "2", "--workers", "1", "--out", tmp_path / "s")
+    assert rc == 0, err[-2000:]
+    assert "more nodes than the 2-node cluster" in err and "leaves them out of every sample" in err, err[-2000:]
