@@ -314,6 +314,9 @@ def main() -> int:
     ap.add_argument("--monthly-only", action="store_true", help="part 2 only (no Airflow)")
     ap.add_argument("--airflow-only", action="store_true", help="part 1 only")
     args = ap.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(ap, args, {"nodes": (1, 10_000)}, folders=(), files=())
     trace = str(Path(args.trace).resolve())
     VAR.mkdir(parents=True, exist_ok=True)
     ok = True

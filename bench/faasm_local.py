@@ -413,6 +413,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default="", help="also write the raw figures here")
     ap.add_argument("--systems", default="wasm,native")
     args = ap.parse_args(argv)
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(ap, args, {}, folders=(), files=('out', 'json'))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for sysname in ("wasm", "native"):
         for mod in ("sgd", "matmul", "image", "demo"):

@@ -37,6 +37,9 @@ def main_bench() -> int:
     ap.add_argument("--traces", default=str(TRACES), help=f"folder of the traces ({TRACES})")
     ap.add_argument("--smoke", action="store_true", help="the ls6 log only, once (what the test suite runs)")
     args = ap.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(ap, args, {"repeat": (1, 100)}, folders=(), files=())
     if args.smoke:
         args.repeat = 1
     cases = CASES[:1] if args.smoke else CASES

@@ -219,6 +219,17 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true",
                     help="one 1000 req/s point for 1 s, normal scheduling, 1 process, 16 connections (the test suite's)")
     a = ap.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(ap, a, {"duration": (0.1, 3600), "warmup": (0, 600), "processes": (1, 256), "connections": (1, 100_000),
+                                  "rt_priority": (1, 99), "slice_us": (1, 1_000_000), "wrk_connections": (1, 100_000),
+                                  "nginx_workers": (1, 256)}, folders=(), files=('json_out',))
+    try:
+        rates = [float(r) for r in a.rates.split(",")]
+    except ValueError:
+        ap.error(f"--rates {a.rates!r}: a comma list of request rates (numbers)")
+    if not rates or not all(1 <= r <= 10_000_000 for r in rates):
+        ap.error(f"--rates {a.rates!r}: each rate must be between 1 and 10000000 requests/s")
     if a.smoke:
         a.rates, a.duration, a.warmup, a.processes, a.connections = "1000", 1.0, 0.2, 1, 16
         a.scheduling, a.wrk_connections = "normal", 16

@@ -114,6 +114,11 @@ def main() -> int:
                    help="with --compare-with: what the earlier run was, in the tables' headers (default: uniform)")
     p.add_argument("--run-label", default=None, help="with --compare-with: what this run is (default: end)")
     args = p.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(p, args, {"nodes": (1, 10_000), "interval_hours": (0.01, 24 * 31), "val_count": (1, 100_000),
+                                 "waste_weight": (0, 100), "hpo_trials": (0, 10_000), "hpo_timeout_s": (0, 86400),
+                                 "curve_fractions": (0.001, 1), "jobs": (1, 64)}, folders=('root',), files=('write_doc',))
     root = (ROOT / args.root).resolve()
     if args.write_doc:
         from ls6_months_doc import write_doc  # bench/ls6_months_doc.py

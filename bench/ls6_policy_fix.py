@@ -35,6 +35,9 @@ def main() -> int:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="train --param for both variants (e.g. a smaller budget for a smoke run)")
     args = p.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(p, args, {"node": (1, 10_000), "val_count": (1, 100_000)}, folders=('root',), files=())
     t0 = time.monotonic()
     root = (ROOT / args.root).resolve()
     logs = root / "logs"

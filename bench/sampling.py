@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="directory to write the outputs to (default: a temporary one)")
     ap.add_argument("--json", default=None, help="also write the summary here")
     args = ap.parse_args(argv)
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(ap, args, {"workers": (1, 256)}, folders=('keep',), files=('json',))
     if not os.path.exists(args.log):
         sys.exit(f"bench: {args.log} not found (../shared/traces beside the repository); pass --log")
     reaping = _subreaper()

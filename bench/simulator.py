@@ -255,6 +255,9 @@ def main_(argv: list[str] | None = None) -> int:
                    help="checkout of github.com/zhaozhang/Mirage: also time its simulator on the same episodes")
     p.add_argument("--reference-samples", type=int, default=2, help="samples per node size for --reference (2)")
     args = p.parse_args(argv)
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(p, args, {"workers": (1, 256), "serial_samples": (1, 100_000), "reference_samples": (1, 1000)}, folders=(), files=('json',))
     cfg = SimConfig.from_dict(load_config(args.cluster_config)) if args.cluster_config not in PRESETS \
         else PRESETS[args.cluster_config]
     t_load = time.perf_counter()

@@ -130,6 +130,9 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true",
                    help="a synthetic dataset of 40 samples and the tree models only (the test suite's)")
     args = p.parse_args()
+    from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
+
+    check_command_args(p, args, {"threads": (1, 256), "paper_moe_epochs": (0, 10_000), "paper_rows": (1, 10_000_000)}, folders=('workdir',), files=())
     n_samples = 684
     if args.smoke:
         n_samples = 40

@@ -17,13 +17,25 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, steps_for
 from house.config import MACROS
 
 step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
+#: The form's ranges: keep-service's own (``mirage_tasks.steps.keep_service.BOUNDS``, which
+#: imports pandas, too heavy for parse time; tests/dags/test_mirage_service_form.py keeps them equal).
+SERVICE_BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000),
+                  "factor": (1e-3, 1e6)}
+
+
+def unknown_conf(conf: dict, known) -> str | None:
+    """Why ``conf`` cannot be this DAG's run conf (keys that are not its params), or None."""
+    odd = sorted(set(conf) - set(known))
+    if odd:
+        return f"unknown param(s) {', '.join(map(str, odd))} in the run conf; known: {', '.join(sorted(known))}"
+    return None
 
 
 def _pod_overrides() -> dict:
@@ -52,10 +64,14 @@ with DAG(
     params={
         "policy": Param("model", enum=["model", "reactive", "avg"], description="who decides when to submit"),
         "model": Param("", type="string", description="trained model (a train output URI); for policy model"),
-        "node": Param(1, type="integer", minimum=1, description="nodes of each service job"),
-        "service_hours": Param(48.0, type="number", exclusiveMinimum=0, description="limit of each job (h)"),
-        "links": Param(1, type="integer", minimum=1, description="successions to keep"),
-        "factor": Param(1.0, type="number", exclusiveMinimum=0,
+        "node": Param(1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["node"][1],
+                      description="nodes of each service job"),
+        "service_hours": Param(48.0, type="number", minimum=SERVICE_BOUNDS["service_hours"][0],
+                               maximum=SERVICE_BOUNDS["service_hours"][1],
+                               description="limit of each job (h), at most a year"),
+        "links": Param(1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["links"][1],
+                       description="successions to keep"),
+        "factor": Param(1.0, type="number", minimum=SERVICE_BOUNDS["factor"][0], maximum=SERVICE_BOUNDS["factor"][1],
                         description="time compression of the cluster (1 for a real one)"),
         "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string",
                             description="the cluster's slurm.conf (SLURM_CONF of the Slurm client); "
@@ -75,4 +91,16 @@ with DAG(
             "{{ '--model=' ~ params.model if params.model else '--policy=' ~ params.policy }}",
             "{{ '--partition=' ~ params.partition if params.partition else '--links=' ~ params.links }}",
             "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}"]
-    step("keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30), pod_overrides=_pod_overrides())
+    @task
+    def check_conf(**context) -> None:
+        """Refuse a run conf with a key the form does not have (a misspelt ``links`` would be
+        ignored otherwise and the service kept with the default): fails at once, no retry."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        conf = dict(getattr(context["dag_run"], "conf", None) or {})
+        why = unknown_conf(conf, dag.params.keys())
+        if why:
+            raise AirflowFailException(why)
+
+    check_conf() >> step("keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30),
+                         pod_overrides=_pod_overrides())

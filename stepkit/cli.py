@@ -6,8 +6,8 @@ Each step lives in its own module exposing ``add_arguments(parser)`` and
 
 Exit codes: 0 success (or skipped), 2 bad input or parameters (:class:`StepError`,
 argparse errors), 1 anything else (with a traceback; a dead pool worker,
-:class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while a worker
-pool ran (its workers stopped first, :mod:`stepkit.pool`), 75 another run is writing the
+:class:`stepkit.pool.WorkerDied`, with its one-line reason), 143 SIGTERM while the
+step ran (what it started stopped first: :mod:`stepkit.procs`, :mod:`stepkit.pool`), 75 another run is writing the
 very same output right now (:data:`stepkit.lease.EXIT_BUSY`: retryable, the retry skips; a
 writer of a *different* output to the same prefix is exit 2).
 
@@ -32,8 +32,9 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from . import lease, s3check
+from . import lease, procs, s3check
 from .errors import StepError
 from .pool import Terminated, WorkerDied
 
@@ -69,17 +70,33 @@ def exit_now(rc: int) -> None:
     os._exit(rc)
 
 
-def check_flag_values(args: argparse.Namespace) -> None:
-    """Values argparse accepts but no step can use, refused for every step in one place:
-    a float flag of ``nan`` or ``inf`` (``type=float`` parses both), and an ``s3://`` URI
-    without a bucket. Raises :class:`StepError` naming the flag."""
+#: The largest seed every step accepts (numpy's ``SeedSequence`` and Optuna take 0 .. 2**32 - 1).
+SEED_MAX = 2**32 - 1
+
+
+def check_flag_values(args: argparse.Namespace, bounds: Mapping[str, tuple[Any, Any]] | None = None) -> None:
+    """Values argparse accepts but no step can use, refused for every step in one place,
+    before the step reads or starts anything: a float flag of ``nan`` or ``inf``
+    (``type=float`` parses both), an ``s3://`` URI without a bucket, a seed (``--seed``,
+    ``--*-seed``) outside 0 .. :data:`SEED_MAX`, and a value outside its step's ``BOUNDS``
+    (``{dest: (lowest, highest)}``, inclusive, None for no bound; each element of a list
+    flag). Raises :class:`StepError` naming the flag."""
+    bounds = dict(bounds or {})
     for dest, value in vars(args).items():
         flag = "--" + dest.replace("_", "-")
+        if dest == "seed" or dest.endswith("_seed"):
+            bounds.setdefault(dest, (0, SEED_MAX))
+        lo, hi = bounds.get(dest, (None, None))
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, float) and not math.isfinite(v):
                 raise StepError(f"{flag} {v}: not a finite number")
             if isinstance(v, str) and v.lower().startswith("s3://") and not v[5:].split("/", 1)[0]:
                 raise StepError(f"{flag} {v}: an s3:// URI needs a bucket (s3://BUCKET/key)")
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                    (lo is not None and v < lo) or (hi is not None and v > hi)):
+                rng = (f"between {lo:g} and {hi:g}" if lo is not None and hi is not None
+                       else f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
+                raise StepError(f"{flag} {v}: must be {rng}")
 
 
 def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str]) -> int:
@@ -103,8 +120,10 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
+    restore = procs.trap_sigterm()  # SIGTERM: the step's finally blocks stop what it started, exit 143
     try:
-        check_flag_values(args)  # NaN, infinities, s3:// without a bucket: exit 2 naming the flag
+        # NaN, infinities, s3:// without a bucket, seeds and the step's BOUNDS: exit 2 naming the flag
+        check_flag_values(args, getattr(module, "BOUNDS", None))
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
     except lease.LeaseHeld as exc:
@@ -117,7 +136,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"{prog} {name}: {exc}; its worker processes were stopped", file=sys.stderr)
+        print(f"{prog} {name}: {exc}; the processes it started were stopped", file=sys.stderr)
         return 143
     except WorkerDied as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
@@ -126,7 +145,10 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         traceback.print_exc()
         return 1
     finally:
-        lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
+        try:
+            lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
+        finally:
+            restore()
     return int(rc or 0)
 
 
@@ -144,3 +166,40 @@ def console() -> None:
         print(f"{sys.argv[0]}: no task package {package!r} with a STEPS registry in __main__", file=sys.stderr)
         exit_now(2)
     main(package, steps)
+
+
+def check_command_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                       bounds: Mapping[str, tuple[Any, Any]] | None = None, *, folders: Sequence[str] = (),
+                       files: Sequence[str] = ()) -> None:
+    """The step contract's flag checks for a command that is not a step (``bench/*.py``), before
+    it starts anything: :func:`check_flag_values` with ``bounds``, each dest in ``folders`` a
+    folder or creatable as one (not an existing file), each dest in ``files`` a path whose folder
+    exists and is writable (an ``--out`` report) and not a folder itself. A failure is
+    ``parser.error`` (exit 2 with the usage line and a message naming the flag)."""
+    try:
+        check_flag_values(args, bounds)
+        for dest in folders:
+            v = getattr(args, dest, None)
+            if v:
+                _check_folder(str(v), "--" + dest.replace("_", "-"))
+        for dest in files:
+            v = getattr(args, dest, None)
+            if v:
+                flag = "--" + dest.replace("_", "-")
+                p = Path(str(v))
+                if p.is_dir():
+                    raise StepError(f"{flag} {v}: is a folder, not a file")
+                up = p.absolute().parent
+                if not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+                    raise StepError(f"{flag} {v}: its folder {up} does not exist or is not writable")
+    except StepError as exc:
+        parser.error(str(exc))
+
+
+def _check_folder(v: str, flag: str) -> None:
+    p = Path(v)
+    if p.exists() and not p.is_dir():
+        raise StepError(f"{flag} {v}: exists and is not a folder")
+    up = p if p.exists() else next((q for q in p.absolute().parents if q.exists()), None)
+    if up is None or not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+        raise StepError(f"{flag} {v}: cannot create or write a folder there")

@@ -243,7 +243,12 @@ class Step:
         if earlier is not None and earlier is not self._lease and earlier.held:
             # an earlier Step of this process on the same prefix that failed without committing
             earlier.release()
-        self._lease = leases.Lease(self.out, self.name, fingerprint=self.fingerprint, started=self.started).acquire()
+        try:
+            self._lease = leases.Lease(self.out, self.name, fingerprint=self.fingerprint,
+                                       started=self.started).acquire()
+        except OSError as exc:  # any other reason the folder cannot be made (a missing /proc/x, a full disk)
+            raise StepError(f"output {self.out}: cannot create or use it as a folder: "
+                            f"{exc.strerror or exc} ({exc.filename or self.out})") from None
         Step._own[self.out] = self._lease
         return self._lease
 

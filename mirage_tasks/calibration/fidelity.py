@@ -36,8 +36,10 @@ def replay(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, lead_in_s: int 
     a = t_from - int(lead_in_s)
     sim = Simulator.from_workload(wl, cfg, a, t_to - 1)
     sim.drain()
-    tags = np.asarray(sim.j_tag)
-    starts = np.asarray(sim.j_start)
+    # int64 even when the replay met no job (a month before or after the trace): an empty list is
+    # a float array, and indexing with it raised IndexError (issue 32)
+    tags = np.asarray(sim.j_tag, dtype=np.int64)
+    starts = np.asarray(sim.j_start, dtype=np.int64)
     keep = tags >= 0
     idx = tags[keep]
     submit = wl.submit[idx]

@@ -109,14 +109,26 @@ def load_metrics(uri: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     return table, samples, storage.read_json(storage.join(uri, METRICS_JSON))
 
 
-def require_input(uri: str, flag: str) -> dict[str, Any] | None:
+def require_input(uri: str, flag: str, step: str | None = None) -> dict[str, Any] | None:
     """An input of a step: a folder must be a committed step output (its ``_SUCCESS.json``
     present), never one being written or replaced; a single ``.parquet`` file (written
-    atomically) is taken as is. Returns the folder's marker (None for a file).
+    atomically) is taken as is. Returns the folder's marker (None for a file). With ``step``
+    the folder must be that step's output (a ``sample`` output where a ``merge`` dataset is
+    expected is exit 2 naming the flag, not a missing-file error later).
 
     Either way the files read from a committed folder are checked against its marker
     (:func:`stepkit.step.verify_read`): a single file only when its folder's marker lists it."""
     if uri.endswith(".parquet"):
+        if step is not None:
+            raise StepError(f"{flag} {uri}: a single file, not a {step} output (a folder with its {step} marker)")
         trust_containing(uri)
         return None
-    return require_committed(uri, flag)
+    marker = require_committed(uri, flag)
+    if step is not None and marker.get("step") not in DATASET_WRITERS.get(step, (step,)):
+        raise StepError(f"{flag} {uri}: a {marker.get('step')!r} output, not a {step} output")
+    return marker
+
+
+#: Writers of an output kind besides the step of its name: ``models.data.write_dataset`` (the
+#: synthetic datasets of the tests and benches) commits the ``merge`` format as step ``dataset``.
+DATASET_WRITERS = {"merge": ("merge", "dataset")}

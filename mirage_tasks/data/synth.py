@@ -229,12 +229,70 @@ def validate_profile(p: dict[str, Any], where: str) -> None:
             if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
                 raise StepError(f"{where}: {key}.{c}.to_limit_share must be a number in [0, 1]")
             _numbers(where, f"{key}.{c}.ratio_quantiles", spec.get("ratio_quantiles"), n=len(QUANTILES))
+    _values(p, where, shape, pmf)
     st = p.get("status_when_not_timeout")
     if st is not None and st != {}:
         if not isinstance(st, dict) or not all(isinstance(k, str) for k in st):
             raise StepError(f"{where}: status_when_not_timeout must map status names to shares")
         if _numbers(where, "status_when_not_timeout", list(st.values())).sum() <= 0:
             raise StepError(f"{where}: status_when_not_timeout must not be all 0")
+
+
+#: Upper bounds of a profile's values (beyond them a value is a typo or a corrupt file, and
+#: the generator would overflow or run for ever): nodes, seconds and arrival rates.
+PROFILE_MAX_NODES = 10_000_000
+PROFILE_MAX_LIMIT_S = 366 * 86400
+PROFILE_MAX_BATCH = 100_000
+PROFILE_MAX_RATE_PER_H = 1_000_000.0
+
+
+def _values(p: dict[str, Any], where: str, shape: np.ndarray, pmf: np.ndarray) -> None:
+    """The values :func:`validate_profile`'s shape checks leave open: whole, positive node
+    counts and batch sizes, positive limits, the machine size, rising quantiles, upper bounds."""
+    def bad(key: str, why: str) -> StepError:
+        return StepError(f"{where}: {key} {why}")
+
+    m = p.get("machine_nodes")
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= PROFILE_MAX_NODES):
+        raise bad("machine_nodes", f"must be a whole number of nodes in 1 .. {PROFILE_MAX_NODES} (or absent), got {m!r}")
+    g = p.get("batch_gap_s")
+    if g is not None and (not isinstance(g, (int, float)) or isinstance(g, bool) or not 0 <= g <= 86400):
+        raise bad("batch_gap_s", f"must be a number of seconds in 0 .. 86400 (or absent), got {g!r}")
+    nodes, limit = shape[:, 0], shape[:, 1]
+    if (nodes != np.round(nodes)).any() or (nodes > PROFILE_MAX_NODES).any():
+        raise bad("shape_nodes_limit_counts", f"node counts must be whole numbers in 1 .. {PROFILE_MAX_NODES}")
+    if (limit <= 0).any() or (limit > PROFILE_MAX_LIMIT_S).any():
+        raise bad("shape_nodes_limit_counts", f"time limits must be > 0 and at most {PROFILE_MAX_LIMIT_S} s")
+    if m is not None and (nodes > m).any():
+        raise bad("shape_nodes_limit_counts", f"has jobs of up to {int(nodes.max())} nodes, more than "
+                  f"machine_nodes {m}")
+    if (pmf[:, 0] != np.round(pmf[:, 0])).any() or (pmf[:, 0] > PROFILE_MAX_BATCH).any():
+        raise bad("arrivals.batch_size_pmf", f"batch sizes must be whole numbers in 1 .. {PROFILE_MAX_BATCH}")
+    if (np.asarray(p["arrivals"]["batch_rate_per_hour_of_week"], float) > PROFILE_MAX_RATE_PER_H).any():
+        raise bad("arrivals.batch_rate_per_hour_of_week", f"rates must be at most {PROFILE_MAX_RATE_PER_H:g} per hour")
+    quantiles = [("arrivals.intra_batch_gap_quantiles_s", p["arrivals"]["intra_batch_gap_quantiles_s"])]
+    # only the classes validate_profile checked (0 .. n-1): other keys are never read by generate
+    quantiles += [(f"wait_quantiles_s_by_node_class.{c}", p["wait_quantiles_s_by_node_class"][str(c)])
+                  for c in range(len(NODE_CLASSES) + 1)]
+    quantiles += [(f"runtime_by_limit_class.{c}.ratio_quantiles", p["runtime_by_limit_class"][str(c)]["ratio_quantiles"])
+                  for c in range(len(LIMIT_CLASSES_S) + 1)]
+    for key, q in quantiles:
+        q = np.asarray(q, float)
+        if (np.diff(q) < 0).any():
+            raise bad(key, "must not decrease (quantiles in rising order)")
+        if "ratio" in key and (q > 1).any():
+            raise bad(key, "are run time / limit ratios: at most 1")
+        if "ratio" not in key and (q > PROFILE_MAX_LIMIT_S * 10).any():
+            raise bad(key, f"must be at most {PROFILE_MAX_LIMIT_S * 10} s")
+
+
+def expected_jobs(profile: dict[str, Any], days: float, load_scale: float = 1.0) -> float:
+    """The mean number of jobs :func:`generate` draws over ``days`` (the work a window asks for)."""
+    a = profile["arrivals"]
+    rate = float(np.mean(np.asarray(a["batch_rate_per_hour_of_week"], float)))
+    pmf = np.asarray(a["batch_size_pmf"], float).reshape(-1, 2)
+    size = float((pmf[:, 0] * pmf[:, 1]).sum() / pmf[:, 1].sum())
+    return rate * 24 * days * load_scale * size
 
 
 def _draw_quantile(q: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -244,6 +244,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         "avg-load": (a_sc, cal["avg-load"]["threshold"], cal["avg-load"].get("load")),
     }
     for uri in model_uris:
+        log.info("probe replay: scoring %d probes with %s", len(score.y), uri)
         pred, rule, kind = model_scores(uri, score.X)
         name = kind if kind not in rules else uri.rstrip("/").rsplit("/", 1)[-1]
         rules[name] = (pred, rule.get("low_h"), rule.get("load"))
@@ -253,10 +254,12 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         cal[name] = {"threshold": rule.get("low_h"), "load": rule.get("load"), "kind": kind, "uri": uri}
     rows, curves, per = [], [], []
     mo = month_of(score.sample_start)
-    for month in months:
+    for k, month in enumerate(months):
         sel = mo == month
         if not sel.any():
             raise StepError(f"no scored sample starts in {month}")
+        log.info("probe replay: month %s (%d of %d): %d probes, %d methods, %d bootstrap draws", month, k + 1,
+                 len(months), int(sel.sum()), len(rules) + 2, n_boot)
         sub = score.rows(sel)
         outs: dict[str, np.ndarray] = {}
         for m, (sc, thr, load) in rules.items():
@@ -318,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise StepError(f"--months {m!r}: expected YYYY-MM")
         if args.bootstrap < 0 or not (args.waste_weight >= 0):
             raise StepError("--bootstrap and --waste-weight must be >= 0")
+        from ..data.artifacts import require_input
         from ..models.data import load_dataset  # noqa: F401 - the dataset's manifest names the node
+
+        if args.seed < 0 or args.seed > 2**32 - 1:
+            raise StepError(f"--seed {args.seed}: must be between 0 and {2**32 - 1}")
+        if args.bootstrap > 100_000 or not np.isfinite(args.waste_weight):
+            raise StepError("--bootstrap must be at most 100000 and --waste-weight a finite number")
+        require_input(args.dataset, "--dataset", step="merge")
         man = storage.read_json(storage.join(args.dataset, "manifest.json"))
         node = int(man["node"])
         split = {"val_fraction": 0.2, "purge_days": float((man.get("params") or {}).get("workload_days", 5.0))}
@@ -357,5 +367,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _entry(argv: list[str] | None = None) -> int:
+    """:func:`main` with the step contract's SIGTERM: exit 143 after the step's ``finally`` blocks ran."""
+    from stepkit.pool import Terminated
+    from stepkit.procs import trap_sigterm
+
+    restore = trap_sigterm()
+    try:
+        return main(argv)
+    except Terminated as exc:
+        print(f"mirage_tasks.evaluation.probe_replay: {exc}", file=sys.stderr, flush=True)
+        return 143
+    finally:
+        restore()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry())

@@ -129,8 +129,8 @@ class MirageRun:
         "How many training samples, one every 'Hours between samples': each is one simulated workload with "
         "a service job and its probes (decision times), and gives one training example per probe. More "
         "samples: better models and proportionally longer sampling; 30 (a demo) to 684 (the paper: 114 days "
-        "at 4 h) is sensible.",
-        "integer", schema={"minimum": 1}))
+        "at 4 h) is sensible; at most 100000.",
+        "integer", schema={"minimum": 1, "maximum": 100_000}))
     val_start: str | None = _f(None, Spec(
         "First validation sample",
         f"Start of the first validation sample ({_ISO}).",
@@ -140,7 +140,7 @@ class MirageRun:
         "Validation samples",
         "How many validation samples (one every 'Hours between samples'), on each of which every model "
         "decides online when to submit, against the reactive and avg baselines.",
-        "integer", nullable=True, schema={"minimum": 1}, empty="the whole validation month: every sample whose "
+        "integer", nullable=True, schema={"minimum": 1, "maximum": 100_000}, empty="the whole validation month: every sample whose "
         "workload ends inside it (156 for March at 4 h)", none="whole month"))
     interval_hours: float = _f(4, Spec(
         "Hours between samples",
@@ -150,20 +150,20 @@ class MirageRun:
     warmup_days: float = _f(2, Spec(
         "Warm-up days",
         "Days of the trace replayed in each sample before its service job is submitted, so the simulated "
-        "queue is realistic when the job arrives. 2 (the paper's); 1 to 3 is sensible.",
-        "number", schema={"minimum": 0}))
+        "queue is realistic when the job arrives. 2 (the paper's); 1 to 3 is sensible; at most 60.",
+        "number", schema={"minimum": 0, "maximum": 60}))
     workload_days: float = _f(5, Spec(
         "Workload days per sample",
         "Days of trace jobs each sample replays (from its start), which the service jobs compete with. Also "
         "the gap between training and validation, so no training workload reaches into validation. 5 (the "
-        "paper's).",
-        "number", schema={"exclusiveMinimum": 0}))
+        "paper's); at most 60.",
+        "number", schema={"exclusiveMinimum": 0, "maximum": 60}))
     probes: int = _f(7, Spec(
         "Probes per training sample",
         "Decision times per training sample with uniform probe spacing, equally spaced from the first service "
         "job's submission to its end; each gives one training example (wait, or submit the next job now). "
-        "7 (the paper's).",
-        "integer", schema={"minimum": 2}))
+        "7 (the paper's); at most 1000.",
+        "integer", schema={"minimum": 2, "maximum": 1000}))
     probe_spacing: str = _f("uniform", Spec(
         "Probe spacing",
         "uniform: probes equally spaced from the first service job's submission to its end (the paper's); "
@@ -174,7 +174,8 @@ class MirageRun:
         "Service job sizes (nodes)",
         "Node counts of the service jobs studied; each size gets its own samples, dataset, models and "
         "validation. 1 and 8 (the paper's).",
-        "array", schema={"items": {"type": "integer", "minimum": 1}, "minItems": 1}))
+        "array", schema={"items": {"type": "integer", "minimum": 1, "maximum": 100_000}, "minItems": 1,
+                         "maxItems": 16}))
     shards: int = _f(4, Spec(
         "Shards per node size",
         "Parallel tasks per node size: the sample days still missing are split into up to this many tasks, "
@@ -211,7 +212,7 @@ class MirageRun:
         "Seed",
         "Seeds the synthetic trace, the models' training and the policies' sampled decisions: the same seed "
         "gives the same run.",
-        "integer", schema={"minimum": 0}))
+        "integer", schema={"minimum": 0, "maximum": 2**32 - 1}))
 
     # ------------------------------------------------------------------ reading a form
 
@@ -359,6 +360,8 @@ def _check(name: str, value: Any) -> Any:
     if spec.type == "array":
         if not isinstance(value, (list, tuple)) or len(value) < s.get("minItems", 0):
             raise _bad(name, value, f"must be a list of at least {s.get('minItems', 0)} item(s)")
+        if "maxItems" in s and len(value) > s["maxItems"]:
+            raise _bad(name, value, f"must be a list of at most {s['maxItems']} item(s)")
         items = s["items"]
         out = [_integer(name, v) if items["type"] == "integer" else v for v in value]
         for v in out:

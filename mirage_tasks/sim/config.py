@@ -38,6 +38,9 @@ HOLDS_MODES = ("none", "inferred")
 PRIORITY_MODES = ("age_size", "trace")
 
 
+#: The largest cluster a configuration may describe (the largest machines have ~10^5 nodes).
+MAX_NODES = 10_000_000
+
 @dataclass(frozen=True)
 class SimConfig:
     """One partition's scheduler model. Times in seconds."""
@@ -84,8 +87,9 @@ class SimConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
-        if self.nodes < 1:
-            raise StepError(f"nodes must be a positive number of nodes (the cluster size), got {self.nodes}")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise StepError(f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, "
+                            f"got {self.nodes}")
         if self.backfill not in BACKFILL_MODES:
             raise StepError(f"backfill must be one of {BACKFILL_MODES}, got {self.backfill!r}")
         if self.priority not in PRIORITY_MODES:
@@ -133,8 +137,9 @@ class SimConfig:
         for name, value in doc.items():  # check each field with its source before building
             try:
                 _check_type(name, value, types[name])
-                if name == "nodes" and value < 1:
-                    raise StepError(f"nodes must be a positive number of nodes (the cluster size), got {value}")
+                if name == "nodes" and not 1 <= value <= MAX_NODES:
+                    raise StepError(f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, "
+                                    f"got {value}")
                 if name in NONNEGATIVE and value < 0:
                     raise StepError(f"{name} must be >= 0, got {value}")
             except StepError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ from stepkit import StepError
 
 from ..sim.config import SimConfig, config_from_args
 from .conf import Paths, render, scaled, unsupported
+
+log = logging.getLogger(__name__)
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "sinfo", "scancel")
 
@@ -212,13 +215,18 @@ class LocalSlurm:
         said = []
         pids = self.running()
         if "slurmctld" in pids:
-            self.cmd("scancel", "--full", "--user=root", check=False, timeout=20)
             deadline = time.monotonic() + timeout / 2
-            while time.monotonic() < deadline:
-                r = self.cmd("squeue", "-h", "-o", "%i", check=False, timeout=10)
-                if r.returncode == 0 and not r.stdout.strip():
-                    break
-                time.sleep(0.5)
+            try:  # a slurmctld that does not answer must not keep its daemons alive: they are killed below
+                r = self.cmd("scancel", "--full", "--user=root", check=False, timeout=max(1.0, timeout / 2))
+                said.append(f"cancelled every job (scancel status {r.returncode})")
+                while time.monotonic() < deadline:
+                    r = self.cmd("squeue", "-h", "-o", "%i", check=False,
+                                 timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                    if r.returncode == 0 and not r.stdout.strip():
+                        break
+                    time.sleep(0.5)
+            except (subprocess.SubprocessError, OSError) as exc:
+                said.append(f"could not cancel the jobs through slurmctld ({exc}); stopping the daemons")
         order = sorted((k for k in pids if k.startswith("slurmd-")), key=lambda k: int(k.split("-n")[1]))
         order += [k for k in ("slurmctld", "munged") if k in pids]
         for name in order:
@@ -275,10 +283,89 @@ class LocalSlurm:
         return out
 
 
+#: Seconds a step gives its local cluster's stop (cancel every job, stop every daemon) when it
+#: ends, SIGTERM included: well inside Kubernetes' default 30 s grace period.
+STEP_STOP_TIMEOUT_S = 20.0
+
+
+class OwnedSlurm(LocalSlurm):
+    """A local Slurm that one step started and owns: :meth:`stop` (the step's ``finally``, also
+    on SIGTERM) cancels every job and stops every daemon within :data:`STEP_STOP_TIMEOUT_S`
+    plus the kill grace; a :class:`stepkit.procs.Guard` started before the first daemon does
+    the same if the step is killed outright (SIGKILL)."""
+
+    guard = None
+
+    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90) -> dict:
+        from stepkit.procs import Guard
+
+        if self.running():  # another cluster's root: neither guard nor stop it
+            raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
+        self.guard = Guard([sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
+                           f"the local Slurm under {self.root}")
+        try:
+            return super().start(cfg, factor, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = STEP_STOP_TIMEOUT_S) -> list[str]:
+        said = super().stop(timeout)
+        left = self.leftovers() + list(self.running().values())
+        if self.guard is not None:
+            if left:  # let the guard try once more after the step has gone
+                log.warning("local Slurm under %s: still running after stop: %s", self.root, left)
+            else:
+                self.guard.disarm()
+                self.guard = None
+        for line in said:
+            log.info("local Slurm under %s: %s", self.root, line)
+        return said
+
+
+#: The most slurmd a local cluster starts (one process and one port each on this machine).
+MAX_LOCAL_NODES = 256
+
+
+def check_local_size(cfg: SimConfig, flag: str = "--slurm-root") -> None:
+    """A local cluster of ``cfg.nodes`` slurmd is a bounded amount of work: at most
+    :data:`MAX_LOCAL_NODES`, checked before anything starts (:class:`StepError`)."""
+    if cfg.nodes > MAX_LOCAL_NODES:
+        raise StepError(f"{flag}: a local Slurm of the cluster config's {cfg.nodes} nodes would start {cfg.nodes} "
+                        f"slurmd; at most {MAX_LOCAL_NODES} (pass --nodes N)")
+
+
+def check_root(root: str, flag: str = "--slurm-root") -> None:
+    """A ``--slurm-root`` a local cluster can live in (a folder, or a path that can become one),
+    checked before a step reads or writes anything: :class:`StepError` naming the flag."""
+    p = Path(root)
+    if p.exists() and not p.is_dir():
+        raise StepError(f"{flag} {root}: exists and is not a folder")
+    up = p if p.exists() else next((q for q in p.absolute().parents if q.exists()), None)
+    if up is None or not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+        raise StepError(f"{flag} {root}: cannot create or write a folder there ({up} is not a writable folder)")
+
+
+def check_conf(conf: str | None, flag: str) -> str:
+    """The slurm.conf a step's Slurm clients will read (``conf``, else ``$SLURM_CONF``): it must
+    be a readable file, checked before anything starts (a client retries a missing one for a
+    minute per call). :class:`StepError` naming ``flag`` or ``SLURM_CONF``; returns the path."""
+    path = conf or os.environ.get("SLURM_CONF")
+    where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
+    if not path:
+        raise StepError(f"no cluster: pass {flag} (or set SLURM_CONF)" if flag != "--slurm-root" else
+                        "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF")
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
+    return path
+
+
 def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
-    config's settings at time compression ``factor``; a failed start is the step's bad input."""
-    cluster = LocalSlurm(root)
+    config's settings at time compression ``factor`` and owned by the step (:class:`OwnedSlurm`:
+    stopped on every exit, SIGTERM and SIGKILL included); a failed start is the step's bad
+    input."""
+    cluster = OwnedSlurm(root)
     try:
         cluster.start(cfg, factor)
     except RuntimeError as exc:

@@ -30,6 +30,7 @@ multiplied back to trace seconds, so the features match training; on a real clus
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -41,6 +42,8 @@ import numpy as np
 
 from ..sim import features
 from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, squeue
+
+log = logging.getLogger(__name__)
 
 POLICIES = ("model", "reactive", "avg")
 
@@ -95,6 +98,9 @@ class Keeper:
         self.origin = self.clock()
         self.limit_min = max(1, math.ceil(self.service_s / self.scale / 60))
         self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
+        from .replay import Progress
+
+        self.progress = Progress(f"keeper {self.policy}")
 
     # ------------------------------------------------------------------ slurm
     def _log(self, rec: dict) -> None:
@@ -207,6 +213,9 @@ class Keeper:
                     why = "model" if submit else ""
                 self._log({"event": "decision", "link": k, "submit": submit, "why": why, "model_output": raw,
                            "inputs": inputs})
+                self.progress.maybe(lambda: f"link {k + 1} of {self.links}: predecessor {pred} "
+                                            f"{inputs['pred_state']}, {inputs['pending']} pending, "
+                                            f"{inputs['running']} running, {inputs['idle_nodes']} idle nodes")
                 if submit:
                     link.model_output = raw
                     link.succ = self.submit(str(k + 1))
@@ -231,6 +240,8 @@ class Keeper:
                 if q is not None and q.state in RUNNING_STATES and q.start is not None:
                     link.succ_start = q.start
                     break
+                self.progress.maybe(lambda: f"link {k + 1} of {self.links}: successor {link.succ} "
+                                            f"{q.state if q is not None else 'not in the queue'}")
                 now = self.clock()
                 if now >= next_tick:
                     self.snaps.append(self.snapshot(jobs, nodes, now))

@@ -73,6 +73,31 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
     return df
 
 
+class Progress:
+    """Says where a long wait stands at most once per ``every_s`` seconds (the first call says it)."""
+
+    def __init__(self, what: str, every_s: float = 60.0):
+        self.what, self.every_s, self._next = what, float(every_s), 0.0
+
+    def maybe(self, msg) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every_s
+            log.info("%s: %s", self.what, msg() if callable(msg) else msg)
+
+
+def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
+    """``scancel`` exactly these job ids (bounded; a cluster already gone is not an error)."""
+    ids = sorted({str(j) for j in job_ids if j})
+    if not ids:
+        return
+    try:
+        run_client(["scancel", *ids], env, timeout=timeout)
+        log.info("cancelled %d submitted job(s)", len(ids))
+    except Exception as exc:  # noqa: BLE001 - the cluster may be stopping; the caller goes on stopping
+        log.warning("could not cancel %d submitted job(s): %s", len(ids), exc)
+
+
 def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str) -> str:
     args = ["sbatch", "--parsable", f"--job-name={tag}", "-N", str(row["nodes"]), "--exclusive",
             f"--time={row['limit_min']}", f"--chdir={workdir}", "--output=/dev/null",
@@ -84,41 +109,60 @@ def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str) -> str:
 
 def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0: int, tag: str = "mr",
         drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp",
-        stop=None) -> tuple[pd.DataFrame, dict]:
+        stop=None, submitted: dict[int, str] | None = None, progress_s: float = 60.0) -> tuple[pd.DataFrame, dict]:
     """Submit ``jobs`` (from :func:`plan`) on schedule, wait until every scored job has started
     (or ``drain_s`` real seconds after the last submission), record Slurm's times, cancel
     what is left of *these* jobs. Returns (jobs with Slurm times, run facts). ``stop`` (a
-    :class:`threading.Event`) ends submissions and the wait early (a background workload)."""
+    :class:`threading.Event`) ends submissions and the wait early (a background workload);
+    ``submitted`` (a dict) is filled with the Slurm id of each job as it is submitted, so a
+    caller can cancel them; if the submissions or the wait end by an exception (SIGTERM's
+    :class:`stepkit.pool.Terminated` included) every job submitted so far is cancelled first.
+    Progress is logged at least every ``progress_s`` seconds."""
     todo = jobs[~jobs["too_big"]].sort_values("offset_real_s", kind="stable")
-    ids: dict[int, str] = {}
+    ids: dict[int, str] = {} if submitted is None else submitted
     lateness = []
     t_cpu = time.process_time()
     origin = time.time()
-    for idx, row in todo.iterrows():
-        due = origin + float(row["offset_real_s"])
-        now = time.time()
-        if stop is not None and stop.wait(max(0.0, due - now)):
-            break
-        if stop is None and due > now:
-            time.sleep(due - now)
-        lateness.append(time.time() - due)
-        ids[idx] = _sbatch(row.to_dict(), env, tag, workdir)
-    last_sub = time.time()
-    scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}
-    started: dict[str, float] = {}
-    deadline = last_sub + drain_s
-    ours = set(ids.values())
-    while time.time() < deadline and not (stop is not None and stop.is_set()):
-        q = {j.job_id: j for j in squeue(env)}
-        for jid in ours:
-            j = q.get(jid)
-            if j is not None and j.start is not None and j.state != "PENDING":
-                started.setdefault(jid, j.start)
-            elif j is None:
-                started.setdefault(jid, float("nan"))  # finished: the jobcomp log has it
-        if scored <= started.keys():
-            break
-        time.sleep(poll_s)
+    n_scored = int((todo["kind"] == "window").sum())
+    said = Progress(f"replay ({tag})", every_s=progress_s)
+    try:
+        for idx, row in todo.iterrows():
+            due = origin + float(row["offset_real_s"])
+            now = time.time()
+            while due > now and not (stop is not None and stop.is_set()):  # wake at least once a minute to say so
+                said.maybe(lambda: f"submitted {len(ids)} of {len(todo)} jobs; the next is due in {due - now:.0f} s")
+                nap = min(due - now, said.every_s)
+                if stop is not None:
+                    stop.wait(nap)
+                else:
+                    time.sleep(nap)
+                now = time.time()
+            if stop is not None and stop.is_set():
+                break
+            lateness.append(time.time() - due)
+            ids[idx] = _sbatch(row.to_dict(), env, tag, workdir)
+            said.maybe(lambda: f"submitted {len(ids)} of {len(todo)} jobs")
+        last_sub = time.time()
+        scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}
+        started: dict[str, float] = {}
+        deadline = last_sub + drain_s
+        ours = set(ids.values())
+        while time.time() < deadline and not (stop is not None and stop.is_set()):
+            q = {j.job_id: j for j in squeue(env)}
+            for jid in ours:
+                j = q.get(jid)
+                if j is not None and j.start is not None and j.state != "PENDING":
+                    started.setdefault(jid, j.start)
+                elif j is None:
+                    started.setdefault(jid, float("nan"))  # finished: the jobcomp log has it
+            if scored <= started.keys():
+                break
+            said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} scored "
+                               f"jobs started; waiting up to {deadline - time.time():.0f} s more")
+            time.sleep(poll_s)
+    except BaseException:  # SIGTERM (Terminated), a failed client call: these jobs are cancelled before it leaves
+        cancel_ours(ids.values(), env)
+        raise
     final = {j.job_id: j for j in squeue(env)}
     left = [jid for jid in ours if jid in final]
     if left:

@@ -40,6 +40,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..calibration.fidelity import metrics, summarize
+from ..data.times import window_outside_trace
 from ..data.schema import read_trace
 from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months
 from ..sim.config import SimConfig, load_config
@@ -47,6 +48,9 @@ from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 
+
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"trials": (1, 100_000), "timeout_s": (0, 7 * 86400), "lead_in_days": (0, 366), "procs_per_node": (1, 1_000_000)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
@@ -178,7 +182,13 @@ def run(args: argparse.Namespace) -> int:
     start = SimConfig.from_dict(load_config(args.start_config)) if args.start_config else None
     wl = Workload.from_frame(df, args.procs_per_node)
     ia, ib, ic, id_ = (int(x.timestamp()) for x in (a, b, c, d))
+    if len(wl.submit) == 0:
+        raise StepError(f"{args.trace}: the trace holds no jobs")
+    first, last = int(wl.submit.min()), int(wl.submit.max())
     for lo, hi, flags in ((ia, ib, "--calibrate-from/--calibrate-to"), (ic, id_, "--score-from/--score-to")):
+        why = window_outside_trace(first, last, lo, hi, flags, args.trace)
+        if why:
+            raise StepError(why)
         n = int(((wl.submit >= lo) & (wl.submit < hi)).sum())
         if n == 0:
             raise StepError(f"{flags}: no job of the trace was submitted in that window")
@@ -201,8 +211,12 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(nodes=biggest)
     dflt = default_config(res.facts).replace(dispatch_latency_s=0, procs_per_node=args.procs_per_node or 0)
     dflt = dflt.replace(nodes=max(dflt.nodes, biggest))
+    log.info("calibrate: search done (%d trials); scoring the chosen and the default configuration on both "
+             "windows, month by month", len(res.trials))
     ins = replay_months(wl, cfg, ia, ib, lead, tz)
+    log.info("calibrate: in-sample replay done; out of sample next")
     oos = replay_months(wl, cfg, ic, id_, lead, tz)
+    log.info("calibrate: out-of-sample replay done; the default configuration next")
     d_in = replay_months(wl, dflt, ia, ib, lead, tz)
     d_oos = replay_months(wl, dflt, ic, id_, lead, tz)
     s_in, s_oos = summarize(ins, tz), summarize(oos, tz)

@@ -51,12 +51,16 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..data.schema import parse_time, read_trace
+from ..data.times import window_outside_trace
 from ..sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
 from ..calibration.fidelity import markdown, report, too_big
 from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 
+
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"lead_in_days": (0, 366), "episode_days": (0, 3660)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
@@ -74,6 +78,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p)
 
 
+def sweep_nodes(text: str) -> list[int]:
+    """``--sweep-nodes 8,16,32`` as cluster sizes (whole numbers >= 1, at most 64 of them)."""
+    out = []
+    for x in (x.strip() for x in text.split(",")):
+        if not x:
+            continue
+        if not x.isdigit() or not 1 <= int(x) <= 10_000_000:
+            raise StepError(f"--sweep-nodes {text!r}: {x!r} is not a cluster size (a whole number of nodes >= 1)")
+        out.append(int(x))
+    if len(out) > 64:
+        raise StepError(f"--sweep-nodes: {len(out)} sizes; at most 64 (each is a whole replay)")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     if t_to <= t_from:
@@ -87,13 +105,18 @@ def run(args: argparse.Namespace) -> int:
         doc = load_config(spec)
         name = spec if spec in PRESETS else os.path.splitext(os.path.basename(spec))[0]
         configs[name] = SimConfig.from_dict(doc)
-    for n in [int(x) for x in args.sweep_nodes.split(",") if x.strip()]:
+    for n in sweep_nodes(args.sweep_nodes):
         configs[f"tested@{n}"] = cfg.replace(nodes=n)
     lead_in = int(round(args.lead_in_days * 86400))
     params = {"from": t_from.isoformat(), "to": t_to.isoformat(), "episode_days": args.episode_days,
               "lead_in_s": lead_in, "configs": {k: c.to_dict() for k, c in configs.items()}}
     wl = Workload.from_frame(df, cfg.procs_per_node or None)
     a, b = int(t_from.timestamp()), int(t_to.timestamp())
+    if len(wl.submit) == 0:
+        raise StepError(f"{args.trace}: the trace holds no jobs")
+    why = window_outside_trace(int(wl.submit.min()), int(wl.submit.max()), a, b, "--from/--to", args.trace)
+    if why:
+        raise StepError(why)
     big = too_big(wl, cfg, a, b, lead_in)
     if big:
         raise StepError(f"{big['jobs']} job(s) of the window ask for up to {big['largest_nodes']} nodes, more than "

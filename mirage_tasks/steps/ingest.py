@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 REPORT_FILE = "ingest_report.json"
 
 
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000)}
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace URI or path (.gz ok): sacct export or SWF")
     p.add_argument("--out", required=True, help="output prefix URI (file://, path or s3://)")
@@ -94,6 +97,16 @@ def run(args: argparse.Namespace) -> int:
         log.warning("%s", msg)
         print(f"ingest: WARNING: {msg}", flush=True)
 
+    expected = result.notes.get("expected_records")
+    count_mismatch = None
+    if expected is not None and expected != result.rows_read:  # a truncated or spliced log: said, and recorded
+        count_mismatch = {"header_expects": int(expected), "rows_read": int(result.rows_read)}
+        msg = (f"{args.trace}: the header's job count (MaxJobs/MaxRecords) says {expected} records, the file has "
+               f"{result.rows_read} ({'fewer: truncated?' if result.rows_read < expected else 'more'}); "
+               f"ingest_report.json records it as header_count_mismatch")
+        log.warning("%s", msg)
+        print(f"ingest: WARNING: {msg}", flush=True)
+
     write_trace(step.record(TRACE_FILE), df, meta)
     step.write_json(PREFIXES_FILE, submit_prefixes(df))
     report = {
@@ -114,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         "parse_seconds": round(elapsed, 3),
         "rows_per_second": round(result.rows_read / elapsed) if elapsed > 0 else None,
         "notes": result.notes,
+        "header_count_mismatch": count_mismatch,
         **{f"span_{k}": v for k, v in describe(df).items() if k in ("first_submit", "last_submit")},
         "stats": describe(df),
     }

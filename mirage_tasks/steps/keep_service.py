@@ -35,6 +35,10 @@ from ..data.schema import parse_time, read_trace
 from ..sim.config import add_config_arguments, config_from_args
 
 
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
+          "step_s": (1, 86400), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
@@ -73,6 +77,14 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--policy model needs --model URI (a train output)")
     if args.node < 1 or args.links < 1 or not args.factor > 0 or not args.service_hours > 0 or not args.step_s > 0:
         raise StepError("--node and --links must be >= 1; --factor, --service-hours and --step-s > 0")
+    if args.slurm_root:
+        from ..slurm.cluster import check_root
+
+        check_root(args.slurm_root)
+    if not args.slurm_root:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
+        from ..slurm.cluster import check_conf
+
+        check_conf(args.slurm_conf, "--slurm-conf")
     bg = args.background_from is not None or args.background_to is not None
     if bg and not (args.trace and args.background_from and args.background_to):
         raise StepError("a background replay needs --trace, --background-from and --background-to")
@@ -87,8 +99,23 @@ def run(args: argparse.Namespace) -> int:
             df, meta = read_trace(args.trace)
             meta_nodes = meta.machine_nodes
         cfg = config_from_args(args, meta_nodes)
+        if args.slurm_root:
+            from ..slurm.cluster import check_local_size
+
+            check_local_size(cfg)
         if args.trace:
             wl = Workload.from_frame(df, cfg.procs_per_node or None)
+        if bg:
+            from ..data.times import window_outside_trace
+
+            b0, b1 = parse_time(args.background_from, "--background-from"), parse_time(args.background_to,
+                                                                                          "--background-to")
+            if df.empty:
+                raise StepError(f"{args.trace}: the trace holds no jobs")
+            why = window_outside_trace(df["submit"].min(), df["submit"].max(), b0, b1,
+                                       "--background-from/--background-to", args.trace)
+            if why:
+                raise StepError(why)
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")}
     step = Step("keep-service", args.out, __version__, params, inputs=[x for x in (args.trace, args.model) if x])
     if step.skip():
@@ -123,8 +150,15 @@ def run(args: argparse.Namespace) -> int:
     errors: dict[str, str] = {}
     bg_out = bg_facts = None
     stop = threading.Event()
+    bg_ids: dict[int, str] = {}
+    keepers: dict = {}
+
+    def _nap(seconds: float) -> None:  # a keeper's sleep: it ends at once when the step stops
+        if stop.wait(seconds):
+            raise _Stopped("the step is stopping")
+
+    bg_thread = None
     try:
-        bg_thread = None
         if bg:
             from ..slurm import replay
 
@@ -136,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
 
             def _bg() -> None:
                 try:
-                    box["out"] = replay.run(jobs, env, jobcomp, args.factor, t0, tag="bg", drain_s=0.0, stop=stop)
+                    box["out"] = replay.run(jobs, env, jobcomp, args.factor, t0, tag="bg", drain_s=0.0, stop=stop,
+                                            submitted=bg_ids)
                 except Exception as exc:  # reported below
                     box["error"] = repr(exc)
 
@@ -149,15 +184,19 @@ def run(args: argparse.Namespace) -> int:
         keepers = {p: kp.Keeper(env=env, policy=p, node=args.node, service_s=service_s, scale=args.factor,
                                 step_s=args.step_s, links=args.links, decide=decide if p == "model" else None,
                                 tag=f"svc-{p}", nice=nice, partition=args.partition, account=args.account,
-                                log_path=dec_path, stop_chain=args.stop_chain) for p in policies}
+                                log_path=dec_path, stop_chain=args.stop_chain, sleep=_nap) for p in policies}
 
         def _keep(p: str) -> None:
             try:
                 results[p] = keepers[p].run(deadline_s=args.deadline_s)
+            except _Stopped:
+                pass
             except Exception as exc:
                 errors[p] = repr(exc)
 
         threads = [threading.Thread(target=_keep, args=(p,), daemon=True) for p in policies]
+        for p, t in zip(policies, threads):
+            keepers[p].thread = t
         for t in threads:
             t.start()
         for t in threads:
@@ -169,6 +208,17 @@ def run(args: argparse.Namespace) -> int:
                 errors["background"] = box["error"]
             else:
                 bg_out, bg_facts = box.get("out", (None, None))
+    except BaseException:  # SIGTERM (Terminated) or a failure: stop the keepers and what this run submitted
+        stop.set()
+        until = time.monotonic() + 5.0  # a keeper in a nap ends at once, one in a client call soon after
+        for t in [*threads_of(keepers), *([bg_thread] if bg_thread is not None else [])]:
+            t.join(timeout=max(0.0, until - time.monotonic()))
+        from ..slurm.replay import cancel_ours
+
+        cancel_ours(bg_ids.values(), env)  # the background replay's jobs: always this run's own
+        if args.stop_chain or cluster is not None:  # on a real cluster the chain is cancelled only if asked
+            cancel_ours([j for k in keepers.values() for j in k.submitted], env)
+        raise
     finally:
         stop.set()
         if cluster is not None:
@@ -206,6 +256,14 @@ def run(args: argparse.Namespace) -> int:
               f"{r['wasted_node_h']:.2f} node-h", flush=True)
     step.commit(summary={"links": len(frame), "errors": errors})
     return 0 if not errors else 1
+
+
+class _Stopped(BaseException):
+    """Ends a keeper's thread when the step stops (not an error of the keeper)."""
+
+
+def threads_of(keepers: dict) -> list:
+    return [t for k in keepers.values() if (t := getattr(k, "thread", None)) is not None]
 
 
 def _submitted_warm(env: dict, n: int) -> bool:

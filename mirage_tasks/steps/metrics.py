@@ -17,6 +17,9 @@ from .. import __version__
 from ..data.artifacts import METRICS_CSV, METRICS_JSON, METRICS_MD, METRICS_SAMPLES, METRICS_TABLE
 
 
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"bootstrap": (0, 100_000)}
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in", dest="inputs", nargs="+", required=True, help="validate output prefixes")
     p.add_argument("--out", required=True, help="output prefix URI")

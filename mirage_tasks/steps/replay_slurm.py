@@ -31,10 +31,17 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..data.schema import parse_time, read_trace
+from ..data.times import window_outside_trace
 from ..sim.config import add_config_arguments, config_from_args
 
 log = logging.getLogger(__name__)
 
+#: The longest real time a replay may spend submitting (a month of trace at x1 is not a step).
+MAX_REAL_S = 7 * 86400
+
+
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"factor": (1e-3, 1e6), "drain": (0, 7 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
@@ -62,12 +69,32 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--factor must be > 0, got {args.factor}")
     if args.drain < 0:
         raise StepError("--drain must be >= 0")
+    if args.slurm_root:
+        from ..slurm.cluster import check_root
+
+        check_root(args.slurm_root)
+    if not args.slurm_root:
+        from ..slurm.cluster import check_conf
+
+        check_conf(None, "--slurm-root")
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     if t_to <= t_from:
         raise StepError("--to must be after --from")
     df, meta = read_trace(args.trace)
     cfg = config_from_args(args, meta.machine_nodes)
+    if args.slurm_root:
+        from ..slurm.cluster import check_local_size
+
+        check_local_size(cfg)
     t0, t1 = int(t_from.timestamp()), int(t_to.timestamp())
+    if df.empty:
+        raise StepError(f"{args.trace}: the trace holds no jobs")
+    why = window_outside_trace(df["submit"].min(), df["submit"].max(), t0, t1, "--from/--to", args.trace)
+    if why:
+        raise StepError(why)
+    if (t1 - t0) / args.factor > MAX_REAL_S:
+        raise StepError(f"--from/--to/--factor: the window takes {(t1 - t0) / args.factor / 3600:.1f} h of real "
+                        f"submissions at x{args.factor:g}; at most {MAX_REAL_S / 3600:g} h (raise --factor)")
     params = {"from": t_from.isoformat(), "to": t_to.isoformat(), "factor": args.factor, "config": cfg.to_dict(),
               "drain": args.drain}
     step = Step("replay-slurm", args.out, __version__, params, inputs=[args.trace])

@@ -14,6 +14,9 @@ from stepkit import Step, StepError, storage
 from .. import __version__
 
 
+#: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
+BOUNDS = {"bootstrap": (0, 100_000)}
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in", dest="inputs", nargs="+", required=True,
                    help="step output prefixes (metrics, validate, fidelity, train, ...)")

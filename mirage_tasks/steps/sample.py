@@ -170,6 +170,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, meta.machine_nodes)
     if args.node > cfg.nodes:
         raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")
+    big = (df["nodes"] > cfg.nodes).fillna(False).astype(bool)  # processors-only rows (NA nodes) are not counted
+    if big.any():  # the simulator cannot place them: never dropped without a word
+        log.warning("%s: %d job(s) ask for more nodes than the %d-node cluster (up to %d): the simulator leaves them "
+                    "out of every sample; raise --nodes (or the config's nodes) to keep them", args.trace,
+                    int(big.sum()), cfg.nodes, int(df.loc[big, "nodes"].max()))
     spec = EpisodeSpec(args.warmup_days, args.workload_days, args.window, args.step_s)
     common = {
         "interval_hours": args.interval_hours, "warmup_days": args.warmup_days, "workload_days": args.workload_days,

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.dataset:
             raise StepError(f"--dataset is required for --model {args.model}")
-        require_input(args.dataset, "--dataset")
+        require_input(args.dataset, "--dataset", step="merge")
         until = None
         if args.samples_until is not None:
             from ..data.schema import parse_time

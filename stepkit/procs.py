@@ -1,0 +1,123 @@
+"""A step owns the processes it starts: SIGTERM stops them, and so does the step's death.
+
+* :func:`trap_sigterm`: while a step runs (:func:`stepkit.cli.dispatch` installs it for every
+  step) the first SIGTERM raises :class:`~stepkit.pool.Terminated` in the main thread, so the
+  step's ``finally`` blocks stop what it started and the CLI exits 143. A second SIGTERM
+  while that clean-up runs is logged and ignored (the clean-up is bounded by the step; the
+  Kubernetes grace period then ends it with SIGKILL).
+* :class:`Guard`: what the step's ``finally`` cannot do after a SIGKILL (the kubelet's at the
+  end of the grace period, the OOM killer). A guard is a small process in a session of its
+  own that holds the read end of a pipe whose write end only the step holds; when the step
+  ends without :meth:`Guard.disarm` (the kernel closes the pipe whatever killed it) the
+  guard runs its clean-up command (``python -m mirage_tasks.slurm.cluster stop --root R``:
+  cancel every job, stop munged, slurmctld and every slurmd, kill leftover job steps) and
+  leaves. A step that ends normally disarms it: the guard exits at once and does nothing.
+
+Stdlib only; cheap to import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from .pool import Terminated
+
+log = logging.getLogger(__name__)
+
+#: Seconds a guard's clean-up command may run before the guard gives up on it.
+GUARD_CLEANUP_TIMEOUT_S = 180.0
+
+
+def trap_sigterm() -> Callable[[], None]:
+    """SIGTERM raises :class:`Terminated` once (main thread only; elsewhere a no-op);
+    returns the function that puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    state = {"raised": False}
+
+    def on_term(signum, frame):
+        if state["raised"]:
+            log.warning("%s again while stopping what the step started: finishing that first",
+                        signal.Signals(signum).name)
+            return
+        state["raised"] = True
+        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+class Guard:
+    """Runs ``argv`` after this process dies unless :meth:`disarm` is called first."""
+
+    def __init__(self, argv: Sequence[str], what: str, env: dict[str, str] | None = None):
+        self.what = what
+        r, w = os.pipe()  # both ends non-inheritable: no other child of the step holds the write end
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stepkit.procs", str(r), what, *argv], pass_fds=(r,),
+                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        except BaseException:
+            os.close(w)
+            raise
+        finally:
+            os.close(r)
+        self._w: int | None = w
+
+    def disarm(self, timeout: float = 10.0) -> None:
+        """The step cleaned up itself: the guard leaves without doing anything."""
+        if self._w is None:
+            return
+        try:
+            os.write(self._w, b"ok")
+        except OSError:
+            pass
+        os.close(self._w)
+        self._w = None
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _guard_main(argv: list[str]) -> int:
+    fd, what, cmd = int(argv[0]), argv[1], argv[2:]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the step's terminal is the step's
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up must run to its end
+    got = b""
+    while True:
+        try:
+            chunk = os.read(fd, 16)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        got += chunk
+    if got.startswith(b"ok"):
+        return 0
+    print(f"stepkit guard: the step that started {what} ended without stopping it (killed); "
+          f"running: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=GUARD_CLEANUP_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+    print(f"stepkit guard: clean-up of {what} ended with status {rc} after {time.monotonic() - t0:.1f} s",
+          file=sys.stderr, flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(_guard_main(sys.argv[1:]))
