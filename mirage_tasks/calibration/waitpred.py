@@ -340,7 +340,10 @@ def run(args: argparse.Namespace) -> int:
     if step.skip():
         return 0
 
+    log.info("waitpred: the queue at each submission, %d jobs from %s (the log before is walked for state)",
+             int(((wl.submit >= a) & (wl.submit < d)).sum()), args.calibrate_from)
     frame = atsubmit.sweep(wl, cfg, a, d, tz, label=args.trace)
+    log.info("waitpred: fitting the quantile models (%d calibration jobs), then the bounds", n_cal)
     scored_mask = frame["submit"].to_numpy() >= c
     cal = frame[(frame["submit"] < b).to_numpy()].reset_index(drop=True)
     scored = frame[scored_mask].reset_index(drop=True)
@@ -403,5 +406,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _entry(argv: list[str] | None = None) -> int:
+    """:func:`main` with the step contract's SIGTERM: exit 143 after the ``finally`` blocks ran
+    (``python -m mirage_tasks waitpred`` gets the same from the step CLI)."""
+    from stepkit.pool import Terminated
+    from stepkit.procs import trap_sigterm
+
+    restore = trap_sigterm()
+    try:
+        return main(argv)
+    except Terminated as exc:
+        print(f"mirage_tasks.calibration.waitpred: {exc}", file=sys.stderr, flush=True)
+        return 143
+    finally:
+        restore()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry())

@@ -8,6 +8,7 @@ leaves no process and the committed outputs intact.
   (:class:`stepkit.procs.Guard`) stops the cluster.
   These need root and Debian's Slurm (``make system-deps``) and skip without them.
 * ``calibrate``: SIGTERM mid-search -> exit 143, no process left.
+* ``waitpred``: SIGTERM at a random point after it starts working -> exit 143, no lease left.
 
 "Committed outputs intact": each run writes into an ``--out`` that already holds a committed
 output of other parameters; after the kill its marker and files are byte for byte the same.
@@ -186,6 +187,36 @@ def test_calibrate_sigterm_mid_search_exits_143_and_leaves_the_committed_output(
         assert "terminated by SIGTERM" in err and "Traceback" not in err, err[-3000:]
         all_gone(everything)
         assert _digest(out) == before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_waitpred_sigterm_at_a_random_point_exits_143_and_leaves_the_committed_output(tmp_path):
+    trace = write_committed_trace(tmp_path / "trace", random_trace(9, days=40, nodes=16, rate_per_h=8.0))
+    out = tmp_path / "out"
+    before = _committed(out, "waitpred")
+    (tmp_path / "cfg.json").write_text('{"nodes": 16}')
+    seed = random.randrange(10**6)
+    proc = _start(["waitpred", "--trace", trace, "--cluster-config", str(tmp_path / "cfg.json"),
+                   "--calibrate-from", iso(T0 + 86400)[:10], "--calibrate-to", "2023-12-01",  # T0: 2023-11-14
+                   "--months", "2023-12", "--out", str(out)])
+    lines: list[str] = []
+    try:
+        while not any("the queue at each submission" in ln for ln in lines):
+            ln = proc.stderr.readline()
+            assert ln or proc.poll() is None, "".join(lines)[-3000:]
+            lines.append(ln)
+        time.sleep(random.Random(seed).uniform(0.0, 3.0))  # the sweep, or the models
+        everything = tree(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        rc, err = _finish(proc, deadline_s=120)
+        assert rc in (143, 0), (seed, ("".join(lines) + err)[-3000:])  # 0: it had finished first
+        assert "Traceback" not in err, err[-3000:]
+        all_gone(everything)
+        assert not (out / "_LEASE.json").exists()
+        if rc == 143:
+            assert _digest(out) == before
     finally:
         if proc.poll() is None:
             proc.kill()
