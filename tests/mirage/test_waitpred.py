@@ -3,16 +3,12 @@ bounds whose feedback comes only when it is known, the guard's within-1-h rule, 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
-import pytest
 from test_sim_support import T0, random_trace
 
 from mirage_tasks.calibration import atsubmit, calibrate as cal, fidelity
 from mirage_tasks.calibration import waitpred as wp
-from mirage_tasks.data.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 
 H = 3600
@@ -214,65 +210,3 @@ def test_shared_nodes_count_as_node_equivalents():
     df["nodes"] = pd.array([pd.NA] * len(df), dtype="Int32")
     wl = Workload.from_frame(df, procs_per_node=16)
     assert (wl.nodes == 1).all() and np.allclose(wl.node_equiv, 0.25)
-
-
-# ----------------------------------------------------------------------------- the command line
-
-@pytest.fixture(scope="module")
-def trace_uri(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wp")
-    submit, start, dur, jn, limit, user = _log(seed=5, n=900, days=60)  # busy, not overloaded
-    ts = lambda a: pd.to_datetime(a, unit="s", utc=True).astype("datetime64[s, UTC]")  # noqa: E731
-    df = pd.DataFrame({"job_id": np.arange(len(submit)).astype(str), "submit": ts(submit), "start": ts(start),
-                       "end": ts(start + dur), "time_limit_s": limit, "nodes": jn.astype("int32"),
-                       "procs": jn.astype("int32"), "partition": "p", "user": user.astype(str),
-                       "status": "COMPLETED", "priority": pd.array([pd.NA] * len(submit), dtype="Int64")})
-    uri = str(d / "trace")
-    write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="UTC"))
-    (d / "cfg.json").write_text(json.dumps(SimConfig(nodes=16, weight_size=0.0).to_dict()))
-    return uri, str(d / "cfg.json")
-
-
-def _months(uri):
-    df = pd.read_parquet(uri + "/trace.parquet")
-    return sorted(df["submit"].dt.strftime("%Y-%m").unique())
-
-
-def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
-    uri, cfg = trace_uri
-    first = pd.read_parquet(uri + "/trace.parquet")["submit"].min()
-    a, b = first.strftime("%Y-%m-%d"), (first + pd.Timedelta(days=10)).strftime("%Y-%m-%d")
-    m = (first + pd.Timedelta(days=10)).strftime("%Y-%m")
-    months = [x for x in _months(uri) if x > m] or [m]
-    b = max(b, f"{months[0]}-01") if months[0] != m else b
-    out = tmp_path / "out"
-    rc = wp.main(["--trace", uri, "--cluster-config", cfg, "--calibrate-from", a, "--calibrate-to", f"{months[0]}-01",
-                  "--months", *months, "--out", str(out)])
-    assert rc == 0, capsys.readouterr().err
-    doc = json.loads((out / "waitpred.json").read_text())
-    assert doc["pick"] in wp.CANDIDATES and set(doc["out_of_sample"]) == set(wp.PREDICTORS)
-    assert "coverage" in doc["out_of_sample"]["guarded"]["pooled"]
-    pred = pd.read_parquet(out / "predictions.parquet")
-    assert {"guarded", "guarded_bound", "plan", "plan_bound"} <= set(pred.columns)
-    assert "Guard pick" in (out / "waitpred.md").read_text()
-
-
-@pytest.mark.parametrize("flags,needle", [
-    (["--months", "2031-01"], "--months: no job"),
-    (["--months", "2024-13"], "not of the form YYYY-MM"),
-    (["--calibrate-from", "1990-01-01", "--calibrate-to", "1990-02-01"], "no job of"),
-    (["--level", "1.5"], "--level"),
-    (["--seed", "-1"], "--seed"),
-])
-def test_waitpred_refuses_bad_input_naming_the_flag(trace_uri, tmp_path, capsys, flags, needle):
-    uri, cfg = trace_uri
-    months = _months(uri)
-    base = {"--trace": uri, "--cluster-config": cfg, "--calibrate-from": f"{months[0]}-01",
-            "--calibrate-to": f"{months[1]}-01", "--months": months[1], "--out": str(tmp_path / "o")}
-    argv: list[str] = []
-    over = dict(zip(flags[::2], flags[1::2]))
-    for k, v in {**base, **over}.items():
-        argv += [k, v]
-    assert wp.main(argv) == 2
-    assert needle in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
