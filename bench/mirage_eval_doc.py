@@ -234,9 +234,10 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     print(f"wrote {path}")
 
 
-WP_COLS = (("n", "{:d}"), ("mae_h", "{:.2f}"), ("medae_h", "{:.2f}"), ("within_1h", "{:.1%}"),
-           ("within_10m_waited_over_1h", "{:.1%}"), ("spearman", "{:.2f}"), ("coverage", "{:.1%}"),
-           ("bound_median_h", "{:.2f}"))
+WP_COLS = (("n", "{:d}", "n"), ("mae_h", "{:.2f}", "MAE h"), ("medae_h", "{:.2f}", "median abs error h"),
+           ("within_1h", "{:.1%}", "within 1 h"), ("within_10m_waited_over_1h", "{:.1%}", "within 10 min, waited > 1 h"),
+           ("spearman", "{:.2f}", "Spearman"), ("coverage", "{:.1%}", "90 % bound coverage"),
+           ("bound_median_h", "{:.2f}", "bound median h"))
 
 
 def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
@@ -285,7 +286,8 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
          "scheduler's plan from the current queue with requested times: Slurm's `squeue --start`), `plan` (the same "
          "plan with per-user predicted run times), `corrected_qNN` (gradient-boosted quantiles of the wait from "
          "the plans and the queue state). The guard picks by MAE on the calibration period's held-back last 25 % "
-         "among the candidates whose within-1-h share there is at most 5 points below zero wait's.", ""]
+         "among the candidates whose within-1-h share there is, with one-sided 95 % confidence (standard errors "
+         "clustered by day), at most 5 points below zero wait's.", ""]
     wp_rows = []
     for lg in logs:
         wp = _read_json(root / lg.name / "waitpred" / "waitpred.json")
@@ -298,15 +300,19 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         cfg = wp["params"]["config"]
         L += [f"Calibrated machine: {cfg['nodes']} nodes (priority weights: age {cfg['weight_age']:g}, size "
               f"{cfg['weight_size']:g}); {wp['n_calibration']} calibration jobs, {wp['n_scored']} scored, "
-              f"{wp.get('unplannable_scored', 0)} larger than the machine (planned as their request)."]
+              f"{wp.get('unplannable_scored', 0)} larger than the nodes in service at their submission (planned "
+              f"as their request)."]
         for w in (cal or {}).get("warnings", []):
             if "machine" in w:
                 L.append(f"Calibration: {w}.")
         L += ["", f"Guard pick: **{wp['pick']}** ({wp['pick_reason']}).", "",
-              "| predictor | " + " | ".join(c for c, _ in WP_COLS) + " |", "|---|" + "---|" * len(WP_COLS)]
-        for p in wp["out_of_sample"]:
+              "| predictor | " + " | ".join(lab for _, _, lab in WP_COLS) + " |", "|---|" + "---|" * len(WP_COLS)]
+        from mirage_tasks.calibration.waitpred import PREDICTORS  # noqa: PLC0415 - the table's row order
+
+        for p in [*(q for q in PREDICTORS if q in wp["out_of_sample"]),
+                  *(q for q in wp["out_of_sample"] if q not in PREDICTORS)]:
             r = wp["out_of_sample"][p]["pooled"]
-            L.append(f"| {p} | " + " | ".join(_f(r.get(c), f) for c, f in WP_COLS) + " |")
+            L.append(f"| {p} | " + " | ".join(_f(r.get(c), f) for c, f, _ in WP_COLS) + " |")
         L += ["", "Per month, guarded (zero wait):", "", "| month | n | MAE h | within 1 h | coverage | bound median h |",
               "|---|---|---|---|---|---|"]
         for m, r in wp["out_of_sample"]["guarded"]["months"].items():
@@ -321,6 +327,22 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                       f"within 1 h {_f(rf.get('within_1h'), '{:.1%}')}."]
         L.append("")
     L += ["## Summary", "", *waitpred_summary(wp_rows, logs), ""]
+    trials = {lg.name: (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {})
+              for lg in logs}
+    L += ["## Limits", "",
+          "* Coverage is over all jobs of a month: the bound is not calibrated per job class (a class of long "
+          "jobs can be covered less often than 90 %).",
+          "* No candidate predicts long waits to the minute: within 10 minutes among jobs that waited more than an "
+          "hour stays at a few per cent for all of them.",
+          "* Where the guard keeps zero wait (ls6 here), the corrected quantiles may still have had a lower MAE on "
+          "the scored months; the guard judged them on the calibration period's tail, where their within-1-h share "
+          "was too far below zero wait's, and the page reports what the guard picked.",
+          "* The plans (`plan`, `plan_request`) are worse than zero wait on every log, as Slurm's own estimate is "
+          "known to be: requested times overstate run times, and later arrivals of higher priority are unknown.",
+          "* Calibration budgets: " + "; ".join(f"{n} {t.get('trials_run', '-')} of {t.get('trials', '-')} trials "
+                                                f"(stopped by {t.get('stopped_by', '-')})" for n, t in trials.items())
+          + ". The search stops at its time limit on a busy machine, so the fitted machine can differ between runs; "
+          "the wait predictor uses only its node count and priority weights.", ""]
     bench = _read_json(root / "waitpred-bench.json")
     if bench:
         L += ["## Cost", "", f"`{bench.get('command', 'bench/waitpred.py')}`: " + bench.get("line", ""), ""]
