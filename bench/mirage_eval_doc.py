@@ -342,7 +342,7 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
           "* Calibration budgets: " + "; ".join(f"{n} {t.get('trials_run', '-')} of {t.get('trials', '-')} trials "
                                                 f"(stopped by {t.get('stopped_by', '-')})" for n, t in trials.items())
           + ". The search stops at its time limit on a busy machine, so the fitted machine can differ between runs; "
-          "the wait predictor uses only its node count and priority weights.", ""]
+          "the wait predictor uses only its node count, its capacity model and its priority weights.", ""]
     bench = _read_json(root / "waitpred-bench.json")
     if bench:
         L += ["## Cost", "", f"`{bench.get('command', 'bench/waitpred.py')}`: " + bench.get("line", ""), ""]
