@@ -580,7 +580,7 @@ def test_sigterm_through_the_step_cli_releases_the_lease(tmp_path):
         "    print('holding', flush=True)\n    time.sleep(600)\n")
     out = str(tmp_path / "out")
     proc = _py("import sys; sys.path.insert(0, sys.argv[1]); from stepkit.cli import main; "
-               "main('house_test', {'demo': ('sleepstep', '')}, ['demo', '--out', sys.argv[2]])",
+               "sys.exit(main('house_test', {'demo': ('sleepstep', '')}, ['demo', '--out', sys.argv[2]]))",
                str(tmp_path), out)
     assert proc.stdout.readline().strip() == "holding", proc.stderr.read()
     proc.send_signal(signal.SIGTERM)
