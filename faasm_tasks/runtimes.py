@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.path.join(HERE, "functions", "build")
 # (user, function) -> module; demo functions pick their index by name
-MODULES = {("sgd", "reuters_svm"): "sgd", ("python", "mat_mul"): "matmul", ("tf", "image"): "image"}
+MODULES = {("sgd", "reuters_svm"): "sgd", ("python", "mat_mul"): "matmul", ("tf", "image"): "inference"}
 DEMO_INDEX = {"echo": 0, "sleep": 1, "fail": 2, "noop": 3, "trap": 4, "loop": 5, "alloc": 6}
 SYSTEMS = ("wasm", "native")
 
