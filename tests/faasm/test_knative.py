@@ -559,7 +559,8 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(target, "endpoints", lambda: Endpoints("http://127.0.0.1:9/", "http://127.0.0.1:9"))
     monkeypatch.setattr(run_step, "get_target", lambda name, args: target)
 
-    def fake_point(args, plan, target_, ep, invoker, upload, info, point, rep, prefix, first, date, health=None):
+    def fake_point(ctx, info, point, rep, prefix, first, date):
+        args, plan = ctx.args, ctx.plan
         points.append((plan.deployment["worker_replicas"], point["n_workers"]))
         from faasm_tasks.results import Attempt
         att = Attempt(prefix, {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
