@@ -240,8 +240,8 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     _check_overrides(exp, overrides)
     params.update(overrides)
     driver["kind"] = workloads.workload(str(exp["workload"])).runner
-    plan = Plan(exp, system, target, params, DriverSettings.from_catalogue(driver), axes, deployment,
-                int(exp.get("repeats", 1)))
+    repeats = exp.get("local", {}).get("repeats", exp.get("repeats", 1)) if target == "local" else exp.get("repeats", 1)
+    plan = Plan(exp, system, target, params, DriverSettings.from_catalogue(driver), axes, deployment, int(repeats))
     # overrides win over the sweep too (e.g. a shorter duration_s for a smoke run)
     plan.points = [{**params, **p, **overrides} for p in expand(axes)]
     return plan
