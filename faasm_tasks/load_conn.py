@@ -76,7 +76,7 @@ class _Worker:
         self.spec, self.index, self.t0 = spec, index, t0
         self.host, self.port, self.req = _request_bytes(spec)
         self.hist = new_hist()  # latency of 2xx responses, us
-        self.lag = new_hist()  # open mode: actual send minus scheduled send, us
+        self.lag = new_hist()  # actual send minus intended send (after the delay), us
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.last_errors: dict[str, str] = {}  # the last error of each kind, as text
         self.statuses: Counter[int] = Counter()  # non-2xx statuses in the window
@@ -155,9 +155,14 @@ class _Worker:
         spec, conn = self.spec, None
         await asyncio.sleep(max(0.0, self.t0 - time.monotonic()))
         while True:
+            due = time.monotonic()
             if spec.max_delay_ms > 0:
-                await asyncio.sleep(self.rng.uniform(0, spec.max_delay_ms) / 1000.0)
+                delay = self.rng.uniform(0, spec.max_delay_ms) / 1000.0
+                due += delay
+                await asyncio.sleep(delay)
             start = time.monotonic()
+            if start >= self.record_from and start < self.end:  # the driver's own lag: its sleep overran
+                self.lag.record_value(max(LOWEST_US, int((start - due) * 1e6)))
             # the window ends at its nominal end once this process concluded its share of
             # min_requests, else at the latest at hard_end
             if start >= self.end and (self._concluded() >= self.min_share or start >= self.hard_end):

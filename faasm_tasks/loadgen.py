@@ -339,7 +339,12 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                # CPU time of the load processes (user + system), all of them together
                driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
-               warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
+               warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode(),
+               # the driver's own send lag (actual minus scheduled, or intended, send), beside the latency
+               send_lag_histogram=lag.encode().decode(), send_lag_count=lag.get_total_count(),
+               send_lag_p50_us=lag.get_value_at_percentile(50) if lag.get_total_count() else None,
+               send_lag_p99_us=lag.get_value_at_percentile(99) if lag.get_total_count() else None,
+               send_lag_max_us=lag.get_max_value() if lag.get_total_count() else None)
     # what explains a point without a success (explain_no_success)
     out.update(ready=True, readiness=readiness, attempted=attempted, sent=sent, warmup_attempted=warm_att,
                warmup_ok=warm_ok, last_errors=last_errors, statuses=dict(statuses),
@@ -353,10 +358,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                    # driver's own clock, held them back); the rest the driver itself was late for
                    late_waiting_for_connection=late_no_conn,
                    # requests never sent in the window or sent > 5 ms after their slot
-                   schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0,
-                   send_lag_p50_us=lag.get_value_at_percentile(50) if sent else None,
-                   send_lag_p99_us=lag.get_value_at_percentile(99) if sent else None,
-                   send_lag_max_us=lag.get_max_value() if sent else None)
+                   schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0)
     else:
         extended = max((r.get("extended_s", 0.0) for r in results), default=0.0)
         out.update(max_delay_ms=spec.max_delay_ms, min_requests=spec.min_requests,

@@ -5,8 +5,9 @@ hooks it calls; nothing here names a workload. A point's outcome:
 
 * ``failed``: the call failed, the target broke, or its check (the row's ``verify``) said
   the result is wrong: such a point is recorded with the check and never averaged in;
-* ``invalid``: a load point whose numbers cannot be trusted (``results.judge_load``, or its
-  driver's send-lag p99 above the plan's ``send_lag_p99_ms``);
+* ``invalid``: a load point whose numbers cannot be trusted (``results.judge_load``); a load
+  point whose driver send-lag p99 exceeds the plan's ``send_lag_p99_ms`` (default 5 ms) is
+  marked (``metrics.send_lag_exceeded``, ``metrics.marks``), its histogram in ``send_lag.hdr``;
 * ``succeeded`` otherwise, with the check recorded under ``metrics.check``.
 """
 
@@ -83,6 +84,21 @@ def point_key(args, plan, point: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
+def refuse_inert(args, plan) -> None:
+    """Flags that would do nothing for this plan are refused, naming them: the load flags on a
+    call workload, ``--rate`` in closed loop."""
+    if plan.workload.runner == "call":
+        given = [f for f, v in (("--mode", args.mode), ("--rate", args.rate), ("--threads", args.threads),
+                                ("--driver", None if args.driver == "builtin" else args.driver)) if v is not None]
+        if given:
+            raise StepError(f"{', '.join(given)}: {plan.name} is a call workload ({plan.workload.name}); "
+                            "these set the load driver, which it does not use")
+    elif args.rate and (args.mode or plan.driver.mode) == "closed":
+        raise StepError(f"--rate does nothing in closed loop ({plan.name}); add --mode open")
+    elif (args.mode or plan.driver.mode) == "open" and not (args.rate or plan.driver.rate):
+        raise StepError("open-loop mode needs --rate (requests per second)")
+
+
 def extra_window_s(duration_s: float) -> float:
     """Load points (closed loop): how much longer the window may run to reach ``--min-requests``."""
     return min(60.0, max(10.0, float(duration_s)))
@@ -143,7 +159,7 @@ def bounded(fn, budget: float, what: str):
 
 LOAD_METRICS = ("requests_ok", "requests_all", "throughput_ok", "throughput_all", "p50_us", "p99_us", "p999_us",
                 "max_us", "errors", "errors_total", "schedule_lag_fraction", "rate", "scheduled", "sent", "missed",
-                "late", "send_lag_p50_us", "send_lag_p99_us", "send_lag_max_us", "attempted", "ready", "elapsed_s",
+                "late", "send_lag_count", "send_lag_p50_us", "send_lag_p99_us", "send_lag_max_us", "attempted", "ready", "elapsed_s",
                 "window_extended_s")
 
 
@@ -193,12 +209,13 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
     # an open-loop driver that sent nothing in the window (too far behind) is invalid, not failed
     invalid = judge_load(summary, spec.mode, spec.rate, max_late_fraction=args.max_late_fraction,
                          min_requests=args.min_requests)
+    # marked, not failed: the reader sees that the client, not the system, may have limited it
     lag99 = summary.get("send_lag_p99_us")
     metrics["send_lag_bound_ms"] = drv.send_lag_p99_ms
-    if lag99 is not None and lag99 > drv.send_lag_p99_ms * 1000:
-        metrics["send_lag_exceeded"] = True
-        invalid.append(f"driver send lag p99 {lag99 / 1000:.1f} ms > {drv.send_lag_p99_ms:g} ms: the client, "
-                       "not the system, limited this point")
+    metrics["send_lag_exceeded"] = bool(lag99 is not None and lag99 > drv.send_lag_p99_ms * 1000)
+    if metrics["send_lag_exceeded"]:
+        metrics["marks"] = [f"driver send lag p99 {lag99 / 1000:.1f} ms > {drv.send_lag_p99_ms:g} ms: the client, "
+                            "not the system, may have limited this point"]
     return True, metrics, None, invalid
 
 

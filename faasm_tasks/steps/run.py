@@ -88,8 +88,7 @@ def run(args) -> int:
     points = [p for p in plan.points if _matches(p, only)]
     if not points:
         raise StepError(f"no point of {plan.name}/{plan.system} matches {only}")
-    if plan.workload.runner == "load" and (args.mode or plan.driver.mode) == "open" and not (args.rate or plan.driver.rate):
-        raise StepError("open-loop mode needs --rate (requests per second)")
+    pts.refuse_inert(args, plan)
     procs.label_self(procs.run_label(args.state_dir, args.run_id), "run")
     target = get_target(args.target, args)
     ep = target.endpoints()

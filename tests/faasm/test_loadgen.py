@@ -57,6 +57,17 @@ def test_closed_loop_percentiles_follow_injected_delay():
     assert s["throughput_ok"] == pytest.approx(s["requests_ok"] / s["measured_duration_s"])
 
 
+def test_closed_loop_records_the_drivers_own_send_lag():
+    """The lag of each send past its intended time (after the random delay), as a histogram
+    beside the latency: one value per request started in the window."""
+    with ScriptedServer(delay_server(slow_every=1000, fast_ms=2, slow_ms=2)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="closed", connections=2, duration_s=1.0, timeout_s=2,
+                              max_delay_ms=5, body=b"{}", headers={"Content-Type": "application/json"}))
+    lag = HdrHistogram.decode(s["send_lag_histogram"])
+    assert lag.get_total_count() == s["send_lag_count"] >= s["requests_ok"] - 2 > 0
+    assert 0 < s["send_lag_p50_us"] <= s["send_lag_p99_us"] <= s["send_lag_max_us"]
+
+
 def test_errors_by_kind():
     with ScriptedServer(delay_server(status=503)) as srv:
         s = run_load(LoadSpec(url=srv.url + "/", connections=2, duration_s=0.5, timeout_s=1))

@@ -136,3 +136,25 @@ def test_local_deploy_without_built_functions_names_make_functions(tmp_path, mon
     with pytest.raises(StepError, match=r"functions are not built: .*sgd.wasm missing.*run `make functions`"):
         LocalTarget(str(tmp_path / "state"), "nofunc").deploy(plan)
     assert not os.path.exists(tmp_path / "state" / "nofunc" / "local" / "state.json")
+
+
+def test_load_flags_that_do_nothing_are_refused_naming_them():
+    from types import SimpleNamespace
+
+    from faasm_tasks.points import refuse_inert
+
+    def args(**kw):
+        return SimpleNamespace(**{"mode": None, "rate": None, "threads": None, "driver": "builtin", **kw})
+
+    sgd = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
+    with pytest.raises(StepError, match=r"--rate, --threads: sgd_reuters_svm is a call workload"):
+        refuse_inert(args(rate=10.0, threads=2), sgd)
+    with pytest.raises(StepError, match="--driver: sgd_reuters_svm is a call workload"):
+        refuse_inert(args(driver="wrk"), sgd)
+    refuse_inert(args(), sgd)
+    lat = resolve(get_experiment("tf_inference_latency"), "wasm", "local")
+    with pytest.raises(StepError, match="--rate does nothing in closed loop"):
+        refuse_inert(args(rate=10.0), lat)
+    with pytest.raises(StepError, match="open-loop mode needs --rate"):
+        refuse_inert(args(mode="open"), lat)
+    refuse_inert(args(mode="open", rate=10.0, threads=2, driver="wrk"), lat)
