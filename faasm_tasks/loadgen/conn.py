@@ -16,8 +16,8 @@ from collections import Counter, deque
 from typing import Any
 from urllib.parse import urlsplit
 
-from .load_measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, new_hist
-from .load_sched import LoadSpec, _count_mod, _share, _slot_range
+from .measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, new_hist
+from .spec import LoadSpec, _count_mod, _share, _slot_range
 
 
 def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:

@@ -57,7 +57,7 @@ from collections import Counter, deque
 from typing import Any
 
 # The driver's parts, by concern; every name stays importable from here.
-from .load_measure import (  # noqa: F401
+from .measure import (  # noqa: F401
     ERROR_KINDS,
     HIGHEST_US,
     LATE_S,
@@ -66,7 +66,7 @@ from .load_measure import (  # noqa: F401
     new_hist,
     summarize,
 )
-from .load_sched import (  # noqa: F401
+from .spec import (  # noqa: F401
     LoadSpec,
     _SCHED_SETATTR,
     _count_mod,
@@ -76,7 +76,7 @@ from .load_sched import (  # noqa: F401
     _slot_range,
     set_sched_slice,
 )
-from .load_conn import (  # noqa: F401
+from .conn import (  # noqa: F401
     _BUSY,
     _BadReply,
     _CONNECTING,
@@ -92,7 +92,7 @@ from .load_conn import (  # noqa: F401
     _request_bytes,
     parse_response,
 )
-from .load_report import (  # noqa: F401
+from .report import (  # noqa: F401
     _load_text,
     counters_text,
     explain_no_success,

@@ -7,8 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .load_measure import ERROR_KINDS
-from .load_sched import LoadSpec
+from .measure import ERROR_KINDS
+from .spec import LoadSpec
 
 
 def _load_text() -> str:
