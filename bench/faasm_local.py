@@ -147,8 +147,8 @@ def memory_per_instance(ip, system: str, k: int) -> dict:
         before = pss(me)
         held = []
         for _ in range(k):
-            inst = rt.acquire("image", cold=True)
-            call = runtimes.Call("tf", "image", 0, b"", {"user": "tf", "function": "image"})
+            inst = rt.acquire("inference", cold=True)
+            call = runtimes.Call("tf", "inference", 0, b"", {"user": "tf", "function": "image"})
             ok, out, _ = rt.run(inst, call)
             assert ok, out
             held.append(inst)
@@ -159,8 +159,8 @@ def memory_per_instance(ip, system: str, k: int) -> dict:
                 "per_instance_kb": (after - before) / k / 1024, "linear_memory_kb": linear / 1024}
     conts = []
     for _ in range(k):
-        c = rt.start("image")
-        ok, out = c.call(runtimes.Call("tf", "image", 0, b"", {"user": "tf", "function": "image"}), 60)
+        c = rt.start("inference")
+        ok, out = c.call(runtimes.Call("tf", "inference", 0, b"", {"user": "tf", "function": "image"}), 60)
         assert ok, out
         conts.append(c)
     fn, sup, n = container_pss(rt)
@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     check_command_args(ap, args, {}, folders=(), files=('out', 'json'))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for sysname in ("wasm", "native"):
-        for mod in ("sgd", "matmul", "image", "demo"):
+        for mod in ("sgd", "matmul", "inference", "demo"):
             try:
                 runtimes.artefact(sysname, mod)
             except runtimes.CallFailed as exc:
@@ -462,7 +462,7 @@ def main(argv=None) -> int:
                 with open(os.path.join(tmp, system, "shared", "tfdata", name), "wb") as f:
                     f.write(body)
             try:
-                ip.rt.warm_up(["sgd", "matmul", "image", "demo"])  # codegen / staging outside the timings
+                ip.rt.warm_up(["sgd", "matmul", "inference", "demo"])  # codegen / staging outside the timings
                 out = res["systems"][system] = {}
                 out["start"] = start_times(ip, cfg["n_cold"], cfg["n_warm"])
                 print(" start", out["start"], flush=True)

@@ -36,13 +36,14 @@ cluster: ``deploy`` starts the per-node billing sampler DaemonSet (this package'
 that writes to the results prefix, ``collect`` removes it and summarizes per host. The experiments and
 their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
 YAML here, without importing the task package); repeat counts and parameters come from
-it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). Each catalogue experiment
-needs a run timeout below: a new one without it fails the parse, naming it.
+it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). The run steps' timeouts are
+the experiments' time budgets from the workload registry (``faasm_tasks/workloads.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -66,38 +67,44 @@ def step(task_id: str, **kw):
     return _step(task_id, pod_overrides={"service_account_name": SERVICE_ACCOUNT}, **kw)
 
 
-def catalogue_systems() -> dict[str, list[str]]:
-    """``{experiment: [systems]}`` of the packaged catalogue, read as YAML (no task-package import).
-
-    ``find_spec`` locates the installed ``faasm_tasks`` without running its code.
-    """
+def _package_dir() -> Path:
+    """The installed ``faasm_tasks`` folder, located without running its code."""
     spec = importlib.util.find_spec("faasm_tasks")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("faasm_tasks is not installed (pip install -e . from the repository root)")
-    folder = Path(next(iter(spec.submodule_search_locations))) / "experiments"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _workload_registry():
+    """``faasm_tasks/workloads.py`` (stdlib only) loaded by path, not as part of the package."""
+    path = _package_dir() / "workloads.py"
+    spec = importlib.util.spec_from_file_location("_faasm_workload_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def catalogue() -> dict[str, dict]:
+    """``{experiment: document}`` of the packaged catalogue, read as YAML (no task-package import)."""
+    folder = _package_dir() / "experiments"
     out = {}
     for path in sorted(folder.glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
-        out[doc["name"]] = list(doc["systems"])
+        out[doc["name"]] = doc
     if not out:
         raise RuntimeError(f"no experiments in {folder}")
     return out
 
 
-CATALOGUE = catalogue_systems()
+CATALOGUE = catalogue()
 EXPERIMENTS = list(CATALOGUE)
-SYSTEMS = list(dict.fromkeys(s for systems in CATALOGUE.values() for s in systems))
-# Airflow timeout of each experiment's run step (the catalogue's sweep durations plus
-# margin); tests/dags/test_dag_integrity.py checks these keys against the catalogue.
-RUN_TIMEOUT = {
-    "sgd_reuters_svm": timedelta(hours=2),
-    "matrix_multiplication": timedelta(hours=2),
-    "tf_inference_latency": timedelta(hours=3),
-    "tf_inference_throughput": timedelta(hours=6),
-}
-_untimed = sorted(set(EXPERIMENTS) - RUN_TIMEOUT.keys())
-if _untimed:
-    raise ValueError(f"faasm_benchmarks: no RUN_TIMEOUT for catalogue experiment(s) {', '.join(_untimed)}")
+SYSTEMS = list(dict.fromkeys(s for doc in CATALOGUE.values() for s in doc["systems"]))
+# Airflow timeout of each experiment's run step: its time budget from the workload registry
+# (faasm_tasks/workloads.py: the kind's time_budget_h, or the experiment's own) plus the
+# margin of run_timeout_s; the run step bounds its repeats by the same budget.
+_REGISTRY = _workload_registry()
+RUN_TIMEOUT = {name: timedelta(seconds=_REGISTRY.run_timeout_s(doc)) for name, doc in CATALOGUE.items()}
 COMMON = [
     "--target", "{{ params.target }}",
     "--run-id", "{{ run_id }}",
@@ -135,10 +142,12 @@ with DAG(
                                       "with N workers (the manual); fixed: the catalogue's replica counts"),
         "tf_sweep": Param("default", enum=["default", "extended"], title="TF throughput sweep",
                           description="default: the manual's (max delay 30 s .. 2 s); extended: the longer "
-                                      "faasm-experiments sweep (wasm down to 25 ms)"),
-        "experiments": Param(EXPERIMENTS, type="array", items={"type": "string", "enum": EXPERIMENTS},
-                             title="Experiments", description="Which catalogue experiments to run."),
-        "systems": Param(SYSTEMS, type="array", items={"type": "string", "enum": SYSTEMS},
+                                      "faasm-experiments sweep (wasm down to 25 ms). Knative only: the local "
+                                      "target runs its own small sweep and refuses extended at deploy"),
+        "experiments": Param(EXPERIMENTS, type="array", items={"type": "string", "enum": EXPERIMENTS}, minItems=1,
+                             uniqueItems=True, title="Experiments",
+                             description="Which catalogue experiments to run (at least one)."),
+        "systems": Param(SYSTEMS, type="array", items={"type": "string", "enum": SYSTEMS}, minItems=1, uniqueItems=True,
                          title="Systems", description="wasm (Faasm) and/or native containers."),
         "trend_days": Param(30, type="integer", minimum=1, title="Trend window (days)",
                             description="Days of results in the trend report and the regression check's history."),
@@ -155,11 +164,11 @@ with DAG(
 ) as dag:
     previous = None
     for experiment in EXPERIMENTS:
-        for system in CATALOGUE[experiment]:
+        for system in CATALOGUE[experiment]["systems"]:
             group = f"{experiment}__{system}"
             sel = ["--experiment", experiment, "--system", system]
             shape = ["--replicas", "{{ params.replicas }}"] + (
-                ["--sweep-variant", "{{ params.tf_sweep }}"] if experiment == "tf_inference_throughput" else [])
+                ["--sweep-variant", "{{ params.tf_sweep }}"] if CATALOGUE[experiment].get("sweep_variants") else [])
             with TaskGroup(group_id=group):
 
                 @task(trigger_rule=TriggerRule.NONE_FAILED)

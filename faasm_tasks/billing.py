@@ -312,3 +312,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def start_for_run(args: Any, plan: Any, target: Any) -> dict[str, Any] | None:
+    """The run step's sampler on the local target (knative: the run's DaemonSet samples every
+    node), its handle recorded in storage (host, pid, start time, samples file); None when
+    the experiment or ``--no-billing`` wants none."""
+    if not (plan.experiment.get("billing", False) and not args.no_billing and args.target == "local"):
+        return None
+    sampler = start_sampler(args.state_dir, args.run_id, state_file=getattr(target, "state_path", None))
+    if sampler.get("ready") is False:  # the points run; collect says which windows have no samples
+        print(f"run: billing sampler not sampling: {sampler.get('problem')}", flush=True)
+    from stepkit import storage  # noqa: PLC0415
+
+    storage.write_json(storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
+                       {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})
+    return sampler

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ import jsonschema
 
 from stepkit import StepError
 from stepkit.safeload import read_document
+
+from . import workloads
 
 log = logging.getLogger(__name__)
 ENV_DIRS = "FAASM_CATALOGUE_DIR"
@@ -47,6 +49,19 @@ def validate(doc: dict[str, Any], origin: str = "<experiment>") -> None:
     if errors:
         msgs = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:10])
         raise StepError(f"{origin}: invalid experiment: {msgs}")
+    try:
+        row = workloads.workload(str(doc["workload"]))
+    except KeyError as exc:
+        raise StepError(f"{origin}: workload: {exc.args[0]}") from None
+    kind = doc["data"].get("kind")
+    if kind not in (None, "none") and (kind not in workloads.names() or workloads.canonical(kind) != row.name):
+        raise StepError(f"{origin}: data/kind {kind!r} is not workload {row.name!r} (the data kind is the "
+                        "workload's; drop data/kind)")
+    if doc["driver"].get("kind", row.runner) != row.runner:
+        raise StepError(f"{origin}: driver/kind {doc['driver']['kind']!r}: workload {row.name} is a "
+                        f"{row.runner} workload")
+    if row.runner == "load" and not {"connections", "timeout_s"} <= set(doc["driver"]):
+        raise StepError(f"{origin}: workload {row.name} runs a load driver: driver needs connections and timeout_s")
     for system in doc["systems"]:
         if system not in doc["sweep"]:
             raise StepError(f"{origin}: system {system!r} has no sweep")
@@ -91,6 +106,40 @@ def get_experiment(name: str, extra_dirs: list[str] | None = None) -> dict[str, 
     return cat[name]
 
 
+@dataclass(frozen=True)
+class DriverSettings:
+    """An experiment's driver section with every default applied, once, in :func:`resolve`."""
+
+    kind: str = "call"
+    poll_interval_ms: int = 1000
+    call_timeout_s: float = 3600.0
+    mode: str = "closed"
+    threads: int = 1  # "auto" in the catalogue: this host's cores, resolved here
+    connections: int = 1
+    timeout_s: float = 5.0
+    warmup_s: float = 10.0
+    rate: float = 0.0  # open loop: offered requests/s (0: none given)
+    ready_timeout_s: float = 120.0  # load points: the first 2xx reply (a cold target imports first)
+    send_lag_p99_ms: float = 5.0  # a load point whose driver send lag p99 exceeds this is marked
+
+    @classmethod
+    def from_catalogue(cls, doc: dict[str, Any]) -> "DriverSettings":
+        doc = dict(doc)
+        if doc.get("threads") == "auto":
+            doc["threads"] = os.cpu_count() or 1
+        names = {f.name for f in fields(cls)}
+        typed = {f.name: f.type for f in fields(cls)}
+        out = {}
+        for k, v in doc.items():
+            if k not in names:
+                raise StepError(f"driver: unknown setting {k!r}; known: {', '.join(sorted(names))}")
+            out[k] = {"int": int, "float": float, "str": str}[typed[k]](v)
+        return cls(**out)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class Plan:
     """An experiment resolved for one system on one target."""
@@ -99,7 +148,7 @@ class Plan:
     system: str
     target: str
     params: dict[str, Any]
-    driver: dict[str, Any]
+    driver: DriverSettings
     axes: list[dict[str, Any]]
     deployment: dict[str, Any]
     repeats: int = 1
@@ -108,6 +157,10 @@ class Plan:
     @property
     def name(self) -> str:
         return self.experiment["name"]
+
+    @property
+    def workload(self) -> "workloads.Workload":
+        return workloads.workload(str(self.experiment["workload"]))
 
 
 def expand(axes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -168,6 +221,10 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     deployment = copy.deepcopy(exp["deploy"][system])
     if target == "local":
         loc = exp.get("local", {})
+        if variant and variant != "default" and "sweep" in loc:
+            # the local section's sweep replaces every sweep: the variant would do nothing
+            raise StepError(f"--sweep-variant {variant} (the DAG's tf_sweep) does nothing on the local target: "
+                            f"{exp['name']} runs its local sweep there; use the default")
         params.update(loc.get("params", {}))
         driver.update(loc.get("driver", {}))
         if "sweep" in loc:
@@ -180,11 +237,48 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     if unknown:
         raise StepError(f"--set {unknown[0]}: {exp['name']} has no parameter {unknown[0]!r}; "
                         f"its parameters: {', '.join(sorted(known))}")
+    _check_overrides(exp, overrides)
     params.update(overrides)
-    plan = Plan(exp, system, target, params, driver, axes, deployment, int(exp.get("repeats", 1)))
+    driver["kind"] = workloads.workload(str(exp["workload"])).runner
+    repeats = exp.get("local", {}).get("repeats", exp.get("repeats", 1)) if target == "local" else exp.get("repeats", 1)
+    plan = Plan(exp, system, target, params, DriverSettings.from_catalogue(driver), axes, deployment, int(repeats))
     # overrides win over the sweep too (e.g. a shorter duration_s for a smoke run)
     plan.points = [{**params, **p, **overrides} for p in expand(axes)]
     return plan
+
+
+def _catalogue_values(exp: dict[str, Any], name: str) -> list[Any]:
+    """Every value the catalogue gives parameter ``name`` (params, local params, sweeps)."""
+    vals = [d[name] for d in (exp.get("params", {}), exp.get("local", {}).get("params", {})) if name in d]
+    sweeps = [*exp.get("sweep", {}).values(), *(v for var in (exp.get("sweep_variants") or {}).values()
+                                                 for v in var.values())]
+    if "sweep" in exp.get("local", {}):
+        sweeps.append(exp["local"]["sweep"])
+    for axes in sweeps:
+        for axis in axes:
+            if "points" in axis:
+                vals += [p[name] for p in axis["points"] if name in p]
+            elif axis["param"] == name:
+                vals += list(axis["values"])
+    return vals
+
+
+def _check_overrides(exp: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A ``--set`` value has the type of the catalogue's values of that parameter and, when
+    those are numbers, is not negative (before anything is deployed or run)."""
+    for k, v in overrides.items():
+        vals = _catalogue_values(exp, k)
+        numeric = [x for x in vals if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if not vals or len(numeric) < len(vals):
+            continue
+        integral = all(isinstance(x, int) for x in numeric)
+        if integral and not (isinstance(v, int) and not isinstance(v, bool)):
+            raise StepError(f"--set {k}={v}: {exp['name']}'s {k} is an integer (catalogue: {numeric[0]})")
+        if not integral and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+                                 and abs(v) != float("inf")):
+            raise StepError(f"--set {k}={v}: {exp['name']}'s {k} is a number (catalogue: {numeric[0]})")
+        if v < 0:
+            raise StepError(f"--set {k}={v}: {exp['name']}'s {k} cannot be negative")
 
 
 def replicas_for(plan: Plan, point: dict[str, Any]) -> dict[str, Any]:

@@ -87,10 +87,10 @@ def synthetic_sgd(examples: int = 1500, features: int = 400, nnz_per_example: in
     }
 
 
-# ---------------------------------------------------------------- TF (local: the small CNN of functions/image.c)
+# ---------------------------------------------------------------- TF (local: the small CNN of functions/inference.c)
 IMAGE_SHAPE = (3, 64, 64)
 N_CLASSES = 10
-# conv1 [8,3,3,3] + b, conv2 [16,8,3,3] + b, fc [10,16] + b: the order image.c reads them in
+# conv1 [8,3,3,3] + b, conv2 [16,8,3,3] + b, fc [10,16] + b: the order inference.c reads them in
 CNN_SHAPES = ((8, 3, 3, 3), (8,), (16, 8, 3, 3), (16,), (N_CLASSES, 16), (N_CLASSES,))
 
 
@@ -106,7 +106,7 @@ def cnn_weights(seed: int = 0) -> bytes:
 
 
 def cnn_reference(model: bytes, image: bytes, labels: list[str]) -> tuple[str, float]:
-    """What image.c computes, in NumPy: (top label, its softmax probability)."""
+    """What inference.c computes, in NumPy: (top label, its softmax probability)."""
     vec = np.frombuffer(model, dtype=np.float32)
     ws, off = [], 0
     for shape in CNN_SHAPES:
@@ -266,6 +266,13 @@ def matrix_objects_from_s3(plan, size: int, bucket: str, endpoint_url: str | Non
     return files
 
 
+def check_wasm(body: bytes, name: str) -> None:
+    """A WebAssembly function starts with the magic number and version 1 (before any upload)."""
+    if body[:4] != b"\0asm" or body[4:8] != b"\x01\0\0\0":
+        raise StepError(f"{name} is not a WebAssembly module ({len(body)} bytes starting {body[:8]!r}); "
+                        "rebuild it (make functions) or name the right file")
+
+
 def prepare(plan, client: UploadClient, source: str, *, force: bool = False, bucket: str | None = None,
             key: str | None = None, endpoint_url: str | None = None, function_file: str | None = None,
             function_source: str | None = None) -> list[dict[str, Any]]:
@@ -273,11 +280,12 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
     ``function_source="s3"`` uploads the function from ``s3://<bucket>/<data.function_key>``
     first (when the system needs one, :func:`needs_function`)."""
     exp, spec = plan.experiment, plan.experiment["data"]
-    kind = spec["kind"]
     reports: list[dict[str, Any]] = []
     data_bucket = bucket or (spec.get("s3") or {}).get("bucket") or "faasm-data"
     if not function_file and function_source == "s3" and needs_function(plan):
         body = fetch_object(data_bucket, spec["function_key"], endpoint_url)
+        if not exp.get("python"):
+            check_wasm(body, f"s3://{data_bucket}/{spec['function_key']}")
         digest = sha256(body)
         ck = f"function__{exp['user']}__{exp['function']}.sha256"
         held = None if force else client.get_state(FILES_USER, ck)
@@ -296,6 +304,8 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
     if function_file:
         with open(function_file, "rb") as f:
             body = f.read()
+        if not exp.get("python"):
+            check_wasm(body, function_file)
         if exp.get("python"):
             client.put_python(exp["user"], exp["function"], body)
         else:
@@ -310,45 +320,7 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
     if endpoint_url:
         s3["endpoint_url"] = endpoint_url
     synthetic = (exp.get("local", {}).get("data", {}) or {}).get("synthetic", {})
-    if kind == "sgd":
-        user = spec.get("state_user", "sgd")
-        if source == "s3":
-            files = fetch_archive(s3["bucket"], s3["key"], s3.get("endpoint_url"))
-            missing = [k for k in spec.get("keys", []) if k not in files]
-            if missing:
-                raise StepError(f"s3://{s3['bucket']}/{s3['key']} lacks {missing}")
-            objs = {k: files[k] for k in spec.get("keys", files)}
-        else:
-            objs = synthetic_sgd(**synthetic)
-        reports += [upload_state_once(client, user, k, v, force) for k, v in objs.items()]
-    elif kind == "matrix":
-        # Every size uses the same keys (matrix_state, mat_a_2_0_0, ...), as in the seed, so
-        # the run step uploads each size right before its point; here only the first one.
-        user = spec.get("state_user", "python")
-        splits = int(plan.params.get("splits", 2))
-        first = int(plan.points[0]["matrix_size"])
-        if source == "s3":  # the manual's matrix-upload-s3 / -download-s3, one archive per size
-            reports += ensure_matrix_archives(plan, data_bucket, endpoint_url)
-            objs = matrix_objects_from_s3(plan, first, data_bucket, endpoint_url)
-            reports += [upload_state_once(client, user, k, v, force) for k, v in objs.items()]
-        else:
-            reports += upload_matrices(client, user, first, splits, int(spec.get("seed", 42)), force)
-    elif kind == "tf":
-        user = spec.get("state_user", "tf")
-        if source == "s3":
-            files = fetch_archive(s3["bucket"], s3["key"], s3.get("endpoint_url"))
-            models = [n for n in files if n.endswith(".tflite")]
-            if len(models) != 1:
-                raise StepError(f"expected one .tflite model in the archive, found {models}")
-            model = files[models[0]]
-            shared = {n: files[n] for n in spec.get("files", []) if n in files}
-            missing = [n for n in spec.get("files", []) if n not in files]
-            if missing:
-                raise StepError(f"s3://{s3['bucket']}/{s3['key']} lacks {missing}")
-        else:
-            model, shared = synthetic_tf()
-        reports.append(upload_state_once(client, user, spec.get("model_key", "mobilenet_v1"), model, force))
-        reports += [upload_file_once(client, f"tfdata/{n}", b, force) for n, b in shared.items()]
+    reports += plan.workload.hook("prepare")(plan, client, source, s3, synthetic, force)
     return reports
 
 

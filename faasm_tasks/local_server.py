@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from . import runtimes
+from . import runtimes, workloads
 
 log = logging.getLogger("faasm_tasks.local_server")
 HTTP_TYPES = {1: "RESET", 2: "FLUSH_AVAILABLE_HOSTS", 3: "FLUSH_EXECUTORS", 4: "FLUSH_SCHEDULING_STATE",
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     if isinstance(app, WorkerApp):
         # codegen before readiness: each module compiled (or loaded from the cache) / staged
-        app.runtime.warm_up(sorted(set(runtimes.MODULES.values())))
+        app.runtime.warm_up(sorted(set(workloads.modules().values())))
         app.register()
     log.info("%s listening on 127.0.0.1:%d", args.role, args.port)
     try:

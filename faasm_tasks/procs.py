@@ -298,3 +298,20 @@ def stop(procs: Iterable[psutil.Process], label: str, timeout_s: float) -> list[
         _reap(pid)
         report.append({**p._faasm_desc, "result": "killed" if not _live(p) else "SURVIVED SIGKILL"})  # type: ignore[attr-defined]
     return report
+
+
+def label_self(label: str, role: str) -> None:
+    """Make this step and every process it starts (the load driver's forks too) carry the run
+    label, so teardown and verify-clean find them even when this step is killed. The kernel
+    shows a process's environment as it was at exec time, so the CLI re-executes itself once
+    with the label; when called in-process, only children given ``os.environ`` get it."""
+    import sys
+
+    if os.environ.get(LABEL_ENV) == label:
+        return
+    main = sys.argv[0] if sys.argv else ""
+    if main.endswith(os.path.join("faasm_tasks", "__main__.py")):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "faasm_tasks", *sys.argv[1:]], labelled_env(label, role))
+    os.environ.update(labelled_env(label, role, base={}))

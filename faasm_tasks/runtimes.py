@@ -1,7 +1,7 @@
 """The local target's two systems: the C functions (faasm_tasks/functions) as WebAssembly on
 wasmtime (``wasm``: Faaslets) and as native static binaries in runc containers (``native``).
 
-Each worker process hosts one runtime. A call names a module (:data:`MODULES`) and an index
+Each worker process hosts one runtime. A call names a module (a workload's, :func:`faasm_tasks.workloads.modules`) and an index
 (``faasm_main(index)``); the function reaches state, shared files and other calls through
 the host interface of ``faasm.h``:
 
@@ -38,11 +38,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import workloads
+
 log = logging.getLogger(__name__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.path.join(HERE, "functions", "build")
-# (user, function) -> module; demo functions pick their index by name
-MODULES = {("sgd", "reuters_svm"): "sgd", ("python", "mat_mul"): "matmul", ("tf", "image"): "image"}
+# demo functions (tests) pick their index by name; the workloads' modules are the registry's
 DEMO_INDEX = {"echo": 0, "sleep": 1, "fail": 2, "noop": 3, "trap": 4, "loop": 5, "alloc": 6}
 SYSTEMS = ("wasm", "native")
 
@@ -59,17 +60,44 @@ def resolve(msg: dict[str, Any]) -> tuple[str, str, int]:
     index = int(msg.get("index", 0) or 0)
     if user == "demo" and func in DEMO_INDEX:
         return user, "demo", DEMO_INDEX[func]
-    if (user, func) not in MODULES:
+    modules = workloads.modules()  # a kind registered after import (a plug-in's) counts too
+    if (user, func) not in modules:
         raise CallFailed(f"no such function {user}/{func}")
-    return user, MODULES[(user, func)], index
+    return user, modules[(user, func)], index
+
+
+def _build_path(system: str, module: str, build_dir: str = BUILD_DIR) -> str:
+    """The build of ``module``: in ``FAASM_FUNCTIONS_BUILD_DIRS`` (a plug-in kind's builds)
+    when there, else in ``build_dir``."""
+    rel = os.path.join("wasm", f"{module}.wasm") if system == "wasm" else os.path.join("native", module)
+    for d in filter(None, os.environ.get("FAASM_FUNCTIONS_BUILD_DIRS", "").split(os.pathsep)):
+        if os.path.isfile(os.path.join(d, rel)):
+            return os.path.join(d, rel)
+    return os.path.join(build_dir, rel)
 
 
 def artefact(system: str, module: str, build_dir: str = BUILD_DIR) -> str:
-    path = os.path.join(build_dir, "wasm", f"{module}.wasm") if system == "wasm" else \
-        os.path.join(build_dir, "native", module)
+    path = _build_path(system, module, build_dir)
     if not os.path.isfile(path):
         raise CallFailed(f"function build {path} missing: run `make functions`")
     return path
+
+
+def build_problems(system: str, build_dir: str = BUILD_DIR) -> list[str]:
+    """Why the functions cannot run on ``system``: each missing build of a workload's module,
+    and each ``.wasm`` that is not a WebAssembly module (by its magic number), naming the file."""
+    out = []
+    for module in sorted(set(workloads.modules().values())):
+        path = _build_path(system, module, build_dir)
+        if not os.path.isfile(path):
+            out.append(f"{path} missing")
+            continue
+        if system == "wasm":
+            with open(path, "rb") as f:
+                head = f.read(8)
+            if head[:4] != b"\0asm":
+                out.append(f"{path} is not a WebAssembly module (it starts {head[:4]!r}, not b'\\x00asm')")
+    return out
 
 
 # ------------------------------------------------------------------ state tiers
@@ -254,7 +282,11 @@ class WasmRuntime:
                 except self.wt.WasmtimeError as exc:
                     log.warning("compiled cache %s unusable (%s): compiling", cached, exc)
             if mod is None:
-                mod = self.wt.Module(self.engine, wasm)
+                try:
+                    mod = self.wt.Module(self.engine, wasm)
+                except self.wt.WasmtimeError as exc:
+                    raise CallFailed(f"{path} is not a valid WebAssembly module ({str(exc).splitlines()[0]}): "
+                                     "rebuild it with `make functions`") from None
                 self.stats["compiled"] += 1
                 os.makedirs(self.cache_dir, exist_ok=True)
                 tmp = f"{cached}.tmp-{os.getpid()}"

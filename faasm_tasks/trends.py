@@ -115,6 +115,8 @@ def run_rows(root: str, date: str, run_id: str) -> list[dict[str, Any]]:
                "n_workers": _num(params.get("n_workers")), "matrix_size": _num(params.get("matrix_size"))}
         for k in METRICS:
             row[k] = _num(b.get(k) if k == "memory_gb_s" else m.get(k))
+        row["send_lag_p99_us"] = _num(m.get("send_lag_p99_us"))  # the driver's own lag, beside the latency
+        row["send_lag_exceeded"] = bool(m.get("send_lag_exceeded"))
         rows.append(row)
     return rows
 
@@ -126,7 +128,7 @@ def load_window(root: str, end: str, days: int) -> pd.DataFrame:
         for run_id in _runs(root, date):
             rows += run_rows(root, date, run_id)
     cols = ["date", "run_id", "experiment", "system", "point", "repeat", "attempt", "status", "measured",
-            "params", "uri", "n_workers", "matrix_size", *METRICS]
+            "params", "uri", "n_workers", "matrix_size", *METRICS, "send_lag_p99_us", "send_lag_exceeded"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -333,9 +335,34 @@ PAPER_RATIOS = {("sgd_reuters_svm", "run_time_ms"): "0.5 (2x speed-up)",
 COMPARED = ("run_time_ms", "p50_us", "p99_us", "throughput_ok", "memory_gb_s")
 
 
+def point_intervals(run: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per experiment, system, point and metric of one run: n of its measured repeats, the
+    median with its order-statistic 95 % interval (none under 6 repeats, and said) and the
+    mean with its Student-t interval (:mod:`faasm_tasks.stats`)."""
+    from . import stats  # noqa: PLC0415 - scipy only here
+
+    rows: list[dict[str, Any]] = []
+    if run.empty:
+        return rows
+    ok = run[run["measured"].astype(bool)]
+    for (exp, system, point), g in ok.groupby(["experiment", "system", "point"]):
+        for metric in METRICS:
+            vals = [v for v in g[metric] if _num(v) is not None]
+            if vals:
+                d = stats.describe(vals)
+                rows.append({"experiment": exp, "system": system, "point": point, "metric": metric, **d,
+                             "note": d.get("median_ci_note", "")})
+    return rows
+
+
 def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
-    """wasm against native in one run: per experiment and metric, the median over the measured
-    points of each system (the points the two sweeps share, when they share any) and the ratio."""
+    """wasm against native in one run: per experiment and metric, the ratio of the medians
+    over the measured runs of each system (the points the two sweeps share, when they share
+    any) with a 95 % bootstrap interval: paired over (point, repeat) when the sweeps share
+    points (each wasm run against the native run of the same point and repeat), else the two
+    samples resampled apart. ``verdict`` says on which side of 1 the interval lies."""
+    from . import stats  # noqa: PLC0415 - scipy only here
+
     rows: list[dict[str, Any]] = []
     if run.empty:
         return rows
@@ -351,9 +378,17 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
             a, b = _num(w[metric].median()), _num(n[metric].median())
             if a is None or b is None:
                 continue
+            if shared:
+                pairs = w[["point", "repeat", metric]].merge(n[["point", "repeat", metric]], on=["point", "repeat"],
+                                                             suffixes=("_w", "_n")).dropna()
+                ci = stats.ratio_ci(pairs[f"{metric}_w"], pairs[f"{metric}_n"], paired=True)
+            else:
+                ci = stats.ratio_ci(w[metric].dropna(), n[metric].dropna(), paired=False)
             rows.append({"experiment": exp, "metric": metric, "wasm": a, "native": b,
-                         "ratio": round(a / b, 4) if b else None, "points": "shared" if shared else "all",
-                         "paper": PAPER_RATIOS.get((exp, metric), "")})
+                         "ratio": round(a / b, 4) if b else None, "ratio_lo": ci.get("ratio_lo"),
+                         "ratio_hi": ci.get("ratio_hi"), "n_wasm": ci.get("n_a"), "n_native": ci.get("n_b"),
+                         "paired": ci.get("paired"), "verdict": ci.get("verdict", ci.get("ci_note", "")),
+                         "points": "shared" if shared else "all", "paper": PAPER_RATIOS.get((exp, metric), "")})
     return rows
 
 
@@ -371,10 +406,21 @@ TABLE_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "poi
               ("throughput_ok_change_pct", "req/s vs median %"), ("run_time_ms", "run time ms"),
               ("run_time_ms_change_pct", "run time vs median %"), ("memory_gb_s", "memory GB-s")]
 CMP_COLS = [("experiment", "experiment"), ("metric", "metric"), ("wasm", "wasm"), ("native", "native"),
-            ("ratio", "wasm/native"), ("points", "points"), ("paper", "paper (wasm/native)")]
+            ("ratio", "wasm/native"), ("ratio_lo", "95 % low"), ("ratio_hi", "95 % high"), ("verdict", "interval"),
+            ("n_wasm", "n wasm"), ("n_native", "n native"), ("points", "points"), ("paper", "paper (wasm/native)")]
+CI_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "point"), ("metric", "metric"), ("n", "n"),
+           ("median", "median"), ("median_lo", "median 95 % low"), ("median_hi", "median 95 % high"),
+           ("mean", "mean"), ("mean_lo", "mean 95 % low (t)"), ("mean_hi", "mean 95 % high (t)"), ("note", "note")]
 RUN_COLS = [("experiment", "experiment"), ("system", "system"), ("params", "params"), ("repeat", "repeat"),
             ("attempt", "attempt"), ("status", "status"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
+            ("send_lag_p99_us", "driver send lag p99 us"), ("send_lag_exceeded", "send lag over bound"),
             ("throughput_ok", "req/s"), ("run_time_ms", "run time ms"), ("memory_gb_s", "memory GB-s")]
+
+
+INTERVALS_NOTE = ("n: measured repeats (failed, invalid and failed-check points are not counted). Median: "
+                  "order-statistic 95 % interval (Le Boudec), refused under 6 repeats; mean: Student-t 95 % "
+                  "interval. Ratios: percentile bootstrap (2,000 resamples) of the ratio of medians, paired over "
+                  "(point, repeat) where the systems share points.")
 
 
 def _html_table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
@@ -410,11 +456,14 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
             f" measured points of {len(df)}.")
     files: dict[str, bytes] = {}
     cmp = system_comparison(run)
+    cis = point_intervals(run)
     parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", "<h2 id='run'>This run</h2>",
-                  _html_table(run_rows_, RUN_COLS), "<h2 id='systems'>wasm against native in this run</h2>",
-                  _html_table(cmp, CMP_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
+                  _html_table(run_rows_, RUN_COLS), "<h2 id='intervals'>Each figure of this run with its intervals</h2>",
+                  f"<p>{html.escape(INTERVALS_NOTE)}</p>", _html_table(cis, CI_COLS),
+                  "<h2 id='systems'>wasm against native in this run</h2>", _html_table(cmp, CMP_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
                   _html_table(table, TABLE_COLS), "<h2 id='plots'>Plots</h2>"]
     parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", "## This run\n", _md_table(run_rows_, RUN_COLS),
+                "## Each figure of this run with its intervals\n", INTERVALS_NOTE + "\n", _md_table(cis, CI_COLS),
                 "## wasm against native in this run\n", _md_table(cmp, CMP_COLS),
                 "## Latest value against the days before\n", _md_table(table, TABLE_COLS), "## Plots\n"]
     for name, caption, png in figs:
@@ -437,7 +486,7 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
     files["trends.md"] = "\n".join(parts_md).encode()
     files["trends.json"] = (json.dumps({"run_id": run_id, "date": run_date, "days": days, "dates": dates,
                                         "trend": table, "daily": daily_records(day),
-                                        "systems": cmp},
+                                        "systems": cmp, "intervals": cis},
                                        indent=2, sort_keys=True, default=str) + "\n").encode()
     return files
 

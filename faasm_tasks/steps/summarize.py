@@ -20,7 +20,8 @@ from ..results import iter_records, mark_interrupted, run_prefix
 
 COLUMNS = ["experiment", "system", "target", "params", "repeat", "attempt", "status", "duration_s",
            "run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
-           "p50_us", "p99_us", "p999_us", "max_us", "errors_total", "memory_gb_s", "peak_memory_mb", "error"]
+           "p50_us", "p99_us", "p999_us", "max_us", "errors_total", "send_lag_p99_us", "send_lag_exceeded",
+           "check_ok", "memory_gb_s", "peak_memory_mb", "error"]
 
 
 def add_arguments(p):
@@ -55,6 +56,29 @@ def _trends(args, date: str) -> None:
     print(f"summarize: trend report over {args.days} days -> {step.path('trends.html')}", flush=True)
 
 
+INTERVAL_METRICS = ("run_time_ms", "p50_us", "p99_us", "throughput_ok", "final_loss")
+
+
+def intervals(rows: list[dict]) -> list[dict]:
+    """Per experiment, system, point and metric: n of the succeeded repeats, the median with
+    its order-statistic 95 % interval and the mean with its Student-t one (faasm_tasks.stats);
+    failed and invalid repeats (a failed check among them) are not counted."""
+    from .. import stats  # noqa: PLC0415 - scipy only here
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "succeeded":
+            groups.setdefault((r["experiment"], r["system"], r["params"]), []).append(r)
+    out = []
+    for (exp, system, params), g in sorted(groups.items()):
+        for metric in INTERVAL_METRICS:
+            vals = [r[metric] for r in g if isinstance(r.get(metric), (int, float))]
+            if vals:
+                out.append({"experiment": exp, "system": system, "params": params, "metric": metric,
+                            **stats.describe(vals)})
+    return out
+
+
 def _summary(args, date: str) -> None:
     recs = iter_records(args.results, date, args.run_id)
     latest: dict[tuple, dict] = {}
@@ -79,8 +103,9 @@ def _summary(args, date: str) -> None:
                "duration_s": rec.get("duration_s"), "error": (rec.get("outcome") or {}).get("error"),
                "memory_gb_s": b.get("memory_gb_s"), "peak_memory_mb": b.get("peak_memory_mb")}
         for k in ("run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
-                  "p50_us", "p99_us", "p999_us", "max_us", "errors_total"):
+                  "p50_us", "p99_us", "p999_us", "max_us", "errors_total", "send_lag_p99_us", "send_lag_exceeded"):
             row[k] = m.get(k)
+        row["check_ok"] = (m.get("check") or {}).get("ok")
         rows.append(row)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS + ["attempts_total"], extrasaction="ignore")
@@ -88,7 +113,8 @@ def _summary(args, date: str) -> None:
     w.writerows(rows)
     # "invalid": measured, but not trustworthy (judge_load): listed and counted apart from "failed"
     counts = {k: sum(r["status"] == k for r in rows) for k in ("failed", "invalid")}
-    step.write_json("summary.json", {"run_id": args.run_id, "date": date, "points": rows, **counts})
+    step.write_json("summary.json", {"run_id": args.run_id, "date": date, "points": rows, **counts,
+                                     "intervals": intervals(rows)})
     step.write_bytes("summary.csv", buf.getvalue().encode())
     step.commit({"points": len(rows), **counts})
     for r in rows:

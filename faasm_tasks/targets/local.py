@@ -230,6 +230,10 @@ class LocalTarget(Target):
 
     # ---------------------------------------------------------------- interface
     def deploy(self, plan) -> dict[str, Any]:
+        problems = runtimes.build_problems(plan.system)
+        if problems:  # every worker would start and fail at its first call (or at wait-ready)
+            raise StepError(f"the {plan.system} functions are not built: {'; '.join(problems[:4])}: "
+                            "run `make functions` first")
         st = self.load()
         n = int(plan.deployment["worker_replicas"])
         if st and st.get("status") == "deployed":

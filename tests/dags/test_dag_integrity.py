@@ -150,6 +150,25 @@ def test_faasm_dag_follows_the_catalogue():
     run_timeouts = {t.task_id.split(".")[0]: t.execution_timeout for t in module.dag.tasks if t.task_id.endswith(".run")}
     for group, timeout in run_timeouts.items():
         assert timeout == module.RUN_TIMEOUT[group.split("__")[0]], group
+    from faasm_tasks import workloads
+
+    for name, doc in catalogue.items():  # the registry's time budget, not a second table
+        assert module.RUN_TIMEOUT[name].total_seconds() == workloads.run_timeout_s(doc), name
+
+
+def test_faasm_dag_refuses_an_empty_selection():
+    import importlib.util
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    spec = importlib.util.spec_from_file_location("faasm_benchmarks_params", DAGS / "faasm_benchmarks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("experiments", "systems"):
+        param = module.dag.params.get_param(name)
+        with pytest.raises(ParamValidationError, match=r"\[\] should be non-empty"):
+            param.resolve([])
+        assert param.resolve(param.value) == param.value  # the default, every entry, is accepted
 
 
 def test_faasm_dag_does_not_import_the_task_package():

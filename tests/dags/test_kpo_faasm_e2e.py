@@ -87,12 +87,13 @@ class Stored:
 
 
 def small_catalogue(folder: Path) -> Path:
-    """The packaged matrix experiment cut to one point (size 100, one worker replica): the steps
+    """The packaged matrix experiment cut to one point (size 100, one worker replica, one repeat): the steps
     read it through ``FAASM_CATALOGUE_DIR`` (the same name replaces the packaged entry)."""
     exp = yaml.safe_load((REPO / "faasm_tasks" / "experiments" / f"{EXPERIMENT}.yaml").read_text())
     exp["params"]["n_workers"] = 1
     exp["sweep"] = {s: [{"param": "matrix_size", "values": [100]}] for s in exp["systems"]}
     exp["deploy"]["wasm"]["worker_replicas"] = 1
+    exp["repeats"] = 1
     folder.mkdir()
     (folder / f"{EXPERIMENT}.yaml").write_text(yaml.safe_dump(exp))
     return folder

@@ -22,8 +22,8 @@ def _local_target_missing() -> list[str]:
     build = os.path.join(ROOT, "faasm_tasks", "functions", "build")
     missing = [] if HAVE_REDIS else ["redis-server (apt-get install -y redis-server)"]
     if not all(os.path.isfile(os.path.join(build, sub, name)) for sub, names in
-               (("wasm", ("sgd.wasm", "matmul.wasm", "image.wasm", "demo.wasm")),
-                ("native", ("sgd", "matmul", "image", "demo"))) for name in names):
+               (("wasm", ("sgd.wasm", "matmul.wasm", "inference.wasm", "demo.wasm")),
+                ("native", ("sgd", "matmul", "inference", "demo"))) for name in names):
         missing.append("the built functions (make functions: clang, lld, wasi-libc, libclang-rt-14-dev-wasm32, gcc)")
     if not (shutil.which(os.environ.get("FAASM_RUNC", "runc")) and os.geteuid() == 0):
         missing.append("runc run as root, for the native system (apt-get install -y runc)")

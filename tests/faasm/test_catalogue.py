@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -16,13 +17,14 @@ def test_packaged_experiments_validate_and_carry_seed_parameters():
     assert [p["matrix_size"] for p in mm.points] == [100, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000]
     assert {p["splits"] for p in mm.points} == {2} and len({p["n_workers"] for p in mm.points}) == 1
     lat = resolve(cat["tf_inference_latency"], "native", "knative")
-    assert lat.driver["threads"] == 1 and lat.driver["connections"] == 1
+    assert lat.driver.threads == 1 and lat.driver.connections == 1
+    assert lat.driver.warmup_s == 10 and lat.driver.kind == "load"  # every default applied once
     assert [(p["cold_start_interval"], p["duration_s"]) for p in lat.points] == [(5, 480), (50, 300), (500, 180)]
     assert {p["max_delay_ms"] for p in lat.points} == {5} and {p["cold_start_delay_ms"] for p in lat.points} == {800}
     latw = resolve(cat["tf_inference_latency"], "wasm", "knative")
     assert [(p["cold_start_interval"], p["duration_s"]) for p in latw.points] == [(500, 200)]
     tpt = resolve(cat["tf_inference_throughput"], "native", "knative")
-    assert tpt.driver["connections"] == 100 and tpt.driver["threads"] == "auto"
+    assert tpt.driver.connections == 100 and tpt.driver.threads == (os.cpu_count() or 1)  # "auto": this host
     assert sorted({p["cold_start_interval"] for p in tpt.points}) == [5, 10, 20, 40, 80]
     # the manual's sweep (37d81e8a9): (30000, 180) .. (2000, 100); the longer one is a variant
     manual = [(30000, 180), (20000, 160), (10000, 140), (5000, 120), (3000, 100), (2000, 100)]

@@ -559,7 +559,8 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(target, "endpoints", lambda: Endpoints("http://127.0.0.1:9/", "http://127.0.0.1:9"))
     monkeypatch.setattr(run_step, "get_target", lambda name, args: target)
 
-    def fake_point(args, plan, target_, ep, invoker, upload, info, point, rep, prefix, first, date, health=None):
+    def fake_point(ctx, info, point, rep, prefix, first, date):
+        args, plan = ctx.args, ctx.plan
         points.append((plan.deployment["worker_replicas"], point["n_workers"]))
         from faasm_tasks.results import Attempt
         att = Attempt(prefix, {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
@@ -570,10 +571,10 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(run_step, "_run_point", fake_point)
     common = ["--target", "knative", "--run-id", "r1", "--results", str(tmp_path), "--date", "2026-11-30",
               "--state-dir", str(tmp_path / "state"), "--experiment", "sgd_reuters_svm", "--system", "wasm",
-              "--only", "sync_interval=60000"]
+              "--only", "sync_interval=60000", "--repeats", "2"]
     assert main("faasm_tasks", STEPS, ["run", *common]) == 0
-    assert deployed == list(range(5, 55, 5))
-    assert points == [(n, n) for n in range(5, 55, 5)]  # N replicas, run with N workers
+    assert deployed == list(range(5, 55, 5))  # once per N, not per repeat
+    assert points == [(n, n) for n in range(5, 55, 5) for _ in range(2)]  # N replicas, run with N workers
     deployed.clear()
     assert main("faasm_tasks", STEPS, ["run", *common]) == 0  # all succeeded: skipped, nothing redeployed
     assert deployed == []

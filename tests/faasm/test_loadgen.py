@@ -21,7 +21,7 @@ import psutil
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from faasm_tasks.loadgen import (LoadSpec, _BadReply, latency_txt, parse_response, parse_wrk, run_load, run_wrk,
+from faasm_tasks.loadgen import (LoadSpec, BadReply, latency_txt, parse_response, parse_wrk, run_load, run_wrk,
                                  set_sched_slice, wrk_available, wrk_script)
 from faasm_testutil import ScriptedServer
 
@@ -55,6 +55,17 @@ def test_closed_loop_percentiles_follow_injected_delay():
     assert s["throughput_basis"] == "measured_duration_s" and s["duration_s"] == 1.5
     assert 1.5 <= s["measured_duration_s"] <= 1.5 + 2
     assert s["throughput_ok"] == pytest.approx(s["requests_ok"] / s["measured_duration_s"])
+
+
+def test_closed_loop_records_the_drivers_own_send_lag():
+    """The lag of each send past its intended time (after the random delay), as a histogram
+    beside the latency: one value per request started in the window."""
+    with ScriptedServer(delay_server(slow_every=1000, fast_ms=2, slow_ms=2)) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="closed", connections=2, duration_s=1.0, timeout_s=2,
+                              max_delay_ms=5, body=b"{}", headers={"Content-Type": "application/json"}))
+    lag = HdrHistogram.decode(s["send_lag_histogram"])
+    assert lag.get_total_count() == s["send_lag_count"] >= s["requests_ok"] - 2 > 0
+    assert 0 < s["send_lag_p50_us"] <= s["send_lag_p99_us"] <= s["send_lag_max_us"]
 
 
 def test_errors_by_kind():
@@ -329,16 +340,16 @@ def test_a_killed_load_process_fails_the_run_at_once():
 
 
 def test_a_failing_load_process_fails_the_run_at_once(monkeypatch):
-    import faasm_tasks.loadgen as lg
+    from faasm_tasks.loadgen.conn import OpenLoop
 
-    real_run = lg._OpenLoop.run
+    real_run = OpenLoop.run
 
     def run(self):
         if self.index == 1:
             raise ValueError("boom")
         real_run(self)
 
-    monkeypatch.setattr(lg._OpenLoop, "run", run)  # inherited by the forked load processes
+    monkeypatch.setattr(OpenLoop, "run", run)  # inherited by the forked load processes
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
         t = time.monotonic()
@@ -364,9 +375,9 @@ def test_parse_response_forms():
     until_close = b"HTTP/1.1 200 OK\r\n\r\nabc"
     assert parse_response(until_close) is None and parse_response(until_close, eof=True) == (len(until_close), 200, False)
     for bad in (b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 2x0 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"):
-        with pytest.raises(_BadReply):
+        with pytest.raises(BadReply):
             parse_response(bad)
-    with pytest.raises(_BadReply):
+    with pytest.raises(BadReply):
         parse_response(ok[:-1], eof=True)
 
 

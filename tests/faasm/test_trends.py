@@ -179,7 +179,9 @@ def test_system_comparison_sets_wasm_beside_native_with_the_papers_ratio():
                        row("native", "n_workers=9", run_time_ms=1.0, measured=False)])
     cmp = system_comparison(df)
     assert cmp == [{"experiment": "sgd_reuters_svm", "metric": "run_time_ms", "wasm": 100.0, "native": 400.0,
-                    "ratio": 0.25, "points": "shared", "paper": "0.5 (2x speed-up)"}]
+                    "ratio": 0.25, "ratio_lo": None, "ratio_hi": None, "n_wasm": 1, "n_native": 1, "paired": True,
+                    "verdict": "fewer than 3 runs per side: no bootstrap interval", "points": "shared",
+                    "paper": "0.5 (2x speed-up)"}]
     md = render(df, "r", "2026-11-29", 30)["trends.md"].decode()
     assert "## wasm against native in this run" in md and "| sgd_reuters_svm | run_time_ms | 100 | 400 | 0.25 |" in md
     assert system_comparison(df[df["system"] == "wasm"]) == []  # one system: nothing to set beside it

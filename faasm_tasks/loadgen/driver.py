@@ -1,44 +1,4 @@
-"""Load driver for the latency and throughput experiments.
-
-Two modes over persistent HTTP/1.1 connections, spread over ``processes`` OS processes
-(the "threads" of wrk) so that more than one core sends:
-
-* ``closed`` (asyncio): the paper's wrk set-up. Each connection waits a random 0..D ms,
-  sends, waits for the response. Latency = response time of that request.
-* ``open``: constant offered rate, free of coordinated omission. Slot ``j`` is
-  *scheduled* at ``t0 + j / rate``; slots are dealt round-robin to processes. Each process
-  runs one loop on non-blocking sockets (epoll, else poll): it releases every slot that
-  is due, sends each at once on an idle keep-alive connection (the request bytes are built
-  once), and waits for replies until the next slot is due. Latency is measured from the
-  scheduled time, not the actual send, so a stalled server or busy connections show up
-  as latency. The driver also records its own send lag (send minus scheduled time), how
-  many requests it sent more than 5 ms late (and how many of those had waited for a free
-  connection) and how many it never sent; ``schedule_lag_fraction`` = (late + never
-  sent) / scheduled.
-
-On a machine shared with busy processes, lateness comes from the kernel scheduler: a
-driver process waking for its next slot waits for someone else's time slice. Hence
-``slice_us`` (a short EEVDF slice under the normal policy, default) and ``rt_priority``
-(SCHED_FIFO, opt-in, needs root or CAP_SYS_NICE).
-
-Latencies are microseconds in an HdrHistogram (1 us .. 1 h, 3 significant digits).
-Errors are counted by kind: ``connect``, ``timeout`` (from the send), ``read`` (reset,
-bad reply) and ``non2xx``. Throughput is reported for successful and for all responses,
-divided by ``measured_duration_s`` (the window, lengthened by replies that arrive after
-it; ``throughput_basis`` says so); ``duration_s`` stays the nominal window.
-
-Start-up is judged by conditions, not fixed windows (a loaded machine stretches every
-step of it): with ``ready_timeout_s`` the driver first sends single requests until one is
-answered 2xx (the target has imported and warmed its function), waiting as long as that
-first reply takes, up to the deadline; a target that never answers yields a summary with
-``ready: False`` and no window at all. Forked driver processes report that they have
-started before the start time ``t0`` is fixed (``start_timeout_s`` bounds that). In
-closed mode ``min_requests`` lengthens the window, by at most ``max_extra_s``, until that
-many requests were concluded in it. Every summary carries the counters that explain a
-point without a success (``attempted``, ``sent``, errors by kind with the last error of
-each, warm-up requests, the driver's start lag, ``elapsed_s``); :func:`explain_no_success`
-turns them into one sentence.
-"""
+"""Running the load: the processes of :func:`run_load` (builtin driver) and :func:`run_wrk`."""
 
 from __future__ import annotations
 
@@ -56,49 +16,10 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-# The driver's parts, by concern; every name stays importable from here.
-from .load_measure import (  # noqa: F401
-    ERROR_KINDS,
-    HIGHEST_US,
-    LATE_S,
-    LOWEST_US,
-    SIGFIG,
-    new_hist,
-    summarize,
-)
-from .load_sched import (  # noqa: F401
-    LoadSpec,
-    _SCHED_SETATTR,
-    _count_mod,
-    _fifo_preexec,
-    _set_scheduling,
-    _share,
-    _slot_range,
-    set_sched_slice,
-)
-from .load_conn import (  # noqa: F401
-    _BUSY,
-    _BadReply,
-    _CONNECTING,
-    _DOWN,
-    _ERR,
-    _IDLE,
-    _IN,
-    _OUT,
-    _OpenLoop,
-    _Poller,
-    _Worker,
-    _read_response,
-    _request_bytes,
-    parse_response,
-)
-from .load_report import (  # noqa: F401
-    _load_text,
-    counters_text,
-    explain_no_success,
-    latency_txt,
-    spec_dict,
-)
+from .conn import BadReply, ClosedLoop, OpenLoop, parse_response, request_bytes
+from .measure import ERROR_KINDS, LATE_S, new_hist, summarize
+from .report import load_text
+from .spec import LoadSpec, fifo_preexec, set_sched_slice, set_scheduling, share
 
 
 def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[str, Any]:
@@ -106,11 +27,11 @@ def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[st
     gc_was = gc.isenabled()
     if spec.mode == "open":
         gc.disable()  # no collector pauses inside the open loop (it creates no reference cycles)
-    scheduling, restore = _set_scheduling(spec.rt_priority, spec.slice_us)
+    scheduling, restore = set_scheduling(spec.rt_priority, spec.slice_us)
     cpu0 = time.process_time()
     try:
         if spec.mode == "open":
-            w: _OpenLoop | _Worker = _OpenLoop(spec, index, t0, _share(spec, index), watch_parent=in_child)
+            w: OpenLoop | ClosedLoop = OpenLoop(spec, index, t0, share(spec, index), watch_parent=in_child)
             w.run()
         else:
             if in_child:
@@ -120,7 +41,7 @@ def _run_share(spec: LoadSpec, index: int, t0: float, in_child: bool) -> dict[st
                     uvloop.install()
                 except ImportError:
                     pass
-            w = _Worker(spec, index, t0)
+            w = ClosedLoop(spec, index, t0)
             asyncio.run(w.main(watch_parent=in_child))
         return {**w.result(), "scheduling": scheduling, "cpu_s": time.process_time() - cpu0}
     finally:
@@ -136,7 +57,7 @@ def await_ready(spec: LoadSpec) -> dict[str, Any]:
     """Send one request at a time until one is answered 2xx, for at most ``ready_timeout_s``
     in all; each reply may take the rest of that time (a first call importing its libraries
     on a loaded machine is slow, not failed). Returns what happened, counters included."""
-    host, port, req = _request_bytes(spec)
+    host, port, req = request_bytes(spec)
     t_start = time.monotonic()
     deadline = t_start + spec.ready_timeout_s
     errors = dict.fromkeys(ERROR_KINDS, 0)
@@ -165,7 +86,7 @@ def await_ready(spec: LoadSpec) -> dict[str, Any]:
                     status = r[1]
                 except socket.timeout:
                     kind, last = "timeout", "no reply before the readiness deadline"
-                except (OSError, _BadReply) as exc:
+                except (OSError, BadReply) as exc:
                     kind, last = "read", f"{type(exc).__name__}: {exc}"
         if kind is None:
             if 200 <= status < 300:
@@ -217,7 +138,7 @@ def _not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float
     out.update(ready=False, readiness=readiness, attempted=0, sent=0, warmup_attempted=0, warmup_ok=0,
                mode=spec.mode, connections=spec.connections, processes=spec.processes, warmup_s=spec.warmup_s,
                elapsed_s=round(elapsed, 3), started=time.time(), histogram=new_hist().encode().decode(),
-               host_load=_load_text())
+               host_load=load_text())
     return out
 
 
@@ -253,7 +174,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                     pids = sorted(p.pid for p in waiting.values())
                     raise RuntimeError(f"the load driver never started: process(es) {pids} did not report within "
                                        f"{spec.start_timeout_s:g} s ({len(procs) - len(waiting)}/{len(procs)} "
-                                       f"started; {_load_text()})")
+                                       f"started; {load_text()})")
                 for parent in ready:
                     p = waiting.pop(parent)
                     try:
@@ -339,12 +260,17 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                # CPU time of the load processes (user + system), all of them together
                driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
     out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
-               warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode())
+               warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode(),
+               # the driver's own send lag (actual minus scheduled, or intended, send), beside the latency
+               send_lag_histogram=lag.encode().decode(), send_lag_count=lag.get_total_count(),
+               send_lag_p50_us=lag.get_value_at_percentile(50) if lag.get_total_count() else None,
+               send_lag_p99_us=lag.get_value_at_percentile(99) if lag.get_total_count() else None,
+               send_lag_max_us=lag.get_max_value() if lag.get_total_count() else None)
     # what explains a point without a success (explain_no_success)
     out.update(ready=True, readiness=readiness, attempted=attempted, sent=sent, warmup_attempted=warm_att,
                warmup_ok=warm_ok, last_errors=last_errors, statuses=dict(statuses),
                start_lag_s=round(max(lags), 3) if lags else None, timeout_s=spec.timeout_s,
-               elapsed_s=round(time.monotonic() - m0, 3), host_load=_load_text())
+               elapsed_s=round(time.monotonic() - m0, 3), host_load=load_text())
     if spec.mode == "open":
         missed = max(0, scheduled - sent)
         out.update(rate=spec.rate, scheduled=scheduled, sent=sent, missed=missed, late=late,
@@ -353,10 +279,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                    # driver's own clock, held them back); the rest the driver itself was late for
                    late_waiting_for_connection=late_no_conn,
                    # requests never sent in the window or sent > 5 ms after their slot
-                   schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0,
-                   send_lag_p50_us=lag.get_value_at_percentile(50) if sent else None,
-                   send_lag_p99_us=lag.get_value_at_percentile(99) if sent else None,
-                   send_lag_max_us=lag.get_max_value() if sent else None)
+                   schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0)
     else:
         extended = max((r.get("extended_s", 0.0) for r in results), default=0.0)
         out.update(max_delay_ms=spec.max_delay_ms, min_requests=spec.min_requests,
@@ -454,9 +377,9 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
         if spec.warmup_s > 0:
             warm = [*cmd[:3], f"-d{int(max(1, round(spec.warmup_s)))}s", *cmd[4:]]
             subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60,
-                           preexec_fn=_fifo_preexec(spec.rt_priority))
+                           preexec_fn=fifo_preexec(spec.rt_priority))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60,
-                              preexec_fn=_fifo_preexec(spec.rt_priority))
+                              preexec_fn=fifo_preexec(spec.rt_priority))
     finally:
         os.unlink(path)
     out = proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else "")

@@ -7,11 +7,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .load_measure import ERROR_KINDS
-from .load_sched import LoadSpec
+from .measure import ERROR_KINDS
+from .spec import LoadSpec
 
 
-def _load_text() -> str:
+def load_text() -> str:
     try:
         return "load average %.1f, %.1f, %.1f" % os.getloadavg()
     except OSError:
@@ -27,7 +27,7 @@ def counters_text(s: dict[str, Any]) -> str:
 
 def explain_no_success(s: dict[str, Any]) -> str:
     """One sentence on why a load summary has no successful response, with its counters."""
-    counters = f"[{counters_text(s)}; {s.get('host_load', _load_text())}]"
+    counters = f"[{counters_text(s)}; {s.get('host_load', load_text())}]"
     e = s.get("errors") or {}
     last = s.get("last_errors") or {}
     if s.get("ready") is False:

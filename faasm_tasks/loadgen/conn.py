@@ -16,11 +16,11 @@ from collections import Counter, deque
 from typing import Any
 from urllib.parse import urlsplit
 
-from .load_measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, new_hist
-from .load_sched import LoadSpec, _count_mod, _share, _slot_range
+from .measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, new_hist
+from .spec import LoadSpec, count_mod, share, slot_range
 
 
-def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
+def request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
     u = urlsplit(spec.url)
     if u.scheme != "http":
         raise ValueError("only http:// URLs are supported")
@@ -34,7 +34,7 @@ def _request_bytes(spec: LoadSpec) -> tuple[str, int, bytes]:
     return host, port, head.encode("latin-1") + spec.body
 
 
-class _BadReply(Exception):
+class BadReply(Exception):
     pass
 
 
@@ -44,7 +44,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
-        raise _BadReply(f"bad status line {lines[0][:80]!r}")
+        raise BadReply(f"bad status line {lines[0][:80]!r}")
     status = int(parts[1])
     length, chunked, close = None, False, parts[0] == b"HTTP/1.0"
     for line in lines[1:]:
@@ -69,14 +69,14 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
     return status, not close
 
 
-class _Worker:
+class ClosedLoop:
     """One process's share of the load."""
 
     def __init__(self, spec: LoadSpec, index: int, t0: float):
         self.spec, self.index, self.t0 = spec, index, t0
-        self.host, self.port, self.req = _request_bytes(spec)
+        self.host, self.port, self.req = request_bytes(spec)
         self.hist = new_hist()  # latency of 2xx responses, us
-        self.lag = new_hist()  # open mode: actual send minus scheduled send, us
+        self.lag = new_hist()  # actual send minus intended send (after the delay), us
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.last_errors: dict[str, str] = {}  # the last error of each kind, as text
         self.statuses: Counter[int] = Counter()  # non-2xx statuses in the window
@@ -87,7 +87,7 @@ class _Worker:
         self.record_from = t0 + spec.warmup_s
         self.end = self.record_from + spec.duration_s
         # min_requests: this process's share of them; the window may run on until hard_end
-        n = _share(spec, index)
+        n = share(spec, index)
         self.min_share = math.ceil(spec.min_requests * n / spec.connections) if spec.min_requests else 0
         self.hard_end = self.end + (spec.max_extra_s if self.min_share else 0.0)
         self.last_done = 0.0
@@ -130,7 +130,7 @@ class _Worker:
             self._error("timeout", record, f"no reply within {spec.timeout_s:g} s")
             writer.close()
             return None
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _BadReply, ValueError) as exc:
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, BadReply, ValueError) as exc:
             self._error("read", record, f"{type(exc).__name__}: {exc}")
             writer.close()
             return None
@@ -155,9 +155,14 @@ class _Worker:
         spec, conn = self.spec, None
         await asyncio.sleep(max(0.0, self.t0 - time.monotonic()))
         while True:
+            due = time.monotonic()
             if spec.max_delay_ms > 0:
-                await asyncio.sleep(self.rng.uniform(0, spec.max_delay_ms) / 1000.0)
+                delay = self.rng.uniform(0, spec.max_delay_ms) / 1000.0
+                due += delay
+                await asyncio.sleep(delay)
             start = time.monotonic()
+            if start >= self.record_from and start < self.end:  # the driver's own lag: its sleep overran
+                self.lag.record_value(max(LOWEST_US, int((start - due) * 1e6)))
             # the window ends at its nominal end once this process concluded its share of
             # min_requests, else at the latest at hard_end
             if start >= self.end and (self._concluded() >= self.min_share or start >= self.hard_end):
@@ -170,7 +175,7 @@ class _Worker:
             conn[1].close()
 
     async def main(self, watch_parent: bool = False):
-        conns = asyncio.gather(*[self.closed_conn() for _ in range(_share(self.spec, self.index))])
+        conns = asyncio.gather(*[self.closed_conn() for _ in range(share(self.spec, self.index))])
         if not watch_parent:
             await conns
             return
@@ -231,20 +236,20 @@ def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | Non
 
     Returns ``(consumed, status, keep_alive)`` or None when more bytes are needed
     (with ``eof`` a body delimited by the connection close is complete). Raises
-    ``_BadReply`` on a malformed response."""
+    ``BadReply`` on a malformed response."""
     end = buf.find(b"\r\n\r\n")
     if end < 0:
         if len(buf) > 65536:
-            raise _BadReply("response head over 64 KiB")
+            raise BadReply("response head over 64 KiB")
         if eof:
-            raise _BadReply("connection closed inside the response head")
+            raise BadReply("connection closed inside the response head")
         return None
     if not buf.startswith(b"HTTP/1."):
-        raise _BadReply(f"bad status line {buf[:40]!r}")
+        raise BadReply(f"bad status line {buf[:40]!r}")
     try:
         status = int(buf[9:12])
     except ValueError:
-        raise _BadReply(f"bad status line {buf[:40]!r}") from None
+        raise BadReply(f"bad status line {buf[:40]!r}") from None
     head = buf[:end].lower() + b"\r\n"
 
     def value(name: bytes) -> bytes | None:
@@ -268,7 +273,7 @@ def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | Non
             try:
                 size = int(buf[pos:j].split(b";")[0].strip(), 16)
             except ValueError:
-                raise _BadReply("bad chunk size") from None
+                raise BadReply("bad chunk size") from None
             if size:
                 pos = j + 2 + size + 2
                 if pos > len(buf):
@@ -284,26 +289,26 @@ def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | Non
                 pos = k + 2
             break
         if eof:
-            raise _BadReply("connection closed inside a chunked body")
+            raise BadReply("connection closed inside a chunked body")
         return None
     cl = value(b"content-length")
     if cl is not None:
         try:
             length = int(cl)
         except ValueError:
-            raise _BadReply("bad Content-Length") from None
+            raise BadReply("bad Content-Length") from None
     elif status in (204, 304) or 100 <= status < 200:
         length = 0
     else:  # body ends when the server closes
         return (len(buf), status, False) if eof else None
     if len(buf) < pos + length:
         if eof:
-            raise _BadReply("connection closed inside the body")
+            raise BadReply("connection closed inside the body")
         return None
     return pos + length, status, not close
 
 
-class _OpenLoop:
+class OpenLoop:
     """One process's share of an open-loop run on non-blocking sockets.
 
     Global slot ``j`` is scheduled at ``t0 + j / rate`` and belongs to process
@@ -314,7 +319,7 @@ class _OpenLoop:
 
     def __init__(self, spec: LoadSpec, index: int, t0: float, n_conns: int, watch_parent: bool = False):
         self.spec, self.index, self.t0, self.n = spec, index, t0, n_conns
-        self.host, self.port, self.req = _request_bytes(spec)
+        self.host, self.port, self.req = request_bytes(spec)
         self.hist, self.lag = new_hist(), new_hist()
         # raw values in us (8 bytes each), added to the histograms after the run (cheaper in the loop)
         self.lat_us = array("q")
@@ -325,11 +330,11 @@ class _OpenLoop:
         # Slots [first, total) are measured: the first at or after the warm-up, the last
         # before the window's end. ``record_from`` is slot ``first``'s own time (the same
         # expression), so "sched >= record_from" and "j >= first" always agree.
-        self.first, self.total = _slot_range(spec)
+        self.first, self.total = slot_range(spec)
         self.record_from = t0 + self.first / spec.rate
         self.end = t0 + spec.warmup_s + spec.duration_s
         p = spec.processes
-        self.scheduled = _count_mod(self.first, self.total, p, index)
+        self.scheduled = count_mod(self.first, self.total, p, index)
         self.last_done = 0.0
         self.parent = os.getppid() if watch_parent else None  # a child exits when its parent is gone
 
@@ -522,7 +527,7 @@ class _OpenLoop:
                 buf = bufs[c] + data if data else bufs[c]
                 try:
                     r = parse_response(buf, eof)
-                except _BadReply:
+                except BadReply:
                     fail(c, "read")
                     retry_at[c] = t
                     continue

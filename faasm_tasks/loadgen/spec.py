@@ -61,21 +61,21 @@ class LoadSpec:
             raise ValueError("ready_timeout_s, min_requests and max_extra_s must be >= 0, start_timeout_s > 0")
 
 
-def _slot_range(spec: LoadSpec) -> tuple[int, int]:
+def slot_range(spec: LoadSpec) -> tuple[int, int]:
     """Open loop: slot j is at t0 + j / rate; measured slots are [first, total)."""
     first = math.ceil(spec.warmup_s * spec.rate - 1e-9)
     total = math.ceil((spec.warmup_s + spec.duration_s) * spec.rate - 1e-9)
     return first, total
 
 
-def _count_mod(lo: int, hi: int, p: int, r: int) -> int:
+def count_mod(lo: int, hi: int, p: int, r: int) -> int:
     """How many j in [lo, hi) have j % p == r."""
     def below(x: int) -> int:  # j in [0, x)
         return (x - r + p - 1) // p if x > r else 0
     return max(0, below(hi) - below(lo))
 
 
-def _share(spec: LoadSpec, index: int) -> int:
+def share(spec: LoadSpec, index: int) -> int:
     return spec.connections // spec.processes + (1 if index < spec.connections % spec.processes else 0)
 
 _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274, "arm64": 274, "ppc64le": 355, "s390x": 345, "riscv64": 274}
@@ -106,7 +106,7 @@ def set_sched_slice(pid: int, slice_us: int) -> bool:
         return False
 
 
-def _set_scheduling(rt_priority: int, slice_us: int = 0) -> tuple[str, Any]:
+def set_scheduling(rt_priority: int, slice_us: int = 0) -> tuple[str, Any]:
     """Apply the spec's scheduling policy to this process; returns (what applies, what to restore)."""
     if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
         if slice_us and set_sched_slice(0, slice_us):
@@ -120,7 +120,7 @@ def _set_scheduling(rt_priority: int, slice_us: int = 0) -> tuple[str, Any]:
         return f"normal (SCHED_FIFO {rt_priority} refused: {exc})", None
 
 
-def _fifo_preexec(rt_priority: int):
+def fifo_preexec(rt_priority: int):
     """wrk under the spec's SCHED_FIFO priority, like this driver's own processes (None: unchanged)."""
     if rt_priority <= 0 or not hasattr(os, "sched_setscheduler"):
         return None

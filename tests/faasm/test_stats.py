@@ -1,0 +1,70 @@
+"""Intervals of benchmark figures: order-statistic median, Student-t mean, bootstrap ratios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+
+from faasm_tasks import stats
+
+
+def test_median_interval_is_the_order_statistic_one_and_refused_under_six():
+    assert stats.min_n_for_median() == 6
+    assert stats.median_ci(range(5)) is None
+    assert stats.median_ci(range(6)) == (0.0, 5.0, pytest.approx(1 - 2 / 64))
+    # n = 30: the 10th and 21st smallest (the textbook table), coverage >= 95 %
+    lo, hi, cov = stats.median_ci(np.arange(1, 31))
+    assert (lo, hi) == (10.0, 21.0) and cov >= 0.95
+    d = stats.describe([3.0, 1.0, 2.0])
+    assert d["n"] == 3 and d["median"] == 2.0 and "no 95% interval of the median" in d["median_ci_note"]
+    assert d["mean_lo"] < 2.0 < d["mean_hi"]
+
+
+def test_median_interval_covers_at_its_level():
+    rng = np.random.default_rng(3)
+    hits = sum(lo <= 0 <= hi for lo, hi, _ in (stats.median_ci(rng.standard_exponential(25) - np.log(2))
+                                               for _ in range(2000)))
+    assert hits / 2000 >= 0.94
+
+
+def test_mean_interval_is_student_t():
+    x = [1.0, 2.0, 4.0, 7.0]
+    lo, hi = stats.mean_ci(x)
+    half = st.t.ppf(0.975, 3) * np.std(x, ddof=1) / 2
+    assert (lo, hi) == pytest.approx((3.5 - half, 3.5 + half))
+    assert stats.mean_ci([5.0]) is None
+
+
+def test_ratio_interval_paired_and_unpaired_and_its_verdict():
+    rng = np.random.default_rng(1)
+    native = rng.normal(100, 10, 12)
+    wasm = native * 0.5 + rng.normal(0, 1, 12)  # paired: the same repeat's noise on both sides
+    r = stats.ratio_ci(wasm, native, paired=True)
+    assert r["ratio_lo"] < r["ratio"] < r["ratio_hi"] < 1 and r["verdict"] == "below 1"
+    same = stats.ratio_ci(rng.normal(100, 10, 12), rng.normal(100, 10, 12), paired=False)
+    assert same["verdict"] == "includes 1"
+    assert "fewer than 3" in stats.ratio_ci([1.0, 2.0], [1.0, 2.0], paired=True)["ci_note"]
+
+
+def test_trend_page_gives_n_intervals_and_ratio_intervals():
+    from faasm_tasks import trends
+
+    rows = []
+    for system, scale in (("wasm", 0.5), ("native", 1.0)):
+        for rep in range(8):
+            rows.append({"date": "2026-12-01", "run_id": "r", "experiment": "sgd_reuters_svm", "system": system,
+                         "point": "n_workers-2", "repeat": rep, "attempt": 1, "status": "succeeded",
+                         "measured": True, "params": "n_workers=2", "uri": "u", "n_workers": 2.0,
+                         "matrix_size": None, "p50_us": None, "p99_us": None, "throughput_ok": None,
+                         "run_time_ms": scale * (1000 + 10 * rep), "memory_gb_s": None})
+    rows.append({**rows[0], "repeat": 9, "status": "failed", "measured": False, "run_time_ms": 1.0})
+    df = pd.DataFrame(rows)
+    cis = trends.point_intervals(df)
+    w = next(r for r in cis if r["system"] == "wasm" and r["metric"] == "run_time_ms")
+    assert w["n"] == 8 and w["median_lo"] <= w["median"] <= w["median_hi"] and w["mean_lo"] < w["mean_hi"]
+    cmp = next(r for r in trends.system_comparison(df) if r["metric"] == "run_time_ms")
+    assert cmp["paired"] and cmp["ratio"] == pytest.approx(0.5) and cmp["verdict"] == "below 1"
+    page = trends.render(df, "r", "2026-12-01", 1)["trends.md"].decode()
+    assert "median 95 % low" in page and "Student-t" in page and "95 % low" in page
