@@ -63,7 +63,10 @@ with DAG(
     user_defined_macros=dict(MACROS),
     params={
         "policy": Param("model", enum=["model", "reactive", "avg"], description="who decides when to submit"),
-        "model": Param("", type="string", description="trained model (a train output URI); for policy model"),
+        # None, not "": the form must submit untouched; policy model without one fails at once (exit 2, --model)
+        "model": Param(None, type=["null", "string"],
+                       description="trained model (a train output URI); needed by policy model, "
+                                   "unused by reactive and avg"),
         "node": Param(1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["node"][1],
                       description="nodes of each service job"),
         "service_hours": Param(48.0, type="number", minimum=SERVICE_BOUNDS["service_hours"][0],

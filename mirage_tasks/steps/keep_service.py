@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if bad or not policies:
         raise StepError(f"--policy {args.policy!r}: choose from {kp.POLICIES}")
     if "model" in policies and not args.model:
-        raise StepError("--policy model needs --model URI (a train output)")
+        raise StepError("--policy model needs --model URI (a train output; mirage_service's param model), "
+                        "or --policy reactive or avg")
     if args.node < 1 or args.links < 1 or not args.factor > 0 or not args.service_hours > 0 or not args.step_s > 0:
         raise StepError("--node and --links must be >= 1; --factor, --service-hours and --step-s > 0")
     if args.slurm_root:

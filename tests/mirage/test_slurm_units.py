@@ -285,3 +285,25 @@ def test_fidelity_slurm_rescores_a_replay(tmp_path, capsys):
 
     with pytest.raises(StepError, match="not a replay-slurm output"):
         fidelity_slurm.run(p.parse_args(["--replay", str(tmp_path / "nope"), "--out", str(tmp_path / "o3")]))
+
+
+@pytest.mark.parametrize("policy", ["model", "reactive,model"])
+def test_keep_service_policy_model_without_model_refuses_before_anything_starts(tmp_path, monkeypatch, policy):
+    """mirage_service's form may leave model empty: the step refuses at once (exit 2 naming --model),
+    before it reads SLURM_CONF, starts a cluster or writes its output."""
+    import argparse
+
+    from stepkit import StepError
+    from stepkit.cli import main
+
+    from mirage_tasks.__main__ import STEPS
+    from mirage_tasks.steps import keep_service
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    p = argparse.ArgumentParser()
+    keep_service.add_arguments(p)
+    out = tmp_path / "out"
+    with pytest.raises(StepError, match="--policy model needs --model"):
+        keep_service.run(p.parse_args(["--policy", policy, "--out", str(out), "--slurm-root", str(tmp_path / "s")]))
+    assert main("mirage_tasks", STEPS, ["keep-service", "--policy", policy, "--out", str(out)]) == 2
+    assert not out.exists() and not (tmp_path / "s").exists()

@@ -6,8 +6,8 @@ own UI in a headless Chromium, DAG runs made and marked through the REST API (no
 * The results list shows each report's DAG run state from Airflow, the tasks that did not finish,
   the trigger from Airflow's run type, and links the run id to the run's page; the compare view
   shows n and the 95 % intervals and says that the changed seed also changed the workload.
-* ``mirage_service`` triggers from its form with partition and account left empty (they were
-  required fields).
+* ``mirage_service`` triggers from its form untouched: model, partition and account left empty
+  (they were required fields).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
     _wait("the run's page", lambda: driver.current_url.startswith(f"{base}/dags/mirage_pipeline/runs/"))
 
 
-def test_mirage_service_triggers_from_its_form_with_partition_and_account_empty(ui):
+def test_mirage_service_triggers_from_its_form_untouched(ui):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
@@ -167,13 +167,10 @@ def test_mirage_service_triggers_from_its_form_with_partition_and_account_empty(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
     dialog = _wait("the trigger dialog", lambda: next(
         (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None))
-    # the one param without a default meaning: the trained model (policy model, the default policy)
-    model = dialog.find_element(By.NAME, "element_model")
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", model)
-    model.send_keys("/data/models/xgboost-n1")
-    for name in ("element_partition", "element_account"):  # left as they are: empty
+    # the form untouched: model (policy model without one fails in the step, exit 2 naming --model),
+    # partition and account all empty
+    for name in ("element_model", "element_partition", "element_account"):
         assert dialog.find_element(By.NAME, name).get_attribute("value") == ""
-    dialog.find_element(By.XPATH, ".//*[text()='Run Parameters']").click()  # blur: the form takes the value
     button = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger")
     _wait("Trigger enabled", lambda: button.is_enabled())
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
@@ -181,5 +178,5 @@ def test_mirage_service_triggers_from_its_form_with_partition_and_account_empty(
     runs = _wait("the triggered run", lambda: api_get(base, token, "/api/v2/dags/mirage_service/dagRuns")["dag_runs"])
     assert [r["run_type"] for r in runs] == ["manual"], runs
     conf = runs[0]["conf"]
-    assert conf["model"] == "/data/models/xgboost-n1" and conf.get("partition") in (None, "") \
-        and conf.get("account") in (None, ""), conf
+    assert conf["policy"] == "model" and conf.get("model") is None and conf.get("partition") is None \
+        and conf.get("account") is None, conf

@@ -9,14 +9,20 @@ headless Chromium, the runs read back through the REST API.
   defaults: the trace typed in the form is silently dropped). With the box ticked, the runs
   carry the typed trace. README ("Backfills, pausing and the trigger form") tells users so.
 
+* ``mirage_evaluation``'s trigger form (a log described field by field) shows every param with
+  its description; ``trials`` and ``timeout_s`` typed in the form reach the run's conf, beside
+  the other fields' defaults.
+
 No scheduler runs here: these tests check what the forms create, not the runs' work (``make
-demo`` runs the form's default configuration end to end).
+demo`` runs the form's default configuration end to end; tests/dags/test_mirage_evaluation_e2e.py
+runs the evaluation's tasks).
 """
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 import pytest
 from airflow_ui import api_get, api_put, api_server, api_token, chromium, login, missing
@@ -160,3 +166,47 @@ def test_backfill_form_carries_the_typed_trace_only_with_override_ticked(ui):
     assert second["dag_run_conf"]["trace"] == TRACE, second
     new = [r for r in _runs(ui, "mirage_samples") if "2023-01-2" in (r.get("partition_key") or r["dag_run_id"])]
     assert len(new) == 2 and all(r["conf"]["trace"] == TRACE for r in new), new
+
+
+def _set(driver, dialog, name: str, text: str) -> None:
+    """Replace the value of the form field ``element_<name>`` with ``text`` as a user types it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    field = dialog.find_element(By.NAME, f"element_{name}")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", field)
+    field.click()
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(Keys.BACKSPACE)
+    field.send_keys(text, Keys.TAB)  # blur: the form takes it ("Run Parameters" would fold the section)
+    _wait(f"{name} = {text}", lambda: dialog.find_element(By.NAME, f"element_{name}").get_attribute("value") == text)
+
+
+def test_evaluation_form_shows_its_params_and_sends_the_typed_budget(ui):
+    from selenium.webdriver.common.by import By
+
+    driver, base, token = ui["driver"], ui["base"], ui["token"]
+    params = api_get(base, token, "/api/v2/dags/mirage_evaluation/details")["params"]
+    defaults = {k: v["value"] for k, v in params.items()}
+    assert {"name", "trace", "calibrate_from", "calibrate_to", "months", "trials", "timeout_s"} <= set(defaults)
+    dialog = _dialog(driver, "mirage_evaluation", base)
+    _wait("every field", lambda: all(dialog.find_elements(By.NAME, f"element_{k}") for k in params))
+    text = dialog.text
+    for name, p in params.items():  # each field with its description beside it
+        desc = p.get("description") or (p.get("schema") or {}).get("description")
+        assert desc and desc in text, f"{name}: description {desc!r} not in the form"
+    if not defaults["trace"]:  # no ../shared/traces here: the form's example log is missing, name one
+        defaults["trace"] = "/data/traces/KTH-SP2-1996-2.1-cln.swf.gz"
+        _set(driver, dialog, "trace", defaults["trace"])
+    _set(driver, dialog, "trials", "2")
+    _set(driver, dialog, "timeout_s", "10")
+    button = _button(dialog, "Trigger")
+    _wait("Trigger enabled", lambda: button.is_enabled())
+    _click(driver, button)
+    runs = _wait("the triggered run", lambda: _runs(ui, "mirage_evaluation"))
+    assert [r["run_type"] for r in runs] == ["manual"], runs
+    assert runs[0]["conf"] == {**defaults, "trials": 2, "timeout_s": 10}, runs[0]["conf"]
+    # the run holds the evaluation's tasks (no scheduler here to run them: plan would read this conf)
+    run = quote(runs[0]["dag_run_id"], safe="")
+    tis = api_get(base, token, f"/api/v2/dags/mirage_evaluation/dagRuns/{run}/taskInstances")["task_instances"]
+    assert {"plan", "ingest", "calibrate", "waitpred"} <= {t["task_id"] for t in tis}, tis
