@@ -42,7 +42,8 @@ from . import workloads
 
 log = logging.getLogger(__name__)
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD_DIR = os.path.join(HERE, "functions", "build")
+#: the package's builds (``make functions``); ``FAASM_FUNCTIONS_BUILD_DIR`` names another folder
+BUILD_DIR = os.environ.get("FAASM_FUNCTIONS_BUILD_DIR") or os.path.join(HERE, "functions", "build")
 # demo functions (tests) pick their index by name; the workloads' modules are the registry's
 DEMO_INDEX = {"echo": 0, "sleep": 1, "fail": 2, "noop": 3, "trap": 4, "loop": 5, "alloc": 6}
 SYSTEMS = ("wasm", "native")

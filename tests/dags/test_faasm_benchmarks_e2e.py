@@ -55,6 +55,22 @@ def test_one_experiment_runs_and_tears_down(env):
     assert record["target"] == "local"
 
 
+def test_local_run_without_built_functions_fails_at_deploy_naming_make_functions(env, monkeypatch, capfd, caplog):
+    """After a fresh ``make airflow``, before ``make functions``: every deploy refuses at once, naming
+    the missing build and the command (not a per-worker traceback at wait_ready), and tears down."""
+    (env / "empty-build").mkdir()
+    monkeypatch.setenv("FAASM_FUNCTIONS_BUILD_DIR", str(env / "empty-build"))
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf={**ONE, "systems": ["wasm"]})
+    states = _states(dr)
+    group = "sgd_reuters_svm__wasm"
+    assert dr.state == "failed", states
+    assert states[f"{group}.deploy"] == "failed" and states[f"{group}.wait_ready"] == "upstream_failed", states
+    assert states[f"{group}.teardown"] == "success" and states[f"{group}.verify_clean"] == "success", states
+    out = capfd.readouterr()
+    text = out.out + out.err + caplog.text
+    assert "functions are not built" in text and "sgd.wasm missing" in text and "make functions" in text
+
+
 def test_failed_deploy_still_tears_down_and_fails_the_run(env, monkeypatch):
     monkeypatch.setenv("FAASM_REDIS_SERVER", "/bin/false")  # the local deploy cannot start Redis
     dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=ONE)
