@@ -11,14 +11,7 @@ the run at once, naming it) and builds the command lines with the same functions
    the scored months, each from what was known at its submission: point predictions, a 90 % upper
    bound with its coverage per month, and the guard's pick beside zero wait.
 
-With ``mode`` ``full`` it also runs the decision evaluation of docs/results/protocol.md on the
-calibrated simulator, per node size: ``sample`` (training samples and the scored months' samples),
-``merge``, ``train`` (each model), ``evaluate`` (the probe replay against reactive, avg, avg-cal
-and the oracles, with paired intervals), each a mapped step (``max_train``/``max_score`` cap the
-samples for a quick look; 0 is the protocol's). In ``waitpred`` mode those four are skipped.
-
-Outputs: ``<storage root>/mirage_evaluation/<name>/{trace,cal,waitpred}`` (and
-``samples-*``, ``datasets``, ``models``, ``eval`` in ``full`` mode); ``waitpred.md`` and
+Outputs: ``<storage root>/mirage_evaluation/<name>/{trace,cal,waitpred}``; ``waitpred.md`` and
 ``waitpred.json`` hold the tables. A rerun with the same description skips every step. From a
 shell, the same::
 
@@ -34,7 +27,7 @@ from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, steps_for
 
-step, step_partial = steps_for("mirage_tasks")
+step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
 #: the form's example: the KTH SP2 log beside a local checkout (../shared/traces)
 _KTH = Path(__file__).resolve().parents[2] / "shared" / "traces" / "KTH-SP2-1996-2.1-cln.swf.gz"
@@ -68,14 +61,6 @@ with DAG(
         "trials": Param(40, type="integer", minimum=1, maximum=400, description="calibration trials (40)"),
         "timeout_s": Param(300, type="integer", minimum=10, maximum=86400,
                            description="calibration time budget, seconds (300)"),
-        "mode": Param("waitpred", enum=["waitpred", "full"],
-                      description="waitpred: the wait predictor only; full: also the decision evaluation per node size"),
-        "node_sizes": Param([1, 8], type="array", minItems=1, maxItems=8, items={"type": "integer", "minimum": 1},
-                            description="service node sizes of the decision evaluation (full mode)"),
-        "max_train": Param(0, type="integer", minimum=0, maximum=100000,
-                           description="cap on training samples (full mode; 0: the protocol's, one every 6 h)"),
-        "max_score": Param(0, type="integer", minimum=0, maximum=100000,
-                           description="cap on scored samples (full mode; 0: every 6 h of the scored months)"),
     },
 ) as dag:
 
@@ -89,24 +74,14 @@ with DAG(
         p = dict(params or {})
         doc = {"name": p["name"], "trace": p["trace"], "calibrate": [p["calibrate_from"], p["calibrate_to"]],
                "months": list(p["months"]), "timezone": p.get("timezone") or None,
-               "procs_per_node": p.get("procs_per_node"), "machine_nodes": p.get("machine_nodes"),
-               "nodes": list(p.get("node_sizes") or [1, 8])}
+               "procs_per_node": p.get("procs_per_node"), "machine_nodes": p.get("machine_nodes")}
         try:
             spec = evalplan.LogSpec.from_dict(doc, source="the trigger form")
         except evalplan.SpecError as exc:
             raise AirflowFailException(str(exc)) from exc
-        budget = evalplan.Budget(trials=int(p["trials"]), timeout_s=float(p["timeout_s"]),
-                                 max_train=int(p.get("max_train") or 0), max_score=int(p.get("max_score") or 0))
-        root = storage_prefix("mirage_evaluation")
-        argvs: dict = dict(evalplan.waitpred_argvs(spec, root, budget))
-        try:
-            stages = evalplan.decision_stages(spec, root, budget) if p.get("mode") == "full" else {}
-        except evalplan.SpecError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        for k in ("sample", "merge", "train", "evaluate"):
-            argvs[k] = stages.get(k, [])  # waitpred mode: nothing to map, the four are skipped
-        print(f"log {spec.name}: outputs under {storage_prefix('mirage_evaluation', spec.name)}; mode "
-              f"{p.get('mode')}: " + ", ".join(f"{len(argvs[k])} {k}" for k in ("sample", "merge", "train", "evaluate")))
+        budget = evalplan.Budget(trials=int(p["trials"]), timeout_s=float(p["timeout_s"]))
+        argvs = dict(evalplan.waitpred_argvs(spec, storage_prefix("mirage_evaluation"), budget))
+        print(f"log {spec.name}: outputs under {storage_prefix('mirage_evaluation', spec.name)}")
         return argvs
 
     argvs = plan()
@@ -114,15 +89,3 @@ with DAG(
     calibrate = step("calibrate", argv=argvs["calibrate"], preset="cpu-large", timeout=timedelta(hours=26))
     waitpred = step("waitpred", argv=argvs["waitpred"], preset="cpu-large", timeout=timedelta(hours=6))
     ingest >> calibrate >> waitpred
-
-    @task
-    def stage(plan_out: dict, name: str) -> list:
-        """One stage's argv lists from the plan (a mapped step maps over a task's return value)."""
-        return plan_out[name]
-
-    full = {k: stage.override(task_id=f"{k}_argvs")(argvs, k) for k in ("sample", "merge", "train", "evaluate")}
-    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=12)).expand(argv=full["sample"])
-    merge = step_partial("merge", preset="cpu-small", timeout=timedelta(hours=2)).expand(argv=full["merge"])
-    train = step_partial("train", preset="cpu-large", timeout=timedelta(hours=12)).expand(argv=full["train"])
-    evaluate = step_partial("evaluate", preset="cpu-large", timeout=timedelta(hours=6)).expand(argv=full["evaluate"])
-    calibrate >> sample >> merge >> train >> evaluate

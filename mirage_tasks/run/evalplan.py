@@ -287,16 +287,6 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
     return out
 
 
-def decision_stages(spec: LogSpec, root: str, budget: Budget = Budget()) -> dict[str, list[list[str]]]:
-    """:func:`decision_argvs` in the four stages a DAG maps (each stage needs only the ones before):
-    ``sample`` (training and scored samples), ``merge``, ``train``, ``evaluate``."""
-    stages: dict[str, list[list[str]]] = {"sample": [], "merge": [], "train": [], "evaluate": []}
-    for name, argv in decision_argvs(spec, root, budget):
-        stage = {"sample": "sample", "merge": "merge", "train": "train", "probe-replay": "evaluate"}[argv[0]]
-        stages[stage].append(argv)
-    return stages
-
-
 def command(argv: list[str]) -> list[str]:
     """``python -m`` arguments of an argv from the functions above."""
     mod = MODULES.get(argv[0])

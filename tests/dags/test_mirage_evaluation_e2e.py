@@ -52,17 +52,6 @@ def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
     assert 0.5 < cov <= 1.0 and np.isfinite(doc["out_of_sample"]["zero"]["pooled"]["mae_h"])
     cfg = json.loads((out / "cal" / "config.json").read_text())
     assert cfg["nodes"] <= 16  # never above the log's stated machine
-    states = task_states(dr)
-    assert all(states[k] == "skipped" for k in ("sample", "merge", "train", "evaluate")), states  # waitpred mode
-
-
-def test_full_mode_runs_the_decision_evaluation_per_node_size(local_storage, tmp_path):
-    conf = _conf(_swf(tmp_path / "tiny.swf"), mode="full", node_sizes=[2], max_train=30, max_score=6)
-    dr = load_dag("mirage_evaluation").test(logical_date=LOGICAL_DATE, run_conf=conf)
-    assert str(dr.state) == "success", task_states(dr)
-    ev = json.loads((local_storage / "mirage_evaluation" / "tiny" / "eval" / "node2" / "evaluation.json").read_text())
-    methods = {r["method"] for r in ev["rows"]}
-    assert {"reactive", "avg-cal", "xgboost", "oracle"} <= methods
 
 
 def test_a_description_that_cannot_be_used_fails_at_plan_naming_the_field(local_storage, tmp_path):
