@@ -109,13 +109,16 @@ def _kill_the_evaluation_at_a_random_point(log_dir, env):
             ln = proc.stderr.readline()
             assert ln or proc.poll() is None, "".join(lines)[-3000:]
             lines.append(ln)
-        time.sleep(random.Random(seed).uniform(0.0, 2.0))
+        time.sleep(random.Random(seed).uniform(0.0, 0.2))  # the scoring takes a second or two
         everything = tree(proc.pid)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 143, (seed, ("".join(lines) + err)[-3000:])
+        assert proc.returncode in (143, 0), (seed, ("".join(lines) + err)[-3000:])  # 0: it had finished first
+        assert "Traceback" not in err, err[-3000:]
         all_gone(everything)
-        assert not (out / "_LEASE.json").exists() and digest() == before
+        assert not (out / "_LEASE.json").exists()
+        if proc.returncode == 143:
+            assert digest() == before
     finally:
         if proc.poll() is None:
             proc.kill()
