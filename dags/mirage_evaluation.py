@@ -45,8 +45,8 @@ with DAG(
     params={
         "name": Param("KTH-SP2", type="string", pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                       description="a short name for the log (its output folder)"),
-        "trace": Param(str(_KTH) if LOCAL and _KTH.exists() else "", type="string", minLength=1,
-                       description="the raw log: a Slurm sacct export or an SWF file (path or URI)"),
+        "trace": Param(str(_KTH) if LOCAL and _KTH.exists() else None, type=["null", "string"],
+                       description="the raw log: a Slurm sacct export or an SWF file (path or URI); required"),
         "timezone": Param(None, type=["null", "string"],
                           description="the log's time zone (sacct; empty: an SWF header's, else UTC)"),
         "procs_per_node": Param(1, type=["null", "integer"], minimum=1, maximum=4096,

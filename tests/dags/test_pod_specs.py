@@ -140,7 +140,8 @@ def test_dag_pods(kube_env):
             # argv comes from an upstream @task: feed a representative value through XCom
             xcoms = {(up, key): ["step", "--out", "s3://house-test/storage/x"]
                      for up in op.upstream_task_ids
-                     for key in ("return_value", "trace_argv", "fidelity", "metrics", "report")}
+                     for key in ("return_value", "trace_argv", "fidelity", "metrics", "report",
+                                 "ingest", "calibrate", "waitpred")}  # mirage_evaluation's plan keys
             manifest = render_pod(op, xcoms)
             assert_house_operator(op, preset=op.preset, timeout=op.execution_timeout)
             assert_house_pod(manifest, preset=op.preset, timeout=op.execution_timeout, package=op.package)
