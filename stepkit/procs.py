@@ -58,6 +58,21 @@ def trap_sigterm() -> Callable[[], None]:
     return restore
 
 
+def run_trapped(main: Callable[[list[str] | None], int], prog: str, argv: list[str] | None = None) -> int:
+    """``main(argv)`` with the step contract's SIGTERM (:func:`trap_sigterm`), for a module run as
+    ``python -m`` outside the step CLI: exit 143 after its ``finally`` blocks ran."""
+    from .pool import Terminated
+
+    restore = trap_sigterm()
+    try:
+        return main(argv)
+    except Terminated as exc:
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        return 143
+    finally:
+        restore()
+
+
 class Guard:
     """Runs ``argv`` after this process dies unless :meth:`disarm` is called first."""
 

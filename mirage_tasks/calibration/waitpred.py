@@ -407,19 +407,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _entry(argv: list[str] | None = None) -> int:
-    """:func:`main` with the step contract's SIGTERM: exit 143 after the ``finally`` blocks ran
-    (``python -m mirage_tasks waitpred`` gets the same from the step CLI)."""
-    from stepkit.pool import Terminated
-    from stepkit.procs import trap_sigterm
+    """:func:`main` with the step contract's SIGTERM (exit 143 after the ``finally`` blocks ran)."""
+    from stepkit.procs import run_trapped
 
-    restore = trap_sigterm()
-    try:
-        return main(argv)
-    except Terminated as exc:
-        print(f"mirage_tasks.calibration.waitpred: {exc}", file=sys.stderr, flush=True)
-        return 143
-    finally:
-        restore()
+    return run_trapped(main, "mirage_tasks.calibration.waitpred", argv)
 
 
 if __name__ == "__main__":

@@ -368,18 +368,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _entry(argv: list[str] | None = None) -> int:
-    """:func:`main` with the step contract's SIGTERM: exit 143 after the step's ``finally`` blocks ran."""
-    from stepkit.pool import Terminated
-    from stepkit.procs import trap_sigterm
+    """:func:`main` with the step contract's SIGTERM (exit 143 after the ``finally`` blocks ran)."""
+    from stepkit.procs import run_trapped
 
-    restore = trap_sigterm()
-    try:
-        return main(argv)
-    except Terminated as exc:
-        print(f"mirage_tasks.evaluation.probe_replay: {exc}", file=sys.stderr, flush=True)
-        return 143
-    finally:
-        restore()
+    return run_trapped(main, "mirage_tasks.evaluation.probe_replay", argv)
 
 
 if __name__ == "__main__":
