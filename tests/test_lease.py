@@ -519,6 +519,9 @@ STEP_SCRIPT = """
 import os, signal, sys, time
 from stepkit import Step, StepError
 mode, out = sys.argv[1], sys.argv[2]
+# a process started in the background of a non-interactive shell (CI) inherits SIGINT ignored and
+# Python then installs no KeyboardInterrupt handler: behave as a program started from a terminal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def main():
     step = Step("demo", out, "1", {"mode": mode})
