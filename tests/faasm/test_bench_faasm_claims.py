@@ -1,0 +1,51 @@
+"""bench/faasm_local.py's verdicts: a claim is confirmed only when the ratio's interval lies on
+its side of 1, and a failed check leaves a run out of the pair."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from faasm_testutil import ROOT
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("faasm_local_bench", os.path.join(ROOT, "bench", "faasm_local.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("lo, hi, side, factor, want", [
+    (0.2, 0.4, "below", 0.5, "confirmed, at the paper's factor"),
+    (0.6, 0.8, "below", 0.5, "confirmed, short of the paper's factor"),
+    (0.4, 0.8, "below", 0.5, "confirmed, the paper's factor inside the interval"),
+    (0.8, 1.2, "below", 0.5, "not shown (interval includes 1)"),
+    (1.1, 1.3, "below", 0.5, "**refuted**"),
+    (2.1, 2.5, "above", 2.0, "confirmed, at the paper's factor"),
+    (0.7, 0.9, "above", 2.0, "**refuted**"),
+    (1.2, 1.5, "above", None, "confirmed"),
+])
+def test_claim_verdict_reads_the_interval(bench, lo, hi, side, factor, want):
+    assert bench.claim_verdict({"ratio": (lo + hi) / 2, "ratio_lo": lo, "ratio_hi": hi}, side, factor) == want
+
+
+def test_no_interval_is_not_shown(bench):
+    assert bench.claim_verdict({"ratio": 0.5, "ci_note": "fewer than 3 runs"}, "below", 0.5).startswith("not shown")
+    assert bench.claim_verdict(None, "below", 0.5).startswith("not shown")
+
+
+def test_a_failed_run_leaves_its_pair_out(bench):
+    pts = bench.Points()
+    for w, n in ((1.0, 2.0), (1.1, 2.1), (0.9, 1.9), (1.0, 2.0)):
+        pts.add("t", "wasm", w)
+        pts.add("t", "native", n)
+    pts.add("t", "wasm", 50.0, failed="final loss off")  # a broken run: not averaged in
+    pts.add("t", "native", 2.0)
+    s = bench.summary(pts.figs["t"])
+    assert s["wasm"]["n"] == 4 and s["native"]["n"] == 5
+    assert s["ratio"]["n_a"] == s["ratio"]["n_b"] == 4 and s["ratio"]["ratio"] == pytest.approx(0.5)
+    assert pts.figs["t"]["failed"] == {"wasm": ["final loss off"]}
