@@ -13,6 +13,7 @@ Packages, lowest layer first; each imports only itself and the ones above it in 
 | ``sampling``   | the ``sample`` step's episodes in a pool, the day/shard ``schedule``       |
 | ``models``     | model families (one ``registry``), training, ``thresholds``, the loader  |
 | ``evaluation`` | online ``validate``, ``metrics``, the results ``report``                  |
+| ``slurm``      | a real Slurm: its ``conf``, the trace ``replay`` and the service ``keeper`` |
 | ``steps``      | one command line per step (and ``__main__``'s step table)                 |
 | ``run``        | a pipeline run: ``runconf`` (typed params), ``plan`` (every argv), ``runlog`` |
 

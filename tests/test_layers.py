@@ -103,6 +103,16 @@ def test_every_mirage_module_has_a_layer():
     assert flat == {"__init__", "__main__"}, f"modules at mirage_tasks' top level: {sorted(flat)}"
 
 
+def test_the_package_docstring_names_every_layer_in_order():
+    """``mirage_tasks/__init__.py``'s layer table is what a newcomer reads first: it lists the
+    layers above, lowest first, and no other."""
+    import re
+
+    doc = ast.get_docstring(ast.parse((ROOT / "mirage_tasks" / "__init__.py").read_text()))
+    rows = re.findall(r"^\| ``(\w+)``", doc, flags=re.M)
+    assert rows == [name for name, _ in LAYERS], rows
+
+
 def test_no_mirage_import_climbs_a_layer():
     assert [u for p in sources("mirage_tasks") for u in upward(p)] == []
 

@@ -5,8 +5,7 @@ checked, the run size's values filled in), in the DAG's task; every function her
 that :class:`~mirage_tasks.run.runconf.MirageRun`, and every storage key comes from
 :mod:`mirage_tasks.data.keys`, which the steps that derive keys call too.
 
-Lives beside the steps it plans, so a flag and its default are written once: in the step's
-own ``add_arguments``. :func:`argv` builds a command line from a step name and keyword
+A flag and its default are written once, in the step's own ``add_arguments``. :func:`argv` builds a command line from a step name and keyword
 values (the parser's destinations), looking up each flag in that step's parser; a value
 the plan does not set is left to the step's default. Stdlib only at import (the DAG's
 ``plan`` task imports it inside the task, never at parse time); the step parsers are

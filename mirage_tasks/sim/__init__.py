@@ -5,7 +5,7 @@ its calibration against a trace is :mod:`mirage_tasks.calibration`.
 |--------------|--------------------------------------------------------------------|
 | ``config``   | cluster and scheduler settings (presets, JSON, command-line flags) |
 | ``workload`` | a trace as the simulator's job arrays                              |
-| ``engine``   | the event-driven scheduler (FIFO + EASY backfill, fair share)      |
+| ``engine``   | the event-driven scheduler: strict priority order (the trace's recorded priority or age/size), conservative, EASY or no backfill; no fair share |
 | ``features`` | the queue/cluster snapshot features of a decision history          |
 | ``episode``  | samples, probes and online decision episodes                       |
 | ``probes``   | probe spacings and the baseline rules (reactive, avg), stdlib only |

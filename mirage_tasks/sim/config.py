@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import numbers
 import os
@@ -273,6 +272,3 @@ def config_from_args(args: argparse.Namespace, machine_nodes: int | None = None)
                         "(the trace does not record its machine size)")
     return SimConfig.from_dict(doc, sources)
 
-
-def config_json(cfg: SimConfig) -> str:
-    return json.dumps(cfg.to_dict(), sort_keys=True)

@@ -1,9 +1,10 @@
-"""The Mirage steps, one module each: ``add_arguments(parser)`` and ``run(args)``, nothing else.
+"""The Mirage steps, one module each: ``add_arguments(parser)`` and ``run(args)``.
 
 A step module is the command line of one step (``python -m mirage_tasks <step>``): its
 flags, their checks, the :class:`stepkit.Step` that commits its outputs. The work is done
 by library modules named for what they are (:mod:`mirage_tasks.sampling.sample`,
 :mod:`mirage_tasks.evaluation.validate`, :mod:`mirage_tasks.models.fit`, :mod:`mirage_tasks.evaluation.metrics`,
-...). No step module imports another. Heavy libraries (numpy, pandas, torch) are
+...). Not yet everywhere: ``calibrate``, ``sample`` and ``keep_service`` still hold some work
+of their own beside their flags. No step module imports another. Heavy libraries (numpy, pandas, torch) are
 imported inside ``run``, so building a step's parser is cheap (the plan does it).
 """
