@@ -22,6 +22,8 @@ import hashlib
 import json
 from typing import Any
 
+from .times import hours_to_s
+
 #: The probe spacing whose outputs do not record it (every output written before the option).
 DEFAULT_SPACING = "uniform"
 
@@ -47,7 +49,7 @@ def grid(anchor: int, interval_hours: float) -> tuple[int, int]:
     """``(interval seconds, phase)`` of the sample grid through ``anchor`` (epoch seconds):
     sample starts are the times ``t`` with ``t % interval == phase``. A ``ValueError`` for an
     interval under one second."""
-    interval_s = int(round(interval_hours * 3600))
+    interval_s = hours_to_s(interval_hours)
     if interval_s < 1:
         raise ValueError("--interval-hours must be at least one second")
     return interval_s, int(anchor) % interval_s

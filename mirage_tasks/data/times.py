@@ -6,6 +6,12 @@ import datetime as dt
 from typing import Any
 
 
+def hours_to_s(hours: float) -> int:
+    """Whole seconds of a span given in hours (the flags' unit; stored keys and schedules hold
+    seconds): rounded to the nearest second, as every step and key has always done."""
+    return int(round(float(hours) * 3600))
+
+
 def iso(t: Any) -> str:
     """``YYYY-MM-DDTHH:MM:SS+00:00`` (UTC) of epoch seconds (int, float, numpy scalar) or a datetime.
 

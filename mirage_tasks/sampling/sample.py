@@ -18,6 +18,7 @@ from stepkit import StepError
 from stepkit.pool import run_pool
 
 from ..data.artifacts import DATASET_KEYS, load_shard
+from ..data.times import hours_to_s
 from .schedule import pool_context
 from ..sim.config import SimConfig
 from ..sim.episode import EpisodeSpec, simulate_sample
@@ -120,7 +121,7 @@ def shared_params(uris: list[str], markers: list[dict]) -> dict:
 def _window(cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int, int, float], uris: list[str],
             shared: dict) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     start, count, interval_hours = window
-    step_s = int(round(interval_hours * 3600))
+    step_s = hours_to_s(interval_hours)
     grid = shared.get("grid") or {}
     if not grid:
         raise StepError("a window (--start/--count) merges day partitions (sample --day), not shards")

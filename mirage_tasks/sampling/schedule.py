@@ -19,6 +19,7 @@ import os
 from stepkit import StepError
 
 from ..data.keys import grid
+from ..data.times import hours_to_s
 
 
 def add_schedule_arguments(p: argparse.ArgumentParser, days: bool = False) -> None:
@@ -63,7 +64,7 @@ def check_schedule(args: argparse.Namespace) -> tuple[int, int]:
 
 def sample_tasks(t_first: int, count: int, interval_hours: float, shard: tuple[int, int]) -> list[tuple[int, int]]:
     """``[(k, start epoch)]`` of the samples of ``shard``, in order of ``k``."""
-    step_s = int(round(interval_hours * 3600))
+    step_s = hours_to_s(interval_hours)
     i, s = shard
     return [(k, t_first + k * step_s) for k in range(i, count, s)]
 

@@ -32,6 +32,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..data.schema import parse_time, read_trace
+from ..data.times import hours_to_s
 from ..sim.config import add_config_arguments, config_from_args
 
 
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             decide, model_info = kp.model_decider(args.model)
         except ValueError as exc:
             raise StepError(str(exc)) from None
-    service_s = int(round(args.service_hours * 3600))
+    service_s = hours_to_s(args.service_hours)
     nice = args.nice
     if nice is None:
         nice = -int(round(float(np.nanmedian(wl.priority)))) if (bg and cfg.priority == "trace") else 0

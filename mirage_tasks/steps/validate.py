@@ -47,6 +47,7 @@ from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
 from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
+from ..data.times import hours_to_s
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
 from ..sim.probes import BASELINES
 from ..sim.config import add_config_arguments
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     start = parse_time(args.start, "--start")
     tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
     t_first = int(start.timestamp())
-    t_last = t_first + (args.count - 1) * int(round(args.interval_hours * 3600))
+    t_last = t_first + (args.count - 1) * hours_to_s(args.interval_hours)
     last_end = t_last + int(round(args.workload_days * 86400))
 
     m = resolve_model(args.model, node=args.node, stochastic=args.stochastic, window=args.window,
