@@ -38,7 +38,7 @@ help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
 	@echo "make demo-faasm                 run faasm_benchmarks on the local target (wasm vs native) and print its trend page"
 	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
-	@echo "make test-fast                  run the unit tier only (seconds)"
+	@echo "make test-fast                  run the unit tier only (about a minute on 2 cores)"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
 	@echo "make bench                      run the benchmarks in bench/"
 	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
