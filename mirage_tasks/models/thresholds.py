@@ -21,11 +21,13 @@ plus "never submit early"):
     mean interruption (h) + waste_weight x mean wasted node-hours (node x overlap)
 
 ``waste_weight`` (:data:`WASTE_WEIGHT`, the ``train --waste-weight`` flag) prices one wasted
-node-hour in hours of service interruption. Ties go to the threshold that wastes less, and
-the default rule (-0.5 h for regressors, 0.5 for policies) is kept when nothing does
-better than it on the probes (``kept_default``): with few probes (the uniform spacing's are
-8 h apart) many thresholds tie offline while acting differently online, and a tie is no
-evidence to move.
+node-hour in hours of service interruption. Ties go to the rule that submits latest ("never
+submit early" first; protocol v2, ``docs/results/protocol-v2.md``), and the default rule (-0.5 h
+for regressors, 0.5 for policies) is kept only when it does strictly better than that
+(``kept_default``): with few probes (the uniform spacing's are 8 h apart) many thresholds tie
+offline while acting differently online, and a tie is no evidence for submitting early. (Up to
+calibration version 3, protocol v1's results, a tie went to the threshold that wastes less and
+then the lowest, and the default was kept on a tie.)
 
 :func:`calibrate_load_aware` (what ``train`` runs) adds a threshold that moves with the load at
 the decision, chosen on the same split by the same objective; see the section below.
@@ -42,7 +44,7 @@ if TYPE_CHECKING:  # numpy is imported where used: the train step's parser impor
 # successor that overlaps one hour (8 node-hours) costs 0.8 h, a 1-node one 0.1 h.
 WASTE_WEIGHT = 0.1
 GRID = 121  # candidate thresholds (score quantiles) besides "never submit early"
-CALIBRATION_VERSION = 3  # in the train step's parameters: a model calibrated by older rules is retrained (3: load-aware)
+CALIBRATION_VERSION = 4  # in the train step's parameters: a model calibrated by older rules is retrained (3: load-aware; 4: ties toward never early)
 
 
 def outcomes(score: np.ndarray, y: np.ndarray, sample: np.ndarray, threshold: float) -> np.ndarray:
@@ -82,21 +84,23 @@ def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *
     if len(score) == 0:
         raise ValueError("no rows to calibrate on")
     cands = np.unique(np.quantile(score, np.linspace(0.0, 1.0, grid)))
-    cands = np.r_[cands, np.inf]  # inf: never submit before the predecessor ends (reactive)
+    # from "never submit before the predecessor ends" (inf, reactive) down to the lowest
+    # threshold, a candidate replacing the best only when strictly better: a tie keeps the rule
+    # that submits latest (protocol v2: a tie is no evidence for submitting early)
+    cands = np.r_[np.inf, cands[::-1]]
     best: dict[str, Any] | None = None
     for t in cands:
         o = objective(outcomes(score, y, sample, t), node, waste_weight)
-        key = (round(o["objective"], 9), o["mean_wasted_node_h"])
-        if best is None or key < best["_key"]:
-            best = {"_key": key, "threshold": float(t), **o}
+        if best is None or round(o["objective"], 9) < round(best["objective"], 9):
+            best = {"threshold": float(t), **o}
     assert best is not None
-    best.pop("_key")
     kept_default = False
     if default is not None:
         d = objective(outcomes(score, y, sample, default), node, waste_weight)
-        # no evidence against the default rule on these probes: keep it (the probes are sparse, so
-        # thresholds that tie here can still differ online; the tie gives no reason to move)
-        if round(d["objective"], 9) <= round(best["objective"], 9):
+        # the default rule only when it does strictly better on these probes (the probes are
+        # sparse: thresholds that tie here can still differ online, and a tie gives no reason to
+        # submit earlier than the best)
+        if round(d["objective"], 9) < round(best["objective"], 9):
             best = {"threshold": float(default), **d}
             kept_default = True
     out: dict[str, Any] = {

@@ -307,14 +307,17 @@ def test_ppo_updates_make_the_greedy_policy_submit():
     assert c_after[-1]["entropy_coef"] == 0.0 and c_after[1]["entropy_coef"] == 0.1
 
 
-def test_calibration_keeps_the_default_on_a_tie():
+def test_calibration_ties_break_toward_never_early():
     from mirage_tasks.models import thresholds as C
 
     sample = np.repeat(np.arange(3), 3)
     y = np.array([-16.0, -8.0, 0.0] * 3)  # every early probe overlaps, the last is exact
     score = np.array([-9.0, -7.0, -0.2] * 3)
     cal = C.calibrate(score, y, sample, node=1, waste_weight=0.1, default=-0.5)
-    # -0.5 submits at the last probe, like never submitting early: a tie, so the default stays
-    assert cal["kept_default"] and cal["threshold"] == -0.5
+    # -0.5 submits at the last probe, like never submitting early: a tie, so never early stays
+    assert not cal["kept_default"] and cal["threshold"] is None and cal["never_submits_early"]
+    # free waste: every threshold ties with reactive on the objective; the latest (never) is kept
+    free = C.calibrate(score, y, sample, node=1, waste_weight=0.0, default=-10.0)
+    assert free["never_submits_early"] and not free["kept_default"]
     cal2 = C.calibrate(score, np.array([-16.0, -8.0, 3.0] * 3), sample, node=1, waste_weight=0.01, default=-0.5)
     assert not cal2["kept_default"] and cal2["threshold"] < -0.5  # here submitting earlier pays
