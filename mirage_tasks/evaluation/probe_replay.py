@@ -26,7 +26,10 @@ by). Methods:
 Per scored month: each method's mean interruption, wasted node-hours and objective (interruption +
 waste weight x wasted node-hours), the paired difference of the objective to ``avg-cal`` with a
 paired bootstrap 95 % interval (and the same against the plain ``avg``), the share of the oracle's gain, and the trade-off curve (mean
-interruption against wasted node-hours over the method's threshold).
+interruption against wasted node-hours over the method's threshold). Protocol v2's measures beside
+them: the difference to ``reactive`` with its interval and verdict, each difference's bootstrap
+two-sided p-value (for :func:`holm` over a family of cells), the oracle share's interval and the
+interrupted share (over a minute late) with its Clopper-Pearson interval.
 
 Outputs under ``--out``: ``evaluation.json`` (parameters, calibrations, rows), ``rows.parquet``,
 ``curves.parquet``, ``per_sample.parquet`` (each method's outcome per sample), then
@@ -182,6 +185,53 @@ def _ci(x: np.ndarray, idx: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _p_two_sided(x: np.ndarray, idx: np.ndarray) -> float:
+    """Bootstrap two-sided p-value of a mean difference being 0 (protocol v2): ``2 min(P*(mean >=
+    0), P*(mean <= 0))`` over the resamples, at least ``1 / (resamples + 1)``, at most 1."""
+    b = x[idx].mean(axis=1)
+    p = 2 * min(float((b >= 0).mean()), float((b <= 0).mean()))
+    return float(min(1.0, max(p, 1.0 / (len(b) + 1))))
+
+
+def _share_ci(jm: np.ndarray, jr: np.ndarray, jo: np.ndarray, idx: np.ndarray) -> tuple[float | None, float | None]:
+    """The bootstrap interval of the oracle's share ``(J_reactive - J) / (J_reactive - J_oracle)``
+    (resamples where the oracle gains nothing are left out; none left: no interval)."""
+    r, m, o = jr[idx].mean(axis=1), jm[idx].mean(axis=1), jo[idx].mean(axis=1)
+    ok = (r - o) > 1e-9
+    if ok.sum() < 0.9 * len(r):
+        return None, None
+    share = (r[ok] - m[ok]) / (r[ok] - o[ok])
+    lo, hi = np.percentile(share, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+INTERRUPTED_H = 1 / 60  # a successor starting over a minute after its predecessor's end interrupts the service
+
+
+def interrupted_share(signed: np.ndarray) -> dict[str, float]:
+    """The share of samples interrupted (more than :data:`INTERRUPTED_H`) with its Clopper-Pearson
+    95 % interval (scipy's exact binomial interval)."""
+    from scipy.stats import binomtest
+
+    k, n = int((np.asarray(signed) > INTERRUPTED_H).sum()), int(len(signed))
+    if n == 0:
+        return {"interrupted_share": float("nan"), "interrupted_lo": float("nan"), "interrupted_hi": float("nan")}
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return {"interrupted_share": k / n, "interrupted_lo": float(ci.low), "interrupted_hi": float(ci.high)}
+
+
+def holm(pvalues: list[float | None], alpha: float = 0.05) -> list[bool | None]:
+    """Holm's step-down over one family: which hypotheses are rejected at family-wise ``alpha``
+    (None where a p-value is missing; missing ones are not counted in the family)."""
+    have = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[bool | None] = [None] * len(pvalues)
+    m, going = len(have), True
+    for k, (p, i) in enumerate(have):
+        going = going and p <= alpha / (m - k)
+        out[i] = going
+    return out
+
+
 def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, seed: int, month: str) -> list[dict]:
     j = {m: per_sample_objective(s, node, w) for m, s in outs.items()}
     n = len(next(iter(outs.values())))
@@ -194,6 +244,9 @@ def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, se
         lo, hi = _ci(d, idx) if idx is not None else (None, None)
         d2 = j[m] - j[SECOND]  # the same against the reference's own rule, uncalibrated
         lo2, hi2 = _ci(d2, idx) if idx is not None else (None, None)
+        d3 = j[m] - j["reactive"]  # protocol v2: against doing nothing (submit at the end)
+        lo3, hi3 = _ci(d3, idx) if idx is not None else (None, None)
+        slo, shi = _share_ci(j[m], j["reactive"], j["oracle"], idx) if idx is not None else (None, None)
         gain = jr - jo
         rows.append({
             "month": month, "node": node, "method": m, "n": int(n),
@@ -205,6 +258,12 @@ def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, se
             "verdict": verdict(lo, hi) if m != REFERENCE else "reference",
             "diff_vs_avg": float(d2.mean()), "diff_avg_ci_lo": lo2, "diff_avg_ci_hi": hi2,
             "verdict_vs_avg": verdict(lo2, hi2) if m != SECOND else "reference",
+            "diff_vs_reactive": float(d3.mean()), "diff_reactive_ci_lo": lo3, "diff_reactive_ci_hi": hi3,
+            "verdict_vs_reactive": verdict(lo3, hi3) if m != "reactive" else "reference",
+            "p_vs_avg_cal": _p_two_sided(d, idx) if idx is not None and m != REFERENCE else None,
+            "p_vs_reactive": _p_two_sided(d3, idx) if idx is not None and m != "reactive" else None,
+            "oracle_share_ci_lo": slo, "oracle_share_ci_hi": shi,
+            **interrupted_share(s),
         })
     return rows
 

@@ -89,3 +89,35 @@ def test_verdict_needs_the_interval_to_exclude_zero():
     assert ev.verdict(None, None) == "no interval"
 
 
+
+
+def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
+    # m = 4: 0.001 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2 stops: 0.03 and 0.04 are kept
+    assert ev.holm([0.04, 0.01, 0.001, 0.03]) == [False, True, True, False]
+    assert ev.holm([0.04, 0.01, 0.001, 0.02]) == [True, True, True, True]  # 0.02 <= 0.025, 0.04 <= 0.05
+    assert ev.holm([0.02, None, 0.04]) == [True, None, True]  # m = 2: 0.02 <= 0.025, then 0.04 <= 0.05
+    assert ev.holm([0.2, 0.01]) == [False, True]
+    assert ev.holm([]) == []
+
+
+def test_v2_rows_judge_every_rule_against_reactive_too():
+    """A rule better than avg-cal can still be worse than doing nothing: the v2 columns say so."""
+    rng = np.random.default_rng(0)
+    n = 200
+    reactive = np.where(rng.random(n) < 0.3, 0.0, np.abs(rng.normal(0.5, 0.2, n)))  # often a little late
+    outs = {"reactive": reactive,
+            "avg": reactive - 3.0,  # 3 h early every time: no gap, 8 x 3 node-hours wasted
+            "avg-cal": reactive - 2.0,
+            "rule": reactive - 1.5,  # better than avg-cal (less waste), worse than reactive
+            "oracle": np.zeros(n), "oracle-wait": np.zeros(n)}
+    rows = {r["method"]: r for r in ev.month_rows(outs, node=8, w=0.1, n_boot=2000, seed=0, month="2023-01")}
+    rule = rows["rule"]
+    assert rule["verdict"] == "better" and rule["verdict_vs_reactive"] == "worse"
+    assert rule["p_vs_reactive"] < 0.001 and rule["p_vs_avg_cal"] < 0.001
+    assert rule["oracle_share_ci_hi"] < 0 < rows["oracle"]["oracle_share_ci_lo"] + 1  # worse than reactive: negative share
+    assert rows["reactive"]["verdict_vs_reactive"] == "reference" and rows["reactive"]["p_vs_reactive"] is None
+    # the interrupted share with its exact interval: reactive is late over a minute in most samples
+    late = float((reactive > 1 / 60).mean())
+    assert rows["reactive"]["interrupted_share"] == pytest.approx(late)
+    assert rows["reactive"]["interrupted_lo"] < late < rows["reactive"]["interrupted_hi"]
+    assert rows["rule"]["interrupted_share"] == 0.0 and rows["rule"]["interrupted_lo"] == 0.0
