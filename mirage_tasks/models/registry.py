@@ -27,7 +27,7 @@ stays importable by the plan, the DAG files and the step parsers without numpy o
 
 Everything else derives from :data:`FAMILIES`: the ``train --model`` choices, the loader's
 weights names and dispatch, the presets' kinds, the search spaces, the plan's model lists
-and the DAG's model enum (tested against :data:`KINDS`). The README's "Adding a model"
+and the DAG's model enum (tested against :data:`KINDS`). "Adding a model" (docs/mirage-steps.md)
 shows a new family: its own file, its row here, its test.
 """
 

@@ -1,6 +1,7 @@
 """The trigger forms of the Mirage DAGs can be submitted as documented: every param's schema
 accepts its default (what the form shows), the form's JSON (empty fields as null) and every
-example configuration in the README and the Makefile (``ParamsDict.validate()``)."""
+example configuration in docs/dags.md (the DAGs' page; README.md too, should it show one) and the
+Makefile (``ParamsDict.validate()``)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ def _validate(dag, conf: dict) -> dict:
     return params.validate()
 
 
-def readme_examples() -> list[tuple[str, dict]]:
-    """``<!-- conf: DAG_ID -->`` followed by a fenced json block, in README.md."""
-    text = (REPO / "README.md").read_text()
+def docs_examples() -> list[tuple[str, dict]]:
+    """``<!-- conf: DAG_ID -->`` followed by a fenced json block, in README.md or docs/dags.md."""
+    text = "\n".join((REPO / name).read_text() for name in ("README.md", "docs/dags.md"))
     found = re.findall(r"<!-- conf: (\w+) -->\s*```json\n(.*?)```", text, flags=re.S)
     return [(dag_id, json.loads(body)) for dag_id, body in found]
 
@@ -75,9 +76,9 @@ def test_trace_is_not_required_in_the_form(dags):
         assert "null" in schema["type"] and dag.params.get_param("trace").value is None
 
 
-def test_readme_and_makefile_examples_validate(dags):
-    examples = readme_examples() + makefile_examples()
-    assert {d for d, _ in readme_examples()} == set(DAG_IDS), "README: one example per Mirage DAG at least"
+def test_docs_and_makefile_examples_validate(dags):
+    examples = docs_examples() + makefile_examples()
+    assert {d for d, _ in docs_examples()} == set(DAG_IDS), "docs/dags.md: one example per Mirage DAG at least"
     for dag_id, conf in examples:
         _validate(dags[dag_id], conf)
 

@@ -1,4 +1,4 @@
-"""A model family added without editing any other file: the README's "Adding a model".
+"""A model family added without editing any other file: "Adding a model" in docs/mirage-steps.md.
 
 This file plays the family's own module and its test at once: ``ridge`` (closed-form ridge
 regression on the trees' summary table, numpy only) declares its fit, load, presets, search

@@ -7,7 +7,7 @@ headless Chromium, the runs read back through the REST API.
 * The Backfill form: Airflow 3.3.2's UI sends the typed params only when "Override parameters
   on existing runs" is ticked (``dag_run_conf: null`` otherwise, so every run gets the
   defaults: the trace typed in the form is silently dropped). With the box ticked, the runs
-  carry the typed trace. README ("Backfills, pausing and the trigger form") tells users so.
+  carry the typed trace. docs/dags.md ("Backfills, pausing and the trigger form") tells users so.
 
 * ``mirage_evaluation``'s trigger form (a log described field by field) shows every param with
   its description; ``trials`` and ``timeout_s`` typed in the form reach the run's conf, beside
