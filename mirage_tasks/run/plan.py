@@ -37,7 +37,10 @@ the keys are built by :mod:`mirage_tasks.data.keys`):
 * ``<root>/mirage_pipeline/<logical date>-<key>/``: datasets, models, validation, metrics
   and report of one configuration (params, windows, trace) (:func:`run_key`): a second run
   with the same params reuses it and every step skips; a run with other params (a manual
-  run beside a backfill of the same date) never writes beside it.
+  run beside a backfill of the same date) never writes beside it. A param added to
+  :class:`~mirage_tasks.run.runconf.MirageRun` later enters the key only when a run sets it
+  off its default, so adding one keeps every stored prefix
+  (:meth:`~mirage_tasks.run.runconf.MirageRun.key_params`).
 """
 
 from __future__ import annotations
@@ -284,7 +287,10 @@ def chunks(items: list[Any], n: int) -> list[list[Any]]:
 def run_key(run: MirageRun, logical_date: datetime | None, trace: dict[str, Any]) -> str:
     """``<logical date>-<hash>``: the run prefix under ``<root>/mirage_pipeline`` of one
     configuration (its resolved params, not the size that picked them, with the windows
-    they resolve to, and the trace's identity)."""
+    they resolve to, and the trace's identity). The params are
+    :meth:`~mirage_tasks.run.runconf.MirageRun.key_params`: the fields of the key baseline
+    always, a field declared after it only off its default (a new param orphans no stored
+    run); tests/mirage/test_run_keys.py pins the keys."""
     w = windows(run, logical_date)
     date = (datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
             if logical_date is not None else "manual")

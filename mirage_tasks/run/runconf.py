@@ -15,6 +15,21 @@ validation month, every model). Three things are derived from it:
   shows empty (null) in the pipeline's form; left empty it takes the size's value, set it
   and it wins.
 
+Run keys. A run's own outputs live under a prefix keyed by a hash of
+:meth:`MirageRun.key_params` (:func:`mirage_tasks.run.plan.run_key`), so the key must not move
+when nothing a run computes has changed. The fields of :data:`KEY_BASELINE` (every field but
+``size`` when this rule was introduced) hash as they always did, at their default or not;
+a field declared after them enters the key only when its value is not its declared default,
+so adding a param (at a default that changes nothing) keeps every stored run's prefix.
+
+Numbers in storage keys, the one place this is written down: the keys hash JSON, where ``4``
+and ``4.0`` differ, and both spellings are history that committed outputs depend on. A run
+key hashes a whole number as an int (``4``: what the form has always sent), so
+:func:`_number` types a whole value of a ``number`` field (``interval_hours`` ...) as an int
+even though the field is annotated ``float``; a sample family key
+(:func:`mirage_tasks.data.keys.sample_family`) hashes the same params as floats (``4.0``: what
+the sample step has always written). Changing either spelling would orphan stored outputs.
+
 Stdlib only at import (the DAG files import it at parse time): the model registry and the
 probe spacings it names are stdlib-only modules too.
 """
@@ -226,19 +241,20 @@ class MirageRun:
         trace (:data:`SYNTHETIC`, demo's) do not apply (else every month of a backfill would
         validate the same days). A ``ValueError`` names the param of a bad value, and unknown
         params are refused."""
-        unknown = sorted(set(params) - set(FIELDS))
+        specs = field_specs(cls)
+        unknown = sorted(set(params) - set(specs))
         if unknown:
-            raise ValueError(f"unknown param(s) {', '.join(unknown)}; known: {', '.join(FIELDS)}")
+            raise ValueError(f"unknown param(s) {', '.join(unknown)}; known: {', '.join(specs)}")
         size = "scheduled" if scheduled else (params.get("size") or "paper")
         if not isinstance(size, str) or size not in SIZES:
             raise ValueError(f"param size: {size!r} is not one of {', '.join(SIZE_NAMES)}")
         given = {k: v for k, v in params.items() if k != "size" and not _empty(v)}
-        values = {**DEFAULTS, **SIZES[size]}
+        values = {**declared_defaults(cls), **SIZES[size]}
         if _empty(given.get("trace")) and not backfill:
             values.update(SYNTHETIC.get(size, {}))
         values.update(given)
         values["size"] = size
-        run = cls(**{name: _check(name, value) for name, value in values.items()})
+        run = cls(**{name: _check(name, value, specs[name]) for name, value in values.items()})
         run._check_models()
         return run
 
@@ -255,18 +271,56 @@ class MirageRun:
         return {f.name: json.loads(json.dumps(getattr(self, f.name))) for f in dataclasses.fields(self)}
 
     def key_params(self) -> dict[str, Any]:
-        """What a run's outputs depend on: every field but ``size``, which only picks values
-        (a paper run and a conf spelling out the same values share their outputs)."""
-        out = self.as_dict()
-        del out["size"]
-        return out
+        """What a run's outputs depend on, as :func:`mirage_tasks.run.plan.run_key` hashes it
+        (JSON values, as :meth:`as_dict`). Never ``size``, which only picks values (a paper run
+        and a conf spelling out the same values share their outputs). Every field of
+        :data:`KEY_BASELINE` (the fields that existed when this rule came in), at its default or
+        not, exactly as keys have always hashed it, so no stored run's key changes. A field
+        declared later only when its value differs from its declared default: adding a field
+        (at a default that computes what runs computed before) leaves every key as it was, and
+        only a run that sets it (or a size that sets it: :data:`SIZES`) gets a key of its own.
+        (A baseline field can never be dropped at its default: that would move every key.)"""
+        declared = declared_defaults(type(self))
+        return {name: value for name, value in self.as_dict().items()
+                if name != "size" and (name in KEY_BASELINE or value != declared[name])}
 
     def replace(self, **changes: Any) -> MirageRun:
-        return dataclasses.replace(self, **{k: _check(k, v) for k, v in changes.items()})
+        specs = field_specs(type(self))
+        return dataclasses.replace(self, **{k: _check(k, v, specs[k]) for k, v in changes.items()})
 
 
-FIELDS: dict[str, Spec] = {f.name: f.metadata["spec"] for f in dataclasses.fields(MirageRun)}
+def field_specs(cls: type) -> dict[str, Spec]:
+    """``{field: Spec}`` of a run class (:data:`FIELDS` for :class:`MirageRun`); what
+    :meth:`MirageRun.from_params` checks against, so a subclass declaring one more field (the
+    tests of a field added after :data:`KEY_BASELINE`) reads and checks it like any other."""
+    return {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
+
+
+def declared_defaults(cls: type) -> dict[str, Any]:
+    """``{field: declared default}`` of a run class (JSON values, as :meth:`MirageRun.as_dict`):
+    what :meth:`MirageRun.key_params` compares a field outside :data:`KEY_BASELINE` with. Read
+    from the class itself, so a subclass that declares one more field (tests) has its own."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        out[f.name] = json.loads(json.dumps(value))
+    return out
+
+
+FIELDS: dict[str, Spec] = field_specs(MirageRun)
 DEFAULTS: dict[str, Any] = {k: v for k, v in MirageRun().as_dict().items() if k != "size"}
+
+#: The key baseline: the fields of :class:`MirageRun` (every one but ``size``) when a field at
+#: its default stopped entering the run key (issue 30). Every run key stored before then
+#: hashed all of these, default or not, so :meth:`MirageRun.key_params` keeps hashing them that
+#: way (the keys of every existing configuration stay byte-identical; tests/mirage/test_run_keys.py
+#: pins them). A field declared after these enters the key only when it is not at its declared
+#: default. A frozen literal on purpose: never add a name here (every key would move), never
+#: derive it from the class.
+KEY_BASELINE: tuple[str, ...] = (
+    "trace", "window_from", "window_to", "trace_timezone", "synth_profile", "cluster_config", "train_start",
+    "train_count", "val_start", "val_count", "interval_hours", "warmup_days", "workload_days", "probes",
+    "probe_spacing", "node_sizes", "shards", "models", "preset", "train_params", "device", "policy_eval", "seed")
 
 #: What each size changes in the defaults (the paper's configuration).
 SIZES: dict[str, dict[str, Any]] = {
@@ -317,7 +371,8 @@ def _integer(name: str, value: Any) -> int:
 
 
 def _number(name: str, value: Any) -> int | float:
-    """A finite number; a whole one as an int (4, not 4.0: the storage keys hash the JSON)."""
+    """A finite number; a whole one as an int (4, not 4.0), as run keys have always hashed it
+    (see "Numbers in storage keys" in this module's docstring)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _bad(name, value, "must be a number")
     return int(value) if float(value).is_integer() else float(value)
@@ -334,9 +389,9 @@ def _range(name: str, value: Any, schema: Mapping[str, Any]) -> None:
         raise ValueError(f"param {name}: unknown {value!r}; choose from {', '.join(map(str, schema['enum']))}")
 
 
-def _check(name: str, value: Any) -> Any:
-    """``value`` of field ``name`` checked against its spec and typed."""
-    spec = FIELDS[name]
+def _check(name: str, value: Any, spec: Spec | None = None) -> Any:
+    """``value`` of field ``name`` checked against its spec (default: its :data:`FIELDS` entry) and typed."""
+    spec = spec or FIELDS[name]
     if _empty(value):
         if spec.nullable:
             return None
