@@ -38,8 +38,6 @@ import argparse
 import json
 import os
 import resource
-import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -47,6 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+
+from steprun import run_logged  # bench/ is the script's own folder: first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 MONTHS = ("2023-01", "2023-02", "2023-03")
@@ -64,19 +64,8 @@ SLOTS = threading.Semaphore(2)
 
 
 def run(argv: list[str], log: Path) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "mirage_tasks", *argv]
-    with SLOTS:
-        t = time.monotonic()
-        with open(log, "a") as fh:
-            fh.write("$ " + shlex.join(cmd) + "\n")
-            fh.flush()
-            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
-    tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-    print(f"[{time.strftime('%H:%M:%S')}] {argv[0]} {' '.join(a for a in argv[1:] if not a.startswith('-'))[:90]} "
-          f"rc={rc} {time.monotonic() - t:.0f}s :: {tail[0][:140] if tail else ''}", flush=True)
-    if rc != 0:
-        raise SystemExit(f"step failed (rc {rc}): {shlex.join(cmd)}; log {log}")
+    label = f"{argv[0]} {' '.join(a for a in argv[1:] if not a.startswith('-'))[:90]}"
+    run_logged([sys.executable, "-m", "mirage_tasks", *argv], log, ROOT, label, SLOTS)
 
 
 def main() -> int:

@@ -13,8 +13,7 @@ from typing import Any
 import pandas as pd
 
 from mirage_tasks.models.thresholds import LOAD_BETAS
-
-BASELINES = ("reactive", "avg")
+from mirage_tasks.sim.probes import BASELINES
 
 
 def _load(path: Path) -> Any:

@@ -35,8 +35,6 @@ import argparse
 import json
 import os
 import resource
-import shlex
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +42,7 @@ from pathlib import Path
 
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
+from steprun import run_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)
@@ -60,18 +59,7 @@ def shipped(traces: str) -> dict[str, LogSpec]:
 
 
 def run(argv: list[str], log: Path) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, *evalplan.command(argv)]
-    t = time.monotonic()
-    with open(log, "a") as fh:
-        fh.write("$ " + shlex.join(cmd) + "\n")
-        fh.flush()
-        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
-    tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-    print(f"[{time.strftime('%H:%M:%S')}] {argv[0]} {log.name} rc={rc} {time.monotonic() - t:.0f}s :: "
-          f"{tail[0][:150] if tail else ''}", flush=True)
-    if rc != 0:
-        raise SystemExit(f"step failed (rc {rc}): {shlex.join(cmd)}; log {log}")
+    run_logged([sys.executable, *evalplan.command(argv)], log, ROOT, f"{argv[0]} {log.name}")
 
 
 def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -> None:

@@ -20,6 +20,7 @@ from conftest import DAGS, REPO
 
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.server import KubeAPIServer
+from mirage_tasks.sim.probes import BASELINES
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("airflow_db")]
 
@@ -38,7 +39,6 @@ TINY_RUN = {
     "train_params": {"xgboost": ["n_estimators=10"], "random_forest": ["n_estimators=5"]},
 }
 MODELS = ("xgboost", "random_forest")
-BASELINES = ("reactive", "avg")
 
 
 def mirage_dag():
