@@ -436,7 +436,7 @@ def main(argv=None) -> int:
     res = {"command": "python bench/faasm_local.py" + (" --smoke" if smoke else ""),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "load_before": loadavg(), "systems": {},
-           "wasmtime": runtimes._wasmtime_version(), "sgd": {**cfg["sgd"]}, "inference": cfg["inference"],
+           "wasmtime": runtimes.wasmtime_version(), "sgd": {**cfg["sgd"]}, "inference": cfg["inference"],
            "repeats": cfg["repeats"]}
     runc = runtimes.runc_binary()
     res["runc"] = (subprocess.run([runc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
