@@ -1,5 +1,6 @@
-"""What the runtimes share: the build paths and artefacts, a call's resolution to a module
-and index (:class:`Call`), :class:`CallFailed`, and a chained call's message."""
+"""What the runtimes share: the systems, the builds (paths, :func:`artefact`,
+:func:`build_problems`), a call (:class:`Call`; :func:`resolve` maps a message to its module
+and index), :class:`CallFailed`, and a chained call's message (:func:`chain_msg`)."""
 
 from __future__ import annotations
 
