@@ -733,7 +733,7 @@ def main(argv=None) -> int:
            "label": args.label or ("quiet" if float(load0.split()[0]) < 1.5 else "busy"),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "load_before": load0, "config": cfg,
-           "wasmtime": runtimes._wasmtime_version()}
+           "wasmtime": runtimes.wasmtime_version()}
     runc = runtimes.runc_binary()
     res["runc"] = (subprocess.run([runc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
                    .replace("runc version ", "") if runc else "absent")

@@ -128,9 +128,10 @@ def test_missing_or_corrupt_builds_are_named(tmp_path, monkeypatch):
 
 def test_local_deploy_without_built_functions_names_make_functions(tmp_path, monkeypatch):
     from faasm_tasks import runtimes
+    from faasm_tasks.runtimes import common
     from faasm_tasks.targets.local import LocalTarget
 
-    monkeypatch.setattr(runtimes, "BUILD_DIR", str(tmp_path / "nothing"))
+    monkeypatch.setattr(common, "BUILD_DIR", str(tmp_path / "nothing"))
     monkeypatch.setattr(runtimes.build_problems, "__defaults__", (str(tmp_path / "nothing"),))
     plan = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
     with pytest.raises(StepError, match=r"functions are not built: .*sgd.wasm missing.*run `make functions`"):
