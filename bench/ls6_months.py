@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from steprun import run_logged  # bench/ is the script's own folder: first on sys.path
+from _steprun import run_logged  # bench/ is the script's own folder: first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 MONTHS = ("2023-01", "2023-02", "2023-03")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
-from steprun import run_logged
+from _steprun import run_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)

@@ -79,8 +79,8 @@ def main() -> int:
     rep = replay_months(wl, cfg, a, b, 7 * 86400, tz)
     replay_s = time.process_time() - t
     load = os.getloadavg()
-    rec = {"log": spec.name, "months": list(months), "jobs": int(len(fr)), "sweep_cpu_s": round(sweep_s, 1),
-           "sweep_ms_per_job": round(1000 * sweep_s / max(1, len(fr)), 3), "replay_cpu_s": round(replay_s, 1),
+    rec = {"log": spec.name, "months": list(months), "jobs": int(len(fr)), "sweep_cpu_s": round(sweep_s, 3),
+           "sweep_ms_per_job": round(1000 * sweep_s / max(1, len(fr)), 3), "replay_cpu_s": round(replay_s, 3),
            "replay_jobs": int(len(rep)), "ratio_sweep_over_replay": round(sweep_s / replay_s, 2) if replay_s else None,
            "mean_pending_at_submission": round(float(fr["pending_jobs"].mean()), 1),
            "loadavg": [round(x, 2) for x in load], "cpus": os.cpu_count(), "smoke": args.smoke,

@@ -20,7 +20,8 @@ import pytest
 from conftest import REPO, TRACES, shared_trace_path
 
 #: ``*_doc.py`` are the page writers their bench imports (ls6_months_doc, mirage_eval_doc), not commands.
-BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py") if not p.name.endswith("_doc.py"))
+BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py")  # page writers and helpers are not commands
+                 if not p.name.endswith("_doc.py") and not p.name.startswith("_"))
 
 
 def _run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
