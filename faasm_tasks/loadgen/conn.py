@@ -308,6 +308,193 @@ def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | Non
     return pos + length, status, not close
 
 
+class _Conn:
+    """One keep-alive connection of an :class:`OpenLoop`: its socket and state, the slot it
+    serves and when its request went out, the reply read so far, the request bytes a short
+    send left. What its loop's connections share (poller, idle list, counters) is the loop's,
+    ``lp``."""
+
+    __slots__ = ("lp", "sock", "fd", "state", "sched", "sent_at", "deadline", "retry_at", "buf", "outbuf")
+
+    def __init__(self, lp: OpenLoop):
+        self.lp = lp
+        self.sock: socket.socket | None = None
+        self.fd = -1
+        self.state = _DOWN
+        self.sched = 0.0  # BUSY: the scheduled time of the slot being served (latency counts from it)
+        self.sent_at = 0.0  # BUSY: when its request was sent (the timeout counts from there)
+        self.deadline = 0.0  # CONNECTING: the connect deadline
+        self.retry_at = 0.0  # DOWN: reconnect from then on
+        self.buf = b""  # BUSY: the reply so far
+        self.outbuf = b""  # BUSY: what a short send left of the request
+
+    # -- the connection
+    def connect(self, now: float) -> None:
+        lp = self.lp
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = s.connect_ex((lp.host, lp.port))
+        self.sock, self.fd = s, s.fileno()
+        lp.by_fd[self.fd] = self
+        if err == 0:
+            self.state = _IDLE
+            lp.poller.register(self.fd, _IN)
+            lp.idle.append(self)
+        elif err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            self.state, self.deadline = _CONNECTING, now + lp.timeout
+            lp.poller.register(self.fd, _OUT | _IN)
+        else:
+            self.connect_failed(now)
+
+    def connect_done(self, ev: int) -> None:
+        """The poller's event on a connect in progress: established (idle) or failed."""
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err or ev & _ERR and not ev & _OUT:
+            self.connect_failed(time.monotonic())
+        else:
+            self.state = _IDLE
+            self.lp.poller.modify(self.fd, _IN)
+            self.lp.idle.append(self)
+
+    def connect_failed(self, now: float) -> None:
+        lp = self.lp
+        self.close()
+        self.retry_at = now + min(0.05, lp.timeout)
+        if lp.record_from <= now < lp.end:
+            lp.errors["connect"] += 1
+
+    def close(self) -> None:
+        s = self.sock
+        if s is not None:
+            self.lp.by_fd.pop(self.fd, None)
+            self.lp.poller.unregister(self.fd)
+            s.close()
+        self.sock, self.fd, self.state, self.buf, self.outbuf = None, -1, _DOWN, b"", b""
+
+    def fail(self, kind: str) -> None:
+        """The request in flight is lost: counted as ``kind`` (a measured slot's), and the connection closed."""
+        if self.sched >= self.lp.record_from:
+            self.lp.errors[kind] += 1
+        self.close()
+
+    def check(self, now: float) -> None:
+        """Housekeeping: a request past its timeout, a connect past its deadline, a reconnect due."""
+        lp = self.lp
+        st = self.state
+        if st == _BUSY and now - self.sent_at > lp.timeout:
+            self.fail("timeout")
+            self.retry_at = now
+        elif st == _CONNECTING and now > self.deadline:
+            self.connect_failed(now)
+        if self.state == _DOWN and now >= self.retry_at and now < lp.end:
+            self.connect(now)
+
+    # -- a request
+    def send(self, req: bytes, s0: float, now: float) -> bool:
+        """Send slot ``s0``'s request (BUSY from now on). False: the server had dropped this idle
+        connection (now closed, to reconnect); the slot was not taken."""
+        try:
+            k = self.sock.send(req)
+        except BlockingIOError:
+            k = 0
+        except OSError:
+            self.close()
+            return False
+        self.state, self.sched, self.sent_at = _BUSY, s0, now
+        if k < len(req):
+            self.outbuf = req[k:]
+            self.lp.poller.modify(self.fd, _IN | _OUT)
+        return True
+
+    def on_event(self, ev: int) -> None:
+        """One poller event: a connect concluded, room to send the rest, or bytes (or the end) to read."""
+        if self.state == _CONNECTING:
+            self.connect_done(ev)
+            return
+        if ev & _OUT and self.outbuf and not self.flush():
+            return
+        if ev & (_IN | _ERR):
+            self.read()
+
+    def flush(self) -> bool:
+        """Send more of what a short send left; False: the connection failed (closed)."""
+        try:
+            k = self.sock.send(self.outbuf)
+            self.outbuf = self.outbuf[k:]
+            if not self.outbuf:
+                self.lp.poller.modify(self.fd, _IN)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.fail("read")
+            return False
+        return True
+
+    def read(self) -> None:
+        """Read what arrived; a complete reply concludes the request in flight."""
+        try:
+            data = self.sock.recv(262144)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = None
+        t = time.monotonic()
+        lp = self.lp
+        if self.state != _BUSY:  # idle: the server closed it (or sent junk); reconnect quietly
+            if not data:
+                lp.idle.remove(self)
+                self.close()
+                self.retry_at = t
+            return
+        if data == lp.last_resp and not self.buf:  # the last keep-alive 200's very bytes: no parsing
+            self.completed(200, True, t)
+            return
+        eof = not data
+        buf = self.buf + data if data else self.buf
+        try:
+            r = parse_response(buf, eof)
+        except BadReply:
+            self.fail("read")
+            self.retry_at = t
+            return
+        if r is None:
+            if eof:
+                self.fail("read")
+                self.retry_at = t
+            else:
+                self.buf = buf
+            return
+        self.buf = b""
+        consumed, status, keep = r
+        keep = keep and not eof
+        if consumed == len(buf) and status == 200 and keep:
+            lp.last_resp = buf
+        self.completed(status, keep, t)
+
+    def completed(self, status: int, keep: bool, now: float) -> None:
+        """The reply to the request in flight: counted (a measured slot's), latency from its slot's
+        scheduled time; then idle again, or reconnected where the server closes."""
+        lp = self.lp
+        s0 = self.sched
+        if s0 >= lp.record_from:
+            lp.all += 1
+            if 200 <= status < 300:
+                lp.ok += 1
+                lp.lat_us.append(int((now - s0) * 1e6))
+            else:
+                lp.errors["non2xx"] += 1
+            if now > lp.last_done:
+                lp.last_done = now
+        if keep:
+            self.state = _IDLE
+            lp.idle.append(self)
+        else:  # the server closes after each reply: open the next connection right away
+            self.close()
+            if now < lp.end:
+                self.connect(now)
+
+
 class OpenLoop:
     """One process's share of an open-loop run on non-blocking sockets.
 
@@ -315,11 +502,13 @@ class OpenLoop:
     ``j % processes``. Each pass of the loop releases every slot that is due, sends each on
     an idle keep-alive connection (pre-built request bytes, one ``send`` each), then
     polls for replies until the next slot is due. A slot waiting for a free connection
-    waits in a queue; its latency still counts from its scheduled time."""
+    waits in a queue; its latency still counts from its scheduled time. Each connection is
+    a :class:`_Conn`; this loop holds what they share and the counters."""
 
     def __init__(self, spec: LoadSpec, index: int, t0: float, n_conns: int, watch_parent: bool = False):
         self.spec, self.index, self.t0, self.n = spec, index, t0, n_conns
         self.host, self.port, self.req = request_bytes(spec)
+        self.timeout = spec.timeout_s
         self.hist, self.lag = new_hist(), new_hist()
         # raw values in us (8 bytes each), added to the histograms after the run (cheaper in the loop)
         self.lat_us = array("q")
@@ -337,89 +526,25 @@ class OpenLoop:
         self.scheduled = count_mod(self.first, self.total, p, index)
         self.last_done = 0.0
         self.parent = os.getppid() if watch_parent else None  # a child exits when its parent is gone
+        # shared by the connections while it runs
+        self.poller: _Poller | None = None
+        self.by_fd: dict[int, _Conn] = {}
+        self.idle: list[_Conn] = []  # connected, nothing in flight
+        self.pending: deque[float] = deque()  # released slots (their scheduled times) waiting for an idle connection
+        self.starved_upto = -1.0  # every queued slot up to this one found no idle connection
+        self.last_resp = b""  # the last complete keep-alive 200: identical bytes need no parsing
 
     def run(self) -> None:
-        spec, n, req, mono = self.spec, self.n, self.req, time.monotonic
-        hist_rec, lag_rec = self.lat_us.append, self.lag_us.append
-        last_resp = [b""]  # the last complete keep-alive response: identical bytes need no parsing
-        errors, record_from, end, timeout = self.errors, self.record_from, self.end, spec.timeout_s
-        poller = _Poller()
-        socks: list[socket.socket | None] = [None] * n
-        state = [_DOWN] * n
-        sched = [0.0] * n  # BUSY: the slot being served; CONNECTING: the connect deadline
-        sent_at = [0.0] * n  # BUSY: when its request was sent (the timeout counts from there)
-        bufs = [b""] * n
-        outbuf = [b""] * n
-        retry_at = [0.0] * n
-        fd2c: dict[int, int] = {}
-        idle: list[int] = []
-        pending: deque[float] = deque()
-        starved_upto = -1.0  # every queued slot up to this one found no idle connection
-        rate, t0, stride, total = spec.rate, self.t0, spec.processes, self.total
+        mono, pending, by_fd = time.monotonic, self.pending, self.by_fd
+        rate, t0, stride, total, end = self.spec.rate, self.t0, self.spec.processes, self.total, self.end
+        poller = self.poller = _Poller()
+        conns = [_Conn(self) for _ in range(self.n)]
         j = self.index  # this process's next slot
-        next_sched = t0 + j / rate if j < total else float("inf")
-
-        def close(c: int) -> None:
-            s = socks[c]
-            if s is not None:
-                fd2c.pop(s.fileno(), None)
-                poller.unregister(s.fileno())
-                s.close()
-            socks[c], state[c], bufs[c], outbuf[c] = None, _DOWN, b"", b""
-
-        def connect(c: int, now: float) -> None:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setblocking(False)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            err = s.connect_ex((self.host, self.port))
-            socks[c] = s
-            fd2c[s.fileno()] = c
-            if err == 0:
-                state[c] = _IDLE
-                poller.register(s.fileno(), _IN)
-                idle.append(c)
-            elif err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
-                state[c], sched[c] = _CONNECTING, now + timeout
-                poller.register(s.fileno(), _OUT | _IN)
-            else:
-                connect_failed(c, now)
-
-        def connect_failed(c: int, now: float) -> None:
-            close(c)
-            retry_at[c] = now + min(0.05, timeout)
-            if record_from <= now < end:
-                errors["connect"] += 1
-
-        def fail(c: int, kind: str) -> None:  # a request in flight on c is lost
-            if sched[c] >= record_from:
-                errors[kind] += 1
-            close(c)
-
-        def completed(c: int, status: int, keep: bool, now: float) -> None:
-            s0 = sched[c]
-            if s0 >= record_from:
-                self.all += 1
-                if 200 <= status < 300:
-                    self.ok += 1
-                    hist_rec(int((now - s0) * 1e6))
-                else:
-                    errors["non2xx"] += 1
-                if now > self.last_done:
-                    self.last_done = now
-            if keep:
-                state[c] = _IDLE
-                idle.append(c)
-            else:  # the server closes after each reply: open the next connection right away
-                close(c)
-                if now < end:
-                    connect(c, now)
-
-        # open every connection before the first slot
+        next_sched = t0 + j / rate if j < total else math.inf
         now = mono()
-        for c in range(n):
-            connect(c, now)
-        next_scan = 0.0
-        hard_stop = end + timeout + 1.0
+        for c in conns:  # open every connection before the first slot
+            c.connect(now)
+        next_scan, hard_stop = 0.0, end + self.timeout + 1.0
         while True:
             now = mono()
             # 1. release every slot that is due; past the window, drop queued slots that are
@@ -427,126 +552,59 @@ class OpenLoop:
             while next_sched <= now:
                 pending.append(next_sched)
                 j += stride
-                next_sched = t0 + j / rate if j < total else float("inf")
+                next_sched = t0 + j / rate if j < total else math.inf
             if now >= end:
                 while pending and now - pending[0] > LATE_S:
                     pending.popleft()
             # 2. send due slots on idle connections
-            while pending and idle:
-                c = idle.pop()
-                s0 = pending.popleft()
-                try:
-                    k = socks[c].send(req)
-                except BlockingIOError:
-                    k = 0
-                except OSError:  # the server dropped an idle connection: reconnect, keep the slot
-                    close(c)
-                    pending.appendleft(s0)
-                    continue
-                state[c], sched[c], sent_at[c] = _BUSY, s0, now
-                if k < len(req):
-                    outbuf[c] = req[k:]
-                    poller.modify(socks[c].fileno(), _IN | _OUT)
-                if s0 >= record_from:
-                    self.sent += 1
-                    d = now - s0
-                    if d > LATE_S:
-                        self.late += 1
-                        if s0 <= starved_upto:
-                            self.late_no_conn += 1
-                    lag_rec(int(d * 1e6))
             if pending:
-                starved_upto = pending[-1]
+                self._send_due(now)
             # 3. housekeeping every 10 ms: timeouts, reconnects, parent alive
             if now >= next_scan:
                 next_scan = now + 0.01
-                for c in range(n):
-                    st = state[c]
-                    if st == _BUSY and now - sent_at[c] > timeout:
-                        fail(c, "timeout")
-                        retry_at[c] = now
-                    elif st == _CONNECTING and now > sched[c]:
-                        connect_failed(c, now)
-                    if state[c] == _DOWN and now >= retry_at[c] and now < end:
-                        connect(c, now)
-                if self.parent is not None and os.getppid() != self.parent:
-                    raise SystemExit("load driver parent exited")
-            busy = any(st == _BUSY for st in state) if now >= end else True
-            if now >= end and not busy or now >= hard_stop:
+                self._housekeeping(conns, now)
+            if now >= end and not any(c.state == _BUSY for c in conns) or now >= hard_stop:
                 break
             # 4. wait for replies until the next slot is due
-            if next_sched < end and not pending:
-                wait = max(0.0, min(next_sched, next_scan) - now)
-            else:
-                wait = max(0.0, next_scan - now)
-            for fd, ev in poller.poll(wait):
-                c = fd2c.get(fd)
-                if c is None:
-                    continue
-                st = state[c]
-                s = socks[c]
-                if st == _CONNECTING:
-                    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err or ev & _ERR and not ev & _OUT:
-                        connect_failed(c, mono())
-                    else:
-                        state[c] = _IDLE
-                        poller.modify(fd, _IN)
-                        idle.append(c)
-                    continue
-                if ev & _OUT and outbuf[c]:
-                    try:
-                        k = s.send(outbuf[c])
-                        outbuf[c] = outbuf[c][k:]
-                        if not outbuf[c]:
-                            poller.modify(fd, _IN)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        fail(c, "read")
-                        continue
-                if not ev & (_IN | _ERR):
-                    continue
-                try:
-                    data = s.recv(262144)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = None
-                t = mono()
-                if st != _BUSY:  # idle: the server closed it (or sent junk); reconnect quietly
-                    if not data:
-                        idle.remove(c)
-                        close(c)
-                        retry_at[c] = t
-                    continue
-                if data == last_resp[0] and not bufs[c]:
-                    completed(c, 200, True, t)
-                    continue
-                eof = not data
-                buf = bufs[c] + data if data else bufs[c]
-                try:
-                    r = parse_response(buf, eof)
-                except BadReply:
-                    fail(c, "read")
-                    retry_at[c] = t
-                    continue
-                if r is None:
-                    if eof:
-                        fail(c, "read")
-                        retry_at[c] = t
-                    else:
-                        bufs[c] = buf
-                    continue
-                bufs[c] = b""
-                if r[0] == len(buf) and r[1] == 200 and r[2] and not eof:
-                    last_resp[0] = buf
-                completed(c, r[1], r[2] and not eof, t)
-        for c in range(n):
-            if state[c] == _BUSY:
-                fail(c, "timeout")
-            close(c)
+            wake = min(next_sched, next_scan) if next_sched < end and not pending else next_scan
+            for fd, ev in poller.poll(max(0.0, wake - now)):
+                c = by_fd.get(fd)
+                if c is not None:
+                    c.on_event(ev)
+        for c in conns:
+            if c.state == _BUSY:
+                c.fail("timeout")
+            c.close()
         poller.close()
+        self._fill_histograms()
+
+    def _send_due(self, now: float) -> None:
+        """Send queued slots on idle connections, recording each measured slot's send lag."""
+        pending, idle, req, record_from = self.pending, self.idle, self.req, self.record_from
+        while pending and idle:
+            c = idle.pop()
+            s0 = pending.popleft()
+            if not c.send(req, s0, now):  # the server dropped an idle connection: reconnect, keep the slot
+                pending.appendleft(s0)
+                continue
+            if s0 >= record_from:
+                self.sent += 1
+                d = now - s0
+                if d > LATE_S:
+                    self.late += 1
+                    if s0 <= self.starved_upto:
+                        self.late_no_conn += 1
+                self.lag_us.append(int(d * 1e6))
+        if pending:
+            self.starved_upto = pending[-1]
+
+    def _housekeeping(self, conns: list[_Conn], now: float) -> None:
+        for c in conns:
+            c.check(now)
+        if self.parent is not None and os.getppid() != self.parent:
+            raise SystemExit("load driver parent exited")
+
+    def _fill_histograms(self) -> None:
         for values, hist in ((self.lat_us, self.hist), (self.lag_us, self.lag)):
             for v, k in Counter(values).items():
                 hist.record_value(max(LOWEST_US, min(HIGHEST_US, v)), k)

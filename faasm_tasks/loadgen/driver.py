@@ -13,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from .conn import BadReply, ClosedLoop, OpenLoop, parse_response, request_bytes
@@ -102,7 +102,7 @@ def await_ready(spec: LoadSpec) -> dict[str, Any]:
             "ready_timeout_s": spec.ready_timeout_s}
 
 
-def _child_setup(spec: LoadSpec) -> None:
+def child_setup(spec: LoadSpec) -> None:
     """What a forked driver process does before it reports that it has started."""
     if spec.mode == "closed":
         try:
@@ -114,7 +114,7 @@ def _child_setup(spec: LoadSpec) -> None:
 def _proc_main(spec: LoadSpec, index: int, conn) -> None:
     """A forked driver process: set up, report that it has started, wait for the start time, run."""
     try:
-        _child_setup(spec)
+        child_setup(spec)
         conn.send({"started": os.getpid()})
         parent = os.getppid()
         while not conn.poll(0.1):  # the parent sends t0 once every process has started

@@ -6,9 +6,6 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-
-from hdrh.histogram import HdrHistogram
-
 LOWEST_US, HIGHEST_US, SIGFIG = 1, 3_600_000_000, 3
 LATE_S = 0.005  # open loop: a request sent more than 5 ms after its slot counts as late
 ERROR_KINDS = ("connect", "timeout", "read", "non2xx")

@@ -4,7 +4,7 @@ the spec as a record."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from .measure import ERROR_KINDS

@@ -107,7 +107,7 @@ def test_each_kind_of_failure_has_its_own_message():
 
 def test_a_driver_process_that_never_starts_fails_the_point_with_that_message(monkeypatch):
     # the forked processes hang before they report "started" (a machine too busy to run them)
-    monkeypatch.setattr(loadgen.driver, "_child_setup", lambda spec: time.sleep(3600))  # a fault, inside
+    monkeypatch.setattr(loadgen.driver, "child_setup", lambda spec: time.sleep(3600))  # a fault, inside
     with ScriptedServer(first_call_slow(0.0)) as srv:
         with pytest.raises(RuntimeError, match=r"the load driver never started: process\(es\) \[\d+, \d+\] did not "
                                                r"report within 1 s \(0/2 started"):

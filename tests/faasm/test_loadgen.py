@@ -241,6 +241,113 @@ def test_open_loop_errors_by_kind():
     assert s["errors"]["connect"] >= 1 and s["sent"] == 0 and s["missed"] == s["scheduled"] == 15
 
 
+class RawServer:
+    """A server on 127.0.0.1 whose every connection ``serve(sock)`` handles, in a thread of its own."""
+
+    def __init__(self, serve):
+        self.serve, self.stop = serve, threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+
+    def _one(self, c):
+        c.settimeout(None)
+        with c:
+            try:
+                self.serve(c)
+            except OSError:
+                pass  # the driver closed it
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def read_request(c: socket.socket) -> bytes | None:
+    """One request (its head, after any Content-Length body) from ``c``; None where it closed."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = c.recv(65536)
+        if not data:
+            return None
+        buf += data
+    head, _, body = buf.partition(b"\r\n\r\n")
+    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+    while len(body) < (int(m.group(1)) if m else 0):
+        data = c.recv(65536)
+        if not data:
+            return None
+        body += data
+    return head
+
+
+def test_open_loop_reopens_idle_connections_the_server_drops():
+    # keep-alive replies, but the server closes each connection after its first: the driver
+    # sees the close on an idle connection and opens another, quietly (no error)
+    def serve(c):
+        if read_request(c) is not None:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    with RawServer(serve) as srv:
+        s = run_load(LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=1, timeout_s=1,
+                              method="GET"))
+    assert s["scheduled"] == 20 and s["sent"] >= 15, s
+    assert s["requests_ok"] >= s["sent"] - 1 and s["errors"]["connect"] == s["errors"]["timeout"] == 0, s
+
+
+def test_open_loop_counts_a_malformed_reply_as_a_read_error():
+    def serve(c):
+        while read_request(c) is not None:
+            c.sendall(b"SSH-2.0-x\r\n\r\n")
+
+    with RawServer(serve) as srv:
+        s = run_load(LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=0.5, timeout_s=1,
+                              method="GET"))
+    assert s["errors"]["read"] == s["sent"] >= 5 and s["requests_all"] == 0, s
+
+
+def test_open_loop_reads_a_reply_that_arrives_in_pieces():
+    # a chunked reply in two writes 5 ms apart: the first part waits in the connection's buffer
+    def serve(c):
+        while read_request(c) is not None:
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
+            time.sleep(0.005)
+            c.sendall(b"0\r\n\r\n")
+
+    with RawServer(serve) as srv:
+        s = run_load(LoadSpec(url=srv.url, mode="open", rate=50, connections=4, duration_s=0.6, timeout_s=1,
+                              method="GET"))
+    assert s["scheduled"] == 30 and s["requests_ok"] == s["sent"] >= 25 and s["errors_total"] == 0, s
+    assert s["p50_us"] >= 4_000
+
+
+def test_open_loop_sends_a_request_larger_than_the_socket_buffer():
+    # 8 MiB of body: one send cannot take it all; the rest goes out as the socket drains
+    body = b"x" * (8 << 20)
+    with ScriptedServer(delay_server()) as srv:
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=4, connections=1, duration_s=1, timeout_s=5,
+                              body=body))
+        sizes = {len(r[3]) for r in srv.requests}
+    assert s["scheduled"] == 4 and s["requests_ok"] == s["sent"] >= 3 and s["errors_total"] == 0, s
+    assert sizes == {len(body)}
+
+
 @pytest.mark.parametrize("mode", ["open", "closed"])
 def test_multi_process_run_leaves_no_process(mode):
     before = {p.pid for p in psutil.Process().children(recursive=True)}

@@ -35,3 +35,18 @@ def test_the_public_interface_is_the_package_and_nothing_outside_reaches_in():
                 if isinstance(node, ast.ImportFrom) and "loadgen" in (node.module or ""):
                     assert node.module.rsplit(".", 1)[-1] == "loadgen", f"{path}: imports {node.module}"
                     assert not any(a.name.startswith("_") for a in node.names), f"{path}: {node.module}"
+
+
+def test_the_tests_use_public_names_only():
+    # what a test imports from loadgen, or patches inside it (monkeypatch.setattr(loadgen.driver, "name")),
+    # is a public name of the module that owns it
+    found = []
+    for path in sorted((PKG.parent.parent / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and "loadgen" in (node.module or ""):
+                found += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr" \
+                    and len(node.args) >= 2 and "loadgen" in ast.unparse(node.args[0]) \
+                    and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_"):
+                found.append(f"{path.name}: {ast.unparse(node.args[0])}.{node.args[1].value}")
+    assert not found, found
