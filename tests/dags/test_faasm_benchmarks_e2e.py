@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -115,8 +115,14 @@ def test_teardown_marked_failed_by_hand_still_verifies_and_fails(env, monkeypatc
     """The teardown never ran (marked failed): verify_clean must still run, find the deployment
     left behind, fail, and the watcher must fail the run."""
     _marking_failed_by_hand(monkeypatch, f"{GROUP}.teardown")
+    dag = _dag()
+    # verify_clean fails on every attempt here (the workers are left behind) and is retried as
+    # deployed (2 retries); dag.test() sleeps out each retry delay, 2 min by default (295 s of the
+    # test's 300 s under a CPU hog): the retries stay, their delay is cut
+    for t in dag.tasks:
+        t.retry_delay = timedelta(seconds=1)
     try:
-        dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=ONE)
+        dr = dag.test(logical_date=LOGICAL_DATE, run_conf=ONE)
         states = _states(dr)
         assert states[f"{GROUP}.run"] == "success", states
         assert states[f"{GROUP}.teardown"] == "failed"
