@@ -95,3 +95,43 @@ class ScriptedServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------ package boundaries
+def private_crossings(pkg_dir, modules: set[str]) -> list[str]:
+    """Private names one module of a package takes from another (``from .x import _y``, ``x._y``)."""
+    import ast
+
+    crossing = []
+    for path in sorted(pkg_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("faasm_tasks")):
+                crossing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and isinstance(node.value, ast.Name) and node.value.id in modules:
+                crossing.append(f"{path.name}: {node.value.id}.{node.attr}")
+    return crossing
+
+
+def outside_reaches(pkg, name: str) -> list[str]:
+    """Code in faasm_tasks/ and bench/ outside package ``pkg`` (module ``faasm_tasks.<name>``)
+    that imports one of its submodules or a private name, or uses ``<name>.X`` for an X it does
+    not export."""
+    import ast
+    from pathlib import Path
+
+    pkg_dir = Path(pkg.__file__).parent
+    found = []
+    for folder in ("faasm_tasks", "bench"):
+        for path in (pkg_dir.parent.parent / folder).rglob("*.py"):
+            if pkg_dir in path.parents:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and name in (node.module or ""):
+                    if node.module.rsplit(".", 1)[-1] != name:
+                        found.append(f"{path}: imports {node.module}")
+                    found += [f"{path}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name \
+                        and node.attr not in pkg.__all__:
+                    found.append(f"{path}:{node.lineno}: {name}.{node.attr} not exported")
+    return found

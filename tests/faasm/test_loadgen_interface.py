@@ -5,36 +5,21 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from faasm_testutil import outside_reaches, private_crossings
+
 import faasm_tasks.loadgen as loadgen
 
 PKG = Path(loadgen.__file__).parent
 
 
 def test_no_private_name_crosses_the_packages_modules():
-    crossing = []
-    for path in sorted(PKG.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("faasm_tasks")):
-                crossing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
-                    and isinstance(node.value, ast.Name) and node.value.id in {"conn", "spec", "measure", "report",
-                                                                                 "driver"}:
-                crossing.append(f"{path.name}: {node.value.id}.{node.attr}")
-    assert not crossing, crossing
+    assert private_crossings(PKG, {"conn", "spec", "measure", "report", "driver"}) == []
 
 
 def test_the_public_interface_is_the_package_and_nothing_outside_reaches_in():
     assert {"LoadSpec", "run_load", "run_wrk", "summarize", "latency_txt", "explain_no_success"} <= set(loadgen.__all__)
     assert all(not n.startswith("_") and hasattr(loadgen, n) for n in loadgen.__all__)
-    root = PKG.parent.parent
-    for folder in ("faasm_tasks", "bench"):
-        for path in (root / folder).rglob("*.py"):
-            if PKG in path.parents:
-                continue
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and "loadgen" in (node.module or ""):
-                    assert node.module.rsplit(".", 1)[-1] == "loadgen", f"{path}: imports {node.module}"
-                    assert not any(a.name.startswith("_") for a in node.names), f"{path}: {node.module}"
+    assert outside_reaches(loadgen, "loadgen") == []
 
 
 def test_the_tests_use_public_names_only():
