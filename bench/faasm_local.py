@@ -325,6 +325,12 @@ def summary(fig: dict) -> dict:
     return out
 
 
+def figure(res: dict, key: str) -> dict:
+    """:func:`summary` of a run's figure ``key``, or {} when the run has none."""
+    fig = res["points"].get(key)
+    return summary(fig) if fig else {}
+
+
 # ------------------------------------------------------------------ report
 def fmt(x, nd=2):
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
@@ -411,8 +417,7 @@ def claims_table(runs: list[dict]) -> list[str]:
     for idx, (claim, key, side, factor, paper) in enumerate(claim_list(runs[0])):
         cells = []
         for r in runs:
-            fig = r["points"].get(claim_list(r)[idx][1])
-            s = summary(fig) if fig else {}
+            s = figure(r, claim_list(r)[idx][1])
             cells.append(f"{fmt_ratio(s.get('ratio'))}, {claim_verdict(s.get('ratio'), side, factor)}")
         rows.append(f"| {claim} | {paper} | " + " | ".join(cells) + " |")
     return rows
@@ -440,22 +445,17 @@ def run_section(res: dict) -> list[str]:
               "check); a run that fails is left out of every figure and counted in the last column. Peak "
               "memory: wasm = the runtime process's PSS growth; native = the containers' and their runc "
               "supervisors' PSS.", ""]
-    keys = []
-    for w in sg["workers"]:
-        keys += [(f"sgd{w}_time_s", f"{w} worker{'s' * (w > 1)}: time (s)", 3), (f"sgd{w}_cpu_s", f"{w} worker{'s' * (w > 1)}: CPU (s)", 2),
-                 (f"sgd{w}_peak_mb", f"{w} worker{'s' * (w > 1)}: peak memory (MB)", 1),
-                 (f"sgd{w}_loss", f"{w} worker{'s' * (w > 1)}: final loss", 4)]
-    lines += figure_rows(res, keys)
+    lines += figure_rows(res, [(f"sgd{w}_{key}", f"{w} worker{'s' * (w > 1)}: {label}", nd) for w in sg["workers"]
+                               for key, label, nd in (("time_s", "time (s)", 3), ("cpu_s", "CPU (s)", 2),
+                                                      ("peak_mb", "peak memory (MB)", 1), ("loss", "final loss", 4))])
     lines += ["", f"### Inference (CNN, {inf['duration_s']:g} s windows, {inf['callers']} closed-loop callers; a cold "
               "start every N-th call)", "",
               "Per window: throughput, p50 and p99 latency, and the callers' run-queue wait per call (time "
               "runnable but not running, from /proc/thread-self/schedstat: the machine's other load, not the "
               "system under test). After each window one call's output is checked against NumPy.", ""]
-    keys = []
-    for i in inf["intervals"]:
-        keys += [(f"inf{i}_rps", f"every {i}: req/s", 1), (f"inf{i}_p50_ms", f"every {i}: p50 (ms)", 3),
-                 (f"inf{i}_p99_ms", f"every {i}: p99 (ms)", 3), (f"inf{i}_runq_ms", f"every {i}: run-queue wait per call (ms)", 3)]
-    lines += figure_rows(res, keys)
+    lines += figure_rows(res, [(f"inf{i}_{key}", f"every {i}: {label}", nd) for i in inf["intervals"]
+                               for key, label, nd in (("rps", "req/s", 1), ("p50_ms", "p50 (ms)", 3), ("p99_ms", "p99 (ms)", 3),
+                                                      ("runq_ms", "run-queue wait per call (ms)", 3))])
     lines += ["", "### Matrix multiplication (divide and conquer, 2 splits = 73 chained calls)", "",
               "Each run starts from no idle instance / container, so its 73 calls include their cold starts; each "
               f"product is checked against float64 NumPy (max rel err <= {matmul_kind.MAX_REL_ERR:g}).", ""]
@@ -473,9 +473,9 @@ def matmul_projection(res: dict) -> list[str]:
     out = ["", f"Sizes {', '.join(map(str, big))} of the catalogue were not run: at the growth measured between "
            f"sizes {sizes[-2]} and {sizes[-1]} they would take"]
     parts = []
+    lower, upper = figure(res, f"mm{sizes[-2]}_time_s"), figure(res, f"mm{sizes[-1]}_time_s")
     for system in ("wasm", "native"):
-        a = summary(res["points"].get(f"mm{sizes[-2]}_time_s", {"values": {}, "failed": {}, "paired": True})).get(system, {})
-        b = summary(res["points"].get(f"mm{sizes[-1]}_time_s", {"values": {}, "failed": {}, "paired": True})).get(system, {})
+        a, b = lower.get(system, {}), upper.get(system, {})
         if not a.get("median") or not b.get("median"):
             continue
         k = math.log(b["median"] / a["median"]) / math.log(sizes[-1] / sizes[-2])
@@ -529,7 +529,7 @@ def load_note(runs: list[dict]) -> list[str]:
     i = runs[0]["config"]["inference"]["intervals"][-1]
     rows = []
     for r in runs:
-        s99, sq = (summary(r["points"][k]) if k in r["points"] else {} for k in (f"inf{i}_p99_ms", f"inf{i}_runq_ms"))
+        s99, sq = figure(r, f"inf{i}_p99_ms"), figure(r, f"inf{i}_runq_ms")
         w99, wq = s99.get("wasm", {}), sq.get("wasm", {})
         if w99.get("n"):
             rows.append(f"{r['label']}: wasm p99 {fmt(w99['median'], 2)} ms (median of the windows), its callers "
@@ -548,8 +548,7 @@ def load_note(runs: list[dict]) -> list[str]:
     size = max(runs[0]["config"]["matmul"])
     cells = []
     for r in runs:
-        fig = r["points"].get(f"mm{size}_time_s")
-        ratio = summary(fig).get("ratio") if fig else None
+        ratio = figure(r, f"mm{size}_time_s").get("ratio")
         if ratio:
             cells.append(f"{r['label']}: {fmt_ratio(ratio)}, {stats.verdict(ratio.get('ratio_lo'), ratio.get('ratio_hi'))}")
     if cells:
@@ -583,7 +582,7 @@ def start_redis(tmp: str) -> tuple[subprocess.Popen, redis.Redis]:
             time.sleep(0.05)
 
 
-def measure(args, cfg: dict, systems: list[str], res: dict) -> None:
+def measure(cfg: dict, systems: list[str], res: dict) -> None:
     """Every point, its repeats interleaved over the systems, into ``res["points"]``."""
     pts = Points()
     tmp = tempfile.mkdtemp(prefix="faasm-bench-")
@@ -741,7 +740,7 @@ def main(argv=None) -> int:
         res["native_skipped"] = "runc missing" if not runc else "not root (runc containers need root here)"
         systems.remove("native")
     t0 = time.monotonic()
-    measure(args, cfg, systems, res)
+    measure(cfg, systems, res)
     res["wall_s"], res["load_after"] = time.monotonic() - t0, loadavg()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
