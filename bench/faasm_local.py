@@ -759,4 +759,6 @@ def write_page(out: str, runs: list[dict]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stepkit.procs import run_trapped  # SIGTERM: the finally blocks stop the containers and redis-server
+
+    sys.exit(run_trapped(main, "bench/faasm_local.py"))
