@@ -109,6 +109,72 @@ def plan_start(now: float, capacity: float, run_end: np.ndarray, run_nodes: np.n
     return _place(T, F, float(nodes), float(dur))
 
 
+def priority_weights(cfg: Any) -> tuple[float, float, float]:
+    """The plan's priority terms from a configuration: (age weight per second, age cap in
+    seconds, size weight)."""
+    return (float(cfg.weight_age) / float(cfg.max_age_s), float(cfg.max_age_s) if cfg.age_cap else np.inf,
+            float(cfg.weight_size))
+
+
+def queue_row(t: int, C: float, weights: tuple[float, float, float],
+              r_start: np.ndarray, r_limit: np.ndarray, r_est: np.ndarray, r_nodes: np.ndarray,
+              p_submit: np.ndarray, p_limit: np.ndarray, p_est: np.ndarray, p_nodes: np.ndarray, p_order: np.ndarray,
+              nodes: float, limit: float, est: float, recent: Any,
+              user: tuple[Any, int, int, float] | None) -> dict[str, float]:
+    """What a job of ``nodes`` x ``limit`` s (run-time estimate ``est``) submitted at ``t`` would
+    see: the queue features of :data:`FEATURES` that depend on the state (the request's own and
+    the calendar's are added by the caller) and the plans (``plan_s``, ``plan_easy_s``,
+    ``plan_request_s``: seconds from ``t``, ``inf`` when it cannot fit in ``C``).
+
+    The state, all as known at ``t``: the running jobs (start, requested time, run-time estimate,
+    nodes), the pending ones (submission, requested time, estimate, nodes, and ``p_order``: their
+    order among equal priorities, the submission order), the waits of the latest starts
+    (``recent``) and, for a known user, (their latest waits, pending jobs, running jobs, running
+    nodes); ``user=None`` for an unknown user. :func:`sweep` calls it for every job of a log; the
+    sampling calls it on the simulator's queue at a decision time."""
+    wa, max_age, ws = weights
+    if len(r_nodes):
+        e_est = r_start + r_est
+        r_end = np.where(e_est > t, e_est, r_start + r_limit).astype(np.float64)
+        r_end = np.maximum(r_end, t + 1.0)
+        r_end_req = np.maximum((r_start + r_limit).astype(np.float64), t + 1.0)
+        r_nodes = np.asarray(r_nodes, dtype=np.float64)
+    else:
+        r_nodes = r_end = r_end_req = np.zeros(0)
+    if len(p_nodes):
+        age = np.minimum(t - p_submit, max_age)
+        prio = wa * age + ws * p_nodes / C
+        me = ws * nodes / C
+        sel = np.flatnonzero(prio >= me - 1e-12)
+        ahead = sel[np.lexsort((p_order[sel], -prio[sel]))]  # priority, then submission
+    else:
+        ahead = np.zeros(0, dtype=np.int64)
+    a_nodes, a_est, a_lim = p_nodes[ahead], p_est[ahead], p_limit[ahead]
+    busy = float(r_nodes.sum())
+    free = max(C - busy, 0.0)
+    if user is not None:
+        uw, u_pend, u_run, u_run_nodes = user
+    return {
+        "plan_s": plan_start(t, C, r_end, r_nodes, a_nodes, a_est, nodes, est) - t,
+        "plan_easy_s": plan_start(t, C, r_end, r_nodes, a_nodes[:1], a_est[:1], nodes, est) - t,
+        "plan_request_s": plan_start(t, C, r_end_req, r_nodes, a_nodes, a_lim, nodes, limit) - t,
+        "est_s": est,
+        "capacity": C,
+        "pending_jobs": len(p_nodes),
+        "pending_node_frac": float(np.sum(p_nodes)) / C,
+        "ahead_jobs": len(ahead),
+        "ahead_node_h_frac": float((a_nodes * a_est).sum()) / 3600.0 / C,
+        "busy_frac": busy / C,
+        "free_frac": free / C,
+        "fits_now": float(len(ahead) == 0 and free >= nodes - 1e-9),
+        "recent_wait_h": (float(np.mean(recent)) if len(recent) else 0.0) / 3600.0,
+        "user_recent_wait_h": -1.0 if user is None or not uw else float(np.mean(uw)) / 3600.0,
+        "user_pending_jobs": -1 if user is None else u_pend,
+        "user_running_jobs": -1 if user is None else u_run,
+        "user_running_node_frac": -1 if user is None else u_run_nodes / C,
+    }
+
+
 class _Capacity:
     """Nodes in service at ``t``: the configuration's fixed size, or its capacity schedule (which
     reads only the trace's busy nodes before each step)."""
@@ -148,9 +214,7 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
     lo = int(np.searchsorted(sub, t_from, "left"))
     hi = int(np.searchsorted(sub, t_to, "left"))
     cap = _Capacity(wl, cfg, t_from, t_to)
-    wa = float(cfg.weight_age) / float(cfg.max_age_s)
-    max_age = float(cfg.max_age_s) if cfg.age_cap else np.inf
-    ws = float(cfg.weight_size)
+    weights = priority_weights(cfg)
 
     est = np.empty(n_all, dtype=np.float64)
     hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RUNTIME_N))
@@ -197,47 +261,16 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
         if i >= lo:
             r = i - lo
             C = cap.at(t)
-            if running:
-                ri = np.fromiter(running, dtype=np.int64, count=len(running))
-                r_nodes = nod[ri]
-                e_est = st[ri] + est[ri]
-                r_end = np.where(e_est > t, e_est, st[ri] + lim[ri]).astype(np.float64)
-                r_end = np.maximum(r_end, t + 1.0)
-                r_end_req = np.maximum((st[ri] + lim[ri]).astype(np.float64), t + 1.0)
-            else:
-                r_nodes = r_end = r_end_req = np.zeros(0)
-            if pending:
-                pi = np.fromiter(pending, dtype=np.int64, count=len(pending))
-                pi.sort()
-                age = np.minimum(t - sub[pi], max_age)
-                prio = wa * age + ws * nod[pi] / C
-                me = ws * nod[i] / C
-                sel = prio >= me - 1e-12
-                ahead = pi[sel]
-                ahead = ahead[np.lexsort((ahead, -prio[sel]))]  # priority, then submission
-            else:
-                pi = ahead = np.zeros(0, dtype=np.int64)
-            busy = float(r_nodes.sum())
-            free = max(C - busy, 0.0)
-            rows["plan_s"][r] = plan_start(t, C, r_end, r_nodes, nod[ahead], est[ahead], nod[i], est[i]) - t
-            rows["plan_easy_s"][r] = plan_start(t, C, r_end, r_nodes, nod[ahead[:1]], est[ahead[:1]], nod[i], est[i]) - t
-            rows["plan_request_s"][r] = plan_start(t, C, r_end_req, r_nodes, nod[ahead], lim[ahead], nod[i], lim[i]) - t
-            rows["est_s"][r] = est[i]
-            rows["capacity"][r] = C
-            rows["pending_jobs"][r] = len(pi)
-            rows["pending_node_frac"][r] = float(nod[pi].sum()) / C
-            rows["ahead_jobs"][r] = len(ahead)
-            rows["ahead_node_h_frac"][r] = float((nod[ahead] * est[ahead]).sum()) / 3600.0 / C
-            rows["busy_frac"][r] = busy / C
-            rows["free_frac"][r] = free / C
-            rows["fits_now"][r] = float(len(ahead) == 0 and free >= nod[i] - 1e-9)
-            rows["recent_wait_h"][r] = (float(np.mean(recent)) if recent else 0.0) / 3600.0
+            ri = np.fromiter(running, dtype=np.int64, count=len(running)) if running else np.zeros(0, dtype=np.int64)
+            pi = np.fromiter(pending, dtype=np.int64, count=len(pending)) if pending else np.zeros(0, dtype=np.int64)
+            pi.sort()
             uw = u_wait.get(int(user[i])) if user[i] >= 0 else None
-            rows["user_recent_wait_h"][r] = (float(np.mean(uw)) / 3600.0) if uw else -1.0
-            known_user = user[i] >= 0
-            rows["user_pending_jobs"][r] = u_pend.get(int(user[i]), 0) if known_user else -1
-            rows["user_running_jobs"][r] = u_run.get(int(user[i]), 0) if known_user else -1
-            rows["user_running_node_frac"][r] = (u_run_nodes.get(int(user[i]), 0.0) / C) if known_user else -1
+            u = int(user[i])
+            row = queue_row(t, C, weights, st[ri], lim[ri], est[ri], nod[ri], sub[pi], lim[pi], est[pi], nod[pi],
+                            pi, nod[i], lim[i], est[i], recent,
+                            (uw, u_pend.get(u, 0), u_run.get(u, 0), u_run_nodes.get(u, 0.0)) if u >= 0 else None)
+            for c, v in row.items():
+                rows[c][r] = v
             if time.monotonic() - t_log > PROGRESS_S:
                 t_log = time.monotonic()
                 log.info("waitpred%s: %d of %d jobs planned (%d pending, %d running now)",
@@ -298,6 +331,39 @@ def online_bound(base_s: np.ndarray, submit: np.ndarray, real_wait: np.ndarray, 
         # ties: an outcome known at the same second as a submission is not yet known to it
         heapq.heappush(heap, (known + 1e-6, i, miss))
     return bound, thetas
+
+
+def static_bound(base_s: np.ndarray, theta: float) -> np.ndarray:
+    """The bound of :func:`online_bound` at a fixed offset ``theta`` (seconds)."""
+    return 60.0 * np.expm1(np.maximum(np.log1p(np.maximum(np.asarray(base_s, dtype=np.float64), 0.0) / 60.0) + theta,
+                                      0.0))
+
+
+def estimates(wl: Any) -> np.ndarray:
+    """Every job's run-time estimate as :func:`sweep` fixes it at the job's submission (the mean run
+    time of its user's last :data:`USER_RUNTIME_N` jobs that had ended by then, at least 1 s,
+    capped by its request; the request without such history), for the whole log."""
+    sub = wl.submit.astype(np.int64)
+    en = (wl.real_start + wl.duration).astype(np.int64)
+    lim = wl.limit.astype(np.float64)
+    dur = wl.duration.astype(np.float64)
+    user = wl.user.astype(np.int64)
+    o_en = np.argsort(en, kind="stable")
+    hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RUNTIME_N))
+    est = lim.copy()
+    p_en = 0
+    n = len(sub)
+    for i in range(n):
+        t = int(sub[i])
+        while p_en < n and en[o_en[p_en]] <= t:
+            k = int(o_en[p_en])
+            p_en += 1
+            if user[k] >= 0:
+                hist[int(user[k])].append(dur[k])
+        h = hist.get(int(user[i])) if user[i] >= 0 else None
+        if h:
+            est[i] = min(lim[i], max(1.0, float(np.mean(h))))
+    return est
 
 
 def static_theta(base_s: np.ndarray, real_wait: np.ndarray, level: float) -> float:
