@@ -44,7 +44,9 @@ Scored (pooled and per month, submission month in the trace's zone) for every ca
 pick (``guarded``): MAE, median absolute error, within 1 h, within 10 minutes among jobs that
 waited more than 1 h (which jobs that start at once cannot inflate), Spearman, the bound's
 coverage and its median. Outputs under ``--out``: ``waitpred.json``, ``predictions.parquet``
-(per scored job: real wait, every predictor's point and bound, seconds), ``waitpred.md``, then
+(per scored job: real wait, every predictor's point and bound, seconds), ``waitpred.md``,
+``model.ubj`` (the quantile model fitted on the whole calibration period, xgboost's UBJ; the
+sampling asks it at decision times, :mod:`~mirage_tasks.calibration.atprobe`), then
 ``_SUCCESS.json``.
 """
 
@@ -65,7 +67,7 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from .. import __version__
-from . import atsubmit
+from . import atprobe, atsubmit
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
                         f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m})")
     params = {"config": cfg.to_dict(), "windows": [a, b, c, d], "months": months, "level": args.level,
               "margin": args.margin, "seed": args.seed, "xgb": XGB_PARAMS, "features": list(atsubmit.FEATURES),
-              "fit_share": FIT_SHARE, "eta": ETA, "guard_z": Z_ONE_SIDED, "quantiles": list(QUANTILES), "recent_n": atsubmit.RECENT_N, "procs_per_node": ppn}
+              "fit_share": FIT_SHARE, "eta": ETA, "guard_z": Z_ONE_SIDED, "quantiles": list(QUANTILES), "recent_n": atsubmit.RECENT_N, "procs_per_node": ppn,
+              "model_file": atprobe.MODEL_FILE}
     step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -356,8 +359,7 @@ def run(args: argparse.Namespace) -> int:
     real_tail = tail["real_wait_s"].to_numpy(np.float64)
     theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level) for k in CANDIDATES}
     for k in CANDIDATES:
-        tail_m[k]["coverage_static"] = float((real_tail <= 60 * np.expm1(
-            np.maximum(np.log1p(base_tail[k] / 60) + theta0[k], 0))).mean())
+        tail_m[k]["coverage_static"] = float((real_tail <= atsubmit.static_bound(base_tail[k], theta0[k])).mean())
     model = fit_model(cal, args.level, args.seed)
     pt, base = points(scored, model)
     pred = scored[["job_id", "submit", "real_wait_s", "nodes", "limit_s", "est_s", "plannable"]].copy()
@@ -384,6 +386,9 @@ def run(args: argparse.Namespace) -> int:
     pred.to_parquet(buf, index=False)
     step.write_bytes("predictions.parquet", buf.getvalue())
     step.write_bytes("waitpred.md", markdown(doc).encode())
+    # the model fitted on the whole calibration period, for the sampling's predictor at decision
+    # times (mirage_tasks.calibration.atprobe): xgboost's own format, never a pickle
+    step.write_bytes(atprobe.MODEL_FILE, bytes(model.get_booster().save_raw("ubj")))
     step.commit(summary={"pick": pick, "criteria": doc["criteria"]})
     print(f"waitpred: pick {pick}; out of sample MAE h: "
           + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS)

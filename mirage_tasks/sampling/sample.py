@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,33 +32,35 @@ _W: dict = {}
 
 
 def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
-          spacing: str = "uniform") -> None:
-    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline, spacing=spacing)
+          spacing: str = "uniform", at_probe: Any = None) -> None:
+    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline, spacing=spacing,
+              at_probe=at_probe)
 
 
 def _one(task: tuple[int, int]) -> tuple[int, list, float]:
     k, t0 = task
     cpu0 = time.process_time()
     res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"],
-                          spacing=_W["spacing"])
+                          spacing=_W["spacing"], at_probe=_W["at_probe"])
     return k, res, time.process_time() - cpu0
 
 
 def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
                 tasks: list[tuple[int, int]], workers: int = 1,
                 cpu: list[float] | None = None, spacing: str = "uniform",
-                part: str = "") -> list[tuple[int, list]]:
+                part: str = "", at_probe: Any = None) -> list[tuple[int, list]]:
     """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked
     (``spacing``: the probe spacing, :func:`mirage_tasks.sim.episode.probe_times`).
-    ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it).
+    ``at_probe``: see :func:`~mirage_tasks.sim.episode.simulate_sample` (picklable: it travels to the
+    workers). ``cpu``, if given, receives each sample's CPU seconds (measured in the process that ran it).
     A worker that dies ends the run (:class:`stepkit.pool.WorkerDied` naming the sample and
     ``part``, the shard or day it belongs to)."""
     if workers <= 1 or len(tasks) <= 1:
-        _init(wl, cfg, spec, node, probes, baseline, spacing)
+        _init(wl, cfg, spec, node, probes, baseline, spacing, at_probe)
         out = [_one(t) for t in tasks]
     else:
         out = run_pool(_one, tasks, workers, initializer=_init,
-                       initargs=(wl, cfg, spec, node, probes, baseline, spacing),
+                       initargs=(wl, cfg, spec, node, probes, baseline, spacing, at_probe),
                        describe=lambda t: describe_sample(t, part), name="sample", context=pool_context())
         out.sort(key=lambda r: r[0])
     if cpu is not None:

@@ -18,6 +18,7 @@ Submitting online at ``t`` is exactly the offline probe at ``t`` (tests prove it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -210,9 +211,13 @@ class ProbeResult:
 
 def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: EpisodeSpec,
                     probes: int = 7, baseline: str = "default", with_features: bool = True,
-                    spacing: str = "uniform") -> list[ProbeResult]:
+                    spacing: str = "uniform", at_probe: Callable[[Simulator, int, int], dict] | None = None
+                    ) -> list[ProbeResult]:
     """All probes of one sample: one shared prefix, one fork per probe (``spacing``: see
-    :func:`probe_times`)."""
+    :func:`probe_times`). ``at_probe``, if given, is called at each decision time with the
+    simulator's state there (before the successor exists), the successor's node count and time
+    limit, and returns fields added to that probe's metadata (the sampling's wait predictor,
+    :mod:`mirage_tasks.calibration.atprobe`)."""
     base, pred = build_episode(wl, cfg, t0, node, spec, record=with_features)
     pred_submit = base.j_submit[pred]
     base.run_until(pred_submit)
@@ -230,6 +235,7 @@ def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: Epis
         hist = features.history(base, pred, node, spec.service_s, spec.window) if with_features else None
         full = len(base.snaps) >= spec.window
         ql, aw = _decision_state(base)
+        extra = at_probe(base, node, spec.service_s) if at_probe is not None else {}
         child = base.fork()
         child.stop_history()
         succ = child.add_probe_job(t, spec.service_s, node, SUCC_TAG)
@@ -259,5 +265,6 @@ def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: Epis
             "queue_len_at_pred_start": int(queue_at_pred_start),
             "history_full": bool(full),
             "baseline": baseline,
+            **extra,
         }))
     return out

@@ -29,6 +29,12 @@ Outputs under ``--out``:
   queue length and average wait at the decision and at the predecessor's start, ...);
 * ``shard.json``: parameters, configuration, counts and timing; then ``_SUCCESS.json``.
 
+**The wait predictor at each decision** (``--waitpred URI``, a committed ``waitpred`` output of the
+same log): ``probes.parquet`` gains the predictor's answer for the successor submitted at that
+probe, from the simulator's queue at that instant (:mod:`mirage_tasks.calibration.atprobe`): its
+wait ``wp_wait_s``, its bound ``wp_bound_s`` and Slurm's own plan ``wp_plan_request_s``. The
+waitpred output is an input of the sample (its fingerprint is in the parameters) only when given.
+
 **Day partitions** (``--day D``, repeatable; ``--count`` and ``--shard`` not used): the
 samples are the points of the grid through ``--start`` (every ``--interval-hours``) whose
 start falls on UTC day ``D``; each day is written, committed and skipped on its own under
@@ -84,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="default (training probes), reactive or avg")
     p.add_argument("--window", type=int, default=144, help="snapshots per history (144)")
     p.add_argument("--step-s", type=int, default=600, help="seconds between snapshots (600)")
+    p.add_argument("--waitpred", default=None, metavar="URI",
+                   help="a committed waitpred output: ask its predictor at every decision time, on the simulator's "
+                        "queue then, for the successor's wait and bound (probes.parquet columns wp_wait_s, "
+                        "wp_bound_s, wp_plan_request_s; protocol v2's wait-pred and guarantee rules)")
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -182,16 +192,26 @@ def run(args: argparse.Namespace) -> int:
         "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
         **keys.spacing_params(args.baseline, args.probe_spacing),
     }
+    at_probe = None
+    if args.waitpred:  # a new input only when given: outputs written without it keep their keys
+        from stepkit.step import input_fingerprint
+
+        from ..calibration.atprobe import WaitAtProbe
+        from ..sim.workload import Workload
+
+        wl = Workload.from_frame(df, cfg.procs_per_node or None)
+        at_probe = WaitAtProbe.load(args.waitpred, wl, meta.timezone or "UTC")
+        common["waitpred"] = input_fingerprint(args.waitpred)
     set_threads(1)  # the simulator is single-threaded; its parallelism is --workers processes
     workers = resolve_workers(args.workers)
-    wl = None
+    wl = None if at_probe is None else wl
     if not days:
         params = {"start": start.isoformat(), "count": args.count, **common, "shard": [shard_i, shard_n]}
         step = Step("sample", args.out, __version__, params, inputs=[args.trace])
         if step.skip():
             return 0
         tasks = sample_tasks(int(start.timestamp()), args.count, args.interval_hours, (shard_i, shard_n))
-        _compute(step, params, tasks, df, cfg, spec, args, workers)
+        _compute(step, params, tasks, df, cfg, spec, args, workers, wl, at_probe)
         return 0
     anchor = int(start.timestamp())
     step_s, phase = grid_phase(anchor, args.interval_hours)
@@ -207,14 +227,15 @@ def run(args: argparse.Namespace) -> int:
             done += 1
             continue
         wl = _compute(step, params, day_tasks(day_start, args.interval_hours, anchor), df, cfg, spec, args,
-                      workers, wl)
+                      workers, wl, at_probe)
         computed += 1
     print(f"sample: {len(days)} day partition(s) under {args.out}: {computed} computed, {done} already complete",
           flush=True)
     return 0
 
 
-def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None):
+def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None,
+             at_probe=None):
     """Simulate ``tasks`` and commit them as one output (a shard or a day partition)."""
     from ..data.artifacts import npz_bytes, parquet_bytes
     from ..sampling.sample import assemble, run_samples
@@ -233,7 +254,7 @@ def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, sp
     cpu: list[float] = []
     part = f"day {params['day']}" if "day" in params else "shard {}/{}".format(*params["shard"])
     results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers, cpu=cpu,
-                          spacing=args.probe_spacing, part=part)
+                          spacing=args.probe_spacing, part=part, at_probe=at_probe)
     wall = time.perf_counter() - t
     cpu_s = sum(cpu)
     arrays, probes = assemble(results, args.window)

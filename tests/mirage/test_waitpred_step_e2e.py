@@ -53,6 +53,35 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     pred = pd.read_parquet(out / "predictions.parquet")
     assert {"guarded", "guarded_bound", "plan", "plan_bound"} <= set(pred.columns)
     assert "Guard pick" in (out / "waitpred.md").read_text()
+    assert (out / "model.ubj").read_bytes()[:1] == b"{"  # xgboost's UBJ, not a pickle
+
+    # the sample step asks that predictor at every decision time (protocol v2)
+    import subprocess
+    import sys
+
+    start = (pd.Timestamp(f"{months[0]}-01", tz="UTC") + pd.Timedelta(days=1)).isoformat()
+    samples = tmp_path / "samples"
+    cmd = [sys.executable, "-m", "mirage_tasks", "sample", "--trace", uri + "/trace.parquet", "--cluster-config", cfg, "--start", start,
+           "--count", "3", "--interval-hours", "12", "--probe-spacing", "end", "--node", "2", "--workload-days", "4",
+           "--warmup-days", "1", "--waitpred", str(out), "--out", str(samples)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    probes = pd.read_parquet(samples / "probes.parquet")
+    assert len(probes) == 27 and probes[["wp_wait_s", "wp_bound_s", "wp_plan_request_s"]].notna().all().all()
+    assert (probes["wp_bound_s"] >= probes["wp_wait_s"] - 1e-6).all() and (probes["wp_wait_s"] >= 0).all()
+    marker = json.loads((samples / "_SUCCESS.json").read_text())
+    assert "waitpred" in json.dumps(marker)
+    # a waitpred output without its model (an older version's: its marker does not list one) is refused
+    # naming the flag, before anything is written
+    mk = json.loads((out / "_SUCCESS.json").read_text())
+    assert "model.ubj" in json.dumps(mk["outputs"])
+    mk["outputs"] = {k: v for k, v in mk["outputs"].items() if k != "model.ubj"} if isinstance(
+        mk["outputs"], dict) else [o for o in mk["outputs"] if "model.ubj" not in json.dumps(o)]
+    (out / "_SUCCESS.json").write_text(json.dumps(mk))
+    (out / "model.ubj").unlink()
+    r = subprocess.run(cmd[:-1] + [str(tmp_path / "samples2")], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 2 and "--waitpred" in r.stderr and "rerun waitpred" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "samples2").exists()
 
 
 @pytest.mark.parametrize("flags,needle", [

@@ -1,0 +1,119 @@
+"""The wait predictor asked at a decision time, on the simulator's queue (issue 28, protocol v2).
+
+A submitter on the simulated machine who asks, at a decision time ``t``, "if I submit the
+successor now, when will it start?" sees the simulator's queue at ``t``: the jobs running (their
+starts, requested times, node counts), the jobs pending (their submissions, requests), the waits
+of the latest starts. :class:`WaitAtProbe` turns that state into the wait predictor's inputs with
+the code that computes them for a log (:func:`~mirage_tasks.calibration.atsubmit.queue_row`), and
+asks the predictor fitted by ``waitpred`` on the log's calibration period (its model,
+``model.ubj``, and its guard's pick) for the successor's wait ``w(t)`` and its upper bound ``b(t)``
+at the predictor's level.
+
+What each figure may know: only the simulator's state at ``t`` (nothing the simulation does
+after ``t``), and per job its run-time estimate, fixed at the job's submission from its user's
+jobs that had ended in the log by then (:func:`~mirage_tasks.calibration.atsubmit.estimates`; the
+simulator replays the same jobs with the same run times, so which of a user's jobs had ended by a
+submission can differ from the simulation only by the simulation's shift of their starts). The
+service's own jobs have no user history: their estimate is their request, and the per-user
+features are "unknown" (-1), as for a log's jobs without a user.
+
+The bound uses the calibration period's split-conformal offset (``theta0`` of the pick): the
+online correction ``waitpred`` applies over a log's months needs each job's outcome as it becomes
+known, which a fork of the simulation at ``t`` would learn only from its own future.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stepkit import StepError, storage
+
+from . import atsubmit
+
+MODEL_FILE = "model.ubj"
+DOC_FILE = "waitpred.json"
+#: per-probe columns the sampling adds to ``probes.parquet`` when given a predictor
+COLUMNS = ("wp_wait_s", "wp_bound_s", "wp_plan_request_s")
+
+
+class WaitAtProbe:
+    """Callable at a decision time: ``(sim, nodes, limit_s) -> {wp_wait_s, wp_bound_s,
+    wp_plan_request_s}`` for a job of that request submitted now (seconds)."""
+
+    def __init__(self, raw_model: bytes, doc: dict[str, Any], estimates: np.ndarray, tz: str):
+        import xgboost as xgb
+
+        from . import waitpred
+
+        self.pick = str(doc["pick"])
+        if self.pick not in waitpred.CANDIDATES:
+            raise StepError(f"waitpred pick {self.pick!r} is not a known candidate ({', '.join(waitpred.CANDIDATES)})")
+        self.theta = float(doc["theta0"][self.pick])
+        self.level = float(doc["params"]["level"])
+        feats = list(doc["params"]["features"])
+        if feats != list(atsubmit.FEATURES):
+            raise StepError(f"the waitpred output was fitted on features {feats}, this version computes "
+                            f"{list(atsubmit.FEATURES)}: rerun waitpred")
+        self.model = xgb.XGBRegressor()
+        self.model.load_model(bytearray(raw_model))
+        self.est = np.asarray(estimates, dtype=np.float64)
+        self.tz = tz
+        self.raw = bytes(raw_model)
+        self.doc = doc
+
+    @classmethod
+    def load(cls, uri: str, wl: Any, tz: str) -> WaitAtProbe:
+        """The predictor of a committed ``waitpred`` output at ``uri``, for the log ``wl``."""
+        from ..data.artifacts import require_input
+
+        require_input(uri, "--waitpred")
+        try:
+            raw = storage.read_bytes(storage.join(uri, MODEL_FILE))
+        except FileNotFoundError as exc:
+            raise StepError(f"--waitpred {uri}: no {MODEL_FILE} (an output of an older waitpred): rerun waitpred") from exc
+        doc = json.loads(storage.read_bytes(storage.join(uri, DOC_FILE)))
+        return cls(raw, doc, atsubmit.estimates(wl), tz)
+
+    def __reduce__(self):  # to a worker process: the model's own bytes (UBJ), not a pickled booster
+        return (WaitAtProbe, (self.raw, self.doc, self.est, self.tz))
+
+    def row(self, sim: Any, nodes: int, limit_s: int) -> dict[str, float]:
+        """The predictor's inputs (:data:`atsubmit.FEATURES`) and plans for the request now."""
+        t = int(sim.now)
+        tag = np.asarray(sim.j_tag, dtype=np.int64)
+        lim = np.asarray(sim.j_limit, dtype=np.float64)
+        est = np.where(tag >= 0, self.est[np.maximum(tag, 0)], lim)
+        est = np.minimum(est, lim)
+        ri = np.fromiter(sim.running, dtype=np.int64, count=len(sim.running))
+        pend = [j for _, _, j in sim.queue] + [j for v in sim.held.values() for j in v]
+        pi = np.array(sorted(pend), dtype=np.int64)
+        start = np.asarray(sim.j_start, dtype=np.int64)
+        sub = np.asarray(sim.j_submit, dtype=np.int64)
+        nod = np.asarray(sim.j_nodes, dtype=np.float64)
+        recent = list(sim.waits)[-atsubmit.RECENT_N:]
+        C = float(sim.cap)
+        row = atsubmit.queue_row(t, C, atsubmit.priority_weights(sim.cfg), start[ri], lim[ri], est[ri], nod[ri],
+                                 sub[pi], lim[pi], est[pi], nod[pi], pi, float(nodes), float(limit_s),
+                                 float(limit_s), recent, None)
+        for c in ("plan_s", "plan_request_s", "plan_easy_s"):  # as the sweep: unplannable -> the request
+            if not np.isfinite(row[c]):
+                row[c] = float(limit_s)
+        local = pd.Timestamp(t, unit="s", tz="UTC").tz_convert(self.tz)
+        row.update(log_limit_h=np.log1p(limit_s / 3600.0), log_nodes=np.log1p(nodes),
+                   log_est_h=np.log1p(row["est_s"] / 3600.0), hour=float(local.hour), weekday=float(local.day_of_week),
+                   plan_h=row["plan_s"] / 3600.0, plan_request_h=row["plan_request_s"] / 3600.0,
+                   plan_easy_h=row["plan_easy_s"] / 3600.0)
+        return row
+
+    def __call__(self, sim: Any, nodes: int, limit_s: int) -> dict[str, float]:
+        from . import waitpred
+
+        row = self.row(sim, nodes, limit_s)
+        pt, base = waitpred.points(pd.DataFrame([row]), self.model)
+        w = float(pt[self.pick][0])
+        b = float(atsubmit.static_bound(base[self.pick], self.theta)[0])
+        return {"wp_wait_s": w, "wp_bound_s": b, "wp_plan_request_s": float(row["plan_request_s"])}
