@@ -48,8 +48,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)
 TRACES = next((d for d in (ROOT.parent / "shared" / "traces", ROOT.parent.parent / "shared" / "traces")
                if d.is_dir()), ROOT.parent / "shared" / "traces")
+BOOTSTRAP_V2 = 10_000  # protocol v2's resamples
 SHIPPED_DIR = Path(__file__).resolve().parent / "logs"
 ORDER = ("KTH-SP2", "CTC-SP2", "ls6", "CEA-Curie")
+#: protocol v2's fresh months per shipped log (docs/results/protocol-v2.md, committed before any v2 result)
+FRESH = {"KTH-SP2": ("1997-04", "1997-05", "1997-06"), "CTC-SP2": ("1997-01", "1997-02", "1997-03"),
+         "CEA-Curie": ("2012-08", "2012-09")}
 
 
 def shipped(traces: str) -> dict[str, LogSpec]:
@@ -70,8 +74,16 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
         run(argv, logs / f"{name}.log")
     if args.waitpred_only:
         return
-    for name, argv in evalplan.decision_argvs(spec, str(root), budget, tuple(args.nodes or ())):
-        run(argv, logs / f"{name}.log")
+    v2 = args.protocol == "v2"
+    for name, argv in evalplan.decision_argvs(spec, str(root), budget, tuple(args.nodes or ()), waitpred=v2,
+                                              fresh=fresh(spec.name, args) if v2 else ()):
+        run(argv, logs / (f"v2-{name}.log" if v2 else f"{name}.log"))
+
+
+def fresh(name: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """Protocol v2's fresh months of a log (the first ``--max-months`` of them when capped)."""
+    months = FRESH.get(name, ())
+    return months[: args.max_months] if args.max_months else months
 
 
 def specs_from_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[LogSpec]:
@@ -131,6 +143,9 @@ def main() -> int:
     p.add_argument("--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)")
     p.add_argument("--smoke", action="store_true",
                    help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)")
+    p.add_argument("--protocol", choices=("v1", "v2"), default="v1",
+                   help="v1 (docs/results/protocol.md) or v2 (protocol-v2.md: samples with the wait predictor at each "
+                        "probe, its rules, the fresh months; under v2-* folders; 10,000 bootstrap resamples)")
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown page from the outputs and exit")
     p.add_argument("--protocol-rev", default=None, help="with --write-doc: the protocol's commit (default: git log)")
     args = p.parse_args()
@@ -158,6 +173,8 @@ def main() -> int:
 
         (write_waitpred_doc if args.waitpred_only else write_doc)(root, Path(args.write_doc), args, specs)
         return 0
+    if args.protocol == "v2" and args.bootstrap == evalplan.BOOTSTRAP:
+        args.bootstrap = BOOTSTRAP_V2
     budget = Budget(trials=args.cal_trials, timeout_s=args.cal_timeout_s, interval_h=args.interval_hours,
                     bootstrap=args.bootstrap, models=tuple(args.models), max_train=args.max_train,
                     max_score=args.max_score)

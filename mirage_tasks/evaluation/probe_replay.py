@@ -62,6 +62,11 @@ ORACLES = ("oracle", "oracle-wait")
 REFERENCE = "avg-cal"
 SECOND = "avg"  # also reported: the difference to the plain avg rule (the reference's own baseline)
 CURVE_POINTS = 41
+GUARANTEE = "guarantee-10"
+#: wait-pred-cal's margins (h): submit when the predicted wait >= time left - m (protocol v2)
+WAIT_PRED_MARGINS_H = np.linspace(-6.0, 6.0, 121)
+#: protocol v2's primary rule is the one of these with the least validation objective (ties: first)
+PRIMARY_CANDIDATES = ("xgboost", "xgboost-wp", "wait-pred-cal", GUARANTEE)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -97,6 +102,26 @@ class Probes:
     def time_left_h(self) -> np.ndarray:
         m = self.meta
         return (m["pred_end_without_succ"].to_numpy(np.float64) - m["probe_time"].to_numpy(np.float64)) / 3600.0
+
+    def has_waitpred(self) -> bool:
+        """Whether the sample was drawn with ``--waitpred`` (the predictor's answer at each probe)."""
+        return "wp_wait_s" in self.meta.columns
+
+    def wait_pred_score(self) -> np.ndarray:
+        """The predicted wait at the probe minus the time left to the predecessor's end (h): >= 0 when
+        the predicted start falls at or after the end (waiting longer would predict a gap)."""
+        return self.meta["wp_wait_s"].to_numpy(np.float64) / 3600.0 - self.time_left_h()
+
+    def guarantee_score(self) -> np.ndarray:
+        """The bound at the probe minus the time left at the sample's next probe (h): >= 0 when waiting
+        for the next decision would leave less slack than the bound; -inf at a sample's last probe
+        (the predecessor's end: the rule submits there anyway)."""
+        left = self.time_left_h()
+        nxt = np.r_[left[1:], -np.inf]
+        last = np.r_[self.sample[1:] != self.sample[:-1], True]
+        out = self.meta["wp_bound_s"].to_numpy(np.float64) / 3600.0 - nxt
+        out[last] = -np.inf
+        return out
 
     def rows(self, mask: np.ndarray) -> Probes:
         out = object.__new__(Probes)
@@ -168,7 +193,8 @@ def model_scores(uri: str, X: np.ndarray) -> tuple[np.ndarray, dict[str, Any], s
 def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
           points: int = CURVE_POINTS) -> pd.DataFrame:
     """The trade-off curve: mean interruption and wasted node-hours over thresholds (score quantiles)."""
-    cands = np.r_[np.unique(np.quantile(score, np.linspace(0, 1, points))), np.inf]
+    fin = score[np.isfinite(score)]  # -inf: a probe where a rule never submits early (the curve skips it)
+    cands = np.r_[np.unique(np.quantile(fin, np.linspace(0, 1, points))) if len(fin) else [], np.inf]
     rows = []
     for t in cands:
         s = outcomes(score, y, sample, t)
@@ -302,6 +328,19 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         "avg-cal": (a_sc, cal["avg-cal"]["threshold"], None),
         "avg-load": (a_sc, cal["avg-load"]["threshold"], cal["avg-load"].get("load")),
     }
+    if score.has_waitpred() != train.has_waitpred():
+        raise StepError("--train-samples and --score-samples: one was sampled with --waitpred and the other not "
+                        "(the wait-predictor rules need it on both)")
+    if score.has_waitpred():
+        cal["wait-pred-cal"] = calibrate(val.wait_pred_score(), val.y, val.sample, node, waste_weight=w,
+                                         candidates=WAIT_PRED_MARGINS_H)
+        rules["wait-pred"] = (score.wait_pred_score(), 0.0, None)
+        rules["wait-pred-cal"] = (score.wait_pred_score(), cal["wait-pred-cal"]["threshold"], None)
+        rules[GUARANTEE] = (score.guarantee_score(), 0.0, None)
+        val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
+                      GUARANTEE: (val.guarantee_score(), 0.0)}
+    else:
+        val_scores = {}
     for uri in model_uris:
         log.info("probe replay: scoring %d probes with %s", len(score.y), uri)
         pred, rule, kind = model_scores(uri, score.X)
@@ -311,6 +350,16 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         if np.any(pred > hi):  # the online rule never submits above high_h: the replay does the same
             rules[name] = (np.where(pred > hi, -np.inf, pred), rule.get("low_h"), rule.get("load"))
         cal[name] = {"threshold": rule.get("low_h"), "load": rule.get("load"), "kind": kind, "uri": uri}
+        if val_scores and name in PRIMARY_CANDIDATES:
+            vp, _, _ = model_scores(uri, val.X)
+            vp = np.where(vp > hi, -np.inf, vp)
+            val_scores[name] = (adjusted_score(vp, val.X_last, rule.get("load")), rule.get("low_h"))
+    if val_scores:  # protocol v2: the primary rule, chosen on the training period's validation split
+        val_obj = {m: float(per_sample_objective(outcomes(sc, val.y, val.sample, np.inf if t is None else float(t)),
+                                                 node, w).mean()) for m, (sc, t) in val_scores.items()}
+        cal["primary"] = {"rule": min(val_obj, key=lambda m: (round(val_obj[m], 9), PRIMARY_CANDIDATES.index(m))),
+                          "validation_objective": val_obj,
+                          "chosen_from": [m for m in PRIMARY_CANDIDATES if m in val_obj]}
     rows, curves, per = [], [], []
     mo = month_of(score.sample_start)
     for k, month in enumerate(months):
@@ -403,8 +452,9 @@ def main(argv: list[str] | None = None) -> int:
                     inputs=[args.train_samples, args.dataset, args.score_samples, *args.models])
         if step.skip():
             return 0
-        train = Probes(args.train_samples, with_x=False)
         score = Probes(args.score_samples, with_x=True)
+        # the models' validation predictions (protocol v2's primary rule) need the training histories
+        train = Probes(args.train_samples, with_x=score.has_waitpred())
         res = evaluate(train, score, args.models, args.months, node, waste_weight=args.waste_weight,
                        val_fraction=params["val_fraction"], purge_days=params["purge_days"],
                        n_boot=args.bootstrap, seed=args.seed)

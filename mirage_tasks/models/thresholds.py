@@ -75,15 +75,17 @@ def objective(signed: np.ndarray, node: int, waste_weight: float) -> dict[str, f
 
 def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *,
               waste_weight: float = WASTE_WEIGHT, default: float | None = None,
-              grid: int = GRID) -> dict[str, Any]:
-    """The threshold minimising the objective on these rows, with what it and ``default`` score."""
+              grid: int = GRID, candidates: Any = None) -> dict[str, Any]:
+    """The threshold minimising the objective on these rows, with what it and ``default`` score;
+    the candidates are ``grid`` quantiles of the score, or the fixed ``candidates`` given."""
     import numpy as np
 
     score = np.asarray(score, np.float64)
     y = np.asarray(y, np.float64)
     if len(score) == 0:
         raise ValueError("no rows to calibrate on")
-    cands = np.unique(np.quantile(score, np.linspace(0.0, 1.0, grid)))
+    cands = (np.unique(np.asarray(candidates, np.float64)) if candidates is not None
+             else np.unique(np.quantile(score, np.linspace(0.0, 1.0, grid))))
     # from "never submit before the predecessor ends" (inf, reactive) down to the lowest
     # threshold, a candidate replacing the best only when strictly better: a tie keeps the rule
     # that submits latest (protocol v2: a tie is no evidence for submitting early)

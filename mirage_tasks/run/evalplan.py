@@ -257,33 +257,50 @@ def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:
 
 
 def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
-                   nodes: tuple[int, ...] | None = None) -> list[tuple[str, list[str]]]:
+                   nodes: tuple[int, ...] | None = None, *, waitpred: bool = False,
+                   fresh: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
     """(name, argv) of the decision evaluation per node size: sample (training and scored months),
-    merge, train each model, then the probe replay (docs/results/protocol.md)."""
+    merge, train each model, then the probe replay (docs/results/protocol.md).
+
+    ``waitpred``: protocol v2 (docs/results/protocol-v2.md): the samples carry the wait predictor's
+    answer at each probe (``sample --waitpred``, the log's ``waitpred`` output), under ``v2-*``
+    folders, and ``fresh`` months are sampled and scored beside the spec's (the training window
+    stays the spec's: before its first month)."""
     d = f"{root.rstrip('/')}/{spec.name}"
     n_train, train_start, score_start, n_score = sample_counts(spec, budget)
     out: list[tuple[str, list[str]]] = []
     sizes = [n for n in spec.nodes if not nodes or n in nodes]
+    v = "v2-" if waitpred else ""
     for n in sizes:
         common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
                   "--interval-hours", f"{budget.interval_h:g}", "--probe-spacing", "end", "--node", str(n),
-                  "--workers", "1"]
+                  "--workers", "1", *(["--waitpred", f"{d}/waitpred"] if waitpred else [])]
         out.append((f"sample-train-node{n}", ["sample", *common, "--start", train_start, "--count", str(n_train),
-                                              "--out", f"{d}/samples-train/node{n}"]))
-        out.append((f"merge-node{n}", ["merge", "--in", f"{d}/samples-train/node{n}", "--out",
-                                       f"{d}/datasets/node{n}", "--no-compress"]))
+                                              "--out", f"{d}/{v}samples-train/node{n}"]))
+        out.append((f"merge-node{n}", ["merge", "--in", f"{d}/{v}samples-train/node{n}", "--out",
+                                       f"{d}/{v}datasets/node{n}", "--no-compress"]))
         out.append((f"sample-score-node{n}", ["sample", *common, "--start", score_start, "--count", str(n_score),
-                                              "--out", f"{d}/samples-score/node{n}"]))
+                                              "--out", f"{d}/{v}samples-score/node{n}"]))
+        if fresh:
+            f_start = _utc(f"{fresh[0]}-01")
+            f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
+            if budget.max_score:
+                f_count = min(f_count, budget.max_score)
+            out.append((f"sample-fresh-node{n}", ["sample", *common, "--start", f_start.isoformat(), "--count",
+                                                  str(f_count), "--out", f"{d}/{v}samples-fresh/node{n}"]))
         for model in budget.models:
-            out.append((f"train-node{n}-{model}", ["train", "--model", model, "--dataset", f"{d}/datasets/node{n}",
-                                                   "--out", f"{d}/models/node{n}/{model}", "--preset", "quick",
+            out.append((f"train-node{n}-{model}", ["train", "--model", model, "--dataset", f"{d}/{v}datasets/node{n}",
+                                                   "--out", f"{d}/{v}models/node{n}/{model}", "--preset", "quick",
                                                    "--seed", "0", "--threads", "1"]))
     for n in sizes:
-        out.append((f"eval-node{n}", ["probe-replay", "--train-samples", f"{d}/samples-train/node{n}",
-                                      "--dataset", f"{d}/datasets/node{n}",
-                                      "--score-samples", f"{d}/samples-score/node{n}", "--months", *spec.months,
-                                      "--models", *(f"{d}/models/node{n}/{m}" for m in budget.models),
-                                      "--out", f"{d}/eval/node{n}", "--bootstrap", str(budget.bootstrap)]))
+        for kind, months in (("score", spec.months), *((("fresh", fresh),) if fresh else ())):
+            out.append((f"eval-node{n}" + ("-fresh" if kind == "fresh" else ""),
+                        ["probe-replay", "--train-samples", f"{d}/{v}samples-train/node{n}",
+                         "--dataset", f"{d}/{v}datasets/node{n}",
+                         "--score-samples", f"{d}/{v}samples-{kind}/node{n}", "--months", *months,
+                         "--models", *(f"{d}/{v}models/node{n}/{m}" for m in budget.models),
+                         "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
+                         "--bootstrap", str(budget.bootstrap)]))
     return out
 
 

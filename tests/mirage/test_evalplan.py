@@ -67,3 +67,19 @@ def test_the_command_lines_carry_the_description():
     assert names[0] == "sample-train-node1" and names[-1] == "eval-node8"
     assert evalplan.command(["probe-replay", "--x"])[:2] == ["-m", "mirage_tasks.evaluation.probe_replay"]
     assert evalplan.command(["waitpred"])[:3] == ["-m", "mirage_tasks", "waitpred"]
+
+
+def test_protocol_v2_samples_with_the_predictor_and_scores_the_fresh_months():
+    s = LogSpec.from_dict(GOOD)
+    v1 = dict(evalplan.decision_argvs(s, "/r"))
+    v2 = dict(evalplan.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06", "2024-07")))
+    tr = v2["sample-train-node1"]
+    assert tr[tr.index("--waitpred") + 1] == "/r/site/waitpred" and tr[tr.index("--out") + 1].startswith("/r/site/v2-")
+    # the training window is v1's (before the spec's first month), whatever the fresh months
+    a, b = v1["sample-train-node1"], tr
+    assert a[a.index("--start") + 1] == b[b.index("--start") + 1] and a[a.index("--count") + 1] == b[b.index("--count") + 1]
+    fr = v2["sample-fresh-node1"]
+    assert fr[fr.index("--start") + 1].startswith("2024-06-01") and fr[fr.index("--count") + 1] == str((30 + 31) * 4)
+    ev = v2["eval-node1-fresh"]
+    assert ev[ev.index("--months") + 1: ev.index("--months") + 3] == ["2024-06", "2024-07"]
+    assert "--waitpred" not in v1["sample-train-node1"] and not any(n.endswith("-fresh") for n in v1)

@@ -121,3 +121,47 @@ def test_v2_rows_judge_every_rule_against_reactive_too():
     assert rows["reactive"]["interrupted_share"] == pytest.approx(late)
     assert rows["reactive"]["interrupted_lo"] < late < rows["reactive"]["interrupted_hi"]
     assert rows["rule"]["interrupted_share"] == 0.0 and rows["rule"]["interrupted_lo"] == 0.0
+
+
+def _with_waitpred(p: ev.Probes, pred_h: np.ndarray, bound_h: np.ndarray) -> ev.Probes:
+    """The samples of :func:`_probes` with the wait predictor's answer at every probe (per sample)."""
+    p.meta = p.meta.assign(wp_wait_s=pred_h[p.sample] * H, wp_bound_s=bound_h[p.sample] * H,
+                           wp_plan_request_s=pred_h[p.sample] * H)
+    return p
+
+
+def test_wait_pred_rules_submit_when_the_predicted_start_reaches_the_end():
+    # every successor waits 3 h and the predictor says 3 h (bound 5 h): wait-pred submits at the first
+    # probe with 3 h >= time left, the one 2 h before the end (a 1 h gap); guarantee-10 at the first probe
+    # whose bound (5 h) reaches the time left at the next probe (4 h): the one 8 h before the end, where
+    # the successor starts 5 h before the end (5 h overlap)
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+    train = _with_waitpred(_probes(60, np.full(60, 3.0), np.zeros(60)), np.full(60, 3.0), np.full(60, 5.0))
+    score = _with_waitpred(_probes(24, np.full(24, 3.0), np.zeros(24), t0=month), np.full(24, 3.0), np.full(24, 5.0))
+    res = ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=200, purge_days=1.0)
+    r = res["rows"].set_index("method")
+    assert r.loc["wait-pred", "mean_interruption_h"] == pytest.approx(1.0)
+    assert r.loc["guarantee-10", "mean_wasted_node_h"] == pytest.approx(5.0)
+    assert r.loc["guarantee-10", "interrupted_share"] == 0.0
+    # the margin calibrated on the training split: submit 4 h before the end (1 h overlap, objective 0.1)
+    assert r.loc["wait-pred-cal", "objective"] == pytest.approx(0.1)
+    assert res["calibration"]["wait-pred-cal"]["threshold"] == pytest.approx(-1.0)
+    prim = res["calibration"]["primary"]
+    assert prim["rule"] == "wait-pred-cal" and set(prim["chosen_from"]) == {"wait-pred-cal", "guarantee-10"}
+
+
+def test_guarantee_score_looks_at_the_next_probe_and_never_past_the_last():
+    p = _with_waitpred(_probes(2, np.zeros(2), np.zeros(2)), np.zeros(2), np.array([5.0, 30.0]))
+    g = p.guarantee_score()
+    left = p.time_left_h()
+    assert g[0] == pytest.approx(5.0 - left[1]) and np.isneginf(g[8]) and np.isneginf(g[17])
+    # a bound beyond the first probe's time left: the rule submits at the first probe
+    assert ev.outcomes(g, p.y, p.sample, 0.0)[1] == pytest.approx(p.y[9])
+
+
+def test_wait_pred_needs_the_predictor_on_both_samples():
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+    train = _probes(60, np.full(60, 3.0), np.zeros(60))
+    score = _with_waitpred(_probes(24, np.full(24, 3.0), np.zeros(24), t0=month), np.full(24, 3.0), np.full(24, 5.0))
+    with pytest.raises(ev.StepError, match="--waitpred"):
+        ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=0, purge_days=1.0)
