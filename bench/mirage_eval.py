@@ -171,6 +171,11 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mirage_eval_doc import write_doc, write_waitpred_doc  # bench/mirage_eval_doc.py
 
+        if args.protocol == "v2":
+            from mirage_v2_doc import write_v2_doc  # bench/mirage_v2_doc.py
+
+            write_v2_doc(root, Path(args.write_doc), args, specs)
+            return 0
         (write_waitpred_doc if args.waitpred_only else write_doc)(root, Path(args.write_doc), args, specs)
         return 0
     if args.protocol == "v2" and args.bootstrap == evalplan.BOOTSTRAP:

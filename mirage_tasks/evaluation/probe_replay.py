@@ -19,6 +19,13 @@ by). Methods:
   threshold that moves with the load, as the learned rules may);
 * each trained model (``--models``): its predictions and its own calibrated rule (``decision`` in
   its config.json);
+* with samples drawn by ``sample --waitpred`` (protocol v2, both the training and the scored ones):
+  ``wait-pred`` (score = the predictor's wait for the successor submitted at the probe minus the
+  time left, threshold 0), ``wait-pred-cal`` (the same, its margin chosen on the validation split
+  among :data:`WAIT_PRED_MARGINS_H`, ties toward never early) and ``guarantee-10`` (the predictor's
+  90 % bound minus the time left at the sample's next probe, threshold 0); and the *primary* rule,
+  the one of :data:`PRIMARY_CANDIDATES` present with the least validation objective, recorded
+  under ``calibration.primary`` before any scored month is replayed;
 * ``oracle``: per sample the probe with the least objective (the ceiling of any probe rule);
 * ``oracle-wait``: submit at the predecessor's end minus the true wait (the reactive probe's
   interruption): the latest probe at or before that time.

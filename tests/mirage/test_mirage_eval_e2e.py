@@ -50,11 +50,34 @@ def test_mirage_eval_smoke_and_page(tmp_path):
     text = page.read_text()
     assert "## KTH-SP2" in text and "Verdicts, plainly" in text and "Wait predictor at submission" in text
     assert "| KTH-SP2 | 1997-01 | 1 | xgboost |" in text
+    _protocol_v2_smoke_and_page(root, tmp_path, env)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
     assert (tmp_path / "page" / "clusters" / "KTH-SP2-node1.png").stat().st_size > 1000
+
+
+def _protocol_v2_smoke_and_page(root, tmp_path, env):
+    """--protocol v2 on the same root: the ingest, calibration and predictor are reused, the samples carry
+    the predictor's answer at each probe, the fresh month is scored, the page states the criteria."""
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--smoke", "--protocol", "v2", "--root", str(root)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "ingest ingest.log rc=0" in p.stdout and "skipped" in (root / "KTH-SP2" / "logs" / "ingest.log").read_text()
+    for n in (1, 8):
+        doc = json.loads((root / "KTH-SP2" / "v2-eval-fresh" / f"node{n}" / "evaluation.json").read_text())
+        assert {r["month"] for r in doc["rows"]} == {"1997-04"}
+        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "reactive", "avg-cal"} <= {r["method"] for r in doc["rows"]}
+        assert doc["calibration"]["primary"]["rule"] in ("xgboost", "wait-pred-cal", "guarantee-10")
+    page = tmp_path / "page" / "v2.md"
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--protocol", "v2", "--root", str(root), "--logs",
+                        "KTH-SP2", "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    text = page.read_text()
+    assert "## Fresh months" in text and "guarantee-10 holds the stated 10 %" in text and "(primary)" in text
+    assert "| KTH-SP2 | 1 | 1997-04 |" in text and "## Seen months" in text
 
 
 def test_a_log_described_in_a_file_waitpred_only(tmp_path):
