@@ -254,7 +254,8 @@ def test_mapped_items_label_each_instance(code_root):
     from house import MAP_LABEL, mapped_items, step_partial
 
     items = mapped_items([["echo", "a"], ["echo", "b"]], ["first · node 1", "second"])
-    assert items == [{"argv": ["echo", "a"], "map_label": "first · node 1"}, {"argv": ["echo", "b"], "map_label": "second"}]
+    assert items == [{"argv": ["echo", "a"], "map_label": "first · node 1"},
+                     {"argv": ["echo", "b"], "map_label": "second"}]
     with pytest.raises(ValueError, match="2 argvs but 1 labels"):
         mapped_items([["echo"], ["echo"]], ["one"])
     with DAG("labelled", schedule=None) as dag:

@@ -186,7 +186,8 @@ def test_labelled_mapped_pods(kube_env):
     from airflow.sdk import DAG
     from house import MAP_LABEL, mapped_items, step_partial
 
-    items = mapped_items([["train", "--model", "xgboost"], ["train", "--model", "moe"]], ["xgboost · node 8", "moe · node 8"])
+    items = mapped_items([["train", "--model", "xgboost"], ["train", "--model", "moe"]],
+                         ["xgboost · node 8", "moe · node 8"])
     with DAG("house_labelled", schedule=None) as dag:
         step_partial("labelled", package="mirage_tasks", preset="cpu-large", timeout=timedelta(hours=1),
                      map_index_template=MAP_LABEL).expand_kwargs(items)
