@@ -13,8 +13,8 @@ the days no run has sampled yet, and a second run with the same params does no w
 step finds its committed output and skips. A run with other params (a manual run beside a
 backfill of the same date) gets its own prefix.
 
-The recipe: ``plan`` (one folded task group: ``plan.commands`` and the argv list each mapped
-step expands over) fingerprints the trace, finds the missing sample days and computes every
+The recipe: ``plan`` (one folded task group: ``plan.commands`` and the argvs, with their
+labels, each mapped step expands over) fingerprints the trace, finds the missing sample days and computes every
 command line; the trace is ingested (or generated); ``sample`` runs mapped over the missing
 days of each node size (in up to ``shards`` tasks; skipped when none is missing); ``merge``
 builds one chronological dataset per node size from the window's day partitions; ``train``
@@ -22,7 +22,8 @@ runs mapped over models x node sizes (torch models on the ``gpu`` preset when ``
 ``cuda``; the ``*_gpu`` tasks and the ``cuda`` choice exist only where the deployment declares
 GPU nodes, ``HOUSE_GPUS=true``), the policies after their base models; ``validate`` runs mapped over models, the reactive and avg baselines, node sizes and
 shards; ``fidelity`` (real vs simulated waits over the validation window), ``metrics`` and
-``report`` close the run. Mapped instances are labelled (node size, days, model, shard).
+``report`` close the run. Mapped instances are labelled (node size, days, model, shard) with
+the labels the plan computes beside each argv.
 
 CPUs: in kubernetes mode ``sample``/``validate`` get ``--workers`` and ``train`` ``--threads``
 from the ``cpu-large`` preset's CPU request; locally each heavy step gets one CPU (one worker,
@@ -69,7 +70,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from house import cron_schedule, default_args, get_config, steps_for, storage_prefix
+from house import MAP_LABEL, cron_schedule, default_args, get_config, mapped_items, steps_for, storage_prefix
 from house.config import PRESETS
 from mirage_tasks.run.runconf import PIPELINE_FORM, form
 
@@ -80,28 +81,13 @@ LOCAL = get_config().runner == "local"
 #: GPU tasks exist only where the deployment has GPU nodes (HOUSE_GPUS); ``device`` offers cuda then.
 GPUS = get_config().gpus
 DEVICES = ["cpu", "cuda"] if GPUS else ["cpu"]
-#: The plan's argv lists the mapped steps expand over (mirage_tasks.run.plan.plan_run's keys).
+#: The plan's argv lists the mapped steps expand over, each with its labels (mirage_tasks.run.plan.MAPPED_STEPS).
 STEP_LISTS = ("sample", "merge", "train_cpu", *(("train_gpu",) if GPUS else ()), "policy_cpu",
               *(("policy_gpu",) if GPUS else ()), "validate")
 GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
 HEAVY = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
          **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
 
-
-def step_label(argv) -> str:
-    """The label of a mapped step instance (``map_index_template``): model, node size, days, shard."""
-    argv = list(argv or [])
-    val = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
-    days = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--day"]
-    node = val.get("--node") or next((seg[4:] for seg in val.get("--out", "").split("/")
-                                      if seg.startswith("node") and seg[4:].isdigit()), None)
-    parts = [val.get("--name") or val.get("--model"), f"node {node}" if node else None,
-             (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None,
-             f"shard {val['--shard']}" if "--shard" in val else None]
-    return " · ".join(p for p in parts if p) or (argv[0] if argv else "")
-
-
-LABEL = "{{ (task.argv if task.argv is defined else task.arguments) | step_label }}"
 
 with DAG(
     dag_id="mirage_pipeline",
@@ -111,7 +97,6 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
-    user_defined_filters={"step_label": step_label},
     tags=["mirage", "pipeline", "ml"],
     # every param declared once, typed and described, in mirage_tasks.run.runconf (size first)
     params={name: Param(**spec) for name, spec in form(PIPELINE_FORM, choices={"device": DEVICES}).items()},
@@ -143,21 +128,18 @@ with DAG(
 
     @task
     def argvs(p: dict, key: str) -> list:
-        """One list of argvs to map a step over (Airflow maps over a task's whole return value)."""
-        return p[key]
+        """One step's argvs with their labels, to map it over (Airflow maps over a task's whole return value)."""
+        return mapped_items(p[key], p["labels"][key])
 
     @task
     def missing_days(p: dict) -> list:
-        """The sample argvs of the days still missing, once the trace is ingested: a committed
-        day counts only if it saw the same jobs as this trace (a grown trace keeps its days)."""
+        """The sample argvs (and labels) of the days still missing, once the trace is ingested: a
+        committed day counts only if it saw the same jobs as this trace (a grown trace keeps its days)."""
         from mirage_tasks.run.plan import checked_against, sample_argvs
 
-        if not p["sample_jobs"]:
-            return []
-        have = checked_against(p["trace"], p["sample_jobs"][0]["argv"]["workload_days"])
-        argvs_, missing = sample_argvs(p, have)
+        argvs_, labels, missing = sample_argvs(p, checked_against(p["trace"], p["workload_days"]))
         print("days to sample per node size:", {n: len(d) for n, d in missing.items()}, flush=True)
-        return argvs_
+        return mapped_items(argvs_, labels)
 
     # The plan and the per-step argv lists sit in one task group (one folded row in the grid):
     # Airflow maps over a task's whole return value, so each mapped step needs its own list.
@@ -169,24 +151,24 @@ with DAG(
     trace >> lists["sample"]
 
     # Mapped steps with an empty list are skipped: sample when every day is committed, and
-    # one of each cpu/gpu pair. Labels: map_index_template over each instance's argv.
+    # one of each cpu/gpu pair. Each instance is labelled with the plan's label for its argv.
     after_any = {"trigger_rule": TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS}
-    mapped = {"map_index_template": LABEL}
-    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2), **mapped, **HEAVY).expand(
-        argv=lists["sample"])
+    mapped = {"map_index_template": MAP_LABEL}
+    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2), **mapped, **HEAVY).expand_kwargs(
+        lists["sample"])
     merge = step_partial("merge", preset="cpu-small", timeout=timedelta(minutes=30),
-                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand(argv=lists["merge"])
+                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand_kwargs(lists["merge"])
     train = [step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                          **HEAVY).expand(argv=lists["train_cpu"])]
+                          **HEAVY).expand_kwargs(lists["train_cpu"])]
     policy = [step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                           **HEAVY).expand(argv=lists["policy_cpu"])]
+                           **HEAVY).expand_kwargs(lists["policy_cpu"])]
     if GPUS:  # only where the deployment has GPU nodes (HOUSE_GPUS)
         train.append(step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
-                                  **mapped).expand(argv=lists["train_gpu"]))
+                                  **mapped).expand_kwargs(lists["train_gpu"]))
         policy.append(step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
-                                   **mapped).expand(argv=lists["policy_gpu"]))
+                                   **mapped).expand_kwargs(lists["policy_gpu"]))
     validate = step_partial("validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any, **mapped,
-                            **HEAVY).expand(argv=lists["validate"])
+                            **HEAVY).expand_kwargs(lists["validate"])
     fidelity = step("fidelity", argv=run["fidelity"], preset="cpu-large", timeout=timedelta(hours=2))
     metrics = step("metrics", argv=run["metrics"], preset="cpu-small", timeout=timedelta(minutes=30))
     report = step("report", argv=run["report"], preset="cpu-small", timeout=timedelta(minutes=30))

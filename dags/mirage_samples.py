@@ -45,7 +45,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, task
 
-from house import default_args, get_config, steps_for, storage_prefix
+from house import MAP_LABEL, default_args, get_config, mapped_items, steps_for, storage_prefix
 from house.config import PRESETS
 from mirage_tasks.run.runconf import SAMPLES_FORM, form
 
@@ -66,8 +66,6 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
-    user_defined_filters={"node_label": lambda argv: f"node {argv[argv.index('--node') + 1]} · "
-                                                     f"{argv[argv.index('--day') + 1]}"},
     tags=["mirage", "pipeline"],
     # the sample family's params, declared once in mirage_tasks.run.runconf (shared with mirage_pipeline)
     params={name: Param(**spec) for name, spec in form(SAMPLES_FORM).items()},
@@ -121,7 +119,8 @@ with DAG(
 
     @task
     def sample_argvs(d: dict) -> list:
-        return d["sample"]
+        """The day's sample argvs with their labels (node size, day) to map ``sample`` over."""
+        return mapped_items(d["sample"], d["labels"]["sample"])
 
     # Runs when the day plan ran (its samples done or none needed); skipped with the plan when a
     # scheduled run has no trace to follow, so unpausing without one ends in a skipped run.
@@ -150,8 +149,7 @@ with DAG(
     # one CPU per sample task locally (as many at once as this machine has CPUs), the preset's in a pod
     cpus = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
             **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
-    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1),
-                          map_index_template="{{ (task.argv if task.argv is defined else task.arguments)"
-                                             " | node_label }}", **cpus).expand(argv=sample_argvs(d))
+    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1), map_index_template=MAP_LABEL,
+                          **cpus).expand_kwargs(sample_argvs(d))
     trace >> d
     sample >> publish(d)

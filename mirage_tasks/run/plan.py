@@ -124,6 +124,21 @@ def argv(step: str, **values: Any) -> list[str]:
     return out
 
 
+def step_label(*, model: str | None = None, node: int | None = None, days: list[str] | None = None,
+               shard: str | None = None) -> str:
+    """The label of one mapped step instance (the DAGs' ``map_index_template`` shows it in the
+    grid), from the values its argv is built from: model, node size, days, shard, e.g.
+    ``xgboost · node 8``, ``node 1 · 1997-01-03..1997-01-09 (7 d)``, ``avg · node 8 · shard 1/2``."""
+    span = (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None
+    parts = [model, f"node {node}" if node is not None else None, span,
+             f"shard {shard}" if shard is not None else None]
+    return LABEL_SEP.join(p for p in parts if p)
+
+
+#: Between the parts of a :func:`step_label`.
+LABEL_SEP = " · "
+
+
 # ----------------------------------------------------------------------------- windows
 
 def _month_before(t: datetime) -> tuple[datetime, datetime]:
@@ -259,17 +274,19 @@ def checked_against(trace: str, workload_days: float):
     return functools.partial(committed_days, trace=trace, workload_days=workload_days)
 
 
-def sample_argvs(p: dict[str, Any], have: Any = None) -> tuple[list[list[str]], dict[str, list[str]]]:
-    """(sample argvs, missing days per node size) of a plan's ``sample_jobs``: only the days
-    ``have(family, days)`` does not return, in up to ``shards`` contiguous chunks per node size."""
-    argvs, missing = [], {}
+def sample_argvs(p: dict[str, Any], have: Any = None) -> tuple[list[list[str]], list[str], dict[str, list[str]]]:
+    """(sample argvs, their labels, missing days per node size) of a plan's ``sample_jobs``: only
+    the days ``have(family, days)`` does not return, in up to ``shards`` contiguous chunks per node
+    size; each chunk's label names its node size and days (:func:`step_label`)."""
+    argvs, labels, missing = [], [], {}
     for job in p["sample_jobs"]:
         done = set(have(job["family"], job["days"])) if have else set()
         miss = [d for d in job["days"] if d not in done]
         missing[str(job["node"])] = miss
         for chunk in chunks(miss, job["shards"]):
             argvs.append(argv("sample", **job["argv"], days=chunk))
-    return argvs, missing
+            labels.append(step_label(node=job["node"], days=chunk))
+    return argvs, labels, missing
 
 
 def chunks(items: list[Any], n: int) -> list[list[Any]]:
@@ -297,6 +314,10 @@ def run_key(run: MirageRun, logical_date: datetime | None, trace: dict[str, Any]
     return f"{date}-{digest({'params': run.key_params(), 'windows': w, 'trace': trace}, 12)}"
 
 
+#: The mapped steps of a pipeline run: each one's argv list and ``labels`` list in :func:`plan`'s result.
+MAPPED_STEPS = ("sample", "merge", "train_cpu", "train_gpu", "policy_cpu", "policy_gpu", "validate")
+
+
 def plan_run(run: MirageRun, shared: str, runs: str, logical_date: datetime | None, **settings: Any) -> dict[str, Any]:
     """The whole plan of one run, with the I/O it needs: the raw trace's fingerprint and
     the committed day partitions (so only missing days are sampled). Traces and samples go
@@ -319,7 +340,11 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
     ``shared`` (default: ``mirage`` beside ``prefix``). ``have(family, days)`` returns the days
     already committed (default: none), so the sample argvs cover only the missing days.
     ``workers``/``threads``: processes of sample/validate and torch threads of train
-    (None: the steps' defaults)."""
+    (None: the steps' defaults).
+
+    Each mapped step's argv list (``sample``, ``merge``, ``train_cpu`` ...) has its labels at the
+    same index in ``labels[<step>]`` (:func:`step_label`); ``workload_days`` is the run's, for
+    checking committed days against the ingested trace (:func:`checked_against`)."""
     _typed(run)
     w = windows(run, logical_date)
     shared = shared if shared is not None else f"{prefix.rstrip('/').rsplit('/', 1)[0]}/mirage"
@@ -339,10 +364,10 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
 
     days = sample_days(w["train_start"], w["train_count"], run.interval_hours)
     out: dict[str, Any] = {"config": run.as_dict(), "prefix": prefix, "trace": trace, "trace_argv": trace_argv,
-                           "windows": w,
+                           "windows": w, "workload_days": run.workload_days,
                            "days": days, "families": {}, "missing_days": {}, "sample_jobs": [],
-                           "sample": [], "merge": [], "train_cpu": [], "train_gpu": [],
-                           "policy_cpu": [], "policy_gpu": [], "validate": []}
+                           **{key: [] for key in MAPPED_STEPS}, "labels": {key: [] for key in MAPPED_STEPS}}
+    labels = out["labels"]
     for n in nodes:
         family = sample_family(shared, sample_source(identity, run), run, n, w["train_start"])
         out["families"][str(n)] = family
@@ -354,6 +379,7 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
         out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
                                  count=w["train_count"], interval_hours=run.interval_hours, trace=trace,
                                  out=dataset))
+        labels["merge"].append(step_label(node=n))
         for m in models:
             model_out = keys.model(prefix, m, n)
             hp = run.train_params.get(m, [])
@@ -362,11 +388,13 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
                 base = keys.model(prefix, POLICIES[m], n)
                 a = argv("train", model=m, base=base, trace=trace, dataset=dataset, **train_common, param=hp,
                          device="cuda" if on_gpu else "cpu", out=model_out)
-                out["policy_gpu" if on_gpu else "policy_cpu"].append(a)
+                key = "policy_gpu" if on_gpu else "policy_cpu"
             else:
                 a = argv("train", model=m, dataset=dataset, **train_common, param=hp,
                          device="cuda" if on_gpu else "cpu", out=model_out)
-                out["train_gpu" if on_gpu else "train_cpu"].append(a)
+                key = "train_gpu" if on_gpu else "train_cpu"
+            out[key].append(a)
+            labels[key].append(step_label(model=m, node=n))
         for m in [*models, *BASELINES]:
             target = keys.model(prefix, m, n) if m not in BASELINES else m
             # Policies are trained and selected by sampling their actions; argmax would keep
@@ -377,9 +405,10 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
                     "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
                     **episode, node=n, stochastic=stochastic, seed=run.seed if stochastic else None,
                     shard=f"{i}/{shards}", workers=workers, out=keys.validation(prefix, m, n, i)))
+                labels["validate"].append(step_label(model=m, node=n, shard=f"{i}/{shards}"))
     # Before the trace is ingested, have() can only read markers: the DAG lists the sample
     # argvs again after ingest (sample_argvs with checked_against), when digests exist.
-    out["sample"], out["missing_days"] = sample_argvs(out, have)
+    out["sample"], labels["sample"], out["missing_days"] = sample_argvs(out, have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
     out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, run),
                            episode_days=run.workload_days, cluster_config=run.cluster_config,
@@ -428,14 +457,16 @@ def newest_complete_day(last_submit: str, workload_days: float) -> str:
 
 def samples_day(run: MirageRun, shared: str, trace: dict[str, Any], day: str,
                 have: Any = None, workers: int | None = None) -> dict[str, Any]:
-    """The sample argvs of one trace day: one per node size whose partition is missing.
+    """The sample argvs of one trace day: one per node size whose partition is missing
+    (``labels["sample"]``: theirs, ``node N · day``).
     The grid is anchored at midnight UTC (the pipeline's default windows are on it when
     ``interval_hours`` divides 24)."""
     datetime.fromisoformat(day)  # ValueError on a bad day
     anchor = f"{day}T00:00:00+00:00"
     _typed(run)
     episode = _episode(run)
-    out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": []}
+    out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": [],
+                           "labels": {"sample": []}}
     for n in run.node_sizes:
         family = sample_family(shared, sample_source(trace["identity"], run), run, n, anchor)
         out["partitions"][str(n)] = partition(family, day)
@@ -444,6 +475,7 @@ def samples_day(run: MirageRun, shared: str, trace: dict[str, Any], day: str,
         out["missing"].append(n)
         out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=run.probes,
                                   probe_spacing=run.probe_spacing, node=n, days=[day], out=family, workers=workers))
+        out["labels"]["sample"].append(step_label(node=n, days=[day]))
     return out
 
 

@@ -8,9 +8,11 @@ DAG files use only::
 """
 
 from house.config import MACROS, ConfigError, HouseConfig, get_config, storage_prefix
-from house.steps import PackageSteps, cron_schedule, default_args, step, step_partial, step_spec, steps_for
+from house.steps import (MAP_LABEL, PackageSteps, cron_schedule, default_args, mapped_items, step, step_partial,
+                         step_spec, steps_for)
 
 __all__ = [
-    "MACROS", "ConfigError", "HouseConfig", "PackageSteps", "cron_schedule", "default_args", "get_config", "step", "step_partial",
+    "MACROS", "MAP_LABEL", "ConfigError", "HouseConfig", "PackageSteps", "cron_schedule", "default_args", "get_config",
+    "mapped_items", "step", "step_partial",
     "step_spec", "steps_for", "storage_prefix",
 ]

@@ -57,6 +57,8 @@ class LocalStepOperator(BaseOperator):
     :param python: interpreter; default ``HOUSE_PYTHON`` or the worker's own.
     :param cwd: working directory; default ``HOUSE_CODE_ROOT``.
     :param preset: the resource preset; recorded only (a local child shares the worker).
+    :param map_label: a mapped instance's label in the UI (``map_index_template=house.MAP_LABEL``
+        shows it); the items of :func:`house.mapped_items` carry it beside the argv.
     """
 
     template_fields: Sequence[str] = ("argv", "env")
@@ -75,6 +77,7 @@ class LocalStepOperator(BaseOperator):
         preset: str = "cpu-small",
         stderr_tail_lines: int = house_config.STDERR_TAIL_LINES,
         kill_grace_seconds: float = house_config.KILL_GRACE_SECONDS,
+        map_label: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -86,6 +89,7 @@ class LocalStepOperator(BaseOperator):
         self.preset = preset
         self.stderr_tail_lines = stderr_tail_lines
         self.kill_grace_seconds = kill_grace_seconds
+        self.map_label = map_label
         self._proc: subprocess.Popen | None = None
 
     # -- helpers ---------------------------------------------------------------------

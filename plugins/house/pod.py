@@ -23,7 +23,8 @@ class HousePodOperator(KubernetesPodOperator):
 
     ``argv`` (templated through ``arguments``; may hold XComArgs) and ``env`` (extra
     environment variables, same as the local runner's) are the per-item values, so
-    ``HousePodOperator.partial(...).expand(argv=...)`` maps a step.
+    ``HousePodOperator.partial(...).expand(argv=...)`` maps a step. ``map_label``: a mapped
+    instance's label in the UI, as for the local runner (:func:`house.mapped_items`).
     """
 
     operator_extra_links = (*KubernetesPodOperator.operator_extra_links, StepReportLink())
@@ -35,6 +36,7 @@ class HousePodOperator(KubernetesPodOperator):
         argv: Sequence[Any] | Any = (),
         env: dict[str, Any] | None = None,
         preset: str = "cpu-small",
+        map_label: str | None = None,
         **kwargs: Any,
     ):
         if isinstance(argv, (str, bytes)):
@@ -46,6 +48,7 @@ class HousePodOperator(KubernetesPodOperator):
         super().__init__(arguments=argv, **kwargs)
         self.package = package
         self.preset = preset
+        self.map_label = map_label
 
 
 def pod_kwargs(

@@ -21,6 +21,14 @@ DAG that runs one package binds it once with :func:`steps_for`::
 ``argv`` items may be Jinja templates or XComArgs (``argv`` may also be one XComArg
 resolving to a list). Mapped (``expand``) values are not templated: build them in an
 upstream ``@task``.
+
+A mapped step whose instances should be labelled in the grid (``xgboost · node 8`` rather than
+``3``) expands over :func:`mapped_items` (each argv with its label, computed where the argv
+is) and shows them with :data:`MAP_LABEL`::
+
+    train = step_partial("train", preset="cpu-large", map_index_template=MAP_LABEL).expand_kwargs(items)
+
+where ``items`` is an upstream ``@task`` returning ``mapped_items(argvs, labels)``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from house import config as house_config
+
+#: ``map_index_template`` of a step mapped over :func:`mapped_items`: each instance's label.
+MAP_LABEL = "{{ task.map_label }}"
 
 #: Keyword arguments reserved for the factory itself.
 _RESERVED = frozenset({"package", "argv", "preset", "execution_timeout"})
@@ -112,12 +123,21 @@ def step_partial(
 ):
     """A mapped step: ``step_partial(...).expand(argv=<XComArg of argv lists>)``.
 
-    ``.expand_kwargs`` also works with dicts holding ``argv`` (and ``env``).
+    ``.expand_kwargs`` also works with dicts holding ``argv`` (and ``env``, ``map_label``: see
+    :func:`mapped_items`).
     """
     cls, kwargs = step_spec(
         task_id, package=package, preset=preset, timeout=timeout, pod_overrides=pod_overrides, **overrides
     )
     return cls.partial(**kwargs)
+
+
+def mapped_items(argvs: Sequence[Sequence[Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``expand_kwargs`` items of a labelled mapped step: ``{"argv": argv, "map_label": label}``
+    for each argv and the label at the same index (a ``ValueError`` when the lists differ in length)."""
+    if len(argvs) != len(labels):
+        raise ValueError(f"{len(argvs)} argvs but {len(labels)} labels")
+    return [{"argv": list(a), "map_label": str(label)} for a, label in zip(argvs, labels)]
 
 
 class PackageSteps(NamedTuple):

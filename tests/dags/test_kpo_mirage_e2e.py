@@ -122,6 +122,9 @@ def test_mirage_pipeline_through_kpo(tmp_path, monkeypatch, capfd):
         assert dr.state == "success", st
         assert "train_gpu" not in st and "policy_gpu" not in st  # no GPU nodes declared (HOUSE_GPUS)
         assert st["policy_cpu"] == "skipped"
+        # pods too are labelled in the grid by the plan's label of their argv
+        labels = sorted(ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "train_cpu")
+        assert labels == ["random_forest · node 1", "xgboost · node 1"]
         pods = assert_pods_and_cleanup(api, dr)
     finally:
         api.stop()

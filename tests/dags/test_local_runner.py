@@ -247,6 +247,27 @@ def test_argv_is_templated(code_root):
     assert op.command()[1:] == ["-m", "fakesteps", "echo", "2026-11-29", "y"]
 
 
+def test_mapped_items_label_each_instance(code_root):
+    """``expand_kwargs(mapped_items(argvs, labels))`` with ``MAP_LABEL``: each instance runs its argv
+    and its label is the one given beside it (what the grid shows), nothing read from the argv."""
+    from airflow.sdk import DAG
+    from house import MAP_LABEL, mapped_items, step_partial
+
+    items = mapped_items([["echo", "a"], ["echo", "b"]], ["first · node 1", "second"])
+    assert items == [{"argv": ["echo", "a"], "map_label": "first · node 1"},
+                     {"argv": ["echo", "b"], "map_label": "second"}]
+    with pytest.raises(ValueError, match="2 argvs but 1 labels"):
+        mapped_items([["echo"], ["echo"]], ["one"])
+    with DAG("labelled", schedule=None) as dag:
+        step_partial("m", package="fakesteps", map_index_template=MAP_LABEL, cwd=str(code_root)).expand_kwargs(items)
+    mapped = dag.get_task("m")
+    assert mapped.map_index_template == MAP_LABEL
+    for item in items:
+        op = mapped.unmap(item)
+        assert op.command()[-2:] == item["argv"]
+        assert dag.get_template_env().from_string(MAP_LABEL).render(task=op) == item["map_label"]
+
+
 def test_child_runs_from_the_code_root_without_path_hacks(monkeypatch, code_root):
     """The task packages are installed: the runner adds nothing to PYTHONPATH."""
     from house.local import LocalStepOperator

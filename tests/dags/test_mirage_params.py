@@ -95,6 +95,8 @@ def test_bad_values_are_refused(dags):
 def test_heavy_steps_are_limited_to_the_cpus_locally(dags):
     import os
 
+    from house import MAP_LABEL
+
     cpus = len(os.sched_getaffinity(0))
     heavy = {"mirage_pipeline": ("sample", "train_cpu", "policy_cpu", "validate"), "mirage_samples": ("sample",)}
     for dag_id, task_ids in heavy.items():
@@ -103,7 +105,7 @@ def test_heavy_steps_are_limited_to_the_cpus_locally(dags):
             assert t.max_active_tis_per_dag == cpus, (dag_id, task_id)
             env = t.partial_kwargs["env"] if hasattr(t, "partial_kwargs") else t.env
             assert env["OMP_NUM_THREADS"] == "1", (dag_id, task_id)  # one CPU each, locally
-            assert t.map_index_template and "step_label" in t.map_index_template or "node_label" in t.map_index_template
+            assert t.map_index_template == MAP_LABEL, (dag_id, task_id)  # the plan's label of each instance
 
 
 def test_samples_dag_is_partitioned_and_publishes_an_asset(dags):

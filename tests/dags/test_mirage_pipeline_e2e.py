@@ -128,7 +128,7 @@ def test_failing_step_fails_the_run(storage, tmp_path):
 TEST_BUNDLE_DAGS = """
 from datetime import timedelta
 from airflow.sdk import DAG, task
-from house import default_args, step, step_partial
+from house import MAP_LABEL, default_args, mapped_items, step, step_partial
 
 with DAG("house_timeout", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
     step("hang", package="fakesteps", argv=["hang"], timeout=timedelta(seconds=4), kill_grace_seconds=2)
@@ -142,8 +142,14 @@ with DAG("house_mapped", schedule=None, default_args=default_args(retries=0), ta
     def shard_argvs():  # Airflow maps over a return value, never over a dict key of one
         return [["write", str(i), "{{ ds }}"] for i in range(3)]
 
+    @task
+    def labelled_items():  # each argv with its label: what the grid shows for the instance
+        return mapped_items([["write", f"l{i}"] for i in range(2)], [f"part {i} · node 8" for i in range(2)])
+
     plan = plan_run()
     mapped = step_partial("shard", package="fakesteps", timeout=timedelta(minutes=1)).expand(argv=shard_argvs())
+    labelled = step_partial("labelled", package="fakesteps", timeout=timedelta(minutes=1),
+                            map_index_template=MAP_LABEL).expand_kwargs(labelled_items())
     joined = step("join", package="fakesteps", argv=["write", plan["name"], "{{ ds }}"], timeout=timedelta(minutes=1))
     mapped >> joined
 """
@@ -188,12 +194,15 @@ def test_step_timeout_kills_the_child(test_bundle):
 
 
 def test_mapped_step_and_xcom_argv(test_bundle):
-    """A mapped step (argv lists from an upstream task) and XComArg items inside a templated argv."""
+    """A mapped step (argv lists from an upstream task), one mapped over argvs with their labels, and
+    XComArg items inside a templated argv."""
     dags, out = test_bundle
     dr = dags["house_mapped"].test(logical_date=LOGICAL_DATE)
     assert dr.state == "success", _states(dr)
     # mapped argv values are passed as given (not templated); a plain step's argv is templated
-    assert sorted(p.name for p in out.iterdir()) == ["0", "1", "2", "joined"]
+    assert sorted(p.name for p in out.iterdir()) == ["0", "1", "2", "joined", "l0", "l1"]
+    labels = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "labelled"}
+    assert labels == {0: "part 0 · node 8", 1: "part 1 · node 8"}
     assert (out / "0").read_text() == "0 {{ ds }}"
     assert (out / "joined").read_text() == "joined 2026-11-29"
 
@@ -261,6 +270,13 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     assert pd.Timestamp(manifest["data_end"]) <= val_start
     # Samples are trace-day partitions shared by every run (30 samples 12 h apart: 15 days).
     assert len(list(storage.glob("mirage/samples/node1-*/day=*/_SUCCESS.json"))) == 15
+    # Each mapped instance carries the plan's label for its argv (what the grid shows).
+    labels = {(ti.task_id, ti.map_index): ti.rendered_map_index for ti in dr.get_task_instances() if ti.map_index >= 0}
+    assert labels[("merge", 0)] == "node 1" and labels[("train_cpu", 0)] == "xgboost · node 1"
+    assert labels[("policy_cpu", 0)] == "transformer_policy · node 1"
+    assert sorted(v for (t, _), v in labels.items() if t == "sample") == [
+        "node 1 · 2023-01-22..2023-01-29 (8 d)", "node 1 · 2023-01-30..2023-02-05 (7 d)"]  # the demo window
+    assert labels[("validate", len([k for k in labels if k[0] == "validate"]) - 1)] == "avg · node 1 · shard 1/2"
 
     # A second trigger with the same params does no work: same prefix, every step skips.
     markers = {p: p.stat().st_mtime_ns for p in storage.rglob("_SUCCESS.json")}

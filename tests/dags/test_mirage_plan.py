@@ -254,22 +254,6 @@ def test_workers_and_threads_reach_the_heavy_steps():
     assert not any("--workers" in a for a in q["sample"] + q["validate"])
 
 
-def test_step_label():
-    import importlib.util
-
-    from conftest import DAGS
-
-    spec = importlib.util.spec_from_file_location("mp", DAGS / "mirage_pipeline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    p = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3, shards=2)), "/r/p", APRIL)
-    assert len(p["days"]) == 2 and mod.step_label(p["sample"][0]) == f"node 1 · {p['days'][0]}"
-    one = plan(MirageRun.from_params(dict(BASE, train_count=12, val_count=3, shards=1)), "/r/p", APRIL)
-    assert mod.step_label(one["sample"][-1]) == f"node 8 · {p['days'][0]}..{p['days'][1]} (2 d)"
-    assert mod.step_label(p["train_cpu"][0]) == "xgboost · node 1"
-    assert mod.step_label(p["validate"][-1]) == "avg · node 8 · shard 1/2"
-
-
 def test_samples_day_plan():
     from mirage_tasks.run.plan import newest_complete_day, samples_day, samples_trace
 

@@ -35,6 +35,8 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
     day = datetime(2023, 1, 10, tzinfo=timezone.utc)
     dr = dag.test(logical_date=day, run_conf=conf)
     assert dr.state == "success", _states(dr)
+    # the grid labels each instance with the plan's label (node size, day)
+    assert [ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "sample"] == ["node 1 · 2023-01-10"]
     parts = sorted(storage.glob("mirage/samples/node1-*/day=*"))
     assert [p.name for p in parts] == ["day=2023-01-10"]
     marker = json.loads((parts[0] / "_SUCCESS.json").read_text())

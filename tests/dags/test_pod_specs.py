@@ -181,6 +181,24 @@ def test_synthetic_presets(kube_env):
         assert_house_pod(manifest, preset="gpu", timeout=timedelta(hours=1))
 
 
+def test_labelled_mapped_pods(kube_env):
+    """A step mapped over ``mapped_items`` (argv + label): each pod runs its argv, its label is the given one."""
+    from airflow.sdk import DAG
+    from house import MAP_LABEL, mapped_items, step_partial
+
+    items = mapped_items([["train", "--model", "xgboost"], ["train", "--model", "moe"]],
+                         ["xgboost · node 8", "moe · node 8"])
+    with DAG("house_labelled", schedule=None) as dag:
+        step_partial("labelled", package="mirage_tasks", preset="cpu-large", timeout=timedelta(hours=1),
+                     map_index_template=MAP_LABEL).expand_kwargs(items)
+    for index, item in enumerate(items):
+        op = dag.get_task("labelled").unmap(item)
+        manifest = render_pod(op, map_index=index)
+        assert manifest["spec"]["containers"][0]["args"] == item["argv"]
+        assert dag.get_template_env().from_string(MAP_LABEL).render(task=op) == item["map_label"]
+        assert_house_pod(manifest, preset="cpu-large", timeout=timedelta(hours=1))
+
+
 def test_env_and_overrides(kube_env):
     from airflow.sdk import DAG
     from house import step
