@@ -292,6 +292,8 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
             out.append((f"train-node{n}-{model}", ["train", "--model", model, "--dataset", f"{d}/{v}datasets/node{n}",
                                                    "--out", f"{d}/{v}models/node{n}/{model}", "--preset", "quick",
                                                    "--seed", "0", "--threads", "1"]))
+    if waitpred and fresh:
+        out += online_argvs(spec, root, budget, sizes, fresh)
     for n in sizes:
         for kind, months in (("score", spec.months), *((("fresh", fresh),) if fresh else ())):
             out.append((f"eval-node{n}" + ("-fresh" if kind == "fresh" else ""),
@@ -301,6 +303,42 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
                          "--models", *(f"{d}/{v}models/node{n}/{m}" for m in budget.models),
                          "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
                          "--bootstrap", str(budget.bootstrap)]))
+    return out
+
+
+#: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs
+ONLINE_RULES = ("reactive", "xgboost", "xgboost-uniform")
+
+
+def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
+                 fresh: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """Protocol v2's online decider on the fresh months' samples (same starts as the probe replay's):
+    reactive, the xgboost model of the replay, and an xgboost trained on the reference's uniform probe
+    spacing (7 decisions 8 h apart, as the service keeper's model was), which shows what a model
+    that never saw a decision in the predecessor's last 8 hours answers there."""
+    d = f"{root.rstrip('/')}/{spec.name}"
+    n_train, train_start, _, _ = sample_counts(spec, budget)
+    f_start = _utc(f"{fresh[0]}-01")
+    f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
+    if budget.max_score:
+        f_count = min(f_count, budget.max_score)
+    out: list[tuple[str, list[str]]] = []
+    for n in sizes:
+        common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
+                  "--interval-hours", f"{budget.interval_h:g}", "--node", str(n), "--workers", "1"]
+        out.append((f"sample-uniform-node{n}", ["sample", *common, "--start", train_start, "--count", str(n_train),
+                                                "--out", f"{d}/uniform-samples-train/node{n}"]))
+        out.append((f"merge-uniform-node{n}", ["merge", "--in", f"{d}/uniform-samples-train/node{n}", "--out",
+                                               f"{d}/uniform-datasets/node{n}", "--no-compress"]))
+        out.append((f"train-uniform-node{n}", ["train", "--model", "xgboost", "--dataset", f"{d}/uniform-datasets/node{n}",
+                                               "--out", f"{d}/uniform-models/node{n}/xgboost", "--preset", "quick",
+                                               "--seed", "0", "--threads", "1"]))
+        models = {"reactive": "reactive", "xgboost": f"{d}/v2-models/node{n}/xgboost",
+                  "xgboost-uniform": f"{d}/uniform-models/node{n}/xgboost"}
+        for rule in ONLINE_RULES:
+            out.append((f"online-node{n}-{rule}", ["validate", *common, "--start", f_start.isoformat(), "--count",
+                                                   str(f_count), "--model", models[rule], "--name", rule,
+                                                   "--threads", "1", "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
     return out
 
 

@@ -83,3 +83,21 @@ def test_protocol_v2_samples_with_the_predictor_and_scores_the_fresh_months():
     ev = v2["eval-node1-fresh"]
     assert ev[ev.index("--months") + 1: ev.index("--months") + 3] == ["2024-06", "2024-07"]
     assert "--waitpred" not in v1["sample-train-node1"] and not any(n.endswith("-fresh") for n in v1)
+
+
+def test_protocol_v2_runs_the_online_decider_on_the_fresh_samples():
+    s = LogSpec.from_dict(GOOD)
+    v2 = dict(evalplan.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",)))
+    fr = v2["sample-fresh-node8"]
+    for rule in evalplan.ONLINE_RULES:
+        on = v2[f"online-node8-{rule}"]
+        # the same samples as the probe replay's fresh ones
+        for flag in ("--start", "--count", "--interval-hours", "--node", "--cluster-config"):
+            assert on[on.index(flag) + 1] == fr[fr.index(flag) + 1], flag
+        assert on[on.index("--name") + 1] == rule
+    uni, tr = v2["sample-uniform-node8"], v2["sample-train-node8"]
+    assert "--probe-spacing" not in uni and "--waitpred" not in uni  # the reference's spacing, no predictor
+    assert uni[uni.index("--start") + 1] == tr[tr.index("--start") + 1]
+    on = v2["online-node8-xgboost-uniform"]
+    assert on[on.index("--model") + 1] == v2["train-uniform-node8"][v2["train-uniform-node8"].index("--out") + 1]
+    assert "online-node8-reactive" not in dict(evalplan.decision_argvs(s, "/r", waitpred=True))  # no fresh months
