@@ -25,7 +25,8 @@ by). Methods:
   among :data:`WAIT_PRED_MARGINS_H`, ties toward never early) and ``guarantee-10`` (the predictor's
   90 % bound minus the time left at the sample's next probe, threshold 0); and the *primary* rule,
   the one of :data:`PRIMARY_CANDIDATES` present with the least validation objective, recorded
-  under ``calibration.primary`` before any scored month is replayed;
+  under ``calibration.primary`` before any scored month is replayed; and ``policy-stop``, the stopping
+  policy trained by gradient on the objective (:mod:`mirage_tasks.evaluation.stopping`);
 * ``oracle``: per sample the probe with the least objective (the ceiling of any probe rule);
 * ``oracle-wait``: submit at the predecessor's end minus the true wait (the reactive probe's
   interruption): the latest probe at or before that time.
@@ -70,6 +71,9 @@ REFERENCE = "avg-cal"
 SECOND = "avg"  # also reported: the difference to the plain avg rule (the reference's own baseline)
 CURVE_POINTS = 41
 GUARANTEE = "guarantee-10"
+#: bumped when the rules or measures change, so a stored evaluation is recomputed (2: protocol v2's)
+RULES_VERSION = 2
+POLICY = "policy-stop"  # protocol v2's policy that learns (mirage_tasks.evaluation.stopping)
 #: wait-pred-cal's margins (h): submit when the predicted wait >= time left - m (protocol v2)
 WAIT_PRED_MARGINS_H = np.linspace(-6.0, 6.0, 121)
 #: protocol v2's primary rule is the one of these with the least validation objective (ties: first)
@@ -346,6 +350,13 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         rules[GUARANTEE] = (score.guarantee_score(), 0.0, None)
         val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
                       GUARANTEE: (val.guarantee_score(), 0.0)}
+        from .stopping import fit as fit_stopping
+
+        tr = train.rows(np.isin(np.arange(len(train.y)), split.train))
+        log.info("probe replay: fitting the stopping policy on %d training rows", len(tr.y))
+        pol = fit_stopping(tr, val, node, w, seed=seed)
+        rules[POLICY] = (pol.prob(score), 0.5, None)
+        cal[POLICY] = pol.info
     else:
         val_scores = {}
     for uri in model_uris:
@@ -454,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         params = {"months": args.months, "node": node, "waste_weight": args.waste_weight, "bootstrap": args.bootstrap,
                   "seed": args.seed, "val_fraction": float(split["val_fraction"]),
                   "purge_days": float(split["purge_days"]), "curve_points": CURVE_POINTS,
-                  "references": [REFERENCE, SECOND]}
+                  "references": [REFERENCE, SECOND], "rules_version": RULES_VERSION}
         step = Step("evaluation", args.out, __version__, params,
                     inputs=[args.train_samples, args.dataset, args.score_samples, *args.models])
         if step.skip():

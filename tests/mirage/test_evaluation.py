@@ -165,3 +165,37 @@ def test_wait_pred_needs_the_predictor_on_both_samples():
     score = _with_waitpred(_probes(24, np.full(24, 3.0), np.zeros(24), t0=month), np.full(24, 3.0), np.full(24, 5.0))
     with pytest.raises(ev.StepError, match="--waitpred"):
         ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=0, purge_days=1.0)
+
+
+def test_stopping_policy_learns_to_submit_where_the_objective_is_least():
+    """Successors wait 3 h when the recorded recent wait says 3 h, else 0 h: the best probe is 4 h
+    before the end (1 h overlap, 0.1) for the first kind and the end (0) for the second. The policy,
+    trained on the exact expected objective, learns it from the inputs; reactive pays 3 h on half."""
+    from mirage_tasks.evaluation import stopping
+
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+
+    def kind(n, t0=0, seed=0):
+        busy = np.random.default_rng(seed).random(n) < 0.5
+        return _with_waitpred(_probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0),
+                              np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5))
+
+    train, score = kind(120, seed=1), kind(60, t0=month, seed=2)
+    res = ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=200, purge_days=1.0)
+    r = res["rows"].set_index("method")
+    assert r.loc["policy-stop", "objective"] < 0.5 * r.loc["reactive", "objective"]
+    assert res["calibration"]["policy-stop"]["uses_waitpred"] is True
+    # the training objective is the exact expectation over the probes (checked against a direct sum)
+    pol = stopping.fit(train, train, 1, 0.1, seed=0)
+    p = pol.prob(train)
+    J = ev.per_sample_objective(train.y, 1, 0.1)
+    direct = []
+    for k in np.unique(train.sample):
+        m = train.sample == k
+        pk, jk, surv, tot = p[m], J[m], 1.0, 0.0
+        for a, b in zip(pk, jk):
+            tot += surv * a * b
+            surv *= 1 - a
+        direct.append(tot)
+    assert stopping.expected_objective(p, J, train.sample) == pytest.approx(np.mean(direct))
+    assert np.all(p[np.r_[train.sample[1:] != train.sample[:-1], True]] == 1.0)
