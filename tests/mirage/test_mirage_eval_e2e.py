@@ -68,7 +68,8 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     for n in (1, 8):
         doc = json.loads((root / "KTH-SP2" / "v2-eval-fresh" / f"node{n}" / "evaluation.json").read_text())
         assert {r["month"] for r in doc["rows"]} == {"1997-04"}
-        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "reactive", "avg-cal"} <= {r["method"] for r in doc["rows"]}
+        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "policy-stop", "reactive", "avg-cal"} <= {
+            r["method"] for r in doc["rows"]}
         assert doc["calibration"]["primary"]["rule"] in ("xgboost", "wait-pred-cal", "guarantee-10")
     page = tmp_path / "page" / "v2.md"
     p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--protocol", "v2", "--root", str(root), "--logs",
@@ -78,6 +79,8 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     text = page.read_text()
     assert "## Fresh months" in text and "guarantee-10 holds the stated 10 %" in text and "(primary)" in text
     assert "| KTH-SP2 | 1 | 1997-04 |" in text and "## Seen months" in text
+    assert "## The policy that learns" in text and "## The online decider beside the probe replay" in text
+    assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
 
 
 def test_a_log_described_in_a_file_waitpred_only(tmp_path):
