@@ -148,4 +148,5 @@ def test_canonical_number_is_the_int_float_history():
         assert out == typed and type(out) is type(typed), value
     run = MirageRun.from_params({"interval_hours": 6.0, "warmup_days": 1.5, "node_sizes": (1.0, 8), "val_count": 3.0})
     assert (run.interval_hours, run.warmup_days, run.node_sizes, run.val_count) == (6, 1.5, [1, 8], 3)
-    assert type(run.interval_hours) is int and type(run.val_count) is int and all(type(n) is int for n in run.node_sizes)
+    assert type(run.interval_hours) is int and type(run.val_count) is int
+    assert all(type(n) is int for n in run.node_sizes)
