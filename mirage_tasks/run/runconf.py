@@ -14,7 +14,8 @@ validation month, every model). Three things are derived from it:
   :func:`run_schema`, whose properties are each field's :func:`field_schema`, the very dict
   its form ``Param`` is built from (so the form and the check cannot drift either), plus the
   few things a JSON schema of the form does not say (:func:`_beyond_schema`: ISO times,
-  train_params' shape, policies' base models); only the typing step is by hand;
+  train_params' shape; ``_check_models``: a policy's base model); only the typing step is
+  by hand;
 * :data:`SIZES`: what each ``size`` of a run changes in the defaults. A field a size sets
   shows empty (null) in the pipeline's form; left empty it takes the size's value, set it
   and it wins.
