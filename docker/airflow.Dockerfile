@@ -2,8 +2,9 @@
 # docs/deploy.md). In kubernetes mode the steps run in their own images; the Airflow
 # components still import the task packages' light modules: the Mirage DAG files build their
 # forms from mirage_tasks.run.runconf at parse time, and the plan tasks (mirage_tasks.run.plan) run on
-# the workers. Those modules need only the standard library and fsspec (which the Amazon
-# provider's s3fs extra brings), so the packages are installed without their dependencies: no
+# the workers. Those modules need only the standard library, fsspec (which the Amazon
+# provider's s3fs extra brings) and jsonschema (an Airflow dependency: the plan task checks the
+# params with it), so the packages are installed without their dependencies: no
 # torch, numpy or pandas in this image. Build from the repository root:
 #   docker build -f docker/airflow.Dockerfile -t REGISTRY/house-airflow:0.1.0 .
 FROM apache/airflow:3.3.2-python3.11

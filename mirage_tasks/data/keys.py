@@ -71,7 +71,7 @@ def sample_family(shared: str, source: dict[str, Any], *, cluster_config: str, i
     episode and probe parameters, the grid through ``anchor`` and the mode."""
     _, phase = grid(anchor, interval_hours)
     # floats as the keys have always been written (4.0, not 4), so committed families stay valid; a run
-    # key hashes them as ints (see "Numbers in storage keys" in mirage_tasks.run.runconf)
+    # key hashes them as ints (see mirage_tasks.run.runconf.canonical_number)
     key = {"trace": source, "cluster_config": cluster_config, "interval_hours": float(interval_hours),
            "phase_s": phase, "warmup_days": float(warmup_days), "workload_days": float(workload_days),
            "probes": probes, "node": int(node), "baseline": baseline, **spacing_params(baseline, probe_spacing)}

@@ -10,7 +10,12 @@ validation month, every model). Three things are derived from it:
   (``Param(**spec)``), so a param shared by the two cannot drift;
 * :meth:`MirageRun.from_params`: a form's values (or any conf dict) checked and typed, with
   a ``ValueError`` naming the param on a bad value and unknown keys refused; the plan
-  (:mod:`mirage_tasks.run.plan`) reads only this;
+  (:mod:`mirage_tasks.run.plan`) reads only this. The check is ``jsonschema`` against
+  :func:`run_schema`, whose properties are each field's :func:`field_schema`, the very dict
+  its form ``Param`` is built from (so the form and the check cannot drift either), plus the
+  few things a JSON schema of the form does not say (:func:`_beyond_schema`: ISO times,
+  train_params' shape; ``_check_models``: a policy's base model); only the typing step is
+  by hand;
 * :data:`SIZES`: what each ``size`` of a run changes in the defaults. A field a size sets
   shows empty (null) in the pipeline's form; left empty it takes the size's value, set it
   and it wins.
@@ -22,21 +27,19 @@ when nothing a run computes has changed. The fields of :data:`KEY_BASELINE` (eve
 a field declared after them enters the key only when its value is not its declared default,
 so adding a param (at a default that changes nothing) keeps every stored run's prefix.
 
-Numbers in storage keys, the one place this is written down: the keys hash JSON, where ``4``
-and ``4.0`` differ, and both spellings are history that committed outputs depend on. A run
-key hashes a whole number as an int (``4``: what the form has always sent), so
-:func:`_number` types a whole value of a ``number`` field (``interval_hours`` ...) as an int
-even though the field is annotated ``float``; a sample family key
-(:func:`mirage_tasks.data.keys.sample_family`) hashes the same params as floats (``4.0``: what
-the sample step has always written). Changing either spelling would orphan stored outputs.
+Numbers in storage keys (the int/float history): the keys hash JSON, where ``4`` and ``4.0``
+differ, and both spellings are history that committed outputs depend on; it is handled and
+written down in one place, :func:`canonical_number`, which types every number a run reads.
 
 Stdlib only at import (the DAG files import it at parse time): the model registry and the
-probe spacings it names are stdlib-only modules too.
+probe spacings it names are stdlib-only modules too, and ``jsonschema`` is imported only when
+values are checked (on an Airflow worker: an Airflow dependency, and in requirements.txt).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -254,7 +257,7 @@ class MirageRun:
             values.update(SYNTHETIC.get(size, {}))
         values.update(given)
         values["size"] = size
-        run = cls(**{name: _check(name, value, specs[name]) for name, value in values.items()})
+        run = cls(**_checked(cls, values))
         run._check_models()
         return run
 
@@ -285,8 +288,7 @@ class MirageRun:
                 if name != "size" and (name in KEY_BASELINE or value != declared[name])}
 
     def replace(self, **changes: Any) -> MirageRun:
-        specs = field_specs(type(self))
-        return dataclasses.replace(self, **{k: _check(k, v, specs[k]) for k, v in changes.items()})
+        return dataclasses.replace(self, **_checked(type(self), changes))
 
 
 def field_specs(cls: type) -> dict[str, Spec]:
@@ -355,82 +357,148 @@ SAMPLES_FORM: tuple[str, ...] = FAMILY_PARAMS
 
 # ----------------------------------------------------------------------------- checking values
 
+def field_schema(spec: Spec, *, nullable: bool | None = None) -> dict[str, Any]:
+    """The JSON Schema of one field's value: its JSON type (with ``null`` where None has a
+    meaning: ``nullable``, default the spec's) and the spec's keywords (minimum, maximum, enum,
+    items, ...; a fresh copy). The one source of both the trigger form (:func:`form` builds each
+    ``Param`` from it) and the check of a run's values (:func:`run_schema`), so the two cannot
+    drift. Annotations the form shows (``values_display``, ``examples``) ride along; a validator
+    ignores them."""
+    nullable = spec.nullable if nullable is None else nullable
+    return {"type": ["null", spec.type] if nullable else spec.type, **json.loads(json.dumps(dict(spec.schema)))}
+
+
+def run_schema(cls: type | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a run class's resolved values, ``{field: value}``
+    (:class:`MirageRun` by default; a subclass with one more field has its own): each property
+    is the field's :func:`field_schema`, exactly what the form's ``Param`` is built from. Built
+    from the specs on each call, so a changed spec moves the form and the check together."""
+    specs = field_specs(cls or MirageRun)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {name: field_schema(spec) for name, spec in specs.items()}}
+
+
+@functools.cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with JSON's own reading of Python values: a ``number`` is finite (JSON has
+    no NaN or Infinity), an ``array`` is a list or a tuple, an ``object`` any mapping (what
+    ``json.dumps`` writes as such). jsonschema is imported here, not at module import: the DAG
+    files import this module at parse time, stdlib only; the values are checked on an Airflow
+    worker, which has jsonschema (an Airflow dependency, and in requirements.txt)."""
+    from jsonschema import Draft202012Validator, validators
+
+    base = Draft202012Validator.TYPE_CHECKER
+    checker = base.redefine_many({
+        "number": lambda c, v: base.is_type(v, "number") and not (isinstance(v, float) and not math.isfinite(v)),
+        "array": lambda c, v: isinstance(v, (list, tuple)),
+        "object": lambda c, v: isinstance(v, Mapping),
+    })
+    return validators.extend(Draft202012Validator, type_checker=checker)
+
+
+_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "array": "a list",
+          "object": "an object", "boolean": "true or false"}
+
+
+def _why(error: Any) -> str:
+    """What a jsonschema error asks of the value, in the form's words."""
+    kw, want, got = error.validator, error.validator_value, error.instance
+    if kw == "type":
+        types = [want] if isinstance(want, str) else list(want)
+        if got is None:
+            return "is required"
+        return "must be " + " or ".join(_WORDS.get(t, t) for t in types if t != "null") + (
+            " or empty" if "null" in types else "")
+    words = {"minimum": "must be at least {}", "maximum": "must be at most {}",
+             "exclusiveMinimum": "must be more than {}", "exclusiveMaximum": "must be less than {}",
+             "minItems": "must be a list of at least {} item(s)", "maxItems": "must be a list of at most {} item(s)",
+             "minLength": "must be at least {} character(s) long", "maxLength": "must be at most {} character(s) long",
+             "pattern": "must match the pattern {!r}"}
+    if kw == "enum":
+        return f"unknown {got!r}; choose from {', '.join(map(str, want))}"
+    return words[kw].format(want) if kw in words else error.message
+
+
+def _message(error: Any) -> str:
+    """``param <name>: <why> (got <value>)``; inside a list or mapping, where (``item 0``)."""
+    name, *inner = list(error.absolute_path) or ["(the run)"]
+    where = ", ".join(f"item {p}" if isinstance(p, int) else f"key {p!r}" for p in inner)
+    if error.validator == "enum":
+        return f"param {name}: {_why(error)}" + (f" ({where})" if where else "")
+    return f"param {name}: {_why(error)} (got {error.instance!r}{', ' + where if where else ''})"
+
+
+def _validate(cls: type, values: Mapping[str, Any]) -> None:
+    """``values`` checked against :func:`run_schema` of ``cls``: every error, in the fields'
+    order, in one ``ValueError`` naming each param."""
+    order = {name: i for i, name in enumerate(field_specs(cls))}
+
+    def key(e: Any) -> tuple:
+        path = list(e.absolute_path)
+        inner = [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in path[1:]]
+        return (order.get(path[0], -1) if path else -1, inner, e.validator != "type", e.validator)
+
+    errors = sorted(_validator_class()(run_schema(cls)).iter_errors(dict(values)), key=key)
+    if errors:
+        raise ValueError("; ".join(dict.fromkeys(_message(e) for e in errors)))
+
+
+def canonical_number(value: int | float) -> int | float:
+    """A JSON number (already checked) as run keys have always hashed it: a whole value as an
+    int (``4``, never ``4.0``), any other as a float. The int/float history, written here only:
+    a run key hashes the JSON of :meth:`MirageRun.key_params`, where ``4`` and ``4.0`` differ,
+    and every stored run's key was computed with whole numbers as ints (what the form has
+    always sent), also for a ``number`` field annotated ``float`` (``interval_hours``, ...). So
+    every number a run reads (``integer`` and ``number`` fields, and list items) is typed here;
+    changing it would move the keys of existing configurations (tests/mirage/test_run_keys.py
+    pins them) and orphan their outputs. (A sample family key hashes the same params as floats,
+    the other spelling: :func:`mirage_tasks.data.keys.sample_family`.)"""
+    if isinstance(value, int):
+        return value
+    return int(value) if value.is_integer() else float(value)
+
+
+def _beyond_schema(name: str, value: Any, spec: Spec) -> None:
+    """What a value must be that the form's schema does not say (so the form lets it through
+    and the run refuses it, naming the param): an ISO 8601 time, and an object field's shape
+    (train_params: each model to a list of "key=value")."""
+    if value is None:
+        return
+    if spec.iso:
+        parse_iso(value, f"param {name}")  # ValueError naming the param; the text is kept as given
+    if spec.type == "object" and not all(
+            isinstance(v, (list, tuple)) and all(isinstance(x, str) and "=" in x for x in v) for v in value.values()):
+        raise ValueError(f'param {name}: must map each model to a list of "key=value" (got {value!r})')
+
+
+def _typed(value: Any, spec: Spec) -> Any:
+    """A checked JSON value as the field's Python type: the typing step, all that is done by hand."""
+    if value is None:
+        return None
+    if spec.type in ("integer", "number"):
+        return canonical_number(value)
+    if spec.type == "array":
+        numbers = spec.schema.get("items", {}).get("type") in ("integer", "number")
+        return [canonical_number(v) if numbers else v for v in value]
+    if spec.type == "object":
+        return {str(k): list(v) for k, v in value.items()}
+    return value
+
+
+def _checked(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (``{field: value}``) of a run class validated (:func:`run_schema`, then
+    :func:`_beyond_schema`) and typed (:func:`_typed`). An empty value (None or "") of a
+    nullable field is None."""
+    specs = field_specs(cls)
+    values = {k: None if _empty(v) and specs[k].nullable else v for k, v in values.items()}
+    _validate(cls, values)
+    for name, value in values.items():
+        _beyond_schema(name, value, specs[name])
+    return {name: _typed(value, specs[name]) for name, value in values.items()}
+
+
 def _empty(value: Any) -> bool:
     return value is None or value == ""
-
-
-def _bad(name: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"param {name}: {why} (got {value!r})")
-
-
-def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not value.is_integer()):
-        raise _bad(name, value, "must be a whole number")
-    return int(value)
-
-
-def _number(name: str, value: Any) -> int | float:
-    """A finite number; a whole one as an int (4, not 4.0), as run keys have always hashed it
-    (see "Numbers in storage keys" in this module's docstring)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, value, "must be a number")
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def _range(name: str, value: Any, schema: Mapping[str, Any]) -> None:
-    if "minimum" in schema and value < schema["minimum"]:
-        raise _bad(name, value, f"must be at least {schema['minimum']}")
-    if "maximum" in schema and value > schema["maximum"]:
-        raise _bad(name, value, f"must be at most {schema['maximum']}")
-    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-        raise _bad(name, value, f"must be more than {schema['exclusiveMinimum']}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise ValueError(f"param {name}: unknown {value!r}; choose from {', '.join(map(str, schema['enum']))}")
-
-
-def _check(name: str, value: Any, spec: Spec | None = None) -> Any:
-    """``value`` of field ``name`` checked against its spec (default: its :data:`FIELDS` entry) and typed."""
-    spec = spec or FIELDS[name]
-    if _empty(value):
-        if spec.nullable:
-            return None
-        raise _bad(name, value, "is required")
-    s = spec.schema
-    if spec.type == "string":
-        if not isinstance(value, str):
-            raise _bad(name, value, "must be text")
-        if spec.iso:
-            parse_iso(value, f"param {name}")  # ValueError naming the param; the text is kept as given
-        _range(name, value, s)
-        return value
-    if spec.type == "integer":
-        value = _integer(name, value)
-        _range(name, value, s)
-        return value
-    if spec.type == "number":
-        value = _number(name, value)
-        _range(name, value, s)
-        return value
-    if spec.type == "array":
-        if not isinstance(value, (list, tuple)) or len(value) < s.get("minItems", 0):
-            raise _bad(name, value, f"must be a list of at least {s.get('minItems', 0)} item(s)")
-        if "maxItems" in s and len(value) > s["maxItems"]:
-            raise _bad(name, value, f"must be a list of at most {s['maxItems']} item(s)")
-        items = s["items"]
-        out = [_integer(name, v) if items["type"] == "integer" else v for v in value]
-        for v in out:
-            if items["type"] == "string" and not isinstance(v, str):
-                raise _bad(name, value, "must be a list of text")
-            _range(name, v, items)
-        return out
-    if spec.type == "object":  # train_params: {model: ["key=value", ...]}
-        if not isinstance(value, Mapping) or not all(
-                isinstance(v, (list, tuple)) and all(isinstance(x, str) and "=" in x for x in v)
-                for v in value.values()):
-            raise _bad(name, value, 'must map each model to a list of "key=value"')
-        return {str(k): list(v) for k, v in value.items()}
-    raise AssertionError(f"field {name}: unknown type {spec.type}")  # pragma: no cover - a spec error
 
 
 # ----------------------------------------------------------------------------- the trigger form
@@ -470,18 +538,18 @@ def form(names: Sequence[str], choices: Mapping[str, Sequence[Any]] | None = Non
     out = {}
     for name in names:
         spec = FIELDS[name]
-        schema = json.loads(json.dumps(dict(spec.schema)))
+        sized_here = sized and name in SIZED
+        schema = field_schema(spec, nullable=spec.nullable or sized_here)
         if choices and name in choices:
             schema["enum"] = list(choices[name])
             if "values_display" in schema:
                 schema["values_display"] = {k: v for k, v in schema["values_display"].items() if k in schema["enum"]}
         default = FORM_SIZE if name == "size" else DEFAULTS[name]
-        nullable = spec.nullable
-        if sized and name in SIZED:
-            default, nullable = None, True
+        if sized_here:
+            default = None
             description = f"{spec.description} {size_note(name)}"
         else:
             description = f"{spec.description} Empty: {spec.empty}." if spec.nullable else spec.description
-        out[name] = {"default": default, "type": ["null", spec.type] if nullable else spec.type,
-                     "title": spec.title, "description": description, **schema}
+        out[name] = {"default": default, "type": schema.pop("type"), "title": spec.title, "description": description,
+                     **schema}
     return out
