@@ -120,7 +120,7 @@ def test_a_new_field_at_its_default_keeps_every_stored_key(kind):
         assert key_of(cls, conf) == PINNED[conf], conf  # not given: its declared default
         assert key_of(cls, conf, **{name: default}) == PINNED[conf], conf  # given, at the default
     assert key_of(cls, "demo", None) == "manual-3ce040816b54"
-    if kind == "number":  # a whole number is typed an int (_number); still the default 1.0
+    if kind == "number":  # a whole number is typed an int (runconf.canonical_number); still the default 1.0
         assert key_of(cls, "paper", load_scale=1) == PINNED["paper"]
     assert name not in cls.from_params({}).key_params() and name in cls.from_params({}).as_dict()
 
