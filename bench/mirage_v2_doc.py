@@ -374,6 +374,13 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     if not fresh and not seen:
         L += ["No v2 output has finished under this root yet.", ""]
     for s in specs:
+        cal = root / s.name / "cal" / "calibration.json"
+        if cal.exists():
+            d = json.loads(cal.read_text())
+            se, cf = d["search"], d["config"]
+            L.append(f"* {s.name}: simulator calibrated afresh for this run ({se['trials_run']} of {se['trials']} trials, "
+                     f"stopped by {se['stopped_by']}, {se['elapsed_s']:.0f} s): {cf['nodes']} nodes, priority weights "
+                     f"age {cf['weight_age']:.1f}, size {cf['weight_size']:.1f}, backfill {cf['backfill']}.")
         for n in s.nodes:
             c = next((c for c in fresh + seen if c["log"] == s.name and c["node"] == n), None)
             if c is None:
