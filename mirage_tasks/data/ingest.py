@@ -12,6 +12,11 @@ Formats (detected from the content, not the file name):
 
 Every row that cannot be used is recorded with its line number and reason; the caller
 decides (``max_bad_rows``) how many may be skipped before the whole file is refused.
+
+Adding a format is one row of :data:`READERS` (name -> :class:`Reader`: a detect function and
+a parse function) and its test: ``--format``'s choices and help, :func:`formats`,
+:func:`detect_format` and :func:`parse` all read the table (docs/mirage-steps.md, "How to
+change it"; tests/mirage/test_trace_format_recipe.py adds one inside the test).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +33,9 @@ import pandas as pd
 
 from stepkit import StepError, storage
 
-from .schema import TraceMeta
+from .schema import COLUMNS, TraceMeta
 
 log = logging.getLogger(__name__)
-
-FORMATS = ("auto", "sacct-fixed", "sacct-parsable", "swf")
 
 # sacct column aliases -> normalised meaning. The first alias found wins.
 SACCT_COLUMNS = {
@@ -94,25 +98,100 @@ def _text_lines(uri: str) -> list[str]:
     return text.splitlines()
 
 
+@dataclass(frozen=True)
+class Reader:
+    """One trace format. ``detect(head)``: whether the file's first non-blank lines (up to 50,
+    at least one) are this format; ``parse(lines, uri, timezone)``: every line of the file ->
+    a :class:`ParseResult` in the normalised schema (:mod:`mirage_tasks.data.schema`), each
+    unusable row a :class:`Rejected` with its line number, ``meta.format`` the format's name;
+    ``what``: the format in a few words (``--format``'s help, the unknown-format error)."""
+
+    detect: Callable[[list[str]], bool]
+    parse: Callable[[list[str], str, str | None], ParseResult]
+    what: str
+
+
+def _is_sacct_parsable(head: list[str]) -> bool:
+    first = head[0]
+    return not _is_swf_comment(first) and "|" in first and "JobID" in first.split("|")[0]
+
+
+def _is_sacct_fixed(head: list[str]) -> bool:
+    # the JobID header may follow a bare row-count line
+    return not _is_swf_comment(head[0]) and any(ln.split() and ln.split()[0] == "JobID" for ln in head[:3])
+
+
+def _is_swf_comment(line: str) -> bool:
+    return line.lstrip().startswith(";")
+
+
+def _is_swf(head: list[str]) -> bool:
+    fields = head[0].split()
+    return _is_swf_comment(head[0]) or (len(fields) == 18 and all(_is_number(x) for x in fields))
+
+
+#: The trace formats, ``name -> Reader``, in the order :func:`detect_format` tries them (the
+#: first whose ``detect`` says yes wins, so a looser test goes after a stricter one). Adding a
+#: format is a row here; ``ingest --format`` offers ``auto`` and every name.
+READERS: dict[str, Reader] = {
+    "sacct-parsable": Reader(_is_sacct_parsable, lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-parsable", tz),
+                             "sacct --parsable2 output"),
+    "sacct-fixed": Reader(_is_sacct_fixed, lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-fixed", tz),
+                          "a Slurm sacct export with a JobID header"),
+    "swf": Reader(_is_swf, lambda lines, uri, tz: _parse_swf(lines, uri), "SWF"),
+}
+
+
+#: The pandas type of each normalised column (:data:`mirage_tasks.data.schema.SCHEMA`), for :func:`frame`.
+_DTYPES = {"job_id": "string", "time_limit_s": "Int64", "nodes": "Int32", "procs": "Int32",
+           "partition": "string", "user": "string", "status": "string", "priority": "Int64"}
+
+
+def frame(**columns: Any) -> pd.DataFrame:
+    """A frame in the normalised schema from the columns a new format's reader has (``job_id``
+    and ``submit`` at least, equal lengths): times as UTC timestamps or Unix seconds, counts and
+    limits as numbers; a column not given is null (``status``: ``UNKNOWN``)."""
+    n = len(columns["job_id"])
+    out = {}
+    for name in COLUMNS:
+        value = columns.get(name)
+        if name in ("submit", "start", "end"):
+            s = pd.Series(value if value is not None else [pd.NaT] * n)
+            if pd.api.types.is_numeric_dtype(s):
+                s = pd.to_datetime(s, unit="s", utc=True)
+            out[name] = pd.to_datetime(s, utc=True).dt.as_unit("s")
+        elif value is None:
+            out[name] = pd.Series(["UNKNOWN" if name == "status" else pd.NA] * n, dtype=_DTYPES[name])
+        elif _DTYPES[name].startswith("Int"):
+            out[name] = pd.Series(value).astype("Float64").round().astype(_DTYPES[name])
+        else:
+            out[name] = pd.Series(value).astype(_DTYPES[name])
+    return pd.DataFrame(out)
+
+
+def formats() -> tuple[str, ...]:
+    """``ingest --format``'s choices: ``auto`` (detect from the content), then every :data:`READERS` name."""
+    return ("auto", *READERS)
+
+
+def formats_help() -> str:
+    """``ingest --format``'s help, from :data:`READERS`."""
+    return "trace format (default: auto, detected from the content): " + "; ".join(
+        f"{name}: {r.what}" for name, r in READERS.items()).replace("%", "%%")
+
+
 def detect_format(lines: list[str], uri: str) -> str:
-    """Name the format of a trace from its first meaningful lines."""
+    """Name the format of a trace from its first meaningful lines (:data:`READERS`, in order)."""
     head = [ln for ln in lines[:50] if ln.strip()]
     if not head:
         raise StepError(f"{uri}: empty file, not a job trace")
-    if head[0].lstrip().startswith(";"):
-        return "swf"
-    first = head[0]
-    if "|" in first and "JobID" in first.split("|")[0]:
-        return "sacct-parsable"
-    for ln in head[:3]:
-        if ln.split() and ln.split()[0] == "JobID":
-            return "sacct-fixed"
-    fields = first.split()
-    if len(fields) == 18 and all(_is_number(x) for x in fields):
-        return "swf"
+    for name, reader in READERS.items():
+        if reader.detect(head):
+            return name
+    whats = [r.what for r in READERS.values()]
+    expected = ", ".join(whats[:-1]) + f", or {whats[-1]}" if len(whats) > 1 else whats[0]
     raise StepError(
-        f"{uri}: line 1: unknown trace format (expected a Slurm sacct export with a JobID header, "
-        f"sacct --parsable2 output, or SWF); starts with {first[:80]!r}"
+        f"{uri}: line 1: unknown trace format (expected {expected}); starts with {head[0][:80]!r}"
     )
 
 
@@ -125,14 +204,13 @@ def _is_number(s: str) -> bool:
 
 
 def parse(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResult:
+    """Read ``uri`` in format ``fmt`` (``auto``: :func:`detect_format`) with its :data:`READERS` row."""
     lines = _text_lines(uri)
     if fmt == "auto":
         fmt = detect_format(lines, uri)
-    if fmt == "swf":
-        return _parse_swf(lines, uri)
-    if fmt in ("sacct-fixed", "sacct-parsable"):
-        return _parse_sacct(lines, uri, fmt, timezone)
-    raise StepError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
+    if fmt not in READERS:
+        raise StepError(f"--format {fmt!r}: choose from {', '.join(formats())}")
+    return READERS[fmt].parse(lines, uri, timezone)
 
 
 # ---------------------------------------------------------------- sacct

@@ -17,7 +17,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..data.prefixes import PREFIXES_FILE
 from ..data.schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
-from ..data.ingest import FORMATS, BadRows, parse
+from ..data.ingest import BadRows, formats, formats_help, parse
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "ingest_report.json"
@@ -29,7 +29,7 @@ BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000)}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace URI or path (.gz ok): sacct export or SWF")
     p.add_argument("--out", required=True, help="output prefix URI (file://, path or s3://)")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: detect)")
+    p.add_argument("--format", default="auto", choices=formats(), help=formats_help())
     p.add_argument("--timezone", default=None,
                    help="IANA zone of sacct's local times, e.g. America/Chicago for Lonestar6 (SWF: from its header)")
     p.add_argument("--from", dest="t_from", default=None, help="keep jobs submitted at or after this ISO time (UTC if no offset)")
