@@ -18,6 +18,9 @@ partition and size as the real scheduler computed it). ``trace_age_backout`` wou
 subtract the age term that value may contain (``weight_age * min(real wait, max_age) /
 max_age``); that uses the job's real wait, i.e. the outcome being simulated, so it is off
 by default and only kept to show the effect in the fidelity report.
+
+The priority and backfill modes are the policies declared in :mod:`.policies` (``static`` is
+the priority policy's); :data:`BACKFILL_MODES` and :data:`PRIORITY_MODES` list the registered ones.
 """
 
 from __future__ import annotations

@@ -59,6 +59,14 @@ def test_builtin_policies_are_declared_once():
         "age_size", "trace"]
 
 
+def test_declared_parameters_are_config_fields():
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(SimConfig)}
+    for p in (*policies.BACKFILL.values(), *policies.PRIORITY.values()):
+        assert set(p.params) <= fields, p.name
+
+
 def test_unknown_policy_is_refused():
     with pytest.raises(StepError, match="backfill must be one of"):
         SimConfig(nodes=4, backfill="fifo_no_reserve")
