@@ -11,14 +11,16 @@ Read from the trace (the calibration window and its lead-in only, never the scor
 * **dispatch latency**: the median real wait of the jobs that started within
   :data:`DISPATCH_HORIZON_S` of their submission (Slurm needs a few seconds to start a job
   the scheduler picked; the simulator starts it at the same instant);
-* whether the trace records priorities (then the ``trace`` priority model is searched).
+* whether the trace records priorities (then the priority policies that read them, ``trace``,
+  are searched).
 
 Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
 effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it, never
 above the log's stated machine size: :func:`machine_warning` says when the data seem to need
 more; busy nodes are node-equivalents, see :attr:`~mirage_tasks.sim.workload.Workload.node_equiv`),
 per-user job and node limits, priority model, age weight, size weight, age cap and
-PriorityMaxAge, backfill mode (conservative, easy, none) and interval, the nodes in service
+PriorityMaxAge, backfill mode (the policies declared ``searched`` in :mod:`mirage_tasks.sim.policies`:
+conservative, easy, none) and interval, the nodes in service
 over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 days, re-read
 hourly: drains and maintenance; only the trace's past at each instant is read; the size is
 then the top of its range, a bound only) and a short
@@ -52,7 +54,8 @@ import pandas as pd
 from stepkit import StepError
 
 from .fidelity import metrics, replay
-from ..sim.config import BACKFILL_MODES, SimConfig
+from ..sim import policies
+from ..sim.config import SimConfig
 from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -201,12 +204,12 @@ def search_space(facts: TraceFacts) -> dict[str, Any]:
         "nodes": [lo, hi],
         "max_jobs_per_user": sorted({0, facts.user_max_jobs}),
         "max_nodes_per_user": sorted({0, facts.user_max_nodes}),
-        "priority": ["age_size", "trace"] if facts.has_priority else ["age_size"],
+        "priority": policies.searched_priority(facts.has_priority),
         "weight_age": [10.0, 100000.0],
         "weight_size": [0.0, 5000.0],
         "age_cap": [True, False],
         "max_age_s": list(MAX_AGES),
-        "backfill": list(BACKFILL_MODES),
+        "backfill": policies.searched_backfill(),
         "bf_interval_s": list(BF_INTERVALS),
         "capacity_window_s": list(CAPACITY_WINDOWS),
         "capacity_quantile": list(CAPACITY_QUANTILES),

@@ -5,7 +5,8 @@ its calibration against a trace is :mod:`mirage_tasks.calibration`.
 |--------------|--------------------------------------------------------------------|
 | ``config``   | cluster and scheduler settings (presets, JSON, command-line flags) |
 | ``workload`` | a trace as the simulator's job arrays                              |
-| ``engine``   | the event-driven scheduler: strict priority order (the trace's recorded priority or age/size), conservative, EASY or no backfill; no fair share |
+| ``policies`` | the scheduling policies, each declared once: queue order (the trace's recorded priority or age/size) and backfill (conservative, EASY, none); no fair share |
+| ``engine``   | the event-driven scheduler: strict priority order, backfill passes, both through the policy objects of ``policies`` |
 | ``features`` | the queue/cluster snapshot features of a decision history          |
 | ``episode``  | samples, probes and online decision episodes                       |
 | ``probes``   | probe spacings and the baseline rules (reactive, avg), stdlib only |

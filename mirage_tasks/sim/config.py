@@ -18,6 +18,9 @@ partition and size as the real scheduler computed it). ``trace_age_backout`` wou
 subtract the age term that value may contain (``weight_age * min(real wait, max_age) /
 max_age``); that uses the job's real wait, i.e. the outcome being simulated, so it is off
 by default and only kept to show the effect in the fidelity report.
+
+The priority and backfill modes are the policies declared in :mod:`.policies` (``static`` is
+the priority policy's); :data:`BACKFILL_MODES` and :data:`PRIORITY_MODES` list the registered ones.
 """
 
 from __future__ import annotations
@@ -32,9 +35,19 @@ from typing import Any
 
 from stepkit import StepError, storage
 
-BACKFILL_MODES = ("conservative", "easy", "none")
+from . import policies
+
 HOLDS_MODES = ("none", "inferred")
-PRIORITY_MODES = ("age_size", "trace")
+
+
+def __getattr__(name: str) -> Any:
+    """``BACKFILL_MODES`` and ``PRIORITY_MODES``: the registered policies' names (read
+    anew each time, so a policy registered later counts; see :mod:`.policies`)."""
+    if name == "BACKFILL_MODES":
+        return policies.backfill_names()
+    if name == "PRIORITY_MODES":
+        return policies.priority_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: The largest cluster a configuration may describe (the largest machines have ~10^5 nodes).
@@ -45,12 +58,12 @@ class SimConfig:
     """One partition's scheduler model. Times in seconds."""
 
     nodes: int
-    backfill: str = "conservative"      # conservative | easy | none
+    backfill: str = "conservative"      # a registered backfill policy (.policies): conservative | easy | none
     bf_interval_s: int = 30             # Slurm bf_interval: a backfill pass at most this often
     bf_window_s: int = 2 * 86400        # Slurm bf_window: no reservation starts later than now + window
     bf_resolution_s: int = 600          # Slurm bf_resolution: planned run times rounded up to this
     bf_max_job_test: int = 3000         # Slurm bf_max_job_test: jobs examined per pass
-    priority: str = "age_size"          # age_size | trace (see module docstring)
+    priority: str = "age_size"          # a registered priority policy (.policies): age_size | trace
     weight_age: float = 7000.0          # PriorityWeightAge
     max_age_s: int = 7 * 86400          # PriorityMaxAge
     age_cap: bool = True                # Slurm caps the age factor at 1; the reference did not
@@ -89,10 +102,10 @@ class SimConfig:
         if not 1 <= self.nodes <= MAX_NODES:
             raise StepError(f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, "
                             f"got {self.nodes}")
-        if self.backfill not in BACKFILL_MODES:
-            raise StepError(f"backfill must be one of {BACKFILL_MODES}, got {self.backfill!r}")
-        if self.priority not in PRIORITY_MODES:
-            raise StepError(f"priority must be one of {PRIORITY_MODES}, got {self.priority!r}")
+        if self.backfill not in policies.BACKFILL:
+            raise StepError(f"backfill must be one of {policies.backfill_names()}, got {self.backfill!r}")
+        if self.priority not in policies.PRIORITY:
+            raise StepError(f"priority must be one of {policies.priority_names()}, got {self.priority!r}")
         for name in ("bf_interval_s", "bf_resolution_s", "max_age_s"):
             if int(getattr(self, name)) < 1:
                 raise StepError(f"{name} must be >= 1")
@@ -190,14 +203,15 @@ PRESETS: dict[str, SimConfig] = {
     ),
 }
 
-_FLAGS: list[tuple[str, str, type, str]] = [
+#: (field, flag, type, help); a callable help is read when the parser is built (the policies' help).
+_FLAGS: list[tuple[str, str, type, Any]] = [
     ("nodes", "--nodes", int, "cluster size in nodes (required unless the preset/trace gives it)"),
-    ("backfill", "--backfill", str, "conservative | easy | none"),
+    ("backfill", "--backfill", str, lambda: policies.help_text("backfill")),
     ("bf_interval_s", "--bf-interval", int, "seconds between backfill passes"),
     ("bf_window_s", "--bf-window", int, "backfill window in seconds"),
     ("bf_resolution_s", "--bf-resolution", int, "backfill time resolution in seconds"),
     ("bf_max_job_test", "--bf-max-job-test", int, "jobs examined per backfill pass"),
-    ("priority", "--priority", str, "age_size | trace"),
+    ("priority", "--priority", str, lambda: policies.help_text("priority")),
     ("weight_age", "--weight-age", float, "PriorityWeightAge"),
     ("max_age_s", "--max-age", int, "PriorityMaxAge in seconds"),
     ("weight_size", "--weight-size", float, "PriorityWeightJobSize"),
@@ -225,7 +239,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cluster-config", default=None,
                    help=f"preset ({', '.join(PRESETS)}) or a JSON file/URI of SimConfig fields")
     for name, flag, typ, helptext in _FLAGS:
-        g.add_argument(flag, dest=f"cfg_{name}", type=typ, default=None, help=helptext)
+        g.add_argument(flag, dest=f"cfg_{name}", type=typ, default=None,
+                       help=helptext() if callable(helptext) else helptext)
     g.add_argument("--age-cap", dest="cfg_age_cap", default=None, choices=("true", "false"),
                    help="cap the age factor at PriorityMaxAge (Slurm) or not (reference)")
     g.add_argument("--warm-start", dest="cfg_warm_start", default=None, choices=("true", "false"),

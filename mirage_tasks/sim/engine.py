@@ -22,10 +22,12 @@ ends (start + time limit, rounded up to ``bf_resolution_s``). Pending jobs are e
 in priority order (at most ``bf_max_job_test``; jobs of users at their limit are skipped,
 as Slurm skips jobs held by QOS limits). Each gets the earliest start where its nodes fit
 for its planned run time; if that is now, it starts. Otherwise it gets a reservation
-(the nodes are taken from the profile) when the mode allows one and the start lies
-within ``bf_window_s``: ``conservative`` reserves for every examined job, ``easy`` only
+(the nodes are taken from the profile) when the backfill policy allows one and the start
+lies within ``bf_window_s``: ``conservative`` reserves for every examined job, ``easy`` only
 for the first job that cannot start (so later jobs may start now only if they do not
-delay it). ``none`` disables backfill.
+delay it). ``none`` disables backfill. The policies are objects declared in
+:mod:`.policies` (``BackfillPolicy.passes`` and ``reservations``, ``PriorityPolicy.static``),
+resolved once per simulator.
 
 A pass is skipped when no job ended or arrived since the previous one: the running set,
 the queue and the profile are then unchanged and the pass could start nothing new. (The
@@ -81,6 +83,7 @@ import numpy as np
 from stepkit import StepError
 
 from .config import SimConfig
+from .policies import PriorityPolicy, backfill_policy, priority_policy
 from .workload import Workload, capacity_schedule, workload_holds
 
 INF = float("inf")
@@ -96,6 +99,13 @@ class Simulator:
 
     def __init__(self, cfg: SimConfig, t0: int):
         self.cfg = cfg
+        # the policies (.policies), resolved once: the loops read these attributes only
+        self.backfill_policy = bp = backfill_policy(cfg.backfill)
+        self.priority_policy = pp = priority_policy(cfg.priority)
+        # a policy that keeps the base class's static (always 0) costs no call per job
+        self._static = None if type(pp).static is PriorityPolicy.static else pp.static
+        self.bf_passes = bp.passes                 # backfill passes run at all
+        self.bf_reservations = bp.reservations(cfg)  # reservations one pass may make
         self.now = int(t0)
         self.t0 = int(t0)
         # per-job tables (index = local job id)
@@ -193,7 +203,7 @@ class Simulator:
         if sim.queue:
             sim._strict()
             sim.dirty = True
-            if cfg.backfill != "none" and t0 % cfg.bf_interval_s == 0:
+            if sim.bf_passes and t0 % cfg.bf_interval_s == 0:
                 sim._backfill()
         return sim
 
@@ -203,18 +213,7 @@ class Simulator:
         if nodes > cfg.nodes:
             self.dropped_too_big += 1
             return -1
-        if cfg.priority == "trace":
-            p = wl.priority[i]
-            if np.isnan(p):
-                static = self.static_default
-            elif cfg.trace_age_backout:
-                wait = max(0, int(wl.real_start[i] - wl.submit[i]))
-                age = min(wait, cfg.max_age_s) if cfg.age_cap else wait
-                static = float(p) - cfg.weight_age * age / cfg.max_age_s
-            else:
-                static = float(p)
-        else:
-            static = 0.0
+        static = 0.0 if self._static is None else self._static(cfg, wl, i, self.static_default)
         return self.add_job(submit, int(wl.duration[i]), int(wl.limit[i]), nodes, int(wl.user[i]),
                             static, tag=i, tick=tick)
 
@@ -307,7 +306,7 @@ class Simulator:
         has started); the clock then reads ``t_stop`` (or that start time)."""
         cfg = self.cfg
         interval = cfg.bf_interval_s
-        do_bf = cfg.backfill != "none"
+        do_bf = self.bf_passes
         future = self.future
         heap = self.end_heap
         start = self.j_start
@@ -584,7 +583,7 @@ class Simulator:
         else:
             T, F = self._profile()
         window_end = now + cfg.bf_window_s
-        reserve_left = 1 if cfg.backfill == "easy" else 1 << 60
+        reserve_left = self.bf_reservations
         blocked_before = False
         started = False
         started_ids: list[int] = []
@@ -752,15 +751,5 @@ class Simulator:
 
 def _static_default(wl: Workload, cfg: SimConfig) -> float:
     """Static priority of jobs without a recorded priority (and of probe jobs): the
-    median static part over the trace in ``trace`` mode, else 0."""
-    if cfg.priority != "trace":
-        return 0.0
-    p = wl.priority
-    ok = ~np.isnan(p)
-    if not ok.any():
-        return 0.0
-    if not cfg.trace_age_backout:
-        return float(np.median(p[ok]))
-    wait = np.maximum(wl.real_start[ok] - wl.submit[ok], 0)
-    age = np.minimum(wait, cfg.max_age_s) if cfg.age_cap else wait
-    return float(np.median(p[ok] - cfg.weight_age * age / cfg.max_age_s))
+    priority policy's (the median static part over the trace in ``trace`` mode, else 0)."""
+    return priority_policy(cfg.priority).default_static(wl, cfg)

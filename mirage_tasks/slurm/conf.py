@@ -11,16 +11,14 @@ Mapping (SimConfig -> slurm.conf):
 | SimConfig | Slurm | scaled |
 |---|---|---|
 | nodes | ``NodeName=n[1-N]`` (one ``slurmd -N nX`` each), ``select/linear`` (whole nodes) | - |
-| backfill conservative | ``SchedulerType=sched/backfill`` (Slurm reserves for every job it tests) | - |
-| backfill none | ``SchedulerType=sched/builtin`` | - |
-| backfill easy | not expressible (Slurm has no one-reservation mode): rendered as sched/backfill, reported | - |
+| backfill (a policy of :mod:`mirage_tasks.sim.policies`) | its ``slurm_scheduler``: conservative ``SchedulerType=sched/backfill`` (Slurm reserves for every job it tests), none ``sched/builtin``; easy is not expressible (Slurm has no one-reservation mode): rendered as sched/backfill, its ``slurm_note`` reported | - |
 | bf_interval_s | ``bf_interval`` (s, >= 1) | / factor |
 | bf_window_s | ``bf_window`` (min, >= 1) | / factor |
 | bf_resolution_s | ``bf_resolution`` (s, >= 1) | / factor |
 | bf_max_job_test | ``bf_max_job_test`` | - |
 | weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min), rendered but **ignored by Slurm without slurmdbd** | max age / factor |
 | weight_size | ``PriorityWeightJobSize`` (PriorityFavorSmall=NO) | - |
-| priority trace | per job at submission: ``--nice=-<recorded priority>`` (replay) | - |
+| priority (a policy) | its ``slurm_priority_type``; with ``slurm_per_job`` (trace) per job at submission: ``--nice=-<its slurm_priority>`` (replay) | - |
 | age_cap false | not expressible (Slurm always caps at PriorityMaxAge) | - |
 | max_jobs_per_user / max_nodes_per_user | need QOS limits, i.e. slurmdbd: not enforced here | - |
 | capacity_*, short_partition_limit_s, holds | not rendered (one partition, every node in service, no holds) | - |
@@ -35,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ..sim.config import SimConfig
+from ..sim.policies import backfill_policy, priority_policy
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ def back_to_sim(cfg: SimConfig, factor: float) -> SimConfig:
         max_age_s=int(s["max_age_min"] * 60 * f),
         age_cap=True, max_jobs_per_user=0, max_nodes_per_user=0, tick_s=0, warm_start=False,
         capacity_window_s=0, short_partition_limit_s=0, holds="none",
-        backfill="conservative" if cfg.backfill == "easy" else cfg.backfill,
+        backfill=backfill_policy(cfg.backfill).slurm_equivalent(),
     )
 
 
@@ -114,8 +113,11 @@ def unsupported(cfg: SimConfig) -> list[str]:
     if cfg.weight_age > 0:
         out.append("PriorityWeightAge: Slurm ignores the age factor without slurmdbd (the comparison's simulator "
                    "uses weight_age 0)")
-    if cfg.backfill == "easy":
-        out.append("backfill=easy: Slurm's backfill reserves for every job it tests (rendered as conservative)")
+    bp, pp = backfill_policy(cfg.backfill), priority_policy(cfg.priority)
+    if bp.slurm_note:
+        out.append(f"backfill={bp.name}: {bp.slurm_note}")
+    if pp.slurm_note:
+        out.append(f"priority={pp.name}: {pp.slurm_note}")
     if not cfg.age_cap:
         out.append("age_cap=false: Slurm always caps the age factor at PriorityMaxAge")
     if cfg.max_jobs_per_user or cfg.max_nodes_per_user:
@@ -144,7 +146,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
     n = int(cfg.nodes)
     if node_ports[1] - node_ports[0] + 1 != n:
         raise ValueError(f"{n} nodes need {n} slurmd ports, got {node_ports}")
-    sched = "sched/builtin" if cfg.backfill == "none" else "sched/backfill"
+    sched = backfill_policy(cfg.backfill).slurm_scheduler
     params = (f"bf_interval={s['bf_interval_s']},bf_window={s['bf_window_min']},bf_resolution={s['bf_resolution_s']},"
               f"bf_max_job_test={s['bf_max_job_test']},default_queue_depth={max(100, s['bf_max_job_test'])},"
               "bf_continue,sched_interval=1")
@@ -187,7 +189,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         "SelectType=select/linear",
         f"SchedulerType={sched}",
         f"SchedulerParameters={params}",
-        "PriorityType=priority/multifactor",
+        f"PriorityType={priority_policy(cfg.priority).slurm_priority_type}",
         f"PriorityWeightAge={s['weight_age']}",
         f"PriorityMaxAge={_age(s['max_age_min'])}",
         f"PriorityWeightJobSize={s['weight_size']}",

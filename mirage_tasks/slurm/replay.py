@@ -12,8 +12,9 @@ remaining run time and limit and a priority above everything (``--nice`` far bel
 they take their nodes at once, jobs *pending* at ``t0`` with their recorded priority.
 Neither is scored (Slurm cannot backdate a submission); they only load the cluster.
 
-Priority: with ``priority="trace"`` each job gets ``--nice=-<recorded priority>`` (Slurm's
-priority is then its job-size term plus the recorded value); otherwise 0. Every time the
+Priority: with a priority policy that renders per job (``slurm_per_job``: ``priority="trace"``)
+each job gets ``--nice=-<its priority>`` (for trace the recorded one; Slurm's priority is then
+its job-size term plus that value); otherwise 0. Every time the
 comparison needs is taken from Slurm itself (SubmitTime, StartTime, EndTime from squeue and
 the jobcomp log), mapped back to trace time: ``t0 + (slurm_time - origin) * factor``.
 """
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..sim.config import SimConfig
+from ..sim.policies import priority_policy
 from ..sim.workload import Workload
 from .queue import read_jobcomp, run_client, slurm_time, squeue
 
@@ -41,14 +43,13 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
     """One row per job to submit, in submission order (columns documented in replay_jobs)."""
     rows = []
     running, pending = wl.active_at(t0) if cfg.warm_start else (np.array([], int), np.array([], int))
-    static_default = float(np.nanmedian(wl.priority)) if (cfg.priority == "trace" and
-                                                          (~np.isnan(wl.priority)).any()) else 0.0
+    policy = priority_policy(cfg.priority)
+    static_default = policy.slurm_default(wl) if policy.slurm_per_job else 0.0
 
     def prio(i: int) -> float:
-        if cfg.priority != "trace":
+        if not policy.slurm_per_job:
             return 0.0
-        p = wl.priority[i]
-        return static_default if np.isnan(p) else float(p)
+        return policy.slurm_priority(wl, i, static_default)
 
     def add(i: int, kind: str, at_s: float, dur: int, limit: int, p: float) -> None:
         rows.append({"trace_job_id": str(wl.job_id[i]), "kind": kind, "trace_submit": int(wl.submit[i]),
