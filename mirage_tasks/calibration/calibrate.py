@@ -25,7 +25,10 @@ over time (off, or a quantile of the trace's busy nodes over the past 1, 3 or 7 
 hourly: drains and maintenance; only the trace's past at each instant is read; the size is
 then the top of its range, a bound only) and a short
 partition beside the main one (jobs with a limit up to 30 min, 1 h or 2 h keep their own
-strict priority order on the same nodes). The first trials
+strict priority order on the same nodes). Asked for (``fairshare=True``, ``calibrate
+--search-fairshare``), the search also offers Slurm's multifactor priority with the classic
+fair share (:mod:`mirage_tasks.sim.fairshare`), its weight (10 to 100000, log) and its usage
+half-life (1, 7 or 14 days), and the report's configuration line says what it chose. The first trials
 are the configuration a new user would write (the machine size or the busy peak, age and
 size priority, conservative backfill) and, when given, a start configuration, each also
 with the capacity model on (7 days, maximum).
@@ -64,6 +67,8 @@ DISPATCH_HORIZON_S = 60
 HOLD_S = 3600  # a concurrency level counts when held this long in total
 BF_INTERVALS = (30, 60, 120, 300, 600)
 MAX_AGES = (86400, 7 * 86400, 14 * 86400)
+FS_HALFLIVES = (86400, 7 * 86400, 14 * 86400)
+FS_WEIGHTS = [10.0, 100000.0]
 CAPACITY_WINDOWS = (0, 86400, 3 * 86400, 7 * 86400)  # 0 = a fixed cluster size
 CAPACITY_QUANTILES = (1.0, 0.95, 0.9)
 SHORT_PARTITION_LIMITS = (0, 1800, 3600, 7200)  # 0 = one partition
@@ -193,8 +198,9 @@ def machine_warning(facts: TraceFacts) -> str | None:
             f"machine is capped at {m} nodes")
 
 
-def search_space(facts: TraceFacts) -> dict[str, Any]:
-    """The search space; the node count never above the log's stated machine size."""
+def search_space(facts: TraceFacts, fairshare: bool = False) -> dict[str, Any]:
+    """The search space; the node count never above the log's stated machine size. With
+    ``fairshare`` the multifactor priority with fair share is offered too."""
     lo = max(facts.max_job_nodes, int(0.75 * facts.peak_busy_nodes), 1)
     hi = max(lo + 1, int(math.ceil(1.15 * facts.peak_busy_nodes)))
     if facts.machine_nodes:
@@ -215,6 +221,8 @@ def search_space(facts: TraceFacts) -> dict[str, Any]:
         "capacity_quantile": list(CAPACITY_QUANTILES),
         "short_partition_limit_s": list(SHORT_PARTITION_LIMITS),
         "dispatch_latency_s": facts.dispatch_latency_s,
+        **({"priority": policies.searched_priority(facts.has_priority) + ["multifactor"],
+            "weight_fairshare": list(FS_WEIGHTS), "fs_halflife_s": list(FS_HALFLIVES)} if fairshare else {}),
     }
 
 
@@ -230,13 +238,19 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
     else:
         nodes = trial.suggest_int("nodes", lo, hi)
         quantile = 1.0
+    priority = trial.suggest_categorical("priority", space["priority"])
+    fair = {}
+    if priority == "multifactor":  # its own parameters, asked only when it is chosen
+        fair = dict(weight_fairshare=trial.suggest_float("weight_fairshare", *space["weight_fairshare"], log=True),
+                    fs_halflife_s=trial.suggest_categorical("fs_halflife_s", space["fs_halflife_s"]))
     return base.replace(
+        **fair,
         nodes=nodes,
         capacity_window_s=cap_window,
         capacity_quantile=quantile,
         max_jobs_per_user=trial.suggest_categorical("max_jobs_per_user", space["max_jobs_per_user"]),
         max_nodes_per_user=trial.suggest_categorical("max_nodes_per_user", space["max_nodes_per_user"]),
-        priority=trial.suggest_categorical("priority", space["priority"]),
+        priority=priority,
         weight_age=trial.suggest_float("weight_age", *space["weight_age"], log=True),
         weight_size=trial.suggest_float("weight_size", *space["weight_size"]),
         age_cap=trial.suggest_categorical("age_cap", space["age_cap"]),
@@ -263,6 +277,12 @@ def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
               "capacity_quantile", "short_partition_limit_s"):
         if p[k] not in space[k]:
             return None
+    if p["priority"] == "multifactor":  # (in the space only with fairshare)
+        w = space["weight_fairshare"]
+        p["weight_fairshare"] = min(max(cfg.weight_fairshare, w[0]), w[1])
+        p["fs_halflife_s"] = cfg.fs_halflife_s
+        if p["fs_halflife_s"] not in space["fs_halflife_s"]:
+            return None
     del p["capacity_quantile" if not p["capacity_window_s"] else "nodes"]  # as _suggest asks for them
     return p
 
@@ -280,7 +300,7 @@ class Result:
 
 def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int = 7 * 86400, trials: int = 60,
               timeout_s: float = 600.0, seed: int = 0, machine_nodes: int | None = None,
-              start: SimConfig | None = None, procs_per_node: int = 0) -> Result:
+              start: SimConfig | None = None, procs_per_node: int = 0, fairshare: bool = False) -> Result:
     """Search a configuration for the jobs submitted in ``[a, b)``; see the module docstring."""
     import optuna
 
@@ -288,7 +308,7 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     facts = trace_facts(wl, a, b, machine_nodes)
     if facts.jobs == 0:
         raise StepError("no job was submitted in the calibration window")
-    space = search_space(facts)
+    space = search_space(facts, fairshare)
     if start is not None:  # a start configuration's own limits are choices too
         for k in ("max_jobs_per_user", "max_nodes_per_user"):
             space[k] = sorted(set(space[k]) | {int(getattr(start, k))})

@@ -356,6 +356,14 @@ class Ls6:
         return "\n".join(out)
 
 
+def fair_share_text(c: dict) -> str:
+    """The fair-share part of a configuration line (nothing without fair share)."""
+    if c.get("priority") != "multifactor" or not c.get("weight_fairshare"):
+        return ""
+    return (f", fair-share weight {c['weight_fairshare']:.0f} with a "
+            f"{c.get('fs_halflife_s', 7 * 86400) / 86400:g} d usage half-life")
+
+
 def config_line(c: dict) -> str:
     cap = (f"nodes in service = the {c['capacity_quantile']:g} quantile of the trace's busy nodes over the past "
            f"{c['capacity_window_s'] / 86400:g} d, re-read every {c['capacity_step_s']} s (at most {c['nodes']})"
@@ -364,7 +372,7 @@ def config_line(c: dict) -> str:
              else "one partition")
     return (f"{cap}; {short}; {c['backfill']} backfill every {c['bf_interval_s']} s; priority {c['priority']} "
             f"(age weight {c['weight_age']:.0f}, size weight {c['weight_size']:.0f}, max age "
-            f"{c['max_age_s'] / 86400:g} d); per user at most {c['max_jobs_per_user'] or 'any'} jobs and "
+            f"{c['max_age_s'] / 86400:g} d{fair_share_text(c)}); per user at most {c['max_jobs_per_user'] or 'any'} jobs and "
             f"{c['max_nodes_per_user'] or 'any'} nodes; dispatch latency {c['dispatch_latency_s']} s")
 
 

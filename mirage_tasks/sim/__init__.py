@@ -5,7 +5,8 @@ its calibration against a trace is :mod:`mirage_tasks.calibration`.
 |--------------|--------------------------------------------------------------------|
 | ``config``   | cluster and scheduler settings (presets, JSON, command-line flags) |
 | ``workload`` | a trace as the simulator's job arrays                              |
-| ``policies`` | the scheduling policies, each declared once: queue order (the trace's recorded priority or age/size) and backfill (conservative, EASY, none); no fair share |
+| ``policies`` | the scheduling policies, each declared once: queue order (age/size, the trace's recorded priority, Slurm's multifactor with fair share) and backfill (conservative, EASY, none) |
+| ``fairshare`` | Slurm's classic fair-share factor with usage decay (the multifactor policy's ledger) |
 | ``engine``   | the event-driven scheduler: strict priority order, backfill passes, both through the policy objects of ``policies`` |
 | ``features`` | the queue/cluster snapshot features of a decision history          |
 | ``episode``  | samples, probes and online decision episodes                       |

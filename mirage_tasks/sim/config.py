@@ -11,13 +11,17 @@ Priority (Slurm multifactor, simplified)::
                      + weight_age * age_factor          age_factor = min(age, max_age) / max_age
                                                         (no cap when age_cap is false)
                      + weight_size * nodes / cluster_nodes
+                     + weight_fairshare * fairshare_factor(user, t)    multifactor only
 
 ``static`` is 0 in ``priority="age_size"`` mode. In ``priority="trace"`` mode it is the
 priority the trace recorded for the job (Slurm's multifactor value with fair-share, QOS,
 partition and size as the real scheduler computed it). ``trace_age_backout`` would also
 subtract the age term that value may contain (``weight_age * min(real wait, max_age) /
 max_age``); that uses the job's real wait, i.e. the outcome being simulated, so it is off
-by default and only kept to show the effect in the fidelity report.
+by default and only kept to show the effect in the fidelity report. In
+``priority="multifactor"`` (Slurm's multifactor plugin with the classic fair share, see
+:mod:`.fairshare`) it is ``weight_partition`` times the partition's normalised job factor,
+and the fair-share term, re-read every ``fs_calc_period_s``, is added.
 
 The priority and backfill modes are the policies declared in :mod:`.policies` (``static`` is
 the priority policy's); :data:`BACKFILL_MODES` and :data:`PRIORITY_MODES` list the registered ones.
@@ -95,6 +99,18 @@ class SimConfig:
     # prediction. "none" (default): every job is eligible at its submission.
     holds: str = "none"
     holds_tolerance_s: int = 60
+    # Slurm's fair share (priority="multifactor", see .fairshare): the classic factor
+    # 2^(-effective usage / normalized shares) of each trace user (one share each, all users
+    # under one account), usage in node-seconds decayed with PriorityDecayHalfLife and
+    # re-read every PriorityCalcPeriod. The partition factor: PriorityWeightPartition times
+    # the job's partition's PriorityJobFactor normalised (main partition 1, the short one
+    # short_partition_factor). Fields added after stored outputs existed: at their defaults
+    # to_dict() leaves them out, so stored configurations and run keys stay as they were.
+    weight_fairshare: float = 0.0       # PriorityWeightFairshare
+    fs_halflife_s: int = 7 * 86400      # PriorityDecayHalfLife
+    fs_calc_period_s: int = 300         # PriorityCalcPeriod
+    weight_partition: float = 0.0       # PriorityWeightPartition
+    short_partition_factor: float = 1.0  # the short partition's normalised PriorityJobFactor (main: 1)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -121,6 +137,12 @@ class SimConfig:
             raise StepError(f"capacity_quantile must lie in [0, 1], got {self.capacity_quantile}")
         if self.dispatch_latency_s < 0:
             raise StepError("dispatch_latency_s must be >= 0")
+        for name in ("fs_halflife_s", "fs_calc_period_s"):
+            if int(getattr(self, name)) < 1:
+                raise StepError(f"{name} must be >= 1 second, got {getattr(self, name)}")
+        if not 0.0 <= self.short_partition_factor <= 1.0:
+            raise StepError(f"short_partition_factor must lie in [0, 1] (a PriorityJobFactor normalised by the "
+                            f"largest), got {self.short_partition_factor}")
         if self.tick_s < 0 or self.bf_window_s < 0 or self.bf_max_job_test < 1:
             raise StepError("tick_s and bf_window_s must be >= 0, bf_max_job_test >= 1")
         for name in NONNEGATIVE:
@@ -128,7 +150,14 @@ class SimConfig:
                 raise StepError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a mapping; fields added later (:data:`ADDED_LATER`) only when they
+        differ from their default, so a configuration that does not use them has the
+        mapping (and the run keys built from it) it had before they existed."""
+        d = dataclasses.asdict(self)
+        for name, default in ADDED_LATER.items():
+            if d[name] == default:
+                del d[name]
+        return d
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
@@ -161,7 +190,16 @@ class SimConfig:
 
 
 #: Fields below zero mean nothing: a negative weight inverts the priority, a negative limit is no limit.
-NONNEGATIVE = ("weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user")
+NONNEGATIVE = ("weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user", "weight_fairshare",
+               "weight_partition")
+
+#: Fields added after stored configurations existed, with the default that means "as before":
+#: :meth:`SimConfig.to_dict` leaves them out at that default.
+ADDED_LATER: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(SimConfig)
+    if f.name in ("weight_fairshare", "fs_halflife_s", "fs_calc_period_s", "weight_partition",
+                  "short_partition_factor")
+}
 
 _TYPES = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool,), "str": (str,)}
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
@@ -215,6 +253,13 @@ _FLAGS: list[tuple[str, str, type, Any]] = [
     ("weight_age", "--weight-age", float, "PriorityWeightAge"),
     ("max_age_s", "--max-age", int, "PriorityMaxAge in seconds"),
     ("weight_size", "--weight-size", float, "PriorityWeightJobSize"),
+    ("weight_fairshare", "--weight-fairshare", float,
+     "PriorityWeightFairshare (priority multifactor; 0 = no fair share)"),
+    ("fs_halflife_s", "--fs-halflife", int, "PriorityDecayHalfLife in seconds (7 days)"),
+    ("fs_calc_period_s", "--fs-calc-period", int, "PriorityCalcPeriod in seconds: usage and fair share re-read (300)"),
+    ("weight_partition", "--weight-partition", float, "PriorityWeightPartition (priority multifactor)"),
+    ("short_partition_factor", "--short-partition-factor", float,
+     "the short partition's PriorityJobFactor over the main partition's (1)"),
     ("max_jobs_per_user", "--max-jobs-per-user", int, "running jobs per user (0 = unlimited)"),
     ("max_nodes_per_user", "--max-nodes-per-user", int, "running nodes per user (0 = unlimited)"),
     ("tick_s", "--tick", int, "scheduler clock in seconds (0 = event driven)"),

@@ -64,6 +64,12 @@ ended in the simulation; it joins the queue when the predecessor's simulated run
 input; the timing is simulated. A predecessor outside the episode (ended before it, or too
 big for the partition) holds nothing. Off (default) every job is eligible at submission.
 
+Fair share (``priority="multifactor"`` with ``weight_fairshare`` > 0, see :mod:`.fairshare`):
+every ``fs_calc_period_s`` (an event, as Slurm's PriorityCalcPeriod) the users' decayed usage is
+re-read and each queued job's priority gets its user's new fair-share term; the queue is
+re-sorted and, when its order changed, the main scheduler runs and the next backfill pass is
+due. A job joining the queue gets the factors of the last re-read. Off, no such event exists.
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -83,6 +89,7 @@ import numpy as np
 from stepkit import StepError
 
 from .config import SimConfig
+from .fairshare import FairShare
 from .policies import PriorityPolicy, backfill_policy, priority_policy
 from .workload import Workload, capacity_schedule, workload_holds
 
@@ -106,6 +113,10 @@ class Simulator:
         self._static = None if type(pp).static is PriorityPolicy.static else pp.static
         self.bf_passes = bp.passes                 # backfill passes run at all
         self.bf_reservations = bp.reservations(cfg)  # reservations one pass may make
+        # fair share (.fairshare): the ledger, and the next re-read of usage (INF: none)
+        # (FairShareSimulator keeps them; this class never pays for them)
+        self.fs: FairShare | None = None
+        self.next_calc = INF
         self.now = int(t0)
         self.t0 = int(t0)
         # per-job tables (index = local job id)
@@ -158,6 +169,8 @@ class Simulator:
         trace's running jobs (kept on their nodes until their replayed end) and pending
         jobs (queued with their real submit time) at ``t0``."""
         sim = cls(cfg, t0)
+        if sim.fs is not None:
+            sim.fs = FairShare.for_workload(wl, cfg, t0)
         waiting: list[int] = []
         sim.static_default = _static_default(wl, cfg) if static_default is None else static_default
         tick = cfg.tick_s
@@ -312,6 +325,7 @@ class Simulator:
         start = self.j_start
         sched = self.cap_sched
         n_sched = len(sched)
+        calc = self.next_calc  # the next fair-share re-read (INF without fair share)
         while True:
             if until_started >= 0 and start[until_started] >= 0:
                 return
@@ -326,6 +340,8 @@ class Simulator:
                     t = g
             if self.next_snap < t:
                 t = self.next_snap
+            if calc < t:
+                t = calc
             if t > t_stop:
                 break
             if t == INF:
@@ -346,6 +362,10 @@ class Simulator:
                 changed = True
             if self.cap_ptr < n_sched and sched[self.cap_ptr][0] <= now and self._apply_capacity():
                 changed = True
+            if now == calc:
+                if self._recalc():
+                    changed = True
+                calc = self.next_calc
             if changed:
                 self.dirty = True
                 if self.queue:
@@ -461,6 +481,33 @@ class Simulator:
         keys = [(-(st[j] + rate * min(now - sub[j], cap)), sub[j], j) for _, _, j in self.queue]
         keys.sort()
         return [k[2] for k in keys]
+
+    def _recalc(self) -> bool:
+        """Slurm's PriorityCalcPeriod: usage and fair-share factors re-read now; the queued
+        jobs' priorities (and the queue's keys) follow. True when the queue order changed."""
+        fs = self.fs
+        fs.recalc(self.now)
+        self.next_calc = fs.next
+        if not self.queue:
+            return False
+        fixed = fs.fixed
+        st = self.j_static
+        users = self.j_user
+        rate = self.cfg.weight_age / self.cfg.max_age_s
+        old = self.queue
+        new = []
+        for _, sub, j in old:
+            st[j] = p = fixed[j] + fs.term(users[j])
+            new.append((-(p - rate * sub), sub, j))
+        new.sort()
+        self.queue = new
+        return any(a[2] != b[2] for a, b in zip(old, new))
+
+    def __new__(cls, cfg: SimConfig, t0: int):
+        """A :class:`FairShareSimulator` when the configuration's priority keeps fair share."""
+        if cls is Simulator and priority_policy(cfg.priority).fair_share(cfg):
+            cls = FairShareSimulator
+        return object.__new__(cls)
 
     def _user_blocked(self, j: int) -> bool:
         u = self.j_user[j]
@@ -724,7 +771,7 @@ class Simulator:
     # ------------------------------------------------------------------ forking & queries
     def fork(self) -> Simulator:
         """An independent copy of the whole state (cheap: flat lists and small dicts)."""
-        c = Simulator.__new__(Simulator)
+        c = object.__new__(type(self))
         d = self.__dict__
         nd = c.__dict__
         for k, v in d.items():
@@ -737,6 +784,8 @@ class Simulator:
             else:
                 nd[k] = v
         c.held = {p: v.copy() for p, v in self.held.items()}
+        if self.fs is not None:
+            c.fs = self.fs.copy()
         if self.queue_stats is not None:
             c.queue_stats = self.queue_stats.copy(c)
         return c
@@ -753,3 +802,38 @@ def _static_default(wl: Workload, cfg: SimConfig) -> float:
     """Static priority of jobs without a recorded priority (and of probe jobs): the
     priority policy's (the median static part over the trace in ``trace`` mode, else 0)."""
     return priority_policy(cfg.priority).default_static(wl, cfg)
+
+
+class FairShareSimulator(Simulator):
+    """The simulator with Slurm's fair share (:mod:`.fairshare`): the ledger follows every
+    start and end, a job joining the queue gets its user's fair-share term, and every
+    ``fs_calc_period_s`` :meth:`Simulator._recalc` re-reads usage and re-sorts the queue.
+    :class:`Simulator` builds one itself when the configuration asks for fair share."""
+
+    def __init__(self, cfg: SimConfig, t0: int):
+        super().__init__(cfg, t0)
+        # no past usage here; from_workload replaces it with the trace's past (warm start)
+        self.fs = FairShare(0, cfg.fs_halflife_s, cfg.fs_calc_period_s, cfg.weight_fairshare, t0)
+        self.next_calc = self.fs.next
+
+    def add_job(self, submit: int, duration: int, limit: int, nodes: int, user: int = -1,
+                static: float = 0.0, tag: int = -1, tick: int | None = None) -> int:
+        j = super().add_job(submit, duration, limit, nodes, user, static, tag, tick)
+        fs = self.fs
+        fs.fixed.append(self.j_static[j])  # the fair-share term is added when it joins the queue
+        if user >= 0:  # dense user ids: every id below the largest has an association
+            fs.users = max(fs.users, int(user) + 1)
+        return j
+
+    def _enqueue(self, j: int) -> None:
+        fs = self.fs
+        self.j_static[j] = fs.fixed[j] + fs.term(self.j_user[j])
+        super()._enqueue(j)
+
+    def _start(self, j: int, backfilled: bool, when: int | None = None, record_wait: bool = True) -> None:
+        super()._start(j, backfilled, when, record_wait)
+        self.fs.start(j, self.j_user[j], self.j_nodes[j], self.j_start[j])
+
+    def _finish(self, j: int) -> None:
+        super()._finish(j)
+        self.fs.finish(j, self.now)

@@ -15,8 +15,9 @@ The engine resolves both policies once per :class:`~mirage_tasks.sim.engine.Simu
   :meth:`BackfillPolicy.reservations` (how many jobs that cannot start now a pass may reserve
   nodes for: every one for ``conservative``, the first for ``easy``);
 * priority: :meth:`PriorityPolicy.static` (the static part of a trace job's priority, to which
-  the engine adds the age and job-size terms) and :meth:`PriorityPolicy.default_static` (jobs
-  without one, and probe jobs).
+  the engine adds the age and job-size terms), :meth:`PriorityPolicy.default_static` (jobs
+  without one, and probe jobs) and :meth:`PriorityPolicy.fair_share` (whether the engine keeps
+  the fair-share ledger of :mod:`.fairshare` and adds its term).
 
 A new policy: declare a :class:`BackfillPolicy` or :class:`PriorityPolicy` (subclass it to
 override a method) and :func:`register` it, in this file or in a module this file imports, plus
@@ -84,6 +85,28 @@ class PriorityPolicy:
 
     def slurm_default(self, wl: Any) -> float:
         return 0.0
+
+    def fair_share(self, cfg: Any) -> bool:
+        """Whether the engine keeps fair-share usage (:mod:`.fairshare`) for this policy."""
+        return False
+
+
+@dataclass(frozen=True)
+class MultifactorPriority(PriorityPolicy):
+    """Slurm's priority/multifactor: age, job size, partition and the classic fair share with
+    usage decay (:mod:`.fairshare`). The static part is the partition term."""
+
+    def static(self, cfg: Any, wl: Any, i: int, default: float) -> float:
+        short = cfg.short_partition_limit_s
+        factor = cfg.short_partition_factor if short and wl.limit[i] <= short else 1.0
+        return cfg.weight_partition * factor
+
+    def default_static(self, wl: Any, cfg: Any) -> float:
+        """Probe jobs run in the main partition (factor 1)."""
+        return float(cfg.weight_partition)
+
+    def fair_share(self, cfg: Any) -> bool:
+        return cfg.weight_fairshare > 0
 
 
 @dataclass(frozen=True)
@@ -190,3 +213,8 @@ register(PriorityPolicy(
 register(TracePriority(
     "trace", "the trace's recorded priority plus age and size", needs_recorded=True, slurm_per_job=True,
     params=("weight_age", "max_age_s", "age_cap", "weight_size", "trace_age_backout")))
+register(MultifactorPriority(
+    "multifactor", "Slurm's multifactor: age, size, partition and classic fair share with usage decay",
+    searched=False,  # calibration searches it only when asked (calibrate --search-fairshare)
+    params=("weight_age", "max_age_s", "age_cap", "weight_size", "weight_fairshare", "fs_halflife_s",
+            "fs_calc_period_s", "weight_partition", "short_partition_factor")))

@@ -18,6 +18,7 @@ Mapping (SimConfig -> slurm.conf):
 | bf_max_job_test | ``bf_max_job_test`` | - |
 | weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min), rendered but **ignored by Slurm without slurmdbd** | max age / factor |
 | weight_size | ``PriorityWeightJobSize`` (PriorityFavorSmall=NO) | - |
+| weight_fairshare, fs_halflife_s, fs_calc_period_s, weight_partition (multifactor with fair share) | ``PriorityWeightFairshare``, ``PriorityDecayHalfLife`` (min), ``PriorityCalcPeriod`` (min, >= 1), ``PriorityWeightPartition``, ``PriorityFlags=NO_FAIR_TREE`` (the classic factor the simulator computes); rendered but **without slurmdbd Slurm keeps no usage** | half-life, period / factor |
 | priority (a policy) | its ``slurm_priority_type``; with ``slurm_per_job`` (trace) per job at submission: ``--nice=-<its slurm_priority>`` (replay) | - |
 | age_cap false | not expressible (Slurm always caps at PriorityMaxAge) | - |
 | max_jobs_per_user / max_nodes_per_user | need QOS limits, i.e. slurmdbd: not enforced here | - |
@@ -88,6 +89,19 @@ def scaled(cfg: SimConfig, factor: float) -> dict[str, int]:
         "max_age_min": max(1, math.ceil(cfg.max_age_s / f / 60)),
         "weight_age": int(round(cfg.weight_age)),
         "weight_size": int(round(cfg.weight_size)),
+        **_fair_share_scaled(cfg, f),
+    }
+
+
+def _fair_share_scaled(cfg: SimConfig, f: float) -> dict[str, int]:
+    """The multifactor settings added for fair share (none without it: the text stays as it was)."""
+    if not priority_policy(cfg.priority).fair_share(cfg):
+        return {}
+    return {
+        "weight_fairshare": int(round(cfg.weight_fairshare)),
+        "fs_halflife_min": max(1, math.ceil(cfg.fs_halflife_s / f / 60)),
+        "fs_calc_period_min": max(1, math.ceil(cfg.fs_calc_period_s / f / 60)),
+        "weight_partition": int(round(cfg.weight_partition)),
     }
 
 
@@ -101,7 +115,7 @@ def back_to_sim(cfg: SimConfig, factor: float) -> SimConfig:
         bf_window_s=int(s["bf_window_min"] * 60 * f),
         bf_resolution_s=max(1, int(round(s["bf_resolution_s"] * f))),
         max_age_s=int(s["max_age_min"] * 60 * f),
-        age_cap=True, max_jobs_per_user=0, max_nodes_per_user=0, tick_s=0, warm_start=False,
+        age_cap=True, max_jobs_per_user=0, max_nodes_per_user=0, tick_s=0, warm_start=False, weight_fairshare=0.0,
         capacity_window_s=0, short_partition_limit_s=0, holds="none",
         backfill=backfill_policy(cfg.backfill).slurm_equivalent(),
     )
@@ -120,6 +134,10 @@ def unsupported(cfg: SimConfig) -> list[str]:
         out.append(f"priority={pp.name}: {pp.slurm_note}")
     if not cfg.age_cap:
         out.append("age_cap=false: Slurm always caps the age factor at PriorityMaxAge")
+    if priority_policy(cfg.priority).fair_share(cfg):
+        out.append(f"fair share (weight_fairshare={cfg.weight_fairshare:g}, fs_halflife_s={cfg.fs_halflife_s}): "
+                   "rendered, but Slurm keeps no usage without slurmdbd (the comparison's simulator uses "
+                   "weight_fairshare 0)")
     if cfg.max_jobs_per_user or cfg.max_nodes_per_user:
         out.append(f"per-user limits (max_jobs_per_user={cfg.max_jobs_per_user}, max_nodes_per_user="
                    f"{cfg.max_nodes_per_user}): QOS limits need slurmdbd, which this cluster does not run")
@@ -132,6 +150,16 @@ def unsupported(cfg: SimConfig) -> list[str]:
     if cfg.tick_s:
         out.append(f"tick_s={cfg.tick_s}: Slurm is event driven")
     return out
+
+
+def _priority_lines(s: dict[str, int]) -> list[str]:
+    if "weight_fairshare" not in s:
+        return ["PriorityWeightFairshare=0", "PriorityWeightPartition=0", "PriorityWeightQOS=0",
+                "PriorityWeightAssoc=0", "PriorityCalcPeriod=1"]
+    return [f"PriorityWeightFairshare={s['weight_fairshare']}", f"PriorityWeightPartition={s['weight_partition']}",
+            "PriorityWeightQOS=0", "PriorityWeightAssoc=0", f"PriorityCalcPeriod={s['fs_calc_period_min']}",
+            f"PriorityDecayHalfLife={_age(s['fs_halflife_min'])}", "PriorityFlags=NO_FAIR_TREE",
+            "PriorityUsageResetPeriod=NONE"]
 
 
 def _age(minutes: int) -> str:
@@ -194,11 +222,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         f"PriorityMaxAge={_age(s['max_age_min'])}",
         f"PriorityWeightJobSize={s['weight_size']}",
         "PriorityFavorSmall=NO",
-        "PriorityWeightFairshare=0",
-        "PriorityWeightPartition=0",
-        "PriorityWeightQOS=0",
-        "PriorityWeightAssoc=0",
-        "PriorityCalcPeriod=1",
+        *_priority_lines(s),
         f"NodeName={names} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports} CPUs=1 RealMemory=100 State=UNKNOWN",
         "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
     ]

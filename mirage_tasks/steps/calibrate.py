@@ -40,6 +40,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..calibration.fidelity import metrics, summarize
+from ..calibration.report import fair_share_text
 from ..data.times import window_outside_trace
 from ..data.schema import read_trace
 from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months
@@ -65,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=float, default=900.0,
                    help="stop starting new trials after this many seconds (900; 0 = no limit)")
     p.add_argument("--seed", type=int, default=0, help="search seed (0)")
+    p.add_argument("--search-fairshare", action="store_true",
+                   help="also search Slurm's multifactor priority with fair share (its weight and usage half-life)")
     p.add_argument("--lead-in-days", type=float, default=7.0,
                    help="each month is replayed from a warm start this many days before it (7)")
     p.add_argument("--start-config", default=None,
@@ -118,6 +121,18 @@ def _fmt(v, fmt: str) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else fmt.format(v)
 
 
+def _fair_share_choice(doc: dict) -> list[str]:
+    """What the search chose about fair share, when it was asked to search it."""
+    if not doc["search"].get("fairshare"):
+        return []
+    c = doc["config"]
+    if c.get("priority") == "multifactor" and c.get("weight_fairshare"):
+        said = f"Slurm's multifactor priority with fair share{fair_share_text(c)}"
+    else:
+        said = f"no fair share (priority {c['priority']})"
+    return [f"Fair share was searched (`--search-fairshare`); the search chose {said}.", ""]
+
+
 def markdown(doc: dict) -> str:
     w = doc["windows"]
     out = [f"# Calibration of {doc['trace']}", ""]
@@ -151,6 +166,7 @@ def markdown(doc: dict) -> str:
             f"running jobs and {f['user_max_nodes']} nodes held for an hour, {f['quick_start_share']:.1%} of jobs start within 60 s "
             f"(median {f['dispatch_latency_s']} s: the dispatch latency), machine size "
             f"{f['machine_nodes'] or 'not recorded'}.", "",
+            *_fair_share_choice(doc),
             "Chosen configuration (`config.json`, usable as `--cluster-config`):", "", "```json",
             __import__("json").dumps(doc["config"], indent=2, sort_keys=True), "```", ""]
     return "\n".join(out)
@@ -199,11 +215,14 @@ def run(args: argparse.Namespace) -> int:
               "start_config": start.to_dict() if start else None, "procs_per_node": args.procs_per_node}
     if args.machine_nodes:
         params["machine_nodes"] = args.machine_nodes
+    if args.search_fairshare:  # only when asked: the runs that do not ask keep their keys
+        params["search_fairshare"] = True
     step = Step("calibrate", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
     res = calibrate(wl, ia, ib, tz=tz, lead_in_s=lead, trials=args.trials, timeout_s=args.timeout_s, seed=args.seed,
-                    machine_nodes=machine, start=start, procs_per_node=args.procs_per_node or 0)
+                    machine_nodes=machine, start=start, procs_per_node=args.procs_per_node or 0,
+                    fairshare=args.search_fairshare)
     cfg = res.config
     if biggest > cfg.nodes:  # a job of the scoring window larger than the fitted cluster: never drop it silently
         log.warning("calibrate: the scoring window has a %d-node job; the cluster is raised from %d to %d nodes",
@@ -248,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         "search": {"library": "optuna (TPE)", "trials": args.trials, "trials_run": int(len(res.trials)),
                    "timeout_s": args.timeout_s, "seed": args.seed, "elapsed_s": res.elapsed_s,
                    "stopped_by": res.stopped_by, "best_objective": res.best_value, "space": res.space,
+                   **({"fairshare": True} if args.search_fairshare else {}),
                    "objective": "mae_h/zero_mae_h + (1 - within_1h) + 0.25 * (1 - daily_corr), in sample"},
         "warnings": warnings,
     }

@@ -50,7 +50,7 @@ def registered():
 
 def test_builtin_policies_are_declared_once():
     assert config.BACKFILL_MODES == ("conservative", "easy", "none")
-    assert config.PRIORITY_MODES == ("age_size", "trace")
+    assert config.PRIORITY_MODES == ("age_size", "trace", "multifactor")
     assert policies.backfill_policy("easy").reservations(tiny_cfg()) == 1
     assert not policies.backfill_policy("none").passes
     facts = cal.TraceFacts(10, 5, 5, 4.0, 2, 2, 2, 0, 0.5, False, None)
