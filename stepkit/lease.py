@@ -571,6 +571,16 @@ def _store(out: str):
 # ----------------------------------------------------------------------------- the heartbeat
 
 
+def block_stop_signals() -> None:
+    """Block SIGTERM and SIGINT in the calling (background) thread, so that they reach the main
+    thread, whose handlers (a lease's release, :func:`stepkit.procs.trap_sigterm`) run only there.
+    Not for a thread that starts processes: a child inherits the mask across exec."""
+    if threading.current_thread() is threading.main_thread():
+        return
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask: nothing to do
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
 class _Keeper:
     """One daemon thread per process renewing every held lease when its heartbeat is due."""
 
@@ -594,6 +604,12 @@ class _Keeper:
             self.cond.notify_all()
 
     def _run(self) -> None:
+        # SIGTERM and SIGINT for the main thread only: the kernel hands a process-directed signal to
+        # any thread that does not block it, and one taken by this thread leaves a main thread
+        # blocked in a long system call (a sleep, a wait on a child) unaware until that call
+        # returns: the lease stays held and the step runs on. This thread starts no process, so
+        # no child inherits the mask.
+        block_stop_signals()
         while True:
             with self.cond:
                 while True:

@@ -541,7 +541,11 @@ def main():
     if mode == "keyboard":
         raise KeyboardInterrupt
     if mode in ("sigterm", "sigint"):
-        time.sleep(600)
+        # short sleeps, as a working step's loop has: a signal that lands between the interpreter's
+        # last check and the start of a sleep is only seen when that sleep ends (CPython), so one
+        # 600 s sleep made this test hang about once in eight runs
+        for _ in range(6000):
+            time.sleep(0.1)
     return 0
 
 sys.exit(main())
@@ -571,6 +575,37 @@ def test_lease_released_on_every_exit_path_outside_the_cli(tmp_path, mode, statu
     rerun = Step("demo", out, "1", {"mode": "fixed"})
     assert not rerun.skip()
     rerun.release()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads a thread's signal mask from Linux /proc")
+def test_the_heartbeat_thread_leaves_stop_signals_to_the_main_thread(tmp_path):
+    """SIGTERM and SIGINT go to any thread that does not block them; one taken by the heartbeat
+    thread leaves a main thread blocked in a long system call unaware until it returns. The
+    heartbeat thread blocks both; the main thread blocks neither."""
+    proc = _py("""
+        import sys, threading, time
+        from stepkit import Step
+        step = Step("demo", sys.argv[1], "1", {})
+        step.skip()
+        for _ in range(200):
+            beat = [t for t in threading.enumerate() if t.name == "stepkit-lease-heartbeat"]
+            if beat and beat[0].native_id:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)  # the thread has run its first line
+        def blocked(tid):
+            for line in open(f"/proc/self/task/{tid}/status"):
+                if line.startswith("SigBlk:"):
+                    return int(line.split()[1], 16)
+        print(blocked(beat[0].native_id), blocked(threading.main_thread().native_id))
+        step.release()
+    """, str(tmp_path / "out"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    beat, main = (int(x) for x in out.split())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        assert beat & (1 << (sig - 1)), f"the heartbeat thread does not block {sig.name}"
+        assert not main & (1 << (sig - 1)), f"the main thread blocks {sig.name}"
 
 
 def test_sigterm_through_the_step_cli_releases_the_lease(tmp_path):

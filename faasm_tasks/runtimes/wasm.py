@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import signal
 import struct
 import threading
 from typing import Any
@@ -58,6 +60,9 @@ class WasmRuntime:
         threading.Thread(target=self._ticker, daemon=True, name="epoch").start()
 
     def _ticker(self) -> None:
+        # SIGTERM/SIGINT for the main thread only (taken here, they left a blocked main thread unaware)
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         while not self._stop.wait(EPOCH_TICK_S):
             self.engine.increment_epoch()
 

@@ -15,6 +15,7 @@ the task without retries; any other non-zero code is retried as usual.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shlex
 import signal
@@ -106,6 +107,10 @@ class LocalStepOperator(BaseOperator):
         return env
 
     def _pump(self, stream, label: str, tail: collections.deque | None) -> None:
+        # SIGTERM/SIGINT for the main thread only: one taken by this thread left the main thread
+        # blocked in proc.wait() unaware, so a stopped task did not stop its step (starts nothing)
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self.log.info("[%s] %s", label, line)
