@@ -111,6 +111,11 @@ class SimConfig:
     fs_calc_period_s: int = 300         # PriorityCalcPeriod
     weight_partition: float = 0.0       # PriorityWeightPartition
     short_partition_factor: float = 1.0  # the short partition's normalised PriorityJobFactor (main: 1)
+    # The partition QOS's group limits on the trace's jobs together (the service keeps its own
+    # QOS, as it is exempt from the per-user limits): GrpJobs and GrpTRES=node. A job larger
+    # than grp_nodes may run alone (as with max_nodes_per_user). 0 = no limit.
+    grp_jobs: int = 0
+    grp_nodes: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -191,14 +196,14 @@ class SimConfig:
 
 #: Fields below zero mean nothing: a negative weight inverts the priority, a negative limit is no limit.
 NONNEGATIVE = ("weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user", "weight_fairshare",
-               "weight_partition")
+               "weight_partition", "grp_jobs", "grp_nodes")
 
 #: Fields added after stored configurations existed, with the default that means "as before":
 #: :meth:`SimConfig.to_dict` leaves them out at that default.
 ADDED_LATER: dict[str, Any] = {
     f.name: f.default for f in dataclasses.fields(SimConfig)
     if f.name in ("weight_fairshare", "fs_halflife_s", "fs_calc_period_s", "weight_partition",
-                  "short_partition_factor")
+                  "short_partition_factor", "grp_jobs", "grp_nodes")
 }
 
 _TYPES = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool,), "str": (str,)}
@@ -262,6 +267,8 @@ _FLAGS: list[tuple[str, str, type, Any]] = [
      "the short partition's PriorityJobFactor over the main partition's (1)"),
     ("max_jobs_per_user", "--max-jobs-per-user", int, "running jobs per user (0 = unlimited)"),
     ("max_nodes_per_user", "--max-nodes-per-user", int, "running nodes per user (0 = unlimited)"),
+    ("grp_jobs", "--grp-jobs", int, "GrpJobs: running trace jobs together (0 = unlimited)"),
+    ("grp_nodes", "--grp-nodes", int, "GrpTRES=node: nodes of running trace jobs together (0 = unlimited)"),
     ("tick_s", "--tick", int, "scheduler clock in seconds (0 = event driven)"),
     ("capacity_window_s", "--capacity-window", int,
      "seconds of the trace's past busy nodes that set the nodes in service (0 = fixed --nodes)"),

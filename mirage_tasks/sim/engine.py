@@ -7,7 +7,8 @@ events. At one instant ``t`` the order is fixed:
 1. jobs whose run ends at ``t`` release their nodes;
 2. jobs submitted at ``t`` join the queue;
 3. if 1 or 2 changed anything, the *main scheduler* runs: pending jobs in priority
-   order start while they fit (and their user is under its limits); it stops at the
+   order start while they fit (and their user, and the trace's jobs together, are under
+   the QOS limits: ``max_*_per_user``, ``grp_jobs``, ``grp_nodes``); it stops at the
    first job that does not fit (Slurm's strict priority order within a partition);
 4. if ``t`` is a multiple of ``bf_interval_s`` and anything changed since the last
    pass, a *backfill pass* runs (below);
@@ -113,6 +114,8 @@ class Simulator:
         self._static = None if type(pp).static is PriorityPolicy.static else pp.static
         self.bf_passes = bp.passes                 # backfill passes run at all
         self.bf_reservations = bp.reservations(cfg)  # reservations one pass may make
+        # any limit on trace jobs (per user, or the QOS's group limits): checked only then
+        self.limits = bool(cfg.max_jobs_per_user or cfg.max_nodes_per_user or cfg.grp_jobs or cfg.grp_nodes)
         # fair share (.fairshare): the ledger, and the next re-read of usage (INF: none)
         # (FairShareSimulator keeps them; this class never pays for them)
         self.fs: FairShare | None = None
@@ -147,6 +150,8 @@ class Simulator:
         self.held: dict[int, list[int]] = {}  # predecessor -> submitted jobs waiting for its end
         self.urun: dict[int, int] = {}
         self.unodes: dict[int, int] = {}
+        self.grun = 0                    # running trace jobs and their nodes (the QOS's group limits)
+        self.gnodes = 0
         self.waits: deque[int] = deque(maxlen=AVG_WAIT_JOBS)
         self.dirty = True
         self.dropped_too_big = 0
@@ -514,6 +519,10 @@ class Simulator:
         if u < 0:
             return False
         cfg = self.cfg
+        if cfg.grp_jobs and self.grun >= cfg.grp_jobs:
+            return True
+        if cfg.grp_nodes and self.gnodes and self.gnodes + self.j_nodes[j] > cfg.grp_nodes:
+            return True
         if cfg.max_jobs_per_user and self.urun.get(u, 0) >= cfg.max_jobs_per_user:
             return True
         if cfg.max_nodes_per_user:
@@ -535,6 +544,8 @@ class Simulator:
         if u >= 0:
             self.urun[u] = self.urun.get(u, 0) + 1
             self.unodes[u] = self.unodes.get(u, 0) + n
+            self.grun += 1
+            self.gnodes += n
         if record_wait:
             self.waits.append(t - self.j_submit[j])
         if self.queue_stats is not None:
@@ -550,6 +561,8 @@ class Simulator:
         if u >= 0:
             self.urun[u] -= 1
             self.unodes[u] -= n
+            self.grun -= 1
+            self.gnodes -= n
         if self.held:
             deps = self.held.pop(j, None)
             if deps:  # its dependents become eligible now (run_until then runs the scheduler)
@@ -560,7 +573,7 @@ class Simulator:
     def _strict(self) -> None:
         if self.free <= 0 or not self.queue:
             return
-        limits = self.cfg.max_jobs_per_user or self.cfg.max_nodes_per_user
+        limits = self.limits
         nodes = self.j_nodes
         started: list[int] = []
         short = self.cfg.short_partition_limit_s
@@ -610,7 +623,7 @@ class Simulator:
         now = self.now
         nodes = self.j_nodes
         plan = self.j_plan
-        limits = cfg.max_jobs_per_user or cfg.max_nodes_per_user
+        limits = self.limits
         # quick exit: nothing small enough to start now
         free = self.free
         if min(self.psize) > free:
@@ -754,12 +767,18 @@ class Simulator:
             mn = self.cfg.max_nodes_per_user
             urun = self.urun
             unodes = self.unodes
+            cfg = self.cfg
+            gj, gn = cfg.grp_jobs, cfg.grp_nodes
+            g_all = bool(gj and self.grun >= gj)   # the group's running jobs: every trace job waits
+            gused = self.gnodes
             blk = []
             for j in order:
                 u = users[j]
                 b = False
                 if u >= 0:
-                    if mj and urun.get(u, 0) >= mj:
+                    if g_all or (gn and gused and gused + nodes[j] > gn):
+                        b = True
+                    elif mj and urun.get(u, 0) >= mj:
                         b = True
                     elif mn:
                         used = unodes.get(u, 0)

@@ -21,7 +21,7 @@ Mapping (SimConfig -> slurm.conf):
 | weight_fairshare, fs_halflife_s, fs_calc_period_s, weight_partition (multifactor with fair share) | ``PriorityWeightFairshare``, ``PriorityDecayHalfLife`` (min), ``PriorityCalcPeriod`` (min, >= 1), ``PriorityWeightPartition``, ``PriorityFlags=NO_FAIR_TREE`` (the classic factor the simulator computes); rendered but **without slurmdbd Slurm keeps no usage** | half-life, period / factor |
 | priority (a policy) | its ``slurm_priority_type``; with ``slurm_per_job`` (trace) per job at submission: ``--nice=-<its slurm_priority>`` (replay) | - |
 | age_cap false | not expressible (Slurm always caps at PriorityMaxAge) | - |
-| max_jobs_per_user / max_nodes_per_user | need QOS limits, i.e. slurmdbd: not enforced here | - |
+| max_jobs_per_user / max_nodes_per_user, grp_jobs / grp_nodes | need QOS limits, i.e. slurmdbd: not enforced here | - |
 | capacity_*, short_partition_limit_s, holds | not rendered (one partition, every node in service, no holds) | - |
 
 ``PriorityCalcPeriod`` is Slurm's minimum, 1 minute (``factor`` trace minutes): ages between
@@ -116,6 +116,7 @@ def back_to_sim(cfg: SimConfig, factor: float) -> SimConfig:
         bf_resolution_s=max(1, int(round(s["bf_resolution_s"] * f))),
         max_age_s=int(s["max_age_min"] * 60 * f),
         age_cap=True, max_jobs_per_user=0, max_nodes_per_user=0, tick_s=0, warm_start=False, weight_fairshare=0.0,
+        grp_jobs=0, grp_nodes=0,
         capacity_window_s=0, short_partition_limit_s=0, holds="none",
         backfill=backfill_policy(cfg.backfill).slurm_equivalent(),
     )
@@ -141,6 +142,9 @@ def unsupported(cfg: SimConfig) -> list[str]:
     if cfg.max_jobs_per_user or cfg.max_nodes_per_user:
         out.append(f"per-user limits (max_jobs_per_user={cfg.max_jobs_per_user}, max_nodes_per_user="
                    f"{cfg.max_nodes_per_user}): QOS limits need slurmdbd, which this cluster does not run")
+    if cfg.grp_jobs or cfg.grp_nodes:
+        out.append(f"QOS group limits (grp_jobs={cfg.grp_jobs}, grp_nodes={cfg.grp_nodes}): QOS limits need "
+                   "slurmdbd, which this cluster does not run")
     if cfg.capacity_window_s:
         out.append("capacity_window_s: every node stays in service")
     if cfg.short_partition_limit_s:

@@ -1,6 +1,6 @@
 """Slurm's multifactor priority with the classic fair share (mirage_tasks/sim/fairshare.py):
 factors and decayed usage against values computed by hand from Slurm's formulas, and the
-engine's queue order following them."""
+engine's queue order following them; the partition QOS's group limits (GrpJobs, GrpTRES=node)."""
 
 from __future__ import annotations
 
@@ -221,3 +221,53 @@ def test_calibrate_with_search_fairshare_recovers_a_fair_share_trace(tmp_path):
     a = Simulator.from_workload(wl, fifo, int(wl.submit[0]), int(wl.submit[-1]))
     a.drain()
     assert a.j_start != sim.j_start
+
+
+def test_group_limits_hold_the_trace_jobs_together_but_not_the_service():
+    """Four nodes, three one-node jobs of three users at 0 (100 s each): GrpJobs=2 holds the
+    third until one ends; GrpTRES=node=3 holds a 2-node job while 2 nodes are in use; a probe
+    (the service) is not held."""
+    jobs = [(0, 1, 100, 100, 0), (0, 1, 100, 100, 1), (0, 1, 100, 100, 2)]
+    sim, ids = run_jobs(tiny_cfg(grp_jobs=2), jobs)
+    assert starts(sim, ids) == [0, 0, 100]
+    sim, ids = run_jobs(tiny_cfg(), jobs)
+    assert starts(sim, ids) == [0, 0, 0]
+    sim, ids = run_jobs(tiny_cfg(grp_nodes=3), [(0, 2, 100, 100, 0), (0, 2, 100, 100, 1), (0, 1, 50, 50, 2)])
+    assert starts(sim, ids) == [0, 100, 0]   # 2 + 1 nodes fit the limit, 2 + 2 do not
+    sim, ids = run_jobs(tiny_cfg(grp_nodes=1), [(0, 3, 100, 100, 0), (0, 1, 10, 10, 1)])
+    assert starts(sim, ids) == [0, 100]      # a job larger than the limit runs alone
+    s = Simulator(tiny_cfg(grp_jobs=1), 0)
+    a = s.add_job(0, 100, 100, 1, user=0)
+    s.schedule_submit(a)
+    p = s.add_probe_job(0, 100, 1, tag=-1)
+    s.schedule_submit(p)
+    s.drain()
+    assert s.j_start[a] == 0 and s.j_start[p] == 0
+    assert any("QOS group limits" in n for n in conf.unsupported(tiny_cfg(grp_jobs=2)))
+    assert conf.back_to_sim(tiny_cfg(grp_nodes=3), 1.0).grp_nodes == 0
+    assert "grp_jobs" not in tiny_cfg().to_dict() and tiny_cfg(grp_jobs=2).to_dict()["grp_jobs"] == 2
+
+
+def test_group_node_limit_gives_the_same_schedule_on_the_plain_path():
+    """GrpTRES=node binding on a loaded random trace: the engine's shortcuts (Simulator.fast)
+    and the plain algorithm agree start for start (ls6 windows: tests/mirage/test_sim_fastpath.py)."""
+    wl = Workload.from_frame(random_trace(9, days=8, nodes=16, rate_per_h=4.0))
+    cfg = SimConfig(nodes=16, priority="multifactor", weight_fairshare=1000.0, grp_nodes=12, grp_jobs=9,
+                    max_jobs_per_user=5, bf_interval_s=60)
+    t0, t1 = int(wl.submit[0]) + 86400, int(wl.submit[-1])
+
+    def replay():
+        s = Simulator.from_workload(wl, cfg, t0, t1)
+        s.drain()
+        return s.j_start
+
+    try:
+        Simulator.fast = False
+        slow = replay()
+    finally:
+        Simulator.fast = True
+    fast = replay()
+    assert slow == fast
+    unlimited = Simulator.from_workload(wl, cfg.replace(grp_nodes=0, grp_jobs=0), t0, t1)
+    unlimited.drain()
+    assert unlimited.j_start != fast  # the limits bind

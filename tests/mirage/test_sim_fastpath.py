@@ -42,6 +42,9 @@ CONFIGS = {
     # cap reached within the window so that the capped re-sort uses the eligibility times
     "holds_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70,
                                                  max_age_s=86400, max_jobs_per_user=8, holds="inferred"),
+    # Slurm's multifactor with fair share (the queue re-sorted every 5 min) and GrpJobs binding at times
+    "fairshare_grp_jobs": PRESETS["ls6"].replace(priority="multifactor", weight_fairshare=5000.0,
+                                                 fs_halflife_s=86400, grp_jobs=40),
 }
 
 
