@@ -60,6 +60,11 @@ def test_fairshare_fidelity_bench_smoke(tmp_path):
     pair = s["pairs"][0]
     assert pair["mae_h_diff_ci"][0] <= pair["mae_h_diff"] <= pair["mae_h_diff_ci"][1]
     assert "| fairshare-3000 - age_size |" in doc.read_text() and "zero-wait MAE" in p.stdout
+    z = s["at_submission"]
+    assert z["jobs"] == s["jobs"] and {"age_size:plan_s", "fairshare-3000:plan_s"} <= set(z["plans"])
+    assert {(q["a"], q["b"]) for q in z["pairs"]} >= {("fairshare-3000:plan_s", "zero"),
+                                                       ("fairshare-3000:plan_s", "age_size:plan_s")}
+    assert "## At submission" in doc.read_text()
 
 
 def test_sampling_bench_smoke(tmp_path):

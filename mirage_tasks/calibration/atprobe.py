@@ -96,9 +96,11 @@ class WaitAtProbe:
         nod = np.asarray(sim.j_nodes, dtype=np.float64)
         recent = list(sim.waits)[-atsubmit.RECENT_N:]
         C = float(sim.cap)
+        fs = getattr(sim, "fs", None)  # fair share: the queued jobs' terms as the simulator holds them now
+        p_fs = None if fs is None else np.array([fs.term(sim.j_user[j]) for j in pi.tolist()], dtype=np.float64)
         row = atsubmit.queue_row(t, C, atsubmit.priority_weights(sim.cfg), start[ri], lim[ri], est[ri], nod[ri],
                                  sub[pi], lim[pi], est[pi], nod[pi], pi, float(nodes), float(limit_s),
-                                 float(limit_s), recent, None)
+                                 float(limit_s), recent, None, p_fs, 0.0 if fs is None else fs.term(-1))
         for c in ("plan_s", "plan_request_s", "plan_easy_s"):  # as the sweep: unplannable -> the request
             if not np.isfinite(row[c]):
                 row[c] = float(limit_s)

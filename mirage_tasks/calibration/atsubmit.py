@@ -25,7 +25,9 @@ Slurm's backfill scheduler plans it (what ``squeue --start`` shows): the nodes f
 running jobs' expected ends give a profile of free nodes over time; the pending jobs ahead of
 ``j`` in priority order each reserve the earliest slot where they fit, then ``j`` does. Run
 times are the estimates (``plan_s``) or the requested times (``plan_request_s``: Slurm's own
-plan). Priority is the configuration's age and size terms; a ``trace``-priority configuration's
+plan). Priority is the configuration's age and size terms, plus, for Slurm's multifactor priority
+with fair share, each user's fair-share term from the runs started before ``t``
+(:func:`fair_share_ledger`); a ``trace``-priority configuration's
 recorded values contain the real wait (the outcome), so only its weights are used. The nodes in
 service are the configuration's (its capacity model, when on, reads only the trace's past).
 Node counts are node-equivalents (:attr:`~mirage_tasks.sim.workload.Workload.node_equiv`).
@@ -109,6 +111,20 @@ def plan_start(now: float, capacity: float, run_end: np.ndarray, run_nodes: np.n
     return _place(T, F, float(nodes), float(dur))
 
 
+def fair_share_ledger(wl: Any, cfg: Any, t0: int) -> Any:
+    """The fair-share ledger of the plan (:class:`~mirage_tasks.sim.fairshare.RunningUsage`) when
+    the configuration's priority keeps fair share, else None: each user's usage from the runs
+    that started before the instant planned (their ends as they become known)."""
+    from ..sim.policies import priority_policy
+
+    if not priority_policy(cfg.priority).fair_share(cfg):
+        return None
+    from ..sim.fairshare import RunningUsage
+
+    users = int(wl.user.max()) + 1 if len(wl.user) and wl.user.max() >= 0 else 0
+    return RunningUsage(users, cfg.fs_halflife_s, cfg.weight_fairshare, t0)
+
+
 def priority_weights(cfg: Any) -> tuple[float, float, float]:
     """The plan's priority terms from a configuration: (age weight per second, age cap in
     seconds, size weight)."""
@@ -120,7 +136,8 @@ def queue_row(t: int, C: float, weights: tuple[float, float, float],
               r_start: np.ndarray, r_limit: np.ndarray, r_est: np.ndarray, r_nodes: np.ndarray,
               p_submit: np.ndarray, p_limit: np.ndarray, p_est: np.ndarray, p_nodes: np.ndarray, p_order: np.ndarray,
               nodes: float, limit: float, est: float, recent: Any,
-              user: tuple[Any, int, int, float] | None) -> dict[str, float]:
+              user: tuple[Any, int, int, float] | None, p_fs: np.ndarray | None = None,
+              me_fs: float = 0.0) -> dict[str, float]:
     """What a job of ``nodes`` x ``limit`` s (run-time estimate ``est``) submitted at ``t`` would
     see: the queue features of :data:`FEATURES` that depend on the state (the request's own and
     the calendar's are added by the caller) and the plans (``plan_s``, ``plan_easy_s``,
@@ -131,7 +148,9 @@ def queue_row(t: int, C: float, weights: tuple[float, float, float],
     order among equal priorities, the submission order), the waits of the latest starts
     (``recent``) and, for a known user, (their latest waits, pending jobs, running jobs, running
     nodes); ``user=None`` for an unknown user. :func:`sweep` calls it for every job of a log; the
-    sampling calls it on the simulator's queue at a decision time."""
+    sampling calls it on the simulator's queue at a decision time. With fair share (a multifactor
+    configuration) ``p_fs`` is each pending job's fair-share term at ``t`` and ``me_fs`` the
+    request's."""
     wa, max_age, ws = weights
     if len(r_nodes):
         e_est = r_start + r_est
@@ -145,6 +164,9 @@ def queue_row(t: int, C: float, weights: tuple[float, float, float],
         age = np.minimum(t - p_submit, max_age)
         prio = wa * age + ws * p_nodes / C
         me = ws * nodes / C
+        if p_fs is not None:
+            prio = prio + p_fs
+            me += me_fs
         sel = np.flatnonzero(prio >= me - 1e-12)
         ahead = sel[np.lexsort((p_order[sel], -prio[sel]))]  # priority, then submission
     else:
@@ -215,6 +237,7 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
     hi = int(np.searchsorted(sub, t_to, "left"))
     cap = _Capacity(wl, cfg, t_from, t_to)
     weights = priority_weights(cfg)
+    ledger = fair_share_ledger(wl, cfg, int(sub[0]) if n_all else 0)
 
     est = np.empty(n_all, dtype=np.float64)
     hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RUNTIME_N))
@@ -244,6 +267,8 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
             u_pend[int(user[k])] -= 1
             u_run[int(user[k])] += 1
             u_run_nodes[int(user[k])] += nod[k]
+            if ledger is not None:
+                ledger.start(int(user[k]), float(wl.nodes[k]), float(st[k]))
             w = float(st[k] - sub[k])
             recent.append(w)
             u_wait[int(user[k])].append(w)
@@ -254,6 +279,8 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
             running.discard(k)
             u_run[int(user[k])] -= 1
             u_run_nodes[int(user[k])] -= nod[k]
+            if ledger is not None:
+                ledger.end(int(user[k]), float(wl.nodes[k]), float(st[k]), float(en[k]))
             if user[k] >= 0:
                 hist[int(user[k])].append(dur[k])
         h = hist.get(int(user[i])) if user[i] >= 0 else None
@@ -266,9 +293,14 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
             pi.sort()
             uw = u_wait.get(int(user[i])) if user[i] >= 0 else None
             u = int(user[i])
+            p_fs, me_fs = (None, 0.0)
+            if ledger is not None:
+                terms, _ = ledger.terms(t, np.concatenate([user[pi], [u]]))
+                p_fs, me_fs = terms[:-1], float(terms[-1])
             row = queue_row(t, C, weights, st[ri], lim[ri], est[ri], nod[ri], sub[pi], lim[pi], est[pi], nod[pi],
                             pi, nod[i], lim[i], est[i], recent,
-                            (uw, u_pend.get(u, 0), u_run.get(u, 0), u_run_nodes.get(u, 0.0)) if u >= 0 else None)
+                            (uw, u_pend.get(u, 0), u_run.get(u, 0), u_run_nodes.get(u, 0.0)) if u >= 0 else None,
+                            p_fs, me_fs)
             for c, v in row.items():
                 rows[c][r] = v
             if time.monotonic() - t_log > PROGRESS_S:

@@ -57,10 +57,16 @@ class _Rows(atprobe.WaitAtProbe):
         self.est, self.tz = est, "UTC"
 
 
+#: Slurm's fair share re-read every 2 s: at an even ``t`` the simulator's factors are those of ``t``,
+#: as the sweep's ledger computes them
+CFG_FS = CFG.replace(priority="multifactor", weight_fairshare=2000.0, fs_halflife_s=6 * 3600, fs_calc_period_s=2)
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_FS], ids=["age_size", "fair_share"])
 @pytest.mark.parametrize("hours", [9.0, 23.0, 40.5])
-def test_simulator_state_gives_the_sweeps_inputs(hours):
+def test_simulator_state_gives_the_sweeps_inputs(hours, cfg):
     wl = _log()
-    sim = Simulator.from_workload(wl, CFG, T0, int(wl.submit[-1]) + 1)
+    sim = Simulator.from_workload(wl, cfg, T0, int(wl.submit[-1]) + 1)
     t = T0 + int(hours * 3600) // 2 * 2  # even: never a submission, start or end of the log
     sim.run_until(t)
     assert len(sim.running) and len(sim.queue), "the state should hold running and pending jobs"
@@ -69,7 +75,7 @@ def test_simulator_state_gives_the_sweeps_inputs(hours):
     est = atsubmit.estimates(log2)
     est_sim = np.delete(est, k)
     row = _Rows(est_sim).row(sim, 4, 48 * 3600)
-    frame = atsubmit.sweep(log2, CFG, t, t + 1)
+    frame = atsubmit.sweep(log2, cfg, t, t + 1)
     assert len(frame) == 1 and frame["job_id"].iloc[0] == -1
     for c in atsubmit.FEATURES:
         assert row[c] == pytest.approx(float(frame[c].iloc[0]), rel=1e-12, abs=1e-9), c
