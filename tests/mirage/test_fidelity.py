@@ -18,11 +18,11 @@ CFG = SimConfig(nodes=16, backfill="conservative", bf_interval_s=60, priority="a
                 max_jobs_per_user=4, warm_start=True)
 
 
-def _self_made_trace() -> pd.DataFrame:
-    """Random jobs whose 'real' start times are this simulator's own schedule."""
-    df = random_trace(21, days=70, nodes=16, rate_per_h=3.4)
+def _self_made_trace(cfg: SimConfig = CFG, days: float = 70) -> pd.DataFrame:
+    """Random jobs whose 'real' start times are this simulator's own schedule under ``cfg``."""
+    df = random_trace(21, days=days, nodes=16, rate_per_h=3.4)
     wl = Workload.from_frame(df)
-    sim = Simulator.from_workload(wl, CFG, int(wl.submit[0]), int(wl.submit[-1]))
+    sim = Simulator.from_workload(wl, cfg, int(wl.submit[0]), int(wl.submit[-1]))
     sim.drain()
     start = np.zeros(len(wl), dtype=np.int64)
     for j, tag in enumerate(sim.j_tag):
