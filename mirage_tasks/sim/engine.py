@@ -508,9 +508,10 @@ class Simulator:
         self.queue = new
         return any(a[2] != b[2] for a, b in zip(old, new))
 
-    def __new__(cls, cfg: SimConfig, t0: int):
-        """A :class:`FairShareSimulator` when the configuration's priority keeps fair share."""
-        if cls is Simulator and priority_policy(cfg.priority).fair_share(cfg):
+    def __new__(cls, cfg: SimConfig | None = None, t0: int | None = None):
+        """A :class:`FairShareSimulator` when the configuration's priority keeps fair share (no
+        arguments, as copy and pickle call it: the class asked for)."""
+        if cls is Simulator and cfg is not None and priority_policy(cfg.priority).fair_share(cfg):
             cls = FairShareSimulator
         return object.__new__(cls)
 

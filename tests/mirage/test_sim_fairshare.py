@@ -311,3 +311,21 @@ def test_the_plan_at_submission_puts_the_light_users_job_first():
     # user c's job (no usage, F 1/2) behind a's (F 1/8)? no: ahead of it, behind b's (also 1/2, older)
     assert a.ahead_jobs.iloc[0] == 2 and b.ahead_jobs.iloc[0] == 1
     assert b.plan_request_s.iloc[0] < a.plan_request_s.iloc[0]
+
+
+def test_simulators_copy_and_pickle_as_before():
+    """Simulator.__new__ picks the fair-share class from the config; copy and pickle (which call it
+    without one) still rebuild either kind, and the copy runs on exactly as the original."""
+    import copy
+    import pickle
+
+    wl = Workload.from_frame(random_trace(6, days=4, nodes=16, rate_per_h=4.0))
+    t0, t1 = int(wl.submit[0]) + 86400, int(wl.submit[-1])
+    for cfg in (SimConfig(nodes=16), SimConfig(nodes=16, priority="multifactor", weight_fairshare=5000.0)):
+        sim = Simulator.from_workload(wl, cfg, t0, t1)
+        sim.run_until(t0 + 3600)
+        for other in (pickle.loads(pickle.dumps(sim)), copy.deepcopy(sim)):
+            assert type(other) is type(sim)
+            other.drain()
+        sim.drain()
+        assert other.j_start == sim.j_start
