@@ -44,7 +44,7 @@ help:
 	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
 	@echo "make airflow-stop               stop exactly what make airflow started"
 	@echo "make airflow-check              opt-in: backfill 3 trace days of the ls6 log through a real Airflow, then an overlapping range"
-	@echo "make slurm [SLURM_CLUSTER=ls6 SLURM_NODES=N SLURM_FACTOR=F]  a real local Slurm (munge, slurmctld, N slurmd on 127.0.0.1; as root)"
+	@echo "make slurm [SLURM_CLUSTER=ls6 SLURM_NODES=N SLURM_FACTOR=F SLURM_ACCOUNTING=1 SLURM_USERS=U]  a real local Slurm (munge, slurmctld, N slurmd on 127.0.0.1, slurmdbd + MariaDB with accounting; as root)"
 	@echo "make slurm-stop                 cancel every job and stop exactly what make slurm started"
 	@echo "make bench-monthly              sampling CPU seconds of a monthly backfill's months 2 and 3 vs month 1"
 
@@ -60,12 +60,17 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@touch $@
 
 # $(call apt-install,CHECK,PACKAGES,WHAT): when the shell test CHECK fails, install Debian's
-# PACKAGES (as root on Debian only); elsewhere say what will skip.
+# PACKAGES (as root on Debian only); elsewhere say what will skip. Packages never start their
+# system services here (a policy-rc.d that denies them, present only while installing, unless
+# the machine has its own): the project starts each daemon itself, on its own ports.
 define apt-install
 	@{ $(1); } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $(2) (Debian) for $(3)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
+	    own=; [ -e /usr/sbin/policy-rc.d ] || { own=1; printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; \
+	      chmod 755 /usr/sbin/policy-rc.d; }; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; rc=$$?; \
+	    [ -z "$$own" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	  else echo "note: $(2) not found and cannot be installed here: $(3) will skip"; fi; }
 endef
 
@@ -80,6 +85,7 @@ system-deps:
 	$(call apt-install,command -v clang && command -v wasm-ld && test -f /usr/lib/wasm32-wasi/libc.a && ls /usr/lib/llvm-14/lib/clang/14*/lib/wasi/libclang_rt.builtins-wasm32.a,clang lld wasi-libc libclang-rt-14-dev-wasm32,the Faasm functions' wasm32-wasi build (make functions))
 	$(call apt-install,command -v runc,runc,the Faasm local target's native system)
 	$(call apt-install,command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged,slurmctld slurmd slurm-client munge,make slurm and the Slurm e2e tests)
+	$(call apt-install,command -v slurmdbd && command -v sacctmgr && command -v mariadbd && command -v mariadb-install-db,slurmdbd mariadb-server,make slurm SLURM_ACCOUNTING=1 and the accounting e2e tests)
 
 # The Faasm functions (faasm_tasks/functions): each C source built to wasm32-wasi (clang,
 # wasi-libc) and native static (gcc), for the local target's wasm and native systems.
@@ -108,7 +114,9 @@ airflow: $(STAMP) system-deps
 
 # A real local Slurm (Debian's Slurm 22.05 and munge, as root), configured from the simulator's
 # cluster config: SLURM_CLUSTER (preset or JSON, default 4 nodes), SLURM_NODES, SLURM_FACTOR (time
-# compression). State, logs and the munge key in var/slurm; clients: source var/slurm/env.sh.
+# compression); SLURM_ACCOUNTING=1 adds slurmdbd on a local MariaDB (age factor, fair share and
+# limits enforced) with accounts u0..u<SLURM_USERS-1> and service. State, logs and the munge key
+# in var/slurm; clients: source var/slurm/env.sh.
 slurm: system-deps
 	@devtools/slurm_local.sh start
 

@@ -5,6 +5,7 @@
 # (mirage_tasks/sim/config.py; mirage_tasks/slurm/conf.py says what maps and what does not):
 #
 #   SLURM_CLUSTER=ls6 SLURM_FACTOR=60 devtools/slurm_local.sh start   (defaults: 4 nodes, factor 1)
+#   SLURM_ACCOUNTING=1 SLURM_USERS=40 ...  also slurmdbd on a local MariaDB, accounts u0..u39 + service
 #   devtools/slurm_local.sh stop      cancels every job, stops each daemon by the pid it recorded
 #   devtools/slurm_local.sh status
 #
@@ -20,6 +21,8 @@ case "${1:-}" in
     args=(--root "$DIR" --factor "${SLURM_FACTOR:-1}")
     if [ -n "${SLURM_CLUSTER:-}" ]; then args+=(--cluster-config "$SLURM_CLUSTER"); fi
     if [ -n "${SLURM_NODES:-}" ]; then args+=(--nodes "$SLURM_NODES"); fi
+    if [ -n "${SLURM_ACCOUNTING:-}" ] && [ "${SLURM_ACCOUNTING}" != 0 ]; then args+=(--accounting); fi
+    if [ -n "${SLURM_USERS:-}" ]; then args+=(--users "$SLURM_USERS"); fi
     exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster start "${args[@]}" ;;
   stop) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster stop --root "$DIR" ;;
   status) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster status --root "$DIR" ;;

@@ -5,8 +5,15 @@ ls6] [--nodes N] [--factor F]`` (``make slurm`` / ``make slurm-stop`` / ``make s
 and :class:`LocalSlurm` (the pytest fixture). Everything lives under ``--root``: the munge key
 and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one pid file per
 daemon. Ports are free 127.0.0.1 ports found at start. ``stop`` cancels every job, waits for
-their steps to end, then stops each daemon by the pid it recorded (slurmd, slurmctld, munged,
-in that order) and checks nothing of this root is left running.
+their steps to end, then stops each daemon by the pid it recorded (slurmd, slurmctld, slurmdbd,
+mariadbd, munged, in that order) and checks nothing of this root is left running.
+
+With ``--accounting`` (``make slurm SLURM_ACCOUNTING=1``) the cluster keeps accounts: a fresh
+MariaDB under ``<root>/mysql`` (127.0.0.1, a free port; root only through its socket, slurmdbd's
+own user with a random password kept in the mode-600 ``slurmdbd.conf``), slurmdbd on a free
+port, and the association tree of :func:`mirage_tasks.slurm.conf.associations` (one account per
+trace user, ``--users N``; the service; the QOS limits) before slurmctld starts. Slurm then
+enforces the age factor, fair share and the per-user and QOS limits the simulator models.
 
 Clients use ``SLURM_CONF=<root>/slurm.conf`` (:meth:`LocalSlurm.env`; ``<root>/env.sh``).
 """
@@ -28,7 +35,7 @@ from pathlib import Path
 from stepkit import StepError
 
 from ..sim.config import SimConfig, config_from_args
-from .conf import Paths, render, scaled, unsupported
+from .conf import Paths, associations, render, render_dbd, scaled, unsupported
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,15 @@ def missing_binaries() -> list[str]:
         if not (shutil.which(b) or os.path.exists(f"/usr/sbin/{b}")):
             out.append(b)
     return out
+
+
+#: What accounting adds (``--accounting``): Debian's slurmdbd, its sacctmgr, and MariaDB.
+ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb")
+
+
+def missing_accounting() -> list[str]:
+    """The accounting programs (slurmdbd on a local MariaDB) not on PATH (or /usr/sbin)."""
+    return [b for b in ACCOUNTING_BINARIES if not (shutil.which(b) or os.path.exists(f"/usr/sbin/{b}"))]
 
 
 def _bin(name: str) -> str:
@@ -133,13 +149,20 @@ class LocalSlurm:
         return {k: v for k, v in self._pids().items() if _alive(v)}
 
     # ------------------------------------------------------------------ start
-    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90) -> dict:
+    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
+              users: int = 0, unknown: bool = False) -> dict:
+        """Start the cluster; with ``accounting`` also a MariaDB and slurmdbd under the root, with the
+        association tree of :func:`~.conf.associations` for ``users`` trace users (ids 0..users-1;
+        ``unknown``: and jobs without one) built before slurmctld starts."""
         if os.geteuid() != 0:
             raise RuntimeError("the local Slurm runs its daemons as root (SlurmUser=root); run as root")
         miss = missing_binaries()
         if miss:
             raise RuntimeError(f"not installed: {', '.join(miss)} (make system-deps installs Debian's slurmctld, "
                                "slurmd, slurm-client and munge)")
+        if accounting and missing_accounting():
+            raise RuntimeError(f"accounting: not installed: {', '.join(missing_accounting())} (make system-deps "
+                               "installs Debian's slurmdbd and mariadb-server)")
         if self.running():
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
         p = self.paths
@@ -148,6 +171,7 @@ class LocalSlurm:
         os.chmod(p.munge_dir, 0o700)
         os.makedirs(os.path.dirname(p.munge_socket), exist_ok=True)
         os.chmod(os.path.dirname(p.munge_socket), 0o755)
+        shutil.rmtree(p.db_dir, ignore_errors=True)  # and no usage or associations from one
         for old in (Path(p.state), Path(p.spool)):  # a fresh cluster: no jobs from an earlier run
             shutil.rmtree(old, ignore_errors=True)
             old.mkdir()
@@ -161,13 +185,20 @@ class LocalSlurm:
         os.chmod(p.munge_key, 0o600)
         ctld = free_port()
         first = free_port_range(n)
-        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1)))
+        db_port = dbd_port = None
+        if accounting:
+            db_port, dbd_port = free_port(), free_port()
+            while dbd_port in (db_port, ctld) or first <= dbd_port < first + n or first <= db_port < first + n:
+                db_port, dbd_port = free_port(), free_port()
+        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port))
         for i in range(1, n + 1):
             os.makedirs(f"{p.spool}/n{i}", exist_ok=True)
         (self.root / "env.sh").write_text(f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n")
         info = {"root": str(self.root), "nodes": n, "factor": factor, "ctld_port": ctld,
                 "node_ports": [first, first + n - 1], "config": cfg.to_dict(), "scaled": scaled(cfg, factor),
-                "unsupported": unsupported(cfg), "started_at": time.time()}
+                "unsupported": unsupported(cfg, accounting), "started_at": time.time(),
+                "accounting": {"db_port": db_port, "dbd_port": dbd_port, "users": int(users), "unknown": bool(unknown)}
+                if accounting else None}
         self.info_file.write_text(json.dumps(info, indent=1))
         try:
             self._spawn("munged", [_bin("munged"), "-F", "--force", f"--socket={p.munge_socket}",
@@ -175,6 +206,8 @@ class LocalSlurm:
                                    f"--log-file={p.logs}/munged.log", f"--seed-file={p.munge_dir}/munged.seed"],
                         Path(p.logs) / "munged.out")
             self._wait(lambda: os.path.exists(p.munge_socket), 20, "munged socket", "munged.log")
+            if accounting:
+                self._start_accounting(cfg, int(users), unknown, db_port, dbd_port, timeout)
             self._spawn("slurmctld", [_bin("slurmctld"), "-D", "-i", "-f", p.conf], Path(p.logs) / "slurmctld.out")
             self._wait(lambda: self.cmd("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0,
                        timeout, "slurmctld to answer", "slurmctld.log")
@@ -186,6 +219,46 @@ class LocalSlurm:
             self.stop()
             raise
         return info
+
+    def _start_accounting(self, cfg: SimConfig, users: int, unknown: bool, db_port: int, dbd_port: int,
+                          timeout: float) -> None:
+        """A fresh MariaDB (root only through its socket; slurmdbd's own user with a random
+        password over 127.0.0.1), slurmdbd, then the cluster, QOS and associations."""
+        import secrets
+
+        p = self.paths
+        r = subprocess.run([_bin("mariadb-install-db"), "--no-defaults", f"--datadir={p.db_dir}", "--user=root",
+                            "--auth-root-authentication-method=socket", "--skip-test-db"],
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode:
+            raise RuntimeError(f"mariadb-install-db failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+        self._spawn("mariadbd", [_bin("mariadbd"), "--no-defaults", f"--datadir={p.db_dir}", f"--socket={p.db_socket}",
+                                 f"--port={db_port}", "--bind-address=127.0.0.1", "--user=root",
+                                 f"--pid-file={p.pids}/mariadbd.pid", f"--log-error={p.logs}/mariadb.err",
+                                 "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
+                                 "--innodb-lock-wait-timeout=900", "--max-connections=50"],
+                    Path(p.logs) / "mariadbd.out")
+        sql = [_bin("mariadb"), "--no-defaults", f"--socket={p.db_socket}", "-u", "root", "-e"]
+        self._wait(lambda: subprocess.run(sql + ["SELECT 1"], capture_output=True, timeout=10).returncode == 0,
+                   timeout, "MariaDB to answer", "mariadb.err")
+        password = secrets.token_hex(16)
+        r = subprocess.run(sql + [f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+                                  "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode:
+            raise RuntimeError(f"MariaDB: could not create slurmdbd's user: {r.stderr.strip()}")
+        fd = os.open(p.dbd_conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:  # slurmdbd refuses a readable one (it holds the password)
+            fh.write(render_dbd(p, dbd_port, db_port, password))
+        os.chmod(p.dbd_conf, 0o600)
+        self._spawn("slurmdbd", [_bin("slurmdbd"), "-D"], Path(p.logs) / "slurmdbd.out")
+        self._wait(lambda: self.cmd("sacctmgr", "-n", "-P", "list", "cluster", check=False, timeout=10).returncode == 0,
+                   timeout, "slurmdbd to answer", "slurmdbd.log")
+        for args in associations(cfg, users, unknown):
+            r = self.cmd("sacctmgr", "-i", *args, check=False, timeout=120)
+            if r.returncode:
+                raise RuntimeError(f"sacctmgr {' '.join(args)[:200]} failed ({r.returncode}): "
+                                   f"{(r.stderr or r.stdout).strip()[-600:]}")
 
     def _wait(self, cond, timeout: float, what: str, log: str) -> None:
         deadline = time.monotonic() + timeout
@@ -228,7 +301,7 @@ class LocalSlurm:
             except (subprocess.SubprocessError, OSError) as exc:
                 said.append(f"could not cancel the jobs through slurmctld ({exc}); stopping the daemons")
         order = sorted((k for k in pids if k.startswith("slurmd-")), key=lambda k: int(k.split("-n")[1]))
-        order += [k for k in ("slurmctld", "munged") if k in pids]
+        order += [k for k in ("slurmctld", "slurmdbd", "mariadbd", "munged") if k in pids]
         for name in order:
             pid = pids[name]
             try:
@@ -296,7 +369,8 @@ class OwnedSlurm(LocalSlurm):
 
     guard = None
 
-    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90) -> dict:
+    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
+              users: int = 0, unknown: bool = False) -> dict:
         from stepkit.procs import Guard
 
         if self.running():  # another cluster's root: neither guard nor stop it
@@ -304,7 +378,7 @@ class OwnedSlurm(LocalSlurm):
         self.guard = Guard([sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
                            f"the local Slurm under {self.root}")
         try:
-            return super().start(cfg, factor, timeout)
+            return super().start(cfg, factor, timeout, accounting=accounting, users=users, unknown=unknown)
         except BaseException:
             self.stop()
             raise
@@ -360,14 +434,15 @@ def check_conf(conf: str | None, flag: str) -> str:
     return path
 
 
-def start_local(root: str, cfg: SimConfig, factor: float) -> "LocalSlurm":
+def start_local(root: str, cfg: SimConfig, factor: float, accounting: bool = False,
+                users: int = 0, unknown: bool = False) -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
-    config's settings at time compression ``factor`` and owned by the step (:class:`OwnedSlurm`:
-    stopped on every exit, SIGTERM and SIGKILL included); a failed start is the step's bad
-    input."""
+    config's settings at time compression ``factor`` (with ``accounting``: slurmdbd and accounts
+    for ``users`` trace users) and owned by the step (:class:`OwnedSlurm`: stopped on every exit,
+    SIGTERM and SIGKILL included); a failed start is the step's bad input."""
     cluster = OwnedSlurm(root)
     try:
-        cluster.start(cfg, factor)
+        cluster.start(cfg, factor, accounting=accounting, users=users, unknown=unknown)
     except RuntimeError as exc:
         raise StepError(f"--slurm-root {root}: {exc}") from None
     return cluster
@@ -378,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=("start", "stop", "status"))
     ap.add_argument("--root", default="var/slurm")
     ap.add_argument("--factor", type=float, default=1.0, help="time compression (trace seconds per real second)")
+    ap.add_argument("--accounting", action="store_true",
+                    help="also start slurmdbd on a local MariaDB (age factor, fair share and limits enforced)")
+    ap.add_argument("--users", type=int, default=0,
+                    help="with --accounting: trace users to create accounts u0..u<N-1> for (0)")
     from ..sim.config import add_config_arguments
 
     add_config_arguments(ap)
@@ -387,16 +466,25 @@ def main(argv: list[str] | None = None) -> int:
         if a.factor <= 0:
             print("--factor must be > 0", file=sys.stderr)
             return 2
+        if a.users < 0 or (a.users and not a.accounting):
+            print("--users N (N >= 0) needs --accounting", file=sys.stderr)
+            return 2
         if a.cluster_config is None and a.cfg_nodes is None:
             a.cfg_nodes = 4
         cfg = config_from_args(a)
         try:
-            info = c.start(cfg, a.factor)
+            info = c.start(cfg, a.factor, accounting=a.accounting, users=a.users)
         except RuntimeError as exc:
             print(f"slurm start failed: {exc}", file=sys.stderr)
             return 1
         print(f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
               f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}")
+        if info["accounting"]:
+            acc = info["accounting"]
+            print(f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+                  f"u0..u{acc['users'] - 1} and service under trace" if acc["users"] else
+                  f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+                  "service under trace (--users N adds trace users)")
         for u in info["unsupported"]:
             print(f"  not enforced: {u}")
         print(f"clients: export SLURM_CONF={c.paths.conf}   (or source {c.root}/env.sh); stop: make slurm-stop")

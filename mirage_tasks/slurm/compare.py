@@ -5,8 +5,9 @@ submission as Slurm recorded it (mapped back by the factor), its compressed slee
 minute-rounded limit times the factor, its nodes and priority (the warm start's running
 jobs first), on an empty cluster of the same size, with
 :func:`~mirage_tasks.slurm.conf.back_to_sim` settings (Slurm's rounded intervals, and the
-rules this Slurm does not enforce switched off: the age factor, which Slurm ignores
-without slurmdbd, and the per-user limits, which need it).
+rules this Slurm does not enforce switched off: without accounting the age factor, which Slurm
+ignores without slurmdbd, fair share and the limits, which need it; with accounting they stay on
+and each job keeps its trace user).
 
 :func:`explain` names, for each scored job whose starts differ by more than ``tol_s``, the
 rule that separates them, from the two schedules alone:
@@ -30,13 +31,21 @@ from ..sim.engine import Simulator
 from .conf import back_to_sim
 
 
-def sim_config(cfg: SimConfig, factor: float) -> SimConfig:
-    return back_to_sim(cfg, factor).replace(weight_age=0.0)
+def sim_config(cfg: SimConfig, factor: float, accounting: bool = False) -> SimConfig:
+    return back_to_sim(cfg, factor, accounting)
 
 
-def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float) -> pd.DataFrame:
+def job_user(r, accounting: bool) -> int:
+    """The simulator's user of a replayed row: its trace user where the cluster kept accounts
+    (fair share and limits then apply per user on both sides), else none."""
+    if not accounting or "user" not in r or pd.isna(r["user"]):
+        return -1
+    return int(r["user"])
+
+
+def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool = False) -> pd.DataFrame:
     """``jobs`` (replayed rows with ``submit_t``) plus ``sim_start_t`` and ``sim_backfilled``."""
-    scfg = sim_config(cfg, factor)
+    scfg = sim_config(cfg, factor, accounting)
     ok = jobs[jobs["submit_t"].notna()].copy()
     t0 = int(np.floor(ok["submit_t"].min()))
     sim = Simulator(scfg, t0)
@@ -46,7 +55,8 @@ def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float) -> pd.DataFrame:
         sub = int(round(r["submit_t"]))
         dur = int(round(r["sleep_s"] * factor))
         lim = int(r["limit_min"] * 60 * factor)
-        j = sim.add_job(sub, dur, lim, int(r["nodes"]), user=-1, static=float(r["priority"]), tag=int(idx), tick=0)
+        j = sim.add_job(sub, dur, lim, int(r["nodes"]), user=job_user(r, accounting), static=float(r["priority"]),
+                        tag=int(idx), tick=0)
         sim.schedule_submit(j)
         local[idx] = j
     sim.drain()
@@ -98,11 +108,13 @@ def explain(df: pd.DataFrame, tol_s: float) -> pd.Series:
 
 
 def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
-            horizon_t: float | None = None) -> tuple[dict, pd.DataFrame]:
+            horizon_t: float | None = None, accounting: bool = False) -> tuple[dict, pd.DataFrame]:
     """(metrics, per-job frame) for the scored (window) jobs. The replay stopped watching at
-    ``horizon_t`` (trace time): a simulated start after it is censored like Slurm's."""
+    ``horizon_t`` (trace time): a simulated start after it is censored like Slurm's.
+    ``accounting``: the cluster kept accounts (its age factor, fair share and limits are on in
+    the simulator too, per trace user)."""
     df = simulate(jobs.drop(columns=[c for c in ("sim_start_t", "sim_backfilled", "slurm_backfilled", "why")
-                                     if c in jobs]), cfg, factor)
+                                     if c in jobs]), cfg, factor, accounting)
     if horizon_t is not None:
         df.loc[df["sim_start_t"] > horizon_t, "sim_start_t"] = np.nan
     df["slurm_backfilled"] = slurm_backfilled(df)
@@ -120,7 +132,7 @@ def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
     tr2 = tr.assign(sim_wait_s=both["sim_start_t"] - both["submit_t"])
     err = (both["sim_start_t"] - both["start_t"]).abs()
     doc = {
-        "sim_config": sim_config(cfg, factor).to_dict(),
+        "sim_config": sim_config(cfg, factor, accounting).to_dict(),
         "scored": int(len(scored)), "compared": int(len(both)),
         "not_started_slurm": int(scored["start_t"].isna().sum()),
         "not_started_sim": int(scored["sim_start_t"].isna().sum()),

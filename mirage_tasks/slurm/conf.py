@@ -16,13 +16,14 @@ Mapping (SimConfig -> slurm.conf):
 | bf_window_s | ``bf_window`` (min, >= 1) | / factor |
 | bf_resolution_s | ``bf_resolution`` (s, >= 1) | / factor |
 | bf_max_job_test | ``bf_max_job_test`` | - |
-| weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min), rendered but **ignored by Slurm without slurmdbd** | max age / factor |
+| weight_age, max_age_s | ``PriorityWeightAge``, ``PriorityMaxAge`` (min); **ignored by Slurm without slurmdbd**, enforced with accounting | max age / factor |
 | weight_size | ``PriorityWeightJobSize`` (PriorityFavorSmall=NO) | - |
-| weight_fairshare, fs_halflife_s, fs_calc_period_s, weight_partition (multifactor with fair share) | ``PriorityWeightFairshare``, ``PriorityDecayHalfLife`` (min), ``PriorityCalcPeriod`` (min, >= 1), ``PriorityWeightPartition``, ``PriorityFlags=NO_FAIR_TREE`` (the classic factor the simulator computes); rendered but **without slurmdbd Slurm keeps no usage** | half-life, period / factor |
+| weight_fairshare, fs_halflife_s, fs_calc_period_s, weight_partition (multifactor with fair share) | ``PriorityWeightFairshare``, ``PriorityDecayHalfLife`` (min), ``PriorityCalcPeriod`` (min, >= 1), ``PriorityWeightPartition``, ``PriorityFlags=NO_FAIR_TREE`` (the classic factor the simulator computes); **without slurmdbd Slurm keeps no usage**; with accounting the association tree of :func:`associations` gives the simulator's factor | half-life, period / factor |
 | priority (a policy) | its ``slurm_priority_type``; with ``slurm_per_job`` (trace) per job at submission: ``--nice=-<its slurm_priority>`` (replay) | - |
 | age_cap false | not expressible (Slurm always caps at PriorityMaxAge) | - |
-| max_jobs_per_user / max_nodes_per_user, grp_jobs / grp_nodes | need QOS limits, i.e. slurmdbd: not enforced here | - |
+| max_jobs_per_user / max_nodes_per_user, grp_jobs / grp_nodes | need slurmdbd: not enforced without accounting; with it each trace user's association ``MaxJobs`` / ``GrpTRES=node``, the ``normal`` QOS's ``GrpJobs`` / ``GrpTRES=node`` (:func:`associations`) | - |
 | capacity_*, short_partition_limit_s, holds | not rendered (one partition, every node in service, no holds) | - |
+| (accounting) | ``AccountingStorageType=accounting_storage/slurmdbd``, ``AccountingStorageEnforce=associations,limits,qos`` and :func:`render_dbd`'s ``slurmdbd.conf``, when :func:`render` is given the slurmdbd port | - |
 
 ``PriorityCalcPeriod`` is Slurm's minimum, 1 minute (``factor`` trace minutes): ages between
 recalculations are stale by up to that much.
@@ -77,6 +78,18 @@ class Paths:
     def pids(self) -> str:
         return f"{self.root}/pids"
 
+    @property
+    def db_dir(self) -> str:  # MariaDB's data directory (accounting only)
+        return f"{self.root}/mysql"
+
+    @property
+    def db_socket(self) -> str:
+        return f"{self.root}/munge-run/mysql.sock"
+
+    @property
+    def dbd_conf(self) -> str:  # slurmdbd reads it beside SLURM_CONF
+        return f"{self.root}/slurmdbd.conf"
+
 
 def scaled(cfg: SimConfig, factor: float) -> dict[str, int]:
     """The scheduler settings Slurm gets for ``cfg`` at compression ``factor``."""
@@ -105,27 +118,39 @@ def _fair_share_scaled(cfg: SimConfig, f: float) -> dict[str, int]:
     }
 
 
-def back_to_sim(cfg: SimConfig, factor: float) -> SimConfig:
+def back_to_sim(cfg: SimConfig, factor: float, accounting: bool = False) -> SimConfig:
     """The simulator configuration that matches what the rendered Slurm enforces, in trace
-    time: Slurm's rounded intervals times ``factor``, and the rules it does not enforce off."""
+    time: Slurm's rounded intervals times ``factor``, and the rules it does not enforce off.
+    With ``accounting`` (slurmdbd, :func:`render` with a ``dbd_port``) the age factor, fair share
+    (its half-life and re-read period as Slurm rounds them) and the limits stay on; Slurm's usage
+    starts from zero, so the simulator's does too (no warm start)."""
     s = scaled(cfg, factor)
     f = float(factor)
+    kept: dict = {"weight_age": cfg.weight_age}
+    if accounting:
+        if "weight_fairshare" in s:
+            kept.update(fs_halflife_s=int(s["fs_halflife_min"] * 60 * f),
+                        fs_calc_period_s=int(s["fs_calc_period_min"] * 60 * f))
+    else:
+        kept.update(weight_age=0.0, weight_fairshare=0.0, max_jobs_per_user=0, max_nodes_per_user=0, grp_jobs=0,
+                    grp_nodes=0)
     return cfg.replace(
         bf_interval_s=max(1, int(round(s["bf_interval_s"] * f))),
         bf_window_s=int(s["bf_window_min"] * 60 * f),
         bf_resolution_s=max(1, int(round(s["bf_resolution_s"] * f))),
         max_age_s=int(s["max_age_min"] * 60 * f),
-        age_cap=True, max_jobs_per_user=0, max_nodes_per_user=0, tick_s=0, warm_start=False, weight_fairshare=0.0,
-        grp_jobs=0, grp_nodes=0,
+        age_cap=True, tick_s=0, warm_start=False,
         capacity_window_s=0, short_partition_limit_s=0, holds="none",
         backfill=backfill_policy(cfg.backfill).slurm_equivalent(),
+        **kept,
     )
 
 
-def unsupported(cfg: SimConfig) -> list[str]:
-    """Simulator settings of ``cfg`` that the rendered Slurm does not enforce."""
+def unsupported(cfg: SimConfig, accounting: bool = False) -> list[str]:
+    """Simulator settings of ``cfg`` that the rendered Slurm does not enforce (``accounting``: the
+    cluster runs slurmdbd with the associations of :func:`associations`)."""
     out = []
-    if cfg.weight_age > 0:
+    if cfg.weight_age > 0 and not accounting:
         out.append("PriorityWeightAge: Slurm ignores the age factor without slurmdbd (the comparison's simulator "
                    "uses weight_age 0)")
     bp, pp = backfill_policy(cfg.backfill), priority_policy(cfg.priority)
@@ -135,16 +160,23 @@ def unsupported(cfg: SimConfig) -> list[str]:
         out.append(f"priority={pp.name}: {pp.slurm_note}")
     if not cfg.age_cap:
         out.append("age_cap=false: Slurm always caps the age factor at PriorityMaxAge")
-    if priority_policy(cfg.priority).fair_share(cfg):
+    fair = priority_policy(cfg.priority).fair_share(cfg)
+    if fair and not accounting:
         out.append(f"fair share (weight_fairshare={cfg.weight_fairshare:g}, fs_halflife_s={cfg.fs_halflife_s}): "
                    "rendered, but Slurm keeps no usage without slurmdbd (the comparison's simulator uses "
                    "weight_fairshare 0)")
-    if cfg.max_jobs_per_user or cfg.max_nodes_per_user:
+    if fair and accounting and cfg.warm_start:
+        out.append("warm_start: Slurm's usage starts from zero (it cannot be given the trace's past); the "
+                   "comparison's simulator starts from zero too")
+    if (cfg.max_jobs_per_user or cfg.max_nodes_per_user) and not accounting:
         out.append(f"per-user limits (max_jobs_per_user={cfg.max_jobs_per_user}, max_nodes_per_user="
                    f"{cfg.max_nodes_per_user}): QOS limits need slurmdbd, which this cluster does not run")
-    if cfg.grp_jobs or cfg.grp_nodes:
+    if (cfg.grp_jobs or cfg.grp_nodes) and not accounting:
         out.append(f"QOS group limits (grp_jobs={cfg.grp_jobs}, grp_nodes={cfg.grp_nodes}): QOS limits need "
                    "slurmdbd, which this cluster does not run")
+    if accounting and (cfg.max_nodes_per_user or cfg.grp_nodes):
+        out.append("a job larger than max_nodes_per_user or grp_nodes: the simulator lets it run alone, Slurm "
+                   "holds it (GrpTRES=node)")
     if cfg.capacity_window_s:
         out.append("capacity_window_s: every node stays in service")
     if cfg.short_partition_limit_s:
@@ -154,6 +186,81 @@ def unsupported(cfg: SimConfig) -> list[str]:
     if cfg.tick_s:
         out.append(f"tick_s={cfg.tick_s}: Slurm is event driven")
     return out
+
+
+#: The association tree of a cluster with accounting (:func:`associations`): under the root one
+#: account, ``trace``, holding one sub-account per trace user (``u<code>``, the simulator's dense
+#: user id), one for the service whose chain is kept and one for jobs without a user. Every job is
+#: submitted by root, with ``--account`` naming its trace user (:func:`account_of`); each sub-account holds one
+#: association (user root), so Slurm's classic factor for it is the simulator's: the sub-accounts
+#: are siblings with one share each (S = 1 / (users + 1) with the service), ``trace`` holds all
+#: the usage, and its raw share (:data:`TRACE_SHARES`) against root's own association (which holds
+#: no jobs) makes its normalised share 1 to within 1e-6.
+TRACE_ACCOUNT, SERVICE_ACCOUNT, UNKNOWN_ACCOUNT = "trace", "service", "nouser"
+#: The QOS of the service's and the unknown users' jobs: the simulator exempts both from the limits.
+SERVICE_QOS = "service"
+TRACE_SHARES = 1_000_000
+
+
+def account_of(user: int) -> str:
+    """The Slurm account of a job of trace user ``user`` (dense id, -1 unknown)."""
+    return f"u{int(user)}" if int(user) >= 0 else UNKNOWN_ACCOUNT
+
+
+def associations(cfg: SimConfig, users: int, unknown: bool = False, cluster_name: str = "mirage") -> list[list[str]]:
+    """The ``sacctmgr -i`` argument lists that build the association tree for ``users`` trace users
+    (ids 0..users-1; ``unknown``: also an account for jobs without a user, which is one more
+    sibling than the simulator counts, so it is created only when such jobs are submitted) and
+    ``cfg``'s limits: per-user ``max_jobs_per_user`` as each trace user's
+    ``MaxJobs``, ``max_nodes_per_user`` as its ``GrpTRES=node``; ``grp_jobs``/``grp_nodes`` as the
+    ``normal`` QOS's ``GrpJobs``/``GrpTRES=node`` (the trace's jobs together); the service and
+    unknown users in QOS ``service``, without limits, as in the simulator."""
+    c = f"cluster={cluster_name}"
+    out = [["add", "cluster", cluster_name], ["add", "qos", SERVICE_QOS]]
+    grp = [f"GrpJobs={int(cfg.grp_jobs) if cfg.grp_jobs else -1}",
+           f"GrpTRES=node={int(cfg.grp_nodes) if cfg.grp_nodes else -1}"]
+    out.append(["modify", "qos", "where", "name=normal", "set", *grp])
+    out.append(["add", "account", TRACE_ACCOUNT, "parent=root", c, f"Fairshare={TRACE_SHARES}"])
+    names = [account_of(u) for u in range(int(users))]
+    exempt = [SERVICE_ACCOUNT] + ([UNKNOWN_ACCOUNT] if unknown else [])
+    limits = []
+    if cfg.max_jobs_per_user:
+        limits.append(f"MaxJobs={int(cfg.max_jobs_per_user)}")
+    if cfg.max_nodes_per_user:
+        limits.append(f"GrpTRES=node={int(cfg.max_nodes_per_user)}")
+    for i in range(0, len(names + exempt), ACCOUNTS_PER_CALL):
+        out.append(["add", "account", ",".join((names + exempt)[i:i + ACCOUNTS_PER_CALL]), f"parent={TRACE_ACCOUNT}",
+                    c, "Fairshare=1"])
+    for i in range(0, len(names), ACCOUNTS_PER_CALL):
+        out.append(["add", "user", "root", f"account={','.join(names[i:i + ACCOUNTS_PER_CALL])}", c, "qos=normal",
+                    "defaultqos=normal", *limits])
+    out.append(["add", "user", "root", f"account={','.join(exempt)}", c, f"qos=normal,{SERVICE_QOS}",
+                f"defaultqos={SERVICE_QOS}"])
+    return out
+
+
+#: Accounts named per ``sacctmgr`` call (its command line stays short).
+ACCOUNTS_PER_CALL = 200
+
+
+def render_dbd(paths: Paths, dbd_port: int, db_port: int, password: str) -> str:
+    """``slurmdbd.conf`` for the local MariaDB on ``db_port`` (user ``slurm``, ``password``)."""
+    return "\n".join([
+        "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
+        "AuthType=auth/munge", f"AuthInfo=socket={paths.munge_socket}",
+        "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
+        f"LogFile={paths.logs}/slurmdbd.log", f"PidFile={paths.pids}/slurmdbd.pid", "DebugLevel=info",
+        "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
+        "StorageUser=slurm", f"StoragePass={password}", "StorageLoc=slurm_acct_db",
+    ]) + "\n"
+
+
+def _accounting_lines(paths: Paths, dbd_port: int | None) -> list[str]:
+    if dbd_port is None:
+        return ["AccountingStorageType=accounting_storage/none"]
+    return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={dbd_port}", f"AccountingStoragePass={paths.munge_socket}",
+            "AccountingStorageEnforce=associations,limits,qos"]
 
 
 def _priority_lines(s: dict[str, int]) -> list[str]:
@@ -172,8 +279,9 @@ def _age(minutes: int) -> str:
 
 
 def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_ports: tuple[int, int],
-           cluster_name: str = "mirage") -> str:
-    """The whole ``slurm.conf`` text. ``node_ports`` = (first, last) slurmd port, one per node."""
+           cluster_name: str = "mirage", dbd_port: int | None = None) -> str:
+    """The whole ``slurm.conf`` text. ``node_ports`` = (first, last) slurmd port, one per node;
+    ``dbd_port``: accounting through the slurmdbd listening there (else none)."""
     s = scaled(cfg, factor)
     n = int(cfg.nodes)
     if node_ports[1] - node_ports[0] + 1 != n:
@@ -215,7 +323,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         "MaxJobCount=100000",
         "OverTimeLimit=0",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *_accounting_lines(paths, dbd_port),
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={paths.jobcomp}",
         "SelectType=select/linear",

@@ -21,29 +21,31 @@ import pandas as pd
 from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
-from .compare import sim_config
+from .compare import job_user, sim_config
 
 PRED_TAG, SUCC_TAG = -2, -3
 
 
-def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int) -> Simulator:
-    sim = Simulator(sim_config(cfg, factor), t0)
+def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, accounting: bool = False) -> Simulator:
+    sim = Simulator(sim_config(cfg, factor, accounting), t0)
     sim.static_default = 0.0
     ok = jobs[jobs["submit_t"].notna()]
     for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
         j = sim.add_job(int(round(r["submit_t"])), int(round(r["sleep_s"] * factor)), int(r["limit_min"] * 60 * factor),
-                        int(r["nodes"]), user=-1, static=float(r["priority"]), tag=int(idx), tick=0)
+                        int(r["nodes"]), user=job_user(r, accounting), static=float(r["priority"]), tag=int(idx),
+                        tick=0)
         sim.schedule_submit(j)
     return sim
 
 
 def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
-            step_s: int = 600, window: int = 144) -> dict:
-    """Signed interruption (h) and the decision the simulator makes for one link."""
+            step_s: int = 600, window: int = 144, accounting: bool = False) -> dict:
+    """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
+    the cluster kept accounts, so the background's jobs keep their users)."""
     ps = int(round(pred_submit_t))
     t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
-    sim = _background(jobs, cfg, factor, t0)
+    sim = _background(jobs, cfg, factor, t0, accounting)
     sim.static_default = float(priority)
     pred = sim.add_probe_job(ps, service_s, node, PRED_TAG)
     sim.schedule_submit(pred)

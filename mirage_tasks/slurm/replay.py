@@ -32,6 +32,7 @@ import pandas as pd
 from ..sim.config import SimConfig
 from ..sim.policies import priority_policy
 from ..sim.workload import Workload
+from .conf import account_of
 from .queue import read_jobcomp, run_client, slurm_time, squeue
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
         return policy.slurm_priority(wl, i, static_default)
 
     def add(i: int, kind: str, at_s: float, dur: int, limit: int, p: float) -> None:
-        rows.append({"trace_job_id": str(wl.job_id[i]), "kind": kind, "trace_submit": int(wl.submit[i]),
+        rows.append({"trace_job_id": str(wl.job_id[i]), "kind": kind, "user": int(wl.user[i]),
+                     "trace_submit": int(wl.submit[i]),
                      "trace_start": int(wl.real_start[i]), "nodes": int(wl.nodes[i]),
                      "duration_s": int(dur), "limit_s": int(limit), "priority": p,
                      "offset_real_s": at_s, "sleep_s": round(max(dur, 1) / factor, 3),
@@ -72,6 +74,16 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
     if len(df):
         df["nice"] = -np.round(df["priority"]).astype(np.int64)
     return df
+
+
+def users_of(jobs: pd.DataFrame | None) -> tuple[int, bool]:
+    """(trace users, whether any job has none) of a plan: the accounts a cluster with accounting
+    needs for it (ids 0..users-1), which is also the simulator's count of fair-share siblings
+    (its highest user id + 1) when it replays the same plan."""
+    if jobs is None or not len(jobs):
+        return 0, False
+    u = jobs["user"]
+    return int(max(int(u.max()), -1)) + 1, bool((u < 0).any())
 
 
 class Progress:
@@ -99,18 +111,21 @@ def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
         log.warning("could not cancel %d submitted job(s): %s", len(ids), exc)
 
 
-def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str) -> str:
+def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str, accounts: bool = False) -> str:
     args = ["sbatch", "--parsable", f"--job-name={tag}", "-N", str(row["nodes"]), "--exclusive",
             f"--time={row['limit_min']}", f"--chdir={workdir}", "--output=/dev/null",
             f"--comment=trace:{row['trace_job_id']}", f"--wrap=exec sleep {row['sleep_s']}"]
     if row["nice"]:
         args.insert(2, f"--nice={int(row['nice'])}")
+    if accounts:  # the trace user's account (a cluster with accounting: conf.associations)
+        args.insert(2, f"--account={account_of(int(row.get('user', -1)))}")
     return run_client(args, env, timeout=60).strip().split(";")[0]
 
 
 def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0: int, tag: str = "mr",
         drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp",
-        stop=None, submitted: dict[int, str] | None = None, progress_s: float = 60.0) -> tuple[pd.DataFrame, dict]:
+        stop=None, submitted: dict[int, str] | None = None, progress_s: float = 60.0,
+        accounts: bool = False) -> tuple[pd.DataFrame, dict]:
     """Submit ``jobs`` (from :func:`plan`) on schedule, wait until every scored job has started
     (or ``drain_s`` real seconds after the last submission), record Slurm's times, cancel
     what is left of *these* jobs. Returns (jobs with Slurm times, run facts). ``stop`` (a
@@ -118,7 +133,8 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
     ``submitted`` (a dict) is filled with the Slurm id of each job as it is submitted, so a
     caller can cancel them; if the submissions or the wait end by an exception (SIGTERM's
     :class:`stepkit.pool.Terminated` included) every job submitted so far is cancelled first.
-    Progress is logged at least every ``progress_s`` seconds."""
+    Progress is logged at least every ``progress_s`` seconds. ``accounts``: each job names its
+    trace user's account (:func:`~.conf.account_of`; a cluster started with accounting)."""
     todo = jobs[~jobs["too_big"]].sort_values("offset_real_s", kind="stable")
     ids: dict[int, str] = {} if submitted is None else submitted
     lateness = []
@@ -141,7 +157,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
             if stop is not None and stop.is_set():
                 break
             lateness.append(time.time() - due)
-            ids[idx] = _sbatch(row.to_dict(), env, tag, workdir)
+            ids[idx] = _sbatch(row.to_dict(), env, tag, workdir, accounts)
             said.maybe(lambda: f"submitted {len(ids)} of {len(todo)} jobs")
         last_sub = time.time()
         scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}

@@ -4,7 +4,9 @@ Reads a ``replay-slurm`` output (``jobs.parquet``: Slurm's real submit/start tim
 job; ``replay.json``: factor, configuration, the horizon the replay watched to) and
 recomputes the comparison (:func:`mirage_tasks.slurm.compare.compare`) with the replay's
 configuration or the one the usual flags give (e.g. ``--bf-resolution``, ``--backfill none``,
-``--nodes``), without running Slurm again: which simulator setting moves the agreement.
+``--nodes``, ``--weight-fairshare 0``), without running Slurm again: which simulator setting
+moves the agreement. A replay made with ``--accounting`` is rescored with the jobs' users (the
+simulator's fair share and limits per trace user, as Slurm had them).
 
 Outputs: ``fidelity_slurm.json``, ``fidelity_slurm.md``, ``jobs.parquet``.
 """
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     with storage.open_read(jobs_uri) as fh:
         jobs = pd.read_parquet(fh)
     factor = float(doc["factor"])
-    res, frame = cmp.compare(jobs, cfg, factor, horizon_t=doc["run"].get("horizon_t"))
+    res, frame = cmp.compare(jobs, cfg, factor, horizon_t=doc["run"].get("horizon_t"),
+                             accounting=bool(doc.get("accounting")))
     out = {**doc, "config": cfg.to_dict(), "comparison": res, "rescored_from": args.replay}
     step.write_json("fidelity_slurm.json", out)
     buf = io.BytesIO()

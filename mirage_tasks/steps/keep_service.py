@@ -55,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--account", default=None)
     p.add_argument("--slurm-conf", default=None, help="slurm.conf of the cluster (default: $SLURM_CONF)")
     p.add_argument("--slurm-root", default=None, help="start a local Slurm here for the run, stop it after")
+    p.add_argument("--accounting", action="store_true",
+                   help="the cluster keeps accounts (with --slurm-root: start slurmdbd on a local MariaDB with one "
+                        "account per trace user; the background's jobs name their user's account, the service "
+                        "account 'service' unless --account; the simulator's prediction keeps the users)")
     p.add_argument("--trace", default=None, help="normalised trace for the background replay")
     p.add_argument("--background-from", default=None, help="replay the trace from here (ISO) while keeping")
     p.add_argument("--background-to", default=None, help="... to here (exclusive)")
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..slurm import keeper as kp
+    from ..slurm.conf import SERVICE_ACCOUNT
 
     policies = [x.strip() for x in args.policy.split(",") if x.strip()]
     bad = [x for x in policies if x not in kp.POLICIES]
@@ -118,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                                        "--background-from/--background-to", args.trace)
             if why:
                 raise StepError(why)
-    params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")}
+    params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
+              and not (k == "accounting" and not v)}  # off: the keys of earlier runs stay as they were
     step = Step("keep-service", args.out, __version__, params, inputs=[x for x in (args.trace, args.model) if x])
     if step.skip():
         return 0
@@ -132,11 +138,23 @@ def run(args: argparse.Namespace) -> int:
     nice = args.nice
     if nice is None:
         nice = -int(round(float(np.nanmedian(wl.priority)))) if (bg and cfg.priority == "trace") else 0
+    bg_plan = None
+    if bg:
+        from ..slurm import replay
+
+        b0, b1 = parse_time(args.background_from, "--background-from"), parse_time(args.background_to,
+                                                                                      "--background-to")
+        t0 = int(b0.timestamp())
+        bg_plan = replay.plan(wl, cfg, t0, int(b1.timestamp()), args.factor)
     cluster = None
     if args.slurm_root:
         from ..slurm.cluster import start_local
 
-        cluster = start_local(args.slurm_root, cfg, args.factor)
+        from ..slurm.replay import users_of
+
+        users, unknown = users_of(bg_plan)
+        cluster = start_local(args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users,
+                              unknown=unknown)
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = args.slurm_conf or os.environ.get("SLURM_CONF")
@@ -162,18 +180,13 @@ def run(args: argparse.Namespace) -> int:
     bg_thread = None
     try:
         if bg:
-            from ..slurm import replay
-
-            b0, b1 = parse_time(args.background_from, "--background-from"), parse_time(args.background_to,
-                                                                                          "--background-to")
-            t0 = int(b0.timestamp())
-            jobs = replay.plan(wl, cfg, t0, int(b1.timestamp()), args.factor)
+            jobs = bg_plan
             box: dict = {}
 
             def _bg() -> None:
                 try:
                     box["out"] = replay.run(jobs, env, jobcomp, args.factor, t0, tag="bg", drain_s=0.0, stop=stop,
-                                            submitted=bg_ids)
+                                            submitted=bg_ids, accounts=args.accounting)
                 except Exception as exc:  # reported below
                     box["error"] = repr(exc)
 
@@ -185,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
                     break
         keepers = {p: kp.Keeper(env=env, policy=p, node=args.node, service_s=service_s, scale=args.factor,
                                 step_s=args.step_s, links=args.links, decide=decide if p == "model" else None,
-                                tag=f"svc-{p}", nice=nice, partition=args.partition, account=args.account,
+                                tag=f"svc-{p}", nice=nice, partition=args.partition,
+                                account=args.account or (SERVICE_ACCOUNT if args.accounting else None),
                                 log_path=dec_path, stop_chain=args.stop_chain, sleep=_nap) for p in policies}
 
         def _keep(p: str) -> None:
@@ -241,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
             limit_s = int(math.ceil(service_s / args.factor / 60) * 60 * args.factor)
             sims.append({"policy": r["policy"], "link": 0,
                          **predict(bg_out, cfg, args.factor, ps_t, args.node, limit_s, r["policy"], -nice,
-                                   decide if r["policy"] == "model" else None, int(args.step_s))})
+                                   decide if r["policy"] == "model" else None, int(args.step_s),
+                                   accounting=args.accounting)})
         frame = frame.merge(pd.DataFrame(sims).drop(columns=[]), on=["policy", "link"], how="left")
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
              "cpu_s": round(time.process_time() - t_cpu, 2), "errors": errors, "nice": nice, "model": model_info,

@@ -8,6 +8,9 @@ the project's simulator with matching settings (:mod:`mirage_tasks.slurm.compare
 reports per-job start agreement in trace time: mean/median absolute start error, share
 within 1 h, Spearman, and per differing job the rule that explains it.
 
+``--accounting``: the cluster keeps accounts (slurmdbd); each job names its trace user's account
+and the comparison's simulator keeps the age factor, fair share and the limits, per user.
+
 The cluster: ``--slurm-root DIR`` starts a local one there (``mirage_tasks.slurm.cluster``,
 sized and configured from the same cluster config, at the same factor) and stops it after;
 without it the step uses the cluster ``SLURM_CONF`` names, which must be configured for the
@@ -54,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", type=float, default=600.0,
                    help="real seconds to wait after the last submission for every scored job to start (600)")
     p.add_argument("--tag", default="mr", help="job name of the submitted jobs")
+    p.add_argument("--accounting", action="store_true",
+                   help="the cluster keeps accounts: each job names its trace user's account (u<id>), and the "
+                        "simulator keeps the age factor, fair share and limits; with --slurm-root the local "
+                        "cluster starts slurmdbd on a local MariaDB with those accounts")
     add_config_arguments(p)
 
 
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--from/--to/--factor: the window takes {(t1 - t0) / args.factor / 3600:.1f} h of real "
                         f"submissions at x{args.factor:g}; at most {MAX_REAL_S / 3600:g} h (raise --factor)")
     params = {"from": t_from.isoformat(), "to": t_to.isoformat(), "factor": args.factor, "config": cfg.to_dict(),
-              "drain": args.drain}
+              "drain": args.drain, **({"accounting": True} if args.accounting else {})}
     step = Step("replay-slurm", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -108,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     if args.slurm_root:
         from ..slurm.cluster import start_local
 
-        cluster = start_local(args.slurm_root, cfg, args.factor)
+        users, unknown = replay.users_of(jobs)
+        cluster = start_local(args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users,
+                              unknown=unknown)
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = os.environ.get("SLURM_CONF")
@@ -122,16 +131,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay-slurm: {int((jobs['kind'] == 'window').sum())} window jobs + "
               f"{int((jobs['kind'] != 'window').sum())} active at the start, factor x{args.factor:g}: "
               f"about {(t1 - t0) / args.factor:.0f} s of submissions", flush=True)
-        out, facts = replay.run(jobs, env, jobcomp, args.factor, t0, tag=args.tag, drain_s=args.drain)
+        out, facts = replay.run(jobs, env, jobcomp, args.factor, t0, tag=args.tag, drain_s=args.drain,
+                                accounts=args.accounting)
     finally:
         if cluster is not None:
             cluster.stop()
     facts["loadavg_start"] = load0
     tz = meta.timezone or "UTC"
-    doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"])
+    doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"], accounting=args.accounting)
     facts["cpu_s_step"] = round(time.process_time() - t_cpu, 2)
     doc = {**params, "trace_fingerprint": wl.fingerprint, "slurm_settings": scaled(cfg, args.factor),
-           "not_enforced_by_slurm": unsupported(cfg),
+           "not_enforced_by_slurm": unsupported(cfg, args.accounting),
            "run": facts, "comparison": doc_cmp}
     step.write_json("replay.json", doc)
     buf = io.BytesIO()

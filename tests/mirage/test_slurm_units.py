@@ -12,6 +12,7 @@ from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
 from mirage_tasks.slurm import compare, keeper, replay
+from mirage_tasks.slurm import conf as slurm_conf
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -307,3 +308,22 @@ def test_keep_service_policy_model_without_model_refuses_before_anything_starts(
         keep_service.run(p.parse_args(["--policy", policy, "--out", str(out), "--slurm-root", str(tmp_path / "s")]))
     assert main("mirage_tasks", STEPS, ["keep-service", "--policy", policy, "--out", str(out)]) == 2
     assert not out.exists() and not (tmp_path / "s").exists()
+
+
+def test_association_tree_matches_the_simulators_siblings():
+    cfg = SimConfig(nodes=4, max_jobs_per_user=3, max_nodes_per_user=2, grp_jobs=5, grp_nodes=3)
+    cmds = slurm_conf.associations(cfg, 450)
+    flat = [" ".join(a) for a in cmds]
+    assert "modify qos where name=normal set GrpJobs=5 GrpTRES=node=3" in flat
+    accounts = [a for a in cmds if a[:2] == ["add", "account"] and a[3] == f"parent={slurm_conf.TRACE_ACCOUNT}"]
+    names = [n for a in accounts for n in a[2].split(",")]
+    # one sibling per trace user plus the service: the simulator's S = 1 / (users + 1)
+    assert names == [f"u{i}" for i in range(450)] + [slurm_conf.SERVICE_ACCOUNT]
+    assert all(len(a[2].split(",")) <= slurm_conf.ACCOUNTS_PER_CALL for a in accounts)
+    users = [a for a in cmds if a[:3] == ["add", "user", "root"]]
+    assert all("MaxJobs=3" in a and "GrpTRES=node=2" in a for a in users if "service" not in a[3])
+    assert not any("MaxJobs" in x for x in users[-1])  # the service: no per-user limit
+    assert slurm_conf.UNKNOWN_ACCOUNT in " ".join(slurm_conf.associations(cfg, 2, unknown=True)[-1])
+    assert slurm_conf.account_of(7) == "u7" and slurm_conf.account_of(-1) == slurm_conf.UNKNOWN_ACCOUNT
+    none = " ".join(" ".join(a) for a in slurm_conf.associations(SimConfig(nodes=4), 1))
+    assert "GrpJobs=-1 GrpTRES=node=-1" in none and "MaxJobs" not in none

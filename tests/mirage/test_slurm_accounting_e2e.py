@@ -1,0 +1,164 @@
+"""E2E tier: a real local Slurm with accounting (slurmdbd on a local MariaDB, started by
+LocalSlurm in a temporary root and stopped after) enforces what the simulator models: Slurm's
+classic fair-share factor equals the simulator's for the same usage, a light user's job goes
+before a heavy user's, and a per-user running-jobs limit holds a job while a node is free.
+Skips only where Slurm, slurmdbd or MariaDB is not installed (make system-deps installs them)
+or the tests do not run as root."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mirage_tasks.sim.config import SimConfig
+from mirage_tasks.sim.fairshare import FairShare
+from mirage_tasks.slurm import conf
+
+from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
+from mirage_tasks.slurm.queue import read_jobcomp, run_client, slurm_time, squeue
+
+_missing = missing_binaries() + missing_accounting()
+pytestmark = pytest.mark.skipif(
+    bool(_missing) or os.geteuid() != 0,
+    reason=(f"not installed: {', '.join(_missing)} (make system-deps installs Debian's slurmctld, slurmd, "
+            "slurm-client, munge, slurmdbd and mariadb-server)" if _missing else "the local Slurm's daemons run as root"))
+
+FACTOR = 60
+
+
+def _until(cond, timeout=180.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _sbatch(env, account: str, nodes: int, sleep_s: float, name: str) -> str:
+    return run_client(["sbatch", "--parsable", f"--account={account}", f"--job-name={name}", "-N", str(nodes),
+                       "--exclusive", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
+                       f"--wrap=exec sleep {sleep_s}"], env).strip().split(";")[0]
+
+
+def _shares(env) -> dict[str, tuple[float, float]]:
+    """(raw usage, fair-share factor) of root's association under each account (sshare)."""
+    out = run_client(["sshare", "-a", "-n", "-P", "-o", "Account,User,RawUsage,FairShare"], env)
+    res = {}
+    for ln in out.splitlines():
+        acct, user, raw, f = (ln.split("|") + ["", "", "", ""])[:4]
+        if user.strip() == "root" and f.strip():
+            res[acct.strip()] = (float(raw or 0), float(f))
+    return res
+
+
+def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_path):
+    cfg = SimConfig(nodes=2, priority="multifactor", weight_age=0.0, weight_size=0.0, weight_fairshare=100000.0,
+                    fs_halflife_s=7 * 86400, fs_calc_period_s=300, max_jobs_per_user=1, bf_interval_s=60,
+                    bf_resolution_s=60)
+    c = LocalSlurm(tmp_path / "slurm")
+    info = c.start(cfg, FACTOR, accounting=True, users=2)
+    pids = c.running()
+    try:
+        assert set(pids) >= {"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd-n1", "slurmd-n2"}
+        # nothing the simulator models is listed as unenforced any more
+        notes = " ".join(info["unsupported"])
+        assert not any(k in notes for k in ("PriorityWeightAge", "fair share (", "per-user limits", "group limits"))
+        assert any(k in notes for k in ("PriorityWeightAge", "fair share (", "per-user limits")
+                   for notes in [" ".join(conf.unsupported(cfg.replace(weight_age=1.0)))])
+        text = (c.root / "slurm.conf").read_text()
+        assert "AccountingStorageType=accounting_storage/slurmdbd" in text and "PriorityFlags=NO_FAIR_TREE" in text
+        assert os.stat(c.paths.dbd_conf).st_mode & 0o777 == 0o600  # it holds the database password
+        env = c.env()
+        assocs = run_client(["sacctmgr", "-n", "-P", "list", "assoc", "format=Account,User,MaxJobs"], env)
+        rows = {tuple(r.split("|")) for r in assocs.splitlines()}
+        assert {("u0", "root", "1"), ("u1", "root", "1"), ("service", "root", "")} <= rows
+
+        # u0 uses the whole cluster; at Slurm's next re-read (PriorityCalcPeriod: 1 real minute) each
+        # account's factor must be the simulator's for the same usage (the classic formula over the
+        # siblings u0, u1 and the service)
+        big = _sbatch(env, "u0", 2, 600, "heavy")
+        _until(lambda: [j for j in squeue(env) if j.job_id == big and j.state == "RUNNING"], what="u0's job running")
+        late_heavy = _sbatch(env, "u0", 2, 2, "heavy2")   # submitted first ...
+        time.sleep(1.5)
+        light = _sbatch(env, "u1", 2, 2, "light")         # ... but u1 has used nothing
+        t_wait = time.monotonic()
+        got = _until(lambda: (f := _shares(env)) and f["u0"][1] < 0.9 and f, timeout=200,
+                     what="Slurm's fair-share re-read")
+        print(f"fair-share factors re-read after {time.monotonic() - t_wait:.0f} s: {got}")
+        fs = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
+        fs.usage = {0: got["u0"][0], 1: got["u1"][0]}
+        fs.refresh()
+        assert got["u1"][0] == 0.0 and fs.factor[0] == pytest.approx(2.0 ** -3)
+        for acct, f in {"u0": fs.factor[0], "u1": fs.default, "service": fs.default}.items():
+            assert got[acct][1] == pytest.approx(f, abs=1e-4), (acct, got)
+        run_client(["scancel", big], env)  # the two waiting jobs now go in fair-share order
+        _until(lambda: {big, late_heavy, light} <= read_jobcomp(c.paths.jobcomp).keys(), what="the three jobs ending")
+        comp = read_jobcomp(c.paths.jobcomp)
+        start = {j: slurm_time(comp[j]["StartTime"]) for j in (late_heavy, light)}
+        assert start[light] < start[late_heavy], (start, got)  # the light user's job went first
+
+        # MaxJobs=1 per trace user: u1's second job waits although a node is free
+        d1, d2 = _sbatch(env, "u1", 1, 6, "lim1"), _sbatch(env, "u1", 1, 1, "lim2")
+        q = _until(lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
+                   what="u1's first job running")
+        r = run_client(["squeue", "-h", "-j", d2, "-o", "%T %r"], env).split()
+        assert r[:2] == ["PENDING", "AssocMaxJobsLimit"], r
+        _until(lambda: {d1, d2} <= read_jobcomp(c.paths.jobcomp).keys(), what="both limited jobs ending")
+        comp = read_jobcomp(c.paths.jobcomp)
+        assert slurm_time(comp[d2]["StartTime"]) >= slurm_time(comp[d1]["EndTime"])
+    finally:
+        said = c.stop()
+    assert any("mariadbd" in s for s in said) and any("slurmdbd" in s for s in said)
+    assert not any(_alive(p) for p in pids.values())
+    assert c.leftovers() == []
+
+
+def test_replay_slurm_with_accounting_holds_a_users_jobs_as_the_simulator_does(tmp_path):
+    """``replay-slurm --accounting --slurm-root`` as a user runs it: user a's three jobs meet a
+    running-jobs limit of 1 on an otherwise idle 4-node cluster, so Slurm runs them one after
+    another beside b's; the comparison's simulator, given each job's user, agrees, and rescored
+    without the limit (fidelity-slurm) it does not. At x600: about a minute of real time."""
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from test_sim_support import T0, frame, write_committed_trace
+
+    from mirage_tasks.data.times import iso
+
+    h = 3600
+    rows = [{"submit": T0 + 600 + i, "start": T0 + 600 + i * h, "end": T0 + 600 + (i + 1) * h, "limit": 2 * h,
+             "nodes": 1, "user": "a", "priority": 1000} for i in range(3)]
+    rows.append({"submit": T0 + 900, "start": T0 + 900, "end": T0 + 900 + h, "limit": 2 * h, "nodes": 1, "user": "b",
+                 "priority": 1000})
+    trace = write_committed_trace(tmp_path / "trace", frame(rows))
+    out, root = tmp_path / "replay", tmp_path / "slurm"
+    cmd = [sys.executable, "-m", "mirage_tasks", "replay-slurm", "--trace", trace, "--from", iso(T0),
+           "--to", iso(T0 + h), "--factor", "600", "--out", f"file://{out}", "--slurm-root", str(root),
+           "--accounting", "--nodes", "4", "--max-jobs-per-user", "1", "--drain", "120"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    doc = json.loads((out / "replay.json").read_text())
+    assert doc["accounting"] is True
+    assert not any("per-user limits" in n for n in doc["not_enforced_by_slurm"])
+    jobs = pd.read_parquet(out / "jobs.parquet").set_index("trace_job_id")
+    wait_h = (jobs["start_t"] - jobs["submit_t"]) / h
+    a = jobs.index[jobs["user"] == 0]
+    assert sorted(wait_h[a].round()) == [0.0, 1.0, 2.0], wait_h  # one at a time (each runs 1 h)
+    assert wait_h[jobs.index[jobs["user"] == 1]].max() < 0.2  # b's job did not wait behind a's
+    c = doc["comparison"]
+    assert c["compared"] == 4 and c["sim_vs_slurm"]["within_1h"] == 1.0, c
+    assert c["sim_config"]["max_jobs_per_user"] == 1
+    # the same replay scored with a simulator that has no limit: a's jobs start at once there
+    r = subprocess.run([sys.executable, "-m", "mirage_tasks", "fidelity-slurm", "--replay", f"file://{out}",
+                        "--out", f"file://{tmp_path / 'nolimit'}", "--max-jobs-per-user", "0"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    c0 = json.loads((tmp_path / "nolimit" / "fidelity_slurm.json").read_text())["comparison"]
+    assert c0["sim_vs_slurm"]["within_1h"] < 1.0 and c0["start_error_h"]["max"] > 1.5, c0
+    assert not LocalSlurm(root).running() and LocalSlurm(root).leftovers() == []
