@@ -79,13 +79,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (ip_local_port_range)."""
+    try:
+        lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[:2])
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
-    """First port of ``n`` consecutive free 127.0.0.1 ports (a random start, then upwards)."""
+    """First port of ``n`` consecutive free 127.0.0.1 ports (a random start, then upwards),
+    outside the kernel's ephemeral range where that leaves room: a port found free there can be
+    taken by any outgoing connection (slurmctld's to slurmdbd, a client's) before its daemon
+    binds it."""
     import random
 
+    e_lo, e_hi = ephemeral_ports()
+    if e_lo - 1024 > 4 * n + 1:
+        lo, hi = max(1024, min(lo, e_lo - 4 * n - 1)), e_lo
+    elif 65535 - e_hi > 4 * n + 1:
+        lo, hi = e_hi + 1, 65535
     start = random.randrange(lo, hi - n)
     p = start
     while p + n < hi:
+        if all(_port_free(q) for q in range(p, p + n)):
+            return p
+        p += n
+    p = lo  # wrap around once
+    while p + n < start:
         if all(_port_free(q) for q in range(p, p + n)):
             return p
         p += n
@@ -183,13 +205,12 @@ class LocalSlurm:
             subprocess.run([_bin("mungekey"), "--create", f"--keyfile={p.munge_key}"], check=True,
                            capture_output=True)
         os.chmod(p.munge_key, 0o600)
-        ctld = free_port()
-        first = free_port_range(n)
+        # slurmctld, the n slurmd (and MariaDB, slurmdbd) on consecutive ports outside the ephemeral range
+        base = free_port_range(n + 3)
+        ctld, first = base, base + 1
         db_port = dbd_port = None
         if accounting:
-            db_port, dbd_port = free_port(), free_port()
-            while dbd_port in (db_port, ctld) or first <= dbd_port < first + n or first <= db_port < first + n:
-                db_port, dbd_port = free_port(), free_port()
+            db_port, dbd_port = base + n + 1, base + n + 2
         (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port))
         for i in range(1, n + 1):
             os.makedirs(f"{p.spool}/n{i}", exist_ok=True)

@@ -327,3 +327,18 @@ def test_association_tree_matches_the_simulators_siblings():
     assert slurm_conf.account_of(7) == "u7" and slurm_conf.account_of(-1) == slurm_conf.UNKNOWN_ACCOUNT
     none = " ".join(" ".join(a) for a in slurm_conf.associations(SimConfig(nodes=4), 1))
     assert "GrpJobs=-1 GrpTRES=node=-1" in none and "MaxJobs" not in none
+
+
+def test_local_cluster_ports_avoid_the_ephemeral_range(monkeypatch):
+    """slurmd ports found free inside the kernel's ephemeral range were taken by slurmctld's
+    connection to slurmdbd before slurmd bound them (a 78-node start with accounting failed so):
+    the range is chosen below it, or above it where there is no room below."""
+    from mirage_tasks.slurm import cluster
+
+    monkeypatch.setattr(cluster, "ephemeral_ports", lambda: (32768, 60999))
+    for _ in range(20):
+        p = cluster.free_port_range(81)
+        assert 1024 <= p and p + 81 <= 32768
+    monkeypatch.setattr(cluster, "ephemeral_ports", lambda: (1100, 60999))
+    p = cluster.free_port_range(81)
+    assert p > 60999 and p + 81 <= 65535
