@@ -5,7 +5,7 @@
                           [--paper-moe-epochs 2 --paper-rows 256 --devices cpu,cuda --amp off,bf16]
 
 Without ``--dataset`` a synthetic dataset of the ls6 size (684 samples x 7 probes =
-4,788 histories of 144 x 42, :mod:`mirage_tasks.models.synthetic`) is generated, and the
+4,788 histories of 144 x 42, :mod:`mirage_tasks.models.toy`) is generated, and the
 table says so: its MAE figures describe the synthetic signal, not ls6. Each model is
 trained by the real CLI (``python -m mirage_tasks train``) in a subprocess; the wall time
 includes loading the dataset and computing the metrics.
@@ -66,7 +66,7 @@ def time_paper(kind: str, dataset: str, device: str, epochs: int, rows: int, thr
     import numpy as np
     import torch
 
-    from mirage_tasks.models import data as D
+    from mirage_tasks.models import datasets as D
     from mirage_tasks.models import moe, presets, torchutil, transformer
     from mirage_tasks.models.training import Phase, fit_phases
 
@@ -141,7 +141,7 @@ def main() -> int:
     work = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
     dataset, source = args.dataset, args.dataset
     if not dataset:
-        from mirage_tasks.models.synthetic import write_synthetic_dataset
+        from mirage_tasks.models.toy import write_synthetic_dataset
 
         dataset = os.path.join(work, "synthetic-ls6-size" if n_samples == 684 else f"synthetic-{n_samples}")
         if not os.path.exists(os.path.join(dataset, "manifest.json")):

@@ -9,7 +9,7 @@ Packages, lowest layer first; each imports only itself and the ones above it in 
 |----------------|---------------------------------------------------------------------------|
 | ``data``       | traces (``ingest`` readers, ``schema``), ``synth``, ``prefixes``, ``times``, step artifacts, storage ``keys`` |
 | ``sim``        | the batch-scheduler simulator alone, its episodes and baseline rules       |
-| ``calibration``| simulator calibration: ``fidelity``, ``calibrate``, its ``report``        |
+| ``calibration``| simulator calibration: ``fidelity``, ``calibrate``, its page ``tables``   |
 | ``sampling``   | the ``sample`` step's episodes in a pool, the day/shard ``schedule``       |
 | ``models``     | model families (one ``registry``), training, ``thresholds``, the loader  |
 | ``evaluation`` | online ``validate``, ``metrics``, the results ``report``                  |

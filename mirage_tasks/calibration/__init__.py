@@ -1,3 +1,3 @@
 """Simulator calibration: replay a trace window and compare it with the real waits
 (``fidelity``), fit a simulator configuration to a window (``calibrate``), and the
-calibration results page (``report``). Above :mod:`mirage_tasks.sim`, which it drives."""
+calibration results page's tables (``tables``). Above :mod:`mirage_tasks.sim`, which it drives."""

@@ -129,6 +129,6 @@ def require_input(uri: str, flag: str, step: str | None = None) -> dict[str, Any
     return marker
 
 
-#: Writers of an output kind besides the step of its name: ``models.data.write_dataset`` (the
+#: Writers of an output kind besides the step of its name: ``models.datasets.write_dataset`` (the
 #: synthetic datasets of the tests and benches) commits the ``merge`` format as step ``dataset``.
 DATASET_WRITERS = {"merge": ("merge", "dataset")}

@@ -323,7 +323,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
              waste_weight: float = WASTE_WEIGHT, val_fraction: float = 0.2, purge_days: float = 5.0,
              n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Everything of the module docstring, in memory: ``{"rows", "curves", "per_sample", "calibration"}``."""
-    from ..models.data import Dataset, chronological_split
+    from ..models.datasets import Dataset, chronological_split
 
     ds = Dataset(train.X_last, train.y.astype(np.float32), train.sample, train.sample_start, train.probe_time,
                  np.full(len(train.y), node), {}, train.uri)
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.bootstrap < 0 or not (args.waste_weight >= 0):
             raise StepError("--bootstrap and --waste-weight must be >= 0")
         from ..data.artifacts import require_input
-        from ..models.data import load_dataset  # noqa: F401 - the dataset's manifest names the node
+        from ..models.datasets import load_dataset  # noqa: F401 - the dataset's manifest names the node
 
         if args.seed < 0 or args.seed > 2**32 - 1:
             raise StepError(f"--seed {args.seed}: must be between 0 and {2**32 - 1}")

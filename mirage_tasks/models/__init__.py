@@ -3,7 +3,7 @@
 | module           | what                                                                 |
 |------------------|----------------------------------------------------------------------|
 | ``registry``     | every model family in one row (kind, weights, fit, load, presets, search space, net, policy base) |
-| ``data``         | dataset reading, chronological split by sample, feature scaler       |
+| ``datasets``     | dataset reading, chronological split by sample, feature scaler       |
 | ``presets``      | the ``quick`` and ``paper`` hyper-parameters of every model kind      |
 | ``transformer``  | transformer regressor (positional encoding) and its config           |
 | ``moe``          | mixture of transformer experts with a non-linear gate, and its config |
@@ -15,7 +15,7 @@
 | ``env``          | the environment protocol (``Env``) a policy is trained in            |
 | ``policy``       | REINFORCE wait/submit policies on a frozen regressor                 |
 | ``simenv``       | ``SimEnv``: the simulator's ``DecisionEpisode`` as an ``Env``        |
-| ``synthetic``    | synthetic datasets and a toy ``Env`` with a known signal (tests)     |
+| ``toy``          | toy datasets and a toy ``Env`` with a known signal (tests, benches)  |
 | ``torchutil``    | device choice, seeding, weights-only checkpoints, progress lines     |
 | ``loader``       | :func:`load_model` -> :class:`DecisionFunction`, for every kind      |
 

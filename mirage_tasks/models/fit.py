@@ -46,7 +46,7 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
                     samples_until: int | None = None, sample_fraction: float = 1.0,
                     hpo_trials: int = 0, hpo_timeout_s: float | None = None) -> dict[str, Any]:
     """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
-    from . import data as D
+    from . import datasets as D
     from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
 
     t0 = time.monotonic()
@@ -254,7 +254,7 @@ def calibrate_policy(model: Any, base_cfg: dict[str, Any], waste_weight: float) 
     """The greedy P(submit) threshold of a policy, chosen on its base regressor's validation split
     (the same rows, subset and purge as the base's training); with how often argmax (P > 0.5)
     submits there: a policy whose argmax never submits is the reactive baseline when run greedily."""
-    from . import data as D
+    from . import datasets as D
 
     data = base_cfg["data"]
     ds = D.load_dataset(data["dataset"])
@@ -278,7 +278,7 @@ def make_envs(kind: str, trace: str | None, base_cfg: dict[str, Any]) -> tuple[A
     data = base_cfg["data"]
     window, n_features = int(data["window"]), len(data["feature_names"])
     if kind == "toy":
-        from .synthetic import FEATURE_NAMES, ToyQueueEnv
+        from .toy import FEATURE_NAMES, ToyQueueEnv
 
         if n_features != len(FEATURE_NAMES):
             raise StepError(f"the toy environment produces {len(FEATURE_NAMES)} features; "

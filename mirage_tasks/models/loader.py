@@ -32,7 +32,7 @@ from stepkit import StepError, storage
 from stepkit.safeload import read_document
 
 from .thresholds import submit_mask
-from .data import FeatureScaler
+from .datasets import FeatureScaler
 from .registry import FAMILIES, family
 
 FORMAT = "mirage-model"

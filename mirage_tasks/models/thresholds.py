@@ -51,7 +51,7 @@ def outcomes(score: np.ndarray, y: np.ndarray, sample: np.ndarray, threshold: fl
     """Signed interruption per sample when submitting at the first probe with score >= threshold.
 
     Rows must be grouped by sample and ordered by probe time inside a sample (as
-    :func:`mirage_tasks.models.data.load_dataset` returns them)."""
+    :func:`mirage_tasks.models.datasets.load_dataset` returns them)."""
     import numpy as np
 
     starts = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])

@@ -40,7 +40,7 @@ from stepkit import Step, StepError
 
 from .. import __version__
 from ..calibration.fidelity import metrics, summarize
-from ..calibration.report import fair_share_text
+from ..calibration.tables import fair_share_text
 from ..data.times import window_outside_trace
 from ..data.schema import read_trace
 from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months

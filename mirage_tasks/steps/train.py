@@ -8,7 +8,7 @@ Regressors (``transformer``, ``moe``, ``xgboost``, ``random_forest``, and the 0.
 ``xgboost_quantile`` and ``linear_quantile``: the reference baselines script's linear quantile
 regressor, scikit-learn ``QuantileRegressor`` with ``highs``) are trained on the
 earliest samples of the dataset and validated on the latest (chronological split by
-sample, see :mod:`mirage_tasks.models.data`; the fitting is
+sample, see :mod:`mirage_tasks.models.datasets`; the fitting is
 :mod:`mirage_tasks.models.fit`). ``--samples-until`` keeps only the samples whose episodes
 end by a time (a validation month's start), ``--sample-fraction`` thins them (learning
 curves). ``--hpo-trials``/``--hpo-timeout-s`` first search the hyper-parameters with Optuna

@@ -126,8 +126,8 @@ def test_rule_is_calibrated_from_the_training_split_only(tmp_path):
     """Changing every sample of the validation period (after --samples-until) changes nothing of the rule."""
     pytest.importorskip("xgboost")
     from mirage_tasks.__main__ import STEPS
-    from mirage_tasks.models import data as D
-    from mirage_tasks.models import synthetic as S
+    from mirage_tasks.models import datasets as D
+    from mirage_tasks.models import toy as S
     from mirage_tasks.data.times import iso
     from stepkit.cli import main
 

@@ -82,7 +82,7 @@ def test_a_registered_family_trains_loads_and_validates_through_the_normal_paths
     assert cfg["kind"] == KIND and cfg["preset_hp"]["features"] == "summary" and cfg["hpo"]["n_trials"] == 3
     assert (out / "hpo_trials.json").exists() and (out / "metrics.json").exists()
     model = load_model(str(out))
-    from mirage_tasks.models import data as D
+    from mirage_tasks.models import datasets as D
 
     ds = D.load_dataset(world["dataset"])
     pred = model.predict(ds.X[:5])

@@ -11,7 +11,7 @@ import shutil
 import pytest
 from test_validate_support import CLUSTER, NODE, VAL_COUNT, VAL_START, cli, iso, validate, world  # noqa: F401 - fixtures
 
-from mirage_tasks.models import synthetic as S
+from mirage_tasks.models import toy as S
 from stepkit import MARKER
 
 

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mirage_tasks.models import data as D  # noqa: E402
-from mirage_tasks.models import synthetic as S  # noqa: E402
+from mirage_tasks.models import datasets as D  # noqa: E402
+from mirage_tasks.models import toy as S  # noqa: E402
 from stepkit import StepError  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """The tables of ``docs/results/calibration.md``, written from ``calibrate`` outputs and replays.
 
-    python -m mirage_tasks.calibration.report --trace /tmp/sim/ls6 \\
+    python -m mirage_tasks.calibration.tables --trace /tmp/sim/ls6 \\
         --ls6 /tmp/sim2/cal/ls6 --ls6-trace-only /tmp/sim2/cal/ls6_trace_only \\
         --other "KTH SP2=/tmp/sim2/cal/kth" --other "CTC SP2=/tmp/sim2/cal/ctc" \\
         --other "CEA Curie=/tmp/sim2/cal/cea" --doc docs/results/calibration.md

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..data.times import iso
-from .data import write_dataset
+from .datasets import write_dataset
 
 STEP_S = 600
 PRED_LIMIT_H = 48.0
