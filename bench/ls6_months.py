@@ -110,7 +110,8 @@ def main() -> int:
                                  "curve_fractions": (0.001, 1), "jobs": (1, 64)}, folders=('root',), files=('write_doc',))
     root = (ROOT / args.root).resolve()
     if args.write_doc:
-        from ls6_months_doc import write_doc  # bench/ls6_months_doc.py
+        sys.path.insert(0, str(ROOT / "devtools" / "pages"))
+        from ls6_months_page import write_doc  # devtools/pages/ls6_months_page.py
 
         write_doc(root, Path(args.write_doc), args)
         return 0

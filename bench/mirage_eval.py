@@ -168,11 +168,11 @@ def main() -> int:
         specs = [LogSpec.from_dict({**s.to_dict(), "months": list(s.months[: args.max_months])}, source=s.source)
                  for s in specs]
     if args.write_doc:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from mirage_eval_doc import write_doc, write_waitpred_doc  # bench/mirage_eval_doc.py
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devtools" / "pages"))
+        from mirage_eval_page import write_doc, write_waitpred_doc  # devtools/pages/mirage_eval_page.py
 
         if args.protocol == "v2":
-            from mirage_v2_doc import write_v2_doc  # bench/mirage_v2_doc.py
+            from mirage_v2_page import write_v2_doc  # devtools/pages/mirage_v2_page.py
 
             write_v2_doc(root, Path(args.write_doc), args, specs)
             return 0

@@ -1,5 +1,5 @@
 """The ls6-months report compares with an earlier run's committed JSON record, never with an
-earlier page read back through git (``bench/ls6_months_doc.py``)."""
+earlier page read back through git (``devtools/pages/ls6_months_page.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-import ls6_months_doc as doc  # noqa: E402
+sys.path.insert(0, str(REPO / "devtools" / "pages"))
+import ls6_months_page as doc  # noqa: E402
 
 
 def test_committed_records_load_as_the_comparison_reads_them():
@@ -33,5 +33,5 @@ def test_a_file_that_is_not_a_record_is_refused_by_name(tmp_path):
 
 
 def test_the_report_reads_no_page_through_git():
-    src = (REPO / "bench" / "ls6_months_doc.py").read_text()
+    src = (REPO / "devtools" / "pages" / "ls6_months_page.py").read_text()
     assert "git" not in src.replace("digit", "")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirage_eval_doc import _f, _git
+from mirage_eval_page import _f, _git
 
 from mirage_tasks.evaluation.probe_replay import GUARANTEE, POLICY, holm, per_sample_objective
 
