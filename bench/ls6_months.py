@@ -48,6 +48,8 @@ import pandas as pd
 
 from _steprun import run_logged  # bench/ is the script's own folder: first on sys.path
 
+from mirage_tasks.run.plan import argv  # the planner's argv builder: each flag spelled once, by its step
+
 ROOT = Path(__file__).resolve().parents[1]
 MONTHS = ("2023-01", "2023-02", "2023-03")
 MODELS = ("xgboost", "random_forest", "linear_quantile", "transformer")
@@ -125,9 +127,8 @@ def main() -> int:
             if not (d / "_SUCCESS.json").exists():
                 raise SystemExit(f"--reuse-samples: {d} holds no committed step output")
     else:
-        run(["ingest", "--trace", args.trace, "--timezone", "America/Chicago", "--out", str(trace)],
-            logs / "ingest.log")
-    sim = ["--cluster-config", "ls6"]
+        run(argv("ingest", trace=args.trace, timezone="America/Chicago", out=trace), logs / "ingest.log")
+    sim = {"cluster_config": "ls6"}
     last = max(month_start(m) for m in args.months)
     span = pd.Timedelta(days=WORKLOAD_DAYS)
     count = int((last - span - pd.Timestamp(SAMPLE_START)) / pd.Timedelta(hours=args.interval_hours)) + 1
@@ -142,11 +143,10 @@ def main() -> int:
                     ready[n].set()
                     continue
                 s = root / "samples" / f"node{n}"
-                run(["sample", "--trace", str(trace), *sim, "--start", SAMPLE_START, "--count", str(count),
-                     "--interval-hours", str(args.interval_hours), "--probe-spacing", args.probe_spacing,
-                     "--node", str(n), "--workers", "1", "--out", str(s)], logs / f"sample-node{n}.log")
-                run(["merge", "--in", str(s), "--out", str(datasets[n]), "--no-compress"],
-                    logs / f"merge-node{n}.log")
+                run(argv("sample", trace=trace, **sim, start=SAMPLE_START, count=count,
+                         interval_hours=args.interval_hours, probe_spacing=args.probe_spacing, node=n, workers=1,
+                         out=s), logs / f"sample-node{n}.log")
+                run(argv("merge", inputs=[s], out=datasets[n], no_compress=True), logs / f"merge-node{n}.log")
                 ready[n].set()
         except BaseException as exc:
             failed.append(exc)
@@ -169,24 +169,17 @@ def main() -> int:
 
     def train(model: str, n: int, until: pd.Timestamp, out: Path, fraction: float = 1.0) -> None:
         dataset_ready(n)
-        argv = ["train", "--model", model, "--dataset", str(datasets[n]), "--out", str(out), "--preset", args.preset,
-                "--samples-until", until.isoformat(), "--threads", "1"]
-        if fraction < 1.0:
-            argv += ["--sample-fraction", str(fraction)]
-        if args.waste_weight is not None:
-            argv += ["--waste-weight", str(args.waste_weight)]
-        if args.hpo_trials and model in args.hpo_models:
-            argv += ["--hpo-trials", str(args.hpo_trials), "--hpo-timeout-s", str(args.hpo_timeout_s)]
-        for kv in params.get(model, []):
-            argv += ["--param", kv]
-        run(argv, logs / f"train-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+        hpo = bool(args.hpo_trials and model in args.hpo_models)
+        run(argv("train", model=model, dataset=datasets[n], out=out, preset=args.preset, samples_until=until.isoformat(),
+                 threads=1, sample_fraction=fraction if fraction < 1.0 else None, waste_weight=args.waste_weight,
+                 hpo_trials=args.hpo_trials if hpo else None, hpo_timeout_s=args.hpo_timeout_s if hpo else None,
+                 param=params.get(model) or None),
+            logs / f"train-{out.relative_to(root).as_posix().replace('/', '-')}.log")
 
     def validate(model: str, n: int, start: pd.Timestamp, out: Path, name: str | None = None) -> None:
-        argv = ["validate", "--trace", str(trace), *sim, "--start", start.isoformat(), "--count", str(args.val_count),
-                "--interval-hours", "4", "--node", str(n), "--model", model, "--out", str(out), "--workers", "1"]
-        if name:
-            argv += ["--name", name]
-        run(argv, logs / f"validate-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+        run(argv("validate", trace=trace, **sim, start=start.isoformat(), count=args.val_count, interval_hours=4,
+                 node=n, model=model, out=out, workers=1, name=name),
+            logs / f"validate-{out.relative_to(root).as_posix().replace('/', '-')}.log")
 
     def chain(month: str, n: int) -> None:
         start = month_start(month)
@@ -216,7 +209,7 @@ def main() -> int:
         for month in args.months:
             ins = sorted(str(d) for d in (root / "validate" / month).glob("node*/*")
                          if (d / "_SUCCESS.json").exists())
-            run(["metrics", "--in", *ins, "--out", str(root / "metrics" / month)], logs / f"metrics-{month}.log")
+            run(argv("metrics", inputs=ins, out=root / "metrics" / month), logs / f"metrics-{month}.log")
         for fut in curves:
             fut.result()
     builder.join()
