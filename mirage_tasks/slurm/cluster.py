@@ -172,10 +172,11 @@ class LocalSlurm:
 
     # ------------------------------------------------------------------ start
     def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
-              users: int = 0, unknown: bool = False) -> dict:
+              users: int = 0, unknown: bool = False, debug_flags: str = "") -> dict:
         """Start the cluster; with ``accounting`` also a MariaDB and slurmdbd under the root, with the
         association tree of :func:`~.conf.associations` for ``users`` trace users (ids 0..users-1;
-        ``unknown``: and jobs without one) built before slurmctld starts."""
+        ``unknown``: and jobs without one) built before slurmctld starts. ``debug_flags``:
+        slurmctld's ``DebugFlags`` (its log, ``log/slurmctld.log``, then says why)."""
         if os.geteuid() != 0:
             raise RuntimeError("the local Slurm runs its daemons as root (SlurmUser=root); run as root")
         miss = missing_binaries()
@@ -211,7 +212,8 @@ class LocalSlurm:
         db_port = dbd_port = None
         if accounting:
             db_port, dbd_port = base + n + 1, base + n + 2
-        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port))
+        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port,
+                                                          debug_flags=debug_flags))
         for i in range(1, n + 1):
             os.makedirs(f"{p.spool}/n{i}", exist_ok=True)
         (self.root / "env.sh").write_text(f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n")
@@ -391,7 +393,7 @@ class OwnedSlurm(LocalSlurm):
     guard = None
 
     def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
-              users: int = 0, unknown: bool = False) -> dict:
+              users: int = 0, unknown: bool = False, debug_flags: str = "") -> dict:
         from stepkit.procs import Guard
 
         if self.running():  # another cluster's root: neither guard nor stop it
@@ -399,7 +401,8 @@ class OwnedSlurm(LocalSlurm):
         self.guard = Guard([sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
                            f"the local Slurm under {self.root}")
         try:
-            return super().start(cfg, factor, timeout, accounting=accounting, users=users, unknown=unknown)
+            return super().start(cfg, factor, timeout, accounting=accounting, users=users, unknown=unknown,
+                                 debug_flags=debug_flags)
         except BaseException:
             self.stop()
             raise
@@ -456,14 +459,14 @@ def check_conf(conf: str | None, flag: str) -> str:
 
 
 def start_local(root: str, cfg: SimConfig, factor: float, accounting: bool = False,
-                users: int = 0, unknown: bool = False) -> "LocalSlurm":
+                users: int = 0, unknown: bool = False, debug_flags: str = "") -> "LocalSlurm":
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
     config's settings at time compression ``factor`` (with ``accounting``: slurmdbd and accounts
     for ``users`` trace users) and owned by the step (:class:`OwnedSlurm`: stopped on every exit,
     SIGTERM and SIGKILL included); a failed start is the step's bad input."""
     cluster = OwnedSlurm(root)
     try:
-        cluster.start(cfg, factor, accounting=accounting, users=users, unknown=unknown)
+        cluster.start(cfg, factor, accounting=accounting, users=users, unknown=unknown, debug_flags=debug_flags)
     except RuntimeError as exc:
         raise StepError(f"--slurm-root {root}: {exc}") from None
     return cluster
@@ -476,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factor", type=float, default=1.0, help="time compression (trace seconds per real second)")
     ap.add_argument("--accounting", action="store_true",
                     help="also start slurmdbd on a local MariaDB (age factor, fair share and limits enforced)")
+    ap.add_argument("--debug-flags", default="", help="slurmctld DebugFlags (e.g. Backfill), logged to log/slurmctld.log")
     ap.add_argument("--users", type=int, default=0,
                     help="with --accounting: trace users to create accounts u0..u<N-1> for (0)")
     from ..sim.config import add_config_arguments
@@ -494,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             a.cfg_nodes = 4
         cfg = config_from_args(a)
         try:
-            info = c.start(cfg, a.factor, accounting=a.accounting, users=a.users)
+            info = c.start(cfg, a.factor, accounting=a.accounting, users=a.users, debug_flags=a.debug_flags)
         except RuntimeError as exc:
             print(f"slurm start failed: {exc}", file=sys.stderr)
             return 1

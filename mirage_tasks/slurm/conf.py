@@ -279,9 +279,10 @@ def _age(minutes: int) -> str:
 
 
 def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_ports: tuple[int, int],
-           cluster_name: str = "mirage", dbd_port: int | None = None) -> str:
+           cluster_name: str = "mirage", dbd_port: int | None = None, debug_flags: str = "") -> str:
     """The whole ``slurm.conf`` text. ``node_ports`` = (first, last) slurmd port, one per node;
-    ``dbd_port``: accounting through the slurmdbd listening there (else none)."""
+    ``dbd_port``: accounting through the slurmdbd listening there (else none); ``debug_flags``:
+    slurmctld's ``DebugFlags`` (e.g. ``Backfill``: why each job was or was not backfilled)."""
     s = scaled(cfg, factor)
     n = int(cfg.nodes)
     if node_ports[1] - node_ports[0] + 1 != n:
@@ -310,6 +311,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         f"SlurmctldLogFile={paths.logs}/slurmctld.log",
         f"SlurmdLogFile={paths.logs}/slurmd-%n.log",
         "SlurmctldDebug=info",
+        *([f"DebugFlags={debug_flags}"] if debug_flags else []),
         "SlurmdDebug=info",
         "ProctrackType=proctrack/pgid",
         "TaskPlugin=task/none",

@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", type=float, default=600.0,
                    help="real seconds to wait after the last submission for every scored job to start (600)")
     p.add_argument("--tag", default="mr", help="job name of the submitted jobs")
+    p.add_argument("--slurm-debug-flags", default="",
+                   help="with --slurm-root: slurmctld's DebugFlags (e.g. Backfill: its log under the root says why "
+                        "each job was or was not backfilled); not part of the output's key")
     p.add_argument("--accounting", action="store_true",
                    help="the cluster keeps accounts: each job names its trace user's account (u<id>), and the "
                         "simulator keeps the age factor, fair share and limits; with --slurm-root the local "
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
         users, unknown = replay.users_of(jobs)
         cluster = start_local(args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users,
-                              unknown=unknown)
+                              unknown=unknown, debug_flags=args.slurm_debug_flags)
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = os.environ.get("SLURM_CONF")

@@ -342,3 +342,25 @@ def test_local_cluster_ports_avoid_the_ephemeral_range(monkeypatch):
     monkeypatch.setattr(cluster, "ephemeral_ports", lambda: (1100, 60999))
     p = cluster.free_port_range(81)
     assert p > 60999 and p + 81 <= 65535
+
+
+def test_accounting_renders_slurmdbd_and_keeps_what_it_enforces_in_the_simulator():
+    cfg = SimConfig(nodes=4, priority="multifactor", weight_fairshare=3000.0, weight_age=1000.0,
+                    fs_halflife_s=7 * 86400, fs_calc_period_s=300, max_jobs_per_user=8, grp_nodes=3)
+    plain = render(cfg, 60, Paths("/x"), 1, (2, 5))
+    text = render(cfg, 60, Paths("/x"), 1, (2, 5), dbd_port=9, debug_flags="Backfill")
+    assert "AccountingStorageType=accounting_storage/none" in plain and "DebugFlags" not in plain
+    for line in ("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStoragePort=9",
+                 "AccountingStoragePass=/x/munge-run/munge.socket", "AccountingStorageEnforce=associations,limits,qos",
+                 "DebugFlags=Backfill", "PriorityFlags=NO_FAIR_TREE", "PriorityDecayHalfLife=0-02:48"):
+        assert line in text.splitlines(), line
+    dbd = slurm_conf.render_dbd(Paths("/x"), 9, 10, "pw")
+    assert "DbdPort=9" in dbd and "StoragePort=10" in dbd and "StoragePass=pw" in dbd
+    off, on = back_to_sim(cfg, 60), back_to_sim(cfg, 60, accounting=True)
+    assert (off.weight_fairshare, off.weight_age, off.max_jobs_per_user, off.grp_nodes) == (0.0, 0.0, 0, 0)
+    assert (on.weight_fairshare, on.weight_age, on.max_jobs_per_user, on.grp_nodes) == (3000.0, 1000.0, 8, 3)
+    # Slurm's half-life and re-read period in whole real minutes, times the factor; no warm start
+    assert on.fs_halflife_s == 168 * 60 * 60 and on.fs_calc_period_s == 3600 and not on.warm_start
+    assert not any("fair share (" in n or "per-user" in n or "group limits" in n or "PriorityWeightAge" in n
+                   for n in unsupported(cfg, accounting=True))
+    assert any("larger than max_nodes_per_user or grp_nodes" in n for n in unsupported(cfg, accounting=True))
