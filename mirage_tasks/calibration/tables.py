@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .fidelity import metrics
+from .summary import fair_share_text
 from ..data.schema import read_trace
 from .calibrate import _max_overlap, month_windows, objective_value, replay_months
 from ..sim.config import PRESETS, SimConfig
@@ -354,14 +355,6 @@ class Ls6:
             out.append(f"* {label}: {config_line(c)}; search {doc['search']['trials_run']} trials in "
                        f"{doc['search']['elapsed_s']} s (stopped by {doc['search']['stopped_by']}).")
         return "\n".join(out)
-
-
-def fair_share_text(c: dict) -> str:
-    """The fair-share part of a configuration line (nothing without fair share)."""
-    if c.get("priority") != "multifactor" or not c.get("weight_fairshare"):
-        return ""
-    return (f", fair-share weight {c['weight_fairshare']:.0f} with a "
-            f"{c.get('fs_halflife_s', 7 * 86400) / 86400:g} d usage half-life")
 
 
 def config_line(c: dict) -> str:
