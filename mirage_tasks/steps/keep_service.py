@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import os
-import threading
 import time
 
 from stepkit import Step, StepError
@@ -70,7 +68,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
-    import pandas as pd
 
     from ..slurm import keeper as kp
     from ..slurm.conf import SERVICE_ACCOUNT
@@ -166,98 +163,23 @@ def run(args: argparse.Namespace) -> int:
         os.unlink(dec_path)
     load0 = open("/proc/loadavg").read().split()[:3]
     t_cpu = time.process_time()
-    results: dict[str, list[dict]] = {}
-    errors: dict[str, str] = {}
-    bg_out = bg_facts = None
-    stop = threading.Event()
-    bg_ids: dict[int, str] = {}
-    keepers: dict = {}
+    from ..slurm.session import Session, markdown
 
-    def _nap(seconds: float) -> None:  # a keeper's sleep: it ends at once when the step stops
-        if stop.wait(seconds):
-            raise _Stopped("the step is stopping")
-
-    bg_thread = None
+    session = Session(env=env, jobcomp=jobcomp, policies=policies, decide=decide, background=bg_plan,
+                      t0=t0 if bg else 0, accounting=args.accounting, owns_cluster=cluster is not None,
+                      keeper={"node": args.node, "service_s": service_s, "scale": args.factor, "step_s": args.step_s,
+                              "links": args.links, "nice": nice, "partition": args.partition,
+                              "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
+                              "log_path": dec_path, "stop_chain": args.stop_chain})
     try:
-        if bg:
-            jobs = bg_plan
-            box: dict = {}
-
-            def _bg() -> None:
-                try:
-                    box["out"] = replay.run(jobs, env, jobcomp, args.factor, t0, tag="bg", drain_s=0.0, stop=stop,
-                                            submitted=bg_ids, accounts=args.accounting)
-                except Exception as exc:  # reported below
-                    box["error"] = repr(exc)
-
-            bg_thread = threading.Thread(target=_bg, daemon=True)
-            bg_thread.start()
-            while not jobs.empty and "out" not in box and "error" not in box:  # warm set submitted first
-                time.sleep(0.5)
-                if _submitted_warm(env, int((jobs["kind"] != "window").sum() - jobs["too_big"].sum())):
-                    break
-        keepers = {p: kp.Keeper(env=env, policy=p, node=args.node, service_s=service_s, scale=args.factor,
-                                step_s=args.step_s, links=args.links, decide=decide if p == "model" else None,
-                                tag=f"svc-{p}", nice=nice, partition=args.partition,
-                                account=args.account or (SERVICE_ACCOUNT if args.accounting else None),
-                                log_path=dec_path, stop_chain=args.stop_chain, sleep=_nap) for p in policies}
-
-        def _keep(p: str) -> None:
-            try:
-                results[p] = keepers[p].run(deadline_s=args.deadline_s)
-            except _Stopped:
-                pass
-            except Exception as exc:
-                errors[p] = repr(exc)
-
-        threads = [threading.Thread(target=_keep, args=(p,), daemon=True) for p in policies]
-        for p, t in zip(policies, threads):
-            keepers[p].thread = t
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if bg_thread is not None:
-            stop.set()
-            bg_thread.join(timeout=120)
-            if "error" in box:
-                errors["background"] = box["error"]
-            else:
-                bg_out, bg_facts = box.get("out", (None, None))
-    except BaseException:  # SIGTERM (Terminated) or a failure: stop the keepers and what this run submitted
-        stop.set()
-        until = time.monotonic() + 5.0  # a keeper in a nap ends at once, one in a client call soon after
-        for t in [*threads_of(keepers), *([bg_thread] if bg_thread is not None else [])]:
-            t.join(timeout=max(0.0, until - time.monotonic()))
-        from ..slurm.replay import cancel_ours
-
-        cancel_ours(bg_ids.values(), env)  # the background replay's jobs: always this run's own
-        if args.stop_chain or cluster is not None:  # on a real cluster the chain is cancelled only if asked
-            cancel_ours([j for k in keepers.values() for j in k.submitted], env)
-        raise
+        session.run(args.deadline_s)
     finally:
-        stop.set()
         if cluster is not None:
             cluster.stop()
-    if errors and not results:
+    errors, bg_facts = session.errors, session.bg_facts
+    if errors and not session.results:
         raise StepError(f"keep-service failed: {errors}")
-    rows = [r for p in policies for r in results.get(p, [])]
-    frame = pd.DataFrame(rows)
-    if bg_out is not None and len(frame):
-        from ..slurm.keeper_sim import predict
-
-        origin = bg_facts["origin_epoch"]
-        sims = []
-        for r in rows:
-            if r["link"] != 0:
-                continue
-            ps_t = t0 + (r["pred_submit"] - origin) * args.factor
-            limit_s = int(math.ceil(service_s / args.factor / 60) * 60 * args.factor)
-            sims.append({"policy": r["policy"], "link": 0,
-                         **predict(bg_out, cfg, args.factor, ps_t, args.node, limit_s, r["policy"], -nice,
-                                   decide if r["policy"] == "model" else None, int(args.step_s),
-                                   accounting=args.accounting)})
-        frame = frame.merge(pd.DataFrame(sims).drop(columns=[]), on=["policy", "link"], how="left")
+    frame = session.links(cfg, args.factor, service_s, args.node, nice, int(args.step_s))
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
              "cpu_s": round(time.process_time() - t_cpu, 2), "errors": errors, "nice": nice, "model": model_info,
              "background": bg_facts}
@@ -266,42 +188,11 @@ def run(args: argparse.Namespace) -> int:
     frame.to_parquet(buf, index=False)
     step.write_bytes("links.parquet", buf.getvalue())
     step.write_bytes("decisions.jsonl", open(dec_path, "rb").read() if os.path.exists(dec_path) else b"")
-    step.write_bytes("keeper.md", _markdown(frame, args, facts).encode())
+    step.write_bytes("keeper.md", markdown(frame, args.policy, args.node, args.service_hours, args.factor,
+                                           facts).encode())
     for r in frame.to_dict("records"):
         print(f"keep-service {r['policy']} link {r['link']}: interruption {r['signed_interruption_h']:+.2f} h "
               f"(simulator {r.get('sim_signed_interruption_h', float('nan')):+.2f} h), wasted "
               f"{r['wasted_node_h']:.2f} node-h", flush=True)
     step.commit(summary={"links": len(frame), "errors": errors})
     return 0 if not errors else 1
-
-
-class _Stopped(BaseException):
-    """Ends a keeper's thread when the step stops (not an error of the keeper)."""
-
-
-def threads_of(keepers: dict) -> list:
-    return [t for k in keepers.values() if (t := getattr(k, "thread", None)) is not None]
-
-
-def _submitted_warm(env: dict, n: int) -> bool:
-    from ..slurm.queue import squeue
-
-    try:
-        return sum(1 for q in squeue(env) if q.name == "bg") >= n
-    except Exception:
-        return False
-
-
-def _markdown(frame, args, facts) -> str:
-    lines = [f"# Service keeper: policies {args.policy}, {args.node} node(s), {args.service_hours:g} h jobs, "
-             f"x{args.factor:g}", "",
-             "| policy | link | signed interruption (h) | wasted node-h | decision lead (h) | forced | simulator: signed (h) "
-             "| simulator: wasted node-h |", "|---|---|---|---|---|---|---|---|"]
-    for r in frame.to_dict("records"):
-        sim = r.get("sim_signed_interruption_h", float("nan"))
-        simw = r.get("sim_wasted_node_h", float("nan"))
-        lines.append(f"| {r['policy']} | {r['link']} | {r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | "
-                     f"{r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | {simw:.2f} |")
-    lines += ["", f"load {facts['loadavg_start']} -> {facts['loadavg_end']}, keeper CPU {facts['cpu_s']} s, "
-              f"errors {facts['errors'] or 'none'}", ""]
-    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""One keeping session on a Slurm cluster: chains of service jobs kept side by side, one per
+policy (:class:`.keeper.Keeper`, each in a thread), optionally over a background trace replay
+(:func:`.replay.run`, in a thread of its own), then the simulator's prediction for each chain
+from the same background (:func:`.keeper_sim.predict`).
+
+What the ``keep-service`` step runs between its checks and its outputs. Stopping: a SIGTERM or
+a failure while the chains run stops every thread (a keeper's nap ends at once), cancels every
+job the background replay submitted and, where asked (``stop_chain``) or on a cluster this
+session owns, the chains' jobs, then re-raises.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from . import keeper as kp
+from .replay import cancel_ours
+
+
+class Stopped(BaseException):
+    """Ends a keeper's thread when the session stops (not an error of the keeper)."""
+
+
+@dataclass
+class Session:
+    """The chains and their background. ``keeper`` holds the :class:`~.keeper.Keeper` keyword
+    arguments every chain shares (node, service_s, scale, step_s, links, nice, partition,
+    account, log_path, stop_chain); ``decide`` is the model's decision function (policy model)."""
+
+    env: dict[str, str]
+    jobcomp: str | None
+    policies: list[str]
+    keeper: dict[str, Any]
+    decide: Callable | None = None
+    background: pd.DataFrame | None = None   # a replay plan (:func:`.replay.plan`), or none
+    t0: int = 0                              # the background window's start (trace time)
+    accounting: bool = False                 # the background's jobs name their users' accounts
+    owns_cluster: bool = False               # a cluster started for this session: its chains are cancelled too
+    results: dict[str, list[dict]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    bg_out: pd.DataFrame | None = None
+    bg_facts: dict | None = None
+
+    def run(self, deadline_s: float) -> None:
+        """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
+        ``errors`` and, with a background, ``bg_out``/``bg_facts``."""
+        stop = threading.Event()
+        bg_ids: dict[int, str] = {}
+        keepers: dict[str, kp.Keeper] = {}
+        box: dict = {}
+        bg_thread = None
+
+        def nap(seconds: float) -> None:  # a keeper's sleep: it ends at once when the session stops
+            if stop.wait(seconds):
+                raise Stopped("the session is stopping")
+
+        try:
+            if self.background is not None:
+                jobs = self.background
+
+                def _bg() -> None:
+                    from .replay import run as replay_run
+
+                    try:
+                        box["out"] = replay_run(jobs, self.env, self.jobcomp, self.keeper["scale"], self.t0, tag="bg",
+                                                drain_s=0.0, stop=stop, submitted=bg_ids, accounts=self.accounting)
+                    except Exception as exc:  # reported below
+                        box["error"] = repr(exc)
+
+                bg_thread = threading.Thread(target=_bg, daemon=True)
+                bg_thread.start()
+                warm = int((jobs["kind"] != "window").sum() - jobs["too_big"].sum())
+                while not jobs.empty and "out" not in box and "error" not in box:  # warm set submitted first
+                    time.sleep(0.5)
+                    if _submitted_warm(self.env, warm):
+                        break
+            keepers = {p: kp.Keeper(env=self.env, policy=p, decide=self.decide if p == "model" else None,
+                                    tag=f"svc-{p}", sleep=nap, **self.keeper) for p in self.policies}
+
+            def _keep(p: str) -> None:
+                try:
+                    self.results[p] = keepers[p].run(deadline_s=deadline_s)
+                except Stopped:
+                    pass
+                except Exception as exc:
+                    self.errors[p] = repr(exc)
+
+            threads = [threading.Thread(target=_keep, args=(p,), daemon=True) for p in self.policies]
+            for p, t in zip(self.policies, threads):
+                keepers[p].thread = t
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if bg_thread is not None:
+                stop.set()
+                bg_thread.join(timeout=120)
+                if "error" in box:
+                    self.errors["background"] = box["error"]
+                else:
+                    self.bg_out, self.bg_facts = box.get("out", (None, None))
+        except BaseException:  # SIGTERM (Terminated) or a failure: stop the keepers and what this run submitted
+            stop.set()
+            until = time.monotonic() + 5.0  # a keeper in a nap ends at once, one in a client call soon after
+            for t in [*threads_of(keepers), *([bg_thread] if bg_thread is not None else [])]:
+                t.join(timeout=max(0.0, until - time.monotonic()))
+            cancel_ours(bg_ids.values(), self.env)  # the background replay's jobs: always this run's own
+            if self.keeper.get("stop_chain") or self.owns_cluster:  # a real cluster's chain only if asked
+                cancel_ours([j for k in keepers.values() for j in k.submitted], self.env)
+            raise
+        finally:
+            stop.set()
+
+    def links(self, cfg: Any, factor: float, service_s: int, node: int, nice: int, step_s: int) -> pd.DataFrame:
+        """One row per link and policy, with the simulator's prediction for each chain's first
+        link beside it where a background was replayed."""
+        rows = [r for p in self.policies for r in self.results.get(p, [])]
+        frame = pd.DataFrame(rows)
+        if self.bg_out is None or not len(frame):
+            return frame
+        from .keeper_sim import predict
+
+        origin = self.bg_facts["origin_epoch"]
+        limit_s = int(math.ceil(service_s / factor / 60) * 60 * factor)
+        sims = []
+        for r in rows:
+            if r["link"] != 0:
+                continue
+            ps_t = self.t0 + (r["pred_submit"] - origin) * factor
+            sims.append({"policy": r["policy"], "link": 0,
+                         **predict(self.bg_out, cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
+                                   self.decide if r["policy"] == "model" else None, int(step_s),
+                                   accounting=self.accounting)})
+        return frame.merge(pd.DataFrame(sims), on=["policy", "link"], how="left")
+
+
+def threads_of(keepers: dict) -> list:
+    return [t for k in keepers.values() if (t := getattr(k, "thread", None)) is not None]
+
+
+def _submitted_warm(env: dict, n: int) -> bool:
+    from .queue import squeue
+
+    try:
+        return sum(1 for q in squeue(env) if q.name == "bg") >= n
+    except Exception:
+        return False
+
+
+def markdown(frame: pd.DataFrame, policy: str, node: int, service_hours: float, factor: float, facts: dict) -> str:
+    """``keeper.md``: one row per link, the real and the simulated interruption side by side."""
+    lines = [f"# Service keeper: policies {policy}, {node} node(s), {service_hours:g} h jobs, x{factor:g}", "",
+             "| policy | link | signed interruption (h) | wasted node-h | decision lead (h) | forced | simulator: signed (h) "
+             "| simulator: wasted node-h |", "|---|---|---|---|---|---|---|---|"]
+    for r in frame.to_dict("records"):
+        sim = r.get("sim_signed_interruption_h", float("nan"))
+        simw = r.get("sim_wasted_node_h", float("nan"))
+        lines.append(f"| {r['policy']} | {r['link']} | {r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | "
+                     f"{r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | {simw:.2f} |")
+    lines += ["", f"load {facts['loadavg_start']} -> {facts['loadavg_end']}, keeper CPU {facts['cpu_s']} s, "
+              f"errors {facts['errors'] or 'none'}", ""]
+    return "\n".join(lines)
