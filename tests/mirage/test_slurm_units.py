@@ -364,3 +364,34 @@ def test_accounting_renders_slurmdbd_and_keeps_what_it_enforces_in_the_simulator
     assert not any("fair share (" in n or "per-user" in n or "group limits" in n or "PriorityWeightAge" in n
                    for n in unsupported(cfg, accounting=True))
     assert any("larger than max_nodes_per_user or grp_nodes" in n for n in unsupported(cfg, accounting=True))
+
+
+def test_session_links_put_the_simulators_prediction_beside_each_chain():
+    """slurm.session.Session.links maps a chain's real submission back to trace time and asks
+    the simulator for the same link on the replayed background: a 2-node cluster held by one
+    job until t0 + 2 h, a 1-node chain submitted at t0 (reactive: the successor at the
+    predecessor's end) is predicted to start at once and run its 1 h limit."""
+    import pandas as pd
+
+    from mirage_tasks.slurm import replay
+    from mirage_tasks.slurm.session import Session
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h,
+                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    from mirage_tasks.sim.workload import Workload
+
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0, t0 + h, factor)
+    origin = 1.7e9
+    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0)
+    s.results = {"reactive": [{"policy": "reactive", "link": 0, "pred_submit": origin, "signed_interruption_h": 0.0}]}
+    s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
+    frame = s.links(cfg, factor, service_s=h, node=1, nice=0, step_s=600)
+    r = frame.iloc[0]
+    assert r["sim_pred_start"] == t0 and r["sim_pred_end"] == t0 + h  # a node was free at t0
+    assert r["sim_succ_submit"] == t0 + h and r["sim_signed_interruption_h"] == 0.0  # and one at its end
+    assert list(Session(env={}, jobcomp=None, policies=["avg"], keeper={}).links(cfg, factor, h, 1, 0, 600)) == []
