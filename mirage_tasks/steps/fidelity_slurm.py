@@ -25,6 +25,9 @@ from ..sim.config import _FLAGS, SimConfig, add_config_arguments
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay", required=True, help="replay-slurm output prefix")
+    p.add_argument("--slurm-state", default=None, metavar="DIR",
+                   help="the replay's cluster state folder (<slurm-root>/state): the phase of Slurm's usage "
+                        "re-reads, for a replay whose replay.json does not record it (made before it did)")
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -33,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..slurm import compare as cmp
-    from .replay_slurm import markdown
+    from ..data.schema import parse_time
+    from .replay_slurm import markdown, recalc_trace_t
 
     meta_uri, jobs_uri = storage.join(args.replay, "replay.json"), storage.join(args.replay, "jobs.parquet")
     for u in (meta_uri, jobs_uri):
@@ -50,15 +54,26 @@ def run(args: argparse.Namespace) -> int:
         if v is not None:
             base[name] = v
     cfg = SimConfig.from_dict(base)
-    step = Step("fidelity-slurm", args.out, __version__, {"config": cfg.to_dict()}, inputs=[meta_uri, jobs_uri])
+    step = Step("fidelity-slurm", args.out, __version__,
+                {"config": cfg.to_dict(), **({"slurm_state": args.slurm_state} if args.slurm_state else {})},
+                inputs=[meta_uri, jobs_uri])
     if step.skip():
         return 0
     with storage.open_read(jobs_uri) as fh:
         jobs = pd.read_parquet(fh)
     factor = float(doc["factor"])
-    res, frame = cmp.compare(jobs, cfg, factor, horizon_t=doc["run"].get("horizon_t"),
-                             accounting=bool(doc.get("accounting")))
-    out = {**doc, "config": cfg.to_dict(), "comparison": res, "rescored_from": args.replay}
+    run = dict(doc["run"])
+    if run.get("priority_recalc_epoch") is None and args.slurm_state:
+        run["priority_recalc_epoch"] = cmp.last_recalc_epoch(args.slurm_state)
+        if run["priority_recalc_epoch"] is None:
+            raise StepError(f"--slurm-state {args.slurm_state}: no priority_last_decay_ran there (not a slurmctld "
+                            "StateSaveLocation with priority/multifactor)")
+    recalc_t = None
+    if run.get("priority_recalc_epoch") is not None:
+        recalc_t = recalc_trace_t(run, int(parse_time(doc["from"], f"{meta_uri}: from").timestamp()), factor)
+    res, frame = cmp.compare(jobs, cfg, factor, horizon_t=run.get("horizon_t"),
+                             accounting=bool(doc.get("accounting")), recalc_t=recalc_t)
+    out = {**doc, "run": run, "config": cfg.to_dict(), "comparison": res, "rescored_from": args.replay}
     step.write_json("fidelity_slurm.json", out)
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)

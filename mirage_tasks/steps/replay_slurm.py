@@ -136,12 +136,15 @@ def run(args: argparse.Namespace) -> int:
               f"about {(t1 - t0) / args.factor:.0f} s of submissions", flush=True)
         out, facts = replay.run(jobs, env, jobcomp, args.factor, t0, tag=args.tag, drain_s=args.drain,
                                 accounts=args.accounting)
+        # the phase of Slurm's usage re-reads (a local cluster's state folder; unknown elsewhere)
+        facts["priority_recalc_epoch"] = cmp.last_recalc_epoch(cluster.paths.state) if cluster is not None else None
     finally:
         if cluster is not None:
             cluster.stop()
     facts["loadavg_start"] = load0
     tz = meta.timezone or "UTC"
-    doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"], accounting=args.accounting)
+    doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"], accounting=args.accounting,
+                                 recalc_t=recalc_trace_t(facts, t0, args.factor))
     facts["cpu_s_step"] = round(time.process_time() - t_cpu, 2)
     doc = {**params, "trace_fingerprint": wl.fingerprint, "slurm_settings": scaled(cfg, args.factor),
            "not_enforced_by_slurm": unsupported(cfg, args.accounting),
@@ -158,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
     step.commit(summary={"compared": doc_cmp["compared"], "within_1h": m.get("within_1h"),
                          "spearman": m.get("spearman"), "why": doc_cmp["why"]})
     return 0
+
+
+def recalc_trace_t(facts: dict, t0: int, factor: float) -> float | None:
+    """Slurm's last usage re-read of a replay in trace time (None where it was not recorded)."""
+    e = facts.get("priority_recalc_epoch")
+    return None if e is None else t0 + (e - facts["origin_epoch"]) * factor
 
 
 def _jobcomp_of(conf: str) -> str:

@@ -395,3 +395,27 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
     assert r["sim_pred_start"] == t0 and r["sim_pred_end"] == t0 + h  # a node was free at t0
     assert r["sim_succ_submit"] == t0 + h and r["sim_signed_interruption_h"] == 0.0  # and one at its end
     assert list(Session(env={}, jobcomp=None, policies=["avg"], keeper={}).links(cfg, factor, h, 1, 0, 600)) == []
+
+
+def test_the_simulators_fair_share_rereads_follow_slurms_phase(tmp_path):
+    """Slurm re-reads usage every PriorityCalcPeriod from slurmctld's start (its decay thread
+    writes priority_last_decay_ran each time); the comparison puts the simulator's re-reads at
+    the same instants instead of at multiples of the period since the epoch."""
+    import os
+
+    from mirage_tasks.sim.engine import Simulator
+
+    cfg = SimConfig(nodes=2, priority="multifactor", weight_fairshare=1000.0, fs_calc_period_s=7200)
+    sim = Simulator(cfg, 10_000)
+    assert sim.next_calc == 14_400  # the epoch's phase
+    compare.align_recalc(sim, 10_000 - 175)  # Slurm re-read 175 s (trace) before the replay's first instant
+    assert sim.next_calc == sim.fs.next == 10_000 - 175 + 7200
+    compare.align_recalc(sim, 10_000 + 30_000)  # an instant after: the same phase, the first one to come
+    assert sim.next_calc == 10_000 + 30_000 - 4 * 7200
+    plain = Simulator(cfg.replace(weight_fairshare=0.0), 10_000)
+    compare.align_recalc(plain, 5.0)  # no fair share: nothing to align
+    assert plain.fs is None and plain.next_calc == float("inf")
+    (tmp_path / "priority_last_decay_ran").write_bytes(b"\0" * 16)
+    os.utime(tmp_path / "priority_last_decay_ran", (1_700_000_042.5, 1_700_000_042.5))
+    assert compare.last_recalc_epoch(str(tmp_path)) == 1_700_000_042.5
+    assert compare.last_recalc_epoch(str(tmp_path / "none")) is None
