@@ -21,14 +21,16 @@ import pandas as pd
 from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
-from .compare import job_user, sim_config
+from .compare import align_recalc, job_user, sim_config
 
 PRED_TAG, SUCC_TAG = -2, -3
 
 
-def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, accounting: bool = False) -> Simulator:
+def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, accounting: bool = False,
+                recalc_t: float | None = None) -> Simulator:
     sim = Simulator(sim_config(cfg, factor, accounting), t0)
     sim.static_default = 0.0
+    align_recalc(sim, recalc_t)
     ok = jobs[jobs["submit_t"].notna()]
     for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
         j = sim.add_job(int(round(r["submit_t"])), int(round(r["sleep_s"] * factor)), int(r["limit_min"] * 60 * factor),
@@ -40,12 +42,13 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
 
 def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
-            step_s: int = 600, window: int = 144, accounting: bool = False) -> dict:
+            step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
-    the cluster kept accounts, so the background's jobs keep their users)."""
+    the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
+    of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`)."""
     ps = int(round(pred_submit_t))
     t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
-    sim = _background(jobs, cfg, factor, t0, accounting)
+    sim = _background(jobs, cfg, factor, t0, accounting, recalc_t)
     sim.static_default = float(priority)
     pred = sim.add_probe_job(ps, service_s, node, PRED_TAG)
     sim.schedule_submit(pred)

@@ -46,6 +46,7 @@ class Session:
     errors: dict[str, str] = field(default_factory=dict)
     bg_out: pd.DataFrame | None = None
     bg_facts: dict | None = None
+    recalc_epoch: float | None = None        # when slurmctld last re-read usage (a local cluster's state)
 
     def run(self, deadline_s: float) -> None:
         """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
@@ -127,6 +128,7 @@ class Session:
         from .keeper_sim import predict
 
         origin = self.bg_facts["origin_epoch"]
+        recalc_t = None if self.recalc_epoch is None else self.t0 + (self.recalc_epoch - origin) * factor
         limit_s = int(math.ceil(service_s / factor / 60) * 60 * factor)
         sims = []
         for r in rows:
@@ -136,7 +138,7 @@ class Session:
             sims.append({"policy": r["policy"], "link": 0,
                          **predict(self.bg_out, cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
                                    self.decide if r["policy"] == "model" else None, int(step_s),
-                                   accounting=self.accounting)})
+                                   accounting=self.accounting, recalc_t=recalc_t)})
         return frame.merge(pd.DataFrame(sims), on=["policy", "link"], how="left")
 
 

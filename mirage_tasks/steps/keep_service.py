@@ -173,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
                               "log_path": dec_path, "stop_chain": args.stop_chain})
     try:
         session.run(args.deadline_s)
+        if cluster is not None:  # the phase of its fair-share re-reads, for the simulator's prediction
+            from ..slurm.compare import last_recalc_epoch
+
+            session.recalc_epoch = last_recalc_epoch(cluster.paths.state)
     finally:
         if cluster is not None:
             cluster.stop()
