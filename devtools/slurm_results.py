@@ -2,6 +2,12 @@
 
     python devtools/slurm_results.py replay var/slurmwork/quiet-x60 var/slurmwork/quiet-x120 ...
     python devtools/slurm_results.py keeper var/slurmwork/keep-quiet var/slurmwork/keep-busy
+    python devtools/slurm_results.py spread var/slurmwork/busy-r1 var/slurmwork/busy-r2 var/slurmwork/busy-r3
+
+``spread``: repeats of one replay (same window, settings and factor) set Slurm against itself,
+job by job (the same trace job's start in two runs of Slurm), beside each run's simulator
+against that run's Slurm: the agreement a simulator can be asked for is what Slurm keeps with
+itself.
 """
 
 from __future__ import annotations
@@ -55,5 +61,44 @@ def keeper(prefixes):
               f"errors {k['facts']['errors']} -->")
 
 
+def _starts(p):
+    """Scored jobs' trace-time submit and start in one replay (or rescoring), by trace job id."""
+    j = pd.read_parquet(f"{p}/jobs.parquet")
+    j = j[j["kind"] == "window"].set_index("trace_job_id")
+    return j
+
+
+def _agree(a_sub, a_st, b_st):
+    both = a_st.notna() & b_st.notna()
+    err = (a_st[both] - b_st[both]).abs() / 3600
+    rho = pd.Series((a_st - a_sub)[both]).rank().corr(pd.Series((b_st - a_sub)[both]).rank())
+    return int(both.sum()), float((err <= 1).mean()) if len(err) else float("nan"), \
+        float(err.mean()) if len(err) else float("nan"), rho
+
+
+def spread(prefixes):
+    import itertools
+
+    runs = {p.split("/")[-1]: _starts(p) for p in prefixes}
+    print("| pair | compared | within 1 h | mean abs start difference (h) | Spearman (waits) |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for (na, a), (nb, b) in itertools.combinations(runs.items(), 2):
+        ids = a.index.intersection(b.index)
+        n, w, m, r = _agree(a.loc[ids, "submit_t"], a.loc[ids, "start_t"], b.loc[ids, "start_t"])
+        rows.append(("Slurm vs Slurm", w, m, r))
+        print(f"| Slurm {na} vs Slurm {nb} | {n} | {_f(w, '{:.1%}')} | {_f(m, '{:.2f}')} | {_f(r, '{:.2f}')} |")
+    for na, a in runs.items():
+        if "sim_start_t" not in a:
+            continue
+        n, w, m, r = _agree(a["submit_t"], a["start_t"], a["sim_start_t"])
+        rows.append(("simulator vs Slurm", w, m, r))
+        print(f"| simulator vs Slurm, {na} | {n} | {_f(w, '{:.1%}')} | {_f(m, '{:.2f}')} | {_f(r, '{:.2f}')} |")
+    for kind in ("Slurm vs Slurm", "simulator vs Slurm"):
+        ws = [w for k, w, _, _ in rows if k == kind and w == w]
+        if ws:
+            print(f"<!-- {kind}: within 1 h {min(ws):.1%} .. {max(ws):.1%} over {len(ws)} -->")
+
+
 if __name__ == "__main__":
-    {"replay": replay, "keeper": keeper}[sys.argv[1]](sys.argv[2:])
+    {"replay": replay, "keeper": keeper, "spread": spread}[sys.argv[1]](sys.argv[2:])
