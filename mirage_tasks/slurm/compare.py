@@ -68,6 +68,16 @@ def align_recalc(sim: Simulator, recalc_t: float | None) -> None:
     sim.next_calc = fs.next
 
 
+def submission_order(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The replayed jobs in the order Slurm received them: by recorded submission time, then by
+    job id as a number. Slurm records submissions to the second (``factor`` trace seconds), so
+    many share one; with equal priority it runs the lower job id first, and so must the
+    simulator (a string sort put job 100 before job 99: with age-only priorities the
+    simulator disagreed with itself across two runs of one replay)."""
+    key = pd.to_numeric(jobs["slurm_id"], errors="coerce")
+    return jobs.assign(_id=key).sort_values(["submit_t", "_id"], kind="stable").drop(columns="_id")
+
+
 def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool = False,
              recalc_t: float | None = None) -> pd.DataFrame:
     """``jobs`` (replayed rows with ``submit_t``) plus ``sim_start_t`` and ``sim_backfilled``;
@@ -79,7 +89,7 @@ def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool
     sim.static_default = 0.0
     align_recalc(sim, recalc_t)
     local = {}
-    for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
+    for idx, r in submission_order(ok).iterrows():
         sub = int(round(r["submit_t"]))
         dur = int(round(r["sleep_s"] * factor))
         lim = int(r["limit_min"] * 60 * factor)

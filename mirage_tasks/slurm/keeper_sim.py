@@ -21,7 +21,7 @@ import pandas as pd
 from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
-from .compare import align_recalc, job_user, sim_config
+from .compare import align_recalc, job_user, sim_config, submission_order
 
 PRED_TAG, SUCC_TAG = -2, -3
 
@@ -32,7 +32,7 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
     sim.static_default = 0.0
     align_recalc(sim, recalc_t)
     ok = jobs[jobs["submit_t"].notna()]
-    for idx, r in ok.sort_values(["submit_t", "slurm_id"], kind="stable").iterrows():
+    for idx, r in submission_order(ok).iterrows():
         j = sim.add_job(int(round(r["submit_t"])), int(round(r["sleep_s"] * factor)), int(r["limit_min"] * 60 * factor),
                         int(r["nodes"]), user=job_user(r, accounting), static=float(r["priority"]), tag=int(idx),
                         tick=0)

@@ -419,3 +419,14 @@ def test_the_simulators_fair_share_rereads_follow_slurms_phase(tmp_path):
     os.utime(tmp_path / "priority_last_decay_ran", (1_700_000_042.5, 1_700_000_042.5))
     assert compare.last_recalc_epoch(str(tmp_path)) == 1_700_000_042.5
     assert compare.last_recalc_epoch(str(tmp_path / "none")) is None
+
+
+def test_the_simulator_takes_slurms_submissions_in_job_id_order():
+    """Jobs Slurm recorded in the same second (one submit_t) and of equal priority run in job id
+    order, and so in the simulator: id 99 before id 100 (a string sort had put 100 first)."""
+    rows = [{"trace_job_id": t, "kind": "window", "trace_submit": 0, "trace_start": 0, "nodes": 1, "duration_s": 600,
+             "limit_s": 3600, "priority": 0.0, "sleep_s": 10.0, "limit_min": 1, "slurm_id": sid, "submit_t": 0.0}
+            for t, sid in (("a", "100"), ("b", "99"), ("c", "101"))]
+    out = compare.simulate(pd.DataFrame(rows), SimConfig(nodes=1, backfill="none"), 60.0).set_index("slurm_id")
+    assert out.loc["99", "sim_start_t"] < out.loc["100", "sim_start_t"] < out.loc["101", "sim_start_t"]
+    assert list(compare.submission_order(pd.DataFrame(rows))["slurm_id"]) == ["99", "100", "101"]
