@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+from proctree import wait_for
 
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.fairshare import FairShare
@@ -29,13 +30,7 @@ FACTOR = 60
 
 
 def _until(cond, timeout=180.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(cond, what, deadline_s=timeout, poll_s=0.3)
 
 
 def _sbatch(env, account: str, nodes: int, sleep_s: float, name: str) -> str:
