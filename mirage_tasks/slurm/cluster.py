@@ -73,12 +73,6 @@ def _port_free(p: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ephemeral_ports() -> tuple[int, int]:
     """The kernel's range for outgoing connections' local ports (ip_local_port_range)."""
     try:
