@@ -710,7 +710,30 @@ class Lease:
     def acquire(self) -> Lease:
         """Take the lease, or raise :class:`LeaseHeld` naming its live holder (a
         :class:`StepError` naming the output when its folder cannot be made: a file in the
-        way, no permission)."""
+        way, no permission). Ended by any exception (SIGINT's KeyboardInterrupt or SIGTERM's stop
+        arriving between the document's creation and its read-back included), it leaves no lease
+        of this writer behind (:meth:`_abandon`)."""
+        try:
+            return self._acquire_mapped()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Hold nothing and leave nothing after an acquisition that did not return: this writer's
+        document, if it reached the store, is deleted (another writer's is left alone)."""
+        if self.held:
+            self.release()
+            return
+        try:
+            seen = self._store.read()
+            if seen is not None and seen.token == self.token:
+                self._store.delete(seen)
+                self._store.cleanup()
+        except Exception as exc:  # noqa: BLE001 - the acquisition's own error is the one to report
+            log.warning("%s: could not remove an unfinished lease (%s); it expires by itself", self.out, exc)
+
+    def _acquire_mapped(self) -> Lease:
         try:
             return self._acquire()
         except OutputNotWritable:

@@ -671,3 +671,24 @@ def test_up_to_date_output_on_a_read_only_store_skips(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert "cannot write there: Read-only file system" in err and "Traceback" not in err
     assert read_marker(out)["params"] == {"k": 1} and not os.path.exists(os.path.join(out, LEASE))
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_stop_between_the_leases_creation_and_its_read_back_leaves_no_lease(where, monkeypatch, stop):
+    """Ctrl-C (KeyboardInterrupt) or a stop arriving after this writer's document reached the store
+    but before the acquisition returned (the read-back): the step never learns it holds the lease,
+    so acquire itself removes it; a corrected rerun is not refused as "being written". Seen under
+    load in tests/mirage/test_one_writer_e2e.py's interrupted synth."""
+    out, raw, _ = where
+
+    def interrupted(self, now):
+        assert raw() is not None  # the document is on the store
+        raise stop()
+
+    confirm = Lease._confirm
+    monkeypatch.setattr(Lease, "_confirm", interrupted)
+    with pytest.raises(stop):
+        Lease(out, "demo").acquire()
+    assert raw() is None
+    monkeypatch.setattr(Lease, "_confirm", confirm)
+    Lease(out, "demo").acquire().release()  # free for the next writer
