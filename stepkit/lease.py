@@ -725,13 +725,18 @@ class Lease:
         if self.held:
             self.release()
             return
+        self._delete_own("could not remove an unfinished lease (%s); it expires by itself")
+
+    def _delete_own(self, failed: str) -> None:
+        """Delete the store's lease if it is this writer's, then the side files; a failure is logged
+        (``failed`` % the error): the caller's outcome stands, and the lease expires by itself."""
         try:
             seen = self._store.read()
             if seen is not None and seen.token == self.token:
                 self._store.delete(seen)
-                self._store.cleanup()
-        except Exception as exc:  # noqa: BLE001 - the acquisition's own error is the one to report
-            log.warning("%s: could not remove an unfinished lease (%s); it expires by itself", self.out, exc)
+            self._store.cleanup()
+        except Exception as exc:  # noqa: BLE001 - the caller's outcome is settled; the lease expires
+            log.warning("%s: " + failed, self.out, exc)
 
     def _acquire_mapped(self) -> Lease:
         try:
@@ -854,14 +859,7 @@ class Lease:
             _held.discard(self)
         if self.lost:
             return
-        try:
-            seen = self._store.read()
-            if seen is not None and seen.token == self.token:
-                self._store.delete(seen)
-            self._store.cleanup()
-        except Exception as exc:  # noqa: BLE001 - the step's outcome is settled; the lease expires
-            log.warning("%s: could not release the lease (%s); it expires at %s", self.out, exc,
-                        _iso(self.expires))
+        self._delete_own(f"could not release the lease (%s); it expires at {_iso(self.expires)}")
 
 
 def release_all() -> None:
