@@ -215,6 +215,15 @@ def test_on_s3_one_writer_and_takeover(log, tmp_path, monkeypatch):
         assert committed_intact(out)["params"]["from"].startswith("2023-01-10")
 
 
+def _signals_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their default action, as for a step in a
+    terminal's foreground. A process started in the background of a non-interactive shell (CI beside
+    a CPU hog) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the
+    Ctrl-C this test sends would be dropped and synth would run to its end (exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_interrupted_synth_leaves_no_lease(tmp_path, sig):
     """``synth`` stopped while it generates (SIGTERM as Airflow and Kubernetes stop a task, SIGINT as
@@ -222,7 +231,8 @@ def test_interrupted_synth_leaves_no_lease(tmp_path, sig):
     out = tmp_path / "synth"
     proc = subprocess.Popen([sys.executable, "-m", "mirage_tasks", "synth", "--profile", "ls6-a100",
                              "--from", "2020-01-01", "--to", "2023-01-01", "--out", str(out)],
-                            env=env(**HOUR), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env(**HOUR), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_signals_as_in_a_terminal)
     try:
         wait_for(lambda: (out / LEASE).exists() or proc.poll() is not None, "synth to take its lease")
         assert proc.poll() is None, "synth ended before it could be interrupted"

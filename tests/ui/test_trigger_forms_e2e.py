@@ -164,8 +164,13 @@ def test_backfill_form_carries_the_typed_trace_only_with_override_ticked(ui):
     both = _wait("the second backfill", lambda: len(backfills()) == 2 and backfills())
     second = max(both, key=lambda b: b["id"])
     assert second["dag_run_conf"]["trace"] == TRACE, second
-    new = [r for r in _runs(ui, "mirage_samples") if "2023-01-2" in (r.get("partition_key") or r["dag_run_id"])]
-    assert len(new) == 2 and all(r["conf"]["trace"] == TRACE for r in new), new
+    # Airflow commits the backfill before it creates its runs (models/backfill.py): wait for both
+    new = _wait("the second backfill's two runs", lambda: (x := _new_runs(ui)) and len(x) == 2 and x)
+    assert all(r["conf"]["trace"] == TRACE for r in new), new
+
+
+def _new_runs(ui) -> list[dict]:
+    return [r for r in _runs(ui, "mirage_samples") if "2023-01-2" in (r.get("partition_key") or r["dag_run_id"])]
 
 
 def _set(driver, dialog, name: str, text: str) -> None:
