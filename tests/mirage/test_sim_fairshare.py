@@ -63,6 +63,36 @@ def test_usage_halves_in_one_half_life_and_a_job_ending_mid_period_counts_to_its
     assert fs2.usage[0] == pytest.approx(decayed(3, 4, 33, 40, 100), rel=1e-12)
 
 
+def test_running_lag_counts_running_jobs_through_the_reread_before():
+    """Slurm's timing (running_lag): a re-read's factors hold each ended job's use through its end
+    and a running job's through the previous re-read; the ledger itself is the same."""
+    def classic(use: dict, users=2):
+        total, s = sum(use.values()), 1.0 / (users + 1)
+        return {u: 2.0 ** (-((v / total) + (1 - v / total) * s) / s) for u, v in use.items()}
+
+    fs = FairShare(users=2, halflife_s=100, period_s=10, weight=1.0, t0=0)
+    fs.running_lag = True
+    fs.start(0, user=0, nodes=2, t=0)       # runs across the re-reads
+    fs.start(1, user=1, nodes=1, t=2)
+    fs.finish(1, t=8)                       # ends before the first re-read: counted at it
+    fs.recalc(10)
+    assert fs.term(1) == pytest.approx(2.0 ** -3) and fs.term(0) == 0.5  # u0's running job not yet
+    assert fs.usage[0] == pytest.approx(decayed(2, 0, 10, 10, 100), rel=1e-12)  # but charged
+    fs.recalc(20)
+    want = classic({0: decayed(2, 0, 10, 20, 100), 1: decayed(1, 2, 8, 20, 100)})  # u0 through 10 only
+    assert fs.term(0) == pytest.approx(want[0], rel=1e-9) and fs.term(1) == pytest.approx(want[1], rel=1e-9)
+    plain = FairShare(users=2, halflife_s=100, period_s=10, weight=1.0, t0=0)
+    plain.start(0, user=0, nodes=2, t=0)
+    plain.start(1, user=1, nodes=1, t=2)
+    plain.finish(1, t=8)
+    plain.recalc(10)
+    plain.recalc(20)
+    assert plain.usage == pytest.approx(fs.usage, rel=1e-12)  # the same ledger
+    now = classic({0: decayed(2, 0, 20, 20, 100), 1: decayed(1, 2, 8, 20, 100)})
+    assert plain.term(0) == pytest.approx(now[0], rel=1e-9)  # the default: through this re-read
+    assert abs(now[0] - want[0]) > 0.01 * want[0]
+
+
 def test_past_usage_reads_only_runs_before_the_first_instant():
     t0 = T0 + 20_000
     df = frame([

@@ -157,3 +157,59 @@ def test_replay_slurm_with_accounting_holds_a_users_jobs_as_the_simulator_does(t
     c0 = json.loads((tmp_path / "nolimit" / "fidelity_slurm.json").read_text())["comparison"]
     assert c0["sim_vs_slurm"]["within_1h"] < 1.0 and c0["start_error_h"]["max"] > 1.5, c0
     assert not LocalSlurm(root).running() and LocalSlurm(root).leftovers() == []
+
+
+
+def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
+    """What the comparison's simulator models (``FairShare.running_lag``, set by
+    ``compare.align_recalc``): slurmctld charges a running job's use to its user at each usage
+    re-read, but the fair-share factor follows at the next one. u0 runs a job on the whole cluster
+    from the start: after the first re-read u0's raw usage is already above 0 while its factor is
+    still u1's (no usage); after the second it is 2^-3, as the simulator's ledger with the same
+    timing gives at each of the two re-reads."""
+    from mirage_tasks.slurm.compare import last_recalc_epoch
+
+    cfg = SimConfig(nodes=2, priority="multifactor", weight_age=0.0, weight_size=0.0, weight_fairshare=1000.0,
+                    fs_halflife_s=7 * 86400, fs_calc_period_s=60 * FACTOR)
+    c = LocalSlurm(tmp_path / "slurm")
+    c.start(cfg, FACTOR, accounting=True, users=2)
+    try:
+        env = c.env()
+        job = _sbatch(env, "u0", 2, 400, "from-the-start")
+        _until(lambda: [j for j in squeue(env) if j.job_id == job and j.state == "RUNNING"], what="the job running")
+        t_run = time.time()
+        seen: list[tuple[float, dict]] = []  # (re-read epoch, sshare after it)
+
+        def next_reread():
+            last = seen[-1][0] if seen else t_run
+            e = last_recalc_epoch(c.paths.state)
+            if e is None or e <= last:
+                return False
+            time.sleep(1.0)  # the re-read has written its time; its factors are in slurmctld now
+            seen.append((e, _shares(env)))
+            return True
+
+        for _ in range(2):
+            _until(next_reread, timeout=150, what="Slurm's next usage re-read")
+        print(f"the job ran from {t_run:.1f}; re-reads and (raw usage, factor): {seen}")
+        (t1, s1), (t2, s2) = seen
+        assert 50 < t2 - t1 < 70  # PriorityCalcPeriod=1 (minute)
+        assert s1["u0"][0] > 0.0 and s1["u1"][0] == 0.0, seen  # u0's use is charged at the first re-read ...
+        assert s1["u0"][1] == pytest.approx(s1["u1"][1], abs=1e-6), seen  # ... but its factor has not moved
+        assert s2["u0"][1] == pytest.approx(2.0 ** -3, abs=1e-3), seen  # and at the next re-read it has
+    finally:
+        c.stop()
+    assert c.leftovers() == []
+
+    # the simulator's ledger with Slurm's timing, fed the same: u0's job on both nodes from the start
+    fs = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
+    fs.running_lag = True
+    fs.start(0, user=0, nodes=2, t=10)
+    fs.recalc(cfg.fs_calc_period_s)
+    assert fs.usage[0] > 0.0 and fs.term(0) == fs.term(1)
+    fs.recalc(2 * cfg.fs_calc_period_s)
+    assert fs.term(0) == pytest.approx(2.0 ** -3) and fs.term(1) == pytest.approx(0.5)
+    plain = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
+    plain.start(0, user=0, nodes=2, t=10)
+    plain.recalc(cfg.fs_calc_period_s)
+    assert plain.term(0) == pytest.approx(2.0 ** -3)  # without it the factor moves one re-read early
