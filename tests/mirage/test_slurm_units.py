@@ -414,6 +414,9 @@ def test_the_simulators_fair_share_rereads_follow_slurms_phase(tmp_path):
     assert sim.next_calc == 10_000 + 30_000 - 4 * 7200
     assert sim.fs.running_lag  # and Slurm's timing of usage (test_sim_fairshare, the accounting e2e test)
     assert not Simulator(cfg, 10_000).fs.running_lag  # the simulator's own default is unchanged
+    unknown = Simulator(cfg, 10_000)
+    compare.align_recalc(unknown, None)  # a cluster whose phase was not recorded: Slurm's timing still
+    assert unknown.fs.running_lag and unknown.next_calc == 14_400
     plain = Simulator(cfg.replace(weight_fairshare=0.0), 10_000)
     compare.align_recalc(plain, 5.0)  # no fair share: nothing to align
     assert plain.fs is None and plain.next_calc == float("inf")
