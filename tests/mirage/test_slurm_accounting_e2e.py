@@ -159,7 +159,6 @@ def test_replay_slurm_with_accounting_holds_a_users_jobs_as_the_simulator_does(t
     assert not LocalSlurm(root).running() and LocalSlurm(root).leftovers() == []
 
 
-
 def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
     """What the comparison's simulator models (``FairShare.running_lag``, set by
     ``compare.align_recalc``): slurmctld charges a running job's use to its user at each usage
