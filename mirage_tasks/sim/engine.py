@@ -26,7 +26,9 @@ for its planned run time; if that is now, it starts. Otherwise it gets a reserva
 (the nodes are taken from the profile) when the backfill policy allows one and the start
 lies within ``bf_window_s``: ``conservative`` reserves for every examined job, ``easy`` only
 for the first job that cannot start (so later jobs may start now only if they do not
-delay it). ``none`` disables backfill. The policies are objects declared in
+delay it). ``named`` is ``conservative`` on named nodes (:mod:`.named`: each job's nodes
+chosen as Slurm's select/linear does, reservations holding those nodes). ``none`` disables
+backfill. The policies are objects declared in
 :mod:`.policies` (``BackfillPolicy.passes`` and ``reservations``, ``PriorityPolicy.static``),
 resolved once per simulator.
 
@@ -91,6 +93,7 @@ from stepkit import StepError
 
 from .config import SimConfig
 from .fairshare import FairShare
+from .named import NamedNodes
 from .policies import PriorityPolicy, backfill_policy, priority_policy
 from .workload import Workload, capacity_schedule, workload_holds
 
@@ -509,10 +512,13 @@ class Simulator:
         return any(a[2] != b[2] for a, b in zip(old, new))
 
     def __new__(cls, cfg: SimConfig | None = None, t0: int | None = None):
-        """A :class:`FairShareSimulator` when the configuration's priority keeps fair share (no
-        arguments, as copy and pickle call it: the class asked for)."""
-        if cls is Simulator and cfg is not None and priority_policy(cfg.priority).fair_share(cfg):
-            cls = FairShareSimulator
+        """A :class:`FairShareSimulator` when the configuration's priority keeps fair share, with
+        :class:`~.named.NamedNodes` mixed in when its backfill policy names nodes (no arguments,
+        as copy and pickle call it: the class asked for)."""
+        if cls is Simulator and cfg is not None:
+            fair = priority_policy(cfg.priority).fair_share(cfg)
+            named = backfill_policy(cfg.backfill).named_nodes
+            cls = _CLASSES[fair, named]
         return object.__new__(cls)
 
     def _user_blocked(self, j: int) -> bool:
@@ -857,3 +863,15 @@ class FairShareSimulator(Simulator):
     def _finish(self, j: int) -> None:
         super()._finish(j)
         self.fs.finish(j, self.now)
+
+
+class NamedSimulator(NamedNodes, Simulator):
+    """The simulator on named nodes (:mod:`.named`)."""
+
+
+class NamedFairShareSimulator(NamedNodes, FairShareSimulator):
+    """Fair share on named nodes."""
+
+
+_CLASSES = {(False, False): Simulator, (True, False): FairShareSimulator,
+            (False, True): NamedSimulator, (True, True): NamedFairShareSimulator}

@@ -11,9 +11,11 @@ and ``--priority`` help, calibration's search space (:func:`searched_backfill`,
 
 The engine resolves both policies once per :class:`~mirage_tasks.sim.engine.Simulator`:
 
-* backfill: :attr:`BackfillPolicy.passes` (whether backfill passes run at all) and
+* backfill: :attr:`BackfillPolicy.passes` (whether backfill passes run at all),
   :meth:`BackfillPolicy.reservations` (how many jobs that cannot start now a pass may reserve
-  nodes for: every one for ``conservative``, the first for ``easy``);
+  nodes for: every one for ``conservative``, the first for ``easy``) and
+  :attr:`BackfillPolicy.named_nodes` (jobs are placed on named nodes and reservations hold
+  specific ones, :mod:`.named`; ``named``);
 * priority: :meth:`PriorityPolicy.static` (the static part of a trace job's priority, to which
   the engine adds the age and job-size terms), :meth:`PriorityPolicy.default_static` (jobs
   without one, and probe jobs) and :meth:`PriorityPolicy.fair_share` (whether the engine keeps
@@ -47,6 +49,7 @@ class BackfillPolicy:
     slurm_scheduler: str = "sched/backfill"   # SchedulerType it renders as
     slurm_as: str | None = None    # the policy the rendered Slurm enforces, when not this one
     slurm_note: str = ""           # why the rendered Slurm differs (listed as unsupported)
+    named_nodes: bool = False      # jobs get named nodes and reservations hold them (.named)
 
     def reservations(self, cfg: Any) -> int:
         """How many jobs that cannot start now one pass may reserve nodes for."""
@@ -205,6 +208,10 @@ register(BackfillPolicy(
     "easy", "a reservation only for the first job that cannot start now", reserve=1,
     slurm_as="conservative",
     slurm_note="Slurm's backfill reserves for every job it tests (rendered as conservative)"))
+register(BackfillPolicy(
+    "named", "conservative on named nodes: Slurm's select/linear best-fit placement, reservations on "
+    "the nodes chosen (what Slurm's sched/backfill with select/linear does)", named_nodes=True,
+    searched=False))  # offered to calibration only once a log's fit is checked with it
 register(BackfillPolicy(
     "none", "no backfill: the main scheduler's strict priority order only", params=(), passes=False,
     slurm_scheduler="sched/builtin"))

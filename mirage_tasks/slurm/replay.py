@@ -197,6 +197,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
     for col in ("slurm_submit", "slurm_start", "slurm_end"):
         out[col] = np.nan
     out["slurm_state"] = pd.Series(dtype="string")
+    out["slurm_nodes"] = pd.Series(dtype="string")  # the nodes Slurm gave it (NodeList)
     for i, jid in ids.items():
         rec = comp.get(jid, {})
         sub = slurm_time(rec.get("SubmitTime", ""))
@@ -214,6 +215,8 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
         out.at[i, "slurm_start"] = st if st is not None else np.nan
         out.at[i, "slurm_end"] = en if en is not None else np.nan
         out.at[i, "slurm_state"] = state
+        if st is not None and rec.get("NodeList") not in (None, "", "(null)", "None"):
+            out.at[i, "slurm_nodes"] = rec["NodeList"]
     def to_trace(col: str) -> pd.Series:
         return t0 + (out[col] - origin) * factor
 

@@ -49,7 +49,7 @@ def registered():
 
 
 def test_builtin_policies_are_declared_once():
-    assert config.BACKFILL_MODES == ("conservative", "easy", "none")
+    assert config.BACKFILL_MODES == ("conservative", "easy", "named", "none")
     assert config.PRIORITY_MODES == ("age_size", "trace", "multifactor")
     assert policies.backfill_policy("easy").reservations(tiny_cfg()) == 1
     assert not policies.backfill_policy("none").passes

@@ -122,3 +122,39 @@ def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):
         k.cancel(other)
     assert other in {j.job_id for j in squeue(env)}
     assert '"event": "decision"' in (tmp_path / "d.jsonl").read_text()
+
+
+def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
+    """6 nodes, x60 (about 3 real minutes). F, A and C start at once on n1-n3, n4-n5 and n6.
+    F ends at 58 min; the top job T (4 nodes) cannot start and is reserved at A's planned end on
+    n1-n4 (select/linear's best fit among the then free n1-n5). B (1 node, 1 h) arrives behind T:
+    every idle node (n1-n3) is reserved for T, so Slurm holds B until A ends, on n5. A free-node
+    count (the ``conservative`` backfill) leaves one node over and starts B at once; ``named``
+    reproduces Slurm's starts and nodes (test_sim_named.py has the same case, made small)."""
+    h, m = 3600, 60
+    t0 = 100 * h
+    wl = _wl([("F", t0, t0, t0 + 58 * m, h, 3, "u", 10.0),
+              ("A", t0, t0, t0 + 118 * m, 2 * h, 2, "u", 10.0),
+              ("C", t0, t0, t0 + 178 * m, 3 * h, 1, "u", 10.0),
+              ("T", t0 + 66 * m, t0 + 118 * m, t0 + 176 * m, h, 4, "u", 10.0),
+              ("B", t0 + 69 * m, t0 + 118 * m, t0 + 176 * m, h, 1, "u", 10.0)])
+    cfg = SimConfig(nodes=6, bf_interval_s=60, bf_resolution_s=60, weight_size=0.0)
+    c = LocalSlurm(tmp_path / "slurm")
+    c.start(cfg, FACTOR)
+    try:
+        jobs = replay.plan(wl, cfg, t0, t0 + 3 * h, FACTOR)
+        out, facts = replay.run(jobs, c.env(), c.paths.jobcomp, FACTOR, t0, drain_s=600)
+    finally:
+        c.stop()
+    assert not c.leftovers()
+    f = out.set_index("trace_job_id")
+    assert dict(f["slurm_nodes"]) == {"F": "n[1-3]", "A": "n[4-5]", "C": "n6", "T": "n[1-4]", "B": "n5"}
+    start_h = (f["start_t"] - t0) / h
+    assert abs(start_h["B"] - start_h["T"]) < 0.1 and start_h["B"] > 1.8, dict(start_h)
+    got = {}
+    for bf in ("conservative", "named"):
+        doc, frame = compare.compare(out, cfg.replace(backfill=bf), FACTOR, horizon_t=facts["horizon_t"])
+        g = frame.set_index("trace_job_id")
+        got[bf] = (g["sim_start_t"] - g["start_t"]).abs() / h
+    assert got["conservative"]["B"] > 0.7          # the count starts B about 50 min early
+    assert got["named"].max() < 0.1, dict(got["named"])
