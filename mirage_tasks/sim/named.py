@@ -85,6 +85,35 @@ def node_names(mask: int) -> list[str]:
     return out
 
 
+def hostlist(mask: int) -> str:
+    """``mask`` in Slurm's compressed notation (``n6``, ``n[1-3,5]``), as its NodeList writes it."""
+    rs = runs(mask)
+    if len(rs) == 1 and rs[0][1] == 1:
+        return f"n{rs[0][0] + 1}"
+    parts = [f"{a + 1}" if n == 1 else f"{a + 1}-{a + n}" for a, n in rs]
+    return f"n[{','.join(parts)}]" if parts else ""
+
+
+def parse_hostlist(text: str) -> int:
+    """The bitmap of a Slurm NodeList of this cluster's nodes (``n6``, ``n[1-3,5]``)."""
+    import re
+
+    t = text.strip()
+    m = re.fullmatch(r"n(\d+)", t) or re.fullmatch(r"n\[([\d,\-]+)\]", t)
+    if not m:
+        raise ValueError(f"not a NodeList of nodes n1..nN: {text!r}")
+    mask = 0
+    for part in m.group(1).split(","):
+        if not re.fullmatch(r"\d+(-\d+)?", part):
+            raise ValueError(f"bad node range {part!r} in NodeList {text!r}")
+        a, _, b = part.partition("-")
+        lo, hi = int(a), int(b or a)
+        if lo < 1 or hi < lo:
+            raise ValueError(f"bad node range {part!r} in NodeList {text!r}")
+        mask |= ((1 << (hi - lo + 1)) - 1) << (lo - 1)
+    return mask
+
+
 class NamedNodes:
     """Mixin for :class:`~mirage_tasks.sim.engine.Simulator`: nodes with names (see the module
     docstring). ``idle`` is the bitmap of idle nodes, ``j_mask`` each running job's nodes."""
@@ -94,6 +123,7 @@ class NamedNodes:
         self.idle = (1 << int(cfg.nodes)) - 1
         self.j_mask: dict[int, int] = {}
         self._within = 0  # a backfill start's allowed nodes (0: any idle node)
+        self.placed: dict[int, int] | None = None  # job -> its nodes, kept past its end when a dict
 
     def _apply_capacity(self) -> bool:
         if self.cap_sched:
@@ -108,6 +138,8 @@ class NamedNodes:
             raise RuntimeError(f"job {j} ({self.j_nodes[j]} nodes) started with {pool.bit_count()} nodes free")
         self.idle &= ~mask
         self.j_mask[j] = mask
+        if self.placed is not None:
+            self.placed[j] = mask
         super()._start(j, backfilled, when, record_wait)
 
     def _finish(self, j):

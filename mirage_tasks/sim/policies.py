@@ -203,10 +203,11 @@ def help_text(kind: str) -> str:
 
 
 register(BackfillPolicy(
-    "conservative", "a reservation for every job examined that cannot start now"))
+    "conservative", "a reservation for every job examined that cannot start now",
+    slurm_as="named"))  # Slurm reserves named nodes (.named): its comparison's simulator uses those
 register(BackfillPolicy(
     "easy", "a reservation only for the first job that cannot start now", reserve=1,
-    slurm_as="conservative",
+    slurm_as="named",
     slurm_note="Slurm's backfill reserves for every job it tests (rendered as conservative)"))
 register(BackfillPolicy(
     "named", "conservative on named nodes: Slurm's select/linear best-fit placement, reservations on "

@@ -11,7 +11,7 @@ Mapping (SimConfig -> slurm.conf):
 | SimConfig | Slurm | scaled |
 |---|---|---|
 | nodes | ``NodeName=n[1-N]`` (one ``slurmd -N nX`` each), ``select/linear`` (whole nodes) | - |
-| backfill (a policy of :mod:`mirage_tasks.sim.policies`) | its ``slurm_scheduler``: conservative ``SchedulerType=sched/backfill`` (Slurm reserves for every job it tests), none ``sched/builtin``; easy is not expressible (Slurm has no one-reservation mode): rendered as sched/backfill, its ``slurm_note`` reported | - |
+| backfill (a policy of :mod:`mirage_tasks.sim.policies`) | its ``slurm_scheduler``: conservative and named ``SchedulerType=sched/backfill`` (Slurm reserves for every job it tests, on named nodes: the comparison's simulator runs ``named``), none ``sched/builtin``; easy is not expressible (Slurm has no one-reservation mode): rendered as sched/backfill, its ``slurm_note`` reported | - |
 | bf_interval_s | ``bf_interval`` (s, >= 1) | / factor |
 | bf_window_s | ``bf_window`` (min, >= 1) | / factor |
 | bf_resolution_s | ``bf_resolution`` (s, >= 1) | / factor |

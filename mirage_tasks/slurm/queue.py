@@ -10,6 +10,7 @@ features the model was trained on from the simulator.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -30,6 +31,25 @@ def slurm_time(value: str) -> float | None:
         return datetime.strptime(v, "%Y-%m-%dT%H:%M:%S").timestamp()  # Slurm prints local time
     except ValueError:
         return None
+
+
+_SUBMIT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)\] _slurm_rpc_submit_batch_job: JobId=(\d+) ")
+
+
+def read_submit_log(path: str) -> dict[str, float]:
+    """JobId -> epoch seconds, to the millisecond, at which slurmctld accepted each batch job (its
+    log's ``_slurm_rpc_submit_batch_job`` lines, written at the default ``SlurmctldDebug=info``).
+    The jobcomp log's SubmitTime has whole seconds only: at x120 that is 2 trace minutes, enough
+    to put a backfill pass between jobs that Slurm received together. Empty where there is no log."""
+    out: dict[str, float] = {}
+    if not os.path.exists(path):
+        return out
+    with open(path, errors="replace") as fh:
+        for ln in fh:
+            m = _SUBMIT_LINE.match(ln)
+            if m:
+                out[m.group(2)] = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()  # local time
+    return out
 
 
 def limit_seconds(value: str) -> int | None:

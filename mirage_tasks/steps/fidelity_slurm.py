@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 
 from stepkit import Step, StepError, storage
 
@@ -28,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slurm-state", default=None, metavar="DIR",
                    help="the replay's cluster state folder (<slurm-root>/state): the phase of Slurm's usage "
                         "re-reads, for a replay whose replay.json does not record it (made before it did)")
+    p.add_argument("--slurm-log", default=None, metavar="FILE",
+                   help="the replay's slurmctld.log (<slurm-root>/log/slurmctld.log): slurmctld's submission "
+                        "instants to the millisecond, for a replay whose jobs.parquet does not hold them")
+    p.add_argument("--sim-backfill", default=None, metavar="POLICY",
+                   help="the simulator's backfill policy in the comparison instead of the one Slurm enforces "
+                        "(named for conservative), e.g. conservative to score the free-node count")
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -54,9 +61,16 @@ def run(args: argparse.Namespace) -> int:
         if v is not None:
             base[name] = v
     cfg = SimConfig.from_dict(base)
-    step = Step("fidelity-slurm", args.out, __version__,
-                {"config": cfg.to_dict(), **({"slurm_state": args.slurm_state} if args.slurm_state else {})},
-                inputs=[meta_uri, jobs_uri])
+    from ..sim import policies
+
+    if args.sim_backfill and args.sim_backfill not in policies.BACKFILL:
+        raise StepError(f"--sim-backfill must be one of {policies.backfill_names()}, got {args.sim_backfill!r}")
+    if args.slurm_log and not os.path.isfile(args.slurm_log):
+        raise StepError(f"--slurm-log {args.slurm_log}: no such file")
+    extra = {k: v for k, v in (("slurm_state", args.slurm_state), ("slurm_log", args.slurm_log),
+                               ("sim_backfill", args.sim_backfill)) if v}
+    step = Step("fidelity-slurm", args.out, __version__, {"config": cfg.to_dict(), **extra},
+                inputs=[meta_uri, jobs_uri, *([args.slurm_log] if args.slurm_log else [])])
     if step.skip():
         return 0
     with storage.open_read(jobs_uri) as fh:
@@ -71,8 +85,16 @@ def run(args: argparse.Namespace) -> int:
     recalc_t = None
     if run.get("priority_recalc_epoch") is not None:
         recalc_t = recalc_trace_t(run, int(parse_time(doc["from"], f"{meta_uri}: from").timestamp()), factor)
+    if args.slurm_log:
+        from ..slurm.queue import read_submit_log
+
+        t0 = int(parse_time(doc["from"], f"{meta_uri}: from").timestamp())
+        jobs = cmp.precise_submits(jobs, read_submit_log(args.slurm_log), float(run["origin_epoch"]), t0, factor)
+        if not jobs["slurm_submit_ms"].notna().any():
+            raise StepError(f"--slurm-log {args.slurm_log}: no submission of this replay's jobs found there")
     res, frame = cmp.compare(jobs, cfg, factor, horizon_t=run.get("horizon_t"),
-                             accounting=bool(doc.get("accounting")), recalc_t=recalc_t)
+                             accounting=bool(doc.get("accounting")), recalc_t=recalc_t,
+                             sim_backfill=args.sim_backfill)
     out = {**doc, "run": run, "config": cfg.to_dict(), "comparison": res, "rescored_from": args.replay}
     step.write_json("fidelity_slurm.json", out)
     buf = io.BytesIO()

@@ -138,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
                                 accounts=args.accounting)
         # the phase of Slurm's usage re-reads (a local cluster's state folder; unknown elsewhere)
         facts["priority_recalc_epoch"] = cmp.last_recalc_epoch(cluster.paths.state) if cluster is not None else None
+        if cluster is not None:  # slurmctld's submission instants to the ms (jobcomp has whole seconds)
+            from ..slurm.queue import read_submit_log
+
+            out = cmp.precise_submits(out, read_submit_log(f"{cluster.paths.logs}/slurmctld.log"),
+                                      facts["origin_epoch"], t0, args.factor)
     finally:
         if cluster is not None:
             cluster.stop()
@@ -207,6 +212,9 @@ def markdown(doc: dict) -> str:
              f"{_f(m.get('sim_mean_h'), '{:.2f}')} |",
              f"| backfill starts Slurm / simulator | {c['backfilled']['slurm']} / {c['backfilled']['sim']} |",
              f"| rule behind each start differing > 1 h | {c['why'] or 'none'} |",
+             *([f"| same nodes as Slurm (named-node backfill): all / of those within 1 h | "
+                f"{sn['same']} of {sn['jobs']} / {sn['same_within_1h']} of {sn['within_1h']} |"]
+               if (sn := c.get("same_nodes")) else []),
              f"| trace's real wait vs Slurm: MAE (h), within 1 h | {_f(sl.get('mae_h'), '{:.2f}')}, "
              f"{_f(sl.get('within_1h'), '{:.1%}')} |",
              f"| trace's real wait vs simulator: MAE (h), within 1 h | {_f(sm.get('mae_h'), '{:.2f}')}, "

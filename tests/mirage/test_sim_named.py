@@ -158,3 +158,13 @@ def test_named_nodes_change_some_starts_of_a_mixed_trace():
         out[m] = np.array(sim.j_start)
     assert (out["named"] >= 0).all()
     assert (out["named"] != out["conservative"]).any()
+
+
+def test_hostlists_round_trip_in_slurms_notation():
+    from mirage_tasks.sim.named import hostlist, parse_hostlist
+
+    for text, mask in (("n6", bits(5)), ("n[1-3]", bits(0, 1, 2)), ("n[1-3,5,7-8]", bits(0, 1, 2, 4, 6, 7))):
+        assert parse_hostlist(text) == mask and hostlist(mask) == text
+    for bad in ("x[1-3]", "n[3-1]", "n0", "n[1-]"):
+        with pytest.raises(ValueError, match="NodeList|node range"):
+            parse_hostlist(bad)

@@ -130,7 +130,8 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
     n1-n4 (select/linear's best fit among the then free n1-n5). B (1 node, 1 h) arrives behind T:
     every idle node (n1-n3) is reserved for T, so Slurm holds B until A ends, on n5. A free-node
     count (the ``conservative`` backfill) leaves one node over and starts B at once; ``named``
-    reproduces Slurm's starts and nodes (test_sim_named.py has the same case, made small)."""
+    (the comparison's default for a conservative configuration) reproduces Slurm's starts and
+    nodes (test_sim_named.py has the same case, made small)."""
     h, m = 3600, 60
     t0 = 100 * h
     wl = _wl([("F", t0, t0, t0 + 58 * m, h, 3, "u", 10.0),
@@ -153,8 +154,11 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
     assert abs(start_h["B"] - start_h["T"]) < 0.1 and start_h["B"] > 1.8, dict(start_h)
     got = {}
     for bf in ("conservative", "named"):
-        doc, frame = compare.compare(out, cfg.replace(backfill=bf), FACTOR, horizon_t=facts["horizon_t"])
+        doc, frame = compare.compare(out, cfg, FACTOR, horizon_t=facts["horizon_t"], sim_backfill=bf)
         g = frame.set_index("trace_job_id")
         got[bf] = (g["sim_start_t"] - g["start_t"]).abs() / h
+        if bf == "named":
+            assert dict(g["sim_nodes"]) == dict(f["slurm_nodes"])   # the same nodes for every job
+            assert doc["same_nodes"] == {"jobs": 5, "same": 5, "within_1h": 5, "same_within_1h": 5}
     assert got["conservative"]["B"] > 0.7          # the count starts B about 50 min early
     assert got["named"].max() < 0.1, dict(got["named"])

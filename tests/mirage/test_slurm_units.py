@@ -435,3 +435,80 @@ def test_the_simulator_takes_slurms_submissions_in_job_id_order():
     out = compare.simulate(pd.DataFrame(rows), SimConfig(nodes=1, backfill="none"), 60.0).set_index("slurm_id")
     assert out.loc["99", "sim_start_t"] < out.loc["100", "sim_start_t"] < out.loc["101", "sim_start_t"]
     assert list(compare.submission_order(pd.DataFrame(rows))["slurm_id"]) == ["99", "100", "101"]
+
+
+def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp_second(tmp_path):
+    from datetime import datetime
+
+    from mirage_tasks.slurm.compare import precise_submits
+    from mirage_tasks.slurm.queue import read_submit_log
+
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=16 InitPrio=3008 usec=182\n"
+                   "[2026-12-04T20:06:04.074] _slurm_rpc_submit_batch_job: JobId=28 InitPrio=3004 usec=254\n"
+                   "[2026-12-04T20:06:04.203] sched/backfill: _start_job: Started JobId=28 in main on n[89-92]\n"
+                   "[2026-12-04T20:06:09.500] _slurm_rpc_submit_batch_job: JobId=30 InitPrio=1 usec=1\n")
+    got = read_submit_log(str(log))
+    base = datetime(2026, 12, 4, 20, 6, 3).timestamp()
+    assert set(got) == {"16", "28", "30"} and got["16"] == pytest.approx(base + 0.998)
+    assert read_submit_log(str(tmp_path / "none.log")) == {}
+    # jobcomp's whole seconds: 16 at :03, 28 at :04, 30 at :05 (not the log's :09: left as it was), 31 not logged
+    jobs = pd.DataFrame({"slurm_id": ["16", "28", "30", "31"],
+                         "slurm_submit": [base, base + 1, base + 2, base + 3],
+                         "submit_t": [0.0, 120.0, 240.0, 360.0], "start_t": [120.0, 120.0, 240.0, np.nan]})
+    out = precise_submits(jobs, got, origin=base, t0=0, factor=120)
+    assert out["submit_t"].tolist() == pytest.approx([0.998 * 120, 1.074 * 120, 240.0, 360.0])
+    # 28 started in the second it was submitted (jobcomp: :04 = 120): not before its submission
+    assert out["start_t"].tolist()[:3] == pytest.approx([120.0, 1.074 * 120, 240.0])
+    assert out["slurm_submit_ms"].notna().tolist() == [True, True, False, False]
+    assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0]   # the input is not changed
+
+
+def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_another_backfill(tmp_path):
+    import argparse
+    import json
+
+    from stepkit import StepError
+
+    from mirage_tasks.steps import fidelity_slurm
+
+    d = _replay_dir(tmp_path)
+    p = argparse.ArgumentParser()
+    fidelity_slurm.add_arguments(p)
+    runs = {}
+    for name, extra in (("default", []), ("count", ["--sim-backfill", "conservative"])):
+        out = tmp_path / name
+        assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out), *extra])) == 0
+        runs[name] = json.loads((out / "fidelity_slurm.json").read_text())["comparison"]
+    assert runs["default"]["sim_config"]["backfill"] == "named"        # what Slurm's sched/backfill does
+    assert runs["count"]["sim_config"]["backfill"] == "conservative"
+    assert runs["default"]["submit_times"] == "jobcomp (whole seconds)"
+    with pytest.raises(StepError, match="--sim-backfill must be one of"):
+        fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "x"), "--sim-backfill", "nope"]))
+    with pytest.raises(StepError, match="--slurm-log .*: no such file"):
+        fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "y"),
+                                         "--slurm-log", str(tmp_path / "missing.log")]))
+    # the replay as replay-slurm writes it: its start, origin and Slurm's whole-second submissions
+    from datetime import datetime
+
+    origin = datetime(2026, 12, 4, 20, 6, 3).timestamp()
+    meta = json.loads((d / "replay.json").read_text())
+    meta["from"], meta["run"]["origin_epoch"] = "1970-01-01T00:00:00+00:00", origin
+    (d / "replay.json").write_text(json.dumps(meta))
+    jobs = pd.read_parquet(d / "jobs.parquet")
+    jobs["slurm_submit"] = origin + jobs["submit_t"] / 60
+    jobs.to_parquet(d / "jobs.parquet")
+    log = tmp_path / "slurmctld.log"   # slurmctld received each half a second into its second
+    log.write_text("".join(f"[{datetime.fromtimestamp(t + 0.5).isoformat(timespec='milliseconds')}] "
+                           f"_slurm_rpc_submit_batch_job: JobId={i} InitPrio=1 usec=1\n"
+                           for i, t in zip(jobs["slurm_id"], jobs["slurm_submit"])))
+    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "ms"), "--slurm-log", str(log)])) == 0
+    ms = json.loads((tmp_path / "ms" / "fidelity_slurm.json").read_text())["comparison"]
+    assert ms["submit_times"] == "slurmctld's log (ms)" and ms["compared"] == 3
+    frame = pd.read_parquet(tmp_path / "ms" / "jobs.parquet")
+    assert (frame["submit_t"] - jobs["submit_t"]).tolist() == pytest.approx([30.0, 30.0, 30.0])  # 0.5 s x60
+    other = tmp_path / "other.log"   # a log of another cluster: none of this replay's jobs in it
+    other.write_text("[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=999 InitPrio=1 usec=1\n")
+    with pytest.raises(StepError, match="no submission of this replay's jobs"):
+        fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "z"), "--slurm-log", str(other)]))
+    assert not (tmp_path / "z" / "fidelity_slurm.json").exists()   # nothing committed
