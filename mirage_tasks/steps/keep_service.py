@@ -177,6 +177,12 @@ def run(args: argparse.Namespace) -> int:
             from ..slurm.compare import last_recalc_epoch
 
             session.recalc_epoch = last_recalc_epoch(cluster.paths.state)
+            if session.bg_out is not None:  # slurmctld's submission instants to the ms, as replay-slurm
+                from ..slurm.compare import precise_submits
+                from ..slurm.queue import read_submit_log
+
+                session.bg_out = precise_submits(session.bg_out, read_submit_log(f"{cluster.paths.logs}/slurmctld.log"),
+                                                 session.bg_facts["origin_epoch"], session.t0, args.factor)
     finally:
         if cluster is not None:
             cluster.stop()
