@@ -101,4 +101,10 @@ def spread(prefixes):
 
 
 if __name__ == "__main__":
-    {"replay": replay, "keeper": keeper, "spread": spread}[sys.argv[1]](sys.argv[2:])
+    commands = {"replay": replay, "keeper": keeper, "spread": spread}
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0)
+    if len(sys.argv) < 3 or sys.argv[1] not in commands:
+        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(commands)}}} OUTPUT_PREFIX ... (--help: what each prints)")
+    commands[sys.argv[1]](sys.argv[2:])
