@@ -1,10 +1,12 @@
 """The project's simulator against the real Slurm replay of the same workload.
 
 :func:`simulate` gives the simulator exactly what Slurm was given, in trace time: each job's
-submission as Slurm recorded it (mapped back by the factor), its compressed sleep and its
+submission as Slurm recorded it (mapped back by the factor; to the millisecond where the replay
+read slurmctld's log, :func:`precise_submits`), its compressed sleep and its
 minute-rounded limit times the factor, its nodes and priority (the warm start's running
 jobs first), on an empty cluster of the same size, with
-:func:`~mirage_tasks.slurm.conf.back_to_sim` settings (Slurm's rounded intervals, and the
+:func:`~mirage_tasks.slurm.conf.back_to_sim` settings (the backfill Slurm enforces, ``named``
+nodes for ``conservative``; Slurm's rounded intervals; and the
 rules this Slurm does not enforce switched off: without accounting the age factor, which Slurm
 ignores without slurmdbd, fair share and the limits, which need it; with accounting they stay on
 and each job keeps its trace user).
@@ -40,6 +42,10 @@ def sim_config(cfg: SimConfig, factor: float, accounting: bool = False, sim_back
     return out.replace(backfill=sim_backfill) if sim_backfill else out
 
 
+#: How far past the jobcomp's whole second slurmctld's submission log line may be stamped.
+LOG_LAG_S = 0.05
+
+
 def precise_submits(jobs: pd.DataFrame, submit_epochs: dict[str, float], origin: float, t0: float,
                     factor: float) -> pd.DataFrame:
     """``jobs`` with ``slurm_submit_ms`` (slurmctld's logged submission instant, see
@@ -53,7 +59,11 @@ def precise_submits(jobs: pd.DataFrame, submit_epochs: dict[str, float], origin:
     out = jobs.copy()
     ms = out["slurm_id"].map(lambda i: submit_epochs.get(str(i)) if pd.notna(i) else None).astype(float)
     sec = out["slurm_submit"]
-    ok = ms.notna() & sec.notna() & (ms >= sec - 1e-3) & (ms < sec + 1.0)
+    # the log line is written when the submission RPC ends, a little after the job's submit time
+    # was taken (on a busy ls6 replay once 4 ms into the next second): up to LOG_LAG_S past the
+    # jobcomp second counts, clipped to that second's end
+    ok = ms.notna() & sec.notna() & (ms >= sec - 1e-3) & (ms < sec + 1.0 + LOG_LAG_S)
+    ms = ms.clip(upper=sec + 0.999)
     out["slurm_submit_ms"] = ms.where(ok)
     out.loc[ok, "submit_t"] = t0 + (ms[ok] - origin) * factor
     if "start_t" in out:  # a start recorded in the submission's whole second cannot precede it
@@ -148,6 +158,15 @@ def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool
     return out
 
 
+def _submit_times(df: pd.DataFrame) -> str:
+    """Where the simulator's submission times came from (every replayed job, scored or not)."""
+    ok = df["submit_t"].notna()
+    if "slurm_submit_ms" not in df or not df.loc[ok, "slurm_submit_ms"].notna().any():
+        return "jobcomp (whole seconds)"
+    n, k = int(ok.sum()), int(df.loc[ok, "slurm_submit_ms"].notna().sum())
+    return "slurmctld's log (ms)" if k == n else f"slurmctld's log (ms) for {k} of {n}, jobcomp's seconds for the rest"
+
+
 def same_nodes(both: pd.DataFrame) -> dict | None:
     """Where both sides name each job's nodes (a replay that recorded Slurm's NodeList, scored with
     the named-node backfill): how many compared jobs ran on exactly the same nodes, overall and
@@ -230,8 +249,7 @@ def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
     err = (both["sim_start_t"] - both["start_t"]).abs()
     doc = {
         "sim_config": sim_config(cfg, factor, accounting, sim_backfill).to_dict(), "recalc_t": recalc_t,
-        "submit_times": ("slurmctld's log (ms)" if "slurm_submit_ms" in scored and scored["slurm_submit_ms"].notna().any()
-                         else "jobcomp (whole seconds)"),
+        "submit_times": _submit_times(df),
         "scored": int(len(scored)), "compared": int(len(both)),
         "not_started_slurm": int(scored["start_t"].isna().sum()),
         "not_started_sim": int(scored["sim_start_t"].isna().sum()),

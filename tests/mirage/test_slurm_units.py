@@ -447,21 +447,23 @@ def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp
     log.write_text("[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=16 InitPrio=3008 usec=182\n"
                    "[2026-12-04T20:06:04.074] _slurm_rpc_submit_batch_job: JobId=28 InitPrio=3004 usec=254\n"
                    "[2026-12-04T20:06:04.203] sched/backfill: _start_job: Started JobId=28 in main on n[89-92]\n"
-                   "[2026-12-04T20:06:09.500] _slurm_rpc_submit_batch_job: JobId=30 InitPrio=1 usec=1\n")
+                   "[2026-12-04T20:06:09.500] _slurm_rpc_submit_batch_job: JobId=30 InitPrio=1 usec=1\n"
+                   "[2026-12-04T20:06:07.004] _slurm_rpc_submit_batch_job: JobId=32 InitPrio=1 usec=1\n")
     got = read_submit_log(str(log))
     base = datetime(2026, 12, 4, 20, 6, 3).timestamp()
-    assert set(got) == {"16", "28", "30"} and got["16"] == pytest.approx(base + 0.998)
+    assert set(got) == {"16", "28", "30", "32"} and got["16"] == pytest.approx(base + 0.998)
     assert read_submit_log(str(tmp_path / "none.log")) == {}
-    # jobcomp's whole seconds: 16 at :03, 28 at :04, 30 at :05 (not the log's :09: left as it was), 31 not logged
-    jobs = pd.DataFrame({"slurm_id": ["16", "28", "30", "31"],
-                         "slurm_submit": [base, base + 1, base + 2, base + 3],
-                         "submit_t": [0.0, 120.0, 240.0, 360.0], "start_t": [120.0, 120.0, 240.0, np.nan]})
+    # jobcomp's whole seconds: 16 at :03, 28 at :04, 30 at :05 (not the log's :09: left as it was), 31 not
+    # logged, 32 at :06 with its log line stamped 4 ms into the next second (the RPC ended then)
+    jobs = pd.DataFrame({"slurm_id": ["16", "28", "30", "31", "32"],
+                         "slurm_submit": [base, base + 1, base + 2, base + 3, base + 3],
+                         "submit_t": [0.0, 120.0, 240.0, 360.0, 360.0], "start_t": [120.0, 120.0, 240.0, np.nan, np.nan]})
     out = precise_submits(jobs, got, origin=base, t0=0, factor=120)
-    assert out["submit_t"].tolist() == pytest.approx([0.998 * 120, 1.074 * 120, 240.0, 360.0])
+    assert out["submit_t"].tolist() == pytest.approx([0.998 * 120, 1.074 * 120, 240.0, 360.0, 3.999 * 120])
     # 28 started in the second it was submitted (jobcomp: :04 = 120): not before its submission
     assert out["start_t"].tolist()[:3] == pytest.approx([120.0, 1.074 * 120, 240.0])
-    assert out["slurm_submit_ms"].notna().tolist() == [True, True, False, False]
-    assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0]   # the input is not changed
+    assert out["slurm_submit_ms"].notna().tolist() == [True, True, False, False, True]
+    assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0, 360.0]   # the input is not changed
 
 
 def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_another_backfill(tmp_path):
