@@ -176,7 +176,10 @@ def same_nodes(both: pd.DataFrame) -> dict | None:
     ok = both[both["sim_nodes"].notna() & both["slurm_nodes"].notna()]
     if not len(ok):
         return None
-    same = np.array([parse_hostlist(a) == parse_hostlist(b) for a, b in zip(ok["slurm_nodes"], ok["sim_nodes"])])
+    try:
+        same = np.array([parse_hostlist(a) == parse_hostlist(b) for a, b in zip(ok["slurm_nodes"], ok["sim_nodes"])])
+    except ValueError:  # a cluster whose nodes are not the local cluster's n1..nN: nothing to compare
+        return None
     close = ((ok["sim_start_t"] - ok["start_t"]).abs() <= 3600).to_numpy()
     return {"jobs": int(len(ok)), "same": int(same.sum()), "within_1h": int(close.sum()),
             "same_within_1h": int((same & close).sum())}

@@ -514,3 +514,14 @@ def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_anot
     with pytest.raises(StepError, match="no submission of this replay's jobs"):
         fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "z"), "--slurm-log", str(other)]))
     assert not (tmp_path / "z" / "fidelity_slurm.json").exists()   # nothing committed
+
+
+def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
+    from mirage_tasks.slurm.compare import same_nodes
+
+    both = pd.DataFrame({"slurm_nodes": ["n[1-3]", "n5", "n[7-8]", None], "sim_nodes": ["n[1-3]", "n6", "n[7-8]", "n1"],
+                         "start_t": [0.0, 0.0, 0.0, 0.0], "sim_start_t": [0.0, 100.0, 7200.0, 0.0]})
+    assert same_nodes(both) == {"jobs": 3, "same": 2, "within_1h": 2, "same_within_1h": 1}
+    assert same_nodes(both.drop(columns="sim_nodes")) is None          # not a named-node comparison
+    foreign = both.assign(slurm_nodes=["gpu[001-003]", "gpu005", "gpu[007-008]", None])
+    assert same_nodes(foreign) is None                                  # another cluster's names
