@@ -654,28 +654,10 @@ class Simulator:
         blocked_before = False
         started = False
         started_ids: list[int] = []
-        # need[k]: fewest nodes any job from position k on could start with (user-blocked
-        # jobs excluded; users only get more blocked during the pass). Once that exceeds
-        # the nodes free now, later reservations cannot change anything: stop.
-        big = 1 << 60
         ub = self._user_blocked
-        # needd[k]: shortest planned run among them. A job (n, d) that cannot start now
-        # proves that no later job with >= n nodes and >= d run time can (the free-node
-        # profile only shrinks during a pass): when that covers every later job, stop.
-        nq = len(order)
-        need = [big] * (nq + 1)
-        needd = [big] * (nq + 1)
         if not fast:
             blk = [limits and ub(j) for j in order] if limits else None
-        for k in range(nq - 1, -1, -1):
-            j = order[k]
-            if limits and blk[k]:
-                need[k], needd[k] = need[k + 1], needd[k + 1]
-            else:
-                n = nodes[j]
-                d = plan[j]
-                need[k] = n if n < need[k + 1] else need[k + 1]
-                needd[k] = d if d < needd[k + 1] else needd[k + 1]
+        need, needd = self._stop_bounds(order, blk)
         for k, j in enumerate(order):
             if need[k] > F[0]:
                 break
@@ -734,6 +716,31 @@ class Simulator:
                 break
         if started:
             self._drop_started(started_ids)
+
+    def _stop_bounds(self, order: list[int], blk: list[bool] | None) -> tuple[list[int], list[int]]:
+        """The pass's two stopping rules, per position ``k`` of ``order`` (``blk``: the jobs whose
+        user is at a limit, skipped; None without limits). ``need[k]``: the fewest nodes any job
+        from ``k`` on could start with (users only get more blocked during a pass): once that
+        exceeds the nodes free now, later reservations cannot change anything. ``needd[k]``: the
+        shortest planned run among them: a job (n, d) that cannot start now proves that no later
+        job with >= n nodes and >= d run time can (a pass only takes nodes away), so when that
+        covers every later job the pass may stop."""
+        nodes = self.j_nodes
+        plan = self.j_plan
+        big = 1 << 60
+        nq = len(order)
+        need = [big] * (nq + 1)
+        needd = [big] * (nq + 1)
+        for k in range(nq - 1, -1, -1):
+            if blk is not None and blk[k]:
+                need[k], needd[k] = need[k + 1], needd[k + 1]
+            else:
+                j = order[k]
+                n = nodes[j]
+                d = plan[j]
+                need[k] = n if n < need[k + 1] else need[k + 1]
+                needd[k] = d if d < needd[k + 1] else needd[k + 1]
+        return need, needd
 
     def _profile(self) -> tuple[list[int], list[int]]:
         """Free nodes over time from the running jobs' planned ends: ``T[i]`` breakpoints

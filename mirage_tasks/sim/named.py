@@ -187,20 +187,10 @@ class NamedNodes:
         reserve_left = self.bf_reservations
         ub = self._user_blocked
         blk = [ub(j) for j in order] if limits else None
-        # need/needd as in Simulator._backfill: both stopping rules hold on bitmaps (a pass only
-        # takes nodes away, and a job that cannot start now proves it for every later job at
-        # least as big and as long: its nodes must be free over a window that contains ours)
-        big = 1 << 60
-        nq = len(order)
-        need = [big] * (nq + 1)
-        needd = [big] * (nq + 1)
-        for k in range(nq - 1, -1, -1):
-            if limits and blk[k]:
-                need[k], needd[k] = need[k + 1], needd[k + 1]
-            else:
-                j = order[k]
-                need[k] = min(nodes[j], need[k + 1])
-                needd[k] = min(plan[j], needd[k + 1])
+        # both stopping rules hold on bitmaps too (a pass only takes nodes away, and a job that
+        # cannot start now proves it for every later job at least as big and as long: its nodes
+        # must be free over a window that contains ours)
+        need, needd = self._stop_bounds(order, blk)
         blocked_before = False
         started = False
         started_ids: list[int] = []

@@ -30,7 +30,7 @@ import pandas as pd
 from ..calibration.fidelity import metrics
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
-from ..sim.named import hostlist, parse_hostlist
+from ..sim.named import NamedNodes, hostlist, parse_hostlist
 from .conf import back_to_sim
 
 
@@ -131,7 +131,7 @@ def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool
     t0 = int(np.floor(ok["submit_t"].min()))
     sim = Simulator(scfg, t0)
     sim.static_default = 0.0
-    named = hasattr(sim, "j_mask")  # a named-node backfill: record where each job ran
+    named = isinstance(sim, NamedNodes)  # a named-node backfill: record where each job ran
     if named:
         sim.placed = {}
     align_recalc(sim, recalc_t)

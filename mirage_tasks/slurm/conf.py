@@ -75,6 +75,10 @@ class Paths:
         return f"{self.root}/log/jobcomp.txt"
 
     @property
+    def ctld_log(self) -> str:
+        return f"{self.root}/log/slurmctld.log"
+
+    @property
     def pids(self) -> str:
         return f"{self.root}/pids"
 
@@ -308,7 +312,7 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         f"SlurmdSpoolDir={paths.spool}/%n",
         f"SlurmctldPidFile={paths.pids}/slurmctld.pid",
         f"SlurmdPidFile={paths.pids}/slurmd-%n.pid",
-        f"SlurmctldLogFile={paths.logs}/slurmctld.log",
+        f"SlurmctldLogFile={paths.ctld_log}",
         f"SlurmdLogFile={paths.logs}/slurmd-%n.log",
         "SlurmctldDebug=info",
         *([f"DebugFlags={debug_flags}"] if debug_flags else []),

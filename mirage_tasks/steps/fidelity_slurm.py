@@ -83,12 +83,13 @@ def run(args: argparse.Namespace) -> int:
             raise StepError(f"--slurm-state {args.slurm_state}: no priority_last_decay_ran there (not a slurmctld "
                             "StateSaveLocation with priority/multifactor)")
     recalc_t = None
+    if run.get("priority_recalc_epoch") is not None or args.slurm_log:
+        t0 = int(parse_time(doc["from"], f"{meta_uri}: from").timestamp())
     if run.get("priority_recalc_epoch") is not None:
-        recalc_t = recalc_trace_t(run, int(parse_time(doc["from"], f"{meta_uri}: from").timestamp()), factor)
+        recalc_t = recalc_trace_t(run, t0, factor)
     if args.slurm_log:
         from ..slurm.queue import read_submit_log
 
-        t0 = int(parse_time(doc["from"], f"{meta_uri}: from").timestamp())
         jobs = cmp.precise_submits(jobs, read_submit_log(args.slurm_log), float(run["origin_epoch"]), t0, factor)
         if not jobs["slurm_submit_ms"].notna().any():
             raise StepError(f"--slurm-log {args.slurm_log}: no submission of this replay's jobs found there")

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 from ..slurm.compare import precise_submits
                 from ..slurm.queue import read_submit_log
 
-                session.bg_out = precise_submits(session.bg_out, read_submit_log(f"{cluster.paths.logs}/slurmctld.log"),
+                session.bg_out = precise_submits(session.bg_out, read_submit_log(cluster.paths.ctld_log),
                                                  session.bg_facts["origin_epoch"], session.t0, args.factor)
     finally:
         if cluster is not None:

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if cluster is not None:  # slurmctld's submission instants to the ms (jobcomp has whole seconds)
             from ..slurm.queue import read_submit_log
 
-            out = cmp.precise_submits(out, read_submit_log(f"{cluster.paths.logs}/slurmctld.log"),
+            out = cmp.precise_submits(out, read_submit_log(cluster.paths.ctld_log),
                                       facts["origin_epoch"], t0, args.factor)
     finally:
         if cluster is not None:
