@@ -44,21 +44,34 @@ def replay(prefixes):
 
 
 def keeper(prefixes):
-    print("| run | policy | pred wait (h) | decision lead (h) | signed interruption (h) | wasted node-h | forced "
+    """Every link of every run, then the summary over all of them (a chain of one run is one
+    bootstrap unit; the policies are paired on the same run, chain and link)."""
+    from mirage_tasks.slurm.keeper_stats import markdown, summary
+
+    print("| run | policy | chain | pred wait (h) | decision lead (h) | signed interruption (h) | wasted node-h | forced "
           "| sim: lead (h) | sim: signed (h) | sim: wasted node-h | model output at submit (h) |")
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
+    frames, factors, nodes = [], set(), set()
     for p in prefixes:
         f = pd.read_parquet(f"{p}/links.parquet")
         k = json.load(open(f"{p}/keeper.json"))
         fac = k["factor"]
+        factors.add(fac)
+        nodes.add(k["node"])
+        frames.append(f.assign(run=p.split("/")[-1]))
         for r in f.to_dict("records"):
             pw = (r["pred_start"] - r["pred_submit"]) * fac / 3600
-            print(f"| {p.split('/')[-1]} | {r['policy']} | {pw:.2f} | {r['decision_lead_trace_h']:.2f} | "
+            print(f"| {p.split('/')[-1]} | {r['policy']} | {r.get('chain', 0)} | {pw:.2f} | {r['decision_lead_trace_h']:.2f} | "
                   f"{r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | {r['forced']} | "
                   f"{r.get('sim_decision_lead_h', float('nan')):.2f} | {r.get('sim_signed_interruption_h', float('nan')):+.2f} | "
                   f"{r.get('sim_wasted_node_h', float('nan')):.2f} | {_f(r.get('model_output'), '{:+.2f}')} |")
         print(f"<!-- {p}: load {k['facts']['loadavg_start']} -> {k['facts']['loadavg_end']}, cpu {k['facts']['cpu_s']} s, "
               f"errors {k['facts']['errors']} -->")
+    if len(factors) != 1 or len(nodes) != 1:
+        print(f"<!-- no summary: the runs differ in factor {sorted(factors)} or node {sorted(nodes)} -->")
+        return
+    print()
+    print("\n".join(markdown(summary(pd.concat(frames, ignore_index=True), factors.pop(), nodes.pop()))))
 
 
 def _starts(p):

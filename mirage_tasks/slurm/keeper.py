@@ -77,6 +77,7 @@ class Keeper:
     links: int = 1
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
     tag: str = "svc"
+    chain: int = 0                   # which of a session's chains of this policy (results and log lines say it)
     nice: int = 0
     partition: str | None = None
     account: str | None = None
@@ -100,11 +101,11 @@ class Keeper:
         self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
         from .replay import Progress
 
-        self.progress = Progress(f"keeper {self.policy}")
+        self.progress = Progress(f"keeper {self.policy}" + (f" chain {self.chain}" if self.chain else ""))
 
     # ------------------------------------------------------------------ slurm
     def _log(self, rec: dict) -> None:
-        rec = {"t": round(self.clock(), 3), "policy": self.policy, **rec}
+        rec = {"t": round(self.clock(), 3), "policy": self.policy, "chain": self.chain, **rec}
         if self.log_path:
             with open(self.log_path, "a") as fh:
                 fh.write(json.dumps(rec, default=float) + "\n")
@@ -249,7 +250,7 @@ class Keeper:
                 self.sleep(min(1.0, step_real))
             pend = link.pred_start + self.run_s
             signed = (link.succ_start - pend) * self.scale / 3600
-            res = {"link": k, "policy": self.policy, "pred": link.pred, "succ": link.succ,
+            res = {"link": k, "policy": self.policy, "chain": self.chain, "pred": link.pred, "succ": link.succ,
                    "pred_submit": link.pred_submit, "pred_start": link.pred_start, "pred_end": pend,
                    "succ_submit": link.succ_submit, "succ_start": link.succ_start,
                    "decision_lead_trace_h": (pend - link.succ_submit) * self.scale / 3600,

@@ -125,7 +125,7 @@ def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str, accounts: bo
 def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0: int, tag: str = "mr",
         drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp",
         stop=None, submitted: dict[int, str] | None = None, progress_s: float = 60.0,
-        accounts: bool = False) -> tuple[pd.DataFrame, dict]:
+        accounts: bool = False, hold: bool = False) -> tuple[pd.DataFrame, dict]:
     """Submit ``jobs`` (from :func:`plan`) on schedule, wait until every scored job has started
     (or ``drain_s`` real seconds after the last submission), record Slurm's times, cancel
     what is left of *these* jobs. Returns (jobs with Slurm times, run facts). ``stop`` (a
@@ -134,7 +134,13 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
     caller can cancel them; if the submissions or the wait end by an exception (SIGTERM's
     :class:`stepkit.pool.Terminated` included) every job submitted so far is cancelled first.
     Progress is logged at least every ``progress_s`` seconds. ``accounts``: each job names its
-    trace user's account (:func:`~.conf.account_of`; a cluster started with accounting)."""
+    trace user's account (:func:`~.conf.account_of`; a cluster started with accounting).
+    ``hold`` (a background, with ``stop``): after the last submission every job is left to run
+    or wait until ``stop`` is set, however long that is (``drain_s`` and the scored jobs' starts
+    do not end it): the workload a kept service is judged in must not vanish while a chain is
+    still running because the window's submissions ran out."""
+    if hold and stop is None:
+        raise ValueError("hold=True needs a stop event: nothing else would end the replay")
     todo = jobs[~jobs["too_big"]].sort_values("offset_real_s", kind="stable")
     ids: dict[int, str] = {} if submitted is None else submitted
     lateness = []
@@ -162,7 +168,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
         last_sub = time.time()
         scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}
         started: dict[str, float] = {}
-        deadline = last_sub + drain_s
+        deadline = math.inf if hold else last_sub + drain_s
         ours = set(ids.values())
         while time.time() < deadline and not (stop is not None and stop.is_set()):
             q = {j.job_id: j for j in squeue(env)}
@@ -172,11 +178,18 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
                     started.setdefault(jid, j.start)
                 elif j is None:
                     started.setdefault(jid, float("nan"))  # finished: the jobcomp log has it
-            if scored <= started.keys():
+            if hold:  # only ``stop`` ends a held background
+                said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} "
+                                   "scored jobs started; held until the session stops")
+            elif scored <= started.keys():
                 break
-            said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} scored "
-                               f"jobs started; waiting up to {deadline - time.time():.0f} s more")
-            time.sleep(poll_s)
+            else:
+                said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} "
+                                   f"scored jobs started; waiting up to {deadline - time.time():.0f} s more")
+            if stop is not None:
+                stop.wait(poll_s)
+            else:
+                time.sleep(poll_s)
     except BaseException:  # SIGTERM (Terminated), a failed client call: these jobs are cancelled before it leaves
         cancel_ours(ids.values(), env)
         raise

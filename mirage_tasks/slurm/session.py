@@ -31,13 +31,18 @@ class Stopped(BaseException):
 class Session:
     """The chains and their background. ``keeper`` holds the :class:`~.keeper.Keeper` keyword
     arguments every chain shares (node, service_s, scale, step_s, links, nice, partition,
-    account, log_path, stop_chain); ``decide`` is the model's decision function (policy model)."""
+    account, log_path, stop_chain); ``decide`` is the model's decision function (policy model).
+    ``chains`` chains per policy; chain ``c`` of every policy starts ``c * stagger_s`` trace
+    seconds after the first (the chains of one index start together, so the policies are
+    paired on them), its jobs named ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
 
     env: dict[str, str]
     jobcomp: str | None
     policies: list[str]
     keeper: dict[str, Any]
     decide: Callable | None = None
+    chains: int = 1
+    stagger_s: float = 0.0                   # trace seconds between the starts of chains c and c + 1
     background: pd.DataFrame | None = None   # a replay plan (:func:`.replay.plan`), or none
     t0: int = 0                              # the background window's start (trace time)
     accounting: bool = False                 # the background's jobs name their users' accounts
@@ -70,7 +75,8 @@ class Session:
 
                     try:
                         box["out"] = replay_run(jobs, self.env, self.jobcomp, self.keeper["scale"], self.t0, tag="bg",
-                                                drain_s=0.0, stop=stop, submitted=bg_ids, accounts=self.accounting)
+                                                drain_s=0.0, stop=stop, submitted=bg_ids, accounts=self.accounting,
+                                                hold=True)
                     except Exception as exc:  # reported below
                         box["error"] = repr(exc)
 
@@ -81,20 +87,28 @@ class Session:
                     time.sleep(0.5)
                     if _submitted_warm(self.env, warm):
                         break
-            keepers = {p: kp.Keeper(env=self.env, policy=p, decide=self.decide if p == "model" else None,
-                                    tag=f"svc-{p}", sleep=nap, **self.keeper) for p in self.policies}
+            keepers = {(p, c): kp.Keeper(env=self.env, policy=p, decide=self.decide if p == "model" else None,
+                                         tag=f"svc-{p}" + (f"-c{c}" if c else ""), chain=c, sleep=nap, **self.keeper)
+                       for c in range(self.chains) for p in self.policies}
+            scale = float(self.keeper.get("scale", 1.0))
+            lock = threading.Lock()
 
-            def _keep(p: str) -> None:
+            def _keep(p: str, c: int) -> None:
                 try:
-                    self.results[p] = keepers[p].run(deadline_s=deadline_s)
+                    if c and self.stagger_s > 0:
+                        nap(c * self.stagger_s / scale)
+                    rows = keepers[p, c].run(deadline_s=deadline_s)
+                    with lock:
+                        self.results.setdefault(p, []).extend(rows)
                 except Stopped:
                     pass
                 except Exception as exc:
-                    self.errors[p] = repr(exc)
+                    with lock:
+                        self.errors[p if self.chains == 1 else f"{p}[{c}]"] = repr(exc)
 
-            threads = [threading.Thread(target=_keep, args=(p,), daemon=True) for p in self.policies]
-            for p, t in zip(self.policies, threads):
-                keepers[p].thread = t
+            threads = [threading.Thread(target=_keep, args=key, daemon=True) for key in keepers]
+            for key, t in zip(keepers, threads):
+                keepers[key].thread = t
             for t in threads:
                 t.start()
             for t in threads:
@@ -121,7 +135,8 @@ class Session:
     def links(self, cfg: Any, factor: float, service_s: int, node: int, nice: int, step_s: int) -> pd.DataFrame:
         """One row per link and policy, with the simulator's prediction for each chain's first
         link beside it where a background was replayed."""
-        rows = [r for p in self.policies for r in self.results.get(p, [])]
+        rows = sorted((r for p in self.policies for r in self.results.get(p, [])),
+                      key=lambda r: (self.policies.index(r["policy"]), r.get("chain", 0), r["link"]))
         frame = pd.DataFrame(rows)
         if self.bg_out is None or not len(frame):
             return frame
@@ -135,11 +150,13 @@ class Session:
             if r["link"] != 0:
                 continue
             ps_t = self.t0 + (r["pred_submit"] - origin) * factor
-            sims.append({"policy": r["policy"], "link": 0,
+            sims.append({"policy": r["policy"], "chain": r.get("chain", 0), "link": 0,
                          **predict(self.bg_out, cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
                                    self.decide if r["policy"] == "model" else None, int(step_s),
                                    accounting=self.accounting, recalc_t=recalc_t)})
-        return frame.merge(pd.DataFrame(sims), on=["policy", "link"], how="left")
+        if "chain" not in frame:
+            frame["chain"] = 0
+        return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")
 
 
 def threads_of(keepers: dict) -> list:
@@ -156,15 +173,20 @@ def _submitted_warm(env: dict, n: int) -> bool:
 
 
 def markdown(frame: pd.DataFrame, policy: str, node: int, service_hours: float, factor: float, facts: dict) -> str:
-    """``keeper.md``: one row per link, the real and the simulated interruption side by side."""
-    lines = [f"# Service keeper: policies {policy}, {node} node(s), {service_hours:g} h jobs, x{factor:g}", "",
-             "| policy | link | signed interruption (h) | wasted node-h | decision lead (h) | forced | simulator: signed (h) "
-             "| simulator: wasted node-h |", "|---|---|---|---|---|---|---|---|"]
+    """``keeper.md``: the per-policy summary with intervals (:mod:`.keeper_stats`), then one row
+    per link, the real and the simulated interruption side by side."""
+    from .keeper_stats import markdown as summary_md, summary
+
+    lines = [f"# Service keeper: policies {policy}, {node} node(s), {service_hours:g} h jobs, x{factor:g}", ""]
+    lines += summary_md(summary(frame, factor, node)) + [""] if len(frame) else []
+    lines += ["| policy | chain | link | signed interruption (h) | wasted node-h | decision lead (h) | forced "
+              "| simulator: signed (h) | simulator: wasted node-h |", "|---|---|---|---|---|---|---|---|---|"]
     for r in frame.to_dict("records"):
         sim = r.get("sim_signed_interruption_h", float("nan"))
         simw = r.get("sim_wasted_node_h", float("nan"))
-        lines.append(f"| {r['policy']} | {r['link']} | {r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | "
-                     f"{r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | {simw:.2f} |")
+        lines.append(f"| {r['policy']} | {r.get('chain', 0)} | {r['link']} | {r['signed_interruption_h']:+.2f} | "
+                     f"{r['wasted_node_h']:.2f} | {r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | "
+                     f"{simw:.2f} |")
     lines += ["", f"load {facts['loadavg_start']} -> {facts['loadavg_end']}, keeper CPU {facts['cpu_s']} s, "
               f"errors {facts['errors'] or 'none'}", ""]
     return "\n".join(lines)

@@ -2,7 +2,9 @@
 
 Runs the service keeper (:mod:`mirage_tasks.slurm.keeper`) for ``--links`` successions of a
 chain of ``--node``-node jobs of ``--service-hours`` each, with one or more policies
-(``--policy model,reactive,avg``: one chain per policy, side by side on the same cluster).
+(``--policy model,reactive,avg``: ``--chains`` chains per policy, one by default, side by side on
+the same cluster; chain ``c`` of every policy starts ``c x --stagger-hours`` after the first,
+so the policies are paired on the chains started together).
 
 Against a real cluster: ``SLURM_CONF`` (or ``--slurm-conf``) names it, ``--factor 1``,
 ``--partition``/``--account`` say where and as whom; the keeper submits as the user it runs
@@ -14,8 +16,11 @@ trace window on it (time-compressed) while the chains run; afterwards the simula
 predicts each chain from the same background (:mod:`mirage_tasks.slurm.keeper_sim`), and
 the result rows hold the real and the predicted interruption side by side.
 
-Outputs: ``links.parquet`` (one row per link and policy, real and simulated),
-``decisions.jsonl`` (every decision with its inputs), ``keeper.json``, ``keeper.md``.
+Outputs: ``links.parquet`` (one row per link, chain and policy, real and simulated),
+``decisions.jsonl`` (every decision with its inputs), ``keeper.json`` (with ``summary``: per
+policy, the mean interruption, interrupted share, waste and objective with intervals, and
+the paired difference to reactive and avg, :mod:`mirage_tasks.slurm.keeper_stats`),
+``keeper.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import time
 
@@ -33,10 +39,12 @@ from ..data.schema import parse_time, read_trace
 from ..data.times import hours_to_s
 from ..sim.config import add_config_arguments, config_from_args
 
+log = logging.getLogger(__name__)
 
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
-          "step_s": (1, 86400), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
+          "step_s": (1, 86400), "chains": (1, 1000),
+          "stagger_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg or a comma list (one chain each)")
@@ -44,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", type=int, default=1, help="nodes of each service job")
     p.add_argument("--service-hours", type=float, default=48.0, help="time limit (= run time) of each job, hours")
     p.add_argument("--links", type=int, default=1, help="successions to keep")
+    p.add_argument("--chains", type=int, default=1,
+                   help="chains per policy (1); chain c of every policy starts c x --stagger-hours after the first, "
+                        "so the policies are paired on chains started together; at most policies x chains "
+                        "service jobs run at once, so keep that small against the cluster's nodes")
+    p.add_argument("--stagger-hours", type=float, default=0.0,
+                   help="trace hours between the starts of successive chains (0: all at once)")
     p.add_argument("--factor", type=float, default=1.0, help="time compression of the cluster (1 = a real cluster)")
     p.add_argument("--step-s", type=float, default=600.0, help="trace seconds between queue readings (600)")
     p.add_argument("--nice", type=int, default=None,
@@ -76,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [x for x in policies if x not in kp.POLICIES]
     if bad or not policies:
         raise StepError(f"--policy {args.policy!r}: choose from {kp.POLICIES}")
+    if len(set(policies)) < len(policies):
+        raise StepError(f"--policy {args.policy!r} names a policy twice (more chains of one policy: --chains)")
     if "model" in policies and not args.model:
         raise StepError("--policy model needs --model URI (a train output; mirage_service's param model), "
                         "or --policy reactive or avg")
@@ -107,6 +123,15 @@ def run(args: argparse.Namespace) -> int:
             from ..slurm.cluster import check_local_size
 
             check_local_size(cfg)
+        at_once = len(policies) * args.chains * args.node
+        if at_once > cfg.nodes:
+            raise StepError(f"--policy {args.policy} x --chains {args.chains} x --node {args.node} = {at_once} service "
+                            f"nodes at once, more than the cluster's {cfg.nodes}: fewer chains, a --stagger-hours, or "
+                            "more --nodes")
+        if bg and at_once > 0.1 * cfg.nodes and args.stagger_hours == 0:
+            log.warning("%d service nodes at once on %d: the chains take %.0f %% of the cluster from the background "
+                        "they are judged in (stagger them, or run fewer per window over more windows)", at_once,
+                        cfg.nodes, 100.0 * at_once / cfg.nodes)
         if args.trace:
             wl = Workload.from_frame(df, cfg.procs_per_node or None)
         if bg:
@@ -121,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
             if why:
                 raise StepError(why)
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
-              and not (k == "accounting" and not v)}  # off: the keys of earlier runs stay as they were
+              and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
+              and not (k == "stagger_hours" and v == 0)}  # at their defaults: the keys of earlier runs stay
     step = Step("keep-service", args.out, __version__, params, inputs=[x for x in (args.trace, args.model) if x])
     if step.skip():
         return 0
@@ -166,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from ..slurm.session import Session, markdown
 
     session = Session(env=env, jobcomp=jobcomp, policies=policies, decide=decide, background=bg_plan,
+                      chains=args.chains, stagger_s=hours_to_s(args.stagger_hours),
                       t0=t0 if bg else 0, accounting=args.accounting, owns_cluster=cluster is not None,
                       keeper={"node": args.node, "service_s": service_s, "scale": args.factor, "step_s": args.step_s,
                               "links": args.links, "nice": nice, "partition": args.partition,
@@ -193,7 +220,10 @@ def run(args: argparse.Namespace) -> int:
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
              "cpu_s": round(time.process_time() - t_cpu, 2), "errors": errors, "nice": nice, "model": model_info,
              "background": bg_facts}
-    step.write_json("keeper.json", {**params, "facts": facts, "links": json.loads(frame.to_json(orient="records"))})
+    from ..slurm.keeper_stats import jsonable, summary
+
+    step.write_json("keeper.json", {**params, "facts": facts, "summary": jsonable(summary(frame, args.factor, args.node)),
+                                    "links": json.loads(frame.to_json(orient="records"))})
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     step.write_bytes("links.parquet", buf.getvalue())
@@ -201,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     step.write_bytes("keeper.md", markdown(frame, args.policy, args.node, args.service_hours, args.factor,
                                            facts).encode())
     for r in frame.to_dict("records"):
-        print(f"keep-service {r['policy']} link {r['link']}: interruption {r['signed_interruption_h']:+.2f} h "
+        print(f"keep-service {r['policy']} chain {r.get('chain', 0)} link {r['link']}: interruption {r['signed_interruption_h']:+.2f} h "
               f"(simulator {r.get('sim_signed_interruption_h', float('nan')):+.2f} h), wasted "
               f"{r['wasted_node_h']:.2f} node-h", flush=True)
     step.commit(summary={"links": len(frame), "errors": errors})

@@ -76,6 +76,17 @@ def test_replay_slurm_and_keep_service_windows_outside_the_trace_exit_2(trace, t
              names="--background-from/--background-to")
 
 
+def test_keep_service_with_more_service_nodes_at_once_than_the_cluster_has_exits_2(trace, tmp_path, capsys):
+    """2 policies x 5 chains of 1 node on 8 nodes: refused before a cluster starts, naming the
+    flags; so is a policy named twice."""
+    out = tmp_path / "k"
+    _refused(capsys, out, "keep-service", "--policy", "reactive,reactive", "--out", out, names="--chains")
+    _refused(capsys, out, "keep-service", "--policy", "reactive,avg", "--chains", "5", "--trace", trace,
+             "--slurm-root", tmp_path / "slurm", "--background-from", iso(T0 + DAY), "--background-to",
+             iso(T0 + 2 * DAY), "--nodes", "8", "--out", out, names="--chains")
+    assert not (tmp_path / "slurm").exists()
+
+
 def test_the_shared_window_check():
     first, last = T0, T0 + 5 * DAY + 100
     assert window_outside_trace(first, last, T0 + DAY, T0 + 2 * DAY, "--w") is None
@@ -112,6 +123,8 @@ def test_non_numeric_or_non_positive_node_lists_exit_2(trace, tmp_path, capsys, 
     ("keep-service", ["--policy", "reactive", "--node", "0"], "--node"),
     ("keep-service", ["--policy", "reactive", "--node", "-3"], "--node"),
     ("keep-service", ["--policy", "reactive", "--step-s", "-1"], "--step-s"),
+    ("keep-service", ["--policy", "reactive", "--chains", "0"], "--chains"),
+    ("keep-service", ["--policy", "reactive", "--stagger-hours", "-1"], "--stagger-hours"),
     ("replay-slurm", ["--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor", "0"], "--factor"),
     ("replay-slurm", ["--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor", "60",
                       "--drain", "-5"], "--drain"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -162,3 +163,68 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
             assert doc["same_nodes"] == {"jobs": 5, "same": 5, "within_1h": 5, "same_within_1h": 5}
     assert got["conservative"]["B"] > 0.7          # the count starts B about 50 min early
     assert got["named"].max() < 0.1, dict(got["named"])
+
+
+def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_path):
+    """keep-service through its command line (the measurement mode: a local 4-node Slurm at
+    x120, a background replayed while two chains per policy run, the second started half a
+    trace hour after the first). The background holds the whole cluster until 3 h in (a
+    running 4-node job; its 1 h window submits one more job, of a lower priority than the
+    service's, at 10 min), so every predecessor waits for it, and that window's submissions
+    end long before the chains do.
+
+    * The background stays until the chains are done: every successor started before the
+      background's jobs were cancelled. (Before, a background was cancelled once its window's
+      jobs had started, and the predecessors then started at once, where the simulator, whose
+      background goes on, predicted the wait: 39 h against 1.9 h on an 8-node check.)
+    * The simulator's prediction of each chain's predecessor start agrees with Slurm's.
+    * Each chain has its own job names, links and decision lines, and keeper.json's summary
+      pairs the policies on them."""
+    import json
+    import subprocess
+    import sys
+
+    from test_sim_support import frame, write_committed_trace
+
+    from mirage_tasks.data.times import iso
+
+    h, m = 3600, 60
+    t0 = 1_700_006_400
+    trace = write_committed_trace(tmp_path / "trace", frame([
+        {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 4, "priority": 3000},
+        {"submit": t0 + 10 * m, "start": t0 + 3 * h, "end": t0 + 4 * h, "limit": 2 * h, "nodes": 1, "priority": 1000},
+        {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
+    out = tmp_path / "out"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--policy", "reactive,avg",
+                           "--chains", "2", "--stagger-hours", "0.5", "--node", "1", "--service-hours", "2",
+                           "--factor", "120", "--slurm-root", str(tmp_path / "slurm"), "--trace", trace,
+                           "--background-from", iso(t0), "--background-to", iso(t0 + h), "--nodes", "4",
+                           "--cluster-config", "ls6", "--stop-chain", "--deadline-s", "900", "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    k = json.loads((out / "keeper.json").read_text())
+    links = pd.DataFrame(k["links"])
+    assert sorted(zip(links["policy"], links["chain"])) == [("avg", 0), ("avg", 1), ("reactive", 0), ("reactive", 1)]
+    bg = k["facts"]["background"]
+    origin, fac = bg["origin_epoch"], k["factor"]
+    assert bg["submissions"] == 2  # the running job and the window's job (the 3rd is after the window)
+    # held: cancelled only after every successor had started (it was gone at about 10 min before)
+    assert origin + bg["wall_s"] >= links["succ_start"].max(), (bg, links[["succ_start"]])
+    pred_wait_h = (links["pred_start"] - links["pred_submit"]) * fac / h
+    pred_start_t = t0 + (links["pred_start"] - origin) * fac
+    assert (pred_start_t >= t0 + 2.9 * h).all(), pred_start_t  # waited for the background's 3 h
+    assert ((pred_start_t - links["sim_pred_start"]).abs() <= 0.5 * h).all(), \
+        (list(pred_start_t), list(links["sim_pred_start"]), list(pred_wait_h))
+    # the second chains started half an hour after the first (a few real seconds of slack, x120)
+    sub_t = (links["pred_submit"] - origin) * fac
+    c0, c1 = sub_t[links["chain"] == 0], sub_t[links["chain"] == 1]
+    assert 0.4 * h <= c1.min() - c0.max() and c1.max() - c0.min() <= 0.75 * h, (list(c0), list(c1))
+    names = (tmp_path / "slurm" / "log" / "jobcomp.txt").read_text()
+    assert all(f"Name=svc-{p}-{c}0 " in names for p in ("avg", "reactive") for c in ("", "c1-")), names
+    decisions = [json.loads(x) for x in (out / "decisions.jsonl").read_text().splitlines()]
+    assert {d["chain"] for d in decisions if d["event"] == "decision"} == {0, 1}
+    s = {r["policy"]: r for r in k["summary"]}
+    assert s["avg"]["links"] == 2 and s["avg"]["chains"] == 2 and s["avg"]["vs_reactive_n"] == 2
+    assert "| reactive | 1 | 2 | 2 |" in (out / "keeper.md").read_text()

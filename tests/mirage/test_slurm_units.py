@@ -525,3 +525,53 @@ def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
     assert same_nodes(both.drop(columns="sim_nodes")) is None          # not a named-node comparison
     foreign = both.assign(slurm_nodes=["gpu[001-003]", "gpu005", "gpu[007-008]", None])
     assert same_nodes(foreign) is None                                  # another cluster's names
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, tmp_path, hold):
+    """A kept service's background (replay.run with hold=True, as slurm.session runs it) leaves
+    every job it submitted to run until the session's stop event, even when its window's
+    submissions ran out long before and all its scored jobs started; only then it cancels
+    them. Without hold the replay cancels them as soon as the scored jobs have started: the
+    keep-service runs measured before this change lost their background then (a predecessor
+    on an 8-node cluster started 1.9 trace h in, when the background vanished, where the
+    simulator, whose background goes on, predicted 39 h)."""
+    import threading
+    import time
+
+    calls: list[tuple[float, list[str]]] = []
+    ids = iter(range(1, 100))
+
+    def client(args, env=None, timeout=60):
+        if args[0] == "sbatch":
+            return f"{next(ids)}\n"
+        calls.append((time.monotonic(), list(args)))
+        return ""
+
+    monkeypatch.setattr(replay, "run_client", client)
+    monkeypatch.setattr(replay, "squeue", lambda env=None: [QJob(str(i), "RUNNING", 1, 600, 0.0, 1.0, "u", "bg")
+                                                            for i in (1, 2)])
+    (tmp_path / "jobcomp.txt").write_text("")
+    monkeypatch.setattr(replay, "read_jobcomp", lambda path: {str(i): {"JobState": "CANCELLED"} for i in (1, 2)})
+    jobs = pd.DataFrame([{"trace_job_id": str(k), "kind": kind, "user": 0, "nodes": 1, "limit_min": 10,
+                          "sleep_s": 600.0, "nice": 0, "offset_real_s": 0.0, "too_big": False, "priority": 0.0}
+                         for k, kind in ((1, "running_at_start"), (2, "window"))])
+    stop = threading.Event()
+    set_at = time.monotonic() + 2.5
+    threading.Timer(2.5, stop.set).start()
+    t = time.monotonic()
+    out, facts = replay.run(jobs, {}, str(tmp_path / "jobcomp.txt"), 60.0, 0, tag="bg", drain_s=0.0, stop=stop,
+                            poll_s=0.1, hold=hold)
+    cancels = [(at, a) for at, a in calls if a[0] == "scancel"]
+    assert cancels and sorted(cancels[0][1][1:]) == ["1", "2"]  # every job of its own, once, at the end
+    if hold:
+        assert cancels[0][0] >= set_at - 0.05, "a held background was cancelled before the session stopped"
+    else:
+        assert cancels[0][0] - t < 2.0  # the old behaviour: gone as soon as the scored job had started
+        stop.set()
+    assert facts["cancelled_at_end"] == 2
+
+
+def test_hold_without_a_stop_event_is_refused():
+    with pytest.raises(ValueError, match="stop event"):
+        replay.run(pd.DataFrame(), {}, "/nonexistent", 60.0, 0, hold=True)
