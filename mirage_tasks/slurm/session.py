@@ -52,6 +52,7 @@ class Session:
     bg_out: pd.DataFrame | None = None
     bg_facts: dict | None = None
     recalc_epoch: float | None = None        # when slurmctld last re-read usage (a local cluster's state)
+    submit_epochs: dict[str, float] | None = None  # slurmctld's logged submission instant per job id
 
     def run(self, deadline_s: float) -> None:
         """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
@@ -134,7 +135,10 @@ class Session:
 
     def links(self, cfg: Any, factor: float, service_s: int, node: int, nice: int, step_s: int) -> pd.DataFrame:
         """One row per link and policy, with the simulator's prediction for each chain's first
-        link beside it where a background was replayed."""
+        link beside it where a background was replayed: the chain alone re-decided by the
+        simulator, in the replayed background plus the other chains' jobs as they were really
+        submitted (:meth:`_service_jobs`); submission instants from slurmctld's log where
+        ``submit_epochs`` has them."""
         rows = sorted((r for p in self.policies for r in self.results.get(p, [])),
                       key=lambda r: (self.policies.index(r["policy"]), r.get("chain", 0), r["link"]))
         frame = pd.DataFrame(rows)
@@ -144,19 +148,50 @@ class Session:
 
         origin = self.bg_facts["origin_epoch"]
         recalc_t = None if self.recalc_epoch is None else self.t0 + (self.recalc_epoch - origin) * factor
-        limit_s = int(math.ceil(service_s / factor / 60) * 60 * factor)
+        limit_min = int(math.ceil(service_s / factor / 60))
+        limit_s = int(limit_min * 60 * factor)
+        epochs = self.submit_epochs or {}
+
+        def submitted(jid: str | None, fallback: float) -> float:  # slurmctld's instant where it logged one
+            return float(epochs.get(str(jid), fallback)) if jid is not None else fallback
+
         sims = []
         for r in rows:
             if r["link"] != 0:
                 continue
-            ps_t = self.t0 + (r["pred_submit"] - origin) * factor
-            sims.append({"policy": r["policy"], "chain": r.get("chain", 0), "link": 0,
-                         **predict(self.bg_out, cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
+            chain = (r["policy"], r.get("chain", 0))
+            others = self._service_jobs(rows, skip=chain, submitted=submitted, limit_min=limit_min, node=node,
+                                        priority=-nice, origin=origin, factor=factor)
+            ps_t = self.t0 + (submitted(r.get("pred"), r["pred_submit"]) - origin) * factor
+            sims.append({"policy": r["policy"], "chain": chain[1], "link": 0,
+                         **predict(pd.concat([self.bg_out, others], ignore_index=True) if len(others) else self.bg_out,
+                                   cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
                                    self.decide if r["policy"] == "model" else None, int(step_s),
                                    accounting=self.accounting, recalc_t=recalc_t)})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")
+
+
+    def _service_jobs(self, rows: list[dict], skip: tuple, submitted: Callable, limit_min: int, node: int,
+                      priority: float, origin: float, factor: float) -> pd.DataFrame:
+        """The other chains' jobs as replayed background rows: every predecessor and successor
+        they submitted, at its real submission instant, running its whole limit (each service
+        job does), with the service's priority and no trace user. The simulator predicting one
+        chain then sees the queue the real chain saw, the other chains' jobs in it."""
+        out, seen = [], set()
+        for r in rows:
+            if (r["policy"], r.get("chain", 0)) == skip:
+                continue
+            for jid, at in ((r.get("pred"), r.get("pred_submit")), (r.get("succ"), r.get("succ_submit"))):
+                if jid is None or at is None or at != at or jid in seen:
+                    continue
+                seen.add(jid)
+                out.append({"trace_job_id": f"svc:{jid}", "kind": "service", "slurm_id": str(jid), "nodes": node,
+                            "submit_t": self.t0 + (submitted(jid, at) - origin) * factor,
+                            "sleep_s": float(limit_min * 60), "limit_min": limit_min, "priority": float(priority),
+                            "too_big": False})
+        return pd.DataFrame(out)
 
 
 def threads_of(keepers: dict) -> list:

@@ -17,7 +17,8 @@ predicts each chain from the same background (:mod:`mirage_tasks.slurm.keeper_si
 the result rows hold the real and the predicted interruption side by side.
 
 Outputs: ``links.parquet`` (one row per link, chain and policy, real and simulated),
-``decisions.jsonl`` (every decision with its inputs), ``keeper.json`` (with ``summary``: per
+``decisions.jsonl`` (every decision with its inputs), ``background.parquet`` (with a background:
+its jobs with Slurm's times, what the simulator's predictions were given), ``keeper.json`` (with ``summary``: per
 policy, the mean interruption, interrupted share, waste and objective with intervals, and
 the paired difference to reactive and avg, :mod:`mirage_tasks.slurm.keeper_stats`),
 ``keeper.md``.
@@ -208,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
                 from ..slurm.compare import precise_submits
                 from ..slurm.queue import read_submit_log
 
-                session.bg_out = precise_submits(session.bg_out, read_submit_log(cluster.paths.ctld_log),
+                session.submit_epochs = read_submit_log(cluster.paths.ctld_log)
+                session.bg_out = precise_submits(session.bg_out, session.submit_epochs,
                                                  session.bg_facts["origin_epoch"], session.t0, args.factor)
     finally:
         if cluster is not None:
@@ -227,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     step.write_bytes("links.parquet", buf.getvalue())
+    if session.bg_out is not None:  # the background as Slurm ran it: what the simulator's predictions were given
+        buf = io.BytesIO()
+        session.bg_out.to_parquet(buf, index=False)
+        step.write_bytes("background.parquet", buf.getvalue())
     step.write_bytes("decisions.jsonl", open(dec_path, "rb").read() if os.path.exists(dec_path) else b"")
     step.write_bytes("keeper.md", markdown(frame, args.policy, args.node, args.service_hours, args.factor,
                                            facts).encode())

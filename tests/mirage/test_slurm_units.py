@@ -397,6 +397,42 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
     assert list(Session(env={}, jobcomp=None, policies=["avg"], keeper={}).links(cfg, factor, h, 1, 0, 600)) == []
 
 
+def test_each_chains_prediction_sees_the_other_chains_jobs():
+    """Two chains on a 2-node cluster whose background holds one node for 2 h: chain 1's
+    predecessor (submitted first, at t0) takes the free node; chain 0's, submitted 30 trace
+    minutes later, is predicted to wait for it (1 h), not to start at once as it would alone.
+    Submission instants come from slurmctld's log where it has them."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.session import Session
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "bg", "submit": t0 - 60, "start": t0 - 60, "end": t0 + 2 * h,
+                        "time_limit_s": 2 * h, "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0, t0 + h, factor)
+    origin = 1.7e9
+    bg = jobs.assign(slurm_id=["1"], submit_t=float(t0))
+
+    def row(chain, pred, sub, succ, succ_sub):
+        return {"policy": "reactive", "chain": chain, "link": 0, "pred": pred, "pred_submit": sub, "succ": succ,
+                "succ_submit": succ_sub, "signed_interruption_h": 0.0}
+
+    s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0, chains=2)
+    s.results = {"reactive": [row(0, "11", origin + 30.4, "13", origin + 90.4),
+                              row(1, "10", origin + 0.2, "12", origin + 60.2)]}
+    s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
+    s.submit_epochs = {"11": origin + 30.0}  # slurmctld's instant for chain 0's predecessor
+    f = s.links(cfg, factor, service_s=h, node=1, nice=0, step_s=600).set_index("chain")
+    assert f.loc[1, "sim_pred_start"] == t0 + 12  # alone in the free node: at once
+    assert f.loc[0, "sim_pred_start"] == t0 + 12 + h  # behind chain 1's predecessor, not at t0 + 30 min
+    alone = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0)
+    alone.results = {"reactive": [row(0, "11", origin + 30.4, "13", origin + 90.4)]}
+    alone.bg_out, alone.bg_facts, alone.submit_epochs = bg, {"origin_epoch": origin}, {"11": origin + 30.0}
+    assert alone.links(cfg, factor, h, 1, 0, 600).iloc[0]["sim_pred_start"] == t0 + 30 * 60
+
+
 def test_the_simulators_fair_share_rereads_follow_slurms_phase(tmp_path):
     """Slurm re-reads usage every PriorityCalcPeriod from slurmctld's start (its decay thread
     writes priority_last_decay_ran each time); the comparison puts the simulator's re-reads at
