@@ -172,7 +172,6 @@ class Session:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")
 
-
     def _service_jobs(self, rows: list[dict], skip: tuple, submitted: Callable, limit_min: int, node: int,
                       priority: float, origin: float, factor: float) -> pd.DataFrame:
         """The other chains' jobs as replayed background rows: every predecessor and successor
