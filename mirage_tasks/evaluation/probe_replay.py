@@ -245,12 +245,12 @@ def _share_ci(jm: np.ndarray, jr: np.ndarray, jo: np.ndarray, idx: np.ndarray) -
 INTERRUPTED_H = 1 / 60  # a successor starting over a minute after its predecessor's end interrupts the service
 
 
-def interrupted_share(signed: np.ndarray) -> dict[str, float]:
-    """The share of samples interrupted (more than :data:`INTERRUPTED_H`) with its Clopper-Pearson
-    95 % interval (scipy's exact binomial interval)."""
+def interrupted_share(signed: np.ndarray, threshold_h: float = INTERRUPTED_H) -> dict[str, float]:
+    """The share of samples interrupted (more than ``threshold_h``, :data:`INTERRUPTED_H` by default)
+    with its Clopper-Pearson 95 % interval (scipy's exact binomial interval)."""
     from scipy.stats import binomtest
 
-    k, n = int((np.asarray(signed) > INTERRUPTED_H).sum()), int(len(signed))
+    k, n = int((np.asarray(signed) > threshold_h).sum()), int(len(signed))
     if n == 0:
         return {"interrupted_share": float("nan"), "interrupted_lo": float("nan"), "interrupted_hi": float("nan")}
     ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")

@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..evaluation.probe_replay import INTERRUPTED_H, per_sample_objective, verdict
+from ..evaluation.probe_replay import INTERRUPTED_H, interrupted_share, per_sample_objective, verdict
 
 #: Real seconds of a compressed cluster within which a successor's start counts as on time.
 DISPATCH_REAL_S = 2.0
@@ -34,12 +34,6 @@ REFERENCES = ("reactive", "avg")
 
 def interrupted_h(factor: float) -> float:
     return max(INTERRUPTED_H, DISPATCH_REAL_S * float(factor) / 3600.0)
-
-
-def _units(frame: pd.DataFrame) -> pd.Series:
-    run = frame["run"].astype(str) if "run" in frame else pd.Series("", index=frame.index)
-    chain = frame["chain"].astype(int) if "chain" in frame else pd.Series(0, index=frame.index)
-    return run + "#" + chain.astype(str)
 
 
 def _boot(values: np.ndarray, units: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -55,15 +49,6 @@ def _boot(values: np.ndarray, units: np.ndarray, n_boot: int, rng: np.random.Gen
     return float(lo), float(hi)
 
 
-def _share(k: int, n: int) -> tuple[float, float, float]:
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    return k / n, float(ci.low), float(ci.high)
-
-
 def summary(frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot: int = 2000,
             seed: int = 0) -> list[dict]:
     """One row per policy (``frame``: the links of :meth:`Session.links`, optionally with a
@@ -71,9 +56,9 @@ def summary(frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot:
     if frame.empty:
         return []
     f = frame.copy()
-    f["unit"] = _units(f)
     f["chain"] = f["chain"].astype(int) if "chain" in f else 0
     f["run"] = f["run"].astype(str) if "run" in f else ""
+    f["unit"] = f["run"] + "#" + f["chain"].astype(str)  # a bootstrap unit: one chain of one run
     f["objective"] = per_sample_objective(f["signed_interruption_h"].to_numpy(float), node, w)
     tol = interrupted_h(factor)
     rng = np.random.default_rng(seed)
@@ -89,7 +74,9 @@ def summary(frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot:
                           ("objective", g["objective"].to_numpy(float))):
             lo, hi = _boot(vals, units, n_boot, rng)
             row.update({col: float(vals.mean()), f"{col}_lo": lo, f"{col}_hi": hi})
-        row["interrupted"], row["interrupted_lo"], row["interrupted_hi"] = _share(int((s > tol).sum()), len(s))
+        share = interrupted_share(s, tol)
+        row.update(interrupted=share["interrupted_share"], interrupted_lo=share["interrupted_lo"],
+                   interrupted_hi=share["interrupted_hi"])
         for ref in REFERENCES:
             if ref == p or ref not in set(f["policy"]):
                 continue
