@@ -13,6 +13,10 @@ for training), and submits the successor when the policy says so:
 * ``avg``: at predecessor end minus the mean wait of the last 100 job starts the keeper saw
   (start - submit of the running jobs, as the queue showed them) when the predecessor
   started;
+* ``avg-cal``: the calibrated average (protocol v2's reference): at the first instant where
+  that mean wait minus the time left to the predecessor's end reaches ``avg_offset_h``, the
+  threshold :func:`~mirage_tasks.evaluation.probe_replay.calibrate_avg` chose on training
+  samples (None: never early, as ``reactive``);
 
 and never later than the predecessor's end. Each decision (wait or submit) is one JSON line
 with its inputs (queue counts, idle nodes, predecessor state and end, the mean wait, the
@@ -45,7 +49,7 @@ from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, sque
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("model", "reactive", "avg")
+POLICIES = ("model", "reactive", "avg", "avg-cal")
 
 
 class RefusedError(RuntimeError):
@@ -76,6 +80,7 @@ class Keeper:
     window: int = 144
     links: int = 1
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
+    avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
     tag: str = "svc"
     chain: int = 0                   # which of a session's chains of this policy (results and log lines say it)
     nice: int = 0
@@ -95,6 +100,8 @@ class Keeper:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.policy == "model" and self.decide is None:
             raise ValueError("policy 'model' needs a model")
+        if self.avg_offset_h is not None and not math.isfinite(self.avg_offset_h):
+            raise ValueError(f"avg_offset_h must be finite or None (never early), got {self.avg_offset_h!r}")
         self.snaps = deque(maxlen=self.window)
         self.origin = self.clock()
         self.limit_min = max(1, math.ceil(self.service_s / self.scale / 60))
@@ -140,6 +147,17 @@ class Keeper:
                     self.starts[q.job_id] = q.start
                     self.waits[q.job_id] = q.start - q.submit
         return jobs, nodes
+
+    def avg_due(self, pend: float, avg_trace_s: float | None) -> float | None:
+        """The real instant ``avg`` or ``avg-cal`` submits at (None: not before the predecessor's
+        end): ``avg`` at the end minus the mean wait, ``avg-cal`` where the mean wait minus the time
+        left reaches the calibrated offset (the end minus (mean wait - offset))."""
+        if self.policy == "avg":
+            return pend - (avg_trace_s or 0.0) / self.scale
+        if self.policy == "avg-cal" and self.avg_offset_h is not None:
+            lead = (avg_trace_s or 0.0) - self.avg_offset_h * 3600.0
+            return pend - lead / self.scale if lead > 0 else None
+        return None
 
     def avg_wait_trace_s(self) -> float:
         last = sorted(self.starts, key=lambda j: self.starts[j])[-100:]
@@ -204,10 +222,10 @@ class Keeper:
                 if pend is not None and now >= pend - 0.5:
                     submit, why = True, "predecessor end"
                     link.forced = True
-                elif pend is not None and self.policy == "avg":
-                    due = pend - (avg_at_start or 0.0) / self.scale
-                    if now >= due:
-                        submit, why = True, "avg wait before the end"
+                elif pend is not None and self.policy in ("avg", "avg-cal"):
+                    due = self.avg_due(pend, avg_at_start)
+                    if due is not None and now >= due:
+                        submit, why = True, f"{self.policy} wait before the end"
                 elif pend is not None and self.policy == "model":
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1
@@ -226,10 +244,9 @@ class Keeper:
                 wake = next_tick
                 if pend is not None:
                     wake = min(wake, pend)
-                    if self.policy == "avg" and avg_at_start is not None:
-                        due = pend - avg_at_start / self.scale
-                        if due > now:
-                            wake = min(wake, due)
+                    due = self.avg_due(pend, avg_at_start) if avg_at_start is not None else None
+                    if due is not None and due > now:
+                        wake = min(wake, due)
                 if link.pred_start is None:
                     wake = min(wake, now + min(step_real, 1.0))
                 self.sleep(max(0.05, wake - self.clock()))

@@ -6,7 +6,8 @@ the chain starts with the predecessor at the keeper's real submission time; the 
 are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the keeper does
 (:mod:`.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
 asked every step once the predecessor runs, ``avg`` = end minus the simulator's mean wait of
-the last 100 starts when the predecessor started, ``reactive`` and every policy at the
+the last 100 starts when the predecessor started, ``avg-cal`` = the end minus (that mean wait
+minus the calibrated offset) where that is before the end, ``reactive`` and every policy at the
 latest at the predecessor's end. The other policies' chains are not in the simulated
 workload (each chain is predicted alone).
 """
@@ -42,7 +43,8 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
 
 def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
-            step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None) -> dict:
+            step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
+            avg_offset_h: float | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`)."""
@@ -66,6 +68,9 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
         t = pend
     elif policy == "avg":
         t = max(ps, int(pend - avg))
+    elif policy == "avg-cal":
+        lead = avg - avg_offset_h * 3600.0 if avg_offset_h is not None else 0.0
+        t = max(ps, int(pend - lead)) if lead > 0 else pend
     else:
         sim.run_until(pstart)
         t = pend

@@ -1,6 +1,6 @@
 """What the kept chains add up to, with intervals: per policy over every link of every chain
 (of one keep-service run, or of several runs: one per window), and each policy against
-``reactive`` and ``avg`` on the same links.
+``reactive``, ``avg-cal`` and ``avg`` (where run) on the same links.
 
 A link is one decision: the successor of a predecessor, signed interruption = successor start
 minus predecessor end (trace hours). Links of one chain are not independent (a link's
@@ -29,7 +29,7 @@ from ..evaluation.probe_replay import INTERRUPTED_H, interrupted_share, per_samp
 #: Real seconds of a compressed cluster within which a successor's start counts as on time.
 DISPATCH_REAL_S = 2.0
 W = 0.1
-REFERENCES = ("reactive", "avg")
+REFERENCES = ("reactive", "avg-cal", "avg")
 
 
 def interrupted_h(factor: float) -> float:
@@ -105,20 +105,21 @@ def _ci(v: float, lo: float, hi: float, fmt: str = "{:.2f}") -> str:
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    """The summary table (lines of markdown)."""
+    """The summary table (lines of markdown): a "vs" column per reference that was run."""
     if not rows:
         return []
     tol = rows[0]["interrupted_h_threshold"]
+    refs = [ref for ref in REFERENCES if any(r["policy"] == ref for r in rows)]
     out = [f"Per policy over every link (95 % intervals: a bootstrap over chains; interrupted: a successor "
            f"starting over {tol * 60:.0f} trace min after its predecessor's end, Clopper-Pearson; objective: "
            f"interruption h + {W} x wasted node-h; vs: the objective's paired difference on the same links, "
            "negative = better):", "",
            "| policy | runs | chains | links | submitted early | mean interruption (h) | interrupted | wasted node-h "
-           "| objective | vs reactive | vs avg | simulator: objective (same links, real) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| objective | " + " | ".join(f"vs {ref}" for ref in refs) + " | simulator: objective (same links, real) |",
+           "|---|---|---|---|---|---|---|---|---|" + "---|" * len(refs) + "---|"]
     for r in rows:
         vs = []
-        for ref in REFERENCES:
+        for ref in refs:
             if f"vs_{ref}" not in r:
                 vs.append("-")
                 continue
@@ -131,7 +132,7 @@ def markdown(rows: list[dict]) -> list[str]:
                    f"{_ci(r['interruption_h'], r['interruption_h_lo'], r['interruption_h_hi'])} | "
                    f"{_ci(r['interrupted'], r['interrupted_lo'], r['interrupted_hi'], '{:.0%}')} | "
                    f"{_ci(r['wasted_node_h'], r['wasted_node_h_lo'], r['wasted_node_h_hi'])} | "
-                   f"{_ci(r['objective'], r['objective_lo'], r['objective_hi'])} | {vs[0]} | {vs[1]} | {sim} |")
+                   f"{_ci(r['objective'], r['objective_lo'], r['objective_hi'])} | " + " | ".join(vs) + f" | {sim} |")
     return out
 
 

@@ -167,7 +167,8 @@ class Session:
                          **predict(pd.concat([self.bg_out, others], ignore_index=True) if len(others) else self.bg_out,
                                    cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
                                    self.decide if r["policy"] == "model" else None, int(step_s),
-                                   accounting=self.accounting, recalc_t=recalc_t)})
+                                   accounting=self.accounting, recalc_t=recalc_t,
+                                   avg_offset_h=self.keeper.get("avg_offset_h"))})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")

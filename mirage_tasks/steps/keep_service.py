@@ -2,7 +2,7 @@
 
 Runs the service keeper (:mod:`mirage_tasks.slurm.keeper`) for ``--links`` successions of a
 chain of ``--node``-node jobs of ``--service-hours`` each, with one or more policies
-(``--policy model,reactive,avg``: ``--chains`` chains per policy, one by default, side by side on
+(``--policy model,reactive,avg,avg-cal``: ``--chains`` chains per policy, one by default, side by side on
 the same cluster; chain ``c`` of every policy starts ``c x --stagger-hours`` after the first,
 so the policies are paired on the chains started together).
 
@@ -48,8 +48,12 @@ BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1
           "stagger_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="model", help="model, reactive, avg or a comma list (one chain each)")
+    p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
+    p.add_argument("--avg-cal-samples", default=None,
+                   help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
+                        "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
+                        "early); needed by policy avg-cal")
     p.add_argument("--node", type=int, default=1, help="nodes of each service job")
     p.add_argument("--service-hours", type=float, default=48.0, help="time limit (= run time) of each job, hours")
     p.add_argument("--links", type=int, default=1, help="successions to keep")
@@ -93,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--policy {args.policy!r}: choose from {kp.POLICIES}")
     if len(set(policies)) < len(policies):
         raise StepError(f"--policy {args.policy!r} names a policy twice (more chains of one policy: --chains)")
+    if "avg-cal" in policies and not args.avg_cal_samples:
+        raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
     if "model" in policies and not args.model:
         raise StepError("--policy model needs --model URI (a train output; mirage_service's param model), "
                         "or --policy reactive or avg")
@@ -149,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
               and not (k == "stagger_hours" and v == 0)}  # at their defaults: the keys of earlier runs stay
-    step = Step("keep-service", args.out, __version__, params, inputs=[x for x in (args.trace, args.model) if x])
+    if not args.avg_cal_samples:  # at its default: the keys of earlier runs stay
+        params.pop("avg_cal_samples", None)
+    step = Step("keep-service", args.out, __version__, params,
+                inputs=[x for x in (args.trace, args.model, args.avg_cal_samples) if x])
     if step.skip():
         return 0
     decide, model_info = (None, None)
@@ -158,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
             decide, model_info = kp.model_decider(args.model)
         except ValueError as exc:
             raise StepError(str(exc)) from None
+    avg_cal = None
+    if "avg-cal" in policies:
+        avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
+        log.info("avg-cal: threshold %s h on %d samples of %s", avg_cal["threshold"], avg_cal["n_samples"],
+                 args.avg_cal_samples)
     service_s = hours_to_s(args.service_hours)
     nice = args.nice
     if nice is None:
@@ -189,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(dec_path):
         os.unlink(dec_path)
     load0 = open("/proc/loadavg").read().split()[:3]
-    t_cpu = time.process_time()
+    t_cpu, t_wall = time.process_time(), time.monotonic()
+    children0 = _children_cpu_s()
     from ..slurm.session import Session, markdown
 
     session = Session(env=env, jobcomp=jobcomp, policies=policies, decide=decide, background=bg_plan,
@@ -198,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
                       keeper={"node": args.node, "service_s": service_s, "scale": args.factor, "step_s": args.step_s,
                               "links": args.links, "nice": nice, "partition": args.partition,
                               "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
-                              "log_path": dec_path, "stop_chain": args.stop_chain})
+                              "log_path": dec_path, "stop_chain": args.stop_chain,
+                              "avg_offset_h": None if avg_cal is None else avg_cal["threshold"]})
     try:
         session.run(args.deadline_s)
         if cluster is not None:  # the phase of its fair-share re-reads, for the simulator's prediction
@@ -215,13 +231,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
+    wall_s, cpu_s = time.monotonic() - t_wall, time.process_time() - t_cpu
+    daemons_cpu_s = _children_cpu_s() - children0 if cluster is not None else None
     errors, bg_facts = session.errors, session.bg_facts
     if errors and not session.results:
         raise StepError(f"keep-service failed: {errors}")
     frame = session.links(cfg, args.factor, service_s, args.node, nice, int(args.step_s))
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
-             "cpu_s": round(time.process_time() - t_cpu, 2), "errors": errors, "nice": nice, "model": model_info,
-             "background": bg_facts}
+             "cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 1),
+             "daemons_cpu_s": None if daemons_cpu_s is None else round(daemons_cpu_s, 2), "errors": errors,
+             "nice": nice, "model": model_info, "avg_cal": avg_cal, "background": bg_facts}
     from ..slurm.keeper_stats import jsonable, summary
 
     step.write_json("keeper.json", {**params, "facts": facts, "summary": jsonable(summary(frame, args.factor, args.node)),
@@ -240,5 +259,39 @@ def run(args: argparse.Namespace) -> int:
         print(f"keep-service {r['policy']} chain {r.get('chain', 0)} link {r['link']}: interruption {r['signed_interruption_h']:+.2f} h "
               f"(simulator {r.get('sim_signed_interruption_h', float('nan')):+.2f} h), wasted "
               f"{r['wasted_node_h']:.2f} node-h", flush=True)
+    print(f"keep-service: wall {wall_s:.0f} s, CPU {cpu_s:.1f} s (keeper, background replay and predictions)"
+          + ("" if daemons_cpu_s is None else f", {daemons_cpu_s:.1f} s (the local cluster's daemons)")
+          + f", load {' '.join(load0)} -> {' '.join(facts['loadavg_end'])}", flush=True)
     step.commit(summary={"links": len(frame), "errors": errors})
     return 0 if not errors else 1
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU of this process's reaped children (the local cluster's daemons, once stopped)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def calibrate_avg_cal(uri: str, node: int) -> dict:
+    """avg-cal's threshold on a sample output's probes (:func:`~mirage_tasks.evaluation.probe_replay.calibrate_avg`:
+    the objective interruption + 0.1 x wasted node-h, ties toward never early); a StepError naming
+    ``--avg-cal-samples`` where the output is missing or of another node size."""
+    from ..data.artifacts import require_input
+    from ..evaluation.probe_replay import Probes, calibrate_avg
+    from ..slurm.keeper_stats import W
+
+    require_input(uri, "--avg-cal-samples", "sample")
+    try:
+        pr = Probes(uri, with_x=False)
+    except FileNotFoundError as exc:
+        raise StepError(f"--avg-cal-samples {uri}: not a sample output ({exc})") from None
+    nodes = pr.meta["node"].unique() if "node" in pr.meta else []
+    if len(nodes) and set(int(n) for n in nodes) != {int(node)}:
+        raise StepError(f"--avg-cal-samples {uri}: probes of {sorted(int(n) for n in nodes)} node(s), the service "
+                        f"has --node {node}")
+    cal = calibrate_avg(pr, node, W, load=False)
+    return {"threshold": cal["threshold"], "never_submits_early": cal["never_submits_early"],
+            "n_samples": cal["n_samples"], "objective": cal["chosen"]["objective"],
+            "reactive_objective": cal["reactive"]["objective"], "samples": uri}

@@ -72,3 +72,17 @@ def test_interrupted_threshold_is_a_minute_or_two_real_seconds():
     assert interrupted_h(1) == pytest.approx(1 / 60)
     assert interrupted_h(180) == pytest.approx(0.1)
     assert summary(pd.DataFrame(), 180, 1) == []
+
+
+def test_avg_cal_is_a_reference_with_a_column_of_its_own_where_it_was_run():
+    """protocol v2 judges every rule against reactive and avg-cal: with avg-cal among the policies
+    each other policy gets its paired difference to it and the table a "vs avg-cal" column;
+    without it no such column."""
+    f = _links(np.random.default_rng(0))
+    cal = f[f["policy"] == "reactive"].assign(policy="avg-cal", signed_interruption_h=0.0)
+    rows = {r["policy"]: r for r in summary(pd.concat([f, cal], ignore_index=True), 180, 1, n_boot=200)}
+    assert rows["reactive"]["vs_avg-cal"] == pytest.approx(0.5) and rows["reactive"]["vs_avg-cal_verdict"] == "worse"
+    assert rows["avg"]["vs_avg-cal"] == pytest.approx(0.1) and "vs_avg-cal" not in rows["avg-cal"]
+    head = markdown(list(rows.values()))[2]
+    assert "| vs reactive | vs avg-cal | vs avg |" in head
+    assert "vs avg-cal" not in markdown(summary(f, 180, 1, n_boot=50))[2]

@@ -611,3 +611,72 @@ def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, t
 def test_hold_without_a_stop_event_is_refused():
     with pytest.raises(ValueError, match="stop event"):
         replay.run(pd.DataFrame(), {}, "/nonexistent", 60.0, 0, hold=True)
+
+
+def test_keeper_avg_cal_submits_where_the_mean_wait_minus_the_time_left_reaches_its_offset(fake):
+    """avg-cal (protocol v2's reference): submit once (mean wait seen - time left) >= the calibrated
+    offset, i.e. (mean wait - offset) before the end; an offset at or above the mean wait, or
+    none (calibration chose never early), submits at the end like reactive."""
+    fake.jobs["2"] = dict(nodes=1, limit=10**6, submit=900.0, start=960.0, end=None, mine=False)  # waited 60 s
+    k = keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=4 * 3600, scale=60, step_s=600,
+                      avg_offset_h=0.25, clock=fake.clock, sleep=fake.sleep)
+    (r,) = k.run(deadline_s=10_000)
+    # mean wait 0.5 trace h (as test_keeper_avg_uses_the_waits_it_saw), offset 0.25 h: 0.25 h before the end
+    assert r["decision_lead_trace_h"] == pytest.approx(0.25, abs=2 / 60) and not r["forced"]
+    never = keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=4 * 3600, scale=60, avg_offset_h=None)
+    assert never.avg_due(1000.0, 1800.0) is None
+    above = keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=4 * 3600, scale=60, avg_offset_h=0.5)
+    assert above.avg_due(1000.0, 1800.0) is None  # lead 0.5 - 0.5 h = 0: at the end
+    below = keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=4 * 3600, scale=60, avg_offset_h=-1.0)
+    assert below.avg_due(1000.0, 1800.0) == pytest.approx(1000.0 - 1.5 * 3600 / 60)  # earlier than avg
+    with pytest.raises(ValueError, match="avg_offset_h"):
+        keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=3600, avg_offset_h=float("inf"))
+
+
+def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
+    """keeper_sim.predict: avg-cal with offset 0 decides as avg, without one (never early) as
+    reactive, and with a negative offset earlier than avg."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.keeper_sim import predict
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    # a 2-node job holds the cluster 2 h; a 1-node job submitted a minute later waits for it (a mean wait > 0)
+    rows = [{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h, "time_limit_s": 2 * h,
+             "nodes": 2, "user": "u", "priority": 1.0, "procs": 1},
+            {"job_id": "b", "submit": t0 - 3 * h + 60, "start": t0 - h, "end": t0, "time_limit_s": h,
+             "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}]
+    df = pd.DataFrame(rows)
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - 3 * h, t0, factor)
+    bg = jobs.assign(slurm_id=["1", "2"], submit_t=jobs["trace_submit"].astype(float))
+
+    def lead(policy, off=None):
+        return predict(bg, cfg, factor, t0, 1, 4 * h, policy, avg_offset_h=off)["sim_decision_lead_h"]
+
+    assert lead("avg") > 0
+    assert lead("avg-cal", 0.0) == lead("avg")
+    assert lead("avg-cal", None) == lead("reactive") == 0
+    assert lead("avg-cal", -1.0) == pytest.approx(lead("avg") + 1.0)
+
+
+def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, monkeypatch):
+    """--policy avg-cal without --avg-cal-samples is refused before anything starts; a sample output
+    of another node size is refused naming the flag; one of the right size gives the calibrated
+    threshold with its objective (ties toward never early)."""
+    import argparse
+
+    from stepkit import StepError
+
+    from mirage_tasks.steps import keep_service
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    p = argparse.ArgumentParser()
+    keep_service.add_arguments(p)
+    with pytest.raises(StepError, match="--avg-cal-samples"):
+        keep_service.run(p.parse_args(["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o"),
+                                       "--slurm-root", str(tmp_path / "s")]))
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(StepError, match="--avg-cal-samples"):
+        keep_service.calibrate_avg_cal(str(tmp_path / "nothing"), 1)
