@@ -4,7 +4,10 @@ One task, ``keep_service`` (``python -m mirage_tasks keep-service``): it submits
 service's first job (``node`` nodes, ``service_hours`` limit), watches it through ``squeue``
 and ``sinfo``, builds the features the model was trained on from the live queue and submits
 each successor when the model's calibrated rule says so (never later than the predecessor's
-end); ``policy`` ``reactive`` or ``avg`` runs a baseline instead. Every decision is logged with
+end); ``policy`` ``reactive``, ``avg`` or ``avg-cal`` (calibrated on the training samples named by
+``avg_cal_samples``) runs a baseline instead, and ``wait-pred`` or ``guarantee`` the wait
+predictor's rules (a ``waitpred`` output: submit when the predicted start, or its upper bound,
+reaches the predecessor's end). Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
@@ -52,7 +55,7 @@ def _pod_overrides() -> dict:
 
 with DAG(
     dag_id="mirage_service",
-    description="Keep a service alive on a Slurm cluster (model, reactive or avg)",
+    description="Keep a service alive on a Slurm cluster (model, a baseline or the wait predictor's rules)",
     doc_md=__doc__,
     schedule=None,
     start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
@@ -62,11 +65,18 @@ with DAG(
     tags=["mirage", "ml"],
     user_defined_macros=dict(MACROS),
     params={
-        "policy": Param("model", enum=["model", "reactive", "avg"], description="who decides when to submit"),
+        "policy": Param("model", enum=["model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee"],
+                        description="who decides when to submit"),
         # None, not "": the form must submit untouched; policy model without one fails at once (exit 2, --model)
         "model": Param(None, type=["null", "string"],
                        description="trained model (a train output URI); needed by policy model, "
                                    "unused by reactive and avg"),
+        "avg_cal_samples": Param(None, type=["null", "string"],
+                                 description="a sample output URI of the training period, on which avg-cal's "
+                                             "threshold is calibrated; needed by policy avg-cal"),
+        "waitpred": Param(None, type=["null", "string"],
+                          description="a waitpred output URI (the wait predictor of this cluster's log); needed by "
+                                      "policies wait-pred and guarantee"),
         "node": Param(1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["node"][1],
                       description="nodes of each service job"),
         "service_hours": Param(48.0, type="number", minimum=SERVICE_BOUNDS["service_hours"][0],
@@ -93,7 +103,9 @@ with DAG(
             "--factor", "{{ params.factor }}", "--slurm-conf", "{{ params.slurm_conf }}", "--out", out,
             "{{ '--model=' ~ params.model if params.model else '--policy=' ~ params.policy }}",
             "{{ '--partition=' ~ params.partition if params.partition else '--links=' ~ params.links }}",
-            "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}"]
+            "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}",
+            "{{ '--avg-cal-samples=' ~ params.avg_cal_samples if params.avg_cal_samples else '--node=' ~ params.node }}",
+            "{{ '--waitpred=' ~ params.waitpred if params.waitpred else '--node=' ~ params.node }}"]
     @task
     def check_conf(**context) -> None:
         """Refuse a run conf with a key the form does not have (a misspelt ``links`` would be

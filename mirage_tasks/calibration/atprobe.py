@@ -44,7 +44,7 @@ class WaitAtProbe:
     """Callable at a decision time: ``(sim, nodes, limit_s) -> {wp_wait_s, wp_bound_s,
     wp_plan_request_s}`` for a job of that request submitted now (seconds)."""
 
-    def __init__(self, raw_model: bytes, doc: dict[str, Any], estimates: np.ndarray, tz: str):
+    def __init__(self, raw_model: bytes, doc: dict[str, Any], estimates: np.ndarray | None, tz: str):
         import xgboost as xgb
 
         from . import waitpred
@@ -60,7 +60,9 @@ class WaitAtProbe:
                             f"{list(atsubmit.FEATURES)}: rerun waitpred")
         self.model = xgb.XGBRegressor()
         self.model.load_model(bytearray(raw_model))
-        self.est = np.asarray(estimates, dtype=np.float64)
+        # None: every job's estimate is its request (what a live queue shows: the service keeper's
+        # view, and the simulator predicting it, :mod:`mirage_tasks.slurm.livewait`)
+        self.est = None if estimates is None else np.asarray(estimates, dtype=np.float64)
         self.tz = tz
         self.raw = bytes(raw_model)
         self.doc = doc
@@ -86,8 +88,7 @@ class WaitAtProbe:
         t = int(sim.now)
         tag = np.asarray(sim.j_tag, dtype=np.int64)
         lim = np.asarray(sim.j_limit, dtype=np.float64)
-        est = np.where(tag >= 0, self.est[np.maximum(tag, 0)], lim)
-        est = np.minimum(est, lim)
+        est = lim if self.est is None else np.minimum(np.where(tag >= 0, self.est[np.maximum(tag, 0)], lim), lim)
         ri = np.fromiter(sim.running, dtype=np.int64, count=len(sim.running))
         pend = [j for _, _, j in sim.queue] + [j for v in sim.held.values() for j in v]
         pi = np.array(sorted(pend), dtype=np.int64)
@@ -101,6 +102,11 @@ class WaitAtProbe:
         row = atsubmit.queue_row(t, C, atsubmit.priority_weights(sim.cfg), start[ri], lim[ri], est[ri], nod[ri],
                                  sub[pi], lim[pi], est[pi], nod[pi], pi, float(nodes), float(limit_s),
                                  float(limit_s), recent, None, p_fs, 0.0 if fs is None else fs.term(-1))
+        return self.finish(row, t, nodes, limit_s)
+
+    def finish(self, row: dict[str, float], t: int, nodes: int, limit_s: int) -> dict[str, float]:
+        """A :func:`atsubmit.queue_row` completed as the sweep completes it: an unplannable plan
+        is the request, then the request's own and the calendar's columns (``t``: trace time)."""
         for c in ("plan_s", "plan_request_s", "plan_easy_s"):  # as the sweep: unplannable -> the request
             if not np.isfinite(row[c]):
                 row[c] = float(limit_s)
@@ -112,9 +118,12 @@ class WaitAtProbe:
         return row
 
     def __call__(self, sim: Any, nodes: int, limit_s: int) -> dict[str, float]:
+        return self.answer(self.row(sim, nodes, limit_s))
+
+    def answer(self, row: dict[str, float]) -> dict[str, float]:
+        """The pick's wait and bound (seconds) for a completed row (:meth:`row`, :meth:`finish`)."""
         from . import waitpred
 
-        row = self.row(sim, nodes, limit_s)
         pt, base = waitpred.points(pd.DataFrame([row]), self.model)
         w = float(pt[self.pick][0])
         b = float(atsubmit.static_bound(base[self.pick], self.theta)[0])

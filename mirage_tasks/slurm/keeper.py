@@ -17,6 +17,10 @@ for training), and submits the successor when the policy says so:
   that mean wait minus the time left to the predecessor's end reaches ``avg_offset_h``, the
   threshold :func:`~mirage_tasks.evaluation.probe_replay.calibrate_avg` chose on training
   samples (None: never early, as ``reactive``);
+* ``wait-pred`` and ``guarantee``: the wait predictor asked every step for a successor submitted
+  now (:mod:`.livewait`: its inputs from the same queue reading); ``wait-pred`` submits once the
+  predicted start falls at or after the predecessor's end, ``guarantee`` once waiting for the
+  next step would leave less slack than the predictor's upper bound;
 
 and never later than the predecessor's end. Each decision (wait or submit) is one JSON line
 with its inputs (queue counts, idle nodes, predecessor state and end, the mean wait, the
@@ -49,7 +53,7 @@ from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, sque
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("model", "reactive", "avg", "avg-cal")
+POLICIES = ("model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee")
 
 
 class RefusedError(RuntimeError):
@@ -81,6 +85,9 @@ class Keeper:
     links: int = 1
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
     avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
+    waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred and guarantee
+    wait_cfg: Any = None               # the configuration whose priority weights its plans use
+    trace_clock: tuple[float, float] | None = None  # (a real instant, its trace time); None: real time is trace time
     tag: str = "svc"
     chain: int = 0                   # which of a session's chains of this policy (results and log lines say it)
     nice: int = 0
@@ -100,6 +107,8 @@ class Keeper:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.policy == "model" and self.decide is None:
             raise ValueError("policy 'model' needs a model")
+        if self.policy in ("wait-pred", "guarantee") and (self.waitpred is None or self.wait_cfg is None):
+            raise ValueError(f"policy {self.policy!r} needs a wait predictor and its configuration")
         if self.avg_offset_h is not None and not math.isfinite(self.avg_offset_h):
             raise ValueError(f"avg_offset_h must be finite or None (never early), got {self.avg_offset_h!r}")
         self.snaps = deque(maxlen=self.window)
@@ -162,6 +171,16 @@ class Keeper:
     def avg_wait_trace_s(self) -> float:
         last = sorted(self.starts, key=lambda j: self.starts[j])[-100:]
         return float(np.mean([self.waits[j] for j in last])) * self.scale if last else 0.0
+
+    def wait_answer(self, jobs: list[QJob], nodes: dict[str, int], now: float) -> dict[str, float]:
+        """The wait predictor's answer for a successor submitted now (trace seconds)."""
+        from .livewait import live_row
+
+        clock = self.trace_clock or ((self.origin, self.origin) if self.scale != 1 else (0.0, 0.0))
+        recent = [self.waits[j] * self.scale for j in sorted(self.starts, key=lambda j: self.starts[j])]
+        row = live_row(self.waitpred, self.wait_cfg, jobs, nodes, now, self.scale, clock, recent, self.node,
+                       self.limit_min * 60 * self.scale)
+        return self.waitpred.answer(row)
 
     # ------------------------------------------------------------------ features
     def snapshot(self, jobs: list[QJob], nodes: dict[str, int], now: float) -> np.ndarray:
@@ -226,6 +245,15 @@ class Keeper:
                     due = self.avg_due(pend, avg_at_start)
                     if due is not None and now >= due:
                         submit, why = True, f"{self.policy} wait before the end"
+                elif pend is not None and self.policy in ("wait-pred", "guarantee"):
+                    from . import livewait
+
+                    ans = self.wait_answer(jobs, nodes, now)
+                    submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, self.step_s)
+                    raw = ans["wp_bound_s" if self.policy == "guarantee" else "wp_wait_s"] / 3600.0
+                    inputs.update(wp_wait_h=ans["wp_wait_s"] / 3600.0, wp_bound_h=ans["wp_bound_s"] / 3600.0)
+                    link.n_decisions += 1
+                    why = self.policy if submit else ""
                 elif pend is not None and self.policy == "model":
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1

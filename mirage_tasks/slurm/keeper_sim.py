@@ -7,8 +7,9 @@ are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the k
 (:mod:`.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
 asked every step once the predecessor runs, ``avg`` = end minus the simulator's mean wait of
 the last 100 starts when the predecessor started, ``avg-cal`` = the end minus (that mean wait
-minus the calibrated offset) where that is before the end, ``reactive`` and every policy at the
-latest at the predecessor's end. The other policies' chains are not in the simulated
+minus the calibrated offset) where that is before the end, ``wait-pred`` and ``guarantee`` the
+wait predictor asked every step on the simulator's queue (every estimate the request, as the
+keeper's live queue shows it), ``reactive`` and every policy at the latest at the predecessor's end. The other policies' chains are not in the simulated
 workload (each chain is predicted alone).
 """
 
@@ -23,6 +24,7 @@ from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
 from .compare import align_recalc, job_user, sim_config, submission_order
+from .livewait import WAIT_POLICIES, decide as decide_wait
 
 PRED_TAG, SUCC_TAG = -2, -3
 
@@ -44,7 +46,7 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
 def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
             step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
-            avg_offset_h: float | None = None) -> dict:
+            avg_offset_h: float | None = None, waitpred: Callable | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`)."""
@@ -71,6 +73,17 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
     elif policy == "avg-cal":
         lead = avg - avg_offset_h * 3600.0 if avg_offset_h is not None else 0.0
         t = max(ps, int(pend - lead)) if lead > 0 else pend
+    elif policy in WAIT_POLICIES:  # the keeper's wait-predictor rules, asked every step as it asks them
+        sim.run_until(pstart)
+        t = pend
+        while sim.now < pend:
+            ans = waitpred(sim, node, service_s)
+            n += 1
+            if decide_wait(policy, ans, pend - sim.now, step_s):
+                t, raw = sim.now, ans["wp_bound_s" if policy == "guarantee" else "wp_wait_s"] / 3600.0
+                break
+            nxt = (sim.now // step_s + 1) * step_s
+            sim.run_until(min(nxt, pend))
     else:
         sim.run_until(pstart)
         t = pend

@@ -68,8 +68,10 @@ class Session:
                 raise Stopped("the session is stopping")
 
         try:
+            clock = None  # a trace instant for the wait predictor's calendar: the replay's origin, to its start-up
             if self.background is not None:
                 jobs = self.background
+                clock = (time.time(), float(self.t0))
 
                 def _bg() -> None:
                     from .replay import run as replay_run
@@ -88,8 +90,10 @@ class Session:
                     time.sleep(0.5)
                     if _submitted_warm(self.env, warm):
                         break
+            extra = {"trace_clock": clock} if clock is not None else {}
             keepers = {(p, c): kp.Keeper(env=self.env, policy=p, decide=self.decide if p == "model" else None,
-                                         tag=f"svc-{p}" + (f"-c{c}" if c else ""), chain=c, sleep=nap, **self.keeper)
+                                         tag=f"svc-{p}" + (f"-c{c}" if c else ""), chain=c, sleep=nap,
+                                         **extra, **self.keeper)
                        for c in range(self.chains) for p in self.policies}
             scale = float(self.keeper.get("scale", 1.0))
             lock = threading.Lock()
@@ -168,7 +172,8 @@ class Session:
                                    cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
                                    self.decide if r["policy"] == "model" else None, int(step_s),
                                    accounting=self.accounting, recalc_t=recalc_t,
-                                   avg_offset_h=self.keeper.get("avg_offset_h"))})
+                                   avg_offset_h=self.keeper.get("avg_offset_h"),
+                                   waitpred=self.keeper.get("waitpred"))})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")

@@ -48,12 +48,15 @@ BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1
           "stagger_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal or a comma list (one chain each)")
+    p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
     p.add_argument("--avg-cal-samples", default=None,
                    help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
                         "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
                         "early); needed by policy avg-cal")
+    p.add_argument("--waitpred", default=None,
+                   help="waitpred output URI (the wait predictor fitted on the log's calibration period), asked every "
+                        "step for a successor submitted now; needed by policies wait-pred and guarantee")
     p.add_argument("--node", type=int, default=1, help="nodes of each service job")
     p.add_argument("--service-hours", type=float, default=48.0, help="time limit (= run time) of each job, hours")
     p.add_argument("--links", type=int, default=1, help="successions to keep")
@@ -99,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--policy {args.policy!r} names a policy twice (more chains of one policy: --chains)")
     if "avg-cal" in policies and not args.avg_cal_samples:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
+    wait_policies = [x for x in policies if x in ("wait-pred", "guarantee")]
+    if wait_policies and not args.waitpred:
+        raise StepError(f"--policy {','.join(wait_policies)} needs --waitpred URI (a waitpred output of the log)")
     if "model" in policies and not args.model:
         raise StepError("--policy model needs --model URI (a train output; mirage_service's param model), "
                         "or --policy reactive or avg")
@@ -155,10 +161,11 @@ def run(args: argparse.Namespace) -> int:
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
               and not (k == "stagger_hours" and v == 0)}  # at their defaults: the keys of earlier runs stay
-    if not args.avg_cal_samples:  # at its default: the keys of earlier runs stay
-        params.pop("avg_cal_samples", None)
+    for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
+        if not getattr(args, k):
+            params.pop(k, None)
     step = Step("keep-service", args.out, __version__, params,
-                inputs=[x for x in (args.trace, args.model, args.avg_cal_samples) if x])
+                inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred) if x])
     if step.skip():
         return 0
     decide, model_info = (None, None)
@@ -172,6 +179,15 @@ def run(args: argparse.Namespace) -> int:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
         log.info("avg-cal: threshold %s h on %d samples of %s", avg_cal["threshold"], avg_cal["n_samples"],
                  args.avg_cal_samples)
+    wait = None
+    if wait_policies:
+        from ..slurm import livewait
+        from ..slurm.compare import sim_config
+
+        if cfg is None:
+            cfg = config_from_args(args, None)
+        wait = {"waitpred": livewait.load(args.waitpred, meta.timezone if meta is not None else "UTC"),
+                "wait_cfg": sim_config(cfg, args.factor, args.accounting)}
     service_s = hours_to_s(args.service_hours)
     nice = args.nice
     if nice is None:
@@ -214,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
                               "links": args.links, "nice": nice, "partition": args.partition,
                               "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
                               "log_path": dec_path, "stop_chain": args.stop_chain,
-                              "avg_offset_h": None if avg_cal is None else avg_cal["threshold"]})
+                              "avg_offset_h": None if avg_cal is None else avg_cal["threshold"], **(wait or {})})
     try:
         session.run(args.deadline_s)
         if cluster is not None:  # the phase of its fair-share re-reads, for the simulator's prediction
@@ -240,7 +256,10 @@ def run(args: argparse.Namespace) -> int:
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
              "cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 1),
              "daemons_cpu_s": None if daemons_cpu_s is None else round(daemons_cpu_s, 2), "errors": errors,
-             "nice": nice, "model": model_info, "avg_cal": avg_cal, "background": bg_facts}
+             "nice": nice, "model": model_info, "avg_cal": avg_cal,
+             "waitpred": None if wait is None else {"uri": args.waitpred, "pick": wait["waitpred"].pick,
+                                                    "level": wait["waitpred"].level},
+             "background": bg_facts}
     from ..slurm.keeper_stats import jsonable, summary
 
     step.write_json("keeper.json", {**params, "facts": facts, "summary": jsonable(summary(frame, args.factor, args.node)),

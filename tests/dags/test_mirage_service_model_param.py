@@ -70,3 +70,22 @@ def test_policy_model_without_a_model_fails_at_once_naming_model(dag, model):
 def test_baselines_need_no_model(dag, policy):
     op, _ = _rendered(dag, policy=policy)
     assert "--policy" in op.argv and policy in op.argv and not any(str(a).startswith("--model") for a in op.argv)
+
+
+@pytest.mark.parametrize("policy, key, flag", [("avg-cal", "avg_cal_samples", "--avg-cal-samples"),
+                                               ("guarantee", "waitpred", "--waitpred"),
+                                               ("wait-pred", "waitpred", "--waitpred")])
+def test_the_calibrated_and_predictor_policies_take_their_input_from_the_form(dag, policy, key, flag):
+    """avg-cal's training samples and the wait predictor's output typed in the form reach the step;
+    left empty, the step refuses at once naming the flag (exit 2, nothing written)."""
+    from house.local import StepRejected
+
+    op, _ = _rendered(dag, policy=policy, **{key: "/data/x"})
+    assert f"{flag}=/data/x" in op.argv and policy in op.argv
+    op, _ = _rendered(dag, policy=policy)
+    assert not any(str(a).startswith(flag) for a in op.argv), op.argv
+    out = op.argv[op.argv.index("--out") + 1]
+    with pytest.raises(StepRejected) as err:
+        op.execute({})
+    assert err.value.returncode == 2 and flag in str(err.value), err.value
+    assert not Path(out).exists()

@@ -127,3 +127,56 @@ def test_the_live_path_gives_the_simulators_history_and_prediction(model, monkey
             compared += 1
         t += 600
     assert compared == 6  # 60, 50, ..., 10 minutes before the end
+
+
+def test_the_live_path_gives_the_wait_predictors_inputs_and_answer(monkeypatch):
+    """The same queue through the keeper's readers and through the simulator gives the wait
+    predictor the same inputs (every feature it was fitted on, the plans) and so the same wait and
+    bound, at every decision of the predecessor's last hour; every job's estimate is its request on
+    both sides (a live queue shows no user history)."""
+    from test_waitpred_atprobe import _fit_doc, _log
+
+    from mirage_tasks.calibration import atprobe, atsubmit
+    from mirage_tasks.slurm import livewait
+
+    cfg = SimConfig(nodes=NODES, backfill="conservative", bf_interval_s=60, bf_resolution_s=60, weight_age=5000.0,
+                    weight_size=300.0)
+    wl = _log(n=300, seed=4)
+    raw, doc, _ = _fit_doc(atsubmit.sweep(wl, cfg.replace(nodes=16), int(wl.submit[20]), int(wl.submit[-1]) + 1))
+    wp = atprobe.WaitAtProbe(raw, doc, None, "UTC")
+    sim = Simulator(cfg, 0)
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        sub = int(rng.integers(0, 60 * H // 60)) * 60
+        lim = int(rng.choice([1, 2, 4, 8, 12])) * H
+        dur = max(60, int(lim * rng.uniform(0.2, 1.0)) // 60 * 60)
+        j = sim.add_job(sub, dur, lim, int(rng.choice([1, 1, 2, 3])))
+        sim.schedule_submit(j)
+    ps = 2 * H
+    pred = sim.add_probe_job(ps, SERVICE_S, 1, -2)
+    sim.schedule_submit(pred)
+    texts = {}
+    monkeypatch.setattr(queue, "run_client", lambda args, env=None, timeout=60: texts[args[0]])
+    keeper = kp.Keeper(env={}, policy="guarantee", node=1, service_s=SERVICE_S, scale=SCALE, step_s=600,
+                       waitpred=wp, wait_cfg=cfg, trace_clock=(BASE, 0.0), clock=lambda: _real(ps))
+    sim.run_until(ps)
+    compared, queued = 0, 0
+    t = ps
+    while True:
+        sim.run_until(t)
+        started = sim.j_start[pred]
+        if started >= 0 and t >= started + SERVICE_S:
+            break
+        texts["squeue"], texts["sinfo"] = _squeue_text(sim, pred), _sinfo_text(sim)
+        jobs, nodes = keeper.read()
+        if started >= 0 and t >= started + SERVICE_S - H:
+            recent = list(sim.waits)[-atsubmit.RECENT_N:]
+            live = livewait.live_row(wp, cfg, jobs, nodes, _real(t), SCALE, (BASE, 0.0), recent, 1, SERVICE_S)
+            want = wp.row(sim, 1, SERVICE_S)
+            for c in (*atsubmit.FEATURES, "plan_request_s", "plan_s"):
+                assert live[c] == pytest.approx(want[c], rel=1e-9, abs=1e-6), c
+            assert wp.answer(live) == wp(sim, 1, SERVICE_S)
+            queued += want["pending_jobs"] > 0
+            compared += 1
+        t += 600
+    assert compared == 6 and queued >= 1  # 60 .. 10 minutes before the end, a queue in some

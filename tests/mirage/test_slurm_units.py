@@ -680,3 +680,79 @@ def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, 
     assert not (tmp_path / "s").exists()
     with pytest.raises(StepError, match="--avg-cal-samples"):
         keep_service.calibrate_avg_cal(str(tmp_path / "nothing"), 1)
+
+
+class _FixedWait:
+    """A wait predictor that always answers ``wait_h`` with bound ``bound_h`` (and, called on a
+    simulator as keeper_sim calls it, the same)."""
+
+    def __init__(self, wait_h, bound_h):
+        self.ans = {"wp_wait_s": wait_h * 3600.0, "wp_bound_s": bound_h * 3600.0, "wp_plan_request_s": 0.0}
+        self.rows = []
+
+    def finish(self, row, t, nodes, limit_s):
+        self.rows.append((row, t, nodes, limit_s))
+        return row
+
+    def answer(self, row):
+        return dict(self.ans)
+
+    def __call__(self, sim, nodes, limit_s):
+        return dict(self.ans)
+
+
+@pytest.mark.parametrize("policy, lead_h", [("wait-pred", 0.5), ("guarantee", 2.0 + 1 / 6)])
+def test_keeper_wait_predictor_rules_submit_where_the_wait_or_bound_reaches_the_time_left(fake, policy, lead_h):
+    """wait-pred submits once the predicted wait (0.5 h) reaches the time left; guarantee once the
+    bound (2 h) reaches the time left at the next decision (10 trace minutes on): 2 h 10 min early.
+    The predictor is asked with the successor's request and a trace clock."""
+    wp = _FixedWait(0.5, 2.0)
+    k = keeper.Keeper(env={}, policy=policy, node=1, service_s=4 * 3600, scale=60, step_s=600, waitpred=wp,
+                      wait_cfg=SimConfig(nodes=4), clock=fake.clock, sleep=fake.sleep)
+    (r,) = k.run(deadline_s=10_000)
+    assert not r["forced"] and r["decision_lead_trace_h"] == pytest.approx(lead_h, abs=1 / 60)
+    assert r["model_output"] == pytest.approx(0.5 if policy == "wait-pred" else 2.0)
+    row, t, nodes, limit_s = wp.rows[-1]
+    assert (nodes, limit_s) == (1, 4 * 3600) and row["capacity"] == 4
+    with pytest.raises(ValueError, match="wait predictor"):
+        keeper.Keeper(env={}, policy=policy, node=1, service_s=3600)
+
+
+def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
+    """keeper_sim.predict for guarantee: a bound of 2 h on a free cluster submits 2 h 10 min before
+    the end (the step after which waiting would leave less than the bound), wait-pred at 0 h wait
+    only at the end."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.keeper_sim import predict
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
+                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - h, t0, factor)
+    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee", waitpred=_FixedWait(0.0, 2.0))
+    assert g["sim_decision_lead_h"] == pytest.approx(2.0 + 1 / 6) and g["sim_wasted_node_h"] > 2
+    w = predict(bg, cfg, factor, t0, 1, 4 * h, "wait-pred", waitpred=_FixedWait(0.0, 2.0))
+    assert w["sim_decision_lead_h"] == 0 and w["sim_n_decisions"] > 20
+
+
+def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monkeypatch):
+    import argparse
+
+    from stepkit import StepError
+
+    from mirage_tasks.slurm import livewait
+    from mirage_tasks.steps import keep_service
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    p = argparse.ArgumentParser()
+    keep_service.add_arguments(p)
+    with pytest.raises(StepError, match="guarantee needs --waitpred"):
+        keep_service.run(p.parse_args(["--policy", "guarantee,reactive", "--out", str(tmp_path / "o"),
+                                       "--slurm-root", str(tmp_path / "s")]))
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(StepError, match="--waitpred"):
+        livewait.load(str(tmp_path / "nothing"), "UTC")
