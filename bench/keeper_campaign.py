@@ -1,0 +1,179 @@
+"""The service keeper on a real (local) Slurm over several busy windows (issue 28 item 5).
+
+    python bench/keeper_campaign.py windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp
+    python bench/keeper_campaign.py run --root var/keepcamp --model M --avg-cal-samples S [--policies ...]
+    python bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md
+
+``windows`` chooses the windows before any keeper run, from the real log alone: the hourly
+number of jobs waiting in the log (submitted, not started), its median over the training period
+(``--train-from``/``--train-to``, the months the model's samples come from) as the line for
+"busy", and the test period's non-overlapping windows of ``--span-hours`` whose mean queue is
+above that median, the busiest first (``--count`` of them), listed by date (``windows.json``).
+
+``run`` starts one ``keep-service`` per window, all at once, each on a local Slurm of its own
+(``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``c x --stagger-hours``
+after the window's start, so that one chain of a policy ends before its next starts (at most one
+service job per policy at a time, plus a successor's overlap); and, for the first window, a
+``replay-slurm`` of the same background without any chain, so the page can say how much the
+chains moved the background they are judged in. The runs are niced to ``--nice`` (negative:
+ahead of other work on the machine, which would otherwise stretch Slurm's dispatch, one real
+second being ``--factor`` trace seconds). Each run's wall time and CPU are printed.
+
+``page`` pools the runs (:mod:`mirage_tasks.slurm.keeper_stats`: a bootstrap over chains, the
+policies paired on the same window, chain and link) and writes the results page with the
+commands, the windows and their queues, per-window rows, the simulator's prediction for the same
+chains, and the background with and without the chains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+DEFAULTS = {"train_from": "2022-10-12", "train_to": "2023-01-28", "test_from": "2023-01-28", "test_to": "2023-03-31",
+            "span_hours": 204.0, "count": 5}
+
+
+def queue_series(trace: str, t_from: pd.Timestamp, t_to: pd.Timestamp) -> pd.Series:
+    """Jobs waiting in the real log (submitted, not yet started) at every hour of [t_from, t_to)."""
+    from mirage_tasks.data.schema import read_trace
+
+    df, _ = read_trace(trace)
+    epoch = pd.Timestamp(0, tz="UTC")
+    sub = (df["submit"] - epoch).dt.total_seconds().to_numpy()
+    st = (df["start"] - epoch).dt.total_seconds().to_numpy()
+    hours = pd.date_range(t_from, t_to, freq="1h", inclusive="left")
+    t = (hours - epoch).total_seconds().to_numpy()
+    n = (np.searchsorted(np.sort(sub), t, side="right") - np.searchsorted(np.sort(st), t, side="right"))
+    return pd.Series(n, index=hours)
+
+
+def choose_windows(trace: str, train_from: str, train_to: str, test_from: str, test_to: str, span_h: float,
+                   count: int) -> dict:
+    ts = lambda s: pd.Timestamp(s, tz="UTC")  # noqa: E731
+    train = queue_series(trace, ts(train_from), ts(train_to))
+    median = float(train.median())
+    test = queue_series(trace, ts(test_from), ts(test_to))
+    span = pd.Timedelta(hours=span_h)
+    cands = []
+    for start in pd.date_range(ts(test_from), ts(test_to) - span, freq="1D"):
+        q = test[(test.index >= start) & (test.index < start + span)]
+        cands.append((float(q.mean()), start))
+    busy = sorted([c for c in cands if c[0] > median], key=lambda c: -c[0])
+    chosen: list[tuple[float, pd.Timestamp]] = []
+    for m, s in busy:
+        if all(abs((s - o).total_seconds()) >= span.total_seconds() for _, o in chosen):
+            chosen.append((m, s))
+        if len(chosen) == count:
+            break
+    chosen.sort(key=lambda c: c[1])
+    return {"median_queue_train": median, "train": [train_from, train_to], "test": [test_from, test_to],
+            "span_hours": span_h, "candidates": len(cands), "busy_candidates": len(busy),
+            "windows": [{"name": f"w{i + 1}", "from": s.strftime("%Y-%m-%dT%H:%M"), "mean_queue": m}
+                        for i, (m, s) in enumerate(chosen)]}
+
+
+def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
+    start = pd.Timestamp(w["from"], tz="UTC")
+    to = start + pd.Timedelta(hours=a.span_hours + 48)  # held beyond the chains: the session ends with them
+    pol = a.policies.split(",")
+    inputs = ((["--model", a.model] if "model" in pol else [])
+              + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
+              + (["--waitpred", a.waitpred] if {"wait-pred", "guarantee"} & set(pol) else []))
+    return [PY, "-m", "mirage_tasks", "keep-service", "--policy", a.policies, *inputs, "--node", "1",
+            "--service-hours", "48", "--factor", f"{a.factor:g}", "--slurm-root",
+            f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6",
+            "--trace", a.trace, "--background-from", w["from"], "--background-to", to.strftime("%Y-%m-%dT%H:%M"),
+            "--chains", str(a.chains), "--stagger-hours", f"{a.stagger_hours:g}", "--deadline-s",
+            f"{a.deadline_s:g}", "--stop-chain", "--out", f"{a.root}/{a.name}-{w['name']}"]
+
+
+def replay_argv(a: argparse.Namespace, w: dict) -> list[str]:
+    start = pd.Timestamp(w["from"], tz="UTC")
+    to = start + pd.Timedelta(hours=a.span_hours)
+    return [PY, "-m", "mirage_tasks", "replay-slurm", "--trace", a.trace, "--from", w["from"],
+            "--to", to.strftime("%Y-%m-%dT%H:%M"), "--factor", f"{a.factor:g}", "--cluster-config", "ls6",
+            "--slurm-root", f"{a.root}/slurm-{w['name']}-nochains", "--drain", "60",
+            "--out", f"{a.root}/replay-{w['name']}-nochains"]
+
+
+def run(a: argparse.Namespace) -> int:
+    wins = json.load(open(f"{a.root}/windows.json"))["windows"]
+    jobs = [(f"{a.name}-{w['name']}", keep_argv(a, w)) for w in wins]
+    if wins and not a.no_baseline:
+        jobs.append((f"replay-{wins[0]['name']}-nochains", replay_argv(a, wins[0])))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = {}
+    for name, argv in jobs:
+        log = open(f"{a.root}/{name}.log", "w")
+        print(f"{name}: nice -n {a.nice} {shlex.join(argv)}", flush=True)
+        procs[name] = (subprocess.Popen(["nice", "-n", str(a.nice), *argv], stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=ROOT, env=env), time.monotonic(), log)
+    rc = 0
+    for name, (p, t0, log) in procs.items():
+        code = p.wait()
+        log.close()
+        print(f"{name}: rc {code}, wall {time.monotonic() - t0:.0f} s", flush=True)
+        rc = rc or code
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("windows", help="choose the busy windows from the real log (before any run)")
+    w.add_argument("--trace", required=True)
+    w.add_argument("--out", required=True, help="folder for windows.json")
+    for k, v in DEFAULTS.items():
+        w.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
+    r = sub.add_parser("run", help="one keep-service per window, at once, plus one replay without chains")
+    r.add_argument("--root", required=True)
+    r.add_argument("--trace", required=True)
+    r.add_argument("--name", default="keep", help="the runs' outputs: <root>/<name>-<window> (keep)")
+    r.add_argument("--model", default=None, help="train output (policy model)")
+    r.add_argument("--avg-cal-samples", default=None, help="sample output (policy avg-cal)")
+    r.add_argument("--waitpred", default=None, help="waitpred output (policies wait-pred and guarantee)")
+    r.add_argument("--policies", default="model,avg-cal,avg,reactive")
+    r.add_argument("--chains", type=int, default=4)
+    r.add_argument("--stagger-hours", type=float, default=50.0)
+    r.add_argument("--span-hours", type=float, default=DEFAULTS["span_hours"])
+    r.add_argument("--factor", type=float, default=180.0)
+    r.add_argument("--deadline-s", type=float, default=3600.0)
+    r.add_argument("--nice", type=int, default=-5)
+    r.add_argument("--no-baseline", action="store_true", help="no replay without chains")
+    g = sub.add_parser("page", help="write the results page from the runs' outputs")
+    g.add_argument("--root", required=True)
+    g.add_argument("--write-doc", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "windows":
+        doc = choose_windows(a.trace, a.train_from, a.train_to, a.test_from, a.test_to, a.span_hours, a.count)
+        os.makedirs(a.out, exist_ok=True)
+        Path(a.out, "windows.json").write_text(json.dumps(doc, indent=1))
+        print(json.dumps(doc, indent=1))
+        return 0
+    if a.cmd == "run":
+        return run(a)
+    sys.path.insert(0, str(ROOT / "devtools" / "pages"))
+    from keeper_campaign_page import page
+
+    text = page(a.root)
+    if a.write_doc:
+        Path(a.write_doc).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

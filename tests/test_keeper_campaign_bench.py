@@ -1,0 +1,110 @@
+"""``bench/keeper_campaign.py`` (issue 28 item 5): the windows it chooses from the log alone, the
+commands it starts (each parsed by its step's own parser, so a renamed flag fails here, not an
+hour into a campaign), and the page it writes from the runs' outputs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+from conftest import REPO
+
+from mirage_tasks.run.plan import step_parser
+
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_keeper_campaign", REPO / "bench" / "keeper_campaign.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _trace(busy_from: str, busy_days: int) -> pd.DataFrame:
+    """One job an hour from 2023-01-01 to 2023-03-01, starting at once, except those submitted in
+    the busy span, which wait 30 h each (a queue of about 30 jobs there)."""
+    sub = pd.date_range("2023-01-01", "2023-03-01", freq="1h", tz="UTC")
+    b0 = pd.Timestamp(busy_from, tz="UTC")
+    wait = np.where((sub >= b0) & (sub < b0 + pd.Timedelta(days=busy_days)), 30, 0)
+    return pd.DataFrame({"submit": sub, "start": sub + pd.to_timedelta(wait, unit="h")})
+
+
+def test_windows_are_the_busiest_above_the_training_median_and_do_not_overlap(monkeypatch):
+    import mirage_tasks.data.schema as schema
+
+    mod = _bench()
+    monkeypatch.setattr(schema, "read_trace", lambda path: (_trace("2023-02-10", 6), None))
+    doc = mod.choose_windows("x", "2023-01-01", "2023-02-01", "2023-02-01", "2023-03-01", 72.0, 3)
+    assert doc["median_queue_train"] == 0
+    starts = [pd.Timestamp(w["from"], tz="UTC") for w in doc["windows"]]
+    # the busy span (Feb 10 .. Feb 16 plus its 30 h tail) holds the windows, none overlapping another
+    assert len(starts) == 3 and all(pd.Timestamp("2023-02-08", tz="UTC") <= s <= pd.Timestamp("2023-02-17", tz="UTC")
+                                    for s in starts)
+    assert all(abs((a - b).total_seconds()) >= 72 * 3600 for a in starts for b in starts if a is not b)
+    assert starts == sorted(starts) and all(w["mean_queue"] > 0 for w in doc["windows"])
+    quiet = mod.choose_windows("x", "2023-02-10", "2023-02-16", "2023-01-01", "2023-02-01", 72.0, 3)
+    assert quiet["windows"] == []  # nothing in January waits more than the busy span's median
+
+
+def test_every_command_parses_with_its_steps_parser():
+    mod = _bench()
+    a = argparse.Namespace(policies="model,avg-cal,avg,reactive", model="m", avg_cal_samples="s", waitpred=None,
+                           factor=180.0, root="r", name="keep", trace="t.parquet", span_hours=204.0, chains=4,
+                           stagger_hours=50.0, deadline_s=3600.0)
+    w = {"name": "w1", "from": "2023-02-05T00:00"}
+    argv = mod.keep_argv(a, w)
+    ns = step_parser("keep-service").parse_args(argv[4:])
+    assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
+    assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
+    assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"
+    wp = mod.keep_argv(argparse.Namespace(**{**vars(a), "policies": "guarantee,reactive", "waitpred": "wp",
+                                             "name": "keepwp"}), w)
+    ns = step_parser("keep-service").parse_args(wp[4:])
+    assert ns.waitpred == "wp" and ns.model is None and ns.avg_cal_samples is None and ns.out == "r/keepwp-w1"
+    rp = step_parser("replay-slurm").parse_args(mod.replay_argv(a, w)[4:])
+    assert (rp.t_from, rp.t_to, rp.factor) == ("2023-02-05T00:00", "2023-02-13T12:00", 180.0)
+
+
+def _run(root, name, w, rows):
+    d = root / f"{name}-{w}"
+    d.mkdir()
+    pd.DataFrame(rows).to_parquet(d / "links.parquet")
+    facts = {"loadavg_start": ["0.1", "0.1", "0.1"], "loadavg_end": ["0.2", "0.2", "0.2"], "cpu_s": 30.0,
+             "wall_s": 4000.0, "daemons_cpu_s": 90.0, "errors": {},
+             "avg_cal": {"threshold": None, "never_submits_early": True, "objective": 0.1, "reactive_objective": 0.1,
+                         "n_samples": 1260}}
+    (d / "keeper.json").write_text(json.dumps({"factor": 180, "node": 1, "facts": facts}))
+    (d / "_SUCCESS.json").write_text("{}")
+
+
+def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        from keeper_campaign_page import page
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2, 3)]
+    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
+                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
+                                                       "busy_candidates": 40, "windows": wins}))
+    for w in ("w1", "w2", "w3"):
+        rows = []
+        for c in range(4):
+            # reactive: 1 h late in every chain; model: 0.5 h early (0.5 node-h) in every chain; avg: 2 h early
+            for p, s in (("model", -0.5), ("avg-cal", 1.0), ("avg", -2.0), ("reactive", 1.0)):
+                rows.append({"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
+                             "decision_lead_trace_h": max(-s, 0), "signed_interruption_h": s,
+                             "wasted_node_h": max(-s, 0.0), "forced": p in ("reactive", "avg-cal"),
+                             "model_output": np.nan, "sim_signed_interruption_h": s, "sim_decision_lead_h": max(-s, 0)})
+        _run(tmp_path, "keep", w, rows)
+    text = page(str(tmp_path))
+    assert "| w1 | 2023-02-01T00:00 | 40.0 |" in text
+    assert "| model | 3 | 12 | 12 | 12 |" in text  # 3 windows, 12 chains, 12 links, all early
+    assert "**model**: submitted early in 12 of 12 links" in text and "**better than reactive**" in text
+    assert "(avg's 2.00: no higher)" in text and "avg-cal decides as reactive here" in text
+    assert "| model | 12 | 100% | 100% | -0.50 | -0.50 | 12 / 12 |" in text  # the simulator agrees on every link
+    assert "| keep-w1 | 4000 | 30.0 | 90.0 |" in text
