@@ -108,3 +108,4 @@ def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
     assert "(avg's 2.00: no higher)" in text and "avg-cal decides as reactive here" in text
     assert "| model | 12 | 100% | 100% | -0.50 | -0.50 | 12 / 12 |" in text  # the simulator agrees on every link
     assert "| keep-w1 | 4000 | 30.0 | 90.0 |" in text
+    assert "12 pairs of identical decisions in one cluster" in text and "differ by 0.00 h on average" in text
