@@ -756,3 +756,19 @@ def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monk
     assert not (tmp_path / "s").exists()
     with pytest.raises(StepError, match="--waitpred"):
         livewait.load(str(tmp_path / "nothing"), "UTC")
+
+
+def test_keeper_submits_at_the_end_before_reading_a_slow_queue(fake, monkeypatch):
+    """On a loaded machine squeue and sinfo take seconds (the campaign of keeper-campaign.md saw
+    reactive submit up to 5 real s late at x180, 0.27 trace h): at the predecessor's end the keeper
+    submits first and reads after, so a 4-second reading does not delay the successor."""
+    slow = fake.squeue
+
+    def squeue(env=None, partition=None):
+        fake.t += 4.0
+        fake._tick()
+        return slow(env, partition)
+
+    monkeypatch.setattr(keeper, "squeue", squeue)
+    (r,) = _keeper(fake, "reactive").run(deadline_s=10_000)
+    assert r["forced"] and -0.5 <= r["succ_submit"] - r["pred_end"] < 1.0
