@@ -180,6 +180,46 @@ def _same_decision_pair(f: pd.DataFrame) -> list[str]:
             "to identical decisions."]
 
 
+def _lateness(f: pd.DataFrame, factor: float) -> list[str]:
+    """Per policy that submitted at the end: how late after the predecessor's end the keeper's
+    submission went (trace h), and how many interrupted links that lateness alone explains."""
+    from mirage_tasks.slurm.keeper_stats import interrupted_h
+
+    tol = interrupted_h(factor)
+    out = ["| policy | links submitted at the end | late by (trace h): mean / max | interrupted | of which no "
+           "longer than the keeper's own lateness + tolerance |", "|---|---|---|---|---|"]
+    for p, g in f.groupby("policy", sort=False):
+        g = g[g["forced"].astype(bool)]
+        if g.empty:
+            continue
+        late = np.maximum(-g["decision_lead_trace_h"].to_numpy(float), 0.0)
+        sig = g["signed_interruption_h"].to_numpy(float)
+        intr = sig > tol
+        out.append(f"| {p} | {len(g)} | {late.mean():.2f} / {late.max():.2f} | {int(intr.sum())} | "
+                   f"{int((intr & (sig <= late + tol)).sum())} |")
+    return out
+
+
+def _first_run(root: Path, factor: float) -> list[str]:
+    """The campaign's first run of set ``keep`` (``<root>/run1``), made with the keeper before it
+    submitted at the end ahead of reading the queue."""
+    from mirage_tasks.slurm.keeper_stats import markdown, summary
+
+    f, docs = _frame(_runs(root / "run1", "keep"))
+    if f.empty:
+        return []
+    loads = sorted({" ".join(d["facts"]["loadavg_end"]) for d in docs.values()})
+    return ["### The first run, and why it was run again", "",
+            f"Set `keep` ran first with the keeper as it was before commit 75ec249: it read `squeue` and `sinfo` before "
+            "every decision, the one at the predecessor's end too. The machine was loaded then (a CI run and a CPU "
+            f"hog beside it; load at the end {', '.join(loads)}), readings took seconds, and a successor submitted "
+            "'at the end' went in up to 5 real seconds late: a tenth to a quarter of a trace hour at x180, counted as "
+            "interruption. The keeper now submits at the end before it reads. The first run's figures, kept for the "
+            "record (the same windows, chains and models; its own runs' outputs under `var/keepcamp/run1`):", "",
+            *markdown(summary(f, factor, 1)), "", "The keeper's own lateness in that run:", "",
+            *_lateness(f, factor), ""]
+
+
 def page(root: str) -> str:
     from mirage_tasks.slurm.keeper_stats import markdown, summary
 
@@ -274,6 +314,9 @@ def page(root: str) -> str:
     spread = _reactive_spread(frames)
     if spread:
         L += ["### Slurm's own spread", ""] + spread + [""]
+    for name, f in frames.items():
+        L += [f"The keeper's own lateness at the predecessor's end, set `{name}`:", ""] + _lateness(f, factor) + [""]
+    L += _first_run(root, factor)
     L += ["### The background with and without the chains", ""] + _background_effect(root) + [""]
     L += ["### Wall time and CPU per run", "", "All runs of a set at once (and both sets together) on this 2-core "
           "machine, niced to -5; the step's CPU is the keeper, the background replay and the simulator's predictions.",
