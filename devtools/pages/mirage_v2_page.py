@@ -406,8 +406,9 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     L += online_section(root, specs)
     L += ["## Not done under v2 yet", "",
           "Said plainly, as the protocol asks: `xgboost-wp` (the models' features extended by the predictor) is not "
-          "trained (the predictor's answer enters the learned policy instead); the keeper runs on a real Slurm "
-          "(item 5 of issue 28: 20 chains per policy over three busy windows) are not run. "
+          "trained (the predictor's answer enters the learned policy instead). The keeper on a real Slurm (item 5 of "
+          "issue 28) has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
+          "ls6 windows, with a deviation from this protocol's keeper design said there. "
           "The online decider is scored for reactive and xgboost only (above). The predictor's bound at a decision "
           "uses the calibration period's conformal offset, not waitpred's online correction (a fork of the "
           "simulation cannot learn outcomes after its decision time). "

@@ -108,6 +108,32 @@ def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
     raise RuntimeError(f"no {n} consecutive free ports in [{lo}, {hi})")
 
 
+#: One lock per machine over choosing a cluster's port block and starting its daemons: two clusters
+#: started at the same instant (bench/keeper_campaign.py starts one per window) could otherwise both
+#: find the same block free before either had bound it (two of ten did: "Address already in use").
+PORT_LOCK = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mirage-slurm-ports.lock")
+
+
+class port_lock:
+    """Held from :func:`free_port_range` until the daemons listen (a blocking ``flock``)."""
+
+    def __init__(self, path: str = PORT_LOCK):
+        self.path = path
+
+    def __enter__(self) -> "port_lock":
+        import fcntl
+
+        self.fh = open(self.path, "a")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import fcntl
+
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -200,7 +226,14 @@ class LocalSlurm:
             subprocess.run([_bin("mungekey"), "--create", f"--keyfile={p.munge_key}"], check=True,
                            capture_output=True)
         os.chmod(p.munge_key, 0o600)
-        # slurmctld, the n slurmd (and MariaDB, slurmdbd) on consecutive ports outside the ephemeral range
+        # slurmctld, the n slurmd (and MariaDB, slurmdbd) on consecutive ports outside the ephemeral range,
+        # chosen and bound under the machine's port lock (released once every daemon listens)
+        with port_lock():
+            return self._start_daemons(cfg, factor, timeout, accounting, users, unknown, debug_flags, n)
+
+    def _start_daemons(self, cfg: SimConfig, factor: float, timeout: float, accounting: bool, users: int,
+                       unknown: bool, debug_flags: str, n: int) -> dict:
+        p = self.paths
         base = free_port_range(n + 3)
         ctld, first = base, base + 1
         db_port = dbd_port = None

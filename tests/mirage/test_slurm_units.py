@@ -772,3 +772,43 @@ def test_keeper_submits_at_the_end_before_reading_a_slow_queue(fake, monkeypatch
     monkeypatch.setattr(keeper, "squeue", squeue)
     (r,) = _keeper(fake, "reactive").run(deadline_s=10_000)
     assert r["forced"] and -0.5 <= r["succ_submit"] - r["pred_end"] < 1.0
+
+
+def test_clusters_started_at_once_choose_their_ports_one_after_another(tmp_path, monkeypatch):
+    """Two local clusters started at the same instant must not pick one port block (the keeper
+    campaign's ten clusters did once: "Address already in use"): under cluster.port_lock the second
+    chooses only after the first's daemons listen. Here the "daemons" are sockets bound inside the
+    lock, and the random start of free_port_range is pinned so both would pick the same block."""
+    import socket
+    import threading
+
+    from mirage_tasks.slurm import cluster
+
+    monkeypatch.setattr(cluster, "PORT_LOCK", str(tmp_path / "ports.lock"))
+    monkeypatch.setattr("random.randrange", lambda a, b: 24000)
+    got, socks, go = [], [], threading.Barrier(2)
+
+    def start():
+        go.wait()
+        with cluster.port_lock(str(tmp_path / "ports.lock")):
+            base = cluster.free_port_range(4)
+            time.sleep(0.2)  # the daemons start
+            for p in range(base, base + 4):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                s.listen()
+                socks.append(s)
+            got.append(base)
+
+    import time
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(got) == 2 and abs(got[0] - got[1]) >= 4, got
+    finally:
+        for s in socks:
+            s.close()
