@@ -298,6 +298,8 @@ def page(root: str) -> str:
         if name == "keepwp" and d0["facts"].get("waitpred"):
             wp = d0["facts"]["waitpred"]
             L += [f"The wait predictor: pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
+    if (root / "notes.md").exists():  # what happened to the runs that their outputs do not say
+        L += ["**How the runs went**: " + (root / "notes.md").read_text().strip(), ""]
     L += ["## Results", ""]
     for name, f in frames.items():
         docs = docs_by_set[name]
