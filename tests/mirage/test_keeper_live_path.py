@@ -66,6 +66,24 @@ def _sinfo_text(sim: Simulator) -> str:
     return "\n".join(f"n{i + 1}|{'alloc' if i < busy else 'idle'}" for i in range(NODES)) + "\n"
 
 
+def _with_background(cfg: SimConfig, seed: int) -> tuple[Simulator, int, int]:
+    """A simulator with a background in whole real seconds and minutes (submits, run times and
+    limits multiples of 60 trace s, limits of whole trace hours: a real minute at x60) and the
+    service's predecessor submitted 2 h in: (simulator, its submission, its job)."""
+    sim = Simulator(cfg, 0)
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        sub = int(rng.integers(0, 60 * H // 60)) * 60
+        lim = int(rng.choice([1, 2, 4, 8, 12])) * H
+        dur = max(60, int(lim * rng.uniform(0.2, 1.0)) // 60 * 60)
+        j = sim.add_job(sub, dur, lim, int(rng.choice([1, 1, 2, 3])))
+        sim.schedule_submit(j)
+    ps = 2 * H
+    pred = sim.add_probe_job(ps, SERVICE_S, 1, -2)
+    sim.schedule_submit(pred)
+    return sim, ps, pred
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> str:
     """A small XGBoost trained on simulator samples (end-spaced probes), through the CLI."""
@@ -81,19 +99,7 @@ def model(tmp_path_factory) -> str:
 
 def test_the_live_path_gives_the_simulators_history_and_prediction(model, monkeypatch):
     cfg = SimConfig(nodes=NODES, backfill="conservative", bf_interval_s=60, bf_resolution_s=60)
-    sim = Simulator(cfg, 0)
-    rng = np.random.default_rng(7)
-    # a background in whole real seconds and minutes: submits, run times and limits multiples of 60 trace s,
-    # limits of whole trace hours (a real minute at x60)
-    for _ in range(60):
-        sub = int(rng.integers(0, 60 * H // 60)) * 60
-        lim = int(rng.choice([1, 2, 4, 8, 12])) * H
-        dur = max(60, int(lim * rng.uniform(0.2, 1.0)) // 60 * 60)
-        j = sim.add_job(sub, dur, lim, int(rng.choice([1, 1, 2, 3])))
-        sim.schedule_submit(j)
-    ps = 2 * H
-    pred = sim.add_probe_job(ps, SERVICE_S, 1, -2)
-    sim.schedule_submit(pred)
+    sim, ps, pred = _with_background(cfg, 7)
     sim.run_until(ps)
     sim.record_history(features.snapshot, ps, 600, WINDOW)
 
@@ -144,17 +150,7 @@ def test_the_live_path_gives_the_wait_predictors_inputs_and_answer(monkeypatch):
     wl = _log(n=300, seed=4)
     raw, doc, _ = _fit_doc(atsubmit.sweep(wl, cfg.replace(nodes=16), int(wl.submit[20]), int(wl.submit[-1]) + 1))
     wp = atprobe.WaitAtProbe(raw, doc, None, "UTC")
-    sim = Simulator(cfg, 0)
-    rng = np.random.default_rng(11)
-    for _ in range(60):
-        sub = int(rng.integers(0, 60 * H // 60)) * 60
-        lim = int(rng.choice([1, 2, 4, 8, 12])) * H
-        dur = max(60, int(lim * rng.uniform(0.2, 1.0)) // 60 * 60)
-        j = sim.add_job(sub, dur, lim, int(rng.choice([1, 1, 2, 3])))
-        sim.schedule_submit(j)
-    ps = 2 * H
-    pred = sim.add_probe_job(ps, SERVICE_S, 1, -2)
-    sim.schedule_submit(pred)
+    sim, ps, pred = _with_background(cfg, 11)
     texts = {}
     monkeypatch.setattr(queue, "run_client", lambda args, env=None, timeout=60: texts[args[0]])
     keeper = kp.Keeper(env={}, policy="guarantee", node=1, service_s=SERVICE_S, scale=SCALE, step_s=600,
