@@ -31,14 +31,27 @@ def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), docs
 
 
+KEY = ["run", "chain", "link"]
+
+
+def _gaps(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
+    """|signed interruption of a - of b| on the same (window, chain, link)."""
+    m = a[KEY + ["signed_interruption_h"]].merge(b[KEY + ["signed_interruption_h"]], on=KEY, suffixes=("_a", "_b"))
+    return (m["signed_interruption_h_a"] - m["signed_interruption_h_b"]).abs()
+
+
+def _gap_words(d: pd.Series) -> str:
+    return (f"{d.mean():.2f} h on average (median {d.median():.2f} h, max {d.max():.2f} h; "
+            f"{(d <= 0.1).mean():.0%} within 6 minutes)")
+
+
 def _interruption_vs_reactive(f: pd.DataFrame, policy: str) -> tuple[float, float, float]:
     """Mean paired difference of interruption (h) of ``policy`` minus reactive on the same (window,
     chain, link), with its 95 % bootstrap over chains (keeper_stats' resampling)."""
     from mirage_tasks.slurm.keeper_stats import _boot
 
-    key = ["run", "chain", "link"]
     g = f.assign(intr=np.maximum(f["signed_interruption_h"].to_numpy(float), 0.0))
-    m = g[g["policy"] == policy][key + ["intr"]].merge(g[g["policy"] == "reactive"][key + ["intr"]], on=key,
+    m = g[g["policy"] == policy][KEY + ["intr"]].merge(g[g["policy"] == "reactive"][KEY + ["intr"]], on=KEY,
                                                        suffixes=("", "_r"))
     if m.empty:
         return math.nan, math.nan, math.nan
@@ -167,17 +180,12 @@ def _reactive_spread(frames: dict) -> list[str]:
     background): Slurm's own spread for one policy, chain by chain."""
     if not {"keep", "keepwp"} <= set(frames):
         return []
-    a = frames["keep"]
-    b = frames["keepwp"]
-    key = ["run", "chain", "link"]
-    m = a[a["policy"] == "reactive"][key + ["signed_interruption_h"]].merge(
-        b[b["policy"] == "reactive"][key + ["signed_interruption_h"]], on=key, suffixes=("_a", "_b"))
-    if m.empty:
+    d = _gaps(frames["keep"][frames["keep"]["policy"] == "reactive"],
+              frames["keepwp"][frames["keepwp"]["policy"] == "reactive"])
+    if d.empty:
         return []
-    d = (m["signed_interruption_h_a"] - m["signed_interruption_h_b"]).abs()
-    return [f"reactive ran in both run sets: {len(m)} chains paired on window and chain index (two clusters "
-            f"replaying the same background). Its signed interruption differs between the two by {d.mean():.2f} h "
-            f"on average (median {d.median():.2f} h, max {d.max():.2f} h); {(d <= 0.1).mean():.0%} within 6 minutes. "
+    return [f"reactive ran in both run sets: {len(d)} chains paired on window and chain index (two clusters "
+            f"replaying the same background). Its signed interruption differs between the two by {_gap_words(d)}. "
             "That is Slurm's own spread for one policy, and the floor under any difference between policies "
             "measured across the two sets."]
 
@@ -187,16 +195,12 @@ def _same_decision_pair(f: pd.DataFrame) -> list[str]:
     the same predecessor end into one cluster. How far apart they start is the chains' competition."""
     if not {"avg-cal", "reactive"} <= set(f["policy"]):
         return []
-    key = ["run", "chain", "link"]
     a = f[f["policy"] == "avg-cal"]
     if not a["forced"].astype(bool).all():
         return []
-    m = a[key + ["signed_interruption_h"]].merge(f[f["policy"] == "reactive"][key + ["signed_interruption_h"]],
-                                                 on=key, suffixes=("_a", "_r"))
-    d = (m["signed_interruption_h_a"] - m["signed_interruption_h_r"]).abs()
-    return [f"In set `keep`, avg-cal submitted at the predecessor's end in every link, as reactive did: {len(m)} pairs of "
-            f"identical decisions in one cluster. Their successors' starts differ by {d.mean():.2f} h on average "
-            f"(median {d.median():.2f} h, max {d.max():.2f} h; {(d <= 0.1).mean():.0%} within 6 minutes): what the "
+    d = _gaps(a, f[f["policy"] == "reactive"])
+    return [f"In set `keep`, avg-cal submitted at the predecessor's end in every link, as reactive did: {len(d)} pairs of "
+            f"identical decisions in one cluster. Their successors' starts differ by {_gap_words(d)}: what the "
             "chains' competition for freed nodes, and which of two same-instant submissions Slurm serves first, do "
             "to identical decisions."]
 
