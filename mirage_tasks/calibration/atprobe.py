@@ -128,3 +128,50 @@ class WaitAtProbe:
         w = float(pt[self.pick][0])
         b = float(atsubmit.static_bound(base[self.pick], self.theta)[0])
         return {"wp_wait_s": w, "wp_bound_s": b, "wp_plan_request_s": float(row["plan_request_s"])}
+
+
+# ----------------------------------------------------------------------------- as model features
+
+#: the channels ``merge --waitpred-features`` appends to every history (protocol v2's ``xgboost-wp``),
+#: in hours: the predictor's wait ``w(t)`` and bound ``b(t)`` for the successor submitted at the
+#: decision time, and ``w(t) - D`` (``D``: the time left to the predecessor's pre-simulated end) as
+#: its two parts, ``max(w - D, 0)`` (a predicted gap) and ``max(D - w, 0)`` (a predicted overlap).
+#: Two parts because the models' scaler reads every feature as non-negative (``log1p`` of the value
+#: clipped at 0): one signed channel would lose every predicted overlap.
+FEATURES = ("wp_wait_h", "wp_bound_h", "wp_gap_h", "wp_overlap_h")
+
+
+def feature_columns(meta: pd.DataFrame, where: str) -> np.ndarray:
+    """:data:`FEATURES` of each probe row (float32 [n, 4]) from a sample's ``probes.parquet`` rows;
+    ``where`` names the input in errors (one sampled without ``--waitpred`` has no answers)."""
+    need = [*COLUMNS[:2], "pred_end_without_succ", "probe_time"]
+    missing = [c for c in need if c not in meta.columns]
+    if missing:
+        raise StepError(f"{where}: its probes have no {', '.join(missing)} (sampled without --waitpred?): the "
+                        "wait predictor's features need the predictor's answer at every probe")
+    w = meta["wp_wait_s"].to_numpy(np.float64) / 3600.0
+    left = (meta["pred_end_without_succ"].to_numpy(np.float64) - meta["probe_time"].to_numpy(np.float64)) / 3600.0
+    cols = np.stack([w, meta["wp_bound_s"].to_numpy(np.float64) / 3600.0, np.maximum(w - left, 0.0),
+                     np.maximum(left - w, 0.0)], axis=1)
+    bad = ~np.isfinite(cols).all(axis=1)
+    if bad.any():
+        raise StepError(f"{where}: {int(bad.sum())} probe(s) without a finite wait-predictor answer "
+                        f"(first at row {int(np.flatnonzero(bad)[0])})")
+    return cols.astype(np.float32)
+
+
+def with_features(X: np.ndarray, meta: pd.DataFrame, where: str) -> np.ndarray:
+    """Histories ``X`` [n, W, F] with :data:`FEATURES` appended as channels [n, W, F + 4]: the answer
+    at the decision time, the same at every step of the window (the predictor is asked once, at the
+    decision: no earlier answer is known to the sample)."""
+    cols = feature_columns(meta, where)
+    if len(cols) != len(X):
+        raise StepError(f"{where}: {len(X)} histories but {len(cols)} probe rows")
+    n, W, _ = X.shape
+    return np.concatenate([np.asarray(X, np.float32), np.broadcast_to(cols[:, None, :], (n, W, len(FEATURES)))],
+                          axis=2)
+
+
+def uses_features(feature_names: list[str] | tuple[str, ...]) -> bool:
+    """Whether a model was trained on histories with :data:`FEATURES` appended."""
+    return tuple(feature_names[-len(FEATURES):]) == FEATURES

@@ -18,7 +18,9 @@ by). Methods:
 * ``avg-load``: the same with :func:`~mirage_tasks.models.thresholds.calibrate_load_aware` (a
   threshold that moves with the load, as the learned rules may);
 * each trained model (``--models``): its predictions and its own calibrated rule (``decision`` in
-  its config.json);
+  its config.json), named by its kind; one trained on ``merge --waitpred-features`` (the wait
+  predictor's answer as four more channels) is ``<kind>-wp`` (protocol v2's ``xgboost-wp``) and
+  gets the same channels from the scored probes' answers;
 * with samples drawn by ``sample --waitpred`` (protocol v2, both the training and the scored ones):
   ``wait-pred`` (score = the predictor's wait for the successor submitted at the probe minus the
   time left, threshold 0), ``wait-pred-cal`` (the same, its margin chosen on the validation split
@@ -190,15 +192,25 @@ def calibrate_avg(train: Probes, node: int, w: float, load: bool) -> dict[str, A
     return calibrate(s, train.y, train.sample, node, waste_weight=w, default=0.0)
 
 
-def model_scores(uri: str, X: np.ndarray) -> tuple[np.ndarray, dict[str, Any], str]:
+def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], str]:
+    """The model's prediction at every probe, its decision rule and its name among the rules: its kind,
+    ``<kind>-wp`` for one trained with the wait predictor's channels (``merge --waitpred-features``),
+    whose histories get the same channels from the probes' answers."""
+    from ..calibration import atprobe
     from ..models.loader import load_model, read_config
 
     cfg = read_config(uri)
     fn = load_model(uri, device="cpu")
     if fn.is_policy:
         raise StepError(f"{uri}: a policy; the probe replay scores regressors")
-    pred = np.concatenate([np.asarray(fn.predict(X[i:i + 512]), np.float64) for i in range(0, len(X), 512)])
-    return pred, dict(fn.decision_rule or {}), cfg["kind"]
+    wp = atprobe.uses_features(fn.feature_names)
+    pred = []
+    for i in range(0, len(probes.y), 512):
+        X = probes.X[i:i + 512]
+        if wp:
+            X = atprobe.with_features(X, probes.meta.iloc[i:i + 512], f"{probes.uri} (for {uri})")
+        pred.append(np.asarray(fn.predict(X), np.float64))
+    return np.concatenate(pred), dict(fn.decision_rule or {}), cfg["kind"] + ("-wp" if wp else "")
 
 
 def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
@@ -361,7 +373,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         val_scores = {}
     for uri in model_uris:
         log.info("probe replay: scoring %d probes with %s", len(score.y), uri)
-        pred, rule, kind = model_scores(uri, score.X)
+        pred, rule, kind = model_scores(uri, score)
         name = kind if kind not in rules else uri.rstrip("/").rsplit("/", 1)[-1]
         rules[name] = (pred, rule.get("low_h"), rule.get("load"))
         hi = float(rule.get("high_h", 500.0))
@@ -369,7 +381,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
             rules[name] = (np.where(pred > hi, -np.inf, pred), rule.get("low_h"), rule.get("load"))
         cal[name] = {"threshold": rule.get("low_h"), "load": rule.get("load"), "kind": kind, "uri": uri}
         if val_scores and name in PRIMARY_CANDIDATES:
-            vp, _, _ = model_scores(uri, val.X)
+            vp, _, _ = model_scores(uri, val)
             vp = np.where(vp > hi, -np.inf, vp)
             val_scores[name] = (adjusted_score(vp, val.X_last, rule.get("load")), rule.get("low_h"))
     if val_scores:  # protocol v2: the primary rule, chosen on the training period's validation split

@@ -286,6 +286,11 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
     if (window and window != w) or (step_s and step_s != s):
         raise StepError(f"{model}: the model was trained on histories of {w} x {s} s; "
                         f"--window/--step-s must match or be left out")
+    from ..calibration import atprobe
+
+    if atprobe.uses_features(data["feature_names"]):
+        raise StepError(f"{model}: trained with the wait predictor's channels (merge --waitpred-features), which "
+                        "the online decider does not compute at its decisions; score it with probe-replay")
     if list(data["feature_names"]) != FEATURE_NAMES:
         raise StepError(f"{model}: the model's features ({len(data['feature_names'])}) are not this "
                         f"simulator's ({len(FEATURE_NAMES)}); it was trained on another feature layout")

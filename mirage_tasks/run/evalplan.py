@@ -292,6 +292,13 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
             out.append((f"train-node{n}-{model}", ["train", "--model", model, "--dataset", f"{d}/{v}datasets/node{n}",
                                                    "--out", f"{d}/{v}models/node{n}/{model}", "--preset", "quick",
                                                    "--seed", "0", "--threads", "1"]))
+        if waitpred and WP_MODEL in budget.models:  # protocol v2's xgboost-wp: the same fit, the answer as channels
+            out.append((f"merge-wp-node{n}", ["merge", "--in", f"{d}/{v}samples-train/node{n}", "--out",
+                                              f"{d}/{v}datasets-wp/node{n}", "--no-compress", "--waitpred-features"]))
+            out.append((f"train-node{n}-{WP_MODEL}-wp", ["train", "--model", WP_MODEL, "--dataset",
+                                                         f"{d}/{v}datasets-wp/node{n}", "--out",
+                                                         f"{d}/{v}models/node{n}/{WP_MODEL}-wp", "--preset", "quick",
+                                                         "--seed", "0", "--threads", "1"]))
     if waitpred and fresh:
         out += online_argvs(spec, root, budget, sizes, fresh)
     for n in sizes:
@@ -300,10 +307,19 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
                         ["probe-replay", "--train-samples", f"{d}/{v}samples-train/node{n}",
                          "--dataset", f"{d}/{v}datasets/node{n}",
                          "--score-samples", f"{d}/{v}samples-{kind}/node{n}", "--months", *months,
-                         "--models", *(f"{d}/{v}models/node{n}/{m}" for m in budget.models),
+                         "--models", *(f"{d}/{v}models/node{n}/{m}" for m in _replayed(budget, waitpred)),
                          "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
                          "--bootstrap", str(budget.bootstrap)]))
     return out
+
+
+#: the model protocol v2 also trains with the wait predictor's answer as features (``xgboost-wp``)
+WP_MODEL = "xgboost"
+
+
+def _replayed(budget: Budget, waitpred: bool) -> list[str]:
+    """The model folders the probe replay scores: the budget's, and under v2 ``xgboost-wp``."""
+    return [*budget.models, *([f"{WP_MODEL}-wp"] if waitpred and WP_MODEL in budget.models else [])]
 
 
 #: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs

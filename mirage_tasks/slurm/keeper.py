@@ -327,6 +327,12 @@ def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]],
     fn = load_model(uri, device="cpu")
     if fn.window != 144 and fn.window < 1:
         raise ValueError(f"{uri}: odd window {fn.window}")
+    from ..calibration import atprobe
+
+    if atprobe.uses_features(fn.feature_names):
+        raise ValueError(f"{uri}: trained with the wait predictor's channels (merge --waitpred-features), which the "
+                         "keeper does not compute; use --policy wait-pred or guarantee with --waitpred for the "
+                         "predictor on a live queue")
     if list(fn.feature_names) != list(features.FEATURE_NAMES):
         raise ValueError(f"{uri}: the model was trained on other features ({len(fn.feature_names)}), "
                          f"the keeper builds {len(features.FEATURE_NAMES)}")

@@ -19,6 +19,13 @@ With ``--start``/``--count``/``--interval-hours`` the inputs are day partitions
 With ``--trace`` each day partition is checked against that trace (it must have been sampled
 from the same jobs before its horizon: days from an earlier, shorter export of a growing trace
 qualify) and the manifest records that trace's fingerprint.
+
+With ``--waitpred-features`` (shards sampled with ``--waitpred``) every history gains four
+channels, the wait predictor's answer at its decision time (``calibration.atprobe.FEATURES``:
+its wait, its bound, and the wait minus the time left as a gap part and an overlap part), the same
+at every step of the window; a
+model trained on it is protocol v2's ``xgboost-wp`` and is scored by ``probe-replay``, which
+builds the same channels from the scored samples.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default=None,
                    help="window: the trace the day partitions are for; each must have been sampled from the jobs "
                         "this trace holds before its horizon (a grown trace keeps earlier days valid)")
+    p.add_argument("--waitpred-features", action="store_true",
+                   help="append the wait predictor's answer at each probe (its wait, its bound, and the wait minus the "
+                        "time left as a gap and an overlap part, hours) to every history as four channels; the "
+                        "shards must be sampled with --waitpred")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     params = {"compress": not args.no_compress}
     if window:
         params["window"] = list(window)
+    if args.waitpred_features:  # a new parameter only when set: datasets without it keep their keys
+        params["waitpred_features"] = True
     if args.trace and not window:
         raise StepError("--trace goes with a window (--start/--count/--interval-hours) of day partitions")
     step = Step("merge", args.out, __version__, params, inputs=[*args.inputs, *([args.trace] if args.trace else [])])
@@ -85,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
         fingerprint = Workload.from_frame(df, cfg.procs_per_node or None).fingerprint  # as sample builds it
     cat, probes, manifest = merge_shards(list(args.inputs), shared, window, fingerprint)
     manifest["shards"] = [m["fingerprint"] for m in markers]
+    if args.waitpred_features:
+        from ..calibration import atprobe
+
+        cat["X"] = atprobe.with_features(cat["X"], probes, f"merge --in {' '.join(args.inputs)}")
+        manifest["feature_names"] = [*manifest["feature_names"], *atprobe.FEATURES]
+        manifest["shapes"]["X"] = list(cat["X"].shape)
     step.write_bytes(DATASET_FILE, npz_bytes(cat, compress=not args.no_compress))
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))
     step.write_json(MANIFEST_FILE, manifest)

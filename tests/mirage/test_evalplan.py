@@ -101,3 +101,22 @@ def test_protocol_v2_runs_the_online_decider_on_the_fresh_samples():
     on = v2["online-node8-xgboost-uniform"]
     assert on[on.index("--model") + 1] == v2["train-uniform-node8"][v2["train-uniform-node8"].index("--out") + 1]
     assert "online-node8-reactive" not in dict(evalplan.decision_argvs(s, "/r", waitpred=True))  # no fresh months
+
+
+def test_protocol_v2_trains_xgboost_wp_on_the_predictors_channels_and_replays_it():
+    s = LogSpec.from_dict(GOOD)
+    v1 = dict(evalplan.decision_argvs(s, "/r"))
+    v2 = dict(evalplan.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",)))
+    mg = v2["merge-wp-node1"]
+    assert "--waitpred-features" in mg and mg[mg.index("--in") + 1] == "/r/site/v2-samples-train/node1"
+    tr = v2["train-node1-xgboost-wp"]
+    assert tr[tr.index("--dataset") + 1] == mg[mg.index("--out") + 1] and tr[tr.index("--model") + 1] == "xgboost"
+    plain = v2["train-node1-xgboost"]
+    assert [a for a in tr if a not in (tr[tr.index("--dataset") + 1], tr[tr.index("--out") + 1])] == \
+        [a for a in plain if a not in (plain[plain.index("--dataset") + 1], plain[plain.index("--out") + 1])]
+    for ev in (v2["eval-node1"], v2["eval-node1-fresh"]):
+        assert tr[tr.index("--out") + 1] in ev[ev.index("--models") + 1:]
+    assert not any("-wp" in n for n in v1) and "--waitpred-features" not in sum(v1.values(), [])
+    # without xgboost in the budget there is nothing to extend
+    no_xgb = dict(evalplan.decision_argvs(s, "/r", evalplan.Budget(models=("linear_quantile",)), waitpred=True))
+    assert not any("-wp" in n for n in no_xgb)

@@ -199,3 +199,64 @@ def test_stopping_policy_learns_to_submit_where_the_objective_is_least():
         direct.append(tot)
     assert stopping.expected_objective(p, J, train.sample) == pytest.approx(np.mean(direct))
     assert np.all(p[np.r_[train.sample[1:] != train.sample[:-1], True]] == 1.0)
+
+
+def test_xgboost_wp_learns_from_the_predictors_channels_and_the_replay_builds_them_too(tmp_path):
+    """Histories say nothing (zeros); the wait predictor's answer at each probe says whether the
+    successor waits 3 h or 0 h. xgboost on the plain histories can only predict one value for every
+    probe of the same time left; xgboost on ``merge --waitpred-features``'s channels (trained by the
+    real ``train`` step) separates the two kinds, and the probe replay, which builds the same channels
+    from the scored probes, names it ``xgboost-wp`` and finds it near the oracle."""
+    pytest.importorskip("xgboost")
+    from mirage_tasks.__main__ import STEPS
+    from mirage_tasks.calibration import atprobe
+    from mirage_tasks.data.times import iso
+    from mirage_tasks.models import datasets as D
+    from mirage_tasks.sim.features import FEATURE_NAMES
+    from stepkit.cli import main
+
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+
+    def kind(n, t0=0, seed=0):
+        busy = np.random.default_rng(seed).random(n) < 0.5
+        p = _with_waitpred(_probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0),
+                           np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5))
+        p.X = np.zeros((len(p.y), 8, N_FEATURES), np.float32)
+        p.X_last = p.X[:, -1:, :]
+        return p
+
+    train, score = kind(160, seed=1), kind(60, t0=month, seed=2)
+    models = []
+    for name, X, names in (("xgboost", train.X, list(FEATURE_NAMES)),
+                           ("xgboost-wp", atprobe.with_features(train.X, train.meta, "train"),
+                            [*FEATURE_NAMES, *atprobe.FEATURES])):
+        man = {"feature_names": names, "window": 8, "step_s": 600, "n_examples": len(train.y),
+               "n_samples": 160, "node": 1, "sample_start_min": int(train.sample_start.min()),
+               "sample_start_max": int(train.sample_start.max()), "data_end": iso(int(train.sample_start.max()) + 86400),
+               "trace_fingerprint": "synthetic", "params": {"workload_days": 1.0}}
+        D.write_dataset(str(tmp_path / f"ds-{name}"), X, train.y, train.sample, train.sample_start, train.probe_time,
+                        np.ones(len(train.y)), man)
+        models.append(str(tmp_path / name))
+        assert main("mirage_tasks", STEPS, ["train", "--model", "xgboost", "--dataset", str(tmp_path / f"ds-{name}"),
+                                            "--out", models[-1], "--threads", "1", "--purge-days", "1"]) == 0
+    res = ev.evaluate(train, score, models, ["1997-01"], node=1, n_boot=200, purge_days=1.0)
+    r = res["rows"].set_index("method")
+    assert res["calibration"]["xgboost-wp"]["kind"] == "xgboost-wp" and res["calibration"]["xgboost"]["kind"] == "xgboost"
+    # the answer separates the busy samples: near the oracle (1 h overlap on busy ones: 0.1 x share busy)
+    assert r.loc["xgboost-wp", "objective"] < 0.3 * r.loc["reactive", "objective"]
+    assert r.loc["xgboost-wp", "objective"] <= r.loc["xgboost", "objective"] - 0.5
+    assert "xgboost-wp" in res["calibration"]["primary"]["chosen_from"]
+    # a scored sample without the answers is refused naming it
+    bare = kind(60, t0=month, seed=2)
+    bare.meta = bare.meta.drop(columns=["wp_wait_s"])
+    with pytest.raises(ev.StepError, match="wp_wait_s"):
+        ev.model_scores(models[1], bare)
+    # the online decider and the keeper compute no answer at their decisions: both refuse the model by name
+    from mirage_tasks.evaluation import validate
+    from mirage_tasks.slurm import keeper
+
+    with pytest.raises(ev.StepError, match="waitpred-features.*probe-replay"):
+        validate.resolve_model(models[1], node=1, stochastic=False, window=None, step_s=None,
+                               allow_node_mismatch=False, first_start=month, last_end=month + 86400)
+    with pytest.raises(ValueError, match="waitpred-features.*--policy wait-pred"):
+        keeper.model_decider(models[1])

@@ -68,9 +68,10 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     for n in (1, 8):
         doc = json.loads((root / "KTH-SP2" / "v2-eval-fresh" / f"node{n}" / "evaluation.json").read_text())
         assert {r["month"] for r in doc["rows"]} == {"1997-04"}
-        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "policy-stop", "reactive", "avg-cal"} <= {
-            r["method"] for r in doc["rows"]}
-        assert doc["calibration"]["primary"]["rule"] in ("xgboost", "wait-pred-cal", "guarantee-10")
+        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "policy-stop", "reactive", "avg-cal", "xgboost",
+                "xgboost-wp"} <= {r["method"] for r in doc["rows"]}
+        assert doc["calibration"]["primary"]["rule"] in ("xgboost", "xgboost-wp", "wait-pred-cal", "guarantee-10")
+        assert "xgboost-wp" in doc["calibration"]["primary"]["chosen_from"]
     page = tmp_path / "page" / "v2.md"
     p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--protocol", "v2", "--root", str(root), "--logs",
                         "KTH-SP2", "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
@@ -81,6 +82,8 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "| KTH-SP2 | 1 | 1997-04 |" in text and "## Seen months" in text
     assert "## The policy that learns" in text and "## The online decider beside the probe replay" in text
     assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
+    assert "| | | | | xgboost-wp |" in text or "**xgboost-wp** (primary)" in text
+    assert "xgboost-wp +" in text or "xgboost-wp -" in text  # its share of the gap to oracle-wait
 
 
 def test_a_log_described_in_a_file_waitpred_only(tmp_path):

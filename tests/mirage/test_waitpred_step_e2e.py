@@ -71,6 +71,21 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert (probes["wp_bound_s"] >= probes["wp_wait_s"] - 1e-6).all() and (probes["wp_wait_s"] >= 0).all()
     marker = json.loads((samples / "_SUCCESS.json").read_text())
     assert "waitpred" in json.dumps(marker)
+    # merge --waitpred-features appends the answer at each probe to its history (protocol v2's xgboost-wp)
+    ds = tmp_path / "ds-wp"
+    r = subprocess.run([sys.executable, "-m", "mirage_tasks", "merge", "--in", str(samples), "--out", str(ds),
+                        "--waitpred-features"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    man = json.loads((ds / "manifest.json").read_text())
+    assert man["feature_names"][-4:] == ["wp_wait_h", "wp_bound_h", "wp_gap_h", "wp_overlap_h"]
+    with np.load(ds / "dataset.npz") as z:
+        X, shard = z["X"], np.load(samples / "shard.npz")["X"]
+    assert X.shape == (*shard.shape[:2], shard.shape[2] + 4) and np.array_equal(X[:, :, :-4], shard)
+    w = probes["wp_wait_s"].to_numpy() / 3600
+    d = w - (probes["pred_end_without_succ"] - probes["probe_time"]).to_numpy() / 3600
+    want = np.c_[w, probes["wp_bound_s"] / 3600, np.maximum(d, 0), np.maximum(-d, 0)]
+    assert np.allclose(X[:, 0, -4:], want, atol=1e-4) and np.array_equal(X[:, 0, -4:], X[:, -1, -4:])
+    assert (d < 0).any()  # the overlap part is exercised (a signed channel would lose it to the scaler)
     # a waitpred output without its model (an older version's: its marker does not list one) is refused
     # naming the flag, before anything is written
     mk = json.loads((out / "_SUCCESS.json").read_text())
