@@ -194,7 +194,7 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     return out
 
 
-from mirage_tasks.run.evalplan import ONLINE_RULES  # noqa: E402
+from mirage_tasks.run.evalplan import ONLINE_RULES, ONLINE_V2_RULES  # noqa: E402
 
 #: time left to the predecessor's end (h) at which the models' online answers are tabulated
 LEFT_BUCKETS_H = (0.0, 1 / 6, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 48.0)
@@ -219,15 +219,16 @@ def online_section(root: Path, specs: list) -> list[str]:
         for n in s.nodes:
             base = root / s.name / "v2-online-fresh" / f"node{n}"
             rep = root / s.name / "v2-eval-fresh" / f"node{n}" / "per_sample.parquet"
-            if not rep.exists() or not all((base / r / "_SUCCESS.json").exists() for r in ONLINE_RULES):
+            rules = [r for r in (*ONLINE_RULES, *ONLINE_V2_RULES) if (base / r / "_SUCCESS.json").exists()]
+            if not rep.exists() or "reactive" not in rules:
                 continue
             per = pd.read_parquet(rep)
             on, early = {}, {}
-            for r in ONLINE_RULES:
+            for r in rules:
                 v = pd.read_parquet(base / r / "validation.parquet").sort_values("sample")
                 on[r] = v.set_index("sample")["signed_interruption_h"]
                 early[r] = float(((v["pred_end"] - v["decision_time"]) > 24 * 3600).mean())
-            for r in ONLINE_RULES:
+            for r in rules:
                 if r not in set(per["method"]):  # a rule the probe replay does not score (xgboost-uniform)
                     continue
                 pr = per[per["method"] == r].set_index("sample")["signed_interruption_h"]
@@ -300,9 +301,11 @@ def _online_table(lines: list[str]) -> list[str]:
     return ["## The online decider beside the probe replay (fresh months)", "",
             "`validate` decides every 10 minutes over the predecessor's life on the same samples (same starts, same "
             "simulator and configuration) as the probe replay's 9 decision times. Objective per sample as above; the "
-            "verdict against reactive pooled over the fresh months (paired bootstrap, 10,000 resamples). Online "
-            "avg-cal and the wait-predictor rules are not run (the online decider has no calibrated-avg or predictor "
-            "rule yet); on KTH the primary rule is xgboost for both node sizes, so it is covered.", "",
+            "verdict against reactive pooled over the fresh months (paired bootstrap, 10,000 resamples). "
+            "The v2 rules decide online as the replay scores them: avg-cal at the instant its calibrated offset "
+            "names (the replay's threshold), wait-pred, wait-pred-cal and guarantee-10 asking the wait predictor at "
+            "every decision (wait-pred-cal with the replay's margin), xgboost-wp with the predictor's channels "
+            "appended to its history at every decision (`validate --waitpred`, `--calibration`).", "",
             "The online decider also decides in the 24 h before the replay's first decision time, where the "
             "end-spaced models saw no training example: `online > 24 h early` is the share of samples it submitted "
             "there.", "",
@@ -414,7 +417,7 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
           "`--search-fairshare` (fair share is not searched for these logs). The keeper on a real Slurm (item 5 of "
           "issue 28) has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
           "ls6 windows, with a deviation from this protocol's keeper design said there. "
-          "The online decider is scored for reactive and xgboost only (above). The predictor's bound at a decision "
+          "The predictor's bound at a decision "
           "uses the calibration period's conformal offset, not waitpred's online correction (a fork of the "
           "simulation cannot learn outcomes after its decision time). "
           "Logs without a row above have not been run under v2.", ""]

@@ -149,15 +149,35 @@ def feature_columns(meta: pd.DataFrame, where: str) -> np.ndarray:
     if missing:
         raise StepError(f"{where}: its probes have no {', '.join(missing)} (sampled without --waitpred?): the "
                         "wait predictor's features need the predictor's answer at every probe")
-    w = meta["wp_wait_s"].to_numpy(np.float64) / 3600.0
     left = (meta["pred_end_without_succ"].to_numpy(np.float64) - meta["probe_time"].to_numpy(np.float64)) / 3600.0
-    cols = np.stack([w, meta["wp_bound_s"].to_numpy(np.float64) / 3600.0, np.maximum(w - left, 0.0),
-                     np.maximum(left - w, 0.0)], axis=1)
+    cols = channels(meta["wp_wait_s"].to_numpy(np.float64), meta["wp_bound_s"].to_numpy(np.float64), left)
     bad = ~np.isfinite(cols).all(axis=1)
     if bad.any():
         raise StepError(f"{where}: {int(bad.sum())} probe(s) without a finite wait-predictor answer "
                         f"(first at row {int(np.flatnonzero(bad)[0])})")
     return cols.astype(np.float32)
+
+
+def channels(wait_s: np.ndarray | float, bound_s: np.ndarray | float, left_h: np.ndarray | float) -> np.ndarray:
+    """:data:`FEATURES` (float32 [n, 4]) of answers (seconds) with ``left_h`` hours to the predecessor's
+    end: the one formula of the sampled probes (:func:`feature_columns`) and the online decider."""
+    w = np.atleast_1d(np.asarray(wait_s, np.float64)) / 3600.0
+    left = np.atleast_1d(np.asarray(left_h, np.float64))
+    return np.stack([w, np.atleast_1d(np.asarray(bound_s, np.float64)) / 3600.0, np.maximum(w - left, 0.0),
+                     np.maximum(left - w, 0.0)], axis=1).astype(np.float32)
+
+
+def submits(rule: str, answer: dict[str, float], left_s: float, next_s: float, margin_h: float | None = 0.0) -> bool:
+    """Whether a wait-predictor rule submits now, given the predictor's ``answer`` (seconds), ``left_s``
+    to the predecessor's end and ``next_s`` to the next decision: ``wait-pred`` when the predicted wait
+    reaches the time left (``wait - left >= margin_h``, 0 unless calibrated; None: never early),
+    ``guarantee`` when the bound reaches the time left at the next decision. The probe replay's
+    scores (``Probes.wait_pred_score``, ``guarantee_score``) are the same tests on the probe grid."""
+    if rule == "wait-pred":
+        return margin_h is not None and (answer["wp_wait_s"] - left_s) / 3600.0 >= margin_h
+    if rule == "guarantee":
+        return answer["wp_bound_s"] >= left_s - next_s
+    raise ValueError(f"not a wait-predictor rule: {rule!r}")
 
 
 def with_features(X: np.ndarray, meta: pd.DataFrame, where: str) -> np.ndarray:

@@ -4,6 +4,15 @@ The library behind ``python -m mirage_tasks validate`` (:mod:`mirage_tasks.steps
 the leakage guard, the decision rule on top of a loaded model, one decision episode
 (:func:`run_episode`), the worker pool over samples (:func:`run_tasks`) and the result rows
 (:func:`make_rows`, columns :data:`ROW_COLUMNS`).
+
+Beside the models and the sampling's baselines, protocol v2's rules decide online too
+(:data:`RULES`): ``avg-cal`` (avg with the probe replay's calibrated offset), ``wait-pred``,
+``wait-pred-cal`` and ``guarantee-10`` (the wait predictor asked at every decision on the
+simulator's queue, :class:`~mirage_tasks.calibration.atprobe.WaitAtProbe`), and a model trained
+on the predictor's channels (``xgboost-wp``) gets them appended to its history at every decision.
+The time left ``D`` is the probe replay's: to the predecessor's end as pre-simulated at its
+submission without the successor (the episode runs the same simulation until the successor is
+submitted, so it is the end the predecessor then has).
 """
 
 from __future__ import annotations
@@ -32,12 +41,20 @@ from ..data.times import iso
 log = logging.getLogger(__name__)
 
 HIGH_H_DEFAULT = 500.0
+#: protocol v2's rules that ask the wait predictor (``--waitpred``) at every decision
+PREDICTOR_RULES = ("wait-pred", "wait-pred-cal", "guarantee-10")
+#: rules whose threshold is a probe replay's calibration (``--calibration``): avg-cal's offset and
+#: wait-pred-cal's margin, as the replay chose them on the training period's validation split
+CALIBRATED_RULES = ("avg-cal", "wait-pred-cal")
+#: every rule ``--model`` names without a trained model
+RULES = (*BASELINES, "avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10")
 THRESHOLD_H_DEFAULT = -0.5  # models whose config records no decision rule (trained before calibration)
 
 # column -> meaning (units); the order of the Parquet columns
 ROW_COLUMNS: dict[str, str] = {
     "model": "model name (--name, default: the model kind or the baseline)",
-    "model_kind": "reactive | avg | transformer | moe | xgboost | random_forest | *_policy",
+    "model_kind": "reactive | avg | avg-cal | wait-pred | wait-pred-cal | guarantee-10 | transformer | moe | "
+                  "xgboost | random_forest | *_policy",
     "node": "nodes of the predecessor and the successor",
     "sample": "global sample index k (start = --start + k * interval)",
     "sample_start": "sample start t0 (epoch s)",
@@ -117,8 +134,10 @@ def check_leakage(model_uri: str, cfg: dict[str, Any], first_start: int, last_en
 class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
-    def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False):
+    def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False,
+                 waitpred: Any = None):
         self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
+        self.waitpred = waitpred  # the predictor whose channels the model was trained on (xgboost-wp)
         self.is_policy = bool(fn.is_policy)
         rule = fn.decision_rule or {}
         # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
@@ -144,6 +163,35 @@ class _Model:
         return (ok and raw <= self.high_h), raw
 
 
+class _Rule:
+    """A rule without a trained model (:data:`RULES`): its calibrated threshold (h; None: never early)
+    and, for the predictor's rules, the predictor."""
+
+    def __init__(self, kind: str, threshold_h: float | None, waitpred: Any):
+        self.kind, self.threshold_h, self.waitpred = kind, threshold_h, waitpred
+
+    def ask(self, ep: DecisionEpisode, left_s: float, every_s: int) -> tuple[bool, float]:
+        from ..calibration.atprobe import submits
+
+        ans = self.waitpred(ep.sim, ep.node, ep.spec.service_s)
+        if self.kind == "guarantee-10":
+            return submits("guarantee", ans, left_s, every_s), ans["wp_bound_s"] / 3600.0
+        margin = 0.0 if self.kind == "wait-pred" else self.threshold_h
+        return submits("wait-pred", ans, left_s, every_s, margin), ans["wp_wait_s"] / 3600.0
+
+
+def _pre_simulated(ep: DecisionEpisode) -> tuple[int, float]:
+    """(predecessor end, mean wait at its start) as pre-simulated at its submission without the
+    successor: the sampling's ``pred_end_without_succ`` and ``avg_wait_at_pred_start_s``."""
+    pre = ep.fork()
+    pre.sim.stop_history()
+    pstart = pre.sim.run_until_started(pre.pred)
+    avg = pre.sim.avg_wait_s()
+    pend = pstart + pre.sim.j_dur[pre.pred]
+    del pre
+    return int(pend), float(avg)
+
+
 def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: int) -> tuple[dict, list[dict]]:
     """Drive one episode; returns (result extras, decision trace)."""
     trace: list[dict] = []
@@ -155,19 +203,40 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         ep.advance_to(ep.pred_end)
     elif kind == "avg":
         # the pre-simulation of `sample --baseline avg`: the queue as the predecessor starts
-        pre = ep.fork()
-        pre.sim.stop_history()
-        pstart = pre.sim.run_until_started(pre.pred)
-        avg = pre.sim.avg_wait_s()
-        pend = pstart + pre.sim.j_dur[pre.pred]
-        del pre
+        pend, avg = _pre_simulated(ep)
         (t,) = probe_times(ep.pred_submit, pend, 1, "avg", avg)
         ep.advance_to(t)
+    elif kind == "avg-cal":
+        # the probe replay's avg-cal: submit where the mean wait minus the time left reaches the offset
+        pend, avg = _pre_simulated(ep)
+        lead = avg - decider.threshold_h * 3600.0 if decider.threshold_h is not None else 0.0
+        ep.advance_to(max(ep.pred_submit, int(pend - lead)) if lead > 0 else pend)
+    elif kind in PREDICTOR_RULES:
+        pend, _ = _pre_simulated(ep)
+        while not ep.pred_ended:
+            if ep.history_full:  # the models' decision grid
+                submit, raw = decider.ask(ep, pend - ep.now, every_s)
+                n += 1
+                trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
+                if submit:
+                    output = raw
+                    break
+            nxt = ep.now + every_s
+            pe = ep.pred_end
+            ep.advance_to(pe if pe is not None and pe < nxt else nxt)
     else:
         rng = decider.rng(k)
+        pend = _pre_simulated(ep)[0] if decider.waitpred is not None else None
         while not ep.pred_ended:
             if ep.history_full:
-                submit, raw = decider.ask(ep.history(), rng)
+                hist = ep.history()
+                if decider.waitpred is not None:  # a model on the predictor's channels (xgboost-wp)
+                    from ..calibration.atprobe import channels
+
+                    ans = decider.waitpred(ep.sim, ep.node, ep.spec.service_s)
+                    ch = channels(ans["wp_wait_s"], ans["wp_bound_s"], (pend - ep.now) / 3600.0)
+                    hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
+                submit, raw = decider.ask(hist, rng)
                 n += 1
                 trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
                 if submit:
@@ -192,6 +261,9 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
     if kind in BASELINES:
         _W["decider"] = None
         return
+    if kind in RULES:
+        _W["decider"] = _Rule(kind, setup.get("rule_threshold_h"), setup.get("waitpred"))
+        return
     threads = int(setup.get("threads") or 1)
     # One history per call: extra threads only cost (xgboost's per-call thread start-up
     # dominates a single-row prediction on a busy machine). Effective if set before the
@@ -204,7 +276,8 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
     from ..models.loader import load_model
 
     fn = load_model(setup["model_uri"], device="cpu")
-    _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")))
+    _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")),
+                           setup.get("waitpred"))
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:
@@ -262,14 +335,14 @@ def make_rows(results: list[tuple[int, dict, list[dict], float]], name: str, kin
 # ----------------------------------------------------------------------------- the model under test
 
 def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None, step_s: int | None,
-                  allow_node_mismatch: bool, first_start: int, last_end: int) -> dict[str, Any]:
+                  allow_node_mismatch: bool, first_start: int, last_end: int, waitpred: bool = False) -> dict[str, Any]:
     """What ``validate --model`` names, checked against the run: kind, config, history shape, leakage.
 
     Returns ``{"kind", "config" (None for a baseline), "window", "step_s", "leakage", "warnings"}``.
     """
     from ..sim.features import FEATURE_NAMES
 
-    if model in BASELINES:
+    if model in RULES:
         if stochastic:
             raise StepError("--stochastic applies to policies only")
         return {"kind": model, "config": None, "window": window or 144, "step_s": step_s or 600,
@@ -288,10 +361,11 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
                         f"--window/--step-s must match or be left out")
     from ..calibration import atprobe
 
-    if atprobe.uses_features(data["feature_names"]):
-        raise StepError(f"{model}: trained with the wait predictor's channels (merge --waitpred-features), which "
-                        "the online decider does not compute at its decisions; score it with probe-replay")
-    if list(data["feature_names"]) != FEATURE_NAMES:
+    wp = atprobe.uses_features(data["feature_names"])
+    if wp and not waitpred:
+        raise StepError(f"{model}: trained with the wait predictor's channels (merge --waitpred-features): give "
+                        "--waitpred (the waitpred output its samples were drawn with) so that every decision asks it")
+    if list(data["feature_names"])[:len(data["feature_names"]) - (len(atprobe.FEATURES) if wp else 0)] != FEATURE_NAMES:
         raise StepError(f"{model}: the model's features ({len(data['feature_names'])}) are not this "
                         f"simulator's ({len(FEATURE_NAMES)}); it was trained on another feature layout")
     if data.get("node") is not None and int(data["node"]) != node and not allow_node_mismatch:
@@ -303,7 +377,8 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
         warnings.append("the policy was trained and selected sampling its actions (eval_mode sample); it is "
                         "validated greedily (P(submit) > 0.5) as asked; --stochastic --seed S validates it "
                         "the way it was selected")
-    return {"kind": kind, "config": cfg, "window": w, "step_s": s, "leakage": leakage, "warnings": warnings}
+    return {"kind": kind, "config": cfg, "window": w, "step_s": s, "leakage": leakage, "warnings": warnings,
+            "uses_waitpred": wp}
 
 
 def sampling_warnings(model_cfg: dict[str, Any], sim_config: dict[str, Any], warmup_days: float,

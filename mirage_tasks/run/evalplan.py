@@ -310,6 +310,8 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
                          "--models", *(f"{d}/{v}models/node{n}/{m}" for m in _replayed(budget, waitpred)),
                          "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
                          "--bootstrap", str(budget.bootstrap)]))
+    if waitpred and fresh:  # after the replay: the calibrated rules take its thresholds
+        out += online_rule_argvs(spec, root, budget, sizes, fresh)
     return out
 
 
@@ -355,6 +357,38 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
             out.append((f"online-node{n}-{rule}", ["validate", *common, "--start", f_start.isoformat(), "--count",
                                                    str(f_count), "--model", models[rule], "--name", rule,
                                                    "--threads", "1", "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
+    return out
+
+
+#: protocol v2's rules the online decider also runs, each as the probe replay scores it (the calibrated
+#: ones with the replay's thresholds, the predictor's with the samples' waitpred output)
+ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp")
+
+
+def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
+                      fresh: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """:data:`ONLINE_V2_RULES` on the online decider's samples (:func:`online_argvs`), after the probe
+    replay of the fresh months (whose calibration gives avg-cal's offset and wait-pred-cal's margin)."""
+    d = f"{root.rstrip('/')}/{spec.name}"
+    f_start = _utc(f"{fresh[0]}-01")
+    f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
+    if budget.max_score:
+        f_count = min(f_count, budget.max_score)
+    out: list[tuple[str, list[str]]] = []
+    for n in sizes:
+        common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
+                  "--interval-hours", f"{budget.interval_h:g}", "--node", str(n), "--workers", "1",
+                  "--start", f_start.isoformat(), "--count", str(f_count), "--threads", "1"]
+        for rule in ONLINE_V2_RULES:
+            if rule == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
+                continue
+            extra = {"avg-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"],
+                     "wait-pred-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"]}.get(rule, [])
+            if rule != "avg-cal":
+                extra += ["--waitpred", f"{d}/waitpred"]
+            model = f"{d}/v2-models/node{n}/{rule}" if rule.endswith("-wp") else rule
+            out.append((f"online-node{n}-{rule}", ["validate", *common, "--model", model, "--name", rule, *extra,
+                                                   "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
     return out
 
 

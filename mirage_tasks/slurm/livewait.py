@@ -66,11 +66,11 @@ def live_row(wp: Any, cfg: Any, jobs: list[QJob], nodes_info: dict[str, int], no
 def decide(policy: str, answer: dict[str, float], left_s: float, step_s: float) -> bool:
     """The rule of ``policy`` on the predictor's ``answer`` with ``left_s`` trace seconds to the
     predecessor's end and ``step_s`` to the next decision."""
-    if policy == "wait-pred":
-        return answer["wp_wait_s"] >= left_s
-    if policy == "guarantee":
-        return answer["wp_bound_s"] >= left_s - step_s
-    raise ValueError(f"not a wait-predictor policy: {policy!r}")
+    from ..calibration.atprobe import submits
+
+    if policy not in WAIT_POLICIES:
+        raise ValueError(f"not a wait-predictor policy: {policy!r}")
+    return submits(policy, answer, left_s, step_s)
 
 
 def load(uri: str, tz: str) -> Any:

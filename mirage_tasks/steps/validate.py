@@ -22,6 +22,16 @@ and is forced the moment the predecessor ends (never later). The baselines follo
 the end minus the mean wait of the last 100 started jobs when the predecessor started
 (from the same pre-simulation :func:`~mirage_tasks.sim.episode.probe_times` uses).
 
+Protocol v2's rules decide online too, each as the probe replay scores it but at every decision
+of the grid: ``avg-cal`` (where the mean wait minus the time left reaches the replay's calibrated
+offset), ``wait-pred`` (the predicted wait for the successor submitted now reaches the time
+left), ``wait-pred-cal`` (the same past the replay's calibrated margin) and ``guarantee-10`` (the
+90 % bound reaches the time left at the next decision). ``--waitpred URI`` (the ``waitpred``
+output the samples were drawn with) is the predictor they ask on the simulator's queue; a model
+trained on ``merge --waitpred-features`` (``xgboost-wp``) needs it too and gets the channels
+appended at every decision. ``--calibration URI`` (a committed probe-replay output of the same
+node size) gives avg-cal's offset and wait-pred-cal's margin.
+
 The guards, the decision rule and the episodes are :mod:`mirage_tasks.evaluation.validate`.
 
 Leakage guard: a model whose training data reach past the first validation sample start
@@ -49,7 +59,6 @@ from .. import __version__
 from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..data.times import hours_to_s
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
-from ..sim.probes import BASELINES
 from ..sim.config import add_config_arguments
 
 log = logging.getLogger(__name__)
@@ -57,7 +66,15 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p)
-    p.add_argument("--model", required=True, help="trained model (train output URI), or 'reactive' / 'avg'")
+    p.add_argument("--model", required=True,
+                   help="trained model (train output URI), or a rule: reactive, avg, avg-cal, wait-pred, wait-pred-cal, "
+                        "guarantee-10")
+    p.add_argument("--waitpred", default=None, metavar="URI",
+                   help="a committed waitpred output, asked at every decision: needed by wait-pred, wait-pred-cal, "
+                        "guarantee-10 and a model trained on merge --waitpred-features")
+    p.add_argument("--calibration", default=None, metavar="URI",
+                   help="a committed probe-replay output of the same node size: avg-cal's offset and wait-pred-cal's "
+                        "margin as it calibrated them (needed by those two rules)")
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
     p.add_argument("--threshold-h", type=float, default=None,
@@ -84,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..data.artifacts import parquet_bytes, require_input
-    from ..evaluation.validate import ROW_COLUMNS, make_rows, resolve_model, run_tasks, sampling_warnings
+    from ..evaluation.validate import (CALIBRATED_RULES, PREDICTOR_RULES, ROW_COLUMNS, RULES, make_rows,
+                                       resolve_model, run_tasks, sampling_warnings)
     from ..data.schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.workload import Workload
@@ -92,8 +110,19 @@ def run(args: argparse.Namespace) -> int:
 
     shard_i, shard_n = check_schedule(args)
     require_input(args.trace, "--trace")
-    if args.model not in BASELINES:
+    if args.model not in RULES:
         require_input(args.model, "--model")
+    if args.model in PREDICTOR_RULES and not args.waitpred:
+        raise StepError(f"--model {args.model} needs --waitpred URI (the waitpred output the samples were drawn with)")
+    rule_threshold = None
+    if args.model in CALIBRATED_RULES:
+        if not args.calibration:
+            raise StepError(f"--model {args.model} needs --calibration URI (a probe-replay output of --node {args.node})")
+        rule_threshold = calibrated_threshold(args.calibration, args.model, args.node)
+    elif args.calibration:
+        raise StepError(f"--calibration applies to {' and '.join(CALIBRATED_RULES)} only, not --model {args.model}")
+    if args.waitpred:
+        require_input(args.waitpred, "--waitpred", "waitpred")
     if args.argmax and args.stochastic:
         raise StepError("--argmax and --stochastic exclude each other")
     if args.decide_every_minutes <= 0:
@@ -109,9 +138,12 @@ def run(args: argparse.Namespace) -> int:
 
     m = resolve_model(args.model, node=args.node, stochastic=args.stochastic, window=args.window,
                       step_s=args.step_s, allow_node_mismatch=args.allow_node_mismatch,
-                      first_start=t_first, last_end=last_end)
+                      first_start=t_first, last_end=last_end, waitpred=bool(args.waitpred))
     kind, model_cfg, window, step_s, warnings = m["kind"], m["config"], m["window"], m["step_s"], m["warnings"]
-    inputs = [args.trace] + ([args.model] if model_cfg is not None else [])
+    if args.waitpred and not (kind in PREDICTOR_RULES or m.get("uses_waitpred")):
+        raise StepError(f"--waitpred: --model {args.model} does not ask the wait predictor")
+    inputs = [args.trace] + ([args.model] if model_cfg is not None else []) + [
+        x for x in (args.waitpred, args.calibration) if x]
     name = args.name or kind
 
     df, meta = read_trace(args.trace)
@@ -128,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         **({"argmax": True} if args.argmax else {}),
         "shard": [shard_i, shard_n], "window": window, "step_s": step_s, "config": cfg.to_dict(),
     }
+    if args.waitpred:  # new parameters only when used: earlier outputs keep their keys
+        params["waitpred"] = True
+    if args.model in CALIBRATED_RULES:
+        params["rule_threshold_h"] = rule_threshold
     step = Step("validate", args.out, __version__, params, inputs=inputs)
     if step.skip():
         return 0
@@ -145,10 +181,16 @@ def run(args: argparse.Namespace) -> int:
         log.warning("validate: %s", warnings[-1])
     workers = resolve_workers(args.workers)
     threads = args.threads or 1
+    waitpred = None
+    if args.waitpred:
+        from ..calibration.atprobe import WaitAtProbe
+
+        waitpred = WaitAtProbe.load(args.waitpred, wl, meta.timezone or "UTC")
     setup = {"kind": kind, "model_uri": args.model, "node": args.node, "warmup_days": args.warmup_days,
              "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
-             "threads": threads, "argmax": bool(args.argmax)}
+             "threads": threads, "argmax": bool(args.argmax), "waitpred": waitpred,
+             "rule_threshold_h": rule_threshold}
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers, part=f"shard {shard_i}/{shard_n}")
     wall = time.perf_counter() - t
@@ -182,3 +224,23 @@ def run(args: argparse.Namespace) -> int:
           + (f"mean interruption {summary['mean_interruption_h']:.2f} h, zero share {summary['zero_share']:.0%}, "
              f"forced {summary['forced_share']:.0%}" if len(rows) else "no samples"), flush=True)
     return 0
+
+
+def calibrated_threshold(uri: str, rule: str, node: int) -> float | None:
+    """``rule``'s threshold (h; None: never early) in the probe-replay output at ``uri`` (its
+    ``evaluation.json`` calibration), refused naming ``--calibration`` where missing or of another
+    node size."""
+    from ..data.artifacts import require_input
+
+    require_input(uri, "--calibration", "evaluation")
+    try:
+        doc = storage.read_json(storage.join(uri, "evaluation.json"))
+    except FileNotFoundError:
+        raise StepError(f"--calibration {uri}: no evaluation.json (not a probe-replay output)") from None
+    got = int((doc.get("params") or {}).get("node", -1))
+    if got != int(node):
+        raise StepError(f"--calibration {uri}: calibrated for --node {got}, validating --node {node}")
+    cal = (doc.get("calibration") or {}).get(rule)
+    if not isinstance(cal, dict) or "threshold" not in cal:
+        raise StepError(f"--calibration {uri}: no {rule} calibration in it (sampled without --waitpred?)")
+    return None if cal["threshold"] is None else float(cal["threshold"])

@@ -120,3 +120,31 @@ def test_protocol_v2_trains_xgboost_wp_on_the_predictors_channels_and_replays_it
     # without xgboost in the budget there is nothing to extend
     no_xgb = dict(evalplan.decision_argvs(s, "/r", evalplan.Budget(models=("linear_quantile",)), waitpred=True))
     assert not any("-wp" in n for n in no_xgb)
+
+
+def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them():
+    s = LogSpec.from_dict(GOOD)
+    plan = evalplan.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",))
+    names = [n for n, _ in plan]
+    v2 = dict(plan)
+    fr = v2["sample-fresh-node8"]
+    for rule in evalplan.ONLINE_V2_RULES:
+        on = v2[f"online-node8-{rule}"]
+        assert names.index(f"online-node8-{rule}") > names.index("eval-node8-fresh")
+        for flag in ("--start", "--count", "--interval-hours", "--node", "--cluster-config"):
+            assert on[on.index(flag) + 1] == fr[fr.index(flag) + 1], (rule, flag)
+        assert ("--waitpred" in on) == (rule != "avg-cal")
+        if rule in ("avg-cal", "wait-pred-cal"):
+            assert on[on.index("--calibration") + 1] == v2["eval-node8-fresh"][v2["eval-node8-fresh"].index("--out") + 1]
+        else:
+            assert "--calibration" not in on
+    on = v2["online-node8-xgboost-wp"]
+    assert on[on.index("--model") + 1] == v2["train-node8-xgboost-wp"][v2["train-node8-xgboost-wp"].index("--out") + 1]
+    # every argv parses with its step's own parser
+    from mirage_tasks.steps import validate as vstep
+    import argparse
+
+    p = argparse.ArgumentParser()
+    vstep.add_arguments(p)
+    for rule in evalplan.ONLINE_V2_RULES:
+        p.parse_args(v2[f"online-node8-{rule}"][1:])

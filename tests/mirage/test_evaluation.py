@@ -251,11 +251,11 @@ def test_xgboost_wp_learns_from_the_predictors_channels_and_the_replay_builds_th
     bare.meta = bare.meta.drop(columns=["wp_wait_s"])
     with pytest.raises(ev.StepError, match="wp_wait_s"):
         ev.model_scores(models[1], bare)
-    # the online decider and the keeper compute no answer at their decisions: both refuse the model by name
+    # without a predictor to ask, the online decider refuses the model naming the flag; the keeper refuses it
     from mirage_tasks.evaluation import validate
     from mirage_tasks.slurm import keeper
 
-    with pytest.raises(ev.StepError, match="waitpred-features.*probe-replay"):
+    with pytest.raises(ev.StepError, match="waitpred-features.*give --waitpred"):
         validate.resolve_model(models[1], node=1, stochastic=False, window=None, step_s=None,
                                allow_node_mismatch=False, first_start=month, last_end=month + 86400)
     with pytest.raises(ValueError, match="waitpred-features.*--policy wait-pred"):

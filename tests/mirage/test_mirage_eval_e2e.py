@@ -84,6 +84,8 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
     assert "| | | | | xgboost-wp |" in text or "**xgboost-wp** (primary)" in text
     assert "xgboost-wp +" in text or "xgboost-wp -" in text  # its share of the gap to oracle-wait
+    for rule in ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp"):  # online beside the replay
+        assert f"| KTH-SP2 | 8 | {rule} | " in text, rule
 
 
 def test_a_log_described_in_a_file_waitpred_only(tmp_path):

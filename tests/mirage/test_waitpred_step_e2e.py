@@ -118,3 +118,78 @@ def test_waitpred_refuses_bad_input_naming_the_flag(trace_uri, tmp_path, capsys,
     assert wp.main(argv) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tmp_path, capsys):
+    """``validate`` with the wait predictor (issue 28): wait-pred and guarantee-10 submit at the first
+    decision where their test holds (checked against the decisions it recorded), avg-cal takes the
+    probe replay's calibrated offset (never early: at the end; far below: at the predecessor's
+    submission), and a model trained on ``merge --waitpred-features`` decides with the channels."""
+    import subprocess
+    import sys
+
+    from stepkit import Step
+
+    from mirage_tasks import __version__
+
+    uri, cfg = trace_uri
+    first = pd.read_parquet(uri + "/trace.parquet")["submit"].min()
+    months = _months(uri)
+    out = tmp_path / "wp"
+    assert wp.main(["--trace", uri, "--cluster-config", cfg, "--calibrate-from", first.strftime("%Y-%m-%d"),
+                    "--calibrate-to", f"{months[1]}-01", "--months", months[1], "--out", str(out)]) == 0, \
+        capsys.readouterr().err
+    m = [sys.executable, "-m", "mirage_tasks"]
+    base = ["--trace", uri + "/trace.parquet", "--cluster-config", cfg, "--interval-hours", "12", "--node", "2",
+            "--workload-days", "4", "--warmup-days", "1"]
+    t_train = (pd.Timestamp(f"{months[1]}-01", tz="UTC") + pd.Timedelta(days=1)).isoformat()
+    t_val = (pd.Timestamp(f"{months[1]}-01", tz="UTC") + pd.Timedelta(days=12)).isoformat()
+
+    def run(*argv, rc=0):
+        r = subprocess.run([*m, *argv], capture_output=True, text=True, timeout=600)
+        assert r.returncode == rc, r.stderr[-3000:]
+        return r
+
+    run("sample", *base, "--start", t_train, "--count", "12", "--probe-spacing", "end", "--waitpred", str(out),
+        "--out", str(tmp_path / "s"))
+    run("merge", "--in", str(tmp_path / "s"), "--out", str(tmp_path / "ds"), "--waitpred-features")
+    run("train", "--model", "xgboost", "--dataset", str(tmp_path / "ds"), "--out", str(tmp_path / "xgboost-wp"),
+        "--preset", "quick", "--param", "n_estimators=20", "--purge-days", "0", "--threads", "1")
+    val = [*base, "--start", t_val, "--count", "3", "--threads", "1"]
+
+    def validate(name, *extra, rc=0):
+        r = run("validate", *val, "--model", name, *extra, "--out", str(tmp_path / f"v-{len(extra)}-{name[-6:]}"), rc=rc)
+        if rc:
+            return r.stderr
+        d = tmp_path / f"v-{len(extra)}-{name[-6:]}"
+        return pd.read_parquet(d / "validation.parquet"), pd.read_parquet(d / "decisions.parquet")
+
+    for rule in ("wait-pred", "guarantee-10"):
+        rows, dec = validate(rule, "--waitpred", str(out))
+        assert (rows["n_decisions"] > 0).all()
+        for _, r in rows.iterrows():
+            d = dec[dec["sample"] == r["sample"]].sort_values("time")
+            left = (r["pred_end"] - d["time"].to_numpy()) / 3600  # the end pre-simulated = the end it had
+            slack = 1 / 6 if rule == "guarantee-10" else 0.0
+            hit = d["output"].to_numpy() >= left - slack - 1e-9
+            assert list(d["submit"]) == list(hit[:len(d)]) and not hit[:-1].any()
+            assert r["forced"] or (hit[-1] and r["decision_time"] == d["time"].iloc[-1])
+    assert "needs --waitpred" in validate("wait-pred", rc=2)
+    # the model on the predictor's channels: asked with them at every decision, refused without the predictor
+    rows, dec = validate(str(tmp_path / "xgboost-wp"), "--waitpred", str(out))
+    assert (rows["n_decisions"] > 0).all() and len(dec) == rows["n_decisions"].sum()
+    assert "--waitpred" in validate(str(tmp_path / "xgboost-wp"), rc=2)
+    # avg-cal with a probe replay's calibration: never early -> at the end; far below -> at the submission
+    for thr, col in ((None, "pred_end"), (-1000.0, "pred_submit")):
+        ev = tmp_path / f"ev{thr}"
+        st = Step("evaluation", str(ev), __version__, {"node": 2, "t": thr})
+        st.write_json("evaluation.json", {"params": {"node": 2}, "calibration": {"avg-cal": {"threshold": thr}}})
+        st.commit()
+        rows, _ = validate("avg-cal", "--calibration", str(ev))
+        assert (rows["decision_time"] == rows[col]).all(), (thr, rows[["decision_time", col]])
+    bad = tmp_path / "ev-node8"
+    st = Step("evaluation", str(bad), __version__, {"node": 8})
+    st.write_json("evaluation.json", {"params": {"node": 8}, "calibration": {"avg-cal": {"threshold": 0.0}}})
+    st.commit()
+    assert "--calibration" in validate("avg-cal", "--calibration", str(bad), rc=2)
+    assert "needs --calibration" in validate("wait-pred-cal", "--waitpred", str(out), rc=2)
