@@ -54,6 +54,9 @@ ORDER = ("KTH-SP2", "CTC-SP2", "ls6", "CEA-Curie")
 #: protocol v2's fresh months per shipped log (docs/results/protocol-v2.md, committed before any v2 result)
 FRESH = {"KTH-SP2": ("1997-04", "1997-05", "1997-06"), "CTC-SP2": ("1997-01", "1997-02", "1997-03"),
          "CEA-Curie": ("2012-08", "2012-09")}
+#: logs whose fresh months the online decider also runs protocol v2's rules on (the protocol names
+#: KTH-SP2, the cheapest log: the predictor asked every 10 minutes costs minutes per rule there)
+ONLINE_RULE_LOGS = ("KTH-SP2",)
 
 
 def shipped(traces: str) -> dict[str, LogSpec]:
@@ -76,7 +79,8 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
         return
     v2 = args.protocol == "v2"
     for name, argv in evalplan.decision_argvs(spec, str(root), budget, tuple(args.nodes or ()), waitpred=v2,
-                                              fresh=fresh(spec.name, args) if v2 else ()):
+                                              fresh=fresh(spec.name, args) if v2 else (),
+                                              online_rules=spec.name in (args.online_rule_logs or ONLINE_RULE_LOGS)):
         run(argv, logs / (f"v2-{name}.log" if v2 else f"{name}.log"))
 
 
@@ -140,6 +144,9 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2, help="logs at once (2)")
     p.add_argument("--nodes", nargs="*", type=int, default=None,
                    help="only these of each log's node sizes (e.g. two invocations of one log, one per size, at once)")
+    p.add_argument("--online-rule-logs", nargs="+", default=None, metavar="LOG",
+                   help="v2: the logs whose fresh months the online decider runs the v2 rules on (avg-cal, the "
+                        "wait predictor's rules, xgboost-wp; default: the protocol's KTH-SP2)")
     p.add_argument("--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)")
     p.add_argument("--smoke", action="store_true",
                    help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)")

@@ -258,14 +258,16 @@ def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:
 
 def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
                    nodes: tuple[int, ...] | None = None, *, waitpred: bool = False,
-                   fresh: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+                   fresh: tuple[str, ...] = (), online_rules: bool = True) -> list[tuple[str, list[str]]]:
     """(name, argv) of the decision evaluation per node size: sample (training and scored months),
     merge, train each model, then the probe replay (docs/results/protocol.md).
 
     ``waitpred``: protocol v2 (docs/results/protocol-v2.md): the samples carry the wait predictor's
     answer at each probe (``sample --waitpred``, the log's ``waitpred`` output), under ``v2-*``
     folders, and ``fresh`` months are sampled and scored beside the spec's (the training window
-    stays the spec's: before its first month)."""
+    stays the spec's: before its first month); the online decider runs on them, with the v2 rules
+    (:func:`online_rule_argvs`, minutes per rule: the predictor asked every 10 minutes) only when
+    ``online_rules``."""
     d = f"{root.rstrip('/')}/{spec.name}"
     n_train, train_start, score_start, n_score = sample_counts(spec, budget)
     out: list[tuple[str, list[str]]] = []
@@ -310,7 +312,7 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
                          "--models", *(f"{d}/{v}models/node{n}/{m}" for m in _replayed(budget, waitpred)),
                          "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
                          "--bootstrap", str(budget.bootstrap)]))
-    if waitpred and fresh:  # after the replay: the calibrated rules take its thresholds
+    if waitpred and fresh and online_rules:  # after the replay: the calibrated rules take its thresholds
         out += online_rule_argvs(spec, root, budget, sizes, fresh)
     return out
 

@@ -148,3 +148,6 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
     vstep.add_arguments(p)
     for rule in evalplan.ONLINE_V2_RULES:
         p.parse_args(v2[f"online-node8-{rule}"][1:])
+    # a log the protocol does not name for them: the online decider without the v2 rules
+    off = dict(evalplan.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",), online_rules=False))
+    assert "online-node8-xgboost" in off and not any(f"online-node8-{r}" in off for r in evalplan.ONLINE_V2_RULES)
