@@ -109,3 +109,37 @@ def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
     assert "| model | 12 | 100% | 100% | -0.50 | -0.50 | 12 / 12 |" in text  # the simulator agrees on every link
     assert "| keep-w1 | 4000 | 30.0 | 90.0 |" in text
     assert "12 pairs of identical decisions in one cluster" in text and "differ by 0.00 h on average" in text
+
+
+def test_the_background_is_read_against_two_runs_without_chains(tmp_path):
+    """Two runs without chains set Slurm's own spread; the runs with chains are judged against it."""
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        from keeper_campaign_page import _background_effect
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    rng = np.random.default_rng(1)
+    n = 400
+    wait = rng.exponential(2.0, n) * 3600
+
+    def jobs(path, extra_h, noise):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        submit = np.arange(n) * 600.0
+        w = wait + extra_h * 3600 * (wait > np.quantile(wait, 0.75)) + noise * rng.normal(0, 60, n).clip(0)
+        pd.DataFrame({"trace_job_id": np.arange(n), "kind": "window", "submit_t": submit,
+                      "start_t": submit + w}).to_parquet(path)
+
+    jobs(tmp_path / "keep-w1" / "background.parquet", 2.0, 1)
+    jobs(tmp_path / "keepwp-w1" / "background.parquet", 1.5, 1)
+    jobs(tmp_path / "replay-w1-nochains" / "jobs.parquet", 0.0, 1)
+    text = "\n".join(_background_effect(tmp_path))
+    assert "| keep (4 chains at a time) | no chains | " in text and "Slurm against itself" not in text
+    jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", 0.0, 1)
+    text = "\n".join(_background_effect(tmp_path))
+    assert "| no chains | no chains, again | " in text
+    assert "**The chains lengthen the background's mean wait beyond Slurm's own spread**" in text
+    assert "difference sits in the long waits" in text  # only the longest quarter moved: the median stays
+    # a second run without chains as far from the first as the chains are: not separated
+    jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", -2.5, 1)
+    text = "\n".join(_background_effect(tmp_path))
+    assert "not separated from Slurm's own spread" in text
