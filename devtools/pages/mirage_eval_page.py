@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (devtools/pages/ is two below)
 SHOW = ("reactive", "avg", "avg-cal", "avg-load", "xgboost", "linear_quantile", "oracle-wait", "oracle")
 CURVES = ("avg", "avg-load", "xgboost", "linear_quantile")
 COLORS = {"avg": "tab:blue", "avg-load": "tab:cyan", "xgboost": "tab:red", "linear_quantile": "tab:orange"}

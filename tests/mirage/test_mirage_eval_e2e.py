@@ -79,6 +79,7 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert p.returncode == 0, p.stderr[-3000:]
     text = page.read_text()
     assert "## Fresh months" in text and "guarantee-10 holds the stated 10 %" in text and "(primary)" in text
+    assert "as committed at `` " not in text and "as committed at `?`" not in text  # the protocol's commit named
     assert "| KTH-SP2 | 1 | 1997-04 |" in text and "## Seen months" in text
     assert "## The policy that learns" in text and "## The online decider beside the probe replay" in text
     assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
