@@ -192,6 +192,25 @@ def _pre_simulated(ep: DecisionEpisode) -> tuple[int, float]:
     return int(pend), float(avg)
 
 
+def _decide_on_grid(ep: DecisionEpisode, every_s: int, k: int, trace: list[dict],
+                    ask: Any) -> tuple[float, int]:
+    """Ask ``ask() -> (submit, raw)`` every ``every_s`` once the history window is full, until it
+    submits or the predecessor ends; each answer is appended to ``trace``. Returns (the raw output
+    at the submission, NaN if none; the number of decisions)."""
+    n = 0
+    while not ep.pred_ended:
+        if ep.history_full:
+            submit, raw = ask()
+            n += 1
+            trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
+            if submit:
+                return raw, n
+        nxt = ep.now + every_s
+        pe = ep.pred_end
+        ep.advance_to(pe if pe is not None and pe < nxt else nxt)
+    return math.nan, n
+
+
 def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: int) -> tuple[dict, list[dict]]:
     """Drive one episode; returns (result extras, decision trace)."""
     trace: list[dict] = []
@@ -213,38 +232,22 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         ep.advance_to(max(ep.pred_submit, int(pend - lead)) if lead > 0 else pend)
     elif kind in PREDICTOR_RULES:
         pend, _ = _pre_simulated(ep)
-        while not ep.pred_ended:
-            if ep.history_full:  # the models' decision grid
-                submit, raw = decider.ask(ep, pend - ep.now, every_s)
-                n += 1
-                trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
-                if submit:
-                    output = raw
-                    break
-            nxt = ep.now + every_s
-            pe = ep.pred_end
-            ep.advance_to(pe if pe is not None and pe < nxt else nxt)
+        output, n = _decide_on_grid(ep, every_s, k, trace, lambda: decider.ask(ep, pend - ep.now, every_s))
     else:
         rng = decider.rng(k)
         pend = _pre_simulated(ep)[0] if decider.waitpred is not None else None
-        while not ep.pred_ended:
-            if ep.history_full:
-                hist = ep.history()
-                if decider.waitpred is not None:  # a model on the predictor's channels (xgboost-wp)
-                    from ..calibration.atprobe import channels
 
-                    ans = decider.waitpred(ep.sim, ep.node, ep.spec.service_s)
-                    ch = channels(ans["wp_wait_s"], ans["wp_bound_s"], (pend - ep.now) / 3600.0)
-                    hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
-                submit, raw = decider.ask(hist, rng)
-                n += 1
-                trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
-                if submit:
-                    output = raw
-                    break
-            nxt = ep.now + every_s
-            pe = ep.pred_end
-            ep.advance_to(pe if pe is not None and pe < nxt else nxt)
+        def ask() -> tuple[bool, float]:
+            hist = ep.history()
+            if decider.waitpred is not None:  # a model on the predictor's channels (xgboost-wp)
+                from ..calibration.atprobe import channels
+
+                ans = decider.waitpred(ep.sim, ep.node, ep.spec.service_s)
+                ch = channels(ans["wp_wait_s"], ans["wp_bound_s"], (pend - ep.now) / 3600.0)
+                hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
+            return decider.ask(hist, rng)
+
+        output, n = _decide_on_grid(ep, every_s, k, trace, ask)
     forced = bool(ep.pred_ended)  # reactive: always; avg: only when its time is the end itself
     res = ep.submit_successor()
     return {**res, "model_output": output if not forced else math.nan, "n_decisions": n, "forced": forced}, trace

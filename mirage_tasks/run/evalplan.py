@@ -284,10 +284,7 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
         out.append((f"sample-score-node{n}", ["sample", *common, "--start", score_start, "--count", str(n_score),
                                               "--out", f"{d}/{v}samples-score/node{n}"]))
         if fresh:
-            f_start = _utc(f"{fresh[0]}-01")
-            f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
-            if budget.max_score:
-                f_count = min(f_count, budget.max_score)
+            f_start, f_count = _fresh_window(budget, fresh)
             out.append((f"sample-fresh-node{n}", ["sample", *common, "--start", f_start.isoformat(), "--count",
                                                   str(f_count), "--out", f"{d}/{v}samples-fresh/node{n}"]))
         for model in budget.models:
@@ -326,6 +323,13 @@ def _replayed(budget: Budget, waitpred: bool) -> list[str]:
     return [*budget.models, *([f"{WP_MODEL}-wp"] if waitpred and WP_MODEL in budget.models else [])]
 
 
+def _fresh_window(budget: Budget, fresh: tuple[str, ...]) -> tuple[datetime, int]:
+    """(first start, sample count) of the fresh months' samples, capped by ``budget.max_score``."""
+    f_start = _utc(f"{fresh[0]}-01")
+    f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
+    return f_start, min(f_count, budget.max_score) if budget.max_score else f_count
+
+
 #: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs
 ONLINE_RULES = ("reactive", "xgboost", "xgboost-uniform")
 
@@ -338,10 +342,7 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
     that never saw a decision in the predecessor's last 8 hours answers there."""
     d = f"{root.rstrip('/')}/{spec.name}"
     n_train, train_start, _, _ = sample_counts(spec, budget)
-    f_start = _utc(f"{fresh[0]}-01")
-    f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
-    if budget.max_score:
-        f_count = min(f_count, budget.max_score)
+    f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
         common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
@@ -372,10 +373,7 @@ def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int]
     """:data:`ONLINE_V2_RULES` on the online decider's samples (:func:`online_argvs`), after the probe
     replay of the fresh months (whose calibration gives avg-cal's offset and wait-pred-cal's margin)."""
     d = f"{root.rstrip('/')}/{spec.name}"
-    f_start = _utc(f"{fresh[0]}-01")
-    f_count = int((_utc(month_end(fresh[-1])) - f_start) / timedelta(hours=budget.interval_h))
-    if budget.max_score:
-        f_count = min(f_count, budget.max_score)
+    f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
         common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
