@@ -194,7 +194,7 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     return out
 
 
-from mirage_tasks.run.evalplan import ONLINE_RULES, ONLINE_V2_RULES  # noqa: E402
+from mirage_tasks.run.evalplan import ASK_ALL, ONLINE_RULES, ONLINE_V2_RULES  # noqa: E402
 
 #: time left to the predecessor's end (h) at which the models' online answers are tabulated
 LEFT_BUCKETS_H = (0.0, 1 / 6, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 48.0)
@@ -229,9 +229,10 @@ def online_section(root: Path, specs: list) -> list[str]:
                 on[r] = v.set_index("sample")["signed_interruption_h"]
                 early[r] = float(((v["pred_end"] - v["decision_time"]) > 24 * 3600).mean())
             for r in rules:
-                if r not in set(per["method"]):  # a rule the probe replay does not score (xgboost-uniform)
+                m = r[:-len(ASK_ALL)] if r.endswith(ASK_ALL) else r  # -all: the same model, asked all along
+                if m not in set(per["method"]):  # a rule the probe replay does not score (xgboost-uniform)
                     continue
-                pr = per[per["method"] == r].set_index("sample")["signed_interruption_h"]
+                pr = per[per["method"] == m].set_index("sample")["signed_interruption_h"]
                 keys = pr.index.intersection(on[r].index).intersection(on["reactive"].index)
                 jo = per_sample_objective(on[r].loc[keys].to_numpy(), n, 0.1)
                 jp = per_sample_objective(pr.loc[keys].to_numpy(), n, 0.1)
@@ -265,7 +266,7 @@ def last_hours_section(root: Path, specs: list) -> list[str]:
     for s in specs:
         for n in s.nodes:
             base = root / s.name / "v2-online-fresh" / f"node{n}"
-            for rule in ("xgboost", "xgboost-uniform"):
+            for rule in ("xgboost" + ASK_ALL, "xgboost-uniform"):
                 d = base / rule
                 if not (d / "_SUCCESS.json").exists():
                     continue
@@ -277,7 +278,7 @@ def last_hours_section(root: Path, specs: list) -> list[str]:
                 for lo, hi in zip(LEFT_BUCKETS_H[:-1], LEFT_BUCKETS_H[1:]):
                     m = (left > lo) & (left <= hi)
                     cells.append("-" if not m.any() else f"{dec.loc[m, 'output'].median():+.1f}")
-                thr = json.loads((root / s.name / ("v2-models" if rule == "xgboost" else "uniform-models") / f"node{n}"
+                thr = json.loads((root / s.name / ("uniform-models" if rule == "xgboost-uniform" else "v2-models") / f"node{n}"
                                   / "xgboost" / "config.json").read_text()).get("decision", {}).get("low_h")
                 rows.append(f"| {s.name} | {n} | {rule} | {_f(thr, '{:+.2f}')} | " + " | ".join(cells) + " |")
     if not rows:
@@ -288,8 +289,9 @@ def last_hours_section(root: Path, specs: list) -> list[str]:
             "the predecessor's end, where a submission overlaps by at most ten minutes plus the wait. The same shows "
             "in the simulator, with no Slurm in the loop: below, the median online answer (predicted signed "
             "interruption, h) of two xgboost models per band of time left before the predecessor's end, on the "
-            "fresh months' samples. `xgboost` was trained on the protocol's end-spaced probes (24 h ... 10 min "
-            "before the end); `xgboost-uniform` on the reference's uniform spacing (7 probes 8 h apart), the "
+            "fresh months' samples. `xgboost-all` is the replay's `xgboost`, trained on the protocol's end-spaced "
+            "probes (24 h ... 10 min before the end), here asked at every decision; `xgboost-uniform` on the "
+            "reference's uniform spacing (7 probes 8 h apart), the "
             "spacing the keeper's model was trained on: it has seen no decision in the last 8 hours but the end "
             "itself, so in that band it answers what it learned 8 hours out. `threshold` is the model's "
             "calibrated rule (submit when the answer reaches it).", "",
@@ -310,9 +312,12 @@ def _online_table(lines: list[str]) -> list[str]:
             "names (the replay's threshold), wait-pred, wait-pred-cal and guarantee-10 asking the wait predictor at "
             "every decision (wait-pred-cal with the replay's margin), xgboost-wp with the predictor's channels "
             "appended to its history at every decision (`validate --waitpred`, `--calibration`).", "",
-            "The online decider also decides in the 24 h before the replay's first decision time, where the "
-            "end-spaced models saw no training example: `online > 24 h early` is the share of samples it submitted "
-            "there.", "",
+            "A model is asked only as long before the predecessor's end as its training probes reach (`validate "
+            "--decide-within trained`, the default): the end-spaced models in the last 24 h, as the replay asks "
+            "them. The same model asked at every decision from the predecessor's submission on is the rule "
+            "suffixed `-all` (`--decide-within all`; its replay column is the model's): there it is asked about "
+            "states more than 24 h before the end, which it never saw in training. `online > 24 h early` is the "
+            "share of samples submitted more than 24 h before the end.", "",
             "| log | node | rule | samples | online objective | replay objective | online - replay [95 %] | online > 24 h "
             "early | verdict vs reactive | verdict vs avg-cal |", "|---|---|---|---|---|---|---|---|---|---|", *lines, ""]
 

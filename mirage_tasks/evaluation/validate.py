@@ -31,7 +31,7 @@ from stepkit.pool import run_pool
 
 from ..models.thresholds import submit_mask
 from ..models.registry import family
-from ..sim.probes import BASELINES
+from ..sim.probes import BASELINES, trained_span_s
 from ..sampling.schedule import pool_context
 from ..sim.config import SimConfig
 from ..sim.episode import DecisionEpisode, probe_times
@@ -135,9 +135,12 @@ class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
     def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False,
-                 waitpred: Any = None):
+                 waitpred: Any = None, within_s: int | None = None):
         self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
         self.waitpred = waitpred  # the predictor whose channels the model was trained on (xgboost-wp)
+        # asked only this long before the predecessor's (pre-simulated) end: its training probes' span
+        # (mirage_tasks.sim.probes.trained_span_s); None: at every decision of the grid
+        self.within_s = within_s
         self.is_policy = bool(fn.is_policy)
         rule = fn.decision_rule or {}
         # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
@@ -193,13 +196,13 @@ def _pre_simulated(ep: DecisionEpisode) -> tuple[int, float]:
 
 
 def _decide_on_grid(ep: DecisionEpisode, every_s: int, k: int, trace: list[dict],
-                    ask: Any) -> tuple[float, int]:
-    """Ask ``ask() -> (submit, raw)`` every ``every_s`` once the history window is full, until it
-    submits or the predecessor ends; each answer is appended to ``trace``. Returns (the raw output
-    at the submission, NaN if none; the number of decisions)."""
+                    ask: Any, from_t: float | None = None) -> tuple[float, int]:
+    """Ask ``ask() -> (submit, raw)`` every ``every_s`` once the history window is full (and from
+    ``from_t`` on, when given), until it submits or the predecessor ends; each answer is appended
+    to ``trace``. Returns (the raw output at the submission, NaN if none; the number of decisions)."""
     n = 0
     while not ep.pred_ended:
-        if ep.history_full:
+        if ep.history_full and (from_t is None or ep.now >= from_t):
             submit, raw = ask()
             n += 1
             trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
@@ -235,7 +238,7 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         output, n = _decide_on_grid(ep, every_s, k, trace, lambda: decider.ask(ep, pend - ep.now, every_s))
     else:
         rng = decider.rng(k)
-        pend = _pre_simulated(ep)[0] if decider.waitpred is not None else None
+        pend = _pre_simulated(ep)[0] if (decider.waitpred is not None or decider.within_s is not None) else None
 
         def ask() -> tuple[bool, float]:
             hist = ep.history()
@@ -247,7 +250,8 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
                 hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
             return decider.ask(hist, rng)
 
-        output, n = _decide_on_grid(ep, every_s, k, trace, ask)
+        output, n = _decide_on_grid(ep, every_s, k, trace, ask,
+                                    None if decider.within_s is None else pend - decider.within_s)
     forced = bool(ep.pred_ended)  # reactive: always; avg: only when its time is the end itself
     res = ep.submit_successor()
     return {**res, "model_output": output if not forced else math.nan, "n_decisions": n, "forced": forced}, trace
@@ -280,7 +284,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
 
     fn = load_model(setup["model_uri"], device="cpu")
     _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")),
-                           setup.get("waitpred"))
+                           setup.get("waitpred"), setup.get("within_s"))
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:
@@ -341,7 +345,9 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
                   allow_node_mismatch: bool, first_start: int, last_end: int, waitpred: bool = False) -> dict[str, Any]:
     """What ``validate --model`` names, checked against the run: kind, config, history shape, leakage.
 
-    Returns ``{"kind", "config" (None for a baseline), "window", "step_s", "leakage", "warnings"}``.
+    Returns ``{"kind", "config" (None for a baseline), "window", "step_s", "leakage", "warnings"}``,
+    and for a model ``"uses_waitpred"`` and ``"trained_span_s"`` (how long before the predecessor's
+    end its training probes reach, :func:`~mirage_tasks.sim.probes.trained_span_s`).
     """
     from ..sim.features import FEATURE_NAMES
 
@@ -381,7 +387,7 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
                         "validated greedily (P(submit) > 0.5) as asked; --stochastic --seed S validates it "
                         "the way it was selected")
     return {"kind": kind, "config": cfg, "window": w, "step_s": s, "leakage": leakage, "warnings": warnings,
-            "uses_waitpred": wp}
+            "uses_waitpred": wp, "trained_span_s": trained_span_s(data.get("sample_params"))}
 
 
 def sampling_warnings(model_cfg: dict[str, Any], sim_config: dict[str, Any], warmup_days: float,

@@ -330,8 +330,12 @@ def _fresh_window(budget: Budget, fresh: tuple[str, ...]) -> tuple[datetime, int
     return f_start, min(f_count, budget.max_score) if budget.max_score else f_count
 
 
-#: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs
-ONLINE_RULES = ("reactive", "xgboost", "xgboost-uniform")
+#: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs.
+#: A ``-all`` rule is the same model asked at every decision of the grid (``validate --decide-within
+#: all``), the others only within their training probes' span (the last 24 h for the end spacing),
+#: as the probe replay asks them
+ONLINE_RULES = ("reactive", "xgboost", "xgboost-all", "xgboost-uniform")
+ASK_ALL = "-all"
 
 
 def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
@@ -357,15 +361,21 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
         models = {"reactive": "reactive", "xgboost": f"{d}/v2-models/node{n}/xgboost",
                   "xgboost-uniform": f"{d}/uniform-models/node{n}/xgboost"}
         for rule in ONLINE_RULES:
+            model, ask = _asked(rule)
             out.append((f"online-node{n}-{rule}", ["validate", *common, "--start", f_start.isoformat(), "--count",
-                                                   str(f_count), "--model", models[rule], "--name", rule,
+                                                   str(f_count), "--model", models[model], "--name", rule, *ask,
                                                    "--threads", "1", "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
     return out
 
 
 #: protocol v2's rules the online decider also runs, each as the probe replay scores it (the calibrated
 #: ones with the replay's thresholds, the predictor's with the samples' waitpred output)
-ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp")
+ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-wp-all")
+
+
+def _asked(rule: str) -> tuple[str, list[str]]:
+    """(the model or rule an online rule name runs, the ``validate`` flags of how it is asked)."""
+    return (rule[:-len(ASK_ALL)], ["--decide-within", "all"]) if rule.endswith(ASK_ALL) else (rule, [])
 
 
 def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
@@ -380,13 +390,15 @@ def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int]
                   "--interval-hours", f"{budget.interval_h:g}", "--node", str(n), "--workers", "1",
                   "--start", f_start.isoformat(), "--count", str(f_count), "--threads", "1"]
         for rule in ONLINE_V2_RULES:
-            if rule == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
+            base, ask = _asked(rule)
+            if base == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
                 continue
             extra = {"avg-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"],
                      "wait-pred-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"]}.get(rule, [])
             if rule != "avg-cal":
                 extra += ["--waitpred", f"{d}/waitpred"]
-            model = f"{d}/v2-models/node{n}/{rule}" if rule.endswith("-wp") else rule
+            extra += ask
+            model = f"{d}/v2-models/node{n}/{base}" if base.endswith("-wp") else base
             out.append((f"online-node{n}-{rule}", ["validate", *common, "--model", model, "--name", rule, *extra,
                                                    "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
     return out

@@ -15,6 +15,22 @@ PROBE_SPACINGS = ("uniform", "end")
 #: (the reactive probe, always last).
 END_OFFSETS_MIN = (1440, 960, 480, 240, 120, 60, 30, 10, 0)
 
+
+def trained_span_s(sample_params: dict | None) -> int | None:
+    """How long before the predecessor's end the training probes of a model reach (s), from the
+    sample parameters its dataset records (``config.json`` ``data.sample_params``): the ``end``
+    spacing's first probe, 24 h; None where the probes span the whole predecessor (``uniform``,
+    the baselines' samples) or the parameters are unknown (a policy trained in its environment).
+
+    A model asked earlier than that is asked about states it never saw: an ``end``-spaced
+    xgboost on KTH node 8 submitted more than 24 h early in 64 % of the online samples, where
+    the probe replay (whose first decision is 24 h before the end) never can. The online decider
+    and the keeper ask it only inside this span."""
+    sp = sample_params or {}
+    if sp.get("baseline", "default") == "default" and sp.get("probe_spacing") == "end":
+        return END_OFFSETS_MIN[0] * 60
+    return None
+
 # Decision rules without a model, validated beside the models: submit when the predecessor
 # ends (reactive) or at its end minus the recent mean wait (avg). The simulator's episodes
 # implement them (probe_times); the model registry re-exports them.

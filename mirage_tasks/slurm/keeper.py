@@ -85,6 +85,7 @@ class Keeper:
     links: int = 1
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
     avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
+    decide_within_s: float | None = None  # policy model: asked only this many trace s before the end (None: always)
     waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred and guarantee
     wait_cfg: Any = None               # the configuration whose priority weights its plans use
     trace_clock: tuple[float, float] | None = None  # (a real instant, its trace time); None: real time is trace time
@@ -264,7 +265,8 @@ class Keeper:
                     inputs.update(wp_wait_h=ans["wp_wait_s"] / 3600.0, wp_bound_h=ans["wp_bound_s"] / 3600.0)
                     link.n_decisions += 1
                     why = self.policy if submit else ""
-                elif pend is not None and self.policy == "model":
+                elif pend is not None and self.policy == "model" and (
+                        self.decide_within_s is None or (pend - now) * self.scale <= self.decide_within_s):
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1
                     why = "model" if submit else ""
@@ -341,7 +343,10 @@ def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]],
         d = fn.decide(hist[None])
         return bool(d.submit[0]), float(d.raw[0])
 
-    return decide, {"window": fn.window, "kind": fn.kind, "decision": fn.decision_rule}
+    from ..sim.probes import trained_span_s
+
+    return decide, {"window": fn.window, "kind": fn.kind, "decision": fn.decision_rule,
+                    "trained_span_s": trained_span_s((fn.config.get("data") or {}).get("sample_params"))}
 
 
 def env_for(conf: str | None) -> dict[str, str]:

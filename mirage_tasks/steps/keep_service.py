@@ -50,6 +50,10 @@ BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
+    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
+                   help="policy model: ask the model only as long before the predecessor's end as its training "
+                        "probes reach (trained, the default: the last 24 h for --probe-spacing end data) or at "
+                        "every queue reading once the predecessor runs (all, as before)")
     p.add_argument("--avg-cal-samples", default=None,
                    help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
                         "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
@@ -164,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
+    if "model" not in policies:  # no model is asked: the option changes nothing
+        params.pop("decide_within", None)
     step = Step("keep-service", args.out, __version__, params,
                 inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred) if x])
     if step.skip():
@@ -230,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
                               "links": args.links, "nice": nice, "partition": args.partition,
                               "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
                               "log_path": dec_path, "stop_chain": args.stop_chain,
+                              "decide_within_s": (model_info or {}).get("trained_span_s")
+                              if args.decide_within == "trained" else None,
                               "avg_offset_h": None if avg_cal is None else avg_cal["threshold"], **(wait or {})})
     try:
         session.run(args.deadline_s)

@@ -5,6 +5,9 @@ in ``sample`` (:mod:`mirage_tasks.sampling.schedule`); shard ``I/S`` takes the s
 ``k % S == I``. Each sample is one :class:`~mirage_tasks.sim.episode.DecisionEpisode`: the
 clock starts at the predecessor's submission and moves in steps of ``--decide-every-minutes``. At every step whose history
 window is full the model is asked once; the successor is submitted at the first "submit"
+(``--decide-within trained``, the default: a model is asked only as long before the
+predecessor's pre-simulated end as its training probes reach, the last 24 h for ``sample
+--probe-spacing end`` data, the replay's first decision; ``all``: from the first full window)
 
 * regressors: ``threshold <= predicted signed interruption <= high_h``, the threshold being
   the model's own ``decision.low_h`` (chosen by ``train`` on its training period's validation
@@ -77,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "margin as it calibrated them (needed by those two rules)")
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
+    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
+                   help="models: ask only as long before the predecessor's end as the training probes reach "
+                        "(trained, the default: the last 24 h for --probe-spacing end samples, the whole "
+                        "predecessor for uniform ones) or at every decision of the grid (all, as before)")
     p.add_argument("--threshold-h", type=float, default=None,
                    help="regressors: submit when the predicted signed interruption is >= this (default: the "
                         "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
@@ -164,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
         params["waitpred"] = True
     if args.model in CALIBRATED_RULES:
         params["rule_threshold_h"] = rule_threshold
+    within_s = m.get("trained_span_s") if args.decide_within == "trained" else None
+    if within_s is not None:  # only where it bounds the asks: outputs of uniform models stay valid
+        params["decide_within_s"] = within_s
     step = Step("validate", args.out, __version__, params, inputs=inputs)
     if step.skip():
         return 0
@@ -190,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
              "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
              "threads": threads, "argmax": bool(args.argmax), "waitpred": waitpred,
-             "rule_threshold_h": rule_threshold}
+             "rule_threshold_h": rule_threshold, "within_s": within_s}
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers, part=f"shard {shard_i}/{shard_n}")
     wall = time.perf_counter() - t

@@ -100,6 +100,10 @@ def test_protocol_v2_runs_the_online_decider_on_the_fresh_samples():
     assert uni[uni.index("--start") + 1] == tr[tr.index("--start") + 1]
     on = v2["online-node8-xgboost-uniform"]
     assert on[on.index("--model") + 1] == v2["train-uniform-node8"][v2["train-uniform-node8"].index("--out") + 1]
+    # the replay's model asked within its training span (the default) and at every decision (-all)
+    a, t = v2["online-node8-xgboost-all"], v2["online-node8-xgboost"]
+    assert a[a.index("--model") + 1] == t[t.index("--model") + 1]
+    assert a[a.index("--decide-within") + 1] == "all" and "--decide-within" not in t
     assert "online-node8-reactive" not in dict(evalplan.decision_argvs(s, "/r", waitpred=True))  # no fresh months
 
 
@@ -140,6 +144,9 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
             assert "--calibration" not in on
     on = v2["online-node8-xgboost-wp"]
     assert on[on.index("--model") + 1] == v2["train-node8-xgboost-wp"][v2["train-node8-xgboost-wp"].index("--out") + 1]
+    al = v2["online-node8-xgboost-wp-all"]
+    assert al[al.index("--model") + 1] == on[on.index("--model") + 1] and al[al.index("--decide-within") + 1] == "all"
+    assert al[al.index("--waitpred") + 1] == on[on.index("--waitpred") + 1] and "--decide-within" not in on
     # every argv parses with its step's own parser
     from mirage_tasks.steps import validate as vstep
     import argparse

@@ -234,6 +234,28 @@ def test_keeper_model_decides_from_features_and_never_cancels_foreign_jobs(fake)
     assert fake.cancelled == [r["succ"]]
 
 
+def test_keeper_asks_the_model_only_within_its_trained_span(fake):
+    """An end-spaced model (trained on the last 24 h before the end) is asked only there: with a
+    2-trace-hour span on a 4 h job, a model that always says "submit" submits 2 h before the end,
+    not at the first reading; without a span, at the first reading."""
+    asked = []
+
+    def always(hist):
+        asked.append(hist[-1, features.PRED_COL + 3])
+        return True, 0.0
+
+    k = keeper.Keeper(env={}, policy="model", node=1, service_s=4 * 3600, scale=60, step_s=600, decide=always,
+                      clock=fake.clock, sleep=fake.sleep, decide_within_s=2 * 3600)
+    (r,) = k.run(deadline_s=10_000)
+    assert not r["forced"] and r["n_decisions"] == 1
+    assert 2.0 - 600 / 3600 <= r["decision_lead_trace_h"] <= 2.0 + 1e-6
+    assert asked == [pytest.approx(2 * 3600, abs=600)]  # the first ask: 2 of 4 h run
+    asked.clear()
+    k = _keeper(fake, "model", always)
+    (r,) = k.run(deadline_s=10_000)
+    assert r["decision_lead_trace_h"] > 3.5 and asked[0] < 600
+
+
 def test_keeper_avg_uses_the_waits_it_saw(fake):
     fake.jobs["2"] = dict(nodes=1, limit=10**6, submit=900.0, start=960.0, end=None, mine=False)  # waited 60 s
     k = _keeper(fake, "avg")

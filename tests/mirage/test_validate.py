@@ -201,3 +201,33 @@ def test_policy_argmax_ignores_the_calibrated_threshold(policy_world, tmp_path):
     dec = pd.read_parquet(tmp_path / "a" / A.DECISIONS_FILE)
     np.testing.assert_array_equal(dec["submit"], dec["output"] > 0.5)
     assert validate(w["trace"], w["pol"], tmp_path / "b", *every, "--argmax", "--stochastic") == 2
+
+
+def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path):
+    """A model trained on ``--probe-spacing end`` samples saw states 24 h or less before the
+    predecessor's end; online it is asked only there (``--decide-within trained``, the default),
+    as the probe replay scores it. A threshold every prediction passes shows where the first ask
+    falls: the first grid point at or after the pre-simulated end minus 24 h; with ``all``, the
+    predecessor's submission."""
+    d = tmp_path
+    assert cli("sample", "--trace", world["trace"], "--start", iso(T0 + 86400), "--count", 8, "--node", NODE,
+               "--probe-spacing", "end", "--window", 12, "--out", d / "s", *CLUSTER) == 0
+    assert cli("merge", "--in", d / "s", "--out", d / "ds") == 0
+    assert cli("train", "--model", "xgboost", "--dataset", d / "ds", "--out", d / "m", "--param", "n_estimators=5",
+               "--val-fraction", "0.25", "--purge-days", "0", "--threads", "1") == 0
+    cfg = json.load(open(d / "m" / "config.json"))
+    assert cfg["data"]["sample_params"]["probe_spacing"] == "end"
+    every = ["--threshold-h", "-1000", "--decide-every-minutes", "60"]
+    assert validate(world["trace"], str(d / "m"), d / "in", *every) == 0
+    got = rows(str(d / "in"))
+    assert not got["forced"].any() and (got["n_decisions"] == 1).all()
+    lead = (got["pred_end"] - got["decision_time"]).to_numpy()
+    assert ((lead <= 86400) & (lead > 86400 - 3600)).all(), lead
+    params = json.load(open(d / "in" / A.VALIDATE_INFO_FILE))["params"]
+    assert params["decide_within_s"] == 86400
+    assert validate(world["trace"], str(d / "m"), d / "all", *every, "--decide-within", "all") == 0
+    eager = rows(str(d / "all"))
+    assert (eager["decision_time"] == eager["pred_submit"]).all() and (eager["pred_end"] - eager["pred_submit"] > 86400).all()
+    assert "decide_within_s" not in json.load(open(d / "all" / A.VALIDATE_INFO_FILE))["params"]
+    # a uniform model spans the whole predecessor: nothing bounds its asks (the key stays out)
+    assert "decide_within_s" not in json.load(open(f"{world['v_xgb']}/{A.VALIDATE_INFO_FILE}"))["params"]
