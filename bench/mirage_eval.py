@@ -75,6 +75,8 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
         if name == "waitpred" and args.skip_waitpred:
             continue
         run(argv, logs / f"{name}.log")
+        if name == "calibrate" and (why := evalplan.calibration_cut(str(root / spec.name / "cal"))):
+            raise SystemExit(why)  # nothing downstream runs on a configuration the machine's speed chose
     if args.waitpred_only:
         return
     v2 = args.protocol == "v2"

@@ -125,6 +125,14 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
                         "--waitpred-only", "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "bad.json: field 'calibrate'" in p.stderr
+    # a calibration cut by its time limit is refused before the predictor uses it: which trials ran
+    # would depend on the machine's speed (a calibrate run stops at the first trial past the limit)
+    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+                        "--waitpred-only", "--cal-trials", "4", "--cal-timeout-s", "0.001", "--root", str(root)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 1, p.stdout[-2000:]
+    assert "the calibration stopped at its 0.001 s limit after 1 of 4 trials" in p.stdout, p.stdout[-2000:]
+    assert "--cal-timeout-s" in p.stdout and "waitpred waitpred.log" not in p.stdout
 
 
 def _kill_the_evaluation_at_a_random_point(log_dir, env):
