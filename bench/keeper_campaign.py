@@ -15,7 +15,11 @@ above that median, the busiest first (``--count`` of them), listed by date (``wi
 after the window's start, so that one chain of a policy ends before its next starts (at most one
 service job per policy at a time, plus a successor's overlap); and, for the first window, a
 ``replay-slurm`` of the same background without any chain, so the page can say how much the
-chains moved the background they are judged in. The runs are niced to ``--nice`` (negative:
+chains moved the background they are judged in. ``--extra-nodes K`` adds K nodes to the log's
+cluster: the chains bring their own capacity (one node per service job at a time), so the
+background keeps, on average, the capacity it had in the log, while the chains still queue with it
+for the same nodes (on 78 nodes without it, 3 or 4 chains at a time lengthened the background's
+mean wait by 1.2 to 1.7 h, Slurm's own spread being 0.07 h). The runs are niced to ``--nice`` (negative:
 ahead of other work on the machine, which would otherwise stretch Slurm's dispatch, one real
 second being ``--factor`` trace seconds). Each run's wall time and CPU are printed.
 
@@ -91,9 +95,12 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     inputs = ((["--model", a.model] if "model" in pol else [])
               + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
               + (["--waitpred", a.waitpred] if {"wait-pred", "guarantee"} & set(pol) else []))
+    from mirage_tasks.sim.config import PRESETS
+
+    nodes = ["--nodes", str(PRESETS["ls6"].nodes + a.extra_nodes)] if a.extra_nodes else []
     return [PY, "-m", "mirage_tasks", "keep-service", "--policy", a.policies, *inputs, "--node", "1",
             "--service-hours", "48", "--factor", f"{a.factor:g}", "--slurm-root",
-            f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6",
+            f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6", *nodes,
             "--trace", a.trace, "--background-from", w["from"], "--background-to", to.strftime("%Y-%m-%dT%H:%M"),
             "--chains", str(a.chains), "--stagger-hours", f"{a.stagger_hours:g}", "--deadline-s",
             f"{a.deadline_s:g}", "--stop-chain", "--out", f"{a.root}/{a.name}-{w['name']}"]
@@ -152,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline-s", type=float, default=3600.0)
     r.add_argument("--nice", type=int, default=-5)
     r.add_argument("--no-baseline", action="store_true", help="no replay without chains")
+    r.add_argument("--extra-nodes", type=int, default=0,
+                   help="nodes added to the log's cluster for the chains (0): with one per service job at a time "
+                        "(the policies of a set run side by side) the background keeps the capacity it had in the "
+                        "log on average, and the chains compete with it for the same nodes")
     g = sub.add_parser("page", help="write the results page from the runs' outputs")
     g.add_argument("--root", required=True)
     g.add_argument("--write-doc", default=None)

@@ -54,10 +54,13 @@ def test_every_command_parses_with_its_steps_parser():
     mod = _bench()
     a = argparse.Namespace(policies="model,avg-cal,avg,reactive", model="m", avg_cal_samples="s", waitpred=None,
                            factor=180.0, root="r", name="keep", trace="t.parquet", span_hours=204.0, chains=4,
-                           stagger_hours=50.0, deadline_s=3600.0)
+                           stagger_hours=50.0, deadline_s=3600.0, extra_nodes=0)
     w = {"name": "w1", "from": "2023-02-05T00:00"}
     argv = mod.keep_argv(a, w)
     ns = step_parser("keep-service").parse_args(argv[4:])
+    assert ns.cfg_nodes is None  # the log's cluster
+    c = mod.keep_argv(argparse.Namespace(**{**vars(a), "extra_nodes": 4, "name": "keepc"}), w)
+    assert step_parser("keep-service").parse_args(c[4:]).cfg_nodes == 82  # ls6's 78 and one per chain at a time
     assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
     assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
     assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"
@@ -134,12 +137,30 @@ def test_the_background_is_read_against_two_runs_without_chains(tmp_path):
     jobs(tmp_path / "replay-w1-nochains" / "jobs.parquet", 0.0, 1)
     text = "\n".join(_background_effect(tmp_path))
     assert "| keep (4 chains at a time) | no chains | " in text and "Slurm against itself" not in text
-    jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", 0.0, 1)
+    jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", 0.3, 1)  # Slurm's spread: about 0.1 h
     text = "\n".join(_background_effect(tmp_path))
     assert "| no chains | no chains, again | " in text
-    assert "**The chains lengthen the background's mean wait beyond Slurm's own spread**" in text
+    assert "* keep (4 chains at a time): +" in text
+    assert "**the chains lengthen the background's mean wait beyond Slurm's own spread**" in text
     assert "difference sits in the long waits" in text  # only the longest quarter moved: the median stays
-    # a second run without chains as far from the first as the chains are: not separated
+    # chains that bring their own capacity: the background as without them, within Slurm's spread
+    jobs(tmp_path / "keepc-w1" / "background.parquet", 0.0, 1)
+    text = "\n".join(_background_effect(tmp_path))
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("* keepc (4 chains at a time, 78 + 4 nodes): ")]
+    assert "**no distortion beyond Slurm's own spread**" in line
+    # a second run without chains farther from the first than the chains are: within Slurm's spread
     jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", -2.5, 1)
     text = "\n".join(_background_effect(tmp_path))
-    assert "not separated from Slurm's own spread" in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("* keep (4 chains at a time): ")]
+    assert "**no distortion beyond Slurm's own spread**" in line and "lengthen" not in text
+
+
+def test_the_distortion_verdict_has_four_outcomes():
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        from keeper_campaign_page import _distortion
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    assert "lengthen" in _distortion(0.2, 0.4, 0.15) and "shorten" in _distortion(-0.4, -0.2, 0.15)
+    assert "no distortion" in _distortion(-0.1, 0.15, 0.15)
+    assert "not separated" in _distortion(0.1, 0.3, 0.15) and "not separated" in _distortion(-0.3, 0.3, 0.15)
