@@ -233,7 +233,7 @@ def _reactive_spread(frames: dict) -> list[str]:
             "measured across the two sets."]
 
 
-def _same_decision_pair(f: pd.DataFrame) -> list[str]:
+def _same_decision_pair(f: pd.DataFrame, name: str = "keep") -> list[str]:
     """avg-cal where it never submits early decides exactly as reactive: both successors submitted at
     the same predecessor end into one cluster. How far apart they start is the chains' competition."""
     if not {"avg-cal", "reactive"} <= set(f["policy"]):
@@ -242,7 +242,7 @@ def _same_decision_pair(f: pd.DataFrame) -> list[str]:
     if not a["forced"].astype(bool).all():
         return []
     d = _gaps(a, f[f["policy"] == "reactive"])
-    return [f"In set `keep`, avg-cal submitted at the predecessor's end in every link, as reactive did: {len(d)} pairs of "
+    return [f"In set `{name}`, avg-cal submitted at the predecessor's end in every link, as reactive did: {len(d)} pairs of "
             f"identical decisions in one cluster. Their successors' starts differ by {_gap_words(d)}: what the "
             "chains' competition for freed nodes, and which of two same-instant submissions Slurm serves first, do "
             "to identical decisions."]
@@ -325,13 +325,18 @@ def page(root: str) -> str:
           "policy's chain `c` starts at the same instant, so the policies are paired on (window, chain). A link is "
           "one decision: the successor of the chain's first job; the chain is cancelled once its successor has "
           "started. 5 windows x 4 chains = 20 chains per policy.",
-          "* **Two run sets on separate clusters** (the same windows, the same background, started together): "
-          + "; ".join(f"`{k}`: {v}" for k, v in SETS.items())
+          f"* **{len(frames)} run sets on separate clusters** (the same windows, the same background): "
+          + "; ".join(f"`{k}`: {v}" for k, v in SETS.items() if k in frames)
           + ". Each set has its own `reactive`, the paired reference of its policies; two runs of `reactive` also "
           "measure Slurm's spread (below).",
           "* **Distortion of the background**: at most 4 (set `keep`) or 3 (`keepwp`) service jobs run at once on "
-          "78 nodes, plus a successor's overlap. The first window was also replayed without any chain; the "
-          "background's waits with and without are compared below.",
+          "the log's 78 nodes, plus a successor's overlap. The first window was also replayed twice without any "
+          "chain; the background's waits with and without are compared below."
+          + (" Set `keepc` runs its 4 policies side by side on 78 + 4 nodes (`--extra-nodes 4`): the chains bring "
+             "the capacity they take on average (one node per service job at a time), so the background keeps, on "
+             "average, the capacity it had in the log, while the chains still queue with it for the same nodes "
+             "(a successor's overlap takes a fifth node for its length, a gap leaves one free)."
+             if "keepc" in frames else ""),
           "* **A deviation from protocol v2, said here**: the protocol asked for at least three windows with at least 7 "
           "chains one after another per window and policy, at most one service chain running at a time. Seven 50-hour "
           "chains in a row are 350 trace hours, about 2 real hours per window at x180; to get 20 chains per policy in "
@@ -357,15 +362,21 @@ def page(root: str) -> str:
     for name, f in frames.items():
         docs = docs_by_set[name]
         d0 = next(iter(docs.values()))
-        if name == "keep" and d0["facts"].get("avg_cal"):
+        if name in ("keep", "keepc") and d0["facts"].get("avg_cal"):
             ac = d0["facts"]["avg_cal"]
-            L += [f"avg-cal's calibration on the training samples: threshold {ac['threshold']} "
+            L += [f"Set `{name}`: avg-cal's calibration on the training samples: threshold {ac['threshold']} "
                   f"({'never submits early: on those samples no threshold beat reactive strictly' if ac['never_submits_early'] else 'h'}; "
                   f"objective {ac['objective']:.3f} against reactive's {ac['reactive_objective']:.3f}, "
                   f"{ac['n_samples']} samples). So avg-cal decides as reactive here.", ""]
-        if name == "keepwp" and d0["facts"].get("waitpred"):
+        if name in ("keepwp", "keepc") and d0["facts"].get("waitpred"):
             wp = d0["facts"]["waitpred"]
-            L += [f"The wait predictor: pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
+            L += [f"Set `{name}`: the wait predictor's pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
+        span = (d0["facts"].get("model") or {}).get("trained_span_s")
+        if span:
+            L += [f"Set `{name}`: the model is asked only in the last {span / 3600:g} trace hours before the "
+                  "predecessor's end, the span its end-spaced training probes cover (`keep-service --decide-within "
+                  "trained`, the default since commit d5290a1); earlier sets asked it at every reading once the "
+                  "predecessor ran.", ""]
     if (root / "notes.md").exists():  # what happened to the runs that their outputs do not say
         L += ["**How the runs went**: " + (root / "notes.md").read_text().strip(), ""]
     L += ["## Results", ""]
@@ -378,7 +389,7 @@ def page(root: str) -> str:
               "interval that excludes zero, at a waste no higher than avg's):", ""] + _verdict_lines(rows, f) + [""]
         L += ["The simulator's prediction for the same links (given the background Slurm ran):", ""]
         L += _sim_agreement(f) + [""]
-    same = _same_decision_pair(frames["keep"]) if "keep" in frames else []
+    same = [ln for n in ("keep", "keepc") if n in frames for ln in _same_decision_pair(frames[n], n)]
     if same:
         L += ["### Identical decisions in one cluster", ""] + same + [""]
     spread = _reactive_spread(frames)
@@ -414,6 +425,9 @@ def page(root: str) -> str:
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end",
           "python bench/keeper_campaign.py run --root var/keepcamp --name keepwp --trace var/keepcamp/ls6/trace.parquet "
           "--waitpred var/keepcamp/waitpred --policies guarantee,wait-pred,reactive --no-baseline",
+          "python bench/keeper_campaign.py run --root var/keepcamp --name keepc --trace var/keepcamp/ls6/trace.parquet "
+          "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
+          "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --no-baseline",
           "python bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md",
           "```", ""]
     return "\n".join(L)
