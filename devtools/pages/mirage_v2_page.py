@@ -194,7 +194,7 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     return out
 
 
-from mirage_tasks.run.evalplan import ASK_ALL, ONLINE_RULES, ONLINE_V2_RULES  # noqa: E402
+from mirage_tasks.run.evalplan import ASK_ALL, ONLINE_RULES, ONLINE_V2_RULES, base_rule  # noqa: E402
 
 #: time left to the predecessor's end (h) at which the models' online answers are tabulated
 LEFT_BUCKETS_H = (0.0, 1 / 6, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 48.0)
@@ -229,7 +229,7 @@ def online_section(root: Path, specs: list) -> list[str]:
                 on[r] = v.set_index("sample")["signed_interruption_h"]
                 early[r] = float(((v["pred_end"] - v["decision_time"]) > 24 * 3600).mean())
             for r in rules:
-                m = r[:-len(ASK_ALL)] if r.endswith(ASK_ALL) else r  # -all: the same model, asked all along
+                m = base_rule(r)  # -all, -probes: the same model, asked otherwise
                 if m not in set(per["method"]):  # a rule the probe replay does not score (xgboost-uniform)
                     continue
                 pr = per[per["method"] == m].set_index("sample")["signed_interruption_h"]
@@ -317,7 +317,10 @@ def _online_table(lines: list[str]) -> list[str]:
             "them. The same model asked at every decision from the predecessor's submission on is the rule "
             "suffixed `-all` (`--decide-within all`; its replay column is the model's): there it is asked about "
             "states more than 24 h before the end, which it never saw in training. `online > 24 h early` is the "
-            "share of samples submitted more than 24 h before the end.", "",
+            "share of samples submitted more than 24 h before the end. The rule suffixed `-probes` is the model "
+            "asked only at its training probes' times (`--decide-at probes`: 24 h, 16 h, ..., 10 min before the "
+            "end), where its threshold was calibrated: it should equal the replay, and the difference between it and "
+            "the 10-minute decider is what asking 144 times instead of 8 does to a threshold calibrated for 8.", "",
             "| log | node | rule | samples | online objective | replay objective | online - replay [95 %] | online > 24 h "
             "early | verdict vs reactive | verdict vs avg-cal |", "|---|---|---|---|---|---|---|---|---|---|", *lines, ""]
 

@@ -31,7 +31,7 @@ from stepkit.pool import run_pool
 
 from ..models.thresholds import submit_mask
 from ..models.registry import family
-from ..sim.probes import BASELINES, trained_span_s
+from ..sim.probes import BASELINES, trained_offsets_s, trained_span_s
 from ..sampling.schedule import pool_context
 from ..sim.config import SimConfig
 from ..sim.episode import DecisionEpisode, probe_times
@@ -135,12 +135,14 @@ class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
     def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False,
-                 waitpred: Any = None, within_s: int | None = None):
+                 waitpred: Any = None, within_s: int | None = None, at_offsets: tuple[int, ...] | None = None):
         self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
         self.waitpred = waitpred  # the predictor whose channels the model was trained on (xgboost-wp)
         # asked only this long before the predecessor's (pre-simulated) end: its training probes' span
         # (mirage_tasks.sim.probes.trained_span_s); None: at every decision of the grid
         self.within_s = within_s
+        # asked only at these times before the predecessor's end (s): its training probes' (decide-at probes)
+        self.at_offsets = at_offsets
         self.is_policy = bool(fn.is_policy)
         rule = fn.decision_rule or {}
         # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
@@ -214,6 +216,30 @@ def _decide_on_grid(ep: DecisionEpisode, every_s: int, k: int, trace: list[dict]
     return math.nan, n
 
 
+def _decide_at(ep: DecisionEpisode, times: list[int], k: int, trace: list[dict], ask: Any) -> tuple[float, int]:
+    """Ask at each of ``times`` (epoch s; those before the history window fills are skipped) until
+    it submits or the predecessor ends, as :func:`_decide_on_grid` does on its grid."""
+    n = 0
+    for t in sorted(times):
+        pe = ep.pred_end
+        if ep.pred_ended or (pe is not None and t >= pe):
+            break
+        if t > ep.now:
+            ep.advance_to(t)
+        if ep.pred_ended:
+            break
+        if ep.history_full and ep.now >= t:
+            submit, raw = ask()
+            n += 1
+            trace.append({"sample": k, "time": ep.now, "output": raw, "submit": bool(submit)})
+            if submit:
+                return raw, n
+    while not ep.pred_ended:  # no submission: to the predecessor's end (forced)
+        pe = ep.pred_end
+        ep.advance_to(pe if pe is not None else ep.now + 600)
+    return math.nan, n
+
+
 def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: int) -> tuple[dict, list[dict]]:
     """Drive one episode; returns (result extras, decision trace)."""
     trace: list[dict] = []
@@ -238,7 +264,8 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         output, n = _decide_on_grid(ep, every_s, k, trace, lambda: decider.ask(ep, pend - ep.now, every_s))
     else:
         rng = decider.rng(k)
-        pend = _pre_simulated(ep)[0] if (decider.waitpred is not None or decider.within_s is not None) else None
+        pend = (_pre_simulated(ep)[0] if (decider.waitpred is not None or decider.within_s is not None
+                                          or decider.at_offsets is not None) else None)
 
         def ask() -> tuple[bool, float]:
             hist = ep.history()
@@ -250,8 +277,11 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
                 hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
             return decider.ask(hist, rng)
 
-        output, n = _decide_on_grid(ep, every_s, k, trace, ask,
-                                    None if decider.within_s is None else pend - decider.within_s)
+        if decider.at_offsets is not None:  # at the training probes' times only, as the replay asks
+            output, n = _decide_at(ep, [pend - o for o in decider.at_offsets], k, trace, ask)
+        else:
+            output, n = _decide_on_grid(ep, every_s, k, trace, ask,
+                                        None if decider.within_s is None else pend - decider.within_s)
     forced = bool(ep.pred_ended)  # reactive: always; avg: only when its time is the end itself
     res = ep.submit_successor()
     return {**res, "model_output": output if not forced else math.nan, "n_decisions": n, "forced": forced}, trace
@@ -284,7 +314,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
 
     fn = load_model(setup["model_uri"], device="cpu")
     _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")),
-                           setup.get("waitpred"), setup.get("within_s"))
+                           setup.get("waitpred"), setup.get("within_s"), setup.get("at_offsets"))
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:
@@ -387,7 +417,8 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
                         "validated greedily (P(submit) > 0.5) as asked; --stochastic --seed S validates it "
                         "the way it was selected")
     return {"kind": kind, "config": cfg, "window": w, "step_s": s, "leakage": leakage, "warnings": warnings,
-            "uses_waitpred": wp, "trained_span_s": trained_span_s(data.get("sample_params"))}
+            "uses_waitpred": wp, "trained_span_s": trained_span_s(data.get("sample_params")),
+            "trained_offsets_s": trained_offsets_s(data.get("sample_params"))}
 
 
 def sampling_warnings(model_cfg: dict[str, Any], sim_config: dict[str, Any], warmup_days: float,

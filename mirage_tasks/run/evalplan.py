@@ -347,11 +347,18 @@ def _fresh_window(budget: Budget, fresh: tuple[str, ...]) -> tuple[datetime, int
 
 
 #: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs.
-#: A ``-all`` rule is the same model asked at every decision of the grid (``validate --decide-within
-#: all``), the others only within their training probes' span (the last 24 h for the end spacing),
-#: as the probe replay asks them
-ONLINE_RULES = ("reactive", "xgboost", "xgboost-all", "xgboost-uniform")
+#: A model is asked every 10 minutes within its training probes' span (the last 24 h for the end
+#: spacing); a ``-all`` rule is the same model asked at every decision of the grid (``validate
+#: --decide-within all``), a ``-probes`` rule only at its training probes' times (``--decide-at
+#: probes``: the times its threshold was calibrated at, as the probe replay asks it)
+ONLINE_RULES = ("reactive", "xgboost", "xgboost-all", "xgboost-probes", "xgboost-uniform")
 ASK_ALL = "-all"
+ASK_SUFFIXES = {ASK_ALL: ["--decide-within", "all"], "-probes": ["--decide-at", "probes"]}
+
+
+def base_rule(rule: str) -> str:
+    """The model or rule an online rule name runs (its name without an :data:`ASK_SUFFIXES` suffix)."""
+    return _asked(rule)[0]
 
 
 def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
@@ -386,12 +393,16 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
 
 #: protocol v2's rules the online decider also runs, each as the probe replay scores it (the calibrated
 #: ones with the replay's thresholds, the predictor's with the samples' waitpred output)
-ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-wp-all")
+ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-wp-all",
+                   "xgboost-wp-probes")
 
 
 def _asked(rule: str) -> tuple[str, list[str]]:
     """(the model or rule an online rule name runs, the ``validate`` flags of how it is asked)."""
-    return (rule[:-len(ASK_ALL)], ["--decide-within", "all"]) if rule.endswith(ASK_ALL) else (rule, [])
+    for suffix, flags in ASK_SUFFIXES.items():
+        if rule.endswith(suffix):
+            return rule[:-len(suffix)], list(flags)
+    return rule, []
 
 
 def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],

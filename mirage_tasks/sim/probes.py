@@ -16,6 +16,16 @@ PROBE_SPACINGS = ("uniform", "end")
 END_OFFSETS_MIN = (1440, 960, 480, 240, 120, 60, 30, 10, 0)
 
 
+def trained_offsets_s(sample_params: dict | None) -> tuple[int, ...] | None:
+    """The times before the predecessor's end (s, latest first excluded: the end itself is the
+    forced submission) at which a model's training probes were placed, where they sit at fixed
+    offsets from the end (the ``end`` spacing); None otherwise."""
+    sp = sample_params or {}
+    if sp.get("baseline", "default") == "default" and sp.get("probe_spacing") == "end":
+        return tuple(m * 60 for m in END_OFFSETS_MIN if m > 0)
+    return None
+
+
 def trained_span_s(sample_params: dict | None) -> int | None:
     """How long before the predecessor's end the training probes of a model reach (s), from the
     sample parameters its dataset records (``config.json`` ``data.sample_params``): the ``end``

@@ -104,6 +104,9 @@ def test_protocol_v2_runs_the_online_decider_on_the_fresh_samples():
     a, t = v2["online-node8-xgboost-all"], v2["online-node8-xgboost"]
     assert a[a.index("--model") + 1] == t[t.index("--model") + 1]
     assert a[a.index("--decide-within") + 1] == "all" and "--decide-within" not in t
+    pr = v2["online-node8-xgboost-probes"]
+    assert pr[pr.index("--decide-at") + 1] == "probes" and pr[pr.index("--model") + 1] == t[t.index("--model") + 1]
+    assert evalplan.base_rule("xgboost-wp-probes") == "xgboost-wp" and evalplan.base_rule("avg-cal") == "avg-cal"
     assert "online-node8-reactive" not in dict(evalplan.decision_argvs(s, "/r", waitpred=True))  # no fresh months
 
 

@@ -231,3 +231,29 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
     assert "decide_within_s" not in json.load(open(d / "all" / A.VALIDATE_INFO_FILE))["params"]
     # a uniform model spans the whole predecessor: nothing bounds its asks (the key stays out)
     assert "decide_within_s" not in json.load(open(f"{world['v_xgb']}/{A.VALIDATE_INFO_FILE}"))["params"]
+
+    # --decide-at probes: asked only at the training probes' times, the online decider IS the probe
+    # replay: on the validation samples drawn with the same spacing, the first probe whose answer passes
+    # the rule (else the end) has exactly the online outcome. The threshold is a high quantile of the
+    # answers, so the samples submit at different probes.
+    from mirage_tasks.models.loader import load_model
+
+    assert cli("sample", "--trace", world["trace"], "--start", iso(VAL_START), "--count", VAL_COUNT, "--node", NODE,
+               "--probe-spacing", "end", "--window", 12, "--out", d / "vs", *CLUSTER) == 0
+    arrays, probes, _ = load_shard(str(d / "vs"))
+    raw = load_model(str(d / "m")).predict(arrays["X"])
+    thr = float(np.quantile(raw, 0.85))
+    assert validate(world["trace"], str(d / "m"), d / "at", "--decide-at", "probes", "--threshold-h", repr(thr)) == 0
+    at = rows(str(d / "at")).set_index("sample")
+    end = probes["probe_time"] == probes.groupby("sample")["probe_time"].transform("max")
+    probes = probes.assign(ok=((raw >= thr) & (raw <= 500)) | end, y=arrays["y"])
+    first = probes[probes["ok"]].sort_values("probe_time").groupby("sample").first()
+    assert len(first) == VAL_COUNT and (at["pred_end"] - at["decision_time"]).nunique() >= 2, at  # not all alike
+    np.testing.assert_array_equal(at.loc[first.index, "decision_time"], first["probe_time"])
+    np.testing.assert_allclose(at.loc[first.index, "signed_interruption_h"], first["y"], atol=1e-6)
+    dec = pd.read_parquet(d / "at" / A.DECISIONS_FILE)
+    lead = (at.loc[dec["sample"], "pred_end"].to_numpy() - dec["time"].to_numpy()) // 60
+    assert set(lead) <= {1440, 960, 480, 240, 120, 60, 30, 10}
+    # a uniform model has no probes at fixed times before the end: refused, naming the flag
+    assert validate(world["trace"], world["xgb"], d / "u", "--decide-at", "probes") == 2
+    assert not (d / "u").exists()
