@@ -277,8 +277,10 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
                 hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
             return decider.ask(hist, rng)
 
-        if decider.at_offsets is not None:  # at the training probes' times only, as the replay asks
-            output, n = _decide_at(ep, [pend - o for o in decider.at_offsets], k, trace, ask)
+        if decider.at_offsets is not None:  # at the training probes' times only (the sampling's own
+            # minute-aligned placement), as the replay asks; the last, the end itself, is the forced one
+            times = probe_times(ep.pred_submit, pend, 1, "default", 0.0, "end")[:-1]
+            output, n = _decide_at(ep, times, k, trace, ask)
         else:
             output, n = _decide_on_grid(ep, every_s, k, trace, ask,
                                         None if decider.within_s is None else pend - decider.within_s)

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         if at_offsets is None:
             raise StepError(f"--decide-at probes: {args.model} has no probes at fixed times before the end "
                             "(only a model trained on sample --probe-spacing end data has)")
-        params["decide_at_s"] = list(at_offsets)
+        params["decide_at"] = "probes: sample --probe-spacing end's times (minute-aligned), the end excluded"
     step = Step("validate", args.out, __version__, params, inputs=inputs)
     if step.skip():
         return 0
