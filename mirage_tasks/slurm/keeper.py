@@ -8,7 +8,9 @@ predecessor, reads the live queue every ``step_s`` (``squeue`` + ``sinfo``), kee
 for training), and submits the successor when the policy says so:
 
 * ``model``: the trained model's calibrated rule (:meth:`DecisionFunction.decide`) on the
-  history, asked every step once the predecessor runs;
+  history, asked every step once the predecessor runs, within the span before its end that the
+  model's training probes covered (``decide_within_s``: 24 h for ``--probe-spacing end`` data),
+  or only at the first reading at or past each of its probes' times (``decide_at_s``);
 * ``reactive``: at the predecessor's end;
 * ``avg``: at predecessor end minus the mean wait of the last 100 job starts the keeper saw
   (start - submit of the running jobs, as the queue showed them) when the predecessor
@@ -71,6 +73,7 @@ class Link:
     forced: bool = False
     model_output: float = float("nan")
     n_decisions: int = 0
+    asked_at: set = field(default_factory=set)  # the decide-at times (trace s before the end) already asked
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Keeper:
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
     avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
     decide_within_s: float | None = None  # policy model: asked only this many trace s before the end (None: always)
+    decide_at_s: tuple[float, ...] | None = None  # policy model: asked only at these trace s before the end
     waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred and guarantee
     wait_cfg: Any = None               # the configuration whose priority weights its plans use
     trace_clock: tuple[float, float] | None = None  # (a real instant, its trace time); None: real time is trace time
@@ -119,6 +123,18 @@ class Keeper:
         from .replay import Progress
 
         self.progress = Progress(f"keeper {self.policy}" + (f" chain {self.chain}" if self.chain else ""))
+
+    def _asks(self, link: "Link", left_s: float) -> bool:
+        """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
+        end: within ``decide_within_s``, and with ``decide_at_s`` at the first reading at or past
+        each of those times (one ask per time; times passed while reading count once)."""
+        if self.decide_within_s is not None and left_s > self.decide_within_s:
+            return False
+        if self.decide_at_s is None:
+            return True
+        due = [t for t in self.decide_at_s if left_s <= t and t not in link.asked_at]
+        link.asked_at.update(due)
+        return bool(due)
 
     # ------------------------------------------------------------------ slurm
     def _log(self, rec: dict) -> None:
@@ -265,8 +281,7 @@ class Keeper:
                     inputs.update(wp_wait_h=ans["wp_wait_s"] / 3600.0, wp_bound_h=ans["wp_bound_s"] / 3600.0)
                     link.n_decisions += 1
                     why = self.policy if submit else ""
-                elif pend is not None and self.policy == "model" and (
-                        self.decide_within_s is None or (pend - now) * self.scale <= self.decide_within_s):
+                elif pend is not None and self.policy == "model" and self._asks(link, (pend - now) * self.scale):
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1
                     why = "model" if submit else ""
@@ -343,10 +358,11 @@ def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]],
         d = fn.decide(hist[None])
         return bool(d.submit[0]), float(d.raw[0])
 
-    from ..sim.probes import trained_span_s
+    from ..sim.probes import trained_offsets_s, trained_span_s
 
+    sp = (fn.config.get("data") or {}).get("sample_params")
     return decide, {"window": fn.window, "kind": fn.kind, "decision": fn.decision_rule,
-                    "trained_span_s": trained_span_s((fn.config.get("data") or {}).get("sample_params"))}
+                    "trained_span_s": trained_span_s(sp), "trained_offsets_s": trained_offsets_s(sp)}
 
 
 def env_for(conf: str | None) -> dict[str, str]:

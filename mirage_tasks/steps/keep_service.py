@@ -54,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="policy model: ask the model only as long before the predecessor's end as its training "
                         "probes reach (trained, the default: the last 24 h for --probe-spacing end data) or at "
                         "every queue reading once the predecessor runs (all, as before)")
+    p.add_argument("--decide-at", choices=("grid", "probes"), default="grid",
+                   help="policy model: ask at every queue reading (grid, the default) or only at the first reading "
+                        "at or past each time before the end where its training probes were placed (probes: 24 h, "
+                        "16 h, ..., 10 min for --probe-spacing end data, the times its threshold was calibrated at)")
     p.add_argument("--avg-cal-samples", default=None,
                    help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
                         "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
@@ -168,8 +172,10 @@ def run(args: argparse.Namespace) -> int:
     for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
-    if "model" not in policies:  # no model is asked: the option changes nothing
+    if "model" not in policies:  # no model is asked: the options change nothing
         params.pop("decide_within", None)
+    if "model" not in policies or args.decide_at == "grid":  # at its default: the keys of earlier runs stay
+        params.pop("decide_at", None)
     step = Step("keep-service", args.out, __version__, params,
                 inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred) if x])
     if step.skip():
@@ -180,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
             decide, model_info = kp.model_decider(args.model)
         except ValueError as exc:
             raise StepError(str(exc)) from None
+        if args.decide_at == "probes" and not model_info.get("trained_offsets_s"):
+            raise StepError(f"--decide-at probes: {args.model} has no probes at fixed times before the end (only a "
+                            "model trained on sample --probe-spacing end data has)")
     avg_cal = None
     if "avg-cal" in policies:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
@@ -238,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
                               "log_path": dec_path, "stop_chain": args.stop_chain,
                               "decide_within_s": (model_info or {}).get("trained_span_s")
                               if args.decide_within == "trained" else None,
+                              "decide_at_s": (model_info or {}).get("trained_offsets_s")
+                              if args.decide_at == "probes" else None,
                               "avg_offset_h": None if avg_cal is None else avg_cal["threshold"], **(wait or {})})
     try:
         session.run(args.deadline_s)

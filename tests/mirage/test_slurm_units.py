@@ -256,6 +256,22 @@ def test_keeper_asks_the_model_only_within_its_trained_span(fake):
     assert r["decision_lead_trace_h"] > 3.5 and asked[0] < 600
 
 
+def test_keeper_asks_the_model_only_at_its_probe_times(fake):
+    """decide_at_s: one ask at the first reading at or past each time before the end (a 4 h job read
+    every 10 trace minutes; times 3 h, 1 h and 30 min): three asks, none between them."""
+    asked = []
+
+    def never(hist):
+        asked.append(hist[-1, features.PRED_COL + 3])
+        return False, 0.0
+
+    k = keeper.Keeper(env={}, policy="model", node=1, service_s=4 * 3600, scale=60, step_s=600, decide=never,
+                      clock=fake.clock, sleep=fake.sleep, decide_at_s=(3 * 3600, 3600, 1800))
+    (r,) = k.run(deadline_s=10_000)
+    assert r["forced"] and r["n_decisions"] == 3
+    np.testing.assert_allclose(asked, [3600, 3 * 3600, 3.5 * 3600], atol=600)  # run so far: 1 h, 3 h, 3.5 h
+
+
 def test_keeper_avg_uses_the_waits_it_saw(fake):
     fake.jobs["2"] = dict(nodes=1, limit=10**6, submit=900.0, start=960.0, end=None, mine=False)  # waited 60 s
     k = _keeper(fake, "avg")
