@@ -176,3 +176,13 @@ def test_the_live_path_gives_the_wait_predictors_inputs_and_answer(monkeypatch):
             compared += 1
         t += 600
     assert compared == 6 and queued >= 1  # 60 .. 10 minutes before the end, a queue in some
+
+
+def test_the_keeper_knows_where_an_end_spaced_model_was_trained(model):
+    """The keeper reads the model's training probes from its config: an end-spaced model is asked
+    within the last 24 h (the default) or at its probe times (keep-service --decide-at probes)."""
+    from mirage_tasks.slurm import keeper as kp
+
+    _, info = kp.model_decider(model)
+    assert info["trained_span_s"] == 86400
+    assert info["trained_offsets_s"] == (86400, 57600, 28800, 14400, 7200, 3600, 1800, 600)
