@@ -135,14 +135,14 @@ class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
     def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False,
-                 waitpred: Any = None, within_s: int | None = None, at_offsets: tuple[int, ...] | None = None):
+                 waitpred: Any = None, within_s: int | None = None, at_probes: bool = False):
         self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
         self.waitpred = waitpred  # the predictor whose channels the model was trained on (xgboost-wp)
         # asked only this long before the predecessor's (pre-simulated) end: its training probes' span
         # (mirage_tasks.sim.probes.trained_span_s); None: at every decision of the grid
         self.within_s = within_s
-        # asked only at these times before the predecessor's end (s): its training probes' (decide-at probes)
-        self.at_offsets = at_offsets
+        # asked only at its training probes' times before the predecessor's end (decide-at probes)
+        self.at_probes = at_probes
         self.is_policy = bool(fn.is_policy)
         rule = fn.decision_rule or {}
         # --threshold-h overrides; else the model's own (calibrated) low_h; None = never before the end
@@ -265,7 +265,7 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
     else:
         rng = decider.rng(k)
         pend = (_pre_simulated(ep)[0] if (decider.waitpred is not None or decider.within_s is not None
-                                          or decider.at_offsets is not None) else None)
+                                          or decider.at_probes) else None)
 
         def ask() -> tuple[bool, float]:
             hist = ep.history()
@@ -277,7 +277,7 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
                 hist = np.concatenate([hist, np.broadcast_to(ch, (hist.shape[0], ch.shape[1]))], axis=1)
             return decider.ask(hist, rng)
 
-        if decider.at_offsets is not None:  # at the training probes' times only (the sampling's own
+        if decider.at_probes:  # at the training probes' times only (the sampling's own
             # minute-aligned placement), as the replay asks; the last, the end itself, is the forced one
             times = probe_times(ep.pred_submit, pend, 1, "default", 0.0, "end")[:-1]
             output, n = _decide_at(ep, times, k, trace, ask)
@@ -316,7 +316,7 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
 
     fn = load_model(setup["model_uri"], device="cpu")
     _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")),
-                           setup.get("waitpred"), setup.get("within_s"), setup.get("at_offsets"))
+                           setup.get("waitpred"), setup.get("within_s"), bool(setup.get("at_probes")))
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:

@@ -10,6 +10,8 @@ decision rules, without numpy, so a step's ``add_arguments`` can offer them;
 
 from __future__ import annotations
 
+from typing import Any
+
 PROBE_SPACINGS = ("uniform", "end")
 #: Minutes before the predecessor's end of the ``end`` spacing's probes; 0 is the end itself
 #: (the reactive probe, always last).
@@ -36,10 +38,28 @@ def trained_span_s(sample_params: dict | None) -> int | None:
     xgboost on KTH node 8 submitted more than 24 h early in 64 % of the online samples, where
     the probe replay (whose first decision is 24 h before the end) never can. The online decider
     and the keeper ask it only inside this span."""
-    sp = sample_params or {}
-    if sp.get("baseline", "default") == "default" and sp.get("probe_spacing") == "end":
-        return END_OFFSETS_MIN[0] * 60
-    return None
+    offsets = trained_offsets_s(sample_params)
+    return max(offsets) if offsets else None
+
+
+def add_ask_arguments(p: Any, grid: str) -> None:
+    """``--decide-within`` and ``--decide-at``: where a trained model is asked (``validate``,
+    ``keep-service``); ``grid`` says what the default asks on (every decision, every reading)."""
+    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
+                   help="models: ask only as long before the predecessor's end as the training probes reach "
+                        "(trained, the default: the last 24 h for --probe-spacing end samples, the whole "
+                        f"predecessor for uniform ones) or at {grid} (all, as before)")
+    p.add_argument("--decide-at", choices=("grid", "probes"), default="grid",
+                   help=f"models: ask at {grid} (grid, the default) or only at the first one at or past each time "
+                        "before the predecessor's end where its training probes were placed (probes: 24 h, 16 h, "
+                        "..., 10 min for --probe-spacing end samples; the times its threshold was calibrated at)")
+
+
+def no_probe_times(model: str) -> str:
+    """The refusal of ``--decide-at probes`` for a model without probes at fixed times before the end."""
+    return (f"--decide-at probes: {model} has no probes at fixed times before the end (only a model trained "
+            "on sample --probe-spacing end data has)")
+
 
 # Decision rules without a model, validated beside the models: submit when the predecessor
 # ends (reactive) or at its end minus the recent mean wait (avg). The simulator's episodes

@@ -39,6 +39,7 @@ from .. import __version__
 from ..data.schema import parse_time, read_trace
 from ..data.times import hours_to_s
 from ..sim.config import add_config_arguments, config_from_args
+from ..sim.probes import add_ask_arguments, no_probe_times
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,7 @@ BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
-    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
-                   help="policy model: ask the model only as long before the predecessor's end as its training "
-                        "probes reach (trained, the default: the last 24 h for --probe-spacing end data) or at "
-                        "every queue reading once the predecessor runs (all, as before)")
-    p.add_argument("--decide-at", choices=("grid", "probes"), default="grid",
-                   help="policy model: ask at every queue reading (grid, the default) or only at the first reading "
-                        "at or past each time before the end where its training probes were placed (probes: 24 h, "
-                        "16 h, ..., 10 min for --probe-spacing end data, the times its threshold was calibrated at)")
+    add_ask_arguments(p, "every queue reading once the predecessor runs")
     p.add_argument("--avg-cal-samples", default=None,
                    help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
                         "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
@@ -187,8 +181,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise StepError(str(exc)) from None
         if args.decide_at == "probes" and not model_info.get("trained_offsets_s"):
-            raise StepError(f"--decide-at probes: {args.model} has no probes at fixed times before the end (only a "
-                            "model trained on sample --probe-spacing end data has)")
+            raise StepError(no_probe_times(args.model))
     avg_cal = None
     if "avg-cal" in policies:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)

@@ -63,6 +63,7 @@ from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..data.times import hours_to_s
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
 from ..sim.config import add_config_arguments
+from ..sim.probes import add_ask_arguments, no_probe_times
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "margin as it calibrated them (needed by those two rules)")
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
-    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
-                   help="models: ask only as long before the predecessor's end as the training probes reach "
-                        "(trained, the default: the last 24 h for --probe-spacing end samples, the whole "
-                        "predecessor for uniform ones) or at every decision of the grid (all, as before)")
-    p.add_argument("--decide-at", choices=("grid", "probes"), default="grid",
-                   help="models: ask every --decide-every-minutes (grid, the default) or only at the times before "
-                        "the predecessor's end where its training probes were placed (probes: 24 h, 16 h, ..., "
-                        "10 min for --probe-spacing end samples; the times its threshold was calibrated at)")
+    add_ask_arguments(p, "every decision of the --decide-every-minutes grid")
     p.add_argument("--threshold-h", type=float, default=None,
                    help="regressors: submit when the predicted signed interruption is >= this (default: the "
                         "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
@@ -178,12 +172,10 @@ def run(args: argparse.Namespace) -> int:
     within_s = m.get("trained_span_s") if args.decide_within == "trained" else None
     if within_s is not None:  # only where it bounds the asks: outputs of uniform models stay valid
         params["decide_within_s"] = within_s
-    at_offsets = None
-    if args.decide_at == "probes":
-        at_offsets = m.get("trained_offsets_s")
-        if at_offsets is None:
-            raise StepError(f"--decide-at probes: {args.model} has no probes at fixed times before the end "
-                            "(only a model trained on sample --probe-spacing end data has)")
+    at_probes = args.decide_at == "probes"
+    if at_probes:
+        if not m.get("trained_offsets_s"):
+            raise StepError(no_probe_times(args.model))
         params["decide_at"] = "probes: sample --probe-spacing end's times (minute-aligned), the end excluded"
     step = Step("validate", args.out, __version__, params, inputs=inputs)
     if step.skip():
@@ -211,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
              "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
              "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
              "threads": threads, "argmax": bool(args.argmax), "waitpred": waitpred,
-             "rule_threshold_h": rule_threshold, "within_s": within_s, "at_offsets": at_offsets}
+             "rule_threshold_h": rule_threshold, "within_s": within_s, "at_probes": at_probes}
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers, part=f"shard {shard_i}/{shard_n}")
     wall = time.perf_counter() - t
