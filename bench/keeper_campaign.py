@@ -12,9 +12,9 @@ above that median, the busiest first (``--count`` of them), listed by date (``wi
 
 ``run`` starts one ``keep-service`` per window, all at once, each on a local Slurm of its own
 (``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``c x --stagger-hours``
-after the window's start, so that one chain of a policy ends before its next starts (at most one
+after the window's start (plus ``--offset-hours``), so that one chain of a policy ends before its next starts (at most one
 service job per policy at a time, plus a successor's overlap); and, for the first window, a
-``replay-slurm`` of the same background without any chain, so the page can say how much the
+``replay-slurm`` of the same background without any chain (``--baseline-windows``: more of them), so the page can say how much the
 chains moved the background they are judged in. ``--extra-nodes K`` adds K nodes to the log's
 cluster: the chains bring their own capacity (one node per service job at a time), so the
 background keeps, on average, the capacity it had in the log, while the chains still queue with it
@@ -102,7 +102,8 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
             "--service-hours", "48", "--factor", f"{a.factor:g}", "--slurm-root",
             f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6", *nodes,
             "--trace", a.trace, "--background-from", w["from"], "--background-to", to.strftime("%Y-%m-%dT%H:%M"),
-            "--chains", str(a.chains), "--stagger-hours", f"{a.stagger_hours:g}", "--deadline-s",
+            "--chains", str(a.chains), "--stagger-hours", f"{a.stagger_hours:g}",
+            *(["--offset-hours", f"{a.offset_hours:g}"] if a.offset_hours else []), "--deadline-s",
             f"{a.deadline_s:g}", "--stop-chain", "--out", f"{a.root}/{a.name}-{w['name']}"]
 
 
@@ -118,8 +119,13 @@ def replay_argv(a: argparse.Namespace, w: dict) -> list[str]:
 def run(a: argparse.Namespace) -> int:
     wins = json.load(open(f"{a.root}/windows.json"))["windows"]
     jobs = [(f"{a.name}-{w['name']}", keep_argv(a, w)) for w in wins]
-    if wins and not a.no_baseline:
-        jobs.append((f"replay-{wins[0]['name']}-nochains", replay_argv(a, wins[0])))
+    names = [w["name"] for w in wins]
+    base = [] if a.no_baseline else names[:1] if a.baseline_windows is None else a.baseline_windows.split(",")
+    unknown = sorted(set(base) - set(names))
+    if unknown:
+        raise SystemExit(f"--baseline-windows {a.baseline_windows}: {', '.join(unknown)} not in "
+                         f"{a.root}/windows.json ({', '.join(names)})")
+    jobs += [(f"replay-{w['name']}-nochains", replay_argv(a, w)) for w in wins if w["name"] in base]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = {}
     for name, argv in jobs:
@@ -159,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline-s", type=float, default=3600.0)
     r.add_argument("--nice", type=int, default=-5)
     r.add_argument("--no-baseline", action="store_true", help="no replay without chains")
+    r.add_argument("--baseline-windows", default=None,
+                   help="comma list of the windows replayed without chains (default: the first)")
+    r.add_argument("--offset-hours", type=float, default=0.0,
+                   help="trace hours from a window's start to its first chain (0); a second set with another "
+                        "offset keeps other links in the same windows")
     r.add_argument("--extra-nodes", type=int, default=0,
                    help="nodes added to the log's cluster for the chains (0): with one per service job at a time "
                         "(the policies of a set run side by side) the background keeps the capacity it had in the "

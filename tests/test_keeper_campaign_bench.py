@@ -54,13 +54,16 @@ def test_every_command_parses_with_its_steps_parser():
     mod = _bench()
     a = argparse.Namespace(policies="model,avg-cal,avg,reactive", model="m", avg_cal_samples="s", waitpred=None,
                            factor=180.0, root="r", name="keep", trace="t.parquet", span_hours=204.0, chains=4,
-                           stagger_hours=50.0, deadline_s=3600.0, extra_nodes=0)
+                           stagger_hours=50.0, deadline_s=3600.0, extra_nodes=0, offset_hours=0.0)
     w = {"name": "w1", "from": "2023-02-05T00:00"}
     argv = mod.keep_argv(a, w)
     ns = step_parser("keep-service").parse_args(argv[4:])
     assert ns.cfg_nodes is None  # the log's cluster
     c = mod.keep_argv(argparse.Namespace(**{**vars(a), "extra_nodes": 4, "name": "keepc"}), w)
     assert step_parser("keep-service").parse_args(c[4:]).cfg_nodes == 82  # ls6's 78 and one per chain at a time
+    assert ns.offset_hours == 0 and "--offset-hours" not in argv  # the argv (and params) of earlier runs stay
+    o = mod.keep_argv(argparse.Namespace(**{**vars(a), "offset_hours": 25.0, "name": "keepc2"}), w)
+    assert step_parser("keep-service").parse_args(o[4:]).offset_hours == 25.0
     assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
     assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
     assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"

@@ -33,8 +33,8 @@ class Session:
     arguments every chain shares (node, service_s, scale, step_s, links, nice, partition,
     account, log_path, stop_chain); ``decide`` is the model's decision function (policy model).
     ``chains`` chains per policy; chain ``c`` of every policy starts ``c * stagger_s`` trace
-    seconds after the first (the chains of one index start together, so the policies are
-    paired on them), its jobs named ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
+    seconds after the first, the first ``offset_s`` trace seconds after the session starts (the chains
+    of one index start together, so the policies are paired on them), its jobs named ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
 
     env: dict[str, str]
     jobcomp: str | None
@@ -43,6 +43,7 @@ class Session:
     decide: Callable | None = None
     chains: int = 1
     stagger_s: float = 0.0                   # trace seconds between the starts of chains c and c + 1
+    offset_s: float = 0.0                    # trace seconds from the session's start to chain 0's start
     background: pd.DataFrame | None = None   # a replay plan (:func:`.replay.plan`), or none
     t0: int = 0                              # the background window's start (trace time)
     accounting: bool = False                 # the background's jobs name their users' accounts
@@ -100,8 +101,9 @@ class Session:
 
             def _keep(p: str, c: int) -> None:
                 try:
-                    if c and self.stagger_s > 0:
-                        nap(c * self.stagger_s / scale)
+                    delay = self.offset_s + c * self.stagger_s
+                    if delay > 0:
+                        nap(delay / scale)
                     rows = keepers[p, c].run(deadline_s=deadline_s)
                     with lock:
                         self.results.setdefault(p, []).extend(rows)

@@ -3,8 +3,8 @@
 Runs the service keeper (:mod:`mirage_tasks.slurm.keeper`) for ``--links`` successions of a
 chain of ``--node``-node jobs of ``--service-hours`` each, with one or more policies
 (``--policy model,reactive,avg,avg-cal``: ``--chains`` chains per policy, one by default, side by side on
-the same cluster; chain ``c`` of every policy starts ``c x --stagger-hours`` after the first,
-so the policies are paired on the chains started together).
+the same cluster; chain ``c`` of every policy starts ``--offset-hours + c x --stagger-hours`` after the
+session's start, so the policies are paired on the chains started together).
 
 Against a real cluster: ``SLURM_CONF`` (or ``--slurm-conf``) names it, ``--factor 1``,
 ``--partition``/``--account`` say where and as whom; the keeper submits as the user it runs
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
           "step_s": (1, 86400), "chains": (1, 1000),
-          "stagger_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
+          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "service jobs run at once, so keep that small against the cluster's nodes")
     p.add_argument("--stagger-hours", type=float, default=0.0,
                    help="trace hours between the starts of successive chains (0: all at once)")
+    p.add_argument("--offset-hours", type=float, default=0.0,
+                   help="trace hours from the session's start (the background's, with one) to the first chain's "
+                        "start (0): a second run over the same window with another offset keeps other links")
     p.add_argument("--factor", type=float, default=1.0, help="time compression of the cluster (1 = a real cluster)")
     p.add_argument("--step-s", type=float, default=600.0, help="trace seconds between queue readings (600)")
     p.add_argument("--nice", type=int, default=None,
@@ -162,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 raise StepError(why)
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
-              and not (k == "stagger_hours" and v == 0)}  # at their defaults: the keys of earlier runs stay
+              and not (k in ("stagger_hours", "offset_hours") and v == 0)}  # at their defaults: the keys of earlier runs stay
     for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
@@ -233,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
 
     session = Session(env=env, jobcomp=jobcomp, policies=policies, decide=decide, background=bg_plan,
                       chains=args.chains, stagger_s=hours_to_s(args.stagger_hours),
+                      offset_s=hours_to_s(args.offset_hours),
                       t0=t0 if bg else 0, accounting=args.accounting, owns_cluster=cluster is not None,
                       keeper={"node": args.node, "service_s": service_s, "scale": args.factor, "step_s": args.step_s,
                               "links": args.links, "nice": nice, "partition": args.partition,

@@ -199,7 +199,7 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--policy", "reactive,avg",
-                           "--chains", "2", "--stagger-hours", "0.5", "--node", "1", "--service-hours", "2",
+                           "--chains", "2", "--stagger-hours", "0.5", "--offset-hours", "0.25", "--node", "1", "--service-hours", "2",
                            "--factor", "120", "--slurm-root", str(tmp_path / "slurm"), "--trace", trace,
                            "--background-from", iso(t0), "--background-to", iso(t0 + h), "--nodes", "4",
                            "--cluster-config", "ls6", "--stop-chain", "--deadline-s", "900", "--out", str(out)],
@@ -218,9 +218,11 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
     assert (pred_start_t >= t0 + 2.9 * h).all(), pred_start_t  # waited for the background's 3 h
     assert ((pred_start_t - links["sim_pred_start"]).abs() <= 0.5 * h).all(), \
         (list(pred_start_t), list(links["sim_pred_start"]), list(pred_wait_h))
-    # the second chains started half an hour after the first (a few real seconds of slack, x120)
+    # the first chains started a quarter of an hour after the background's origin, the second half an hour
+    # after the first (a few real seconds of slack, x120)
     sub_t = (links["pred_submit"] - origin) * fac
     c0, c1 = sub_t[links["chain"] == 0], sub_t[links["chain"] == 1]
+    assert 0.2 * h <= c0.min() and c0.max() <= 0.45 * h, list(c0)
     assert 0.4 * h <= c1.min() - c0.max() and c1.max() - c0.min() <= 0.75 * h, (list(c0), list(c1))
     names = (tmp_path / "slurm" / "log" / "jobcomp.txt").read_text()
     assert all(f"Name=svc-{p}-{c}0 " in names for p in ("avg", "reactive") for c in ("", "c1-")), names
