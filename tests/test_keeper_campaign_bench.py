@@ -167,3 +167,71 @@ def test_the_distortion_verdict_has_four_outcomes():
     assert "lengthen" in _distortion(0.2, 0.4, 0.15) and "shorten" in _distortion(-0.4, -0.2, 0.15)
     assert "no distortion" in _distortion(-0.1, 0.15, 0.15)
     assert "not separated" in _distortion(0.1, 0.3, 0.15) and "not separated" in _distortion(-0.3, 0.3, 0.15)
+
+
+def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
+    """keepc and keepc2 run the same policies on other links: pooled, each set's chains are paired only
+    within the set (a chain index of one set is not the same decision in the other)."""
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        from keeper_campaign_page import page
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2)]
+    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
+                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
+                                                       "busy_candidates": 40, "windows": wins}))
+    for name, model_s in (("keepc", -0.5), ("keepc2", 2.0)):
+        for w in ("w1", "w2"):
+            rows = []
+            for c in range(4):
+                for p, s in (("model", model_s), ("reactive", 1.0)):
+                    rows.append({"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
+                                 "decision_lead_trace_h": max(-s, 0), "signed_interruption_h": s,
+                                 "wasted_node_h": max(-s, 0.0), "forced": p == "reactive", "model_output": np.nan,
+                                 "sim_signed_interruption_h": s, "sim_decision_lead_h": max(-s, 0)})
+            # reactive's chain 0 in keepc2 interrupts 3 h: pairing it with keepc's chain 0 would change the means
+            if name == "keepc2":
+                rows[1]["signed_interruption_h"] = 3.0
+            _run(tmp_path, name, w, rows)
+    text = page(str(tmp_path))
+    head = "### Sets `keepc` and `keepc2` pooled (4 runs; a chain of one set is paired only with the same set's chains)"
+    assert head in text
+    pooled = text.split(head)[1].split("###")[0]
+    assert "| model | 4 | 16 | 16 | 16 |" in pooled  # 4 runs (2 sets x 2 windows), 16 chains, 16 links
+    # model - reactive interruption on the same links: keepc 0 - 1 = -1 (8 links); keepc2 2 - 1 = +1 (6 links),
+    # 2 - 3 = -1 (2 links): mean (-8 + 6 - 2) / 16 = -0.25
+    (line,) = [ln for ln in pooled.splitlines() if ln.startswith("* **model**")]
+    assert "interruption against reactive's on the same links -0.25 h" in line, line
+
+
+def test_every_window_without_chains_is_read_against_slurms_spread(tmp_path):
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        from keeper_campaign_page import _background_by_window
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    rng = np.random.default_rng(2)
+    n = 400
+
+    def jobs(path, extra_h):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        submit = np.arange(n) * 600.0
+        w = 7200 + extra_h * 3600 + rng.normal(0, 30, n).clip(0)
+        pd.DataFrame({"trace_job_id": np.arange(n), "kind": "window", "submit_t": submit,
+                      "start_t": submit + w}).to_parquet(path)
+
+    jobs(tmp_path / "replay-w1-nochains" / "jobs.parquet", 0.0)
+    jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", 0.2)  # Slurm's spread: about 0.2 h
+    jobs(tmp_path / "replay-w2-nochains" / "jobs.parquet", 0.0)
+    assert _background_by_window(tmp_path, ["w1", "w2"]) == []  # no run with chains yet
+    jobs(tmp_path / "keepc-w1" / "background.parquet", 0.0)
+    jobs(tmp_path / "keepc-w2" / "background.parquet", 0.0)
+    jobs(tmp_path / "keep-w1" / "background.parquet", 1.0)
+    jobs(tmp_path / "keep-w2" / "background.parquet", 1.0)
+    text = "\n".join(_background_by_window(tmp_path, ["w1", "w2", "w3"]))  # w3 not replayed without chains
+    assert "(w1, w2)" in text and "| keepc | w2 | 400 |" in text and "w3" not in text
+    (kc,) = [ln for ln in text.splitlines() if ln.startswith("* `keepc`, 2 windows pooled (800 jobs)")]
+    assert "**no distortion beyond Slurm's own spread**" in kc and "within the spread in 2 of 2" in kc
+    (k,) = [ln for ln in text.splitlines() if ln.startswith("* `keep`, 2 windows pooled")]
+    assert "+1.00 h" in k and "**the chains lengthen" in k and "in 0 of 2" in k
