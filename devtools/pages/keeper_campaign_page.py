@@ -426,10 +426,14 @@ def page(root: str) -> str:
             L += [f"Set `{name}`: the wait predictor's pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
         span = (d0["facts"].get("model") or {}).get("trained_span_s")
         if span:
+            at = ("at every queue reading there (`--decide-at grid`, the default when the set ran; the default is "
+                  "now `auto`, which asks an end-spaced model only at its training probes' times)"
+                  if d0.get("decide_at") is None else "at the first reading at or past each of its training probes' "
+                  "times there (`--decide-at probes`)")
             L += [f"Set `{name}`: the model is asked only in the last {span / 3600:g} trace hours before the "
                   "predecessor's end, the span its end-spaced training probes cover (`keep-service --decide-within "
-                  "trained`, the default since commit d5290a1); earlier sets asked it at every reading once the "
-                  "predecessor ran.", ""]
+                  f"trained`, the default since commit d5290a1), {at}; earlier sets asked it at every reading once "
+                  "the predecessor ran.", ""]
     if (root / "notes.md").exists():  # what happened to the runs that their outputs do not say
         L += ["**How the runs went**: " + (root / "notes.md").read_text().strip(), ""]
     L += ["## Results", ""]

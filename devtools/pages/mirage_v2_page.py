@@ -315,13 +315,17 @@ def _online_table(lines: list[str]) -> list[str]:
             "appended to its history at every decision (`validate --waitpred`, `--calibration`).", "",
             "A model is asked only as long before the predecessor's end as its training probes reach (`validate "
             "--decide-within trained`, the default): the end-spaced models in the last 24 h, as the replay asks "
-            "them. The same model asked at every decision from the predecessor's submission on is the rule "
+            "them. The rows without a suffix ask the model every 10 minutes there (`--decide-at grid`). The same "
+            "model asked at every decision from the predecessor's submission on is the rule "
             "suffixed `-all` (`--decide-within all`; its replay column is the model's): there it is asked about "
             "states more than 24 h before the end, which it never saw in training. `online > 24 h early` is the "
             "share of samples submitted more than 24 h before the end. The rule suffixed `-probes` is the model "
             "asked only at its training probes' times (`--decide-at probes`: 24 h, 16 h, ..., 10 min before the "
             "end), where its threshold was calibrated: it should equal the replay, and the difference between it and "
-            "the 10-minute decider is what asking 144 times instead of 8 does to a threshold calibrated for 8.", "",
+            "the 10-minute decider is what asking 144 times instead of 8 does to a threshold calibrated for 8. "
+            "The default of `validate` and `keep-service` is `--decide-at auto` (it was `grid`, the unsuffixed rows, "
+            "when these rows ran): an end-spaced model is asked as in the `-probes` rows (a model trained on uniform "
+            "probes on the grid), so the replay's verdicts are those of the decider a user runs.", "",
             "| log | node | rule | samples | online objective | replay objective | online - replay [95 %] | online > 24 h "
             "early | verdict vs reactive | verdict vs avg-cal |", "|---|---|---|---|---|---|---|---|---|---|", *lines, ""]
 

@@ -347,13 +347,17 @@ def _fresh_window(budget: Budget, fresh: tuple[str, ...]) -> tuple[datetime, int
 
 
 #: protocol v2's online decider (``validate``, a decision every 10 minutes): the rules it runs.
-#: A model is asked every 10 minutes within its training probes' span (the last 24 h for the end
-#: spacing); a ``-all`` rule is the same model asked at every decision of the grid (``validate
-#: --decide-within all``), a ``-probes`` rule only at its training probes' times (``--decide-at
-#: probes``: the times its threshold was calibrated at, as the probe replay asks it)
+#: A model without a suffix is asked every 10 minutes within its training probes' span (the last
+#: 24 h for the end spacing; ``validate --decide-at grid``, the default before ``auto``); a ``-all``
+#: rule is the same model asked at every decision of the grid (``--decide-within all``), a
+#: ``-probes`` rule only at its training probes' times (``--decide-at probes``: the times its
+#: threshold was calibrated at, as the probe replay asks it, and what ``--decide-at auto``, the
+#: default, does for an end-spaced model)
 ONLINE_RULES = ("reactive", "xgboost", "xgboost-all", "xgboost-probes", "xgboost-uniform")
 ASK_ALL = "-all"
-ASK_SUFFIXES = {ASK_ALL: ["--decide-within", "all"], "-probes": ["--decide-at", "probes"]}
+ASK_SUFFIXES = {ASK_ALL: ["--decide-within", "all", "--decide-at", "grid"], "-probes": ["--decide-at", "probes"]}
+#: the models whose unsuffixed rules ask on the 10-minute grid (named, since ``auto`` would not)
+GRID_MODELS = ("xgboost", "xgboost-wp", "xgboost-uniform")
 
 
 def base_rule(rule: str) -> str:
@@ -402,7 +406,7 @@ def _asked(rule: str) -> tuple[str, list[str]]:
     for suffix, flags in ASK_SUFFIXES.items():
         if rule.endswith(suffix):
             return rule[:-len(suffix)], list(flags)
-    return rule, []
+    return rule, (["--decide-at", "grid"] if rule in GRID_MODELS else [])
 
 
 def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],

@@ -39,7 +39,7 @@ from .. import __version__
 from ..data.schema import parse_time, read_trace
 from ..data.times import hours_to_s
 from ..sim.config import add_config_arguments, config_from_args
-from ..sim.probes import add_ask_arguments, no_probe_times
+from ..sim.probes import add_ask_arguments, resolve_decide_at
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,13 @@ def run(args: argparse.Namespace) -> int:
                                        "--background-from/--background-to", args.trace)
             if why:
                 raise StepError(why)
+    decide, model_info, decide_at = None, None, "grid"
+    if "model" in policies:  # before the parameters: --decide-at auto resolves on the model's probes
+        try:
+            decide, model_info = kp.model_decider(args.model)
+            decide_at = resolve_decide_at(args.decide_at, model_info.get("trained_offsets_s"), args.model)
+        except ValueError as exc:
+            raise StepError(str(exc)) from None
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
               and not (k in ("stagger_hours", "offset_hours") and v == 0)}  # at their defaults: the keys of earlier runs stay
@@ -171,20 +178,13 @@ def run(args: argparse.Namespace) -> int:
             params.pop(k, None)
     if "model" not in policies:  # no model is asked: the options change nothing
         params.pop("decide_within", None)
-    if "model" not in policies or args.decide_at == "grid":  # at its default: the keys of earlier runs stay
-        params.pop("decide_at", None)
+    params.pop("decide_at", None)
+    if decide_at == "probes":  # none on the grid: the keys of earlier runs stay
+        params["decide_at"] = "probes"
     step = Step("keep-service", args.out, __version__, params,
                 inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred) if x])
     if step.skip():
         return 0
-    decide, model_info = (None, None)
-    if "model" in policies:
-        try:
-            decide, model_info = kp.model_decider(args.model)
-        except ValueError as exc:
-            raise StepError(str(exc)) from None
-        if args.decide_at == "probes" and not model_info.get("trained_offsets_s"):
-            raise StepError(no_probe_times(args.model))
     avg_cal = None
     if "avg-cal" in policies:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
                               "decide_within_s": (model_info or {}).get("trained_span_s")
                               if args.decide_within == "trained" else None,
                               "decide_at_s": (model_info or {}).get("trained_offsets_s")
-                              if args.decide_at == "probes" else None,
+                              if decide_at == "probes" else None,
                               "avg_offset_h": None if avg_cal is None else avg_cal["threshold"], **(wait or {})})
     try:
         session.run(args.deadline_s)

@@ -63,7 +63,7 @@ from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..data.times import hours_to_s
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
 from ..sim.config import add_config_arguments
-from ..sim.probes import add_ask_arguments, no_probe_times
+from ..sim.probes import add_ask_arguments, resolve_decide_at
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +172,11 @@ def run(args: argparse.Namespace) -> int:
     within_s = m.get("trained_span_s") if args.decide_within == "trained" else None
     if within_s is not None:  # only where it bounds the asks: outputs of uniform models stay valid
         params["decide_within_s"] = within_s
-    at_probes = args.decide_at == "probes"
+    try:
+        at_probes = resolve_decide_at(args.decide_at, m.get("trained_offsets_s"), args.model) == "probes"
+    except ValueError as exc:
+        raise StepError(str(exc)) from None
     if at_probes:
-        if not m.get("trained_offsets_s"):
-            raise StepError(no_probe_times(args.model))
         params["decide_at"] = "probes: sample --probe-spacing end's times (minute-aligned), the end excluded"
     step = Step("validate", args.out, __version__, params, inputs=inputs)
     if step.skip():

@@ -186,3 +186,41 @@ def test_the_keeper_knows_where_an_end_spaced_model_was_trained(model):
     _, info = kp.model_decider(model)
     assert info["trained_span_s"] == 86400
     assert info["trained_offsets_s"] == (86400, 57600, 28800, 14400, 7200, 3600, 1800, 600)
+
+
+class _Sentinel(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flag,asked_at", [(None, "probes"), ("probes", "probes"), ("grid", "grid")])
+def test_keep_service_asks_an_end_spaced_model_at_its_probes_by_default(model, tmp_path, monkeypatch, flag, asked_at):
+    """keep-service --decide-at auto (the default) hands the keeper the model's probe times, where its
+    threshold was calibrated; grid asks at every reading within the last 24 h."""
+    import argparse
+
+    from mirage_tasks.slurm import session as ss
+    from mirage_tasks.steps import keep_service
+
+    seen = {}
+
+    class FakeSession:
+        def __init__(self, **kw):
+            seen.update(kw)
+
+        def run(self, deadline_s):
+            raise _Sentinel
+
+    monkeypatch.setattr(ss, "Session", FakeSession)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    p = argparse.ArgumentParser()
+    keep_service.add_arguments(p)
+    argv = ["--policy", "model", "--model", model, "--slurm-conf", str(conf), "--out", str(tmp_path / "o")]
+    with pytest.raises(_Sentinel):
+        keep_service.run(p.parse_args(argv + (["--decide-at", flag] if flag else [])))
+    k = seen["keeper"]
+    assert k["decide_within_s"] == 86400
+    if asked_at == "probes":
+        assert k["decide_at_s"] == (86400, 57600, 28800, 14400, 7200, 3600, 1800, 600)
+    else:
+        assert k["decide_at_s"] is None

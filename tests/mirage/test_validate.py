@@ -217,7 +217,7 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
                "--val-fraction", "0.25", "--purge-days", "0", "--threads", "1") == 0
     cfg = json.load(open(d / "m" / "config.json"))
     assert cfg["data"]["sample_params"]["probe_spacing"] == "end"
-    every = ["--threshold-h", "-1000", "--decide-every-minutes", "60"]
+    every = ["--threshold-h", "-1000", "--decide-every-minutes", "60", "--decide-at", "grid"]
     assert validate(world["trace"], str(d / "m"), d / "in", *every) == 0
     got = rows(str(d / "in"))
     assert not got["forced"].any() and (got["n_decisions"] == 1).all()
@@ -254,6 +254,12 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
     dec = pd.read_parquet(d / "at" / A.DECISIONS_FILE)
     lead = (at.loc[dec["sample"], "pred_end"].to_numpy() - dec["time"].to_numpy()) // 60
     assert set(lead) <= {1440, 960, 480, 240, 120, 60, 30, 10}
-    # a uniform model has no probes at fixed times before the end: refused, naming the flag
+    # the default (auto) asks an end-spaced model at its probes' times: the same decisions
+    assert validate(world["trace"], str(d / "m"), d / "auto", "--threshold-h", repr(thr)) == 0
+    pd.testing.assert_frame_equal(rows(str(d / "auto")).set_index("sample"), at)
+    assert json.load(open(d / "auto" / A.VALIDATE_INFO_FILE))["params"]["decide_at"].startswith("probes")
+    # a uniform model has no probes at fixed times before the end: auto asks it on the grid (no key, as
+    # before), and probes is refused, naming the flag
+    assert "decide_at" not in json.load(open(f"{world['v_xgb']}/{A.VALIDATE_INFO_FILE}"))["params"]
     assert validate(world["trace"], world["xgb"], d / "u", "--decide-at", "probes") == 2
     assert not (d / "u").exists()
