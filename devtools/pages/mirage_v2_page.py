@@ -14,9 +14,10 @@ import pandas as pd
 
 from mirage_eval_page import _f, _git
 
-from mirage_tasks.evaluation.probe_replay import GUARANTEE, POLICY, holm, per_sample_objective
+from mirage_tasks.evaluation.probe_replay import GUARANTEE, GUARANTEE_CAL, POLICY, holm, per_sample_objective
 
-THRESHOLD_RULES = ("avg-cal", "xgboost", "xgboost-wp", "linear_quantile", "wait-pred", "wait-pred-cal", GUARANTEE)
+THRESHOLD_RULES = ("avg-cal", "xgboost", "xgboost-wp", "linear_quantile", "wait-pred", "wait-pred-cal", GUARANTEE,
+                   GUARANTEE_CAL)
 RULES = (*THRESHOLD_RULES, POLICY)
 REFS = ("reactive", "avg-cal")
 LEVEL = 0.10  # guarantee-10's stated interruption rate
@@ -164,22 +165,30 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
                f"reactive in none: {'holds' if held else 'does NOT hold'}** ({good} of {n} cells better than both, "
                f"{bad} worse than reactive).")
     out += [f"   * {t}" for t in per_cell]
-    # 2. the guarantee
-    lines, ok = [], True
-    for c in cells:
-        if GUARANTEE not in c["rows"].index:
-            continue
-        x = c["rows"].loc[GUARANTEE]
-        holds = x["interrupted_lo"] <= LEVEL
-        ok &= bool(holds)
-        lines.append(f"   * {c['log']} node {c['node']} {c['month']}: interrupted {_f(x['interrupted_share'], '{:.1%}')} "
-                     f"[{_f(x['interrupted_lo'], '{:.1%}')}, {_f(x['interrupted_hi'], '{:.1%}')}] "
-                     f"({'holds' if holds else 'VIOLATED'}); wasted node-h {_f(x['mean_wasted_node_h'], '{:.2f}')} "
-                     f"(reactive {_f(c['rows'].loc['reactive', 'mean_wasted_node_h'], '{:.2f}')}, avg-cal "
-                     f"{_f(c['rows'].loc['avg-cal', 'mean_wasted_node_h'], '{:.2f}')})")
-    out.append(f"2. **guarantee-10 holds the stated 10 % in every cell: {'yes' if ok and lines else 'NO'}** (held: the "
-               "Clopper-Pearson interval's lower end at or below 10 %).")
-    out += lines
+    # 2. the guarantee: guarantee-10 as the protocol fixed it, and guarantee-cal (added after it broke)
+    for rule, how in ((GUARANTEE, "the predictor's 90 % bound as given"),
+                      (GUARANTEE_CAL, "its margin by split conformal calibration on the validation split, added "
+                                      "after guarantee-10 broke its level: not pre-registered")):
+        lines, ok = [], True
+        for c in cells:
+            if rule not in c["rows"].index:
+                continue
+            x = c["rows"].loc[rule]
+            holds = x["interrupted_lo"] <= LEVEL
+            ok &= bool(holds)
+            cal = c["cal"].get(rule) or {}
+            margin = (f"; margin {_f(cal.get('threshold'), '{:+.2f}')} h" if rule == GUARANTEE_CAL else "")
+            lines.append(f"   * {c['log']} node {c['node']} {c['month']}: interrupted "
+                         f"{_f(x['interrupted_share'], '{:.1%}')} [{_f(x['interrupted_lo'], '{:.1%}')}, "
+                         f"{_f(x['interrupted_hi'], '{:.1%}')}] ({'holds' if holds else 'VIOLATED'}); wasted node-h "
+                         f"{_f(x['mean_wasted_node_h'], '{:.2f}')} (reactive "
+                         f"{_f(c['rows'].loc['reactive', 'mean_wasted_node_h'], '{:.2f}')}, avg-cal "
+                         f"{_f(c['rows'].loc['avg-cal', 'mean_wasted_node_h'], '{:.2f}')}){margin}")
+        if lines:
+            out.append(f"2{'a' if rule == GUARANTEE else 'b'}. **{rule} ({how}) holds the stated 10 % in every "
+                       f"cell: {'yes' if ok else 'NO'}** (held: the Clopper-Pearson interval's lower end at or below "
+                       "10 %).")
+            out += lines
     # 3. the gap to oracle-wait
     out.append("3. **How much of the gap between xgboost and oracle-wait the wait predictor closes, as features "
                "(xgboost-wp) and as rules** (difference "
@@ -393,7 +402,11 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
          "single `w(t) - D`, the same information); `wait-pred` submits at the first "
          "probe where the predicted wait reaches the time left; `wait-pred-cal` the same with a margin calibrated "
          "on the validation split; `guarantee-10` at the first probe where the predictor's 90 % bound reaches the "
-         "time left at the next probe. Objective: interruption h + 0.1 x wasted node-hours per sample (lower is "
+         "time left at the next probe; `guarantee-cal` (added after the protocol, when guarantee-10 broke its 10 %) "
+         "the same test with a margin, `bound - time left at the next probe >= margin`, chosen by split conformal "
+         "calibration on the validation split: each validation sample's largest safe margin, the "
+         "floor(0.1 (n + 1))-th smallest of them, so that a new sample exchangeable with the validation split is "
+         "interrupted with probability at most 10 % (`probe_replay.calibrate_conformal`). Objective: interruption h + 0.1 x wasted node-hours per sample (lower is "
          "better); diff is the rule minus the reference (negative: better). Verdicts: raw (the paired 95 % "
          "interval excludes 0) / Holm (family-wise 5 % over the cells of the table, per rule and reference).", ""]
     if not fresh and not seen:

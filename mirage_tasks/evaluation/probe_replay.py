@@ -25,7 +25,10 @@ by). Methods:
   ``wait-pred`` (score = the predictor's wait for the successor submitted at the probe minus the
   time left, threshold 0), ``wait-pred-cal`` (the same, its margin chosen on the validation split
   among :data:`WAIT_PRED_MARGINS_H`, ties toward never early) and ``guarantee-10`` (the predictor's
-  90 % bound minus the time left at the sample's next probe, threshold 0); and the *primary* rule,
+  90 % bound minus the time left at the sample's next probe, threshold 0), ``guarantee-cal`` (the same
+  score, its margin by split conformal calibration on the validation split for at most 10 % interrupted,
+  :func:`calibrate_conformal`: added after guarantee-10 broke its level, not in protocol v2's
+  primary candidates); and the *primary* rule,
   the one of :data:`PRIMARY_CANDIDATES` present with the least validation objective, recorded
   under ``calibration.primary`` before any scored month is replayed; and ``policy-stop``, the stopping
   policy trained by gradient on the objective (:mod:`mirage_tasks.evaluation.stopping`);
@@ -73,8 +76,16 @@ REFERENCE = "avg-cal"
 SECOND = "avg"  # also reported: the difference to the plain avg rule (the reference's own baseline)
 CURVE_POINTS = 41
 GUARANTEE = "guarantee-10"
-#: bumped when the rules or measures change, so a stored evaluation is recomputed (2: protocol v2's)
-RULES_VERSION = 2
+#: guarantee-10's score with a margin chosen by split conformal calibration on the validation split
+#: (:func:`calibrate_conformal`), so the stated rate rests on the rule's own outcomes, not on the bound's
+GUARANTEE_CAL = "guarantee-cal"
+GUARANTEE_LEVEL = 0.10
+#: guarantee-cal's candidate margins (h): submit at the first probe where bound - time left at the next
+#: probe >= m (guarantee-10 is m = 0)
+GUARANTEE_MARGINS_H = np.linspace(-48.0, 24.0, 289)
+#: bumped when the rules or measures change, so a stored evaluation is recomputed (2: protocol v2's,
+#: 3: guarantee-cal)
+RULES_VERSION = 3
 POLICY = "policy-stop"  # protocol v2's policy that learns (mirage_tasks.evaluation.stopping)
 #: wait-pred-cal's margins (h): submit when the predicted wait >= time left - m (protocol v2)
 WAIT_PRED_MARGINS_H = np.linspace(-6.0, 6.0, 121)
@@ -211,6 +222,41 @@ def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], 
             X = atprobe.with_features(X, probes.meta.iloc[i:i + 512], f"{probes.uri} (for {uri})")
         pred.append(np.asarray(fn.predict(X), np.float64))
     return np.concatenate(pred), dict(fn.decision_rule or {}), cfg["kind"] + ("-wp" if wp else "")
+
+
+def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, level: float = GUARANTEE_LEVEL,
+                        candidates: np.ndarray = GUARANTEE_MARGINS_H, tol_h: float | None = None) -> dict[str, Any]:
+    """The largest threshold whose rule (submit at the first probe with ``score >= threshold``, else the
+    last) keeps the chance of interrupting a new sample at or below ``level``, by split conformal
+    calibration on these samples (the validation split).
+
+    Each sample's conformity score is the highest candidate up to which every lower candidate's
+    rule leaves it uninterrupted (a successor starting at most ``tol_h`` after the end,
+    :data:`INTERRUPTED_H`); a lower threshold submits no later, so it is safe at any threshold not
+    above its score. The rule's threshold is the ``k``-th smallest score, ``k = floor(level (n + 1))``:
+    for a new sample exchangeable with the ``n`` calibration samples, P(its score < that) <= k / (n + 1)
+    <= level. Exchangeability is the assumption a month that differs from the validation split breaks;
+    the scored months' realised rate with its interval is what shows whether it held.
+
+    Returns ``threshold`` (h; inf: never early, as reactive; the lowest candidate, flagged
+    ``attainable: False``, when even it leaves more than ``level`` interrupted), the realised rate and waste on these samples and the inputs."""
+    tol = INTERRUPTED_H if tol_h is None else tol_h
+    cands = np.r_[np.sort(np.asarray(candidates, np.float64)), np.inf]  # inf: never early (reactive)
+    signed = np.stack([outcomes(score, y, sample, float(t)) for t in cands])  # [candidate, sample]
+    safe_run = np.cumprod(signed <= tol, axis=0).sum(axis=0)  # lowest candidates all safe, per sample
+    n = int(safe_run.shape[0])
+    k = int(np.floor(level * (n + 1)))
+    runs = np.sort(safe_run)
+    idx = int(runs[k - 1]) - 1 if k >= 1 else len(cands) - 1  # k = 0: too few samples for the level
+    attainable = k >= 1 and idx >= 0
+    thr = float(cands[max(idx, 0)])
+    at = signed[max(idx, 0)]
+    return {"threshold": thr, "level": level, "n_samples": n, "k": k, "attainable": bool(attainable),
+            "validation_interrupted": float((at > tol).mean()),
+            "validation_mean_wasted_h": float(np.maximum(-at, 0).mean()),
+            "candidates_h": [float(cands[0]), float(cands[-2]), len(cands) - 1],
+            "method": "split conformal on the validation split: the k-th smallest per-sample safe threshold, "
+                      "k = floor(level (n + 1))"}
 
 
 def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
@@ -360,6 +406,8 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         rules["wait-pred"] = (score.wait_pred_score(), 0.0, None)
         rules["wait-pred-cal"] = (score.wait_pred_score(), cal["wait-pred-cal"]["threshold"], None)
         rules[GUARANTEE] = (score.guarantee_score(), 0.0, None)
+        cal[GUARANTEE_CAL] = calibrate_conformal(val.guarantee_score(), val.y, val.sample)
+        rules[GUARANTEE_CAL] = (score.guarantee_score(), cal[GUARANTEE_CAL]["threshold"], None)
         val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
                       GUARANTEE: (val.guarantee_score(), 0.0)}
         from .stopping import fit as fit_stopping

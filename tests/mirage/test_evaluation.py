@@ -159,6 +159,44 @@ def test_guarantee_score_looks_at_the_next_probe_and_never_past_the_last():
     assert ev.outcomes(g, p.y, p.sample, 0.0)[1] == pytest.approx(p.y[9])
 
 
+def _narrow_bound(n: int, seed: int, t0: int = 0) -> ev.Probes:
+    """Waits of mean 3 h; a predictor whose '90 % bound' is its point guess, off by a lognormal factor:
+    the bound is too narrow, and a rule that trusts it interrupts far more than 10 %."""
+    rng = np.random.default_rng(seed)
+    wait = rng.exponential(3.0, n)
+    guess = wait * np.exp(rng.normal(0.0, 0.6, n))
+    return _with_waitpred(_probes(n, wait, np.zeros(n), t0=t0), guess, guess)
+
+
+def test_guarantee_cal_holds_its_level_where_the_bound_is_too_narrow():
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+    train, score = _narrow_bound(400, 1), _narrow_bound(120, 2, t0=month)
+    res = ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=200, purge_days=1.0)
+    r = res["rows"].set_index("method")
+    cal = res["calibration"][ev.GUARANTEE_CAL]
+    assert cal["attainable"] and cal["k"] == int(0.1 * (cal["n_samples"] + 1)) and cal["validation_interrupted"] <= 0.1
+    assert r.loc[ev.GUARANTEE, "interrupted_share"] > 0.3  # the bound as given breaks the level
+    assert r.loc[ev.GUARANTEE_CAL, "interrupted_lo"] <= 0.10 and r.loc[ev.GUARANTEE_CAL, "interrupted_share"] <= 0.2
+    # bought with waste, but less than submitting 24 h early: the margin is a trade-off, not the first probe
+    assert 0 < r.loc[ev.GUARANTEE_CAL, "mean_wasted_node_h"] < 20.0
+
+
+def test_conformal_margin_keeps_new_samples_interrupted_at_most_at_the_level():
+    """Split conformal calibration's promise, over many draws: calibrated on n samples, the rule
+    interrupts a new sample from the same distribution with probability at most k / (n + 1) <= 10 %."""
+    rates, wastes = [], []
+    for seed in range(60):
+        cal_p, test_p = _narrow_bound(99, 100 + seed), _narrow_bound(400, 500 + seed)
+        c = ev.calibrate_conformal(cal_p.guarantee_score(), cal_p.y, cal_p.sample, 0.10)
+        thr = np.inf if c["threshold"] is None else c["threshold"]
+        s = ev.outcomes(test_p.guarantee_score(), test_p.y, test_p.sample, thr)
+        rates.append(float((s > ev.INTERRUPTED_H).mean()))
+        wastes.append(float(np.maximum(-s, 0).mean()))
+    assert np.mean(rates) <= 0.10 + 0.01, np.mean(rates)
+    assert np.mean(rates) >= 0.04, np.mean(rates)  # not bought by always submitting at the first probe
+    assert np.mean(wastes) < 20.0
+
+
 def test_wait_pred_needs_the_predictor_on_both_samples():
     month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
     train = _probes(60, np.full(60, 3.0), np.zeros(60))
