@@ -80,12 +80,12 @@ GUARANTEE = "guarantee-10"
 #: (:func:`calibrate_conformal`), so the stated rate rests on the rule's own outcomes, not on the bound's
 GUARANTEE_CAL = "guarantee-cal"
 GUARANTEE_LEVEL = 0.10
-#: guarantee-cal's candidate margins (h): submit at the first probe where bound - time left at the next
-#: probe >= m (guarantee-10 is m = 0)
-GUARANTEE_MARGINS_H = np.linspace(-48.0, 24.0, 289)
+#: guarantee-cal with its level adapted to the outcomes seen so far (:func:`aci_outcomes`)
+GUARANTEE_ACI = "guarantee-aci"
+ACI_GAMMA = 0.05  # the level's step per outcome (fixed before any scoring)
 #: bumped when the rules or measures change, so a stored evaluation is recomputed (2: protocol v2's,
-#: 3: guarantee-cal)
-RULES_VERSION = 3
+#: 3: guarantee-cal, 4: its candidates the scores themselves, 5: guarantee-aci)
+RULES_VERSION = 5
 POLICY = "policy-stop"  # protocol v2's policy that learns (mirage_tasks.evaluation.stopping)
 #: wait-pred-cal's margins (h): submit when the predicted wait >= time left - m (protocol v2)
 WAIT_PRED_MARGINS_H = np.linspace(-6.0, 6.0, 121)
@@ -225,12 +225,14 @@ def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], 
 
 
 def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, level: float = GUARANTEE_LEVEL,
-                        candidates: np.ndarray = GUARANTEE_MARGINS_H, tol_h: float | None = None) -> dict[str, Any]:
+                        tol_h: float | None = None) -> dict[str, Any]:
     """The largest threshold whose rule (submit at the first probe with ``score >= threshold``, else the
     last) keeps the chance of interrupting a new sample at or below ``level``, by split conformal
     calibration on these samples (the validation split).
 
-    Each sample's conformity score is the highest candidate up to which every lower candidate's
+    The candidate thresholds are the scores' own distinct finite values (where a rule's choice of probe
+    can change) and inf (never early, as reactive). Each sample's conformity score is the highest
+    candidate up to which every lower candidate's
     rule leaves it uninterrupted (a successor starting at most ``tol_h`` after the end,
     :data:`INTERRUPTED_H`); a lower threshold submits no later, so it is safe at any threshold not
     above its score. The rule's threshold is the ``k``-th smallest score, ``k = floor(level (n + 1))``:
@@ -241,22 +243,77 @@ def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, le
     Returns ``threshold`` (h; inf: never early, as reactive; the lowest candidate, flagged
     ``attainable: False``, when even it leaves more than ``level`` interrupted), the realised rate and waste on these samples and the inputs."""
     tol = INTERRUPTED_H if tol_h is None else tol_h
-    cands = np.r_[np.sort(np.asarray(candidates, np.float64)), np.inf]  # inf: never early (reactive)
-    signed = np.stack([outcomes(score, y, sample, float(t)) for t in cands])  # [candidate, sample]
-    safe_run = np.cumprod(signed <= tol, axis=0).sum(axis=0)  # lowest candidates all safe, per sample
-    n = int(safe_run.shape[0])
-    k = int(np.floor(level * (n + 1)))
-    runs = np.sort(safe_run)
-    idx = int(runs[k - 1]) - 1 if k >= 1 else len(cands) - 1  # k = 0: too few samples for the level
-    attainable = k >= 1 and idx >= 0
-    thr = float(cands[max(idx, 0)])
-    at = signed[max(idx, 0)]
-    return {"threshold": thr, "level": level, "n_samples": n, "k": k, "attainable": bool(attainable),
+    cands, signed, runs = _safe_runs(score, y, sample, tol)
+    idx, attainable = _level_index(cands, runs, level)
+    at = signed[idx]
+    return {"threshold": float(cands[idx]), "level": level, "n_samples": int(len(runs)),
+            "k": int(np.floor(level * (len(runs) + 1))), "attainable": attainable,
             "validation_interrupted": float((at > tol).mean()),
             "validation_mean_wasted_h": float(np.maximum(-at, 0).mean()),
-            "candidates_h": [float(cands[0]), float(cands[-2]), len(cands) - 1],
+            "candidates": len(cands),
             "method": "split conformal on the validation split: the k-th smallest per-sample safe threshold, "
                       "k = floor(level (n + 1))"}
+
+
+def _safe_runs(score: np.ndarray, y: np.ndarray, sample: np.ndarray,
+               tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(candidate thresholds ascending, the signed outcome of each candidate's rule per sample
+    [candidate, sample], the per-sample count of lowest candidates all safe, sorted)."""
+    fin = np.asarray(score, np.float64)
+    cands = np.r_[np.unique(fin[np.isfinite(fin)]), np.inf]  # inf: never early (reactive)
+    signed = np.stack([outcomes(score, y, sample, float(t)) for t in cands])
+    safe_run = np.cumprod(signed <= tol, axis=0).sum(axis=0)
+    return cands, signed, np.sort(safe_run)
+
+
+def _level_index(cands: np.ndarray, runs: np.ndarray, level: float) -> tuple[int, bool]:
+    """(the index of the candidate split conformal calibration picks at ``level``, whether the level
+    is attainable): below one sample's worth of level the most conservative candidate (the lowest),
+    at a level of 1 or more never early (inf)."""
+    n = len(runs)
+    k = int(np.floor(level * (n + 1)))
+    if k < 1:
+        return 0, False
+    if k > n:
+        return len(cands) - 1, True
+    idx = int(runs[k - 1]) - 1
+    return max(idx, 0), idx >= 0
+
+
+def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gamma: float = ACI_GAMMA,
+                 tol_h: float | None = None) -> tuple[dict[int, float], dict[str, Any], dict[int, float]]:
+    """guarantee-aci: guarantee-cal's calibration with its level adapted online (adaptive conformal
+    inference, Gibbs and Candes 2021): the scored samples in the order of their first decision, each
+    submitted by the rule at level ``a``, then ``a += gamma (level - interrupted)`` for every earlier
+    sample whose outcome is known by the next sample's first decision (its successor started, or its
+    predecessor ended with the successor running). Its long-run interrupted share stays within
+    ``(1 + gamma) / (gamma T)`` of ``level`` over ``T`` samples whatever the months do; no outcome from
+    after a decision feeds it. Returns ({sample: signed interruption}, a summary of the level's path,
+    {sample: the level it was decided at})."""
+    tol = INTERRUPTED_H if tol_h is None else tol_h
+    cands, _, runs = _safe_runs(val.guarantee_score(), val.y, val.sample, tol)
+    sc, y = score.guarantee_score(), score.y
+    starts, ends = _starts(score.sample)
+    first_t = score.probe_time[starts].astype(np.float64)
+    end_t = score.meta["pred_end_without_succ"].to_numpy(np.float64)[starts]
+    a, pending, out, path = level, [], {}, {}
+    for i in np.argsort(first_t, kind="stable"):
+        known = [p for p in pending if p[0] <= first_t[i]]
+        pending = [p for p in pending if p[0] > first_t[i]]
+        for _, err in sorted(known):
+            a += gamma * (level - err)
+        thr = cands[_level_index(cands, runs, a)[0]]
+        seg = sc[starts[i]:ends[i] + 1]
+        hit = np.flatnonzero(seg >= thr)
+        s = float(y[starts[i] + (hit[0] if len(hit) else ends[i] - starts[i])])
+        out[int(score.sample[starts[i]])] = s
+        path[int(score.sample[starts[i]])] = a
+        pending.append((end_t[i] + max(s, 0.0) * 3600.0, float(s > tol)))
+    lv = list(path.values())
+    return out, {"level": level, "gamma": gamma, "n_scored": len(out), "level_min": float(np.min(lv)),
+                 "level_max": float(np.max(lv)), "level_last": float(lv[-1]),
+                 "method": "adaptive conformal inference over the scored samples in time order, on guarantee-cal's "
+                           "validation calibration, updated with outcomes known by each decision"}, path
 
 
 def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
@@ -408,6 +465,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         rules[GUARANTEE] = (score.guarantee_score(), 0.0, None)
         cal[GUARANTEE_CAL] = calibrate_conformal(val.guarantee_score(), val.y, val.sample)
         rules[GUARANTEE_CAL] = (score.guarantee_score(), cal[GUARANTEE_CAL]["threshold"], None)
+        aci, cal[GUARANTEE_ACI], _ = aci_outcomes(val, score)
         val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
                       GUARANTEE: (val.guarantee_score(), 0.0)}
         from .stopping import fit as fit_stopping
@@ -456,6 +514,8 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
                 c.insert(0, "method", m)
                 c.insert(0, "month", month)
                 curves.append(c)
+        if score.has_waitpred():  # adapted over every scored sample in time order: this month's share of it
+            outs[GUARANTEE_ACI] = np.array([aci[int(k)] for k in np.unique(sub.sample)])
         outs["oracle"] = oracle_outcomes(sub.y, sub.sample, node, w)
         outs["oracle-wait"] = oracle_wait_outcomes(sub.y, sub.sample, sub.time_left_h())
         rows += month_rows(outs, node, w, n_boot, seed, month)

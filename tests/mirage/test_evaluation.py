@@ -197,6 +197,40 @@ def test_conformal_margin_keeps_new_samples_interrupted_at_most_at_the_level():
     assert np.mean(wastes) < 20.0
 
 
+def test_guarantee_aci_adapts_where_the_months_drift_from_the_validation_split():
+    """The scored month's waits run twice as long as the predictor says: guarantee-cal, calibrated on a
+    validation split without that drift, breaks 10 %; guarantee-aci, whose level moves with the outcomes
+    known at each decision, ends near it. A sample's decision never reads a later outcome."""
+    month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
+    train = _narrow_bound(400, 3)
+    rng = np.random.default_rng(4)
+    n = 400
+    wait = rng.exponential(3.0, n)
+    guess = 0.5 * wait * np.exp(rng.normal(0.0, 0.6, n))
+    score = _with_waitpred(_probes(n, wait, np.zeros(n), t0=month), guess, guess)
+    months = sorted(set(ev.month_of(score.sample_start)))
+    res = ev.evaluate(train, score, [], months, node=1, n_boot=0, purge_days=1.0)
+    per = res["per_sample"]
+    rate = {m: float((g.sort_values("sample")["signed_interruption_h"] > ev.INTERRUPTED_H).mean())
+            for m, g in per.groupby("method")}
+    assert rate[ev.GUARANTEE_CAL] > 0.2, rate
+    assert abs(rate[ev.GUARANTEE_ACI] - 0.10) <= (1 + ev.ACI_GAMMA) / (ev.ACI_GAMMA * n), rate
+    info = res["calibration"][ev.GUARANTEE_ACI]
+    assert info["n_scored"] == n and info["level_min"] < 0.10
+    # only what is known at a decision: sample 200's outcome is known at its predecessor's end (4 days after
+    # its start), after the first decisions of samples 201-203 (3 days after theirs, 6 h apart), before 204's
+    val = train.rows(np.isin(train.sample, np.unique(train.sample)[-80:]))
+    out, _, lv = ev.aci_outcomes(val, score)
+    flip = wait.copy()
+    flip[200] = 0.0 if out[200] > ev.INTERRUPTED_H else 30.0  # its outcome the other way round
+    other = _with_waitpred(_probes(n, flip, np.zeros(n), t0=month), guess, guess)
+    out2, _, lv2 = ev.aci_outcomes(val, other)
+    assert (out[200] > ev.INTERRUPTED_H) != (out2[200] > ev.INTERRUPTED_H)
+    assert [lv[k] for k in range(201)] == [lv2[k] for k in range(201)]
+    assert [lv[k] for k in range(201, 204)] == [lv2[k] for k in range(201, 204)]
+    assert lv[204] != lv2[204]
+
+
 def test_wait_pred_needs_the_predictor_on_both_samples():
     month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
     train = _probes(60, np.full(60, 3.0), np.zeros(60))

@@ -70,7 +70,7 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
         assert {r["month"] for r in doc["rows"]} == {"1997-04"}
         assert {"wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "policy-stop", "reactive", "avg-cal",
                 "xgboost", "xgboost-wp"} <= {r["method"] for r in doc["rows"]}
-        assert doc["calibration"]["guarantee-cal"]["level"] == 0.1
+        assert doc["calibration"]["guarantee-cal"]["level"] == 0.1 and "guarantee-aci" in {r["method"] for r in doc["rows"]}
         assert doc["calibration"]["primary"]["rule"] in ("xgboost", "xgboost-wp", "wait-pred-cal", "guarantee-10")
         assert "xgboost-wp" in doc["calibration"]["primary"]["chosen_from"]
     page = tmp_path / "page" / "v2.md"
@@ -82,6 +82,7 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "## Fresh months" in text and "(primary)" in text
     assert "**guarantee-10 (the predictor's 90 % bound as given) holds the stated 10 %" in text
     assert "**guarantee-cal (its margin by split conformal calibration" in text and "; margin " in text
+    assert "**guarantee-aci (guarantee-cal with its level adapted" in text and "; level from " in text
     assert "as committed at `` " not in text and "as committed at `?`" not in text  # the protocol's commit named
     assert "| KTH-SP2 | 1 | 1997-04 |" in text and "## Seen months" in text
     assert "## The policy that learns" in text and "## The online decider beside the probe replay" in text
