@@ -456,6 +456,8 @@ def page(root: str) -> str:
         L += markdown(rows) + [""]
         L += ["Against the issue's criterion:", ""] + _verdict_lines(rows, f) + [""]
         L += ["The simulator's prediction for the same links:", ""] + _sim_agreement(f) + [""]
+        L += [ln + (" Read the policies' paired differences above against it: it is the size of what one cluster "
+                    "does to the same decision." ) for ln in _same_decision_pair(f, pname)] + [""]
     same = [ln for n in ("keep", "keepc", "keepc2") if n in frames for ln in _same_decision_pair(frames[n], n)]
     if same:
         L += ["### Identical decisions in one cluster", ""] + same + [""]
