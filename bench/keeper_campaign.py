@@ -11,11 +11,12 @@ number of jobs waiting in the log (submitted, not started), its median over the 
 above that median, the busiest first (``--count`` of them), listed by date (``windows.json``).
 
 ``run`` starts one ``keep-service`` per window, all at once, each on a local Slurm of its own
-(``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``c x --stagger-hours``
-after the window's start (plus ``--offset-hours``), so that one chain of a policy ends before its next starts (at most one
-service job per policy at a time, plus a successor's overlap); and, for the first window, a
-``replay-slurm`` of the same background without any chain (``--baseline-windows``: more of them), so the page can say how much the
-chains moved the background they are judged in. ``--extra-nodes K`` adds K nodes to the log's
+(``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``--offset-hours + c x
+--stagger-hours`` after the window's start, so that one chain of a policy ends before its next
+starts (at most one service job per policy at a time, plus a successor's overlap); and, for the
+first window (``--baseline-windows``: the windows listed), a ``replay-slurm`` of the same
+background without any chain, so the page can say how much the chains moved the background they
+are judged in. ``--extra-nodes K`` adds K nodes to the log's
 cluster: the chains bring their own capacity (one node per service job at a time), so the
 background keeps, on average, the capacity it had in the log, while the chains still queue with it
 for the same nodes (on 78 nodes without it, 3 or 4 chains at a time lengthened the background's

@@ -27,8 +27,9 @@ by). Methods:
   among :data:`WAIT_PRED_MARGINS_H`, ties toward never early) and ``guarantee-10`` (the predictor's
   90 % bound minus the time left at the sample's next probe, threshold 0), ``guarantee-cal`` (the same
   score, its margin by split conformal calibration on the validation split for at most 10 % interrupted,
-  :func:`calibrate_conformal`: added after guarantee-10 broke its level, not in protocol v2's
-  primary candidates); and the *primary* rule,
+  :func:`calibrate_conformal`) and ``guarantee-aci`` (that calibration with its level adapted online to
+  the outcomes known at each decision, :func:`aci_outcomes`), both added after guarantee-10 broke its
+  level and not among protocol v2's primary candidates; and the *primary* rule,
   the one of :data:`PRIMARY_CANDIDATES` present with the least validation objective, recorded
   under ``calibration.primary`` before any scored month is replayed; and ``policy-stop``, the stopping
   policy trained by gradient on the objective (:mod:`mirage_tasks.evaluation.stopping`);
@@ -232,8 +233,7 @@ def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, le
 
     The candidate thresholds are the scores' own distinct finite values (where a rule's choice of probe
     can change) and inf (never early, as reactive). Each sample's conformity score is the highest
-    candidate up to which every lower candidate's
-    rule leaves it uninterrupted (a successor starting at most ``tol_h`` after the end,
+    candidate up to which every lower candidate's rule leaves it uninterrupted (a successor starting at most ``tol_h`` after the end,
     :data:`INTERRUPTED_H`); a lower threshold submits no later, so it is safe at any threshold not
     above its score. The rule's threshold is the ``k``-th smallest score, ``k = floor(level (n + 1))``:
     for a new sample exchangeable with the ``n`` calibration samples, P(its score < that) <= k / (n + 1)
@@ -241,7 +241,8 @@ def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, le
     the scored months' realised rate with its interval is what shows whether it held.
 
     Returns ``threshold`` (h; inf: never early, as reactive; the lowest candidate, flagged
-    ``attainable: False``, when even it leaves more than ``level`` interrupted), the realised rate and waste on these samples and the inputs."""
+    ``attainable: False``, when even it leaves more than ``level`` interrupted), the realised rate and
+    waste on these samples and the inputs."""
     tol = INTERRUPTED_H if tol_h is None else tol_h
     cands, signed, runs = _safe_runs(score, y, sample, tol)
     idx, attainable = _level_index(cands, runs, level)

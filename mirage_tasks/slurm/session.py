@@ -33,8 +33,9 @@ class Session:
     arguments every chain shares (node, service_s, scale, step_s, links, nice, partition,
     account, log_path, stop_chain); ``decide`` is the model's decision function (policy model).
     ``chains`` chains per policy; chain ``c`` of every policy starts ``c * stagger_s`` trace
-    seconds after the first, the first ``offset_s`` trace seconds after the session starts (the chains
-    of one index start together, so the policies are paired on them), its jobs named ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
+    seconds after the first, the first ``offset_s`` trace seconds after the session starts (the
+    chains of one index start together, so the policies are paired on them), its jobs named
+    ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
 
     env: dict[str, str]
     jobcomp: str | None

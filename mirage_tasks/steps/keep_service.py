@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
           "step_s": (1, 86400), "chains": (1, 1000),
-          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645), "deadline_s": (1, 366 * 86400)}
+          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645),
+          "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             raise StepError(str(exc)) from None
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
-              and not (k in ("stagger_hours", "offset_hours") and v == 0)}  # at their defaults: the keys of earlier runs stay
+              and not (k in ("stagger_hours", "offset_hours") and v == 0)}  # at defaults: earlier runs' keys stay
     for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
