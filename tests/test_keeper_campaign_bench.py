@@ -202,7 +202,9 @@ def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
     # model - reactive interruption on the same links: keepc 0 - 1 = -1 (8 links); keepc2 2 - 1 = +1 (6 links),
     # 2 - 3 = -1 (2 links): mean (-8 + 6 - 2) / 16 = -0.25
     (line,) = [ln for ln in pooled.splitlines() if ln.startswith("* **model**")]
-    assert "interruption against reactive's on the same links -0.25 h" in line, line
+    assert "interruption against reactive's on the same links -0.250 h" in line, line
+    short = text.split("## In short")[1].split("## What was run")[0]  # the answer first
+    assert "Sets `keepc` and `keepc2` pooled (4 runs)" in short and "-0.250 h" in short
 
 
 def test_every_window_without_chains_is_read_against_slurms_spread(tmp_path):
