@@ -16,12 +16,30 @@ from conftest import REPO
 from mirage_tasks.run.plan import step_parser
 
 
-
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_keeper_campaign", REPO / "bench" / "keeper_campaign.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _page_mod():
+    """devtools/pages/keeper_campaign_page.py, imported as the bench imports it."""
+    sys.path.insert(0, str(REPO / "devtools" / "pages"))
+    try:
+        import keeper_campaign_page
+    finally:
+        sys.path.remove(str(REPO / "devtools" / "pages"))
+    return keeper_campaign_page
+
+
+def _jobs(path, wait_s: np.ndarray) -> None:
+    """A background's jobs (a replay's jobs.parquet or a keeper's background.parquet): one submitted
+    every 10 minutes, waiting ``wait_s``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    submit = np.arange(len(wait_s)) * 600.0
+    pd.DataFrame({"trace_job_id": np.arange(len(wait_s)), "kind": "window", "submit_t": submit,
+                  "start_t": submit + wait_s}).to_parquet(path)
 
 
 def _trace(busy_from: str, busy_days: int) -> pd.DataFrame:
@@ -88,11 +106,7 @@ def _run(root, name, w, rows):
 
 
 def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        from keeper_campaign_page import page
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2, 3)]
     (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
                                                        "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
@@ -119,21 +133,13 @@ def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
 
 def test_the_background_is_read_against_two_runs_without_chains(tmp_path):
     """Two runs without chains set Slurm's own spread; the runs with chains are judged against it."""
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        from keeper_campaign_page import _background_effect
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    _background_effect = _page_mod()._background_effect
     rng = np.random.default_rng(1)
     n = 400
     wait = rng.exponential(2.0, n) * 3600
 
     def jobs(path, extra_h, noise):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        submit = np.arange(n) * 600.0
-        w = wait + extra_h * 3600 * (wait > np.quantile(wait, 0.75)) + noise * rng.normal(0, 60, n).clip(0)
-        pd.DataFrame({"trace_job_id": np.arange(n), "kind": "window", "submit_t": submit,
-                      "start_t": submit + w}).to_parquet(path)
+        _jobs(path, wait + extra_h * 3600 * (wait > np.quantile(wait, 0.75)) + noise * rng.normal(0, 60, n).clip(0))
 
     jobs(tmp_path / "keep-w1" / "background.parquet", 2.0, 1)
     jobs(tmp_path / "keepwp-w1" / "background.parquet", 1.5, 1)
@@ -159,11 +165,7 @@ def test_the_background_is_read_against_two_runs_without_chains(tmp_path):
 
 
 def test_the_distortion_verdict_has_four_outcomes():
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        from keeper_campaign_page import _distortion
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    _distortion = _page_mod()._distortion
     assert "lengthen" in _distortion(0.2, 0.4, 0.15) and "shorten" in _distortion(-0.4, -0.2, 0.15)
     assert "no distortion" in _distortion(-0.1, 0.15, 0.15)
     assert "not separated" in _distortion(0.1, 0.3, 0.15) and "not separated" in _distortion(-0.3, 0.3, 0.15)
@@ -172,11 +174,7 @@ def test_the_distortion_verdict_has_four_outcomes():
 def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
     """keepc and keepc2 run the same policies on other links: pooled, each set's chains are paired only
     within the set (a chain index of one set is not the same decision in the other)."""
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        from keeper_campaign_page import page
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2)]
     (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
                                                        "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
@@ -208,20 +206,12 @@ def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
 
 
 def test_every_window_without_chains_is_read_against_slurms_spread(tmp_path):
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        from keeper_campaign_page import _background_by_window
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    _background_by_window = _page_mod()._background_by_window
     rng = np.random.default_rng(2)
     n = 400
 
     def jobs(path, extra_h):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        submit = np.arange(n) * 600.0
-        w = 7200 + extra_h * 3600 + rng.normal(0, 30, n).clip(0)
-        pd.DataFrame({"trace_job_id": np.arange(n), "kind": "window", "submit_t": submit,
-                      "start_t": submit + w}).to_parquet(path)
+        _jobs(path, 7200 + extra_h * 3600 + rng.normal(0, 30, n).clip(0))
 
     jobs(tmp_path / "replay-w1-nochains" / "jobs.parquet", 0.0)
     jobs(tmp_path / "replay-w1-nochains2" / "jobs.parquet", 0.2)  # Slurm's spread: about 0.2 h

@@ -338,18 +338,28 @@ def _first_run(root: Path, factor: float) -> list[str]:
             *_lateness(f, factor), ""]
 
 
-def _in_short(root: Path, frames: dict, docs_by_set: dict, factor: float, windows: list[str]) -> list[str]:
+def _pools(frames: dict, docs_by_set: dict, factor: float) -> dict:
+    """Each :data:`POOLS` entry whose sets both ran: (its sets, the pooled links, their runs' docs,
+    the summary rows)."""
+    from mirage_tasks.slurm.keeper_stats import summary
+
+    out = {}
+    for pname, members in POOLS.items():
+        if sum(m in frames for m in members) >= 2:
+            f, docs = _pool(frames, docs_by_set, members)
+            out[pname] = (members, f, docs, summary(f, factor, 1))
+    return out
+
+
+def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) -> list[str]:
     """The answer first: each pooled set's verdict lines against the issue's criterion (the waste
-    compared with avg's in set ``keep``, where avg ran) and the pooled distortion of the background."""
+    compared with avg's in set ``keep``, where avg ran) and the pooled distortion of the background
+    (the pooled lines of :func:`_background_by_window`)."""
     from mirage_tasks.slurm.keeper_stats import summary
 
     out = []
     avg = [r for r in summary(frames["keep"], factor, 1) if r["policy"] == "avg"] if "keep" in frames else []
-    for pname, members in POOLS.items():
-        if sum(m in frames for m in members) < 2:
-            continue
-        f, docs = _pool(frames, docs_by_set, members)
-        rows = summary(f, factor, 1)
+    for pname, (members, f, docs, rows) in pools.items():
         if avg:  # avg ran in set keep only: its waste is the yardstick the criterion names
             rows = rows + [{**avg[0], "policy": "avg"}]
         out += [f"Sets {' and '.join(f'`{m}`' for m in members)} pooled ({len(docs)} runs), against the issue's "
@@ -358,7 +368,7 @@ def _in_short(root: Path, frames: dict, docs_by_set: dict, factor: float, window
         out += [ln for ln in _verdict_lines(rows, f) if not ln.startswith("* **avg**")] + [""]
         out += [ln + " The policies' paired differences are of that size." for ln in _same_decision_pair(f, pname)]
         out += [""]
-    dist = [ln for ln in _background_by_window(root, windows) if ln.startswith("* `")]
+    dist = [ln for ln in by_window if ln.startswith("* `")]
     if dist:
         out += ["The background's mean wait with the chains minus without, every window pooled:", "", *dist, ""]
         if "keepc2" in frames:
@@ -380,11 +390,13 @@ def page(root: str) -> str:
             frames[name], docs_by_set[name] = f, docs
     first = next(iter(next(iter(docs_by_set.values())).values())) if docs_by_set else {}
     factor = first.get("factor", 180)
+    pools = _pools(frames, docs_by_set, factor)
+    by_window = _background_by_window(root, [w["name"] for w in wins["windows"]])
     L = ["# The service keeper on a real Slurm over five busy windows (issue 28 item 5)", "",
          "Written by `bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
          "from the runs' outputs. Earlier single runs and the fixes that led here: "
          "[service-keeper.md](service-keeper.md); the protocol: [protocol-v2.md](protocol-v2.md) (the keeper section).",
-         "", *_in_short(root, frames, docs_by_set, factor, [w["name"] for w in wins["windows"]]),
+         "", *_in_short(frames, pools, factor, by_window),
          "## What was run", "",
          f"A 1-node service of 48 h jobs kept by `keep-service` on Debian's Slurm 22.05 (78 nodes, the `ls6` preset as "
          f"this Slurm enforces it, compression x{factor:g}: 48 h = {48 * 3600 / factor / 60:.0f} real minutes, the queue "
@@ -477,18 +489,14 @@ def page(root: str) -> str:
               "interval that excludes zero, at a waste no higher than avg's):", ""] + _verdict_lines(rows, f) + [""]
         L += ["The simulator's prediction for the same links (given the background Slurm ran):", ""]
         L += _sim_agreement(f) + [""]
-    for pname, members in POOLS.items():
-        if sum(m in frames for m in members) < 2:
-            continue
-        f, docs = _pool(frames, docs_by_set, members)
+    for pname, (members, f, docs, rows) in pools.items():
         L += [f"### Sets {' and '.join(f'`{m}`' for m in members)} pooled ({len(docs)} runs; a chain of one set is "
               "paired only with the same set's chains)", ""]
-        rows = summary(f, factor, 1)
         L += markdown(rows) + [""]
         L += ["Against the issue's criterion:", ""] + _verdict_lines(rows, f) + [""]
         L += ["The simulator's prediction for the same links:", ""] + _sim_agreement(f) + [""]
         L += [ln + (" Read the policies' paired differences above against it: it is the size of what one cluster "
-                    "does to the same decision." ) for ln in _same_decision_pair(f, pname)] + [""]
+                    "does to the same decision.") for ln in _same_decision_pair(f, pname)] + [""]
     same = [ln for n in ("keep", "keepc", "keepc2") if n in frames for ln in _same_decision_pair(frames[n], n)]
     if same:
         L += ["### Identical decisions in one cluster", ""] + same + [""]
@@ -499,7 +507,6 @@ def page(root: str) -> str:
         L += [f"The keeper's own lateness at the predecessor's end, set `{name}`:", ""] + _lateness(f, factor) + [""]
     L += _first_run(root, factor)
     L += ["### The background with and without the chains", ""] + _background_effect(root) + [""]
-    by_window = _background_by_window(root, [w["name"] for w in wins["windows"]])
     if by_window:
         L += by_window + [""]
     L += ["### Wall time and CPU per run", "", "All runs of a set at once (and both sets together) on this 2-core "

@@ -463,12 +463,13 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
                                          candidates=WAIT_PRED_MARGINS_H)
         rules["wait-pred"] = (score.wait_pred_score(), 0.0, None)
         rules["wait-pred-cal"] = (score.wait_pred_score(), cal["wait-pred-cal"]["threshold"], None)
-        rules[GUARANTEE] = (score.guarantee_score(), 0.0, None)
-        cal[GUARANTEE_CAL] = calibrate_conformal(val.guarantee_score(), val.y, val.sample)
-        rules[GUARANTEE_CAL] = (score.guarantee_score(), cal[GUARANTEE_CAL]["threshold"], None)
+        g_score, g_val = score.guarantee_score(), val.guarantee_score()
+        rules[GUARANTEE] = (g_score, 0.0, None)
+        cal[GUARANTEE_CAL] = calibrate_conformal(g_val, val.y, val.sample)
+        rules[GUARANTEE_CAL] = (g_score, cal[GUARANTEE_CAL]["threshold"], None)
         aci, cal[GUARANTEE_ACI], _ = aci_outcomes(val, score)
         val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
-                      GUARANTEE: (val.guarantee_score(), 0.0)}
+                      GUARANTEE: (g_val, 0.0)}
         from .stopping import fit as fit_stopping
 
         tr = train.rows(np.isin(np.arange(len(train.y)), split.train))

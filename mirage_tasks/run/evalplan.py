@@ -356,8 +356,9 @@ def _fresh_window(budget: Budget, fresh: tuple[str, ...]) -> tuple[datetime, int
 ONLINE_RULES = ("reactive", "xgboost", "xgboost-all", "xgboost-probes", "xgboost-uniform")
 ASK_ALL = "-all"
 ASK_SUFFIXES = {ASK_ALL: ["--decide-within", "all", "--decide-at", "grid"], "-probes": ["--decide-at", "probes"]}
-#: the models whose unsuffixed rules ask on the 10-minute grid (named, since ``auto`` would not)
-GRID_MODELS = ("xgboost", "xgboost-wp", "xgboost-uniform")
+#: the end-spaced models, whose unsuffixed rules ask on the 10-minute grid (named: ``auto`` would ask
+#: them at their probes' times; a uniform model is on the grid either way)
+GRID_MODELS = ("xgboost", "xgboost-wp")
 
 
 def base_rule(rule: str) -> str:
