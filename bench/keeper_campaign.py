@@ -20,7 +20,9 @@ are judged in. ``--extra-nodes K`` adds K nodes to the log's
 cluster: the chains bring their own capacity (one node per service job at a time), so the
 background keeps, on average, the capacity it had in the log, while the chains still queue with it
 for the same nodes (on 78 nodes without it, 3 or 4 chains at a time lengthened the background's
-mean wait by 1.2 to 1.7 h, Slurm's own spread being 0.07 h). The runs are niced to ``--nice`` (negative:
+mean wait by 1.2 to 1.7 h, Slurm's own spread being 0.07 h). With ``--offset-hours``, the extra
+nodes served the background alone until the chains started (set ``keepc2``: its background's mean
+wait 0.41 h shorter than without chains); ``--late-extra-nodes`` keeps them drained until then. The runs are niced to ``--nice`` (negative:
 ahead of other work on the machine, which would otherwise stretch Slurm's dispatch, one real
 second being ``--factor`` trace seconds). Each run's wall time and CPU are printed.
 
@@ -99,6 +101,8 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     from mirage_tasks.sim.config import PRESETS
 
     nodes = ["--nodes", str(PRESETS["ls6"].nodes + a.extra_nodes)] if a.extra_nodes else []
+    if getattr(a, "late_extra_nodes", False):
+        nodes += ["--late-nodes", str(a.extra_nodes)]
     return [PY, "-m", "mirage_tasks", "keep-service", "--policy", a.policies, *inputs, "--node", "1",
             "--service-hours", "48", "--factor", f"{a.factor:g}", "--slurm-root",
             f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6", *nodes,
@@ -175,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="nodes added to the log's cluster for the chains (0): with one per service job at a time "
                         "(the policies of a set run side by side) the background keeps the capacity it had in the "
                         "log on average, and the chains compete with it for the same nodes")
+    r.add_argument("--late-extra-nodes", action="store_true",
+                   help="the extra nodes stay drained until the first chain starts (keep-service --late-nodes; "
+                        "needs --offset-hours): before the chains exist the background has the log's capacity, "
+                        "as in the replays without chains")
     g = sub.add_parser("page", help="write the results page from the runs' outputs")
     g.add_argument("--root", required=True)
     g.add_argument("--write-doc", default=None)
@@ -186,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     if a.cmd == "run":
+        if a.late_extra_nodes and not (a.extra_nodes and a.offset_hours > 0):
+            ap.error("--late-extra-nodes needs --extra-nodes K and --offset-hours > 0 (when they join)")
         return run(a)
     sys.path.insert(0, str(ROOT / "devtools" / "pages"))
     from keeper_campaign_page import page

@@ -82,6 +82,10 @@ def test_every_command_parses_with_its_steps_parser():
     assert ns.offset_hours == 0 and "--offset-hours" not in argv  # the argv (and params) of earlier runs stay
     o = mod.keep_argv(argparse.Namespace(**{**vars(a), "offset_hours": 25.0, "name": "keepc2"}), w)
     assert step_parser("keep-service").parse_args(o[4:]).offset_hours == 25.0
+    assert "--late-nodes" not in c and "--late-nodes" not in o  # the argv of earlier sets stay
+    late = step_parser("keep-service").parse_args(mod.keep_argv(argparse.Namespace(
+        **{**vars(a), "extra_nodes": 4, "offset_hours": 12.5, "late_extra_nodes": True, "name": "keepc3"}), w)[4:])
+    assert (late.cfg_nodes, late.late_nodes, late.offset_hours) == (82, 4, 12.5)
     assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
     assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
     assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"

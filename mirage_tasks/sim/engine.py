@@ -303,6 +303,17 @@ class Simulator:
         self.cap = cap
         return True
 
+    def hold_nodes(self, k: int, until: int) -> None:
+        """Keep ``k`` nodes out of service until ``until`` (trace s), from before the first job:
+        nodes that join later (a keeper session's late nodes, drained until its chains start)."""
+        if self.running or self.cap_sched or not 0 < k < self.cap:
+            raise ValueError(f"hold_nodes({k}): only before any job runs, without a capacity schedule, "
+                             f"and fewer than the {self.cap} nodes")
+        self.free -= int(k)
+        self.cap -= int(k)
+        self.cap_sched = ((int(until), self.cap + int(k)),)
+        self.cap_ptr = 0
+
     # ------------------------------------------------------------------ history
     def record_history(self, fn: Callable[[Simulator], np.ndarray], start: int, step: int, window: int) -> None:
         """Take ``fn(self)`` at every multiple of ``step`` from ``start`` on; keep ``window``."""

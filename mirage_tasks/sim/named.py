@@ -21,7 +21,8 @@ nodes (``BackfillPolicy.named_nodes``): every start places the job with :func:`b
 (the main scheduler among the idle nodes; a backfill start among the nodes free over its
 whole planned run, as Slurm's backfill restricts the select plugin to them), every end frees
 its nodes, and the backfill pass runs on free-node bitmaps. Nodes leaving service
-(``capacity_window_s``) are not modelled with named nodes and are refused.
+(``capacity_window_s``) are not modelled with named nodes and are refused; nodes that join
+later (:meth:`~NamedNodes.hold_nodes`, idle until then) are.
 """
 
 from __future__ import annotations
@@ -124,12 +125,25 @@ class NamedNodes:
         self.j_mask: dict[int, int] = {}
         self._within = 0  # a backfill start's allowed nodes (0: any idle node)
         self.placed: dict[int, int] | None = None  # job -> its nodes, kept past its end when a dict
+        self.late = 0  # nodes held out of service until they join (:meth:`hold_nodes`): the highest indices
+
+    def hold_nodes(self, k: int, until: int) -> None:
+        """As the engine's; the held nodes are the cluster's last ``k`` (``n{N-k+1}``..``nN``, the
+        nodes ``keep-service --late-nodes`` drains), out of the idle bitmap until they join."""
+        super().hold_nodes(k, until)
+        n = int(self.cfg.nodes)
+        self.late = ((1 << int(k)) - 1) << (n - int(k))
+        self.idle &= ~self.late
 
     def _apply_capacity(self) -> bool:
-        if self.cap_sched:
+        if self.cap_sched and not self.late:
             raise StepError(f"backfill {self.cfg.backfill!r} places jobs on named nodes and does not model "
                             "nodes leaving service: set capacity_window_s to 0")
-        return super()._apply_capacity()
+        changed = super()._apply_capacity()
+        if changed and self.late:  # held nodes only ever join
+            self.idle |= self.late
+            self.late = 0
+        return changed
 
     def _start(self, j, backfilled, when=None, record_wait=True):
         pool = self._within or self.idle

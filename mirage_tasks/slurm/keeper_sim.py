@@ -30,9 +30,11 @@ PRED_TAG, SUCC_TAG = -2, -3
 
 
 def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, accounting: bool = False,
-                recalc_t: float | None = None) -> Simulator:
+                recalc_t: float | None = None, late: tuple[float, int] | None = None) -> Simulator:
     sim = Simulator(sim_config(cfg, factor, accounting), t0)
     sim.static_default = 0.0
+    if late is not None:  # (trace instant, k): k of the nodes join only then, as the session's late nodes did
+        sim.hold_nodes(int(late[1]), int(round(late[0])))
     align_recalc(sim, recalc_t)
     ok = jobs[jobs["submit_t"].notna()]
     for idx, r in submission_order(ok).iterrows():
@@ -46,13 +48,15 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
 def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
             step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
-            avg_offset_h: float | None = None, waitpred: Callable | None = None) -> dict:
+            avg_offset_h: float | None = None, waitpred: Callable | None = None,
+            late: tuple[float, int] | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
-    of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`)."""
+    of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`; ``late``: (trace instant, k),
+    k nodes of the cluster in service only from then on, the session's late nodes)."""
     ps = int(round(pred_submit_t))
     t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
-    sim = _background(jobs, cfg, factor, t0, accounting, recalc_t)
+    sim = _background(jobs, cfg, factor, t0, accounting, recalc_t, late)
     sim.static_default = float(priority)
     pred = sim.add_probe_job(ps, service_s, node, PRED_TAG)
     sim.schedule_submit(pred)

@@ -35,7 +35,11 @@ class Session:
     ``chains`` chains per policy; chain ``c`` of every policy starts ``c * stagger_s`` trace
     seconds after the first, the first ``offset_s`` trace seconds after the session starts (the
     chains of one index start together, so the policies are paired on them), its jobs named
-    ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``."""
+    ``svc-<policy>-<link>`` (chain 0) or ``svc-<policy>-c<c>-<link>``. ``late_nodes`` (node
+    names of a cluster this session owns) are drained before the background is submitted and
+    resumed when chain 0 starts, once its predecessors are queued: capacity added for the chains
+    does not serve the background alone before them; the simulator's prediction has them join at
+    the same instant."""
 
     env: dict[str, str]
     jobcomp: str | None
@@ -55,6 +59,8 @@ class Session:
     bg_facts: dict | None = None
     recalc_epoch: float | None = None        # when slurmctld last re-read usage (a local cluster's state)
     submit_epochs: dict[str, float] | None = None  # slurmctld's logged submission instant per job id
+    late_nodes: list[str] = field(default_factory=list)  # drained until chain 0 starts (a cluster this session owns)
+    join_epoch: float | None = None          # when the late nodes were resumed (real epoch)
 
     def run(self, deadline_s: float) -> None:
         """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
@@ -70,6 +76,8 @@ class Session:
                 raise Stopped("the session is stopping")
 
         try:
+            if self.late_nodes:  # before any background job: the nodes are idle, so they drain at once
+                _node_state(self.late_nodes, "DRAIN", self.env)
             clock = None  # a trace instant for the wait predictor's calendar: the replay's origin, to its start-up
             if self.background is not None:
                 jobs = self.background
@@ -114,13 +122,31 @@ class Session:
                     with lock:
                         self.errors[p if self.chains == 1 else f"{p}[{c}]"] = repr(exc)
 
+            def _join() -> None:  # the late nodes join when chain 0 starts: once its predecessors are queued
+                try:
+                    if self.offset_s > 0:
+                        nap(self.offset_s / scale)
+                    first = [k for (_, c), k in keepers.items() if c == 0]
+                    while not all(k.submitted or not k.thread.is_alive() for k in first):
+                        nap(0.2)
+                    _node_state(self.late_nodes, "RESUME", self.env)
+                    self.join_epoch = time.time()
+                except Stopped:
+                    pass
+                except Exception as exc:
+                    with lock:
+                        self.errors["late nodes"] = repr(exc)
+
             threads = [threading.Thread(target=_keep, args=key, daemon=True) for key in keepers]
             for key, t in zip(keepers, threads):
                 keepers[key].thread = t
-            for t in threads:
+            joiner = threading.Thread(target=_join, daemon=True) if self.late_nodes else None
+            for t in [*threads, *([joiner] if joiner is not None else [])]:
                 t.start()
             for t in threads:
                 t.join()
+            if joiner is not None:
+                joiner.join()
             if bg_thread is not None:
                 stop.set()
                 bg_thread.join(timeout=120)
@@ -155,6 +181,9 @@ class Session:
 
         origin = self.bg_facts["origin_epoch"]
         recalc_t = None if self.recalc_epoch is None else self.t0 + (self.recalc_epoch - origin) * factor
+        late = None
+        if self.late_nodes and self.join_epoch is not None:  # (trace instant the late nodes joined, how many)
+            late = (self.t0 + (self.join_epoch - origin) * factor, len(self.late_nodes))
         limit_min = int(math.ceil(service_s / factor / 60))
         limit_s = int(limit_min * 60 * factor)
         epochs = self.submit_epochs or {}
@@ -176,7 +205,7 @@ class Session:
                                    self.decide if r["policy"] == "model" else None, int(step_s),
                                    accounting=self.accounting, recalc_t=recalc_t,
                                    avg_offset_h=self.keeper.get("avg_offset_h"),
-                                   waitpred=self.keeper.get("waitpred"))})
+                                   waitpred=self.keeper.get("waitpred"), late=late)})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")
@@ -204,6 +233,15 @@ class Session:
 
 def threads_of(keepers: dict) -> list:
     return [t for k in keepers.values() if (t := getattr(k, "thread", None)) is not None]
+
+
+def _node_state(nodes: list[str], state: str, env: dict) -> None:
+    """``scontrol update`` these nodes to ``state`` (DRAIN or RESUME): only ever the late nodes of
+    a cluster this session started."""
+    from .queue import run_client
+
+    args = ["scontrol", "update", f"NodeName={','.join(nodes)}", f"State={state}"]
+    run_client(args + (["Reason=joins when the chains start"] if state == "DRAIN" else []), env)
 
 
 def _submitted_warm(env: dict, n: int) -> bool:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
           "step_s": (1, 86400), "chains": (1, 1000),
-          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "nice": (-2_147_483_645, 2_147_483_645),
+          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "late_nodes": (0, 100_000), "nice": (-2_147_483_645, 2_147_483_645),
           "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offset-hours", type=float, default=0.0,
                    help="trace hours from the session's start (the background's, with one) to the first chain's "
                         "start (0): a second run over the same window with another offset keeps other links")
+    p.add_argument("--late-nodes", type=int, default=0,
+                   help="with --slurm-root and --offset-hours: the local cluster's last K nodes stay drained until "
+                        "the first chain starts (0), so nodes added for the chains (--nodes) do not serve the "
+                        "background alone before the chains exist; the simulator's prediction has them join then")
     p.add_argument("--factor", type=float, default=1.0, help="time compression of the cluster (1 = a real cluster)")
     p.add_argument("--step-s", type=float, default=600.0, help="trace seconds between queue readings (600)")
     p.add_argument("--nice", type=int, default=None,
@@ -116,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
                         "or --policy reactive or avg")
     if args.node < 1 or args.links < 1 or not args.factor > 0 or not args.service_hours > 0 or not args.step_s > 0:
         raise StepError("--node and --links must be >= 1; --factor, --service-hours and --step-s > 0")
+    if args.late_nodes and not (args.slurm_root and args.offset_hours > 0):
+        raise StepError(f"--late-nodes {args.late_nodes} needs --slurm-root (a cluster this run starts: the keeper "
+                        "never changes a real cluster's nodes) and --offset-hours > 0 (when the nodes join)")
     if args.slurm_root:
         from ..slurm.cluster import check_root
 
@@ -142,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
             from ..slurm.cluster import check_local_size
 
             check_local_size(cfg)
+            if args.late_nodes and not args.late_nodes < cfg.nodes:
+                raise StepError(f"--late-nodes {args.late_nodes}: the cluster has {cfg.nodes} nodes; leave at least "
+                                "one in service from the start")
         at_once = len(policies) * args.chains * args.node
         if at_once > cfg.nodes:
             raise StepError(f"--policy {args.policy} x --chains {args.chains} x --node {args.node} = {at_once} service "
@@ -173,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             raise StepError(str(exc)) from None
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
-              and not (k in ("stagger_hours", "offset_hours") and v == 0)}  # at defaults: earlier runs' keys stay
+              and not (k in ("stagger_hours", "offset_hours", "late_nodes") and v == 0)}  # at defaults: earlier runs' keys stay
     for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
@@ -238,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
     session = Session(env=env, jobcomp=jobcomp, policies=policies, decide=decide, background=bg_plan,
                       chains=args.chains, stagger_s=hours_to_s(args.stagger_hours),
                       offset_s=hours_to_s(args.offset_hours),
+                      late_nodes=[f"n{i}" for i in range(cfg.nodes - args.late_nodes + 1, cfg.nodes + 1)]
+                      if args.late_nodes else [],
                       t0=t0 if bg else 0, accounting=args.accounting, owns_cluster=cluster is not None,
                       keeper={"node": args.node, "service_s": service_s, "scale": args.factor, "step_s": args.step_s,
                               "links": args.links, "nice": nice, "partition": args.partition,

@@ -233,3 +233,48 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
     assert "| reactive | 1 | 2 | 2 |" in (out / "keeper.md").read_text()
     bgj = pd.read_parquet(out / "background.parquet")
     assert list(bgj["kind"]) == ["running_at_start", "window"] and bgj["slurm_start"].notna().iloc[0]
+
+
+def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
+    """``--late-nodes``: nodes added for the chains stay drained until the first chain starts.
+    A 2-node local Slurm at x120, the second node late by the chains' half-hour offset; the
+    background holds node 1 for 3 h, and its window submits a 2 h 1-node job at 10 min, of a
+    lower priority than the service's. On the cluster without late nodes that job takes node 2
+    at 10 min and the predecessor, submitted at 30 min, waits until 2 h 10 min; here node 2 joins
+    once the predecessor is queued, and the predecessor takes it at once. The simulator's
+    prediction has node 2 join at the same instant, so it predicts that start too."""
+    import json
+    import subprocess
+    import sys
+
+    from test_sim_support import frame, write_committed_trace
+
+    from mirage_tasks.data.times import iso
+
+    h, m = 3600, 60
+    t0 = 1_700_006_400
+    trace = write_committed_trace(tmp_path / "trace", frame([
+        {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 1, "priority": 3000},
+        {"submit": t0 + 10 * m, "start": t0 + 10 * m, "end": t0 + 130 * m, "limit": 3 * h, "nodes": 1,
+         "priority": 1000},
+        {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
+    out = tmp_path / "out"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--policy", "reactive",
+                           "--offset-hours", "0.5", "--late-nodes", "1", "--node", "1", "--service-hours", "1",
+                           "--factor", "120", "--slurm-root", str(tmp_path / "slurm"), "--trace", trace,
+                           "--background-from", iso(t0), "--background-to", iso(t0 + h), "--nodes", "2",
+                           "--cluster-config", "ls6", "--stop-chain", "--deadline-s", "600", "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    k = json.loads((out / "keeper.json").read_text())
+    assert k["late_nodes"] == 1 and not k["facts"]["errors"], k["facts"]
+    link = pd.DataFrame(k["links"]).iloc[0]
+    origin, fac = k["facts"]["background"]["origin_epoch"], k["factor"]
+    pred_start_t = t0 + (link["pred_start"] - origin) * fac
+    assert 0.4 * h <= pred_start_t - t0 <= 0.75 * h, (pred_start_t - t0) / h  # node 2 free for it, not at 2.2 h
+    assert abs(pred_start_t - link["sim_pred_start"]) <= 0.25 * h, (pred_start_t - t0, link["sim_pred_start"] - t0)
+    bgj = pd.read_parquet(out / "background.parquet")
+    win = bgj[bgj["kind"] == "window"].iloc[0]
+    assert not win["start_t"] - t0 < 1.4 * h, (win["start_t"] - t0) / h  # not at 10 min on node 2 (or never)

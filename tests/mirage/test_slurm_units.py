@@ -435,6 +435,58 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
     assert list(Session(env={}, jobcomp=None, policies=["avg"], keeper={}).links(cfg, factor, h, 1, 0, 600)) == []
 
 
+def test_the_prediction_has_the_late_nodes_join_when_they_joined():
+    """A session's late nodes (``keep-service --late-nodes``) join at the instant they were
+    resumed: a 2-node cluster, one node held by the background from t0 + 1 min to t0 + 2 h, the
+    other late until t0 + 1.5 h (real epoch mapped to trace time, x60). A chain submitted at
+    t0 + 2 min is predicted to start when the node joins, not at once as on the cluster with
+    both nodes."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.session import Session
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h,
+                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0, t0 + h, factor)
+    origin = 1.7e9
+    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+
+    def first(**late):
+        s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0, **late)
+        s.results = {"reactive": [{"policy": "reactive", "link": 0, "pred_submit": origin + 120 / factor,
+                                   "signed_interruption_h": 0.0}]}
+        s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
+        return s.links(cfg, factor, service_s=h, node=1, nice=0, step_s=600).iloc[0]
+
+    assert first()["sim_pred_start"] == t0 + 120
+    r = first(late_nodes=["n2"], join_epoch=origin + 1.5 * h / factor)
+    assert r["sim_pred_start"] == t0 + 1.5 * h and r["sim_pred_end"] == t0 + 2.5 * h
+    assert r["sim_succ_start"] == t0 + 2.5 * h  # both nodes in service by then
+    # joined before the chain's submission: it starts at once
+    assert first(late_nodes=["n2"], join_epoch=origin + 60 / factor)["sim_pred_start"] == t0 + 120
+
+
+def test_keep_service_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
+    """The keeper never changes a real cluster's nodes, and late nodes join when the first
+    chain starts: without --slurm-root or without --offset-hours the step refuses, naming the
+    flag, before anything starts."""
+    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
+
+    import argparse
+
+    for extra in (["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
+                  ["--slurm-root", str(tmp_path / "s")]):
+        p = argparse.ArgumentParser()
+        add_arguments(p)
+        a = p.parse_args(["--policy", "reactive", "--late-nodes", "2", "--out", str(tmp_path / "o"), *extra])
+        with pytest.raises(StepError, match="--late-nodes 2 needs --slurm-root"):
+            run(a)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
+
+
 def test_each_chains_prediction_sees_the_other_chains_jobs():
     """Two chains on a 2-node cluster whose background holds one node for 2 h: chain 1's
     predecessor (submitted first, at t0) takes the free node; chain 0's, submitted 30 trace
