@@ -126,15 +126,8 @@ class Keeper:
 
     def _asks(self, link: "Link", left_s: float) -> bool:
         """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
-        end: within ``decide_within_s``, and with ``decide_at_s`` at the first reading at or past
-        each of those times (one ask per time; times passed while reading count once)."""
-        if self.decide_within_s is not None and left_s > self.decide_within_s:
-            return False
-        if self.decide_at_s is None:
-            return True
-        due = [t for t in self.decide_at_s if left_s <= t and t not in link.asked_at]
-        link.asked_at.update(due)
-        return bool(due)
+        end (:func:`asks`)."""
+        return asks(left_s, self.decide_within_s, self.decide_at_s, link.asked_at)
 
     # ------------------------------------------------------------------ slurm
     def _log(self, rec: dict) -> None:
@@ -335,6 +328,20 @@ class Keeper:
         if self.stop_chain:
             self.cancel(pred)
         return results
+
+
+def asks(left_s: float, within_s: float | None, at_s: tuple[float, ...] | None, asked: set) -> bool:
+    """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
+    end: within ``within_s``, and with ``at_s`` at the first reading at or past each of those
+    times (one ask per time; times passed while reading count once; ``asked`` keeps the times
+    already asked for this link). The keeper and the simulator's prediction of it both ask so."""
+    if within_s is not None and left_s > within_s:
+        return False
+    if at_s is None:
+        return True
+    due = [t for t in at_s if left_s <= t and t not in asked]
+    asked.update(due)
+    return bool(due)
 
 
 def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]], dict[str, Any]]:

@@ -5,7 +5,8 @@ mapped back to trace time, compressed sleeps and minute-rounded limits times the
 the chain starts with the predecessor at the keeper's real submission time; the settings
 are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the keeper does
 (:mod:`.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
-asked every step once the predecessor runs, ``avg`` = end minus the simulator's mean wait of
+asked where the keeper asks it once the predecessor runs (every step, within its trained span or
+at its probe times), ``avg`` = end minus the simulator's mean wait of
 the last 100 starts when the predecessor started, ``avg-cal`` = the end minus (that mean wait
 minus the calibrated offset) where that is before the end, ``wait-pred`` and ``guarantee`` the
 wait predictor asked every step on the simulator's queue (every estimate the request, as the
@@ -49,11 +50,13 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
             policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
             step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
             avg_offset_h: float | None = None, waitpred: Callable | None = None,
-            late: tuple[float, int] | None = None) -> dict:
+            late: tuple[float, int] | None = None, decide_within_s: float | None = None,
+            decide_at_s: tuple[float, ...] | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`; ``late``: (trace instant, k),
-    k nodes of the cluster in service only from then on, the session's late nodes)."""
+    k nodes of the cluster in service only from then on, the session's late nodes). The model is
+    asked where the keeper asks it (``decide_within_s``, ``decide_at_s``: :func:`.keeper.asks`)."""
     ps = int(round(pred_submit_t))
     t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
     sim = _background(jobs, cfg, factor, t0, accounting, recalc_t, late)
@@ -89,15 +92,19 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
             nxt = (sim.now // step_s + 1) * step_s
             sim.run_until(min(nxt, pend))
     else:
+        from .keeper import asks
+
         sim.run_until(pstart)
         t = pend
+        asked: set = set()
         while sim.now < pend:
-            hist = features.history(sim, pred, node, service_s, window)
-            ok, out = decide(hist)
-            n += 1
-            if ok:
-                t, raw = sim.now, out
-                break
+            if asks(pend - sim.now, decide_within_s, decide_at_s, asked):
+                hist = features.history(sim, pred, node, service_s, window)
+                ok, out = decide(hist)
+                n += 1
+                if ok:
+                    t, raw = sim.now, out
+                    break
             nxt = (sim.now // step_s + 1) * step_s
             sim.run_until(min(nxt, pend))
     sim.run_until(t)

@@ -205,7 +205,9 @@ class Session:
                                    self.decide if r["policy"] == "model" else None, int(step_s),
                                    accounting=self.accounting, recalc_t=recalc_t,
                                    avg_offset_h=self.keeper.get("avg_offset_h"),
-                                   waitpred=self.keeper.get("waitpred"), late=late)})
+                                   waitpred=self.keeper.get("waitpred"), late=late,
+                                   decide_within_s=self.keeper.get("decide_within_s"),
+                                   decide_at_s=self.keeper.get("decide_at_s"))})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")

@@ -751,6 +751,41 @@ def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
     assert lead("avg-cal", -1.0) == pytest.approx(lead("avg") + 1.0)
 
 
+def test_keeper_prediction_asks_the_model_where_the_keeper_asks_it():
+    """keeper_sim.predict asks a model (here one that always says submit) where the keeper does
+    (:func:`keeper.asks`): every step from the predecessor's start, within its trained span, or at
+    the first step at or past each probe time. Before, the prediction asked every step from the
+    start whatever the keeper did, so a model the keeper asked only in its last 24 h was predicted
+    to submit 48 h ahead."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.keeper_sim import predict
+
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h, "time_limit_s": 2 * h,
+                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - 3 * h, t0, factor)
+    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    calls = []
+
+    def always(hist):
+        calls.append(hist.shape)
+        return True, 1.0
+
+    def ask(**where):
+        calls.clear()
+        r = predict(bg, cfg, factor, t0, 1, 4 * h, "model", decide=always, **where)
+        return r["sim_decision_lead_h"], r["sim_n_decisions"], len(calls)
+
+    assert ask() == (4.0, 1, 1)  # at the predecessor's start (t0, a node free)
+    assert ask(decide_within_s=2 * h) == (2.0, 1, 1)
+    assert ask(decide_at_s=(3 * h + 300, 1800)) == (3.0, 1, 1)  # the first step at or past 3 h 5 min left
+    never = predict(bg, cfg, factor, t0, 1, 4 * h, "model", decide=lambda hist: (False, -1.0), decide_at_s=(7200, 600))
+    assert never["sim_n_decisions"] == 2 and never["sim_decision_lead_h"] == 0.0
+
+
 def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, monkeypatch):
     """--policy avg-cal without --avg-cal-samples is refused before anything starts; a sample output
     of another node size is refused naming the flag; one of the right size gives the calibrated
