@@ -147,6 +147,90 @@ def run(a: argparse.Namespace) -> int:
     return rc
 
 
+def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
+    """A stored keep-service run's links with the simulator's prediction computed again by this
+    checkout's :meth:`~mirage_tasks.slurm.session.Session.links`, from what the run stored: its
+    parameters (``keeper.json``), its links, the background as Slurm ran it
+    (``background.parquet``) and its cluster's slurmctld log and state (submission instants to
+    the ms, the phase of the fair-share re-reads). For runs from before ``late_nodes_joined_epoch``
+    was recorded, the late nodes joined right after chain 0's predecessors were queued, so that
+    instant is the last of their submissions in slurmctld's log. The policies that do not use a
+    model or a predictor must come out as stored (a check of the rebuild)."""
+    from mirage_tasks.data.schema import parse_time, read_trace
+    from mirage_tasks.data.times import hours_to_s
+    from mirage_tasks.run.plan import step_parser
+    from mirage_tasks.sim.config import config_from_args
+    from mirage_tasks.slurm import keeper as kp
+    from mirage_tasks.slurm.compare import last_recalc_epoch, sim_config
+    from mirage_tasks.slurm.queue import read_submit_log
+    from mirage_tasks.slurm.session import Session
+
+    k = json.loads((run / "keeper.json").read_text())
+    facts = k["facts"]
+    params = {x: v for x, v in k.items() if x not in ("links", "summary", "facts")}
+    ns = step_parser("keep-service").parse_args(["--out", str(run)])
+    vars(ns).update(params)
+    _, meta = read_trace(ns.trace)
+    cfg = config_from_args(ns, meta.machine_nodes)
+    policies = ns.policy.split(",")
+    keeper = {"avg_offset_h": (facts.get("avg_cal") or {}).get("threshold")}
+    decide = None
+    if "model" in policies:
+        decide, info = kp.model_decider(ns.model)
+        keeper["decide_within_s"] = info["trained_span_s"] if ns.decide_within == "trained" else None
+        keeper["decide_at_s"] = info["trained_offsets_s"] if params.get("decide_at") == "probes" else None
+    if {"wait-pred", "guarantee"} & set(policies):
+        from mirage_tasks.slurm import livewait
+
+        keeper["waitpred"] = livewait.load(ns.waitpred, meta.timezone)
+        keeper["wait_cfg"] = sim_config(cfg, ns.factor, bool(params.get("accounting")))
+    stored = pd.read_parquet(run / "links.parquet")
+    base = stored[[c for c in stored.columns if not c.startswith("sim_")]]
+    rows = json.loads(base.to_json(orient="records"))
+    results: dict[str, list] = {}
+    for r in rows:
+        results.setdefault(r["policy"], []).append(r)
+    epochs = read_submit_log(str(slurm_root / "log" / "slurmctld.log"))
+    late = int(params.get("late_nodes") or 0)
+    join = facts.get("late_nodes_joined_epoch")
+    if late and join is None:
+        join = max(float(epochs.get(str(r["pred"]), r["pred_submit"])) for r in rows if r.get("chain", 0) == 0)
+    s = Session(env={}, jobcomp=None, policies=policies, keeper=keeper, decide=decide, chains=int(ns.chains),
+                t0=int(parse_time(ns.background_from, "--background-from").timestamp()),
+                accounting=bool(params.get("accounting")),
+                late_nodes=[f"n{i}" for i in range(cfg.nodes - late + 1, cfg.nodes + 1)], join_epoch=join)
+    s.results = results
+    s.bg_out, s.bg_facts = pd.read_parquet(run / "background.parquet"), facts["background"]
+    s.recalc_epoch, s.submit_epochs = last_recalc_epoch(str(slurm_root / "state")), epochs
+    return s.links(cfg, ns.factor, hours_to_s(ns.service_hours), ns.node, int(facts["nice"]), int(ns.step_s))
+
+
+def repredict(a: argparse.Namespace) -> int:
+    """``repredict``: every window's run of set ``--name``, predicted again; writes
+    ``<run>/repredicted.parquet`` (the page reads the simulator's columns from it where present)
+    and prints, per policy, how many links' predicted decisions and interruptions moved."""
+    wins = [w["name"] for w in json.load(open(f"{a.root}/windows.json"))["windows"]]
+    rc = 0
+    for w in wins:
+        run, sl = Path(a.root, f"{a.name}-{w}"), Path(a.root, f"slurm-{a.name}-{w}")
+        t0 = time.monotonic()
+        new = repredict_run(run, sl)
+        old = pd.read_parquet(run / "links.parquet")
+        key = ["policy", "chain", "link"]
+        m = old.merge(new, on=key, suffixes=("_old", ""))
+        for p, g in m.groupby("policy", sort=False):
+            moved = (g["sim_signed_interruption_h_old"] - g["sim_signed_interruption_h"]).abs() > 1e-9
+            print(f"{a.name}-{w} {p}: {int(moved.sum())} of {len(g)} predicted interruptions moved "
+                  f"(mean {g['sim_signed_interruption_h_old'].mean():+.2f} -> {g['sim_signed_interruption_h'].mean():+.2f} h)",
+                  flush=True)
+            if p in ("reactive", "avg", "avg-cal") and moved.any():
+                print(f"{a.name}-{w} {p}: the rebuild does not reproduce the stored prediction", flush=True)
+                rc = 1
+        new.to_parquet(run / "repredicted.parquet", index=False)
+        print(f"{a.name}-{w}: {time.monotonic() - t0:.0f} s", flush=True)
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -183,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the extra nodes stay drained until the first chain starts (keep-service --late-nodes; "
                         "needs --offset-hours): before the chains exist the background has the log's capacity, "
                         "as in the replays without chains")
+    q = sub.add_parser("repredict", help="the simulator's prediction for a set's stored runs, computed again")
+    q.add_argument("--root", required=True)
+    q.add_argument("--name", required=True, help="the set (its runs <root>/<name>-<window>)")
     g = sub.add_parser("page", help="write the results page from the runs' outputs")
     g.add_argument("--root", required=True)
     g.add_argument("--write-doc", default=None)
@@ -193,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.out, "windows.json").write_text(json.dumps(doc, indent=1))
         print(json.dumps(doc, indent=1))
         return 0
+    if a.cmd == "repredict":
+        return repredict(a)
     if a.cmd == "run":
         if a.late_extra_nodes and not (a.extra_nodes and a.offset_hours > 0):
             ap.error("--late-extra-nodes needs --extra-nodes K and --offset-hours > 0 (when they join)")

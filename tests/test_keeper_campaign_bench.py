@@ -231,3 +231,30 @@ def test_every_window_without_chains_is_read_against_slurms_spread(tmp_path):
     assert "**no distortion beyond Slurm's own spread**" in kc and "within the spread in 2 of 2" in kc
     (k,) = [ln for ln in text.splitlines() if ln.startswith("* `keep`, 2 windows pooled")]
     assert "+1.00 h" in k and "**the chains lengthen" in k and "in 0 of 2" in k
+
+
+def test_a_third_set_pools_says_its_asking_and_reads_the_predictions_computed_again(tmp_path):
+    """keepc3 (the model asked at its probe times) pools with keepc and keepc2, and the page says
+    the model rows pool two ways of asking; a run's repredicted.parquet replaces its stored
+    simulator columns, and the page counts the predictions that moved."""
+    page = _page_mod().page
+    wins = [{"name": "w1", "from": "2023-02-01T00:00", "mean_queue": 40.0}]
+    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
+                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
+                                                       "busy_candidates": 40, "windows": wins}))
+    for name in ("keepc", "keepc2", "keepc3"):
+        rows = [{"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
+                 "decision_lead_trace_h": 0.0, "signed_interruption_h": 1.0, "wasted_node_h": 0.0, "forced": True,
+                 "model_output": np.nan, "sim_signed_interruption_h": 1.0, "sim_decision_lead_h": 0.0}
+                for c in range(2) for p in ("model", "reactive")]
+        _run(tmp_path, name, "w1", rows)
+    again = pd.read_parquet(tmp_path / "keepc3-w1" / "links.parquet")
+    again.loc[again["policy"] == "model", "sim_signed_interruption_h"] = -7.0
+    again.to_parquet(tmp_path / "keepc3-w1" / "repredicted.parquet")
+    text = page(str(tmp_path))
+    assert "### Sets `keepc` and `keepc2` and `keepc3` pooled (3 runs;" in text
+    short = text.split("## In short")[1].split("## What was run")[0]
+    assert "pool two ways of asking the model" in short
+    assert "Predicted interruptions that moved: `keepc3` model 2 of 2, reactive 0 of 2." in text
+    keepc3 = text.split("### Set `keepc3`")[1].split("###")[0]
+    assert "| model | 2 | 0% |" in keepc3, keepc3  # the simulator (-7 h) now disagrees with Slurm (+1 h) on both

@@ -14,9 +14,14 @@ import pandas as pd
 SETS = {"keep": "the model, avg-cal, avg and reactive", "keepwp": "the wait predictor's rules and reactive",
         "keepc": "the model, the guarantee rule, avg-cal and reactive, on 78 + 4 nodes (the chains bring their "
                  "capacity)",
-        "keepc2": "as `keepc`, its chains 25 trace hours later in the same windows (`--offset-hours 25`): other links"}
+        "keepc2": "as `keepc`, its chains 25 trace hours later in the same windows (`--offset-hours 25`): other links",
+        "keepc3": "as `keepc`, its chains 12.5 trace hours after the window's start (`--offset-hours 12.5`), the 4 added "
+                  "nodes drained until the first chain's predecessors are queued (`--late-extra-nodes`), and the model "
+                  "asked at its training probes' times (`--decide-at auto`, the default now)"}
 #: sets whose links are pooled into one table (the same policies and design, other links)
-POOLS = {"keepc + keepc2": ("keepc", "keepc2")}
+POOLS = {"keepc + keepc2": ("keepc", "keepc2"), "keepc + keepc2 + keepc3": ("keepc", "keepc2", "keepc3")}
+#: pools whose sets asked the model differently (its rows pool two deciders: the page says so)
+MIXED_ASKING = {"keepc + keepc2 + keepc3"}
 
 
 def _f(v, fmt="{:.2f}"):
@@ -28,11 +33,22 @@ def _runs(root: Path, name: str) -> list[Path]:
 
 
 def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
+    """A set's links over its runs, with the simulator's prediction from ``repredicted.parquet``
+    (``bench/keeper_campaign.py repredict``: computed again from the stored run) where present."""
     frames, docs = [], {}
     for p in runs:
         w = p.name.split("-")[-1]
         docs[w] = json.loads((p / "keeper.json").read_text())
-        frames.append(pd.read_parquet(p / "links.parquet").assign(run=w))
+        again = p / "repredicted.parquet"
+        stored = pd.read_parquet(p / "links.parquet")
+        if again.exists():  # how many predicted interruptions the fix moved, per policy
+            new = pd.read_parquet(again)
+            m = stored.merge(new, on=["policy", "chain", "link"], suffixes=("_old", ""))
+            moved = (m["sim_signed_interruption_h_old"] - m["sim_signed_interruption_h"]).abs() > 1e-9
+            docs[w]["repredicted"] = {p_: [int(moved[m["policy"] == p_].sum()), int((m["policy"] == p_).sum())]
+                                      for p_ in m["policy"].unique()}
+            stored = new
+        frames.append(stored.assign(run=w))
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), docs
 
 
@@ -365,6 +381,9 @@ def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) ->
         out += [f"Sets {' and '.join(f'`{m}`' for m in members)} pooled ({len(docs)} runs), against the issue's "
                 "criterion (a rule that submits early, interrupts less than reactive with the interval excluding "
                 "zero, at a waste no higher than avg's; avg's waste from set `keep`):", ""]
+        if pname in MIXED_ASKING:
+            out += ["(Its model rows pool two ways of asking the model: every reading in its last 24 h in "
+                    "`keepc` and `keepc2`, at its probe times in `keepc3`.)", ""]
         out += [ln for ln in _verdict_lines(rows, f) if not ln.startswith("* **avg**")] + [""]
         out += [ln + " The policies' paired differences are of that size." for ln in _same_decision_pair(f, pname)]
         out += [""]
@@ -373,8 +392,10 @@ def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) ->
         out += ["The background's mean wait with the chains minus without, every window pooled:", "", *dist, ""]
         if "keepc2" in frames:
             out += ["In `keepc2` the 4 added nodes served the background alone for the 25 h before its chains "
-                    "started, the likely cause of its background waiting less than the log's (not tested by a run): "
-                    "its policies were compared, paired, on a lighter background.", ""]
+                    "started, the likely cause of its background waiting less than the log's: its policies were "
+                    "compared, paired, on a lighter background."
+                    + (" `keepc3` kept them drained until its chains started (`--late-extra-nodes`): the test of "
+                       "that cause." if "keepc3" in frames else ""), ""]
     return ["## In short", "", *out] if out else []
 
 
@@ -432,7 +453,11 @@ def page(root: str) -> str:
              if "keepc" in frames else "")
           + (" Set `keepc2` repeats `keepc` on fresh clusters with every chain 25 trace hours later "
              "(`--offset-hours 25`): its links are other decisions in the same windows, and every window was replayed "
-             "without chains too (`--baseline-windows w2,w3,w4,w5`)." if "keepc2" in frames else ""),
+             "without chains too (`--baseline-windows w2,w3,w4,w5`)." if "keepc2" in frames else "")
+          + (" Set `keepc3` repeats it 12.5 trace hours after the window's start with the 4 added nodes drained "
+             "until its first chain's predecessors are queued (`keep-service --late-nodes 4`): before the chains "
+             "exist its background has the log's 78 nodes, as the runs without chains do." if "keepc3" in frames
+             else ""),
           "* **A deviation from protocol v2, said here**: the protocol asked for at least three windows with at least 7 "
           "chains one after another per window and policy, at most one service chain running at a time. Seven 50-hour "
           "chains in a row are 350 trace hours, about 2 real hours per window at x180; to get 20 chains per policy in "
@@ -458,13 +483,13 @@ def page(root: str) -> str:
     for name, f in frames.items():
         docs = docs_by_set[name]
         d0 = next(iter(docs.values()))
-        if name in ("keep", "keepc", "keepc2") and d0["facts"].get("avg_cal"):
+        if name in ("keep", "keepc", "keepc2", "keepc3") and d0["facts"].get("avg_cal"):
             ac = d0["facts"]["avg_cal"]
             L += [f"Set `{name}`: avg-cal's calibration on the training samples: threshold {ac['threshold']} "
                   f"({'never submits early: on those samples no threshold beat reactive strictly' if ac['never_submits_early'] else 'h'}; "
                   f"objective {ac['objective']:.3f} against reactive's {ac['reactive_objective']:.3f}, "
                   f"{ac['n_samples']} samples). So avg-cal decides as reactive here.", ""]
-        if name in ("keepwp", "keepc", "keepc2") and d0["facts"].get("waitpred"):
+        if name in ("keepwp", "keepc", "keepc2", "keepc3") and d0["facts"].get("waitpred"):
             wp = d0["facts"]["waitpred"]
             L += [f"Set `{name}`: the wait predictor's pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
         span = (d0["facts"].get("model") or {}).get("trained_span_s")
@@ -479,6 +504,19 @@ def page(root: str) -> str:
                   "the predecessor ran.", ""]
     if (root / "notes.md").exists():  # what happened to the runs that their outputs do not say
         L += ["**How the runs went**: " + (root / "notes.md").read_text().strip(), ""]
+    again = {}
+    for n, docs in docs_by_set.items():
+        for d in docs.values():
+            for p_, (mv, tot) in (d.get("repredicted") or {}).items():
+                a = again.setdefault(n, {}).setdefault(p_, [0, 0])
+                a[0], a[1] = a[0] + mv, a[1] + tot
+    if again:
+        L += ["**The simulator's predictions** of sets " + ", ".join(f"`{n}`" for n in again) + " were computed again "
+              "from the stored runs (`bench/keeper_campaign.py repredict`) after a fix: the prediction had asked the "
+              "model at every step from the predecessor's start, whatever the keeper did; it now asks it where the "
+              "keeper asked (within its trained span, or at its probe times). Predicted interruptions that moved: "
+              + "; ".join(f"`{n}` " + ", ".join(f"{p_} {mv} of {tot}" for p_, (mv, tot) in pol.items())
+                          for n, pol in again.items()) + ".", ""]
     L += ["## Results", ""]
     for name, f in frames.items():
         docs = docs_by_set[name]
@@ -497,7 +535,8 @@ def page(root: str) -> str:
         L += ["The simulator's prediction for the same links:", ""] + _sim_agreement(f) + [""]
         L += [ln + (" Read the policies' paired differences above against it: it is the size of what one cluster "
                     "does to the same decision.") for ln in _same_decision_pair(f, pname)] + [""]
-    same = [ln for n in ("keep", "keepc", "keepc2") if n in frames for ln in _same_decision_pair(frames[n], n)]
+    same = [ln for n in ("keep", "keepc", "keepc2", "keepc3") if n in frames
+            for ln in _same_decision_pair(frames[n], n)]
     if same:
         L += ["### Identical decisions in one cluster", ""] + same + [""]
     spread = _reactive_spread(frames)

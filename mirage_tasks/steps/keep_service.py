@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
              "nice": nice, "model": model_info, "avg_cal": avg_cal,
              "waitpred": None if wait is None else {"uri": args.waitpred, "pick": wait["waitpred"].pick,
                                                     "level": wait["waitpred"].level},
-             "background": bg_facts}
+             "background": bg_facts, "late_nodes_joined_epoch": session.join_epoch}
     from ..slurm.keeper_stats import jsonable, summary
 
     step.write_json("keeper.json", {**params, "facts": facts, "summary": jsonable(summary(frame, args.factor, args.node)),
