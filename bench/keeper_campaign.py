@@ -97,7 +97,8 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     pol = a.policies.split(",")
     inputs = ((["--model", a.model] if "model" in pol else [])
               + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
-              + (["--waitpred", a.waitpred] if {"wait-pred", "guarantee"} & set(pol) else []))
+              + (["--waitpred", a.waitpred] if {"wait-pred", "guarantee", "guarantee-cal"} & set(pol) else [])
+              + (["--guarantee-samples", a.guarantee_samples] if "guarantee-cal" in pol else []))
     from mirage_tasks.sim.config import PRESETS
 
     nodes = ["--nodes", str(PRESETS["ls6"].nodes + a.extra_nodes)] if a.extra_nodes else []
@@ -179,7 +180,10 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
         decide, info = kp.model_decider(ns.model)
         keeper["decide_within_s"] = info["trained_span_s"] if ns.decide_within == "trained" else None
         keeper["decide_at_s"] = info["trained_offsets_s"] if params.get("decide_at") == "probes" else None
-    if {"wait-pred", "guarantee"} & set(policies):
+    gcal = facts.get("guarantee_cal")
+    if gcal:
+        keeper["guarantee_margin_h"], keeper["guarantee_at_s"] = gcal["threshold"], tuple(gcal["at_s"])
+    if {"wait-pred", "guarantee", "guarantee-cal"} & set(policies):
         from mirage_tasks.slurm import livewait
 
         keeper["waitpred"] = livewait.load(ns.waitpred, meta.timezone)
@@ -246,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--model", default=None, help="train output (policy model)")
     r.add_argument("--avg-cal-samples", default=None, help="sample output (policy avg-cal)")
     r.add_argument("--waitpred", default=None, help="waitpred output (policies wait-pred and guarantee)")
+    r.add_argument("--guarantee-samples", default=None,
+                   help="sample output drawn with --waitpred (policy guarantee-cal's calibration)")
     r.add_argument("--policies", default="model,avg-cal,avg,reactive")
     r.add_argument("--chains", type=int, default=4)
     r.add_argument("--stagger-hours", type=float, default=50.0)

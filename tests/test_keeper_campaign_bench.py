@@ -86,6 +86,9 @@ def test_every_command_parses_with_its_steps_parser():
     late = step_parser("keep-service").parse_args(mod.keep_argv(argparse.Namespace(
         **{**vars(a), "extra_nodes": 4, "offset_hours": 12.5, "late_extra_nodes": True, "name": "keepc3"}), w)[4:])
     assert (late.cfg_nodes, late.late_nodes, late.offset_hours) == (82, 4, 12.5)
+    g = step_parser("keep-service").parse_args(mod.keep_argv(argparse.Namespace(
+        **{**vars(a), "policies": "guarantee-cal,reactive", "waitpred": "wp", "guarantee_samples": "gs"}), w)[4:])
+    assert (g.policy, g.waitpred, g.guarantee_samples, g.model) == ("guarantee-cal,reactive", "wp", "gs", None)
     assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
     assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
     assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"

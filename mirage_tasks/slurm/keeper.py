@@ -23,6 +23,10 @@ for training), and submits the successor when the policy says so:
   now (:mod:`.livewait`: its inputs from the same queue reading); ``wait-pred`` submits once the
   predicted start falls at or after the predecessor's end, ``guarantee`` once waiting for the
   next step would leave less slack than the predictor's upper bound;
+* ``guarantee-cal``: guarantee's test with a conformal margin (``guarantee_margin_h``, chosen on
+  training samples so that at most a stated share of them is interrupted), asked at the first
+  reading at or past each of those samples' probe times (``guarantee_at_s``), the slack taken at
+  the next of them: the decisions the margin was calibrated for;
 
 and never later than the predecessor's end. Each decision (wait or submit) is one JSON line
 with its inputs (queue counts, idle nodes, predecessor state and end, the mean wait, the
@@ -55,7 +59,7 @@ from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, sque
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee")
+POLICIES = ("model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee", "guarantee-cal")
 
 
 class RefusedError(RuntimeError):
@@ -90,8 +94,10 @@ class Keeper:
     avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
     decide_within_s: float | None = None  # policy model: asked only this many trace s before the end (None: always)
     decide_at_s: tuple[float, ...] | None = None  # policy model: asked only at these trace s before the end
-    waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred and guarantee
+    waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred, guarantee(-cal)
     wait_cfg: Any = None               # the configuration whose priority weights its plans use
+    guarantee_margin_h: float | None = None  # guarantee-cal's calibrated margin (h); None: never early
+    guarantee_at_s: tuple[float, ...] | None = None  # guarantee-cal: asked at these trace s before the end
     trace_clock: tuple[float, float] | None = None  # (a real instant, its trace time); None: real time is trace time
     tag: str = "svc"
     chain: int = 0                   # which of a session's chains of this policy (results and log lines say it)
@@ -112,8 +118,12 @@ class Keeper:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.policy == "model" and self.decide is None:
             raise ValueError("policy 'model' needs a model")
-        if self.policy in ("wait-pred", "guarantee") and (self.waitpred is None or self.wait_cfg is None):
+        from .livewait import WAIT_POLICIES
+
+        if self.policy in WAIT_POLICIES and (self.waitpred is None or self.wait_cfg is None):
             raise ValueError(f"policy {self.policy!r} needs a wait predictor and its configuration")
+        if self.policy == "guarantee-cal" and not self.guarantee_at_s:
+            raise ValueError("policy 'guarantee-cal' needs its calibration probes' times (guarantee_at_s)")
         if self.avg_offset_h is not None and not math.isfinite(self.avg_offset_h):
             raise ValueError(f"avg_offset_h must be finite or None (never early), got {self.avg_offset_h!r}")
         self.snaps = deque(maxlen=self.window)
@@ -265,12 +275,13 @@ class Keeper:
                     due = self.avg_due(pend, avg_at_start)
                     if due is not None and now >= due:
                         submit, why = True, f"{self.policy} wait before the end"
-                elif pend is not None and self.policy in ("wait-pred", "guarantee"):
+                elif pend is not None and self.policy in ("wait-pred", "guarantee", "guarantee-cal") and (
+                        nxt := _next_wait_decision(self, link, (pend - now) * self.scale)) is not None:
                     from . import livewait
 
                     ans = self.wait_answer(jobs, nodes, now)
-                    submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, self.step_s)
-                    raw = ans["wp_bound_s" if self.policy == "guarantee" else "wp_wait_s"] / 3600.0
+                    submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, nxt, self.guarantee_margin_h)
+                    raw = ans["wp_wait_s" if self.policy == "wait-pred" else "wp_bound_s"] / 3600.0
                     inputs.update(wp_wait_h=ans["wp_wait_s"] / 3600.0, wp_bound_h=ans["wp_bound_s"] / 3600.0)
                     link.n_decisions += 1
                     why = self.policy if submit else ""
@@ -328,6 +339,12 @@ class Keeper:
         if self.stop_chain:
             self.cancel(pred)
         return results
+
+
+def _next_wait_decision(k: "Keeper", link: Link, left_s: float) -> float | None:
+    from .livewait import next_decision_s
+
+    return next_decision_s(k.policy, left_s, k.step_s, k.guarantee_at_s, link.asked_at)
 
 
 def asks(left_s: float, within_s: float | None, at_s: tuple[float, ...] | None, asked: set) -> bool:

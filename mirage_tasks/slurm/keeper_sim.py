@@ -25,7 +25,7 @@ from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
 from .compare import align_recalc, job_user, sim_config, submission_order
-from .livewait import WAIT_POLICIES, decide as decide_wait
+from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3
 
@@ -51,7 +51,8 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
             step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
             avg_offset_h: float | None = None, waitpred: Callable | None = None,
             late: tuple[float, int] | None = None, decide_within_s: float | None = None,
-            decide_at_s: tuple[float, ...] | None = None) -> dict:
+            decide_at_s: tuple[float, ...] | None = None, guarantee_margin_h: float | None = None,
+            guarantee_at_s: tuple[float, ...] | None = None) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`; ``late``: (trace instant, k),
@@ -80,15 +81,18 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
     elif policy == "avg-cal":
         lead = avg - avg_offset_h * 3600.0 if avg_offset_h is not None else 0.0
         t = max(ps, int(pend - lead)) if lead > 0 else pend
-    elif policy in WAIT_POLICIES:  # the keeper's wait-predictor rules, asked every step as it asks them
+    elif policy in WAIT_POLICIES:  # the keeper's wait-predictor rules, asked where it asks them
         sim.run_until(pstart)
         t = pend
+        asked: set = set()
         while sim.now < pend:
-            ans = waitpred(sim, node, service_s)
-            n += 1
-            if decide_wait(policy, ans, pend - sim.now, step_s):
-                t, raw = sim.now, ans["wp_bound_s" if policy == "guarantee" else "wp_wait_s"] / 3600.0
-                break
+            nxt_s = next_decision_s(policy, pend - sim.now, step_s, guarantee_at_s, asked)
+            if nxt_s is not None:
+                ans = waitpred(sim, node, service_s)
+                n += 1
+                if decide_wait(policy, ans, pend - sim.now, nxt_s, guarantee_margin_h):
+                    t, raw = sim.now, ans["wp_wait_s" if policy == "wait-pred" else "wp_bound_s"] / 3600.0
+                    break
             nxt = (sim.now // step_s + 1) * step_s
             sim.run_until(min(nxt, pend))
     else:

@@ -34,7 +34,7 @@ import numpy as np
 from ..calibration import atsubmit
 from .queue import PENDING_STATES, RUNNING_STATES, QJob
 
-WAIT_POLICIES = ("wait-pred", "guarantee")
+WAIT_POLICIES = ("wait-pred", "guarantee", "guarantee-cal")
 
 
 def live_row(wp: Any, cfg: Any, jobs: list[QJob], nodes_info: dict[str, int], now: float, scale: float,
@@ -63,14 +63,37 @@ def live_row(wp: Any, cfg: Any, jobs: list[QJob], nodes_info: dict[str, int], no
     return wp.finish(row, t, node, int(limit_s))
 
 
-def decide(policy: str, answer: dict[str, float], left_s: float, step_s: float) -> bool:
+def next_decision_s(policy: str, left_s: float, step_s: float, at_s: tuple[float, ...] | None,
+                    asked: set) -> float | None:
+    """Trace seconds from now to the rule's next decision when it is asked at a reading with
+    ``left_s`` to the predecessor's end, None when it is not asked there. ``wait-pred`` and
+    ``guarantee`` are asked every step; ``guarantee-cal`` only at the first reading at or past each
+    of its calibration probes' times ``at_s`` (:func:`.keeper.asks`; ``asked`` keeps the link's
+    times asked), its next decision the next of them (or the end): the decisions its margin was
+    calibrated for."""
+    if policy != "guarantee-cal":
+        return step_s
+    from .keeper import asks
+
+    if not asks(left_s, None, at_s, asked):
+        return None
+    return left_s - max([o for o in at_s if o < left_s], default=0.0)
+
+
+def decide(policy: str, answer: dict[str, float], left_s: float, next_s: float,
+           margin_h: float | None = 0.0) -> bool:
     """The rule of ``policy`` on the predictor's ``answer`` with ``left_s`` trace seconds to the
-    predecessor's end and ``step_s`` to the next decision."""
+    predecessor's end and ``next_s`` to the next decision. ``guarantee-cal`` is guarantee's test
+    with the conformal margin ``margin_h`` its calibration chose (the probe replay's
+    ``guarantee-cal``: submit when the bound minus the time left at the next decision reaches it;
+    None: never early)."""
     from ..calibration.atprobe import submits
 
     if policy not in WAIT_POLICIES:
         raise ValueError(f"not a wait-predictor policy: {policy!r}")
-    return submits(policy, answer, left_s, step_s)
+    if policy == "guarantee-cal":
+        return margin_h is not None and (answer["wp_bound_s"] - (left_s - next_s)) / 3600.0 >= margin_h
+    return submits(policy, answer, left_s, next_s)
 
 
 def load(uri: str, tz: str) -> Any:

@@ -207,7 +207,9 @@ class Session:
                                    avg_offset_h=self.keeper.get("avg_offset_h"),
                                    waitpred=self.keeper.get("waitpred"), late=late,
                                    decide_within_s=self.keeper.get("decide_within_s"),
-                                   decide_at_s=self.keeper.get("decide_at_s"))})
+                                   decide_at_s=self.keeper.get("decide_at_s"),
+                                   guarantee_margin_h=self.keeper.get("guarantee_margin_h"),
+                                   guarantee_at_s=self.keeper.get("guarantee_at_s"))})
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")

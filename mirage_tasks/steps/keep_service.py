@@ -46,11 +46,12 @@ log = logging.getLogger(__name__)
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "links": (1, 10_000), "factor": (1e-3, 1e6),
           "step_s": (1, 86400), "chains": (1, 1000),
-          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "late_nodes": (0, 100_000), "nice": (-2_147_483_645, 2_147_483_645),
+          "stagger_hours": (0, 24 * 366), "offset_hours": (0, 24 * 366), "late_nodes": (0, 100_000), "guarantee_level": (1e-6, 0.999999), "nice": (-2_147_483_645, 2_147_483_645),
           "deadline_s": (1, 366 * 86400)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="model", help="model, reactive, avg, avg-cal, wait-pred, guarantee or a comma list (one chain each)")
+    p.add_argument("--policy", default="model",
+                   help="model, reactive, avg, avg-cal, wait-pred, guarantee, guarantee-cal or a comma list (one chain each)")
     p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
     add_ask_arguments(p, "every queue reading once the predecessor runs")
     p.add_argument("--avg-cal-samples", default=None,
@@ -59,7 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "early); needed by policy avg-cal")
     p.add_argument("--waitpred", default=None,
                    help="waitpred output URI (the wait predictor fitted on the log's calibration period), asked every "
-                        "step for a successor submitted now; needed by policies wait-pred and guarantee")
+                        "step for a successor submitted now; needed by policies wait-pred, guarantee and guarantee-cal")
+    p.add_argument("--guarantee-samples", default=None,
+                   help="sample output URI drawn with --waitpred (the same predictor) on the months before the "
+                        "service's: guarantee-cal's margin is chosen on it by split conformal calibration (as the "
+                        "probe replay's guarantee-cal), and the policy is asked at its probes' times; needed by "
+                        "policy guarantee-cal")
+    p.add_argument("--guarantee-level", type=float, default=0.10,
+                   help="guarantee-cal: the share of the calibration samples' links at most interrupted (0.10)")
     p.add_argument("--node", type=int, default=1, help="nodes of each service job")
     p.add_argument("--service-hours", type=float, default=48.0, help="time limit (= run time) of each job, hours")
     p.add_argument("--links", type=int, default=1, help="successions to keep")
@@ -112,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--policy {args.policy!r} names a policy twice (more chains of one policy: --chains)")
     if "avg-cal" in policies and not args.avg_cal_samples:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
-    wait_policies = [x for x in policies if x in ("wait-pred", "guarantee")]
+    wait_policies = [x for x in policies if x in ("wait-pred", "guarantee", "guarantee-cal")]
+    if "guarantee-cal" in policies and not args.guarantee_samples:
+        raise StepError("--policy guarantee-cal needs --guarantee-samples URI (a sample output drawn with --waitpred)")
     if wait_policies and not args.waitpred:
         raise StepError(f"--policy {','.join(wait_policies)} needs --waitpred URI (a waitpred output of the log)")
     if "model" in policies and not args.model:
@@ -184,16 +194,19 @@ def run(args: argparse.Namespace) -> int:
     params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")
               and not (k == "accounting" and not v) and not (k == "chains" and v == 1)
               and not (k in ("stagger_hours", "offset_hours", "late_nodes") and v == 0)}  # at defaults: earlier runs' keys stay
-    for k in ("avg_cal_samples", "waitpred"):  # at their defaults: the keys of earlier runs stay
+    for k in ("avg_cal_samples", "waitpred", "guarantee_samples"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
+    if "guarantee-cal" not in policies:
+        params.pop("guarantee_level", None)
     if "model" not in policies:  # no model is asked: the options change nothing
         params.pop("decide_within", None)
     params.pop("decide_at", None)
     if decide_at == "probes":  # none on the grid: the keys of earlier runs stay
         params["decide_at"] = "probes"
     step = Step("keep-service", args.out, __version__, params,
-                inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred) if x])
+                inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred,
+                                    args.guarantee_samples) if x])
     if step.skip():
         return 0
     avg_cal = None
@@ -201,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
         log.info("avg-cal: threshold %s h on %d samples of %s", avg_cal["threshold"], avg_cal["n_samples"],
                  args.avg_cal_samples)
+    gcal = None
+    if "guarantee-cal" in policies:
+        gcal = calibrate_guarantee_cal(args.guarantee_samples, args.node, args.waitpred, args.guarantee_level)
+        log.info("guarantee-cal: margin %s h on %d samples of %s (level %g), asked at %s s before the end",
+                 gcal["threshold"], gcal["n_samples"], args.guarantee_samples, args.guarantee_level, gcal["at_s"])
     wait = None
     if wait_policies:
         from ..slurm import livewait
@@ -259,7 +277,9 @@ def run(args: argparse.Namespace) -> int:
                               if args.decide_within == "trained" else None,
                               "decide_at_s": (model_info or {}).get("trained_offsets_s")
                               if decide_at == "probes" else None,
-                              "avg_offset_h": None if avg_cal is None else avg_cal["threshold"], **(wait or {})})
+                              "avg_offset_h": None if avg_cal is None else avg_cal["threshold"],
+                              "guarantee_margin_h": None if gcal is None else gcal["threshold"],
+                              "guarantee_at_s": None if gcal is None else tuple(gcal["at_s"]), **(wait or {})})
     try:
         session.run(args.deadline_s)
         if cluster is not None:  # the phase of its fair-share re-reads, for the simulator's prediction
@@ -285,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     facts = {"loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
              "cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 1),
              "daemons_cpu_s": None if daemons_cpu_s is None else round(daemons_cpu_s, 2), "errors": errors,
-             "nice": nice, "model": model_info, "avg_cal": avg_cal,
+             "nice": nice, "model": model_info, "avg_cal": avg_cal, "guarantee_cal": gcal,
              "waitpred": None if wait is None else {"uri": args.waitpred, "pick": wait["waitpred"].pick,
                                                     "level": wait["waitpred"].level},
              "background": bg_facts, "late_nodes_joined_epoch": session.join_epoch}
@@ -320,6 +340,42 @@ def _children_cpu_s() -> float:
 
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def calibrate_guarantee_cal(uri: str, node: int, waitpred: str, level: float) -> dict:
+    """guarantee-cal's margin on a sample output drawn with the same wait predictor
+    (:func:`~mirage_tasks.evaluation.probe_replay.calibrate_conformal` on its guarantee scores: at
+    most ``level`` of its links interrupted, exchangeability assumed) and the probe times it is
+    asked at (the samples' end-spaced offsets); a StepError naming ``--guarantee-samples`` where the
+    output is missing, of another node size, drawn without the predictor or with another one, or
+    not end-spaced. The margin is None where the calibration never submits early."""
+    import math
+
+    from stepkit.step import input_fingerprint
+
+    from ..data.artifacts import require_input
+    from ..evaluation.probe_replay import Probes, calibrate_conformal
+    from ..sim.probes import trained_offsets_s
+
+    flag = "--guarantee-samples"
+    marker = require_input(uri, flag, "sample") or {}
+    sp = marker.get("params") or {}
+    at_s = trained_offsets_s(sp)
+    if not at_s:
+        raise StepError(f"{flag} {uri}: drawn with probe spacing {sp.get('probe_spacing')!r}; guarantee-cal is asked "
+                        "at fixed times before the end, so it needs end-spaced samples (sample --probe-spacing end)")
+    if sp.get("waitpred") != input_fingerprint(waitpred):
+        raise StepError(f"{flag} {uri}: drawn {'without --waitpred' if not sp.get('waitpred') else 'with another wait predictor'}"
+                        f"; the margin is calibrated for the predictor the keeper asks (--waitpred {waitpred})")
+    pr = Probes(uri, with_x=False)
+    nodes = pr.meta["node"].unique() if "node" in pr.meta else []
+    if len(nodes) and set(int(n) for n in nodes) != {int(node)}:
+        raise StepError(f"{flag} {uri}: probes of {sorted(int(n) for n in nodes)} node(s), the service has --node {node}")
+    cal = calibrate_conformal(pr.guarantee_score(), pr.y, pr.sample, level=level)
+    thr = cal["threshold"]
+    return {**{k: cal[k] for k in ("level", "n_samples", "k", "attainable", "validation_interrupted",
+                                   "validation_mean_wasted_h")},
+            "threshold": thr if math.isfinite(thr) else None, "at_s": [int(x) for x in at_s], "samples": uri}
 
 
 def calibrate_avg_cal(uri: str, node: int) -> dict:

@@ -864,6 +864,63 @@ def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
     assert w["sim_decision_lead_h"] == 0 and w["sim_n_decisions"] > 20
 
 
+@pytest.mark.parametrize("margin_h, lead_h, asked", [(0.5, 2.0, 1), (1.5, 1.0, 2), (None, 0.0, 4)])
+def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_h, lead_h, asked):
+    """guarantee-cal (bound 2 h, probes 2 h, 1 h, 30 min and 10 min before the end): asked only at
+    the first reading at or past each probe time, it submits when the bound minus the time left at
+    the next probe reaches its margin. Margin 0.5 h: at 2 h left (2 - 1 >= 0.5); 1.5 h: at 1 h left
+    (2 - 0.5); None (never early): at the end after its 4 asks. The simulator's prediction decides
+    the same on a free cluster."""
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm.keeper_sim import predict
+
+    at = (7200, 3600, 1800, 600)
+    wp = _FixedWait(0.0, 2.0)
+    k = keeper.Keeper(env={}, policy="guarantee-cal", node=1, service_s=4 * 3600, scale=60, step_s=600, waitpred=wp,
+                      wait_cfg=SimConfig(nodes=4), guarantee_margin_h=margin_h, guarantee_at_s=at, clock=fake.clock,
+                      sleep=fake.sleep)
+    (r,) = k.run(deadline_s=10_000)
+    assert r["decision_lead_trace_h"] == pytest.approx(lead_h, abs=1 / 60) and r["forced"] == (margin_h is None)
+    assert r["n_decisions"] == asked and len(wp.rows) == asked
+    h, t0, factor = 3600, 1_000 * 3600, 60.0
+    df = pd.DataFrame([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
+                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - h, t0, factor)
+    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee-cal", waitpred=_FixedWait(0.0, 2.0),
+                guarantee_margin_h=margin_h, guarantee_at_s=at)
+    assert g["sim_decision_lead_h"] == pytest.approx(lead_h) and g["sim_n_decisions"] == asked
+    with pytest.raises(ValueError, match="probes' times"):
+        keeper.Keeper(env={}, policy="guarantee-cal", node=1, service_s=3600, waitpred=wp, wait_cfg=SimConfig(nodes=4))
+
+
+def test_guarantee_cal_needs_end_spaced_samples_of_the_same_predictor(tmp_path, monkeypatch):
+    """keep-service --policy guarantee-cal: without --guarantee-samples the step refuses before
+    anything starts; samples that are not end-spaced, or drawn without the keeper's predictor, are
+    refused naming the flag."""
+    import argparse
+
+    from stepkit import StepError
+
+    from mirage_tasks.data import artifacts
+    from mirage_tasks.steps import keep_service
+
+    p = argparse.ArgumentParser()
+    keep_service.add_arguments(p)
+    a = p.parse_args(["--policy", "guarantee-cal,reactive", "--waitpred", "wp", "--out", str(tmp_path / "o")])
+    with pytest.raises(StepError, match="--policy guarantee-cal needs --guarantee-samples"):
+        keep_service.run(a)
+    for params, why in (({"probe_spacing": "uniform"}, "needs end-spaced samples"),
+                        ({"probe_spacing": "end", "baseline": "default"}, "drawn without --waitpred")):
+        monkeypatch.setattr(artifacts, "require_input", lambda uri, flag, step=None, _p=params: {"params": _p})
+        with pytest.raises(StepError, match=f"--guarantee-samples s: .*{why}"):
+            keep_service.calibrate_guarantee_cal("s", 1, str(tmp_path), 0.1)
+    assert not (tmp_path / "o").exists()
+
+
 def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monkeypatch):
     import argparse
 
