@@ -17,9 +17,13 @@ SETS = {"keep": "the model, avg-cal, avg and reactive", "keepwp": "the wait pred
         "keepc2": "as `keepc`, its chains 25 trace hours later in the same windows (`--offset-hours 25`): other links",
         "keepc3": "as `keepc`, its chains 12.5 trace hours after the window's start (`--offset-hours 12.5`), the 4 added "
                   "nodes drained until the first chain's predecessors are queued (`--late-extra-nodes`), and the model "
-                  "asked at its training probes' times (`--decide-at auto`, the default now)"}
+                  "asked at its training probes' times (`--decide-at auto`, the default now)",
+        "keepg": "the model, guarantee-cal (guarantee's test with a conformal margin calibrated for 10 % on "
+                 "training samples, asked at their probe times), guarantee and reactive, as `keepc3` with its chains "
+                 "6.25 trace hours after the window's start"}
 #: sets whose links are pooled into one table (the same policies and design, other links)
-POOLS = {"keepc + keepc2": ("keepc", "keepc2"), "keepc + keepc2 + keepc3": ("keepc", "keepc2", "keepc3")}
+POOLS = {"keepc + keepc2": ("keepc", "keepc2"), "keepc + keepc2 + keepc3": ("keepc", "keepc2", "keepc3"),
+         "keepc3 + keepg": ("keepc3", "keepg")}
 #: pools whose sets asked the model differently (its rows pool two deciders: the page says so)
 MIXED_ASKING = {"keepc + keepc2 + keepc3"}
 
@@ -457,7 +461,9 @@ def page(root: str) -> str:
           + (" Set `keepc3` repeats it 12.5 trace hours after the window's start with the 4 added nodes drained "
              "until its first chain's predecessors are queued (`keep-service --late-nodes 4`): before the chains "
              "exist its background has the log's 78 nodes, as the runs without chains do." if "keepc3" in frames
-             else ""),
+             else "")
+          + (" Set `keepg` is built as `keepc3`, its chains 6.25 trace hours after the window's start."
+             if "keepg" in frames else ""),
           "* **A deviation from protocol v2, said here**: the protocol asked for at least three windows with at least 7 "
           "chains one after another per window and policy, at most one service chain running at a time. Seven 50-hour "
           "chains in a row are 350 trace hours, about 2 real hours per window at x180; to get 20 chains per policy in "
@@ -473,7 +479,9 @@ def page(root: str) -> str:
           "keeper saw; `wait-pred` and `guarantee` the wait predictor (`waitpred` fitted on 2022-10-12 to 2023-01-28 "
           "with the same configuration) asked every step for a successor submitted now (`wait-pred`: predicted start "
           "at or after the end; `guarantee`: waiting 10 more minutes would leave less slack than its 90 % bound); "
-          "`reactive` at the predecessor's end. Every policy submits at the end at the latest.",
+          "`guarantee-cal` (set `keepg`) the same bound's test with a margin calibrated on training samples so that "
+          "at most 10 % of them are interrupted, asked at their probe times (the probe replay's `guarantee-cal` on "
+          "this log); `reactive` at the predecessor's end. Every policy submits at the end at the latest.",
           "* **What each figure may know**: every decision reads only the live queue (`squeue`/`sinfo`) at its instant "
           "and what the keeper saw before it (the waits of jobs it saw start); the model, avg-cal's threshold, the "
           "wait predictor and the windows' busy line come from the months before the test period. The simulator's "
@@ -489,9 +497,18 @@ def page(root: str) -> str:
                   f"({'never submits early: on those samples no threshold beat reactive strictly' if ac['never_submits_early'] else 'h'}; "
                   f"objective {ac['objective']:.3f} against reactive's {ac['reactive_objective']:.3f}, "
                   f"{ac['n_samples']} samples). So avg-cal decides as reactive here.", ""]
-        if name in ("keepwp", "keepc", "keepc2", "keepc3") and d0["facts"].get("waitpred"):
+        if d0["facts"].get("waitpred"):
             wp = d0["facts"]["waitpred"]
             L += [f"Set `{name}`: the wait predictor's pick `{wp['pick']}`, bound level {wp['level']:g}.", ""]
+        gc = d0["facts"].get("guarantee_cal")
+        if gc:
+            L += [f"Set `{name}`: guarantee-cal's margin {_f(gc['threshold'])} h (submit when the bound minus the time "
+                  f"left at the next probe reaches it), chosen by split conformal calibration at level "
+                  f"{gc['level']:.0%} on the {gc['n_samples']} samples of `{gc['samples']}` (the same training months "
+                  f"and predictor, drawn with `--waitpred`): {gc['validation_interrupted']:.1%} of them interrupted, "
+                  f"{gc['validation_mean_wasted_h']:.2f} h wasted per sample on average; asked at "
+                  f"{', '.join(f'{x / 3600:g} h' for x in gc['at_s'])} before the end. Those samples are the months "
+                  "the wait predictor was fitted on, so its bound is in-sample there; the windows are later.", ""]
         span = (d0["facts"].get("model") or {}).get("trained_span_s")
         if span:
             at = ("at every queue reading there (`--decide-at grid`, the default when the set ran; the default is "
@@ -581,6 +598,18 @@ def page(root: str) -> str:
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
           "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --offset-hours 25 "
           "--baseline-windows w2,w3,w4,w5",
+          "python bench/keeper_campaign.py run --root var/keepcamp --name keepc3 --trace var/keepcamp/ls6/trace.parquet "
+          "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
+          "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --offset-hours 12.5 "
+          "--late-extra-nodes --no-baseline",
+          "python -m mirage_tasks sample --trace var/keepcamp/ls6/trace.parquet --start 2022-10-12T00:00 --count 1260 "
+          "--interval-hours 2 --node 1 --workers 1 --probe-spacing end --out var/keepcamp/samples1260-end-wp "
+          "--cluster-config var/keepcamp/ls6-slurm-x180.json --waitpred var/keepcamp/waitpred",
+          "python bench/keeper_campaign.py run --root var/keepcamp --name keepg --trace var/keepcamp/ls6/trace.parquet "
+          "--model var/keepcamp/model-xgb-end --waitpred var/keepcamp/waitpred --guarantee-samples "
+          "var/keepcamp/samples1260-end-wp --policies model,guarantee-cal,guarantee,reactive --extra-nodes 4 "
+          "--offset-hours 6.25 --late-extra-nodes --no-baseline",
+          "for s in keepc keepc2 keepc3 keepg; do python bench/keeper_campaign.py repredict --root var/keepcamp --name $s; done",
           "python bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md",
           "```", ""]
     return "\n".join(L)
