@@ -171,12 +171,16 @@ def submits(rule: str, answer: dict[str, float], left_s: float, next_s: float, m
     """Whether a wait-predictor rule submits now, given the predictor's ``answer`` (seconds), ``left_s``
     to the predecessor's end and ``next_s`` to the next decision: ``wait-pred`` when the predicted wait
     reaches the time left (``wait - left >= margin_h``, 0 unless calibrated; None: never early),
-    ``guarantee`` when the bound reaches the time left at the next decision. The probe replay's
-    scores (``Probes.wait_pred_score``, ``guarantee_score``) are the same tests on the probe grid."""
+    ``guarantee`` when the bound reaches the time left at the next decision, ``guarantee-cal`` when
+    the bound minus that time reaches ``margin_h`` (its conformal margin; None: never early). The
+    probe replay's scores (``Probes.wait_pred_score``, ``guarantee_score``) are the same tests on
+    the probe grid."""
     if rule == "wait-pred":
         return margin_h is not None and (answer["wp_wait_s"] - left_s) / 3600.0 >= margin_h
     if rule == "guarantee":
         return answer["wp_bound_s"] >= left_s - next_s
+    if rule == "guarantee-cal":
+        return margin_h is not None and (answer["wp_bound_s"] - (left_s - next_s)) / 3600.0 >= margin_h
     raise ValueError(f"not a wait-predictor rule: {rule!r}")
 
 

@@ -8,7 +8,9 @@ the leakage guard, the decision rule on top of a loaded model, one decision epis
 Beside the models and the sampling's baselines, protocol v2's rules decide online too
 (:data:`RULES`): ``avg-cal`` (avg with the probe replay's calibrated offset), ``wait-pred``,
 ``wait-pred-cal`` and ``guarantee-10`` (the wait predictor asked at every decision on the
-simulator's queue, :class:`~mirage_tasks.calibration.atprobe.WaitAtProbe`), and a model trained
+simulator's queue, :class:`~mirage_tasks.calibration.atprobe.WaitAtProbe`), ``guarantee-cal``
+(guarantee's test with the replay's conformal margin, asked at the end-spaced probe times its
+margin was calibrated at, the slack taken at the next of them), and a model trained
 on the predictor's channels (``xgboost-wp``) gets them appended to its history at every decision.
 The time left ``D`` is the probe replay's: to the predecessor's end as pre-simulated at its
 submission without the successor (the episode runs the same simulation until the successor is
@@ -42,12 +44,12 @@ log = logging.getLogger(__name__)
 
 HIGH_H_DEFAULT = 500.0
 #: protocol v2's rules that ask the wait predictor (``--waitpred``) at every decision
-PREDICTOR_RULES = ("wait-pred", "wait-pred-cal", "guarantee-10")
+PREDICTOR_RULES = ("wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal")
 #: rules whose threshold is a probe replay's calibration (``--calibration``): avg-cal's offset and
 #: wait-pred-cal's margin, as the replay chose them on the training period's validation split
-CALIBRATED_RULES = ("avg-cal", "wait-pred-cal")
+CALIBRATED_RULES = ("avg-cal", "wait-pred-cal", "guarantee-cal")
 #: every rule ``--model`` names without a trained model
-RULES = (*BASELINES, "avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10")
+RULES = (*BASELINES, "avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal")
 THRESHOLD_H_DEFAULT = -0.5  # models whose config records no decision rule (trained before calibration)
 
 # column -> meaning (units); the order of the Parquet columns
@@ -176,11 +178,15 @@ class _Rule:
         self.kind, self.threshold_h, self.waitpred = kind, threshold_h, waitpred
 
     def ask(self, ep: DecisionEpisode, left_s: float, every_s: int) -> tuple[bool, float]:
+        """(submit, the predictor's answer in h) with ``left_s`` to the predecessor's end and
+        ``every_s`` to the next decision."""
         from ..calibration.atprobe import submits
 
         ans = self.waitpred(ep.sim, ep.node, ep.spec.service_s)
         if self.kind == "guarantee-10":
             return submits("guarantee", ans, left_s, every_s), ans["wp_bound_s"] / 3600.0
+        if self.kind == "guarantee-cal":
+            return submits("guarantee-cal", ans, left_s, every_s, self.threshold_h), ans["wp_bound_s"] / 3600.0
         margin = 0.0 if self.kind == "wait-pred" else self.threshold_h
         return submits("wait-pred", ans, left_s, every_s, margin), ans["wp_wait_s"] / 3600.0
 
@@ -259,6 +265,15 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         pend, avg = _pre_simulated(ep)
         lead = avg - decider.threshold_h * 3600.0 if decider.threshold_h is not None else 0.0
         ep.advance_to(max(ep.pred_submit, int(pend - lead)) if lead > 0 else pend)
+    elif kind == "guarantee-cal":  # at the probe times its margin was calibrated at, as the replay asks
+        pend, _ = _pre_simulated(ep)
+        times = probe_times(ep.pred_submit, pend, 1, "default", 0.0, "end")[:-1]
+
+        def ask_cal() -> tuple[bool, float]:  # the slack is the time left at the next probe (the end after the last)
+            nxt = min([t for t in times if t > ep.now], default=pend)
+            return decider.ask(ep, pend - ep.now, nxt - ep.now)
+
+        output, n = _decide_at(ep, times, k, trace, ask_cal)
     elif kind in PREDICTOR_RULES:
         pend, _ = _pre_simulated(ep)
         output, n = _decide_on_grid(ep, every_s, k, trace, lambda: decider.ask(ep, pend - ep.now, every_s))

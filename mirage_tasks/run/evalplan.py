@@ -398,8 +398,8 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
 
 #: protocol v2's rules the online decider also runs, each as the probe replay scores it (the calibrated
 #: ones with the replay's thresholds, the predictor's with the samples' waitpred output)
-ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-wp-all",
-                   "xgboost-wp-probes")
+ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "xgboost-wp",
+                   "xgboost-wp-all", "xgboost-wp-probes")
 
 
 def _asked(rule: str) -> tuple[str, list[str]]:
@@ -425,8 +425,8 @@ def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int]
             base, ask = _asked(rule)
             if base == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
                 continue
-            extra = {"avg-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"],
-                     "wait-pred-cal": ["--calibration", f"{d}/v2-eval-fresh/node{n}"]}.get(rule, [])
+            extra = (["--calibration", f"{d}/v2-eval-fresh/node{n}"]
+                     if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal") else [])
             if rule != "avg-cal":
                 extra += ["--waitpred", f"{d}/waitpred"]
             extra += ask

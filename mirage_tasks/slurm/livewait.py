@@ -91,9 +91,7 @@ def decide(policy: str, answer: dict[str, float], left_s: float, next_s: float,
 
     if policy not in WAIT_POLICIES:
         raise ValueError(f"not a wait-predictor policy: {policy!r}")
-    if policy == "guarantee-cal":
-        return margin_h is not None and (answer["wp_bound_s"] - (left_s - next_s)) / 3600.0 >= margin_h
-    return submits(policy, answer, left_s, next_s)
+    return submits(policy, answer, left_s, next_s, margin_h if policy == "guarantee-cal" else 0.0)
 
 
 def load(uri: str, tz: str) -> Any:

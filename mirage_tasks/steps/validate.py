@@ -28,12 +28,14 @@ the end minus the mean wait of the last 100 started jobs when the predecessor st
 Protocol v2's rules decide online too, each as the probe replay scores it but at every decision
 of the grid: ``avg-cal`` (where the mean wait minus the time left reaches the replay's calibrated
 offset), ``wait-pred`` (the predicted wait for the successor submitted now reaches the time
-left), ``wait-pred-cal`` (the same past the replay's calibrated margin) and ``guarantee-10`` (the
-90 % bound reaches the time left at the next decision). ``--waitpred URI`` (the ``waitpred``
+left), ``wait-pred-cal`` (the same past the replay's calibrated margin), ``guarantee-10`` (the
+90 % bound reaches the time left at the next decision) and ``guarantee-cal`` (the bound minus the
+time left at the next probe reaches the replay's conformal margin; asked only at the end-spaced
+probe times, where that margin was calibrated). ``--waitpred URI`` (the ``waitpred``
 output the samples were drawn with) is the predictor they ask on the simulator's queue; a model
 trained on ``merge --waitpred-features`` (``xgboost-wp``) needs it too and gets the channels
 appended at every decision. ``--calibration URI`` (a committed probe-replay output of the same
-node size) gives avg-cal's offset and wait-pred-cal's margin.
+node size) gives avg-cal's offset and wait-pred-cal's and guarantee-cal's margins.
 
 The guards, the decision rule and the episodes are :mod:`mirage_tasks.evaluation.validate`.
 
@@ -72,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p)
     p.add_argument("--model", required=True,
                    help="trained model (train output URI), or a rule: reactive, avg, avg-cal, wait-pred, wait-pred-cal, "
-                        "guarantee-10")
+                        "guarantee-10, guarantee-cal")
     p.add_argument("--waitpred", default=None, metavar="URI",
                    help="a committed waitpred output, asked at every decision: needed by wait-pred, wait-pred-cal, "
                         "guarantee-10 and a model trained on merge --waitpred-features")

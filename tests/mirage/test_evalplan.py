@@ -141,7 +141,7 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
         for flag in ("--start", "--count", "--interval-hours", "--node", "--cluster-config"):
             assert on[on.index(flag) + 1] == fr[fr.index(flag) + 1], (rule, flag)
         assert ("--waitpred" in on) == (rule != "avg-cal")
-        if rule in ("avg-cal", "wait-pred-cal"):
+        if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal"):
             assert on[on.index("--calibration") + 1] == v2["eval-node8-fresh"][v2["eval-node8-fresh"].index("--out") + 1]
         else:
             assert "--calibration" not in on

@@ -89,7 +89,7 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
     assert "| | | | | xgboost-wp |" in text or "**xgboost-wp** (primary)" in text
     assert "xgboost-wp +" in text or "xgboost-wp -" in text  # its share of the gap to oracle-wait
-    for rule in ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-all",
+    for rule in ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "xgboost-wp", "xgboost-all",
                  "xgboost-wp-all", "xgboost-probes", "xgboost-wp-probes"):  # online beside the replay
         assert f"| KTH-SP2 | 8 | {rule} | " in text, rule
     # the end-spaced models are asked only in their last 24 h: none submits earlier online
@@ -99,9 +99,10 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "| KTH-SP2 | 1 | xgboost-all |" in text  # the answers by time left: the model asked all along
     # asked at its training probes' times, the online decider is the replay: objectives equal
     for n in (1, 8):
-        (row,) = [ln for ln in text.splitlines() if ln.startswith(f"| KTH-SP2 | {n} | xgboost-probes | ")]
-        cells = [c.strip() for c in row.split("|")]
-        assert cells[5] == cells[6], row
+        for rule in ("xgboost-probes", "guarantee-cal"):  # guarantee-cal: asked where its margin was calibrated
+            (row,) = [ln for ln in text.splitlines() if ln.startswith(f"| KTH-SP2 | {n} | {rule} | ")]
+            cells = [c.strip() for c in row.split("|")]
+            assert cells[5] == cells[6], row
 
 
 def test_a_log_described_in_a_file_waitpred_only(tmp_path):

@@ -193,3 +193,26 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
     st.commit()
     assert "--calibration" in validate("avg-cal", "--calibration", str(bad), rc=2)
     assert "needs --calibration" in validate("wait-pred-cal", "--waitpred", str(out), rc=2)
+    # guarantee-cal: asked only at the end-spaced probe times, submitting where the bound minus the time left at
+    # the next probe (the end after the last) reaches the replay's margin
+    from mirage_tasks.sim.probes import END_OFFSETS_MIN
+
+    offsets_h = sorted({m / 60 for m in END_OFFSETS_MIN if m > 0}, reverse=True)
+    for thr in (0.0, 2.0):
+        ev = tmp_path / f"evg{thr}"
+        st = Step("evaluation", str(ev), __version__, {"node": 2, "t": thr})
+        st.write_json("evaluation.json", {"params": {"node": 2}, "calibration": {"guarantee-cal": {"threshold": thr}}})
+        st.commit()
+        rows, dec = validate("guarantee-cal", "--waitpred", str(out), "--calibration", str(ev))
+        assert (rows["n_decisions"] <= len(offsets_h)).all() and (rows["n_decisions"] > 0).all()
+        for _, r in rows.iterrows():
+            d = dec[dec["sample"] == r["sample"]].sort_values("time")
+            left = (r["pred_end"] - d["time"].to_numpy()) / 3600
+            # each ask at (a minute at most past) an offset, at most one per offset
+            near = [min(offsets_h, key=lambda o: abs(o - x)) for x in left]
+            assert all(abs(o - x) <= 1 / 60 + 1e-9 for o, x in zip(near, left)) and len(set(near)) == len(near)
+            nxt = [max([o for o in offsets_h if o < x - 1 / 60], default=0.0) for x in left]
+            margin = d["output"].to_numpy() - np.array(nxt) - thr  # the next probe's time left: its offset +- 1 min
+            sure = np.abs(margin) > 1 / 60
+            assert list(d["submit"][sure]) == list(margin[sure] >= 0) and not d["submit"].iloc[:-1].any()
+            assert r["forced"] or r["decision_time"] == d["time"].iloc[-1]
