@@ -328,7 +328,9 @@ def _online_table(lines: list[str]) -> list[str]:
             "verdict against reactive pooled over the fresh months (paired bootstrap, 10,000 resamples). "
             "The v2 rules decide online as the replay scores them: avg-cal at the instant its calibrated offset "
             "names (the replay's threshold), wait-pred, wait-pred-cal and guarantee-10 asking the wait predictor at "
-            "every decision (wait-pred-cal with the replay's margin), xgboost-wp with the predictor's channels "
+            "every decision (wait-pred-cal with the replay's margin), guarantee-cal with the replay's conformal margin "
+            "at the end-spaced probe times only (where that margin was calibrated; it should equal the replay), "
+            "xgboost-wp with the predictor's channels "
             "appended to its history at every decision (`validate --waitpred`, `--calibration`).", "",
             "A model is asked only as long before the predecessor's end as its training probes reach (`validate "
             "--decide-within trained`, the default): the end-spaced models in the last 24 h, as the replay asks "
