@@ -5,9 +5,11 @@ service's first job (``node`` nodes, ``service_hours`` limit), watches it throug
 and ``sinfo``, builds the features the model was trained on from the live queue and submits
 each successor when the model's calibrated rule says so (never later than the predecessor's
 end); ``policy`` ``reactive``, ``avg`` or ``avg-cal`` (calibrated on the training samples named by
-``avg_cal_samples``) runs a baseline instead, and ``wait-pred`` or ``guarantee`` the wait
-predictor's rules (a ``waitpred`` output: submit when the predicted start, or its upper bound,
-reaches the predecessor's end). Every decision is logged with
+``avg_cal_samples``) runs a baseline instead, and ``wait-pred``, ``guarantee`` or ``guarantee-cal``
+the wait predictor's rules (a ``waitpred`` output: submit when the predicted start, or its upper
+bound, reaches the predecessor's end; ``guarantee-cal`` with a margin calibrated for at most 10 %
+interrupted on the end-spaced samples named by ``guarantee_samples``, drawn with that predictor).
+Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
@@ -65,7 +67,7 @@ with DAG(
     tags=["mirage", "ml"],
     user_defined_macros=dict(MACROS),
     params={
-        "policy": Param("model", enum=["model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee"],
+        "policy": Param("model", enum=["model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee", "guarantee-cal"],
                         description="who decides when to submit"),
         # None, not "": the form must submit untouched; policy model without one fails at once (exit 2, --model)
         "model": Param(None, type=["null", "string"],
@@ -76,7 +78,11 @@ with DAG(
                                              "threshold is calibrated; needed by policy avg-cal"),
         "waitpred": Param(None, type=["null", "string"],
                           description="a waitpred output URI (the wait predictor of this cluster's log); needed by "
-                                      "policies wait-pred and guarantee"),
+                                      "policies wait-pred, guarantee and guarantee-cal"),
+        "guarantee_samples": Param(None, type=["null", "string"],
+                                   description="a sample output URI drawn with sample --waitpred (the same predictor) "
+                                               "and --probe-spacing end on the months before; guarantee-cal's margin "
+                                               "is calibrated on it; needed by policy guarantee-cal"),
         "node": Param(1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["node"][1],
                       description="nodes of each service job"),
         "service_hours": Param(48.0, type="number", minimum=SERVICE_BOUNDS["service_hours"][0],
@@ -105,7 +111,8 @@ with DAG(
             "{{ '--partition=' ~ params.partition if params.partition else '--links=' ~ params.links }}",
             "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}",
             "{{ '--avg-cal-samples=' ~ params.avg_cal_samples if params.avg_cal_samples else '--node=' ~ params.node }}",
-            "{{ '--waitpred=' ~ params.waitpred if params.waitpred else '--node=' ~ params.node }}"]
+            "{{ '--waitpred=' ~ params.waitpred if params.waitpred else '--node=' ~ params.node }}",
+            "{{ '--guarantee-samples=' ~ params.guarantee_samples if params.guarantee_samples else '--node=' ~ params.node }}"]
     @task
     def check_conf(**context) -> None:
         """Refuse a run conf with a key the form does not have (a misspelt ``links`` would be
