@@ -155,15 +155,16 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     (``background.parquet``) and its cluster's slurmctld log and state (submission instants to
     the ms, the phase of the fair-share re-reads). For runs from before ``late_nodes_joined_epoch``
     was recorded, the late nodes joined right after chain 0's predecessors were queued, so that
-    instant is the last of their submissions in slurmctld's log. The policies that do not use a
-    model or a predictor must come out as stored (a check of the rebuild)."""
+    instant is slurmctld's own record of their resume. The policies that do not use a model or a
+    predictor must come out as stored (a check of the rebuild; runs whose join instant was not
+    recorded come out near it, not equal: the prediction of the later chains is sensitive to it)."""
     from mirage_tasks.data.schema import parse_time, read_trace
     from mirage_tasks.data.times import hours_to_s
     from mirage_tasks.run.plan import step_parser
     from mirage_tasks.sim.config import config_from_args
     from mirage_tasks.slurm import keeper as kp
     from mirage_tasks.slurm.compare import last_recalc_epoch, sim_config
-    from mirage_tasks.slurm.queue import read_submit_log
+    from mirage_tasks.slurm.queue import read_resume_log, read_submit_log
     from mirage_tasks.slurm.session import Session
 
     k = json.loads((run / "keeper.json").read_text())
@@ -196,13 +197,13 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
         results.setdefault(r["policy"], []).append(r)
     epochs = read_submit_log(str(slurm_root / "log" / "slurmctld.log"))
     late = int(params.get("late_nodes") or 0)
+    late_nodes = [f"n{i}" for i in range(cfg.nodes - late + 1, cfg.nodes + 1)] if late else []
     join = facts.get("late_nodes_joined_epoch")
     if late and join is None:
-        join = max(float(epochs.get(str(r["pred"]), r["pred_submit"])) for r in rows if r.get("chain", 0) == 0)
+        join = read_resume_log(str(slurm_root / "log" / "slurmctld.log"), late_nodes)
     s = Session(env={}, jobcomp=None, policies=policies, keeper=keeper, decide=decide, chains=int(ns.chains),
                 t0=int(parse_time(ns.background_from, "--background-from").timestamp()),
-                accounting=bool(params.get("accounting")),
-                late_nodes=[f"n{i}" for i in range(cfg.nodes - late + 1, cfg.nodes + 1)], join_epoch=join)
+                accounting=bool(params.get("accounting")), late_nodes=late_nodes, join_epoch=join)
     s.results = results
     s.bg_out, s.bg_facts = pd.read_parquet(run / "background.parquet"), facts["background"]
     s.recalc_epoch, s.submit_epochs = last_recalc_epoch(str(slurm_root / "state")), epochs

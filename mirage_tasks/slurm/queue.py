@@ -52,6 +52,24 @@ def read_submit_log(path: str) -> dict[str, float]:
     return out
 
 
+_RESUME_LINE = re.compile(r"^\[([0-9T:.\-]+)\] update_node: node (\S+) state set to IDLE")
+
+
+def read_resume_log(path: str, nodes: list[str]) -> float | None:
+    """The epoch, to the millisecond, at which slurmctld first set one of ``nodes`` back to IDLE
+    (``scontrol update ... State=RESUME`` of drained nodes: its log's ``update_node`` lines); None
+    where the log has none."""
+    if not os.path.exists(path):
+        return None
+    want = set(nodes)
+    with open(path, errors="replace") as fh:
+        for ln in fh:
+            m = _RESUME_LINE.match(ln)
+            if m and m.group(2) in want:
+                return datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()  # local time
+    return None
+
+
 def limit_seconds(value: str) -> int | None:
     """Seconds of a Slurm time limit (``[D-]HH:MM:SS``, ``MM:SS``, ``UNLIMITED``)."""
     v = value.strip()

@@ -291,6 +291,10 @@ def run(args: argparse.Namespace) -> int:
                 from ..slurm.queue import read_submit_log
 
                 session.submit_epochs = read_submit_log(cluster.paths.ctld_log)
+            if session.late_nodes and session.join_epoch is not None:  # slurmctld's instant of the resume
+                from ..slurm.queue import read_resume_log
+
+                session.join_epoch = read_resume_log(cluster.paths.ctld_log, session.late_nodes) or session.join_epoch
                 session.bg_out = precise_submits(session.bg_out, session.submit_epochs,
                                                  session.bg_facts["origin_epoch"], session.t0, args.factor)
     finally:
