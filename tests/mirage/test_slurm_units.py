@@ -592,6 +592,23 @@ def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp
     assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0, 360.0]   # the input is not changed
 
 
+def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
+    """read_resume_log: the first ``state set to IDLE`` of one of the named nodes (the drain's own
+    lines and other nodes' are not it); None without one or without a log."""
+    from datetime import datetime
+
+    from mirage_tasks.slurm.queue import read_resume_log
+
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-06T17:50:51.037] update_node: node n79 state set to DRAINED\n"
+                   "[2026-12-06T17:55:01.100] update_node: node n3 state set to IDLE\n"
+                   "[2026-12-06T17:55:01.782] update_node: node n80 state set to IDLE\n"
+                   "[2026-12-06T17:55:01.790] update_node: node n79 state set to IDLE\n")
+    want = datetime.strptime("2026-12-06T17:55:01.782", "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    assert read_resume_log(str(log), ["n79", "n80"]) == pytest.approx(want)
+    assert read_resume_log(str(log), ["n81"]) is None and read_resume_log(str(tmp_path / "none"), ["n79"]) is None
+
+
 def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_another_backfill(tmp_path):
     import argparse
     import json
