@@ -218,6 +218,9 @@ def repredict(a: argparse.Namespace) -> int:
     rc = 0
     for w in wins:
         run, sl = Path(a.root, f"{a.name}-{w}"), Path(a.root, f"slurm-{a.name}-{w}")
+        if not (run / "_SUCCESS.json").exists():
+            print(f"{a.name}-{w}: no committed run (skipped)", flush=True)
+            continue
         t0 = time.monotonic()
         new = repredict_run(run, sl)
         old = pd.read_parquet(run / "links.parquet")

@@ -22,10 +22,10 @@ SETS = {"keep": "the model, avg-cal, avg and reactive", "keepwp": "the wait pred
                  "training samples, asked at their probe times), guarantee and reactive, as `keepc3` with its chains "
                  "6.25 trace hours after the window's start"}
 #: sets whose links are pooled into one table (the same policies and design, other links)
-POOLS = {"keepc + keepc2": ("keepc", "keepc2"), "keepc + keepc2 + keepc3": ("keepc", "keepc2", "keepc3"),
-         "keepc3 + keepg": ("keepc3", "keepg")}
+POOLS = {"keepc + keepc2": ("keepc", "keepc2"), "keepc3 + keepg": ("keepc3", "keepg"),
+         "all four": ("keepc", "keepc2", "keepc3", "keepg")}
 #: pools whose sets asked the model differently (its rows pool two deciders: the page says so)
-MIXED_ASKING = {"keepc + keepc2 + keepc3"}
+MIXED_ASKING = {"all four"}
 
 
 def _f(v, fmt="{:.2f}"):
@@ -365,7 +365,8 @@ def _pools(frames: dict, docs_by_set: dict, factor: float) -> dict:
 
     out = {}
     for pname, members in POOLS.items():
-        if sum(m in frames for m in members) >= 2:
+        members = tuple(m for m in members if m in frames)
+        if len(members) >= 2 and not any(set(members) == set(o[0]) for o in out.values()):
             f, docs = _pool(frames, docs_by_set, members)
             out[pname] = (members, f, docs, summary(f, factor, 1))
     return out
@@ -387,7 +388,7 @@ def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) ->
                 "zero, at a waste no higher than avg's; avg's waste from set `keep`):", ""]
         if pname in MIXED_ASKING:
             out += ["(Its model rows pool two ways of asking the model: every reading in its last 24 h in "
-                    "`keepc` and `keepc2`, at its probe times in `keepc3`.)", ""]
+                    "`keepc` and `keepc2`, at its probe times (the default now) in `keepc3` and `keepg`.)", ""]
         out += [ln for ln in _verdict_lines(rows, f) if not ln.startswith("* **avg**")] + [""]
         out += [ln + " The policies' paired differences are of that size." for ln in _same_decision_pair(f, pname)]
         out += [""]
@@ -398,8 +399,11 @@ def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) ->
             out += ["In `keepc2` the 4 added nodes served the background alone for the 25 h before its chains "
                     "started, the likely cause of its background waiting less than the log's: its policies were "
                     "compared, paired, on a lighter background."
-                    + (" `keepc3` kept them drained until its chains started (`--late-extra-nodes`): the test of "
-                       "that cause." if "keepc3" in frames else ""), ""]
+                    + (" `keepc3` and `keepg` kept them drained until their chains started (`--late-extra-nodes`), the "
+                       "test of that cause: compare their lines with `keepc2`'s. What is left after it is likely the 4 "
+                       "added nodes serving the background alone where no chain holds them (between a chain's "
+                       "successor start and the next chain's start, and after the last chain; not tested by a run), "
+                       "which draining before the first chain does not remove." if "keepc3" in frames else ""), ""]
     return ["## In short", "", *out] if out else []
 
 
@@ -504,7 +508,7 @@ def page(root: str) -> str:
         if gc:
             L += [f"Set `{name}`: guarantee-cal's margin {_f(gc['threshold'])} h (submit when the bound minus the time "
                   f"left at the next probe reaches it), chosen by split conformal calibration at level "
-                  f"{gc['level']:.0%} on the {gc['n_samples']} samples of `{gc['samples']}` (the same training months "
+                  f"{gc['level']:.0%} on the {gc['n_samples']} samples of `var/{gc['samples'].split('/var/', 1)[-1]}` (the same training months "
                   f"and predictor, drawn with `--waitpred`): {gc['validation_interrupted']:.1%} of them interrupted, "
                   f"{gc['validation_mean_wasted_h']:.2f} h wasted per sample on average; asked at "
                   f"{', '.join(f'{x / 3600:g} h' for x in gc['at_s'])} before the end. Those samples are the months "
