@@ -94,10 +94,12 @@ def choose_windows(trace: str, train_from: str, train_to: str, test_from: str, t
 def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     start = pd.Timestamp(w["from"], tz="UTC")
     to = start + pd.Timedelta(hours=a.span_hours + 48)  # held beyond the chains: the session ends with them
+    from mirage_tasks.slurm.livewait import WAIT_POLICIES
+
     pol = a.policies.split(",")
     inputs = ((["--model", a.model] if "model" in pol else [])
               + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
-              + (["--waitpred", a.waitpred] if {"wait-pred", "guarantee", "guarantee-cal"} & set(pol) else [])
+              + (["--waitpred", a.waitpred] if set(WAIT_POLICIES) & set(pol) else [])
               + (["--guarantee-samples", a.guarantee_samples] if "guarantee-cal" in pol else []))
     from mirage_tasks.sim.config import PRESETS
 
@@ -184,8 +186,9 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     gcal = facts.get("guarantee_cal")
     if gcal:
         keeper["guarantee_margin_h"], keeper["guarantee_at_s"] = gcal["threshold"], tuple(gcal["at_s"])
-    if {"wait-pred", "guarantee", "guarantee-cal"} & set(policies):
-        from mirage_tasks.slurm import livewait
+    from mirage_tasks.slurm import livewait
+
+    if set(livewait.WAIT_POLICIES) & set(policies):
 
         keeper["waitpred"] = livewait.load(ns.waitpred, meta.timezone)
         keeper["wait_cfg"] = sim_config(cfg, ns.factor, bool(params.get("accounting")))
@@ -223,20 +226,24 @@ def repredict(a: argparse.Namespace) -> int:
             continue
         t0 = time.monotonic()
         new = repredict_run(run, sl)
-        old = pd.read_parquet(run / "links.parquet")
-        key = ["policy", "chain", "link"]
-        m = old.merge(new, on=key, suffixes=("_old", ""))
-        for p, g in m.groupby("policy", sort=False):
-            moved = (g["sim_signed_interruption_h_old"] - g["sim_signed_interruption_h"]).abs() > 1e-9
-            print(f"{a.name}-{w} {p}: {int(moved.sum())} of {len(g)} predicted interruptions moved "
-                  f"(mean {g['sim_signed_interruption_h_old'].mean():+.2f} -> {g['sim_signed_interruption_h'].mean():+.2f} h)",
-                  flush=True)
-            if p in ("reactive", "avg", "avg-cal") and moved.any():
+        for p, (moved, total) in _page_module().moved_predictions(pd.read_parquet(run / "links.parquet"),
+                                                                  new).items():
+            print(f"{a.name}-{w} {p}: {moved} of {total} predicted interruptions moved", flush=True)
+            if p in ("reactive", "avg", "avg-cal") and moved:
                 print(f"{a.name}-{w} {p}: the rebuild does not reproduce the stored prediction", flush=True)
                 rc = 1
         new.to_parquet(run / "repredicted.parquet", index=False)
         print(f"{a.name}-{w}: {time.monotonic() - t0:.0f} s", flush=True)
     return rc
+
+
+def _page_module():
+    """devtools/pages/keeper_campaign_page.py (the page writer, beside the other pages)."""
+    if str(ROOT / "devtools" / "pages") not in sys.path:
+        sys.path.insert(0, str(ROOT / "devtools" / "pages"))
+    import keeper_campaign_page
+
+    return keeper_campaign_page
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.late_extra_nodes and not (a.extra_nodes and a.offset_hours > 0):
             ap.error("--late-extra-nodes needs --extra-nodes K and --offset-hours > 0 (when they join)")
         return run(a)
-    sys.path.insert(0, str(ROOT / "devtools" / "pages"))
-    from keeper_campaign_page import page
-
-    text = page(a.root)
+    text = _page_module().page(a.root)
     if a.write_doc:
         Path(a.write_doc).write_text(text)
     else:

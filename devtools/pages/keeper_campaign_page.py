@@ -36,6 +36,14 @@ def _runs(root: Path, name: str) -> list[Path]:
     return sorted(p for p in root.glob(f"{name}-w*") if (p / "_SUCCESS.json").exists())
 
 
+def moved_predictions(stored: pd.DataFrame, new: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Per policy: (links whose predicted signed interruption differs between a run's stored links
+    and the same links predicted again, links)."""
+    m = stored.merge(new, on=["policy", "chain", "link"], suffixes=("_old", ""))
+    moved = (m["sim_signed_interruption_h_old"] - m["sim_signed_interruption_h"]).abs() > 1e-9
+    return {p: (int(moved[m["policy"] == p].sum()), int((m["policy"] == p).sum())) for p in m["policy"].unique()}
+
+
 def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
     """A set's links over its runs, with the simulator's prediction from ``repredicted.parquet``
     (``bench/keeper_campaign.py repredict``: computed again from the stored run) where present."""
@@ -47,10 +55,7 @@ def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
         stored = pd.read_parquet(p / "links.parquet")
         if again.exists():  # how many predicted interruptions the fix moved, per policy
             new = pd.read_parquet(again)
-            m = stored.merge(new, on=["policy", "chain", "link"], suffixes=("_old", ""))
-            moved = (m["sim_signed_interruption_h_old"] - m["sim_signed_interruption_h"]).abs() > 1e-9
-            docs[w]["repredicted"] = {p_: [int(moved[m["policy"] == p_].sum()), int((m["policy"] == p_).sum())]
-                                      for p_ in m["policy"].unique()}
+            docs[w]["repredicted"] = moved_predictions(stored, new)
             stored = new
         frames.append(stored.assign(run=w))
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), docs

@@ -55,6 +55,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..sim import features
+from . import livewait
 from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, squeue
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,7 @@ class Keeper:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.policy == "model" and self.decide is None:
             raise ValueError("policy 'model' needs a model")
-        from .livewait import WAIT_POLICIES
-
-        if self.policy in WAIT_POLICIES and (self.waitpred is None or self.wait_cfg is None):
+        if self.policy in livewait.WAIT_POLICIES and (self.waitpred is None or self.wait_cfg is None):
             raise ValueError(f"policy {self.policy!r} needs a wait predictor and its configuration")
         if self.policy == "guarantee-cal" and not self.guarantee_at_s:
             raise ValueError("policy 'guarantee-cal' needs its calibration probes' times (guarantee_at_s)")
@@ -194,11 +193,9 @@ class Keeper:
 
     def wait_answer(self, jobs: list[QJob], nodes: dict[str, int], now: float) -> dict[str, float]:
         """The wait predictor's answer for a successor submitted now (trace seconds)."""
-        from .livewait import live_row
-
         clock = self.trace_clock or ((self.origin, self.origin) if self.scale != 1 else (0.0, 0.0))
         recent = [self.waits[j] * self.scale for j in sorted(self.starts, key=lambda j: self.starts[j])]
-        row = live_row(self.waitpred, self.wait_cfg, jobs, nodes, now, self.scale, clock, recent, self.node,
+        row = livewait.live_row(self.waitpred, self.wait_cfg, jobs, nodes, now, self.scale, clock, recent, self.node,
                        self.limit_min * 60 * self.scale)
         return self.waitpred.answer(row)
 
@@ -275,10 +272,9 @@ class Keeper:
                     due = self.avg_due(pend, avg_at_start)
                     if due is not None and now >= due:
                         submit, why = True, f"{self.policy} wait before the end"
-                elif pend is not None and self.policy in ("wait-pred", "guarantee", "guarantee-cal") and (
-                        nxt := _next_wait_decision(self, link, (pend - now) * self.scale)) is not None:
-                    from . import livewait
-
+                elif pend is not None and self.policy in livewait.WAIT_POLICIES and (
+                        nxt := livewait.next_decision_s(self.policy, (pend - now) * self.scale, self.step_s,
+                                                        self.guarantee_at_s, link.asked_at)) is not None:
                     ans = self.wait_answer(jobs, nodes, now)
                     submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, nxt, self.guarantee_margin_h)
                     raw = ans["wp_wait_s" if self.policy == "wait-pred" else "wp_bound_s"] / 3600.0
@@ -339,12 +335,6 @@ class Keeper:
         if self.stop_chain:
             self.cancel(pred)
         return results
-
-
-def _next_wait_decision(k: "Keeper", link: Link, left_s: float) -> float | None:
-    from .livewait import next_decision_s
-
-    return next_decision_s(k.policy, left_s, k.step_s, k.guarantee_at_s, link.asked_at)
 
 
 def asks(left_s: float, within_s: float | None, at_s: tuple[float, ...] | None, asked: set) -> bool:

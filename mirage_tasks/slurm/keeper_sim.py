@@ -25,6 +25,7 @@ from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
 from .compare import align_recalc, job_user, sim_config, submission_order
+from .keeper import asks
 from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3
@@ -96,8 +97,6 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
             nxt = (sim.now // step_s + 1) * step_s
             sim.run_until(min(nxt, pend))
     else:
-        from .keeper import asks
-
         sim.run_until(pstart)
         t = pend
         asked: set = set()

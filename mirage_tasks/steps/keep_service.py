@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
     if "guarantee-cal" in policies and not args.guarantee_samples:
         raise StepError("--policy guarantee-cal needs --guarantee-samples URI (a sample output drawn with --waitpred)")
-    wait_policies = [x for x in policies if x in ("wait-pred", "guarantee", "guarantee-cal")]
+    from ..slurm.livewait import WAIT_POLICIES
+
+    wait_policies = [x for x in policies if x in WAIT_POLICIES]
     if wait_policies and not args.waitpred:
         raise StepError(f"--policy {','.join(wait_policies)} needs --waitpred URI (a waitpred output of the log)")
     if "model" in policies and not args.model:

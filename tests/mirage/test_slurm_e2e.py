@@ -166,6 +166,27 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
     assert got["named"].max() < 0.1, dict(got["named"])
 
 
+def _keep_service(tmp_path: Path, trace: str, t0: int, *flags: str) -> dict:
+    """``keep-service`` through its command line on a local Slurm of its own at x120, 1-node
+    service jobs, the trace's first hour from ``t0`` replayed as background; its ``keeper.json``
+    (the step must exit 0)."""
+    import json
+    import subprocess
+    import sys
+
+    from mirage_tasks.data.times import iso
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--node", "1", "--factor", "120",
+                           "--slurm-root", str(tmp_path / "slurm"), "--trace", trace, "--background-from", iso(t0),
+                           "--background-to", iso(t0 + 3600), "--cluster-config", "ls6", "--stop-chain",
+                           "--out", str(tmp_path / "out"), *flags],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((tmp_path / "out" / "keeper.json").read_text())
+
+
 def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_path):
     """keep-service through its command line (the measurement mode: a local 4-node Slurm at
     x120, a background replayed while two chains per policy run, the second started half a
@@ -182,12 +203,8 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
     * Each chain has its own job names, links and decision lines, and keeper.json's summary
       pairs the policies on them."""
     import json
-    import subprocess
-    import sys
 
     from test_sim_support import frame, write_committed_trace
-
-    from mirage_tasks.data.times import iso
 
     h, m = 3600, 60
     t0 = 1_700_006_400
@@ -196,16 +213,8 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
         {"submit": t0 + 10 * m, "start": t0 + 3 * h, "end": t0 + 4 * h, "limit": 2 * h, "nodes": 1, "priority": 1000},
         {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
     out = tmp_path / "out"
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--policy", "reactive,avg",
-                           "--chains", "2", "--stagger-hours", "0.5", "--offset-hours", "0.25", "--node", "1", "--service-hours", "2",
-                           "--factor", "120", "--slurm-root", str(tmp_path / "slurm"), "--trace", trace,
-                           "--background-from", iso(t0), "--background-to", iso(t0 + h), "--nodes", "4",
-                           "--cluster-config", "ls6", "--stop-chain", "--deadline-s", "900", "--out", str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    k = json.loads((out / "keeper.json").read_text())
+    k = _keep_service(tmp_path, trace, t0, "--policy", "reactive,avg", "--chains", "2", "--stagger-hours", "0.5",
+                      "--offset-hours", "0.25", "--service-hours", "2", "--nodes", "4", "--deadline-s", "900")
     links = pd.DataFrame(k["links"])
     assert sorted(zip(links["policy"], links["chain"])) == [("avg", 0), ("avg", 1), ("reactive", 0), ("reactive", 1)]
     bg = k["facts"]["background"]
@@ -244,12 +253,8 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
     once the predecessor is queued, and the predecessor takes it at once. The simulator's
     prediction has node 2 join at the same instant, so it predicts that start too."""
     import json
-    import subprocess
-    import sys
 
     from test_sim_support import frame, write_committed_trace
-
-    from mirage_tasks.data.times import iso
 
     h, m = 3600, 60
     t0 = 1_700_006_400
@@ -259,16 +264,8 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
          "priority": 1000},
         {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
     out = tmp_path / "out"
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--policy", "reactive",
-                           "--offset-hours", "0.5", "--late-nodes", "1", "--node", "1", "--service-hours", "1",
-                           "--factor", "120", "--slurm-root", str(tmp_path / "slurm"), "--trace", trace,
-                           "--background-from", iso(t0), "--background-to", iso(t0 + h), "--nodes", "2",
-                           "--cluster-config", "ls6", "--stop-chain", "--deadline-s", "600", "--out", str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    k = json.loads((out / "keeper.json").read_text())
+    k = _keep_service(tmp_path, trace, t0, "--policy", "reactive", "--offset-hours", "0.5", "--late-nodes", "1",
+                      "--service-hours", "1", "--nodes", "2", "--deadline-s", "600")
     assert k["late_nodes"] == 1 and not k["facts"]["errors"], k["facts"]
     link = pd.DataFrame(k["links"]).iloc[0]
     origin, fac = k["facts"]["background"]["origin_epoch"], k["factor"]
@@ -282,6 +279,7 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
     # the join instant was not recorded (runs before it was: then the last chain-0 predecessor's submission)
     import importlib.util
 
+    root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("bench_keeper_campaign", root / "bench" / "keeper_campaign.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

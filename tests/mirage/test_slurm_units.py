@@ -404,27 +404,32 @@ def test_accounting_renders_slurmdbd_and_keeps_what_it_enforces_in_the_simulator
     assert any("larger than max_nodes_per_user or grp_nodes" in n for n in unsupported(cfg, accounting=True))
 
 
+def _replayed(rows: list[dict], t_from: int, t_to: int, factor: float):
+    """(a 2-node config, the replay plan of these trace rows over [t_from, t_to), that plan as a
+    replay's job table with every job submitted at its trace instant): the background the
+    prediction tests give ``keeper_sim.predict`` and ``Session.links``."""
+    from mirage_tasks.sim.workload import Workload
+
+    df = pd.DataFrame([{"user": "u", "priority": 1.0, "procs": 1, **r} for r in rows])
+    for col in ("submit", "start", "end"):
+        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
+    jobs = replay.plan(Workload.from_frame(df), cfg, t_from, t_to, factor)
+    return cfg, jobs, jobs.assign(slurm_id=[str(i + 1) for i in range(len(jobs))],
+                                  submit_t=jobs["trace_submit"].astype(float))
+
+
 def test_session_links_put_the_simulators_prediction_beside_each_chain():
     """slurm.session.Session.links maps a chain's real submission back to trace time and asks
     the simulator for the same link on the replayed background: a 2-node cluster held by one
     job until t0 + 2 h, a 1-node chain submitted at t0 (reactive: the successor at the
     predecessor's end) is predicted to start at once and run its 1 h limit."""
-    import pandas as pd
-
-    from mirage_tasks.slurm import replay
     from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h,
-                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    from mirage_tasks.sim.workload import Workload
-
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0, t0 + h, factor)
+    cfg, jobs, bg = _replayed([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h,
+                                "time_limit_s": 2 * h, "nodes": 1}], t0, t0 + h, factor)
     origin = 1.7e9
-    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
     s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0)
     s.results = {"reactive": [{"policy": "reactive", "link": 0, "pred_submit": origin, "signed_interruption_h": 0.0}]}
     s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
@@ -441,18 +446,12 @@ def test_the_prediction_has_the_late_nodes_join_when_they_joined():
     other late until t0 + 1.5 h (real epoch mapped to trace time, x60). A chain submitted at
     t0 + 2 min is predicted to start when the node joins, not at once as on the cluster with
     both nodes."""
-    from mirage_tasks.sim.workload import Workload
     from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h,
-                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0, t0 + h, factor)
+    cfg, jobs, bg = _replayed([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h,
+                                "time_limit_s": 2 * h, "nodes": 1}], t0, t0 + h, factor)
     origin = 1.7e9
-    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
 
     def first(**late):
         s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0, **late)
@@ -743,21 +742,14 @@ def test_keeper_avg_cal_submits_where_the_mean_wait_minus_the_time_left_reaches_
 def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
     """keeper_sim.predict: avg-cal with offset 0 decides as avg, without one (never early) as
     reactive, and with a negative offset earlier than avg."""
-    from mirage_tasks.sim.workload import Workload
     from mirage_tasks.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     # a 2-node job holds the cluster 2 h; a 1-node job submitted a minute later waits for it (a mean wait > 0)
-    rows = [{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h, "time_limit_s": 2 * h,
-             "nodes": 2, "user": "u", "priority": 1.0, "procs": 1},
-            {"job_id": "b", "submit": t0 - 3 * h + 60, "start": t0 - h, "end": t0, "time_limit_s": h,
-             "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}]
-    df = pd.DataFrame(rows)
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - 3 * h, t0, factor)
-    bg = jobs.assign(slurm_id=["1", "2"], submit_t=jobs["trace_submit"].astype(float))
+    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h,
+                             "time_limit_s": 2 * h, "nodes": 2},
+                            {"job_id": "b", "submit": t0 - 3 * h + 60, "start": t0 - h, "end": t0, "time_limit_s": h,
+                             "nodes": 1}], t0 - 3 * h, t0, factor)
 
     def lead(policy, off=None):
         return predict(bg, cfg, factor, t0, 1, 4 * h, policy, avg_offset_h=off)["sim_decision_lead_h"]
@@ -774,17 +766,11 @@ def test_keeper_prediction_asks_the_model_where_the_keeper_asks_it():
     the first step at or past each probe time. Before, the prediction asked every step from the
     start whatever the keeper did, so a model the keeper asked only in its last 24 h was predicted
     to submit 48 h ahead."""
-    from mirage_tasks.sim.workload import Workload
     from mirage_tasks.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h, "time_limit_s": 2 * h,
-                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - 3 * h, t0, factor)
-    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h,
+                             "time_limit_s": 2 * h, "nodes": 1}], t0 - 3 * h, t0, factor)
     calls = []
 
     def always(hist):
@@ -864,17 +850,11 @@ def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
     """keeper_sim.predict for guarantee: a bound of 2 h on a free cluster submits 2 h 10 min before
     the end (the step after which waiting would leave less than the bound), wait-pred at 0 h wait
     only at the end."""
-    from mirage_tasks.sim.workload import Workload
     from mirage_tasks.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
-                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - h, t0, factor)
-    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
+                             "nodes": 1}], t0 - h, t0, factor)
     g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee", waitpred=_FixedWait(0.0, 2.0))
     assert g["sim_decision_lead_h"] == pytest.approx(2.0 + 1 / 6) and g["sim_wasted_node_h"] > 2
     w = predict(bg, cfg, factor, t0, 1, 4 * h, "wait-pred", waitpred=_FixedWait(0.0, 2.0))
@@ -888,7 +868,6 @@ def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_
     the next probe reaches its margin. Margin 0.5 h: at 2 h left (2 - 1 >= 0.5); 1.5 h: at 1 h left
     (2 - 0.5); None (never early): at the end after its 4 asks. The simulator's prediction decides
     the same on a free cluster."""
-    from mirage_tasks.sim.workload import Workload
     from mirage_tasks.slurm.keeper_sim import predict
 
     at = (7200, 3600, 1800, 600)
@@ -900,13 +879,8 @@ def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_
     assert r["decision_lead_trace_h"] == pytest.approx(lead_h, abs=1 / 60) and r["forced"] == (margin_h is None)
     assert r["n_decisions"] == asked and len(wp.rows) == asked
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
-                        "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
-    for col in ("submit", "start", "end"):
-        df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-    cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
-    jobs = replay.plan(Workload.from_frame(df), cfg, t0 - h, t0, factor)
-    bg = jobs.assign(slurm_id=["1"], submit_t=jobs["trace_submit"].astype(float))
+    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
+                             "nodes": 1}], t0 - h, t0, factor)
     g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee-cal", waitpred=_FixedWait(0.0, 2.0),
                 guarantee_margin_h=margin_h, guarantee_at_s=at)
     assert g["sim_decision_lead_h"] == pytest.approx(lead_h) and g["sim_n_decisions"] == asked
