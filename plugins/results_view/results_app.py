@@ -28,6 +28,8 @@ AWS environment of the API server).
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import html
 import json
 import logging
@@ -42,14 +44,33 @@ from results_view import results_catalog as catalog
 
 log = logging.getLogger(__name__)
 
-PIPELINES = {"mirage_pipeline": "Mirage pipeline", "faasm_benchmarks": "Faasm benchmarks"}
+PIPELINES = {"mirage_pipeline": "Mirage pipeline", "faasm_benchmarks": "Faasm benchmarks",
+             "mirage_evaluation": "Mirage evaluation"}
 #: What a stored report page may load: its own embedded images and inline styles, nothing else.
 REPORT_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
               "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
-#: The view's own pages: the same, plus the compare form (GET to this view).
-PAGE_CSP = REPORT_CSP.replace("form-action 'none'", "form-action 'self'")
+#: Inside the Airflow UI the view is an iframe sandboxed without ``allow-top-navigation``, so a
+#: ``target=_top`` link to a DAG run's page does nothing there. The UI's pages are one React app
+#: on the same origin (its sandbox allows scripts and the same origin): this script moves the
+#: app's own history to the link and tells its router, which is what a click inside the app does.
+#: Outside a frame the link is an ordinary link. The one script the pages may run (its hash is in
+#: the CSP).
+TOP_LINK_JS = (
+    "document.addEventListener('click',function(e){"
+    "var a=e.target.closest&&e.target.closest('a.run-link');"
+    "if(!a||window.top===window)return;"
+    "var u=new URL(a.href);"
+    "try{var t=window.top,h=t.history,i=((h.state&&h.state.idx)||0)+1;"
+    "h.pushState({usr:null,key:Math.random().toString(36).slice(2,10),idx:i},'',u.pathname+u.search+u.hash);"
+    "t.dispatchEvent(new PopStateEvent('popstate',{state:h.state}));e.preventDefault();}"
+    "catch(err){}});")
+_TOP_LINK_HASH = "sha256-" + base64.b64encode(hashlib.sha256(TOP_LINK_JS.encode()).digest()).decode()
+#: The view's own pages: the same, plus the compare form (GET to this view) and the link script.
+PAGE_CSP = (REPORT_CSP.replace("form-action 'none'", "form-action 'self'")
+            + f"; script-src '{_TOP_LINK_HASH}'")
 #: Report steps per pipeline: (task id, report kind) for the task-instance "Report" tab.
-REPORT_TASKS = {"mirage_pipeline": {"report": "mirage_report"}, "faasm_benchmarks": {"summarize": "faasm_trends"}}
+REPORT_TASKS = {"mirage_pipeline": {"report": "mirage_report"}, "faasm_benchmarks": {"summarize": "faasm_trends"},
+                "mirage_evaluation": {"waitpred": "mirage_evaluation"}}
 
 app = FastAPI(title="Pipeline results", description="Reports of the Mirage and Faasm pipelines from storage",
               docs_url=None, redoc_url=None, openapi_url=None)
@@ -120,7 +141,7 @@ def _page(title: str, body: str) -> HTMLResponse:
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
              ".muted{color:#777}a{color:#0a58ca}")
     doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{style}</style></head><body>{body}</body></html>")
+           f"<style>{style}</style></head><body>{body}<script>{TOP_LINK_JS}</script></body></html>")
     return HTMLResponse(doc, headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
 
 
@@ -128,6 +149,12 @@ def _summary_text(r: catalog.Report) -> str:
     s = r.summary or {}
     if r.kind == "faasm_summary":
         return f"{s.get('points', '?')} points, {s.get('failed', '?')} failed"
+    if r.kind == "mirage_evaluation":
+        c = s.get("criteria") if isinstance(s.get("criteria"), dict) else {}
+        cov = c.get("coverage_months") if isinstance(c.get("coverage_months"), dict) else {}
+        return (f"guard pick {s.get('pick', '?')}; MAE at or below zero wait's: {c.get('mae_at_or_below_zero', '?')}; "
+                f"bound coverage per month: " + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?"
+                                                           for m, v in cov.items()) or "?"))
     if r.kind == "faasm_trends":
         return f"{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, {s.get('runs', '?')} runs"
     return ", ".join(f"{k}: {v}" for k, v in list(s.items())[:4] if not isinstance(v, (dict, list)))
@@ -235,7 +262,11 @@ def _run_cells(run: dict[str, Any] | None, key: str | None = None, *, dag_id: st
 
 
 def _href(r: catalog.Report) -> str:
-    return "summary/" + quote(r.run) if r.kind == "faasm_summary" else "report/" + quote(r.path)
+    if r.kind == "faasm_summary":
+        return "summary/" + quote(r.run)
+    if r.kind == "mirage_evaluation":
+        return "evaluation/" + quote(r.run, safe="")
+    return "report/" + quote(r.path)
 
 
 def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "",
@@ -269,7 +300,8 @@ async def index(request: Request) -> HTMLResponse:
              "that differ from the DAG's defaults.</p>"]
     sections = [("mirage_report", "Mirage pipeline: validation reports"),
                 ("faasm_trends", "Faasm benchmarks: trend reports"),
-                ("faasm_summary", "Faasm benchmarks: run summaries")]
+                ("faasm_summary", "Faasm benchmarks: run summaries"),
+                ("mirage_evaluation", "Mirage evaluation: wait prediction on a site's log")]
     for kind, title in sections:
         rows = [r for r in reports if r.kind == kind]
         parts.append(f"<h2 id='{kind}'>{html.escape(title)}</h2>")
@@ -455,6 +487,42 @@ async def report_file(rel: str, request: Request) -> Response:
     # in chunks from the open file (Starlette iterates a plain iterator in its thread pool): a
     # 300 MB report costs one chunk of memory per request, not 300 MB
     return StreamingResponse(f.chunks(), media_type=ctype, headers=headers)
+
+
+#: A stored page the view renders itself is read whole: larger than this, it is refused (413), not read.
+RENDER_LIMIT = 8 << 20
+
+
+@app.get("/evaluation/{name}", response_class=HTMLResponse)
+async def evaluation(name: str, request: Request) -> HTMLResponse:
+    """A site's log through ``mirage_evaluation``: the wait predictor's page (``waitpred.md``: the
+    guard's pick, the candidates out of sample, per month MAE, within 1 h and the bound's coverage),
+    rendered as HTML. Raw HTML in the stored Markdown is escaped, never passed through."""
+    user = await current_user(request)
+    if "mirage_evaluation" not in allowed_pipelines(user):
+        raise HTTPException(403, "not allowed to read mirage_evaluation runs")
+    if not catalog.RUN_KEY.match(name):
+        raise HTTPException(404, f"no evaluation named {name}")
+    rel = f"mirage_evaluation/{name}/waitpred/waitpred.md"
+    try:
+        f = await asyncio.to_thread(catalog.open_servable, storage_root(), rel)
+    except KeyError:
+        raise HTTPException(404, f"no committed wait prediction for {name}") from None
+    try:
+        if f.size is not None and f.size > RENDER_LIMIT:
+            raise HTTPException(413, f"{rel} is {f.size} bytes, over the view's {RENDER_LIMIT} byte limit")
+        data = await asyncio.to_thread(f.f.read, RENDER_LIMIT + 1)
+    finally:
+        f.close()
+    if len(data) > RENDER_LIMIT:
+        raise HTTPException(413, f"{rel} is over the view's {RENDER_LIMIT} byte limit")
+    from markdown_it import MarkdownIt  # noqa: PLC0415 - only this page renders Markdown
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = md.render(data.decode("utf-8", errors="replace"))
+    raw = f"../report/{quote(f'mirage_evaluation/{name}/waitpred/waitpred.json')}"
+    return _page(f"Wait prediction: {name}",
+                 f"<p><a href='../'>All reports</a> · <a href='{_e(raw)}'>waitpred.json</a></p>{body}")
 
 
 SUMMARY_COLS = ["experiment", "system", "params", "repeat", "attempt", "status", "run_time_ms", "throughput_ok",

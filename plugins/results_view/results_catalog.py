@@ -4,7 +4,9 @@ Layout (written by the task packages; this module never imports them):
 
 * Mirage: ``<root>/mirage_pipeline/<key>/report/report.html`` (committed: ``report/_SUCCESS.json``);
 * Faasm:  ``<root>/faasm_benchmarks/<date>/<run id>/trends/trends.html`` (``trends/_SUCCESS.json``)
-  and ``<root>/faasm_benchmarks/<date>/<run id>/summary/summary.json`` (``summary/_SUCCESS.json``).
+  and ``<root>/faasm_benchmarks/<date>/<run id>/summary/summary.json`` (``summary/_SUCCESS.json``);
+* a site's log (``mirage_evaluation``): ``<root>/mirage_evaluation/<name>/waitpred/waitpred.md``
+  (``waitpred/_SUCCESS.json``): the wait predictor's tables per month, its bound's coverage, the guard's pick.
 
 Only files inside a committed report folder are ever served (:func:`resolve`), so the
 view cannot be used to read anything else under the storage root; and only regular files
@@ -44,6 +46,8 @@ KINDS = {
     "mirage_report": ("mirage_pipeline", "mirage_pipeline/*/report/" + MARKER, "report.html"),
     "faasm_trends": ("faasm_benchmarks", "faasm_benchmarks/*/*/trends/" + MARKER, "trends.html"),
     "faasm_summary": ("faasm_benchmarks", "faasm_benchmarks/*/*/summary/" + MARKER, "summary.json"),
+    # a site's own log through mirage_evaluation: <root>/mirage_evaluation/<name>/waitpred
+    "mirage_evaluation": ("mirage_evaluation", "mirage_evaluation/*/waitpred/" + MARKER, "waitpred.md"),
 }
 #: Folders whose files may be served, as regular expressions over the path below the root.
 SERVABLE = [
@@ -51,6 +55,7 @@ SERVABLE = [
     re.compile(r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/trends/(trends\.html|trends\.md|trends\.json|"
                r"figures/[^/]+\.png)$"),
     re.compile(r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/summary/(summary\.json|summary\.csv)$"),
+    re.compile(r"^mirage_evaluation/[^/]+/waitpred/(waitpred\.md|waitpred\.json)$"),
 ]
 
 
@@ -201,7 +206,7 @@ def list_reports(root: str) -> list[Report]:
             if not isinstance(marker, dict) or not is_plain(root, f"{rel_folder}/{page}"):
                 continue  # a half-written, foreign or linked marker or page: not a report
             parts = rel_folder.split("/")
-            if pipeline == "mirage_pipeline":
+            if pipeline in ("mirage_pipeline", "mirage_evaluation"):  # <pipeline>/<run key or log name>/...
                 run = parts[1]
                 runs = _mirage_runs(root, fs, base, f"{parts[0]}/{parts[1]}")
             else:

@@ -102,8 +102,9 @@ def test_summary_fields_are_escaped(app_env):
     with _client(app.app) as c:
         page = c.get("/summary/2026-11-30/manual__r1").text
         index = c.get("/").text
-    for text in (page, index):
-        assert "<script>" not in text and "<img" not in text and "onerror=alert(1)>" not in text
+    for text in (page, index):  # the one script of a page is the view's own link script
+        assert text.count("<script>") == 1 and f"<script>{app.TOP_LINK_JS}</script>" in text
+        assert "<script>alert" not in text and "<img" not in text and "onerror=alert(1)>" not in text
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "<h1>x</h1>" not in page and "&lt;b&gt;ok&lt;/b&gt;" in page
 
@@ -156,3 +157,31 @@ def test_every_external_view_has_its_own_url_route():
     routes = [v["url_route"] for v in ResultsViewPlugin.external_views]
     assert len(routes) == len(set(routes)), routes
     assert {v["destination"] for v in ResultsViewPlugin.external_views} == {"nav", "dag_run", "task_instance"}
+
+
+def test_a_sites_wait_prediction_is_listed_and_rendered_with_its_tables(app_env):
+    """mirage_evaluation's output (its tables were on disk only) is a report of the view: listed with
+    the guard's pick and the coverage per month, and its page rendered, stored HTML escaped."""
+    app, root = app_env
+    out = str(root / "mirage_evaluation" / "mysite" / "waitpred")
+    step = Step("waitpred", out, "test", {})
+    page = ("# Wait prediction at submission: mysite.swf\n\nGuard pick: **qrf**.\n\n"
+            "| month | n | coverage |\n|---|---|---|\n| 1997-01 | 120 | 88.0% |\n\n<script>alert(1)</script>\n")
+    step.write_bytes("waitpred.md", page.encode())
+    step.write_json("waitpred.json", {"pick": "qrf"})
+    step.write_bytes("predictions.parquet", b"not served")
+    step.commit({"pick": "qrf", "criteria": {"mae_at_or_below_zero": True,
+                                             "coverage_months": {"1997-01": 0.88, "1997-02": None}}})
+    with _client(app.app) as c:
+        index = c.get("/").text
+        shown = c.get("/evaluation/mysite")
+        raw = c.get("/report/mirage_evaluation/mysite/waitpred/waitpred.json")
+        hidden = c.get("/report/mirage_evaluation/mysite/waitpred/predictions.parquet")
+        missing = c.get("/evaluation/other")
+    assert "data-kind='mirage_evaluation'" in index and "evaluation/mysite" in index
+    assert "guard pick qrf" in index and "1997-01 88%" in index and "1997-02 ?" in index
+    assert shown.status_code == 200
+    assert "<table>" in shown.text and "<td>1997-01</td>" in shown.text and "<strong>qrf</strong>" in shown.text
+    assert shown.text.count("<script>") == 1 and "<script>alert(1)</script>" not in shown.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in shown.text
+    assert raw.status_code == 200 and raw.json() == {"pick": "qrf"}
+    assert hidden.status_code == 404 and missing.status_code == 404

@@ -156,6 +156,30 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
     _wait("the run's page", lambda: driver.current_url.startswith(f"{base}/dags/mirage_pipeline/runs/"))
 
 
+def test_run_link_inside_the_uis_frame_opens_the_run_page(ui):
+    """Inside the Airflow UI the list is an iframe whose sandbox forbids top navigation, so a plain
+    ``target=_top`` link does nothing there: the link must still lead the whole window to the run."""
+    from selenium.webdriver.common.by import By
+
+    driver, base = ui["driver"], ui["base"]
+    driver.get(f"{base}/plugin/results")
+    frame = _wait("the view's frame", lambda: driver.find_element(By.TAG_NAME, "iframe"))
+    assert "allow-top-navigation" not in (frame.get_attribute("sandbox") or "")
+    driver.switch_to.frame(frame)
+    try:
+        link = _wait("a run link in the frame", lambda: next(
+            (a for a in driver.find_elements(By.CSS_SELECTOR, "a.run-link") if a.text == RUN_B), None))
+        link.click()
+    finally:
+        driver.switch_to.default_content()
+    _wait("the run's page in the whole window",
+          lambda: unquote(driver.current_url) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}", timeout=30)
+    # the UI shows the run (not the list in a frame any more)
+    _wait("the run's page rendered", lambda: RUN_B in driver.find_element(By.TAG_NAME, "body").text, timeout=60)
+    assert not [f for f in driver.find_elements(By.TAG_NAME, "iframe")
+                if "/results/" in (f.get_attribute("src") or "") and not f.get_attribute("src").endswith("/results/")]
+
+
 def test_mirage_service_triggers_from_its_form_untouched(ui):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
