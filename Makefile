@@ -59,6 +59,11 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# apt-get that waits (at most APT_LOCK_WAIT seconds, saying so) while another apt or dpkg holds the
+# package lock, instead of failing at once on a shared machine: devtools/apt_wait.sh.
+APT_LOCK_WAIT ?= 600
+APT := devtools/apt_wait.sh $(APT_LOCK_WAIT)
+
 # $(call apt-install,CHECK,PACKAGES,WHAT): when the shell test CHECK fails, install Debian's
 # PACKAGES (as root on Debian only); elsewhere say what will skip. Packages never start their
 # system services here (a policy-rc.d that denies them, present only while installing, unless
@@ -69,7 +74,7 @@ define apt-install
 	    echo "installing $(2) (Debian) for $(3)"; \
 	    own=; [ -e /usr/sbin/policy-rc.d ] || { own=1; printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; \
 	      chmod 755 /usr/sbin/policy-rc.d; }; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; rc=$$?; \
+	    $(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq $(2) >/dev/null; rc=$$?; \
 	    [ -z "$$own" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	  else echo "note: $(2) not found and cannot be installed here: $(3) will skip"; fi; }
 endef
@@ -160,7 +165,8 @@ DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $
 comma := ,
 DEMO_CONF := {"size": "demo"$(if $(TRACE),$(comma) "trace": "$(DEMO_TRACE)"$(comma) "trace_timezone": "$(TRACE_TZ)")}
 
-demo: airflow-home system-deps
+# The demo runs Python steps only: it installs no system package (make test and the lab do).
+demo: airflow-home
 	@echo "running mirage_pipeline for $(DEMO_DATE) ($(if $(TRACE),trace $(DEMO_TRACE),synthetic ls6-like trace)); log: var/demo.log"
 	@$(VENV)/bin/airflow dags test mirage_pipeline $(DEMO_DATE) -c '$(DEMO_CONF)' >var/demo.log 2>&1 \
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
