@@ -234,7 +234,10 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
           "--out", f"{d}/waitpred"]
     if spec.procs_per_node:
         wp += ["--procs-per-node", str(spec.procs_per_node)]
-    return [("ingest", ing), ("calibrate", cal), ("waitpred", wp)]
+    # keyed by the log's name, not by what they depend on: a rerun of other inputs under an existing
+    # name is refused naming both (stepkit.step), so a log's trace, its calibration and its wait
+    # predictor always belong together
+    return [(n, [*a, "--on-change", "refuse"]) for n, a in (("ingest", ing), ("calibrate", cal), ("waitpred", wp))]
 
 
 def calibration_cut(cal_uri: str) -> str | None:

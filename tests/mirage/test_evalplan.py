@@ -171,3 +171,14 @@ def test_a_calibration_cut_by_its_time_limit_is_named(tmp_path):
     doc["search"].update(stopped_by="trials", trials_run=40)
     (tmp_path / "calibration.json").write_text(json.dumps(doc))
     assert evalplan.calibration_cut(str(tmp_path)) is None
+
+
+def test_the_named_outputs_refuse_other_inputs():
+    """The trace, calibration and wait predictor live under the log's name, not a key of what they
+    depend on: every one of their command lines asks its step to refuse a committed output of other
+    inputs (a second description under one name would otherwise replace the trace under the
+    calibration and predictor computed from the first), and that flag parses with the step's parser."""
+    from mirage_tasks.run.plan import step_parser
+
+    for name, argv in evalplan.waitpred_argvs(LogSpec.from_dict(GOOD), "/r"):
+        assert step_parser(name).parse_args(argv[1:]).on_change == "refuse", name
