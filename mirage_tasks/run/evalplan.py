@@ -190,6 +190,19 @@ def load(path: str, traces: str | None = None) -> LogSpec:
     return LogSpec.from_dict(doc, source=str(path), traces=traces)
 
 
+def unique_names(specs: list[LogSpec]) -> None:
+    """A :class:`SpecError` naming both descriptions when two logs share a name: a log's outputs
+    live under ``<root>/<name>/``, so the second would be refused there (or, run at once, race
+    the first for the same folders) and one log's result would stand for two."""
+    seen: dict[str, LogSpec] = {}
+    for s in specs:
+        if s.name in seen:
+            first = seen[s.name]
+            raise SpecError(f"two log descriptions name the log {s.name!r}: {first.source or 'the first'} and "
+                            f"{s.source or 'the second'} (a log's outputs live under its name: rename one)")
+        seen[s.name] = s
+
+
 def month_end(m: str) -> str:
     """The day after month ``m`` (YYYY-MM-DD)."""
     y, mo = int(m[:4]), int(m[5:])
