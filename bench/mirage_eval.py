@@ -201,6 +201,11 @@ def main() -> int:
     budget = Budget(trials=args.cal_trials, timeout_s=args.cal_timeout_s, interval_h=args.interval_hours,
                     bootstrap=args.bootstrap, models=tuple(args.models), max_train=args.max_train,
                     max_score=args.max_score)
+    try:  # each description as a whole against what its steps accept, before any of them runs
+        for s in specs:
+            evalplan.check_against_steps(s, str(root), budget)
+    except SpecError as exc:
+        p.error(str(exc))
     t_wall = time.monotonic()
     with ThreadPoolExecutor(max(1, args.jobs)) as ex:
         futs = {s.name: ex.submit(chain, s, root, args, budget) for s in specs}
