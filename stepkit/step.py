@@ -244,6 +244,7 @@ def describe_difference(marker: dict[str, Any], step: Step) -> str:
         a, b = old.get(k, "(absent)"), new.get(k, "(absent)")
         if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
             parts.append(f"parameter {k}: committed {_short(a)}, this run {_short(b)}")
+
     def ins(doc_inputs: Any) -> list[str]:
         return [f"{i.get('uri')} ({str(i.get('fingerprint'))[:23]})" for i in doc_inputs or [] if isinstance(i, dict)]
     a_in, b_in = ins(marker.get("inputs")), ins(step.inputs)
