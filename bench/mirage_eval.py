@@ -213,7 +213,7 @@ def main() -> int:
         for n, f in futs.items():
             try:
                 f.result()
-            except BaseException as exc:  # noqa: BLE001 - one log failing must not hide the others' results
+            except BaseException as exc:  # one log failing must not hide the others' results
                 if CHILDREN.stopping:  # a SIGTERM or SIGINT: the steps are being stopped (see stoppable)
                     raise
                 failed[n] = str(exc) or type(exc).__name__

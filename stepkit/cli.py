@@ -131,7 +131,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
-    from .step import Step  # noqa: PLC0415 - fsspec, only once a step runs
+    from .step import Step  # fsspec: only once a step runs
 
     Step.default_on_change = args.on_change  # what a rerun of other inputs does to a committed --out
     restore = procs.trap_sigterm()  # SIGTERM: the step's finally blocks stop what it started, exit 143

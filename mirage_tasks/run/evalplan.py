@@ -220,7 +220,7 @@ def _start_config(sc: Any, base: Path, err) -> str | None:
     refused by ``calibrate`` with a message about ``--cluster-config``, a flag the user never wrote."""
     if sc is None:
         return None
-    from ..sim.config import PRESETS  # noqa: PLC0415 - stdlib and stepkit only
+    from ..sim.config import PRESETS
 
     if not isinstance(sc, str) or not sc or len(sc) > MAX_TEXT:
         raise err("start_config", f"a simulator preset ({', '.join(PRESETS)}) or a configuration file")
@@ -236,8 +236,8 @@ def load(path: str, traces: str | None = None) -> LogSpec:
     """A log description from a JSON or YAML file (``.yaml``/``.yml``: YAML), read with the bounded
     loader (:mod:`stepkit.safeload`: at most :data:`MAX_DESCRIPTION_BYTES`, nesting and YAML aliases
     bounded, so an alias bomb is refused while it is read)."""
-    from stepkit.errors import StepError  # noqa: PLC0415 - stdlib at import
-    from stepkit.safeload import parse_document, read_bounded  # noqa: PLC0415
+    from stepkit.errors import StepError
+    from stepkit.safeload import parse_document, read_bounded
 
     kind = "yaml" if Path(path).suffix in (".yaml", ".yml") else "json"
     try:
@@ -265,15 +265,15 @@ def check_against_steps(spec: LogSpec, root: str, budget: Budget | None = None) 
     as ``calibrate`` reads it. A refusal is a :class:`SpecError` naming the description and its
     field, not a step's flag the user never wrote. Imports the steps (pandas): for the driver
     and the tests; :meth:`LogSpec.from_dict` holds the same limits without them."""
-    import contextlib  # noqa: PLC0415
-    import importlib  # noqa: PLC0415
-    import io  # noqa: PLC0415
+    import contextlib
+    import importlib
+    import io
 
-    from stepkit.cli import check_flag_values  # noqa: PLC0415
-    from stepkit.errors import StepError  # noqa: PLC0415
+    from stepkit.cli import check_flag_values
+    from stepkit.errors import StepError
 
-    from ..__main__ import STEPS  # noqa: PLC0415
-    from .plan import step_parser  # noqa: PLC0415
+    from ..__main__ import STEPS
+    from .plan import step_parser
 
     where = spec.source or "the log description"
     for name, argv in waitpred_argvs(spec, root, budget or Budget()):
@@ -288,7 +288,7 @@ def check_against_steps(spec: LogSpec, root: str, budget: Budget | None = None) 
             what = f"field {FLAG_FIELDS[flag]!r}" if flag else "the evaluation's budget"
             raise SpecError(f"{where}: {what}: the {name} step would refuse it: {msg}") from None
     if spec.start_config:
-        from ..sim.config import SimConfig, load_config  # noqa: PLC0415
+        from ..sim.config import SimConfig, load_config
 
         try:
             SimConfig.from_dict(load_config(spec.start_config))

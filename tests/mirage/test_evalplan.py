@@ -80,10 +80,10 @@ def test_a_yaml_alias_bomb_or_a_huge_file_is_refused_while_read(tmp_path):
     ({"months": ["2024-03", "2026-03"]}, "field 'months': 2024-03 .. 2026-03 spans 25 months; at most 24"),
     ({"months": ["0000-01"], "calibrate": ["1960-01-01", "1960-02-01"]}, "field 'calibrate'"),
     ({"months": ["9999-12"]}, "field 'months': '9999-12-01': the year must lie in 1970 .. 2261"),
-    ({"calibrate": ["2022-01-01", "2024-03-01"]}, "field 'calibrate': 2022-01-01 .. 2024-03-01 is 790 days; "
-                                                  "at most 731"),
-    ({"train_start": "2020-01-01"}, "field 'train_start': the training window 2020-01-01 .. 2024-03 is 1521 days; "
-                                    "at most 1096"),
+    ({"calibrate": ["2022-01-01", "2024-03-01"]}, ("field 'calibrate': 2022-01-01 .. 2024-03-01 is 790 days; "
+                                                   "at most 731")),
+    ({"train_start": "2020-01-01"}, ("field 'train_start': the training window 2020-01-01 .. 2024-03 is 1521 "
+                                     "days; at most 1096")),
     ({"train_start": "2024-03-05"}, "field 'train_start': 2024-03-05 is not before the first scored month"),
     ({"timezone": "x" * 65}, "field 'timezone': an IANA time zone name (at most 64 characters)"),
 ])
@@ -95,8 +95,8 @@ def test_every_count_has_a_bound_named_in_its_error(change, needle):
 
 @pytest.mark.parametrize("change,needle", [
     # passed here, then calibrate refused its --score-from (scored from the first month's midnight)
-    ({"calibrate": ["2024-01-01", "2024-03-01T12:00"]}, "field 'months': the first scored month 2024-03 begins "
-                                                        "before the calibration period ends (2024-03-01T12:00)"),
+    ({"calibrate": ["2024-01-01", "2024-03-01T12:00"]}, ("field 'months': the first scored month 2024-03 "
+                                                         "begins before the calibration period ends (2024-03-01T12:00)")),
     # passed here (read as its first ten characters), then calibrate refused its --calibrate-from
     ({"calibrate": ["2024-01-01 sharp", "2024-03-01"]}, "field 'calibrate': '2024-01-01 sharp' is not a date"),
     ({"calibrate": ["2024-01-01T00:00+02:00", "2024-03-01"]}, "without an offset"),
