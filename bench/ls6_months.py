@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from _steprun import run_logged  # bench/ is the script's own folder: first on sys.path
+from _steprun import run_logged, stoppable  # bench/ is the script's own folder: first on sys.path
 
 from mirage_tasks.run.plan import argv  # the planner's argv builder: each flag spelled once, by its step
 
@@ -225,4 +225,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stoppable(main, "ls6_months"))

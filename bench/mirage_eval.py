@@ -23,8 +23,13 @@ CLI that skips when its output is up to date:
    (``python -m mirage_tasks.evaluation.probe_replay``).
 
 At most ``--jobs`` logs run at once (2), each log's steps one after the other. It prints the CPU
-time of the steps (user + system of the child processes) and the wall time, and writes
-``run.json``. ``--smoke`` runs a tiny size (KTH only, a few samples, one month) for the test.
+time of the steps (user + system of the child processes), the wall time and how many logs
+failed (exit 1 when any did), and writes ``run.json``. Two logs of one name are refused before
+anything runs (exit 2, naming both descriptions): a log's outputs live under its name, and a
+rerun of other inputs under an existing name is refused by the steps themselves
+(``--on-change refuse``, :mod:`stepkit.step`). SIGTERM or SIGINT stops exactly the steps it
+started (each runs in a process group of its own; SIGKILL for what is left after 20 s) and the
+driver exits 143 (130) naming them. ``--smoke`` runs a tiny size (KTH only, a few samples, one month) for the test.
 ``--write-doc PATH`` writes the Markdown page (and PNG figures beside it) from the outputs; it
 runs nothing.
 """
@@ -42,7 +47,7 @@ from pathlib import Path
 
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
-from _steprun import run_logged
+from _steprun import CHILDREN, run_logged, stoppable
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)
@@ -66,7 +71,7 @@ def shipped(traces: str) -> dict[str, LogSpec]:
 
 
 def run(argv: list[str], log: Path) -> None:
-    run_logged([sys.executable, *evalplan.command(argv)], log, ROOT, f"{argv[0]} {log.name}")
+    run_logged([sys.executable, *evalplan.command(argv)], log, ROOT, f"{log.parent.parent.name}: {log.stem}")
 
 
 def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -> None:
@@ -173,6 +178,10 @@ def main() -> int:
         args.cal_trials, args.bootstrap = 5, 200
         args.log_file = args.trace = None
     specs = specs_from_args(args, p)
+    try:  # each log's outputs live under its name: two descriptions of one name would share them
+        evalplan.unique_names(specs)
+    except SpecError as exc:
+        p.error(str(exc))
     if args.max_months:
         specs = [LogSpec.from_dict({**s.to_dict(), "months": list(s.months[: args.max_months])}, source=s.source)
                  for s in specs]
@@ -192,6 +201,11 @@ def main() -> int:
     budget = Budget(trials=args.cal_trials, timeout_s=args.cal_timeout_s, interval_h=args.interval_hours,
                     bootstrap=args.bootstrap, models=tuple(args.models), max_train=args.max_train,
                     max_score=args.max_score)
+    try:  # each description as a whole against what its steps accept, before any of them runs
+        for s in specs:
+            evalplan.check_against_steps(s, str(root), budget)
+    except SpecError as exc:
+        p.error(str(exc))
     t_wall = time.monotonic()
     with ThreadPoolExecutor(max(1, args.jobs)) as ex:
         futs = {s.name: ex.submit(chain, s, root, args, budget) for s in specs}
@@ -199,9 +213,11 @@ def main() -> int:
         for n, f in futs.items():
             try:
                 f.result()
-            except BaseException as exc:  # noqa: BLE001 - one log failing must not hide the others' results
-                failed[n] = str(exc)
-                print(f"mirage_eval: {n} failed: {exc}", flush=True)
+            except BaseException as exc:  # one log failing must not hide the others' results
+                if CHILDREN.stopping:  # a SIGTERM or SIGINT: the steps are being stopped (see stoppable)
+                    raise
+                failed[n] = str(exc) or type(exc).__name__
+                print(f"mirage_eval: {n} failed: {failed[n]}", flush=True)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = ru.ru_utime + ru.ru_stime
     wall = time.monotonic() - t_wall
@@ -222,8 +238,10 @@ def main() -> int:
     prev.write_text(json.dumps(rec, indent=2) + "\n")
     print(f"mirage_eval: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s, "
           f"load {' '.join(load)}", flush=True)
+    print(f"mirage_eval: {len(specs) - len(failed)} of {len(specs)} log(s) done, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else ""), flush=True)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stoppable(main, "mirage_eval"))

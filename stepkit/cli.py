@@ -99,6 +99,17 @@ def check_flag_values(args: argparse.Namespace, bounds: Mapping[str, tuple[Any, 
                 raise StepError(f"{flag} {v}: must be {rng}")
 
 
+def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every step takes from the step contract (not from its module): ``--log-level``
+    and ``--on-change`` (:mod:`stepkit.step`: what a run of other inputs does to a committed
+    ``--out``)."""
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--on-change", choices=("refuse", "replace"), default=None,
+                        help="a committed --out of other inputs or parameters: refuse (exit 2, nothing touched; "
+                             "for outputs under a name a user gave) or replace it (recompute); default: what its "
+                             "marker recorded, else replace")
+
+
 def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str]) -> int:
     """Run one step and return its exit code (0, 2 or 1; 130 when interrupted)."""
     argv = list(argv)
@@ -113,13 +124,16 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         return 2
     module = importlib.import_module(steps[name][0])
     parser = argparse.ArgumentParser(prog=f"python -m {prog} {name}", description=steps[name][1])
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_contract_arguments(parser)
     module.add_arguments(parser)
     try:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.log_level)
+    from .step import Step  # fsspec: only once a step runs
+
+    Step.default_on_change = args.on_change  # what a rerun of other inputs does to a committed --out
     restore = procs.trap_sigterm()  # SIGTERM: the step's finally blocks stop what it started, exit 143
     try:
         # NaN, infinities, s3:// without a bucket, seeds and the step's BOUNDS: exit 2 naming the flag
@@ -148,6 +162,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         try:
             lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
         finally:
+            Step.default_on_change = None
             restore()
     return int(rc or 0)
 

@@ -99,6 +99,11 @@ LEASE = "_LEASE.json"
 TTL_ENV = "HOUSE_LEASE_TTL_S"
 HEARTBEAT_ENV = "HOUSE_LEASE_HEARTBEAT_S"
 DEFAULT_TTL_S = 90.0
+#: The longest ttl a lease may have (a day): a writer renews every heartbeat, so the ttl only
+#: says how long a *dead* writer blocks its output. A setting above it is refused, and a lease
+#: document that claims more (another host's setting, a corrupt or hand-made document) counts
+#: as holding for this long after its last write, so no document can block an output for good.
+MAX_TTL_S = 86400.0
 log = logging.getLogger("stepkit.lease")
 
 
@@ -147,6 +152,9 @@ def _seconds(name: str, default: float) -> float:
 def settings(ttl: float | None = None, heartbeat: float | None = None) -> tuple[float, float]:
     """(ttl, heartbeat) in seconds: arguments, else ``HOUSE_LEASE_TTL_S`` / ``HOUSE_LEASE_HEARTBEAT_S``."""
     ttl = float(ttl) if ttl is not None else _seconds(TTL_ENV, DEFAULT_TTL_S)
+    if not 0 < ttl <= MAX_TTL_S:
+        raise StepError(f"{TTL_ENV}={ttl:g} must be above 0 and at most {MAX_TTL_S:g} seconds (a day): it is how "
+                        "long a writer that died blocks its output")
     heartbeat = float(heartbeat) if heartbeat is not None else _seconds(HEARTBEAT_ENV, ttl / 3)
     if not 0 < heartbeat < ttl:
         raise StepError(f"{HEARTBEAT_ENV}={heartbeat:g} must be above 0 and below {TTL_ENV}={ttl:g} "
@@ -684,7 +692,7 @@ class Lease:
         doc = seen.doc
         if not doc:
             return seen.modified + self.ttl
-        ttl = _positive(doc.get("ttl_s")) or self.ttl
+        ttl = min(_positive(doc.get("ttl_s")) or self.ttl, MAX_TTL_S)
         times = [seen.modified + ttl]
         expires = _finite(doc.get("expires_epoch"))
         if expires is not None:
@@ -698,14 +706,24 @@ class Lease:
 
     def _held_error(self, seen: Seen) -> LeaseHeld:
         doc = seen.doc or {}
+        # the expiry this reader judges (:meth:`_expiry`), not the one the document claims: the
+        # message must say when this output is free, and the two differ for a document whose
+        # ttl or clock this reader does not believe
+        until = self._expiry(seen)
+        claimed = doc.get("expires")
+        when = f" It is free in {max(0.0, until - time.time()):.0f} s" + (
+            f" (its document claims it expires {claimed}; this host counts {_iso(until)}: the earliest of its "
+            f"expires_epoch, its renewal and its file's time plus its ttl, at most {MAX_TTL_S:g} s)"
+            if claimed and claimed != _iso(until) else "") + "."
+        owner = describe({**doc, "expires": _iso(until)} if doc else None)
         same_output = bool(self.fingerprint and doc.get("fingerprint") == self.fingerprint)
         same = " It computes the same output (same fingerprint): a rerun after it has finished skips." \
             if same_output else ""
         return LeaseHeld(
-            f"{self.out} is being written by another run: {describe(seen.doc)} ({self.uri}). Two writers of "
+            f"{self.out} is being written by another run: {owner} ({self.uri}). Two writers of "
             f"one output prefix would leave a mix of both, so this run writes nothing; rerun it when that run "
             f"has finished (a writer that died keeps the lease until it expires, {TTL_ENV} after its last "
-            f"renewal).{same}", same_output=same_output)
+            f"renewal).{when}{same}", same_output=same_output)
 
     def acquire(self) -> Lease:
         """Take the lease, or raise :class:`LeaseHeld` naming its live holder (a

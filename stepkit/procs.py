@@ -5,6 +5,12 @@
   step's ``finally`` blocks stop what it started and the CLI exits 143. A second SIGTERM
   while that clean-up runs is logged and ignored (the clean-up is bounded by the step; the
   Kubernetes grace period then ends it with SIGKILL).
+* :class:`ChildGroups`: a command that runs steps (``bench/mirage_eval.py``, threads each
+  running one step at a time) starts each in a process group of its own and, when it is
+  stopped, stops exactly those groups: SIGTERM to each step (which stops what it started),
+  SIGKILL to whatever of a group is left after a grace period, and it says what it stopped.
+  A group is signalled only while its leader is unreaped (a zombie at worst), so its id is
+  never another process's.
 * :class:`Guard`: what the step's ``finally`` cannot do after a SIGKILL (the kubelet's at the
   end of the grace period, the OOM killer). A guard is a small process in a session of its
   own that holds the read end of a pipe whose write end only the step holds; when the step
@@ -71,6 +77,84 @@ def run_trapped(main: Callable[[list[str] | None], int], prog: str, argv: list[s
         return 143
     finally:
         restore()
+
+
+#: Seconds a stopped step gets to stop what it started before its process group is killed
+#: (inside Kubernetes' 30 s grace period).
+STOP_GRACE_S = 20.0
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` (a child of this process) has exited; it is left unreaped (WNOWAIT),
+    so its pid, and the id of the group it leads, stay its own until :meth:`Popen.wait`."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+class ChildGroups:
+    """Steps run each in a process group of its own, all stoppable at once (:meth:`stop`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[subprocess.Popen, str]] = {}
+        self.stopping = False
+
+    def run(self, cmd: Sequence[str], label: str, **popen: object) -> int:
+        """Run ``cmd`` in a new process group and return its exit status; refused (a
+        :class:`Terminated`) once :meth:`stop` was called. Whatever of the group outlives its
+        leader is killed before the leader is reaped."""
+        with self._lock:
+            if self.stopping:
+                raise Terminated(f"{label}: not started, the command is stopping")
+            proc = subprocess.Popen(list(cmd), start_new_session=True, **popen)  # type: ignore[arg-type]
+            self._running[proc.pid] = (proc, label)
+        try:
+            while not _exited(proc.pid):
+                time.sleep(0.05)
+            with self._lock:
+                self._running.pop(proc.pid, None)
+                _killpg(proc.pid, signal.SIGKILL)  # leftovers of the group (the leader is a zombie)
+        finally:
+            rc = proc.wait()
+            with self._lock:
+                self._running.pop(proc.pid, None)
+        return rc
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> list[str]:
+        """Start nothing more; SIGTERM every running step, SIGKILL each group still running after
+        ``grace_s``; returns what was stopped, in words (``label (pid P): exited 143``)."""
+        with self._lock:
+            self.stopping = True
+            running = dict(self._running)
+            for pid in running:
+                os.kill(pid, signal.SIGTERM)  # the step stops what it started (its trap)
+        end = time.monotonic() + grace_s
+        killed = set()
+        while time.monotonic() < end and any(not _exited(pid) for pid in running):
+            time.sleep(0.05)
+        with self._lock:
+            for pid in running:
+                if pid in self._running and not _exited(pid):
+                    _killpg(pid, signal.SIGKILL)
+                    killed.add(pid)
+        stopped = []
+        for pid, (proc, label) in running.items():
+            try:
+                rc = proc.wait(timeout=grace_s)  # reaped by its runner thread, or here
+            except subprocess.TimeoutExpired:
+                rc = None
+            how = "killed (SIGKILL) after its grace period" if pid in killed else f"exited {rc}"
+            stopped.append(f"{label} (pid {pid}): {how}")
+        return stopped
 
 
 class Guard:

@@ -14,6 +14,20 @@ the marker recorded (a truncated or edited output is recomputed). A rerun with a
 different fingerprint first removes the old marker, so readers never trust outputs
 that are being replaced. A failing step never writes a marker.
 
+**Replaced or refused.** What a rerun with a *different* fingerprint does is the run's
+``on_change``: ``replace`` (the default for an output whose location is keyed by what it
+depends on, such as every ``mirage_pipeline`` prefix of :mod:`mirage_tasks.data.keys`: there a
+new fingerprint means new code or a grown source, and recomputing is the point) or ``refuse``
+(an output keyed by a name a user gave, such as ``mirage_evaluation``'s
+``<root>/<name>/{trace,cal,waitpred}``: its neighbours were computed from it, so other inputs
+under the same name would leave them describing another output). A refused run raises
+:class:`StepError` (exit 2) naming the committed inputs and parameters and the new ones, and
+touches nothing. A run that commits under ``refuse`` records it in its marker, so a later run
+that does not say (``on_change=None``, the CLI's default) refuses too; only an explicit
+``replace`` (``--on-change replace``) replaces it. The CLI sets the policy for every step with
+``--on-change`` (:attr:`Step.default_on_change`). A rerun with the same fingerprint whose
+outputs were damaged is recomputed under either policy: its inputs are the same.
+
 **One writer per prefix.** A run takes the prefix's lease (:mod:`stepkit.lease`,
 ``_LEASE.json``) before it decides whether to skip and before its first write, and gives
 it back when it skipped, committed or failed; a second writer of the same prefix meanwhile
@@ -46,7 +60,10 @@ from .errors import StepError
 MARKER = "_SUCCESS.json"
 log = logging.getLogger("stepkit")
 
-__all__ = ["MARKER", "Step", "StepError", "read_marker", "require_committed", "verify_read"]
+__all__ = ["MARKER", "ON_CHANGE", "Step", "StepError", "read_marker", "require_committed", "verify_read"]
+
+#: What a rerun with a different fingerprint does to a committed output (see the module docstring).
+ON_CHANGE = ("replace", "refuse")
 
 
 def _utcnow() -> str:
@@ -210,6 +227,34 @@ def fingerprint(step: str, version: str, params: dict[str, Any], inputs: Sequenc
     return hashlib.sha256(blob).hexdigest(), ins
 
 
+def _short(v: Any, limit: int = 160) -> str:
+    text = json.dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_difference(marker: dict[str, Any], step: Step) -> str:
+    """What differs between a committed run (its marker) and ``step``, in words: the code
+    version, each parameter that differs (committed value, then this run's) and each input
+    (URI and fingerprint) that differs."""
+    parts = []
+    if marker.get("version") != step.version:
+        parts.append(f"code version {marker.get('version')!r} committed, {step.version!r} now")
+    old, new = marker.get("params") or {}, step.params
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k, "(absent)"), new.get(k, "(absent)")
+        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+            parts.append(f"parameter {k}: committed {_short(a)}, this run {_short(b)}")
+
+    def ins(doc_inputs: Any) -> list[str]:
+        return [f"{i.get('uri')} ({str(i.get('fingerprint'))[:23]})" for i in doc_inputs or [] if isinstance(i, dict)]
+    a_in, b_in = ins(marker.get("inputs")), ins(step.inputs)
+    if a_in != b_in:
+        parts.append(f"inputs: committed {', '.join(a_in) or 'none'}; this run {', '.join(b_in) or 'none'}")
+    if not parts:
+        parts.append(f"fingerprint {str(marker.get('fingerprint'))[:12]} committed, {step.fingerprint[:12]} now")
+    return "; ".join(parts)
+
+
 class Step:
     """One run of a step writing under ``out``.
 
@@ -219,7 +264,18 @@ class Step:
     >>> step.commit(summary={...})
     """
 
-    def __init__(self, name: str, out: str, version: str, params: dict[str, Any], inputs: Iterable[str] = ()):
+    #: the process's policy for runs that name none (the step CLI's ``--on-change``); None: the
+    #: committed marker's, else ``replace``
+    default_on_change: str | None = None
+
+    def __init__(self, name: str, out: str, version: str, params: dict[str, Any], inputs: Iterable[str] = (),
+                 *, on_change: str | None = None):
+        on_change = on_change if on_change is not None else Step.default_on_change
+        if on_change is not None and on_change not in ON_CHANGE:
+            raise ValueError(f"on_change must be one of {ON_CHANGE} or None, not {on_change!r}")
+        self.on_change = on_change
+        self._checked = False
+        self._committed: dict[str, Any] | None = None  # the policy the marker found here recorded
         self.name = name
         self.out = storage.normalize(out)
         self.version = version
@@ -286,6 +342,7 @@ class Step:
                 return True
             raise
         marker = read_marker(self.out)
+        self._refuse_other_inputs(marker)
         if marker is not None and marker.get("fingerprint") == self.fingerprint:
             changed = self._changed_outputs(marker.get("outputs") or {})
             if not changed:
@@ -299,6 +356,26 @@ class Step:
             print(f"{self.name}: recomputing, committed outputs changed since their marker: {'; '.join(changed)}",
                   flush=True)
         return False
+
+    def _policy(self, marker: dict[str, Any] | None) -> str:
+        """This run's ``on_change``: its own, else what the committed marker recorded, else replace."""
+        if self.on_change is not None:
+            return self.on_change
+        return "refuse" if marker is not None and marker.get("on_change") == "refuse" else "replace"
+
+    def _refuse_other_inputs(self, marker: dict[str, Any] | None) -> None:
+        """Under ``refuse``: a :class:`StepError` naming both runs' inputs and parameters when a
+        committed output of another fingerprint is there. Nothing is touched (the caller gives
+        the lease back: the CLI on the error, a library caller through :meth:`release`)."""
+        self._checked = True
+        self._committed = {"on_change": marker.get("on_change")} if marker else None
+        if marker is None or marker.get("fingerprint") == self.fingerprint or self._policy(marker) != "refuse":
+            return
+        raise StepError(f"{self.out} holds a committed {marker.get('step') or self.name} output of other inputs, "
+                        f"and an output under a given name is never replaced by other inputs (its neighbours were "
+                        f"computed from it). {describe_difference(marker, self)}. Nothing was changed: give this "
+                        f"run another name (another output folder), or, to replace that output and make what was "
+                        f"computed from it stale, rerun with --on-change replace")
 
     def _changed_outputs(self, recorded: dict[str, Any]) -> list[str]:
         """Outputs that are missing or whose size or SHA-256 differs from the marker's record."""
@@ -323,6 +400,8 @@ class Step:
         first output is replaced."""
         self._hold()
         if not self._invalidated:
+            if not self._checked:  # a step that writes without asking skip() first
+                self._refuse_other_inputs(read_marker(self.out))
             forget(self.out)  # this process writes here now: its reads are no upstream's
             storage.remove(marker_uri(self.out))
             self._invalidated = True
@@ -369,6 +448,8 @@ class Step:
             "finished": _utcnow(),
             "host": socket.gethostname(),
         }
+        if self._policy(self._committed) == "refuse":  # a later run that names no policy refuses too
+            doc["on_change"] = "refuse"
         self._hold().verify()
         storage.write_json(marker_uri(self.out), doc)
         if release:

@@ -515,6 +515,35 @@ def test_expiry_is_capped_by_the_files_own_age(tmp_path):
     Lease(out, "demo").acquire().release()
 
 
+def test_a_huge_ttl_holds_a_day_at_most_and_the_message_names_the_real_expiry(tmp_path):
+    """A lease document claiming a ttl of 30,000 years with no ``expires_epoch`` held its output for
+    good while the refusal said it "expires" at a time already past: the ttl a document can claim
+    is capped at :data:`MAX_TTL_S`, and the refusal names the expiry this host counts."""
+    out = str(tmp_path / "out")
+    now = time.time()
+    doc = _doc(owner_host="other-host", renewed=leases._iso(now - 60), ttl_s=1e12, expires=leases._iso(now - 30))
+    del doc["expires_epoch"]
+    path = _put_local(out, doc)
+    with pytest.raises(LeaseHeld) as e:  # renewed a minute ago: held, for at most a day after that
+        Lease(out, "demo").acquire()
+    msg = str(e.value)
+    until = leases._iso(now - 60 + leases.MAX_TTL_S)
+    assert f"expires {until}" in msg and f"claims it expires {leases._iso(now - 30)}" in msg, msg
+    old = now - leases.MAX_TTL_S - 60  # last written more than a day ago: free
+    doc["renewed"] = leases._iso(old)
+    _put_local(out, doc)
+    os.utime(path, (old, old))
+    Lease(out, "demo").acquire().release()
+
+
+def test_the_ttl_setting_is_bounded(monkeypatch):
+    monkeypatch.setenv(leases.TTL_ENV, "1e12")  # a writer that died would block its output for 30,000 years
+    with pytest.raises(StepError, match="HOUSE_LEASE_TTL_S=1e\\+12 must be above 0 and at most 86400"):
+        leases.settings()
+    with pytest.raises(StepError, match="at most 86400"):
+        Lease("/tmp/x", "demo", ttl=86401)
+
+
 STEP_SCRIPT = """
 import os, signal, sys, time
 from stepkit import Step, StepError

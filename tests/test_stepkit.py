@@ -153,3 +153,73 @@ def test_argparse_errors_return_2_in_process(capsys):
     steps = {"ingest": ("mirage_tasks.steps.ingest", "x")}
     assert main("mirage_tasks", steps, ["ingest", "--no-such-flag"]) == 2
     assert "error: the following arguments are required: --trace, --out" in capsys.readouterr().err
+
+
+def _tree(out) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_refuse_keeps_a_committed_output_of_other_inputs_untouched(tmp_path):
+    """An output under a name a user gave (``on_change="refuse"``): a rerun with other parameters or
+    another input is refused naming both, and the committed files, marker included, stay byte for
+    byte; the same inputs skip; a damaged output of the same inputs is still repaired."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello")
+    out = tmp_path / "out"
+
+    def run(params, fail=False):
+        step = Step("demo", str(out), "1", params, inputs=[str(inp)], on_change="refuse")
+        try:
+            if step.skip():
+                return "skipped"
+            step.write_bytes("a.txt", b"A" if not fail else b"other")
+            step.commit()
+            return "ran"
+        finally:
+            step.release()
+
+    assert run({"k": 1}) == "ran"
+    before = _tree(out)
+    with pytest.raises(StepError) as e:
+        run({"k": 2})
+    msg = str(e.value)
+    assert "parameter k: committed 1, this run 2" in msg and str(out) in msg and "--on-change replace" in msg
+    assert _tree(out) == before
+    inp.write_text("changed")
+    with pytest.raises(StepError, match=r"inputs: committed .*in\.txt \(sha256:.*; this run .*in\.txt \(sha256:"):
+        run({"k": 1})
+    assert _tree(out) == before
+    inp.write_text("hello")
+    assert run({"k": 1}) == "skipped"
+    (out / "a.txt").write_bytes(b"damaged")
+    assert run({"k": 1}) == "ran" and _tree(out) == before  # the same inputs: repaired, not replaced
+
+
+def test_a_refusing_marker_binds_later_runs_that_name_no_policy(tmp_path, monkeypatch, capsys):
+    """The policy travels with the output: a run through the CLI without ``--on-change`` (a manual
+    rerun of the evaluation's calibrate with other flags) is refused by the marker a refusing run
+    committed, exit 2; ``--on-change replace`` replaces it; a content-keyed output (no policy
+    anywhere) is replaced on a change as before."""
+    (tmp_path / "onchangestep.py").write_text(
+        "from stepkit import Step\n"
+        "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
+        "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    if s.skip():\n        return 0\n"
+        "    s.write_bytes('a.txt', str(a.k).encode())\n    s.commit()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = {"demo": ("onchangestep", "")}
+    out = tmp_path / "named"
+    assert main("t", steps, ["demo", "--out", str(out), "--k", "1", "--on-change", "refuse"]) == 0
+    assert read_marker(str(out))["on_change"] == "refuse"
+    before = _tree(out)
+    capsys.readouterr()
+    assert main("t", steps, ["demo", "--out", str(out), "--k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "never replaced by other inputs" in err and "parameter k: committed 1, this run 2" in err
+    assert _tree(out) == before and not (out / "_LEASE.json").exists()
+    assert main("t", steps, ["demo", "--out", str(out), "--k", "2", "--on-change", "replace"]) == 0
+    assert (out / "a.txt").read_text() == "2" and "on_change" not in read_marker(str(out))
+    keyed = tmp_path / "keyed"
+    assert main("t", steps, ["demo", "--out", str(keyed), "--k", "1"]) == 0
+    assert main("t", steps, ["demo", "--out", str(keyed), "--k", "2"]) == 0
+    assert (keyed / "a.txt").read_text() == "2"
+    assert Step.default_on_change is None  # the CLI's setting ends with its step

@@ -82,6 +82,9 @@ def step_parser(step: str) -> argparse.ArgumentParser:
         raise ValueError(f"unknown mirage_tasks step {step!r}; known: {', '.join(STEPS)}")
     module, helptext = STEPS[step]
     parser = argparse.ArgumentParser(prog=f"python -m mirage_tasks {step}", description=helptext)
+    from stepkit.cli import add_contract_arguments  # the flags every step takes
+
+    add_contract_arguments(parser)
     importlib.import_module(module).add_arguments(parser)
     return parser
 

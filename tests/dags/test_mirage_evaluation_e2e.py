@@ -52,6 +52,14 @@ def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
     assert 0.5 < cov <= 1.0 and np.isfinite(doc["out_of_sample"]["zero"]["pooled"]["mae_h"])
     cfg = json.loads((out / "cal" / "config.json").read_text())
     assert cfg["nodes"] <= 16  # never above the log's stated machine
+    # a second run of the name with other inputs (another calibration budget) is refused at calibrate
+    # (exit 2, not retried): the log's trace, calibration and wait predictor stay the ones that belong together
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    dr = load_dag("mirage_evaluation").test(logical_date=datetime(2026, 12, 2, tzinfo=timezone.utc),
+                                            run_conf=_conf(tmp_path / "tiny.swf", trials=3))
+    states = task_states(dr)
+    assert str(dr.state) == "failed" and states["ingest"] == "success" and states["calibrate"] == "failed", states
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
 def test_a_description_that_cannot_be_used_fails_at_plan_naming_the_field(local_storage, tmp_path):
