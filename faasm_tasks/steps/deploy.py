@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import procs
 from ..catalogue import replicas_for
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..results import write_failure_report, write_op_report
@@ -54,6 +55,7 @@ def run(args) -> int:
             plan.deployment["worker_replicas"] = args.workers
         target = get_target(args.target, args)
         report = target.deploy(plan)
+        procs.fault("deployed")  # test hook: a deploy stopped after its target came up
         uri = write_op_report(args.results, date, args.run_id, "deploy",
                               {"target": args.target, "experiment": plan.name, "system": plan.system,
                                "report": report})

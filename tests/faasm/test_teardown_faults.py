@@ -332,3 +332,69 @@ def test_state_folder_must_be_private(tmp_path):
     # teardown still does its work (by run label), and says what is wrong
     p = cli("teardown", *common, state_dir=str(shared))
     assert "must be private" in p.stdout and "teardown: done" in p.stdout
+
+
+def _recorded_pids(run: Run) -> list[int]:
+    """Every pid the deploy wrote down (the journal's started entries)."""
+    from faasm_tasks import procs
+
+    return [r["pid"] for r in procs.journal_read(os.path.join(run.state, run.run_id, "local"))]
+
+
+@pytest.mark.parametrize("fault", ["spawned:1:TERM", "spawned:4:TERM", "deployed:1:TERM"])
+def test_sigterm_of_deploy_stops_what_it_started(tmp_path, fault):
+    """deploy gets a SIGTERM right after starting redis (1), after its first worker (4: redis,
+    upload, two workers) and after the whole deployment came up: it stops exactly the processes
+    it started, says how many, exits 143, and nothing of the run is left. Before, it printed
+    "the processes it started were stopped" and left redis, the uploader and the workers."""
+    from proctree import all_gone
+
+    run = Run(tmp_path, "term" + fault.split(":")[1])
+    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "3", check=False,
+                env={"FAASM_TASKS_FAULT": fault})
+    pids = _recorded_pids(run)
+    started = 5 if fault.startswith("deployed") else int(fault.split(":")[1])
+    assert len(pids) == started, (pids, p.stderr)
+    assert p.returncode == 143, (p.returncode, p.stderr)
+    assert f"terminated by SIGTERM; the {started} process(es) it started were stopped" in p.stderr, p.stderr
+    all_gone([psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)], deadline_s=10)
+    assert run.left() == [], run.left()
+    assert run.verify().returncode == 0
+    # the group is counted failed: the deploy's failure report names the SIGTERM
+    ops = os.path.join(str(tmp_path), "results", "2026-11-29", run.run_id, "_ops")
+    fails = [json.load(open(os.path.join(ops, n))) for n in os.listdir(ops) if n.startswith("deploy-")]
+    assert [f["error"] for f in fails] == ["Terminated: terminated by SIGTERM"], fails
+
+
+def test_sigterm_from_outside_mid_deploy_leaves_nothing(tmp_path):
+    """A SIGTERM from outside (Airflow stopping the task) while deploy starts its workers."""
+    from proctree import all_gone, wait_for
+
+    run = Run(tmp_path, "outside")
+    p = run.popen("deploy", "--experiment", "sgd_reuters_svm", "--workers", "6")
+    wait_for(lambda: any(r.get("role") == "worker" for r in _journal(run)), "deploy's first worker")
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "it started were stopped" in err, (p.returncode, err)
+    all_gone([psutil.Process(pid) for pid in _recorded_pids(run) if psutil.pid_exists(pid)], deadline_s=10)
+    assert run.left() == [], run.left()
+
+
+def test_an_already_deployed_run_is_not_stopped_by_a_second_deploy(tmp_path):
+    """Exactly what it started: a deploy that found the deployment up started nothing, so a
+    SIGTERM after it stops nothing (the processes belong to the first deploy, then teardown)."""
+    run = Run(tmp_path, "again")
+    run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
+    before = run.left()
+    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1", check=False,
+                env={"FAASM_TASKS_FAULT": "deployed:1:TERM"})
+    assert p.returncode == 143 and "it had started no process" in p.stderr, p.stderr
+    assert run.left() == before
+    run.cli("teardown", "--timeout", "10")
+    assert run.left() == []
+
+
+def _journal(run: Run) -> list[dict]:
+    from faasm_tasks import procs
+
+    return procs.journal_read(os.path.join(run.state, run.run_id, "local"))
