@@ -279,14 +279,23 @@ def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, di
     """The experiment groups (experiment, system) of a run that failed without a failed point to
     show for it, from the run's ``_ops`` reports: the group's latest ``deploy`` failed, its latest
     ``run`` failed before recording its points, or it was deployed and no point of it was ever
-    run (wait-ready, upload-data or run failed first). A day whose every group failed this way
+    run (wait-ready, upload-data or run failed first), or the day's ``preflight`` failed before the
+    group's turn (every group it selected). A day whose every group failed this way
     has no point at all; these are what make it count as failed instead of "0 points"."""
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for rep in op_reports(root, date, run_id, problems):
+    preflight: dict[str, Any] | None = None
+    for rep in op_reports(root, date, run_id, problems):  # oldest first: the last one wins
         if rep.get("step") in ("deploy", "run") and rep.get("experiment") and rep.get("system"):
-            latest[(str(rep["experiment"]), str(rep["system"]), rep["step"])] = rep  # oldest first: last wins
+            latest[(str(rep["experiment"]), str(rep["system"]), rep["step"])] = rep
+        elif rep.get("step") == "preflight":
+            preflight = rep
     with_points = {(r.get("experiment"), r.get("system")) for _, r in records}
     out = []
+    if preflight and preflight.get("failed"):  # the day stopped before its first group: each selected one failed
+        for exp, system in (g for g in preflight.get("groups") or [] if isinstance(g, list) and len(g) == 2):
+            if not any((exp, system, st) in latest for st in ("deploy", "run")) and (exp, system) not in with_points:
+                out.append({"experiment": exp, "system": system, "step": "preflight", "error": preflight.get("error"),
+                            "report": preflight["_uri"]})
     for exp, system in sorted({(e, s) for e, s, _ in latest}):
         dep, run = latest.get((exp, system, "deploy")), latest.get((exp, system, "run"))
         if dep and dep.get("failed") and not (run and not run.get("failed")):
