@@ -15,7 +15,7 @@ deployment is removed. ``verify_clean`` is a teardown as well: it runs whenever 
 the teardown failed or was marked failed by hand, and a ``verify_clean`` failure stops the
 following experiments. A final ``summarize`` writes the
 day's table (it fails when the day had any failure: a failed point, a group that failed before
-its first point, an unreadable result; not retried, the outcome would not change) and the trend report over ``trend_days`` days (its "Report" link opens it in the results
+its first point, an unreadable result; one quick retry covers a storage hiccup) and the trend report over ``trend_days`` days (its "Report" link opens it in the results
 view), and ``check`` fails when a point regressed past a threshold (p99 latency, throughput, run time against
 the trailing median of the previous days). The ``watcher`` always runs
 (``all_done``) and fails the DAG run when any task of the run failed or was marked failed
@@ -166,10 +166,10 @@ with DAG(
                                                    "above its trailing median (negative: off)."),
     },
 ) as dag:
-    # once, before any group: a target that cannot run anything fails here (exit 2, no retry)
+    # once, before any group: a target that cannot run anything fails here (exit 2: not retried)
     preflight = step("preflight", argv=["preflight", *COMMON, "--experiments", "{{ params.experiments | join(',') }}",
                                         "--systems", "{{ params.systems | join(',') }}"],
-                     timeout=timedelta(minutes=5), retries=0)
+                     timeout=timedelta(minutes=5))
     previous = None
     for experiment in EXPERIMENTS:
         for system in CATALOGUE[experiment]["systems"]:
@@ -217,7 +217,8 @@ with DAG(
 
     summarize = step("summarize",
                      argv=["summarize", *COMMON, "--days", "{{ params.trend_days }}"],
-                     timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=0)
+                     timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=1,
+                     retry_delay=timedelta(seconds=30))
     # The regression check: after the teardowns and summarize; a breach (exit 1) fails the run (one quick retry
     # covers a storage hiccup; a breach fails again).
     check = step("check",
