@@ -398,3 +398,34 @@ def _journal(run: Run) -> list[dict]:
     from faasm_tasks import procs
 
     return procs.journal_read(os.path.join(run.state, run.run_id, "local"))
+
+
+def test_sigterm_of_run_stops_its_sampler_and_leaves_the_deployment_to_teardown(tmp_path):
+    """``run`` (as the DAG runs it, ``--keep-billing``) gets a SIGTERM mid-point: it stops the
+    billing sampler it started, says so and that the deployment is teardown's, exits 143; what is
+    left is exactly the deployment (redis, upload, the worker), which teardown then removes."""
+    from proctree import all_gone
+
+    run = Run(tmp_path, "rterm")
+    run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
+    run.cli("wait-ready", "--timeout", "60")
+    run.cli("upload-data", "--experiment", "sgd_reuters_svm")
+    deployment = sorted(d["pid"] for d in run.left())
+    p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000", "--keep-billing")
+    _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+    ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
+    _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+    sampler = psutil.Process(json.load(open(ctl_path))["pid"])
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert f"the billing sampler it started (pid {sampler.pid}): stopped" in err, err
+    assert "the deployment (workers it restarted included) is left for teardown" in err, err
+    all_gone([sampler], deadline_s=10)
+    from faasm_tasks import procs
+
+    left = {d["pid"]: procs.role_of(psutil.Process(d["pid"])) for d in run.left() if psutil.pid_exists(d["pid"])}
+    assert set(deployment) <= set(left), (deployment, left)
+    # the rest is the worker's native container of the call in flight: the deployment's, not run's
+    assert not {pid: r for pid, r in left.items() if r in ("run", "billing-sampler")}, left
+    run.teardown_and_check()
