@@ -114,7 +114,9 @@ bench-faasm: $(STAMP) functions
 # scheduler, dag-processor, triggerer and api-server on free 127.0.0.1 ports (execution API
 # URL and log-server ports set to match); prints the UI's address and login. Settings for
 # the airflow CLI: source var/airflow-live/env.sh. make airflow-stop stops what it started.
-airflow: $(STAMP) system-deps
+# functions: faasm_benchmarks on the local target needs the built functions; without them every
+# experiment group of a triggered run fails at deploy with "run `make functions` first".
+airflow: $(STAMP) system-deps functions
 	@devtools/airflow_local.sh start
 
 # A real local Slurm (Debian's Slurm 22.05 and munge, as root), configured from the simulator's

@@ -1,7 +1,10 @@
 """Faasm (ATC'20) benchmarks, daily: deploy, wait, upload, drive load, collect, **always tear down**.
 
-One task group per experiment and system, run one after another so that nothing of one
-experiment bleeds into the next. Inside a group::
+A ``preflight`` first checks once that the target can run the selected experiments at all
+(the local target: the built functions, redis-server); when it cannot, it fails naming what is
+missing (``run `make functions` first``) and no group starts, instead of every group failing
+at its deploy in turn. Then one task group per experiment and system, run one after another so
+that nothing of one experiment bleeds into the next. Inside a group::
 
     prepare (setup) >> deploy >> wait_ready >> upload_data >> run >> collect, teardown (teardowns) >> verify_clean
 
@@ -11,7 +14,8 @@ when deploy or the run failed: partial results are kept (marked failed) and the
 deployment is removed. ``verify_clean`` is a teardown as well: it runs whenever the group was set up, even when
 the teardown failed or was marked failed by hand, and a ``verify_clean`` failure stops the
 following experiments. A final ``summarize`` writes the
-day's table and the trend report over ``trend_days`` days (its "Report" link opens it in the results
+day's table (it fails when the day had any failure: a failed point, a group that failed before
+its first point, an unreadable result; one quick retry covers a storage hiccup) and the trend report over ``trend_days`` days (its "Report" link opens it in the results
 view), and ``check`` fails when a point regressed past a threshold (p99 latency, throughput, run time against
 the trailing median of the previous days). The ``watcher`` always runs
 (``all_done``) and fails the DAG run when any task of the run failed or was marked failed
@@ -162,6 +166,10 @@ with DAG(
                                                    "above its trailing median (negative: off)."),
     },
 ) as dag:
+    # once, before any group: a target that cannot run anything fails here (exit 2: not retried)
+    preflight = step("preflight", argv=["preflight", *COMMON, "--experiments", "{{ params.experiments | join(',') }}",
+                                        "--systems", "{{ params.systems | join(',') }}"],
+                     timeout=timedelta(minutes=5))
     previous = None
     for experiment in EXPERIMENTS:
         for system in CATALOGUE[experiment]["systems"]:
@@ -201,13 +209,16 @@ with DAG(
                 verify = step("verify_clean", argv=["verify-clean", *COMMON, "--full"],
                               timeout=timedelta(minutes=10)).as_teardown(setups=setup)
                 setup >> deploy >> wait >> upload >> run >> collect >> teardown >> verify
+                # every group's setup (NONE_FAILED): a failed preflight skips each group, not only the first
+                preflight >> setup
             if previous is not None:
                 previous >> setup
             previous = verify
 
     summarize = step("summarize",
                      argv=["summarize", *COMMON, "--days", "{{ params.trend_days }}"],
-                     timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE)
+                     timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=1,
+                     retry_delay=timedelta(seconds=30))
     # The regression check: after the teardowns and summarize; a breach (exit 1) fails the run (one quick retry
     # covers a storage hiccup; a breach fails again).
     check = step("check",

@@ -6,6 +6,8 @@ from stepkit.cli import main
 
 # step name -> (module with add_arguments/run, one-line help). Modules import lazily.
 STEPS: dict[str, tuple[str, str]] = {
+    "preflight": ("faasm_tasks.steps.preflight", "before the first group: can the target run the selected "
+                                                 "experiments at all (local: built functions, redis-server)"),
     "deploy": ("faasm_tasks.steps.deploy", "deploy the target for an experiment (knative or local)"),
     "wait-ready": ("faasm_tasks.steps.wait_ready", "wait until the deployment is ready (conditions, not sleeps)"),
     "upload-data": ("faasm_tasks.steps.upload_data", "upload functions and state once (skips same checksum)"),

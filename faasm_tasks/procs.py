@@ -95,13 +95,17 @@ def labelled_env(label: str, role: str, base: dict[str, str] | None = None) -> d
 
 def fault(point: str) -> None:
     """Fault injection for the kill-at-every-stage tests: ``FAASM_TASKS_FAULT=<point>:<n>``
-    SIGKILLs this process at the n-th time it reaches ``point``. Unset: does nothing."""
+    SIGKILLs this process at the n-th time it reaches ``point``; ``<point>:<n>:TERM`` sends it
+    a SIGTERM there instead (once: the step's clean-up must then run). Unset: does nothing."""
     spec = os.environ.get(FAULT_ENV, "")
     if not spec.startswith(point + ":"):
         return
     counts = fault.__dict__.setdefault("counts", {})
     counts[point] = counts.get(point, 0) + 1
-    if counts[point] >= int(spec.split(":", 1)[1]):
+    _, n, *how = spec.split(":")
+    if counts[point] == int(n) and how == ["TERM"]:
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif counts[point] >= int(n) and not how:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

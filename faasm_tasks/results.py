@@ -169,8 +169,37 @@ class Attempt:
         self._save()
 
 
-def iter_records(root: str, date: str, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(attempt URI, record) for every attempt of a run."""
+#: Metrics a reader does arithmetic on: a record with a non-number under one of these is damaged.
+NUMERIC_METRICS = ("run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
+                   "p50_us", "p99_us", "p999_us", "max_us", "errors_total", "send_lag_p99_us")
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why a parsed ``run.json`` cannot be used (None: it can): not a run record by the schema,
+    or metrics that are not numbers. A damaged record is not a missing one: readers count it
+    as a failed point instead of leaving it out."""
+    if not isinstance(rec, dict):
+        return f"not a run record (a JSON {type(rec).__name__})"
+    try:
+        validate_record(rec)
+    except StepError as exc:
+        return str(exc)
+    m = rec.get("metrics")
+    if m is not None and not isinstance(m, dict):
+        return f"metrics is a {type(m).__name__}, not an object"
+    for k in NUMERIC_METRICS:
+        v = (m or {}).get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"metric {k} is {v!r}, not a number"
+    return None
+
+
+def iter_records(root: str, date: str, run_id: str,
+                 problems: list[dict[str, str]] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(attempt URI, record) for every readable attempt of a run. An unreadable one (truncated or
+    corrupt JSON, not a run record, damaged metrics: :func:`record_problem`) is left out of the
+    result and, when ``problems`` is given, appended to it as ``{"uri": <run.json URI>, "error": why}``
+    so the caller can count and name it."""
     base = run_prefix(root, date, run_id)
     _fresh(base)
     out = []
@@ -178,10 +207,21 @@ def iter_records(root: str, date: str, run_id: str) -> list[tuple[str, dict[str,
         if rel.endswith("/" + RECORD) and "/attempt-" in rel:
             uri = storage.join(base, rel)
             try:
-                out.append((uri[: -len(RECORD) - 1], storage.read_json(uri)))
-            except (ValueError, OSError):
-                continue
+                rec = storage.read_json(uri)
+                why = record_problem(rec)
+            except (ValueError, OSError) as exc:
+                why = f"unreadable ({type(exc).__name__}: {exc})"
+            if why is None:
+                out.append((uri[: -len(RECORD) - 1], rec))
+            elif problems is not None:
+                problems.append({"uri": uri, "error": why})
     return out
+
+
+def unreadable_text(problems: list[dict[str, str]]) -> str:
+    """``<uri>: <why>; ...`` for a message (at most five named, then how many more)."""
+    text = "; ".join(f"{p['uri']}: {p['error']}" for p in problems[:5])
+    return text + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
 
 
 def write_op_report(root: str, date: str, run_id: str, step: str, report: dict[str, Any]) -> str:
@@ -191,6 +231,84 @@ def write_op_report(root: str, date: str, run_id: str, step: str, report: dict[s
     storage.write_json(uri, {"step": step, "run_id": run_id, "date": date, "at": utcnow(),
                              "host": socket.gethostname(), **report})
     return uri
+
+
+def write_failure_report(root: str, date: str, run_id: str, step: str, exc: BaseException,
+                         fields: dict[str, Any]) -> str | None:
+    """The ``_ops`` report of a step that failed (``"failed": true`` and its error), so the day's
+    summary counts an experiment group that failed before it had any point. Never raises: the
+    step's own error is what its caller must see."""
+    err = str(exc) or type(exc).__name__
+    try:
+        return write_op_report(root, date, run_id, step, {**fields, "failed": True,
+                                                          "error": f"{type(exc).__name__}: {err}"})
+    except Exception as report_exc:  # noqa: BLE001 - storage trouble: the step's error still goes out
+        print(f"{step}: could not record the failure in _ops: {report_exc}", file=sys.stderr, flush=True)
+        return None
+
+
+def op_reports(root: str, date: str, run_id: str,
+               problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Every ``_ops`` report of a run, oldest first (by their ``at``); an unreadable one goes
+    to ``problems`` (URI and cause) when given."""
+    base = storage.join(run_prefix(root, date, run_id), "_ops")
+    _fresh(base)
+    out = []
+    try:
+        names = storage.list_files(base)
+    except FileNotFoundError:
+        return []
+    for rel in names:
+        if not rel.endswith(".json"):
+            continue
+        uri = storage.join(base, rel)
+        try:
+            rep = storage.read_json(uri)
+            if not isinstance(rep, dict):
+                raise ValueError(f"a JSON {type(rep).__name__}, not a report")
+        except (ValueError, OSError) as exc:
+            if problems is not None:
+                problems.append({"uri": uri, "error": f"unreadable ({type(exc).__name__}: {exc})"})
+            continue
+        out.append({**rep, "_uri": uri})
+    return sorted(out, key=lambda r: str(r.get("at", "")))
+
+
+def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, dict[str, Any]]],
+                  problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """The experiment groups (experiment, system) of a run that failed without a failed point to
+    show for it, from the run's ``_ops`` reports: the group's latest ``deploy`` failed, its latest
+    ``run`` failed before recording its points, or it was deployed and no point of it was ever
+    run (wait-ready, upload-data or run failed first), or the day's ``preflight`` failed before the
+    group's turn (every group it selected). A day whose every group failed this way
+    has no point at all; these are what make it count as failed instead of "0 points"."""
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    preflight: dict[str, Any] | None = None
+    for rep in op_reports(root, date, run_id, problems):  # oldest first: the last one wins
+        if rep.get("step") in ("deploy", "run") and rep.get("experiment") and rep.get("system"):
+            latest[(str(rep["experiment"]), str(rep["system"]), rep["step"])] = rep
+        elif rep.get("step") == "preflight":
+            preflight = rep
+    with_points = {(r.get("experiment"), r.get("system")) for _, r in records}
+    out = []
+    if preflight and preflight.get("failed"):  # the day stopped before its first group: each selected one failed
+        for exp, system in (g for g in preflight.get("groups") or [] if isinstance(g, list) and len(g) == 2):
+            if not any((exp, system, st) in latest for st in ("deploy", "run")) and (exp, system) not in with_points:
+                out.append({"experiment": exp, "system": system, "step": "preflight", "error": preflight.get("error"),
+                            "report": preflight["_uri"]})
+    for exp, system in sorted({(e, s) for e, s, _ in latest}):
+        dep, run = latest.get((exp, system, "deploy")), latest.get((exp, system, "run"))
+        if dep and dep.get("failed") and not (run and not run.get("failed")):
+            out.append({"experiment": exp, "system": system, "step": "deploy", "error": dep.get("error"),
+                        "report": dep["_uri"]})
+        elif run and run.get("failed"):
+            out.append({"experiment": exp, "system": system, "step": "run", "error": run.get("error"),
+                        "report": run["_uri"]})
+        elif dep and not run and (exp, system) not in with_points:
+            out.append({"experiment": exp, "system": system, "step": "deploy",
+                        "error": "deployed, but no point was run (wait-ready, upload-data or run failed "
+                                 "before the first point)", "report": dep["_uri"]})
+    return out
 
 
 def _owner_alive(owner: dict[str, Any] | None) -> bool:

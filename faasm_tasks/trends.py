@@ -92,11 +92,11 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def run_rows(root: str, date: str, run_id: str) -> list[dict[str, Any]]:
-    """One row per point and repeat of a run: its latest attempt."""
+def run_rows(root: str, date: str, run_id: str, problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """One row per point and repeat of a run: its latest attempt (unreadable ones to ``problems``)."""
     base = storage.normalize(run_prefix(root, date, run_id))
     latest: dict[tuple, tuple[dict, str]] = {}
-    for uri, rec in iter_records(root, date, run_id):
+    for uri, rec in iter_records(root, date, run_id, problems):
         rel = storage.normalize(uri)[len(base):].strip("/").split("/")
         rep = next((i for i, p in enumerate(rel) if p.startswith("repeat-")), None)
         if rep is None or rep < 3:
@@ -121,12 +121,13 @@ def run_rows(root: str, date: str, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-def load_window(root: str, end: str, days: int) -> pd.DataFrame:
-    """Every run's rows in the last ``days`` date folders up to ``end``."""
+def load_window(root: str, end: str, days: int, problems: list[dict[str, str]] | None = None) -> pd.DataFrame:
+    """Every run's rows in the last ``days`` date folders up to ``end``; a ``run.json`` that cannot
+    be read goes to ``problems`` (its URI and why) when given."""
     rows: list[dict[str, Any]] = []
     for date in window_dates(root, end, days):
         for run_id in _runs(root, date):
-            rows += run_rows(root, date, run_id)
+            rows += run_rows(root, date, run_id, problems)
     cols = ["date", "run_id", "experiment", "system", "point", "repeat", "attempt", "status", "measured",
             "params", "uri", "n_workers", "matrix_size", *METRICS, "send_lag_p99_us", "send_lag_exceeded"]
     return pd.DataFrame(rows, columns=cols)
@@ -440,8 +441,27 @@ def _md_table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str, bytes]:
-    """The report files: ``trends.html``, ``trends.md``, ``trends.json`` and ``figures/*.png``."""
+FAIL_COLS = [("what", "what"), ("step", "step"), ("error", "cause")]
+
+
+def failure_rows(run: pd.DataFrame, failures: dict[str, list[dict[str, Any]]] | None) -> list[dict[str, Any]]:
+    """Every failure of this run, one row each: failed points, experiment groups that failed
+    before they had a point, unreadable results (file and cause)."""
+    rows = [{"what": f"{r['experiment']}/{r['system']} {r['params']} repeat {r['repeat']}", "step": "run",
+             "error": "point failed"} for r in run[run["status"] == "failed"].to_dict("records")]
+    for g in (failures or {}).get("failed_groups", []):
+        rows.append({"what": f"{g['experiment']}/{g['system']} (whole group)", "step": g.get("step"),
+                     "error": g.get("error")})
+    for p in (failures or {}).get("unreadable", []):
+        rows.append({"what": p["uri"], "step": "read", "error": p["error"]})
+    return rows
+
+
+def render(df: pd.DataFrame, run_id: str, run_date: str, days: int,
+           failures: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, bytes]:
+    """The report files: ``trends.html``, ``trends.md``, ``trends.json`` and ``figures/*.png``.
+    ``failures`` (``failed_groups``, ``unreadable``: :func:`faasm_tasks.results.failed_groups`,
+    :func:`~faasm_tasks.results.iter_records`) head the page as FAILED with the failed points."""
     day = daily(df)
     figs = figures(day, run_date)
     table = trend_table(day, run_date)
@@ -454,15 +474,23 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
             f"({html.escape(dates[0]) if dates else '-'} to {html.escape(dates[-1]) if dates else '-'}), "
             f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
             f" measured points of {len(df)}.")
+    fails = failure_rows(run, failures)
+    if fails:
+        banner = (f"FAILED: {len(fails)} failure(s) in this run (failed points, experiment groups that failed "
+                  "before their first point, unreadable results); the figures below leave them out.")
+        fail_html = [f"<h2 id='failed' class='failed'>{html.escape(banner)}</h2>", _html_table(fails, FAIL_COLS)]
+        fail_md = [f"## {banner}\n", _md_table(fails, FAIL_COLS)]
+    else:
+        fail_html, fail_md = [], []
     files: dict[str, bytes] = {}
     cmp = system_comparison(run)
     cis = point_intervals(run)
-    parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", "<h2 id='run'>This run</h2>",
+    parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", *fail_html, "<h2 id='run'>This run</h2>",
                   _html_table(run_rows_, RUN_COLS), "<h2 id='intervals'>Each figure of this run with its intervals</h2>",
                   f"<p>{html.escape(INTERVALS_NOTE)}</p>", _html_table(cis, CI_COLS),
                   "<h2 id='systems'>wasm against native in this run</h2>", _html_table(cmp, CMP_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
                   _html_table(table, TABLE_COLS), "<h2 id='plots'>Plots</h2>"]
-    parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", "## This run\n", _md_table(run_rows_, RUN_COLS),
+    parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", *fail_md, "## This run\n", _md_table(run_rows_, RUN_COLS),
                 "## Each figure of this run with its intervals\n", INTERVALS_NOTE + "\n", _md_table(cis, CI_COLS),
                 "## wasm against native in this run\n", _md_table(cmp, CMP_COLS),
                 "## Latest value against the days before\n", _md_table(table, TABLE_COLS), "## Plots\n"]
@@ -479,14 +507,15 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int) -> dict[str,
         parts_md.append(f"![{caption}](figures/{name}.png)\n")
     style = ("body{font-family:sans-serif;margin:1.5em;max-width:1200px}table{border-collapse:collapse;"
              "font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-             "td:nth-child(-n+3),th{text-align:left}img{max-width:100%}.empty{color:#888}")
+             "td:nth-child(-n+3),th{text-align:left}img{max-width:100%}.empty{color:#888}.failed{color:#b00}")
     files["trends.html"] = ("<!doctype html><html><head><meta charset='utf-8'>"
                             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
                             + "\n".join(parts_html) + "</body></html>\n").encode()
     files["trends.md"] = "\n".join(parts_md).encode()
     files["trends.json"] = (json.dumps({"run_id": run_id, "date": run_date, "days": days, "dates": dates,
                                         "trend": table, "daily": daily_records(day),
-                                        "systems": cmp, "intervals": cis},
+                                        "systems": cmp, "intervals": cis,
+                                        "status": "FAILED" if fails else "ok", "failures": fails},
                                        indent=2, sort_keys=True, default=str) + "\n").encode()
     return files
 

@@ -150,7 +150,9 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
         print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"{prog} {name}: {exc}; the processes it started were stopped", file=sys.stderr)
+        # a step that knows what it stopped (or failed to) says so in ``exc.cleanup``
+        cleanup = getattr(exc, "cleanup", None) or "the processes it started were stopped"
+        print(f"{prog} {name}: {exc}; {cleanup}", file=sys.stderr)
         return 143
     except WorkerDied as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ Stdlib only; cheap to import.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -49,6 +50,10 @@ def trap_sigterm() -> Callable[[], None]:
     state = {"raised": False}
 
     def on_term(signum, frame):
+        if _DEFER["depth"] and not state["raised"]:  # inside deferred_sigterm(): raised at its end
+            state["raised"] = True
+            _DEFER["pending"] = f"terminated by {signal.Signals(signum).name}"
+            return
         if state["raised"]:
             log.warning("%s again while stopping what the step started: finishing that first",
                         signal.Signals(signum).name)
@@ -62,6 +67,25 @@ def trap_sigterm() -> Callable[[], None]:
         signal.signal(signal.SIGTERM, previous)
 
     return restore
+
+
+_DEFER: dict = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def deferred_sigterm():
+    """A critical section the trapped SIGTERM waits for: started a process and wrote down its
+    pid, or neither. Without it a SIGTERM between ``Popen`` returning and the record being made
+    would leave a process the step's clean-up does not know it started. The deferred
+    :class:`Terminated` is raised when the outermost section ends."""
+    _DEFER["depth"] += 1
+    try:
+        yield
+    finally:
+        _DEFER["depth"] -= 1
+        if not _DEFER["depth"] and _DEFER["pending"]:
+            why, _DEFER["pending"] = _DEFER["pending"], None
+            raise Terminated(why)
 
 
 def run_trapped(main: Callable[[list[str] | None], int], prog: str, argv: list[str] | None = None) -> int:

@@ -14,6 +14,12 @@ Thresholds (a negative value or ``--no-...`` turns one off):
 * ``--run-time-increase-pct Z``: run time (SGD, matrix multiplication) more than Z % above it.
 
 A report of every comparison goes to the run's ``_ops/`` folder (``check-*.json``).
+
+A result that cannot be read (a corrupt or truncated ``run.json``, damaged metrics) in the
+window is exit 2 naming each file and its cause: a comparison that silently leaves a point
+out could pass a regression. A run with nothing measured but failures (failed points,
+experiment groups that failed before their first point) is exit 1: nothing to compare is
+not "no regression".
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 from stepkit import StepError
 
 from ..common import add_common, run_date
-from ..results import write_op_report
+from ..results import failed_groups, iter_records, unreadable_text, write_op_report
 
 
 def _pct(text: str) -> float | None:
@@ -58,12 +64,26 @@ def run(args) -> int:
     th = trends.Thresholds(p99_increase_pct=args.p99_increase_pct, throughput_drop_pct=args.throughput_drop_pct,
                            run_time_increase_pct=args.run_time_increase_pct, min_history=args.min_history)
     # the window covers the run's date plus `days` days before it
-    history = trends.load_window(args.results, date, args.days + 1)
+    problems: list[dict[str, str]] = []
+    history = trends.load_window(args.results, date, args.days + 1, problems)
+    if problems:
+        write_op_report(args.results, date, args.run_id, "check", {"failed": True, "unreadable": problems})
+        raise StepError(f"{len(problems)} result(s) cannot be read: {unreadable_text(problems)}")
     current = history[(history["run_id"] == args.run_id) & (history["date"] == date)]
     res = trends.compare(history, current, date, th)
     report = {"thresholds": th.__dict__, "days": args.days, **res.to_dict()}
     write_op_report(args.results, date, args.run_id, "check", report)
     if res.no_data:
+        groups = failed_groups(args.results, date, args.run_id, iter_records(args.results, date, args.run_id))
+        failed = int((current["status"] == "failed").sum())
+        if groups or failed:
+            import sys  # noqa: PLC0415
+
+            what = [f"{g['experiment']}/{g['system']} failed at {g['step']}: {g['error']}" for g in groups]
+            print(f"faasm_tasks check: FAILED: run {args.run_id} on {date} has no measured points: "
+                  f"{failed} failed point(s), {len(groups)} failed experiment group(s)"
+                  + (": " + "; ".join(what) if what else ""), file=sys.stderr, flush=True)
+            return 1
         print(f"check: run {args.run_id} on {date} has no measured points; nothing to check", flush=True)
         return 0
     for item in res.too_little_history:

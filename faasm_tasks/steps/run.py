@@ -36,7 +36,7 @@ from ..catalogue import replicas_for
 from ..clients import UploadClient, make_invoker
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
 from ..points import point_budget  # noqa: F401 - the step's bound of a point, public here too
-from ..results import Attempt, latest_record, point_prefix, write_op_report
+from ..results import Attempt, latest_record, point_prefix, write_failure_report, write_op_report
 from ..targets import get_target
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,24 @@ def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
 
 
 def run(args) -> int:
+    """The loop over points (:func:`_run`); a run that fails before it can report its points (bad
+    input, no deployment, a SIGTERM) leaves a ``run-*.json`` report with ``"failed": true``, so the
+    day's summary counts the group as failed, and says truthfully what it stopped."""
     date = run_date(args)
+    stopped: list[str] = []
+    try:
+        return _run(args, date, stopped)
+    except BaseException as exc:
+        if getattr(exc, "cleanup", None) is None:
+            exc.cleanup = ("; ".join(stopped) if stopped else "it had started no process of its own") + (  # type: ignore[attr-defined]
+                "; the deployment (workers it restarted included) is left for teardown")
+        write_failure_report(args.results, date, args.run_id, "run", exc,
+                             {"experiment": args.experiment, "system": args.system, "target": args.target,
+                              "cleanup": exc.cleanup})  # type: ignore[attr-defined]
+        raise
+
+
+def _run(args, date: str, stopped: list[str]) -> int:
     plan = load_plan(args, parse_set(args.set))
     record_state_keys(args, plan)  # what teardown deletes, without reading the catalogue
     only = parse_set(args.only)
@@ -137,9 +154,15 @@ def run(args) -> int:
                         deployed = want
                 results.append(_run_point(ctx, info, point, rep, prefix, first=(i == 0 and rep == 0), date=date))
                 done += 1
-    finally:
-        if sampler and not args.keep_billing:
-            billing.stop_sampler(args.state_dir, args.run_id)
+    except BaseException:
+        # interrupted (a SIGTERM, a bug): the sampler goes too, even with --keep-billing (collect
+        # finds it already stopped); the load driver stops its own processes as the point unwinds
+        if sampler:
+            res = billing.stop_sampler(args.state_dir, args.run_id)
+            stopped.append(f"the billing sampler it started (pid {sampler.get('pid')}): {res.get('action')}")
+        raise
+    if sampler and not args.keep_billing:
+        billing.stop_sampler(args.state_dir, args.run_id)
     failed = [r for r in results if r["status"] == "failed"]
     invalid = [r for r in results if r["status"] == "invalid"]
     write_op_report(args.results, date, args.run_id, "run", {"experiment": plan.name, "system": plan.system,

@@ -1,6 +1,11 @@
 """One table of a run (the latest attempt of every point, JSON and CSV) and the trend report.
 
-``summary/``: ``summary.json``, ``summary.csv``, then ``_SUCCESS.json``.
+``summary/``: ``summary.json``, ``summary.csv``, then ``_SUCCESS.json``. ``failed`` counts every
+failure of the day: failed points, experiment groups that failed before they had a point
+(:func:`faasm_tasks.results.failed_groups`: a failed deploy, a run that never reported) and
+unreadable results (a corrupt or truncated ``run.json``, damaged metrics, an unreadable
+``_ops`` report), each named in ``failed_groups`` / ``unreadable``; ``status`` is ``FAILED``
+when it is not 0, and the step then exits 1 after writing both outputs.
 ``trends/``: the last ``--days`` days of results up to the run's date (see
 :mod:`faasm_tasks.trends`): ``trends.html`` (self-contained), ``trends.md`` with
 ``figures/*.png``, ``trends.json``, then ``_SUCCESS.json``. Each skips on its own when
@@ -11,12 +16,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 from stepkit import Step, StepError
 
 from .. import __version__
 from ..common import add_common, run_date
-from ..results import iter_records, mark_interrupted, run_prefix
+from ..results import failed_groups, iter_records, mark_interrupted, run_prefix, unreadable_text
 
 COLUMNS = ["experiment", "system", "target", "params", "repeat", "attempt", "status", "duration_s",
            "run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
@@ -35,24 +41,44 @@ def run(args) -> int:
         raise StepError(f"--days must be at least 1, got {args.days}")
     date = run_date(args)
     mark_interrupted(args.results, date, args.run_id)  # attempts left running by a killed process -> failed
-    _summary(args, date)
-    _trends(args, date)
+    problems: list[dict[str, str]] = []
+    recs = iter_records(args.results, date, args.run_id, problems)
+    groups = failed_groups(args.results, date, args.run_id, recs, problems)
+    counts = _summary(args, date, recs, groups, problems)
+    _trends(args, date, groups, problems)
+    if counts["failed"]:
+        print(f"summarize: FAILED: {counts['failed_points']} failed point(s), {len(groups)} failed experiment "
+              f"group(s), {len(problems)} unreadable result(s)", flush=True)
+        for g in groups:
+            print(f"summarize: FAILED group {g['experiment']}/{g['system']} at {g['step']}: {g['error']}", flush=True)
+        if problems:
+            print(f"summarize: FAILED unreadable: {unreadable_text(problems)}", flush=True)
+        import sys  # noqa: PLC0415
+
+        print(f"faasm_tasks summarize: the day has {counts['failed']} failure(s) (see above)", file=sys.stderr,
+              flush=True)
+        return 1
     return 0
 
 
-def _trends(args, date: str) -> None:
+def _trends(args, date: str, groups: list[dict], problems: list[dict]) -> None:
     from .. import trends  # noqa: PLC0415 - pandas/matplotlib only here
 
     df = trends.load_window(args.results, date, args.days)
+    failures = {"failed_groups": groups, "unreadable": problems}
     step = Step("trends", run_prefix(args.results, date, args.run_id) + "/trends", __version__,
-                {"run_id": args.run_id, "date": date, "days": args.days, "records": trends.signature(df)})
+                {"run_id": args.run_id, "date": date, "days": args.days, "records": trends.signature(df),
+                 "failures": [f"{g['experiment']}/{g['system']}:{g['step']}:{g['error']}" for g in groups]
+                 + [f"{p['uri']}:{p['error']}" for p in problems]})
     if step.skip():
         return
-    files = trends.render(df, args.run_id, date, args.days)
+    files = trends.render(df, args.run_id, date, args.days, failures)
     for name in sorted(files, key=lambda n: n == "trends.html"):  # the page last, after its figures
         step.write_bytes(name, files[name])
+    failed = len(json.loads(files["trends.json"])["failures"])
     step.commit({"days": args.days, "dates": int(df["date"].nunique()) if not df.empty else 0,
-                 "runs": int(df["run_id"].nunique()) if not df.empty else 0, "rows": len(df)})
+                 "runs": int(df["run_id"].nunique()) if not df.empty else 0, "rows": len(df),
+                 "failed": failed, "status": "FAILED" if failed else "ok"})
     print(f"summarize: trend report over {args.days} days -> {step.path('trends.html')}", flush=True)
 
 
@@ -79,8 +105,8 @@ def intervals(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _summary(args, date: str) -> None:
-    recs = iter_records(args.results, date, args.run_id)
+def _summary(args, date: str, recs: list, groups: list[dict], problems: list[dict]) -> dict[str, int]:
+    """Writes the summary (unless unchanged) and returns its counts."""
     latest: dict[tuple, dict] = {}
     attempts: dict[tuple, int] = {}
     for uri, rec in recs:
@@ -90,10 +116,14 @@ def _summary(args, date: str) -> None:
             latest[key] = rec
     fp_params = {"run_id": args.run_id, "date": date,
                  "records": sorted(f"{k[2]}:{r['attempt']}:{r['status']}:{r.get('finished')}:{'billing' in r}"
-                                   for k, r in latest.items())}
+                                   for k, r in latest.items()),
+                 "failed_groups": [f"{g['experiment']}/{g['system']}:{g['step']}:{g['error']}" for g in groups],
+                 "unreadable": [f"{p['uri']}:{p['error']}" for p in problems]}
     step = Step("summarize", run_prefix(args.results, date, args.run_id) + "/summary", __version__, fp_params)
+    failed_points = sum(r["status"] == "failed" for r in latest.values())
+    result = {"failed_points": failed_points, "failed": failed_points + len(groups) + len(problems)}
     if step.skip():
-        return
+        return result
     rows = []
     for key, rec in sorted(latest.items(), key=lambda kv: kv[0]):
         m, b = rec.get("metrics") or {}, rec.get("billing") or {}
@@ -112,10 +142,17 @@ def _summary(args, date: str) -> None:
     w.writeheader()
     w.writerows(rows)
     # "invalid": measured, but not trustworthy (judge_load): listed and counted apart from "failed"
-    counts = {k: sum(r["status"] == k for r in rows) for k in ("failed", "invalid")}
+    # "failed" is every failure of the day: points, groups without points, unreadable results
+    # (a day whose every group failed at deploy has 0 points and is FAILED, not "0 failed")
+    counts = {"failed": result["failed"], "failed_points": failed_points,
+              "failed_groups_count": len(groups), "unreadable_count": len(problems),
+              "invalid": sum(r["status"] == "invalid" for r in rows),
+              "status": "FAILED" if result["failed"] else "ok"}
     step.write_json("summary.json", {"run_id": args.run_id, "date": date, "points": rows, **counts,
+                                     "failed_groups": groups, "unreadable": problems,
                                      "intervals": intervals(rows)})
     step.write_bytes("summary.csv", buf.getvalue().encode())
     step.commit({"points": len(rows), **counts})
     for r in rows:
         print(f"  {r['experiment']}/{r['system']} {r['params']}: {r['status']}", flush=True)
+    return result

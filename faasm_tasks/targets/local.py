@@ -31,6 +31,8 @@ import redis
 import requests
 
 from stepkit import StepError
+from stepkit.pool import Terminated
+from stepkit.procs import deferred_sigterm as sigterm_deferred
 
 from .. import procs, runtimes
 from ..procs import default_state_root  # noqa: F401 - re-exported (common.py, tests)
@@ -72,6 +74,7 @@ class LocalTarget(Target):
         self.state_problem: str | None = None
         self.results: str | None = None  # results root: the record is mirrored under <results>/_state/<run>/
         self.recovered_from: str | None = None  # the storage record load() used, when there was no state file
+        self.started: list[dict[str, Any]] = []  # what this object (this step) started: stop_started() stops it
 
     @classmethod
     def from_args(cls, args) -> "LocalTarget":
@@ -171,22 +174,41 @@ class LocalTarget(Target):
     def _alive(self, rec: dict[str, Any]) -> bool:
         return procs.is_ours(rec, self.label) is not None
 
-    def _spawn(self, role: str, cmd: list[str], port: int) -> dict[str, Any]:
+    def _spawn(self, role: str, cmd: list[str], port: int, into: list[dict[str, Any]]) -> dict[str, Any]:
         logs = os.path.join(procs.run_dir(self.state_root, self.run_id, "local"), "logs")
         os.makedirs(logs, mode=0o700, exist_ok=True)
         logfile = os.path.join(logs, f"{role}-{port}-{int(time.time() * 1000)}.log")
         # recorded before it starts: whatever kills this step from here on leaves a trace
         procs.journal_append(self.dir, {"event": "starting", "role": role, "port": port, "cmd": cmd,
                                         "label": self.label, "t": time.time()})
-        with open(logfile, "ab") as out:
+        # a SIGTERM waits until the process is started AND in this step's records (``into`` and
+        # ``self.started``), so the step's clean-up stops exactly what it started
+        with sigterm_deferred(), open(logfile, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, close_fds=True, env=self._env(role))
-        procs.fault("spawned")  # test hook: a deploy killed between starting a process and recording it
-        rec = {"role": role, "pid": proc.pid, "port": port, "cmd": cmd, "log": logfile,
-               "create_time": psutil.Process(proc.pid).create_time()}
-        procs.journal_append(self.dir, {"event": "started", **rec})
+            procs.fault("spawned")  # test hook: a deploy killed between starting a process and recording it
+            rec = {"role": role, "pid": proc.pid, "port": port, "cmd": cmd, "log": logfile,
+                   "create_time": psutil.Process(proc.pid).create_time()}
+            into.append(rec)
+            self.started.append(rec)
+            procs.journal_append(self.dir, {"event": "started", **rec})
         log.info("started %s pid %d on 127.0.0.1:%d", role, proc.pid, port)
         return rec
+
+    def stop_started(self, timeout_s: float = 10.0) -> str:
+        """Stop the processes this object started (its own records, nothing found by label),
+        and say truthfully what became of them: the message a terminated step prints."""
+        if not self.started:
+            return "it had started no process"
+        report = self._stop(list(self.started), timeout_s)
+        survived = [r for r in report if r.get("result") == "SURVIVED SIGKILL"]
+        self.started = [r for r in self.started if procs.is_ours(r, self.label) is not None]
+        roles = ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in report)
+        if survived or self.started:
+            return (f"it could NOT stop every process it started ({roles}; still running: "
+                    + ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in self.started)
+                    + "): run teardown")
+        return f"the {len(report)} process(es) it started were stopped ({roles})"
 
     def _env(self, role: str) -> dict[str, str]:
         env = procs.labelled_env(self.label, role)
@@ -263,31 +285,40 @@ class LocalTarget(Target):
             rport = free_port()
             st["redis_port"], st["redis_url"] = rport, f"redis://127.0.0.1:{rport}"
             self.save(st)
-            st["procs"].append(self._spawn("redis", [redis_binary(), "--port", str(rport), "--bind", "127.0.0.1",
-                                                     "--save", "", "--appendonly", "no", "--dir", rdir,
-                                                     "--protected-mode", "yes", "--maxclients", "10000",
-                                                     # redis rewrites its title over its environment:
-                                                     # the run label goes into the title instead
-                                                     "--proc-title-template",
-                                                     "{title} {listen-addr} " + procs.title_tokens(self.label, "redis")],
-                                               rport))
+            self._spawn("redis", [redis_binary(), "--port", str(rport), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", rdir,
+                                  "--protected-mode", "yes", "--maxclients", "10000",
+                                  # redis rewrites its title over its environment:
+                                  # the run label goes into the title instead
+                                  "--proc-title-template",
+                                  "{title} {listen-addr} " + procs.title_tokens(self.label, "redis")],
+                        rport, into=st["procs"])
             self.save(st)
             self._wait_redis(st, 15)
             uport = free_port()
             st["upload_port"] = uport
-            st["procs"].append(self._spawn("upload", [sys.executable, "-m", "faasm_tasks.local_server", "upload",
-                                                      "--port", str(uport), "--redis-url", st["redis_url"],
-                                                      "--shared-dir", shared, "--functions-dir", funcs], uport))
+            self._spawn("upload", [sys.executable, "-m", "faasm_tasks.local_server", "upload",
+                                   "--port", str(uport), "--redis-url", st["redis_url"],
+                                   "--shared-dir", shared, "--functions-dir", funcs], uport, into=st["procs"])
             st["invoke_port"] = free_port()
             self.save(st)
             for _ in range(n):
-                st["procs"].append(self._spawn("worker", self._worker_cmd(st), st["invoke_port"]))
+                self._spawn("worker", self._worker_cmd(st), st["invoke_port"], into=st["procs"])
                 self.save(st)
             st["status"] = "deployed"
             self.save(st)
-        except BaseException:
-            st["status"] = "failed"
-            self.save(st)
+        except BaseException as exc:
+            # a deploy that did not finish (a SIGTERM at any point, redis not answering, ...) stops
+            # what it started, from its own records, and says what became of them
+            try:
+                with sigterm_deferred():  # a SIGTERM now waits for the clean-up, then ends the step
+                    exc.cleanup = self.stop_started()  # type: ignore[attr-defined]
+                    st["status"] = "failed"
+                    st["stopped_by_deploy"] = exc.cleanup  # type: ignore[attr-defined]
+                    self.save(st)
+            except Terminated as late:
+                late.cleanup = getattr(exc, "cleanup", None)  # type: ignore[attr-defined]
+                raise late from exc
             raise
         return {"status": "deployed", "workers": n, "invoke_port": st["invoke_port"],
                 "upload_port": st["upload_port"], "redis_port": st["redis_port"], "state": self.state_path}
@@ -344,7 +375,7 @@ class LocalTarget(Target):
         st["procs"] = [r for r in st["procs"] if r["role"] != "worker"]
         self.save(st)
         for _ in range(st["workers"]):
-            st["procs"].append(self._spawn("worker", self._worker_cmd(st), st["invoke_port"]))
+            self._spawn("worker", self._worker_cmd(st), st["invoke_port"], into=st["procs"])
             self.save(st)
         ready = self.wait_ready(timeout_s)
         return {"restarted": len(stopped), **ready}

@@ -147,7 +147,11 @@ def _page(title: str, body: str) -> HTMLResponse:
 
 def _summary_text(r: catalog.Report) -> str:
     s = r.summary or {}
+    # a day with failures says FAILED first: "0 points, 0 failed" must never stand for a day
+    # whose every experiment group failed before its first point
+    failed = "FAILED: " if s.get("status") == "FAILED" or _positive(s.get("failed")) else ""
     if r.kind == "faasm_summary":
+<<<<<<< HEAD
         return f"{s.get('points', '?')} points, {s.get('failed', '?')} failed"
     if r.kind == "mirage_evaluation":
         c = s.get("criteria") if isinstance(s.get("criteria"), dict) else {}
@@ -155,9 +159,17 @@ def _summary_text(r: catalog.Report) -> str:
         return (f"guard pick {s.get('pick', '?')}; MAE at or below zero wait's: {c.get('mae_at_or_below_zero', '?')}; "
                 f"bound coverage per month: " + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?"
                                                            for m, v in cov.items()) or "?"))
+=======
+        return f"{failed}{s.get('points', '?')} points, {s.get('failed', '?')} failed"
+>>>>>>> h-faasm
     if r.kind == "faasm_trends":
-        return f"{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, {s.get('runs', '?')} runs"
+        return (f"{failed}{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, "
+                f"{s.get('runs', '?')} runs" + (f", {s.get('failed')} failures in this run" if failed else ""))
     return ", ".join(f"{k}: {v}" for k, v in list(s.items())[:4] if not isinstance(v, (dict, list)))
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
 def _e(v: Any) -> str:
@@ -536,18 +548,38 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
         raise HTTPException(403, "not allowed to read faasm_benchmarks runs")
     rel = f"faasm_benchmarks/{date}/{run_id}/summary/summary.json"
     try:
-        doc: dict[str, Any] = json.loads(await asyncio.to_thread(catalog.read, storage_root(), rel))
+        raw = await asyncio.to_thread(catalog.read, storage_root(), rel)
     except KeyError:
         raise HTTPException(404, f"no summary for {date}/{run_id}") from None
-    if not isinstance(doc, dict):
-        raise HTTPException(404, f"no summary for {date}/{run_id}")
+    try:
+        doc: Any = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not a summary")
+    except ValueError as exc:  # a damaged summary is a failure to show, not a missing page
+        body = (f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1><p class='failed'><b>FAILED</b>: "
+                f"the summary {_e(rel)} cannot be read ({_e(type(exc).__name__)}: {_e(exc)}); rerun summarize "
+                "for this run.</p>")
+        page = _page(f"Faasm run {run_id}: FAILED", body)
+        page.status_code = 422  # the stored file, not the request, is at fault: its cause is on the page
+        return page
     points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
     head = "".join(f"<th>{_e(c)}</th>" for c in SUMMARY_COLS)
     body = "".join("<tr>" + "".join(f"<td>{_e(p.get(c))}</td>" for c in SUMMARY_COLS) + "</tr>" for p in points)
     trends = f"../../report/faasm_benchmarks/{quote(date)}/{quote(run_id)}/trends/trends.html"
+    failed = doc.get("failed", 0)
+    verdict = "<b>FAILED</b>: " if doc.get("status") == "FAILED" or _positive(failed) else ""
     # every field of the stored document is data: escaped, whatever wrote it
     parts = [f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",
-             f"<p>{len(points)} points, {_e(doc.get('failed', 0))} failed. "
-             f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
-             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+             f"<p>{verdict}{len(points)} points, {_e(failed)} failed. "
+             f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>"]
+    fails = [{"what": f"{g.get('experiment')}/{g.get('system')} (whole group)", "step": g.get("step"),
+              "cause": g.get("error")} for g in doc.get("failed_groups") or [] if isinstance(g, dict)]
+    fails += [{"what": p.get("uri"), "step": "read", "cause": p.get("error")}
+              for p in doc.get("unreadable") or [] if isinstance(p, dict)]
+    if fails:
+        rows = "".join(f"<tr><td>{_e(f['what'])}</td><td>{_e(f['step'])}</td><td>{_e(f['cause'])}</td></tr>"
+                       for f in fails)
+        parts.append("<h2>Failed without points, or unreadable</h2><table><thead><tr><th>what</th><th>step</th>"
+                     f"<th>cause</th></tr></thead><tbody>{rows}</tbody></table>")
+    parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return _page(f"Faasm run {run_id}", "\n".join(parts))

@@ -55,20 +55,29 @@ def test_one_experiment_runs_and_tears_down(env):
     assert record["target"] == "local"
 
 
-def test_local_run_without_built_functions_fails_at_deploy_naming_make_functions(env, monkeypatch, capfd, caplog):
-    """After a fresh ``make airflow``, before ``make functions``: every deploy refuses at once, naming
-    the missing build and the command (not a per-worker traceback at wait_ready), and tears down."""
+def test_local_run_without_built_functions_fails_once_at_preflight_naming_make_functions(env, monkeypatch, capfd,
+                                                                                          caplog):
+    """After a fresh ``make airflow``, before ``make functions``: the preflight refuses once, naming
+    the missing build and the command, and no group starts (before, all eight groups ran into the
+    same deploy failure one after another for minutes); the day's summary counts the selected
+    groups as failed instead of "0 points, 0 failed"."""
     (env / "empty-build").mkdir()
     monkeypatch.setenv("FAASM_FUNCTIONS_BUILD_DIR", str(env / "empty-build"))
-    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf={**ONE, "systems": ["wasm"]})
+    dr = _dag().test(logical_date=LOGICAL_DATE, run_conf={**ONE, "systems": ["wasm", "native"]})
     states = _states(dr)
-    group = "sgd_reuters_svm__wasm"
     assert dr.state == "failed", states
-    assert states[f"{group}.deploy"] == "failed" and states[f"{group}.wait_ready"] == "upstream_failed", states
-    assert states[f"{group}.teardown"] == "success" and states[f"{group}.verify_clean"] == "success", states
+    assert states["preflight"] == "failed", states
+    ran = {t: s for t, s in states.items() if "__" in t and s not in ("upstream_failed", "skipped")}
+    assert ran == {}, ran  # no task of any group ran
+    assert states["summarize"] == "failed" and states["watcher"] == "failed", states
     out = capfd.readouterr()
     text = out.out + out.err + caplog.text
     assert "functions are not built" in text and "sgd.wasm missing" in text and "make functions" in text
+    summary = next((env / "storage" / "faasm_benchmarks" / "2026-11-29").glob("*/summary/summary.json"))
+    doc = json.loads(summary.read_text())
+    assert doc["status"] == "FAILED" and doc["failed"] == 2 and doc["points"] == [], doc
+    assert sorted(g["system"] for g in doc["failed_groups"]) == ["native", "wasm"]
+    assert all(g["step"] == "preflight" for g in doc["failed_groups"])
 
 
 def test_failed_deploy_still_tears_down_and_fails_the_run(env, monkeypatch):

@@ -332,3 +332,100 @@ def test_state_folder_must_be_private(tmp_path):
     # teardown still does its work (by run label), and says what is wrong
     p = cli("teardown", *common, state_dir=str(shared))
     assert "must be private" in p.stdout and "teardown: done" in p.stdout
+
+
+def _recorded_pids(run: Run) -> list[int]:
+    """Every pid the deploy wrote down (the journal's started entries)."""
+    from faasm_tasks import procs
+
+    return [r["pid"] for r in procs.journal_read(os.path.join(run.state, run.run_id, "local"))]
+
+
+@pytest.mark.parametrize("fault", ["spawned:1:TERM", "spawned:4:TERM", "deployed:1:TERM"])
+def test_sigterm_of_deploy_stops_what_it_started(tmp_path, fault):
+    """deploy gets a SIGTERM right after starting redis (1), after its first worker (4: redis,
+    upload, two workers) and after the whole deployment came up: it stops exactly the processes
+    it started, says how many, exits 143, and nothing of the run is left. Before, it printed
+    "the processes it started were stopped" and left redis, the uploader and the workers."""
+    from proctree import all_gone
+
+    run = Run(tmp_path, "term" + fault.split(":")[1])
+    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "3", check=False,
+                env={"FAASM_TASKS_FAULT": fault})
+    pids = _recorded_pids(run)
+    started = 5 if fault.startswith("deployed") else int(fault.split(":")[1])
+    assert len(pids) == started, (pids, p.stderr)
+    assert p.returncode == 143, (p.returncode, p.stderr)
+    assert f"terminated by SIGTERM; the {started} process(es) it started were stopped" in p.stderr, p.stderr
+    all_gone([psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)], deadline_s=10)
+    assert run.left() == [], run.left()
+    assert run.verify().returncode == 0
+    # the group is counted failed: the deploy's failure report names the SIGTERM
+    ops = os.path.join(str(tmp_path), "results", "2026-11-29", run.run_id, "_ops")
+    fails = [json.load(open(os.path.join(ops, n))) for n in os.listdir(ops) if n.startswith("deploy-")]
+    assert [f["error"] for f in fails] == ["Terminated: terminated by SIGTERM"], fails
+
+
+def test_sigterm_from_outside_mid_deploy_leaves_nothing(tmp_path):
+    """A SIGTERM from outside (Airflow stopping the task) while deploy starts its workers."""
+    from proctree import all_gone, wait_for
+
+    run = Run(tmp_path, "outside")
+    p = run.popen("deploy", "--experiment", "sgd_reuters_svm", "--workers", "6")
+    wait_for(lambda: any(r.get("role") == "worker" for r in _journal(run)), "deploy's first worker")
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "it started were stopped" in err, (p.returncode, err)
+    all_gone([psutil.Process(pid) for pid in _recorded_pids(run) if psutil.pid_exists(pid)], deadline_s=10)
+    assert run.left() == [], run.left()
+
+
+def test_an_already_deployed_run_is_not_stopped_by_a_second_deploy(tmp_path):
+    """Exactly what it started: a deploy that found the deployment up started nothing, so a
+    SIGTERM after it stops nothing (the processes belong to the first deploy, then teardown)."""
+    run = Run(tmp_path, "again")
+    run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
+    before = run.left()
+    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1", check=False,
+                env={"FAASM_TASKS_FAULT": "deployed:1:TERM"})
+    assert p.returncode == 143 and "it had started no process" in p.stderr, p.stderr
+    assert run.left() == before
+    run.cli("teardown", "--timeout", "10")
+    assert run.left() == []
+
+
+def _journal(run: Run) -> list[dict]:
+    from faasm_tasks import procs
+
+    return procs.journal_read(os.path.join(run.state, run.run_id, "local"))
+
+
+def test_sigterm_of_run_stops_its_sampler_and_leaves_the_deployment_to_teardown(tmp_path):
+    """``run`` (as the DAG runs it, ``--keep-billing``) gets a SIGTERM mid-point: it stops the
+    billing sampler it started, says so and that the deployment is teardown's, exits 143; what is
+    left is exactly the deployment (redis, upload, the worker), which teardown then removes."""
+    from proctree import all_gone
+
+    run = Run(tmp_path, "rterm")
+    run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
+    run.cli("wait-ready", "--timeout", "60")
+    run.cli("upload-data", "--experiment", "sgd_reuters_svm")
+    deployment = sorted(d["pid"] for d in run.left())
+    p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000", "--keep-billing")
+    _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+    ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
+    _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+    sampler = psutil.Process(json.load(open(ctl_path))["pid"])
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert f"the billing sampler it started (pid {sampler.pid}): stopped" in err, err
+    assert "the deployment (workers it restarted included) is left for teardown" in err, err
+    all_gone([sampler], deadline_s=10)
+    from faasm_tasks import procs
+
+    left = {d["pid"]: procs.role_of(psutil.Process(d["pid"])) for d in run.left() if psutil.pid_exists(d["pid"])}
+    assert set(deployment) <= set(left), (deployment, left)
+    # the rest is the worker's native container of the call in flight: the deployment's, not run's
+    assert not {pid: r for pid, r in left.items() if r in ("run", "billing-sampler")}, left
+    run.teardown_and_check()

@@ -25,7 +25,8 @@ def test_lists_both_pipelines_reports(storage):
     assert by_kind["mirage_report"].path == pages["mirage"] and by_kind["mirage_report"].run == MIRAGE_KEY
     assert by_kind["faasm_trends"].path == pages["faasm_trends"]
     assert by_kind["faasm_summary"].run == pages["faasm_run"]
-    assert by_kind["faasm_summary"].summary == {"points": 7, "failed": 0, "invalid": 0}
+    assert by_kind["faasm_summary"].summary == {"points": 7, "failed": 0, "invalid": 0, "failed_points": 0,
+                                                "failed_groups_count": 0, "unreadable_count": 0, "status": "ok"}
     assert b"Mirage fixture report" in catalog.read(f"file://{root}", pages["mirage"])
 
 

@@ -185,3 +185,32 @@ def test_a_sites_wait_prediction_is_listed_and_rendered_with_its_tables(app_env)
     assert shown.text.count("<script>") == 1 and "<script>alert(1)</script>" not in shown.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in shown.text
     assert raw.status_code == 200 and raw.json() == {"pick": "qrf"}
     assert hidden.status_code == 404 and missing.status_code == 404
+
+
+def test_a_day_of_failed_groups_says_failed_on_the_page_and_the_index(app_env):
+    """A day whose every group failed at deploy has no point: the view must not read "0 points, 0 failed"."""
+    app, root = app_env
+    out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__r2" / "summary")
+    step = Step("summarize", out, "test", {})
+    groups = [{"experiment": "sgd_reuters_svm", "system": s, "step": "deploy",
+               "error": "StepError: the functions are not built: run `make functions` first"} for s in ("wasm", "native")]
+    step.write_json("summary.json", {"points": [], "failed": 2, "status": "FAILED", "failed_groups": groups,
+                                     "unreadable": [{"uri": "file:///r/run.json", "error": "unreadable (JSONDecodeError)"}]})
+    step.commit({"points": 0, "failed": 2, "status": "FAILED"})
+    with _client(app.app) as c:
+        page = c.get("/summary/2026-11-30/manual__r2").text
+        index = c.get("/").text
+    assert "<b>FAILED</b>: 0 points, 2 failed" in page and "sgd_reuters_svm/native (whole group)" in page
+    assert "run `make functions` first" in page and "file:///r/run.json" in page
+    assert "FAILED: 0 points, 2 failed" in index
+
+
+def test_a_damaged_summary_file_is_shown_as_failed(app_env):
+    app, root = app_env
+    out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__r3" / "summary")
+    step = Step("summarize", out, "test", {})
+    step.write_bytes("summary.json", b'{"points": [{"experiment": "sgd')  # truncated
+    step.commit({"points": 1, "failed": 0})
+    with _client(app.app) as c:
+        r = c.get("/summary/2026-11-30/manual__r3")
+    assert r.status_code == 422 and "FAILED" in r.text and "cannot be read" in r.text, r.text
