@@ -3,10 +3,14 @@
 ``python -m mirage_tasks.slurm.cluster start|stop|status [--root var/slurm] [--cluster-config
 ls6] [--nodes N] [--factor F]`` (``make slurm`` / ``make slurm-stop`` / ``make slurm-status``)
 and :class:`LocalSlurm` (the pytest fixture). Everything lives under ``--root``: the munge key
-and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one pid file per
-daemon. Ports are free 127.0.0.1 ports found at start. ``stop`` cancels every job, waits for
-their steps to end, then stops each daemon by the pid it recorded (slurmd, slurmctld, slurmdbd,
-mariadbd, munged, in that order) and checks nothing of this root is left running.
+and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one record per
+daemon (pid and start time). Ports are free 127.0.0.1 ports found at start, and every daemon
+listens on 127.0.0.1 only (checked at start). ``stop`` cancels every job, waits for their steps
+to end, then stops each daemon by its record (slurmd, slurmctld, slurmdbd, mariadbd, munged, in
+that order) and the job steps found by their sockets in this root's spool folder: exactly what
+this root started, never a process that merely carries its ``SLURM_CONF``. ``status`` checks
+each daemon the cluster should run and exits 1 naming those that do not. A ``start`` stopped
+by SIGTERM, SIGINT or SIGHUP stops what it had started.
 
 With ``--accounting`` (``make slurm SLURM_ACCOUNTING=1``) the cluster keeps accounts: a fresh
 MariaDB under ``<root>/mysql`` (127.0.0.1, a free port; root only through its socket, slurmdbd's
@@ -756,9 +760,6 @@ def _start_cli(c: LocalSlurm, a: argparse.Namespace) -> int:
         check_local_size(cfg, "--nodes (SLURM_NODES)")
     except StepError as exc:
         print(f"slurm start: {exc}", file=sys.stderr)
-        return 2
-    if cfg.nodes < 1:
-        print(f"--nodes (SLURM_NODES) {cfg.nodes}: at least 1", file=sys.stderr)
         return 2
 
     def stopped(signum, frame):
