@@ -177,14 +177,39 @@ def _daemon_preexec(own_hostname: bool):
     ``localhost`` resolves to 127.0.0.1 on every machine, the machine's own name need not."""
     def run() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if own_hostname:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(0x04000000) != 0 or libc.sethostname(b"localhost", 9) != 0:  # CLONE_NEWUTS
-                raise OSError(ctypes.get_errno(), "cannot give the daemon the host name localhost "
-                              "(unshare CLONE_NEWUTS)")
+        if own_hostname and not _localhost_uts():
+            raise OSError("cannot give the daemon the host name localhost (unshare CLONE_NEWUTS)")
     return run
+
+
+def _localhost_uts() -> bool:
+    """Move this process into a UTS namespace of its own named ``localhost`` (needs CAP_SYS_ADMIN)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(0x04000000) == 0 and libc.sethostname(b"localhost", 9) == 0  # CLONE_NEWUTS
+
+
+def loopback_hostname() -> bool | str:
+    """How the Slurm daemons come to bind to 127.0.0.1: True when they can run with the host name
+    ``localhost`` (a UTS namespace: root with CAP_SYS_ADMIN, tried in a child), False when they
+    need not (this machine's host name resolves to 127.0.0.1 already), else why neither holds."""
+    pid = os.fork()
+    if pid == 0:  # the child only tries the namespace and exits
+        os._exit(0 if _localhost_uts() else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return True
+    name = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError as exc:
+        addr = str(exc)
+    if addr.startswith("127."):
+        return False
+    return (f"the Slurm daemons would listen on {addr} (what the host name {name} resolves to): they cannot "
+            "be given the host name localhost here (no CAP_SYS_ADMIN for a UTS namespace); map the host "
+            "name to 127.0.0.1 in /etc/hosts, or run with CAP_SYS_ADMIN")
 
 
 def listening(pid: int) -> list[str]:
@@ -227,6 +252,9 @@ def _hex_ip(h: str, v6: bool) -> str:
 class LocalSlurm:
     """One local cluster under ``root``."""
 
+    #: whether the Slurm daemons get a UTS namespace named localhost (:func:`loopback_hostname`)
+    _own_uts = True
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).resolve()
         self.paths = Paths(str(self.root))
@@ -253,7 +281,7 @@ class LocalSlurm:
         try:
             p = subprocess.Popen(argv, env=self.env(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, cwd=str(self.root),
-                                 preexec_fn=_daemon_preexec(name.startswith("slurm")))
+                                 preexec_fn=_daemon_preexec(name.startswith("slurm") and self._own_uts))
             tmp = record.with_suffix(".tmp")
             tmp.write_text(f"{p.pid} {_start_time(p.pid) or ''}".strip())
             os.replace(tmp, record)
@@ -305,6 +333,10 @@ class LocalSlurm:
                                "installs Debian's slurmdbd and mariadb-server)")
         if self.running():
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
+        own_uts = loopback_hostname()
+        if isinstance(own_uts, str):
+            raise RuntimeError(own_uts)
+        self._own_uts = own_uts
         p = self.paths
         for d in (p.munge_dir, p.state, p.spool, p.logs, p.pids):
             os.makedirs(d, exist_ok=True)
