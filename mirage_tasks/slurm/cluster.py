@@ -478,7 +478,7 @@ class LocalSlurm:
     def status(self) -> tuple[list[str], list[str]]:
         """One line per daemon the cluster should run, and the names of those that do not (or run
         but do not answer): each recorded process must still be the one started; slurmctld must
-        answer ``scontrol ping``, each node must not be down or unresponsive in ``sinfo``,
+        answer ``scontrol ping``, no node may be down or unresponsive in ``sinfo`` (drained is fine),
         MariaDB must answer through its socket and slurmdbd through ``sacctmgr``."""
         want = self.expected()
         records, run = self._records(), self.running()
@@ -510,7 +510,8 @@ class LocalSlurm:
                 ok, out = answers("sinfo", "-h", "-N", "-o", "%N %t")
                 for ln in out.splitlines() if ok else []:
                     node, state = (ln.split() + ["", ""])[:2]
-                    if f"slurmd-{node}" in run and (state.endswith("*") or state.startswith(("down", "drain", "fail"))):
+                    # "*": not responding; a drained node is an operator's choice (keep-service's late nodes)
+                    if f"slurmd-{node}" in run and (state.endswith("*") or state.startswith(("down", "fail"))):
                         not_answering(f"slurmd-{node}", f"slurmctld reports the node {state}")
         if "mariadbd" in run:
             ok, out = answers(_bin("mariadb"), "--no-defaults", f"--socket={self.paths.db_socket}", "-u", "root",
@@ -532,7 +533,7 @@ class LocalSlurm:
         """Cancel every job, stop each daemon this root started; returns what was stopped."""
         said = []
         pids = self.running()
-        if "slurmctld" in pids:
+        if "slurmctld" in pids and "munged" in pids:  # without munged no client can reach slurmctld
             deadline = time.monotonic() + timeout / 2
             try:  # a slurmctld that does not answer must not keep its daemons alive: they are killed below
                 r = self.cmd("scancel", "--full", "--user=root", check=False, timeout=max(1.0, timeout / 2))
