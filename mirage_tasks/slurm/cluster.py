@@ -228,7 +228,8 @@ def listening(pid: int) -> list[str]:
     out = []
     for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
         try:
-            rows = open(table).read().splitlines()[1:]
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
@@ -493,7 +494,8 @@ class LocalSlurm:
 
         def answers(*argv: str, timeout: float = 10) -> tuple[bool, str]:
             try:
-                r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout)
+                r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout,
+                                   check=False)
             except (subprocess.SubprocessError, OSError) as exc:
                 return False, str(exc)
             return r.returncode == 0, (r.stdout + r.stderr).strip()
@@ -592,7 +594,9 @@ class LocalSlurm:
         spool = self.paths.spool.rstrip("/") + "/"
         inodes = set()
         try:
-            for row in open("/proc/net/unix").read().splitlines()[1:]:
+            with open("/proc/net/unix") as fh:
+                rows = fh.read().splitlines()[1:]
+            for row in rows:
                 f = row.split()
                 if len(f) >= 8 and f[7].startswith(spool):
                     inodes.add(f[6])
