@@ -195,5 +195,6 @@ def test_make_slurm_status_names_each_dead_daemon_and_every_daemon_listens_on_lo
         assert s.returncode != 0 and "not running: mariadbd, slurmdbd" in s.stderr, s.stdout + s.stderr
     finally:
         _stop(root)
-    s = subprocess.run(_make("slurm-status", root), env=_env(root), capture_output=True, text=True, check=False, timeout=60)
+    s = subprocess.run(_make("slurm-status", root), env=_env(root), capture_output=True, text=True, check=False,
+                       timeout=60)
     assert s.returncode != 0 and "no local Slurm running" in s.stdout, s.stdout + s.stderr  # stopped: 3, make: 2
