@@ -46,6 +46,7 @@ help:
 	@echo "make airflow-check              opt-in: backfill 3 trace days of the ls6 log through a real Airflow, then an overlapping range"
 	@echo "make slurm [SLURM_CLUSTER=ls6 SLURM_NODES=N SLURM_FACTOR=F SLURM_ACCOUNTING=1 SLURM_USERS=U]  a real local Slurm (munge, slurmctld, N slurmd on 127.0.0.1, slurmdbd + MariaDB with accounting; as root)"
 	@echo "make slurm-stop                 cancel every job and stop exactly what make slurm started"
+	@echo "make slurm-status               check each daemon of make slurm's cluster; exit 1 naming the dead ones"
 	@echo "make bench-monthly              sampling CPU seconds of a monthly backfill's months 2 and 3 vs month 1"
 
 venv: $(STAMP)

@@ -6,8 +6,14 @@
 #
 #   SLURM_CLUSTER=ls6 SLURM_FACTOR=60 devtools/slurm_local.sh start   (defaults: 4 nodes, factor 1)
 #   SLURM_ACCOUNTING=1 SLURM_USERS=40 ...  also slurmdbd on a local MariaDB, accounts u0..u39 + service
-#   devtools/slurm_local.sh stop      cancels every job, stops each daemon by the pid it recorded
-#   devtools/slurm_local.sh status
+#   devtools/slurm_local.sh stop      cancels every job, stops each daemon by the pid it recorded and the
+#                                     job steps found in its spool folder; nothing else
+#   devtools/slurm_local.sh status    each daemon; exit 1 naming the dead ones, 3 when none runs
+#
+# Every daemon listens on 127.0.0.1 only. Bounds (exit 2 naming the variable): SLURM_NODES 1..256,
+# SLURM_USERS at most 10000, SLURM_FACTOR in (0, 1e6]. SIGTERM or Ctrl-C while it starts stops what
+# it started. SLURM_ROOT (default var/slurm) and VENV (default .venv) name another state folder and
+# interpreter.
 #
 # Clients: source var/slurm/env.sh (sets SLURM_CONF).
 set -euo pipefail

@@ -3,10 +3,14 @@
 ``python -m mirage_tasks.slurm.cluster start|stop|status [--root var/slurm] [--cluster-config
 ls6] [--nodes N] [--factor F]`` (``make slurm`` / ``make slurm-stop`` / ``make slurm-status``)
 and :class:`LocalSlurm` (the pytest fixture). Everything lives under ``--root``: the munge key
-and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one pid file per
-daemon. Ports are free 127.0.0.1 ports found at start. ``stop`` cancels every job, waits for
-their steps to end, then stops each daemon by the pid it recorded (slurmd, slurmctld, slurmdbd,
-mariadbd, munged, in that order) and checks nothing of this root is left running.
+and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one record per
+daemon (pid and start time). Ports are free 127.0.0.1 ports found at start, and every daemon
+listens on 127.0.0.1 only (checked at start). ``stop`` cancels every job, waits for their steps
+to end, then stops each daemon by its record (slurmd, slurmctld, slurmdbd, mariadbd, munged, in
+that order) and the job steps found by their sockets in this root's spool folder: exactly what
+this root started, never a process that merely carries its ``SLURM_CONF``. ``status`` checks
+each daemon the cluster should run and exits 1 naming those that do not. A ``start`` stopped
+by SIGTERM, SIGINT or SIGHUP stops what it had started.
 
 With ``--accounting`` (``make slurm SLURM_ACCOUNTING=1``) the cluster keeps accounts: a fresh
 MariaDB under ``<root>/mysql`` (127.0.0.1, a free port; root only through its socket, slurmdbd's
@@ -148,8 +152,109 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22): with its pid it
+    names one process, so a pid reused after the daemon died is never taken for it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: Signals that stop ``make slurm`` midway (make forwards SIGTERM to its command; Ctrl-C sends SIGINT
+#: to the foreground group; a closed terminal SIGHUP): held back between starting a daemon and
+#: recording it, so no daemon is ever running without its record.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _daemon_preexec(own_hostname: bool):
+    """What runs in the child before a daemon's exec: the stop signals unblocked (the mask is
+    inherited across exec, and :meth:`LocalSlurm._spawn` blocks them while it records the pid); for
+    the Slurm daemons also a UTS namespace of their own whose host name is ``localhost``. Slurm
+    22.05 binds its listening sockets to any address unless ``CommunicationParameters`` says
+    ``NoCtldInAddrAny,NoInAddrAny``, and then to what the daemon's host name resolves to:
+    ``localhost`` resolves to 127.0.0.1 on every machine, the machine's own name need not."""
+    def run() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if own_hostname and not _localhost_uts():
+            raise OSError("cannot give the daemon the host name localhost (unshare CLONE_NEWUTS)")
+    return run
+
+
+def _localhost_uts() -> bool:
+    """Move this process into a UTS namespace of its own named ``localhost`` (needs CAP_SYS_ADMIN)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(0x04000000) == 0 and libc.sethostname(b"localhost", 9) == 0  # CLONE_NEWUTS
+
+
+def loopback_hostname() -> bool | str:
+    """How the Slurm daemons come to bind to 127.0.0.1: True when they can run with the host name
+    ``localhost`` (a UTS namespace: root with CAP_SYS_ADMIN, tried in a child), False when they
+    need not (this machine's host name resolves to 127.0.0.1 already), else why neither holds."""
+    pid = os.fork()
+    if pid == 0:  # the child only tries the namespace and exits
+        os._exit(0 if _localhost_uts() else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return True
+    name = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError as exc:
+        addr = str(exc)
+    if addr.startswith("127."):
+        return False
+    return (f"the Slurm daemons would listen on {addr} (what the host name {name} resolves to): they cannot "
+            "be given the host name localhost here (no CAP_SYS_ADMIN for a UTS namespace); map the host "
+            "name to 127.0.0.1 in /etc/hosts, or run with CAP_SYS_ADMIN")
+
+
+def listening(pid: int) -> list[str]:
+    """The TCP addresses ``pid`` listens on (``ip:port``), from its open sockets and /proc/net/tcp{,6}."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return []
+    out = []
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) < 10 or f[3] != "0A" or f[9] not in inodes:  # 0A: LISTEN
+                continue
+            addr, port = f[1].split(":")
+            out.append(f"{_hex_ip(addr, v6)}:{int(port, 16)}")
+    return out
+
+
+def _hex_ip(h: str, v6: bool) -> str:
+    import ipaddress
+
+    raw = bytes.fromhex(h)
+    if not v6:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    return str(ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+
+
 class LocalSlurm:
     """One local cluster under ``root``."""
+
+    #: whether the Slurm daemons get a UTS namespace named localhost (:func:`loopback_hostname`)
+    _own_uts = True
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).resolve()
@@ -168,27 +273,48 @@ class LocalSlurm:
                               timeout=timeout)
 
     def _spawn(self, name: str, argv: list[str], log: Path) -> int:
-        fh = open(log, "ab")
-        p = subprocess.Popen(argv, env=self.env(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, cwd=str(self.root))
-        fh.close()
+        """Start one daemon in a session of its own and record it (``pids/NAME.started``: its pid
+        and start time), the stop signals held back in between (they act once it is recorded)."""
         (self.root / "pids").mkdir(exist_ok=True)
-        (self.root / "pids" / f"{name}.started").write_text(str(p.pid))
+        record = self.root / "pids" / f"{name}.started"
+        fh = open(log, "ab")
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            p = subprocess.Popen(argv, env=self.env(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, cwd=str(self.root),
+                                 preexec_fn=_daemon_preexec(name.startswith("slurm") and self._own_uts))
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(f"{p.pid} {_start_time(p.pid) or ''}".strip())
+            os.replace(tmp, record)
+        finally:
+            fh.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return p.pid
 
-    def _pids(self) -> dict[str, int]:
+    def _records(self) -> dict[str, tuple[int, int | None]]:
+        """What this root started: name -> (pid, start time) from ``pids/*.started``."""
         out = {}
         d = self.root / "pids"
         if d.is_dir():
             for f in d.glob("*.started"):
                 try:
-                    out[f.stem] = int(f.read_text().strip())
-                except ValueError:
+                    fields = f.read_text().split()
+                    out[f.stem] = (int(fields[0]), int(fields[1]) if len(fields) > 1 else None)
+                except (ValueError, IndexError):
                     pass
         return out
 
+    def _pids(self) -> dict[str, int]:
+        return {k: v[0] for k, v in self._records().items()}
+
+    @staticmethod
+    def _is(pid: int, started: int | None) -> bool:
+        """``pid`` is alive and is still the process that was recorded (same start time)."""
+        return _alive(pid) and (started is None or _start_time(pid) == started)
+
     def running(self) -> dict[str, int]:
-        return {k: v for k, v in self._pids().items() if _alive(v)}
+        """The recorded daemons that still run (the recorded process itself, not a reused pid)."""
+        return {k: pid for k, (pid, t) in self._records().items() if self._is(pid, t)}
 
     # ------------------------------------------------------------------ start
     def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
@@ -208,6 +334,10 @@ class LocalSlurm:
                                "installs Debian's slurmdbd and mariadb-server)")
         if self.running():
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
+        own_uts = loopback_hostname()
+        if isinstance(own_uts, str):
+            raise RuntimeError(own_uts)
+        self._own_uts = own_uts
         p = self.paths
         for d in (p.munge_dir, p.state, p.spool, p.logs, p.pids):
             os.makedirs(d, exist_ok=True)
@@ -265,10 +395,19 @@ class LocalSlurm:
                 self._spawn(f"slurmd-n{i}", [_bin("slurmd"), "-D", "-N", f"n{i}", "-f", p.conf],
                             Path(p.logs) / f"slurmd-n{i}.out")
             self._wait(lambda: self.idle_nodes() >= n, timeout, f"{n} idle nodes", "slurmctld.log")
-        except Exception:
+            self._check_loopback()
+        except BaseException:  # a failed start, and a stopped one (SIGTERM, Ctrl-C): nothing is left running
             self.stop()
             raise
         return info
+
+    def _check_loopback(self) -> None:
+        """Every daemon listens on 127.0.0.1 only (the cluster runs jobs as root for anyone who
+        can reach it): a start where one listens elsewhere fails, naming it."""
+        wrong = [f"{name} on {a}" for name, pid in sorted(self.running().items()) for a in listening(pid)
+                 if not a.startswith("127.0.0.1:")]
+        if wrong:
+            raise RuntimeError(f"listening beyond 127.0.0.1: {', '.join(wrong)}")
 
     def _start_accounting(self, cfg: SimConfig, users: int, unknown: bool, db_port: int, dbd_port: int,
                           timeout: float) -> None:
@@ -313,7 +452,7 @@ class LocalSlurm:
     def _wait(self, cond, timeout: float, what: str, log: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            dead = [k for k, v in self._pids().items() if not _alive(v)]
+            dead = [k for k, (pid, t) in self._records().items() if not self._is(pid, t)]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited while waiting for {what}; see {self.paths.logs}/{log}")
             try:
@@ -328,6 +467,65 @@ class LocalSlurm:
             tail = "\n".join(f.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}; {f}:\n{tail}")
 
+    def expected(self) -> list[str]:
+        """The daemons a started cluster of this root runs (``cluster.json``): munged, slurmctld,
+        one slurmd per node, and with accounting mariadbd and slurmdbd."""
+        info = self.info()
+        if not info:
+            return []
+        names = ["munged"] + (["mariadbd", "slurmdbd"] if info.get("accounting") else []) + ["slurmctld"]
+        return names + [f"slurmd-n{i}" for i in range(1, int(info.get("nodes", 0)) + 1)]
+
+    def status(self) -> tuple[list[str], list[str]]:
+        """One line per daemon the cluster should run, and the names of those that do not (or run
+        but do not answer): each recorded process must still be the one started; slurmctld must
+        answer ``scontrol ping``, no node may be down or unresponsive in ``sinfo`` (drained is fine),
+        MariaDB must answer through its socket and slurmdbd through ``sacctmgr``."""
+        want = self.expected()
+        records, run = self._records(), self.running()
+        lines, bad = [], []
+        for name in want + sorted(set(records) - set(want)):
+            if name in run:
+                lines.append(f"{name}: running (pid {run[name]})")
+            else:
+                bad.append(name)
+                lines.append(f"{name}: DEAD (pid {records[name][0]} is gone)" if name in records else
+                             f"{name}: DEAD (never started, or stopped: no record under {self.paths.pids})")
+
+        def answers(*argv: str, timeout: float = 10) -> tuple[bool, str]:
+            try:
+                r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout,
+                                   check=False)
+            except (subprocess.SubprocessError, OSError) as exc:
+                return False, str(exc)
+            return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+        def not_answering(name: str, why: str) -> None:
+            bad.append(name)
+            lines.append(f"{name}: NOT ANSWERING (pid {run[name]} runs: {why[-200:]})")
+
+        if "slurmctld" in run:
+            ok, out = answers("scontrol", "ping")
+            if not ok or "UP" not in out:
+                not_answering("slurmctld", out)
+            else:
+                ok, out = answers("sinfo", "-h", "-N", "-o", "%N %t")
+                for ln in out.splitlines() if ok else []:
+                    node, state = (ln.split() + ["", ""])[:2]
+                    # "*": not responding; a drained node is an operator's choice (keep-service's late nodes)
+                    if f"slurmd-{node}" in run and (state.endswith("*") or state.startswith(("down", "fail"))):
+                        not_answering(f"slurmd-{node}", f"slurmctld reports the node {state}")
+        if "mariadbd" in run:
+            ok, out = answers(_bin("mariadb"), "--no-defaults", f"--socket={self.paths.db_socket}", "-u", "root",
+                              "-e", "SELECT 1")
+            if not ok:
+                not_answering("mariadbd", out)
+        if "slurmdbd" in run and "mariadbd" not in bad:
+            ok, out = answers("sacctmgr", "-n", "-P", "list", "cluster", timeout=20)
+            if not ok:
+                not_answering("slurmdbd", out)
+        return lines, bad
+
     def idle_nodes(self) -> int:
         r = self.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=10)
         return sum(1 for ln in r.stdout.splitlines() if ln.split()[-1:] == ["idle"])
@@ -337,7 +535,7 @@ class LocalSlurm:
         """Cancel every job, stop each daemon this root started; returns what was stopped."""
         said = []
         pids = self.running()
-        if "slurmctld" in pids:
+        if "slurmctld" in pids and "munged" in pids:  # without munged no client can reach slurmctld
             deadline = time.monotonic() + timeout / 2
             try:  # a slurmctld that does not answer must not keep its daemons alive: they are killed below
                 r = self.cmd("scancel", "--full", "--user=root", check=False, timeout=max(1.0, timeout / 2))
@@ -350,6 +548,8 @@ class LocalSlurm:
                     time.sleep(0.5)
             except (subprocess.SubprocessError, OSError) as exc:
                 said.append(f"could not cancel the jobs through slurmctld ({exc}); stopping the daemons")
+        # the job steps as their slurmd leaves them (found again after it stops: it may start one meanwhile)
+        steps = {p: _start_time(p) for p in self.leftovers()}
         order = sorted((k for k in pids if k.startswith("slurmd-")), key=lambda k: int(k.split("-n")[1]))
         order += [k for k in ("slurmctld", "slurmdbd", "mariadbd", "munged") if k in pids]
         for name in order:
@@ -370,7 +570,10 @@ class LocalSlurm:
                     pass
             said.append(f"stopped {name} (pid {pid})")
         # job steps that outlived their slurmd (slurmstepd runs in a session of its own)
-        for pid in self.leftovers():
+        steps.update((p, _start_time(p)) for p in self.leftovers())
+        for pid, started in sorted(steps.items()):
+            if not self._is(pid, started):
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 said.append(f"killed leftover job process {pid}")
@@ -381,29 +584,59 @@ class LocalSlurm:
         return said
 
     def leftovers(self) -> list[int]:
-        """Processes still running with this root's SLURM_CONF in their environment or its
-        paths on their command line (slurmstepd and the jobs it ran)."""
-        conf = self.paths.conf.encode()
-        prefix = str(self.root).encode() + b"/"
+        """The job steps this root's slurmd started that still run, found from this root's own
+        records, never from what a process merely carries: each ``slurmstepd`` holds its step's
+        socket in this root's spool folder (``spool/NODE/NODE_JOB.STEP``); its tasks run in its
+        session; a task that left that session still has this root's ``SLURM_CONF`` together
+        with the ``SLURMD_NODENAME`` only a slurmstepd sets. A shell that sourced ``env.sh``, and
+        every program it starts (``make``, ``tail -f`` of a log here), has the first and not the
+        second: it is left alone."""
+        spool = self.paths.spool.rstrip("/") + "/"
+        inodes = set()
+        try:
+            with open("/proc/net/unix") as fh:
+                rows = fh.read().splitlines()[1:]
+            for row in rows:
+                f = row.split()
+                if len(f) >= 8 and f[7].startswith(spool):
+                    inodes.add(f[6])
+        except OSError:
+            pass
+        conf = b"SLURM_CONF=" + self.paths.conf.encode()
         me = os.getpid()
-        out = []
+        stepds, sessions, tasks = set(), {}, set()
         for d in os.listdir("/proc"):
             if not d.isdigit() or int(d) == me:
                 continue
+            pid = int(d)
             try:
-                with open(f"/proc/{d}/cmdline", "rb") as fh:
-                    args = fh.read().split(b"\0")
-                with open(f"/proc/{d}/environ", "rb") as fh:
+                with open(f"/proc/{pid}/stat") as fh:
+                    sessions[pid] = int(fh.read().rsplit(")", 1)[1].split()[3])  # state ppid pgrp SESSION
+            except (OSError, ValueError, IndexError):
+                continue
+            if inodes:
+                try:
+                    fds = os.listdir(f"/proc/{pid}/fd")
+                except OSError:
+                    fds = []
+                for fd in fds:
+                    try:
+                        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    except OSError:
+                        continue
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        stepds.add(pid)
+                        break
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
                     environ = fh.read().split(b"\0")
             except OSError:
                 continue
-            if b"python" in args[0] or b"pytest" in args[0]:
-                continue  # the callers (this process's parents) carry SLURM_CONF too
-            # exactly this root: its SLURM_CONF, or an argument inside it (not a sibling root's)
-            if (b"SLURM_CONF=" + conf) in environ or any(a == conf or a.startswith(prefix) for a in args[1:]):
-                if _alive(int(d)):
-                    out.append(int(d))
-        return out
+            if conf in environ and any(e.startswith(b"SLURMD_NODENAME=") for e in environ):
+                tasks.add(pid)
+        step_sessions = {sessions[p] for p in stepds if sessions.get(p, 0) > 1}
+        out = stepds | tasks | {p for p, sid in sessions.items() if sid in step_sessions}
+        return sorted(p for p in out if p != me and _alive(p))
 
 
 #: Seconds a step gives its local cluster's stop (cancel every job, stop every daemon) when it
@@ -450,6 +683,11 @@ class OwnedSlurm(LocalSlurm):
 
 #: The most slurmd a local cluster starts (one process and one port each on this machine).
 MAX_LOCAL_NODES = 256
+#: The most trace users ``make slurm SLURM_USERS=N`` creates accounts for (one association each,
+#: created through slurmdbd before slurmctld starts: about a second per 200).
+MAX_LOCAL_USERS = 10_000
+#: The largest time compression (trace seconds per real second), as for ``replay-slurm --factor``.
+MAX_FACTOR = 1e6
 
 
 def check_local_size(cfg: SimConfig, flag: str = "--slurm-root") -> None:
@@ -515,32 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     c = LocalSlurm(a.root)
     if a.action == "start":
-        if a.factor <= 0:
-            print("--factor must be > 0", file=sys.stderr)
-            return 2
-        if a.users < 0 or (a.users and not a.accounting):
-            print("--users N (N >= 0) needs --accounting", file=sys.stderr)
-            return 2
-        if a.cluster_config is None and a.cfg_nodes is None:
-            a.cfg_nodes = 4
-        cfg = config_from_args(a)
-        try:
-            info = c.start(cfg, a.factor, accounting=a.accounting, users=a.users, debug_flags=a.debug_flags)
-        except RuntimeError as exc:
-            print(f"slurm start failed: {exc}", file=sys.stderr)
-            return 1
-        print(f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
-              f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}")
-        if info["accounting"]:
-            acc = info["accounting"]
-            print(f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
-                  f"u0..u{acc['users'] - 1} and service under trace" if acc["users"] else
-                  f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
-                  "service under trace (--users N adds trace users)")
-        for u in info["unsupported"]:
-            print(f"  not enforced: {u}")
-        print(f"clients: export SLURM_CONF={c.paths.conf}   (or source {c.root}/env.sh); stop: make slurm-stop")
-        return 0
+        return _start_cli(c, a)
     if a.action == "stop":
         for line in c.stop():
             print(line)
@@ -549,13 +762,72 @@ def main(argv: list[str] | None = None) -> int:
             print(f"still running: {left}", file=sys.stderr)
             return 1
         return 0
-    run = c.running()
-    for k in sorted(run):
-        print(f"{k}: running (pid {run[k]})")
-    if not run:
+    if not c._records():  # never started here, or stopped (stop removes the records)
         print(f"no local Slurm running under {c.root}")
-    else:
-        print(c.cmd("sinfo", check=False).stdout, end="")
+        return 3
+    lines, bad = c.status()
+    for line in lines:
+        print(line)
+    if "slurmctld" not in bad and c.running().get("slurmctld"):
+        print(c.cmd("sinfo", check=False, timeout=20).stdout, end="")
+    if bad:
+        print(f"local Slurm under {c.root}: not running: {', '.join(bad)} (make slurm-stop, then make slurm)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start_cli(c: LocalSlurm, a: argparse.Namespace) -> int:
+    """``start`` from the command line (``make slurm``): the counts bounded before anything starts
+    (exit 2 naming the flag and its make variable); SIGTERM, SIGINT or SIGHUP while it starts
+    stops what it has started and exits 128 + the signal."""
+    if not 0 < a.factor <= MAX_FACTOR:  # also NaN
+        print(f"--factor (SLURM_FACTOR) {a.factor:g}: must be > 0 and at most {MAX_FACTOR:g}", file=sys.stderr)
+        return 2
+    if a.users < 0 or (a.users and not a.accounting):
+        print("--users (SLURM_USERS) N (N >= 0) needs --accounting (SLURM_ACCOUNTING=1)", file=sys.stderr)
+        return 2
+    if a.users > MAX_LOCAL_USERS:
+        print(f"--users (SLURM_USERS) {a.users}: at most {MAX_LOCAL_USERS} (one account each)", file=sys.stderr)
+        return 2
+    if a.cluster_config is None and a.cfg_nodes is None:
+        a.cfg_nodes = 4
+    try:
+        cfg = config_from_args(a)
+        check_local_size(cfg, "--nodes (SLURM_NODES)")
+    except StepError as exc:
+        print(f"slurm start: {exc}", file=sys.stderr)
+        return 2
+
+    def stopped(signum, frame):
+        for s in STOP_SIGNALS:  # one stop: a second Ctrl-C must not cut the first one's cleanup short
+            signal.signal(s, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, stopped)
+    try:
+        info = c.start(cfg, a.factor, accounting=a.accounting, users=a.users, debug_flags=a.debug_flags)
+    except RuntimeError as exc:
+        print(f"slurm start failed: {exc}", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # start() stopped what it had started
+        print(f"slurm start stopped by signal {int(exc.code) - 128}; nothing of {c.root} is left running",
+              file=sys.stderr)
+        raise
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    print(f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
+          f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}")
+    if info["accounting"]:
+        acc = info["accounting"]
+        print(f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+              f"u0..u{acc['users'] - 1} and service under trace" if acc["users"] else
+              f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+              "service under trace (--users N adds trace users)")
+    for u in info["unsupported"]:
+        print(f"  not enforced: {u}")
+    print(f"clients: export SLURM_CONF={c.paths.conf}   (or source {c.root}/env.sh); stop: make slurm-stop")
     return 0
 
 

@@ -253,6 +253,7 @@ def render_dbd(paths: Paths, dbd_port: int, db_port: int, password: str) -> str:
         "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
         "AuthType=auth/munge", f"AuthInfo=socket={paths.munge_socket}",
         "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
+        "CommunicationParameters=NoInAddrAny",  # 127.0.0.1 only, as slurm.conf's daemons
         f"LogFile={paths.logs}/slurmdbd.log", f"PidFile={paths.pids}/slurmdbd.pid", "DebugLevel=info",
         "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
         "StorageUser=slurm", f"StoragePass={password}", "StorageLoc=slurm_acct_db",
@@ -303,6 +304,9 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
         f"ClusterName={cluster_name}",
         "SlurmctldHost=localhost(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",
+        # bind to the host name's address, not to any: the daemons run with the host name localhost
+        # (mirage_tasks.slurm.cluster), so every listening socket is on 127.0.0.1 only
+        "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",

@@ -985,3 +985,38 @@ def test_clusters_started_at_once_choose_their_ports_one_after_another(tmp_path,
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--accounting", "--users", "20000"], "--users (SLURM_USERS) 20000: at most 10000"),
+    (["--nodes", "300"], "at most 256"),
+    (["--nodes", "0"], "--nodes: nodes must be a positive number"),
+    (["--factor", "1e7"], "--factor (SLURM_FACTOR) 1e+07: must be > 0 and at most 1e+06"),
+    (["--factor", "nan"], "--factor (SLURM_FACTOR) nan"),
+    (["--cluster-config", "nosuchpreset"], "--cluster-config 'nosuchpreset'"),
+])
+def test_make_slurm_counts_are_bounded_before_anything_starts(tmp_path, monkeypatch, capsys, argv, named):
+    """``make slurm``'s counts (SLURM_USERS, SLURM_NODES, SLURM_FACTOR) each have an upper bound:
+    exit 2 naming the flag, its make variable and the bound, before a daemon starts (before,
+    SLURM_USERS had none: 20,000 accounts were created one sacctmgr call after another)."""
+    from mirage_tasks.slurm import cluster
+
+    def started(*a, **k):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(cluster.LocalSlurm, "start", started)
+    assert cluster.main(["start", "--root", str(tmp_path / "s"), *argv]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_slurm_conf_binds_every_daemon_to_the_host_name_address():
+    """Slurm 22.05 listens on any address unless told to bind to its host name's (which the local
+    daemons' namespace sets to localhost): slurm.conf and slurmdbd.conf both say so."""
+    from mirage_tasks.slurm.conf import render_dbd
+
+    text = render(SimConfig(nodes=2), 1, Paths("/x"), 6817, (7001, 7002), dbd_port=7003)
+    assert "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny" in text
+    assert "SlurmctldHost=localhost(127.0.0.1)" in text and "NodeAddr=127.0.0.1" in text
+    dbd = render_dbd(Paths("/x"), 7003, 7004, "pw")
+    assert "CommunicationParameters=NoInAddrAny" in dbd and "DbdAddr=127.0.0.1" in dbd
