@@ -151,17 +151,13 @@ def _summary_text(r: catalog.Report) -> str:
     # whose every experiment group failed before its first point
     failed = "FAILED: " if s.get("status") == "FAILED" or _positive(s.get("failed")) else ""
     if r.kind == "faasm_summary":
-<<<<<<< HEAD
-        return f"{s.get('points', '?')} points, {s.get('failed', '?')} failed"
+        return f"{failed}{s.get('points', '?')} points, {s.get('failed', '?')} failed"
     if r.kind == "mirage_evaluation":
         c = s.get("criteria") if isinstance(s.get("criteria"), dict) else {}
         cov = c.get("coverage_months") if isinstance(c.get("coverage_months"), dict) else {}
         return (f"guard pick {s.get('pick', '?')}; MAE at or below zero wait's: {c.get('mae_at_or_below_zero', '?')}; "
                 f"bound coverage per month: " + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?"
                                                            for m, v in cov.items()) or "?"))
-=======
-        return f"{failed}{s.get('points', '?')} points, {s.get('failed', '?')} failed"
->>>>>>> h-faasm
     if r.kind == "faasm_trends":
         return (f"{failed}{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, "
                 f"{s.get('runs', '?')} runs" + (f", {s.get('failed')} failures in this run" if failed else ""))
