@@ -545,6 +545,8 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
     rel = f"faasm_benchmarks/{date}/{run_id}/summary/summary.json"
     try:
         raw = await asyncio.to_thread(catalog.read, storage_root(), rel)
+    except catalog.TooLarge:
+        raise HTTPException(413, f"{rel} is over the {catalog.SUMMARY_LIMIT} bytes the view reads whole") from None
     except KeyError:
         raise HTTPException(404, f"no summary for {date}/{run_id}") from None
     try:

@@ -126,21 +126,40 @@ def _plain_object(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> None:
         raise KeyError(rel)
 
 
-def read_plain(root: str, rel: str) -> bytes:
-    """The bytes of the regular file (local) or plain object (S3 ...) ``rel`` below ``root``;
+#: What the view reads whole per request, at most: a success marker (it lists a folder's outputs:
+#: kilobytes) and a Faasm summary. A larger file is refused (:class:`TooLarge`), never read whole.
+MARKER_LIMIT = 4 << 20
+SUMMARY_LIMIT = 64 << 20
+
+
+class TooLarge(KeyError):
+    """A stored file over the size the view reads whole (its path and the limit in ``args``)."""
+
+
+def _bounded(f, rel: str, limit: int | None) -> bytes:
+    data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise TooLarge(rel, limit)
+    return data
+
+
+def read_plain(root: str, rel: str, limit: int | None = -1) -> bytes:
+    """The bytes of the regular file (local) or plain object (S3 ...) ``rel`` below ``root``, at
+    most ``limit`` of them (:class:`TooLarge` past it, having read ``limit`` + 1 bytes);
     ``KeyError`` for anything else: a symbolic link anywhere below the root, a folder, a
-    device or FIFO, a missing file, a path with ``..``."""
+    device or FIFO, a missing file, a path with ``..``. ``limit`` -1: :data:`MARKER_LIMIT`."""
     _parts(rel)
+    limit = MARKER_LIMIT if limit == -1 else limit
     fs, base = filesystem(root)
     if _is_local(fs):
         fd = _open_local(base, rel)
         with os.fdopen(fd, "rb") as f:
-            return f.read()
+            return _bounded(f, rel, limit)
     path = f"{base}/{rel}"
     _plain_object(fs, path, rel)
     try:
         with fs.open(path, "rb") as f:
-            return f.read()
+            return _bounded(f, rel, limit)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise KeyError(rel) from exc
 
@@ -291,11 +310,15 @@ def open_servable(root: str, rel: str) -> Servable:
     return Servable(f, size)
 
 
-def read(root: str, rel: str) -> bytes:
-    """A servable report file (:func:`open_servable`), read whole (small files: summaries)."""
+def read(root: str, rel: str, limit: int | None = None) -> bytes:
+    """A servable report file (:func:`open_servable`), read whole (small files: summaries); over
+    ``limit`` bytes (default :data:`SUMMARY_LIMIT`) it is refused (:class:`TooLarge`) before being read."""
+    limit = SUMMARY_LIMIT if limit is None else limit
     s = open_servable(root, rel)
     try:
-        return b"".join(s.chunks())
+        if s.size is not None and s.size > limit:
+            raise TooLarge(rel, limit)
+        return _bounded(s.f, rel, limit)
     finally:
         s.close()
 

@@ -214,3 +214,31 @@ def test_a_damaged_summary_file_is_shown_as_failed(app_env):
     with _client(app.app) as c:
         r = c.get("/summary/2026-11-30/manual__r3")
     assert r.status_code == 422 and "FAILED" in r.text and "cannot be read" in r.text, r.text
+
+
+def test_huge_markers_and_summaries_are_refused_not_read_whole(app_env, monkeypatch):
+    """A marker or a summary of hundreds of MB was read whole into memory per request: the view reads
+    at most its limit (+1 byte) and says 413 (summary) or leaves the folder out (marker)."""
+    app, root = app_env
+    monkeypatch.setattr(catalog, "SUMMARY_LIMIT", 1 << 20)
+    monkeypatch.setattr(catalog, "MARKER_LIMIT", 64 << 10)
+    out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__big" / "summary")
+    step = Step("summarize", out, "test", {})
+    step.write_bytes("summary.json", b'{"points": [], "pad": "' + b"x" * (3 << 20) + b'"}')
+    step.commit({"points": 0, "failed": 0})
+    # a marker padded far past any real one: its folder is no report
+    _report(root, "padded")
+    marker = root / "mirage_pipeline" / "padded" / "report" / "_SUCCESS.json"
+    doc = json.loads(marker.read_text())
+    doc["pad"] = "y" * (1 << 20)
+    marker.write_text(json.dumps(doc))
+    reads: list[int] = []
+    real = catalog._bounded
+    monkeypatch.setattr(catalog, "_bounded", lambda f, rel, limit: reads.append(limit) or real(f, rel, limit))
+    with _client(app.app) as c:
+        r = c.get("/summary/2026-11-30/manual__big")
+        index = c.get("/").text
+        padded = c.get("/report/mirage_pipeline/padded/report/report.html")
+    assert r.status_code == 413 and "reads whole" in r.text
+    assert "padded" not in index and padded.status_code == 404
+    assert reads and None not in reads
