@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import lease, procs, s3check
+from . import lease, procs, reach, s3check
 from .errors import StepError
 from .pool import Terminated, WorkerDied
 
@@ -124,11 +124,16 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     try:
         # NaN, infinities, s3:// without a bucket, seeds and the step's BOUNDS: exit 2 naming the flag
         check_flag_values(args, getattr(module, "BOUNDS", None))
+        reach.check_argv(rest)  # a DAG step: every URI under the allowed roots, before any is touched
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
     except lease.LeaseHeld as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return lease.EXIT_BUSY if exc.same_output else 2  # the same work elsewhere: a retry skips
+    except reach.Refused as exc:  # an input outside the allowed roots: name the flag that carried it
+        flags = [] if str(exc).startswith("--") else reach.flags_naming(exc.uri, rest)
+        print(f"{prog} {name}: error: {'/'.join(flags) + ': ' if flags else ''}{exc}", file=sys.stderr)
+        return 2
     except StepError as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return 2
