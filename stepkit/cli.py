@@ -111,6 +111,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     if name not in steps:
         print(f"{prog}: unknown step {name!r}; choose from {', '.join(steps)}", file=sys.stderr)
         return 2
+    reach.allow_package(prog)  # its own shipped files (catalogue, profiles) stay readable in a DAG step
     module = importlib.import_module(steps[name][0])
     parser = argparse.ArgumentParser(prog=f"python -m {prog} {name}", description=steps[name][1])
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")

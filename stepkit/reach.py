@@ -164,11 +164,32 @@ def check_params(values: Mapping[str, Any], roots: Sequence[str]) -> None:
             check(value, roots, f"param {name}")
 
 
+#: Folders of the running task package (its shipped data: the Faasm catalogue, packaged profiles),
+#: readable by its steps whatever the roots say: code that ships with the image is no secret.
+_packages: list[str] = []
+
+
+def allow_package(name: str) -> None:
+    """Let the steps of package ``name`` read its own folder (:func:`stepkit.cli.dispatch` calls it
+    with the package whose step runs). Found without importing it; unknown names are ignored."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        real = os.path.realpath(loc)
+        if real not in _packages:
+            _packages.append(real)
+
+
 def enforce(uri: str) -> None:
-    """The check of :mod:`stepkit.storage`: only where :data:`ENV` is set (a DAG step)."""
+    """The check of :mod:`stepkit.storage`: only where :data:`ENV` is set (a DAG step); the running
+    task package's own folder is readable too (:func:`allow_package`)."""
     roots = env_roots()
     if roots is not None:
-        check(uri, roots, "input")
+        check(uri, [*roots, *_packages], "input")
 
 
 def check_argv(argv: Sequence[str]) -> None:

@@ -211,3 +211,19 @@ def test_the_house_factory_and_stepkit_agree_on_the_variable():
     from house import config as house_config
 
     assert house_config.INPUT_ROOTS_ENV == reach.ENV
+
+
+def test_a_step_reads_its_own_package_files_in_a_dag_step(roots, monkeypatch):
+    """The Faasm catalogue and the packaged profiles ship with the step's code: readable whatever the
+    roots (stepkit.cli.dispatch allows the running package's folder), no other package's."""
+    import faasm_tasks
+
+    monkeypatch.setattr(reach, "_packages", [])
+    monkeypatch.setenv(reach.ENV, ",".join(roots["list"]))
+    schema = os.path.join(os.path.dirname(faasm_tasks.__file__), "experiments", "schema.json")
+    with pytest.raises(reach.Refused):
+        storage.read_bytes(schema)
+    reach.allow_package("faasm_tasks")
+    assert storage.read_bytes(schema).startswith(b"{")
+    with pytest.raises(reach.Refused):
+        storage.read_bytes(str(roots["secret"]))
