@@ -25,6 +25,7 @@ with :func:`check` first, so a form fails at once naming the param. Stdlib only.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
@@ -91,6 +92,7 @@ def _segments(uri: str) -> list[str]:
     return rest.replace("\\", "/").split("/")
 
 
+@functools.lru_cache(maxsize=64)  # every storage call checks: resolve each root once per process
 def _root_form(root: str) -> tuple[str | None, str]:
     """A root as (scheme, comparable location): a local root's real path; a remote root without
     its trailing slash."""

@@ -227,3 +227,12 @@ def test_a_step_reads_its_own_package_files_in_a_dag_step(roots, monkeypatch):
     assert storage.read_bytes(schema).startswith(b"{")
     with pytest.raises(reach.Refused):
         storage.read_bytes(str(roots["secret"]))
+
+
+def test_the_pipeline_params_a_step_opens():
+    """trace always; synth_profile and cluster_config only when they are not packaged names."""
+    from mirage_tasks.run.runconf import MirageRun, input_params
+
+    assert input_params(MirageRun()) == {}  # no trace, the packaged ls6-a100 profile, the ls6 preset
+    run = MirageRun(trace="/t.log", synth_profile="s3://b/p.json", cluster_config="/etc/passwd")
+    assert input_params(run) == {"trace": "/t.log", "synth_profile": "s3://b/p.json", "cluster_config": "/etc/passwd"}

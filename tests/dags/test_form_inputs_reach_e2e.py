@@ -148,3 +148,19 @@ def test_every_pod_carries_the_allowed_roots(monkeypatch):
     monkeypatch.setenv("HOUSE_INPUT_ROOTS", "s3://bucket/traces")
     cfg = house_config.get_config()
     assert cfg.input_roots() == ["s3://bucket/house", "s3://bucket/traces"]
+
+
+@pytest.mark.parametrize("param, value", [("model", "secret"), ("waitpred", "http"), ("slurm_conf", "/proc/self/environ"),
+                                          ("guarantee_samples", "file:///etc")])
+def test_mirage_service_refuses_its_uris_outside_the_roots(param, value, local_storage, secret, http_server,
+                                                           airflow_home, capfd, caplog):
+    url, hits = http_server
+    value = {"secret": str(secret), "http": f"{url}/waitpred"}.get(value, value)
+    caplog.set_level("INFO")
+    dr = load_dag("mirage_service").test(logical_date=LOGICAL_DATE, run_conf={param: value})
+    states = task_states(dr)
+    assert str(dr.state) == "failed" and states["check_conf"] == "failed", states
+    assert states["keep_service"] in ("upstream_failed", "None"), states
+    logs = _logs(airflow_home, capfd, caplog)
+    assert f"param {param}" in logs and "refused" in logs, logs[-3000:]
+    assert "f0rmS3cret" not in logs and hits == []
