@@ -46,7 +46,8 @@ with DAG(
         "name": Param("KTH-SP2", type="string", pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                       description="a short name for the log (its output folder)"),
         "trace": Param(str(_KTH) if LOCAL and _KTH.exists() else None, type=["null", "string"],
-                       description="the raw log: a Slurm sacct export or an SWF file (path or URI); required"),
+                       description="the raw log: a Slurm sacct export or an SWF file (path or URI under the house "
+                                   "storage root or the shipped traces, HOUSE_INPUT_ROOTS); required"),
         "timezone": Param(None, type=["null", "string"],
                           description="the log's time zone (sacct; empty: an SWF header's, else UTC)"),
         "procs_per_node": Param(1, type=["null", "integer"], minimum=1, maximum=4096,
@@ -68,16 +69,22 @@ with DAG(
     def plan(params=None) -> dict:
         """The log description checked, and the three command lines."""
         from airflow.sdk.exceptions import AirflowFailException
-        from house import storage_prefix
+        from house import input_roots, storage_prefix
         from mirage_tasks.run import evalplan
+        from stepkit import reach
 
         p = dict(params or {})
+        try:  # the log is data, not reach: under the storage root or the shipped traces, before any read
+            reach.check_params({"trace": p.get("trace")}, input_roots())
+        except reach.Refused as exc:
+            raise AirflowFailException(str(exc)) from exc
         doc = {"name": p["name"], "trace": p["trace"], "calibrate": [p["calibrate_from"], p["calibrate_to"]],
                "months": list(p["months"]), "timezone": p.get("timezone") or None,
                "procs_per_node": p.get("procs_per_node"), "machine_nodes": p.get("machine_nodes")}
         try:
             spec = evalplan.LogSpec.from_dict(doc, source="the trigger form")
-        except evalplan.SpecError as exc:
+            reach.check_params({"trace": spec.trace}, input_roots())  # as resolved (a relative path)
+        except (evalplan.SpecError, reach.Refused) as exc:
             raise AirflowFailException(str(exc)) from exc
         budget = evalplan.Budget(trials=int(p["trials"]), timeout_s=float(p["timeout_s"]))
         argvs = dict(evalplan.waitpred_argvs(spec, storage_prefix("mirage_evaluation"), budget))

@@ -107,14 +107,17 @@ with DAG(
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
         from mirage_tasks.run.plan import plan_run
-        from mirage_tasks.run.runconf import MirageRun
+        from house import input_roots
+        from mirage_tasks.run.runconf import MirageRun, input_params
         from mirage_tasks.run.runlog import record_run
-        from stepkit import StepError
+        from stepkit import StepError, reach
 
         run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
         try:
             conf = MirageRun.from_params(dict(context["params"]), scheduled=run_type == "scheduled",
                                          backfill=run_type == "backfill")
+            # the params a step opens are data, not reach: under the allowed roots, before the plan reads the trace
+            reach.check_params(input_params(conf), input_roots())
             planned = plan_run(conf, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
                                context.get("logical_date"), workers=GRANTED, threads=GRANTED)
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help

@@ -81,8 +81,9 @@ with DAG(
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
         from mirage_tasks.run.plan import samples_trace, trace_fingerprint
-        from mirage_tasks.run.runconf import MirageRun
-        from stepkit import StepError
+        from house import input_roots
+        from mirage_tasks.run.runconf import MirageRun, input_params
+        from stepkit import StepError, reach
 
         params = dict(context["params"])
         dr = context["dag_run"]
@@ -92,6 +93,8 @@ with DAG(
         day = when.astimezone(timezone.utc).date().isoformat()
         try:
             run = MirageRun.from_params(params)
+            # the params a step opens are data, not reach: under the allowed roots, before the trace is read
+            reach.check_params(input_params(run), input_roots())
             fp = trace_fingerprint(run.trace) if run.trace else None
             trace = samples_trace(run, storage_prefix("mirage"), day, fp)
         except (ValueError, StepError) as exc:

@@ -35,6 +35,11 @@ SERVICE_BOUNDS = {"node": (1, 100_000), "service_hours": (1 / 60, 24 * 366), "li
                   "factor": (1e-3, 1e6)}
 
 
+#: The form's slurm.conf: the file ``make slurm`` writes locally, the mounted ``mirage-slurm`` Secret in a
+#: pod. The only slurm_conf outside the allowed input roots a run may name.
+SLURM_CONF = "var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf"
+
+
 def unknown_conf(conf: dict, known) -> str | None:
     """Why ``conf`` cannot be this DAG's run conf (keys that are not its params), or None."""
     odd = sorted(set(conf) - set(known))
@@ -92,7 +97,7 @@ with DAG(
                        description="successions to keep"),
         "factor": Param(1.0, type="number", minimum=SERVICE_BOUNDS["factor"][0], maximum=SERVICE_BOUNDS["factor"][1],
                         description="time compression of the cluster (1 for a real one)"),
-        "slurm_conf": Param("var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf", type="string",
+        "slurm_conf": Param(SLURM_CONF, type="string",
                             description="the cluster's slurm.conf (SLURM_CONF of the Slurm client); "
                                         "make slurm writes var/slurm/slurm.conf"),
         # None, not "": Param("", type="string") is a required field in the trigger form (its JSON is null)
@@ -118,11 +123,24 @@ with DAG(
         """Refuse a run conf with a key the form does not have (a misspelt ``links`` would be
         ignored otherwise and the service kept with the default): fails at once, no retry."""
         from airflow.sdk.exceptions import AirflowFailException
+        from house import input_roots
+        from stepkit import reach
 
         conf = dict(getattr(context["dag_run"], "conf", None) or {})
         why = unknown_conf(conf, dag.params.keys())
         if why:
             raise AirflowFailException(why)
+        # the URIs the step opens are data, not reach: under the storage root (or HOUSE_INPUT_ROOTS),
+        # refused by name before keep_service starts; slurm_conf may also be the deployment's own
+        # (the form's default: the mounted Secret in a pod, make slurm's file locally)
+        params = context["params"]
+        uris = {k: params.get(k) for k in ("model", "avg_cal_samples", "waitpred", "guarantee_samples")}
+        if params.get("slurm_conf") != SLURM_CONF:
+            uris["slurm_conf"] = params.get("slurm_conf")
+        try:
+            reach.check_params(uris, input_roots())
+        except reach.Refused as exc:
+            raise AirflowFailException(str(exc)) from exc
 
     check_conf() >> step("keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30),
                          pod_overrides=_pod_overrides())

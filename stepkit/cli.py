@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import lease, procs, s3check
+from . import lease, procs, reach, s3check
 from .errors import StepError
 from .pool import Terminated, WorkerDied
 
@@ -122,6 +122,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     if name not in steps:
         print(f"{prog}: unknown step {name!r}; choose from {', '.join(steps)}", file=sys.stderr)
         return 2
+    reach.allow_package(prog)  # its own shipped files (catalogue, profiles) stay readable in a DAG step
     module = importlib.import_module(steps[name][0])
     parser = argparse.ArgumentParser(prog=f"python -m {prog} {name}", description=steps[name][1])
     add_contract_arguments(parser)
@@ -138,11 +139,16 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     try:
         # NaN, infinities, s3:// without a bucket, seeds and the step's BOUNDS: exit 2 naming the flag
         check_flag_values(args, getattr(module, "BOUNDS", None))
+        reach.check_argv(rest)  # a DAG step: every URI under the allowed roots, before any is touched
         s3check.preflight(rest)  # a misconfigured store: exit 2 naming the setting, in seconds
         rc = module.run(args)
     except lease.LeaseHeld as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return lease.EXIT_BUSY if exc.same_output else 2  # the same work elsewhere: a retry skips
+    except reach.Refused as exc:  # an input outside the allowed roots: name the flag that carried it
+        flags = [] if str(exc).startswith("--") else reach.flags_naming(exc.uri, rest)
+        print(f"{prog} {name}: error: {'/'.join(flags) + ': ' if flags else ''}{exc}", file=sys.stderr)
+        return 2
     except StepError as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return 2

@@ -97,8 +97,10 @@ def _yaml(text: str, origin: str) -> Any:
     loader = _loader()(text, origin)
     try:
         return loader.get_single_data()
-    except yaml.YAMLError as exc:
-        raise StepError(f"{origin}: not valid YAML ({exc})") from None
+    except yaml.YAMLError as exc:  # its message quotes the offending lines: say where, never what
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise StepError(f"{origin}: not valid YAML{where}") from None
     except RecursionError:
         raise StepError(f"{origin}: nested too deeply") from None
     finally:

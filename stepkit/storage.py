@@ -7,6 +7,9 @@ laptop (local files) and in a pod (S3). Writes are atomic where readers look:
   renamed into place (``os.replace``), so a reader sees the old file or the new one;
 * object stores (S3) publish an object only when its upload completes, so a failed
   write leaves nothing at the key.
+
+In a DAG step every URI must lie under the roots the deployment allows (:mod:`stepkit.reach`):
+a form's value is data, never a way to read the worker's files or fetch its network.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import IO, Any
 
 import fsspec
 from fsspec.core import url_to_fs
+
+from . import reach
 
 _CHUNK = 1 << 20
 
@@ -65,7 +70,11 @@ def _options(uri: str) -> dict[str, Any]:
 
 
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem and in-filesystem path for ``uri``."""
+    """The fsspec filesystem and in-filesystem path for ``uri``.
+
+    In a DAG step (``STEPKIT_INPUT_ROOTS`` set by the house factory) a URI outside the allowed
+    roots is refused here, before any filesystem is made (:mod:`stepkit.reach`)."""
+    reach.enforce(uri)
     fs, path = url_to_fs(normalize(uri) if is_local(uri) else uri, **_options(uri))
     return fs, path
 
@@ -90,6 +99,7 @@ def open_read(uri: str, mode: str = "rb", compression: str | None = None) -> IO[
 
 
 def _open(uri: str, mode: str = "rb", compression: str | None = None) -> IO[Any]:
+    reach.enforce(uri)  # every open, read or write: a form's value never reaches fsspec unchecked
     return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression,
                        **_options(uri)).open()
 

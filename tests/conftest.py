@@ -40,6 +40,9 @@ os.environ.update({
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
+    # the steps read only the storage root and the shipped traces (stepkit.reach); TRACES may be
+    # SHARED_TRACES rather than the house default beside the checkout
+    "HOUSE_INPUT_ROOTS": str(TRACES),
 })
 # The task packages come from the install (`pip install -e .`); only the plugins folder,
 # which Airflow itself puts on sys.path when it loads plugins, is added for direct imports.

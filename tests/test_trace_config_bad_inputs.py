@@ -53,10 +53,11 @@ SWF_CASES = {
     "1e12 processors": ("3 120 10 100 1e12 -1 -1 2 3600 -1 1 3 1 -1 1 1 -1 -1\n", "allocated processors 1e+12"),
 }
 SACCT_CASES = {
-    "Timelimit abc": (_sacct_row(limit="abc"), "Timelimit 'abc' is not a Slurm duration"),
+    # a text field is described, never quoted (the file may be anything: tests/test_reach.py)
+    "Timelimit abc": (_sacct_row(limit="abc"), "Timelimit (3 characters) is not a Slurm duration"),
     "NNodes 0": (_sacct_row(nodes="0"), "NNodes 0 is not a positive count"),
     "NNodes -4": (_sacct_row(nodes="-4"), "NNodes -4 is not a positive count"),
-    "duplicate JobID": (_sacct_row(job="1"), "duplicate JobID 1"),
+    "duplicate JobID": (_sacct_row(job="1"), "duplicate JobID (that of line 2)"),
 }
 BAD_LINE = {"swf": 6, "sacct": 4}  # the bad row is the last line of each file
 
@@ -205,7 +206,8 @@ def test_faasm_deploy_rejects_bad_worker_count(tmp_path, workers):
 def test_swf_header_machine_size_must_be_positive(tmp_path, capsys, size):
     rc, trace, out = ingest(tmp_path, SWF_HEADER.replace("MaxNodes: 64", f"MaxNodes: {size}") + SWF_GOOD)
     err = capsys.readouterr().err
-    assert rc == 2 and f"{trace}: header MaxNodes '{size}' is not a positive integer" in err, err
+    shown = size if size != "lots" else "(4 characters)"  # the number read, or the text described
+    assert rc == 2 and f"{trace}: header MaxNodes {shown} is not a positive integer" in err, err
     assert not (out / MARKER).exists()
 
 
@@ -214,7 +216,7 @@ def test_swf_unknown_zone_and_jobs_larger_than_the_machine_are_said(tmp_path, ca
     rc, trace, _ = ingest(tmp_path, text)
     err = capsys.readouterr().err
     assert rc == 0
-    assert "TimeZoneString 'Mars/Olympus_Mons' is not a known time zone" in err
+    assert "TimeZoneString (17 characters) is not a known time zone" in err  # described, not quoted
     assert "1 job(s) ask for more processors than the header's MaxProcs 3 (largest: 4)" in err
 
 

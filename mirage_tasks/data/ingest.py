@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import StepError, storage
+from stepkit import StepError, reach, storage
 
 from .schema import COLUMNS, TraceMeta
 
@@ -83,19 +83,37 @@ class BadRows(StepError):
     """Too many unusable rows: the file is refused."""
 
 
-def _text_lines(uri: str) -> list[str]:
+def _text_lines(uri: str) -> tuple[list[str], str]:
+    """The file's lines and what it looks like (:func:`stepkit.reach.describe_bytes`), for the
+    errors about a file that is no trace: they describe it, never quote it."""
     try:
         with storage.open_read(uri, "rb", compression="infer") as f:
             data = f.read()
     except FileNotFoundError as exc:
         raise StepError(f"trace not found: {uri}") from exc
-    except (OSError, EOFError) as exc:  # e.g. a truncated or fake .gz
-        raise StepError(f"{uri}: cannot read ({exc})") from exc
+    except (OSError, EOFError) as exc:  # e.g. a truncated or fake .gz; gzip's message quotes its first bytes
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise StepError(f"{uri}: cannot read ({why}); the file is {_describe_raw(uri)}") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("latin-1")
-    return text.splitlines()
+    return text.splitlines(), reach.describe_bytes(data[:4096], len(data))
+
+
+def _describe_raw(uri: str) -> str:
+    """:func:`stepkit.reach.describe_bytes` of the file's raw (still compressed) first bytes."""
+    try:
+        with storage.open_read(uri, "rb") as f:
+            head = f.read(4096)
+        return reach.describe_bytes(head, storage.size_of(uri))
+    except (OSError, StepError):
+        return "unreadable"
+
+
+def _chars(value: Any) -> str:
+    """A field's value described, not quoted: a trace that is no trace must not be printed."""
+    return f"({len(str(value))} characters)" if value is not None and not pd.isna(value) else "(empty)"
 
 
 @dataclass(frozen=True)
@@ -180,18 +198,21 @@ def formats_help() -> str:
         f"{name}: {r.what}" for name, r in READERS.items()).replace("%", "%%")
 
 
-def detect_format(lines: list[str], uri: str) -> str:
-    """Name the format of a trace from its first meaningful lines (:data:`READERS`, in order)."""
+def detect_format(lines: list[str], uri: str, about: str | None = None) -> str:
+    """Name the format of a trace from its first meaningful lines (:data:`READERS`, in order).
+    A file of no known format is described (``about``: :func:`stepkit.reach.describe_bytes`),
+    never quoted."""
     head = [ln for ln in lines[:50] if ln.strip()]
     if not head:
-        raise StepError(f"{uri}: empty file, not a job trace")
+        raise StepError(f"{uri}: empty file, not a job trace ({about or 'no line holds anything'})")
     for name, reader in READERS.items():
         if reader.detect(head):
             return name
     whats = [r.what for r in READERS.values()]
     expected = ", ".join(whats[:-1]) + f", or {whats[-1]}" if len(whats) > 1 else whats[0]
     raise StepError(
-        f"{uri}: line 1: unknown trace format (expected {expected}); starts with {head[0][:80]!r}"
+        f"{uri}: line 1: unknown trace format (expected {expected}); the file is "
+        f"{about or reach.describe_bytes(chr(10).join(lines[:50]).encode('utf-8', 'replace'))}"
     )
 
 
@@ -205,9 +226,9 @@ def _is_number(s: str) -> bool:
 
 def parse(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResult:
     """Read ``uri`` in format ``fmt`` (``auto``: :func:`detect_format`) with its :data:`READERS` row."""
-    lines = _text_lines(uri)
+    lines, about = _text_lines(uri)
     if fmt == "auto":
-        fmt = detect_format(lines, uri)
+        fmt = detect_format(lines, uri, about)
     if fmt not in READERS:
         raise StepError(f"--format {fmt!r}: choose from {', '.join(formats())}")
     return READERS[fmt].parse(lines, uri, timezone)
@@ -247,7 +268,8 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
                 break
     for required in ("job_id", "submit"):
         if required not in cols:
-            raise StepError(f"{uri}: line {header_line}: sacct header lacks {SACCT_COLUMNS[required][0]} (has {header})")
+            raise StepError(f"{uri}: line {header_line}: sacct header lacks {SACCT_COLUMNS[required][0]} "
+                            f"(has {len(header)} columns, none of {', '.join(SACCT_COLUMNS[required])})")
     if "nodes" not in cols and "procs" not in cols:
         raise StepError(f"{uri}: line {header_line}: sacct header has no node or CPU count column")
     ncols = len(header)
@@ -301,7 +323,7 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         for j in np.flatnonzero(broken.to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {_chars(s.iloc[j])} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
         return parsed
 
     submit = times("submit", True)
@@ -318,7 +340,7 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         for j in np.flatnonzero(broken.fillna(False).to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {s.iloc[j]!r} is not an integer"
+                reasons[j] = f"{SACCT_COLUMNS[key][0]} {_chars(s.iloc[j])} is not an integer"
         return out.where(~broken.fillna(False)).astype("Int64")
 
     def mark(mask: np.ndarray, reason) -> None:
@@ -332,7 +354,7 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         unlimited = lim.isin(_SACCT_NO_LIMIT) | lim.isna()
         limit_min = pd.to_numeric(lim.where(~unlimited), errors="coerce")
         broken = ((limit_min.isna() & ~unlimited) | (limit_min < 0) | (limit_min > _MAX_LIMIT_MIN)).fillna(False)
-        mark(broken.to_numpy(), lambda j: f"{SACCT_COLUMNS['limit_min'][0]} {lim.iloc[j]!r} is not a time limit "
+        mark(broken.to_numpy(), lambda j: f"{SACCT_COLUMNS['limit_min'][0]} {_chars(lim.iloc[j])} is not a time limit "
                                           "in minutes")
         limit_s = (limit_min.where(~broken) * 60).round().astype("Int64")
     elif "limit_text" in cols:
@@ -347,7 +369,7 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
             seconds.append(sec if ok else np.nan)
             broken.append(not ok)
         mark(np.array(broken, dtype=bool),
-             lambda j: f"Timelimit {text.iloc[j]!r} is not a Slurm duration ([D-]HH:MM:SS, MM, UNLIMITED)")
+             lambda j: f"Timelimit {_chars(text.iloc[j])} is not a Slurm duration ([D-]HH:MM:SS, MM, UNLIMITED)")
         limit_s = pd.Series(pd.array(seconds, dtype="Float64"), dtype="Float64").round().astype("Int64")
     else:
         limit_s = pd.Series(pd.NA, index=range(len(rows)), dtype="Int64")
@@ -397,8 +419,10 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
     )[keep].reset_index(drop=True)
     dup = df["job_id"].duplicated(keep="first")
     if dup.any():
-        for j in np.flatnonzero(dup.to_numpy()):
-            rejected.append(Rejected(int(lineno[keep][j]), f"duplicate JobID {df['job_id'].iloc[j]}"))
+        kept_lines = lineno[keep]
+        first_line = {v: int(kept_lines[i]) for i, v in reversed(list(enumerate(df["job_id"])))}
+        for j in np.flatnonzero(dup.to_numpy()):  # the first row's line, not the JobID itself
+            rejected.append(Rejected(int(kept_lines[j]), f"duplicate JobID (that of line {first_line[df['job_id'].iloc[j]]})"))
         df = df[~dup].reset_index(drop=True)
     rejected.sort(key=lambda r: r.line)
     meta = TraceMeta(source=uri, format=fmt, timezone=tz)
@@ -527,7 +551,7 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
     try:
         t0 = int(header.get("UnixStartTime", "0").split()[0])
     except (ValueError, IndexError) as exc:
-        raise StepError(f"{uri}: header UnixStartTime {header.get('UnixStartTime')!r} is not an integer") from exc
+        raise StepError(f"{uri}: header UnixStartTime {_chars(header.get('UnixStartTime'))} is not an integer") from exc
     if not 0 <= t0 <= _MAX_EPOCH_S:
         raise StepError(f"{uri}: header UnixStartTime {t0} is outside 1970-2200")
     if "UnixStartTime" not in header:
@@ -555,8 +579,8 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
 
         zoneinfo.ZoneInfo(zone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        log.warning("%s: header TimeZoneString %r is not a known time zone (times are read from UnixStartTime, "
-                    "in UTC, as always)", uri, zone)
+        log.warning("%s: header TimeZoneString %s is not a known time zone (times are read from UnixStartTime, "
+                    "in UTC, as always)", uri, _chars(zone))
     one_proc_per_node = max_nodes is not None and max_nodes == max_procs
     part_num = v[:, 15].astype(np.int64)
 
@@ -671,8 +695,9 @@ def _header_size(header: dict[str, str], key: str, uri: str) -> int | None:
     if not val or not val.strip():
         return None
     m = re.match(r"\s*([+-]?\d+)", val)
-    if not m or int(m.group(1)) <= 0:
-        raise StepError(f"{uri}: header {key} {val.strip()!r} is not a positive integer (the machine's size)")
+    if not m or int(m.group(1)) <= 0:  # the number read, or the text described: a header is the file's own
+        shown = int(m.group(1)) if m else _chars(val.strip())
+        raise StepError(f"{uri}: header {key} {shown} is not a positive integer (the machine's size)")
     return int(m.group(1))
 
 

@@ -291,6 +291,21 @@ class MirageRun:
         return dataclasses.replace(self, **_checked(type(self), changes))
 
 
+def input_params(run: MirageRun) -> dict[str, str]:
+    """The params of ``run`` a step opens as a path or URI: ``trace``, and ``synth_profile`` and
+    ``cluster_config`` unless they name a packaged profile or a simulator preset. What a plan
+    checks against the allowed roots (``stepkit.reach.check_params``) before reading anything."""
+    from ..data.profiles import PACKAGED  # noqa: PLC0415 - importlib.resources; the plan's, not the DAG parse's
+    from ..sim.config import PRESETS  # noqa: PLC0415
+
+    out = {"trace": run.trace} if run.trace else {}
+    if run.synth_profile not in PACKAGED:
+        out["synth_profile"] = run.synth_profile
+    if run.cluster_config not in PRESETS:
+        out["cluster_config"] = run.cluster_config
+    return out
+
+
 def field_specs(cls: type) -> dict[str, Spec]:
     """``{field: Spec}`` of a run class (:data:`FIELDS` for :class:`MirageRun`); what
     :meth:`MirageRun.from_params` checks against, so a subclass declaring one more field (the

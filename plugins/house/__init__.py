@@ -7,12 +7,12 @@ DAG files use only::
     step, step_partial = steps_for("mirage_tasks")
 """
 
-from house.config import MACROS, ConfigError, HouseConfig, get_config, storage_prefix
+from house.config import MACROS, ConfigError, HouseConfig, get_config, input_roots, storage_prefix
 from house.steps import (MAP_LABEL, PackageSteps, cron_schedule, default_args, mapped_items, step, step_partial,
                          step_spec, steps_for)
 
 __all__ = [
     "MACROS", "MAP_LABEL", "ConfigError", "HouseConfig", "PackageSteps", "cron_schedule", "default_args", "get_config",
-    "mapped_items", "step", "step_partial",
+    "input_roots", "mapped_items", "step", "step_partial",
     "step_spec", "steps_for", "storage_prefix",
 ]

@@ -37,8 +37,16 @@ environment variable           Airflow Variable            default
 ``HOUSE_GPUS``                 ``house_gpus``              ``false``: no GPU nodes (DAGs leave out GPU tasks)
 ``HOUSE_GPU_POOL``             ``house_gpu_pool``          ``gpu``
 ``HOUSE_GPU_NODE_SELECTOR``    ``house_gpu_node_selector`` ``nvidia.com/gpu.present=true``
+``HOUSE_INPUT_ROOTS``          ``house_input_roots``       local: ``<repo>/../shared/traces``; kubernetes: none
 ``HOUSE_NO_VARIABLES``         (none)                      unset; ``1`` = never look up Variables
 =============================  ==========================  =============================================
+
+``HOUSE_INPUT_ROOTS``: where the inputs a form names may be (comma-separated local folders or
+URIs such as ``s3://bucket/traces``; ``none`` for no other), besides the storage root, which is
+always allowed. Every step gets the resulting list (:func:`input_roots`) in
+``STEPKIT_INPUT_ROOTS`` and refuses any other path or URI, ``/proc``, ``/sys``, ``/dev``, other
+URL schemes, ``..`` and symlinks leading out (``stepkit.reach``): whoever may trigger a DAG must
+not be able to make the worker read its own files or fetch from the cluster's network.
 
 ``<PKG>`` is the task package name without ``_tasks``: ``HOUSE_IMAGE_MIRAGE`` for
 ``mirage_tasks``, ``HOUSE_IMAGE_FAASM`` for ``faasm_tasks``.
@@ -66,6 +74,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Storage root of the local runner when ``HOUSE_STORAGE_ROOT`` is unset (git-ignored).
 DEFAULT_STORAGE_ROOT = REPO_ROOT / "var" / "storage"
+
+#: The traces shipped beside a local checkout (``../shared/traces``): a local runner's inputs by default.
+SHIPPED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 
 #: Pinned image per task package; override with ``HOUSE_IMAGE_<PKG>``. Never ``latest``.
 DEFAULT_IMAGES = MappingProxyType({
@@ -138,6 +149,12 @@ class HouseConfig:
     gpus: bool = False
     gpu_pool: str = "gpu"
     gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+    #: Where a form's inputs may be besides the storage root (``HOUSE_INPUT_ROOTS``).
+    extra_input_roots: tuple[str, ...] = (str(SHIPPED_TRACES),)
+
+    def input_roots(self) -> list[str]:
+        """Every root a step may read: the storage root, then :attr:`extra_input_roots`."""
+        return list(dict.fromkeys([self.storage_root, *self.extra_input_roots]))
 
     def image_for(self, package: str) -> str:
         """The pinned image of ``package``; :class:`ConfigError` if unknown or not pinned."""
@@ -245,6 +262,18 @@ def _parse_selector(text: str) -> dict[str, str]:
     return out
 
 
+def _parse_roots(text: str) -> list[str]:
+    """``HOUSE_INPUT_ROOTS``: comma-separated absolute folders or ``scheme://`` URIs."""
+    out = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if "://" not in item and not os.path.isabs(item):
+            raise ConfigError(f"HOUSE_INPUT_ROOTS: {item!r} is not an absolute folder or a URI")
+        if any(seg in ("..", ".") for seg in item.split("://", 1)[-1].split("/")):
+            raise ConfigError(f"HOUSE_INPUT_ROOTS: {item!r} holds a '..' or '.' segment")
+        out.append(item)
+    return out
+
+
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -287,6 +316,11 @@ def get_config() -> HouseConfig:
             package = env.removeprefix("HOUSE_IMAGE_").lower() + "_tasks"
             images.setdefault(package, value.strip())
     selector = _setting("HOUSE_GPU_NODE_SELECTOR")
+    roots = _setting("HOUSE_INPUT_ROOTS")
+    if roots is None:  # pods see no checkout: only the storage root there
+        extra: tuple[str, ...] = (str(SHIPPED_TRACES),) if runner == "local" else ()
+    else:
+        extra = () if roots.lower() == "none" else tuple(_parse_roots(roots))
     return HouseConfig(
         runner=runner,
         storage_root=storage_root,
@@ -299,6 +333,7 @@ def get_config() -> HouseConfig:
         gpus=_parse_bool("HOUSE_GPUS", _setting("HOUSE_GPUS", "false")),
         gpu_pool=_setting("HOUSE_GPU_POOL", defaults.gpu_pool),
         gpu_node_selector=_parse_selector(selector) if selector else defaults.gpu_node_selector,
+        extra_input_roots=extra,
     )
 
 
@@ -313,6 +348,16 @@ def storage_prefix(dag_id: str, *parts: str) -> str:
         if not isinstance(part, str) or part.strip("/") in ("", ".", ".."):
             raise ConfigError(f"storage_prefix({dag_id!r}, ...): bad path part {part!r}")
     return "/".join([get_config().storage_root.rstrip("/"), *(p.strip("/") for p in (dag_id, *parts))])
+
+
+#: The environment variable every step gets with :meth:`HouseConfig.input_roots` (``stepkit.reach.ENV``;
+#: the plugins never import the task packages' ``stepkit``).
+INPUT_ROOTS_ENV = "STEPKIT_INPUT_ROOTS"
+
+
+def input_roots() -> list[str]:
+    """The roots a form's inputs may be under now: the storage root and ``HOUSE_INPUT_ROOTS``."""
+    return get_config().input_roots()
 
 
 #: ``user_defined_macros`` for DAGs: ``{{ house_storage_prefix(dag.dag_id) }}``.

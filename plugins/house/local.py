@@ -104,6 +104,9 @@ class LocalStepOperator(BaseOperator):
         env = dict(os.environ)
         env.update({k: str(v) for k, v in self.env.items()})
         env["PYTHONUNBUFFERED"] = "1"
+        # what the step may read: the storage root and HOUSE_INPUT_ROOTS, resolved now (a form's
+        # value is data: stepkit.reach refuses anything else); set last, so no env override widens it
+        env[house_config.INPUT_ROOTS_ENV] = ",".join(house_config.input_roots())
         return env
 
     def _pump(self, stream, label: str, tail: collections.deque | None) -> None:

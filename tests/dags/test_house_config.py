@@ -62,6 +62,28 @@ def test_defaults(clean_env):
     assert cfg.storage_secret == "house-storage-credentials"
     assert cfg.gpu_pool == "gpu"
     assert cfg.gpu_node_selector == {"nvidia.com/gpu.present": "true"}
+    # a form's inputs: the storage root and the traces shipped beside the checkout, nothing else
+    assert cfg.input_roots() == [str(REPO / "var" / "storage"), str(REPO.parent / "shared" / "traces")]
+
+
+def test_input_roots(clean_env):
+    """HOUSE_INPUT_ROOTS adds to the storage root (always allowed); pods see no checkout, so the
+    kubernetes runner allows only its storage root by default; a relative or '..' root is refused."""
+    from house.config import ConfigError, get_config
+
+    clean_env.setenv("HOUSE_STORAGE_ROOT", "/srv/house")
+    clean_env.setenv("HOUSE_INPUT_ROOTS", "/data/traces, s3://bucket/traces")
+    assert get_config().input_roots() == ["/srv/house", "/data/traces", "s3://bucket/traces"]
+    clean_env.setenv("HOUSE_INPUT_ROOTS", "none")
+    assert get_config().input_roots() == ["/srv/house"]
+    clean_env.delenv("HOUSE_INPUT_ROOTS")
+    clean_env.setenv("HOUSE_RUNNER", "kubernetes")
+    clean_env.setenv("HOUSE_STORAGE_ROOT", "s3://bucket/house")
+    assert get_config().input_roots() == ["s3://bucket/house"]
+    for bad in ("traces", "/data/../etc"):
+        clean_env.setenv("HOUSE_INPUT_ROOTS", bad)
+        with pytest.raises(ConfigError, match="HOUSE_INPUT_ROOTS"):
+            get_config()
 
 
 def test_environment_overrides(clean_env):

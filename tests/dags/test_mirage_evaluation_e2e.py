@@ -23,7 +23,9 @@ START = 1_700_000_400  # test_sim_support.T0: 2023-11-14 22:20 UTC
 
 
 def _swf(path: Path) -> Path:
-    """A 60-day SWF log of 900 jobs on 16 nodes whose starts are a simulator's own schedule."""
+    """A 60-day SWF log of 900 jobs on 16 nodes whose starts are a simulator's own schedule. Give it a
+    path under the storage root: a form's trace is read only there or in the shipped traces."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     submit, start, dur, nodes, limit, user = _log(seed=5, n=900, days=60)
     lines = ["; UnixStartTime: %d" % START, "; TimeZoneString: UTC", "; MaxNodes: 16", "; MaxProcs: 16"]
     for i in range(len(submit)):
@@ -43,7 +45,7 @@ def _conf(trace: Path, **over) -> dict:
 
 
 def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
-    dr = load_dag("mirage_evaluation").test(logical_date=LOGICAL_DATE, run_conf=_conf(_swf(tmp_path / "tiny.swf")))
+    dr = load_dag("mirage_evaluation").test(logical_date=LOGICAL_DATE, run_conf=_conf(_swf(local_storage / "inputs" / "tiny.swf")))
     assert str(dr.state) == "success", task_states(dr)
     out = local_storage / "mirage_evaluation" / "tiny"
     doc = json.loads((out / "waitpred" / "waitpred.json").read_text())
@@ -63,7 +65,7 @@ def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
 
 
 def test_a_description_that_cannot_be_used_fails_at_plan_naming_the_field(local_storage, tmp_path):
-    conf = _conf(_swf(tmp_path / "tiny.swf"), months=["2023-11"])  # before the calibration period ends
+    conf = _conf(_swf(local_storage / "inputs" / "tiny.swf"), months=["2023-11"])  # before the calibration period ends
     dr = load_dag("mirage_evaluation").test(logical_date=LOGICAL_DATE, run_conf=conf)
     states = task_states(dr)
     assert str(dr.state) == "failed" and states["plan"] == "failed", states

@@ -110,14 +110,16 @@ def test_failing_step_fails_the_run(storage, tmp_path):
     _require("ingest")
     dag = _dag()
     assert dag.get_task("prepare_trace").retries >= 1  # dag.test() would wait out the retry delay
-    missing = tmp_path / "no-such-trace.log"
+    inputs = storage / "inputs"  # a form's trace is read only under the storage root or the shipped traces
+    inputs.mkdir(parents=True)
+    missing = inputs / "no-such-trace.log"
     dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(missing)}, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "failed", _states(dr)
     # the plan fingerprints the trace first: it fails at once (no retry), nothing is written
     assert _states(dr)["plan.commands"] == "failed" and _states(dr)["prepare_trace"] == "upstream_failed"
     assert not list(storage.glob("mirage/traces/*/_SUCCESS.json"))
     # a trace that is there but unreadable: ingest exits 2, the task fails without retries
-    bad = tmp_path / "bad.swf"
+    bad = inputs / "bad.swf"
     bad.write_text("; not a trace\nthis is not a job line\n")
     dr = dag.test(logical_date=LOGICAL_DATE, run_conf={"trace": str(bad)}, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "failed", _states(dr)
