@@ -21,6 +21,7 @@ Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
@@ -141,6 +142,15 @@ with DAG(
             reach.check_params(uris, input_roots())
         except reach.Refused as exc:
             raise AirflowFailException(str(exc)) from exc
+        # locally, a cluster first: the form untouched on a machine without one must say that (and how
+        # to start one) before the step names a missing model
+        if LOCAL:
+            conf_path = Path(get_config().code_root) / str(params.get("slurm_conf") or SLURM_CONF)
+            if not conf_path.is_file():
+                raise AirflowFailException(
+                    f"mirage_service keeps its service on a Slurm cluster, and there is none here: slurm_conf "
+                    f"{params.get('slurm_conf')} does not exist. Start the project's local one with `make slurm` "
+                    "(as root; docs/mirage-steps.md, 'a real Slurm'), or set slurm_conf to your cluster's slurm.conf.")
 
     check_conf() >> step("keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30),
                          pod_overrides=_pod_overrides())

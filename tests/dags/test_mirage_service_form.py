@@ -57,3 +57,21 @@ def test_unknown_conf_keys_are_refused_naming_them(dag):
     assert "link" in why and "servce_hours" in why and "known:" in why
     assert "check_conf" in dag.task_dict
     assert dag.task_dict["keep_service"].upstream_task_ids == {"check_conf"}
+
+
+def test_untouched_without_a_slurm_says_first_that_it_needs_one(airflow_db, local_storage, tmp_path, monkeypatch,
+                                                                 capfd):
+    """The form submitted untouched on a machine with no Slurm said only, from its step, that no
+    model was given: it must say first that a Slurm is needed and how to start one, and start nothing."""
+    from conftest import load_dag, task_states
+
+    monkeypatch.setenv("HOUSE_CODE_ROOT", str(tmp_path / "checkout"))  # a checkout where make slurm never ran
+    (tmp_path / "checkout").mkdir()
+    dr = load_dag("mirage_service").test(run_conf={})
+    states = task_states(dr)
+    assert str(dr.state) == "failed" and states["check_conf"] == "failed", states
+    assert states["keep_service"] in ("upstream_failed", "None"), states
+    out = capfd.readouterr()
+    said = out.out + out.err
+    assert "there is none here" in said and "make slurm" in said, said[-2000:]
+    assert "--model" not in said
