@@ -1,5 +1,5 @@
 """A helper of the bench scripts, not a command: a step's command line run from
-``bench/mirage_eval.py`` or ``bench/ls6_months.py``, its output appended to a log file, one
+``lab/campaigns/mirage_eval.py`` or ``lab/campaigns/ls6_months.py``, its output appended to a log file, one
 progress line printed, and a failure ending the bench with the command and the log named."""
 
 from __future__ import annotations

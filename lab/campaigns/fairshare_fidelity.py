@@ -1,6 +1,6 @@
 """Does Slurm's fair share in the simulator replace the trace's recorded priorities? Replay fidelity and the plan at submission on ls6.
 
-Run: ``nice -n 10 .venv/bin/python bench/fairshare_fidelity.py [--smoke] [--json OUT] [--write-doc PAGE]``.
+Run: ``nice -n 10 .venv/bin/python -m lab.campaigns.fairshare_fidelity [--smoke] [--json OUT] [--write-doc PAGE]``.
 
 The ls6 log (ingested with America/Chicago local times) replayed by the ``fidelity`` step in
 Mirage's warm-started 5-day episodes over the shipped preset's calibration period, jobs submitted
@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 LS6 = ROOT.parent / "shared" / "traces" / "ls6-a100.log.gz"
 FROM, TO, SMOKE_TO = "2022-12-01T00:00:00+00:00", "2023-04-01T00:00:00+00:00", "2023-01-01T00:00:00+00:00"
 EPISODE_DAYS = 5
@@ -187,7 +187,7 @@ def _at_submission(trace: pathlib.Path, to: str, smoke: bool, resamples: int) ->
 
 def page(s: dict) -> str:
     lines = ["# Fair share in the simulator against the recorded priorities (ls6 replay fidelity)", "",
-             "Written by `bench/fairshare_fidelity.py --write-doc docs/results/fairshare-fidelity.md` (see its",
+             "Written by `lab/campaigns/fairshare_fidelity.py --write-doc docs/results/fairshare-fidelity.md` (see its",
              "docstring for the protocol). The ls6 log's jobs submitted "
              f"{s['window'][0][:10]} to {s['window'][1][:10]} ({s['jobs']} jobs), replayed in {s['episodes']} "
              f"warm-started {s['episode_days']}-day episodes with every job's real run time (replay fidelity: "
@@ -249,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the summary here")
     ap.add_argument("--write-doc", default=None, help="write the results page here")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
     check_command_args(ap, args, {"resamples": (100, 100_000)}, files=("json", "write_doc"))

@@ -1,8 +1,8 @@
 """The service keeper on a real (local) Slurm over several busy windows (issue 28 item 5).
 
-    python bench/keeper_campaign.py windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp
-    python bench/keeper_campaign.py run --root var/keepcamp --model M --avg-cal-samples S [--policies ...]
-    python bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md
+    python -m lab.campaigns.keeper_campaign windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp
+    python -m lab.campaigns.keeper_campaign run --root var/keepcamp --model M --avg-cal-samples S [--policies ...]
+    python -m lab.campaigns.keeper_campaign page --root var/keepcamp --write-doc docs/results/keeper-campaign.md
 
 ``windows`` chooses the windows before any keeper run, from the real log alone: the hourly
 number of jobs waiting in the log (submitted, not started), its median over the training period
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 PY = sys.executable
 DEFAULTS = {"train_from": "2022-10-12", "train_to": "2023-01-28", "test_from": "2023-01-28", "test_to": "2023-03-31",
             "span_hours": 204.0, "count": 5}
@@ -118,7 +118,7 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
 def replay_argv(a: argparse.Namespace, w: dict) -> list[str]:
     start = pd.Timestamp(w["from"], tz="UTC")
     to = start + pd.Timedelta(hours=a.span_hours)
-    return [PY, "-m", "mirage_tasks", "replay-slurm", "--trace", a.trace, "--from", w["from"],
+    return [PY, "-m", "lab", "replay-slurm", "--trace", a.trace, "--from", w["from"],
             "--to", to.strftime("%Y-%m-%dT%H:%M"), "--factor", f"{a.factor:g}", "--cluster-config", "ls6",
             "--slurm-root", f"{a.root}/slurm-{w['name']}-nochains", "--drain", "60",
             "--out", f"{a.root}/replay-{w['name']}-nochains"]
@@ -238,10 +238,8 @@ def repredict(a: argparse.Namespace) -> int:
 
 
 def _page_module():
-    """devtools/pages/keeper_campaign_page.py (the page writer, beside the other pages)."""
-    if str(ROOT / "devtools" / "pages") not in sys.path:
-        sys.path.insert(0, str(ROOT / "devtools" / "pages"))
-    import keeper_campaign_page
+    """lab/pages/keeper_campaign_page.py (the page writer, beside the other pages)."""
+    from lab.pages import keeper_campaign_page
 
     return keeper_campaign_page
 

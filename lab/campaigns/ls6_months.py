@@ -1,7 +1,7 @@
 """Mirage on ls6 over several validation months: every number of docs/results/ls6-months.md.
 
-    nice -n 5 .venv/bin/python bench/ls6_months.py            # then:
-    .venv/bin/python bench/ls6_months.py --write-doc docs/results/ls6-months.md
+    nice -n 5 .venv/bin/python -m lab.campaigns.ls6_months            # then:
+    .venv/bin/python -m lab.campaigns.ls6_months --write-doc docs/results/ls6-months.md
 
 One command runs the package's step CLIs (``python -m mirage_tasks <step>``), in this order,
 under ``--root`` (default ``var/ls6-months``); every step skips when its output is up to
@@ -46,11 +46,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from _steprun import run_logged  # bench/ is the script's own folder: first on sys.path
-
+from lab.campaigns._steprun import run_logged
 from mirage_tasks.run.plan import argv  # the planner's argv builder: each flag spelled once, by its step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 MONTHS = ("2023-01", "2023-02", "2023-03")
 MODELS = ("xgboost", "random_forest", "linear_quantile", "transformer")
 SAMPLE_START = "2022-11-01T00:00:00+00:00"
@@ -112,8 +111,7 @@ def main() -> int:
                                  "curve_fractions": (0.001, 1), "jobs": (1, 64)}, folders=('root',), files=('write_doc',))
     root = (ROOT / args.root).resolve()
     if args.write_doc:
-        sys.path.insert(0, str(ROOT / "devtools" / "pages"))
-        from ls6_months_page import write_doc  # devtools/pages/ls6_months_page.py
+        from lab.pages.ls6_months_page import write_doc
 
         write_doc(root, Path(args.write_doc), args)
         return 0

@@ -1,8 +1,8 @@
 """Policies before/after the training fix, on the same ls6 data (docs/results/ls6-months.md).
 
-    nice -n 5 .venv/bin/python bench/ls6_policy_fix.py [--month 2023-01] [--node 8]
+    nice -n 5 .venv/bin/python -m lab.campaigns.ls6_policy_fix [--month 2023-01] [--node 8]
 
-Needs the outputs of ``bench/ls6_months.py`` (the month's transformer and trace). Runs the
+Needs the outputs of ``lab/campaigns/ls6_months.py`` (the month's transformer and trace). Runs the
 step CLIs: ``train --model transformer_policy`` on that frozen transformer twice, with the
 seed's method (one REINFORCE step per batch, constant entropy bonus: ``ppo_epochs=1
 entropy_final=0.1``) and with the fix (the preset: 8 clipped PPO steps per batch, entropy
@@ -18,10 +18,8 @@ import argparse
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ls6_months import ROOT, month_start, run  # noqa: E402
+from lab.campaigns.ls6_months import ROOT, month_start, run
 
 VARIANTS = {"reinforce": ["--param", "ppo_epochs=1", "--param", "entropy_final=0.1"], "ppo": []}
 
@@ -43,7 +41,7 @@ def main() -> int:
     logs = root / "logs"
     base = root / "models" / args.month / f"node{args.node}" / "transformer"
     if not (base / "_SUCCESS.json").exists():
-        raise SystemExit(f"{base}: not trained yet (run bench/ls6_months.py first)")
+        raise SystemExit(f"{base}: not trained yet (run lab/campaigns/ls6_months.py first)")
     out = root / "policy" / args.month / f"node{args.node}"
     start = month_start(args.month)
     val = ["validate", "--trace", str(root / "trace"), "--cluster-config", "ls6", "--start", start.isoformat(),

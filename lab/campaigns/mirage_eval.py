@@ -1,16 +1,16 @@
 """Mirage on any log under docs/results/protocol.md (issues 22, 27): one command per log, every
 number of docs/results/mirage-clusters.md and docs/results/waitpred.md.
 
-    nice -n 10 .venv/bin/python bench/mirage_eval.py --root var/eval                 # the four shipped logs
-    .venv/bin/python bench/mirage_eval.py --log-file mysite.json --waitpred-only       # your own log
-    .venv/bin/python bench/mirage_eval.py --name mysite --trace sacct.log --timezone Europe/Berlin \
+    nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval                 # the four shipped logs
+    .venv/bin/python -m lab.campaigns.mirage_eval --log-file mysite.json --waitpred-only       # your own log
+    .venv/bin/python -m lab.campaigns.mirage_eval --name mysite --trace sacct.log --timezone Europe/Berlin \
         --calibrate 2024-01-01 2024-03-01 --months 2024-03 2024-04 --waitpred-only      # the same as flags
-    .venv/bin/python bench/mirage_eval.py --root var/eval --write-doc docs/results/mirage-clusters.md
-    .venv/bin/python bench/mirage_eval.py --root var/eval --waitpred-only --write-doc docs/results/waitpred.md
+    .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --write-doc docs/results/mirage-clusters.md
+    .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only --write-doc docs/results/waitpred.md
 
 A log is a description (:class:`mirage_tasks.run.evalplan.LogSpec`: trace, time zone, processors
 per node, machine size, calibration period, scored months, node sizes), from a JSON/YAML file
-(``--log-file``), from the flags, or one of the shipped ones (``bench/logs/<name>.json``,
+(``--log-file``), from the flags, or one of the shipped ones (``lab/campaigns/logs/<name>.json``,
 ``--logs``). Every command line comes from :mod:`mirage_tasks.run.evalplan` (the
 ``mirage_evaluation`` DAG uses the same functions). Per log, under ``--root/<log>/``, each a step
 CLI that skips when its output is up to date:
@@ -20,7 +20,7 @@ CLI that skips when its output is up to date:
    fitted on the calibration period, scored on the scored months;
 2. unless ``--waitpred-only``, per node size: ``sample --probe-spacing end`` over the training
    window and over the scored months; ``merge``; ``train`` each model; then the probe replay
-   (``python -m mirage_tasks.evaluation.probe_replay``).
+   (``python -m lab.evaluation.probe_replay``).
 
 At most ``--jobs`` logs run at once (2), each log's steps one after the other. It prints the CPU
 time of the steps (user + system of the child processes) and the wall time, and writes
@@ -40,11 +40,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from lab.campaigns._steprun import run_logged
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
-from _steprun import run_logged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)
 TRACES = next((d for d in (ROOT.parent / "shared" / "traces", ROOT.parent.parent / "shared" / "traces")
                if d.is_dir()), ROOT.parent / "shared" / "traces")
@@ -60,7 +60,7 @@ ONLINE_RULE_LOGS = ("KTH-SP2",)
 
 
 def shipped(traces: str) -> dict[str, LogSpec]:
-    """The shipped log descriptions (``bench/logs/*.json``), traces read from ``traces``."""
+    """The shipped log descriptions (``lab/campaigns/logs/*.json``), traces read from ``traces``."""
     specs = {p.stem: evalplan.load(str(p), traces=traces) for p in sorted(SHIPPED_DIR.glob("*.json"))}
     return {n: specs[n] for n in sorted(specs, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))}
 
@@ -108,7 +108,7 @@ def specs_from_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> lis
         known = shipped(args.traces)
         bad = [n for n in args.logs if n not in known]
         if bad:
-            p.error(f"--logs: {', '.join(bad)} not shipped (bench/logs/: {', '.join(known)}); "
+            p.error(f"--logs: {', '.join(bad)} not shipped (lab/campaigns/logs/: {', '.join(known)}); "
                     "describe your own log with --log-file or --trace")
         return [known[n] for n in args.logs]
     except SpecError as exc:
@@ -120,7 +120,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default="var/eval", help="output folder (var/eval)")
     p.add_argument("--traces", default=str(TRACES), help="folder of the shipped logs' traces (../shared/traces)")
-    p.add_argument("--logs", nargs="+", default=list(ORDER), help="shipped logs (bench/logs/<name>.json)")
+    p.add_argument("--logs", nargs="+", default=list(ORDER), help="shipped logs (lab/campaigns/logs/<name>.json)")
     p.add_argument("--log-file", nargs="+", metavar="FILE", help="log descriptions (JSON or YAML) to evaluate instead")
     g = p.add_argument_group("a log given by flags (instead of a file)")
     g.add_argument("--trace", help="the raw log (sacct export or SWF), path or URI")
@@ -177,11 +177,10 @@ def main() -> int:
         specs = [LogSpec.from_dict({**s.to_dict(), "months": list(s.months[: args.max_months])}, source=s.source)
                  for s in specs]
     if args.write_doc:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devtools" / "pages"))
-        from mirage_eval_page import write_doc, write_waitpred_doc  # devtools/pages/mirage_eval_page.py
+        from lab.pages.mirage_eval_page import write_doc, write_waitpred_doc
 
         if args.protocol == "v2":
-            from mirage_v2_page import write_v2_doc  # devtools/pages/mirage_v2_page.py
+            from lab.pages.mirage_v2_page import write_v2_doc
 
             write_v2_doc(root, Path(args.write_doc), args, specs)
             return 0

@@ -1,6 +1,6 @@
 """Probe-replay evaluation with fair baselines (issue 22, ``docs/results/protocol.md``).
 
-    python -m mirage_tasks.evaluation.probe_replay --train-samples S_TRAIN --dataset DS --score-samples S_SCORE \\
+    python -m lab.evaluation.probe_replay --train-samples S_TRAIN --dataset DS --score-samples S_SCORE \\
         --months 1997-01 1997-02 1997-03 --models M1 M2 --out URI [--bootstrap 2000] [--seed 0]
 
 Every method is a *score* at each probe of a sample and a *threshold*: the successor is submitted
@@ -32,7 +32,7 @@ by). Methods:
   level and not among protocol v2's primary candidates; and the *primary* rule,
   the one of :data:`PRIMARY_CANDIDATES` present with the least validation objective, recorded
   under ``calibration.primary`` before any scored month is replayed; and ``policy-stop``, the stopping
-  policy trained by gradient on the objective (:mod:`mirage_tasks.evaluation.stopping`);
+  policy trained by gradient on the objective (:mod:`lab.evaluation.stopping`);
 * ``oracle``: per sample the probe with the least objective (the ceiling of any probe rule);
 * ``oracle-wait``: submit at the predecessor's end minus the true wait (the reactive probe's
   interruption): the latest probe at or before that time.
@@ -65,9 +65,14 @@ import pandas as pd
 
 from stepkit import Step, StepError, storage
 
-from .. import __version__
-from ..data.artifacts import PROBES_FILE, SHARD_FILE
-from ..models.thresholds import WASTE_WEIGHT, adjusted_score, calibrate, calibrate_load_aware, outcomes
+from mirage_tasks import __version__
+# the rules the service keeper calibrates too (keep-service): one definition, in the product
+from mirage_tasks.evaluation.rules import (GUARANTEE_LEVEL, INTERRUPTED_H, Probes, calibrate_avg,
+                                           calibrate_conformal, interrupted_share, level_index, per_sample_objective,
+                                           safe_runs, sample_spans, verdict)
+from mirage_tasks.models.thresholds import WASTE_WEIGHT, adjusted_score, calibrate, outcomes
+
+from .stopping import fit as fit_stopping
 
 log = logging.getLogger(__name__)
 
@@ -80,97 +85,22 @@ GUARANTEE = "guarantee-10"
 #: guarantee-10's score with a margin chosen by split conformal calibration on the validation split
 #: (:func:`calibrate_conformal`), so the stated rate rests on the rule's own outcomes, not on the bound's
 GUARANTEE_CAL = "guarantee-cal"
-GUARANTEE_LEVEL = 0.10
 #: guarantee-cal with its level adapted to the outcomes seen so far (:func:`aci_outcomes`)
 GUARANTEE_ACI = "guarantee-aci"
 ACI_GAMMA = 0.05  # the level's step per outcome (fixed before any scoring)
 #: bumped when the rules or measures change, so a stored evaluation is recomputed (2: protocol v2's,
 #: 3: guarantee-cal, 4: its candidates the scores themselves, 5: guarantee-aci)
 RULES_VERSION = 5
-POLICY = "policy-stop"  # protocol v2's policy that learns (mirage_tasks.evaluation.stopping)
+POLICY = "policy-stop"  # protocol v2's policy that learns (lab.evaluation.stopping)
 #: wait-pred-cal's margins (h): submit when the predicted wait >= time left - m (protocol v2)
 WAIT_PRED_MARGINS_H = np.linspace(-6.0, 6.0, 121)
 #: protocol v2's primary rule is the one of these with the least validation objective (ties: first)
 PRIMARY_CANDIDATES = ("xgboost", "xgboost-wp", "wait-pred-cal", GUARANTEE)
 
 
-# ----------------------------------------------------------------------------- inputs
-
-class Probes:
-    """One sample output: the arrays of ``shard.npz`` and its ``probes.parquet``, rows grouped by
-    sample and ordered by probe time (as ``sample`` writes them)."""
-
-    def __init__(self, uri: str, with_x: bool = True):
-        with np.load(io.BytesIO(storage.read_bytes(storage.join(uri, SHARD_FILE))), allow_pickle=False) as z:
-            self.X = z["X"] if with_x else None
-            self.X_last = z["X"][:, -1:, :] if not with_x else self.X[:, -1:, :]
-            self.y = z["y"].astype(np.float64)
-            self.sample = z["sample"].astype(np.int64)
-            self.sample_start = z["sample_start"].astype(np.int64)
-            self.probe_time = z["probe_time"].astype(np.int64)
-        meta = pd.read_parquet(io.BytesIO(storage.read_bytes(storage.join(uri, PROBES_FILE))))
-        if len(meta) != len(self.y) or not (np.array_equal(meta["sample"].to_numpy(), self.sample)
-                                            and np.array_equal(meta["probe_time"].to_numpy(), self.probe_time)):
-            raise StepError(f"{uri}: {PROBES_FILE} and {SHARD_FILE} do not list the same probes in the same order")
-        order = np.lexsort((self.probe_time, self.sample))
-        if not np.array_equal(order, np.arange(len(order))):
-            raise StepError(f"{uri}: rows are not grouped by sample and ordered by probe time")
-        self.meta = meta
-        self.uri = uri
-
-    def avg_score(self) -> np.ndarray:
-        """Recent mean wait at the predecessor's start minus the time left to its pre-simulated end (h)."""
-        m = self.meta
-        left = (m["pred_end_without_succ"].to_numpy(np.float64) - m["probe_time"].to_numpy(np.float64)) / 3600.0
-        return m["avg_wait_at_pred_start_s"].to_numpy(np.float64) / 3600.0 - left
-
-    def time_left_h(self) -> np.ndarray:
-        m = self.meta
-        return (m["pred_end_without_succ"].to_numpy(np.float64) - m["probe_time"].to_numpy(np.float64)) / 3600.0
-
-    def has_waitpred(self) -> bool:
-        """Whether the sample was drawn with ``--waitpred`` (the predictor's answer at each probe)."""
-        return "wp_wait_s" in self.meta.columns
-
-    def wait_pred_score(self) -> np.ndarray:
-        """The predicted wait at the probe minus the time left to the predecessor's end (h): >= 0 when
-        the predicted start falls at or after the end (waiting longer would predict a gap)."""
-        return self.meta["wp_wait_s"].to_numpy(np.float64) / 3600.0 - self.time_left_h()
-
-    def guarantee_score(self) -> np.ndarray:
-        """The bound at the probe minus the time left at the sample's next probe (h): >= 0 when waiting
-        for the next decision would leave less slack than the bound; -inf at a sample's last probe
-        (the predecessor's end: the rule submits there anyway)."""
-        left = self.time_left_h()
-        nxt = np.r_[left[1:], -np.inf]
-        last = np.r_[self.sample[1:] != self.sample[:-1], True]
-        out = self.meta["wp_bound_s"].to_numpy(np.float64) / 3600.0 - nxt
-        out[last] = -np.inf
-        return out
-
-    def rows(self, mask: np.ndarray) -> Probes:
-        out = object.__new__(Probes)
-        out.X = self.X[mask] if self.X is not None else None
-        out.X_last = self.X_last[mask]
-        for k in ("y", "sample", "sample_start", "probe_time"):
-            setattr(out, k, getattr(self, k)[mask])
-        out.meta = self.meta[mask].reset_index(drop=True)
-        out.uri = self.uri
-        return out
-
-
-def _starts(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    starts = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
-    return starts, np.r_[starts[1:], len(sample)] - 1
-
-
-def per_sample_objective(signed: np.ndarray, node: int, w: float) -> np.ndarray:
-    return np.maximum(signed, 0.0) + w * node * np.maximum(-signed, 0.0)
-
-
 def oracle_outcomes(y: np.ndarray, sample: np.ndarray, node: int, w: float) -> np.ndarray:
     """Per sample, the probe label with the least objective."""
-    starts, _ = _starts(sample)
+    starts, _ = sample_spans(sample)
     j = per_sample_objective(y, node, w)
     best = np.minimum.reduceat(j, starts)
     out = np.empty(len(starts))
@@ -182,7 +112,7 @@ def oracle_outcomes(y: np.ndarray, sample: np.ndarray, node: int, w: float) -> n
 def oracle_wait_outcomes(y: np.ndarray, sample: np.ndarray, left_h: np.ndarray) -> np.ndarray:
     """Submit at the end minus the true wait W (the last probe's interruption): the latest probe with
     time left >= W (the first probe when none)."""
-    starts, ends = _starts(sample)
+    starts, ends = sample_spans(sample)
     out = np.empty(len(starts))
     for i, (a, e) in enumerate(zip(starts, ends)):
         w = max(float(y[e]), 0.0)
@@ -193,23 +123,13 @@ def oracle_wait_outcomes(y: np.ndarray, sample: np.ndarray, left_h: np.ndarray) 
 
 # ----------------------------------------------------------------------------- methods
 
-def calibrate_avg(train: Probes, node: int, w: float, load: bool) -> dict[str, Any]:
-    """avg's threshold (offset, h) on the training split: fixed, or load-aware."""
-    s = train.avg_score()
-    if load:
-        from ..sim.features import FEATURE_NAMES
-
-        return calibrate_load_aware(s, train.y, train.sample, train.X_last, FEATURE_NAMES, node, waste_weight=w,
-                                    default=0.0)
-    return calibrate(s, train.y, train.sample, node, waste_weight=w, default=0.0)
-
 
 def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], str]:
     """The model's prediction at every probe, its decision rule and its name among the rules: its kind,
     ``<kind>-wp`` for one trained with the wait predictor's channels (``merge --waitpred-features``),
     whose histories get the same channels from the probes' answers."""
-    from ..calibration import atprobe
-    from ..models.loader import load_model, read_config
+    from mirage_tasks.calibration import atprobe
+    from mirage_tasks.models.loader import load_model, read_config
 
     cfg = read_config(uri)
     fn = load_model(uri, device="cpu")
@@ -225,62 +145,6 @@ def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], 
     return np.concatenate(pred), dict(fn.decision_rule or {}), cfg["kind"] + ("-wp" if wp else "")
 
 
-def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, level: float = GUARANTEE_LEVEL,
-                        tol_h: float | None = None) -> dict[str, Any]:
-    """The largest threshold whose rule (submit at the first probe with ``score >= threshold``, else the
-    last) keeps the chance of interrupting a new sample at or below ``level``, by split conformal
-    calibration on these samples (the validation split).
-
-    The candidate thresholds are the scores' own distinct finite values (where a rule's choice of probe
-    can change) and inf (never early, as reactive). Each sample's conformity score is the highest
-    candidate up to which every lower candidate's rule leaves it uninterrupted (a successor starting at most ``tol_h`` after the end,
-    :data:`INTERRUPTED_H`); a lower threshold submits no later, so it is safe at any threshold not
-    above its score. The rule's threshold is the ``k``-th smallest score, ``k = floor(level (n + 1))``:
-    for a new sample exchangeable with the ``n`` calibration samples, P(its score < that) <= k / (n + 1)
-    <= level. Exchangeability is the assumption a month that differs from the validation split breaks;
-    the scored months' realised rate with its interval is what shows whether it held.
-
-    Returns ``threshold`` (h; inf: never early, as reactive; the lowest candidate, flagged
-    ``attainable: False``, when even it leaves more than ``level`` interrupted), the realised rate and
-    waste on these samples and the inputs."""
-    tol = INTERRUPTED_H if tol_h is None else tol_h
-    cands, signed, runs = _safe_runs(score, y, sample, tol)
-    idx, attainable = _level_index(cands, runs, level)
-    at = signed[idx]
-    return {"threshold": float(cands[idx]), "level": level, "n_samples": int(len(runs)),
-            "k": int(np.floor(level * (len(runs) + 1))), "attainable": attainable,
-            "validation_interrupted": float((at > tol).mean()),
-            "validation_mean_wasted_h": float(np.maximum(-at, 0).mean()),
-            "candidates": len(cands),
-            "method": "split conformal on the validation split: the k-th smallest per-sample safe threshold, "
-                      "k = floor(level (n + 1))"}
-
-
-def _safe_runs(score: np.ndarray, y: np.ndarray, sample: np.ndarray,
-               tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(candidate thresholds ascending, the signed outcome of each candidate's rule per sample
-    [candidate, sample], the per-sample count of lowest candidates all safe, sorted)."""
-    fin = np.asarray(score, np.float64)
-    cands = np.r_[np.unique(fin[np.isfinite(fin)]), np.inf]  # inf: never early (reactive)
-    signed = np.stack([outcomes(score, y, sample, float(t)) for t in cands])
-    safe_run = np.cumprod(signed <= tol, axis=0).sum(axis=0)
-    return cands, signed, np.sort(safe_run)
-
-
-def _level_index(cands: np.ndarray, runs: np.ndarray, level: float) -> tuple[int, bool]:
-    """(the index of the candidate split conformal calibration picks at ``level``, whether the level
-    is attainable): below one sample's worth of level the most conservative candidate (the lowest),
-    at a level of 1 or more never early (inf)."""
-    n = len(runs)
-    k = int(np.floor(level * (n + 1)))
-    if k < 1:
-        return 0, False
-    if k > n:
-        return len(cands) - 1, True
-    idx = int(runs[k - 1]) - 1
-    return max(idx, 0), idx >= 0
-
-
 def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gamma: float = ACI_GAMMA,
                  tol_h: float | None = None) -> tuple[dict[int, float], dict[str, Any], dict[int, float]]:
     """guarantee-aci: guarantee-cal's calibration with its level adapted online (adaptive conformal
@@ -292,9 +156,9 @@ def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gam
     after a decision feeds it. Returns ({sample: signed interruption}, a summary of the level's path,
     {sample: the level it was decided at})."""
     tol = INTERRUPTED_H if tol_h is None else tol_h
-    cands, _, runs = _safe_runs(val.guarantee_score(), val.y, val.sample, tol)
+    cands, _, runs = safe_runs(val.guarantee_score(), val.y, val.sample, tol)
     sc, y = score.guarantee_score(), score.y
-    starts, ends = _starts(score.sample)
+    starts, ends = sample_spans(score.sample)
     first_t = score.probe_time[starts].astype(np.float64)
     end_t = score.meta["pred_end_without_succ"].to_numpy(np.float64)[starts]
     a, pending, out, path = level, [], {}, {}
@@ -303,7 +167,7 @@ def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gam
         pending = [p for p in pending if p[0] > first_t[i]]
         for _, err in sorted(known):
             a += gamma * (level - err)
-        thr = cands[_level_index(cands, runs, a)[0]]
+        thr = cands[level_index(cands, runs, a)[0]]
         seg = sc[starts[i]:ends[i] + 1]
         hit = np.flatnonzero(seg >= thr)
         s = float(y[starts[i] + (hit[0] if len(hit) else ends[i] - starts[i])])
@@ -358,21 +222,6 @@ def _share_ci(jm: np.ndarray, jr: np.ndarray, jo: np.ndarray, idx: np.ndarray) -
     return float(lo), float(hi)
 
 
-INTERRUPTED_H = 1 / 60  # a successor starting over a minute after its predecessor's end interrupts the service
-
-
-def interrupted_share(signed: np.ndarray, threshold_h: float = INTERRUPTED_H) -> dict[str, float]:
-    """The share of samples interrupted (more than ``threshold_h``, :data:`INTERRUPTED_H` by default)
-    with its Clopper-Pearson 95 % interval (scipy's exact binomial interval)."""
-    from scipy.stats import binomtest
-
-    k, n = int((np.asarray(signed) > threshold_h).sum()), int(len(signed))
-    if n == 0:
-        return {"interrupted_share": float("nan"), "interrupted_lo": float("nan"), "interrupted_hi": float("nan")}
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    return {"interrupted_share": k / n, "interrupted_lo": float(ci.low), "interrupted_hi": float(ci.high)}
-
-
 def holm(pvalues: list[float | None], alpha: float = 0.05) -> list[bool | None]:
     """Holm's step-down over one family: which hypotheses are rejected at family-wise ``alpha``
     (None where a p-value is missing; missing ones are not counted in the family)."""
@@ -421,16 +270,6 @@ def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, se
     return rows
 
 
-def verdict(lo: float | None, hi: float | None) -> str:
-    if lo is None or hi is None:
-        return "no interval"
-    if hi < 0:
-        return "better"
-    if lo > 0:
-        return "worse"
-    return "no difference shown"
-
-
 def month_of(sample_start: np.ndarray) -> np.ndarray:
     return pd.to_datetime(sample_start, unit="s", utc=True).strftime("%Y-%m").to_numpy()
 
@@ -439,7 +278,7 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
              waste_weight: float = WASTE_WEIGHT, val_fraction: float = 0.2, purge_days: float = 5.0,
              n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Everything of the module docstring, in memory: ``{"rows", "curves", "per_sample", "calibration"}``."""
-    from ..models.datasets import Dataset, chronological_split
+    from mirage_tasks.models.datasets import Dataset, chronological_split
 
     ds = Dataset(train.X_last, train.y.astype(np.float32), train.sample, train.sample_start, train.probe_time,
                  np.full(len(train.y), node), {}, train.uri)
@@ -470,8 +309,6 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         aci, cal[GUARANTEE_ACI], _ = aci_outcomes(val, score)
         val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
                       GUARANTEE: (g_val, 0.0)}
-        from .stopping import fit as fit_stopping
-
         tr = train.rows(np.isin(np.arange(len(train.y)), split.train))
         log.info("probe replay: fitting the stopping policy on %d training rows", len(tr.y))
         pol = fit_stopping(tr, val, node, w, seed=seed)
@@ -551,7 +388,7 @@ def _parquet(df: pd.DataFrame) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mirage_tasks.evaluation.probe_replay", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lab.evaluation.probe_replay", description=__doc__.split("\n\n")[0])
     p.add_argument("--train-samples", required=True, help="sample output of the training window (its probes)")
     p.add_argument("--dataset", required=True, help="merge output the models were trained on (its manifest's node)")
     p.add_argument("--score-samples", required=True, help="sample output of the scored months")
@@ -569,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise StepError(f"--months {m!r}: expected YYYY-MM")
         if args.bootstrap < 0 or not (args.waste_weight >= 0):
             raise StepError("--bootstrap and --waste-weight must be >= 0")
-        from ..data.artifacts import require_input
-        from ..models.datasets import load_dataset  # noqa: F401 - the dataset's manifest names the node
+        from mirage_tasks.data.artifacts import require_input
+        from mirage_tasks.models.datasets import load_dataset  # noqa: F401 - the dataset's manifest names the node
 
         if args.seed < 0 or args.seed > 2**32 - 1:
             raise StepError(f"--seed {args.seed}: must be between 0 and {2**32 - 1}")
@@ -581,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         node = int(man["node"])
         split = {"val_fraction": 0.2, "purge_days": float((man.get("params") or {}).get("workload_days", 5.0))}
         if args.models:
-            from ..models.loader import read_config
+            from mirage_tasks.models.loader import read_config
 
             split = (read_config(args.models[0]).get("data") or {}).get("split") or split
         params = {"months": args.months, "node": node, "waste_weight": args.waste_weight, "bootstrap": args.bootstrap,
@@ -599,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                        val_fraction=params["val_fraction"], purge_days=params["purge_days"],
                        n_boot=args.bootstrap, seed=args.seed)
     except StepError as exc:
-        print(f"mirage_tasks.evaluation.probe_replay: error: {exc}", file=sys.stderr)
+        print(f"lab.evaluation.probe_replay: error: {exc}", file=sys.stderr)
         return 2
     doc = {"params": params, "calibration": res["calibration"], "split": res["split"],
            "rows": res["rows"].to_dict("records")}
@@ -620,7 +457,7 @@ def _entry(argv: list[str] | None = None) -> int:
     """:func:`main` with the step contract's SIGTERM (exit 143 after the ``finally`` blocks ran)."""
     from stepkit.procs import run_trapped
 
-    return run_trapped(main, "mirage_tasks.evaluation.probe_replay", argv)
+    return run_trapped(main, "lab.evaluation.probe_replay", argv)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from mirage_tasks.evaluation.rules import per_sample_objective
+from mirage_tasks.models.thresholds import outcomes
+
 EPOCHS = 400
 LR = 0.05
 L2 = 1e-3
@@ -75,8 +78,6 @@ def fit(train: Any, val: Any, node: int, waste_weight: float, seed: int = 0) -> 
     has the least objective on ``val`` (the validation split)."""
     import torch
 
-    from ..models.thresholds import outcomes
-    from .probe_replay import per_sample_objective
 
     torch.manual_seed(seed)
     Xtr = _inputs(train)

@@ -1,6 +1,6 @@
 """The tables of ``docs/results/calibration.md``, written from ``calibrate`` outputs and replays.
 
-    python -m mirage_tasks.calibration.tables --trace /tmp/sim/ls6 \\
+    python -m lab.pages.calibration_tables --trace /tmp/sim/ls6 \\
         --ls6 /tmp/sim2/cal/ls6 --ls6-trace-only /tmp/sim2/cal/ls6_trace_only \\
         --other "KTH SP2=/tmp/sim2/cal/kth" --other "CTC SP2=/tmp/sim2/cal/ctc" \\
         --other "CEA Curie=/tmp/sim2/cal/cea" --doc docs/results/calibration.md
@@ -26,12 +26,12 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .fidelity import metrics
-from .summary import fair_share_text
-from ..data.schema import read_trace
-from .calibrate import _max_overlap, month_windows, objective_value, replay_months
-from ..sim.config import PRESETS, SimConfig
-from ..sim.workload import Workload, infer_holds, workload_holds
+from mirage_tasks.calibration.fidelity import metrics
+from mirage_tasks.calibration.summary import fair_share_text
+from mirage_tasks.data.schema import read_trace
+from mirage_tasks.calibration.calibrate import _max_overlap, month_windows, objective_value, replay_months
+from mirage_tasks.sim.config import PRESETS, SimConfig
+from mirage_tasks.sim.workload import Workload, infer_holds, workload_holds
 
 TARGETS = {"mae_h": 2.5, "within_1h": 0.75, "spearman": 0.65, "daily_corr": 0.8}
 
@@ -265,7 +265,7 @@ class Ls6:
         how much the calibration months tell configurations apart."""
         import optuna
 
-        from .calibrate import _suggest
+        from mirage_tasks.calibration.calibrate import _suggest
         out = ["| search | trial | objective in sample | MAE h in / out | within 1 h in / out | Spearman in / out | "
                "daily-mean corr in / out | capacity window d | short partition s | backfill | nodes |",
                "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -301,7 +301,7 @@ class Ls6:
     def quick_probe(self) -> str:
         """The jobs that started within a minute in reality but wait over an hour in the
         chosen configuration's replay: the simulated state at their submission."""
-        from ..sim.engine import Simulator
+        from mirage_tasks.sim.engine import Simulator
         cfg = self.cfg
         out = ["| month | such jobs | simulated partition too full for the job at its submission | "
                "user at its job limit | median jobs ahead in the simulated queue |", "|---|---|---|---|---|"]
@@ -333,7 +333,7 @@ class Ls6:
 
     def busy(self) -> str:
         """Real busy nodes per month against the capacity the chosen configuration reads."""
-        from ..sim.workload import BUSY_GRID_S, busy_grid
+        from mirage_tasks.sim.workload import BUSY_GRID_S, busy_grid
         g0, level = busy_grid(self.wl)
         out = ["| month | real busy nodes: mean | p90 | max (5-min samples) | jobs submitted | real mean wait h |",
                "|---|---|---|---|---|---|"]

@@ -1,4 +1,4 @@
-"""docs/results/keeper-campaign.md from the outputs of ``bench/keeper_campaign.py`` (issue 28
+"""docs/results/keeper-campaign.md from the outputs of ``lab/campaigns/keeper_campaign.py`` (issue 28
 item 5: the service keeper on a real Slurm over several busy windows, with intervals)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def moved_predictions(stored: pd.DataFrame, new: pd.DataFrame) -> dict[str, tupl
 
 def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
     """A set's links over its runs, with the simulator's prediction from ``repredicted.parquet``
-    (``bench/keeper_campaign.py repredict``: computed again from the stored run) where present."""
+    (``lab/campaigns/keeper_campaign.py repredict``: computed again from the stored run) where present."""
     frames, docs = [], {}
     for p in runs:
         w = p.name.split("-")[-1]
@@ -427,7 +427,7 @@ def page(root: str) -> str:
     pools = _pools(frames, docs_by_set, factor)
     by_window = _background_by_window(root, [w["name"] for w in wins["windows"]])
     L = ["# The service keeper on a real Slurm over five busy windows (issue 28 item 5)", "",
-         "Written by `bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
+         "Written by `lab/campaigns/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
          "from the runs' outputs. Earlier single runs and the fixes that led here: "
          "[service-keeper.md](service-keeper.md); the protocol: [protocol-v2.md](protocol-v2.md) (the keeper section).",
          "", *_in_short(frames, pools, factor, by_window),
@@ -438,7 +438,7 @@ def page(root: str) -> str:
          "window of the Lonestar6 log as background (the jobs running and pending at its start first, then every "
          "submission at its scaled time; the background held until every chain is done).",
          "",
-         "* **Windows**, chosen before any run from the log alone (`bench/keeper_campaign.py windows`): the hourly "
+         "* **Windows**, chosen before any run from the log alone (`lab/campaigns/keeper_campaign.py windows`): the hourly "
          "number of jobs waiting in the log; its median over the training period "
          f"({wins['train'][0]} to {wins['train'][1]}) is {wins['median_queue_train']:.0f} jobs; of the test period's "
          f"({wins['test'][0]} to {wins['test'][1]}) {wins['candidates']} daily-start windows of "
@@ -538,7 +538,7 @@ def page(root: str) -> str:
                 a[0], a[1] = a[0] + mv, a[1] + tot
     if again:
         L += ["**The simulator's predictions** of sets " + ", ".join(f"`{n}`" for n in again) + " were computed again "
-              "from the stored runs (`bench/keeper_campaign.py repredict`) after a fix: the prediction had asked the "
+              "from the stored runs (`lab/campaigns/keeper_campaign.py repredict`) after a fix: the prediction had asked the "
               "model at every step from the predecessor's start, whatever the keeper did; it now asks it where the "
               "keeper asked (within its trained span, or at its probe times). Predicted interruptions that moved: "
               + "; ".join(f"`{n}` " + ", ".join(f"{p_} {mv} of {tot}" for p_, (mv, tot) in pol.items())
@@ -595,30 +595,30 @@ def page(root: str) -> str:
           "python -m mirage_tasks waitpred --trace var/keepcamp/ls6/trace.parquet --cluster-config "
           "var/keepcamp/ls6-slurm-x180.json --calibrate-from 2022-10-12 --calibrate-to 2023-01-28 "
           "--months 2023-02 2023-03 --out var/keepcamp/waitpred",
-          "python bench/keeper_campaign.py windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp",
-          "python bench/keeper_campaign.py run --root var/keepcamp --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp",
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --trace var/keepcamp/ls6/trace.parquet "
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end",
-          "python bench/keeper_campaign.py run --root var/keepcamp --name keepwp --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --name keepwp --trace var/keepcamp/ls6/trace.parquet "
           "--waitpred var/keepcamp/waitpred --policies guarantee,wait-pred,reactive --no-baseline",
-          "python bench/keeper_campaign.py run --root var/keepcamp --name keepc --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --name keepc --trace var/keepcamp/ls6/trace.parquet "
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
           "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --no-baseline",
-          "python bench/keeper_campaign.py run --root var/keepcamp --name keepc2 --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --name keepc2 --trace var/keepcamp/ls6/trace.parquet "
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
           "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --offset-hours 25 "
           "--baseline-windows w2,w3,w4,w5",
-          "python bench/keeper_campaign.py run --root var/keepcamp --name keepc3 --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --name keepc3 --trace var/keepcamp/ls6/trace.parquet "
           "--model var/keepcamp/model-xgb-end --avg-cal-samples var/keepcamp/samples1260-end --waitpred "
           "var/keepcamp/waitpred --policies model,guarantee,avg-cal,reactive --extra-nodes 4 --offset-hours 12.5 "
           "--late-extra-nodes --no-baseline",
           "python -m mirage_tasks sample --trace var/keepcamp/ls6/trace.parquet --start 2022-10-12T00:00 --count 1260 "
           "--interval-hours 2 --node 1 --workers 1 --probe-spacing end --out var/keepcamp/samples1260-end-wp "
           "--cluster-config var/keepcamp/ls6-slurm-x180.json --waitpred var/keepcamp/waitpred",
-          "python bench/keeper_campaign.py run --root var/keepcamp --name keepg --trace var/keepcamp/ls6/trace.parquet "
+          "python -m lab.campaigns.keeper_campaign run --root var/keepcamp --name keepg --trace var/keepcamp/ls6/trace.parquet "
           "--model var/keepcamp/model-xgb-end --waitpred var/keepcamp/waitpred --guarantee-samples "
           "var/keepcamp/samples1260-end-wp --policies model,guarantee-cal,guarantee,reactive --extra-nodes 4 "
           "--offset-hours 6.25 --late-extra-nodes --no-baseline",
-          "for s in keepc keepc2 keepc3 keepg; do python bench/keeper_campaign.py repredict --root var/keepcamp --name $s; done",
-          "python bench/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md",
+          "for s in keepc keepc2 keepc3 keepg; do python -m lab.campaigns.keeper_campaign repredict --root var/keepcamp --name $s; done",
+          "python -m lab.campaigns.keeper_campaign page --root var/keepcamp --write-doc docs/results/keeper-campaign.md",
           "```", ""]
     return "\n".join(L)

@@ -1,6 +1,6 @@
-"""Writes docs/results/ls6-months.md from the outputs of bench/ls6_months.py (no hand-typed numbers).
+"""Writes docs/results/ls6-months.md from the outputs of lab/campaigns/ls6_months.py (no hand-typed numbers).
 
-Called by ``bench/ls6_months.py --write-doc PATH``; reads ``metrics/<month>/metrics.json``, the
+Called by ``lab/campaigns/ls6_months.py --write-doc PATH``; reads ``metrics/<month>/metrics.json``, the
 models' ``metrics.json``/``config.json``, the learning-curve runs and ``run.json``.
 """
 
@@ -518,16 +518,16 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
     L: list[str] = []
     L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
-          "Written by `bench/ls6_months.py --write-doc` from the outputs of one command:", "",
-          "```sh", f"nice -n 5 .venv/bin/python bench/ls6_months.py {run_flags}  # everything below, under {args.root}/",
-          f".venv/bin/python bench/ls6_months.py {run_flags} --write-doc {out.as_posix()}"
+          "Written by `lab/campaigns/ls6_months.py --write-doc` from the outputs of one command:", "",
+          "```sh", f"nice -n 5 .venv/bin/python -m lab.campaigns.ls6_months {run_flags}  # everything below, under {args.root}/",
+          f".venv/bin/python -m lab.campaigns.ls6_months {run_flags} --write-doc {out.as_posix()}"
           + (f" --compare-with {args.compare_with}" if getattr(args, "compare_with", None) else "")
           + "".join(f" {flag} '{getattr(args, attr)}'" for flag, attr in (("--compare-label", "compare_label"),
                                                                         ("--run-label", "run_label"))
                     if getattr(args, attr, None)), "```", ""]
     if run.get("reuse_samples"):
         L += ["`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
-              "the root are those of the end-spacing run (`bench/ls6_months.py --root var/ls6-months-end "
+              "the root are those of the end-spacing run (`lab/campaigns/ls6_months.py --root var/ls6-months-end "
               "--probe-spacing end`), linked there; without the flag the same command computes them first.", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
@@ -547,7 +547,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                    "were skipped and are not in that CPU time, among them the training samples"
                    if skipped else "It includes the training samples, computed by this invocation, one node size "
                    "after the other in one process") + " (`sample`, as it recorded them: " + "; ".join(walls) + ")."
-                  + (" The policy comparison below was run by `bench/ls6_policy_fix.py` (its own CPU time is "
+                  + (" The policy comparison below was run by `lab/campaigns/ls6_policy_fix.py` (its own CPU time is "
                      "printed by it)." if (root / "policy").exists() else ""), ""]
     else:
         L += ["The run had not finished when this page was written: the tables below hold what was committed "
@@ -791,14 +791,14 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                          f"| {p['val_mae_h']:.2f} | {p['online_h']:.2f} | {p['wasted']:.2f} |")
             L.append("")
 
-    # ---- policies before/after the training fix (bench/ls6_policy_fix.py)
+    # ---- policies before/after the training fix (lab/campaigns/ls6_policy_fix.py)
     for pdir in sorted((root / "policy").glob("*/node*")) if (root / "policy").exists() else []:
         mdoc = _load(pdir / "metrics" / "metrics.json")
         if mdoc is None:
             continue
         month, node = pdir.parent.name, int(pdir.name[4:])
         L += [f"## Policies before and after the training fix ({month}, {node}-node jobs)", "",
-              "`bench/ls6_policy_fix.py`: `transformer_policy` on this month's frozen transformer, trained with the "
+              "`lab/campaigns/ls6_policy_fix.py`: `transformer_policy` on this month's frozen transformer, trained with the "
               "same seed, episodes and budget by the seed's method (one REINFORCE step per batch, constant entropy "
               "bonus: `ppo_epochs=1 entropy_final=0.1`) and by the fix (the preset: 8 clipped PPO steps per batch, "
               "entropy decaying to 0); validated on the month by argmax (P(submit) > 0.5) and by the P(submit) "

@@ -1,4 +1,4 @@
-"""The Markdown page of ``bench/mirage_eval.py --write-doc`` (and its PNG figures), from the outputs
+"""The Markdown page of ``lab/campaigns/mirage_eval.py --write-doc`` (and its PNG figures), from the outputs
 under ``--root``: nothing typed by hand. A log, node size or part that has not finished is said so."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (devtools/pages/ is two below)
+ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/pages/ is two below)
 SHOW = ("reactive", "avg", "avg-cal", "avg-load", "xgboost", "linear_quantile", "oracle-wait", "oracle")
 CURVES = ("avg", "avg-load", "xgboost", "linear_quantile")
 COLORS = {"avg": "tab:blue", "avg-load": "tab:cyan", "xgboost": "tab:red", "linear_quantile": "tab:orange"}
@@ -78,9 +78,9 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     L: list[str] = [
         "# Mirage on four logs under protocol v1 (issue 22)", "",
         f"Protocol: [`protocol.md`](protocol.md) at commit `{proto}` (committed before any of these results was "
-        "computed). Written by `bench/mirage_eval.py --write-doc` from the outputs of:", "", "```sh",
-        "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mirage_eval.py --root var/eval",
-        f".venv/bin/python bench/mirage_eval.py --root var/eval --write-doc {path.as_posix()}", "```", ""]
+        "computed). Written by `lab/campaigns/mirage_eval.py --write-doc` from the outputs of:", "", "```sh",
+        "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval",
+        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --write-doc {path.as_posix()}", "```", ""]
     hist = root / "runs.jsonl"
     runs = [json.loads(x) for x in hist.read_text().splitlines() if x.strip()] if hist.exists() else ([run] if run else [])
     if runs:
@@ -269,11 +269,11 @@ def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
     L = ["# Queue-wait prediction at submission time (issue 27)", "",
-         "Written by `bench/mirage_eval.py --waitpred-only --write-doc` from the outputs of:", "", "```sh",
-         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mirage_eval.py --root var/eval --waitpred-only",
-         f".venv/bin/python bench/mirage_eval.py --root var/eval --waitpred-only --write-doc {path.as_posix()}",
+         "Written by `lab/campaigns/mirage_eval.py --waitpred-only --write-doc` from the outputs of:", "", "```sh",
+         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only",
+         f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only --write-doc {path.as_posix()}",
          "```", "",
-         "Each log (a description in `bench/logs/`) is ingested, the simulator is calibrated on its calibration "
+         "Each log (a description in `lab/campaigns/logs/`) is ingested, the simulator is calibrated on its calibration "
          "period (`calibrate`: 40 trials, 300 s), and `python -m mirage_tasks waitpred` fits its candidates on the "
          "calibration period and scores every job submitted in the scored months. **What each figure may know:** "
          "only what was known at the job's submission: the queue and the running jobs at that instant (nodes, "

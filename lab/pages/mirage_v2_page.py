@@ -1,4 +1,4 @@
-"""The Markdown page of ``bench/mirage_eval.py --protocol v2 --write-doc`` (docs/results/
+"""The Markdown page of ``lab/campaigns/mirage_eval.py --protocol v2 --write-doc`` (docs/results/
 mirage-v2.md), from the v2 outputs under ``--root``: every figure read from them, the protocol's
 verdicts (two references, Holm over each (rule, reference) family of cells, the oracle's share,
 the guarantee's realised rate) computed as ``docs/results/protocol-v2.md`` says."""
@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mirage_eval_page import _f, _git
+from lab.pages.mirage_eval_page import _f, _git
 
-from mirage_tasks.evaluation.probe_replay import (GUARANTEE, GUARANTEE_ACI, GUARANTEE_CAL, POLICY, holm,
+from lab.evaluation.probe_replay import (GUARANTEE, GUARANTEE_ACI, GUARANTEE_CAL, POLICY, holm,
                                                   per_sample_objective)
 
 THRESHOLD_RULES = ("avg-cal", "xgboost", "xgboost-wp", "linear_quantile", "wait-pred", "wait-pred-cal", GUARANTEE,
@@ -369,7 +369,7 @@ def policy_section(cells: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     return ["## The policy that learns (fresh months)", "",
-            "`policy-stop` (`mirage_tasks/evaluation/stopping.py`): a logistic submit probability at each of the 9 "
+            "`policy-stop` (`lab/evaluation/stopping.py`): a logistic submit probability at each of the 9 "
             "decision times, from the queue snapshot, the time left and the wait predictor's answer and bound; "
             "trained on the training split by gradient on the exact expected objective over the probes' simulated "
             "outcomes (the policy-gradient objective in closed form, the reward the objective itself, one signal "
@@ -389,11 +389,11 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     seen = _cells(root, specs, "seen")
     rules = list(RULES)
     L = ["# Mirage decisions under protocol v2 (issue 28)", "",
-         f"Written by `bench/mirage_eval.py --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
+         f"Written by `lab/campaigns/mirage_eval.py --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
          f"`{args.root}`, under [protocol v2](protocol-v2.md) as committed at `{rev}` (before any v2 result). "
          "Command per log:", "", "```sh",
-         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mirage_eval.py --protocol v2 --root var/v2 --logs KTH-SP2",
-         f".venv/bin/python bench/mirage_eval.py --protocol v2 --root var/v2 --logs {' '.join(s.name for s in specs)} "
+         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs KTH-SP2",
+         f".venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs {' '.join(s.name for s in specs)} "
          f"--write-doc {path.as_posix()}", "```", "",
          "**What each figure may know.** Every rule decides at a probe `t` from what is known at `t`: the "
          "Mirage models from the simulator's queue history up to `t`; avg-cal from the recent mean wait at the "

@@ -1,8 +1,8 @@
 """Print the tables of docs/results/slurm-replay.md and service-keeper.md from step outputs.
 
-    python devtools/slurm_results.py replay var/slurmwork/quiet-x60 var/slurmwork/quiet-x120 ...
-    python devtools/slurm_results.py keeper var/slurmwork/keep-quiet var/slurmwork/keep-busy
-    python devtools/slurm_results.py spread var/slurmwork/busy-r1 var/slurmwork/busy-r2 var/slurmwork/busy-r3
+    python -m lab.pages.slurm_results replay var/slurmwork/quiet-x60 var/slurmwork/quiet-x120 ...
+    python -m lab.pages.slurm_results keeper var/slurmwork/keep-quiet var/slurmwork/keep-busy
+    python -m lab.pages.slurm_results spread var/slurmwork/busy-r1 var/slurmwork/busy-r2 var/slurmwork/busy-r3
 
 ``spread``: repeats of one replay (same window, settings and factor) set Slurm against itself,
 job by job (the same trace job's start in two runs of Slurm), beside each run's simulator

@@ -1,4 +1,4 @@
-"""``python -m mirage_tasks fidelity-slurm``: score the simulator again on a recorded Slurm replay.
+"""``python -m lab fidelity-slurm``: score the simulator again on a recorded Slurm replay.
 
 Reads a ``replay-slurm`` output (``jobs.parquet``: Slurm's real submit/start times of every
 job; ``replay.json``: factor, configuration, the horizon the replay watched to) and
@@ -20,8 +20,8 @@ import os
 
 from stepkit import Step, StepError, storage
 
-from .. import __version__
-from ..sim.config import _FLAGS, SimConfig, add_config_arguments
+from mirage_tasks import __version__
+from mirage_tasks.sim.config import _FLAGS, SimConfig, add_config_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..slurm import compare as cmp
-    from ..data.schema import parse_time
+    from mirage_tasks.slurm import compare as cmp
+    from mirage_tasks.data.schema import parse_time
     from .replay_slurm import markdown, recalc_trace_t
 
     meta_uri, jobs_uri = storage.join(args.replay, "replay.json"), storage.join(args.replay, "jobs.parquet")
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     doc = storage.read_json(meta_uri)
     base = dict(doc["config"])
     if args.cluster_config:
-        from ..sim.config import load_config
+        from mirage_tasks.sim.config import load_config
 
         base.update(load_config(args.cluster_config))
     for name, _flag, _t, _h in _FLAGS:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if v is not None:
             base[name] = v
     cfg = SimConfig.from_dict(base)
-    from ..sim import policies
+    from mirage_tasks.sim import policies
 
     if args.sim_backfill and args.sim_backfill not in policies.BACKFILL:
         raise StepError(f"--sim-backfill must be one of {policies.backfill_names()}, got {args.sim_backfill!r}")
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if run.get("priority_recalc_epoch") is not None:
         recalc_t = recalc_trace_t(run, t0, factor)
     if args.slurm_log:
-        from ..slurm.queue import read_submit_log
+        from mirage_tasks.slurm.queue import read_submit_log
 
         jobs = cmp.precise_submits(jobs, read_submit_log(args.slurm_log), float(run["origin_epoch"]), t0, factor)
         if not jobs["slurm_submit_ms"].notna().any():

@@ -1,4 +1,4 @@
-"""``python -m mirage_tasks replay-slurm``: a trace window on a real Slurm, against the simulator.
+"""``python -m lab replay-slurm``: a trace window on a real Slurm, against the simulator.
 
 Submits the jobs of ``[--from, --to)`` of a normalised trace (plus the jobs running and
 pending at ``--from``, which load the cluster but are not scored) to a Slurm cluster, time
@@ -32,10 +32,10 @@ import time
 
 from stepkit import Step, StepError
 
-from .. import __version__
-from ..data.schema import parse_time, read_trace
-from ..data.times import window_outside_trace
-from ..sim.config import add_config_arguments, config_from_args
+from mirage_tasks import __version__
+from mirage_tasks.data.schema import parse_time, read_trace
+from mirage_tasks.data.times import window_outside_trace
+from mirage_tasks.sim.config import add_config_arguments, config_from_args
 
 log = logging.getLogger(__name__)
 
@@ -70,21 +70,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..sim.workload import Workload
-    from ..slurm import compare as cmp
-    from ..slurm import replay
-    from ..slurm.conf import scaled, unsupported
+    from mirage_tasks.sim.workload import Workload
+    from mirage_tasks.slurm import compare as cmp
+    from mirage_tasks.slurm import replay
+    from mirage_tasks.slurm.conf import scaled, unsupported
 
     if not args.factor > 0:
         raise StepError(f"--factor must be > 0, got {args.factor}")
     if args.drain < 0:
         raise StepError("--drain must be >= 0")
     if args.slurm_root:
-        from ..slurm.cluster import check_root
+        from mirage_tasks.slurm.cluster import check_root
 
         check_root(args.slurm_root)
     if not args.slurm_root:
-        from ..slurm.cluster import check_conf
+        from mirage_tasks.slurm.cluster import check_conf
 
         check_conf(None, "--slurm-root")
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     df, meta = read_trace(args.trace)
     cfg = config_from_args(args, meta.machine_nodes)
     if args.slurm_root:
-        from ..slurm.cluster import check_local_size
+        from mirage_tasks.slurm.cluster import check_local_size
 
         check_local_size(cfg)
     t0, t1 = int(t_from.timestamp()), int(t_to.timestamp())
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"no jobs submitted in [{t_from}, {t_to}) in {args.trace}")
     cluster = None
     if args.slurm_root:
-        from ..slurm.cluster import start_local
+        from mirage_tasks.slurm.cluster import start_local
 
         users, unknown = replay.users_of(jobs)
         cluster = start_local(args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users,
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         # the phase of Slurm's usage re-reads (a local cluster's state folder; unknown elsewhere)
         facts["priority_recalc_epoch"] = cmp.last_recalc_epoch(cluster.paths.state) if cluster is not None else None
         if cluster is not None:  # slurmctld's submission instants to the ms (jobcomp has whole seconds)
-            from ..slurm.queue import read_submit_log
+            from mirage_tasks.slurm.queue import read_submit_log
 
             out = cmp.precise_submits(out, read_submit_log(cluster.paths.ctld_log),
                                       facts["origin_epoch"], t0, args.factor)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 #: the modules that are not ``python -m mirage_tasks <step>`` steps
-MODULES = {"probe-replay": "mirage_tasks.evaluation.probe_replay"}
+MODULES = {"probe-replay": "lab.evaluation.probe_replay"}
 #: the protocol's budgets (docs/results/protocol.md)
 CAL_TRIALS = 40
 CAL_TIMEOUT_S = 300.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirage_tasks.calibration.tables import fill, met
+from lab.pages.calibration_tables import fill, met
 
 
 def test_fill_replaces_only_the_named_blocks():
@@ -24,7 +24,7 @@ def test_targets_need_more_than_the_zero_wait_predictor_within_1h():
 
 
 def test_only_rejects_unknown_blocks_before_reading_anything(capsys):
-    from mirage_tasks.calibration.tables import main
+    from lab.pages.calibration_tables import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--trace", "/nonexistent", "--ls6", "/nonexistent", "--only", "ls6-holds,nope"])
@@ -37,7 +37,7 @@ def test_holds_blocks_on_ls6(ls6_parquet, tmp_path):
     import json
 
     from mirage_tasks.sim import PRESETS
-    from mirage_tasks.calibration.tables import Ls6
+    from lab.pages.calibration_tables import Ls6
 
     cal = tmp_path / "cal"
     cal.mkdir()

@@ -1,35 +1,29 @@
-"""``bench/keeper_campaign.py`` (issue 28 item 5): the windows it chooses from the log alone, the
+"""``lab/campaigns/keeper_campaign.py`` (issue 28 item 5): the windows it chooses from the log alone, the
 commands it starts (each parsed by its step's own parser, so a renamed flag fails here, not an
 hour into a campaign), and the page it writes from the runs' outputs."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 
 import numpy as np
 import pandas as pd
-from conftest import REPO
 
+from lab.__main__ import step_parser as lab_step_parser
 from mirage_tasks.run.plan import step_parser
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_keeper_campaign", REPO / "bench" / "keeper_campaign.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from lab.campaigns import keeper_campaign
+
+    return keeper_campaign
 
 
 def _page_mod():
-    """devtools/pages/keeper_campaign_page.py, imported as the bench imports it."""
-    sys.path.insert(0, str(REPO / "devtools" / "pages"))
-    try:
-        import keeper_campaign_page
-    finally:
-        sys.path.remove(str(REPO / "devtools" / "pages"))
+    """lab/pages/keeper_campaign_page.py, as the campaign imports it."""
+    from lab.pages import keeper_campaign_page
+
     return keeper_campaign_page
 
 
@@ -96,7 +90,7 @@ def test_every_command_parses_with_its_steps_parser():
                                              "name": "keepwp"}), w)
     ns = step_parser("keep-service").parse_args(wp[4:])
     assert ns.waitpred == "wp" and ns.model is None and ns.avg_cal_samples is None and ns.out == "r/keepwp-w1"
-    rp = step_parser("replay-slurm").parse_args(mod.replay_argv(a, w)[4:])
+    rp = lab_step_parser("replay-slurm").parse_args(mod.replay_argv(a, w)[4:])
     assert (rp.t_from, rp.t_to, rp.factor) == ("2023-02-05T00:00", "2023-02-13T12:00", 180.0)
 
 

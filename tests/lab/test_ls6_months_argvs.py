@@ -1,11 +1,11 @@
-"""``bench/ls6_months.py`` spells no step flag itself: every command it would run is built by
+"""``lab/campaigns/ls6_months.py`` spells no step flag itself: every command it would run is built by
 the planner's :func:`mirage_tasks.run.plan.argv` and parses with that step's own parser (its
 process runner replaced by a recorder, so nothing runs). A flag renamed in a step, or a value
 the step refuses, fails here instead of hours into the bench."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 
 from conftest import REPO
@@ -14,14 +14,7 @@ from mirage_tasks.run.plan import step_parser
 
 
 def _bench(name: str):
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    return importlib.import_module(f"lab.campaigns.{name}")
 
 
 def test_ls6_months_builds_every_command_through_the_planner(tmp_path, monkeypatch):
@@ -59,11 +52,11 @@ def test_ls6_months_writes_no_step_flag_by_hand():
     import ast
     import re
 
-    tree = ast.parse((REPO / "bench" / "ls6_months.py").read_text())
+    tree = ast.parse((REPO / "lab" / "campaigns" / "ls6_months.py").read_text())
     own = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             own.update(id(a) for a in ast.walk(node))
     by_hand = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                and re.fullmatch(r"--[a-z][a-z0-9-]*", n.value) and id(n) not in own]
-    assert by_hand == [], f"bench/ls6_months.py spells step flags by hand: {by_hand}"
+    assert by_hand == [], f"lab/campaigns/ls6_months.py spells step flags by hand: {by_hand}"

@@ -1,16 +1,14 @@
 """The ls6-months report compares with an earlier run's committed JSON record, never with an
-earlier page read back through git (``devtools/pages/ls6_months_page.py``)."""
+earlier page read back through git (``lab/pages/ls6_months_page.py``)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "devtools" / "pages"))
-import ls6_months_page as doc  # noqa: E402
+from lab.pages import ls6_months_page as doc
 
 
 def test_committed_records_load_as_the_comparison_reads_them():
@@ -33,5 +31,5 @@ def test_a_file_that_is_not_a_record_is_refused_by_name(tmp_path):
 
 
 def test_the_report_reads_no_page_through_git():
-    src = (REPO / "devtools" / "pages" / "ls6_months_page.py").read_text()
+    src = (REPO / "lab" / "pages" / "ls6_months_page.py").read_text()
     assert "git" not in src.replace("digit", "")

@@ -1,4 +1,4 @@
-"""``bench/mirage_eval.py --smoke`` runs the protocol's whole chain on KTH-SP2 at its smallest size
+"""``lab/campaigns/mirage_eval.py --smoke`` runs the protocol's whole chain on KTH-SP2 at its smallest size
 (ingest, calibrate, sample, merge, train, the probe-replay evaluation, the guarded wait predictor)
 and ``--write-doc`` writes a page with its tables, verdicts and a trade-off figure."""
 
@@ -26,7 +26,7 @@ def test_mirage_eval_smoke_and_page(tmp_path):
     shared_trace_path("KTH-SP2-1996-2.1-cln.swf.gz")  # skips with the reason where ../shared/traces is absent
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     root = tmp_path / "eval"
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--smoke", "--root", str(root)], cwd=REPO, env=env,
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--root", str(root)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "mirage_eval: CPU" in p.stdout
@@ -44,7 +44,7 @@ def test_mirage_eval_smoke_and_page(tmp_path):
     assert wpj["pick"] in CANDIDATES and "coverage" in wpj["out_of_sample"]["guarded"]["pooled"]
     _kill_the_evaluation_at_a_random_point(root / "KTH-SP2", env)
     page = tmp_path / "page" / "clusters.md"
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--root", str(root), "--logs", "KTH-SP2",
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--root", str(root), "--logs", "KTH-SP2",
                         "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     text = page.read_text()
@@ -61,7 +61,7 @@ def test_mirage_eval_smoke_and_page(tmp_path):
 def _protocol_v2_smoke_and_page(root, tmp_path, env):
     """--protocol v2 on the same root: the ingest, calibration and predictor are reused, the samples carry
     the predictor's answer at each probe, the fresh month is scored, the page states the criteria."""
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--smoke", "--protocol", "v2", "--root", str(root)],
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--protocol", "v2", "--root", str(root)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "ingest ingest.log rc=0" in p.stdout and "skipped" in (root / "KTH-SP2" / "logs" / "ingest.log").read_text()
@@ -74,7 +74,7 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
         assert doc["calibration"]["primary"]["rule"] in ("xgboost", "xgboost-wp", "wait-pred-cal", "guarantee-10")
         assert "xgboost-wp" in doc["calibration"]["primary"]["chosen_from"]
     page = tmp_path / "page" / "v2.md"
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--protocol", "v2", "--root", str(root), "--logs",
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--protocol", "v2", "--root", str(root), "--logs",
                         "KTH-SP2", "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -115,7 +115,7 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
         "procs_per_node: 1\n")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     root = tmp_path / "eval"
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
                         "--waitpred-only", "--cal-trials", "3", "--root", str(root)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -123,7 +123,7 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
     doc = json.loads((root / "mysite" / "waitpred" / "waitpred.json").read_text())
     assert doc["params"]["months"] == ["1997-01"] and doc["n_scored"] > 1000
     page = tmp_path / "wp.md"
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
                         "--waitpred-only", "--root", str(root), "--write-doc", str(page)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -131,13 +131,13 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
     # a description with a mistake is refused naming the file and the field, before anything runs
     (tmp_path / "site" / "bad.json").write_text('{"name": "bad", "trace": "log.swf.gz", "calibrate": ["1997-01-01", '
                                                  '"1996-12-01"], "months": ["1997-01"]}')
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "bad.json"),
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "bad.json"),
                         "--waitpred-only", "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "bad.json: field 'calibrate'" in p.stderr
     # a calibration cut by its time limit is refused before the predictor uses it: which trials ran
     # would depend on the machine's speed (a calibrate run stops at the first trial past the limit)
-    p = subprocess.run([sys.executable, "bench/mirage_eval.py", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
+    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
                         "--waitpred-only", "--cal-trials", "4", "--cal-timeout-s", "0.001", "--root", str(root)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 1, p.stdout[-2000:]

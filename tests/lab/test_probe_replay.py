@@ -1,5 +1,6 @@
 """The probe-replay evaluation (fair baselines, oracles, paired intervals) of issue 22, on small
-synthetic inputs whose answers are known (the wait predictor's tests: test_waitpred.py)."""
+synthetic inputs whose answers are known (the wait predictor's tests: tests/mirage/test_waitpred.py),
+its stopping policy, and its command's contract (exit 2 naming a wrong input, exit 143 on SIGTERM)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mirage_tasks.evaluation import probe_replay as ev
+from lab.evaluation import probe_replay as ev
 from mirage_tasks.sim.features import N_FEATURES
 from mirage_tasks.sim.probes import END_OFFSETS_MIN
 
@@ -243,7 +244,7 @@ def test_stopping_policy_learns_to_submit_where_the_objective_is_least():
     """Successors wait 3 h when the recorded recent wait says 3 h, else 0 h: the best probe is 4 h
     before the end (1 h overlap, 0.1) for the first kind and the end (0) for the second. The policy,
     trained on the exact expected objective, learns it from the inputs; reactive pays 3 h on half."""
-    from mirage_tasks.evaluation import stopping
+    from lab.evaluation import stopping
 
     month = int(pd.Timestamp("1997-01-01", tz="UTC").timestamp())
 
@@ -332,3 +333,33 @@ def test_xgboost_wp_learns_from_the_predictors_channels_and_the_replay_builds_th
                                allow_node_mismatch=False, first_start=month, last_end=month + 86400)
     with pytest.raises(ValueError, match="waitpred-features.*--policy wait-pred"):
         keeper.model_decider(models[1])
+
+
+def test_a_sample_output_where_a_dataset_is_expected_exits_2_naming_the_flag(tmp_path, capsys):
+    from mirage_tasks import __version__
+    from stepkit import Step
+
+    samples = tmp_path / "samples"
+    s = Step("sample", str(samples), __version__, {"fake": True})
+    s.write_json("shard.json", {})
+    s.commit()
+    out = tmp_path / "o"
+    rc = ev.main(["--train-samples", str(samples), "--dataset", str(samples), "--score-samples",
+                  str(samples), "--months", "2024-01", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--dataset" in err and "not a merge output" in err, err
+    assert not out.exists()
+
+
+def test_probe_replay_entry_exits_143_on_sigterm(monkeypatch):
+    import os
+    import signal
+    import time
+
+    def slow_main(argv=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        return 0
+
+    monkeypatch.setattr(ev, "main", slow_main)
+    assert ev._entry([]) == 143
