@@ -4,7 +4,7 @@
     .venv/bin/python bench/waitpred.py --smoke        # a 10-day slice of KTH-SP2, for the test
 
 Reads a log's ingested trace and calibrated configuration under ``--root/<log>/`` (what
-``lab/campaigns/mirage_eval.py --waitpred-only`` leaves there; with ``--smoke`` it ingests KTH-SP2 into a
+``python -m lab.campaigns.mirage_eval --waitpred-only`` leaves there; with ``--smoke`` it ingests KTH-SP2 into a
 temporary folder and uses a 100-node machine) and measures, in this one process, the CPU seconds
 of
 

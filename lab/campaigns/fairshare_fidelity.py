@@ -187,7 +187,7 @@ def _at_submission(trace: pathlib.Path, to: str, smoke: bool, resamples: int) ->
 
 def page(s: dict) -> str:
     lines = ["# Fair share in the simulator against the recorded priorities (ls6 replay fidelity)", "",
-             "Written by `lab/campaigns/fairshare_fidelity.py --write-doc docs/results/fairshare-fidelity.md` (see its",
+             "Written by `python -m lab.campaigns.fairshare_fidelity --write-doc docs/results/fairshare-fidelity.md` (see its",
              "docstring for the protocol). The ls6 log's jobs submitted "
              f"{s['window'][0][:10]} to {s['window'][1][:10]} ({s['jobs']} jobs), replayed in {s['episodes']} "
              f"warm-started {s['episode_days']}-day episodes with every job's real run time (replay fidelity: "

@@ -41,7 +41,7 @@ def main() -> int:
     logs = root / "logs"
     base = root / "models" / args.month / f"node{args.node}" / "transformer"
     if not (base / "_SUCCESS.json").exists():
-        raise SystemExit(f"{base}: not trained yet (run lab/campaigns/ls6_months.py first)")
+        raise SystemExit(f"{base}: not trained yet (run python -m lab.campaigns.ls6_months first)")
     out = root / "policy" / args.month / f"node{args.node}"
     start = month_start(args.month)
     val = ["validate", "--trace", str(root / "trace"), "--cluster-config", "ls6", "--start", start.isoformat(),

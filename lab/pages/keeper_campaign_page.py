@@ -46,7 +46,7 @@ def moved_predictions(stored: pd.DataFrame, new: pd.DataFrame) -> dict[str, tupl
 
 def _frame(runs: list[Path]) -> tuple[pd.DataFrame, dict]:
     """A set's links over its runs, with the simulator's prediction from ``repredicted.parquet``
-    (``lab/campaigns/keeper_campaign.py repredict``: computed again from the stored run) where present."""
+    (``python -m lab.campaigns.keeper_campaign repredict``: computed again from the stored run) where present."""
     frames, docs = [], {}
     for p in runs:
         w = p.name.split("-")[-1]
@@ -427,7 +427,7 @@ def page(root: str) -> str:
     pools = _pools(frames, docs_by_set, factor)
     by_window = _background_by_window(root, [w["name"] for w in wins["windows"]])
     L = ["# The service keeper on a real Slurm over five busy windows (issue 28 item 5)", "",
-         "Written by `lab/campaigns/keeper_campaign.py page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
+         "Written by `python -m lab.campaigns.keeper_campaign page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
          "from the runs' outputs. Earlier single runs and the fixes that led here: "
          "[service-keeper.md](service-keeper.md); the protocol: [protocol-v2.md](protocol-v2.md) (the keeper section).",
          "", *_in_short(frames, pools, factor, by_window),
@@ -438,7 +438,7 @@ def page(root: str) -> str:
          "window of the Lonestar6 log as background (the jobs running and pending at its start first, then every "
          "submission at its scaled time; the background held until every chain is done).",
          "",
-         "* **Windows**, chosen before any run from the log alone (`lab/campaigns/keeper_campaign.py windows`): the hourly "
+         "* **Windows**, chosen before any run from the log alone (`python -m lab.campaigns.keeper_campaign windows`): the hourly "
          "number of jobs waiting in the log; its median over the training period "
          f"({wins['train'][0]} to {wins['train'][1]}) is {wins['median_queue_train']:.0f} jobs; of the test period's "
          f"({wins['test'][0]} to {wins['test'][1]}) {wins['candidates']} daily-start windows of "
@@ -538,7 +538,7 @@ def page(root: str) -> str:
                 a[0], a[1] = a[0] + mv, a[1] + tot
     if again:
         L += ["**The simulator's predictions** of sets " + ", ".join(f"`{n}`" for n in again) + " were computed again "
-              "from the stored runs (`lab/campaigns/keeper_campaign.py repredict`) after a fix: the prediction had asked the "
+              "from the stored runs (`python -m lab.campaigns.keeper_campaign repredict`) after a fix: the prediction had asked the "
               "model at every step from the predecessor's start, whatever the keeper did; it now asks it where the "
               "keeper asked (within its trained span, or at its probe times). Predicted interruptions that moved: "
               + "; ".join(f"`{n}` " + ", ".join(f"{p_} {mv} of {tot}" for p_, (mv, tot) in pol.items())

@@ -1,6 +1,6 @@
 """Writes docs/results/ls6-months.md from the outputs of lab/campaigns/ls6_months.py (no hand-typed numbers).
 
-Called by ``lab/campaigns/ls6_months.py --write-doc PATH``; reads ``metrics/<month>/metrics.json``, the
+Called by ``python -m lab.campaigns.ls6_months --write-doc PATH``; reads ``metrics/<month>/metrics.json``, the
 models' ``metrics.json``/``config.json``, the learning-curve runs and ``run.json``.
 """
 
@@ -518,7 +518,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
     L: list[str] = []
     L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
-          "Written by `lab/campaigns/ls6_months.py --write-doc` from the outputs of one command:", "",
+          "Written by `python -m lab.campaigns.ls6_months --write-doc` from the outputs of one command:", "",
           "```sh", f"nice -n 5 .venv/bin/python -m lab.campaigns.ls6_months {run_flags}  # everything below, under {args.root}/",
           f".venv/bin/python -m lab.campaigns.ls6_months {run_flags} --write-doc {out.as_posix()}"
           + (f" --compare-with {args.compare_with}" if getattr(args, "compare_with", None) else "")
@@ -527,7 +527,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                     if getattr(args, attr, None)), "```", ""]
     if run.get("reuse_samples"):
         L += ["`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
-              "the root are those of the end-spacing run (`lab/campaigns/ls6_months.py --root var/ls6-months-end "
+              "the root are those of the end-spacing run (`python -m lab.campaigns.ls6_months --root var/ls6-months-end "
               "--probe-spacing end`), linked there; without the flag the same command computes them first.", ""]
     if run:
         L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "

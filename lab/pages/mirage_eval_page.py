@@ -1,4 +1,4 @@
-"""The Markdown page of ``lab/campaigns/mirage_eval.py --write-doc`` (and its PNG figures), from the outputs
+"""The Markdown page of ``python -m lab.campaigns.mirage_eval --write-doc`` (and its PNG figures), from the outputs
 under ``--root``: nothing typed by hand. A log, node size or part that has not finished is said so."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     L: list[str] = [
         "# Mirage on four logs under protocol v1 (issue 22)", "",
         f"Protocol: [`protocol.md`](protocol.md) at commit `{proto}` (committed before any of these results was "
-        "computed). Written by `lab/campaigns/mirage_eval.py --write-doc` from the outputs of:", "", "```sh",
+        "computed). Written by `python -m lab.campaigns.mirage_eval --write-doc` from the outputs of:", "", "```sh",
         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval",
         f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --write-doc {path.as_posix()}", "```", ""]
     hist = root / "runs.jsonl"
@@ -269,7 +269,7 @@ def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
     L = ["# Queue-wait prediction at submission time (issue 27)", "",
-         "Written by `lab/campaigns/mirage_eval.py --waitpred-only --write-doc` from the outputs of:", "", "```sh",
+         "Written by `python -m lab.campaigns.mirage_eval --waitpred-only --write-doc` from the outputs of:", "", "```sh",
          "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only",
          f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only --write-doc {path.as_posix()}",
          "```", "",

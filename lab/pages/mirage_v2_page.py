@@ -1,4 +1,4 @@
-"""The Markdown page of ``lab/campaigns/mirage_eval.py --protocol v2 --write-doc`` (docs/results/
+"""The Markdown page of ``python -m lab.campaigns.mirage_eval --protocol v2 --write-doc`` (docs/results/
 mirage-v2.md), from the v2 outputs under ``--root``: every figure read from them, the protocol's
 verdicts (two references, Holm over each (rule, reference) family of cells, the oracle's share,
 the guarantee's realised rate) computed as ``docs/results/protocol-v2.md`` says."""
@@ -389,7 +389,7 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     seen = _cells(root, specs, "seen")
     rules = list(RULES)
     L = ["# Mirage decisions under protocol v2 (issue 28)", "",
-         f"Written by `lab/campaigns/mirage_eval.py --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
+         f"Written by `python -m lab.campaigns.mirage_eval --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
          f"`{args.root}`, under [protocol v2](protocol-v2.md) as committed at `{rev}` (before any v2 result). "
          "Command per log:", "", "```sh",
          "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs KTH-SP2",

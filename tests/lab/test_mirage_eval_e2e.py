@@ -1,4 +1,4 @@
-"""``lab/campaigns/mirage_eval.py --smoke`` runs the protocol's whole chain on KTH-SP2 at its smallest size
+"""``python -m lab.campaigns.mirage_eval --smoke`` runs the protocol's whole chain on KTH-SP2 at its smallest size
 (ingest, calibrate, sample, merge, train, the probe-replay evaluation, the guarded wait predictor)
 and ``--write-doc`` writes a page with its tables, verdicts and a trade-off figure."""
 
