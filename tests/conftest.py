@@ -41,8 +41,9 @@ os.environ.update({
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
 })
-# The task packages come from the install (`pip install -e .`); only the plugins folder,
-# which Airflow itself puts on sys.path when it loads plugins, is added for direct imports.
+# The task packages come from the install (`pip install -e .`); the lab wing (lab/, not
+# packaged) from the repository root, which pyproject.toml's `pythonpath` puts on sys.path; the
+# plugins folder, which Airflow itself puts on sys.path when it loads plugins, is added here.
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 
