@@ -37,9 +37,9 @@ DEMO_DATE ?= 2023-03-01
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
 	@echo "make demo-faasm                 run faasm_benchmarks on the local target (wasm vs native) and print its trend page"
-	@echo "make test                       run the whole test suite (unit, dag and e2e tiers)"
+	@echo "make test                       run the whole test suite (unit, dag, e2e and lab tiers)"
 	@echo "make test-fast                  run the unit tier only (about a minute on 2 cores)"
-	@echo "make test-tier TIER=dag         run one tier: unit, dag or e2e"
+	@echo "make test-tier TIER=dag         run one tier: unit, dag, e2e or lab (lab/: the results pages' campaigns)"
 	@echo "make bench                      run the benchmarks in bench/"
 	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
 	@echo "make airflow-stop               stop exactly what make airflow started"
@@ -182,7 +182,7 @@ test: airflow-home system-deps functions
 test-fast: $(STAMP)
 	$(PYTHON) -m pytest -m unit -q
 
-# One tier: make test-tier TIER=dag (unit, dag or e2e).
+# One tier: make test-tier TIER=dag (unit, dag, e2e or lab).
 test-tier: airflow-home system-deps functions
 	$(PYTHON) -m pytest -m $(TIER)
 

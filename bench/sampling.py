@@ -2,7 +2,7 @@
 
 Run: ``nice -n 10 .venv/bin/python bench/sampling.py [--smoke] [--json OUT]``.
 
-The seed's configuration (the Makefile's ``LS6_CONF``, ``bench/ls6_months.py``): the ls6 log
+The seed's configuration (the Makefile's ``LS6_CONF``, ``lab/campaigns/ls6_months.py``): the ls6 log
 ingested with America/Chicago local times, 684 samples every 4 h from 2022-11-01, 7
 probes, warm-up 2 d, workload 5 d, the ``ls6`` cluster preset; node 1 and node 8, one
 ``python -m mirage_tasks sample --workers 2`` each (684 x 7 x 2 = 9,576 episodes), one after

@@ -4,7 +4,7 @@
     .venv/bin/python bench/waitpred.py --smoke        # a 10-day slice of KTH-SP2, for the test
 
 Reads a log's ingested trace and calibrated configuration under ``--root/<log>/`` (what
-``bench/mirage_eval.py --waitpred-only`` leaves there; with ``--smoke`` it ingests KTH-SP2 into a
+``python -m lab.campaigns.mirage_eval --waitpred-only`` leaves there; with ``--smoke`` it ingests KTH-SP2 into a
 temporary folder and uses a 100-node machine) and measures, in this one process, the CPU seconds
 of
 
@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))  # the lab wing (lab/), run from anywhere
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--root", default="var/eval", help="bench/mirage_eval.py's output folder (var/eval)")
+    p.add_argument("--root", default="var/eval", help="lab/campaigns/mirage_eval.py's output folder (var/eval)")
     p.add_argument("--log", default="CEA-Curie", help="a log under --root with trace/ and cal/config.json")
     p.add_argument("--json", default=None, help="also write the figures here (default: --root/waitpred-bench.json)")
     p.add_argument("--smoke", action="store_true", help="a 10-day slice of KTH-SP2 (seconds)")
@@ -42,7 +42,7 @@ def main() -> int:
 
     import pandas as pd
 
-    from mirage_eval import shipped, TRACES  # bench/mirage_eval.py: the shipped log descriptions
+    from lab.campaigns.mirage_eval import shipped, TRACES  # the shipped log descriptions
     from mirage_tasks.calibration import atsubmit
     from mirage_tasks.calibration.calibrate import replay_months
     from mirage_tasks.data.schema import read_trace
@@ -59,10 +59,10 @@ def main() -> int:
         months = ("1997-01",)
     else:
         if spec is None:
-            p.error(f"--log {args.log}: not a shipped log (bench/logs/)")
+            p.error(f"--log {args.log}: not a shipped log (lab/campaigns/logs/)")
         trace, cfg_path = root / args.log / "trace", root / args.log / "cal" / "config.json"
         if not cfg_path.is_file():
-            p.error(f"{cfg_path} is missing: run bench/mirage_eval.py --waitpred-only --logs {args.log} first")
+            p.error(f"{cfg_path} is missing: run python -m lab.campaigns.mirage_eval --waitpred-only --logs {args.log} first")
         trace, cfg = str(trace), SimConfig.from_dict(load_config(str(cfg_path)))
         months = spec.months
     df, meta = read_trace(trace)

@@ -2,7 +2,7 @@
 
 Fill in the log's description and trigger: ``plan`` checks it (a field that cannot be used fails
 the run at once, naming it) and builds the command lines with the same functions as
-``bench/mirage_eval.py --waitpred-only`` (``mirage_tasks.run.evalplan``); then
+``python -m lab.campaigns.mirage_eval --waitpred-only`` (``mirage_tasks.run.evalplan``); then
 
 1. ``ingest`` reads the raw log (a Slurm ``sacct`` export or an SWF file, path or URI);
 2. ``calibrate`` fits the simulator's machine size and priority weights on the calibration period
@@ -15,7 +15,7 @@ Outputs: ``<storage root>/mirage_evaluation/<name>/{trace,cal,waitpred}``; ``wai
 ``waitpred.json`` hold the tables. A rerun with the same description skips every step. From a
 shell, the same::
 
-    python bench/mirage_eval.py --waitpred-only --log-file mysite.json
+    python -m lab.campaigns.mirage_eval --waitpred-only --log-file mysite.json
 """
 
 from __future__ import annotations

@@ -17,8 +17,6 @@ STEPS: dict[str, tuple[str, str]] = {
     "train": ("mirage_tasks.steps.train", "train a regressor (moe, transformer, xgboost, random_forest) or a policy"),
     "validate": ("mirage_tasks.steps.validate", "let a model (or reactive/avg) decide online in the simulator"),
     "metrics": ("mirage_tasks.steps.metrics", "interruption metrics per model, node size and load level"),
-    "replay-slurm": ("mirage_tasks.steps.replay_slurm", "replay a trace window on a real Slurm (time-compressed) and compare the simulator"),
-    "fidelity-slurm": ("mirage_tasks.steps.fidelity_slurm", "score the simulator again on a recorded Slurm replay (other settings, no Slurm run)"),
     "keep-service": ("mirage_tasks.steps.keep_service", "keep a chain of service jobs alive on a Slurm cluster (model, reactive or avg)"),
     "report": ("mirage_tasks.steps.report", "one self-contained HTML (and Markdown) results report"),
 }

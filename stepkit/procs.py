@@ -5,7 +5,7 @@
   step's ``finally`` blocks stop what it started and the CLI exits 143. A second SIGTERM
   while that clean-up runs is logged and ignored (the clean-up is bounded by the step; the
   Kubernetes grace period then ends it with SIGKILL).
-* :class:`ChildGroups`: a command that runs steps (``bench/mirage_eval.py``, threads each
+* :class:`ChildGroups`: a command that runs steps (``python -m lab.campaigns.mirage_eval``, threads each
   running one step at a time) starts each in a process group of its own and, when it is
   stopped, stops exactly those groups: SIGTERM to each step (which stops what it started),
   SIGKILL to whatever of a group is left after a grace period, and it says what it stopped.

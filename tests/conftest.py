@@ -44,8 +44,9 @@ os.environ.update({
     # SHARED_TRACES rather than the house default beside the checkout
     "HOUSE_INPUT_ROOTS": str(TRACES),
 })
-# The task packages come from the install (`pip install -e .`); only the plugins folder,
-# which Airflow itself puts on sys.path when it loads plugins, is added for direct imports.
+# The task packages come from the install (`pip install -e .`); the lab wing (lab/, not
+# packaged) from the repository root, which pyproject.toml's `pythonpath` puts on sys.path; the
+# plugins folder, which Airflow itself puts on sys.path when it loads plugins, is added here.
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 
@@ -63,10 +64,13 @@ def pytest_configure(config):
 # --- test tiers (markers registered in pyproject.toml) ---------------------------------
 #: ``unit``: modules and steps on small generated inputs (``make test-fast``, seconds);
 #: ``dag``: DAG parsing, the house factory, pod specs, the local runner (tests/dags/);
-#: ``e2e``: whole pipelines and many-process runs (``*_e2e.py``, plus the files below).
-#: The tier follows the file name (and tests/dags/ for ``dag``), so a test file moved
-#: to another folder keeps its tier. ``make test`` runs all three.
-TIERS = ("unit", "dag", "e2e")
+#: ``e2e``: whole pipelines and many-process runs (``*_e2e.py``, plus the files below);
+#: ``lab``: the lab wing's code (lab/: campaign drivers, page writers, the probe replay, the
+#: Slurm replay), every test under tests/lab/ whatever its name, so ``pytest -m unit`` is
+#: the product's alone and ``pytest -m lab`` the lab's.
+#: The tier follows the file name (and tests/dags/ for ``dag``, tests/lab/ for ``lab``), so a
+#: product test file moved to another folder keeps its tier. ``make test`` runs all four.
+TIERS = ("unit", "dag", "e2e", "lab")
 #: Files without ``_e2e`` in their name that run training loops, worker pools, timed
 #: load or whole reports (5-30 s each on 2 cores): e2e, so the unit tier stays fast.
 E2E_FILES = frozenset({
@@ -96,7 +100,10 @@ STEP_COMMANDS = ("mirage_tasks", "faasm_tasks", "mirage-tasks", "faasm-tasks", "
 
 
 def tier_of(path: Path) -> str:
-    """The tier of a test file: ``e2e`` by name, ``dag`` under tests/dags/, else ``unit``."""
+    """The tier of a test file: ``lab`` under tests/lab/, ``e2e`` by name, ``dag`` under tests/dags/,
+    else ``unit``."""
+    if path.relative_to(REPO / "tests").parts[0] == "lab":
+        return "lab"
     if path.stem.endswith("_e2e") or path.name in E2E_FILES:
         return "e2e"
     if "dags" in path.relative_to(REPO / "tests").parts[:-1]:

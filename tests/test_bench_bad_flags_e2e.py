@@ -1,6 +1,7 @@
 """Every bench's flags are checked before it starts anything (issue 32, item 4): a value out of
 range, ``nan``, an existing file as ``--root``, an ``--out`` in a folder that does not exist:
-exit 2 with a message naming the flag (``stepkit.cli.check_command_args``), never a traceback."""
+exit 2 with a message naming the flag (``stepkit.cli.check_command_args``), never a traceback.
+The lab's campaign drivers: tests/lab/test_campaign_commands_e2e.py."""
 
 from __future__ import annotations
 
@@ -11,11 +12,6 @@ import pytest
 from conftest import REPO
 
 CASES = [
-    ("ls6_months.py", ["--root", "{file}"], "--root"),
-    ("ls6_months.py", ["--nodes", "0"], "--nodes"),
-    ("ls6_months.py", ["--interval-hours", "nan"], "--interval-hours"),
-    ("ls6_months.py", ["--curve-fractions", "2"], "--curve-fractions"),
-    ("ls6_policy_fix.py", ["--root", "{file}"], "--root"),
     ("sampling.py", ["--workers", "0"], "--workers"),
     ("sampling.py", ["--json", "{missing}/x.json"], "--json"),
     ("simulator.py", ["--serial-samples", "-1"], "--serial-samples"),

@@ -1,12 +1,12 @@
 """Every bench command runs as documented, at its smallest size, so none can rot unseen.
 
 * every ``bench/*.py`` answers ``--help`` (its imports resolve after a module moves);
-* ``bench/fairshare_fidelity.py --smoke``, ``bench/waitpred.py --smoke``, ``bench/sampling.py --smoke``, ``bench/ingest.py --smoke``, ``bench/train.py --smoke`` and
+* ``bench/waitpred.py --smoke``, ``bench/sampling.py --smoke``, ``bench/ingest.py --smoke``, ``bench/train.py --smoke`` and
   ``bench/load.py --smoke`` run to the end and print their figures (``bench/simulator.py
   --quick``: tests/test_bench_smoke_e2e.py).
 
-``bench/ls6_months.py``, ``bench/ls6_policy_fix.py`` and ``bench/backfill.py`` run whole
-pipelines (an hour, a real Airflow); here they are checked by ``--help`` only.
+``bench/backfill.py`` runs whole pipelines (an hour, a real Airflow); here it is checked by
+``--help`` only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import pytest
 from conftest import REPO, TRACES, shared_trace_path
 
-#: Every script in bench/ is a command (the results-page writers they import live in devtools/pages/).
+#: Every script in bench/ is a command (the lab's campaign drivers: tests/lab/test_campaign_commands_e2e.py).
 BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))  # _steprun: a helper
 
 
@@ -44,26 +44,6 @@ def test_waitpred_bench_smoke(tmp_path):
     s = json.loads(out.read_text())
     assert s["jobs"] > 500 and s["sweep_cpu_s"] > 0 and s["replay_cpu_s"] > 0
     assert "scored at submission" in p.stdout and "the replay of the same months" in p.stdout
-
-
-def test_fairshare_fidelity_bench_smoke(tmp_path):
-    log = shared_trace_path("ls6-a100.log.gz")
-    out, doc = tmp_path / "summary.json", tmp_path / "page.md"
-    p = _run(["bench/fairshare_fidelity.py", "--smoke", "--log", str(log), "--resamples", "200", "--json", str(out),
-              "--write-doc", str(doc)])
-    assert p.returncode == 0, p.stderr[-3000:]
-    s = json.loads(out.read_text())
-    assert set(s["configs"]) == {"recorded", "age_size", "fairshare-3000"} and s["jobs"] > 1000
-    for c in s["configs"].values():
-        assert 0 < c["mae_h"] < s["zero_wait_mae_h"]
-    pair = s["pairs"][0]
-    assert pair["mae_h_diff_ci"][0] <= pair["mae_h_diff"] <= pair["mae_h_diff_ci"][1]
-    assert "| fairshare-3000 - age_size |" in doc.read_text() and "zero-wait MAE" in p.stdout
-    z = s["at_submission"]
-    assert z["jobs"] == s["jobs"] and {"age_size:plan_s", "fairshare-3000:plan_s"} <= set(z["plans"])
-    assert {(q["a"], q["b"]) for q in z["pairs"]} >= {("fairshare-3000:plan_s", "zero"),
-                                                       ("fairshare-3000:plan_s", "age_size:plan_s")}
-    assert "## At submission" in doc.read_text()
 
 
 def test_sampling_bench_smoke(tmp_path):

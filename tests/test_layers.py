@@ -4,7 +4,9 @@ Mirage's packages form a stack; a module may import its own layer and the layers
 never one above. The plan (``run``) builds every step's argv from the steps' own parsers, so
 it sits above ``steps``; the step table (``mirage_tasks.__main__``, module names as text)
 is the ``steps`` layer. The three wings (stepkit, mirage_tasks, faasm_tasks) meet only at a
-command line, and none of them imports Airflow.
+command line, and none of them imports Airflow. The lab wing (``lab/``: campaigns, results pages,
+research protocols) may import the product; the product (those three, dags/ and plugins/) never
+imports the lab.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 #: What each wing may import of the others.
 WINGS = {"stepkit": {"stepkit"}, "mirage_tasks": {"stepkit", "mirage_tasks"},
-         "faasm_tasks": {"stepkit", "faasm_tasks"}}
+         "faasm_tasks": {"stepkit", "faasm_tasks"}, "lab": {"stepkit", "mirage_tasks", "faasm_tasks", "lab"}}
 
 
 def module_name(path: Path) -> str:
@@ -154,3 +156,13 @@ def test_imports_by_name_stay_in_their_layer_too():
     modules = {r.partition(":")[0] for r in refs if r}
     assert modules and all(layer(m) is not None and layer(m) <= models for m in modules), sorted(modules)
     assert {layer(m) for m, _ in STEPS.values()} == {layer("mirage_tasks.steps")}
+
+
+@pytest.mark.parametrize("folder", ["dags", "plugins"])
+def test_the_dags_and_plugins_never_import_the_lab(folder):
+    """What Airflow loads is product: a DAG or plugin importing lab/ would ship research code
+    to the scheduler (the task packages' own check: the wings test above)."""
+    bad = [f"{p.relative_to(ROOT)}:{line}: imports {target}" for p in sources(folder)
+           for line, target in imports(p) if target.split(".")[0] == "lab"]
+    assert bad == []
+

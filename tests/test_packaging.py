@@ -65,7 +65,7 @@ def test_wheel_holds_the_packages_their_data_and_entry_points(tmp_path):
         for init in (ROOT / pkg).rglob("__init__.py"):
             rel = init.relative_to(ROOT).as_posix()
             assert rel in names, f"{rel} not in the wheel"
-    assert not any(n.startswith(("dags/", "plugins/", "tests/", "bench/")) for n in names)
+    assert not any(n.startswith(("dags/", "plugins/", "tests/", "bench/", "lab/")) for n in names)  # the product only
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "mirage-tasks = stepkit.cli:console" in text and "faasm-tasks = stepkit.cli:console" in text

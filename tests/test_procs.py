@@ -1,5 +1,6 @@
 """stepkit.procs: SIGTERM raises Terminated once while a step runs; a guard cleans up after a
-killed step and does nothing after one that disarmed it; the probe replay's entry exits 143."""
+killed step and does nothing after one that disarmed it (the probe replay's entry exiting 143:
+tests/lab/test_probe_replay.py)."""
 
 from __future__ import annotations
 
@@ -53,15 +54,3 @@ def test_guard_runs_its_cleanup_only_when_the_step_dies_armed(tmp_path, disarm):
     assert os.path.exists(mark) is (not disarm), err
     if not disarm:
         assert "ended without stopping it (killed)" in err
-
-
-def test_probe_replay_entry_exits_143_on_sigterm(monkeypatch):
-    from mirage_tasks.evaluation import probe_replay
-
-    def slow_main(argv=None):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(30)
-        return 0
-
-    monkeypatch.setattr(probe_replay, "main", slow_main)
-    assert probe_replay._entry([]) == 143

@@ -1,4 +1,4 @@
-"""Test tiers: every test gets one of unit/dag/e2e from its file name and folder."""
+"""Test tiers: every test gets one of unit/dag/e2e/lab from its file name and folder."""
 
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ def test_tier_follows_name_and_folder():
     assert tier_of(tests / "faasm" / "test_local_e2e.py") == "e2e"
     assert tier_of(tests / "mirage" / "steps" / "test_validate.py") == "e2e"  # moved: keeps its tier
     assert tier_of(tests / "dags" / "sub" / "test_x.py") == "dag"
+    # the lab wing's tests: their own tier whatever the name, so `pytest -m unit` is the product's alone
+    assert tier_of(tests / "lab" / "test_probe_replay.py") == "lab"
+    assert tier_of(tests / "lab" / "test_mirage_eval_e2e.py") == "lab"
+    assert tier_of(tests / "lab" / "sub" / "test_x.py") == "lab"
+    assert tier_of(tests / "mirage" / "lab" / "test_x.py") == "unit"  # only the top-level tests/lab/
+
+
+def test_every_lab_test_is_in_the_lab_tier_and_no_other():
+    lab = sorted((REPO / "tests" / "lab").rglob("test_*.py"))
+    assert lab, "tests/lab/ holds the lab wing's tests"
+    assert {tier_of(p) for p in lab} == {"lab"}
 
 
 def test_named_e2e_files_exist():

@@ -2,7 +2,7 @@
 the description).
 
 A **log description** (:class:`LogSpec`) is a small JSON or YAML file, or the same fields as flags
-(``bench/mirage_eval.py --trace ...``) or as the ``mirage_evaluation`` DAG's form::
+(``python -m lab.campaigns.mirage_eval --trace ...``) or as the ``mirage_evaluation`` DAG's form::
 
     {"name": "mysite", "trace": "/data/sacct-2024.log", "timezone": "Europe/Berlin",
      "calibrate": ["2024-01-01", "2024-03-01"], "months": ["2024-03", "2024-04", "2024-05"],
@@ -25,7 +25,7 @@ never wrote; every count has an upper bound named in its error (``MAX_*`` below)
 read with the bounded loader (:mod:`stepkit.safeload`).
 
 The functions below give each step's argv (``[step, flags...]`` for ``python -m mirage_tasks``,
-or for a module named by :data:`MODULES`); ``bench/mirage_eval.py`` runs them one after the
+or for a module named by :data:`MODULES`); ``python -m lab.campaigns.mirage_eval`` runs them one after the
 other and the ``mirage_evaluation`` DAG maps them onto tasks. Stdlib only at import.
 """
 
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 #: the modules that are not ``python -m mirage_tasks <step>`` steps
-MODULES = {"probe-replay": "mirage_tasks.evaluation.probe_replay"}
+MODULES = {"probe-replay": "lab.evaluation.probe_replay"}
 #: the protocol's budgets (docs/results/protocol.md)
 CAL_TRIALS = 40
 CAL_TIMEOUT_S = 300.0

@@ -113,7 +113,7 @@ def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
 
 
 #: One lock per machine over choosing a cluster's port block and starting its daemons: two clusters
-#: started at the same instant (bench/keeper_campaign.py starts one per window) could otherwise both
+#: started at the same instant (lab/campaigns/keeper_campaign.py starts one per window) could otherwise both
 #: find the same block free before either had bound it (two of ten did: "Address already in use").
 PORT_LOCK = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mirage-slurm-ports.lock")
 

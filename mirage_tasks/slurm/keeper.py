@@ -17,7 +17,7 @@ for training), and submits the successor when the policy says so:
   started;
 * ``avg-cal``: the calibrated average (protocol v2's reference): at the first instant where
   that mean wait minus the time left to the predecessor's end reaches ``avg_offset_h``, the
-  threshold :func:`~mirage_tasks.evaluation.probe_replay.calibrate_avg` chose on training
+  threshold :func:`~mirage_tasks.evaluation.rules.calibrate_avg` chose on training
   samples (None: never early, as ``reactive``);
 * ``wait-pred`` and ``guarantee``: the wait predictor asked every step for a successor submitted
   now (:mod:`.livewait`: its inputs from the same queue reading); ``wait-pred`` submits once the

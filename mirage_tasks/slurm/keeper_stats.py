@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..evaluation.probe_replay import INTERRUPTED_H, interrupted_share, per_sample_objective, verdict
+from ..evaluation.rules import INTERRUPTED_H, interrupted_share, per_sample_objective, verdict
 
 #: Real seconds of a compressed cluster within which a successor's start counts as on time.
 DISPATCH_REAL_S = 2.0

@@ -350,7 +350,7 @@ def _children_cpu_s() -> float:
 
 def calibrate_guarantee_cal(uri: str, node: int, waitpred: str, level: float) -> dict:
     """guarantee-cal's margin on a sample output drawn with the same wait predictor
-    (:func:`~mirage_tasks.evaluation.probe_replay.calibrate_conformal` on its guarantee scores: at
+    (:func:`~mirage_tasks.evaluation.rules.calibrate_conformal` on its guarantee scores: at
     most ``level`` of its links interrupted, exchangeability assumed) and the probe times it is
     asked at (the samples' end-spaced offsets); a StepError naming ``--guarantee-samples`` where the
     output is missing, of another node size, drawn without the predictor or with another one, or
@@ -360,7 +360,7 @@ def calibrate_guarantee_cal(uri: str, node: int, waitpred: str, level: float) ->
     from stepkit.step import input_fingerprint
 
     from ..data.artifacts import require_input
-    from ..evaluation.probe_replay import Probes, calibrate_conformal
+    from ..evaluation.rules import Probes, calibrate_conformal
     from ..sim.probes import trained_offsets_s
 
     flag = "--guarantee-samples"
@@ -385,11 +385,11 @@ def calibrate_guarantee_cal(uri: str, node: int, waitpred: str, level: float) ->
 
 
 def calibrate_avg_cal(uri: str, node: int) -> dict:
-    """avg-cal's threshold on a sample output's probes (:func:`~mirage_tasks.evaluation.probe_replay.calibrate_avg`:
+    """avg-cal's threshold on a sample output's probes (:func:`~mirage_tasks.evaluation.rules.calibrate_avg`:
     the objective interruption + 0.1 x wasted node-h, ties toward never early); a StepError naming
     ``--avg-cal-samples`` where the output is missing or of another node size."""
     from ..data.artifacts import require_input
-    from ..evaluation.probe_replay import Probes, calibrate_avg
+    from ..evaluation.rules import Probes, calibrate_avg
     from ..slurm.keeper_stats import W
 
     require_input(uri, "--avg-cal-samples", "sample")

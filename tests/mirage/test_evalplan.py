@@ -145,7 +145,7 @@ def test_the_command_lines_carry_the_description():
     assert wp[wp.index("--months") + 1: wp.index("--months") + 3] == ["2024-03", "2024-04"]
     names = [n for n, _ in evalplan.decision_argvs(s, "/r")]
     assert names[0] == "sample-train-node1" and names[-1] == "eval-node8"
-    assert evalplan.command(["probe-replay", "--x"])[:2] == ["-m", "mirage_tasks.evaluation.probe_replay"]
+    assert evalplan.command(["probe-replay", "--x"])[:2] == ["-m", "lab.evaluation.probe_replay"]
     assert evalplan.command(["waitpred"])[:3] == ["-m", "mirage_tasks", "waitpred"]
 
 

@@ -64,12 +64,9 @@ def test_fidelity_window_37_days_past_the_last_submit_exits_2(trace, tmp_path, c
              "--to", iso(T0 + (SPAN_DAYS + 37) * DAY), "--nodes", "8", "--out", out, names="--from/--to")
 
 
-def test_replay_slurm_and_keep_service_windows_outside_the_trace_exit_2(trace, tmp_path, capsys):
+def test_keep_service_windows_outside_the_trace_exit_2(trace, tmp_path, capsys):
+    """(replay-slurm's: tests/lab/test_slurm_replay_bad_inputs.py)"""
     out = tmp_path / "r"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + 50 * DAY), "--to",
-             iso(T0 + 51 * DAY), "--factor", "60", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--from/--to")
-    assert not (tmp_path / "slurm").exists()  # refused before a cluster was started
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--trace", trace, "--slurm-root",
              tmp_path / "slurm", "--background-from",
              iso(T0 + 50 * DAY), "--background-to", iso(T0 + 51 * DAY), "--nodes", "8", "--out", out,
@@ -125,9 +122,6 @@ def test_non_numeric_or_non_positive_node_lists_exit_2(trace, tmp_path, capsys, 
     ("keep-service", ["--policy", "reactive", "--step-s", "-1"], "--step-s"),
     ("keep-service", ["--policy", "reactive", "--chains", "0"], "--chains"),
     ("keep-service", ["--policy", "reactive", "--stagger-hours", "-1"], "--stagger-hours"),
-    ("replay-slurm", ["--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor", "0"], "--factor"),
-    ("replay-slurm", ["--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor", "60",
-                      "--drain", "-5"], "--drain"),
     ("calibrate", ["--trace", "T", "--calibrate-from", "a", "--calibrate-to", "b", "--score-from", "c",
                    "--score-to", "d", "--trials", "0"], "--trials"),
     ("calibrate", ["--trace", "T", "--calibrate-from", "a", "--calibrate-to", "b", "--score-from", "c",
@@ -146,18 +140,8 @@ def test_an_existing_file_as_slurm_root_exits_2(trace, tmp_path, capsys):
     f = tmp_path / "a-file"
     f.write_text("x")
     out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
-             "--factor", "600", "--nodes", "8", "--slurm-root", f, "--out", out, names="--slurm-root")
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--nodes", "8", "--slurm-root", f, "--out", out,
              names="--slurm-root")
-
-
-def test_a_replay_of_weeks_at_x1_is_refused_as_unbounded_work(trace, tmp_path, capsys):
-    out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0), "--to", iso(T0 + SPAN_DAYS * DAY),
-             "--factor", "0.5", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--from/--to/--factor")
-    assert not (tmp_path / "slurm").exists()
 
 
 def test_a_100_year_synth_window_is_refused_at_once(tmp_path, capsys):
@@ -248,7 +232,7 @@ _numbers = st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=True, all
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(step=st.sampled_from(["keep-service", "replay-slurm", "calibrate", "fidelity", "metrics", "report"]),
+@given(step=st.sampled_from(["keep-service", "calibrate", "fidelity", "metrics", "report"]),
        data=st.data())
 def test_any_number_for_a_bounded_flag_is_taken_or_refused_naming_it(step, data):
     """Every flag in a newer step's BOUNDS, given any int or float: either inside its range or
@@ -279,7 +263,6 @@ def test_any_number_for_a_bounded_flag_is_taken_or_refused_naming_it(step, data)
 
 def test_a_sample_output_where_a_dataset_is_expected_exits_2_naming_the_flag(tmp_path, capsys):
     from mirage_tasks import __version__
-    from mirage_tasks.evaluation import probe_replay
     from stepkit import Step
 
     samples = tmp_path / "samples"
@@ -289,11 +272,6 @@ def test_a_sample_output_where_a_dataset_is_expected_exits_2_naming_the_flag(tmp
     out = tmp_path / "o"
     err = _refused(capsys, out, "train", "--model", "xgboost", "--dataset", samples, "--out", out, names="--dataset")
     assert "not a merge output" in err
-    rc = probe_replay.main(["--train-samples", str(samples), "--dataset", str(samples), "--score-samples",
-                            str(samples), "--months", "2024-01", "--out", str(out)])
-    err = capsys.readouterr().err
-    assert rc == 2 and "--dataset" in err and "not a merge output" in err, err
-    assert not out.exists()
 
 
 @pytest.mark.parametrize("conf,name", [({"train_count": 10**9}, "train_count"), ({"val_count": 10**9}, "val_count"),
@@ -352,10 +330,6 @@ def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
     out = tmp_path / "o"
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--slurm-conf", tmp_path / "none.conf", "--out", out,
              names="--slurm-conf")
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))
-    _refused(capsys, out, "replay-slurm", "--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor",
-             "60", "--out", out, names="SLURM_CONF=")
-    monkeypatch.delenv("SLURM_CONF")
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--out", out, names="no cluster")
 
 
@@ -387,9 +361,6 @@ def test_a_cluster_size_beyond_any_machine_or_a_local_slurm_is_refused(trace, tm
     _refused(capsys, out, "fidelity", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
              "--nodes", "10000000000", "--out", out, names="--nodes")
     # the ls6 preset's 84 nodes are fine for the simulator, 5000 slurmd are not a local cluster
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
-             "--factor", "600", "--nodes", "5000", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--slurm-root")
     _refused(capsys, out, "keep-service", "--policy", "reactive", "--nodes", "5000", "--slurm-root",
              tmp_path / "slurm", "--out", out, names="--slurm-root")
     assert not (tmp_path / "slurm").exists()

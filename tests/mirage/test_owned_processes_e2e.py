@@ -1,7 +1,7 @@
 """Every long-running step owns what it starts (issue 32, item 2): killed at a random point it
 leaves no process and the committed outputs intact.
 
-* ``replay-slurm --slurm-root`` and ``keep-service --slurm-root`` (a real local Slurm: munged,
+* ``python -m lab replay-slurm --slurm-root`` and ``keep-service --slurm-root`` (a real local Slurm: munged,
   slurmctld, one slurmd per node, the replayed jobs): SIGTERM -> exit 143 within a bounded
   time, every job cancelled, every daemon stopped; SIGKILL (what the kubelet sends at the end
   of the grace period; the issue's run: SIGTERM, then SIGKILL 5 s later) -> the step's guard
@@ -64,9 +64,10 @@ def _digest(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("*")) if p.is_file() and p.name != "_LEASE.json"}
 
 
-def _start(argv: list[str]) -> subprocess.Popen:
+def _start(argv: list[str], package: str = "mirage_tasks") -> subprocess.Popen:
+    """``python -m <package> <argv>``: a product step, or a lab command (``package="lab"``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-m", "mirage_tasks", *argv], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", package, *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -125,7 +126,7 @@ def test_replay_slurm_killed_at_a_random_point_leaves_nothing(trace, tmp_path, s
     # two trace days at x600: about 290 s of submissions, cut short by the signal
     proc = _start(["replay-slurm", "--trace", trace, "--from", iso(T0 + 2 * 86400), "--to", iso(T0 + 4 * 86400),
                    "--factor", "600", "--slurm-root", str(root), "--out", str(out), "--nodes", str(NODES),
-                   "--cluster-config", "ls6"])
+                   "--cluster-config", "ls6"], package="lab")  # the lab's Slurm replay, on this harness
     try:
         wait_for(lambda: proc.poll() is not None or _slurm_jobs(cluster, "mr") >= 3,
                  "the replay's first jobs in the queue", deadline_s=180)

@@ -1,0 +1,1 @@
+"""The probe-replay evaluation protocol (docs/results/protocol.md) and its stopping policy."""
