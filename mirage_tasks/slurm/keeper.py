@@ -56,6 +56,7 @@ import numpy as np
 
 from ..sim import features
 from . import livewait
+from .asking import asks
 from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, squeue
 
 log = logging.getLogger(__name__)
@@ -335,20 +336,6 @@ class Keeper:
         if self.stop_chain:
             self.cancel(pred)
         return results
-
-
-def asks(left_s: float, within_s: float | None, at_s: tuple[float, ...] | None, asked: set) -> bool:
-    """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
-    end: within ``within_s``, and with ``at_s`` at the first reading at or past each of those
-    times (one ask per time; times passed while reading count once; ``asked`` keeps the times
-    already asked for this link). The keeper and the simulator's prediction of it both ask so."""
-    if within_s is not None and left_s > within_s:
-        return False
-    if at_s is None:
-        return True
-    due = [t for t in at_s if left_s <= t and t not in asked]
-    asked.update(due)
-    return bool(due)
 
 
 def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]], dict[str, Any]]:
