@@ -20,7 +20,7 @@ shell, the same::
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
@@ -37,7 +37,7 @@ with DAG(
     description="Wait prediction at submission time on a log you describe (calibrate, waitpred)",
     doc_md=__doc__,
     schedule=None,
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
@@ -68,6 +68,7 @@ with DAG(
     def plan(params=None) -> dict:
         """The log description checked, and the three command lines."""
         from airflow.sdk.exceptions import AirflowFailException
+
         from house import storage_prefix
         from mirage_tasks.run import evalplan
 

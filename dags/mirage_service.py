@@ -20,7 +20,7 @@ Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
@@ -47,7 +47,7 @@ def _pod_overrides() -> dict:
     """The Slurm credentials in a pod: the ``mirage-slurm`` Secret as files (kubernetes runner only)."""
     if LOCAL:
         return {}
-    from kubernetes.client import models as k8s  # noqa: PLC0415 - only for the kubernetes runner
+    from kubernetes.client import models as k8s  # only for the kubernetes runner
 
     vol = k8s.V1Volume(name="slurm", secret=k8s.V1SecretVolumeSource(secret_name="mirage-slurm", default_mode=0o400))
     mounts = [k8s.V1VolumeMount(name="slurm", mount_path="/etc/slurm/slurm.conf", sub_path="slurm.conf", read_only=True),
@@ -60,7 +60,7 @@ with DAG(
     description="Keep a service alive on a Slurm cluster (model, a baseline or the wait predictor's rules)",
     doc_md=__doc__,
     schedule=None,
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=default_args(owner="mirage"),

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "devtools" / "pages"))
-import ls6_months_page as doc  # noqa: E402
+import ls6_months_page as doc
 
 
 def test_committed_records_load_as_the_comparison_reads_them():

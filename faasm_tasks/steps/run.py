@@ -35,7 +35,7 @@ from .. import billing, points as pts, procs, workloads
 from ..catalogue import replicas_for
 from ..clients import UploadClient, make_invoker
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
-from ..points import point_budget  # noqa: F401 - the step's bound of a point, public here too
+from ..points import point_budget  # the step's bound of a point, public here too
 from ..results import Attempt, latest_record, point_prefix, write_op_report
 from ..targets import get_target
 

@@ -16,7 +16,7 @@ workload (each chain is predicted alone).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -24,8 +24,8 @@ import pandas as pd
 from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
-from .compare import align_recalc, job_user, sim_config, submission_order
 from .asking import asks
+from .compare import align_recalc, job_user, sim_config, submission_order
 from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3

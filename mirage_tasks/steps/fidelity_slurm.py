@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 
 from stepkit import Step, StepError, storage
@@ -42,8 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..slurm import compare as cmp
     from ..data.schema import parse_time
+    from ..slurm import compare as cmp
     from .replay_slurm import markdown, recalc_trace_t
 
     meta_uri, jobs_uri = storage.join(args.replay, "replay.json"), storage.join(args.replay, "jobs.parquet")

@@ -68,11 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from ..sim.workload import Workload
-    from ..slurm import compare as cmp
-    from ..slurm import replay
+    from ..slurm import compare as cmp, replay
     from ..slurm.conf import scaled, unsupported
 
     if not args.factor > 0:

@@ -36,8 +36,8 @@ def test_holds_blocks_on_ls6(ls6_parquet, tmp_path):
     month, the shuffled-user null model far below the rule, and off/on rows."""
     import json
 
-    from mirage_tasks.sim import PRESETS
     from mirage_tasks.calibration.tables import Ls6
+    from mirage_tasks.sim import PRESETS
 
     cal = tmp_path / "cal"
     cal.mkdir()

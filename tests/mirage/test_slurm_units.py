@@ -11,8 +11,7 @@ from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, keeper, replay
-from mirage_tasks.slurm import conf as slurm_conf
+from mirage_tasks.slurm import compare, conf as slurm_conf, keeper, replay
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -332,11 +331,10 @@ def test_keep_service_policy_model_without_model_refuses_before_anything_starts(
     before it reads SLURM_CONF, starts a cluster or writes its output."""
     import argparse
 
-    from stepkit import StepError
-    from stepkit.cli import main
-
     from mirage_tasks.__main__ import STEPS
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
+    from stepkit.cli import main
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
@@ -472,9 +470,9 @@ def test_keep_service_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
     """The keeper never changes a real cluster's nodes, and late nodes join when the first
     chain starts: without --slurm-root or without --offset-hours the step refuses, naming the
     flag, before anything starts."""
-    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
-
     import argparse
+
+    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
 
     for extra in (["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
                   ["--slurm-root", str(tmp_path / "s")]):
@@ -612,9 +610,8 @@ def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_anot
     import argparse
     import json
 
-    from stepkit import StepError
-
     from mirage_tasks.steps import fidelity_slurm
+    from stepkit import StepError
 
     d = _replay_dir(tmp_path)
     p = argparse.ArgumentParser()
@@ -795,9 +792,8 @@ def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, 
     threshold with its objective (ties toward never early)."""
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
@@ -894,10 +890,9 @@ def test_guarantee_cal_needs_end_spaced_samples_of_the_same_predictor(tmp_path, 
     refused naming the flag."""
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.data import artifacts
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
@@ -915,10 +910,9 @@ def test_guarantee_cal_needs_end_spaced_samples_of_the_same_predictor(tmp_path, 
 def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monkeypatch):
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.slurm import livewait
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
