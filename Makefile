@@ -30,14 +30,15 @@ TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
+.PHONY: demo test lint test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
 	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm \
 	slurm slurm-stop slurm-status
 
 help:
 	@echo "make demo [TRACE=path-or-url]   run the mirage_pipeline DAG locally and print where the outputs are"
 	@echo "make demo-faasm                 run faasm_benchmarks on the local target (wasm vs native) and print its trend page"
-	@echo "make test                       run the whole test suite (unit, dag, e2e and lab tiers)"
+	@echo "make test                       make lint, then the whole test suite (unit, dag, e2e and lab tiers)"
+	@echo "make lint                       the import contracts (lint-imports), ruff check and ruff format --check"
 	@echo "make test-fast                  run the unit tier only (about a minute on 2 cores)"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag, e2e or lab (lab/: the results pages' campaigns)"
 	@echo "make bench                      run the benchmarks in bench/"
@@ -175,7 +176,15 @@ demo: airflow-home
 	  || { tail -n 60 var/demo.log; echo "mirage_pipeline failed; full log: var/demo.log"; exit 1; }
 	$(call run-summary,var/demo.log)
 
-test: airflow-home system-deps functions
+# The import contracts of pyproject.toml ([tool.importlinter]: Mirage's layers, no Airflow in
+# the task packages, the wings independent, no cycles, no lab wing in the product), with
+# plugins/ on the path as Airflow puts it; then ruff's lint rules and its formatting.
+lint: $(STAMP)
+	PYTHONPATH=$(CURDIR):$(CURDIR)/plugins $(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint airflow-home system-deps functions
 	$(PYTHON) -m pytest
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.

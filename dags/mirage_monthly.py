@@ -20,11 +20,19 @@ have arrived in the asset's partition view.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import (DAG, Asset, MonthWindow, PartitionedAssetTimetable, RollupMapper, StartOfMonthMapper,
-                         WaitForAll, task)
+from airflow.sdk import (
+    DAG,
+    Asset,
+    MonthWindow,
+    PartitionedAssetTimetable,
+    RollupMapper,
+    StartOfMonthMapper,
+    WaitForAll,
+    task,
+)
 
 from house import default_args
 
@@ -39,7 +47,7 @@ with DAG(
         default_partition_mapper=RollupMapper(upstream_mapper=StartOfMonthMapper(), window=MonthWindow(),
                                               wait_policy=WaitForAll()),
     ),
-    start_date=datetime(2022, 10, 1, tzinfo=timezone.utc),
+    start_date=datetime(2022, 10, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=default_args(owner="mirage"),
@@ -50,6 +58,7 @@ with DAG(
     def month(**context) -> dict:
         """The pipeline run this month calls for, from the month's sample events."""
         from airflow.sdk.exceptions import AirflowFailException
+
         from mirage_tasks.run.plan import month_run
 
         key = context["dag_run"].partition_key

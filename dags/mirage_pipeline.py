@@ -106,6 +106,7 @@ with DAG(
     def plan(**context) -> dict:
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
+
         from mirage_tasks.run.plan import plan_run
         from house import input_roots
         from mirage_tasks.run.runconf import MirageRun, input_params

@@ -41,7 +41,7 @@ without ``trace`` samples its day of a synthetic trace generated for that day's 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, task
 
@@ -62,7 +62,7 @@ with DAG(
     description="Mirage training samples, one partition per trace day (backfill-friendly)",
     doc_md=__doc__,
     schedule=CronPartitionTimetable("0 0 * * *", timezone="UTC"),  # one partition per UTC day
-    start_date=datetime(2022, 10, 1, tzinfo=timezone.utc),
+    start_date=datetime(2022, 10, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
@@ -80,6 +80,7 @@ with DAG(
     def plan(**context) -> dict:
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
+
         from mirage_tasks.run.plan import samples_trace, trace_fingerprint
         from house import input_roots
         from mirage_tasks.run.runconf import MirageRun, input_params
@@ -90,7 +91,7 @@ with DAG(
         if dr.run_type == "scheduled" and not params.get("trace"):
             raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
-        day = when.astimezone(timezone.utc).date().isoformat()
+        day = when.astimezone(UTC).date().isoformat()
         try:
             run = MirageRun.from_params(params)
             # the params a step opens are data, not reach: under the allowed roots, before the trace is read

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     airflow = [sys.executable, "-m", "airflow"]
 
-    from airflow.models.dag import DagModel  # noqa: PLC0415 - after the caller's AIRFLOW_HOME is in force
+    from airflow.models.dag import DagModel  # after the caller's AIRFLOW_HOME is in force
 
     dag = DagModel.get_dagmodel(args.dag_id)
     if dag is None:

@@ -263,8 +263,9 @@ def _integral_gb_s(rows: list[dict[str, Any]], key: str, t0: float, t1: float) -
         if hi <= lo or b["t"] <= a["t"]:
             continue
         va, vb = a.get(key, 0.0), b.get(key, 0.0)
-        at = lambda t: va + (vb - va) * (t - a["t"]) / (b["t"] - a["t"])  # noqa: E731
-        tot += (hi - lo) * (at(lo) + at(hi)) / 2.0
+        v_lo = va + (vb - va) * (lo - a["t"]) / (b["t"] - a["t"])
+        v_hi = va + (vb - va) * (hi - a["t"]) / (b["t"] - a["t"])
+        tot += (hi - lo) * (v_lo + v_hi) / 2.0
     return tot / 1024.0
 
 
@@ -323,7 +324,7 @@ def start_for_run(args: Any, plan: Any, target: Any) -> dict[str, Any] | None:
     sampler = start_sampler(args.state_dir, args.run_id, state_file=getattr(target, "state_path", None))
     if sampler.get("ready") is False:  # the points run; collect says which windows have no samples
         print(f"run: billing sampler not sampling: {sampler.get('problem')}", flush=True)
-    from stepkit import storage  # noqa: PLC0415
+    from stepkit import storage
 
     storage.write_json(storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
                        {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})

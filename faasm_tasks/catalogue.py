@@ -123,7 +123,7 @@ class DriverSettings:
     send_lag_p99_ms: float = 5.0  # a load point whose driver send lag p99 exceeds this is marked
 
     @classmethod
-    def from_catalogue(cls, doc: dict[str, Any]) -> "DriverSettings":
+    def from_catalogue(cls, doc: dict[str, Any]) -> DriverSettings:
         doc = dict(doc)
         if doc.get("threads") == "auto":
             doc["threads"] = os.cpu_count() or 1
@@ -159,7 +159,7 @@ class Plan:
         return self.experiment["name"]
 
     @property
-    def workload(self) -> "workloads.Workload":
+    def workload(self) -> workloads.Workload:
         return workloads.workload(str(self.experiment["workload"]))
 
 

@@ -65,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in separate writes
     server_version = "faasm-tasks-local"
-    app: "WorkerApp | UploadApp"
+    app: WorkerApp | UploadApp
 
     def log_message(self, fmt, *args):  # quiet access log
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -168,7 +168,7 @@ class WorkerApp:
             return self.runtime.execute(msg, cold=cold)
         except runtimes.CallFailed as exc:
             return False, str(exc)
-        except Exception as exc:  # noqa: BLE001 - a crashing function is a failed call
+        except Exception as exc:  # a crashing function is a failed call
             log.exception("call failed")
             return False, f"{type(exc).__name__}: {exc}"
 

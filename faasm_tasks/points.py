@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from stepkit import StepError
 
@@ -165,8 +166,16 @@ LOAD_METRICS = ("requests_ok", "requests_all", "throughput_ok", "throughput_all"
 
 def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> tuple[bool, dict, str | None, list]:
     from .clients import service_name
-    from .loadgen import LoadSpec, counters_text, explain_no_success, latency_txt, run_load, run_wrk, spec_dict, \
-        wrk_available
+    from .loadgen import (
+        LoadSpec,
+        counters_text,
+        explain_no_success,
+        latency_txt,
+        run_load,
+        run_wrk,
+        spec_dict,
+        wrk_available,
+    )
     from .results import judge_load
 
     args, plan, drv = ctx.args, ctx.plan, ctx.plan.driver

@@ -26,7 +26,8 @@ import signal
 import stat
 import tempfile
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import psutil
 
@@ -288,7 +289,7 @@ def stop(procs: Iterable[psutil.Process], label: str, timeout_s: float) -> list[
                 del todo[pid]
         if todo:
             time.sleep(0.05)
-    for pid, p in todo.items():
+    for p in todo.values():
         try:
             if _label_of(p) == label and _live(p):
                 p.kill()

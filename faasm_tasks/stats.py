@@ -15,7 +15,8 @@ interval, the mean with its Student-t interval; ratios with a bootstrap interval
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as st

@@ -3,7 +3,8 @@
 Never imports Airflow. Every step is a CLI: ``python -m mirage_tasks <step> --help``.
 
 Packages, lowest layer first; each imports only itself and the ones above it in this list
-(``tests/test_layers.py``):
+(the ``mirage-layers`` contract in ``pyproject.toml``, checked by ``lint-imports``; this table
+lists its layers in order: ``tests/test_layers.py``):
 
 | package        | what                                                                      |
 |----------------|---------------------------------------------------------------------------|

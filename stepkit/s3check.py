@@ -62,9 +62,9 @@ def _secret_hint() -> str:
 
 def check_bucket(bucket: str, prefix: str = "", *, timeout: float = TIMEOUT_SECONDS) -> str:
     """One ListObjectsV2 on ``s3://bucket/prefix``; the endpoint used, or :class:`StepError`."""
-    import botocore.session  # noqa: PLC0415 - only steps that touch S3 pay for botocore
-    from botocore import exceptions as bex  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
+    import botocore.session  # only steps that touch S3 pay for botocore
+    from botocore import exceptions as bex
+    from botocore.config import Config
 
     setting, endpoint = _endpoint_setting()
     where = f"{setting}={endpoint}" if endpoint else f"{setting} unset, so AWS's own endpoint"

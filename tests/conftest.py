@@ -163,7 +163,7 @@ def airflow_home() -> Path:
 @pytest.fixture(scope="session")
 def airflow_db(airflow_home: Path) -> Path:
     """A fresh SQLite metadata database (``airflow db reset``), once per session."""
-    from airflow.utils import db  # noqa: PLC0415 - after AIRFLOW_HOME is set
+    from airflow.utils import db  # after AIRFLOW_HOME is set
 
     db.resetdb()
     return airflow_home / "airflow.db"

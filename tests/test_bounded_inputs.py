@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from faasm_tasks.catalogue import load_catalogue, resolve
-from mirage_tasks.sim.config import SimConfig, load_config
 from mirage_tasks.data.synth import load_profile
+from mirage_tasks.sim.config import SimConfig, load_config
 from stepkit import StepError
 from stepkit.safeload import MAX_BYTES, MAX_DEPTH, parse_document, read_document
 

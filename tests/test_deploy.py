@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-
 from kubeapi.fixtures import kube_api, kube_client  # noqa: F401 - fixtures
 from kubeapi.rbac import Access, allows
 

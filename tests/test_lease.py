@@ -17,8 +17,7 @@ import time
 import pytest
 from moto_s3 import list_keys, moto_s3, s3_client, storage_env
 
-from stepkit import MARKER, Step, StepError, read_marker, require_committed, storage
-from stepkit import lease as leases
+from stepkit import MARKER, Step, StepError, lease as leases, read_marker, require_committed, storage
 from stepkit.lease import LEASE, Lease, LeaseHeld, LeaseLost
 
 pytestmark = pytest.mark.timeout(180)

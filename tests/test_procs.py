@@ -13,7 +13,7 @@ import time
 import pytest
 
 from stepkit.pool import Terminated
-from stepkit.procs import Guard, trap_sigterm
+from stepkit.procs import trap_sigterm
 
 
 def test_first_sigterm_raises_later_ones_are_ignored():

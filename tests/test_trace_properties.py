@@ -11,8 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from mirage_tasks.__main__ import STEPS as MIRAGE_STEPS
 from mirage_tasks.data.ingest import parse

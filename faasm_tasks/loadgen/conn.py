@@ -115,7 +115,7 @@ class ClosedLoop:
         if conn is None:
             try:
                 conn = await self._connect()
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 self._error("connect", record, f"{self.host}:{self.port}: {type(exc).__name__}: {exc}")
                 await asyncio.sleep(min(0.05, spec.timeout_s))
                 return None
@@ -126,7 +126,7 @@ class ClosedLoop:
                 self.sent += 1
             async with asyncio.timeout(spec.timeout_s):  # cheaper than wait_for (no extra task)
                 status, keep = await _read_response(reader)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._error("timeout", record, f"no reply within {spec.timeout_s:g} s")
             writer.close()
             return None

@@ -84,7 +84,7 @@ def await_ready(spec: LoadSpec) -> dict[str, Any]:
                         buf += data
                         r = parse_response(buf, eof=not data)
                     status = r[1]
-                except socket.timeout:
+                except TimeoutError:
                     kind, last = "timeout", "no reply before the readiness deadline"
                 except (OSError, BadReply) as exc:
                     kind, last = "read", f"{type(exc).__name__}: {exc}"
@@ -204,7 +204,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                         r = parent.recv()
                     except EOFError:  # it died without a word (killed, out of memory)
                         p.join(timeout=1)
-                        from stepkit.pool import exit_reason  # noqa: PLC0415
+                        from stepkit.pool import exit_reason
 
                         raise RuntimeError(f"load process {i} (pid {p.pid}) died without a result: "
                                            f"{exit_reason(p.exitcode)}") from None

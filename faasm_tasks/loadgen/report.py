@@ -13,7 +13,7 @@ from .spec import LoadSpec
 
 def load_text() -> str:
     try:
-        return "load average %.1f, %.1f, %.1f" % os.getloadavg()
+        return "load average {:.1f}, {:.1f}, {:.1f}".format(*os.getloadavg())
     except OSError:
         return "load average unknown"
 

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from .common import BUILD_DIR, Call, CallFailed, artefact, resolve
-from .runc import CGROUP_PARENT, Container, runc_binary
+from .runc import Container, runc_binary
 from .state import Host
 
 
@@ -56,24 +56,14 @@ class NativeRuntime:
                 os.replace(tmp, fn)
         return path
 
-    def oom_kills(self, cid: str) -> int:
-        for path in (f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/{cid}/memory.oom_control",
-                     f"/sys/fs/cgroup/{CGROUP_PARENT}/{cid}/memory.events"):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    for line in f:
-                        k, _, v = line.partition(" ")
-                        if k == "oom_kill" and int(v) > 0:
-                            return int(v)
-            except (OSError, ValueError):
-                continue
-        return 0
-
     def start(self, module: str) -> Container:
         with self.lock:
             if len(self.all) >= self.max_containers:
                 raise CallFailed(f"no container available: this worker already runs {len(self.all)}")
-        c = Container(self, module)
+            self.seq += 1
+            cid = f"{self.prefix}-{os.getpid()}-{self.seq}"
+        c = Container(cid, module, runc=self.runc, root=self.root, bundle=os.path.join(self.bundles, cid),
+                      rootfs=self.rootfs(module), memory_limit=self.memory_limit, env=self.env, host=self.host)
         with self.lock:
             self.all[c.id] = c
         return c

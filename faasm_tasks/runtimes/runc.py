@@ -1,6 +1,10 @@
-"""runc: the binary, a state root's containers (list, remove), a container's OCI spec, and
-:class:`Container`, one native container serving calls over the framing protocol of
-``host_native.c``."""
+"""runc: the binary, a state root's containers (list, remove), a container's OCI spec, its
+OOM kills, and :class:`Container`, one native container serving calls over the framing
+protocol of ``host_native.c``.
+
+A container is told everything it needs (its id, bundle folder, root filesystem, limits and
+the host answering its requests) by the pool that starts it (``native.py``), so this module
+knows nothing of the pool and the pool imports it, not the other way round."""
 
 from __future__ import annotations
 
@@ -13,14 +17,12 @@ import struct
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .common import Call, chain_msg
-
-if TYPE_CHECKING:
-    from .native import NativeRuntime
+from .state import Host
 
 log = logging.getLogger("faasm_tasks.runtimes")
 
@@ -49,6 +51,22 @@ def runc_remove(root: str, cid: str) -> str:
 
 
 CGROUP_PARENT = "faasm_tasks"
+
+
+def oom_kills(cid: str) -> int:
+    """How many times the OOM killer struck in container ``cid``'s memory cgroup (v1 or v2);
+    0 when its cgroup is gone or unreadable."""
+    for path in (f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/{cid}/memory.oom_control",
+                 f"/sys/fs/cgroup/{CGROUP_PARENT}/{cid}/memory.events"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == "oom_kill" and int(v) > 0:
+                        return int(v)
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def container_config(cid: str, rootfs: str, memory_limit: int, env: dict[str, str]) -> dict[str, Any]:
@@ -90,19 +108,19 @@ def _frame(op: str, payload: bytes) -> bytes:
 
 
 class Container:
-    def __init__(self, rt: "NativeRuntime", module: str):
-        self.rt, self.module = rt, module
-        with rt.lock:
-            rt.seq += 1
-            n = rt.seq
-        self.id = f"{rt.prefix}-{os.getpid()}-{n}"
-        bundle = os.path.join(rt.bundles, self.id)
+    """``runc run`` of container ``cid`` (the binary ``runc``, state root ``root``) from a new
+    bundle ``bundle`` whose root filesystem is ``rootfs``; ``host`` answers its requests."""
+
+    def __init__(self, cid: str, module: str, *, runc: str, root: str, bundle: str, rootfs: str,
+                 memory_limit: int, env: dict[str, str], host: Host):
+        self.id, self.module = cid, module
+        self.root, self.memory_limit, self.host = root, memory_limit, host
         os.makedirs(bundle, exist_ok=True)
         with open(os.path.join(bundle, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(container_config(self.id, rt.rootfs(module), rt.memory_limit, rt.env), f)
+            json.dump(container_config(cid, rootfs, memory_limit, env), f)
         self.bundle = bundle
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([rt.runc, "--root", rt.root, "run", "--keep", "--bundle", bundle, self.id],
+        self.proc = subprocess.Popen([runc, "--root", root, "run", "--keep", "--bundle", bundle, cid],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.start_s = time.perf_counter() - t0
         self.calls = 0
@@ -111,7 +129,7 @@ class Container:
 
     def call(self, call: Call, timeout_s: float) -> tuple[bool, str]:
         """Serve the container's host requests until it reports the call done."""
-        host = self.rt.host
+        host = self.host
         timer = threading.Timer(timeout_s, self._timeout)
         timer.daemon = True
         timer.start()
@@ -178,12 +196,12 @@ class Container:
             rc = self.proc.wait(timeout=10)  # runc exits with its container's status
         except subprocess.TimeoutExpired:
             rc = None
-        oom = self.rt.oom_kills(self.id)  # read before the container (and its cgroup) is deleted
+        oom = oom_kills(self.id)  # read before the container (and its cgroup) is deleted
         self.kill()
         err = (self.proc.stderr.read() or b"").decode(errors="replace").strip()[-300:] if self.proc.stderr else ""
         if oom:
             return (f"native container {self.id} killed by the OOM killer: over its "
-                    f"{self.rt.memory_limit >> 20} MiB memory limit")
+                    f"{self.memory_limit >> 20} MiB memory limit")
         if rc is not None and rc > 128:
             sig = rc - 128
             name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)
@@ -197,7 +215,7 @@ class Container:
             self.proc.stdin.close()
         except OSError:
             pass
-        runc_remove(self.rt.root, self.id)
+        runc_remove(self.root, self.id)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -20,8 +20,8 @@ from stepkit import storage
 
 from .. import billing, procs
 from ..common import add_common, run_date
-from ..targets import get_target
 from ..results import iter_records, mark_interrupted, run_prefix, validate_record, write_op_report
+from ..targets import get_target
 
 
 def add_arguments(p):

@@ -27,9 +27,10 @@ import copy
 import logging
 import re
 import time
+from collections.abc import Callable
 from importlib import resources
 from string import Template
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -227,7 +228,7 @@ class KnativeTarget(Target):
         self.request_timeout = 30
 
     @classmethod
-    def from_args(cls, args) -> "KnativeTarget":
+    def from_args(cls, args) -> KnativeTarget:
         return cls(namespace=args.namespace, run_id=args.run_id, kubeconfig=args.kubeconfig, context=args.context,
                    release=args.release, registry=args.image_registry, invoke_url=args.invoke_url,
                    upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative",
@@ -293,7 +294,7 @@ class KnativeTarget(Target):
             if self._redis_fn is not None:
                 self._redis_clients[service] = self._redis_fn(service)
             else:
-                import redis  # noqa: PLC0415 - the knative target's steps only
+                import redis  # the knative target's steps only
 
                 url = self.redis_urls.get(service) or f"redis://{self.service_address(service)}/0"
                 self._redis_clients[service] = redis.Redis.from_url(url, socket_timeout=30,
@@ -311,7 +312,7 @@ class KnativeTarget(Target):
                 return fn()
             except StepError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # classified below
                 if _status(exc) == 404 and absent_ok:
                     return None
                 if _status(exc) == 409 and conflict_ok:
@@ -629,7 +630,7 @@ def billing_spec(args) -> dict[str, Any] | None:
     image = getattr(args, "billing_image", None)
     if not image:
         return None
-    from ..common import run_date  # noqa: PLC0415 - common imports the targets' callers
+    from ..common import run_date  # common imports the targets' callers
 
     selector = {}
     for item in getattr(args, "billing_node_selector", None) or []:

@@ -35,7 +35,7 @@ from stepkit.pool import Terminated
 from stepkit.procs import deferred_sigterm as sigterm_deferred
 
 from .. import procs, runtimes
-from ..procs import default_state_root  # noqa: F401 - re-exported (common.py, tests)
+from ..procs import default_state_root  # re-exported (common.py, tests)
 from .base import Endpoints, Target
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class LocalTarget(Target):
         self.started: list[dict[str, Any]] = []  # what this object (this step) started: stop_started() stops it
 
     @classmethod
-    def from_args(cls, args) -> "LocalTarget":
+    def from_args(cls, args) -> LocalTarget:
         t = cls(getattr(args, "state_dir", None) or default_state_root(), args.run_id)
         t.results = getattr(args, "results", None)
         return t
@@ -113,7 +113,7 @@ class LocalTarget(Target):
         """``<results>/_state/<run id>/local-target.json``: the record mirrored to storage."""
         if not self.results:
             return None
-        from stepkit import storage  # noqa: PLC0415
+        from stepkit import storage
 
         return storage.join(self.results, "_state", self.run_id, "local-target.json")
 
@@ -125,7 +125,7 @@ class LocalTarget(Target):
         self.state_problem = "no state file"
         if uri is None:
             return None
-        from stepkit import storage  # noqa: PLC0415
+        from stepkit import storage
 
         try:
             st = storage.read_json(uri)
@@ -155,7 +155,7 @@ class LocalTarget(Target):
         os.replace(tmp, self.state_path)
         if self.results:  # recoverable from storage too (which host, which processes and ports)
             try:
-                from stepkit import storage  # noqa: PLC0415
+                from stepkit import storage
 
                 storage.write_json(storage.join(self.results, "_state", self.run_id, "local-target.json"),
                                    {**st, "host": socket.gethostname(), "state_file": self.state_path,

@@ -32,9 +32,9 @@ import pandas as pd
 from stepkit import StepError, require_committed, storage
 
 from .. import __version__
-from . import metrics as M
 from ..data.artifacts import load_metrics
 from ..sim.probes import BASELINES
+from . import metrics as M
 
 log = logging.getLogger(__name__)
 

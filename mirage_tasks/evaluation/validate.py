@@ -31,14 +31,14 @@ import pandas as pd
 from stepkit import StepError
 from stepkit.pool import run_pool
 
-from ..models.thresholds import submit_mask
+from ..data.times import iso
 from ..models.registry import family
-from ..sim.probes import BASELINES, trained_offsets_s, trained_span_s
+from ..models.thresholds import submit_mask
 from ..sampling.schedule import pool_context
 from ..sim.config import SimConfig
 from ..sim.episode import DecisionEpisode, probe_times
+from ..sim.probes import BASELINES, trained_offsets_s, trained_span_s
 from ..sim.workload import Workload
-from ..data.times import iso
 
 log = logging.getLogger(__name__)
 

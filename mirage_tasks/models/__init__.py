@@ -35,8 +35,8 @@ class StopRequested(Exception):
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .loader import Decision, DecisionFunction, load_model
     from .env import Env
+    from .loader import Decision, DecisionFunction, load_model
 
 
 def __getattr__(name: str) -> Any:

@@ -88,7 +88,7 @@ def load_dataset(uri: str) -> Dataset:
     try:
         with np.load(io.BytesIO(storage.read_bytes(npz_uri)), allow_pickle=False) as z:
             arrays = {k: z[k] for k in ARRAYS if k in z.files}
-    except Exception as exc:  # noqa: BLE001 - zip/npy errors come in many types
+    except Exception as exc:  # zip/npy errors come in many types
         raise StepError(f"{npz_uri}: not a readable .npz archive ({exc})") from exc
     lacking = [k for k in ARRAYS if k not in arrays]
     if lacking:

@@ -18,8 +18,8 @@ import numpy as np
 from stepkit import Step, StepError, read_marker, storage
 
 from .. import __version__
-from .thresholds import WASTE_WEIGHT, calibrate_load_aware
 from .registry import family
+from .thresholds import WASTE_WEIGHT, calibrate_load_aware
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
                 "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
                 "weights": fam.weights, "scaler": scaler.to_dict(), "decision": dict(DEFAULT_DECISION),
                 "data": D.data_window(ds, split)}
-            fam.fit_fn()(kind, ds, split, Xs, thp, tcfg, tstep, seed=seed, device=device, threads=threads,
+            # F821: search() runs every trial before the `del Xs` below frees the scaled features
+            fam.fit_fn()(kind, ds, split, Xs, thp, tcfg, tstep, seed=seed, device=device, threads=threads,  # noqa: F821
                          stop_after=None)
             tstep.write_json(CONFIG_FILE, tcfg)
             tm = load_model(tmp, device=device if fam.torch else "cpu")
@@ -199,8 +200,7 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
     files through ``step`` (not committed). Returns its metrics."""
     import torch
 
-    from . import policy as P
-    from . import torchutil
+    from . import policy as P, torchutil
     from .loader import BASE_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, load_model
 
     t0 = time.monotonic()

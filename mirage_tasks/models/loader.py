@@ -31,9 +31,9 @@ import numpy as np
 from stepkit import StepError, storage
 from stepkit.safeload import read_document
 
-from .thresholds import submit_mask
 from .datasets import FeatureScaler
 from .registry import FAMILIES, family
+from .thresholds import submit_mask
 
 FORMAT = "mirage-model"
 FORMAT_VERSION = 1

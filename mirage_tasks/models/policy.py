@@ -295,6 +295,6 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
                "reactive_val_return": curves[0]["val_return_reactive"],
                "greedy_val_return": greedy["return_mean"], "greedy_val_forced_share": greedy["forced_share"],
                "greedy_never_submits": greedy["forced_share"] >= 1.0,
-               "method": "PPO (clipped, %d updates per batch)" % int(hp.get("ppo_epochs", 1))
+               "method": f"PPO (clipped, {int(hp.get('ppo_epochs', 1))} updates per batch)"
                if int(hp.get("ppo_epochs", 1)) > 1 else "REINFORCE"}
     return head, curves, summary

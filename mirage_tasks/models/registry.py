@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..sim.probes import BASELINES  # noqa: F401 - the simulator's rules, re-exported beside the kinds
+from ..sim.probes import BASELINES  # the simulator's rules, re-exported beside the kinds
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ import torch
 
 from stepkit import StepError, storage
 
-
 log = logging.getLogger(__name__)
 
 
@@ -56,7 +55,7 @@ def load_tensors(uri: str, map_location: str | torch.device = "cpu") -> dict[str
         raise StepError(f"model file not found: {uri}")
     try:
         obj = torch.load(io.BytesIO(storage.read_bytes(uri)), map_location=map_location, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - zip, unpickler and weights-only errors vary
+    except Exception as exc:  # zip, unpickler and weights-only errors vary
         raise StepError(f"{uri}: not a readable torch weights file ({type(exc).__name__}: {exc})") from exc
     if not isinstance(obj, dict):
         raise StepError(f"{uri}: expected a dict of tensors, got {type(obj).__name__}")

@@ -19,8 +19,7 @@ from torch import nn
 
 from stepkit import StepError
 
-from . import torchutil
-from . import StopRequested
+from . import StopRequested, torchutil
 
 log = logging.getLogger(__name__)
 

@@ -149,7 +149,7 @@ def forest_from_bytes(data: bytes, uri: str) -> Any:
     try:
         with _skops() as sio:
             model = sio.loads(data, trusted=RF_TRUSTED)
-    except Exception as exc:  # noqa: BLE001 - skops raises UntrustedTypesFoundException, zip errors, ...
+    except Exception as exc:  # skops raises UntrustedTypesFoundException, zip errors, ...
         raise StepError(f"{uri}: not a loadable skops random forest ({type(exc).__name__}: {exc})") from exc
     from sklearn.ensemble import RandomForestRegressor
 

@@ -50,13 +50,12 @@ import functools
 import importlib
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..data import keys
-from ..data.keys import digest, partition, trace_location  # noqa: F401 - the DAGs and tests use them from here
-from ..data.times import iso as _iso
-from ..data.times import parse_iso
+from ..data.keys import digest, partition, trace_location  # the DAGs and tests use them from here
+from ..data.times import iso as _iso, parse_iso
 from ..models.registry import FAMILIES, POLICIES
 from ..sim.probes import BASELINES
 from .runconf import FAMILY_PARAMS, MirageRun
@@ -73,7 +72,7 @@ def _typed(run: Any) -> None:
 
 # ----------------------------------------------------------------------------- argv from the step parsers
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step_parser(step: str) -> argparse.ArgumentParser:
     """The parser of ``python -m mirage_tasks <step>`` (its module's ``add_arguments``)."""
     from ..__main__ import STEPS
@@ -145,7 +144,7 @@ LABEL_SEP = " · "
 # ----------------------------------------------------------------------------- windows
 
 def _month_before(t: datetime) -> tuple[datetime, datetime]:
-    end = t.astimezone(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = t.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     start = (end - timedelta(days=1)).replace(day=1)
     return start, end
 
@@ -155,7 +154,7 @@ def windows(run: MirageRun, logical_date: datetime | None) -> dict[str, Any]:
     step = timedelta(hours=run.interval_hours)
     workload = timedelta(days=run.workload_days)
     if logical_date is not None:  # Airflow hands a pendulum DateTime: use plain datetime arithmetic
-        logical_date = datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc)
+        logical_date = datetime.fromtimestamp(logical_date.timestamp(), tz=UTC)
     val_start = _ts(run.val_start, "val_start")
     val_count = run.val_count
     if val_start is None:
@@ -209,7 +208,7 @@ def trace_identity(run: MirageRun, fingerprint: str | None = None) -> dict[str, 
 
 def trace_fingerprint(uri: str) -> str:
     """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file)."""
-    from stepkit.step import input_fingerprint  # noqa: PLC0415 - fsspec, only when planning a real run
+    from stepkit.step import input_fingerprint  # fsspec, only when planning a real run
 
     return input_fingerprint(uri)
 
@@ -255,7 +254,7 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
     day's horizon (a grown trace keeps its earlier days; a changed one does not). Without
     digests (the trace is not ingested yet) a marker is enough: the ``sample`` step checks
     again and recomputes a stale day, and ``merge --trace`` refuses one."""
-    from stepkit.step import read_marker  # noqa: PLC0415
+    from stepkit.step import read_marker
 
     from ..data.prefixes import prefix_before, read_prefixes
 
@@ -312,7 +311,7 @@ def run_key(run: MirageRun, logical_date: datetime | None, trace: dict[str, Any]
     always, a field declared after it only off its default (a new param orphans no stored
     run); tests/mirage/test_run_keys.py pins the keys."""
     w = windows(run, logical_date)
-    date = (datetime.fromtimestamp(logical_date.timestamp(), tz=timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    date = (datetime.fromtimestamp(logical_date.timestamp(), tz=UTC).strftime("%Y-%m-%dT%H%M%SZ")
             if logical_date is not None else "manual")
     return f"{date}-{digest({'params': run.key_params(), 'windows': w, 'trace': trace}, 12)}"
 
@@ -439,7 +438,7 @@ def samples_trace(run: MirageRun, shared: str, day: str | None,
                 "argv": argv("ingest", trace=run.trace, out=loc, timezone=run.trace_timezone)}
     if day is None:
         raise ValueError("a synthetic trace needs the run's day")
-    d = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+    d = datetime.fromisoformat(day).replace(tzinfo=UTC)
     month = d.replace(day=1)
     nxt = (month + timedelta(days=32)).replace(day=1)
     t_from = month - timedelta(days=run.warmup_days + 2)
@@ -492,7 +491,7 @@ def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     month (logical date: the first of the next month) with the pipeline's default training
     window, a ``paper``-size run on the trace and sampling params the days were sampled with.
     A ``ValueError`` when the days disagree (e.g. half the month sampled with other params)."""
-    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=timezone.utc)
+    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     nxt = (start + timedelta(days=32)).replace(day=1)
     confs = {json.dumps({k: e.get("params", {}).get(k) for k in FAMILY_PARAMS}, sort_keys=True) for e in extras}
     if not extras or any("params" not in e for e in extras):

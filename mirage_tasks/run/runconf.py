@@ -46,9 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..data.times import parse_iso
 from ..models.registry import KINDS, POLICIES
 from ..sim.probes import PROBE_SPACINGS
-from ..data.times import parse_iso
 
 
 @dataclass(frozen=True)

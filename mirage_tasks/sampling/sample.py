@@ -19,13 +19,12 @@ from stepkit import StepError
 from stepkit.pool import run_pool
 
 from ..data.artifacts import DATASET_KEYS, load_shard
-from ..data.times import hours_to_s
-from .schedule import pool_context
+from ..data.times import hours_to_s, iso
 from ..sim.config import SimConfig
 from ..sim.episode import EpisodeSpec, simulate_sample
 from ..sim.features import FEATURE_NAMES, N_FEATURES
 from ..sim.workload import Workload
-from ..data.times import iso
+from .schedule import pool_context
 
 # worker state (set in this process, or by the pool's initializer)
 _W: dict = {}

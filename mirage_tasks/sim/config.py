@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from stepkit import StepError, storage
+from stepkit import StepError
 
 from . import policies
 

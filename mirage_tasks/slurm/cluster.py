@@ -124,7 +124,7 @@ class port_lock:
     def __init__(self, path: str = PORT_LOCK):
         self.path = path
 
-    def __enter__(self) -> "port_lock":
+    def __enter__(self) -> port_lock:
         import fcntl
 
         self.fh = open(self.path, "a")
@@ -724,7 +724,7 @@ def check_conf(conf: str | None, flag: str) -> str:
 
 
 def start_local(root: str, cfg: SimConfig, factor: float, accounting: bool = False,
-                users: int = 0, unknown: bool = False, debug_flags: str = "") -> "LocalSlurm":
+                users: int = 0, unknown: bool = False, debug_flags: str = "") -> LocalSlurm:
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
     config's settings at time compression ``factor`` (with ``accounting``: slurmdbd and accounts
     for ``users`` trace users) and owned by the step (:class:`OwnedSlurm`: stopped on every exit,

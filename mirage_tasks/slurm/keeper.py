@@ -49,14 +49,16 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..sim import features
 from . import livewait
-from .queue import LiveView, QJob, RUNNING_STATES, run_client, sinfo_nodes, squeue
+from .asking import asks
+from .queue import RUNNING_STATES, LiveView, QJob, run_client, sinfo_nodes, squeue
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +135,7 @@ class Keeper:
 
         self.progress = Progress(f"keeper {self.policy}" + (f" chain {self.chain}" if self.chain else ""))
 
-    def _asks(self, link: "Link", left_s: float) -> bool:
+    def _asks(self, link: Link, left_s: float) -> bool:
         """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
         end (:func:`asks`)."""
         return asks(left_s, self.decide_within_s, self.decide_at_s, link.asked_at)
@@ -287,9 +289,9 @@ class Keeper:
                     why = "model" if submit else ""
                 self._log({"event": "decision", "link": k, "submit": submit, "why": why, "model_output": raw,
                            "inputs": inputs})
-                self.progress.maybe(lambda: f"link {k + 1} of {self.links}: predecessor {pred} "
-                                            f"{inputs['pred_state']}, {inputs['pending']} pending, "
-                                            f"{inputs['running']} running, {inputs['idle_nodes']} idle nodes")
+                self.progress.maybe("link %d of %d: predecessor %s %s, %s pending, %s running, %s idle nodes",
+                                    k + 1, self.links, pred, inputs["pred_state"], inputs["pending"],
+                                    inputs["running"], inputs["idle_nodes"])
                 if submit:
                     link.model_output = raw
                     link.succ = self.submit(str(k + 1))
@@ -313,8 +315,8 @@ class Keeper:
                 if q is not None and q.state in RUNNING_STATES and q.start is not None:
                     link.succ_start = q.start
                     break
-                self.progress.maybe(lambda: f"link {k + 1} of {self.links}: successor {link.succ} "
-                                            f"{q.state if q is not None else 'not in the queue'}")
+                self.progress.maybe("link %d of %d: successor %s %s", k + 1, self.links, link.succ,
+                                    q.state if q is not None else "not in the queue")
                 now = self.clock()
                 if now >= next_tick:
                     self.snaps.append(self.snapshot(jobs, nodes, now))
@@ -335,20 +337,6 @@ class Keeper:
         if self.stop_chain:
             self.cancel(pred)
         return results
-
-
-def asks(left_s: float, within_s: float | None, at_s: tuple[float, ...] | None, asked: set) -> bool:
-    """Whether the model is asked at a reading with ``left_s`` trace seconds to the predecessor's
-    end: within ``within_s``, and with ``at_s`` at the first reading at or past each of those
-    times (one ask per time; times passed while reading count once; ``asked`` keeps the times
-    already asked for this link). The keeper and the simulator's prediction of it both ask so."""
-    if within_s is not None and left_s > within_s:
-        return False
-    if at_s is None:
-        return True
-    due = [t for t in at_s if left_s <= t and t not in asked]
-    asked.update(due)
-    return bool(due)
 
 
 def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]], dict[str, Any]]:

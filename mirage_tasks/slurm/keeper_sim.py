@@ -16,7 +16,7 @@ workload (each chain is predicted alone).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -24,8 +24,8 @@ import pandas as pd
 from ..sim import features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
+from .asking import asks
 from .compare import align_recalc, job_user, sim_config, submission_order
-from .keeper import asks
 from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3
@@ -58,7 +58,7 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`; ``late``: (trace instant, k),
     k nodes of the cluster in service only from then on, the session's late nodes). The model is
-    asked where the keeper asks it (``decide_within_s``, ``decide_at_s``: :func:`.keeper.asks`)."""
+    asked where the keeper asks it (``decide_within_s``, ``decide_at_s``: :func:`.asking.asks`)."""
     ps = int(round(pred_submit_t))
     t0 = int(min(ps, np.floor(jobs["submit_t"].min()))) if jobs["submit_t"].notna().any() else ps
     sim = _background(jobs, cfg, factor, t0, accounting, recalc_t, late)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..calibration import atsubmit
+from .asking import asks
 from .queue import PENDING_STATES, RUNNING_STATES, QJob
 
 WAIT_POLICIES = ("wait-pred", "guarantee", "guarantee-cal")
@@ -68,13 +69,11 @@ def next_decision_s(policy: str, left_s: float, step_s: float, at_s: tuple[float
     """Trace seconds from now to the rule's next decision when it is asked at a reading with
     ``left_s`` to the predecessor's end, None when it is not asked there. ``wait-pred`` and
     ``guarantee`` are asked every step; ``guarantee-cal`` only at the first reading at or past each
-    of its calibration probes' times ``at_s`` (:func:`.keeper.asks`; ``asked`` keeps the link's
+    of its calibration probes' times ``at_s`` (:func:`.asking.asks`; ``asked`` keeps the link's
     times asked), its next decision the next of them (or the end): the decisions its margin was
     calibrated for."""
     if policy != "guarantee-cal":
         return step_s
-    from .keeper import asks
-
     if not asks(left_s, None, at_s, asked):
         return None
     return left_s - max([o for o in at_s if o < left_s], default=0.0)

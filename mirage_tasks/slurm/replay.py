@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -92,11 +93,12 @@ class Progress:
     def __init__(self, what: str, every_s: float = 60.0):
         self.what, self.every_s, self._next = what, float(every_s), 0.0
 
-    def maybe(self, msg) -> None:
+    def maybe(self, fmt: str, *args: Any) -> None:
+        """Log ``fmt % args`` when it is time to, formatted only then (as :mod:`logging` does)."""
         now = time.monotonic()
         if now >= self._next:
             self._next = now + self.every_s
-            log.info("%s: %s", self.what, msg() if callable(msg) else msg)
+            log.info("%s: " + fmt, self.what, *args)
 
 
 def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
@@ -153,7 +155,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
             due = origin + float(row["offset_real_s"])
             now = time.time()
             while due > now and not (stop is not None and stop.is_set()):  # wake at least once a minute to say so
-                said.maybe(lambda: f"submitted {len(ids)} of {len(todo)} jobs; the next is due in {due - now:.0f} s")
+                said.maybe("submitted %d of %d jobs; the next is due in %.0f s", len(ids), len(todo), due - now)
                 nap = min(due - now, said.every_s)
                 if stop is not None:
                     stop.wait(nap)
@@ -164,7 +166,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
                 break
             lateness.append(time.time() - due)
             ids[idx] = _sbatch(row.to_dict(), env, tag, workdir, accounts)
-            said.maybe(lambda: f"submitted {len(ids)} of {len(todo)} jobs")
+            said.maybe("submitted %d of %d jobs", len(ids), len(todo))
         last_sub = time.time()
         scored = {ids[i] for i in todo.index if i in ids and todo.at[i, "kind"] == "window"}
         started: dict[str, float] = {}
@@ -179,13 +181,13 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
                 elif j is None:
                     started.setdefault(jid, float("nan"))  # finished: the jobcomp log has it
             if hold:  # only ``stop`` ends a held background
-                said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} "
-                                   "scored jobs started; held until the session stops")
+                said.maybe("all %d jobs submitted; %d of %d scored jobs started; held until the session stops",
+                           len(ids), len(scored & started.keys()), n_scored)
             elif scored <= started.keys():
                 break
             else:
-                said.maybe(lambda: f"all {len(ids)} jobs submitted; {len(scored & started.keys())} of {n_scored} "
-                                   f"scored jobs started; waiting up to {deadline - time.time():.0f} s more")
+                said.maybe("all %d jobs submitted; %d of %d scored jobs started; waiting up to %.0f s more",
+                           len(ids), len(scored & started.keys()), n_scored, deadline - time.time())
             if stop is not None:
                 stop.wait(poll_s)
             else:

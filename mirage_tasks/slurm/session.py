@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -90,7 +91,7 @@ class Session:
                         box["out"] = replay_run(jobs, self.env, self.jobcomp, self.keeper["scale"], self.t0, tag="bg",
                                                 drain_s=0.0, stop=stop, submitted=bg_ids, accounts=self.accounting,
                                                 hold=True)
-                    except Exception as exc:  # reported below
+                    except Exception as exc:  # noqa: BLE001 - reported below
                         box["error"] = repr(exc)
 
                 bg_thread = threading.Thread(target=_bg, daemon=True)
@@ -118,7 +119,7 @@ class Session:
                         self.results.setdefault(p, []).extend(rows)
                 except Stopped:
                     pass
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded for this keeper; the others go on
                     with lock:
                         self.errors[p if self.chains == 1 else f"{p}[{c}]"] = repr(exc)
 
@@ -133,7 +134,7 @@ class Session:
                     self.join_epoch = time.time()
                 except Stopped:
                     pass
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded; the keepers go on
                     with lock:
                         self.errors["late nodes"] = repr(exc)
 
@@ -253,7 +254,7 @@ def _submitted_warm(env: dict, n: int) -> bool:
 
     try:
         return sum(1 for q in squeue(env) if q.name == "bg") >= n
-    except Exception:
+    except Exception:  # noqa: BLE001 - a queue not readable yet is not submitted; asked again
         return False
 
 

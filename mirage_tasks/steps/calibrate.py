@@ -38,11 +38,11 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from .. import __version__
+from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months
 from ..calibration.fidelity import metrics, summarize
 from ..calibration.summary import _block, beats_zero, mae_reduction, markdown, zero_comparison
-from ..data.times import window_outside_trace
 from ..data.schema import read_trace
-from ..calibration.calibrate import calibrate, default_config, machine_warning, replay_months
+from ..data.times import window_outside_trace
 from ..sim.config import SimConfig, load_config
 from ..sim.workload import Workload
 

@@ -50,10 +50,10 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from .. import __version__
+from ..calibration.fidelity import markdown, report, too_big
 from ..data.schema import parse_time, read_trace
 from ..data.times import window_outside_trace
 from ..sim.config import PRESETS, SimConfig, add_config_arguments, config_from_args, load_config
-from ..calibration.fidelity import markdown, report, too_big
 from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)

@@ -11,13 +11,12 @@ import argparse
 import logging
 import time
 
-
 from stepkit import Step, StepError
 
 from .. import __version__
+from ..data.ingest import BadRows, formats, formats_help, parse
 from ..data.prefixes import PREFIXES_FILE
 from ..data.schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
-from ..data.ingest import BadRows, formats, formats_help, parse
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "ingest_report.json"

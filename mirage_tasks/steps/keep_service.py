@@ -245,7 +245,6 @@ def run(args: argparse.Namespace) -> int:
     cluster = None
     if args.slurm_root:
         from ..slurm.cluster import start_local
-
         from ..slurm.replay import users_of
 
         users, unknown = users_of(bg_plan)

@@ -55,12 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.artifacts import npz_bytes, parquet_bytes
-    from ..sampling.sample import merge_shards, shared_params
-
     from stepkit import StepError
 
+    from ..data.artifacts import npz_bytes, parquet_bytes
     from ..data.schema import parse_time
+    from ..sampling.sample import merge_shards, shared_params
 
     window = None
     given = [x is not None for x in (args.start, args.count, args.interval_hours)]

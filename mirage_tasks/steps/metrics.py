@@ -16,7 +16,6 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..data.artifacts import METRICS_CSV, METRICS_JSON, METRICS_MD, METRICS_SAMPLES, METRICS_TABLE
 
-
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"bootstrap": (0, 100_000)}
 
@@ -29,7 +28,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..data.artifacts import parquet_bytes
-    from ..evaluation.metrics import COLUMNS, LOW_MAX_H, MEDIUM_MAX_H, compute, load_inputs, markdown, never_submits, records
+    from ..evaluation.metrics import (
+        COLUMNS,
+        LOW_MAX_H,
+        MEDIUM_MAX_H,
+        compute,
+        load_inputs,
+        markdown,
+        never_submits,
+        records,
+    )
 
     if args.bootstrap < 0:
         raise StepError("--bootstrap must be >= 0")

@@ -13,7 +13,6 @@ from stepkit import Step, StepError, storage
 
 from .. import __version__
 
-
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"bootstrap": (0, 100_000)}
 

@@ -62,17 +62,25 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from datetime import UTC
 
 from stepkit import Step, StepError
 
 from .. import __version__
 from ..data import keys
 from ..data.artifacts import PROBES_FILE, SHARD_FILE, SHARD_INFO_FILE
-from ..sampling.schedule import (DAY_S, add_schedule_arguments, check_schedule, day_tasks, grid_phase, resolve_workers,
-                        sample_tasks, set_threads)
+from ..sampling.schedule import (
+    DAY_S,
+    add_schedule_arguments,
+    check_schedule,
+    day_tasks,
+    grid_phase,
+    resolve_workers,
+    sample_tasks,
+    set_threads,
+)
 from ..sim.config import add_config_arguments
-from ..sim.probes import BASELINES
-from ..sim.probes import PROBE_SPACINGS
+from ..sim.probes import BASELINES, PROBE_SPACINGS
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +107,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _utc_day(epoch: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(epoch, timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(epoch, UTC).date().isoformat()
 
 
 def _parse_days(days: list[str]) -> list[tuple[str, int]]:
-    from datetime import date, datetime, timezone
+    from datetime import date, datetime
 
     out = []
     for d in days:
@@ -113,7 +121,7 @@ def _parse_days(days: list[str]) -> list[tuple[str, int]]:
             day = date.fromisoformat(d)
         except ValueError as exc:
             raise StepError(f"--day {d!r}: expected YYYY-MM-DD") from exc
-        out.append((day.isoformat(), int(datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp())))
+        out.append((day.isoformat(), int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())))
     if len({d for d, _ in out}) != len(out):
         raise StepError("--day: a day is given twice")
     return sorted(out)
@@ -154,12 +162,12 @@ def check_span(trace: str, df, days: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.artifacts import require_input
     from ..data.prefixes import load_prefixes, prefix_before
     from ..data.schema import parse_time, read_trace
     from ..sim.config import config_from_args
     from ..sim.episode import EpisodeSpec
     from ..sim.features import FEATURE_NAMES
-    from ..data.artifacts import require_input
 
     shard_i, shard_n = check_schedule(args)
     if args.days and (args.count is not None or args.shard != "0/1"):
@@ -238,9 +246,9 @@ def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, sp
              at_probe=None):
     """Simulate ``tasks`` and commit them as one output (a shard or a day partition)."""
     from ..data.artifacts import npz_bytes, parquet_bytes
+    from ..data.times import iso
     from ..sampling.sample import assemble, run_samples
     from ..sim.workload import Workload
-    from ..data.times import iso
 
     if wl is None:
         wl = Workload.from_frame(df, cfg.procs_per_node or None)

@@ -15,7 +15,6 @@ from stepkit import Step, StepError, storage
 from .. import __version__
 from ..data.profiles import PACKAGED
 
-
 #: The largest arrival-rate multiple: beyond it the Poisson draws overflow (and no cluster is that busy).
 MAX_LOAD_SCALE = 1000.0
 #: The longest generated span, and the most jobs a generated trace may be expected to hold:
@@ -46,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_any(uri: str, timezone: str | None) -> tuple:
-    from ..data.schema import TRACE_FILE, read_trace
     from ..data.ingest import parse
+    from ..data.schema import TRACE_FILE, read_trace
 
     if uri.endswith(".parquet") or storage.exists(storage.join(uri, TRACE_FILE)):
         return read_trace(uri)

@@ -44,8 +44,7 @@ import argparse
 from stepkit import Step, StepError
 
 from .. import __version__
-from ..models import StopRequested
-from ..models import presets as presets_mod
+from ..models import StopRequested, presets as presets_mod
 from ..models.registry import FAMILIES, family
 from ..models.thresholds import CALIBRATION_VERSION, WASTE_WEIGHT
 

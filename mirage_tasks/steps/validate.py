@@ -108,12 +108,20 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..data.artifacts import parquet_bytes, require_input
-    from ..evaluation.validate import (CALIBRATED_RULES, PREDICTOR_RULES, ROW_COLUMNS, RULES, make_rows,
-                                       resolve_model, run_tasks, sampling_warnings)
     from ..data.schema import parse_time, read_trace
+    from ..data.times import iso
+    from ..evaluation.validate import (
+        CALIBRATED_RULES,
+        PREDICTOR_RULES,
+        ROW_COLUMNS,
+        RULES,
+        make_rows,
+        resolve_model,
+        run_tasks,
+        sampling_warnings,
+    )
     from ..sim.config import config_from_args
     from ..sim.workload import Workload
-    from ..data.times import iso
 
     shard_i, shard_n = check_schedule(args)
     require_input(args.trace, "--trace")

@@ -77,7 +77,7 @@ app = FastAPI(title="Pipeline results", description="Reports of the Mirage and F
 
 
 def storage_root() -> str:
-    from house.config import get_config  # noqa: PLC0415 - the plugins folder is on sys.path
+    from house.config import get_config  # the plugins folder is on sys.path
 
     return get_config().storage_root.rstrip("/")
 
@@ -88,8 +88,8 @@ class NotLoggedIn(Exception):
 
 async def current_user(request: Request):
     """The logged-in Airflow user, or :class:`NotLoggedIn`."""
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN  # noqa: PLC0415
-    from airflow.api_fastapi.core_api.security import resolve_user_from_token  # noqa: PLC0415
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
     auth = request.headers.get("authorization", "")
     token = auth[7:] if auth.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
@@ -101,8 +101,8 @@ async def current_user(request: Request):
 
 def allowed_pipelines(user) -> set[str]:
     """The pipelines whose DAG runs ``user`` may read."""
-    from airflow.api_fastapi.app import get_auth_manager  # noqa: PLC0415
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails  # noqa: PLC0415
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
     am = get_auth_manager()
     return {p for p in PIPELINES
@@ -114,7 +114,7 @@ def allowed_pipelines(user) -> set[str]:
 async def _login(request: Request, exc: NotLoggedIn):
     if request.url.path.rstrip("/").endswith("/api/reports") or "text/html" not in request.headers.get("accept", ""):
         return JSONResponse({"detail": f"Not authenticated ({exc})"}, status_code=401)
-    from airflow.api_fastapi.app import get_auth_manager  # noqa: PLC0415
+    from airflow.api_fastapi.app import get_auth_manager
 
     here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status_code=303)
@@ -192,10 +192,10 @@ def airflow_runs(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, 
     if not keys:
         return {}
     try:
-        from airflow.models.dagrun import DagRun  # noqa: PLC0415
-        from airflow.models.taskinstance import TaskInstance as TI  # noqa: PLC0415
-        from airflow.utils.session import create_session  # noqa: PLC0415
-        from sqlalchemy import select  # noqa: PLC0415
+        from airflow.models.dagrun import DagRun
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
     except ImportError:
         return {}
 
@@ -224,7 +224,7 @@ def airflow_runs(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, 
                 rec["unfinished"].append((label, state))
                 if "." in task_id and task_id.split(".", 1)[0] not in rec["groups"]:
                     rec["groups"].append(task_id.split(".", 1)[0])
-    except Exception:  # noqa: BLE001 - the list still shows what storage says
+    except Exception:  # the list still shows what storage says
         log.exception("results view: could not read DAG run states from the metadata database")
         return {}
     return out

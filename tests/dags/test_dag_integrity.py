@@ -180,9 +180,9 @@ def test_faasm_dag_does_not_import_the_task_package():
         f"runpy.run_path({str(DAGS / 'faasm_benchmarks.py')!r})\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faasm_tasks', 'mirage_tasks')))\n"
     )
-    from conftest import PLUGINS
-
     import os
+
+    from conftest import PLUGINS
     env = {**os.environ, "PYTHONPATH": str(PLUGINS), "HOUSE_NO_VARIABLES": "1"}
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
                          timeout=120)
@@ -196,7 +196,7 @@ def test_params_that_may_stay_empty_do_not_block_the_trigger_form(dagbags):
     waits for a value (mirage_service's partition and account did, issue 32)."""
     _, bags = dagbags
     for path, dag in _dags(bags):
-        for name, param in dag.params.items():
+        for name in dag.params.keys():
             p = dag.params.get_param(name)
             desc = str(p.schema.get("description") or "")
             if "(empty:" not in desc and "empty: the" not in desc:

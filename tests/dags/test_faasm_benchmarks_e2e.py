@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from conftest import load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 11, 29, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 11, 29, tzinfo=UTC)
 ONE = {"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]}
 GROUP = "sgd_reuters_svm__native"
 

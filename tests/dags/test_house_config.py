@@ -127,6 +127,7 @@ def test_airflow_variables_apply_when_env_unset(clean_env, variables):
 
 def test_variable_lookups_are_reused(clean_env, variables):
     from airflow.sdk import DAG
+
     from house import step
     from house.config import get_config
 
@@ -159,6 +160,7 @@ def _broken_variables(monkeypatch):
 def test_runner_from_a_variable_alone(clean_env, variables):
     """HOUSE_RUNNER unset, the Variable house_runner set: the factory builds pods."""
     from airflow.sdk import DAG
+
     from house import steps_for
     from house.config import get_config
     from house.pod import HousePodOperator
@@ -239,6 +241,7 @@ def test_factory_has_no_default_package():
 
 def test_steps_for_binds_the_package(clean_env):
     from airflow.sdk import DAG
+
     from house import steps_for
 
     step, step_partial = steps_for("faasm_tasks")
@@ -298,6 +301,7 @@ def test_unknown_package_needs_an_image(clean_env):
 
 def test_factory_rejects_bad_declarations():
     from airflow.sdk import DAG
+
     from house import step
 
     with DAG("house_bad", schedule=None):
@@ -311,6 +315,7 @@ def test_factory_rejects_bad_declarations():
 
 def test_factory_local_mode(clean_env):
     from airflow.sdk import DAG
+
     from house import default_args, step, step_partial
     from house.local import LocalStepOperator
 

@@ -29,20 +29,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, load_dag, task_states
-
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.rbac import access_of
 from kubeapi.server import KubeAPIServer
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP_NS, FAASM_NS = "airflow", "faasm"
 SECRET = "house-storage-credentials"
 IMAGE = "registry.example.org/house/faasm-tasks:0.1.0"

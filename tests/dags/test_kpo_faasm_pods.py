@@ -19,7 +19,7 @@ def _faasm_dag():
     return bag.dags["faasm_benchmarks"]
 
 
-def test_faasm_pods_run_as_the_benchmark_service_account(kube_env):  # noqa: F811
+def test_faasm_pods_run_as_the_benchmark_service_account(kube_env):
     from house.pod import HousePodOperator
 
     dag = _faasm_dag()

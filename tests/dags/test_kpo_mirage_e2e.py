@@ -12,19 +12,19 @@ the credentials into the pods.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import DAGS, REPO
-
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.server import KubeAPIServer
+
 from mirage_tasks.sim.probes import BASELINES
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: The run's own outputs live under ``mirage_pipeline/<logical date>-<config key>``; the trace and
 #: the day partitions of samples under the content-keyed ``mirage/`` (shared by runs).
 RUN_GLOB = "mirage_pipeline/2026-11-29T120000Z-*"

@@ -18,17 +18,16 @@ import json
 import textwrap
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from conftest import bundle_dags, fake_bundle, task_states
-
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.server import KubeAPIServer
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 NS = "house-kpo"
 SECRET = "house-storage-credentials"
 SECRET_DATA = {"AWS_ACCESS_KEY_ID": "AKIA-kpo-test", "AWS_SECRET_ACCESS_KEY": "kpo secret/with=chars"}
@@ -123,7 +122,6 @@ def assert_worker_rbac_allows(requests: list[tuple[str, str]]) -> None:
     """Every request the operator made lies in the step namespace and is allowed by the worker Role."""
     import yaml
     from conftest import REPO
-
     from kubeapi.rbac import access_of, denied
 
     docs = list(yaml.safe_load_all((REPO / "deploy" / "rbac" / "airflow-worker.yaml").read_text()))

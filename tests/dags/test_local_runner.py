@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 import threading
 import time
@@ -146,6 +145,7 @@ def test_streams_lines_while_running(code_root, tmp_path):
 @pytest.mark.parametrize("code", [1, 2, 7])
 def test_failure_raises_with_stderr_tail(code_root, code):
     from airflow.sdk.exceptions import AirflowFailException
+
     from house.local import StepFailed
 
     op, log = make_op(code_root, ["fail", str(code)], stderr_tail_lines=5)
@@ -237,6 +237,7 @@ def test_string_argv_rejected(code_root):
 
 def test_argv_is_templated(code_root):
     from airflow.sdk import DAG
+
     from house.local import LocalStepOperator
 
     with DAG("templated", schedule=None):
@@ -251,6 +252,7 @@ def test_mapped_items_label_each_instance(code_root):
     """``expand_kwargs(mapped_items(argvs, labels))`` with ``MAP_LABEL``: each instance runs its argv
     and its label is the one given beside it (what the grid shows), nothing read from the argv."""
     from airflow.sdk import DAG
+
     from house import MAP_LABEL, mapped_items, step_partial
 
     items = mapped_items([["echo", "a"], ["echo", "b"]], ["first · node 1", "second"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +14,11 @@ import pytest
 from conftest import REPO, load_dag, task_states
 
 sys.path.insert(0, str(REPO / "tests" / "mirage"))
-from test_waitpred import _log  # noqa: E402 - the simulated log of the wait predictor's tests
+from test_waitpred import _log  # the simulated log of the wait predictor's tests
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 12, 1, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 12, 1, tzinfo=UTC)
 START = 1_700_000_400  # test_sim_support.T0: 2023-11-14 22:20 UTC
 
 
@@ -27,7 +27,7 @@ def _swf(path: Path) -> Path:
     path under the storage root: a form's trace is read only there or in the shipped traces."""
     path.parent.mkdir(parents=True, exist_ok=True)
     submit, start, dur, nodes, limit, user = _log(seed=5, n=900, days=60)
-    lines = ["; UnixStartTime: %d" % START, "; TimeZoneString: UTC", "; MaxNodes: 16", "; MaxProcs: 16"]
+    lines = [f"; UnixStartTime: {START}", "; TimeZoneString: UTC", "; MaxNodes: 16", "; MaxProcs: 16"]
     for i in range(len(submit)):
         lines.append(" ".join(str(int(v)) for v in (
             i + 1, submit[i] - START, start[i] - submit[i], dur[i], nodes[i], -1, -1, nodes[i], limit[i], -1, 1,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from conftest import REPO, bundle_dags, fake_bundle, load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: Run prefixes are <logical date>-<configuration key>; traces and samples are shared, content-keyed.
 PREFIX_GLOB = "mirage_pipeline/2026-11-29T120000Z-*"
 

@@ -3,17 +3,18 @@ that every argv the plan builds parses with its step's own parser."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from mirage_tasks.run.runconf import MirageRun
+
 from mirage_tasks.run.plan import argv, plan, step_parser, windows
+from mirage_tasks.run.runconf import MirageRun
 
 BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=684,
             val_start=None, val_count=None, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
             node_sizes=[1, 8], shards=4, preset="quick", device="cpu", seed=0, train_params={},
             models=["xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"])
-APRIL = datetime(2023, 4, 1, tzinfo=timezone.utc)
+APRIL = datetime(2023, 4, 1, tzinfo=UTC)
 
 
 def test_default_windows_validate_the_month_before():
@@ -240,7 +241,7 @@ def test_only_missing_days_are_sampled():
 def test_next_month_reuses_most_days():
     """A monthly backfill: May's training window overlaps April's in all but ~a month of days."""
     april = plan(MirageRun.from_params(BASE), "/r/p", APRIL, shared="/r/mirage")
-    may = plan(MirageRun.from_params(BASE), "/r/q", datetime(2023, 5, 1, tzinfo=timezone.utc), shared="/r/mirage")
+    may = plan(MirageRun.from_params(BASE), "/r/q", datetime(2023, 5, 1, tzinfo=UTC), shared="/r/mirage")
     assert may["families"] == april["families"]
     new = set(may["days"]) - set(april["days"])
     assert len(new) <= 31 and len(set(may["days"]) & set(april["days"])) >= 80
@@ -292,7 +293,7 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     assert run["logical_date"] == "2023-03-01T00:00:00+00:00" and run["run_id"] == "samples_complete__2023-02"
     assert run["conf"] == {"size": "paper", **fam}  # a full-size run on the days' sampling params
     # the pipeline accepts the conf and validates February on it (the month before its logical date)
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from mirage_tasks.run.plan import windows
 
@@ -300,13 +301,13 @@ def test_a_complete_month_starts_the_pipeline_run_that_validates_it():
     for k, v in run["conf"].items():  # the pipeline's param schema accepts the conf
         form[k] = v
     params = form.validate()
-    w = windows(MirageRun.from_params(params), datetime(2023, 3, 1, tzinfo=timezone.utc))
+    w = windows(MirageRun.from_params(params), datetime(2023, 3, 1, tzinfo=UTC))
     assert w["val_start"] == "2023-02-01T00:00:00+00:00" and w["train_count"] == 684
     # it reads the days' partitions: the same sample families as mirage_samples wrote
     from mirage_tasks.run.plan import samples_day, samples_trace
 
     t = samples_trace(MirageRun.from_params(fam), "/r/mirage", "2023-02-10", "sha256:aa")
-    p = plan(MirageRun.from_params(params), "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=timezone.utc), shared="/r/mirage",
+    p = plan(MirageRun.from_params(params), "/r/mirage_pipeline/x", datetime(2023, 3, 1, tzinfo=UTC), shared="/r/mirage",
              trace_fp="sha256:aa")
     assert samples_day(MirageRun.from_params(fam), "/r/mirage", t, "2023-02-10")["partitions"]["8"] == p["families"]["8"] + "/day=2023-02-10"
     assert month_run("2023-12", extras)["logical_date"] == "2024-01-01T00:00:00+00:00"
@@ -397,7 +398,7 @@ def test_size_demo_is_the_makefiles_former_demo(synthetic):
                **{k: v for k, v in conf.items() if k != "size"})
     new = MirageRun.from_params(_form(conf))
     assert new.key_params() == old
-    date = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a manual trigger today
+    date = datetime(2026, 12, 1, tzinfo=UTC)  # a manual trigger today
     p, q = plan(new, "/r/p", date, shared="/r/mirage"), plan(MirageRun.from_params(old), "/r/p", date, shared="/r/mirage")
     assert p.pop("config")["size"] == "demo" and q.pop("config")["size"] == "paper"
     assert p == q

@@ -5,7 +5,7 @@ reading the same partitions."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,7 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
 
     dag = _dag()
     conf = {"trace": str(ls6_log), "trace_timezone": "America/Chicago", "node_sizes": [1]}
-    day = datetime(2023, 1, 10, tzinfo=timezone.utc)
+    day = datetime(2023, 1, 10, tzinfo=UTC)
     dr = dag.test(logical_date=day, run_conf=conf)
     assert dr.state == "success", _states(dr)
     # the grid labels each instance with the plan's label (node size, day)
@@ -51,7 +51,7 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
     assert (parts[0] / "_SUCCESS.json").stat().st_mtime_ns == stamp
 
     # the next day: its own partition in the same family, the same ingested trace
-    dr = dag.test(logical_date=datetime(2023, 1, 11, tzinfo=timezone.utc), run_conf=conf)
+    dr = dag.test(logical_date=datetime(2023, 1, 11, tzinfo=UTC), run_conf=conf)
     assert dr.state == "success", _states(dr)
     assert [p.name for p in sorted(storage.glob("mirage/samples/node1-*/day=*"))] == ["day=2023-01-10",
                                                                                        "day=2023-01-11"]

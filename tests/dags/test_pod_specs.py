@@ -62,6 +62,7 @@ def render_pod(op, xcoms: dict[tuple[str, str], Any] | None = None, map_index: i
 
 def assert_house_pod(manifest: dict, *, preset: str, timeout: timedelta, package: str = "mirage_tasks") -> None:
     import kubernetes_validate
+
     from house import config as house_config
 
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
@@ -124,6 +125,7 @@ def test_dag_pods(kube_env):
     from airflow.dag_processing.dagbag import DagBag
     from airflow.sdk.definitions.mappedoperator import MappedOperator
     from conftest import DAGS
+
     from house.pod import HousePodOperator
 
     bag = DagBag(dag_folder=str(DAGS))
@@ -156,6 +158,7 @@ def test_dag_pods(kube_env):
 def test_synthetic_presets(kube_env):
     """One step per preset, a templated argv and a mapped step, in kubernetes mode."""
     from airflow.sdk import DAG
+
     from house import step, step_partial
 
     timeouts = {"cpu-small": timedelta(minutes=5), "cpu-large": timedelta(hours=2), "gpu": timedelta(hours=6)}
@@ -184,6 +187,7 @@ def test_synthetic_presets(kube_env):
 def test_labelled_mapped_pods(kube_env):
     """A step mapped over ``mapped_items`` (argv + label): each pod runs its argv, its label is the given one."""
     from airflow.sdk import DAG
+
     from house import MAP_LABEL, mapped_items, step_partial
 
     items = mapped_items([["train", "--model", "xgboost"], ["train", "--model", "moe"]],
@@ -201,6 +205,7 @@ def test_labelled_mapped_pods(kube_env):
 
 def test_env_and_overrides(kube_env):
     from airflow.sdk import DAG
+
     from house import step
 
     with DAG("house_overrides", schedule=None):
@@ -217,6 +222,7 @@ def test_env_and_overrides(kube_env):
 @pytest.mark.parametrize("image", ["repo/mirage-tasks", "repo/mirage-tasks:latest", "host:5000/mirage-tasks"])
 def test_unpinned_image_rejected(kube_env, monkeypatch, image):
     from airflow.sdk import DAG
+
     from house import ConfigError, step
 
     monkeypatch.setenv("HOUSE_IMAGE_MIRAGE", image)
@@ -235,6 +241,7 @@ def test_manifest_validation_catches_errors(kube_env):
     """The schema check is real: a bad field is rejected."""
     import kubernetes_validate
     from airflow.sdk import DAG
+
     from house import step
 
     with DAG("house_schema", schedule=None):

@@ -4,7 +4,7 @@ box, ticked by default, would otherwise start beside the user's own run)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import DAGS
@@ -25,7 +25,7 @@ def _serialized(dag_id: str):
 def test_first_scheduled_run_is_after_the_unpause(dag_id, period):
     dag = _serialized(dag_id)
     assert dag._time_restriction.earliest is None, "a start_date would make unpausing run the last past time"
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     first = dag.timetable.next_dagrun_info(last_automated_data_interval=None, restriction=dag._time_restriction)
     assert before < first.run_after <= before + period, (dag_id, first.run_after)
 
@@ -36,7 +36,7 @@ def test_runs_follow_the_cron_once_scheduled():
     from airflow.timetables.base import DataInterval
 
     dag = _serialized("mirage_pipeline")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     last = DataInterval(month_start, month_start)
     nxt = dag.timetable.next_dagrun_info(last_automated_data_interval=last, restriction=dag._time_restriction)

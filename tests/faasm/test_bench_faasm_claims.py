@@ -7,7 +7,6 @@ import importlib.util
 import os
 
 import pytest
-
 from faasm_testutil import ROOT
 
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from faasm_testutil import ROOT, needs_redis
+
 from faasm_tasks import runtimes
 
 pytestmark = needs_redis

@@ -12,12 +12,12 @@ import time
 from types import SimpleNamespace as NS
 
 import pytest
+from kubeapi.fixtures import IMAGE_ENV
+from kubeapi.server import KubeAPIServer
 
 from faasm_tasks import billing
 from faasm_tasks.results import Attempt, iter_records, point_prefix
 from faasm_tasks.targets.knative import KnativeTarget, billing_daemonset, billing_spec
-from kubeapi.fixtures import IMAGE_ENV
-from kubeapi.server import KubeAPIServer
 from stepkit import storage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,12 +8,11 @@ import json
 import time
 
 import pytest
+from faasm_testutil import ScriptedServer
 
 from faasm_tasks.clients import KnativeInvoker, PlannerInvoker, UploadClient, UploadError
 from faasm_tasks.data import upload_state_once
 from faasm_tasks.targets.base import Endpoints
-
-from faasm_testutil import ScriptedServer
 
 
 def knative_server(outcome: str, slow_s: float = 0.0):

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from faasm_testutil import ScriptedServer
+from moto_s3 import reset
 
 from faasm_tasks.catalogue import get_experiment, resolve
 from faasm_tasks.clients import UploadClient
-from faasm_tasks.data import (expected_product, matrix_state_objects, prepare, synthetic_sgd,
-                              tar_bytes)
-from faasm_testutil import ScriptedServer
-from moto_s3 import reset
+from faasm_tasks.data import expected_product, matrix_state_objects, prepare, synthetic_sgd, tar_bytes
 from stepkit import StepError
 
 

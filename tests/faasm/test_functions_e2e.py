@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 import redis
-
 from faasm_testutil import ROOT, needs_redis
+
 from faasm_tasks import data, runtimes
 
 pytestmark = needs_redis

@@ -83,7 +83,7 @@ def test_schema_catches_broken_ksvc(ksvc_schema):
         _validate(ksvc, ksvc_schema)
     pod = copy.deepcopy(next(d for d in docs if d["kind"] == "Pod"))
     pod["spec"]["containers"][0]["imagePullPolicy"] = 3
-    with pytest.raises(Exception):
+    with pytest.raises(kubernetes_validate.ValidationError):
         _validate(pod, ksvc_schema)
 
 

@@ -12,10 +12,10 @@ import threading
 import time
 
 import pytest
+from faasm_testutil import ScriptedServer
 
 from faasm_tasks import loadgen
 from faasm_tasks.loadgen import LoadSpec, explain_no_success, run_load
-from faasm_testutil import ScriptedServer
 
 
 def first_call_slow(first_s: float, then_ms: float = 1.0, status: int = 200):

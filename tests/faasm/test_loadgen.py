@@ -19,11 +19,21 @@ from pathlib import Path
 
 import psutil
 import pytest
+from faasm_testutil import ScriptedServer
 from hdrh.histogram import HdrHistogram
 
-from faasm_tasks.loadgen import (LoadSpec, BadReply, latency_txt, parse_response, parse_wrk, run_load, run_wrk,
-                                 set_sched_slice, wrk_available, wrk_script)
-from faasm_testutil import ScriptedServer
+from faasm_tasks.loadgen import (
+    BadReply,
+    LoadSpec,
+    latency_txt,
+    parse_response,
+    parse_wrk,
+    run_load,
+    run_wrk,
+    set_sched_slice,
+    wrk_available,
+    wrk_script,
+)
 
 
 def delay_server(slow_every: int = 0, fast_ms: float = 0.0, slow_ms: float = 0.0, status: int = 200):

@@ -8,8 +8,8 @@ import signal
 
 import psutil
 import pytest
-
 from faasm_testutil import cli, needs_local_target
+
 from stepkit import storage
 
 pytestmark = needs_local_target

@@ -13,8 +13,8 @@ import time
 import psutil
 import pytest
 import requests
-
 from faasm_testutil import ROOT, needs_local_target
+
 from faasm_tasks import procs, runtimes
 from faasm_tasks.catalogue import get_experiment, resolve
 from faasm_tasks.targets.local import LocalTarget

@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from faasm_testutil import cli, needs_local_target
 
 from faasm_tasks.results import iter_records
-from faasm_testutil import cli, needs_local_target
 from stepkit import storage
 
 pytestmark = [needs_local_target, pytest.mark.timeout(900)]

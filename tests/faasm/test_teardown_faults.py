@@ -16,13 +16,12 @@ import time
 
 import psutil
 import pytest
-
 from faasm_testutil import ROOT, cli, needs_local_target
 
 pytestmark = [needs_local_target, pytest.mark.timeout(240)]
 
 
-_RUNS: list["Run"] = []
+_RUNS: list[Run] = []
 
 
 @pytest.fixture(autouse=True)

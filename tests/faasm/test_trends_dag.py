@@ -4,8 +4,8 @@ after the teardowns and ``summarize`` ran (local target, real processes)."""
 from __future__ import annotations
 
 import shutil
+from datetime import UTC, datetime
 from urllib.parse import quote
-from datetime import datetime, timezone
 
 import pytest
 from conftest import DAGS
@@ -43,7 +43,7 @@ def test_breach_fails_the_dag_run_after_teardown_and_summarize(tmp_path, monkeyp
     assert not bag.import_errors, bag.import_errors
     dag = bag.dags["faasm_benchmarks"]
     dag.get_task("check").retries = 0  # the breach is deterministic: no need to wait for the retry here
-    dr = dag.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc),
+    dr = dag.test(logical_date=datetime(2026, 11, 29, tzinfo=UTC),
                   run_conf={"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]})
     states = {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
     assert dr.state == "failed", states

@@ -7,7 +7,6 @@ import os
 
 import psutil
 import pytest
-
 from faasm_testutil import cli, needs_local_target
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from kubeapi.server import KubeAPIServer
@@ -26,7 +25,7 @@ def kube_api(tmp_path, monkeypatch):
 @pytest.fixture
 def kube_client(kube_api):
     """A ``kubernetes.client.ApiClient`` for the stand-in (the unmodified client library)."""
-    from kubernetes import client, config
+    from kubernetes import config
 
     api_client = config.new_client_from_config(config_file=str(kube_api.kubeconfig_path))
     yield api_client

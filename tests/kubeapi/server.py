@@ -89,8 +89,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http import HTTPStatus
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -126,7 +125,7 @@ MAX_DELETE_GRACE = 5.0
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def api_version(group: str, version: str) -> str:
@@ -402,7 +401,7 @@ class KubeAPIServer:
         """``kind namespace/name`` of every object a workload left (not events, not system namespaces)."""
         with self.lock:
             out = []
-            for (g, v, p, ns, name), obj in self.objects.items():
+            for (_g, _v, p, ns, name), obj in self.objects.items():
                 if p == "events" or ns in SYSTEM_NAMESPACES or (p == "namespaces" and name in SYSTEM_NAMESPACES):
                     continue
                 out.append(f"{obj.get('kind')} {ns + '/' if ns else ''}{name}")
@@ -462,7 +461,7 @@ class KubeAPIServer:
             items = []
             if (group, plural) == ("discovery.k8s.io", "endpointslices"):
                 items = [o for o in self._endpoint_slices(ns) if labels(o["metadata"]["labels"]) and fields(o)]
-            for (g, v, p, ons, name), obj in self.objects.items():
+            for (g, v, p, ons, _name), obj in self.objects.items():
                 if (g, v, p) != (group, version, plural) or (ns and ons != ns):
                     continue
                 if labels(obj["metadata"].get("labels") or {}) and fields(obj):
@@ -694,7 +693,7 @@ class KubeAPIServer:
         if svc is None:
             raise ApiError(404, f'services "{name}" not found (the stand-in resolves a Service to its pods)')
         sel = label_matcher(",".join(f"{k}={v}" for k, v in ((svc.get("spec") or {}).get("selector") or {}).items()))
-        for (g, v, p, ons, pname), pod in self.objects.items():
+        for (g, _v, p, ons, pname), pod in self.objects.items():
             if (g, p, ons) == ("", "pods", ns) and (ns, pname) in self.pod_ports and sel(pod["metadata"].get("labels") or {}):
                 return f"127.0.0.1:{self.pod_ports[(ns, pname)]}"
         raise ApiError(404, f"service {ns}/{name} has no pod with a port yet")
@@ -710,7 +709,7 @@ class KubeAPIServer:
                 continue
             sel = label_matcher(",".join(f"{k}={v}" for k, v in selector.items()))
             by_port: dict[int, list[dict]] = {}
-            for (pg, pv, pp, pns, pname), pod in self.objects.items():
+            for (pg, _pv, pp, pns, pname), pod in self.objects.items():
                 if (pg, pp, pns) == ("", "pods", sns) and (sns, pname) in self.pod_ports \
                         and sel(pod["metadata"].get("labels") or {}):
                     by_port.setdefault(self.pod_ports[(sns, pname)], []).append(
@@ -995,7 +994,8 @@ class KubeAPIServer:
         yield from (_fmt(t, line, stamps) for t, line in backlog)
         while follow:
             with run.cond:
-                run.cond.wait_for(lambda: len(run.lines) > i or run.done, timeout=1.0)
+                # B023: wait_for calls the predicate here, with this iteration's i
+                run.cond.wait_for(lambda: len(run.lines) > i or run.done, timeout=1.0)  # noqa: B023
                 new, i, finished = run.lines[i:], len(run.lines), run.done
             yield from (_fmt(t, line, stamps) for t, line in new)
             if finished or (ns, name) not in self.runs or ("", "v1", "pods", ns, name) not in self.objects:
@@ -1017,7 +1017,7 @@ def _true(value: str | None) -> bool:
 def _fmt(t: float, line: bytes, stamps: bool) -> bytes:
     if not stamps:
         return line
-    dt = datetime.fromtimestamp(t, timezone.utc)
+    dt = datetime.fromtimestamp(t, UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"000Z " + line
 
 
@@ -1128,19 +1128,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def do_GET(self):  # noqa: N802 - http.server API
+    def do_GET(self):  # http.server API
         self._dispatch("GET")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._dispatch("POST")
 
-    def do_PUT(self):  # noqa: N802
+    def do_PUT(self):
         self._dispatch("PUT")
 
-    def do_PATCH(self):  # noqa: N802
+    def do_PATCH(self):
         self._dispatch("PATCH")
 
-    def do_DELETE(self):  # noqa: N802
+    def do_DELETE(self):
         self._dispatch("DELETE")
 
 
@@ -1189,11 +1189,11 @@ class _IngressHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self._forward("GET")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._forward("POST")
 
-    def do_PUT(self):  # noqa: N802
+    def do_PUT(self):
         self._forward("PUT")

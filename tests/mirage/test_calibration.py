@@ -10,9 +10,9 @@ import pytest
 from test_fidelity import CFG, _self_made_trace
 from test_sim_support import T0, frame
 
+from mirage_tasks.calibration.calibrate import month_windows, objective_value, sustained_max, trace_facts
 from mirage_tasks.data.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Workload
-from mirage_tasks.calibration.calibrate import month_windows, objective_value, sustained_max, trace_facts
 from mirage_tasks.sim.config import load_config
 from stepkit.cli import main
 
@@ -26,9 +26,9 @@ def _cli(*argv: str) -> int:
 def test_trace_facts_sustained_concurrency_and_dispatch_latency():
     rows = []
     # user a: 3 jobs of 2 nodes together for 2 h; user b: a burst of 10 one-node jobs for 60 s
-    for k in range(3):
+    for _ in range(3):
         rows.append({"submit": T0, "start": T0 + 4, "end": T0 + 2 * H, "limit": 3 * H, "nodes": 2, "user": "a"})
-    for k in range(10):
+    for _ in range(10):
         rows.append({"submit": T0 + 5 * H, "start": T0 + 5 * H + 2, "end": T0 + 5 * H + 62, "limit": H,
                      "nodes": 1, "user": "b"})
     rows.append({"submit": T0, "start": T0 + 9 * H, "end": T0 + 10 * H, "limit": H, "nodes": 1, "user": "c"})

@@ -28,8 +28,7 @@ import jsonschema
 import pytest
 from test_run_keys import APRIL, CONFS, PINNED, key_of  # the pinned keys of stored configurations
 
-from mirage_tasks.run import plan as plan_mod
-from mirage_tasks.run import runconf
+from mirage_tasks.run import plan as plan_mod, runconf
 from mirage_tasks.run.runconf import MirageRun
 
 NAME, DEFAULT = "bootstrap", 2000

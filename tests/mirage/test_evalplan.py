@@ -231,8 +231,9 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
     assert al[al.index("--model") + 1] == on[on.index("--model") + 1] and al[al.index("--decide-within") + 1] == "all"
     assert al[al.index("--waitpred") + 1] == on[on.index("--waitpred") + 1] and "--decide-within" not in on
     # every argv parses with its step's own parser
-    from mirage_tasks.steps import validate as vstep
     import argparse
+
+    from mirage_tasks.steps import validate as vstep
 
     p = argparse.ArgumentParser()
     vstep.add_arguments(p)

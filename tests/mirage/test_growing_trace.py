@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import gzip
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from mirage_tasks.run.runconf import MirageRun
-from mirage_tasks.run.plan import plan_run
 from mirage_tasks.data.prefixes import EMPTY, horizon, prefix_before
+from mirage_tasks.run.plan import plan_run
+from mirage_tasks.run.runconf import MirageRun
 from stepkit.cli import main
 
 STEPS = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample", "merge")}
-APRIL = datetime(2023, 2, 1, tzinfo=timezone.utc)
+APRIL = datetime(2023, 2, 1, tzinfo=UTC)
 # a week of training samples every 8 h ending before January's validation window
 PARAMS = {"trace": None, "trace_timezone": "America/Chicago", "window_from": None, "window_to": None,
           "synth_profile": "ls6-a100", "cluster_config": "ls6", "train_start": "2023-01-02T00:00:00+00:00",

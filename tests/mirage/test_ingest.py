@@ -12,7 +12,6 @@ from mirage_tasks.data.schema import COLUMNS, read_trace
 from stepkit import MARKER
 from stepkit.cli import main
 
-
 STEPS = {"ingest": ("mirage_tasks.steps.ingest", "")}
 
 

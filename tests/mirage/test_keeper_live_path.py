@@ -20,8 +20,7 @@ from test_validate_support import CLUSTER, cli, iso
 from mirage_tasks.sim import features
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.engine import Simulator
-from mirage_tasks.slurm import keeper as kp
-from mirage_tasks.slurm import queue
+from mirage_tasks.slurm import keeper as kp, queue
 
 SCALE = 60                  # trace seconds per real second
 BASE = 1_800_000_000        # the compressed cluster's epoch at trace time 0

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
+from mirage_tasks.evaluation.validate import _Model
 from mirage_tasks.models import thresholds as C
 from mirage_tasks.models.loader import DecisionFunction
-from mirage_tasks.evaluation.validate import _Model
 from mirage_tasks.sim.features import FEATURE_NAMES
 
 WAIT = FEATURE_NAMES.index("running_wait_s_p50")
@@ -126,9 +126,8 @@ def test_rule_is_calibrated_from_the_training_split_only(tmp_path):
     """Changing every sample of the validation period (after --samples-until) changes nothing of the rule."""
     pytest.importorskip("xgboost")
     from mirage_tasks.__main__ import STEPS
-    from mirage_tasks.models import datasets as D
-    from mirage_tasks.models import toy as S
     from mirage_tasks.data.times import iso
+    from mirage_tasks.models import datasets as D, toy as S
     from stepkit.cli import main
 
     uri = str(tmp_path / "ds")

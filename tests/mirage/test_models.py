@@ -9,8 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mirage_tasks.models import datasets as D  # noqa: E402
-from mirage_tasks.models import toy as S  # noqa: E402
+from mirage_tasks.models import datasets as D, toy as S  # noqa: E402
 from stepkit import StepError  # noqa: E402
 
 torch.set_num_threads(1)
@@ -178,8 +177,7 @@ def test_reinforce_improves_mean_return():
 
 
 def test_reinforce_is_seeded_and_resumes(tmp_path):
-    from mirage_tasks.models import policy as P
-    from mirage_tasks.models import StopRequested
+    from mirage_tasks.models import StopRequested, policy as P
 
     def run(ckpt, stop=None):
         env, ve = S.ToyQueueEnv(window=12), S.ToyQueueEnv(window=12)
@@ -286,8 +284,7 @@ def test_forest_arrays_predict_like_scikit_learn():
 def test_ppo_updates_make_the_greedy_policy_submit():
     """Before/after on the same toy episodes: one REINFORCE step per batch leaves a low per-step
     hazard whose argmax never submits (the reactive baseline); clipped PPO updates fix it."""
-    from mirage_tasks.models import policy as P
-    from mirage_tasks.models import presets
+    from mirage_tasks.models import policy as P, presets
 
     def fit(**kw):
         hp = presets.resolve("quick", "transformer_policy", {"parallel_envs": 8, **kw})

@@ -11,8 +11,7 @@ import gzip
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from test_sim_support import T0, random_trace, write_committed_trace
 
 from mirage_tasks.__main__ import STEPS

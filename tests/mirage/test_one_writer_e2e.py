@@ -24,7 +24,6 @@ import time
 import pytest
 from conftest import REPO
 from moto_s3 import list_keys, moto_s3, s3_client, storage_env
-
 from test_verified_inputs import SAMPLE, ingest_argv, log, run  # noqa: F401 - the log fixture
 
 from stepkit import MARKER, storage

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from mirage_tasks.data.artifacts import read_npz
 from mirage_tasks.sampling.schedule import day_tasks

@@ -8,15 +8,15 @@ label the plan returns must be the text those gave for the argv at the same inde
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from conftest import DAGS
+
 from mirage_tasks.run.plan import MAPPED_STEPS, plan, sample_argvs, samples_day, samples_trace, step_label
 from mirage_tasks.run.runconf import MirageRun
 
-APRIL = datetime(2023, 4, 1, tzinfo=timezone.utc)
+APRIL = datetime(2023, 4, 1, tzinfo=UTC)
 BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=12,
             val_start=None, val_count=3, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
             node_sizes=[1, 8], shards=2, preset="quick", device="cpu", seed=0, train_params={},

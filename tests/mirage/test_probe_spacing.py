@@ -4,15 +4,15 @@ offline, carried in the sample outputs' params and in the plan's sample-family k
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks.run.runconf import MirageRun
 from mirage_tasks.models.thresholds import calibrate, outcomes
+from mirage_tasks.run.runconf import MirageRun
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, probe_times, simulate_sample
 from mirage_tasks.sim.probes import END_OFFSETS_MIN, PROBE_SPACINGS
 from stepkit.cli import main
@@ -133,9 +133,9 @@ def test_plan_keys_sample_families_by_spacing():
                 cluster_config="ls6", train_start=None, train_count=12, val_start=None, val_count=3,
                 interval_hours=4, warmup_days=2, workload_days=5, probes=7, node_sizes=[1, 8], shards=1,
                 preset="quick", device="cpu", seed=0, train_params={}, models=["xgboost"])
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    april = datetime(2023, 4, 1, tzinfo=timezone.utc)
+    april = datetime(2023, 4, 1, tzinfo=UTC)
     default = step_parser("sample").get_default("probe_spacing")
     fams = {s: plan(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
             for s in PROBE_SPACINGS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html.parser
 import json
+from datetime import UTC
 
 from test_validate_support import NODE, cli, fidelity_out, policy_world, world  # noqa: F401 - fixtures
 
@@ -132,7 +133,7 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
 def test_report_names_its_dag_run_size_and_params_as_given(world, tmp_path):
     """A report made in a DAG run's prefix names the run (id, trigger, logical date), its size and its
     params as the user gave them, and shows step outputs below ``<run>`` instead of storage paths."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from mirage_tasks.run.runlog import RUNS_DIR, record_run
     from mirage_tasks.steps import report as step
@@ -142,7 +143,7 @@ def test_report_names_its_dag_run_size_and_params_as_given(world, tmp_path):
     prefix = tmp_path / "mirage_pipeline" / "manual-abc"
     defaults = {"size": "demo", "seed": 0, "trace": None}
     record_run(str(prefix), dag_id="mirage_pipeline", run_id="manual__2026-12-01T10:00:00+00:00", run_type="manual",
-               logical_date=datetime(2026, 12, 1, 10, tzinfo=timezone.utc), params={**defaults, "seed": 7},
+               logical_date=datetime(2026, 12, 1, 10, tzinfo=UTC), params={**defaults, "seed": 7},
                defaults=defaults)
     out = prefix / "report"
     assert cli("report", "--in", world["v_reactive"], world["v_avg"], "--out", out, "--bootstrap", "50") == 0

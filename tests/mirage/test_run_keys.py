@@ -4,14 +4,14 @@ every run prefix written before must still be found."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from mirage_tasks.run.plan import run_key, trace_identity
 from mirage_tasks.run.runconf import MirageRun
 
-APRIL = datetime(2023, 4, 1, tzinfo=timezone.utc)
+APRIL = datetime(2023, 4, 1, tzinfo=UTC)
 REAL = {"trace": "/data/ls6.log", "trace_timezone": "America/Chicago"}
 
 #: ``name: (params, from_params keywords)``: every size, on the synthetic trace and on a real one,

@@ -8,12 +8,21 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from mirage_tasks.models.registry import KINDS
-from mirage_tasks.run.runconf import (DEFAULTS, FIELDS, PIPELINE_FORM, SAMPLES_FORM, SIZE_NAMES, SIZED, SIZES,
-                                  SYNTHETIC, MirageRun, form)
+from mirage_tasks.run.runconf import (
+    DEFAULTS,
+    FIELDS,
+    PIPELINE_FORM,
+    SAMPLES_FORM,
+    SIZE_NAMES,
+    SIZED,
+    SIZES,
+    SYNTHETIC,
+    MirageRun,
+    form,
+)
 
 
 def test_no_params_is_the_paper_configuration():

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, random_trace, write_committed_trace
 
-from mirage_tasks.sim import features
 from mirage_tasks.sim import (
     PRESETS,
     DecisionEpisode,
     EpisodeSpec,
     Workload,
     build_episode,
+    features,
     probe_times,
     simulate_sample,
 )

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from test_sim_support import T0, frame, random_trace, run_jobs, starts, tiny_cfg
 
 from mirage_tasks.sim import PRESETS, SimConfig, Simulator, Workload

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from test_sim_support import T0, frame, run_jobs, starts, tiny_cfg
 
+from mirage_tasks.calibration.calibrate import _as_params, _suggest, search_space, trace_facts
 from mirage_tasks.data.schema import read_trace
 from mirage_tasks.sim import PRESETS, SimConfig, Simulator, Workload
-from mirage_tasks.calibration.calibrate import _as_params, _suggest, search_space, trace_facts
 from mirage_tasks.sim.config import add_config_arguments, config_from_args
 from mirage_tasks.sim.workload import capacity_schedule
 from stepkit import StepError

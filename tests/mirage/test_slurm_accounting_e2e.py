@@ -16,7 +16,6 @@ from proctree import wait_for
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.fairshare import FairShare
 from mirage_tasks.slurm import conf
-
 from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
 from mirage_tasks.slurm.queue import read_jobcomp, run_client, slurm_time, squeue
 
@@ -98,8 +97,8 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
 
         # MaxJobs=1 per trace user: u1's second job waits although a node is free
         d1, d2 = _sbatch(env, "u1", 1, 6, "lim1"), _sbatch(env, "u1", 1, 1, "lim2")
-        q = _until(lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
-                   what="u1's first job running")
+        _until(lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
+               what="u1's first job running")
         r = run_client(["squeue", "-h", "-j", d2, "-o", "%T %r"], env).split()
         assert r[:2] == ["PENDING", "AssocMaxJobsLimit"], r
         _until(lambda: {d1, d2} <= read_jobcomp(c.paths.jobcomp).keys(), what="both limited jobs ending")

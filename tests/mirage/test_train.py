@@ -14,9 +14,7 @@ pytest.importorskip("xgboost")
 pytest.importorskip("skops")
 
 from mirage_tasks.__main__ import STEPS  # noqa: E402
-from mirage_tasks.models import datasets as D  # noqa: E402
-from mirage_tasks.models import load_model  # noqa: E402
-from mirage_tasks.models import toy as S  # noqa: E402
+from mirage_tasks.models import datasets as D, load_model, toy as S  # noqa: E402
 from stepkit import StepError  # noqa: E402
 from stepkit.cli import main  # noqa: E402
 

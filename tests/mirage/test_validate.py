@@ -25,8 +25,8 @@ from test_validate_support import (  # noqa: F401 - fixtures
 )
 
 from mirage_tasks.data import artifacts as A
-from mirage_tasks.evaluation import validate as V
 from mirage_tasks.data.artifacts import load_shard
+from mirage_tasks.evaluation import validate as V
 from mirage_tasks.sim import PRESETS, DecisionEpisode, EpisodeSpec, Workload, simulate_sample
 from stepkit import StepError
 

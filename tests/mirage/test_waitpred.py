@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.calibration import atsubmit, calibrate as cal, fidelity
-from mirage_tasks.calibration import waitpred as wp
+from mirage_tasks.calibration import atsubmit, calibrate as cal, fidelity, waitpred as wp
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 
 H = 3600

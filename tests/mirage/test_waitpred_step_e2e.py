@@ -128,9 +128,8 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
     import subprocess
     import sys
 
-    from stepkit import Step
-
     from mirage_tasks import __version__
+    from stepkit import Step
 
     uri, cfg = trace_uri
     first = pd.read_parquet(uri + "/trace.parquet")["submit"].min()

@@ -18,8 +18,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +39,7 @@ def missing() -> str | None:
     if not os.access(CHROMEDRIVER, os.X_OK):
         return f"chromedriver not installed ({CHROMEDRIVER}); apt-get install -y chromium-driver (make system-deps)"
     try:
-        import selenium  # noqa: F401, PLC0415
+        import selenium  # noqa: F401
     except ImportError:
         return "selenium not installed (pip install -r requirements-dev.txt -c constraints.txt)"
     return None
@@ -127,8 +127,8 @@ def api_server(home: Path, storage: Path, *, dags: bool = False) -> Iterator[dic
 @contextlib.contextmanager
 def chromium(profile: Path):
     """A headless Chromium under selenium (nothing downloaded: Debian's browser and driver)."""
-    from selenium import webdriver  # noqa: PLC0415
-    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
 
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium-manager must not download anything
     opts = webdriver.ChromeOptions()
@@ -146,10 +146,10 @@ def chromium(profile: Path):
 
 def login(driver, base: str, path: str = "/") -> None:
     """Open ``path`` and sign in through Airflow's login form when it asks."""
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-    from selenium.webdriver.common.keys import Keys  # noqa: PLC0415
-    from selenium.webdriver.support import expected_conditions as EC  # noqa: PLC0415
-    from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(base + path)
     user = WebDriverWait(driver, 90).until(EC.visibility_of_element_located((By.NAME, "username")))

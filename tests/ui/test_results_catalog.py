@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 from moto_s3 import reset
 from ui_fixtures import DEFAULTS, END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
@@ -150,7 +152,7 @@ def test_lists_runs_by_dag_run_with_trigger_and_changed_params(storage):
 
 
 def test_record_run_changed_params(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from mirage_tasks.run.runlog import changed_params, record_name, record_run
 
@@ -158,7 +160,7 @@ def test_record_run_changed_params(tmp_path):
         "b": {"value": [1, 2], "default": [1]}}
     assert record_name("manual__2026-11-30T09:15:00+00:00") != record_name("manual__2026-11-30T09_15_00_00_00")
     uri = record_run(str(tmp_path), dag_id="d", run_id="r/1", run_type="backfill",
-                     logical_date=datetime(2023, 3, 1, tzinfo=timezone.utc), params={"x": 2}, defaults={"x": 1})
+                     logical_date=datetime(2023, 3, 1, tzinfo=UTC), params={"x": 2}, defaults={"x": 1})
     import json
 
     doc = json.loads(open(uri).read())

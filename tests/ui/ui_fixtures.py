@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +31,8 @@ def _step(*argv: str, cwd: Path = REPO) -> None:
 
 def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
     """Write both pipelines' reports under the storage ``root``; returns their pages below the root."""
-    from mirage_tasks.run.runlog import record_run  # noqa: PLC0415
-    from stepkit import Step  # noqa: PLC0415
+    from mirage_tasks.run.runlog import record_run
+    from stepkit import Step
 
     for key, seed, mae in ((MIRAGE_KEY, 0, 3.21), (MIRAGE_KEY_B, 7, 2.5)):
         run = root / "mirage_pipeline" / key
@@ -64,8 +64,8 @@ def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
                                               if scheduled else {}))
         record_run(str(run), dag_id="mirage_pipeline", run_id=MIRAGE_RUNS[key],
                    run_type="scheduled" if scheduled else "manual",
-                   logical_date=datetime(2023, 3, 1, tzinfo=timezone.utc) if scheduled else
-                   datetime(2026, 11, 30, 9, 15, tzinfo=timezone.utc), params=params, defaults=DEFAULTS)
+                   logical_date=datetime(2023, 3, 1, tzinfo=UTC) if scheduled else
+                   datetime(2026, 11, 30, 9, 15, tzinfo=UTC), params=params, defaults=DEFAULTS)
     faasm = root / "faasm_benchmarks"
     # Airflow's own run ids carry ':' and '+': they must survive the URLs of the view and the links
     run_id = write_history(str(faasm), days=6, last={"p99_us": 1.5}, run_id="scheduled__{date}T00:00:00+00:00")
