@@ -278,15 +278,22 @@ def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, di
                   problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """The experiment groups (experiment, system) of a run that failed without a failed point to
     show for it, from the run's ``_ops`` reports: the group's latest ``deploy`` failed, its latest
-    ``run`` failed before recording its points, or it was deployed and no point of it was ever
-    run (wait-ready, upload-data or run failed first), or the day's ``preflight`` failed before the
+    ``run`` failed before recording its points, or it was deployed and nothing ran before the next
+    deploy (wait-ready, upload-data or run failed first; a deployment that served other
+    experiments' runs is not counted), or the day's ``preflight`` failed before the
     group's turn (every group it selected). A day whose every group failed this way
     has no point at all; these are what make it count as failed instead of "0 points"."""
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     preflight: dict[str, Any] | None = None
+    ran_after: set[str] = set()  # deploy reports followed by a run (of any experiment) before the next deploy
+    last_deploy: str | None = None
     for rep in op_reports(root, date, run_id, problems):  # oldest first: the last one wins
         if rep.get("step") in ("deploy", "run") and rep.get("experiment") and rep.get("system"):
             latest[(str(rep["experiment"]), str(rep["system"]), rep["step"])] = rep
+            if rep["step"] == "deploy":
+                last_deploy = rep["_uri"]
+            elif last_deploy:  # a deployment can serve other experiments' runs (the local target, by hand)
+                ran_after.add(last_deploy)
         elif rep.get("step") == "preflight":
             preflight = rep
     with_points = {(r.get("experiment"), r.get("system")) for _, r in records}
@@ -304,7 +311,7 @@ def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, di
         elif run and run.get("failed"):
             out.append({"experiment": exp, "system": system, "step": "run", "error": run.get("error"),
                         "report": run["_uri"]})
-        elif dep and not run and (exp, system) not in with_points:
+        elif dep and not run and (exp, system) not in with_points and dep["_uri"] not in ran_after:
             out.append({"experiment": exp, "system": system, "step": "deploy",
                         "error": "deployed, but no point was run (wait-ready, upload-data or run failed "
                                  "before the first point)", "report": dep["_uri"]})

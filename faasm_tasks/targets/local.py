@@ -202,6 +202,11 @@ class LocalTarget(Target):
             return "it had started no process"
         report = self._stop(list(self.started), timeout_s)
         survived = [r for r in report if r.get("result") == "SURVIVED SIGKILL"]
+        st = self.load()
+        if st and st.get("status") == "deployed" and {r.get("pid") for r in st["procs"]} <= {
+                r["pid"] for r in self.started}:
+            st["status"] = "failed"  # its processes are gone: a retried deploy starts afresh
+            self.save(st)
         self.started = [r for r in self.started if procs.is_ours(r, self.label) is not None]
         roles = ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in report)
         if survived or self.started:

@@ -363,6 +363,10 @@ def test_sigterm_of_deploy_stops_what_it_started(tmp_path, fault):
     ops = os.path.join(str(tmp_path), "results", "2026-11-29", run.run_id, "_ops")
     fails = [json.load(open(os.path.join(ops, n))) for n in os.listdir(ops) if n.startswith("deploy-")]
     assert [f["error"] for f in fails] == ["Terminated: terminated by SIGTERM"], fails
+    # and the task's retry deploys afresh (the state no longer claims a deployment)
+    run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
+    run.cli("teardown", "--timeout", "10")
+    assert run.left() == []
 
 
 def test_sigterm_from_outside_mid_deploy_leaves_nothing(tmp_path):
