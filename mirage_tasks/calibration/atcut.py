@@ -23,13 +23,16 @@ unknown outcome censored:
 Everything before the cut is unchanged (busy nodes, per-user concurrency, every start and end
 before the cut); nothing after it is read. How each fitted part treats a censored wait:
 
-* the simulator's search (``calibrate``) compares simulated and real waits as seen at the cut:
-  a censored job's simulated wait is cut at ``cut - submit`` (:func:`seen_at_cut`);
+* the simulator's search (``calibrate``) replays the censored jobs (they hold their place in the
+  queue) but scores only the jobs whose wait was known at the cut (as the guard, below);
 * the quantile model is trained on ``min(wait, cut - submit)``: the ``q`` quantile of a wait
   censored at a known point ``c`` is ``min(Q_q, c)``, so the labels are exact wherever the
   quantile lies below the censoring point (all but the jobs submitted in the last hours);
-* the guard scores a censored job's prediction ``p`` against ``c``: its error is at least
-  ``max(c - p, 0)``, counted as that (:func:`seen_at_cut` again);
+* the guard scores only the held-back jobs whose wait was known at the cut: a censored job's
+  error is unknown for any prediction past ``c``, and counting it "as far as the cut shows"
+  rewarded candidates that predict long waits (on a busy log the guard picked the requested-time
+  plan, worse than zero wait out of sample); leaving them out drops the longest waits, which
+  favours the smaller predictions, zero wait first, the guard's safe side;
 * the bound's split-conformal offset counts a censored job as a miss (its score as infinite):
   conservative, and exact for every bound that ran out before the cut.
 """
@@ -66,15 +69,3 @@ def as_known(wl: Any, cut: int) -> tuple[Any, np.ndarray]:
         h.update(np.ascontiguousarray(x).tobytes())
     out.fingerprint = h.hexdigest()
     return out, waiting
-
-
-def seen_at_cut(real_s: np.ndarray, pred_s: np.ndarray, submit: np.ndarray, censored: np.ndarray,
-                cut: int) -> tuple[np.ndarray, np.ndarray]:
-    """(real, predicted) waits as seen at ``cut``: for a censored job both become ``cut - submit``
-    where the prediction reaches it (the error then is unknown, counted 0) and the prediction stays
-    otherwise (its error is at least ``cut - submit - p``, counted as that); the rest unchanged."""
-    c = (cut - np.asarray(submit, dtype=np.float64))
-    r = np.asarray(real_s, dtype=np.float64)
-    p = np.asarray(pred_s, dtype=np.float64)
-    cen = np.asarray(censored, dtype=bool)
-    return np.where(cen, c, r), np.where(cen, np.minimum(p, c), p)

@@ -1,8 +1,8 @@
 """Fit a :class:`SimConfig` to a trace: what the trace says, then a bounded search.
 
 Read from the trace (the calibration window and its lead-in only, never the scoring window,
-and each as it stood at the window's end: a job still waiting or running then has its wait
-censored there and runs for its requested time, :mod:`mirage_tasks.calibration.atcut`):
+and each as it stood at the window's end: a job still waiting then is in the replay's queue but
+not scored, a job not ended then runs for its requested time, :mod:`mirage_tasks.calibration.atcut`):
 
 * **concurrency**: busy nodes over time from the real start and replayed run time of
   every job, and per user the running jobs and nodes; each summarised as the highest level
@@ -58,7 +58,7 @@ import pandas as pd
 
 from stepkit import StepError
 
-from .atcut import as_known, seen_at_cut
+from .atcut import as_known
 from .fidelity import metrics, replay
 from ..sim import policies
 from ..sim.config import SimConfig
@@ -173,15 +173,14 @@ def replay_months(wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, 
                   cut: int | None = None) -> pd.DataFrame:
     """Per-job waits of ``[a, b)``, each month replayed from ``lead_in_s`` before it. With ``cut``
     (``wl`` then being the log as it stood at the cut, :func:`~mirage_tasks.calibration.atcut.as_known`),
-    the waits as seen at the cut: a job still waiting then has the real wait "at least ``cut -
-    submit``" and its simulated wait is cut there too (:func:`~mirage_tasks.calibration.atcut.seen_at_cut`)."""
+    only the jobs whose wait was known at the cut: one still waiting then stays in the replay's queue
+    but is not scored (its error is unknown for any simulated wait past the cut; scoring what the cut
+    shows would reward configurations that make the queue wait longer)."""
     parts = [replay(wl, cfg, x, y, lead_in_s) for x, y in month_windows(a, b, tz)]
     df = pd.concat(parts, ignore_index=True)
     if cut is not None and len(df):
-        sub = df["submit"].to_numpy(np.int64)
-        real = df["real_wait_s"].to_numpy(np.float64)
-        r, s = seen_at_cut(real, df["sim_wait_s"].to_numpy(np.float64), sub, sub + real >= cut, cut)
-        df["real_wait_s"], df["sim_wait_s"] = r, s
+        known = (df["submit"].to_numpy(np.int64) + df["real_wait_s"].to_numpy(np.int64)) < cut
+        df = df[known].reset_index(drop=True)
     return df
 
 

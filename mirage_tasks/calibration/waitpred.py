@@ -77,7 +77,7 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from .. import __version__
-from . import atcut, atsubmit
+from . import atsubmit
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,8 @@ READS = {
 #: what the fitted parts read (said in the output)
 AT_CUT = ("every fitted part (the simulator's configuration, the quantile model's labels, the guard's held-back tail, "
           "the bound's start offsets) reads the calibration period as it stood at its end: a job still waiting then "
-          "has the wait 'at least the end minus its submission' (censored), never its later real wait")
+          "has the wait 'at least the end minus its submission' (censored), never its later real wait; the model "
+          "learns the censored wait, the guard leaves such a job out, the bound's offset counts it a miss")
 BOUND_READS = ("the bound is the base moved by an offset on a log scale, at most the cap (the calibration period's "
                "longest wait as known at its end) or the base where that is larger; each job's coverage is fed back "
                "when its bound runs out, covered or not, and moves the offset by at most eta; the offset stays "
@@ -436,11 +437,20 @@ def run(args: argparse.Namespace) -> int:
     head, tail = cal.iloc[:cut], cal.iloc[cut:].reset_index(drop=True)
     cen_tail = censored[cut:]
     pt_tail, base_tail = points(tail, fit_model(head, args.level, args.seed))
-    sub_tail = tail["submit"].to_numpy(np.float64)
     real_tail = tail["real_wait_s"].to_numpy(np.float64)
-    # a censored job's prediction is scored as far as the cut shows it (atcut.seen_at_cut)
-    seen = {k: atcut.seen_at_cut(real_tail, pt_tail[k], sub_tail, cen_tail, b)[1] for k in CANDIDATES}
-    pick, tail_m, why = guard(tail, seen, args.margin, tz)
+    # the guard scores the tail's jobs whose wait was known at the cut: a censored job's error is
+    # unknown for every prediction past the cut, and scoring it "as far as the cut shows" would
+    # reward predicting long waits. Leaving them out drops the longest waits, which favours the
+    # smaller predictions, zero wait first: the guard's safe side.
+    known = ~cen_tail
+    if known.sum() < 2:
+        raise StepError(f"--calibrate-to: {int(cen_tail.sum())} of the {len(tail)} held-back jobs of the calibration "
+                        "period were still waiting at its end, too few known waits to score the candidates on: end "
+                        "the calibration period earlier or make it longer")
+    pick, tail_m, why = guard(tail[known].reset_index(drop=True), {k: pt_tail[k][known] for k in CANDIDATES},
+                              args.margin, tz)
+    if cen_tail.any():
+        why += f"; {int(cen_tail.sum())} held-back jobs still waiting at the cut are not scored"
     theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level, cen_tail, cap_s) for k in CANDIDATES}
     for k in CANDIDATES:
         tail_m[k]["coverage_static"] = float((~cen_tail & (real_tail <= atsubmit.static_bound(base_tail[k], theta0[k],

@@ -203,9 +203,6 @@ def test_the_log_as_it_stood_at_the_cut_keeps_the_past_and_censors_the_rest():
     assert got.duration.tolist() == [H, 8 * H, 3 * H]             # unknown run times: the request
     assert got.real_end.tolist() == (got.real_start + got.duration).tolist()
     assert np.isnan(got.priority[2]) and got.priority[:2].tolist() == [1.0, 2.0]
-    # the waits as seen at the cut: a censored job's prediction counts only up to the cut
-    r, p = atcut.seen_at_cut(np.array([0, H, 2 * H]), np.array([H, 0, 5 * H]), got.submit, cen, cut)
-    assert r.tolist() == [0, H, H] and p.tolist() == [H, 0, H]
 
 
 def test_static_conformal_offset_covers_its_sample():

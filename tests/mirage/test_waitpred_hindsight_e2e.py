@@ -34,14 +34,17 @@ def _step(*argv: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def _chain(trace: str, out) -> tuple[dict, pd.DataFrame]:
+def _chain(trace: str, out) -> tuple[dict, dict, pd.DataFrame]:
     _step("calibrate", "--trace", trace, "--calibrate-from", CAL[0], "--calibrate-to", CAL[1],
           "--score-from", f"{MONTH}-01", "--score-to", "1997-01-01", "--trials", "4", "--timeout-s", "0",
           "--seed", "0", "--procs-per-node", "1", "--out", str(out / "cal"))
     _step("waitpred", "--trace", trace, "--cluster-config", str(out / "cal" / "config.json"),
           "--calibrate-from", CAL[0], "--calibrate-to", CAL[1], "--months", MONTH, "--procs-per-node", "1",
           "--out", str(out / "wp"))
-    return json.loads((out / "cal" / "config.json").read_text()), pd.read_parquet(out / "wp" / "predictions.parquet")
+    doc = json.loads((out / "wp" / "waitpred.json").read_text())
+    fitted = {k: doc[k] for k in ("pick", "theta0", "bound", "at_cut")}
+    return (json.loads((out / "cal" / "config.json").read_text()), fitted,
+            pd.read_parquet(out / "wp" / "predictions.parquet"))
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +71,10 @@ def test_nothing_after_an_instant_changes_an_answer_given_before_it(kth):
     alt_dir = kth / "alt" / "trace"
     write_trace(str(alt_dir / "trace.parquet"), alt, meta)
 
-    cfg_a, pa = _chain(str(kth / "trace"), kth / "a")
-    cfg_b, pb = _chain(str(alt_dir), kth / "b")
+    cfg_a, fit_a, pa = _chain(str(kth / "trace"), kth / "a")
+    cfg_b, fit_b, pb = _chain(str(alt_dir), kth / "b")
     assert cfg_a == cfg_b  # the simulator's configuration, fitted at the cut
+    assert fit_a == fit_b  # the guard's pick, the bound's offsets and cap
     before = int(T.timestamp())
     ea, eb = pa[pa["submit"] < before], pb[pb["submit"] < before]
     assert len(ea) >= 20 and ea["job_id"].tolist() == eb["job_id"].tolist()
