@@ -42,7 +42,7 @@ def _chain(trace: str, out) -> tuple[dict, dict, pd.DataFrame]:
           "--calibrate-from", CAL[0], "--calibrate-to", CAL[1], "--months", MONTH, "--procs-per-node", "1",
           "--out", str(out / "wp"))
     doc = json.loads((out / "wp" / "waitpred.json").read_text())
-    fitted = {k: doc[k] for k in ("pick", "theta0", "bound", "at_cut")}
+    fitted = {k: doc.get(k) for k in ("pick", "theta0", "bound", "at_cut")}
     return (json.loads((out / "cal" / "config.json").read_text()), fitted,
             pd.read_parquet(out / "wp" / "predictions.parquet"))
 
