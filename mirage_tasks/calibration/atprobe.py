@@ -17,7 +17,8 @@ submission can differ from the simulation only by the simulation's shift of thei
 service's own jobs have no user history: their estimate is their request, and the per-user
 features are "unknown" (-1), as for a log's jobs without a user.
 
-The bound uses the calibration period's split-conformal offset (``theta0`` of the pick): the
+The bound uses the calibration period's split-conformal offset (``theta0`` of the pick) and the
+bound's cap (``bound.cap_s``, the calibration period's longest wait as known at its end): the
 online correction ``waitpred`` applies over a log's months needs each job's outcome as it becomes
 known, which a fork of the simulation at ``t`` would learn only from its own future.
 """
@@ -32,10 +33,11 @@ import pandas as pd
 
 from stepkit import StepError, storage
 
-from . import atsubmit
+from . import atsubmit, waitpred
 
-MODEL_FILE = "model.ubj"
-DOC_FILE = "waitpred.json"
+# named where they are written; the service reads them from here
+from .waitpred import DOC_FILE, MODEL_FILE
+
 #: per-probe columns the sampling adds to ``probes.parquet`` when given a predictor
 COLUMNS = ("wp_wait_s", "wp_bound_s", "wp_plan_request_s")
 
@@ -47,12 +49,12 @@ class WaitAtProbe:
     def __init__(self, raw_model: bytes, doc: dict[str, Any], estimates: np.ndarray | None, tz: str):
         import xgboost as xgb
 
-        from . import waitpred
-
         self.pick = str(doc["pick"])
         if self.pick not in waitpred.CANDIDATES:
             raise StepError(f"waitpred pick {self.pick!r} is not a known candidate ({', '.join(waitpred.CANDIDATES)})")
         self.theta = float(doc["theta0"][self.pick])
+        # the bound's cap (an output of an older waitpred has none: uncapped, as it was fitted)
+        self.cap = float((doc.get("bound") or {}).get("cap_s") or np.inf)
         self.level = float(doc["params"]["level"])
         feats = list(doc["params"]["features"])
         if feats != list(atsubmit.FEATURES):
@@ -122,11 +124,9 @@ class WaitAtProbe:
 
     def answer(self, row: dict[str, float]) -> dict[str, float]:
         """The pick's wait and bound (seconds) for a completed row (:meth:`row`, :meth:`finish`)."""
-        from . import waitpred
-
         pt, base = waitpred.points(pd.DataFrame([row]), self.model)
         w = float(pt[self.pick][0])
-        b = float(atsubmit.static_bound(base[self.pick], self.theta)[0])
+        b = float(atsubmit.static_bound(base[self.pick], self.theta, self.cap)[0])
         return {"wp_wait_s": w, "wp_bound_s": b, "wp_plan_request_s": float(row["plan_request_s"])}
 
 

@@ -330,45 +330,68 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
 
 
 def next_outcomes(submit: np.ndarray, real_wait: np.ndarray, bound: np.ndarray) -> np.ndarray:
-    """When each job's coverage by its bound becomes known: at its start if it started within the
-    bound, else when the bound ran out while it still waited (``submit + bound``)."""
-    start = submit + real_wait
-    return np.where(real_wait <= bound, start, submit + bound)
+    """When :func:`online_bound` learns each job's coverage: when its bound runs out
+    (``submit + bound``), whether it was covered or not. Both are known then (the job had started,
+    or it still waited), and the instant does not depend on the outcome: a miss is learned no sooner
+    than a cover of the same bound would be. Learning a miss when a short bound ran out but a cover
+    only at the job's start (hours or days later) fed back a run of misses before the covers of the
+    same jobs, and drove the offset up without end."""
+    return np.asarray(submit, dtype=np.float64) + np.asarray(bound, dtype=np.float64)
+
+
+def theta_limit(cap_s: float) -> float:
+    """The offset's range of :func:`online_bound`, ``[-L, L]``: at ``L = log1p(cap / 60)`` even a
+    zero base reaches the cap, so a larger offset would change no bound, only how long the update
+    takes to come back."""
+    return float(np.log1p(max(float(cap_s), 0.0) / 60.0)) if np.isfinite(cap_s) else np.inf
+
+
+def bound_cap(real_wait: np.ndarray) -> float:
+    """The bound's cap from the calibration period (its waits as known at the cut, a censored one as
+    its known part): the longest wait it saw, at least one hour. A bound past every wait ever seen
+    tells a user nothing more than that wait does; the share of bounds at the cap is reported."""
+    w = np.asarray(real_wait, dtype=np.float64)
+    return float(max(3600.0, float(w.max()) if len(w) else 0.0))
 
 
 def online_bound(base_s: np.ndarray, submit: np.ndarray, real_wait: np.ndarray, level: float,
-                 theta0: float, eta: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                 theta0: float, eta: float = 0.05, cap_s: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
     """An upper bound at ``level`` kept calibrated online (quantile tracking, Angelopoulos, Candès
-    and Tibshirani 2023): ``log1p(bound / 60) = log1p(base / 60) + theta``; each job's outcome
-    (covered or not) is fed back at the instant it becomes known (:func:`next_outcomes`), never
-    before, and moves ``theta`` by ``eta * (miss - (1 - level))``. Jobs in submission order.
-    Returns (bound seconds, theta at each submission)."""
+    and Tibshirani 2023): ``log1p(bound / 60) = log1p(base / 60) + theta``, at most ``cap_s`` (or the
+    base where that is larger: the offset never lifts a bound past the cap, nor does the cap take
+    it below the base, the candidate's own answer); each
+    job's outcome (covered or not) is fed back when its bound runs out (:func:`next_outcomes`), never
+    before, and moves ``theta`` by ``eta * (miss - (1 - level))``, a step of at most ``eta``;
+    ``theta`` stays within ``±`` :func:`theta_limit` of the cap. Jobs in submission order. Returns
+    (bound seconds, theta at each submission)."""
     n = len(base_s)
     bound = np.empty(n)
     thetas = np.empty(n)
-    theta = float(theta0)
+    lim = theta_limit(cap_s)
+    theta = float(min(max(float(theta0), -lim), lim))
     alpha = 1.0 - level
     heap: list[tuple[float, int, bool]] = []
-    lb = np.log1p(np.maximum(base_s, 0.0) / 60.0)
+    base = np.maximum(np.asarray(base_s, dtype=np.float64), 0.0)
+    lb = np.log1p(base / 60.0)
     for i in range(n):
         t = submit[i]
         while heap and heap[0][0] <= t:
             _, _, miss = heapq.heappop(heap)
-            theta += eta * ((1.0 if miss else 0.0) - alpha)
+            theta = min(max(theta + eta * ((1.0 if miss else 0.0) - alpha), -lim), lim)
         thetas[i] = theta
-        b = 60.0 * np.expm1(max(lb[i] + theta, 0.0))
+        b = min(60.0 * np.expm1(max(lb[i] + theta, 0.0)), max(cap_s, base[i]))
         bound[i] = b
         miss = bool(real_wait[i] > b)
-        known = (submit[i] + b) if miss else (submit[i] + real_wait[i])
         # ties: an outcome known at the same second as a submission is not yet known to it
-        heapq.heappush(heap, (known + 1e-6, i, miss))
+        heapq.heappush(heap, (submit[i] + b + 1e-6, i, miss))
     return bound, thetas
 
 
-def static_bound(base_s: np.ndarray, theta: float) -> np.ndarray:
-    """The bound of :func:`online_bound` at a fixed offset ``theta`` (seconds)."""
-    return 60.0 * np.expm1(np.maximum(np.log1p(np.maximum(np.asarray(base_s, dtype=np.float64), 0.0) / 60.0) + theta,
-                                      0.0))
+def static_bound(base_s: np.ndarray, theta: float, cap_s: float = np.inf) -> np.ndarray:
+    """The bound of :func:`online_bound` at a fixed offset ``theta`` (seconds), at most ``cap_s`` or
+    the base where that is larger."""
+    base = np.maximum(np.asarray(base_s, dtype=np.float64), 0.0)
+    return np.minimum(60.0 * np.expm1(np.maximum(np.log1p(base / 60.0) + theta, 0.0)), np.maximum(cap_s, base))
 
 
 def estimates(wl: Any) -> np.ndarray:
@@ -398,12 +421,18 @@ def estimates(wl: Any) -> np.ndarray:
     return est
 
 
-def static_theta(base_s: np.ndarray, real_wait: np.ndarray, level: float) -> float:
+def static_theta(base_s: np.ndarray, real_wait: np.ndarray, level: float, censored: np.ndarray | None = None,
+                 cap_s: float = np.inf) -> float:
     """The split-conformal offset (log scale of :func:`online_bound`) that covers ``level`` of a
-    calibration sample: the ``ceil((n + 1) level) / n`` quantile of the scores."""
+    calibration sample: the ``ceil((n + 1) level) / n`` quantile of the scores, within ``±``
+    :func:`theta_limit`. A ``censored`` job (still waiting at the cut: its wait only "at least")
+    counts as a miss whatever the offset (its score infinite): conservative."""
     s = np.log1p(np.maximum(real_wait, 0.0) / 60.0) - np.log1p(np.maximum(base_s, 0.0) / 60.0)
+    if censored is not None:
+        s = np.where(np.asarray(censored, dtype=bool), np.inf, s)
+    lim = theta_limit(cap_s)
     n = len(s)
     if n == 0:
         return 0.0
     q = min(1.0, np.ceil((n + 1) * level) / n)
-    return float(np.quantile(s, q, method="higher"))
+    return float(min(max(float(np.quantile(s, q, method="higher")), -lim), lim))

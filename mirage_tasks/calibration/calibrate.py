@@ -1,6 +1,8 @@
 """Fit a :class:`SimConfig` to a trace: what the trace says, then a bounded search.
 
-Read from the trace (the calibration window and its lead-in only, never the scoring window):
+Read from the trace (the calibration window and its lead-in only, never the scoring window,
+and each as it stood at the window's end: a job still waiting then is in the replay's queue but
+not scored, a job not ended then runs for its requested time, :mod:`mirage_tasks.calibration.atcut`):
 
 * **concurrency**: busy nodes over time from the real start and replayed run time of
   every job, and per user the running jobs and nodes; each summarised as the highest level
@@ -56,6 +58,7 @@ import pandas as pd
 
 from stepkit import StepError
 
+from .atcut import as_known
 from .fidelity import metrics, replay
 from ..sim import policies
 from ..sim.config import SimConfig
@@ -137,7 +140,9 @@ def trace_facts(wl: Workload, a: int, b: int, machine_nodes: int | None = None, 
         umax_nodes = max(umax_nodes, sustained_max(tn, ln, b, hold_s))
     sub = (wl.submit >= a) & (wl.submit < b)
     wait = (wl.real_start - wl.submit)[sub]
-    quick = wait[wait <= DISPATCH_HORIZON_S]
+    # a wait is known once the job has started: one still waiting at the end of the window is not a
+    # quick start, however recently it was submitted
+    quick = wait[(wait <= DISPATCH_HORIZON_S) & (wl.real_start[sub] < b)]
     return TraceFacts(
         jobs=int(sub.sum()),
         peak_busy_nodes=max(sustained_max(t, level, b, hold_s), int(math.ceil(float(n.max()) - 1e-9))),
@@ -164,10 +169,19 @@ def month_windows(a: int, b: int, tz: str) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def replay_months(wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, tz: str) -> pd.DataFrame:
-    """Per-job waits of ``[a, b)``, each month replayed from ``lead_in_s`` before it."""
+def replay_months(wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, tz: str,
+                  cut: int | None = None) -> pd.DataFrame:
+    """Per-job waits of ``[a, b)``, each month replayed from ``lead_in_s`` before it. With ``cut``
+    (``wl`` then being the log as it stood at the cut, :func:`~mirage_tasks.calibration.atcut.as_known`),
+    only the jobs whose wait was known at the cut: one still waiting then stays in the replay's queue
+    but is not scored (its error is unknown for any simulated wait past the cut; scoring what the cut
+    shows would reward configurations that make the queue wait longer)."""
     parts = [replay(wl, cfg, x, y, lead_in_s) for x, y in month_windows(a, b, tz)]
-    return pd.concat(parts, ignore_index=True)
+    df = pd.concat(parts, ignore_index=True)
+    if cut is not None and len(df):
+        known = (df["submit"].to_numpy(np.int64) + df["real_wait_s"].to_numpy(np.int64)) < cut
+        df = df[known].reset_index(drop=True)
+    return df
 
 
 def objective_value(m: dict) -> float:
@@ -301,10 +315,14 @@ class Result:
 def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int = 7 * 86400, trials: int = 60,
               timeout_s: float = 600.0, seed: int = 0, machine_nodes: int | None = None,
               start: SimConfig | None = None, procs_per_node: int = 0, fairshare: bool = False) -> Result:
-    """Search a configuration for the jobs submitted in ``[a, b)``; see the module docstring."""
+    """Search a configuration for the jobs submitted in ``[a, b)``; see the module docstring. The
+    search reads the log as it stood at ``b`` (:func:`~mirage_tasks.calibration.atcut.as_known`):
+    the configuration answers for jobs submitted from ``b`` on, so no outcome known only later
+    (a wait or a run time still going on at ``b``) may shape it."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    wl, _ = as_known(wl, b)
     facts = trace_facts(wl, a, b, machine_nodes)
     if facts.jobs == 0:
         raise StepError("no job was submitted in the calibration window")
@@ -324,7 +342,7 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     def objective(trial) -> float:
         cfg = _suggest(trial, space, base)
         t = time.perf_counter()
-        m = metrics(replay_months(wl, cfg, a, b, lead_in_s, tz), tz)
+        m = metrics(replay_months(wl, cfg, a, b, lead_in_s, tz, cut=b), tz)
         v = objective_value(m)
         rows.append({"trial": trial.number, **trial.params, "objective": v, "mae_h": m.get("mae_h"),
                      "zero_mae_h": m.get("zero_mae_h"), "within_1h": m.get("within_1h"),

@@ -28,9 +28,18 @@ as a prediction. The candidates, and what each reads:
 **Bounds.** Every candidate also gives an upper bound at ``--level`` (0.9): a base (the
 candidate's point prediction; for a ``corrected`` one the quantile model's output at that level) moved on
 a log scale by an offset fitted by split conformal on the calibration period's held-back tail,
-then kept calibrated online over the scored months: each job's coverage is fed back at the
-instant it becomes known (its start, or its bound running out while it waits), never earlier
-(:func:`~mirage_tasks.calibration.atsubmit.online_bound`). Coverage is reported per month.
+then kept calibrated online over the scored months: each job's coverage is fed back when its bound
+runs out, covered or not (both are known then, and the instant does not depend on the outcome),
+never earlier; each outcome moves the offset by at most ``eta``, the offset stays within a range
+and the bound at most a cap, the calibration period's longest wait as known at its end (or the
+base, where that is larger)
+(:func:`~mirage_tasks.calibration.atsubmit.online_bound`). Coverage, the bound's median beside the
+real waits' and the share at the cap are reported per month, job-size class and requested-time class.
+
+**Fitted at the cut.** Every fitted part (the quantile model's labels, the guard's held-back tail,
+the bound's start offsets, and upstream the ``calibrate`` step's configuration) reads the
+calibration period as it stood at its end (:mod:`~mirage_tasks.calibration.atcut`): a job still
+waiting then has its wait censored there, never its later real wait.
 
 **The guard** fits what needs fitting on the first :data:`FIT_SHARE` of the calibration jobs (by
 submission) and scores every candidate on the rest. Eligible are the candidates whose within-1-h
@@ -54,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import logging
 import math
@@ -67,10 +77,15 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from .. import __version__
-from . import atprobe, atsubmit
+from . import atsubmit
 
 log = logging.getLogger(__name__)
 
+#: the quantile model fitted on the whole calibration period (xgboost's UBJ) and the report, as
+#: the predictor asked at decision times reads them (:mod:`~mirage_tasks.calibration.atprobe`,
+#: which imports this module; this one never imports it)
+MODEL_FILE = "model.ubj"
+DOC_FILE = "waitpred.json"
 FIT_SHARE = 0.75
 LEVEL = 0.9
 MARGIN = 0.05
@@ -91,6 +106,15 @@ READS = {
     **{k: f"the {q:g} quantile of the wait given both plans and the queue state at submission (features), "
           "fitted on the calibration period" for k, q in zip(CORRECTED, QUANTILES)},
 }
+#: what the fitted parts read (said in the output)
+AT_CUT = ("every fitted part (the simulator's configuration, the quantile model's labels, the guard's held-back tail, "
+          "the bound's start offsets) reads the calibration period as it stood at its end: a job still waiting then "
+          "has the wait 'at least the end minus its submission' (censored), never its later real wait; the model "
+          "learns the censored wait, the guard leaves such a job out, the bound's offset counts it a miss")
+BOUND_READS = ("the bound is the base moved by an offset on a log scale, at most the cap (the calibration period's "
+               "longest wait as known at its end) or the base where that is larger; each job's coverage is fed back "
+               "when its bound runs out, covered or not, and moves the offset by at most eta; the offset stays "
+               "within +-log1p(cap / 1 min)")
 #: one model, one output per quantile (those of the corrected candidates, then the bound's level)
 XGB_PARAMS = {"objective": "reg:quantileerror", "n_estimators": 300, "max_depth": 5, "learning_rate": 0.05,
               "subsample": 0.8, "min_child_weight": 5, "random_state": 0, "n_jobs": 1}
@@ -121,7 +145,8 @@ def points(df: pd.DataFrame, model) -> tuple[dict[str, np.ndarray], dict[str, np
     return pt, base
 
 
-def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | None = None) -> dict[str, Any]:
+def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | None = None,
+                 cap_s: float | None = None) -> dict[str, Any]:
     from scipy import stats
 
     n = len(real_s)
@@ -137,8 +162,14 @@ def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | N
            "within_10m_waited_over_1h": float((err[long] <= 1 / 6).mean()) if long.any() else float("nan"),
            "spearman": float(rho)}
     if bound_s is not None:
+        # the bound beside what it bounds: a 90 % bound far above the real waits' 90th percentile
+        # covers without telling a user anything
         out["coverage"] = float((real_s <= bound_s + 1e-9).mean())
         out["bound_median_h"] = float(np.median(bound_s) / 3600.0)
+        out["real_median_h"] = float(np.median(r))
+        out["real_p90_h"] = float(np.quantile(r, 0.9))
+        if cap_s is not None:
+            out["at_cap"] = float((np.abs(bound_s - cap_s) <= cap_s * 1e-9).mean())
     return out
 
 
@@ -173,16 +204,37 @@ def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str 
     return pick, m, why
 
 
-def score(pred: pd.DataFrame, tz: str) -> dict[str, Any]:
-    """Metrics of every predictor, pooled and per month (submission, ``tz``)."""
+#: requested-time classes (upper edges, hours) of the bound's coverage report
+LIMIT_CLASSES_H = (1, 4, 12, 24)
+LIMIT_NAMES = (f"<={LIMIT_CLASSES_H[0]}h", *(f"{a}-{b}h" for a, b in itertools.pairwise(LIMIT_CLASSES_H)),
+               f">{LIMIT_CLASSES_H[-1]}h")
+
+
+def limit_class(limit_s: np.ndarray) -> np.ndarray:
+    """Requested-time classes: "<=1h", "1-4h", "4-12h", "12-24h", ">24h" (upper edges inclusive)."""
+    h = np.asarray(limit_s, dtype=np.float64) / 3600.0
+    return np.array(LIMIT_NAMES, dtype=object)[np.searchsorted(np.array(LIMIT_CLASSES_H, float), h, side="left")]
+
+
+def score(pred: pd.DataFrame, tz: str, cap_s: float | None = None) -> dict[str, Any]:
+    """Metrics of every predictor, pooled, per month (submission, ``tz``), per job-size class
+    (``nodes``: 1, 2-3, 4-7, ...) and per requested-time class (:func:`limit_class`)."""
+    from .fidelity import node_class
+
     month = pd.to_datetime(pred["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m").to_numpy()
     real = pred["real_wait_s"].to_numpy(np.float64)
+    size = node_class(pred["nodes"].to_numpy()) if len(pred) else np.array([], dtype=object)
+    req = limit_class(pred["limit_s"].to_numpy())
     res: dict[str, Any] = {}
+    def by(keys: np.ndarray, order, pt: np.ndarray, bd: np.ndarray) -> dict[str, Any]:
+        return {g: wait_metrics(real[keys == g], pt[keys == g], bd[keys == g], cap_s)
+                for g in sorted(set(keys.tolist()), key=order)}
+
     for p in PREDICTORS:
         pt, bd = pred[p].to_numpy(np.float64), pred[f"{p}_bound"].to_numpy(np.float64)
-        res[p] = {"pooled": wait_metrics(real, pt, bd),
-                  "months": {m: wait_metrics(real[month == m], pt[month == m], bd[month == m])
-                             for m in sorted(set(month))}}
+        res[p] = {"pooled": wait_metrics(real, pt, bd, cap_s), "months": by(month, str, pt, bd),
+                  "size_classes": by(size, lambda g: int(g.split("-")[0]), pt, bd),
+                  "limit_classes": by(req, LIMIT_NAMES.index, pt, bd)}
     return res
 
 
@@ -243,6 +295,28 @@ def markdown(doc: dict[str, Any]) -> str:
         z = doc["out_of_sample"]["zero"]["months"][m]
         out.append(f"| {m} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(z['mae_h'], '{:.2f}')} | "
                    f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} |")
+    bd = doc.get("bound")
+    if bd:
+        g = doc["out_of_sample"]["guarded"]
+        line = (f"The {lv:.0%} bound (guarded): capped at {_f(bd['cap_h'], '{:.1f}')} h, the calibration "
+                f"period's longest wait as known at its end; {_f(g['pooled'].get('at_cap'), '{:.1%}')} of the "
+                f"bounds at the cap; median bound {_f(g['pooled'].get('bound_median_h'), '{:.2f}')} h against "
+                f"the real waits' median {_f(g['pooled'].get('real_median_h'), '{:.2f}')} h and 90th percentile "
+                f"{_f(g['pooled'].get('real_p90_h'), '{:.2f}')} h. {bd['reads']}.")
+        out += ["", line, ""]
+        for key, name in (("months", "month"), ("size_classes", "nodes"), ("limit_classes", "requested time")):
+            out += [f"| {name} | n | coverage | bound median h | real median h | real p90 h | at cap |",
+                    "|---|---|---|---|---|---|---|"]
+            for k, r in g.get(key, {}).items():
+                out.append(f"| {k} | {r['n']} | {_f(r.get('coverage'), '{:.1%}')} | {_f(r.get('bound_median_h'), '{:.2f}')} | "
+                           f"{_f(r.get('real_median_h'), '{:.2f}')} | {_f(r.get('real_p90_h'), '{:.2f}')} | "
+                           f"{_f(r.get('at_cap'), '{:.1%}')} |")
+            out.append("")
+    if doc.get("at_cut"):
+        line = (f"Fitted on the calibration period as it stood at {doc['at_cut']['cut']} "
+                f"({doc['at_cut']['censored_waits']} jobs still waiting then, their waits censored): "
+                f"{doc['at_cut']['reads']}.")
+        out += ["", line]
     rf = doc.get("replay_fidelity")
     if rf:
         out += ["", f"Replay fidelity (not a prediction: the calibrated simulator replaying the scored window with "
@@ -338,7 +412,8 @@ def run(args: argparse.Namespace) -> int:
     params = {"config": cfg.to_dict(), "windows": [a, b, c, d], "months": months, "level": args.level,
               "margin": args.margin, "seed": args.seed, "xgb": XGB_PARAMS, "features": list(atsubmit.FEATURES),
               "fit_share": FIT_SHARE, "eta": ETA, "guard_z": Z_ONE_SIDED, "quantiles": list(QUANTILES), "recent_n": atsubmit.RECENT_N, "procs_per_node": ppn,
-              "model_file": atprobe.MODEL_FILE}
+              "model_file": MODEL_FILE, "fitted_at_cut": True, "bound_feedback": "at the bound's end",
+              "bound_cap": "the calibration period's longest wait as known at its end"}
     step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -350,16 +425,36 @@ def run(args: argparse.Namespace) -> int:
     scored_mask = frame["submit"].to_numpy() >= c
     cal = frame[(frame["submit"] < b).to_numpy()].reset_index(drop=True)
     scored = frame[scored_mask].reset_index(drop=True)
+    # every fitted part reads the calibration period as it stood at its end (mirage_tasks.calibration.atcut):
+    # a job still waiting then has the wait "at least b - submit" (censored), never its later real wait
+    cal_sub = cal["submit"].to_numpy(np.float64)
+    censored = (cal_sub + cal["real_wait_s"].to_numpy(np.float64)) >= b
+    cal["real_wait_s"] = np.where(censored, b - cal_sub, cal["real_wait_s"].to_numpy(np.float64))
+    cap_s = atsubmit.bound_cap(cal["real_wait_s"].to_numpy(np.float64))
     cut = int(round(FIT_SHARE * len(cal)))
     if cut < 50 or len(cal) - cut < 50:
         raise StepError(f"the calibration period has {len(cal)} jobs: too few to fit and hold back a tail (>= 200)")
     head, tail = cal.iloc[:cut], cal.iloc[cut:].reset_index(drop=True)
+    cen_tail = censored[cut:]
     pt_tail, base_tail = points(tail, fit_model(head, args.level, args.seed))
-    pick, tail_m, why = guard(tail, pt_tail, args.margin, tz)
     real_tail = tail["real_wait_s"].to_numpy(np.float64)
-    theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level) for k in CANDIDATES}
+    # the guard scores the tail's jobs whose wait was known at the cut: a censored job's error is
+    # unknown for every prediction past the cut, and scoring it "as far as the cut shows" would
+    # reward predicting long waits. Leaving them out drops the longest waits, which favours the
+    # smaller predictions, zero wait first: the guard's safe side.
+    known = ~cen_tail
+    if known.sum() < 2:
+        raise StepError(f"--calibrate-to: {int(cen_tail.sum())} of the {len(tail)} held-back jobs of the calibration "
+                        "period were still waiting at its end, too few known waits to score the candidates on: end "
+                        "the calibration period earlier or make it longer")
+    pick, tail_m, why = guard(tail[known].reset_index(drop=True), {k: pt_tail[k][known] for k in CANDIDATES},
+                              args.margin, tz)
+    if cen_tail.any():
+        why += f"; {int(cen_tail.sum())} held-back jobs still waiting at the cut are not scored"
+    theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level, cen_tail, cap_s) for k in CANDIDATES}
     for k in CANDIDATES:
-        tail_m[k]["coverage_static"] = float((real_tail <= atsubmit.static_bound(base_tail[k], theta0[k])).mean())
+        tail_m[k]["coverage_static"] = float((~cen_tail & (real_tail <= atsubmit.static_bound(base_tail[k], theta0[k],
+                                                                                                cap_s))).mean())
     model = fit_model(cal, args.level, args.seed)
     pt, base = points(scored, model)
     pred = scored[["job_id", "submit", "real_wait_s", "nodes", "limit_s", "est_s", "plannable"]].copy()
@@ -367,35 +462,41 @@ def run(args: argparse.Namespace) -> int:
     real = scored["real_wait_s"].to_numpy(np.float64)
     for k in CANDIDATES:
         pred[k] = pt[k]
-        pred[f"{k}_bound"], _ = atsubmit.online_bound(base[k], sub, real, args.level, theta0[k], ETA)
+        pred[f"{k}_bound"], _ = atsubmit.online_bound(base[k], sub, real, args.level, theta0[k], ETA, cap_s)
     pred["guarded"] = pred[pick]
     pred["guarded_bound"] = pred[f"{pick}_bound"]
-    res = score(pred, tz)
+    res = score(pred, tz, cap_s)
     doc = {"trace": args.trace, "timezone": tz, "params": params,
            "windows": {"calibrate_from": pd.Timestamp(a, unit="s", tz="UTC").tz_convert(tz).isoformat(),
                        "calibrate_to": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat()},
            "pick": pick, "pick_reason": why, "tail": tail_m, "theta0": theta0, "reads": READS,
+           "at_cut": {"cut": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat(),
+                      "censored_waits": int(censored.sum()), "reads": AT_CUT},
+           "bound": {"cap_s": cap_s, "cap_h": cap_s / 3600.0, "theta_limit": atsubmit.theta_limit(cap_s),
+                     "eta": ETA, "reads": BOUND_READS},
            "n_calibration": int(len(cal)), "n_scored": int(len(scored)),
            "unplannable_scored": int((~scored["plannable"]).sum()),
            "out_of_sample": res, "criteria": criteria(res, args.level),
            "feature_importance": dict(zip(atsubmit.FEATURES, map(float, model.feature_importances_))),
            "replay_fidelity": _replay_fidelity(args.cluster_config)}
     doc = _clean(doc)
-    step.write_json("waitpred.json", doc)
+    step.write_json(DOC_FILE, doc)
     buf = io.BytesIO()
     pred.to_parquet(buf, index=False)
     step.write_bytes("predictions.parquet", buf.getvalue())
     step.write_bytes("waitpred.md", markdown(doc).encode())
     # the model fitted on the whole calibration period, for the sampling's predictor at decision
     # times (mirage_tasks.calibration.atprobe): xgboost's own format, never a pickle
-    step.write_bytes(atprobe.MODEL_FILE, bytes(model.get_booster().save_raw("ubj")))
+    step.write_bytes(MODEL_FILE, bytes(model.get_booster().save_raw("ubj")))
     step.commit(summary={"pick": pick, "criteria": doc["criteria"]})
     print(f"waitpred: pick {pick}; out of sample MAE h: "
           + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS)
           + f"; within 1 h guarded {res['guarded']['pooled']['within_1h']:.1%} vs zero "
           f"{res['zero']['pooled']['within_1h']:.1%}; {args.level:.0%} bound coverage per month: "
-          + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None),
-          flush=True)
+          + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None)
+          + f"; guarded bound median {res['guarded']['pooled']['bound_median_h']:.2f} h (real waits' median "
+          f"{res['guarded']['pooled']['real_median_h']:.2f} h), {res['guarded']['pooled']['at_cap']:.1%} at the cap of "
+          f"{cap_s / 3600.0:.1f} h", flush=True)
     return 0
 
 

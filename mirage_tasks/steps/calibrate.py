@@ -43,6 +43,7 @@ from ..calibration.fidelity import metrics, summarize
 from ..calibration.summary import _block, beats_zero, mae_reduction, markdown, zero_comparison
 from ..data.schema import read_trace
 from ..data.times import window_outside_trace
+from ..calibration.atcut import as_known
 from ..sim.config import SimConfig, load_config
 from ..sim.workload import Workload
 
@@ -146,11 +147,13 @@ def run(args: argparse.Namespace) -> int:
     dflt = dflt.replace(nodes=max(dflt.nodes, biggest))
     log.info("calibrate: search done (%d trials); scoring the chosen and the default configuration on both "
              "windows, month by month", len(res.trials))
-    ins = replay_months(wl, cfg, ia, ib, lead, tz)
+    # in sample as the search saw it: the log as it stood at the end of the calibration window
+    wl_cut, _ = as_known(wl, ib)
+    ins = replay_months(wl_cut, cfg, ia, ib, lead, tz, cut=ib)
     log.info("calibrate: in-sample replay done; out of sample next")
     oos = replay_months(wl, cfg, ic, id_, lead, tz)
     log.info("calibrate: out-of-sample replay done; the default configuration next")
-    d_in = replay_months(wl, dflt, ia, ib, lead, tz)
+    d_in = replay_months(wl_cut, dflt, ia, ib, lead, tz, cut=ib)
     d_oos = replay_months(wl, dflt, ic, id_, lead, tz)
     s_in, s_oos = summarize(ins, tz), summarize(oos, tz)
     m_in, m_oos = s_in["pooled"], s_oos["pooled"]

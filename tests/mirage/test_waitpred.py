@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from test_sim_support import T0, random_trace
 
-from mirage_tasks.calibration import atsubmit, calibrate as cal, fidelity, waitpred as wp
+from mirage_tasks.calibration import atcut, atsubmit, calibrate as cal, fidelity, waitpred as wp
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 
 H = 3600
@@ -151,6 +152,56 @@ def test_online_bound_learns_an_outcome_only_once_it_is_known():
     b2, _ = atsubmit.online_bound(base, submit, real2, 0.9, theta0=0.0)
     assert b2[k] == b1[k]
     assert 0.87 <= (real[1000:] <= b1[1000:]).mean() <= 0.93  # and it covers what it says
+
+
+def test_every_outcome_is_learned_when_its_bound_runs_out_covered_or_not():
+    # the instant an outcome is fed back must not depend on the outcome: learning a miss when a
+    # short bound ran out but a cover only at the job's start fed back misses before covers
+    submit = np.array([0.0, 0.0, 0.0])
+    bound = np.array([H, H, 10 * H])
+    got = atsubmit.next_outcomes(submit, np.array([0.5 * H, 5 * H, 2 * H]), bound)
+    np.testing.assert_array_equal(got, submit + bound)
+
+
+def test_the_online_offset_stays_bounded_under_a_burst_of_misses_and_comes_back():
+    rng = np.random.default_rng(7)
+    n, burst = 9000, (2000, 2600)
+    submit = np.arange(n) * 60.0
+    real = rng.exponential(H, n)
+    real[burst[0]:burst[1]] = 1000 * H  # a burst of jobs that wait far beyond anything seen
+    cap = 20 * H
+    bound, theta = atsubmit.online_bound(np.full(n, 600.0), submit, real, 0.9, theta0=0.0, eta=0.05, cap_s=cap)
+    lim = atsubmit.theta_limit(cap)
+    assert np.all(np.abs(theta) <= lim + 1e-12) and np.all(bound <= cap)
+    assert theta[burst[1]:].max() > theta[:burst[0]].max() + 1  # the burst did push it up
+    settled = theta[1000:burst[0]].mean()
+    assert abs(theta[-500:].mean() - settled) < 0.3  # and it came back
+    assert 0.87 <= (real[-2000:] <= bound[-2000:]).mean() <= 0.95
+
+
+def test_a_censored_calibration_wait_counts_as_a_miss_for_the_offset():
+    base = np.zeros(10)
+    real = np.full(10, 60.0)  # every job 1 minute ...
+    cen = np.zeros(10, bool)
+    cen[:3] = True            # ... but three were still waiting at the cut: their 1 minute is "at least"
+    assert atsubmit.static_theta(base, real, 0.7) == pytest.approx(np.log(2))
+    assert atsubmit.static_theta(base, real, 0.7, cen, cap_s=10 * H) == pytest.approx(atsubmit.theta_limit(10 * H))
+
+
+def test_the_log_as_it_stood_at_the_cut_keeps_the_past_and_censors_the_rest():
+    # ended before the cut / running at it / waiting at it / submitted after it
+    submit = np.array([0, 0, 2 * H, 5 * H]) + T0
+    start = np.array([0, H, 4 * H, 6 * H]) + T0
+    dur = np.array([H, 5 * H, H, H])
+    wl = _workload(submit, start, dur, [1, 2, 3, 4], limit=[2 * H, 8 * H, 3 * H, 2 * H])
+    wl.priority = np.array([1.0, 2.0, 3.0, 4.0])
+    cut = T0 + 3 * H
+    got, cen = atcut.as_known(wl, cut)
+    assert len(got) == 3 and cen.tolist() == [False, False, True]
+    assert got.real_start.tolist() == [T0, T0 + H, cut]          # a wait still going on: "at least" the cut
+    assert got.duration.tolist() == [H, 8 * H, 3 * H]             # unknown run times: the request
+    assert got.real_end.tolist() == (got.real_start + got.duration).tolist()
+    assert np.isnan(got.priority[2]) and got.priority[:2].tolist() == [1.0, 2.0]
 
 
 def test_static_conformal_offset_covers_its_sample():

@@ -215,3 +215,30 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
             sure = np.abs(margin) > 1 / 60
             assert list(d["submit"][sure]) == list(margin[sure] >= 0) and not d["submit"].iloc[:-1].any()
             assert r["forced"] or r["decision_time"] == d["time"].iloc[-1]
+
+
+def test_waitpred_refuses_a_calibration_period_whose_held_back_jobs_were_still_waiting(tmp_path, capsys):
+    # an outage over the last third of the calibration period: every job submitted then started only
+    # after its end, so the guard's held-back tail has no wait known at the cut to score candidates on
+    rng = np.random.default_rng(0)
+    t0, cut = pd.Timestamp("2024-01-01", tz="UTC"), pd.Timestamp("2024-02-01", tz="UTC")
+    submit = t0 + pd.to_timedelta(np.sort(rng.integers(0, 50 * 86400, 600)), unit="s")
+    out_from = pd.Timestamp("2024-01-20", tz="UTC")
+    start = pd.Series(submit).where((submit < out_from) | (submit >= cut), cut + pd.Timedelta(hours=1))
+    start = pd.DatetimeIndex(np.maximum(start.to_numpy(), submit.to_numpy()))
+    ts = lambda a: pd.DatetimeIndex(a).astype("datetime64[s, UTC]")  # noqa: E731
+    n = len(submit)
+    df = pd.DataFrame({"job_id": np.arange(n).astype(str), "submit": ts(submit), "start": ts(start),
+                       "end": ts(start + pd.Timedelta(minutes=30)), "time_limit_s": 3600, "nodes": 1, "procs": 1,
+                       "partition": "p", "user": "u", "status": "COMPLETED",
+                       "priority": pd.array([pd.NA] * n, dtype="Int64")})
+    df["nodes"] = df["nodes"].astype("int32")
+    df["procs"] = df["procs"].astype("int32")
+    uri = str(tmp_path / "trace")
+    write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="UTC"))
+    (tmp_path / "cfg.json").write_text(json.dumps(SimConfig(nodes=16, weight_size=0.0).to_dict()))
+    rc = wp.main(["--trace", uri, "--cluster-config", str(tmp_path / "cfg.json"), "--calibrate-from", "2024-01-01",
+                  "--calibrate-to", "2024-02-01", "--months", "2024-02", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--calibrate-to" in err and "still waiting at its end" in err, err
+    assert not (tmp_path / "o" / "_SUCCESS.json").exists()  # nothing committed
