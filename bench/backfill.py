@@ -31,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +65,7 @@ def backfill(env: dict, dates: str, conf: str) -> None:
     (the scheduler does that a little after its last run ends)."""
     for _ in range(60):
         try:
-            airflow(f"backfill create --dag-id mirage_samples {dates} --max-active-runs 2 --dag-run-conf '{conf}'",
-                    env)
+            airflow(f"backfill create --dag-id mirage_samples {dates} --max-active-runs 2 --dag-run-conf '{conf}'", env)
             return
         except RuntimeError as exc:
             if "AlreadyRunningBackfill" not in str(exc):
@@ -108,7 +107,7 @@ print("JSON" + json.dumps({"events": ev, "tis": tis, "runs": runs}))
 def db_probe(env: dict) -> dict:
     (VAR / "probe.py").write_text(DB_PROBE)
     out = sh(f"{REPO}/.venv/bin/python {VAR / 'probe.py'}", env)
-    return json.loads(out[out.index("JSON") + 4:].splitlines()[0])
+    return json.loads(out[out.index("JSON") + 4 :].splitlines()[0])
 
 
 def partitions(storage: Path) -> dict[str, dict]:
@@ -116,8 +115,10 @@ def partitions(storage: Path) -> dict[str, dict]:
     for marker in sorted(storage.glob("mirage/samples/node*/day=*/_SUCCESS.json")):
         m = json.loads(marker.read_text())
         out[f"{marker.parent.parent.name.split('-')[0]}/{marker.parent.name[4:]}"] = {
-            "cpu_s": m["summary"].get("cpu_s"), "n_samples": m["summary"]["n_samples"],
-            "mtime": marker.stat().st_mtime_ns}
+            "cpu_s": m["summary"].get("cpu_s"),
+            "n_samples": m["summary"]["n_samples"],
+            "mtime": marker.stat().st_mtime_ns,
+        }
     return out
 
 
@@ -125,8 +126,15 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
     storage = VAR / "storage"
     shutil.rmtree(storage, ignore_errors=True)
     storage.mkdir(parents=True)
-    env = {**os.environ, "HOUSE_STORAGE_ROOT": str(storage), "HOUSE_RUNNER": "local",
-           "AIRFLOW_LOCAL_DB": "bench_backfill", "FRESH": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "HOUSE_STORAGE_ROOT": str(storage),
+        "HOUSE_RUNNER": "local",
+        "AIRFLOW_LOCAL_DB": "bench_backfill",
+        "FRESH": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     conf = json.dumps({"trace": trace, "trace_timezone": "America/Chicago", "node_sizes": nodes})
     ok = True
     t0 = time.time()
@@ -147,13 +155,18 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
         probe = db_probe(env)
         days = sorted(e["day"] for e in probe["events"])
         want = {f"node{n}/2023-01-{d}" for n in nodes for d in (10, 11, 12)}
-        print(f"backfill 1 (2023-01-10..12): {len(first)} runs {sorted(r['state'] for r in first)} in {wall1:.0f} s; "
-              f"partitions {sorted(parts)}; asset events for days {days}")
+        print(
+            f"backfill 1 (2023-01-10..12): {len(first)} runs {sorted(r['state'] for r in first)} in {wall1:.0f} s; "
+            f"partitions {sorted(parts)}; asset events for days {days}"
+        )
         print("  sampling CPU s per partition: " + ", ".join(f"{k} {v['cpu_s']}" for k, v in parts.items()))
         labels = sorted({ti["label"] for ti in probe["tis"] if ti["task_id"] == "sample" and ti["label"]})
         print(f"  sample instance labels: {labels}")
-        if set(parts) != want or days != ["2023-01-10", "2023-01-11", "2023-01-12"] or \
-                any(r["state"] != "success" for r in first):
+        if (
+            set(parts) != want
+            or days != ["2023-01-10", "2023-01-11", "2023-01-12"]
+            or any(r["state"] != "success" for r in first)
+        ):
             print("CHECK FAILED: expected 3 committed partitions per node size and 3 asset events")
             ok = False
 
@@ -171,14 +184,21 @@ def check_airflow(trace: str, nodes: list[int]) -> bool:
         for ti in probe["tis"]:
             if ti["task_id"] == "sample" and ti["run_id"].startswith("backfill__") and ti["run_id"] not in first_ids:
                 sample_states.setdefault(ti["run_id"].split("__")[1][:10], []).append(ti["state"])
-        print(f"backfill 2 (2023-01-11..14, reprocess completed): {wall2:.0f} s; new partitions {new}; "
-              f"rewritten old partitions {touched}; sample task states by day {dict(sorted(sample_states.items()))}")
+        print(
+            f"backfill 2 (2023-01-11..14, reprocess completed): {wall2:.0f} s; new partitions {new}; "
+            f"rewritten old partitions {touched}; sample task states by day {dict(sorted(sample_states.items()))}"
+        )
         cpu_new = sum(parts2[k]["cpu_s"] for k in new)
-        print(f"  sampling CPU s of backfill 2: {cpu_new:.1f} (new days only; backfill 1: "
-              f"{sum(v['cpu_s'] for v in parts.values()):.1f} for 3 days)")
+        print(
+            f"  sampling CPU s of backfill 2: {cpu_new:.1f} (new days only; backfill 1: "
+            f"{sum(v['cpu_s'] for v in parts.values()):.1f} for 3 days)"
+        )
         want_new = {f"node{n}/2023-01-{d}" for n in nodes for d in (13, 14)}
-        if set(new) != want_new or touched or any(sample_states.get(d) != ["skipped"]
-                                                   for d in ("2023-01-11", "2023-01-12")):
+        if (
+            set(new) != want_new
+            or touched
+            or any(sample_states.get(d) != ["skipped"] for d in ("2023-01-11", "2023-01-12"))
+        ):
             print("CHECK FAILED: the overlapping backfill must compute only 2023-01-13 and 2023-01-14")
             ok = False
         events = sorted(e["day"] for e in probe["events"])
@@ -195,22 +215,31 @@ def check_grid(env: dict) -> bool:
     the planning helpers folded into one ``plan`` group, no GPU tasks (HOUSE_GPUS unset)."""
     import urllib.request
 
-    settings = dict(line.removeprefix("export ").split("=", 1) for line in
-                    (REPO / "var" / "airflow-live" / "env.sh").read_text().splitlines() if line.startswith("export "))
+    settings = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in (REPO / "var" / "airflow-live" / "env.sh").read_text().splitlines()
+        if line.startswith("export ")
+    )
     base = settings["AIRFLOW__API__BASE_URL"].strip('"')
-    password = json.loads((REPO / "var" / "airflow-live" / "simple_auth_manager_passwords.json.generated")
-                          .read_text())["admin"]
-    req = urllib.request.Request(f"{base}/auth/token", data=json.dumps({"username": "admin", "password": password})
-                                 .encode(), headers={"Content-Type": "application/json"})
+    password = json.loads((REPO / "var" / "airflow-live" / "simple_auth_manager_passwords.json.generated").read_text())[
+        "admin"
+    ]
+    req = urllib.request.Request(
+        f"{base}/auth/token",
+        data=json.dumps({"username": "admin", "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     token = json.loads(urllib.request.urlopen(req, timeout=30).read())["access_token"]
-    req = urllib.request.Request(f"{base}/ui/structure/structure_data?dag_id=mirage_pipeline",
-                                 headers={"Authorization": f"Bearer {token}"})
+    req = urllib.request.Request(
+        f"{base}/ui/structure/structure_data?dag_id=mirage_pipeline", headers={"Authorization": f"Bearer {token}"}
+    )
     nodes = json.loads(urllib.request.urlopen(req, timeout=30).read())["nodes"]
     top = [n["id"] for n in nodes]
     plan = next((sorted(c["id"] for c in n.get("children") or []) for n in nodes if n["id"] == "plan"), [])
     print(f"grid of mirage_pipeline (api-server structure): top-level rows {top}; in the folded 'plan' group {plan}")
-    ok = (plan == sorted(f"plan.{k}" for k in ("commands", "merge", "policy_cpu", "sample", "train_cpu", "validate"))
-          and not any("gpu" in t or t.endswith("_argvs") for t in top))
+    ok = plan == sorted(
+        f"plan.{k}" for k in ("commands", "merge", "policy_cpu", "sample", "train_cpu", "validate")
+    ) and not any("gpu" in t or t.endswith("_argvs") for t in top)
     if not ok:
         print("CHECK FAILED: the grid must show one folded plan group and no GPU tasks")
     return ok
@@ -243,16 +272,24 @@ def check_monthly(env: dict) -> bool:
             break
         time.sleep(5)
     feb = sorted(e["day"] for e in probe["events"] if (e["day"] or "").startswith("2023-02"))
-    print(f"backfill 3 (2023-02-01..28, synthetic): {time.time() - t:.0f} s; {len(feb)} February asset events; "
-          f"mirage_monthly runs {[(r['partition_key'], r['state']) for r in monthly_runs]}; mirage_pipeline runs "
-          f"{[(r['run_id'], r['logical_date'], r['state']) for r in pipeline_runs]}")
-    ok = (len(feb) == 28 and [(r["partition_key"], r["state"]) for r in monthly_runs] == [("2023-02", "success")]
-          and [(r["run_id"], (r["logical_date"] or "")[:10]) for r in pipeline_runs]
-          == [("samples_complete__2023-02", "2023-03-01")]
-          and pipeline_runs[0]["conf"].get("node_sizes") == [1] and pipeline_runs[0]["conf"].get("probes") == 2)
+    print(
+        f"backfill 3 (2023-02-01..28, synthetic): {time.time() - t:.0f} s; {len(feb)} February asset events; "
+        f"mirage_monthly runs {[(r['partition_key'], r['state']) for r in monthly_runs]}; mirage_pipeline runs "
+        f"{[(r['run_id'], r['logical_date'], r['state']) for r in pipeline_runs]}"
+    )
+    ok = (
+        len(feb) == 28
+        and [(r["partition_key"], r["state"]) for r in monthly_runs] == [("2023-02", "success")]
+        and [(r["run_id"], (r["logical_date"] or "")[:10]) for r in pipeline_runs]
+        == [("samples_complete__2023-02", "2023-03-01")]
+        and pipeline_runs[0]["conf"].get("node_sizes") == [1]
+        and pipeline_runs[0]["conf"].get("probes") == 2
+    )
     if not ok:
-        print("CHECK FAILED: a complete February must give one mirage_monthly run (2023-02) that starts "
-              "mirage_pipeline samples_complete__2023-02 for 2023-03-01 with the days' params")
+        print(
+            "CHECK FAILED: a complete February must give one mirage_monthly run (2023-02) that starts "
+            "mirage_pipeline samples_complete__2023-02 for 2023-03-01 with the days' params"
+        )
     # unpausing mirage_samples without a trace default started a scheduled run: it skips, never fails
     scheduled = [r for r in runs(env) if r["run_id"].startswith("scheduled__")]
     print(f"scheduled mirage_samples runs (no trace to follow): {[(r['run_id'][:30], r['state']) for r in scheduled]}")
@@ -270,23 +307,51 @@ def monthly(trace: str) -> None:
 
     root = VAR / "monthly"
     shutil.rmtree(root, ignore_errors=True)
-    params = {"trace": trace, "trace_timezone": "America/Chicago", "window_from": None, "window_to": None,
-              "synth_profile": "ls6-a100", "cluster_config": "ls6", "train_start": None, "train_count": 684,
-              "val_start": None, "val_count": None, "interval_hours": 4, "warmup_days": 2, "workload_days": 5,
-              "probes": 7, "node_sizes": [1, 8], "shards": 2, "preset": "quick", "device": "cpu", "seed": 0,
-              "train_params": {}, "models": ["xgboost"], "policy_eval": "sampled"}
+    params = {
+        "trace": trace,
+        "trace_timezone": "America/Chicago",
+        "window_from": None,
+        "window_to": None,
+        "synth_profile": "ls6-a100",
+        "cluster_config": "ls6",
+        "train_start": None,
+        "train_count": 684,
+        "val_start": None,
+        "val_count": None,
+        "interval_hours": 4,
+        "warmup_days": 2,
+        "workload_days": 5,
+        "probes": 7,
+        "node_sizes": [1, 8],
+        "shards": 2,
+        "preset": "quick",
+        "device": "cpu",
+        "seed": 0,
+        "train_params": {},
+        "models": ["xgboost"],
+        "policy_eval": "sampled",
+    }
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     rows = []
     for month in (2, 3, 4):
-        logical = datetime(2023, month, 1, tzinfo=timezone.utc)
-        p = plan_run(MirageRun.from_params(params), str(root / "mirage"), str(root / "mirage_pipeline"), logical, workers=1, threads=1)
-        subprocess.run([PY, "-m", "mirage_tasks", *p["trace_argv"][0:]], env=env, check=True, cwd=REPO,
-                       capture_output=True)
+        logical = datetime(2023, month, 1, tzinfo=UTC)
+        p = plan_run(
+            MirageRun.from_params(params),
+            str(root / "mirage"),
+            str(root / "mirage_pipeline"),
+            logical,
+            workers=1,
+            threads=1,
+        )
+        subprocess.run(
+            [PY, "-m", "mirage_tasks", *p["trace_argv"][0:]], env=env, check=True, cwd=REPO, capture_output=True
+        )
         t = time.time()
         for a in p["sample"]:
             subprocess.run([PY, "-m", "mirage_tasks", *a], env=env, check=True, cwd=REPO, capture_output=True)
         wall = time.time() - t
-        def cpu_of(n: str, d: str) -> float:
+
+        def cpu_of(n: str, d: str, p: dict = p) -> float:
             return json.loads((Path(p["families"][n]) / f"day={d}" / "_SUCCESS.json").read_text())["summary"]["cpu_s"]
 
         cpu = sum(cpu_of(n, d) for n, days in p["missing_days"].items() for d in days)
@@ -297,14 +362,24 @@ def monthly(trace: str) -> None:
         n_missing = sum(len(v) for v in p["missing_days"].values())
         n_days = len(p["days"]) * len(p["families"])
         val = datetime(2023, month - 1, 1).strftime("%Y-%m")
-        rows.append((f"logical {logical.date()} (validates {val}, trains {p['days'][0]}..{p['days'][-1]})",
-                     n_days, n_missing, cpu, whole, wall))
+        rows.append(
+            (
+                f"logical {logical.date()} (validates {val}, trains {p['days'][0]}..{p['days'][-1]})",
+                n_days,
+                n_missing,
+                cpu,
+                whole,
+                wall,
+            )
+        )
     base = rows[0][3]
     print("monthly backfill, sampling (ls6 log, 684 training samples every 4 h, node sizes 1 and 8):")
     for name, n_days, n_missing, cpu, whole, wall in rows:
-        print(f"  {name}: {n_days} day partitions needed, {n_missing} computed ({100 * n_missing / n_days:.0f} %), "
-              f"{cpu:.1f} sampling CPU s = {100 * cpu / base:.0f} % of month 1's and {100 * cpu / whole:.0f} % of "
-              f"the {whole:.1f} s a whole-window recompute spends; {wall:.0f} s wall")
+        print(
+            f"  {name}: {n_days} day partitions needed, {n_missing} computed ({100 * n_missing / n_days:.0f} %), "
+            f"{cpu:.1f} sampling CPU s = {100 * cpu / base:.0f} % of month 1's and {100 * cpu / whole:.0f} % of "
+            f"the {whole:.1f} s a whole-window recompute spends; {wall:.0f} s wall"
+        )
 
 
 def main() -> int:

@@ -54,13 +54,14 @@ import numpy as np
 import psutil
 import redis
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from faasm_tasks import data, runtimes, stats
+from faasm_tasks.kinds import (
+    matmul as matmul_kind,
+    sgd as sgd_kind,
+)
+from faasm_tasks.kinds.inference import PROB_TOLERANCE as INFER_TOLERANCE
 
-from faasm_tasks import data, runtimes, stats  # noqa: E402
-from faasm_tasks.kinds import matmul as matmul_kind  # noqa: E402
-from faasm_tasks.kinds import sgd as sgd_kind  # noqa: E402
-from faasm_tasks.kinds.inference import PROB_TOLERANCE as INFER_TOLERANCE  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The paper's figures (Shillaker & Pietzuch, "Faasm: Lightweight Isolation for Efficient
 # Stateful Serverless Computing", USENIX ATC'20; abstract, and the notes' section 5 for the
@@ -205,8 +206,11 @@ def memory_once(ip, system: str, k: int) -> dict:
     for c in conts:
         c.kill()
         rt.all.pop(c.id, None)
-    return {"mem_kb": fn / max(n, 1) / 1024, "mem_with_runc_kb": (fn + sup) / max(n, 1) / 1024,
-            "runc_supervisor_kb": sup / max(n, 1) / 1024}
+    return {
+        "mem_kb": fn / max(n, 1) / 1024,
+        "mem_with_runc_kb": (fn + sup) / max(n, 1) / 1024,
+        "runc_supervisor_kb": sup / max(n, 1) / 1024,
+    }
 
 
 def sgd_once(ip, system: str, workers: int, epochs: int, interval: int) -> dict:
@@ -217,19 +221,26 @@ def sgd_once(ip, system: str, workers: int, epochs: int, interval: int) -> dict:
         ip.host.tier.clear()
     base = pss(me)
     if system == "wasm":
+
         def mem():
             return max(0, pss(me) - base)
     else:
+
         def mem():
             fn, sup, _ = container_pss(rt)
             return fn + sup
+
     c0, t0 = cpu_s(), time.perf_counter()
     with Sampler(mem) as s:
         ok, res = ip.call("sgd", "reuters_svm", f"{workers} {interval} {epochs}")
     wall = time.perf_counter() - t0
     assert ok, res
-    return {"time_s": wall, "cpu_s": cpu_s() - c0, "peak_mb": s.peak / 2**20,
-            "final_loss": float(res.splitlines()[-1].split()[1])}
+    return {
+        "time_s": wall,
+        "cpu_s": cpu_s() - c0,
+        "peak_mb": s.peak / 2**20,
+        "final_loss": float(res.splitlines()[-1].split()[1]),
+    }
 
 
 def inference_window(ip, interval: int, duration_s: float, callers: int, reference: tuple[str, float]) -> dict:
@@ -268,10 +279,18 @@ def inference_window(ip, interval: int, duration_s: float, callers: int, referen
         good = ok and text[0] == label and abs(float(text[1]) - prob) <= INFER_TOLERANCE
     except (IndexError, ValueError):
         good = False
-    return {"rps": len(lat) / wall, "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "requests": len(lat),
-            "failed": fails[0], "runq_ms": 1e3 * sum(runq) / max(len(lat), 1), "cpu_s": cpu_s() - c0,
-            "check": "ok" if good and not fails[0] else
-            f"{fails[0]} failed calls; output {' '.join(text)!r} vs NumPy {label} {prob:.4f}"}
+    return {
+        "rps": len(lat) / wall,
+        "p50_ms": pct(lat, 50),
+        "p99_ms": pct(lat, 99),
+        "requests": len(lat),
+        "failed": fails[0],
+        "runq_ms": 1e3 * sum(runq) / max(len(lat), 1),
+        "cpu_s": cpu_s() - c0,
+        "check": "ok"
+        if good and not fails[0]
+        else f"{fails[0]} failed calls; output {' '.join(text)!r} vs NumPy {label} {prob:.4f}",
+    }
 
 
 def matmul_once(ip, r, size: int, want: np.ndarray) -> dict:
@@ -361,9 +380,11 @@ def fmt_ratio(r: dict | None) -> str:
 
 def figure_rows(res: dict, keys: list[tuple[str, str, int]]) -> list[str]:
     """One table: per figure, each system's n, median [95 % CI], mean [95 % CI], the ratio."""
-    rows = ["| figure | n wasm / native | wasm median [95 % CI] | native median [95 % CI] | wasm mean [95 % CI] | "
-            "native mean [95 % CI] | wasm/native, median ratio [95 % CI] | checks failed |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| figure | n wasm / native | wasm median [95 % CI] | native median [95 % CI] | wasm mean [95 % CI] | "
+        "native mean [95 % CI] | wasm/native, median ratio [95 % CI] | checks failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, label, nd in keys:
         fig = res["points"].get(key)
         if not fig:
@@ -371,8 +392,10 @@ def figure_rows(res: dict, keys: list[tuple[str, str, int]]) -> list[str]:
         s = summary(fig)
         w, n = s.get("wasm", {}), s.get("native", {})
         failed = "; ".join(f"{sysname}: {len(v)} ({v[0]})" for sysname, v in fig["failed"].items()) or "none"
-        rows.append(f"| {label} | {w.get('n', 0)} / {n.get('n', 0)} | {fmt_med(w, nd)} | {fmt_med(n, nd)} | "
-                    f"{fmt_mean(w, nd)} | {fmt_mean(n, nd)} | {fmt_ratio(s.get('ratio'))} | {failed} |")
+        rows.append(
+            f"| {label} | {w.get('n', 0)} / {n.get('n', 0)} | {fmt_med(w, nd)} | {fmt_med(n, nd)} | "
+            f"{fmt_mean(w, nd)} | {fmt_mean(n, nd)} | {fmt_ratio(s.get('ratio'))} | {failed} |"
+        )
     return rows
 
 
@@ -382,15 +405,22 @@ def figure_rows(res: dict, keys: list[tuple[str, str, int]]) -> list[str]:
 def claim_list(res: dict) -> list[tuple[str, str, str, float | None, str]]:
     cfg = res["config"]
     w, i0, i1 = max(cfg["sgd"]["workers"]), cfg["inference"]["intervals"][0], cfg["inference"]["intervals"][-1]
-    return [("cold start faster in wasm", "cold_ms", "below", 5 / 2800, PAPER["cold"]),
-            ("smaller footprint per instance in wasm (native with its runc supervisor)", "mem_with_runc_kb", "below",
-             None, PAPER["memory"]),
-            (f"SGD faster in wasm ({w} workers)", f"sgd{w}_time_s", "below", 0.5, PAPER["sgd_time"]),
-            (f"SGD less memory in wasm ({w} workers)", f"sgd{w}_peak_mb", "below", 0.1, PAPER["sgd_memory"]),
-            (f"inference throughput higher in wasm (cold start every {i0})", f"inf{i0}_rps", "above", 2.0, PAPER["tpt"]),
-            (f"inference throughput higher in wasm (cold start every {i1})", f"inf{i1}_rps", "above", 2.0, PAPER["tpt"]),
-            (f"inference p99 lower in wasm (cold start every {i0})", f"inf{i0}_p99_ms", "below", 0.1, PAPER["p99"]),
-            (f"inference p99 lower in wasm (cold start every {i1})", f"inf{i1}_p99_ms", "below", 0.1, PAPER["p99"])]
+    return [
+        ("cold start faster in wasm", "cold_ms", "below", 5 / 2800, PAPER["cold"]),
+        (
+            "smaller footprint per instance in wasm (native with its runc supervisor)",
+            "mem_with_runc_kb",
+            "below",
+            None,
+            PAPER["memory"],
+        ),
+        (f"SGD faster in wasm ({w} workers)", f"sgd{w}_time_s", "below", 0.5, PAPER["sgd_time"]),
+        (f"SGD less memory in wasm ({w} workers)", f"sgd{w}_peak_mb", "below", 0.1, PAPER["sgd_memory"]),
+        (f"inference throughput higher in wasm (cold start every {i0})", f"inf{i0}_rps", "above", 2.0, PAPER["tpt"]),
+        (f"inference throughput higher in wasm (cold start every {i1})", f"inf{i1}_rps", "above", 2.0, PAPER["tpt"]),
+        (f"inference p99 lower in wasm (cold start every {i0})", f"inf{i0}_p99_ms", "below", 0.1, PAPER["p99"]),
+        (f"inference p99 lower in wasm (cold start every {i1})", f"inf{i1}_p99_ms", "below", 0.1, PAPER["p99"]),
+    ]
 
 
 def claim_verdict(r: dict | None, side: str, factor: float | None) -> str:
@@ -406,15 +436,23 @@ def claim_verdict(r: dict | None, side: str, factor: float | None) -> str:
     lo, hi = r["ratio_lo"], r["ratio_hi"]
     reached = hi <= factor if side == "below" else lo >= factor
     short = lo > factor if side == "below" else hi < factor
-    return "confirmed" + (", at the paper's factor" if reached else ", short of the paper's factor" if short
-                          else ", the paper's factor inside the interval")
+    return "confirmed" + (
+        ", at the paper's factor"
+        if reached
+        else ", short of the paper's factor"
+        if short
+        else ", the paper's factor inside the interval"
+    )
 
 
 def claims_table(runs: list[dict]) -> list[str]:
-    head = "| claim | paper | " + " | ".join(f"{r['label']} (load before {r['load_before']}): "
-                                           "wasm/native [95 % CI], verdict" for r in runs) + " |"
+    head = (
+        "| claim | paper | "
+        + " | ".join(f"{r['label']} (load before {r['load_before']}): wasm/native [95 % CI], verdict" for r in runs)
+        + " |"
+    )
     rows = [head, "|---|---|" + "---|" * len(runs)]
-    for idx, (claim, key, side, factor, paper) in enumerate(claim_list(runs[0])):
+    for idx, (claim, _key, side, factor, paper) in enumerate(claim_list(runs[0])):
         cells = []
         for r in runs:
             s = figure(r, claim_list(r)[idx][1])
@@ -426,39 +464,86 @@ def claims_table(runs: list[dict]) -> list[str]:
 def run_section(res: dict) -> list[str]:
     cfg = res["config"]
     sg, inf = cfg["sgd"], cfg["inference"]
-    lines = [f"## Run: {res['label']}", "",
-             f"`{res['command']}` ({res['date']}, {res['host']}, {res['cpus']} CPUs; load before {res['load_before']}, "
-             f"after {res['load_after']}, which counts the bench's own last points: matmul's 73 chained calls run at once; "
-             f"{fmt(res['wall_s'], 0)} s wall). Repeats per point: up to "
-             f"{cfg['repeats']}, at least {cfg['min_repeats']}, fewer when the point's {cfg['budget_s']:g} s budget ran "
-             "out (n says how many).", "",
-             f"### Start time and memory per instance (no-op / CNN function; {cfg['k']} instances held)", "",
-             "Start times are per call (unpaired: the ratio's bootstrap resamples calls); memory is one figure "
-             "per repeat, paired.", ""]
-    lines += figure_rows(res, [("cold_ms", "cold start (ms)", 3), ("warm_ms", "warm call (ms)", 3),
-                               ("mem_kb", "memory per instance, PSS (KB)", 0),
-                               ("mem_with_runc_kb", "memory per instance with runc's supervisor (KB)", 0)])
-    lines += ["", f"### SGD (Hogwild SVM, {sg['examples']} examples x {sg['features']} features, {sg['epochs']} "
-              f"epochs, sync interval {sg['interval']})", "",
-              "Each run's final loss is checked against the single-worker runs' median loss of the same system "
-              f"(within {sgd_kind.LOSS_TOLERANCE:g} x reference + {sgd_kind.ABS_TOLERANCE:g}, the pipeline's SGD "
-              "check); a run that fails is left out of every figure and counted in the last column. Peak "
-              "memory: wasm = the runtime process's PSS growth; native = the containers' and their runc "
-              "supervisors' PSS.", ""]
-    lines += figure_rows(res, [(f"sgd{w}_{key}", f"{w} worker{'s' * (w > 1)}: {label}", nd) for w in sg["workers"]
-                               for key, label, nd in (("time_s", "time (s)", 3), ("cpu_s", "CPU (s)", 2),
-                                                      ("peak_mb", "peak memory (MB)", 1), ("loss", "final loss", 4))])
-    lines += ["", f"### Inference (CNN, {inf['duration_s']:g} s windows, {inf['callers']} closed-loop callers; a cold "
-              "start every N-th call)", "",
-              "Per window: throughput, p50 and p99 latency, and the callers' run-queue wait per call (time "
-              "runnable but not running, from /proc/thread-self/schedstat: the machine's other load, not the "
-              "system under test). After each window one call's output is checked against NumPy.", ""]
-    lines += figure_rows(res, [(f"inf{i}_{key}", f"every {i}: {label}", nd) for i in inf["intervals"]
-                               for key, label, nd in (("rps", "req/s", 1), ("p50_ms", "p50 (ms)", 3), ("p99_ms", "p99 (ms)", 3),
-                                                      ("runq_ms", "run-queue wait per call (ms)", 3))])
-    lines += ["", "### Matrix multiplication (divide and conquer, 2 splits = 73 chained calls)", "",
-              "Each run starts from no idle instance / container, so its 73 calls include their cold starts; each "
-              f"product is checked against float64 NumPy (max rel err <= {matmul_kind.MAX_REL_ERR:g}).", ""]
+    lines = [
+        f"## Run: {res['label']}",
+        "",
+        f"`{res['command']}` ({res['date']}, {res['host']}, {res['cpus']} CPUs; load before {res['load_before']}, "
+        f"after {res['load_after']}, which counts the bench's own last points: matmul's 73 chained calls run at once; "
+        f"{fmt(res['wall_s'], 0)} s wall). Repeats per point: up to "
+        f"{cfg['repeats']}, at least {cfg['min_repeats']}, fewer when the point's {cfg['budget_s']:g} s budget ran "
+        "out (n says how many).",
+        "",
+        f"### Start time and memory per instance (no-op / CNN function; {cfg['k']} instances held)",
+        "",
+        "Start times are per call (unpaired: the ratio's bootstrap resamples calls); memory is one figure "
+        "per repeat, paired.",
+        "",
+    ]
+    lines += figure_rows(
+        res,
+        [
+            ("cold_ms", "cold start (ms)", 3),
+            ("warm_ms", "warm call (ms)", 3),
+            ("mem_kb", "memory per instance, PSS (KB)", 0),
+            ("mem_with_runc_kb", "memory per instance with runc's supervisor (KB)", 0),
+        ],
+    )
+    lines += [
+        "",
+        f"### SGD (Hogwild SVM, {sg['examples']} examples x {sg['features']} features, {sg['epochs']} "
+        f"epochs, sync interval {sg['interval']})",
+        "",
+        "Each run's final loss is checked against the single-worker runs' median loss of the same system "
+        f"(within {sgd_kind.LOSS_TOLERANCE:g} x reference + {sgd_kind.ABS_TOLERANCE:g}, the pipeline's SGD "
+        "check); a run that fails is left out of every figure and counted in the last column. Peak "
+        "memory: wasm = the runtime process's PSS growth; native = the containers' and their runc "
+        "supervisors' PSS.",
+        "",
+    ]
+    lines += figure_rows(
+        res,
+        [
+            (f"sgd{w}_{key}", f"{w} worker{'s' * (w > 1)}: {label}", nd)
+            for w in sg["workers"]
+            for key, label, nd in (
+                ("time_s", "time (s)", 3),
+                ("cpu_s", "CPU (s)", 2),
+                ("peak_mb", "peak memory (MB)", 1),
+                ("loss", "final loss", 4),
+            )
+        ],
+    )
+    lines += [
+        "",
+        f"### Inference (CNN, {inf['duration_s']:g} s windows, {inf['callers']} closed-loop callers; a cold "
+        "start every N-th call)",
+        "",
+        "Per window: throughput, p50 and p99 latency, and the callers' run-queue wait per call (time "
+        "runnable but not running, from /proc/thread-self/schedstat: the machine's other load, not the "
+        "system under test). After each window one call's output is checked against NumPy.",
+        "",
+    ]
+    lines += figure_rows(
+        res,
+        [
+            (f"inf{i}_{key}", f"every {i}: {label}", nd)
+            for i in inf["intervals"]
+            for key, label, nd in (
+                ("rps", "req/s", 1),
+                ("p50_ms", "p50 (ms)", 3),
+                ("p99_ms", "p99 (ms)", 3),
+                ("runq_ms", "run-queue wait per call (ms)", 3),
+            )
+        ],
+    )
+    lines += [
+        "",
+        "### Matrix multiplication (divide and conquer, 2 splits = 73 chained calls)",
+        "",
+        "Each run starts from no idle instance / container, so its 73 calls include their cold starts; each "
+        f"product is checked against float64 NumPy (max rel err <= {matmul_kind.MAX_REL_ERR:g}).",
+        "",
+    ]
     lines += figure_rows(res, [(f"mm{s}_time_s", f"size {s}: time (s)", 3) for s in cfg["matmul"]])
     lines += matmul_projection(res)
     return lines
@@ -470,8 +555,11 @@ def matmul_projection(res: dict) -> list[str]:
     big = [s for s in catalogue_sizes() if s > sizes[-1]]
     if len(sizes) < 2 or not big:
         return []
-    out = ["", f"Sizes {', '.join(map(str, big))} of the catalogue were not run: at the growth measured between "
-           f"sizes {sizes[-2]} and {sizes[-1]} they would take"]
+    out = [
+        "",
+        f"Sizes {', '.join(map(str, big))} of the catalogue were not run: at the growth measured between "
+        f"sizes {sizes[-2]} and {sizes[-1]} they would take",
+    ]
     parts = []
     lower, upper = figure(res, f"mm{sizes[-2]}_time_s"), figure(res, f"mm{sizes[-1]}_time_s")
     for system in ("wasm", "native"):
@@ -480,46 +568,64 @@ def matmul_projection(res: dict) -> list[str]:
             continue
         k = math.log(b["median"] / a["median"]) / math.log(sizes[-1] / sizes[-2])
         proj = [b["median"] * (s / sizes[-1]) ** k for s in big]
-        parts.append(f"{system} (time ~ size^{k:.2f}): " + ", ".join(f"{fmt(p, 0)} s" for p in proj)
-                     + " per repeat")
-    out[-1] += " " + "; ".join(parts) + (". The bench keeps each point under its time budget on a 2-core machine; "
-                                        "the catalogue's sweep runs them on the knative target.")
+        parts.append(f"{system} (time ~ size^{k:.2f}): " + ", ".join(f"{fmt(p, 0)} s" for p in proj) + " per repeat")
+    out[-1] += (
+        " "
+        + "; ".join(parts)
+        + (
+            ". The bench keeps each point under its time budget on a 2-core machine; "
+            "the catalogue's sweep runs them on the knative target."
+        )
+    )
     return out
 
 
 def report(runs: list[dict]) -> str:
     r0 = runs[0]
-    lines = ["# Faasm on one machine: wasm (wasmtime) vs native (runc containers)", "",
-             "Generated by bench/faasm_local.py from " + ", ".join(f"`{r['json']}`" for r in runs if r.get("json"))
-             + "; do not edit by hand. Each run measured the two systems side by side, their repeats interleaved "
-             "(wasm, native, wasm, ...), so a change of the machine's load falls on both of a pair.", "",
-             "Same C source (faasm_tasks/functions) in both systems: wasm32-wasi on wasmtime "
-             f"{r0['wasmtime']} (one runtime process, instances per call) and native static in runc "
-             f"{r0['runc']} containers (read-only root holding the binary, own namespaces, memory cgroup). "
-             "State: one private redis-server; wasm reads through the runtime's shared local tier, native "
-             "copies in and out of Redis. Chained calls run in-process in both systems (no HTTP per call). "
-             "Ratio = wasm / native (below 1: wasm smaller / faster).", "",
-             "Intervals (faasm_tasks/stats.py, SeBS' practice): each figure's median with the distribution-free "
-             "95 % interval from order statistics (none under 6 values) and its mean with the Student-t interval; "
-             "each ratio of medians with a 95 % percentile bootstrap, paired over repeats where the systems ran "
-             "in pairs. A claim is **confirmed** when the ratio's interval lies on the claimed side of 1, "
-             "**refuted** when it lies on the other side, **not shown** when it includes 1.", ""]
+    lines = [
+        "# Faasm on one machine: wasm (wasmtime) vs native (runc containers)",
+        "",
+        "Generated by bench/faasm_local.py from "
+        + ", ".join(f"`{r['json']}`" for r in runs if r.get("json"))
+        + "; do not edit by hand. Each run measured the two systems side by side, their repeats interleaved "
+        "(wasm, native, wasm, ...), so a change of the machine's load falls on both of a pair.",
+        "",
+        "Same C source (faasm_tasks/functions) in both systems: wasm32-wasi on wasmtime "
+        f"{r0['wasmtime']} (one runtime process, instances per call) and native static in runc "
+        f"{r0['runc']} containers (read-only root holding the binary, own namespaces, memory cgroup). "
+        "State: one private redis-server; wasm reads through the runtime's shared local tier, native "
+        "copies in and out of Redis. Chained calls run in-process in both systems (no HTTP per call). "
+        "Ratio = wasm / native (below 1: wasm smaller / faster).",
+        "",
+        "Intervals (faasm_tasks/stats.py, SeBS' practice): each figure's median with the distribution-free "
+        "95 % interval from order statistics (none under 6 values) and its mean with the Student-t interval; "
+        "each ratio of medians with a 95 % percentile bootstrap, paired over repeats where the systems ran "
+        "in pairs. A claim is **confirmed** when the ratio's interval lies on the claimed side of 1, "
+        "**refuted** when it lies on the other side, **not shown** when it includes 1.",
+        "",
+    ]
     if any(r.get("native_skipped") for r in runs):
         lines += [f"**native not measured in some run:** {[r.get('native_skipped') for r in runs]}", ""]
     lines += ["## The paper's claims", ""] + claims_table(runs)
-    lines += ["", "Paper figures: Shillaker & Pietzuch, ATC'20 (abstract; those marked unconfirmed are from the "
-              "notes, not checked against the PDF). The paper's containers include Docker's image and network "
-              "set-up in their cold start; runc here does not. Faasm maps the shared state into every Faaslet's "
-              "linear memory; wasmtime's Python API cannot map host memory into an instance, so each instance "
-              "copies the data set as each container does: the paper's SGD memory saving has no mechanism here.",
-              ""]
+    lines += [
+        "",
+        "Paper figures: Shillaker & Pietzuch, ATC'20 (abstract; those marked unconfirmed are from the "
+        "notes, not checked against the PDF). The paper's containers include Docker's image and network "
+        "set-up in their cold start; runc here does not. Faasm maps the shared state into every Faaslet's "
+        "linear memory; wasmtime's Python API cannot map host memory into an instance, so each instance "
+        "copies the data set as each container does: the paper's SGD memory saving has no mechanism here.",
+        "",
+    ]
     lines += load_note(runs)
     for r in runs:
         lines += [""] + run_section(r)
-    lines += ["", "What one machine cannot show: the paper's cluster effects (network transfer of state between "
-              "hosts, Knative's scheduling and autoscaling, containers running short of memory at 20-host "
-              "parallelism, Docker's image and network set-up in its cold start). These need the knative target.",
-              ""]
+    lines += [
+        "",
+        "What one machine cannot show: the paper's cluster effects (network transfer of state between "
+        "hosts, Knative's scheduling and autoscaling, containers running short of memory at 20-host "
+        "parallelism, Docker's image and network set-up in its cold start). These need the knative target.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -532,32 +638,44 @@ def load_note(runs: list[dict]) -> list[str]:
         s99, sq = figure(r, f"inf{i}_p99_ms"), figure(r, f"inf{i}_runq_ms")
         w99, wq = s99.get("wasm", {}), sq.get("wasm", {})
         if w99.get("n"):
-            rows.append(f"{r['label']}: wasm p99 {fmt(w99['median'], 2)} ms (median of the windows), its callers "
-                        f"waited {fmt(wq.get('median'), 3)} ms per call on average on the run queue "
-                        f"(load before {r['load_before']})")
+            rows.append(
+                f"{r['label']}: wasm p99 {fmt(w99['median'], 2)} ms (median of the windows), its callers "
+                f"waited {fmt(wq.get('median'), 3)} ms per call on average on the run queue "
+                f"(load before {r['load_before']})"
+            )
     out = []
     if len(rows) >= 2:
-        out += ["## What the load does to the tail", "",
-                f"At a cold start every {i} calls: " + "; ".join(rows) + ". A wasm call runs in its caller's "
-                "thread for about a millisecond and needs no other process; when the machine has more runnable "
-                "tasks than cores, a preempted caller waits for the others' time slices (milliseconds each) "
-                "before it runs again, and the calls that wait make the p99. The run-queue wait rising with "
-                "the tail, while the median call stays near its quiet figure, says the tail is the machine's "
-                "load, not wasm (the page before this one measured p99 of about 24 ms at load 13-19, with more "
-                "runnable tasks per core than the hog gives here).", ""]
+        out += [
+            "## What the load does to the tail",
+            "",
+            f"At a cold start every {i} calls: " + "; ".join(rows) + ". A wasm call runs in its caller's "
+            "thread for about a millisecond and needs no other process; when the machine has more runnable "
+            "tasks than cores, a preempted caller waits for the others' time slices (milliseconds each) "
+            "before it runs again, and the calls that wait make the p99. The run-queue wait rising with "
+            "the tail, while the median call stays near its quiet figure, says the tail is the machine's "
+            "load, not wasm (the page before this one measured p99 of about 24 ms at load 13-19, with more "
+            "runnable tasks per core than the hog gives here).",
+            "",
+        ]
     size = max(runs[0]["config"]["matmul"])
     cells = []
     for r in runs:
         ratio = figure(r, f"mm{size}_time_s").get("ratio")
         if ratio:
-            cells.append(f"{r['label']}: {fmt_ratio(ratio)}, {stats.verdict(ratio.get('ratio_lo'), ratio.get('ratio_hi'))}")
+            cells.append(
+                f"{r['label']}: {fmt_ratio(ratio)}, {stats.verdict(ratio.get('ratio_lo'), ratio.get('ratio_hi'))}"
+            )
     if cells:
-        out += ["## Matrix multiplication (no paper claim)", "",
-                f"wasm/native time at size {size}: " + "; ".join(cells) + ". Each native run starts its 73 "
-                "chained calls' containers (processes of their own, competing with any other load for the two "
-                "cores); the wasm calls are threads of one process. Where the two runs' intervals lie on "
-                "opposite sides of 1, the direction of this comparison depends on the machine's load and "
-                "one run alone cannot say which system is faster.", ""]
+        out += [
+            "## Matrix multiplication (no paper claim)",
+            "",
+            f"wasm/native time at size {size}: " + "; ".join(cells) + ". Each native run starts its 73 "
+            "chained calls' containers (processes of their own, competing with any other load for the two "
+            "cores); the wasm calls are threads of one process. Where the two runs' intervals lie on "
+            "opposite sides of 1, the direction of this comparison depends on the machine's load and "
+            "one run alone cannot say which system is faster.",
+            "",
+        ]
     return out
 
 
@@ -568,8 +686,10 @@ def start_redis(tmp: str) -> tuple[subprocess.Popen, redis.Redis]:
     exe = shutil.which("redis-server")
     if not exe:
         raise SystemExit("redis-server not found (apt-get install -y redis-server)")
-    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                          "--dir", tmp], stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp],
+        stdout=subprocess.DEVNULL,
+    )
     r = redis.Redis(port=port)
     deadline = time.monotonic() + 30
     while True:
@@ -589,14 +709,20 @@ def measure(cfg: dict, systems: list[str], res: dict) -> None:
     rproc, r = start_redis(tmp)
     ips = {}
     try:
-        for k, v in data.synthetic_sgd(examples=cfg["sgd"]["examples"], features=cfg["sgd"]["features"],
-                                       nnz_per_example=cfg["sgd"]["nnz_per_example"], seed=7).items():
+        for k, v in data.synthetic_sgd(
+            examples=cfg["sgd"]["examples"],
+            features=cfg["sgd"]["features"],
+            nnz_per_example=cfg["sgd"]["nnz_per_example"],
+            seed=7,
+        ).items():
             r.set(f"sgd_{k}", v)
         model, files = data.synthetic_tf()
         r.set("tf_mobilenet_v1", model)
         reference = data.cnn_reference(model, files["grace_hopper.bmp"], files["labels.txt"].decode().split("\n"))
         for system in systems:
-            ips[system] = runtimes.InProcess(system, r, os.path.join(tmp, system), label=f"bench-{os.getpid()}:{system}")
+            ips[system] = runtimes.InProcess(
+                system, r, os.path.join(tmp, system), label=f"bench-{os.getpid()}:{system}"
+            )
             os.makedirs(os.path.join(tmp, system, "shared", "tfdata"), exist_ok=True)
             for name, body in files.items():
                 with open(os.path.join(tmp, system, "shared", "tfdata", name), "wb") as f:
@@ -620,16 +746,19 @@ def measure(cfg: dict, systems: list[str], res: dict) -> None:
             got = start_block(ip, *per)
             pts.add("cold_ms", system, got["cold_ms"], paired=False)
             pts.add("warm_ms", system, got["warm_ms"], paired=False)
+
         repeat("start", start)
 
         def memory(system, ip):
             got = memory_once(ip, system, cfg["k"])
             for key in ("mem_kb", "mem_with_runc_kb"):
                 pts.add(key, system, got[key])
+
         repeat("memory", memory)
 
         ref_loss: dict[str, float] = {}
         for w in cfg["sgd"]["workers"]:
+
             def sgd_run(system, ip, w=w):
                 got = sgd_once(ip, system, w, cfg["sgd"]["epochs"], cfg["sgd"]["interval"])
                 failed = ""
@@ -641,17 +770,21 @@ def measure(cfg: dict, systems: list[str], res: dict) -> None:
                 pts.add(f"sgd{w}_loss", system, got["final_loss"])  # the loss itself is always shown
                 for key in ("time_s", "cpu_s", "peak_mb"):
                     pts.add(f"sgd{w}_{key}", system, got[key], failed=failed)
+
             repeat(f"sgd {w} workers", sgd_run)
             if not ref_loss:  # the first worker count (1) is the reference
                 for system in systems:
                     ref_loss[system] = float(np.median(pts.figs[f"sgd{w}_loss"]["values"][system]))
         for interval in cfg["inference"]["intervals"]:
+
             def infer(system, ip, interval=interval):
-                got = inference_window(ip, interval, cfg["inference"]["duration_s"], cfg["inference"]["callers"],
-                                       reference)
+                got = inference_window(
+                    ip, interval, cfg["inference"]["duration_s"], cfg["inference"]["callers"], reference
+                )
                 failed = "" if got["check"] == "ok" else got["check"]
                 for key in ("rps", "p50_ms", "p99_ms", "runq_ms"):
                     pts.add(f"inf{interval}_{key}", system, got[key], failed=failed)
+
             repeat(f"inference every {interval}", infer)
         for size in cfg["matmul"]:
             for k in list(r.scan_iter("python_*")):
@@ -662,8 +795,11 @@ def measure(cfg: dict, systems: list[str], res: dict) -> None:
 
             def mm(system, ip, size=size, want=want):
                 got = matmul_once(ip, r, size, want)
-                failed = "" if got["max_rel_err"] <= matmul_kind.MAX_REL_ERR else f"max rel err {got['max_rel_err']:.3g}"
+                failed = (
+                    "" if got["max_rel_err"] <= matmul_kind.MAX_REL_ERR else f"max rel err {got['max_rel_err']:.3g}"
+                )
                 pts.add(f"mm{size}_time_s", system, got["time_s"], failed=failed)
+
             repeat(f"matmul {size}", mm)
     finally:
         for system, ip in ips.items():
@@ -685,22 +821,29 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default="wasm,native")
     ap.add_argument("--label", default="", help="this run's name on the page (default: quiet / busy by the load)")
     ap.add_argument("--repeats", type=int, default=0, help="repeats per point (default 12, smoke 3)")
-    ap.add_argument("--budget-s", type=float, default=0.0,
-                    help="per point: stop repeating after this many seconds once 6 repeats are done (default 40)")
-    ap.add_argument("--runs", nargs="+", default=[],
-                    help="write the page from these runs' --json files (no measuring), e.g. the quiet and busy run")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="per point: stop repeating after this many seconds once 6 repeats are done (default 40)",
+    )
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=[],
+        help="write the page from these runs' --json files (no measuring), e.g. the quiet and busy run",
+    )
     args = ap.parse_args(argv)
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(ap, args, {"repeats": (0, 1000), "budget_s": (0.0, 3600.0)}, folders=(),
-                       files=('out', 'json'))
+    check_command_args(ap, args, {"repeats": (0, 1000), "budget_s": (0.0, 3600.0)}, folders=(), files=("out", "json"))
     if args.runs:
         runs = []
         for path in args.runs:
             try:
                 with open(path, encoding="utf-8") as f:
                     run = json.load(f)
-                run["points"], run["config"]  # noqa: B018 - the keys the page needs
+                run["points"], run["config"]  # the keys the page needs
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 print(f"error: --runs {path}: not a bench/faasm_local.py --json file ({exc})", file=sys.stderr)
                 return 2
@@ -717,25 +860,49 @@ def main(argv=None) -> int:
                 return 2
     smoke = args.smoke
     repeats = args.repeats or (3 if smoke else 12)
-    cfg = {"repeats": repeats, "min_repeats": min(repeats, 3 if smoke else 6),
-           "budget_s": args.budget_s or (5.0 if smoke else 40.0),
-           "n_cold": 6 if smoke else 120, "n_warm": 30 if smoke else 1200, "k": 4 if smoke else 16,
-           "sgd": {"examples": 1500 if smoke else 40000, "features": 300 if smoke else 5000,
-                   "nnz_per_example": 12 if smoke else 30, "epochs": 2 if smoke else 10, "interval": 60000,
-                   "workers": [1, 2] if smoke else [1, 2, 4]},
-           "inference": {"intervals": [5, 500] if smoke else [5, 50, 500],
-                         "duration_s": 0.3 if smoke else 2.0, "callers": 2},
-           "matmul": [100] if smoke else [100, 1000, 2000]}
+    cfg = {
+        "repeats": repeats,
+        "min_repeats": min(repeats, 3 if smoke else 6),
+        "budget_s": args.budget_s or (5.0 if smoke else 40.0),
+        "n_cold": 6 if smoke else 120,
+        "n_warm": 30 if smoke else 1200,
+        "k": 4 if smoke else 16,
+        "sgd": {
+            "examples": 1500 if smoke else 40000,
+            "features": 300 if smoke else 5000,
+            "nnz_per_example": 12 if smoke else 30,
+            "epochs": 2 if smoke else 10,
+            "interval": 60000,
+            "workers": [1, 2] if smoke else [1, 2, 4],
+        },
+        "inference": {
+            "intervals": [5, 500] if smoke else [5, 50, 500],
+            "duration_s": 0.3 if smoke else 2.0,
+            "callers": 2,
+        },
+        "matmul": [100] if smoke else [100, 1000, 2000],
+    }
     systems = [s for s in args.systems.split(",") if s]
     load0 = loadavg()
-    res = {"command": "python bench/faasm_local.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
-           "label": args.label or ("quiet" if float(load0.split()[0]) < 1.5 else "busy"),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
-           "cpus": os.cpu_count(), "load_before": load0, "config": cfg,
-           "wasmtime": runtimes.wasmtime_version()}
+    res = {
+        "command": "python bench/faasm_local.py"
+        + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+        "label": args.label or ("quiet" if float(load0.split()[0]) < 1.5 else "busy"),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_before": load0,
+        "config": cfg,
+        "wasmtime": runtimes.wasmtime_version(),
+    }
     runc = runtimes.runc_binary()
-    res["runc"] = (subprocess.run([runc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-                   .replace("runc version ", "") if runc else "absent")
+    res["runc"] = (
+        subprocess.run([runc, "--version"], capture_output=True, text=True)
+        .stdout.split("\n")[0]
+        .replace("runc version ", "")
+        if runc
+        else "absent"
+    )
     if "native" in systems and (not runc or os.geteuid() != 0):
         res["native_skipped"] = "runc missing" if not runc else "not root (runc containers need root here)"
         systems.remove("native")

@@ -59,7 +59,10 @@ def main_bench() -> int:
                 assert main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")}, argv) == 0
 
         t_step = best(step, args.repeat)
-        print(f"{name:<32} {rows:>8} {t_parse:>8.3f} {rows / t_parse:>13,.0f} {t_step:>8.3f} {rows / t_step:>12,.0f}", flush=True)
+        print(
+            f"{name:<32} {rows:>8} {t_parse:>8.3f} {rows / t_parse:>13,.0f} {t_step:>8.3f} {rows / t_step:>12,.0f}",
+            flush=True,
+        )
     return 0
 
 

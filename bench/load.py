@@ -41,8 +41,7 @@ import sys
 import tempfile
 import time
 
-
-from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, set_sched_slice, wrk_available  # noqa: E402
+from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, set_sched_slice, wrk_available
 
 NGINX_CONF = """worker_processes {workers};
 error_log {dir}/error.log warn;
@@ -87,8 +86,12 @@ def start_nginx(tmp: str, port: int, workers: int) -> subprocess.Popen | None:
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(NGINX_CONF.format(dir=tmp, port=port, workers=workers))
-    return subprocess.Popen([exe, "-p", tmp, "-c", conf, "-g", "daemon off;"], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [exe, "-p", tmp, "-c", conf, "-g", "daemon off;"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 NOOP_SERVER = r"""
@@ -129,41 +132,96 @@ def loadavg() -> str:
 
 
 def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> dict:
-    label = f"SCHED_FIFO {rt_priority}" if rt_priority else (
-        f"normal, {a.slice_us} us slice" if a.slice_us else "normal")
-    print(f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
-          f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)")
-    print(f"{'offered':>8} {'sent':>8} {'unsent%':>7} {'late%':>6} {'noconn%':>7} {'ok/s':>8} {'p50 us':>7} {'p99 us':>7} "
-          f"{'lag p50':>7} {'lag p99':>7} {'errors':>6} {'cpu us/req':>10}  load avg")
+    label = (
+        f"SCHED_FIFO {rt_priority}" if rt_priority else (f"normal, {a.slice_us} us slice" if a.slice_us else "normal")
+    )
+    print(
+        f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
+        f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)"
+    )
+    print(
+        f"{'offered':>8} {'sent':>8} {'unsent%':>7} {'late%':>6} {'noconn%':>7} {'ok/s':>8} {'p50 us':>7} {'p99 us':>7} "
+        f"{'lag p50':>7} {'lag p99':>7} {'errors':>6} {'cpu us/req':>10}  load avg"
+    )
     rows, best, fails, applied = [], None, 0, set()
     for rate in [float(r) for r in a.rates.split(",")]:
-        s = run_load(LoadSpec(url=url, mode="open", rate=rate, connections=a.connections, processes=a.processes,
-                              duration_s=a.duration, warmup_s=a.warmup, timeout_s=2, method="GET",
-                              rt_priority=rt_priority, slice_us=a.slice_us))
+        s = run_load(
+            LoadSpec(
+                url=url,
+                mode="open",
+                rate=rate,
+                connections=a.connections,
+                processes=a.processes,
+                duration_s=a.duration,
+                warmup_s=a.warmup,
+                timeout_s=2,
+                method="GET",
+                rt_priority=rt_priority,
+                slice_us=a.slice_us,
+            )
+        )
         applied.update(s["scheduling"])
         sched = max(1, s["scheduled"])
         ok = s["schedule_lag_fraction"] < 0.01 and s["errors_total"] == 0
         la = loadavg()
-        rows.append({"rate": rate, "sustained": ok, "load_avg": la, **{k: s[k] for k in (
-            "scheduled", "sent", "missed", "late", "late_waiting_for_connection", "schedule_lag_fraction", "throughput_ok", "measured_duration_s",
-            "p50_us", "p99_us", "p999_us", "max_us", "send_lag_p50_us", "send_lag_p99_us", "send_lag_max_us",
-            "errors", "scheduling", "driver_cpu_s", "driver_cpu_us_per_request")}})
-        print(f"{rate:8.0f} {s['sent']:8d} {100 * s['missed'] / sched:7.2f} {100 * s['late'] / sched:6.2f} "
-              f"{100 * s['late_waiting_for_connection'] / sched:7.2f} "
-              f"{s['throughput_ok']:8.0f} {s['p50_us'] or 0:7d} {s['p99_us'] or 0:7d} "
-              f"{s['send_lag_p50_us'] or 0:7d} {s['send_lag_p99_us'] or 0:7d} {s['errors_total']:6d} {s['driver_cpu_us_per_request'] or 0:10.1f}  {la}"
-              + ("" if ok else "  <- not sustained"))
+        rows.append(
+            {
+                "rate": rate,
+                "sustained": ok,
+                "load_avg": la,
+                **{
+                    k: s[k]
+                    for k in (
+                        "scheduled",
+                        "sent",
+                        "missed",
+                        "late",
+                        "late_waiting_for_connection",
+                        "schedule_lag_fraction",
+                        "throughput_ok",
+                        "measured_duration_s",
+                        "p50_us",
+                        "p99_us",
+                        "p999_us",
+                        "max_us",
+                        "send_lag_p50_us",
+                        "send_lag_p99_us",
+                        "send_lag_max_us",
+                        "errors",
+                        "scheduling",
+                        "driver_cpu_s",
+                        "driver_cpu_us_per_request",
+                    )
+                },
+            }
+        )
+        print(
+            f"{rate:8.0f} {s['sent']:8d} {100 * s['missed'] / sched:7.2f} {100 * s['late'] / sched:6.2f} "
+            f"{100 * s['late_waiting_for_connection'] / sched:7.2f} "
+            f"{s['throughput_ok']:8.0f} {s['p50_us'] or 0:7d} {s['p99_us'] or 0:7d} "
+            f"{s['send_lag_p50_us'] or 0:7d} {s['send_lag_p99_us'] or 0:7d} {s['errors_total']:6d} {s['driver_cpu_us_per_request'] or 0:10.1f}  {la}"
+            + ("" if ok else "  <- not sustained")
+        )
         if ok:
             best = rate if best is None else max(best, rate)
         fails = 0 if ok else fails + 1
         if fails >= 2:  # two failures in a row: higher rates will not do better
             break
-    print(f"highest sustained open-loop rate ({label}; < 1 % of requests > 5 ms late or unsent, no errors): "
-          f"{best:.0f} req/s" if best else f"no rate sustained ({label})")
+    print(
+        f"highest sustained open-loop rate ({label}; < 1 % of requests > 5 ms late or unsent, no errors): "
+        f"{best:.0f} req/s"
+        if best
+        else f"no rate sustained ({label})"
+    )
     if any(x.startswith("normal (") for x in applied):
         print(f"note: {sorted(applied)}")
-    return {"scheduling": label, "applied": sorted(applied), "endpoint_scheduling": endpoint,
-            "max_sustained_rate": best, "rates": rows}
+    return {
+        "scheduling": label,
+        "applied": sorted(applied),
+        "endpoint_scheduling": endpoint,
+        "max_sustained_rate": best,
+        "rates": rows,
+    }
 
 
 def set_sched_tree(pid: int, prio: int, slice_us: int) -> str:
@@ -201,29 +259,56 @@ def can_fifo() -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="4000,8000,12000,16000,20000,24000,32000,40000",
-                    help="offered rates, ascending; a ramp stops after two rates in a row are not sustained")
+    ap.add_argument(
+        "--rates",
+        default="4000,8000,12000,16000,20000,24000,32000,40000",
+        help="offered rates, ascending; a ramp stops after two rates in a row are not sustained",
+    )
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--connections", type=int, default=256, help="driver connections, all processes together")
-    ap.add_argument("--scheduling", choices=["normal", "fifo", "both"], default="both",
-                    help="driver scheduling policy; fifo/both need root or CAP_SYS_NICE (else normal only)")
+    ap.add_argument(
+        "--scheduling",
+        choices=["normal", "fifo", "both"],
+        default="both",
+        help="driver scheduling policy; fifo/both need root or CAP_SYS_NICE (else normal only)",
+    )
     ap.add_argument("--rt-priority", type=int, default=10)
-    ap.add_argument("--slice-us", type=int, default=100,
-                    help="normal policy: time slice asked for the driver and nginx (Linux >= 6.12; 0: default)")
+    ap.add_argument(
+        "--slice-us",
+        type=int,
+        default=100,
+        help="normal policy: time slice asked for the driver and nginx (Linux >= 6.12; 0: default)",
+    )
     ap.add_argument("--wrk-connections", type=int, default=64)
     ap.add_argument("--server", choices=["auto", "nginx", "python"], default="auto")
     ap.add_argument("--nginx-workers", type=int, default=1)
     ap.add_argument("--json-out", help="also write the results here")
-    ap.add_argument("--smoke", action="store_true",
-                    help="one 1000 req/s point for 1 s, normal scheduling, 1 process, 16 connections (the test suite's)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one 1000 req/s point for 1 s, normal scheduling, 1 process, 16 connections (the test suite's)",
+    )
     a = ap.parse_args()
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(ap, a, {"duration": (0.1, 3600), "warmup": (0, 600), "processes": (1, 256), "connections": (1, 100_000),
-                                  "rt_priority": (1, 99), "slice_us": (1, 1_000_000), "wrk_connections": (1, 100_000),
-                                  "nginx_workers": (1, 256)}, folders=(), files=('json_out',))
+    check_command_args(
+        ap,
+        a,
+        {
+            "duration": (0.1, 3600),
+            "warmup": (0, 600),
+            "processes": (1, 256),
+            "connections": (1, 100_000),
+            "rt_priority": (1, 99),
+            "slice_us": (1, 1_000_000),
+            "wrk_connections": (1, 100_000),
+            "nginx_workers": (1, 256),
+        },
+        folders=(),
+        files=("json_out",),
+    )
     try:
         rates = [float(r) for r in a.rates.split(",")]
     except ValueError:
@@ -251,27 +336,46 @@ def main() -> int:
     if any(policies) and not can_fifo():
         print("SCHED_FIFO not permitted here (needs root or CAP_SYS_NICE): normal scheduling only")
         policies = [0]
-    results: dict = {"endpoint": kind, "cpus": os.cpu_count(), "processes": a.processes,
-                     "connections": a.connections, "duration_s": a.duration, "load_avg_start": loadavg(),
-                     "ramps": []}
+    results: dict = {
+        "endpoint": kind,
+        "cpus": os.cpu_count(),
+        "processes": a.processes,
+        "connections": a.connections,
+        "duration_s": a.duration,
+        "load_avg_start": loadavg(),
+        "ramps": [],
+    }
     try:
         wait_port(port)
         url = f"http://127.0.0.1:{port}/"
-        print(f"endpoint: {kind} ({a.nginx_workers} worker) on {url}; {os.cpu_count()} CPUs; "
-              f"load average {loadavg()}")
+        print(f"endpoint: {kind} ({a.nginx_workers} worker) on {url}; {os.cpu_count()} CPUs; load average {loadavg()}")
         for prio in policies:
             # the endpoint follows the driver's policy, one step below it (normal, or SCHED_FIFO)
             endpoint = set_sched_tree(proc.pid, max(1, prio - 5) if prio else 0, a.slice_us)
             ramp_result = ramp(url, a, prio, endpoint)
             if wrk_available():
-                s, _, _ = run_wrk(LoadSpec(url=url, connections=a.wrk_connections, duration_s=a.duration,
-                                           timeout_s=2, method="GET", rt_priority=prio), threads=a.processes)
-                ramp_result["wrk"] = {"threads": a.processes, "connections": a.wrk_connections,
-                                      "load_avg": loadavg(), **{k: s[k] for k in (
-                                          "throughput_all", "p50_us", "p99_us", "max_us", "errors")}}
-                print(f"wrk -t{a.processes} -c{a.wrk_connections} -d{a.duration:g}s, same scheduling (closed loop, "
-                      f"its ceiling): {s['throughput_all']:.0f} req/s, p50 {s['p50_us']} us, p99 {s['p99_us']} us, "
-                      f"errors {s['errors_total']}  load avg {loadavg()}")
+                s, _, _ = run_wrk(
+                    LoadSpec(
+                        url=url,
+                        connections=a.wrk_connections,
+                        duration_s=a.duration,
+                        timeout_s=2,
+                        method="GET",
+                        rt_priority=prio,
+                    ),
+                    threads=a.processes,
+                )
+                ramp_result["wrk"] = {
+                    "threads": a.processes,
+                    "connections": a.wrk_connections,
+                    "load_avg": loadavg(),
+                    **{k: s[k] for k in ("throughput_all", "p50_us", "p99_us", "max_us", "errors")},
+                }
+                print(
+                    f"wrk -t{a.processes} -c{a.wrk_connections} -d{a.duration:g}s, same scheduling (closed loop, "
+                    f"its ceiling): {s['throughput_all']:.0f} req/s, p50 {s['p50_us']} us, p99 {s['p99_us']} us, "
+                    f"errors {s['errors_total']}  load avg {loadavg()}"
+                )
             else:
                 print("wrk not installed: no closed-loop ceiling (apt-get install -y wrk)")
             results["ramps"].append(ramp_result)
@@ -279,8 +383,10 @@ def main() -> int:
         for r in results["ramps"]:
             best = f"{r['max_sustained_rate']:.0f} req/s" if r["max_sustained_rate"] else "none"
             wrk = f"{r['wrk']['throughput_all']:.0f} req/s" if "wrk" in r else "n/a"
-            print(f"  driver {r['scheduling']:<22} endpoint {r['endpoint_scheduling']:<22} open loop sustained {best:>12}"
-                  f"   wrk closed-loop ceiling {wrk:>12}   load avg at end {r['rates'][-1]['load_avg']}")
+            print(
+                f"  driver {r['scheduling']:<22} endpoint {r['endpoint_scheduling']:<22} open loop sustained {best:>12}"
+                f"   wrk closed-loop ceiling {wrk:>12}   load avg at end {r['rates'][-1]['load_avg']}"
+            )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

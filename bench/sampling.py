@@ -70,8 +70,7 @@ def _loadavg() -> str:
 
 
 def _step(argv: list[str], env: dict) -> None:
-    p = subprocess.run([sys.executable, "-m", "mirage_tasks", *argv], cwd=ROOT, env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, "-m", "mirage_tasks", *argv], cwd=ROOT, env=env, capture_output=True, text=True)
     _reap()
     if p.returncode != 0:
         sys.exit(f"bench: {argv[0]} failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
@@ -87,36 +86,78 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(ap, args, {"workers": (1, 256)}, folders=('keep',), files=('json',))
+    check_command_args(ap, args, {"workers": (1, 256)}, folders=("keep",), files=("json",))
     if not os.path.exists(args.log):
         sys.exit(f"bench: {args.log} not found (../shared/traces beside the repository); pass --log")
     reaping = _subreaper()
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     tmp = tempfile.mkdtemp(prefix="bench-sampling-")
     root = pathlib.Path(args.keep) if args.keep else pathlib.Path(tmp)
     count = SMOKE_COUNT if args.smoke else COUNT
     try:
         trace = str(root / "ls6")
-        _step(["ingest", "--trace", args.log, "--timezone", "America/Chicago", "--out", trace,
-               "--log-level", "WARNING"], env)
-        summary: dict = {"count": count, "probes": 7, "workers": args.workers, "load_before": _loadavg(),
-                         "cpu_counts_workers": reaping}
+        _step(
+            ["ingest", "--trace", args.log, "--timezone", "America/Chicago", "--out", trace, "--log-level", "WARNING"],
+            env,
+        )
+        summary: dict = {
+            "count": count,
+            "probes": 7,
+            "workers": args.workers,
+            "load_before": _loadavg(),
+            "cpu_counts_workers": reaping,
+        }
         total_wall = total_cpu = 0.0
         for node in (1, 8):
             out = root / f"node{node}"
             if out.exists():
                 shutil.rmtree(out)  # a rerun measures, never skips
             c0, t0 = _cpu_children(), time.perf_counter()
-            _step(["sample", "--trace", trace, "--start", START, "--count", str(count), "--interval-hours", "4",
-                   "--warmup-days", "2", "--workload-days", "5", "--probes", "7", "--node", str(node),
-                   "--cluster-config", "ls6", "--workers", str(args.workers), "--out", str(out),
-                   "--log-level", "WARNING"], env)
+            _step(
+                [
+                    "sample",
+                    "--trace",
+                    trace,
+                    "--start",
+                    START,
+                    "--count",
+                    str(count),
+                    "--interval-hours",
+                    "4",
+                    "--warmup-days",
+                    "2",
+                    "--workload-days",
+                    "5",
+                    "--probes",
+                    "7",
+                    "--node",
+                    str(node),
+                    "--cluster-config",
+                    "ls6",
+                    "--workers",
+                    str(args.workers),
+                    "--out",
+                    str(out),
+                    "--log-level",
+                    "WARNING",
+                ],
+                env,
+            )
             wall, cpu = time.perf_counter() - t0, _cpu_children() - c0
             info = json.loads((out / "shard.json").read_text())
-            summary[f"node{node}"] = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                                      "step_sampling_wall_s": info["wall_s"], "step_sampling_cpu_s": info["cpu_s"],
-                                      "examples": info["n_examples"]}
+            summary[f"node{node}"] = {
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),
+                "step_sampling_wall_s": info["wall_s"],
+                "step_sampling_cpu_s": info["cpu_s"],
+                "examples": info["n_examples"],
+            }
             total_wall += wall
             total_cpu += cpu
         summary.update(total_wall_s=round(total_wall, 2), total_cpu_s=round(total_cpu, 2), load_after=_loadavg())
@@ -125,12 +166,17 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     for node in (1, 8):
         s = summary[f"node{node}"]
-        print(f"node {node}: {count} samples, {s['examples']} examples: {s['wall_s']:.1f} s wall, "
-              f"{s['cpu_s']:.1f} CPU s (in the samples: {s['step_sampling_wall_s']:.1f} s wall, "
-              f"{s['step_sampling_cpu_s']:.1f} CPU s)")
-    print(f"both node sizes: {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} CPU s "
-          f"({args.workers} workers; load average {summary['load_before']} before, {summary['load_after']} after"
-          + ("" if reaping else "; CPU without the pool workers: no subreaper here") + ")")
+        print(
+            f"node {node}: {count} samples, {s['examples']} examples: {s['wall_s']:.1f} s wall, "
+            f"{s['cpu_s']:.1f} CPU s (in the samples: {s['step_sampling_wall_s']:.1f} s wall, "
+            f"{s['step_sampling_cpu_s']:.1f} CPU s)"
+        )
+    print(
+        f"both node sizes: {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} CPU s "
+        f"({args.workers} workers; load average {summary['load_before']} before, {summary['load_after']} after"
+        + ("" if reaping else "; CPU without the pool workers: no subreaper here")
+        + ")"
+    )
     print(json.dumps(summary))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")

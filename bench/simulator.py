@@ -52,8 +52,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 import pandas as pd  # noqa: E402
 
-from mirage_tasks.sampling.sample import assemble, run_samples  # noqa: E402
 from mirage_tasks.data.schema import read_trace  # noqa: E402
+from mirage_tasks.sampling.sample import assemble, run_samples  # noqa: E402
 from mirage_tasks.sim import EpisodeSpec, Workload  # noqa: E402
 from mirage_tasks.sim.config import PRESETS, SimConfig, load_config  # noqa: E402
 from stepkit.cli import main  # noqa: E402
@@ -68,8 +68,11 @@ def ensure_trace(arg: str | None, tmp: str) -> str:
     if not LS6.exists():
         sys.exit(f"bench: {LS6} not found (../shared/traces beside the repository); pass --trace")
     out = os.path.join(tmp, "ls6")
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
-              ["ingest", "--trace", str(LS6), "--out", out, "--timezone", "America/Chicago", "--log-level", "WARNING"])
+    rc = main(
+        "mirage_tasks",
+        {"ingest": ("mirage_tasks.steps.ingest", "")},
+        ["ingest", "--trace", str(LS6), "--out", out, "--timezone", "America/Chicago", "--log-level", "WARNING"],
+    )
     if rc:
         sys.exit(f"bench: ingest failed ({rc})")
     return out
@@ -95,8 +98,9 @@ def _one_timed(task: tuple[int, int]) -> tuple[tuple[int, list], int, float]:
     return samples._one(task), os.getpid(), _cpu_self()
 
 
-def run_pooled(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int,
-               tasks: list[tuple[int, int]], workers: int) -> tuple[list, float]:
+def run_pooled(
+    wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, tasks: list[tuple[int, int]], workers: int
+) -> tuple[list, float]:
     """``samples.run_samples``'s pool (the same pool, context and initializer), and the
     CPU seconds its workers spent. Workers are children of the forkserver, not of this
     process, so RUSAGE_CHILDREN never sees them: each task reports its worker's own rusage."""
@@ -108,16 +112,23 @@ def run_pooled(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probe
         return run_samples(wl, cfg, spec, node, probes, "default", tasks, 1), 0.0
     last: dict[int, float] = {}
     out = []
-    for (k, res, _), pid, cpu in run_pool(_one_timed, tasks, workers, initializer=samples._init,
-                                          initargs=(wl, cfg, spec, node, probes, "default"), context=pool_context()):
+    for (k, res, _), pid, cpu in run_pool(
+        _one_timed,
+        tasks,
+        workers,
+        initializer=samples._init,
+        initargs=(wl, cfg, spec, node, probes, "default"),
+        context=pool_context(),
+    ):
         out.append((k, res))  # samples._one also returns its own CPU time: assemble takes (k, res)
         last[pid] = max(cpu, last.get(pid, 0.0))
     out.sort(key=lambda r: r[0])
     return out, sum(last.values())
 
 
-def run_config(wl: Workload, cfg: SimConfig, count: int, nodes: list[int], workers: int, probes: int = 7,
-               stride: int = 1) -> dict:
+def run_config(
+    wl: Workload, cfg: SimConfig, count: int, nodes: list[int], workers: int, probes: int = 7, stride: int = 1
+) -> dict:
     t0 = int(pd.Timestamp(START).timestamp())
     tasks = [(k, t0 + k * 4 * 3600) for k in range(0, count * stride, stride)]
     spec = EpisodeSpec(2, 5, 144, 600)
@@ -133,10 +144,15 @@ def run_config(wl: Workload, cfg: SimConfig, count: int, nodes: list[int], worke
         total += wall
         y = arrays["y"]
         out[f"node{node}"] = {
-            "samples": count, "episodes": int(len(y)), "wall_s": round(wall, 2),
-            "ms_per_sample": round(wall / count * 1000, 2), "ms_per_episode": round(wall / len(y) * 1000, 2),
-            "episodes_per_s": round(len(y) / wall, 1), "cpu_s": round(cpu, 2),
-            "cpu_ms_per_episode": round(cpu / len(y) * 1000, 2), "y_mean_h": round(float(y.mean()), 3),
+            "samples": count,
+            "episodes": int(len(y)),
+            "wall_s": round(wall, 2),
+            "ms_per_sample": round(wall / count * 1000, 2),
+            "ms_per_episode": round(wall / len(y) * 1000, 2),
+            "episodes_per_s": round(len(y) / wall, 1),
+            "cpu_s": round(cpu, 2),
+            "cpu_ms_per_episode": round(cpu / len(y) * 1000, 2),
+            "y_mean_h": round(float(y.mean()), 3),
             "reactive_mean_h": round(float(meta[meta.probe_index == probes - 1].interruption_s.mean() / 3600), 3),
             "backfilled_share": round(float(meta.backfilled.mean()), 4),
         }
@@ -211,8 +227,23 @@ def side_by_side(wl: Workload, cfg: SimConfig, ref_dir: str, count: int, load_s:
         for node in (1, 8):
             row = {"sample_start_utc": pd.Timestamp(start, unit="s", tz="UTC").isoformat(), "node": node}
             w, c = time.perf_counter(), _cpu_self()
-            data, _avg = mod.simulate_single(init, 0, slurm_config, backfill_config, 7, 4, trace, 5, 2, False,
-                                             100, 144, None, mode="default", node=node)
+            data, _avg = mod.simulate_single(
+                init,
+                0,
+                slurm_config,
+                backfill_config,
+                7,
+                4,
+                trace,
+                5,
+                2,
+                False,
+                100,
+                144,
+                None,
+                mode="default",
+                node=node,
+            )
             ref = (time.perf_counter() - w, _cpu_self() - c)
             n = len(data)
             for name, c_ in (("project_tested", cfg), ("project_reference_preset", PRESETS["reference"])):
@@ -227,18 +258,24 @@ def side_by_side(wl: Workload, cfg: SimConfig, ref_dir: str, count: int, load_s:
             episodes += n
             rows.append(row)
             print(json.dumps(row), flush=True)
-    per = {k: {"wall_s_per_episode": round(v[0] / episodes, 5), "cpu_s_per_episode": round(v[1] / episodes, 5)}
-           for k, v in totals.items()}
+    per = {
+        k: {"wall_s_per_episode": round(v[0] / episodes, 5), "cpu_s_per_episode": round(v[1] / episodes, 5)}
+        for k, v in totals.items()
+    }
     ref_wall = totals["reference_code"][0]
-    out = {"episodes_each": episodes, "per_episode": per,
-           "project_trace_load_s": round(load_s, 3),
-           "speedup_tested_vs_reference_code": round(ref_wall / totals["project_tested"][0], 1),
-           "speedup_tested_vs_reference_code_cpu": round(totals["reference_code"][1] / totals["project_tested"][1], 1),
-           "speedup_tested_incl_trace_load": round(ref_wall / (totals["project_tested"][0] + load_s), 1),
-           "speedup_reference_preset_vs_reference_code": round(ref_wall / totals["project_reference_preset"][0], 1),
-           "tested_over_reference_preset_time": round(totals["project_tested"][0]
-                                                      / totals["project_reference_preset"][0], 2),
-           "rows": rows}
+    out = {
+        "episodes_each": episodes,
+        "per_episode": per,
+        "project_trace_load_s": round(load_s, 3),
+        "speedup_tested_vs_reference_code": round(ref_wall / totals["project_tested"][0], 1),
+        "speedup_tested_vs_reference_code_cpu": round(totals["reference_code"][1] / totals["project_tested"][1], 1),
+        "speedup_tested_incl_trace_load": round(ref_wall / (totals["project_tested"][0] + load_s), 1),
+        "speedup_reference_preset_vs_reference_code": round(ref_wall / totals["project_reference_preset"][0], 1),
+        "tested_over_reference_preset_time": round(
+            totals["project_tested"][0] / totals["project_reference_preset"][0], 2
+        ),
+        "rows": rows,
+    }
     return out
 
 
@@ -251,15 +288,28 @@ def main_(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="run 114 of the 684 samples of the full configuration")
     p.add_argument("--skip-full", action="store_true", help="only the single-core figure")
     p.add_argument("--json", default=None, help="also write the summary here")
-    p.add_argument("--reference", default=None, metavar="DIR",
-                   help="checkout of github.com/zhaozhang/Mirage: also time its simulator on the same episodes")
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="DIR",
+        help="checkout of github.com/zhaozhang/Mirage: also time its simulator on the same episodes",
+    )
     p.add_argument("--reference-samples", type=int, default=2, help="samples per node size for --reference (2)")
     args = p.parse_args(argv)
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(p, args, {"workers": (1, 256), "serial_samples": (1, 100_000), "reference_samples": (1, 1000)}, folders=(), files=('json',))
-    cfg = SimConfig.from_dict(load_config(args.cluster_config)) if args.cluster_config not in PRESETS \
+    check_command_args(
+        p,
+        args,
+        {"workers": (1, 256), "serial_samples": (1, 100_000), "reference_samples": (1, 1000)},
+        folders=(),
+        files=("json",),
+    )
+    cfg = (
+        SimConfig.from_dict(load_config(args.cluster_config))
+        if args.cluster_config not in PRESETS
         else PRESETS[args.cluster_config]
+    )
     t_load = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         df, _ = read_trace(ensure_trace(args.trace, tmp))
@@ -271,11 +321,14 @@ def main_(argv: list[str] | None = None) -> int:
     serial = run_config(wl, cfg, args.serial_samples, [1, 8], workers=1, stride=stride)
     eps = sum(v["episodes"] for k, v in serial.items() if k.startswith("node"))
     cpu = sum(v["cpu_s"] for k, v in serial.items() if k.startswith("node"))
-    summary["single_core"] = {**serial, "episodes_per_s": round(eps / serial["wall_s_total"], 1),
-                              "ms_per_episode": round(serial["wall_s_total"] / eps * 1000, 2),
-                              "cpu_ms_per_episode": round(cpu / eps * 1000, 2),
-                              "load_average_1min": round(os.getloadavg()[0], 2),
-                              "speedup_vs_reference_1.5s": round(1.5 / (serial["wall_s_total"] / eps), 1)}
+    summary["single_core"] = {
+        **serial,
+        "episodes_per_s": round(eps / serial["wall_s_total"], 1),
+        "ms_per_episode": round(serial["wall_s_total"] / eps * 1000, 2),
+        "cpu_ms_per_episode": round(cpu / eps * 1000, 2),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "speedup_vs_reference_1.5s": round(1.5 / (serial["wall_s_total"] / eps), 1),
+    }
     print(json.dumps({"single_core": summary["single_core"]}, indent=2), flush=True)
     if not args.skip_full:
         count = 114 if args.quick else 684
@@ -289,8 +342,10 @@ def main_(argv: list[str] | None = None) -> int:
     if args.reference:
         with tempfile.TemporaryDirectory() as tmp:
             summary["side_by_side"] = side_by_side(wl, cfg, args.reference, args.reference_samples, load_s, tmp)
-        print(json.dumps({"side_by_side": {k: v for k, v in summary["side_by_side"].items() if k != "rows"}},
-                         indent=2), flush=True)
+        print(
+            json.dumps({"side_by_side": {k: v for k, v in summary["side_by_side"].items() if k != "rows"}}, indent=2),
+            flush=True,
+        )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0

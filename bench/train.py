@@ -66,8 +66,7 @@ def time_paper(kind: str, dataset: str, device: str, epochs: int, rows: int, thr
     import numpy as np
     import torch
 
-    from mirage_tasks.models import datasets as D
-    from mirage_tasks.models import moe, presets, torchutil, transformer
+    from mirage_tasks.models import datasets as D, moe, presets, torchutil, transformer
     from mirage_tasks.models.training import Phase, fit_phases
 
     try:
@@ -93,22 +92,56 @@ def time_paper(kind: str, dataset: str, device: str, epochs: int, rows: int, thr
     import copy
 
     warm = copy.deepcopy(model)
-    fit_phases(warm, [Phase("warm-up", warm, sub[:hp["batch_size"]], 1, hp["lr"], hp["batch_size"])], X, y,
-               sp.val[:8], loss=hp["loss"], y_scale=1.0, device=dev, seed=0, grad_clip=1.0,
-               checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench", amp=amp)
+    fit_phases(
+        warm,
+        [Phase("warm-up", warm, sub[: hp["batch_size"]], 1, hp["lr"], hp["batch_size"])],
+        X,
+        y,
+        sp.val[:8],
+        loss=hp["loss"],
+        y_scale=1.0,
+        device=dev,
+        seed=0,
+        grad_clip=1.0,
+        checkpoint_every=10**9,
+        ckpt_uri=None,
+        fingerprint="bench",
+        amp=amp,
+    )
     del warm
     phase = Phase(f"paper {kind}", model, sub, epochs, hp["lr"], hp["batch_size"])
     torchutil.seed_everything(0, dev)
     t0 = time.monotonic()
-    curves = fit_phases(model, [phase], X, y, sp.val[:rows], loss=hp["loss"], y_scale=1.0, device=dev, seed=0,
-                        grad_clip=1.0, checkpoint_every=10**9, ckpt_uri=None, fingerprint="bench", amp=amp)
+    curves = fit_phases(
+        model,
+        [phase],
+        X,
+        y,
+        sp.val[:rows],
+        loss=hp["loss"],
+        y_scale=1.0,
+        device=dev,
+        seed=0,
+        grad_clip=1.0,
+        checkpoint_every=10**9,
+        ckpt_uri=None,
+        fingerprint="bench",
+        amp=amp,
+    )
     if dev.type == "cuda":
         torch.cuda.synchronize()
     per = (time.monotonic() - t0) / epochs
     full = per * (len(sp.train) + len(sp.val)) / (len(sub) + min(rows, len(sp.val)))
-    return {"kind": kind, "device": device, "amp": amp, "rows": len(sub), "s_per_epoch": per,
-            "s_per_full_epoch_est": full, "val_mae_scaled": curves[-1]["val_mae_h"],
-            "n_parameters": sum(p.numel() for p in model.parameters())}
+    return {
+        "kind": kind,
+        "device": device,
+        "amp": amp,
+        "rows": len(sub),
+        "s_per_epoch": per,
+        "s_per_full_epoch_est": full,
+        "val_mae_scaled": curves[-1]["val_mae_h"],
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def main() -> int:
@@ -119,20 +152,33 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--workdir", default=None)
     p.add_argument("--param", action="append", default=[], help="passed to every train run")
-    p.add_argument("--trace", help="ingest output of the dataset's trace: also train the policies on the "
-                                   "simulator (needs the transformer and moe rows)")
-    p.add_argument("--paper-moe-epochs", type=int, default=0,
-                   help="also time the paper preset for this many epochs (0: no)")
+    p.add_argument(
+        "--trace",
+        help="ingest output of the dataset's trace: also train the policies on the "
+        "simulator (needs the transformer and moe rows)",
+    )
+    p.add_argument(
+        "--paper-moe-epochs", type=int, default=0, help="also time the paper preset for this many epochs (0: no)"
+    )
     p.add_argument("--paper-kinds", default="moe,transformer", help="paper-preset models to time")
     p.add_argument("--paper-rows", type=int, default=256)
     p.add_argument("--devices", default="cpu,cuda")
     p.add_argument("--amp", default="off,bf16", help="precisions to time: off (float32), bf16 (autocast)")
-    p.add_argument("--smoke", action="store_true",
-                   help="a synthetic dataset of 40 samples and the tree models only (the test suite's)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a synthetic dataset of 40 samples and the tree models only (the test suite's)",
+    )
     args = p.parse_args()
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(p, args, {"threads": (1, 256), "paper_moe_epochs": (0, 10_000), "paper_rows": (1, 10_000_000)}, folders=('workdir',), files=())
+    check_command_args(
+        p,
+        args,
+        {"threads": (1, 256), "paper_moe_epochs": (0, 10_000), "paper_rows": (1, 10_000_000)},
+        folders=("workdir",),
+        files=(),
+    )
     n_samples = 684
     if args.smoke:
         n_samples = 40
@@ -160,11 +206,15 @@ def main() -> int:
         if "error" in r:
             print(f"| {r['model']} | {r['wall_s']:.0f} | failed: {r['error']} | | | | |")
             continue
-        print(f"| {r['model']} | {r['process_wall_s']:.0f} | {r['val_mae_h']:.3f} | {r['val_constant_mae_h']:.3f} | "
-              f"{r['train_mae_h']:.3f} | {r['n_train']} | {r['n_val']} |")
+        print(
+            f"| {r['model']} | {r['process_wall_s']:.0f} | {r['val_mae_h']:.3f} | {r['val_constant_mae_h']:.3f} | "
+            f"{r['train_mae_h']:.3f} | {r['n_train']} | {r['n_val']} |"
+        )
     if args.trace:
-        print("\npolicies on the simulator (return = -|interruption| in minutes, mean over the fixed "
-              "validation episodes, actions sampled with a fixed seed; reactive = always wait):\n")
+        print(
+            "\npolicies on the simulator (return = -|interruption| in minutes, mean over the fixed "
+            "validation episodes, actions sampled with a fixed seed; reactive = always wait):\n"
+        )
         print("| policy | wall s | episodes | reactive | untrained | best | best epoch |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         from mirage_tasks.models.registry import POLICIES
@@ -175,18 +225,25 @@ def main() -> int:
                 print(f"| {model} | | | base model not trained in this run | | | |")
                 continue
             print(f"training {model} ({args.preset}) ...", file=sys.stderr, flush=True)
-            r = train_policy(model, base, args.trace, os.path.join(work, f"{model}-{args.preset}"), args.preset,
-                             args.threads)
+            r = train_policy(
+                model, base, args.trace, os.path.join(work, f"{model}-{args.preset}"), args.preset, args.threads
+            )
             if "error" in r:
                 print(f"| {model} | {r['wall_s']:.0f} | failed: {r['error']} | | | | |")
             else:
-                print(f"| {model} | {r['process_wall_s']:.0f} | {r['episodes']} | {r['reactive_val_return']:.0f} | "
-                      f"{r['initial_val_return']:.0f} | {r['best_val_return']:.0f} | {r['best_epoch']} |")
+                print(
+                    f"| {model} | {r['process_wall_s']:.0f} | {r['episodes']} | {r['reactive_val_return']:.0f} | "
+                    f"{r['initial_val_return']:.0f} | {r['best_val_return']:.0f} | {r['best_epoch']} |"
+                )
     if args.paper_moe_epochs:
-        print(f"\npaper preset (MoE: the joint mixture phase), {args.paper_moe_epochs} epoch(s) on "
-              f"{args.paper_rows} rows:\n")
-        print("| model | device | precision | s/epoch measured | s/epoch full split (est.) | val MAE (scaled) after "
-              "these epochs | parameters |")
+        print(
+            f"\npaper preset (MoE: the joint mixture phase), {args.paper_moe_epochs} epoch(s) on "
+            f"{args.paper_rows} rows:\n"
+        )
+        print(
+            "| model | device | precision | s/epoch measured | s/epoch full split (est.) | val MAE (scaled) after "
+            "these epochs | parameters |"
+        )
         print("|---|---|---|---:|---:|---:|---:|")
         for kind in args.paper_kinds.split(","):
             for dev in args.devices.split(","):
@@ -195,8 +252,11 @@ def main() -> int:
                     if "error" in r:
                         print(f"| {kind} | {dev} | {amp} | not available: {r['error']} | | | |")
                     else:
-                        print(f"| {kind} | {dev} | {amp} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | "
-                              f"{r['val_mae_scaled']:.3f} | {r['n_parameters']:,} |", flush=True)
+                        print(
+                            f"| {kind} | {dev} | {amp} | {r['s_per_epoch']:.1f} | {r['s_per_full_epoch_est']:.0f} | "
+                            f"{r['val_mae_scaled']:.3f} | {r['n_parameters']:,} |",
+                            flush=True,
+                        )
     failed = [r["model"] for r in rows if "error" in r]
     if failed:  # the table says so; the exit status too, so a broken model cannot pass unseen
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)

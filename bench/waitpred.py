@@ -42,7 +42,7 @@ def main() -> int:
 
     import pandas as pd
 
-    from lab.campaigns.mirage_eval import shipped, TRACES  # the shipped log descriptions
+    from lab.campaigns.mirage_eval import TRACES, shipped  # the shipped log descriptions
     from mirage_tasks.calibration import atsubmit
     from mirage_tasks.calibration.calibrate import replay_months
     from mirage_tasks.data.schema import read_trace
@@ -53,8 +53,11 @@ def main() -> int:
     spec = shipped(str(TRACES)).get("KTH-SP2" if args.smoke else args.log)
     if args.smoke:
         tmp = Path(tempfile.mkdtemp(prefix="waitpred-bench-"))
-        subprocess.run([sys.executable, "-m", "mirage_tasks", "ingest", "--trace", spec.trace, "--out",
-                        str(tmp / "trace")], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "mirage_tasks", "ingest", "--trace", spec.trace, "--out", str(tmp / "trace")],
+            check=True,
+            capture_output=True,
+        )
         trace, cfg = str(tmp / "trace"), SimConfig(nodes=100)
         months = ("1997-01",)
     else:
@@ -62,7 +65,9 @@ def main() -> int:
             p.error(f"--log {args.log}: not a shipped log (lab/campaigns/logs/)")
         trace, cfg_path = root / args.log / "trace", root / args.log / "cal" / "config.json"
         if not cfg_path.is_file():
-            p.error(f"{cfg_path} is missing: run python -m lab.campaigns.mirage_eval --waitpred-only --logs {args.log} first")
+            p.error(
+                f"{cfg_path} is missing: run python -m lab.campaigns.mirage_eval --waitpred-only --logs {args.log} first"
+            )
         trace, cfg = str(trace), SimConfig.from_dict(load_config(str(cfg_path)))
         months = spec.months
     df, meta = read_trace(trace)
@@ -79,16 +84,27 @@ def main() -> int:
     rep = replay_months(wl, cfg, a, b, 7 * 86400, tz)
     replay_s = time.process_time() - t
     load = os.getloadavg()
-    rec = {"log": spec.name, "months": list(months), "jobs": int(len(fr)), "sweep_cpu_s": round(sweep_s, 3),
-           "sweep_ms_per_job": round(1000 * sweep_s / max(1, len(fr)), 3), "replay_cpu_s": round(replay_s, 3),
-           "replay_jobs": int(len(rep)), "ratio_sweep_over_replay": round(sweep_s / replay_s, 2) if replay_s else None,
-           "mean_pending_at_submission": round(float(fr["pending_jobs"].mean()), 1),
-           "loadavg": [round(x, 2) for x in load], "cpus": os.cpu_count(), "smoke": args.smoke,
-           "command": " ".join(["bench/waitpred.py", *sys.argv[1:]])}
-    rec["line"] = (f"{spec.name} {', '.join(months)}: {rec['jobs']} jobs scored at submission in {sweep_s:.1f} CPU s "
-                   f"({rec['sweep_ms_per_job']} ms/job, {rec['mean_pending_at_submission']} jobs pending on average); "
-                   f"the replay of the same months {replay_s:.1f} CPU s (x{rec['ratio_sweep_over_replay']}); load "
-                   f"{' '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} CPUs")
+    rec = {
+        "log": spec.name,
+        "months": list(months),
+        "jobs": int(len(fr)),
+        "sweep_cpu_s": round(sweep_s, 3),
+        "sweep_ms_per_job": round(1000 * sweep_s / max(1, len(fr)), 3),
+        "replay_cpu_s": round(replay_s, 3),
+        "replay_jobs": int(len(rep)),
+        "ratio_sweep_over_replay": round(sweep_s / replay_s, 2) if replay_s else None,
+        "mean_pending_at_submission": round(float(fr["pending_jobs"].mean()), 1),
+        "loadavg": [round(x, 2) for x in load],
+        "cpus": os.cpu_count(),
+        "smoke": args.smoke,
+        "command": " ".join(["bench/waitpred.py", *sys.argv[1:]]),
+    }
+    rec["line"] = (
+        f"{spec.name} {', '.join(months)}: {rec['jobs']} jobs scored at submission in {sweep_s:.1f} CPU s "
+        f"({rec['sweep_ms_per_job']} ms/job, {rec['mean_pending_at_submission']} jobs pending on average); "
+        f"the replay of the same months {replay_s:.1f} CPU s (x{rec['ratio_sweep_over_replay']}); load "
+        f"{' '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} CPUs"
+    )
     print("waitpred bench: " + rec["line"], flush=True)
     out = Path(args.json) if args.json else (None if args.smoke else root / "waitpred-bench.json")
     if out:

@@ -110,11 +110,16 @@ SYSTEMS = list(dict.fromkeys(s for doc in CATALOGUE.values() for s in doc["syste
 _REGISTRY = _workload_registry()
 RUN_TIMEOUT = {name: timedelta(seconds=_REGISTRY.run_timeout_s(doc)) for name, doc in CATALOGUE.items()}
 COMMON = [
-    "--target", "{{ params.target }}",
-    "--run-id", "{{ run_id }}",
-    "--results", "{{ house_storage_prefix(dag.dag_id) }}",  # resolved at run time, as in mirage_pipeline
-    "--date", "{{ ds }}",
-    "--release", "{{ params.release }}",
+    "--target",
+    "{{ params.target }}",
+    "--run-id",
+    "{{ run_id }}",
+    "--results",
+    "{{ house_storage_prefix(dag.dag_id) }}",  # resolved at run time, as in mirage_pipeline
+    "--date",
+    "{{ ds }}",
+    "--release",
+    "{{ params.release }}",
 ]
 if CFG.runner == "kubernetes":
     # the per-node billing sampler DaemonSet runs this package's image, with the storage Secret
@@ -135,48 +140,102 @@ with DAG(
     tags=["faasm", "benchmark"],
     user_defined_macros=dict(MACROS),
     params={
-        "target": Param(DEFAULT_TARGET, enum=["local", "knative"], title="Target",
-                        description="local: this host (wasm on wasmtime against native runc containers); "
-                                    "knative: the cluster (the default under HOUSE_RUNNER=kubernetes)"),
-        "release": Param(RELEASES[0], enum=RELEASES, title="Faasm release",
-                         description="image names and tags to deploy: 0.1.3 (the experiments manual's: "
-                                     "faasm/knative-worker) or 0.6.7 (faasm/worker)"),
-        "replicas": Param("per-point", enum=["per-point", "fixed"], title="Replicas (SGD, matrix)",
-                          description="per-point: redeploy with N replicas for each N_WORKERS value and run "
-                                      "with N workers (the manual); fixed: the catalogue's replica counts"),
-        "tf_sweep": Param("default", enum=["default", "extended"], title="TF throughput sweep",
-                          description="default: the manual's (max delay 30 s .. 2 s); extended: the longer "
-                                      "faasm-experiments sweep (wasm down to 25 ms). Knative only: the local "
-                                      "target runs its own small sweep and refuses extended at deploy"),
-        "experiments": Param(EXPERIMENTS, type="array", items={"type": "string", "enum": EXPERIMENTS}, minItems=1,
-                             uniqueItems=True, title="Experiments",
-                             description="Which catalogue experiments to run (at least one)."),
-        "systems": Param(SYSTEMS, type="array", items={"type": "string", "enum": SYSTEMS}, minItems=1, uniqueItems=True,
-                         title="Systems", description="wasm (Faasm) and/or native containers."),
-        "trend_days": Param(30, type="integer", minimum=1, title="Trend window (days)",
-                            description="Days of results in the trend report and the regression check's history."),
-        "p99_increase_pct": Param(25, type="number", title="Check: p99 latency increase (%)",
-                                  description="Fail when a point's p99 is more than this % above its trailing "
-                                              "median (negative: off)."),
-        "throughput_drop_pct": Param(20, type="number", title="Check: throughput drop (%)",
-                                     description="Fail when a point's throughput is more than this % below its "
-                                                 "trailing median (negative: off)."),
-        "run_time_increase_pct": Param(50, type="number", title="Check: run time increase (%)",
-                                       description="Fail when an SGD / matrix point's run time is more than this % "
-                                                   "above its trailing median (negative: off)."),
+        "target": Param(
+            DEFAULT_TARGET,
+            enum=["local", "knative"],
+            title="Target",
+            description="local: this host (wasm on wasmtime against native runc containers); "
+            "knative: the cluster (the default under HOUSE_RUNNER=kubernetes)",
+        ),
+        "release": Param(
+            RELEASES[0],
+            enum=RELEASES,
+            title="Faasm release",
+            description="image names and tags to deploy: 0.1.3 (the experiments manual's: "
+            "faasm/knative-worker) or 0.6.7 (faasm/worker)",
+        ),
+        "replicas": Param(
+            "per-point",
+            enum=["per-point", "fixed"],
+            title="Replicas (SGD, matrix)",
+            description="per-point: redeploy with N replicas for each N_WORKERS value and run "
+            "with N workers (the manual); fixed: the catalogue's replica counts",
+        ),
+        "tf_sweep": Param(
+            "default",
+            enum=["default", "extended"],
+            title="TF throughput sweep",
+            description="default: the manual's (max delay 30 s .. 2 s); extended: the longer "
+            "faasm-experiments sweep (wasm down to 25 ms). Knative only: the local "
+            "target runs its own small sweep and refuses extended at deploy",
+        ),
+        "experiments": Param(
+            EXPERIMENTS,
+            type="array",
+            items={"type": "string", "enum": EXPERIMENTS},
+            minItems=1,
+            uniqueItems=True,
+            title="Experiments",
+            description="Which catalogue experiments to run (at least one).",
+        ),
+        "systems": Param(
+            SYSTEMS,
+            type="array",
+            items={"type": "string", "enum": SYSTEMS},
+            minItems=1,
+            uniqueItems=True,
+            title="Systems",
+            description="wasm (Faasm) and/or native containers.",
+        ),
+        "trend_days": Param(
+            30,
+            type="integer",
+            minimum=1,
+            title="Trend window (days)",
+            description="Days of results in the trend report and the regression check's history.",
+        ),
+        "p99_increase_pct": Param(
+            25,
+            type="number",
+            title="Check: p99 latency increase (%)",
+            description="Fail when a point's p99 is more than this % above its trailing median (negative: off).",
+        ),
+        "throughput_drop_pct": Param(
+            20,
+            type="number",
+            title="Check: throughput drop (%)",
+            description="Fail when a point's throughput is more than this % below its trailing median (negative: off).",
+        ),
+        "run_time_increase_pct": Param(
+            50,
+            type="number",
+            title="Check: run time increase (%)",
+            description="Fail when an SGD / matrix point's run time is more than this % "
+            "above its trailing median (negative: off).",
+        ),
     },
 ) as dag:
     # once, before any group: a target that cannot run anything fails here (exit 2: not retried)
-    preflight = step("preflight", argv=["preflight", *COMMON, "--experiments", "{{ params.experiments | join(',') }}",
-                                        "--systems", "{{ params.systems | join(',') }}"],
-                     timeout=timedelta(minutes=5))
+    preflight = step(
+        "preflight",
+        argv=[
+            "preflight",
+            *COMMON,
+            "--experiments",
+            "{{ params.experiments | join(',') }}",
+            "--systems",
+            "{{ params.systems | join(',') }}",
+        ],
+        timeout=timedelta(minutes=5),
+    )
     previous = None
     for experiment in EXPERIMENTS:
         for system in CATALOGUE[experiment]["systems"]:
             group = f"{experiment}__{system}"
             sel = ["--experiment", experiment, "--system", system]
             shape = ["--replicas", "{{ params.replicas }}"] + (
-                ["--sweep-variant", "{{ params.tf_sweep }}"] if CATALOGUE[experiment].get("sweep_variants") else [])
+                ["--sweep-variant", "{{ params.tf_sweep }}"] if CATALOGUE[experiment].get("sweep_variants") else []
+            )
             with TaskGroup(group_id=group):
 
                 @task(trigger_rule=TriggerRule.NONE_FAILED)
@@ -189,25 +248,31 @@ with DAG(
                         raise AirflowSkipException(f"{exp}/{sys_} not selected")
 
                 setup = prepare().as_setup()
-                deploy = step("deploy", argv=["deploy", *COMMON, *sel, *shape],
-                              timeout=timedelta(minutes=30))
-                wait = step("wait_ready",
-                            argv=["wait-ready", *COMMON, "--timeout", "900"], timeout=timedelta(minutes=20))
-                upload = step("upload_data", argv=["upload-data", *COMMON, *sel],
-                              timeout=timedelta(hours=1))
-                run = step("run", preset="cpu-large",
-                           argv=["run", *COMMON, *sel, *shape, "--keep-billing"], timeout=RUN_TIMEOUT[experiment])
+                deploy = step("deploy", argv=["deploy", *COMMON, *sel, *shape], timeout=timedelta(minutes=30))
+                wait = step(
+                    "wait_ready", argv=["wait-ready", *COMMON, "--timeout", "900"], timeout=timedelta(minutes=20)
+                )
+                upload = step("upload_data", argv=["upload-data", *COMMON, *sel], timeout=timedelta(hours=1))
+                run = step(
+                    "run",
+                    preset="cpu-large",
+                    argv=["run", *COMMON, *sel, *shape, "--keep-billing"],
+                    timeout=RUN_TIMEOUT[experiment],
+                )
                 # collect is a teardown too: it runs after a failed run, so partial results are kept.
-                collect = step("collect", argv=["collect", *COMMON],
-                               timeout=timedelta(minutes=20)).as_teardown(setups=setup)
+                collect = step("collect", argv=["collect", *COMMON], timeout=timedelta(minutes=20)).as_teardown(
+                    setups=setup
+                )
                 # --full: the Redis and upload pods and Services go too (the next group deploys its own),
                 # so nothing of the benchmark is left in the namespace once the day is done
-                teardown = step("teardown", argv=["teardown", *COMMON, "--full"],
-                                timeout=timedelta(minutes=30)).as_teardown(setups=setup)
+                teardown = step(
+                    "teardown", argv=["teardown", *COMMON, "--full"], timeout=timedelta(minutes=30)
+                ).as_teardown(setups=setup)
                 # a teardown too: it runs whenever the group was set up, even when the teardown
                 # failed or was marked failed by hand (then it finds what was left and fails)
-                verify = step("verify_clean", argv=["verify-clean", *COMMON, "--full"],
-                              timeout=timedelta(minutes=10)).as_teardown(setups=setup)
+                verify = step(
+                    "verify_clean", argv=["verify-clean", *COMMON, "--full"], timeout=timedelta(minutes=10)
+                ).as_teardown(setups=setup)
                 setup >> deploy >> wait >> upload >> run >> collect >> teardown >> verify
                 # every group's setup (NONE_FAILED): a failed preflight skips each group, not only the first
                 preflight >> setup
@@ -215,19 +280,35 @@ with DAG(
                 previous >> setup
             previous = verify
 
-    summarize = step("summarize",
-                     argv=["summarize", *COMMON, "--days", "{{ params.trend_days }}"],
-                     timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=1,
-                     retry_delay=timedelta(seconds=30))
+    summarize = step(
+        "summarize",
+        argv=["summarize", *COMMON, "--days", "{{ params.trend_days }}"],
+        timeout=timedelta(minutes=10),
+        trigger_rule=TriggerRule.ALL_DONE,
+        retries=1,
+        retry_delay=timedelta(seconds=30),
+    )
     # The regression check: after the teardowns and summarize; a breach (exit 1) fails the run (one quick retry
     # covers a storage hiccup; a breach fails again).
-    check = step("check",
-                 argv=["check", *COMMON, "--days", "{{ params.trend_days }}",
-                       "--p99-increase-pct", "{{ params.p99_increase_pct }}",
-                       "--throughput-drop-pct", "{{ params.throughput_drop_pct }}",
-                       "--run-time-increase-pct", "{{ params.run_time_increase_pct }}"],
-                 timeout=timedelta(minutes=10), trigger_rule=TriggerRule.ALL_DONE, retries=1,
-                 retry_delay=timedelta(seconds=30))
+    check = step(
+        "check",
+        argv=[
+            "check",
+            *COMMON,
+            "--days",
+            "{{ params.trend_days }}",
+            "--p99-increase-pct",
+            "{{ params.p99_increase_pct }}",
+            "--throughput-drop-pct",
+            "{{ params.throughput_drop_pct }}",
+            "--run-time-increase-pct",
+            "{{ params.run_time_increase_pct }}",
+        ],
+        timeout=timedelta(minutes=10),
+        trigger_rule=TriggerRule.ALL_DONE,
+        retries=1,
+        retry_delay=timedelta(seconds=30),
+    )
     previous >> summarize >> check
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
@@ -238,16 +319,21 @@ with DAG(
 
         ti, params = context["ti"], context["params"]
         states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
-        bad = sorted(f"{t} ({s})" for t, s in states.items()
-                     if t != ti.task_id and s in ("failed", "upstream_failed"))
-        unverified = sorted(f"{e}__{s}.verify_clean ({states.get(f'{e}__{s}.verify_clean')})"
-                            for e in params["experiments"] for s in params["systems"]
-                            if states.get(f"{e}__{s}.verify_clean") != "success")
+        bad = sorted(f"{t} ({s})" for t, s in states.items() if t != ti.task_id and s in ("failed", "upstream_failed"))
+        unverified = sorted(
+            f"{e}__{s}.verify_clean ({states.get(f'{e}__{s}.verify_clean')})"
+            for e in params["experiments"]
+            for s in params["systems"]
+            if states.get(f"{e}__{s}.verify_clean") != "success"
+        )
         if bad or unverified:
-            raise AirflowException("the day's benchmark is not complete: "
-                                   + "; ".join(([f"failed: {', '.join(bad)}"] if bad else [])
-                                               + ([f"not verified clean: {', '.join(unverified)}"]
-                                                  if unverified else [])))
+            raise AirflowException(
+                "the day's benchmark is not complete: "
+                + "; ".join(
+                    ([f"failed: {', '.join(bad)}"] if bad else [])
+                    + ([f"not verified clean: {', '.join(unverified)}"] if unverified else [])
+                )
+            )
 
     # Setups are left out: whatever follows a setup directly must use ALL_SUCCESS.
     [t for t in dag.tasks if not t.is_setup] >> watcher()

@@ -20,7 +20,7 @@ shell, the same::
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
@@ -37,31 +37,56 @@ with DAG(
     description="Wait prediction at submission time on a log you describe (calibrate, waitpred)",
     doc_md=__doc__,
     schedule=None,
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
     params={
-        "name": Param("KTH-SP2", type="string", pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                      description="a short name for the log (its output folder)"),
-        "trace": Param(str(_KTH) if LOCAL and _KTH.exists() else None, type=["null", "string"],
-                       description="the raw log: a Slurm sacct export or an SWF file (path or URI under the house "
-                                   "storage root or the shipped traces, HOUSE_INPUT_ROOTS); required"),
-        "timezone": Param(None, type=["null", "string"],
-                          description="the log's time zone (sacct; empty: an SWF header's, else UTC)"),
-        "procs_per_node": Param(1, type=["null", "integer"], minimum=1, maximum=4096,
-                                description="processors per node, for logs that record processors only (SWF)"),
-        "machine_nodes": Param(None, type=["null", "integer"], minimum=1,
-                               description="the machine's size in nodes where the log does not say (SWF headers do)"),
+        "name": Param(
+            "KTH-SP2",
+            type="string",
+            pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            description="a short name for the log (its output folder)",
+        ),
+        "trace": Param(
+            str(_KTH) if LOCAL and _KTH.exists() else None,
+            type=["null", "string"],
+            description="the raw log: a Slurm sacct export or an SWF file (path or URI under the house "
+            "storage root or the shipped traces, HOUSE_INPUT_ROOTS); required",
+        ),
+        "timezone": Param(
+            None, type=["null", "string"], description="the log's time zone (sacct; empty: an SWF header's, else UTC)"
+        ),
+        "procs_per_node": Param(
+            1,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=4096,
+            description="processors per node, for logs that record processors only (SWF)",
+        ),
+        "machine_nodes": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="the machine's size in nodes where the log does not say (SWF headers do)",
+        ),
         "calibrate_from": Param("1996-10-08", type="string", format="date", description="calibration period start"),
-        "calibrate_to": Param("1997-01-01", type="string", format="date", description="calibration period end (exclusive)"),
-        "months": Param(["1997-01", "1997-02", "1997-03"], type="array", minItems=1, maxItems=24,
-                        items={"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
-                        description="scored months YYYY-MM, after the calibration period"),
+        "calibrate_to": Param(
+            "1997-01-01", type="string", format="date", description="calibration period end (exclusive)"
+        ),
+        "months": Param(
+            ["1997-01", "1997-02", "1997-03"],
+            type="array",
+            minItems=1,
+            maxItems=24,
+            items={"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
+            description="scored months YYYY-MM, after the calibration period",
+        ),
         "trials": Param(40, type="integer", minimum=1, maximum=400, description="calibration trials (40)"),
-        "timeout_s": Param(300, type="integer", minimum=10, maximum=86400,
-                           description="calibration time budget, seconds (300)"),
+        "timeout_s": Param(
+            300, type="integer", minimum=10, maximum=86400, description="calibration time budget, seconds (300)"
+        ),
     },
 ) as dag:
 
@@ -69,6 +94,7 @@ with DAG(
     def plan(params=None) -> dict:
         """The log description checked, and the three command lines."""
         from airflow.sdk.exceptions import AirflowFailException
+
         from house import input_roots, storage_prefix
         from mirage_tasks.run import evalplan
         from stepkit import reach
@@ -78,9 +104,15 @@ with DAG(
             reach.check_params({"trace": p.get("trace")}, input_roots())
         except reach.Refused as exc:
             raise AirflowFailException(str(exc)) from exc
-        doc = {"name": p["name"], "trace": p["trace"], "calibrate": [p["calibrate_from"], p["calibrate_to"]],
-               "months": list(p["months"]), "timezone": p.get("timezone") or None,
-               "procs_per_node": p.get("procs_per_node"), "machine_nodes": p.get("machine_nodes")}
+        doc = {
+            "name": p["name"],
+            "trace": p["trace"],
+            "calibrate": [p["calibrate_from"], p["calibrate_to"]],
+            "months": list(p["months"]),
+            "timezone": p.get("timezone") or None,
+            "procs_per_node": p.get("procs_per_node"),
+            "machine_nodes": p.get("machine_nodes"),
+        }
         try:
             spec = evalplan.LogSpec.from_dict(doc, source="the trigger form")
             reach.check_params({"trace": spec.trace}, input_roots())  # as resolved (a relative path)

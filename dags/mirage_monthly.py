@@ -44,8 +44,9 @@ with DAG(
     doc_md=__doc__,
     schedule=PartitionedAssetTimetable(
         assets=SAMPLES,
-        default_partition_mapper=RollupMapper(upstream_mapper=StartOfMonthMapper(), window=MonthWindow(),
-                                              wait_policy=WaitForAll()),
+        default_partition_mapper=RollupMapper(
+            upstream_mapper=StartOfMonthMapper(), window=MonthWindow(), wait_policy=WaitForAll()
+        ),
     ),
     start_date=datetime(2022, 10, 1, tzinfo=UTC),
     catchup=False,
@@ -67,10 +68,19 @@ with DAG(
             run = month_run(key, [dict(e.extra or {}) for e in events])
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from exc
-        print(f"month {key}: {len(events)} day event(s); starting mirage_pipeline {run['run_id']} "
-              f"(logical date {run['logical_date']}) with {run['conf']}", flush=True)
+        print(
+            f"month {key}: {len(events)} day event(s); starting mirage_pipeline {run['run_id']} "
+            f"(logical date {run['logical_date']}) with {run['conf']}",
+            flush=True,
+        )
         return run
 
     run = month()
-    TriggerDagRunOperator(task_id="start_pipeline", trigger_dag_id="mirage_pipeline", trigger_run_id=run["run_id"],
-                          logical_date=run["logical_date"], conf=run["conf"], skip_when_already_exists=True)
+    TriggerDagRunOperator(
+        task_id="start_pipeline",
+        trigger_dag_id="mirage_pipeline",
+        trigger_run_id=run["run_id"],
+        logical_date=run["logical_date"],
+        conf=run["conf"],
+        skip_when_already_exists=True,
+    )

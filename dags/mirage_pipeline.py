@@ -82,11 +82,20 @@ LOCAL = get_config().runner == "local"
 GPUS = get_config().gpus
 DEVICES = ["cpu", "cuda"] if GPUS else ["cpu"]
 #: The plan's argv lists the mapped steps expand over, each with its labels (mirage_tasks.run.plan.MAPPED_STEPS).
-STEP_LISTS = ("sample", "merge", "train_cpu", *(("train_gpu",) if GPUS else ()), "policy_cpu",
-              *(("policy_gpu",) if GPUS else ()), "validate")
+STEP_LISTS = (
+    "sample",
+    "merge",
+    "train_cpu",
+    *(("train_gpu",) if GPUS else ()),
+    "policy_cpu",
+    *(("policy_gpu",) if GPUS else ()),
+    "validate",
+)
 GRANTED = 1 if LOCAL else int(float(PRESETS["cpu-large"].requests["cpu"]))
-HEAVY = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
-         **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
+HEAVY = {
+    "env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+    **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {}),
+}
 
 
 with DAG(
@@ -107,26 +116,39 @@ with DAG(
         """This run's storage prefix, the missing sample days and every step's argv (no work)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from mirage_tasks.run.plan import plan_run
         from house import input_roots
+        from mirage_tasks.run.plan import plan_run
         from mirage_tasks.run.runconf import MirageRun, input_params
         from mirage_tasks.run.runlog import record_run
         from stepkit import StepError, reach
 
         run_type = context["dag_run"].run_type  # scheduled: size "scheduled"; backfill: no fixed demo windows
         try:
-            conf = MirageRun.from_params(dict(context["params"]), scheduled=run_type == "scheduled",
-                                         backfill=run_type == "backfill")
+            conf = MirageRun.from_params(
+                dict(context["params"]), scheduled=run_type == "scheduled", backfill=run_type == "backfill"
+            )
             # the params a step opens are data, not reach: under the allowed roots, before the plan reads the trace
             reach.check_params(input_params(conf), input_roots())
-            planned = plan_run(conf, storage_prefix("mirage"), storage_prefix(context["dag"].dag_id),
-                               context.get("logical_date"), workers=GRANTED, threads=GRANTED)
+            planned = plan_run(
+                conf,
+                storage_prefix("mirage"),
+                storage_prefix(context["dag"].dag_id),
+                context.get("logical_date"),
+                workers=GRANTED,
+                threads=GRANTED,
+            )
         except (ValueError, StepError) as exc:  # bad params or a missing trace: a retry cannot help
             raise AirflowFailException(str(exc)) from exc
         # which DAG run used this prefix (the results view lists runs by it)
-        record_run(planned["prefix"], dag_id=context["dag"].dag_id, run_id=context["run_id"], run_type=run_type,
-                   logical_date=context.get("logical_date"), params=dict(context["params"]),
-                   defaults=context["dag"].params.dump())
+        record_run(
+            planned["prefix"],
+            dag_id=context["dag"].dag_id,
+            run_id=context["run_id"],
+            run_type=run_type,
+            logical_date=context.get("logical_date"),
+            params=dict(context["params"]),
+            defaults=context["dag"].params.dump(),
+        )
         print(f"run prefix: {planned['prefix']}", flush=True)  # make demo's summary reads it from the log
         return planned
 
@@ -159,20 +181,35 @@ with DAG(
     after_any = {"trigger_rule": TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS}
     mapped = {"map_index_template": MAP_LABEL}
     sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=2), **mapped, **HEAVY).expand_kwargs(
-        lists["sample"])
-    merge = step_partial("merge", preset="cpu-small", timeout=timedelta(minutes=30),
-                         trigger_rule=TriggerRule.NONE_FAILED, **mapped).expand_kwargs(lists["merge"])
-    train = [step_partial("train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                          **HEAVY).expand_kwargs(lists["train_cpu"])]
-    policy = [step_partial("policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped,
-                           **HEAVY).expand_kwargs(lists["policy_cpu"])]
+        lists["sample"]
+    )
+    merge = step_partial(
+        "merge", preset="cpu-small", timeout=timedelta(minutes=30), trigger_rule=TriggerRule.NONE_FAILED, **mapped
+    ).expand_kwargs(lists["merge"])
+    train = [
+        step_partial(
+            "train_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped, **HEAVY
+        ).expand_kwargs(lists["train_cpu"])
+    ]
+    policy = [
+        step_partial(
+            "policy_cpu", preset="cpu-large", timeout=timedelta(hours=6), **after_any, **mapped, **HEAVY
+        ).expand_kwargs(lists["policy_cpu"])
+    ]
     if GPUS:  # only where the deployment has GPU nodes (HOUSE_GPUS)
-        train.append(step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
-                                  **mapped).expand_kwargs(lists["train_gpu"]))
-        policy.append(step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any,
-                                   **mapped).expand_kwargs(lists["policy_gpu"]))
-    validate = step_partial("validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any, **mapped,
-                            **HEAVY).expand_kwargs(lists["validate"])
+        train.append(
+            step_partial("train_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand_kwargs(
+                lists["train_gpu"]
+            )
+        )
+        policy.append(
+            step_partial("policy_gpu", preset="gpu", timeout=timedelta(hours=12), **after_any, **mapped).expand_kwargs(
+                lists["policy_gpu"]
+            )
+        )
+    validate = step_partial(
+        "validate", preset="cpu-large", timeout=timedelta(hours=3), **after_any, **mapped, **HEAVY
+    ).expand_kwargs(lists["validate"])
     fidelity = step("fidelity", argv=run["fidelity"], preset="cpu-large", timeout=timedelta(hours=2))
     metrics = step("metrics", argv=run["metrics"], preset="cpu-small", timeout=timedelta(minutes=30))
     report = step("report", argv=run["report"], preset="cpu-small", timeout=timedelta(minutes=30))

@@ -81,8 +81,8 @@ with DAG(
         """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from mirage_tasks.run.plan import samples_trace, trace_fingerprint
         from house import input_roots
+        from mirage_tasks.run.plan import samples_trace, trace_fingerprint
         from mirage_tasks.run.runconf import MirageRun, input_params
         from stepkit import StepError, reach
 
@@ -140,8 +140,13 @@ with DAG(
         if missing:
             raise RuntimeError(f"partitions not committed: {missing}")
         params = context["params"]
-        extra = {"day": d["day"], "trace": d["trace"], "partitions": d["partitions"], "computed": d["missing"],
-                 "params": {k: params.get(k) for k in FAMILY_PARAMS}}
+        extra = {
+            "day": d["day"],
+            "trace": d["trace"],
+            "partitions": d["partitions"],
+            "computed": d["missing"],
+            "params": {k: params.get(k) for k in FAMILY_PARAMS},
+        }
         events = context["outlet_events"][SAMPLES]
         events.extra = extra
         events.add_partitions(f"{d['day']}T00:00:00")  # the CronPartitionTimetable's key format
@@ -151,9 +156,12 @@ with DAG(
     trace = step("prepare_trace", argv=p["trace_argv"], preset="cpu-small", timeout=timedelta(minutes=30))
     d = day_plan(p)
     # one CPU per sample task locally (as many at once as this machine has CPUs), the preset's in a pod
-    cpus = {"env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
-            **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {})}
-    sample = step_partial("sample", preset="cpu-large", timeout=timedelta(hours=1), map_index_template=MAP_LABEL,
-                          **cpus).expand_kwargs(sample_argvs(d))
+    cpus = {
+        "env": {"OMP_NUM_THREADS": str(GRANTED), "MKL_NUM_THREADS": str(GRANTED)},
+        **({"max_active_tis_per_dag": len(os.sched_getaffinity(0))} if LOCAL else {}),
+    }
+    sample = step_partial(
+        "sample", preset="cpu-large", timeout=timedelta(hours=1), map_index_template=MAP_LABEL, **cpus
+    ).expand_kwargs(sample_argvs(d))
     trace >> d
     sample >> publish(d)

@@ -35,14 +35,20 @@ def main(argv: list[str] | None = None) -> int:
 
     dag = DagModel.get_dagmodel(args.dag_id)
     if dag is None:
-        print(f"backfill: no DAG {args.dag_id!r} in this Airflow's database (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME')}): "
-              "check the name, or wait until the dag-processor has parsed it", file=sys.stderr)
+        print(
+            f"backfill: no DAG {args.dag_id!r} in this Airflow's database (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME')}): "
+            "check the name, or wait until the dag-processor has parsed it",
+            file=sys.stderr,
+        )
         return 2
     if dag.is_paused:
         if not args.unpause:
-            print(f"backfill: DAG {args.dag_id} is paused, and Airflow 3 leaves a paused DAG's backfill runs queued "
-                  f"forever. Unpause it first:\n    airflow dags unpause {args.dag_id}\nor pass --unpause to this "
-                  "command. Nothing was created.", file=sys.stderr)
+            print(
+                f"backfill: DAG {args.dag_id} is paused, and Airflow 3 leaves a paused DAG's backfill runs queued "
+                f"forever. Unpause it first:\n    airflow dags unpause {args.dag_id}\nor pass --unpause to this "
+                "command. Nothing was created.",
+                file=sys.stderr,
+            )
             return 2
         subprocess.run([*airflow, "dags", "unpause", args.dag_id], check=True, stdout=subprocess.DEVNULL)
         print(f"backfill: unpaused {args.dag_id}", file=sys.stderr)

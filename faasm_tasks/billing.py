@@ -34,8 +34,16 @@ from . import procs
 
 MB = 1024 * 1024
 MAX_GAP_S = 5.0  # summarize: samples this far outside a window still bound it
-CUMULATIVE = ("disk_read_mb", "disk_write_mb", "net_sent_mb", "net_recv_mb",
-              "cpu_time_user", "cpu_time_system", "cpu_time_idle", "cpu_time_iowait")
+CUMULATIVE = (
+    "disk_read_mb",
+    "disk_write_mb",
+    "net_sent_mb",
+    "net_recv_mb",
+    "cpu_time_user",
+    "cpu_time_system",
+    "cpu_time_idle",
+    "cpu_time_iowait",
+)
 
 
 def sample(state_file: str | None = None) -> dict[str, Any]:
@@ -46,12 +54,19 @@ def sample(state_file: str | None = None) -> dict[str, Any]:
         "t": round(time.time(), 3),
         "cpu_pct": psutil.cpu_percent(interval=None),
         "cpu_pct_per_cpu": psutil.cpu_percent(interval=None, percpu=True),
-        "cpu_time_user": ct.user, "cpu_time_system": ct.system, "cpu_time_idle": ct.idle,
+        "cpu_time_user": ct.user,
+        "cpu_time_system": ct.system,
+        "cpu_time_idle": ct.idle,
         "cpu_time_iowait": getattr(ct, "iowait", 0.0),
-        "memory_used_mb": vm.used / MB, "memory_active_mb": getattr(vm, "active", 0) / MB,
-        "memory_used_pct": vm.percent, "memory_available_mb": vm.available / MB, "swap_used_mb": sw.used / MB,
-        "disk_read_mb": (disk.read_bytes / MB) if disk else 0.0, "disk_write_mb": (disk.write_bytes / MB) if disk else 0.0,
-        "net_sent_mb": net.bytes_sent / MB, "net_recv_mb": net.bytes_recv / MB,
+        "memory_used_mb": vm.used / MB,
+        "memory_active_mb": getattr(vm, "active", 0) / MB,
+        "memory_used_pct": vm.percent,
+        "memory_available_mb": vm.available / MB,
+        "swap_used_mb": sw.used / MB,
+        "disk_read_mb": (disk.read_bytes / MB) if disk else 0.0,
+        "disk_write_mb": (disk.write_bytes / MB) if disk else 0.0,
+        "net_sent_mb": net.bytes_sent / MB,
+        "net_recv_mb": net.bytes_recv / MB,
     }
     if state_file:
         rss = 0.0
@@ -77,8 +92,13 @@ def sampler_main(out: str, interval: float, state_file: str | None, max_s: float
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     psutil.cpu_percent(interval=None)
-    header = {"t": round(time.time(), 3), "host": socket.gethostname(), "cpu_count": psutil.cpu_count(),
-              "cpu_freq_max": (psutil.cpu_freq().max if psutil.cpu_freq() else None), "interval_s": interval}
+    header = {
+        "t": round(time.time(), 3),
+        "host": socket.gethostname(),
+        "cpu_count": psutil.cpu_count(),
+        "cpu_freq_max": (psutil.cpu_freq().max if psutil.cpu_freq() else None),
+        "interval_s": interval,
+    }
     t_end = time.monotonic() + max_s
     with open(out, "a", encoding="utf-8") as f:
         f.write(json.dumps({"header": header}) + "\n")
@@ -130,8 +150,9 @@ def _sample_lines_after(path: str, offset: int) -> int:
     return sum(1 for ln in lines if ln.strip() and not ln.startswith(b'{"header"'))
 
 
-def await_samples(path: str, offset: int, proc: psutil.Process | subprocess.Popen, n: int = 1,
-                  timeout_s: float = 120.0) -> dict[str, Any]:
+def await_samples(
+    path: str, offset: int, proc: psutil.Process | subprocess.Popen, n: int = 1, timeout_s: float = 120.0
+) -> dict[str, Any]:
     """Wait until the sampler writing ``path`` has written ``n`` samples past ``offset`` (it
     has imported, installed its signal handlers and sampled), while it lives, for at most
     ``timeout_s``. Returns ``{"ready", "samples", "waited_s"}`` (and ``problem`` when not)."""
@@ -142,16 +163,30 @@ def await_samples(path: str, offset: int, proc: psutil.Process | subprocess.Pope
             return {"ready": True, "samples": got, "waited_s": round(time.monotonic() - t0, 3)}
         alive = proc.poll() is None if isinstance(proc, subprocess.Popen) else proc.is_running()
         if not alive:
-            return {"ready": False, "samples": got, "waited_s": round(time.monotonic() - t0, 3),
-                    "problem": f"the sampler (pid {proc.pid}) exited before writing {n} sample(s)"}
+            return {
+                "ready": False,
+                "samples": got,
+                "waited_s": round(time.monotonic() - t0, 3),
+                "problem": f"the sampler (pid {proc.pid}) exited before writing {n} sample(s)",
+            }
         if time.monotonic() - t0 > timeout_s:
-            return {"ready": False, "samples": got, "waited_s": round(time.monotonic() - t0, 3),
-                    "problem": f"the sampler (pid {proc.pid}) wrote {got} of {n} sample(s) in {timeout_s:g} s"}
+            return {
+                "ready": False,
+                "samples": got,
+                "waited_s": round(time.monotonic() - t0, 3),
+                "problem": f"the sampler (pid {proc.pid}) wrote {got} of {n} sample(s) in {timeout_s:g} s",
+            }
         time.sleep(0.05)
 
 
-def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_file: str | None = None,
-                  max_s: float = 6 * 3600, ready_timeout_s: float = 120.0) -> dict[str, Any]:
+def start_sampler(
+    state_root: str,
+    run_id: str,
+    interval: float = 2.0,
+    state_file: str | None = None,
+    max_s: float = 6 * 3600,
+    ready_timeout_s: float = 120.0,
+) -> dict[str, Any]:
     """Start the run's sampler (unless it runs) and wait until it has taken its first sample,
     so that a window measured from now on has a sample before it and a stop after this
     returns finds its SIGTERM handler installed (``ready`` says whether it got there)."""
@@ -166,18 +201,43 @@ def start_sampler(state_root: str, run_id: str, interval: float = 2.0, state_fil
         offset = os.path.getsize(out)  # a restarted sampler appends to the same file
     except OSError:
         offset = 0
-    cmd = [sys.executable, "-m", "faasm_tasks.billing", "sample", "--out", out, "--interval", str(interval),
-           "--max-s", str(max_s)] + (["--state-file", state_file] if state_file else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "faasm_tasks.billing",
+        "sample",
+        "--out",
+        out,
+        "--interval",
+        str(interval),
+        "--max-s",
+        str(max_s),
+    ] + (["--state-file", state_file] if state_file else [])
     env = procs.labelled_env(label, "billing-sampler")
     env.pop(procs.FAULT_ENV, None)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    procs.journal_append(_dir(state_root, run_id), {"event": "starting", "role": "billing-sampler", "cmd": cmd,
-                                                    "label": label, "t": time.time()})
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
-    ctl = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "out": out, "cmd": cmd,
-           "interval_s": interval, "started": time.time(), "role": "billing-sampler"}
+    procs.journal_append(
+        _dir(state_root, run_id),
+        {"event": "starting", "role": "billing-sampler", "cmd": cmd, "label": label, "t": time.time()},
+    )
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    ctl = {
+        "pid": proc.pid,
+        "create_time": psutil.Process(proc.pid).create_time(),
+        "out": out,
+        "cmd": cmd,
+        "interval_s": interval,
+        "started": time.time(),
+        "role": "billing-sampler",
+    }
     procs.journal_append(_dir(state_root, run_id), {"event": "started", **ctl})
     tmp = ctl_path + ".tmp"
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
@@ -219,8 +279,7 @@ def stop_sampler(state_root: str, run_id: str, timeout_s: float = 10.0) -> dict[
     label = procs.run_label(state_root, run_id)
     ctl_path = _ctl_path(state_root, run_id)
     ctl = _read_ctl(ctl_path) or {}
-    found = {p.pid: p for p in procs.find_labelled(label)
-             if procs.describe(p).get("role") == "billing-sampler"}
+    found = {p.pid: p for p in procs.find_labelled(label) if procs.describe(p).get("role") == "billing-sampler"}
     mine = procs.is_ours(ctl, label) if ctl else None
     if mine is not None:
         found[mine.pid] = mine
@@ -269,8 +328,9 @@ def _integral_gb_s(rows: list[dict[str, Any]], key: str, t0: float, t1: float) -
     return tot / 1024.0
 
 
-def summarize(rows: list[dict[str, Any]], t_start: float, t_end: float, host: str = "",
-              max_gap_s: float = MAX_GAP_S) -> dict[str, Any]:
+def summarize(
+    rows: list[dict[str, Any]], t_start: float, t_end: float, host: str = "", max_gap_s: float = MAX_GAP_S
+) -> dict[str, Any]:
     """Summary of one host over ``[t_start, t_end]`` (epoch seconds). Includes the sample
     just before the window and just after it (if within ``max_gap_s``: samples from another
     sampler session do not count), so a short run still gets a delta."""
@@ -279,9 +339,14 @@ def summarize(rows: list[dict[str, Any]], t_start: float, t_end: float, host: st
     after = [r for r in rows if r["t"] >= t_end]
     inside = [r for r in rows if t_start < r["t"] < t_end]
     win = ([before[-1]] if before else []) + inside + ([after[0]] if after else [])
-    out: dict[str, Any] = {"host": host, "window_start": t_start, "window_end": t_end, "samples": len(win),
-                           "cost_metric": "memory_gb_s = integral of used memory over the window "
-                                          "(package-defined proxy; the seed defines no cost)"}
+    out: dict[str, Any] = {
+        "host": host,
+        "window_start": t_start,
+        "window_end": t_end,
+        "samples": len(win),
+        "cost_metric": "memory_gb_s = integral of used memory over the window "
+        "(package-defined proxy; the seed defines no cost)",
+    }
     if len(win) < 2:
         out["complete"] = False
         return out
@@ -326,6 +391,8 @@ def start_for_run(args: Any, plan: Any, target: Any) -> dict[str, Any] | None:
         print(f"run: billing sampler not sampling: {sampler.get('problem')}", flush=True)
     from stepkit import storage
 
-    storage.write_json(storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
-                       {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()})
+    storage.write_json(
+        storage.join(args.results, "_state", args.run_id, f"billing-sampler-{sampler.get('pid')}.json"),
+        {**{k: v for k, v in sampler.items() if k != "cmd"}, "host": socket.gethostname()},
+    )
     return sampler

@@ -55,11 +55,14 @@ def validate(doc: dict[str, Any], origin: str = "<experiment>") -> None:
         raise StepError(f"{origin}: workload: {exc.args[0]}") from None
     kind = doc["data"].get("kind")
     if kind not in (None, "none") and (kind not in workloads.names() or workloads.canonical(kind) != row.name):
-        raise StepError(f"{origin}: data/kind {kind!r} is not workload {row.name!r} (the data kind is the "
-                        "workload's; drop data/kind)")
+        raise StepError(
+            f"{origin}: data/kind {kind!r} is not workload {row.name!r} (the data kind is the "
+            "workload's; drop data/kind)"
+        )
     if doc["driver"].get("kind", row.runner) != row.runner:
-        raise StepError(f"{origin}: driver/kind {doc['driver']['kind']!r}: workload {row.name} is a "
-                        f"{row.runner} workload")
+        raise StepError(
+            f"{origin}: driver/kind {doc['driver']['kind']!r}: workload {row.name} is a {row.runner} workload"
+        )
     if row.runner == "load" and not {"connections", "timeout_s"} <= set(doc["driver"]):
         raise StepError(f"{origin}: workload {row.name} runs a load driver: driver needs connections and timeout_s")
     for system in doc["systems"]:
@@ -187,8 +190,10 @@ def parameter_names(exp: dict[str, Any]) -> set[str]:
     """Every parameter an experiment knows: its ``params`` (and the ``local`` section's) and
     every parameter of any of its sweeps (default, variants, local)."""
     names = set(exp.get("params", {})) | set(exp.get("local", {}).get("params", {}))
-    sweeps = [*exp.get("sweep", {}).values(), *(v for var in (exp.get("sweep_variants") or {}).values()
-                                                 for v in var.values())]
+    sweeps = [
+        *exp.get("sweep", {}).values(),
+        *(v for var in (exp.get("sweep_variants") or {}).values() for v in var.values()),
+    ]
     if "sweep" in exp.get("local", {}):
         sweeps.append(exp["local"]["sweep"])
     for axes in sweeps:
@@ -201,8 +206,9 @@ def parameter_names(exp: dict[str, Any]) -> set[str]:
     return names
 
 
-def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, Any] | None = None,
-            variant: str | None = None) -> Plan:
+def resolve(
+    exp: dict[str, Any], system: str, target: str, overrides: dict[str, Any] | None = None, variant: str | None = None
+) -> Plan:
     """Merge the catalogue entry (plus the ``local`` section on the local target) into a Plan.
 
     ``variant`` picks one of the entry's ``sweep_variants`` instead of its ``sweep`` (the
@@ -215,16 +221,19 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     if variant and variant != "default":
         variants = exp.get("sweep_variants") or {}
         if variant not in variants or system not in variants[variant]:
-            raise StepError(f"--sweep-variant {variant!r}: {exp['name']}/{system} has "
-                            f"{', '.join(['default', *sorted(variants)])}")
+            raise StepError(
+                f"--sweep-variant {variant!r}: {exp['name']}/{system} has {', '.join(['default', *sorted(variants)])}"
+            )
         axes = copy.deepcopy(variants[variant][system])
     deployment = copy.deepcopy(exp["deploy"][system])
     if target == "local":
         loc = exp.get("local", {})
         if variant and variant != "default" and "sweep" in loc:
             # the local section's sweep replaces every sweep: the variant would do nothing
-            raise StepError(f"--sweep-variant {variant} (the DAG's tf_sweep) does nothing on the local target: "
-                            f"{exp['name']} runs its local sweep there; use the default")
+            raise StepError(
+                f"--sweep-variant {variant} (the DAG's tf_sweep) does nothing on the local target: "
+                f"{exp['name']} runs its local sweep there; use the default"
+            )
         params.update(loc.get("params", {}))
         driver.update(loc.get("driver", {}))
         if "sweep" in loc:
@@ -235,8 +244,10 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
     known = parameter_names(exp)
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
-        raise StepError(f"--set {unknown[0]}: {exp['name']} has no parameter {unknown[0]!r}; "
-                        f"its parameters: {', '.join(sorted(known))}")
+        raise StepError(
+            f"--set {unknown[0]}: {exp['name']} has no parameter {unknown[0]!r}; "
+            f"its parameters: {', '.join(sorted(known))}"
+        )
     _check_overrides(exp, overrides)
     params.update(overrides)
     driver["kind"] = workloads.workload(str(exp["workload"])).runner
@@ -250,8 +261,10 @@ def resolve(exp: dict[str, Any], system: str, target: str, overrides: dict[str, 
 def _catalogue_values(exp: dict[str, Any], name: str) -> list[Any]:
     """Every value the catalogue gives parameter ``name`` (params, local params, sweeps)."""
     vals = [d[name] for d in (exp.get("params", {}), exp.get("local", {}).get("params", {})) if name in d]
-    sweeps = [*exp.get("sweep", {}).values(), *(v for var in (exp.get("sweep_variants") or {}).values()
-                                                 for v in var.values())]
+    sweeps = [
+        *exp.get("sweep", {}).values(),
+        *(v for var in (exp.get("sweep_variants") or {}).values() for v in var.values()),
+    ]
     if "sweep" in exp.get("local", {}):
         sweeps.append(exp["local"]["sweep"])
     for axes in sweeps:
@@ -274,8 +287,9 @@ def _check_overrides(exp: dict[str, Any], overrides: dict[str, Any]) -> None:
         integral = all(isinstance(x, int) for x in numeric)
         if integral and not (isinstance(v, int) and not isinstance(v, bool)):
             raise StepError(f"--set {k}={v}: {exp['name']}'s {k} is an integer (catalogue: {numeric[0]})")
-        if not integral and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-                                 and abs(v) != float("inf")):
+        if not integral and not (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+        ):
             raise StepError(f"--set {k}={v}: {exp['name']}'s {k} is a number (catalogue: {numeric[0]})")
         if v < 0:
             raise StepError(f"--set {k}={v}: {exp['name']}'s {k} cannot be negative")

@@ -111,8 +111,7 @@ def service_name(system: str, user: str, function: str, python: bool = False) ->
 class Invoker:
     """Common interface. ``call`` submits asynchronously and waits for the outcome."""
 
-    def __init__(self, endpoints: Endpoints, session: requests.Session | None = None,
-                 request_timeout_s: float = 30.0):
+    def __init__(self, endpoints: Endpoints, session: requests.Session | None = None, request_timeout_s: float = 30.0):
         self.ep = endpoints
         self.s = session or requests.Session()
         self.request_timeout = request_timeout_s
@@ -143,10 +142,21 @@ class Invoker:
         self._log(res, what, r)
         return r
 
-    def call(self, user: str, function: str, input_data: str = "", *, system: str = "native",
-             python: bool = False, py_user: str | None = None, py_func: str | None = None,
-             timeout_s: float = 600.0, poll_interval_s: float = 1.0, extra: dict[str, Any] | None = None,
-             check: Callable[[], str | None] | None = None) -> CallResult:
+    def call(
+        self,
+        user: str,
+        function: str,
+        input_data: str = "",
+        *,
+        system: str = "native",
+        python: bool = False,
+        py_user: str | None = None,
+        py_func: str | None = None,
+        timeout_s: float = 600.0,
+        poll_interval_s: float = 1.0,
+        extra: dict[str, Any] | None = None,
+        check: Callable[[], str | None] | None = None,
+    ) -> CallResult:
         raise NotImplementedError
 
     @staticmethod
@@ -164,8 +174,13 @@ class KnativeInvoker(Invoker):
 
     def message(self, user, function, input_data, python, py_user, py_func, extra) -> dict[str, Any]:
         if python:
-            msg = {"user": "python", "function": "py_func", "python": True,
-                   "py_user": py_user or user, "py_func": py_func or function}
+            msg = {
+                "user": "python",
+                "function": "py_func",
+                "python": True,
+                "py_user": py_user or user,
+                "py_func": py_func or function,
+            }
         else:
             msg = {"user": user, "function": function}
         if input_data:
@@ -173,8 +188,21 @@ class KnativeInvoker(Invoker):
         msg.update(extra or {})
         return msg
 
-    def call(self, user, function, input_data="", *, system="native", python=False, py_user=None,
-             py_func=None, timeout_s=600.0, poll_interval_s=1.0, extra=None, check=None) -> CallResult:
+    def call(
+        self,
+        user,
+        function,
+        input_data="",
+        *,
+        system="native",
+        python=False,
+        py_user=None,
+        py_func=None,
+        timeout_s=600.0,
+        poll_interval_s=1.0,
+        extra=None,
+        check=None,
+    ) -> CallResult:
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         res = CallResult(ok=False, status="error")
@@ -202,8 +230,9 @@ class KnativeInvoker(Invoker):
             time.sleep(min(poll_interval_s, max(0.0, deadline - now)))
             if self._unhealthy(res, check):
                 break
-            r = self._post(res, "status", deadline, json={"status": True, "id": res.call_id},
-                           headers={"Host": worker_host})
+            r = self._post(
+                res, "status", deadline, json={"status": True, "id": res.call_id}, headers={"Host": worker_host}
+            )
             if r is None:
                 continue
             text = r.text
@@ -246,8 +275,21 @@ class PlannerInvoker(Invoker):
     def _http(self, res, what, deadline, http_type: str, payload: dict[str, Any]):
         return self._post(res, what, deadline, json={"http_type": http_type, "payload": json.dumps(payload)})
 
-    def call(self, user, function, input_data="", *, system="wasm", python=False, py_user=None,
-             py_func=None, timeout_s=600.0, poll_interval_s=2.0, extra=None, check=None) -> CallResult:
+    def call(
+        self,
+        user,
+        function,
+        input_data="",
+        *,
+        system="wasm",
+        python=False,
+        py_user=None,
+        py_func=None,
+        timeout_s=600.0,
+        poll_interval_s=2.0,
+        extra=None,
+        check=None,
+    ) -> CallResult:
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         res = CallResult(ok=False, status="error")
@@ -287,8 +329,13 @@ class PlannerInvoker(Invoker):
             time.sleep(min(poll_interval_s, max(0.0, deadline - now)))
             if self._unhealthy(res, check):
                 break
-            r = self._http(res, "EXECUTE_BATCH_STATUS", deadline, "EXECUTE_BATCH_STATUS",
-                           {"appId": res.call_id, "expectedNumMessages": expected})
+            r = self._http(
+                res,
+                "EXECUTE_BATCH_STATUS",
+                deadline,
+                "EXECUTE_BATCH_STATUS",
+                {"appId": res.call_id, "expectedNumMessages": expected},
+            )
             if r is None or (r.status_code == 500 and self.NOT_READY in r.text):
                 continue
             if r.status_code != 200:

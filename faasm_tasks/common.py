@@ -21,10 +21,17 @@ def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_
     g.add_argument("--run-id", required=True, help="identifies the run across steps (e.g. the Airflow run id)")
     g.add_argument("--results", required=True, help="results root URI (file:///..., /path or s3://bucket/prefix)")
     g.add_argument("--date", help="results date folder YYYY-MM-DD (default: the run's first step's UTC date)")
-    g.add_argument("--state-dir", default=default_state_root(),
-                   help="where local state (pids, ports, sampler) lives; env FAASM_TASKS_STATE_DIR")
-    g.add_argument("--catalogue-dir", action="append", default=[],
-                   help="extra experiment catalogue directory (repeatable; env FAASM_CATALOGUE_DIR)")
+    g.add_argument(
+        "--state-dir",
+        default=default_state_root(),
+        help="where local state (pids, ports, sampler) lives; env FAASM_TASKS_STATE_DIR",
+    )
+    g.add_argument(
+        "--catalogue-dir",
+        action="append",
+        default=[],
+        help="extra experiment catalogue directory (repeatable; env FAASM_CATALOGUE_DIR)",
+    )
     if experiment:
         g.add_argument("--experiment", required=experiment_required, help="experiment name from the catalogue")
         g.add_argument("--system", choices=["wasm", "native"], default="native")
@@ -32,31 +39,60 @@ def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_
     k.add_argument("--namespace", default="faasm")
     k.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     k.add_argument("--context", help="kubeconfig context")
-    k.add_argument("--release", default=os.environ.get("FAASM_RELEASE", "0.1.3"),
-                   help="Faasm release whose image names and tags to deploy (targets/knative.py RELEASES; "
-                        "default 0.1.3, the experiments manual's; env FAASM_RELEASE)")
+    k.add_argument(
+        "--release",
+        default=os.environ.get("FAASM_RELEASE", "0.1.3"),
+        help="Faasm release whose image names and tags to deploy (targets/knative.py RELEASES; "
+        "default 0.1.3, the experiments manual's; env FAASM_RELEASE)",
+    )
     k.add_argument("--image-registry", default=None, help="registry/organisation replacing 'faasm' (a mirror)")
-    k.add_argument("--billing-image", default=os.environ.get("FAASM_TASKS_IMAGE"),
-                   help="image of the per-node billing sampler DaemonSet (this package's image; env "
-                        "FAASM_TASKS_IMAGE); without it the knative target deploys no sampler")
-    k.add_argument("--billing-node-selector", action="append", default=[],
-                   help="key=value node label of the nodes that run the experiment (repeatable; default: all)")
-    k.add_argument("--billing-secret", default=os.environ.get("FAASM_BILLING_SECRET"),
-                   help="Secret in the benchmark namespace with the storage credentials for the sampler pods")
+    k.add_argument(
+        "--billing-image",
+        default=os.environ.get("FAASM_TASKS_IMAGE"),
+        help="image of the per-node billing sampler DaemonSet (this package's image; env "
+        "FAASM_TASKS_IMAGE); without it the knative target deploys no sampler",
+    )
+    k.add_argument(
+        "--billing-node-selector",
+        action="append",
+        default=[],
+        help="key=value node label of the nodes that run the experiment (repeatable; default: all)",
+    )
+    k.add_argument(
+        "--billing-secret",
+        default=os.environ.get("FAASM_BILLING_SECRET"),
+        help="Secret in the benchmark namespace with the storage credentials for the sampler pods",
+    )
     k.add_argument("--billing-interval", type=float, default=2.0, help="seconds between billing samples")
     k.add_argument("--domain", default="faasm.example.com", help="Knative domain used in Host headers")
-    k.add_argument("--invoke-url", default=os.environ.get("FAASM_INVOKE_URL"),
-                   help="ingress URL for invocations (knative target; env FAASM_INVOKE_URL)")
-    k.add_argument("--upload-url", default=os.environ.get("FAASM_UPLOAD_URL"),
-                   help="upload service URL (knative target; env FAASM_UPLOAD_URL)")
-    k.add_argument("--redis-queue-url", default=os.environ.get("FAASM_REDIS_QUEUE_URL"),
-                   help="redis:// URL of the queue Redis (default: the ready endpoint of the redis-queue Service; "
-                        "env FAASM_REDIS_QUEUE_URL)")
-    k.add_argument("--redis-state-url", default=os.environ.get("FAASM_REDIS_STATE_URL"),
-                   help="redis:// URL of the state Redis (default: the ready endpoint of the redis-state Service; "
-                        "env FAASM_REDIS_STATE_URL)")
-    k.add_argument("--protocol", choices=["knative", "planner"], default=None,
-                   help="invocation protocol (default: knative, the 2020 one)")
+    k.add_argument(
+        "--invoke-url",
+        default=os.environ.get("FAASM_INVOKE_URL"),
+        help="ingress URL for invocations (knative target; env FAASM_INVOKE_URL)",
+    )
+    k.add_argument(
+        "--upload-url",
+        default=os.environ.get("FAASM_UPLOAD_URL"),
+        help="upload service URL (knative target; env FAASM_UPLOAD_URL)",
+    )
+    k.add_argument(
+        "--redis-queue-url",
+        default=os.environ.get("FAASM_REDIS_QUEUE_URL"),
+        help="redis:// URL of the queue Redis (default: the ready endpoint of the redis-queue Service; "
+        "env FAASM_REDIS_QUEUE_URL)",
+    )
+    k.add_argument(
+        "--redis-state-url",
+        default=os.environ.get("FAASM_REDIS_STATE_URL"),
+        help="redis:// URL of the state Redis (default: the ready endpoint of the redis-state Service; "
+        "env FAASM_REDIS_STATE_URL)",
+    )
+    k.add_argument(
+        "--protocol",
+        choices=["knative", "planner"],
+        default=None,
+        help="invocation protocol (default: knative, the 2020 one)",
+    )
 
 
 def check_run_id(run_id: str) -> str:
@@ -115,13 +151,20 @@ def load_plan(args: Any, overrides: dict[str, Any] | None = None):
 
 def add_replicas(p) -> None:
     """``--replicas`` and ``--sweep-variant`` (deploy and run)."""
-    p.add_argument("--replicas", choices=["per-point", "fixed"], default="per-point",
-                   help="knative: per-point (default, the manual's) redeploys with N replicas for each "
-                        "value of the catalogue's replicas_from parameter (n_workers) and runs with N workers; "
-                        "fixed keeps the catalogue's deploy replica counts for the whole sweep")
-    p.add_argument("--sweep-variant", default="default",
-                   help="the catalogue's sweep (default: the manual's) or one of its sweep_variants "
-                        "(e.g. tf_inference_throughput: extended)")
+    p.add_argument(
+        "--replicas",
+        choices=["per-point", "fixed"],
+        default="per-point",
+        help="knative: per-point (default, the manual's) redeploys with N replicas for each "
+        "value of the catalogue's replicas_from parameter (n_workers) and runs with N workers; "
+        "fixed keeps the catalogue's deploy replica counts for the whole sweep",
+    )
+    p.add_argument(
+        "--sweep-variant",
+        default="default",
+        help="the catalogue's sweep (default: the manual's) or one of its sweep_variants "
+        "(e.g. tf_inference_throughput: extended)",
+    )
 
 
 def state_keys_record(results: str, run_id: str) -> str:

@@ -38,7 +38,7 @@ def full_matrix(size: int, splits: int, seed: int, which: str) -> np.ndarray:
 def matrix_state_objects(size: int, splits: int, seed: int = 42) -> dict[str, bytes]:
     """``matrix_state`` (int32 [size, splits]) and the float32 sub-matrices
     ``mat_a_<splits>_<r>_<c>`` / ``mat_b_...`` of a 2^splits x 2^splits block grid."""
-    blocks = 2 ** splits
+    blocks = 2**splits
     if size % blocks:
         raise StepError(f"matrix size {size} is not divisible by {blocks} (2^{splits})")
     bs = size // blocks
@@ -48,7 +48,8 @@ def matrix_state_objects(size: int, splits: int, seed: int = 42) -> dict[str, by
         for r in range(blocks):
             for c in range(blocks):
                 out[f"mat_{which}_{splits}_{r}_{c}"] = np.ascontiguousarray(
-                    m[r * bs:(r + 1) * bs, c * bs:(c + 1) * bs]).tobytes()
+                    m[r * bs : (r + 1) * bs, c * bs : (c + 1) * bs]
+                ).tobytes()
     return out
 
 
@@ -58,8 +59,9 @@ def expected_product(size: int, splits: int, seed: int = 42) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- SGD
-def synthetic_sgd(examples: int = 1500, features: int = 400, nnz_per_example: int = 12, seed: int = 7
-                  ) -> dict[str, bytes]:
+def synthetic_sgd(
+    examples: int = 1500, features: int = 400, nnz_per_example: int = 12, seed: int = 7
+) -> dict[str, bytes]:
     """A small sparse binary-classification set in the Reuters state layout:
     features x examples, column-compressed (``inputs_outr`` = column pointers)."""
     rng = np.random.default_rng(seed)
@@ -111,7 +113,7 @@ def cnn_reference(model: bytes, image: bytes, labels: list[str]) -> tuple[str, f
     ws, off = [], 0
     for shape in CNN_SHAPES:
         n = int(np.prod(shape))
-        ws.append(vec[off:off + n].reshape(shape).astype(np.float64))
+        ws.append(vec[off : off + n].reshape(shape).astype(np.float64))
         off += n
     need = int(np.prod(IMAGE_SHAPE))
     x = np.frombuffer(image[-need:], dtype=np.uint8).reshape(IMAGE_SHAPE) / 255.0
@@ -123,7 +125,7 @@ def cnn_reference(model: bytes, image: bytes, labels: list[str]) -> tuple[str, f
         out = np.zeros((w.shape[0], ho, ho))
         for ky in range(3):
             for kx in range(3):
-                patch = p[:, ky:ky + 2 * ho:2, kx:kx + 2 * ho:2]
+                patch = p[:, ky : ky + 2 * ho : 2, kx : kx + 2 * ho : 2]
                 out += np.einsum("oc,chw->ohw", w[:, :, ky, kx], patch)
         return np.maximum(out + b[:, None, None], 0)
 
@@ -176,14 +178,19 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def upload_state_once(client: UploadClient, user: str, key: str, data: bytes, force: bool = False
-                      ) -> dict[str, Any]:
+def upload_state_once(client: UploadClient, user: str, key: str, data: bytes, force: bool = False) -> dict[str, Any]:
     digest = sha256(data)
     if not force:
         held = client.get_state(user, f"{key}.sha256")
         if held is not None and held.decode(errors="replace").strip() == digest:
-            return {"kind": "state", "user": user, "key": key, "bytes": len(data), "sha256": digest,
-                    "action": "skipped"}
+            return {
+                "kind": "state",
+                "user": user,
+                "key": key,
+                "bytes": len(data),
+                "sha256": digest,
+                "action": "skipped",
+            }
     client.put_state(user, key, data)
     client.put_state(user, f"{key}.sha256", digest.encode())  # written last: only after the data landed
     return {"kind": "state", "user": user, "key": key, "bytes": len(data), "sha256": digest, "action": "uploaded"}
@@ -219,7 +226,8 @@ def needs_function(plan) -> bool:
     and Python ones for both systems (``inv upload python mat_mul --py``); native C++ functions
     are built into their images."""
     return bool(plan.experiment["data"].get("function_key")) and (
-        plan.system == "wasm" or bool(plan.experiment.get("python")))
+        plan.system == "wasm" or bool(plan.experiment.get("python"))
+    )
 
 
 def matrix_archive_key(prefix: str, size: int, splits: int) -> str:
@@ -247,8 +255,9 @@ def ensure_matrix_archives(plan, bucket: str, endpoint_url: str | None = None) -
         if there:
             out.append({"kind": "matrix-archive", "key": key, "action": "skipped"})
             continue
-        body = tar_bytes({f"{size}x{size}_{splits}/{k}": v for k, v in
-                          matrix_state_objects(size, splits, seed).items()})
+        body = tar_bytes(
+            {f"{size}x{size}_{splits}/{k}": v for k, v in matrix_state_objects(size, splits, seed).items()}
+        )
         with fs.open(f"{bucket}/{key}", "wb") as f:
             f.write(body)
         out.append({"kind": "matrix-archive", "key": key, "bytes": len(body), "action": "uploaded"})
@@ -269,13 +278,24 @@ def matrix_objects_from_s3(plan, size: int, bucket: str, endpoint_url: str | Non
 def check_wasm(body: bytes, name: str) -> None:
     """A WebAssembly function starts with the magic number and version 1 (before any upload)."""
     if body[:4] != b"\0asm" or body[4:8] != b"\x01\0\0\0":
-        raise StepError(f"{name} is not a WebAssembly module ({len(body)} bytes starting {body[:8]!r}); "
-                        "rebuild it (make functions) or name the right file")
+        raise StepError(
+            f"{name} is not a WebAssembly module ({len(body)} bytes starting {body[:8]!r}); "
+            "rebuild it (make functions) or name the right file"
+        )
 
 
-def prepare(plan, client: UploadClient, source: str, *, force: bool = False, bucket: str | None = None,
-            key: str | None = None, endpoint_url: str | None = None, function_file: str | None = None,
-            function_source: str | None = None) -> list[dict[str, Any]]:
+def prepare(
+    plan,
+    client: UploadClient,
+    source: str,
+    *,
+    force: bool = False,
+    bucket: str | None = None,
+    key: str | None = None,
+    endpoint_url: str | None = None,
+    function_file: str | None = None,
+    function_source: str | None = None,
+) -> list[dict[str, Any]]:
     """Upload everything the experiment needs. ``source`` is ``synthetic`` or ``s3``;
     ``function_source="s3"`` uploads the function from ``s3://<bucket>/<data.function_key>``
     first (when the system needs one, :func:`needs_function`)."""
@@ -290,17 +310,33 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
         ck = f"function__{exp['user']}__{exp['function']}.sha256"
         held = None if force else client.get_state(FILES_USER, ck)
         if held is not None and held.decode(errors="replace").strip() == digest:
-            reports.append({"kind": "function", "user": exp["user"], "function": exp["function"],
-                            "bytes": len(body), "sha256": digest, "action": "skipped"})
+            reports.append(
+                {
+                    "kind": "function",
+                    "user": exp["user"],
+                    "function": exp["function"],
+                    "bytes": len(body),
+                    "sha256": digest,
+                    "action": "skipped",
+                }
+            )
         else:
             if exp.get("python"):
                 client.put_python(exp["user"], exp["function"], body)
             else:
                 client.put_function(exp["user"], exp["function"], body)
             client.put_state(FILES_USER, ck, digest.encode())
-            reports.append({"kind": "function", "user": exp["user"], "function": exp["function"],
-                            "bytes": len(body), "sha256": digest, "action": "uploaded",
-                            "source": f"s3://{data_bucket}/{spec['function_key']}"})
+            reports.append(
+                {
+                    "kind": "function",
+                    "user": exp["user"],
+                    "function": exp["function"],
+                    "bytes": len(body),
+                    "sha256": digest,
+                    "action": "uploaded",
+                    "source": f"s3://{data_bucket}/{spec['function_key']}",
+                }
+            )
     if function_file:
         with open(function_file, "rb") as f:
             body = f.read()
@@ -310,8 +346,16 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
             client.put_python(exp["user"], exp["function"], body)
         else:
             client.put_function(exp["user"], exp["function"], body)
-        reports.append({"kind": "function", "user": exp["user"], "function": exp["function"], "bytes": len(body),
-                        "sha256": sha256(body), "action": "uploaded"})
+        reports.append(
+            {
+                "kind": "function",
+                "user": exp["user"],
+                "function": exp["function"],
+                "bytes": len(body),
+                "sha256": sha256(body),
+                "action": "uploaded",
+            }
+        )
     s3 = dict(spec.get("s3", {}))
     if bucket:
         s3["bucket"] = bucket
@@ -324,10 +368,10 @@ def prepare(plan, client: UploadClient, source: str, *, force: bool = False, buc
     return reports
 
 
-def upload_matrices(client: UploadClient, user: str, size: int, splits: int, seed: int, force: bool = False
-                    ) -> list[dict[str, Any]]:
-    return [upload_state_once(client, user, k, v, force)
-            for k, v in matrix_state_objects(size, splits, seed).items()]
+def upload_matrices(
+    client: UploadClient, user: str, size: int, splits: int, seed: int, force: bool = False
+) -> list[dict[str, Any]]:
+    return [upload_state_once(client, user, k, v, force) for k, v in matrix_state_objects(size, splits, seed).items()]
 
 
 def tar_bytes(files: dict[str, bytes]) -> bytes:

@@ -37,10 +37,22 @@ import redis
 from . import runtimes, workloads
 
 log = logging.getLogger("faasm_tasks.local_server")
-HTTP_TYPES = {1: "RESET", 2: "FLUSH_AVAILABLE_HOSTS", 3: "FLUSH_EXECUTORS", 4: "FLUSH_SCHEDULING_STATE",
-              5: "GET_AVAILABLE_HOSTS", 6: "GET_CONFIG", 7: "GET_EXEC_GRAPH", 8: "GET_IN_FLIGHT_APPS",
-              10: "EXECUTE_BATCH", 11: "EXECUTE_BATCH_STATUS", 12: "PRELOAD_SCHEDULING_DECISION",
-              13: "SET_POLICY", 14: "GET_POLICY", 15: "SET_NEXT_EVICTED_VM"}
+HTTP_TYPES = {
+    1: "RESET",
+    2: "FLUSH_AVAILABLE_HOSTS",
+    3: "FLUSH_EXECUTORS",
+    4: "FLUSH_SCHEDULING_STATE",
+    5: "GET_AVAILABLE_HOSTS",
+    6: "GET_CONFIG",
+    7: "GET_EXEC_GRAPH",
+    8: "GET_IN_FLIGHT_APPS",
+    10: "EXECUTE_BATCH",
+    11: "EXECUTE_BATCH_STATUS",
+    12: "PRELOAD_SCHEDULING_DECISION",
+    13: "SET_POLICY",
+    14: "GET_POLICY",
+    15: "SET_NEXT_EVICTED_VM",
+}
 MAX_BODY = 1 << 30
 MAX_IN_FLIGHT = 512
 WORKERS_SET = "available_workers"
@@ -116,8 +128,9 @@ class WorkerApp:
         if args.system == "wasm":
             self.runtime = runtimes.WasmRuntime(host, os.path.join(run_dir, "codegen"), args.memory_limit_mb)
         else:
-            self.runtime = runtimes.NativeRuntime(host, run_dir, os.environ.get("FAASM_TASKS_RUN", "manual"),
-                                                  args.memory_limit_mb)
+            self.runtime = runtimes.NativeRuntime(
+                host, run_dir, os.environ.get("FAASM_TASKS_RUN", "manual"), args.memory_limit_mb
+            )
         self.name = f"{os.getpid()}@127.0.0.1:{args.port}"
         self._session = threading.local()
 
@@ -141,9 +154,9 @@ class WorkerApp:
         while time.monotonic() < deadline:
             st = (self.queue.get(f"status_{cid}") or b"").decode()
             if st.startswith("SUCCESS: "):
-                return True, st[len("SUCCESS: "):]
+                return True, st[len("SUCCESS: ") :]
             if st.startswith("FAILED: "):
-                return False, st[len("FAILED: "):]
+                return False, st[len("FAILED: ") :]
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
         return False, f"timed out after {timeout}s awaiting call {cid}"
@@ -227,13 +240,18 @@ class WorkerApp:
                 return h.reply(500, "App not registered in results")
             results = [json.loads(r) for r in self.queue.lrange(f"appres_{app}", 0, -1)]
             n = int(payload.get("expectedNumMessages") or expected)
-            return h.reply(200, json.dumps({"appId": app, "finished": len(results) >= n,
-                                            "expectedNumMessages": n, "messageResults": results}),
-                           "application/json")
+            return h.reply(
+                200,
+                json.dumps(
+                    {"appId": app, "finished": len(results) >= n, "expectedNumMessages": n, "messageResults": results}
+                ),
+                "application/json",
+            )
         if name == "GET_AVAILABLE_HOSTS":
             hosts = sorted(m.decode() for m in self.queue.smembers(WORKERS_SET))
-            return h.reply(200, json.dumps({"hosts": [{"ip": x, "slots": MAX_IN_FLIGHT} for x in hosts]}),
-                           "application/json")
+            return h.reply(
+                200, json.dumps({"hosts": [{"ip": x, "slots": MAX_IN_FLIGHT} for x in hosts]}), "application/json"
+            )
         if name in ("RESET", "FLUSH_EXECUTORS", "FLUSH_AVAILABLE_HOSTS", "FLUSH_SCHEDULING_STATE"):
             self.runtime.flush()
             return h.reply(200, "Flush sent")
@@ -248,9 +266,14 @@ class WorkerApp:
         for m in msgs:
             if not self.in_flight.acquire(blocking=False):
                 return h.reply(500, "No available hosts")
-            call = {"user": m.get("user", ber.get("user")), "function": m.get("function", ber.get("function")),
-                    "python": m.get("python", False), "py_user": m.get("py_user"), "py_func": m.get("py_func"),
-                    "index": m.get("funcPtr", m.get("func_ptr", 0))}
+            call = {
+                "user": m.get("user", ber.get("user")),
+                "function": m.get("function", ber.get("function")),
+                "python": m.get("python", False),
+                "py_user": m.get("py_user"),
+                "py_func": m.get("py_func"),
+                "index": m.get("funcPtr", m.get("func_ptr", 0)),
+            }
             try:
                 raw = m.get("input_data") or m.get("inputData") or ""
                 call["input_data"] = base64.b64decode(raw, validate=True).decode() if raw else ""
@@ -259,16 +282,26 @@ class WorkerApp:
                 return h.reply(400, "input_data must be base64")
             mid = int(m.get("id") or self.queue.incr("faasm_tasks:next_id"))
             threading.Thread(target=self._run_batch_msg, args=(app, mid, call), daemon=True).start()
-        return h.reply(200, json.dumps({"appId": app, "finished": False, "expectedNumMessages": len(msgs),
-                                        "messageResults": []}), "application/json")
+        return h.reply(
+            200,
+            json.dumps({"appId": app, "finished": False, "expectedNumMessages": len(msgs), "messageResults": []}),
+            "application/json",
+        )
 
     def _run_batch_msg(self, app: int, mid: int, call: dict[str, Any]) -> None:
         try:
             start = int(time.time() * 1000)
             ok, out = self._run(call)
-            res = {"id": mid, "appId": app, "user": call["user"], "function": call["function"],
-                   "output_data": base64.b64encode(out.encode()).decode(), "returnValue": 0 if ok else 1,
-                   "start_ts": start, "finish_ts": int(time.time() * 1000)}
+            res = {
+                "id": mid,
+                "appId": app,
+                "user": call["user"],
+                "function": call["function"],
+                "output_data": base64.b64encode(out.encode()).decode(),
+                "returnValue": 0 if ok else 1,
+                "start_ts": start,
+                "finish_ts": int(time.time() * 1000),
+            }
             self.queue.rpush(f"appres_{app}", json.dumps(res))
         finally:
             self.in_flight.release()
@@ -337,15 +370,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-redis-url", help="a separate state Redis (database as in the URL)")
     p.add_argument("--shared-dir", required=True)
     p.add_argument("--functions-dir", default="")
-    p.add_argument("--system", choices=runtimes.SYSTEMS, default="wasm",
-                   help="worker: wasm (wasmtime instances in this process) or native (runc containers)")
+    p.add_argument(
+        "--system",
+        choices=runtimes.SYSTEMS,
+        default="wasm",
+        help="worker: wasm (wasmtime instances in this process) or native (runc containers)",
+    )
     p.add_argument("--run-dir", default="", help="worker: where the compiled-code cache / runc state go")
     p.add_argument("--memory-limit-mb", type=int, default=512, help="worker: memory per instance / container")
-    p.add_argument("--call-timeout-s", type=float, default=600.0,
-                   help="worker: a call running longer is stopped (epoch interruption / container killed)")
+    p.add_argument(
+        "--call-timeout-s",
+        type=float,
+        default=600.0,
+        help="worker: a call running longer is stopped (epoch interruption / container killed)",
+    )
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s", stream=sys.stderr
+    )
     app = WorkerApp(args) if args.role == "worker" else UploadApp(args)
     handler = type("BoundHandler", (Handler,), {"app": app})
     server = Server(("127.0.0.1", args.port), handler, reuse_port=args.role == "worker")

@@ -68,9 +68,18 @@ class PointContext:
 
     def call(self, req: Request, budget: float):
         """One call of ``req``, polled, the target's liveness checked at every poll."""
-        return self.invoker.call(req.user, req.function, req.input_data, system=self.plan.system,
-                                 python=req.python, py_user=req.py_user, py_func=req.py_func, timeout_s=budget,
-                                 check=self.health, poll_interval_s=min(self.plan.driver.poll_interval_ms / 1000.0, 2.0))
+        return self.invoker.call(
+            req.user,
+            req.function,
+            req.input_data,
+            system=self.plan.system,
+            python=req.python,
+            py_user=req.py_user,
+            py_func=req.py_func,
+            timeout_s=budget,
+            check=self.health,
+            poll_interval_s=min(self.plan.driver.poll_interval_ms / 1000.0, 2.0),
+        )
 
 
 def point_key(args, plan, point: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +98,21 @@ def refuse_inert(args, plan) -> None:
     """Flags that would do nothing for this plan are refused, naming them: the load flags on a
     call workload, ``--rate`` in closed loop."""
     if plan.workload.runner == "call":
-        given = [f for f, v in (("--mode", args.mode), ("--rate", args.rate), ("--threads", args.threads),
-                                ("--driver", None if args.driver == "builtin" else args.driver)) if v is not None]
+        given = [
+            f
+            for f, v in (
+                ("--mode", args.mode),
+                ("--rate", args.rate),
+                ("--threads", args.threads),
+                ("--driver", None if args.driver == "builtin" else args.driver),
+            )
+            if v is not None
+        ]
         if given:
-            raise StepError(f"{', '.join(given)}: {plan.name} is a call workload ({plan.workload.name}); "
-                            "these set the load driver, which it does not use")
+            raise StepError(
+                f"{', '.join(given)}: {plan.name} is a call workload ({plan.workload.name}); "
+                "these set the load driver, which it does not use"
+            )
     elif args.rate and (args.mode or plan.driver.mode) == "closed":
         raise StepError(f"--rate does nothing in closed loop ({plan.name}); add --mode open")
     elif (args.mode or plan.driver.mode) == "open" and not (args.rate or plan.driver.rate):
@@ -158,10 +177,32 @@ def bounded(fn, budget: float, what: str):
     return box["value"]
 
 
-LOAD_METRICS = ("requests_ok", "requests_all", "throughput_ok", "throughput_all", "p50_us", "p99_us", "p999_us",
-                "max_us", "errors", "errors_total", "schedule_lag_fraction", "rate", "scheduled", "sent", "missed",
-                "late", "send_lag_count", "send_lag_p50_us", "send_lag_p99_us", "send_lag_max_us", "attempted", "ready", "elapsed_s",
-                "window_extended_s")
+LOAD_METRICS = (
+    "requests_ok",
+    "requests_all",
+    "throughput_ok",
+    "throughput_all",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "errors",
+    "errors_total",
+    "schedule_lag_fraction",
+    "rate",
+    "scheduled",
+    "sent",
+    "missed",
+    "late",
+    "send_lag_count",
+    "send_lag_p50_us",
+    "send_lag_p99_us",
+    "send_lag_max_us",
+    "attempted",
+    "ready",
+    "elapsed_s",
+    "window_extended_s",
+)
 
 
 def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> tuple[bool, dict, str | None, list]:
@@ -183,14 +224,25 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
     req = plan.workload.hook("request")(ctx, point)
     host = ctx.endpoints.host_for(service_name(plan.system, req.user, req.function))
     dur = float(point["duration_s"])
-    spec = LoadSpec(url=ctx.endpoints.invoke_url, mode=args.mode or drv.mode, connections=drv.connections,
-                    processes=threads, duration_s=dur, warmup_s=drv.warmup_s, timeout_s=drv.timeout_s,
-                    max_delay_ms=float(point.get("max_delay_ms", 0)), rate=float(args.rate or drv.rate),
-                    body=req.body or b"", headers={"Host": host, "Content-Type": "application/json"},
-                    # start-up by conditions: the first 2xx reply, then the window; a closed-loop
-                    # window runs on (bounded) until --min-requests were concluded in it
-                    ready_timeout_s=drv.ready_timeout_s, start_timeout_s=60.0,
-                    min_requests=int(args.min_requests), max_extra_s=extra_window_s(dur))
+    spec = LoadSpec(
+        url=ctx.endpoints.invoke_url,
+        mode=args.mode or drv.mode,
+        connections=drv.connections,
+        processes=threads,
+        duration_s=dur,
+        warmup_s=drv.warmup_s,
+        timeout_s=drv.timeout_s,
+        max_delay_ms=float(point.get("max_delay_ms", 0)),
+        rate=float(args.rate or drv.rate),
+        body=req.body or b"",
+        headers={"Host": host, "Content-Type": "application/json"},
+        # start-up by conditions: the first 2xx reply, then the window; a closed-loop
+        # window runs on (bounded) until --min-requests were concluded in it
+        ready_timeout_s=drv.ready_timeout_s,
+        start_timeout_s=60.0,
+        min_requests=int(args.min_requests),
+        max_extra_s=extra_window_s(dur),
+    )
     att.write_json("load_spec.json", spec_dict(spec))
     if args.driver == "wrk":
         if not wrk_available():
@@ -210,21 +262,25 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
     if problem:
         return False, metrics, f"the target broke during the point: {problem} [{counters_text(summary)}]", []
     if summary.get("ready") is False or (
-            summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed")):
+        summary["requests_ok"] == 0 and (summary.get("errors_total") or spec.mode == "closed")
+    ):
         return False, metrics, explain_no_success(summary), []
     ok, err = _checked(ctx, point, summary, metrics)
     if not ok:
         return False, metrics, err, []
     # an open-loop driver that sent nothing in the window (too far behind) is invalid, not failed
-    invalid = judge_load(summary, spec.mode, spec.rate, max_late_fraction=args.max_late_fraction,
-                         min_requests=args.min_requests)
+    invalid = judge_load(
+        summary, spec.mode, spec.rate, max_late_fraction=args.max_late_fraction, min_requests=args.min_requests
+    )
     # marked, not failed: the reader sees that the client, not the system, may have limited it
     lag99 = summary.get("send_lag_p99_us")
     metrics["send_lag_bound_ms"] = drv.send_lag_p99_ms
     metrics["send_lag_exceeded"] = bool(lag99 is not None and lag99 > drv.send_lag_p99_ms * 1000)
     if metrics["send_lag_exceeded"]:
-        metrics["marks"] = [f"driver send lag p99 {lag99 / 1000:.1f} ms > {drv.send_lag_p99_ms:g} ms: the client, "
-                            "not the system, may have limited this point"]
+        metrics["marks"] = [
+            f"driver send lag p99 {lag99 / 1000:.1f} ms > {drv.send_lag_p99_ms:g} ms: the client, "
+            "not the system, may have limited this point"
+        ]
     return True, metrics, None, invalid
 
 

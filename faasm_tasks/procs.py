@@ -63,11 +63,14 @@ def private_dir(path: str) -> str:
     if not stat.S_ISDIR(st.st_mode):
         raise StepError(f"state folder {path} is not a directory (a link or a file): refusing to use it")
     if st.st_uid != os.getuid():
-        raise StepError(f"state folder {path} belongs to uid {st.st_uid}, not to this user ({os.getuid()}): "
-                        "refusing to use it (set --state-dir or FAASM_TASKS_STATE_DIR to a private folder)")
+        raise StepError(
+            f"state folder {path} belongs to uid {st.st_uid}, not to this user ({os.getuid()}): "
+            "refusing to use it (set --state-dir or FAASM_TASKS_STATE_DIR to a private folder)"
+        )
     if st.st_mode & 0o077:
-        raise StepError(f"state folder {path} has mode {stat.S_IMODE(st.st_mode):o}; it must be private (0700): "
-                        f"chmod 700 {path}")
+        raise StepError(
+            f"state folder {path} has mode {stat.S_IMODE(st.st_mode):o}; it must be private (0700): chmod 700 {path}"
+        )
     return path
 
 
@@ -162,7 +165,7 @@ def _title(p: psutil.Process, prefix: str) -> str | None:
     try:
         for tok in " ".join(p.cmdline()).split():
             if tok.startswith(prefix):
-                return tok[len(prefix):]
+                return tok[len(prefix) :]
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         pass
     return None
@@ -253,8 +256,9 @@ def describe(p: psutil.Process) -> dict[str, Any]:
     try:
         d["role"] = role_of(p) or "?"
         d["cmd"] = " ".join(p.cmdline())[:200]
-        d["listening"] = sorted({c.laddr.port for c in p.net_connections(kind="inet")
-                                 if c.status == psutil.CONN_LISTEN})
+        d["listening"] = sorted(
+            {c.laddr.port for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        )
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         pass
     return d

@@ -45,8 +45,9 @@ def run_prefix(root: str, date: str, run_id: str) -> str:
     return storage.join(root, date, run_id)
 
 
-def point_prefix(root: str, date: str, run_id: str, experiment: str, system: str, params: dict[str, Any],
-                 repeat: int) -> str:
+def point_prefix(
+    root: str, date: str, run_id: str, experiment: str, system: str, params: dict[str, Any], repeat: int
+) -> str:
     return storage.join(root, date, run_id, experiment, system, slug(params), f"repeat-{repeat}")
 
 
@@ -57,8 +58,10 @@ def _schema() -> dict[str, Any]:
 def validate_record(rec: dict[str, Any]) -> None:
     errs = sorted(jsonschema.Draft7Validator(_schema()).iter_errors(rec), key=lambda e: list(e.absolute_path))
     if errs:
-        raise StepError("invalid run record: " + "; ".join(
-            f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errs[:5]))
+        raise StepError(
+            "invalid run record: "
+            + "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errs[:5])
+        )
 
 
 def versions() -> dict[str, Any]:
@@ -68,8 +71,12 @@ def versions() -> dict[str, Any]:
             pk[name] = md.version(name)
         except md.PackageNotFoundError:
             pass
-    return {"faasm_tasks": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "packages": pk}
+    return {
+        "faasm_tasks": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": pk,
+    }
 
 
 def _fresh(uri: str):
@@ -117,11 +124,19 @@ class Attempt:
             raise StepError(f"could not claim an attempt folder under {prefix}")
         self.files: list[str] = []
         self.record = {
-            "schema_version": 1, **base, "attempt": k, "status": "running", "started": utcnow(),
-            "finished": None, "duration_s": None, "outcome": {"ok": False, "error": None},
-            "versions": versions(), "host": socket.gethostname(), "files": [], "metrics": {},
-            "owner": {"host": socket.gethostname(), "pid": os.getpid(),
-                      "create_time": psutil.Process().create_time()},
+            "schema_version": 1,
+            **base,
+            "attempt": k,
+            "status": "running",
+            "started": utcnow(),
+            "finished": None,
+            "duration_s": None,
+            "outcome": {"ok": False, "error": None},
+            "versions": versions(),
+            "host": socket.gethostname(),
+            "files": [],
+            "metrics": {},
+            "owner": {"host": socket.gethostname(), "pid": os.getpid(), "create_time": psutil.Process().create_time()},
         }
         self.record.setdefault("images", {})
         self._t0 = dt.datetime.now(dt.UTC)
@@ -149,15 +164,24 @@ class Attempt:
     def write_json(self, name: str, obj: Any) -> str:
         return self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
-    def finish(self, ok: bool, error: str | None = None, metrics: dict[str, Any] | None = None,
-               failed_calls: int = 0, invalid_reasons: list[str] | None = None) -> dict[str, Any]:
+    def finish(
+        self,
+        ok: bool,
+        error: str | None = None,
+        metrics: dict[str, Any] | None = None,
+        failed_calls: int = 0,
+        invalid_reasons: list[str] | None = None,
+    ) -> dict[str, Any]:
         """``ok`` with ``invalid_reasons`` records ``invalid``: it ran, the numbers are not trustworthy."""
         invalid = bool(ok and invalid_reasons)
         self.record["status"] = "invalid" if invalid else ("succeeded" if ok else "failed")
         self.record["finished"] = utcnow()
         self.record["duration_s"] = round((dt.datetime.now(dt.UTC) - self._t0).total_seconds(), 3)
-        self.record["outcome"] = {"ok": ok and not invalid, "failed_calls": failed_calls,
-                                  "error": ("invalid: " + "; ".join(invalid_reasons)) if invalid else error}
+        self.record["outcome"] = {
+            "ok": ok and not invalid,
+            "failed_calls": failed_calls,
+            "error": ("invalid: " + "; ".join(invalid_reasons)) if invalid else error,
+        }
         if invalid:
             self.record["outcome"]["invalid_reasons"] = list(invalid_reasons)
         self.record["metrics"] = metrics or {}
@@ -170,8 +194,20 @@ class Attempt:
 
 
 #: Metrics a reader does arithmetic on: a record with a non-number under one of these is damaged.
-NUMERIC_METRICS = ("run_time_ms", "final_loss", "requests_ok", "requests_all", "throughput_ok", "throughput_all",
-                   "p50_us", "p99_us", "p999_us", "max_us", "errors_total", "send_lag_p99_us")
+NUMERIC_METRICS = (
+    "run_time_ms",
+    "final_loss",
+    "requests_ok",
+    "requests_all",
+    "throughput_ok",
+    "throughput_all",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "errors_total",
+    "send_lag_p99_us",
+)
 
 
 def record_problem(rec: Any) -> str | None:
@@ -194,8 +230,9 @@ def record_problem(rec: Any) -> str | None:
     return None
 
 
-def iter_records(root: str, date: str, run_id: str,
-                 problems: list[dict[str, str]] | None = None) -> list[tuple[str, dict[str, Any]]]:
+def iter_records(
+    root: str, date: str, run_id: str, problems: list[dict[str, str]] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """(attempt URI, record) for every readable attempt of a run. An unreadable one (truncated or
     corrupt JSON, not a run record, damaged metrics: :func:`record_problem`) is left out of the
     result and, when ``problems`` is given, appended to it as ``{"uri": <run.json URI>, "error": why}``
@@ -228,27 +265,29 @@ def write_op_report(root: str, date: str, run_id: str, step: str, report: dict[s
     """One report per step invocation under ``_ops/`` (timestamped, never overwritten)."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     uri = storage.join(run_prefix(root, date, run_id), "_ops", f"{step}-{stamp}-{uuid.uuid4().hex[:6]}.json")
-    storage.write_json(uri, {"step": step, "run_id": run_id, "date": date, "at": utcnow(),
-                             "host": socket.gethostname(), **report})
+    storage.write_json(
+        uri, {"step": step, "run_id": run_id, "date": date, "at": utcnow(), "host": socket.gethostname(), **report}
+    )
     return uri
 
 
-def write_failure_report(root: str, date: str, run_id: str, step: str, exc: BaseException,
-                         fields: dict[str, Any]) -> str | None:
+def write_failure_report(
+    root: str, date: str, run_id: str, step: str, exc: BaseException, fields: dict[str, Any]
+) -> str | None:
     """The ``_ops`` report of a step that failed (``"failed": true`` and its error), so the day's
     summary counts an experiment group that failed before it had any point. Never raises: the
     step's own error is what its caller must see."""
     err = str(exc) or type(exc).__name__
     try:
-        return write_op_report(root, date, run_id, step, {**fields, "failed": True,
-                                                          "error": f"{type(exc).__name__}: {err}"})
+        return write_op_report(
+            root, date, run_id, step, {**fields, "failed": True, "error": f"{type(exc).__name__}: {err}"}
+        )
     except Exception as report_exc:  # noqa: BLE001 - storage trouble: the step's error still goes out
         print(f"{step}: could not record the failure in _ops: {report_exc}", file=sys.stderr, flush=True)
         return None
 
 
-def op_reports(root: str, date: str, run_id: str,
-               problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+def op_reports(root: str, date: str, run_id: str, problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Every ``_ops`` report of a run, oldest first (by their ``at``); an unreadable one goes
     to ``problems`` (URI and cause) when given."""
     base = storage.join(run_prefix(root, date, run_id), "_ops")
@@ -274,8 +313,13 @@ def op_reports(root: str, date: str, run_id: str,
     return sorted(out, key=lambda r: str(r.get("at", "")))
 
 
-def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, dict[str, Any]]],
-                  problems: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+def failed_groups(
+    root: str,
+    date: str,
+    run_id: str,
+    records: list[tuple[str, dict[str, Any]]],
+    problems: list[dict[str, str]] | None = None,
+) -> list[dict[str, Any]]:
     """The experiment groups (experiment, system) of a run that failed without a failed point to
     show for it, from the run's ``_ops`` reports: the group's latest ``deploy`` failed, its latest
     ``run`` failed before recording its points, or it was deployed and nothing ran before the next
@@ -301,20 +345,42 @@ def failed_groups(root: str, date: str, run_id: str, records: list[tuple[str, di
     if preflight and preflight.get("failed"):  # the day stopped before its first group: each selected one failed
         for exp, system in (g for g in preflight.get("groups") or [] if isinstance(g, list) and len(g) == 2):
             if not any((exp, system, st) in latest for st in ("deploy", "run")) and (exp, system) not in with_points:
-                out.append({"experiment": exp, "system": system, "step": "preflight", "error": preflight.get("error"),
-                            "report": preflight["_uri"]})
+                out.append(
+                    {
+                        "experiment": exp,
+                        "system": system,
+                        "step": "preflight",
+                        "error": preflight.get("error"),
+                        "report": preflight["_uri"],
+                    }
+                )
     for exp, system in sorted({(e, s) for e, s, _ in latest}):
         dep, run = latest.get((exp, system, "deploy")), latest.get((exp, system, "run"))
         if dep and dep.get("failed") and not (run and not run.get("failed")):
-            out.append({"experiment": exp, "system": system, "step": "deploy", "error": dep.get("error"),
-                        "report": dep["_uri"]})
+            out.append(
+                {
+                    "experiment": exp,
+                    "system": system,
+                    "step": "deploy",
+                    "error": dep.get("error"),
+                    "report": dep["_uri"],
+                }
+            )
         elif run and run.get("failed"):
-            out.append({"experiment": exp, "system": system, "step": "run", "error": run.get("error"),
-                        "report": run["_uri"]})
+            out.append(
+                {"experiment": exp, "system": system, "step": "run", "error": run.get("error"), "report": run["_uri"]}
+            )
         elif dep and not run and (exp, system) not in with_points and dep["_uri"] not in ran_after:
-            out.append({"experiment": exp, "system": system, "step": "deploy",
-                        "error": "deployed, but no point was run (wait-ready, upload-data or run failed "
-                                 "before the first point)", "report": dep["_uri"]})
+            out.append(
+                {
+                    "experiment": exp,
+                    "system": system,
+                    "step": "deploy",
+                    "error": "deployed, but no point was run (wait-ready, upload-data or run failed "
+                    "before the first point)",
+                    "report": dep["_uri"],
+                }
+            )
     return out
 
 
@@ -340,18 +406,28 @@ def mark_interrupted(root: str, date: str, run_id: str) -> list[str]:
         owner = rec.get("owner") or {}
         rec["status"] = "failed"
         rec["finished"] = utcnow()
-        rec["outcome"] = {**(rec.get("outcome") or {}), "ok": False, "interrupted": True,
-                          "error": f"interrupted: the process that ran this attempt "
-                                   f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}) ended without "
-                                   "finishing it"}
+        rec["outcome"] = {
+            **(rec.get("outcome") or {}),
+            "ok": False,
+            "interrupted": True,
+            "error": f"interrupted: the process that ran this attempt "
+            f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}) ended without "
+            "finishing it",
+        }
         validate_record(rec)
         storage.write_json(storage.join(uri, RECORD), rec)
         marked.append(uri)
     return marked
 
 
-def judge_load(summary: dict[str, Any], mode: str, rate: float | None, max_late_fraction: float = 0.01,
-               max_rate_shortfall: float = 0.01, min_requests: int = 100) -> list[str]:
+def judge_load(
+    summary: dict[str, Any],
+    mode: str,
+    rate: float | None,
+    max_late_fraction: float = 0.01,
+    max_rate_shortfall: float = 0.01,
+    min_requests: int = 100,
+) -> list[str]:
     """Why a load point's numbers cannot be trusted (empty: they can).
 
     * open loop: the sent rate falls more than ``max_rate_shortfall`` short of the offered
@@ -370,12 +446,16 @@ def judge_load(summary: dict[str, Any], mode: str, rate: float | None, max_late_
         offered = float(rate or summary.get("rate") or 0)
         sent_rate = summary["sent"] / dur
         if offered > 0 and sent_rate < offered * (1 - max_rate_shortfall):
-            reasons.append(f"sent {sent_rate:.1f} req/s of {offered:g} offered "
-                           f"({100 * (1 - sent_rate / offered):.1f} % short; limit {100 * max_rate_shortfall:g} %)")
+            reasons.append(
+                f"sent {sent_rate:.1f} req/s of {offered:g} offered "
+                f"({100 * (1 - sent_rate / offered):.1f} % short; limit {100 * max_rate_shortfall:g} %)"
+            )
         scheduled = int(summary["scheduled"] or 0)
         late = int(summary.get("late") or 0) + max(0, scheduled - int(summary["sent"]))
         frac = late / scheduled if scheduled else 1.0
         if frac > max_late_fraction:
-            reasons.append(f"{late} of {scheduled} requests late or never sent ({100 * frac:.2f} %; "
-                           f"limit {100 * max_late_fraction:g} %)")
+            reasons.append(
+                f"{late} of {scheduled} requests late or never sent ({100 * frac:.2f} %; "
+                f"limit {100 * max_late_fraction:g} %)"
+            )
     return reasons

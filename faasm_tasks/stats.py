@@ -28,7 +28,7 @@ BOOTSTRAP_RESAMPLES = 2000
 def min_n_for_median(level: float = LEVEL) -> int:
     """The fewest values with an order-statistic interval of the median at ``level``."""
     n = 1
-    while 2 * 0.5 ** n > 1 - level:
+    while 2 * 0.5**n > 1 - level:
         n += 1
     return n
 
@@ -84,8 +84,9 @@ def describe(values: Sequence[float], level: float = LEVEL) -> dict[str, Any]:
     return out
 
 
-def ratio_ci(a: Sequence[float], b: Sequence[float], paired: bool, statistic=np.median, level: float = LEVEL,
-             seed: int = 0) -> dict[str, Any]:
+def ratio_ci(
+    a: Sequence[float], b: Sequence[float], paired: bool, statistic=np.median, level: float = LEVEL, seed: int = 0
+) -> dict[str, Any]:
     """``statistic(a) / statistic(b)`` and its bootstrap interval (``paired``: ``a[i]`` and
     ``b[i]`` come from the same repeat and are resampled together)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -103,8 +104,16 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], paired: bool, statistic=np.
         den = statistic(y, axis=axis)
         return np.where(den == 0, np.nan, statistic(x, axis=axis) / np.where(den == 0, 1, den))
 
-    res = st.bootstrap((a, b), ratio, paired=paired, vectorized=True, n_resamples=BOOTSTRAP_RESAMPLES,
-                       confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    res = st.bootstrap(
+        (a, b),
+        ratio,
+        paired=paired,
+        vectorized=True,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     out.update(ratio_lo=lo, ratio_hi=hi, verdict=verdict(lo, hi))
     return out

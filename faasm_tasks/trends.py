@@ -38,8 +38,11 @@ DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 #: Columns of one row of :func:`load_window`.
 METRICS = ("p50_us", "p99_us", "throughput_ok", "run_time_ms", "memory_gb_s")
 #: The metrics :func:`compare` can check: (metric, direction that is bad, label).
-CHECKED = {"p99_us": ("increase", "p99 latency (us)"), "throughput_ok": ("drop", "throughput (req/s)"),
-           "run_time_ms": ("increase", "run time (ms)")}
+CHECKED = {
+    "p99_us": ("increase", "p99 latency (us)"),
+    "throughput_ok": ("drop", "throughput (req/s)"),
+    "run_time_ms": ("increase", "run time (ms)"),
+}
 
 
 def window_dates(root: str, end: str, days: int) -> list[str]:
@@ -97,7 +100,7 @@ def run_rows(root: str, date: str, run_id: str, problems: list[dict[str, str]] |
     base = storage.normalize(run_prefix(root, date, run_id))
     latest: dict[tuple, tuple[dict, str]] = {}
     for uri, rec in iter_records(root, date, run_id, problems):
-        rel = storage.normalize(uri)[len(base):].strip("/").split("/")
+        rel = storage.normalize(uri)[len(base) :].strip("/").split("/")
         rep = next((i for i, p in enumerate(rel) if p.startswith("repeat-")), None)
         if rep is None or rep < 3:
             continue
@@ -108,11 +111,21 @@ def run_rows(root: str, date: str, run_id: str, problems: list[dict[str, str]] |
     for (exp, system, point, _rep), (rec, uri) in sorted(latest.items()):
         m, b = rec.get("metrics") or {}, rec.get("billing") or {}
         params = rec.get("params") or {}
-        row = {"date": date, "run_id": run_id, "experiment": rec.get("experiment", exp),
-               "system": rec.get("system", system), "point": point, "repeat": rec.get("repeat"),
-               "attempt": rec.get("attempt"), "status": rec.get("status"), "measured": measured(rec),
-               "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())), "uri": uri,
-               "n_workers": _num(params.get("n_workers")), "matrix_size": _num(params.get("matrix_size"))}
+        row = {
+            "date": date,
+            "run_id": run_id,
+            "experiment": rec.get("experiment", exp),
+            "system": rec.get("system", system),
+            "point": point,
+            "repeat": rec.get("repeat"),
+            "attempt": rec.get("attempt"),
+            "status": rec.get("status"),
+            "measured": measured(rec),
+            "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
+            "uri": uri,
+            "n_workers": _num(params.get("n_workers")),
+            "matrix_size": _num(params.get("matrix_size")),
+        }
         for k in METRICS:
             row[k] = _num(b.get(k) if k == "memory_gb_s" else m.get(k))
         row["send_lag_p99_us"] = _num(m.get("send_lag_p99_us"))  # the driver's own lag, beside the latency
@@ -128,8 +141,24 @@ def load_window(root: str, end: str, days: int, problems: list[dict[str, str]] |
     for date in window_dates(root, end, days):
         for run_id in _runs(root, date):
             rows += run_rows(root, date, run_id, problems)
-    cols = ["date", "run_id", "experiment", "system", "point", "repeat", "attempt", "status", "measured",
-            "params", "uri", "n_workers", "matrix_size", *METRICS, "send_lag_p99_us", "send_lag_exceeded"]
+    cols = [
+        "date",
+        "run_id",
+        "experiment",
+        "system",
+        "point",
+        "repeat",
+        "attempt",
+        "status",
+        "measured",
+        "params",
+        "uri",
+        "n_workers",
+        "matrix_size",
+        *METRICS,
+        "send_lag_p99_us",
+        "send_lag_exceeded",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -147,6 +176,7 @@ def daily(df: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------ check
 
+
 @dataclass
 class Thresholds:
     p99_increase_pct: float | None = None
@@ -155,8 +185,11 @@ class Thresholds:
     min_history: int = 3
 
     def for_metric(self, metric: str) -> float | None:
-        return {"p99_us": self.p99_increase_pct, "throughput_ok": self.throughput_drop_pct,
-                "run_time_ms": self.run_time_increase_pct}[metric]
+        return {
+            "p99_us": self.p99_increase_pct,
+            "throughput_ok": self.throughput_drop_pct,
+            "run_time_ms": self.run_time_increase_pct,
+        }[metric]
 
 
 @dataclass
@@ -167,15 +200,21 @@ class CheckResult:
     no_data: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"breaches": self.breaches, "checked": self.checked, "too_little_history": self.too_little_history,
-                "no_data": self.no_data}
+        return {
+            "breaches": self.breaches,
+            "checked": self.checked,
+            "too_little_history": self.too_little_history,
+            "no_data": self.no_data,
+        }
 
 
 def breach_text(b: dict[str, Any]) -> str:
     sign = "+" if b["direction"] == "increase" else "-"
-    return (f"{b['experiment']}/{b['system']} point {b['point']}: {b['metric']} = {b['value']:.6g}, "
-            f"{b['change_pct']:+.1f}% vs the trailing median {b['trailing_median']:.6g} of {b['history_days']} "
-            f"previous days (threshold {sign}{b['threshold_pct']:g}%)")
+    return (
+        f"{b['experiment']}/{b['system']} point {b['point']}: {b['metric']} = {b['value']:.6g}, "
+        f"{b['change_pct']:+.1f}% vs the trailing median {b['trailing_median']:.6g} of {b['history_days']} "
+        f"previous days (threshold {sign}{b['threshold_pct']:g}%)"
+    )
 
 
 def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresholds) -> CheckResult:
@@ -195,8 +234,14 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
             if limit is None or value.empty:
                 continue
             hist = h[metric].dropna()
-            item = {"experiment": exp, "system": system, "point": point, "metric": metric,
-                    "value": float(value.median()), "history_days": int(len(hist))}
+            item = {
+                "experiment": exp,
+                "system": system,
+                "point": point,
+                "metric": metric,
+                "value": float(value.median()),
+                "history_days": int(len(hist)),
+            }
             if len(hist) < th.min_history:
                 res.too_little_history.append(item)
                 continue
@@ -213,10 +258,11 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
 
 # ------------------------------------------------------------------------------ report
 
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     plt.close(fig)
     return buf.getvalue()
@@ -224,10 +270,10 @@ def _png(fig) -> bytes:
 
 def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | None]]:
     """(name, caption, PNG or None when there is no data) for every trend plot."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     out: list[tuple[str, str, bytes | None]] = []
     lat = day.dropna(subset=["p99_us"]) if not day.empty else day
@@ -247,16 +293,22 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
             ax.tick_params(axis="x", rotation=30)
         if lines <= 12:
             axes[1].legend(fontsize=7, loc="best")
-        out.append((f"latency_{exp}", f"{exp}: p50 and p99 latency per system and point over days "
-                    f"({lines} series)", _png(fig)))
+        out.append(
+            (f"latency_{exp}", f"{exp}: p50 and p99 latency per system and point over days ({lines} series)", _png(fig))
+        )
     tl = lat.dropna(subset=["throughput_ok"]) if not lat.empty else lat
     if not tl.empty:
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for (exp, system), g in tl.groupby(["experiment", "system"]):
             old, new = g[g["date"] != run_date], g[g["date"] == run_date].sort_values("throughput_ok")
             pts = ax.scatter(old["throughput_ok"], old["p99_us"] / 1000.0, s=10, alpha=0.3)
-            ax.plot(new["throughput_ok"], new["p99_us"] / 1000.0, marker="o", color=pts.get_facecolor()[0][:3],
-                    label=f"{exp} {system}")
+            ax.plot(
+                new["throughput_ok"],
+                new["p99_us"] / 1000.0,
+                marker="o",
+                color=pts.get_facecolor()[0][:3],
+                label=f"{exp} {system}",
+            )
         ax.set_xlabel("throughput (successful req/s)")
         ax.set_ylabel("p99 latency (ms)")
         ax.set_yscale("log")
@@ -266,8 +318,10 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
         out.append(("throughput_latency", "Throughput against p99 latency", _png(fig)))
     else:
         out.append(("throughput_latency", "Throughput against p99 latency", None))
-    for name, col, title in (("sgd_workers", "n_workers", "SGD time against workers"),
-                             ("matrix_size", "matrix_size", "Matrix multiplication time against size")):
+    for name, col, title in (
+        ("sgd_workers", "n_workers", "SGD time against workers"),
+        ("matrix_size", "matrix_size", "Matrix multiplication time against size"),
+    ):
         sub = day.dropna(subset=[col, "run_time_ms"]) if not day.empty else day
         if name == "sgd_workers" and not sub.empty:
             sub = sub[sub["matrix_size"].isna()]
@@ -280,8 +334,13 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
             new = g[g["date"] == (run_date if (g["date"] == run_date).any() else g["date"].max())]
             new = new.sort_values(col)
             pts = ax.scatter(old[col], old["run_time_ms"] / 1000.0, s=10, alpha=0.3)
-            ax.plot(new[col], new["run_time_ms"] / 1000.0, marker="o", color=pts.get_facecolor()[0][:3],
-                    label=f"{exp} {system} ({new['date'].iloc[0]})")
+            ax.plot(
+                new[col],
+                new["run_time_ms"] / 1000.0,
+                marker="o",
+                color=pts.get_facecolor()[0][:3],
+                label=f"{exp} {system} ({new['date'].iloc[0]})",
+            )
         ax.set_xlabel(col.replace("_", " "))
         ax.set_ylabel("time (s)")
         ax.grid(alpha=0.3)
@@ -328,11 +387,13 @@ def trend_table(day: pd.DataFrame, run_date: str) -> list[dict[str, Any]]:
 
 
 # The ATC'20 paper's headline ratios (wasm / native; abstract), per experiment and metric.
-PAPER_RATIOS = {("sgd_reuters_svm", "run_time_ms"): "0.5 (2x speed-up)",
-                ("sgd_reuters_svm", "memory_gb_s"): "0.1 (10x less memory)",
-                ("tf_inference_throughput", "throughput_ok"): "2 (double the throughput)",
-                ("tf_inference_throughput", "p99_us"): "0.1 (tail latency -90 %)",
-                ("tf_inference_latency", "p99_us"): "0.1 (tail latency -90 %)"}
+PAPER_RATIOS = {
+    ("sgd_reuters_svm", "run_time_ms"): "0.5 (2x speed-up)",
+    ("sgd_reuters_svm", "memory_gb_s"): "0.1 (10x less memory)",
+    ("tf_inference_throughput", "throughput_ok"): "2 (double the throughput)",
+    ("tf_inference_throughput", "p99_us"): "0.1 (tail latency -90 %)",
+    ("tf_inference_latency", "p99_us"): "0.1 (tail latency -90 %)",
+}
 COMPARED = ("run_time_ms", "p50_us", "p99_us", "throughput_ok", "memory_gb_s")
 
 
@@ -340,7 +401,7 @@ def point_intervals(run: pd.DataFrame) -> list[dict[str, Any]]:
     """Per experiment, system, point and metric of one run: n of its measured repeats, the
     median with its order-statistic 95 % interval (none under 6 repeats, and said) and the
     mean with its Student-t interval (:mod:`faasm_tasks.stats`)."""
-    from . import stats  # noqa: PLC0415 - scipy only here
+    from . import stats  # scipy only here
 
     rows: list[dict[str, Any]] = []
     if run.empty:
@@ -351,8 +412,16 @@ def point_intervals(run: pd.DataFrame) -> list[dict[str, Any]]:
             vals = [v for v in g[metric] if _num(v) is not None]
             if vals:
                 d = stats.describe(vals)
-                rows.append({"experiment": exp, "system": system, "point": point, "metric": metric, **d,
-                             "note": d.get("median_ci_note", "")})
+                rows.append(
+                    {
+                        "experiment": exp,
+                        "system": system,
+                        "point": point,
+                        "metric": metric,
+                        **d,
+                        "note": d.get("median_ci_note", ""),
+                    }
+                )
     return rows
 
 
@@ -362,7 +431,7 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
     any) with a 95 % bootstrap interval: paired over (point, repeat) when the sweeps share
     points (each wasm run against the native run of the same point and repeat), else the two
     samples resampled apart. ``verdict`` says on which side of 1 the interval lies."""
-    from . import stats  # noqa: PLC0415 - scipy only here
+    from . import stats  # scipy only here
 
     rows: list[dict[str, Any]] = []
     if run.empty:
@@ -380,16 +449,31 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
             if a is None or b is None:
                 continue
             if shared:
-                pairs = w[["point", "repeat", metric]].merge(n[["point", "repeat", metric]], on=["point", "repeat"],
-                                                             suffixes=("_w", "_n")).dropna()
+                pairs = (
+                    w[["point", "repeat", metric]]
+                    .merge(n[["point", "repeat", metric]], on=["point", "repeat"], suffixes=("_w", "_n"))
+                    .dropna()
+                )
                 ci = stats.ratio_ci(pairs[f"{metric}_w"], pairs[f"{metric}_n"], paired=True)
             else:
                 ci = stats.ratio_ci(w[metric].dropna(), n[metric].dropna(), paired=False)
-            rows.append({"experiment": exp, "metric": metric, "wasm": a, "native": b,
-                         "ratio": round(a / b, 4) if b else None, "ratio_lo": ci.get("ratio_lo"),
-                         "ratio_hi": ci.get("ratio_hi"), "n_wasm": ci.get("n_a"), "n_native": ci.get("n_b"),
-                         "paired": ci.get("paired"), "verdict": ci.get("verdict", ci.get("ci_note", "")),
-                         "points": "shared" if shared else "all", "paper": PAPER_RATIOS.get((exp, metric), "")})
+            rows.append(
+                {
+                    "experiment": exp,
+                    "metric": metric,
+                    "wasm": a,
+                    "native": b,
+                    "ratio": round(a / b, 4) if b else None,
+                    "ratio_lo": ci.get("ratio_lo"),
+                    "ratio_hi": ci.get("ratio_hi"),
+                    "n_wasm": ci.get("n_a"),
+                    "n_native": ci.get("n_b"),
+                    "paired": ci.get("paired"),
+                    "verdict": ci.get("verdict", ci.get("ci_note", "")),
+                    "points": "shared" if shared else "all",
+                    "paper": PAPER_RATIOS.get((exp, metric), ""),
+                }
+            )
     return rows
 
 
@@ -401,35 +485,79 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-TABLE_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "point"), ("days", "days"),
-              ("latest", "latest day"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
-              ("p99_us_change_pct", "p99 vs median %"), ("throughput_ok", "req/s"),
-              ("throughput_ok_change_pct", "req/s vs median %"), ("run_time_ms", "run time ms"),
-              ("run_time_ms_change_pct", "run time vs median %"), ("memory_gb_s", "memory GB-s")]
-CMP_COLS = [("experiment", "experiment"), ("metric", "metric"), ("wasm", "wasm"), ("native", "native"),
-            ("ratio", "wasm/native"), ("ratio_lo", "95 % low"), ("ratio_hi", "95 % high"), ("verdict", "interval"),
-            ("n_wasm", "n wasm"), ("n_native", "n native"), ("points", "points"), ("paper", "paper (wasm/native)")]
-CI_COLS = [("experiment", "experiment"), ("system", "system"), ("point", "point"), ("metric", "metric"), ("n", "n"),
-           ("median", "median"), ("median_lo", "median 95 % low"), ("median_hi", "median 95 % high"),
-           ("mean", "mean"), ("mean_lo", "mean 95 % low (t)"), ("mean_hi", "mean 95 % high (t)"), ("note", "note")]
-RUN_COLS = [("experiment", "experiment"), ("system", "system"), ("params", "params"), ("repeat", "repeat"),
-            ("attempt", "attempt"), ("status", "status"), ("p50_us", "p50 us"), ("p99_us", "p99 us"),
-            ("send_lag_p99_us", "driver send lag p99 us"), ("send_lag_exceeded", "send lag over bound"),
-            ("throughput_ok", "req/s"), ("run_time_ms", "run time ms"), ("memory_gb_s", "memory GB-s")]
+TABLE_COLS = [
+    ("experiment", "experiment"),
+    ("system", "system"),
+    ("point", "point"),
+    ("days", "days"),
+    ("latest", "latest day"),
+    ("p50_us", "p50 us"),
+    ("p99_us", "p99 us"),
+    ("p99_us_change_pct", "p99 vs median %"),
+    ("throughput_ok", "req/s"),
+    ("throughput_ok_change_pct", "req/s vs median %"),
+    ("run_time_ms", "run time ms"),
+    ("run_time_ms_change_pct", "run time vs median %"),
+    ("memory_gb_s", "memory GB-s"),
+]
+CMP_COLS = [
+    ("experiment", "experiment"),
+    ("metric", "metric"),
+    ("wasm", "wasm"),
+    ("native", "native"),
+    ("ratio", "wasm/native"),
+    ("ratio_lo", "95 % low"),
+    ("ratio_hi", "95 % high"),
+    ("verdict", "interval"),
+    ("n_wasm", "n wasm"),
+    ("n_native", "n native"),
+    ("points", "points"),
+    ("paper", "paper (wasm/native)"),
+]
+CI_COLS = [
+    ("experiment", "experiment"),
+    ("system", "system"),
+    ("point", "point"),
+    ("metric", "metric"),
+    ("n", "n"),
+    ("median", "median"),
+    ("median_lo", "median 95 % low"),
+    ("median_hi", "median 95 % high"),
+    ("mean", "mean"),
+    ("mean_lo", "mean 95 % low (t)"),
+    ("mean_hi", "mean 95 % high (t)"),
+    ("note", "note"),
+]
+RUN_COLS = [
+    ("experiment", "experiment"),
+    ("system", "system"),
+    ("params", "params"),
+    ("repeat", "repeat"),
+    ("attempt", "attempt"),
+    ("status", "status"),
+    ("p50_us", "p50 us"),
+    ("p99_us", "p99 us"),
+    ("send_lag_p99_us", "driver send lag p99 us"),
+    ("send_lag_exceeded", "send lag over bound"),
+    ("throughput_ok", "req/s"),
+    ("run_time_ms", "run time ms"),
+    ("memory_gb_s", "memory GB-s"),
+]
 
 
-INTERVALS_NOTE = ("n: measured repeats (failed, invalid and failed-check points are not counted). Median: "
-                  "order-statistic 95 % interval (Le Boudec), refused under 6 repeats; mean: Student-t 95 % "
-                  "interval. Ratios: percentile bootstrap (2,000 resamples) of the ratio of medians, paired over "
-                  "(point, repeat) where the systems share points.")
+INTERVALS_NOTE = (
+    "n: measured repeats (failed, invalid and failed-check points are not counted). Median: "
+    "order-statistic 95 % interval (Le Boudec), refused under 6 repeats; mean: Student-t 95 % "
+    "interval. Ratios: percentile bootstrap (2,000 resamples) of the ratio of medians, paired over "
+    "(point, repeat) where the systems share points."
+)
 
 
 def _html_table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
     if not rows:
         return "<p class='empty'>No data.</p>"
     head = "".join(f"<th>{html.escape(t)}</th>" for _, t in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for k, _ in cols) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for k, _ in cols) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -447,18 +575,26 @@ FAIL_COLS = [("what", "what"), ("step", "step"), ("error", "cause")]
 def failure_rows(run: pd.DataFrame, failures: dict[str, list[dict[str, Any]]] | None) -> list[dict[str, Any]]:
     """Every failure of this run, one row each: failed points, experiment groups that failed
     before they had a point, unreadable results (file and cause)."""
-    rows = [{"what": f"{r['experiment']}/{r['system']} {r['params']} repeat {r['repeat']}", "step": "run",
-             "error": "point failed"} for r in run[run["status"] == "failed"].to_dict("records")]
+    rows = [
+        {
+            "what": f"{r['experiment']}/{r['system']} {r['params']} repeat {r['repeat']}",
+            "step": "run",
+            "error": "point failed",
+        }
+        for r in run[run["status"] == "failed"].to_dict("records")
+    ]
     for g in (failures or {}).get("failed_groups", []):
-        rows.append({"what": f"{g['experiment']}/{g['system']} (whole group)", "step": g.get("step"),
-                     "error": g.get("error")})
+        rows.append(
+            {"what": f"{g['experiment']}/{g['system']} (whole group)", "step": g.get("step"), "error": g.get("error")}
+        )
     for p in (failures or {}).get("unreadable", []):
         rows.append({"what": p["uri"], "step": "read", "error": p["error"]})
     return rows
 
 
-def render(df: pd.DataFrame, run_id: str, run_date: str, days: int,
-           failures: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, bytes]:
+def render(
+    df: pd.DataFrame, run_id: str, run_date: str, days: int, failures: dict[str, list[dict[str, Any]]] | None = None
+) -> dict[str, bytes]:
     """The report files: ``trends.html``, ``trends.md``, ``trends.json`` and ``figures/*.png``.
     ``failures`` (``failed_groups``, ``unreadable``: :func:`faasm_tasks.results.failed_groups`,
     :func:`~faasm_tasks.results.iter_records`) head the page as FAILED with the failed points."""
@@ -466,18 +602,24 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int,
     figs = figures(day, run_date)
     table = trend_table(day, run_date)
     run = df[(df["run_id"] == run_id) & (df["date"] == run_date)]
-    run_rows_ = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-                 for r in run.drop(columns=["uri"]).to_dict("records")]
+    run_rows_ = [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in run.drop(columns=["uri"]).to_dict("records")
+    ]
     dates = sorted(df["date"].unique()) if not df.empty else []
     title = f"Faasm benchmarks: trends over {days} days to {run_date}"
-    meta = (f"Run <code>{html.escape(run_id)}</code> on {html.escape(run_date)}; {len(dates)} days with results "
-            f"({html.escape(dates[0]) if dates else '-'} to {html.escape(dates[-1]) if dates else '-'}), "
-            f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
-            f" measured points of {len(df)}.")
+    meta = (
+        f"Run <code>{html.escape(run_id)}</code> on {html.escape(run_date)}; {len(dates)} days with results "
+        f"({html.escape(dates[0]) if dates else '-'} to {html.escape(dates[-1]) if dates else '-'}), "
+        f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
+        f" measured points of {len(df)}."
+    )
     fails = failure_rows(run, failures)
     if fails:
-        banner = (f"FAILED: {len(fails)} failure(s) in this run (failed points, experiment groups that failed "
-                  "before their first point, unreadable results); the figures below leave them out.")
+        banner = (
+            f"FAILED: {len(fails)} failure(s) in this run (failed points, experiment groups that failed "
+            "before their first point, unreadable results); the figures below leave them out."
+        )
         fail_html = [f"<h2 id='failed' class='failed'>{html.escape(banner)}</h2>", _html_table(fails, FAIL_COLS)]
         fail_md = [f"## {banner}\n", _md_table(fails, FAIL_COLS)]
     else:
@@ -485,15 +627,36 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int,
     files: dict[str, bytes] = {}
     cmp = system_comparison(run)
     cis = point_intervals(run)
-    parts_html = [f"<h1>{html.escape(title)}</h1>", f"<p>{meta}</p>", *fail_html, "<h2 id='run'>This run</h2>",
-                  _html_table(run_rows_, RUN_COLS), "<h2 id='intervals'>Each figure of this run with its intervals</h2>",
-                  f"<p>{html.escape(INTERVALS_NOTE)}</p>", _html_table(cis, CI_COLS),
-                  "<h2 id='systems'>wasm against native in this run</h2>", _html_table(cmp, CMP_COLS), "<h2 id='trend'>Latest value against the days before</h2>",
-                  _html_table(table, TABLE_COLS), "<h2 id='plots'>Plots</h2>"]
-    parts_md = [f"# {title}\n", re.sub(r"</?code>", "`", meta) + "\n", *fail_md, "## This run\n", _md_table(run_rows_, RUN_COLS),
-                "## Each figure of this run with its intervals\n", INTERVALS_NOTE + "\n", _md_table(cis, CI_COLS),
-                "## wasm against native in this run\n", _md_table(cmp, CMP_COLS),
-                "## Latest value against the days before\n", _md_table(table, TABLE_COLS), "## Plots\n"]
+    parts_html = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{meta}</p>",
+        *fail_html,
+        "<h2 id='run'>This run</h2>",
+        _html_table(run_rows_, RUN_COLS),
+        "<h2 id='intervals'>Each figure of this run with its intervals</h2>",
+        f"<p>{html.escape(INTERVALS_NOTE)}</p>",
+        _html_table(cis, CI_COLS),
+        "<h2 id='systems'>wasm against native in this run</h2>",
+        _html_table(cmp, CMP_COLS),
+        "<h2 id='trend'>Latest value against the days before</h2>",
+        _html_table(table, TABLE_COLS),
+        "<h2 id='plots'>Plots</h2>",
+    ]
+    parts_md = [
+        f"# {title}\n",
+        re.sub(r"</?code>", "`", meta) + "\n",
+        *fail_md,
+        "## This run\n",
+        _md_table(run_rows_, RUN_COLS),
+        "## Each figure of this run with its intervals\n",
+        INTERVALS_NOTE + "\n",
+        _md_table(cis, CI_COLS),
+        "## wasm against native in this run\n",
+        _md_table(cmp, CMP_COLS),
+        "## Latest value against the days before\n",
+        _md_table(table, TABLE_COLS),
+        "## Plots\n",
+    ]
     for name, caption, png in figs:
         parts_html.append(f"<h3 id='fig-{html.escape(name)}'>{html.escape(caption)}</h3>")
         parts_md.append(f"### {caption}\n")
@@ -505,29 +668,53 @@ def render(df: pd.DataFrame, run_id: str, run_date: str, days: int,
         b64 = base64.b64encode(png).decode()
         parts_html.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{b64}'>")
         parts_md.append(f"![{caption}](figures/{name}.png)\n")
-    style = ("body{font-family:sans-serif;margin:1.5em;max-width:1200px}table{border-collapse:collapse;"
-             "font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-             "td:nth-child(-n+3),th{text-align:left}img{max-width:100%}.empty{color:#888}.failed{color:#b00}")
-    files["trends.html"] = ("<!doctype html><html><head><meta charset='utf-8'>"
-                            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
-                            + "\n".join(parts_html) + "</body></html>\n").encode()
+    style = (
+        "body{font-family:sans-serif;margin:1.5em;max-width:1200px}table{border-collapse:collapse;"
+        "font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+        "td:nth-child(-n+3),th{text-align:left}img{max-width:100%}.empty{color:#888}.failed{color:#b00}"
+    )
+    files["trends.html"] = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
+        + "\n".join(parts_html)
+        + "</body></html>\n"
+    ).encode()
     files["trends.md"] = "\n".join(parts_md).encode()
-    files["trends.json"] = (json.dumps({"run_id": run_id, "date": run_date, "days": days, "dates": dates,
-                                        "trend": table, "daily": daily_records(day),
-                                        "systems": cmp, "intervals": cis,
-                                        "status": "FAILED" if fails else "ok", "failures": fails},
-                                       indent=2, sort_keys=True, default=str) + "\n").encode()
+    files["trends.json"] = (
+        json.dumps(
+            {
+                "run_id": run_id,
+                "date": run_date,
+                "days": days,
+                "dates": dates,
+                "trend": table,
+                "daily": daily_records(day),
+                "systems": cmp,
+                "intervals": cis,
+                "status": "FAILED" if fails else "ok",
+                "failures": fails,
+            },
+            indent=2,
+            sort_keys=True,
+            default=str,
+        )
+        + "\n"
+    ).encode()
     return files
 
 
 def daily_records(day: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-            for r in day.to_dict("records")]
+    return [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in day.to_dict("records")
+    ]
 
 
 def signature(df: pd.DataFrame) -> list[str]:
     """What the report depends on: every row's identity, attempt and status (for the step fingerprint)."""
     if df.empty:
         return []
-    return sorted(f"{r.date}/{r.run_id}/{r.experiment}/{r.system}/{r.point}/{r.repeat}:{r.attempt}:{r.status}:"
-                  f"{r.memory_gb_s}" for r in df.itertuples())
+    return sorted(
+        f"{r.date}/{r.run_id}/{r.experiment}/{r.system}/{r.point}/{r.repeat}:{r.attempt}:{r.status}:{r.memory_gb_s}"
+        for r in df.itertuples()
+    )

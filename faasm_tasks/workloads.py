@@ -73,20 +73,50 @@ def _resolve(spec: str) -> Callable[..., Any]:
 
 
 _K = "faasm_tasks.kinds"
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (
-    # Hogwild SVM (ATC'20 6.2): one async call chaining n_workers steps per epoch
-    Workload("sgd", "call", f"{_K}.sgd:prepare", f"{_K}.sgd:request", f"{_K}.sgd:budget",
-             verify=f"{_K}.sgd:verify", result=f"{_K}.sgd:result", time_budget_h=2.0,
-             modules={("sgd", "reuters_svm"): "sgd"}, functions=("sgd",)),
-    # divide-and-conquer matrix multiplication (6.4): 73 chained calls with 2 splits
-    Workload("matmul", "call", f"{_K}.matmul:prepare", f"{_K}.matmul:request", f"{_K}.matmul:budget",
-             verify=f"{_K}.matmul:verify", time_budget_h=2.0,
-             modules={("python", "mat_mul"): "matmul"}, functions=("matmul",), aliases=("matrix",)),
-    # image inference under load (6.3); the 2020 function name is tf/image
-    Workload("inference", "load", f"{_K}.inference:prepare", f"{_K}.inference:request", f"{_K}.inference:budget",
-             verify=f"{_K}.inference:verify", time_budget_h=6.0,
-             modules={("tf", "image"): "inference"}, functions=("inference",), aliases=("tf", "image")),
-)}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        # Hogwild SVM (ATC'20 6.2): one async call chaining n_workers steps per epoch
+        Workload(
+            "sgd",
+            "call",
+            f"{_K}.sgd:prepare",
+            f"{_K}.sgd:request",
+            f"{_K}.sgd:budget",
+            verify=f"{_K}.sgd:verify",
+            result=f"{_K}.sgd:result",
+            time_budget_h=2.0,
+            modules={("sgd", "reuters_svm"): "sgd"},
+            functions=("sgd",),
+        ),
+        # divide-and-conquer matrix multiplication (6.4): 73 chained calls with 2 splits
+        Workload(
+            "matmul",
+            "call",
+            f"{_K}.matmul:prepare",
+            f"{_K}.matmul:request",
+            f"{_K}.matmul:budget",
+            verify=f"{_K}.matmul:verify",
+            time_budget_h=2.0,
+            modules={("python", "mat_mul"): "matmul"},
+            functions=("matmul",),
+            aliases=("matrix",),
+        ),
+        # image inference under load (6.3); the 2020 function name is tf/image
+        Workload(
+            "inference",
+            "load",
+            f"{_K}.inference:prepare",
+            f"{_K}.inference:request",
+            f"{_K}.inference:budget",
+            verify=f"{_K}.inference:verify",
+            time_budget_h=6.0,
+            modules={("tf", "image"): "inference"},
+            functions=("inference",),
+            aliases=("tf", "image"),
+        ),
+    )
+}
 _ALIASES: dict[str, str] = {}
 
 

@@ -13,10 +13,15 @@ from stepkit.cli import main
 
 # command -> (module with add_arguments/run, one-line help). Modules import lazily.
 STEPS: dict[str, tuple[str, str]] = {
-    "replay-slurm": ("lab.slurm.replay_slurm", "replay a trace window on a real Slurm (time-compressed) and compare the simulator"),
-    "fidelity-slurm": ("lab.slurm.fidelity_slurm", "score the simulator again on a recorded Slurm replay (other settings, no Slurm run)"),
+    "replay-slurm": (
+        "lab.slurm.replay_slurm",
+        "replay a trace window on a real Slurm (time-compressed) and compare the simulator",
+    ),
+    "fidelity-slurm": (
+        "lab.slurm.fidelity_slurm",
+        "score the simulator again on a recorded Slurm replay (other settings, no Slurm run)",
+    ),
 }
-
 
 
 def step_parser(step: str) -> argparse.ArgumentParser:

@@ -12,12 +12,21 @@ STEPS: dict[str, tuple[str, str]] = {
     "sample": ("mirage_tasks.steps.sample", "simulate Mirage samples/probes and write one shard of examples"),
     "merge": ("mirage_tasks.steps.merge", "merge sample shards into a chronological dataset with a manifest"),
     "fidelity": ("mirage_tasks.steps.fidelity", "replay a trace window and compare simulated with real waits"),
-    "calibrate": ("mirage_tasks.steps.calibrate", "fit a simulator configuration to a trace window and score it on a later one"),
-    "waitpred": ("mirage_tasks.steps.waitpred", "predict queue waits at submission time (no hindsight) with calibrated bounds, and score them"),
+    "calibrate": (
+        "mirage_tasks.steps.calibrate",
+        "fit a simulator configuration to a trace window and score it on a later one",
+    ),
+    "waitpred": (
+        "mirage_tasks.steps.waitpred",
+        "predict queue waits at submission time (no hindsight) with calibrated bounds, and score them",
+    ),
     "train": ("mirage_tasks.steps.train", "train a regressor (moe, transformer, xgboost, random_forest) or a policy"),
     "validate": ("mirage_tasks.steps.validate", "let a model (or reactive/avg) decide online in the simulator"),
     "metrics": ("mirage_tasks.steps.metrics", "interruption metrics per model, node size and load level"),
-    "keep-service": ("mirage_tasks.steps.keep_service", "keep a chain of service jobs alive on a Slurm cluster (model, reactive or avg)"),
+    "keep-service": (
+        "mirage_tasks.steps.keep_service",
+        "keep a chain of service jobs alive on a Slurm cluster (model, reactive or avg)",
+    ),
     "report": ("mirage_tasks.steps.report", "one self-contained HTML (and Markdown) results report"),
 }
 

@@ -25,10 +25,23 @@ class ResultsViewPlugin(AirflowPlugin):
     # url_route: Airflow keeps the first view of a route and drops the others with only a warning
     # in the api-server log (the run tab sharing "results" with the menu entry never appeared).
     external_views = [
-        {"name": "Pipeline results", "href": "results/", "destination": "nav", "category": "browse",
-         "url_route": "results"},
-        {"name": "Results", "href": "results/dag-run/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
-         "url_route": "run-results"},
-        {"name": "Report", "href": "results/task/{DAG_ID}/{RUN_ID}/{TASK_ID}", "destination": "task_instance",
-         "url_route": "report"},
+        {
+            "name": "Pipeline results",
+            "href": "results/",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "results",
+        },
+        {
+            "name": "Results",
+            "href": "results/dag-run/{DAG_ID}/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": "run-results",
+        },
+        {
+            "name": "Report",
+            "href": "results/task/{DAG_ID}/{RUN_ID}/{TASK_ID}",
+            "destination": "task_instance",
+            "url_route": "report",
+        },
     ]

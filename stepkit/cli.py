@@ -92,10 +92,18 @@ def check_flag_values(args: argparse.Namespace, bounds: Mapping[str, tuple[Any, 
                 raise StepError(f"{flag} {v}: not a finite number")
             if isinstance(v, str) and v.lower().startswith("s3://") and not v[5:].split("/", 1)[0]:
                 raise StepError(f"{flag} {v}: an s3:// URI needs a bucket (s3://BUCKET/key)")
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and (
-                    (lo is not None and v < lo) or (hi is not None and v > hi)):
-                rng = (f"between {lo:g} and {hi:g}" if lo is not None and hi is not None
-                       else f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
+            if (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and ((lo is not None and v < lo) or (hi is not None and v > hi))
+            ):
+                rng = (
+                    f"between {lo:g} and {hi:g}"
+                    if lo is not None and hi is not None
+                    else f"at least {lo:g}"
+                    if lo is not None
+                    else f"at most {hi:g}"
+                )
                 raise StepError(f"{flag} {v}: must be {rng}")
 
 
@@ -104,10 +112,14 @@ def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
     and ``--on-change`` (:mod:`stepkit.step`: what a run of other inputs does to a committed
     ``--out``)."""
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    parser.add_argument("--on-change", choices=("refuse", "replace"), default=None,
-                        help="a committed --out of other inputs or parameters: refuse (exit 2, nothing touched; "
-                             "for outputs under a name a user gave) or replace it (recompute); default: what its "
-                             "marker recorded, else replace")
+    parser.add_argument(
+        "--on-change",
+        choices=("refuse", "replace"),
+        default=None,
+        help="a committed --out of other inputs or parameters: refuse (exit 2, nothing touched; "
+        "for outputs under a name a user gave) or replace it (recompute); default: what its "
+        "marker recorded, else replace",
+    )
 
 
 def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str]) -> int:
@@ -191,9 +203,14 @@ def console() -> None:
     main(package, steps)
 
 
-def check_command_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                       bounds: Mapping[str, tuple[Any, Any]] | None = None, *, folders: Sequence[str] = (),
-                       files: Sequence[str] = ()) -> None:
+def check_command_args(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    bounds: Mapping[str, tuple[Any, Any]] | None = None,
+    *,
+    folders: Sequence[str] = (),
+    files: Sequence[str] = (),
+) -> None:
     """The step contract's flag checks for a command that is not a step (``bench/*.py``), before
     it starts anything: :func:`check_flag_values` with ``bounds``, each dest in ``folders`` a
     folder or creatable as one (not an existing file), each dest in ``files`` a path whose folder

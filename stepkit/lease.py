@@ -153,12 +153,16 @@ def settings(ttl: float | None = None, heartbeat: float | None = None) -> tuple[
     """(ttl, heartbeat) in seconds: arguments, else ``HOUSE_LEASE_TTL_S`` / ``HOUSE_LEASE_HEARTBEAT_S``."""
     ttl = float(ttl) if ttl is not None else _seconds(TTL_ENV, DEFAULT_TTL_S)
     if not 0 < ttl <= MAX_TTL_S:
-        raise StepError(f"{TTL_ENV}={ttl:g} must be above 0 and at most {MAX_TTL_S:g} seconds (a day): it is how "
-                        "long a writer that died blocks its output")
+        raise StepError(
+            f"{TTL_ENV}={ttl:g} must be above 0 and at most {MAX_TTL_S:g} seconds (a day): it is how "
+            "long a writer that died blocks its output"
+        )
     heartbeat = float(heartbeat) if heartbeat is not None else _seconds(HEARTBEAT_ENV, ttl / 3)
     if not 0 < heartbeat < ttl:
-        raise StepError(f"{HEARTBEAT_ENV}={heartbeat:g} must be above 0 and below {TTL_ENV}={ttl:g} "
-                        "(the lease is renewed several times before it expires)")
+        raise StepError(
+            f"{HEARTBEAT_ENV}={heartbeat:g} must be above 0 and below {TTL_ENV}={ttl:g} "
+            "(the lease is renewed several times before it expires)"
+        )
     return ttl, heartbeat
 
 
@@ -254,8 +258,10 @@ def describe(doc: dict[str, Any] | None) -> str:
     o = doc.get("owner") or {}
     run = f", run {o['run_id']}" if o.get("run_id") else ""
     step = f"{doc['step']} " if doc.get("step") else ""
-    return (f"{step}on host {o.get('host', '?')} pid {o.get('pid', '?')}{run}, started {o.get('started', '?')}, "
-            f"lease renewed {doc.get('renewed', '?')}, expires {doc.get('expires', '?')}")
+    return (
+        f"{step}on host {o.get('host', '?')} pid {o.get('pid', '?')}{run}, started {o.get('started', '?')}, "
+        f"lease renewed {doc.get('renewed', '?')}, expires {doc.get('expires', '?')}"
+    )
 
 
 def _finite(v: Any) -> float | None:
@@ -436,14 +442,13 @@ _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKe
 
 def _s3_client() -> Any:
     """A botocore S3 client with the storage's endpoint (``AWS_ENDPOINT_URL(_S3)``) and settings."""
-    import botocore.session  # noqa: PLC0415 - only S3 outputs pay for botocore
-    from botocore.config import Config  # noqa: PLC0415
+    import botocore.session  # only S3 outputs pay for botocore
+    from botocore.config import Config
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
     if endpoint not in _S3_CLIENTS:
         config = Config(connect_timeout=10, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"})
-        _S3_CLIENTS[endpoint] = botocore.session.get_session().create_client(
-            "s3", endpoint_url=endpoint, config=config)
+        _S3_CLIENTS[endpoint] = botocore.session.get_session().create_client("s3", endpoint_url=endpoint, config=config)
     return _S3_CLIENTS[endpoint]
 
 
@@ -466,7 +471,7 @@ class _S3:
         return code in _CONFLICT_CODES or status in (409, 412, 404)
 
     def read(self) -> Seen | None:
-        from botocore.exceptions import ClientError  # noqa: PLC0415
+        from botocore.exceptions import ClientError
 
         try:
             r = self.client.get_object(Bucket=self.bucket, Key=self.key)
@@ -478,18 +483,21 @@ class _S3:
         return Seen(r["Body"].read(), r["ETag"], r["LastModified"].timestamp())
 
     def _put(self, data: bytes, **cond: str) -> str | None:
-        from botocore.exceptions import ClientError  # noqa: PLC0415
+        from botocore.exceptions import ClientError
 
         try:
-            r = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
-                                       ContentType="application/json", **cond)
+            r = self.client.put_object(
+                Bucket=self.bucket, Key=self.key, Body=data, ContentType="application/json", **cond
+            )
         except ClientError as exc:
             if self._conflict(exc):
                 return None
             code, status = _code(exc)
             if code == "AccessDenied" or status == 403:
-                raise OutputNotWritable(f"output s3://{self.bucket}/{self.key.rsplit('/', 1)[0]}: cannot write "
-                                        f"there: {code or status} on PutObject") from None
+                raise OutputNotWritable(
+                    f"output s3://{self.bucket}/{self.key.rsplit('/', 1)[0]}: cannot write "
+                    f"there: {code or status} on PutObject"
+                ) from None
             raise
         return r.get("ETag", "")
 
@@ -504,7 +512,7 @@ class _S3:
         return None if etag is None else Seen(data, etag, time.time())
 
     def delete(self, seen: Seen) -> bool:
-        from botocore.exceptions import ClientError  # noqa: PLC0415
+        from botocore.exceptions import ClientError
 
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=seen.tag or "")
@@ -530,8 +538,9 @@ class _Generic:
     def __init__(self, out: str):
         self.uri = storage.join(out, LEASE)
         if not _Generic.warned:
-            log.warning("%s: this store has no exclusive create; the lease is check-then-write with read-back",
-                        self.uri)
+            log.warning(
+                "%s: this store has no exclusive create; the lease is check-then-write with read-back", self.uri
+            )
             _Generic.warned = True
 
     def read(self) -> Seen | None:
@@ -632,7 +641,7 @@ class _Keeper:
             for lease in due:
                 try:
                     lease.beat()
-                except Exception:  # noqa: BLE001 - never let the heartbeat thread die
+                except Exception:  # never let the heartbeat thread die
                     log.exception("%s: lease heartbeat failed", lease.uri)
 
 
@@ -647,16 +656,28 @@ _held_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while 
 class Lease:
     """The lease on ``out`` for one run of step ``step`` (see the module docstring)."""
 
-    def __init__(self, out: str, step: str = "", *, fingerprint: str | None = None, started: str | None = None,
-                 ttl: float | None = None, heartbeat: float | None = None):
+    def __init__(
+        self,
+        out: str,
+        step: str = "",
+        *,
+        fingerprint: str | None = None,
+        started: str | None = None,
+        ttl: float | None = None,
+        heartbeat: float | None = None,
+    ):
         self.out = storage.normalize(out)
         self.uri = storage.join(self.out, LEASE)
         self.step = step
         self.fingerprint = fingerprint
         self.ttl, self.heartbeat = settings(ttl, heartbeat)
         self.token = uuid.uuid4().hex
-        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id(),
-                      "started": started or _iso(time.time())}
+        self.owner = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "run_id": run_id(),
+            "started": started or _iso(time.time()),
+        }
         ident = local_identity()
         if ident is not None:
             self.owner["local"] = ident
@@ -675,10 +696,20 @@ class Lease:
 
     def _document(self, now: float) -> bytes:
         self.acquired = self.acquired or _iso(now)
-        doc = {"lease": 1, "token": self.token, "step": self.step, "fingerprint": self.fingerprint,
-               "out": self.out, "owner": self.owner,
-               "acquired": self.acquired, "renewed": _iso(now), "expires": _iso(now + self.ttl),
-               "expires_epoch": round(now + self.ttl, 3), "ttl_s": self.ttl, "heartbeat_s": self.heartbeat}
+        doc = {
+            "lease": 1,
+            "token": self.token,
+            "step": self.step,
+            "fingerprint": self.fingerprint,
+            "out": self.out,
+            "owner": self.owner,
+            "acquired": self.acquired,
+            "renewed": _iso(now),
+            "expires": _iso(now + self.ttl),
+            "expires_epoch": round(now + self.ttl, 3),
+            "ttl_s": self.ttl,
+            "heartbeat_s": self.heartbeat,
+        }
         return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
     def _expiry(self, seen: Seen) -> float:
@@ -711,19 +742,30 @@ class Lease:
         # ttl or clock this reader does not believe
         until = self._expiry(seen)
         claimed = doc.get("expires")
-        when = f" It is free in {max(0.0, until - time.time()):.0f} s" + (
-            f" (its document claims it expires {claimed}; this host counts {_iso(until)}: the earliest of its "
-            f"expires_epoch, its renewal and its file's time plus its ttl, at most {MAX_TTL_S:g} s)"
-            if claimed and claimed != _iso(until) else "") + "."
+        when = (
+            f" It is free in {max(0.0, until - time.time()):.0f} s"
+            + (
+                f" (its document claims it expires {claimed}; this host counts {_iso(until)}: the earliest of its "
+                f"expires_epoch, its renewal and its file's time plus its ttl, at most {MAX_TTL_S:g} s)"
+                if claimed and claimed != _iso(until)
+                else ""
+            )
+            + "."
+        )
         owner = describe({**doc, "expires": _iso(until)} if doc else None)
         same_output = bool(self.fingerprint and doc.get("fingerprint") == self.fingerprint)
-        same = " It computes the same output (same fingerprint): a rerun after it has finished skips." \
-            if same_output else ""
+        same = (
+            " It computes the same output (same fingerprint): a rerun after it has finished skips."
+            if same_output
+            else ""
+        )
         return LeaseHeld(
             f"{self.out} is being written by another run: {owner} ({self.uri}). Two writers of "
             f"one output prefix would leave a mix of both, so this run writes nothing; rerun it when that run "
             f"has finished (a writer that died keeps the lease until it expires, {TTL_ENV} after its last "
-            f"renewal).{when}{same}", same_output=same_output)
+            f"renewal).{when}{same}",
+            same_output=same_output,
+        )
 
     def acquire(self) -> Lease:
         """Take the lease, or raise :class:`LeaseHeld` naming its live holder (a
@@ -762,13 +804,16 @@ class Lease:
         except OutputNotWritable:
             raise
         except (NotADirectoryError, FileExistsError, IsADirectoryError) as exc:
-            raise StepError(f"output {self.out}: cannot create or use it as a folder: "
-                            f"{exc.strerror or exc} ({exc.filename or self.out})") from None
+            raise StepError(
+                f"output {self.out}: cannot create or use it as a folder: "
+                f"{exc.strerror or exc} ({exc.filename or self.out})"
+            ) from None
         except OSError as exc:
             if not isinstance(exc, PermissionError) and exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
-            raise OutputNotWritable(f"output {self.out}: cannot write there: {exc.strerror or exc} "
-                                    f"({exc.filename or self.out})") from None
+            raise OutputNotWritable(
+                f"output {self.out}: cannot write there: {exc.strerror or exc} ({exc.filename or self.out})"
+            ) from None
 
     def _acquire(self) -> Lease:
         last: Seen | None = None
@@ -791,13 +836,19 @@ class Lease:
             if self._store.swap(self._document(now), seen) and self._confirm(now):
                 self.took_over = seen.doc or {}
                 if gone is not None:
-                    log.warning("%s: took over the lease of a writer that is gone (%s): %s", self.out, gone,
-                                describe(seen.doc))
+                    log.warning(
+                        "%s: took over the lease of a writer that is gone (%s): %s", self.out, gone, describe(seen.doc)
+                    )
                 else:
                     log.warning("%s: took over the expired lease of %s", self.out, describe(seen.doc))
                 return self
-        raise self._held_error(last) if last is not None else LeaseHeld(
-            f"{self.out}: could not take its lease {self.uri} (it kept changing); another writer is active")
+        raise (
+            self._held_error(last)
+            if last is not None
+            else LeaseHeld(
+                f"{self.out}: could not take its lease {self.uri} (it kept changing); another writer is active"
+            )
+        )
 
     def _confirm(self, now: float) -> bool:
         """Read the lease back: True (and held from now) when it carries this writer's token."""
@@ -830,8 +881,11 @@ class Lease:
             try:
                 seen = self._store.read()
                 if seen is None or seen.token != self.token:
-                    self._lose(f"{self.uri} now belongs to {describe(seen.doc)}" if seen is not None
-                               else f"{self.uri} was removed by another writer")
+                    self._lose(
+                        f"{self.uri} now belongs to {describe(seen.doc)}"
+                        if seen is not None
+                        else f"{self.uri} was removed by another writer"
+                    )
                     return False
                 new = self._store.renew(self._document(now), seen)
                 if new is None:

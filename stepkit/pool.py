@@ -115,10 +115,17 @@ class _Slot:
         self.task: int | None = None  # index of the task it holds
 
 
-def run_pool(fn: Callable[[Any], Any], tasks: Sequence[Any], workers: int, *,
-             initializer: Callable[..., None] | None = None, initargs: Iterable[Any] = (),
-             describe: Callable[[Any], str] = repr, name: str = "pool",
-             context: mp.context.BaseContext | None = None) -> list[Any]:
+def run_pool(
+    fn: Callable[[Any], Any],
+    tasks: Sequence[Any],
+    workers: int,
+    *,
+    initializer: Callable[..., None] | None = None,
+    initargs: Iterable[Any] = (),
+    describe: Callable[[Any], str] = repr,
+    name: str = "pool",
+    context: mp.context.BaseContext | None = None,
+) -> list[Any]:
     """``[fn(t) for t in tasks]`` computed by ``workers`` processes, each set up once with
     ``initializer(*initargs)``; results in the order of ``tasks``.
 
@@ -139,8 +146,9 @@ def run_pool(fn: Callable[[Any], Any], tasks: Sequence[Any], workers: int, *,
     try:
         for w in range(n):
             parent, child = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_worker, args=(child, fn, initializer, initargs), name=f"{name}-worker-{w}",
-                            daemon=True)
+            p = ctx.Process(
+                target=_worker, args=(child, fn, initializer, initargs), name=f"{name}-worker-{w}", daemon=True
+            )
             p.start()
             child.close()
             slots.append(_Slot(p, parent))
@@ -193,8 +201,9 @@ def _give(s: _Slot, i: int | None, tasks: list, describe) -> None:
 def _died(s: _Slot, tasks: list, describe) -> None:
     s.proc.join(timeout=STOP_GRACE_S)
     why = exit_reason(s.proc.exitcode)
-    raise WorkerDied(f"worker for {describe(tasks[s.task])} died: {why} (pid {s.proc.pid}); "
-                     "the other workers were stopped")
+    raise WorkerDied(
+        f"worker for {describe(tasks[s.task])} died: {why} (pid {s.proc.pid}); the other workers were stopped"
+    )
 
 
 def _stop(slots: list[_Slot]) -> None:

@@ -55,8 +55,9 @@ def trap_sigterm() -> Callable[[], None]:
             _DEFER["pending"] = f"terminated by {signal.Signals(signum).name}"
             return
         if state["raised"]:
-            log.warning("%s again while stopping what the step started: finishing that first",
-                        signal.Signals(signum).name)
+            log.warning(
+                "%s again while stopping what the step started: finishing that first", signal.Signals(signum).name
+            )
             return
         state["raised"] = True
         raise Terminated(f"terminated by {signal.Signals(signum).name}")
@@ -189,8 +190,12 @@ class Guard:
         r, w = os.pipe()  # both ends non-inheritable: no other child of the step holds the write end
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stepkit.procs", str(r), what, *argv], pass_fds=(r,),
-                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                [sys.executable, "-m", "stepkit.procs", str(r), what, *argv],
+                pass_fds=(r,),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
         except BaseException:
             os.close(w)
             raise
@@ -230,15 +235,21 @@ def _guard_main(argv: list[str]) -> int:
         got += chunk
     if got.startswith(b"ok"):
         return 0
-    print(f"stepkit guard: the step that started {what} ended without stopping it (killed); "
-          f"running: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(
+        f"stepkit guard: the step that started {what} ended without stopping it (killed); running: {' '.join(cmd)}",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.monotonic()
     try:
         rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=GUARD_CLEANUP_TIMEOUT_S).returncode
     except subprocess.TimeoutExpired:
         rc = 124
-    print(f"stepkit guard: clean-up of {what} ended with status {rc} after {time.monotonic() - t0:.1f} s",
-          file=sys.stderr, flush=True)
+    print(
+        f"stepkit guard: clean-up of {what} ended with status {rc} after {time.monotonic() - t0:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return rc
 
 

@@ -53,7 +53,7 @@ class Refused(StepError):
 def show(value: object) -> str:
     """A refused value quoted for a message: ``repr``, at most :data:`_SHOW` characters."""
     text = repr(value)
-    return text if len(text) <= _SHOW else text[:_SHOW - 4] + "...'"
+    return text if len(text) <= _SHOW else text[: _SHOW - 4] + "...'"
 
 
 def parse_roots(text: str | None) -> list[str]:
@@ -75,7 +75,7 @@ def _scheme(uri: str) -> str | None:
 
 def _local(uri: str) -> str:
     """The absolute path behind a plain path or ``file://`` URI, as :mod:`stepkit.storage` opens it."""
-    path = uri[len("file://"):] if uri.lower().startswith("file://") else uri
+    path = uri[len("file://") :] if uri.lower().startswith("file://") else uri
     return os.path.abspath(os.path.expanduser(path))
 
 
@@ -124,7 +124,7 @@ def why_refused(uri: object, roots: Sequence[str]) -> str | None:
         if not any(_under(uri.rstrip("/"), loc) for loc in mine):
             return f"outside the allowed roots ({allowed})"
         return None
-    if scheme == "file" and not uri[len("file://"):].startswith("/"):
+    if scheme == "file" and not uri[len("file://") :].startswith("/"):
         return "a file:// URI with a host is not an input (file:///absolute/path)"
     path = _local(uri)
     bad = _forbidden(path)
@@ -174,7 +174,7 @@ _packages: list[str] = []
 def allow_package(name: str) -> None:
     """Let the steps of package ``name`` read its own folder (:func:`stepkit.cli.dispatch` calls it
     with the package whose step runs). Found without importing it; unknown names are ignored."""
-    import importlib.util  # noqa: PLC0415
+    import importlib.util
 
     try:
         spec = importlib.util.find_spec(name)
@@ -211,8 +211,14 @@ def check_argv(argv: Sequence[str]) -> None:
             check(value, roots, flag or "argument")
 
 
-_MAGIC = ((b"\x1f\x8b", "gzip data"), (b"BZh", "bzip2 data"), (b"\xfd7zXZ\x00", "xz data"),
-          (b"PK\x03\x04", "a zip archive"), (b"PAR1", "Parquet data"), (b"\x7fELF", "an executable (ELF)"))
+_MAGIC = (
+    (b"\x1f\x8b", "gzip data"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\x00", "xz data"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"PAR1", "Parquet data"),
+    (b"\x7fELF", "an executable (ELF)"),
+)
 
 
 def describe_bytes(head: bytes, size: int | None = None) -> str:
@@ -233,8 +239,10 @@ def describe_bytes(head: bytes, size: int | None = None) -> str:
     first = sample.split(b"\n", 1)[0].rstrip(b"\r")
     lines = sample.count(b"\n") + (not sample.endswith(b"\n"))
     many = "" if len(sample) == size else " or more"
-    return (f"{size} bytes of text, {lines}{many} line(s); the first: {len(first)} bytes, "
-            f"{len(first.split())} whitespace-separated field(s)")
+    return (
+        f"{size} bytes of text, {lines}{many} line(s); the first: {len(first)} bytes, "
+        f"{len(first.split())} whitespace-separated field(s)"
+    )
 
 
 def flags_naming(uri: str, argv: Iterable[str]) -> list[str]:

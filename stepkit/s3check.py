@@ -56,8 +56,10 @@ def _endpoint_setting() -> tuple[str, str | None]:
 
 
 def _secret_hint() -> str:
-    return ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (in Kubernetes: keys of the storage Secret, "
-            "HOUSE_STORAGE_SECRET, default 'house-storage-credentials') or give the pod an IAM identity")
+    return (
+        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (in Kubernetes: keys of the storage Secret, "
+        "HOUSE_STORAGE_SECRET, default 'house-storage-credentials') or give the pod an IAM identity"
+    )
 
 
 def check_bucket(bucket: str, prefix: str = "", *, timeout: float = TIMEOUT_SECONDS) -> str:
@@ -74,8 +76,10 @@ def check_bucket(bucket: str, prefix: str = "", *, timeout: float = TIMEOUT_SECO
     try:
         client = session.create_client("s3", config=config)
     except ValueError as exc:  # botocore: "Invalid endpoint: ..."
-        raise StepError(f"S3 storage {uri}: {setting}={endpoint!r} is not a valid endpoint URL ({exc}); "
-                        f"set it to the S3 service URL, e.g. http://minio.storage:9000") from None
+        raise StepError(
+            f"S3 storage {uri}: {setting}={endpoint!r} is not a valid endpoint URL ({exc}); "
+            f"set it to the S3 service URL, e.g. http://minio.storage:9000"
+        ) from None
     except bex.BotoCoreError as exc:
         raise StepError(f"S3 storage {uri}: invalid S3 client settings ({exc})") from None
     used = client.meta.endpoint_url
@@ -84,30 +88,58 @@ def check_bucket(bucket: str, prefix: str = "", *, timeout: float = TIMEOUT_SECO
     except (bex.NoCredentialsError, bex.PartialCredentialsError) as exc:
         raise StepError(f"S3 storage {uri}: no usable credentials ({exc}); {_secret_hint()}") from None
     except bex.SSLError as exc:
-        raise StepError(f"S3 storage {uri}: TLS error talking to {used} ({where}): {exc}; "
-                        f"check {setting} (http vs https) or set AWS_CA_BUNDLE") from None
-    except (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
-            bex.ConnectionClosedError, bex.HTTPClientError) as exc:
-        raise StepError(f"S3 storage {uri}: cannot reach the S3 endpoint {used} ({where}): {exc}; "
-                        f"set {setting} to a reachable S3 service URL") from None
+        raise StepError(
+            f"S3 storage {uri}: TLS error talking to {used} ({where}): {exc}; "
+            f"check {setting} (http vs https) or set AWS_CA_BUNDLE"
+        ) from None
+    except (
+        bex.EndpointConnectionError,
+        bex.ConnectTimeoutError,
+        bex.ReadTimeoutError,
+        bex.ConnectionClosedError,
+        bex.HTTPClientError,
+    ) as exc:
+        raise StepError(
+            f"S3 storage {uri}: cannot reach the S3 endpoint {used} ({where}): {exc}; "
+            f"set {setting} to a reachable S3 service URL"
+        ) from None
     except bex.ClientError as exc:
         err = exc.response.get("Error", {})
         code = str(err.get("Code", ""))
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code in ("NoSuchBucket",) or status == 404:
-            raise StepError(f"S3 storage {uri}: bucket {bucket!r} does not exist at {used} ({where}); "
-                            "create it or fix HOUSE_STORAGE_ROOT") from None
-        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
-                    "ExpiredToken", "AllAccessDisabled") or status == 403:
+            raise StepError(
+                f"S3 storage {uri}: bucket {bucket!r} does not exist at {used} ({where}); "
+                "create it or fix HOUSE_STORAGE_ROOT"
+            ) from None
+        if (
+            code
+            in (
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "AccessDenied",
+                "InvalidToken",
+                "ExpiredToken",
+                "AllAccessDisabled",
+            )
+            or status == 403
+        ):
             key = os.environ.get("AWS_ACCESS_KEY_ID", "")
             shown = f" (AWS_ACCESS_KEY_ID={key[:4]}...)" if key else ""
-            raise StepError(f"S3 storage {uri}: {used} refused the request with {code or status}{shown}; "
-                            f"check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the bucket policy") from None
-        if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException") \
-                or status == 301:
+            raise StepError(
+                f"S3 storage {uri}: {used} refused the request with {code or status}{shown}; "
+                f"check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the bucket policy"
+            ) from None
+        if (
+            code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException")
+            or status == 301
+        ):
             region = err.get("Region") or exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(
-                "x-amz-bucket-region", "?")
-            raise StepError(f"S3 storage {uri}: bucket is in region {region}; set AWS_DEFAULT_REGION={region}") from None
+                "x-amz-bucket-region", "?"
+            )
+            raise StepError(
+                f"S3 storage {uri}: bucket is in region {region}; set AWS_DEFAULT_REGION={region}"
+            ) from None
         raise StepError(f"S3 storage {uri}: {used} answered {code or status}: {err.get('Message', exc)}") from None
     return used
 

@@ -82,8 +82,10 @@ def _loader():
                 ks, kh = self.sizes.get(id(kid), (1, 1))
                 size, height = size + ks, max(height, kh + 1)
             if size > MAX_NODES:
-                raise StepError(f"{self.origin}: line {line}: expands to more than {MAX_NODES} values "
-                                "(YAML aliases repeating large parts?); refused")
+                raise StepError(
+                    f"{self.origin}: line {line}: expands to more than {MAX_NODES} values "
+                    "(YAML aliases repeating large parts?); refused"
+                )
             self.sizes[id(node)] = (size, height)
             return node
 
@@ -180,6 +182,8 @@ def refuse_unknown(doc: dict, known, origin: str, what: str = "key") -> None:
     """A :class:`StepError` naming the first unknown key of ``doc`` (and the known ones)."""
     unknown = sorted(str(k) for k in doc if k not in known)
     if unknown:
-        raise StepError(f"{origin}: unknown {what} {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)"
-                                                                      if len(unknown) > 1 else "")
-                        + f"; known: {', '.join(sorted(map(str, known)))}")
+        raise StepError(
+            f"{origin}: unknown {what} {unknown[0]!r}"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            + f"; known: {', '.join(sorted(map(str, known)))}"
+        )

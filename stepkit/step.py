@@ -53,8 +53,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import lease as leases
-from . import storage
+from . import lease as leases, storage
 from .errors import StepError
 
 MARKER = "_SUCCESS.json"
@@ -181,29 +180,37 @@ def verify_read(uri: str) -> None:
     if not found:
         return
     folder, (marker, outputs) = max(found, key=lambda kv: len(kv[0]))
-    rel = norm[len(folder) + 1:]
+    rel = norm[len(folder) + 1 :]
     if rel not in outputs:
         return
     want = outputs[rel]
     if not isinstance(want, dict) or "size" not in want or "sha256" not in want:
-        raise StepError(f"input {uri}: its marker {marker} records no size and SHA-256 for {rel} "
-                        "(written by an older version): rerun the step that wrote it")
+        raise StepError(
+            f"input {uri}: its marker {marker} records no size and SHA-256 for {rel} "
+            "(written by an older version): rerun the step that wrote it"
+        )
     try:
         size = storage.size_of(uri)
     except FileNotFoundError:
-        raise StepError(f"input {uri} is missing, but its marker {marker} lists it: the folder was changed "
-                        "after the step that wrote it committed; rerun that step") from None
+        raise StepError(
+            f"input {uri} is missing, but its marker {marker} lists it: the folder was changed "
+            "after the step that wrote it committed; rerun that step"
+        ) from None
     if size != want["size"]:
-        raise StepError(f"input {uri} has {size} bytes, but its marker {marker} recorded {want['size']}: "
-                        f"the file was truncated or replaced after the step that wrote it committed; rerun that step")
+        raise StepError(
+            f"input {uri} has {size} bytes, but its marker {marker} recorded {want['size']}: "
+            f"the file was truncated or replaced after the step that wrote it committed; rerun that step"
+        )
     key = (norm, int(want["size"]), str(want["sha256"]))
     if key in _verified:
         return
     digest = storage.sha256_of(uri)
     if digest != want["sha256"]:
-        raise StepError(f"input {uri} has SHA-256 {digest[:16]}..., but its marker {marker} recorded "
-                        f"{str(want['sha256'])[:16]}... (same size, {size} bytes): the file was replaced after the "
-                        f"step that wrote it committed; rerun that step")
+        raise StepError(
+            f"input {uri} has SHA-256 {digest[:16]}..., but its marker {marker} recorded "
+            f"{str(want['sha256'])[:16]}... (same size, {size} bytes): the file was replaced after the "
+            f"step that wrote it committed; rerun that step"
+        )
     with _lock:
         _verified.add(key)
 
@@ -247,6 +254,7 @@ def describe_difference(marker: dict[str, Any], step: Step) -> str:
 
     def ins(doc_inputs: Any) -> list[str]:
         return [f"{i.get('uri')} ({str(i.get('fingerprint'))[:23]})" for i in doc_inputs or [] if isinstance(i, dict)]
+
     a_in, b_in = ins(marker.get("inputs")), ins(step.inputs)
     if a_in != b_in:
         parts.append(f"inputs: committed {', '.join(a_in) or 'none'}; this run {', '.join(b_in) or 'none'}")
@@ -268,8 +276,16 @@ class Step:
     #: committed marker's, else ``replace``
     default_on_change: str | None = None
 
-    def __init__(self, name: str, out: str, version: str, params: dict[str, Any], inputs: Iterable[str] = (),
-                 *, on_change: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        out: str,
+        version: str,
+        params: dict[str, Any],
+        inputs: Iterable[str] = (),
+        *,
+        on_change: str | None = None,
+    ):
         on_change = on_change if on_change is not None else Step.default_on_change
         if on_change is not None and on_change not in ON_CHANGE:
             raise ValueError(f"on_change must be one of {ON_CHANGE} or None, not {on_change!r}")
@@ -300,11 +316,14 @@ class Step:
             # an earlier Step of this process on the same prefix that failed without committing
             earlier.release()
         try:
-            self._lease = leases.Lease(self.out, self.name, fingerprint=self.fingerprint,
-                                       started=self.started).acquire()
+            self._lease = leases.Lease(
+                self.out, self.name, fingerprint=self.fingerprint, started=self.started
+            ).acquire()
         except OSError as exc:  # any other reason the folder cannot be made (a missing /proc/x, a full disk)
-            raise StepError(f"output {self.out}: cannot create or use it as a folder: "
-                            f"{exc.strerror or exc} ({exc.filename or self.out})") from None
+            raise StepError(
+                f"output {self.out}: cannot create or use it as a folder: "
+                f"{exc.strerror or exc} ({exc.filename or self.out})"
+            ) from None
         Step._own[self.out] = self._lease
         return self._lease
 
@@ -334,10 +353,17 @@ class Step:
             # nobody can write here, so no lease is needed to read it: up to date skips, as
             # before leases; anything else cannot be computed here and is refused (exit 2)
             marker = read_marker(self.out)
-            if (marker is not None and marker.get("fingerprint") == self.fingerprint
-                    and not self._changed_outputs(marker.get("outputs") or {})):
-                log.info("%s: skipped, outputs in %s (not writable here) are up to date (fingerprint %s)",
-                         self.name, self.out, self.fingerprint[:12])
+            if (
+                marker is not None
+                and marker.get("fingerprint") == self.fingerprint
+                and not self._changed_outputs(marker.get("outputs") or {})
+            ):
+                log.info(
+                    "%s: skipped, outputs in %s (not writable here) are up to date (fingerprint %s)",
+                    self.name,
+                    self.out,
+                    self.fingerprint[:12],
+                )
                 print(f"{self.name}: skipped (up to date: {self.out})", flush=True)
                 return True
             raise
@@ -347,14 +373,23 @@ class Step:
             changed = self._changed_outputs(marker.get("outputs") or {})
             if not changed:
                 self.release()
-                log.info("%s: skipped, outputs in %s are up to date (fingerprint %s)",
-                         self.name, self.out, self.fingerprint[:12])
+                log.info(
+                    "%s: skipped, outputs in %s are up to date (fingerprint %s)",
+                    self.name,
+                    self.out,
+                    self.fingerprint[:12],
+                )
                 print(f"{self.name}: skipped (up to date: {self.out})", flush=True)
                 return True
-            log.warning("%s: marker present but outputs differ from what it recorded (%s); recomputing",
-                        self.name, "; ".join(changed))
-            print(f"{self.name}: recomputing, committed outputs changed since their marker: {'; '.join(changed)}",
-                  flush=True)
+            log.warning(
+                "%s: marker present but outputs differ from what it recorded (%s); recomputing",
+                self.name,
+                "; ".join(changed),
+            )
+            print(
+                f"{self.name}: recomputing, committed outputs changed since their marker: {'; '.join(changed)}",
+                flush=True,
+            )
         return False
 
     def _policy(self, marker: dict[str, Any] | None) -> str:
@@ -371,11 +406,13 @@ class Step:
         self._committed = {"on_change": marker.get("on_change")} if marker else None
         if marker is None or marker.get("fingerprint") == self.fingerprint or self._policy(marker) != "refuse":
             return
-        raise StepError(f"{self.out} holds a committed {marker.get('step') or self.name} output of other inputs, "
-                        f"and an output under a given name is never replaced by other inputs (its neighbours were "
-                        f"computed from it). {describe_difference(marker, self)}. Nothing was changed: give this "
-                        f"run another name (another output folder), or, to replace that output and make what was "
-                        f"computed from it stale, rerun with --on-change replace")
+        raise StepError(
+            f"{self.out} holds a committed {marker.get('step') or self.name} output of other inputs, "
+            f"and an output under a given name is never replaced by other inputs (its neighbours were "
+            f"computed from it). {describe_difference(marker, self)}. Nothing was changed: give this "
+            f"run another name (another output folder), or, to replace that output and make what was "
+            f"computed from it stale, rerun with --on-change replace"
+        )
 
     def _changed_outputs(self, recorded: dict[str, Any]) -> list[str]:
         """Outputs that are missing or whose size or SHA-256 differs from the marker's record."""

@@ -39,7 +39,7 @@ def is_local(uri: str) -> bool:
 def local_path(uri: str) -> str:
     """The filesystem path behind a local URI (``file:///x`` -> ``/x``)."""
     if uri.startswith("file://"):
-        return uri[len("file://"):]
+        return uri[len("file://") :]
     return uri
 
 
@@ -100,8 +100,7 @@ def open_read(uri: str, mode: str = "rb", compression: str | None = None) -> IO[
 
 def _open(uri: str, mode: str = "rb", compression: str | None = None) -> IO[Any]:
     reach.enforce(uri)  # every open, read or write: a form's value never reaches fsspec unchecked
-    return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression,
-                       **_options(uri)).open()
+    return fsspec.open(normalize(uri) if is_local(uri) else uri, mode, compression=compression, **_options(uri)).open()
 
 
 def read_bytes(uri: str) -> bytes:
@@ -187,6 +186,6 @@ def list_files(uri: str) -> list[str]:
     base = path.rstrip("/") + "/"
     out = []
     for p in fs.find(path):
-        rel = p[len(base):] if p.startswith(base) else posixpath.basename(p)
+        rel = p[len(base) :] if p.startswith(base) else posixpath.basename(p)
         out.append(rel)
     return sorted(out)

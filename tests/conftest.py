@@ -31,19 +31,21 @@ _HOME = Path(tempfile.mkdtemp(prefix="airflow-test-home-"))
 
 for _key in [k for k in os.environ if k.startswith(("HOUSE_", "AIRFLOW_VAR_HOUSE_"))]:
     del os.environ[_key]
-os.environ.update({
-    "AIRFLOW_HOME": str(_HOME),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-    "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
-    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-    "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-    "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
-    # the steps read only the storage root and the shipped traces (stepkit.reach); TRACES may be
-    # SHARED_TRACES rather than the house default beside the checkout
-    "HOUSE_INPUT_ROOTS": str(TRACES),
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_HOME),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "HOUSE_STORAGE_ROOT": str(_HOME / "storage"),
+        # the steps read only the storage root and the shipped traces (stepkit.reach); TRACES may be
+        # SHARED_TRACES rather than the house default beside the checkout
+        "HOUSE_INPUT_ROOTS": str(TRACES),
+    }
+)
 # The task packages come from the install (`pip install -e .`); the lab wing (lab/, not
 # packaged) from the repository root, which pyproject.toml's `pythonpath` puts on sys.path; the
 # plugins folder, which Airflow itself puts on sys.path when it loads plugins, is added here.
@@ -73,30 +75,31 @@ def pytest_configure(config):
 TIERS = ("unit", "dag", "e2e", "lab")
 #: Files without ``_e2e`` in their name that run training loops, worker pools, timed
 #: load or whole reports (5-30 s each on 2 cores): e2e, so the unit tier stays fast.
-E2E_FILES = frozenset({
-    "test_train.py",       # torch/XGBoost/RF training, resume after a kill
-    "test_validate.py",    # online validation in worker processes
-    "test_sampling.py",    # simulator samples on the real ls6 log, sharded workers
-    "test_models.py",      # REINFORCE training runs
-    "test_report.py",      # the whole HTML report with its plots
-    "test_loadgen.py",     # open/closed-loop load against live local servers (timing)
-    # Files whose tests start whole steps (`python -m faasm_tasks ...`), servers or an
-    # Airflow database: the unit tier (`make test-fast`) runs none of them (see
-    # _unit_tier_starts_no_steps below, which enforces it).
-    "test_teardown_faults.py",          # the Faasm local target's processes killed at each stage
-    "test_validity.py",                 # deploy/run/collect of overloaded and interrupted points
-    "test_trends.py",                   # summarize/check steps over a written history
-    "test_trends_dag.py",               # faasm_benchmarks under dag.test() (Airflow database)
-    "test_billing_agent.py",            # billing agents and collect as processes
-    "test_billing_daemonset_standin.py",  # the billing DaemonSet on the Kubernetes stand-in
-    "test_billing_results.py",          # the host sampler as a process
-    "test_results_catalog.py",          # reports made by the report step, S3 on moto
-    "test_packaging.py",                # builds a wheel, runs the console scripts
-})
+E2E_FILES = frozenset(
+    {
+        "test_train.py",  # torch/XGBoost/RF training, resume after a kill
+        "test_validate.py",  # online validation in worker processes
+        "test_sampling.py",  # simulator samples on the real ls6 log, sharded workers
+        "test_models.py",  # REINFORCE training runs
+        "test_report.py",  # the whole HTML report with its plots
+        "test_loadgen.py",  # open/closed-loop load against live local servers (timing)
+        # Files whose tests start whole steps (`python -m faasm_tasks ...`), servers or an
+        # Airflow database: the unit tier (`make test-fast`) runs none of them (see
+        # _unit_tier_starts_no_steps below, which enforces it).
+        "test_teardown_faults.py",  # the Faasm local target's processes killed at each stage
+        "test_validity.py",  # deploy/run/collect of overloaded and interrupted points
+        "test_trends.py",  # summarize/check steps over a written history
+        "test_trends_dag.py",  # faasm_benchmarks under dag.test() (Airflow database)
+        "test_billing_agent.py",  # billing agents and collect as processes
+        "test_billing_daemonset_standin.py",  # the billing DaemonSet on the Kubernetes stand-in
+        "test_billing_results.py",  # the host sampler as a process
+        "test_results_catalog.py",  # reports made by the report step, S3 on moto
+        "test_packaging.py",  # builds a wheel, runs the console scripts
+    }
+)
 #: What a unit test may not start: a whole step (``python -m mirage_tasks|faasm_tasks``, the
 #: console scripts), Airflow, or a service. Such a test belongs in the e2e tier.
-STEP_COMMANDS = ("mirage_tasks", "faasm_tasks", "mirage-tasks", "faasm-tasks", "airflow", "redis-server",
-                 "moto_server")
+STEP_COMMANDS = ("mirage_tasks", "faasm_tasks", "mirage-tasks", "faasm-tasks", "airflow", "redis-server", "moto_server")
 
 
 def tier_of(path: Path) -> str:
@@ -144,8 +147,10 @@ def _unit_tier_starts_no_steps(request, monkeypatch):
     def guarded(self, args, *a, **k):
         what = starts_a_step(args)
         if what:
-            pytest.fail(f"a unit test started {what!r} ({args!r}): whole steps, Airflow and services "
-                        "belong in the e2e tier (mark the test e2e or list its file in E2E_FILES)")
+            pytest.fail(
+                f"a unit test started {what!r} ({args!r}): whole steps, Airflow and services "
+                "belong in the e2e tier (mark the test e2e or list its file in E2E_FILES)"
+            )
         popen_init(self, args, *a, **k)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
@@ -180,7 +185,6 @@ def traces_dir() -> Path:
 # --- the real traces beside the repository, for the Mirage tests (skip where absent) ---
 
 
-
 def shared_trace_path(name: str) -> Path:
     """Path of a real trace in ../shared/traces, or skip the test with the reason."""
     path = TRACES / name
@@ -207,8 +211,11 @@ def ls6_parquet(ls6_log, tmp_path_factory) -> Path:
     from stepkit.cli import main
 
     out = tmp_path_factory.mktemp("ls6")
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
-              ["ingest", "--trace", str(ls6_log), "--timezone", "America/Chicago", "--out", str(out)])
+    rc = main(
+        "mirage_tasks",
+        {"ingest": ("mirage_tasks.steps.ingest", "")},
+        ["ingest", "--trace", str(ls6_log), "--timezone", "America/Chicago", "--out", str(out)],
+    )
     assert rc == 0
     return out
 
@@ -236,8 +243,9 @@ def local_storage(tmp_path, monkeypatch) -> Path:
     return root
 
 
-def fake_bundle(tmp_path: Path, monkeypatch, *, package: str, main_source: str, dags_source: str,
-                bundle: str) -> tuple[Path, Path, Path]:
+def fake_bundle(
+    tmp_path: Path, monkeypatch, *, package: str, main_source: str, dags_source: str, bundle: str
+) -> tuple[Path, Path, Path]:
     """A fake task package ``<tmp>/code/<package>`` (its ``__main__`` is ``main_source``) and a
     DAG bundle ``<tmp>/dags`` holding ``dags_source``, configured so ``dag.test()`` serializes
     it. Returns ``(code root, dags folder, output folder)``."""
@@ -252,8 +260,11 @@ def fake_bundle(tmp_path: Path, monkeypatch, *, package: str, main_source: str, 
     (dags / f"{bundle.replace('-', '_')}.py").write_text(dags_source)
     out = tmp_path / "out"
     out.mkdir()
-    config = {"name": bundle, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-              "kwargs": {"path": str(dags), "refresh_interval": 0}}
+    config = {
+        "name": bundle,
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(dags), "refresh_interval": 0},
+    }
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([config]))
     return tmp_path / "code", dags, out
 

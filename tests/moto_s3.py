@@ -50,7 +50,8 @@ def s3_client(url: str):
     import botocore.session
 
     return botocore.session.get_session().create_client(
-        "s3", endpoint_url=url, region_name=REGION, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+        "s3", endpoint_url=url, region_name=REGION, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY
+    )
 
 
 def list_keys(url: str, bucket: str, prefix: str = "") -> list[str]:
@@ -63,5 +64,9 @@ def list_keys(url: str, bucket: str, prefix: str = "") -> list[str]:
 
 def storage_env(url: str) -> dict[str, str]:
     """What the storage Secret holds for this server (and what a step needs)."""
-    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_DEFAULT_REGION": REGION}
+    return {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": REGION,
+    }

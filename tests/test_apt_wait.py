@@ -21,10 +21,11 @@ def _fake_apt(tmp_path: Path, free_after: Path) -> dict[str, str]:
     fake = bin_dir / "apt-get"
     fake.write_text(
         "#!/bin/sh\n"
-        f"echo \"$@\" >> {tmp_path / 'calls'}\n"
+        f'echo "$@" >> {tmp_path / "calls"}\n'
         f"if [ -e {free_after} ]; then echo installed; exit 0; fi\n"
         "echo 'E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt-get)' >&2\n"
-        "exit 100\n")
+        "exit 100\n"
+    )
     fake.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -32,8 +33,13 @@ def _fake_apt(tmp_path: Path, free_after: Path) -> dict[str, str]:
 def test_waits_for_the_lock_then_installs(tmp_path):
     free = tmp_path / "free"
     env = _fake_apt(tmp_path, free)
-    p = subprocess.Popen(["bash", str(SCRIPT), "60", "install", "-y", "somepackage"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["bash", str(SCRIPT), "60", "install", "-y", "somepackage"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     assert p.poll() is None, "gave up while the lock was held"
     free.touch()
@@ -47,8 +53,7 @@ def test_waits_for_the_lock_then_installs(tmp_path):
 def test_gives_up_after_its_bound_naming_the_lock(tmp_path):
     env = _fake_apt(tmp_path, tmp_path / "never")
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(SCRIPT), "6", "update", "-qq"], env=env, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(["bash", str(SCRIPT), "6", "update", "-qq"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 100
     assert "still held after 6 s" in p.stderr and "nothing was installed" in p.stderr
     assert time.monotonic() - t0 >= 6
@@ -62,7 +67,8 @@ def test_other_failures_are_not_waited_on(tmp_path, msg, rc):
     (bin_dir / "apt-get").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(SCRIPT), "60", "install", "nosuch"], env=env, capture_output=True, text=True,
-                       timeout=30)
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "60", "install", "nosuch"], env=env, capture_output=True, text=True, timeout=30
+    )
     assert p.returncode == rc and msg in p.stderr and "waiting" not in p.stderr
     assert time.monotonic() - t0 < 10

@@ -30,7 +30,6 @@ def test_a_bad_flag_exits_2_naming_it(tmp_path, bench, argv, flag):
     f = tmp_path / "a-file"
     f.write_text("x")
     argv = [a.format(file=f, missing=tmp_path / "no" / "such") for a in argv]
-    p = subprocess.run([sys.executable, f"bench/{bench}", *argv], cwd=REPO, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run([sys.executable, f"bench/{bench}", *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr[-2000:]
     assert flag in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]

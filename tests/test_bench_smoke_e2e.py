@@ -19,8 +19,14 @@ def test_simulator_bench_pooled_stage_runs(tmp_path):
     shared_trace_path("ls6-a100.log.gz")  # skips with the reason where ../shared/traces is absent
     out = tmp_path / "summary.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "bench/simulator.py", "--quick", "--serial-samples", "2", "--json", str(out)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "bench/simulator.py", "--quick", "--serial-samples", "2", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(out.read_text())
     full = summary["seed_configuration"]

@@ -33,18 +33,28 @@ PROFILE = json.loads((ROOT / "mirage_tasks" / "data" / "profiles" / "ls6-a100.js
 
 #: "Billion laughs": 9 levels of 9 aliases each, 9**9 leaves once expanded (~400 bytes).
 ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefghi", "bcdefghij"))
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefghi", "bcdefghij")
+)
 
 #: A hang is a timeout of the subprocess, not a timed assertion.
 HANG_S = 120
 
 
 def _step(pkg: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "FAASM_TASKS_STATE_DIR": str(cwd / "state")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAASM_TASKS_STATE_DIR": str(cwd / "state"),
+    }
     env.pop("FAASM_CATALOGUE_DIR", None)
-    return subprocess.run([sys.executable, "-m", pkg, *argv, "--log-level", "WARNING"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=HANG_S)
+    return subprocess.run(
+        [sys.executable, "-m", pkg, *argv, "--log-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
 
 
 # --- the loader --------------------------------------------------------------------------
@@ -60,9 +70,14 @@ def test_small_aliases_still_work():
     assert doc["other"] == {"x": 1, "y": [1, 2]} and doc["merged"] == {"x": 1, "y": [1, 2], "z": 3}
 
 
-@pytest.mark.parametrize("kind,text", [("yaml", "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5)),
-                                       ("json", "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5)),
-                                       ("json", "[" * 100_000 + "]" * 100_000)])
+@pytest.mark.parametrize(
+    "kind,text",
+    [
+        ("yaml", "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5)),
+        ("json", "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5)),
+        ("json", "[" * 100_000 + "]" * 100_000),
+    ],
+)
 def test_deep_nesting_is_refused(kind, text):
     with pytest.raises(StepError, match=r"deep\.x: .*nested"):
         parse_document(text, "deep.x", kind)
@@ -115,9 +130,23 @@ def test_unknown_catalogue_key_exits_2_naming_it(tmp_path):
 
 @pytest.mark.e2e  # runs the step as a process (a hang is its timeout)
 def test_deploy_set_with_an_unknown_name_exits_2_naming_it(tmp_path):
-    proc = _step("faasm_tasks", "deploy", "--target", "local", "--run-id", "setcheck", "--results",
-                 str(tmp_path / "results"), "--experiment", "sgd_reuters_svm", "--set", "epochs=2",
-                 "--set", "epoch=3", cwd=tmp_path)
+    proc = _step(
+        "faasm_tasks",
+        "deploy",
+        "--target",
+        "local",
+        "--run-id",
+        "setcheck",
+        "--results",
+        str(tmp_path / "results"),
+        "--experiment",
+        "sgd_reuters_svm",
+        "--set",
+        "epochs=2",
+        "--set",
+        "epoch=3",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "--set epoch: sgd_reuters_svm has no parameter 'epoch'" in proc.stderr
     assert "epochs" in proc.stderr  # the known names are listed
@@ -128,8 +157,19 @@ def test_profile_with_an_unknown_key_exits_2_naming_it(tmp_path):
     prof = {**PROFILE, "load_scale": 2.0}
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(prof))
-    proc = _step("mirage_tasks", "synth", "--profile", str(path), "--from", "2023-01-01", "--to", "2023-01-02",
-                 "--out", str(tmp_path / "out"), cwd=tmp_path)
+    proc = _step(
+        "mirage_tasks",
+        "synth",
+        "--profile",
+        str(path),
+        "--from",
+        "2023-01-01",
+        "--to",
+        "2023-01-02",
+        "--out",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"{path}: unknown key 'load_scale'" in proc.stderr
 
@@ -152,12 +192,17 @@ def test_cluster_config_unknown_key_names_it(tmp_path):
 
 # --- properties: random documents never get past the readers as anything but StepError ---
 
-scalar = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                   st.text(max_size=12))
-document = st.recursive(scalar, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=10), inner, max_size=5)), max_leaves=30)
-PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                         HealthCheck.function_scoped_fixture])
+scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=True), st.text(max_size=12)
+)
+document = st.recursive(
+    scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=10), inner, max_size=5)),
+    max_leaves=30,
+)
+PROPS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 def _write(doc, suffix: str) -> str:

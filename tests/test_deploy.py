@@ -79,8 +79,9 @@ def test_doc_blocks_are_the_deploy_files():
             assert block in manifests, f"manifest in docs/deploy.md differs from deploy/: {block['metadata']}"
         else:
             assert block in helm.values(), f"values block in docs/deploy.md differs from deploy/helm: {sorted(block)}"
-    assert set(json.dumps(yaml.safe_load(t), sort_keys=True) for t in blocks if "kind" not in yaml.safe_load(t)) \
-        == {json.dumps(v, sort_keys=True) for v in helm.values()}  # every values file is in the guide
+    assert set(json.dumps(yaml.safe_load(t), sort_keys=True) for t in blocks if "kind" not in yaml.safe_load(t)) == {
+        json.dumps(v, sort_keys=True) for v in helm.values()
+    }  # every values file is in the guide
     (pools_block,) = _doc_blocks("json")
     assert json.loads(pools_block) == json.loads((DEPLOY / "pools.json").read_text())
 
@@ -110,11 +111,16 @@ def test_helm_values_give_a_valid_house_config(monkeypatch):
     manifests = _all_manifests()
     (secret,) = [d for d in manifests if d["kind"] == "Secret"]
     assert (secret["metadata"]["name"], secret["metadata"]["namespace"]) == (cfg.storage_secret, cfg.namespace)
-    assert {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"} <= set(secret["stringData"])
+    assert {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"} <= set(
+        secret["stringData"]
+    )
     (binding,) = [d for d in manifests if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "house-step-launcher"]
     (subject,) = binding["subjects"]
-    assert subject == {"kind": "ServiceAccount", "name": values["workers"]["serviceAccount"]["name"],
-                       "namespace": cfg.namespace}
+    assert subject == {
+        "kind": "ServiceAccount",
+        "name": values["workers"]["serviceAccount"]["name"],
+        "namespace": cfg.namespace,
+    }
     assert binding["metadata"]["namespace"] == cfg.namespace
     assert values["allowPodLaunching"] is False  # the chart's broader role is off; ours applies
     assert cfg.gpu_pool in json.loads((DEPLOY / "pools.json").read_text())
@@ -126,8 +132,11 @@ def test_helm_values_give_a_valid_house_config(monkeypatch):
 
 def _rules_for(manifests: list[dict], sa: tuple[str, str]) -> dict[str, list[dict]]:
     """{namespace ("" = cluster): rules} granted to ServiceAccount ``sa`` = (namespace, name)."""
-    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
-             for d in manifests if d["kind"] in ("Role", "ClusterRole")}
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
+        for d in manifests
+        if d["kind"] in ("Role", "ClusterRole")
+    }
     out: dict[str, list[dict]] = {}
     for b in manifests:
         if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
@@ -154,13 +163,23 @@ def test_rbac_is_least_privilege():
         for rule in d.get("rules", []):
             for key in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in rule.get(key, []), (d["metadata"]["name"], rule)
-            assert not {"secrets", "nodes", "clusterroles", "clusterrolebindings", "roles", "rolebindings",
-                        "serviceaccounts/token"} & set(rule["resources"]), (d["metadata"]["name"], rule)
+            assert not {
+                "secrets",
+                "nodes",
+                "clusterroles",
+                "clusterrolebindings",
+                "roles",
+                "rolebindings",
+                "serviceaccounts/token",
+            } & set(rule["resources"]), (d["metadata"]["name"], rule)
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
             if d["kind"] == "ClusterRole":  # cluster-wide grants only on named objects
                 assert rule.get("resourceNames"), (d["metadata"]["name"], rule)
-    bound = {(b["roleRef"]["kind"], b["metadata"].get("namespace", ""), b["roleRef"]["name"])
-             for b in manifests if b["kind"].endswith("Binding")}
+    bound = {
+        (b["roleRef"]["kind"], b["metadata"].get("namespace", ""), b["roleRef"]["name"])
+        for b in manifests
+        if b["kind"].endswith("Binding")
+    }
     for d in manifests:
         if d["kind"] in ("Role", "ClusterRole"):
             assert (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) in bound, d["metadata"]
@@ -183,7 +202,8 @@ FAASM_CALLS = [
     *[(v, "", "configmaps", "faasm") for v in ("create", "patch")],
     *[(v, "", "pods", "faasm") for v in ("create", "get", "list", "delete")],
     *[(v, "", "services", "faasm") for v in ("create", "get", "delete")],
-    ("list", "discovery.k8s.io", "endpointslices", "faasm"), ("get", "", "pods/log", "faasm"),
+    ("list", "discovery.k8s.io", "endpointslices", "faasm"),
+    ("get", "", "pods/log", "faasm"),
     *[(v, "apps", "daemonsets", "faasm") for v in ("create", "get", "list", "delete")],
 ]
 
@@ -218,8 +238,12 @@ def test_manifests_apply_to_the_api_server(kube_api, kube_client):
         ns = doc["metadata"].get("namespace")
         assert f"{doc['kind']} {ns + '/' if ns else ''}{doc['metadata']['name']}" in left
     role = kube_api.get("roles", "faasm", "faasm-benchmark", group="rbac.authorization.k8s.io")
-    assert role["rules"] == [d for d in _all_manifests() if d["metadata"]["name"] == "faasm-benchmark"
-                             and d["kind"] == "Role"][0]["rules"]
+    assert (
+        role["rules"]
+        == [d for d in _all_manifests() if d["metadata"]["name"] == "faasm-benchmark" and d["kind"] == "Role"][0][
+            "rules"
+        ]
+    )
 
 
 # --- Dockerfiles ----------------------------------------------------------------------

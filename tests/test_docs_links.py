@@ -52,10 +52,14 @@ def links(path: Path) -> list[str]:
 
 def test_slug_is_githubs():
     assert slug("`ingest`: any trace to one normalised table") == "ingest-any-trace-to-one-normalised-table"
-    assert slug("A real Slurm: `make slurm`, `replay-slurm`, `keep-service`") == \
-        "a-real-slurm-make-slurm-replay-slurm-keep-service"
-    assert slug("`calibrate`: a fitted configuration for any cluster's trace") == \
-        "calibrate-a-fitted-configuration-for-any-clusters-trace"
+    assert (
+        slug("A real Slurm: `make slurm`, `replay-slurm`, `keep-service`")
+        == "a-real-slurm-make-slurm-replay-slurm-keep-service"
+    )
+    assert (
+        slug("`calibrate`: a fitted configuration for any cluster's trace")
+        == "calibrate-a-fitted-configuration-for-any-clusters-trace"
+    )
     assert slug("On Kubernetes (knative target)") == "on-kubernetes-knative-target"
     assert slug("1. Build and push the images") == "1-build-and-push-the-images"
     assert slug("`mirage_pipeline`") == "mirage_pipeline"

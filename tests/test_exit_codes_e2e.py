@@ -34,16 +34,16 @@ STEP = textwrap.dedent('''
         raise StepError(f"{args.table}: column 'x' has {int(df['x'].isna().sum())} missing values")
 ''')
 # As mirage_tasks/__main__.py and faasm_tasks/__main__.py do.
-MAIN = textwrap.dedent('''
+MAIN = textwrap.dedent("""
     import sys
     from stepkit.cli import main
     sys.exit(main("pqsteps", {"check": ("pqsteps.check", "read parquet and refuse it")}))
-''')
+""")
 #: The crash, made certain: an abort during interpreter shutdown (as pyarrow's can be).
-CRASH_AT_SHUTDOWN = textwrap.dedent('''
+CRASH_AT_SHUTDOWN = textwrap.dedent("""
     import atexit, os, sys
     atexit.register(lambda: (sys.stderr.write("terminate called without an active exception\\n"), os._exit(134)))
-''')
+""")
 
 
 @pytest.fixture
@@ -67,9 +67,17 @@ def test_failing_parquet_step_exits_2_every_time(code):
     env = {**os.environ, "PYTHONPATH": str(code)}
     procs = []
     for batch in range(0, RUNS, 4):  # four at a time: 2 CPUs shared, yet shutdown races still happen
-        started = [subprocess.Popen([sys.executable, "-m", "pqsteps", "check", "--table", str(code / "t.parquet")],
-                                    cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for _ in range(min(4, RUNS - batch))]
+        started = [
+            subprocess.Popen(
+                [sys.executable, "-m", "pqsteps", "check", "--table", str(code / "t.parquet")],
+                cwd=code,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(min(4, RUNS - batch))
+        ]
         procs += [(p, *p.communicate(timeout=120)) for p in started]
     codes = [p.returncode for p, _, _ in procs]
     assert codes == [2] * RUNS, codes
@@ -82,8 +90,13 @@ def test_failing_parquet_step_exits_2_every_time(code):
 def test_exit_code_survives_a_crash_at_interpreter_shutdown(code):
     """With an abort registered for shutdown, the step still exits 2: shutdown never runs."""
     (code / "pqsteps" / "check.py").write_text(CRASH_AT_SHUTDOWN + STEP)
-    proc = subprocess.run([sys.executable, "-m", "pqsteps", "check", "--table", str(code / "t.parquet")],
-                          cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pqsteps", "check", "--table", str(code / "t.parquet")],
+        cwd=code,
+        env={**os.environ, "PYTHONPATH": str(code)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "terminate called" not in proc.stderr and "read 200000 rows" in proc.stdout

@@ -28,10 +28,16 @@ CONTRACTS = {c["id"]: c for c in CONFIG["contracts"]}
 #: Mirage's layers, lowest first, as the layers contract declares them (highest first there);
 #: each a tuple of the top-level modules of ``mirage_tasks`` in it.
 LAYERS: tuple[tuple[str, ...], ...] = tuple(
-    tuple(m.strip() for m in re.split(r"[|:]", layer)) for layer in reversed(CONTRACTS["mirage-layers"]["layers"]))
+    tuple(m.strip() for m in re.split(r"[|:]", layer)) for layer in reversed(CONTRACTS["mirage-layers"]["layers"])
+)
 #: Where the root packages live: plugins/ is on Airflow's path, so on the linter's too.
-PACKAGE_DIRS = {"stepkit": ROOT, "mirage_tasks": ROOT, "faasm_tasks": ROOT, "house": ROOT / "plugins",
-                "results_view": ROOT / "plugins"}
+PACKAGE_DIRS = {
+    "stepkit": ROOT,
+    "mirage_tasks": ROOT,
+    "faasm_tasks": ROOT,
+    "house": ROOT / "plugins",
+    "results_view": ROOT / "plugins",
+}
 
 
 def layer(mod: str) -> int:
@@ -49,21 +55,38 @@ def lint_imports(root: Path) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = f"{root}{os.pathsep}{root / 'plugins'}"
     out = subprocess.run(
-        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
-         "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--no-cache",
+            "--no-logo",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out.returncode, out.stdout + out.stderr
 
 
 def verdicts(output: str) -> dict[str, str]:
     """Each checked contract's name -> KEPT or BROKEN, from lint-imports' output."""
-    return {c["name"]: m.group(1) for c in CONFIG["contracts"]
-            if (m := re.search(re.escape(c["name"]) + r" (KEPT|BROKEN)\b", output))}
+    return {
+        c["name"]: m.group(1)
+        for c in CONFIG["contracts"]
+        if (m := re.search(re.escape(c["name"]) + r" (KEPT|BROKEN)\b", output))
+    }
 
 
 def reports(output: str) -> dict[str, str]:
     """Each broken contract's id -> its report (the import chains lint-imports found)."""
-    heads = sorted((m.start(), m.end(), c["id"]) for c in CONFIG["contracts"]
-                   if (m := re.search("^" + re.escape(c["name"]) + r"\n-+$", output, flags=re.M)))
+    heads = sorted(
+        (m.start(), m.end(), c["id"])
+        for c in CONFIG["contracts"]
+        if (m := re.search("^" + re.escape(c["name"]) + r"\n-+$", output, flags=re.M))
+    )
     ends = [h[0] for h in heads[1:]] + [len(output)]
     return {cid: output[end:stop] for (_, end, cid), stop in zip(heads, ends, strict=True)}
 
@@ -71,8 +94,13 @@ def reports(output: str) -> dict[str, str]:
 def copy_tree(dest: Path) -> Path:
     """A copy of the root packages' Python sources and pyproject.toml at ``dest``, to break."""
     for pkg, where in PACKAGE_DIRS.items():
-        shutil.copytree(where / pkg, dest / where.relative_to(ROOT) / pkg, ignore=lambda d, names: [
-            n for n in names if n == "__pycache__" or not (n.endswith(".py") or (Path(d) / n).is_dir())])
+        shutil.copytree(
+            where / pkg,
+            dest / where.relative_to(ROOT) / pkg,
+            ignore=lambda d, names: [
+                n for n in names if n == "__pycache__" or not (n.endswith(".py") or (Path(d) / n).is_dir())
+            ],
+        )
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
     return dest
 
@@ -105,25 +133,49 @@ def test_a_copy_keeps_every_contract(tmp_path, lab):
 #: (file in the copy, what is appended to it, the contract it breaks, the import the report names)
 VIOLATIONS = [
     ("mirage_tasks/data/leak.py", "import lab\n", "product-not-lab", "mirage_tasks.data.leak -> lab"),
-    ("faasm_tasks/steps/run.py", "\ndef _f():\n    from lab.wing import x\n    return x\n", "product-not-lab",
-     "faasm_tasks.steps.run -> lab"),
+    (
+        "faasm_tasks/steps/run.py",
+        "\ndef _f():\n    from lab.wing import x\n    return x\n",
+        "product-not-lab",
+        "faasm_tasks.steps.run -> lab",
+    ),
     ("plugins/house/steps.py", "\nimport lab.pages\n", "product-not-lab", "house.steps -> lab"),
-    ("plugins/results_view/results_catalog.py", "\nimport lab\n", "product-not-lab",
-     "results_view.results_catalog -> lab"),
+    (
+        "plugins/results_view/results_catalog.py",
+        "\nimport lab\n",
+        "product-not-lab",
+        "results_view.results_catalog -> lab",
+    ),
     ("stepkit/cli.py", "\nimport lab\n", "product-not-lab", "stepkit.cli -> lab"),
-    ("mirage_tasks/sim/bad.py", "def f():\n    from ..evaluation import metrics\n    return metrics\n",
-     "mirage-layers", "mirage_tasks.sim.bad -> mirage_tasks.evaluation.metrics"),
+    (
+        "mirage_tasks/sim/bad.py",
+        "def f():\n    from ..evaluation import metrics\n    return metrics\n",
+        "mirage-layers",
+        "mirage_tasks.sim.bad -> mirage_tasks.evaluation.metrics",
+    ),
     ("mirage_tasks/newpkg/__init__.py", "", "mirage-layers", "mirage_tasks.newpkg"),
     ("faasm_tasks/bad.py", "import airflow.sdk\n", "no-airflow", "faasm_tasks.bad -> airflow"),
     ("stepkit/bad.py", "from airflow import DAG\n", "no-airflow", "stepkit.bad -> airflow"),
-    ("faasm_tasks/bad.py", "from mirage_tasks.data import times\n", "wings-independent",
-     "faasm_tasks.bad -> mirage_tasks.data.times"),
+    (
+        "faasm_tasks/bad.py",
+        "from mirage_tasks.data import times\n",
+        "wings-independent",
+        "faasm_tasks.bad -> mirage_tasks.data.times",
+    ),
     ("stepkit/bad.py", "import faasm_tasks.common\n", "stepkit-below", "stepkit.bad -> faasm_tasks.common"),
     # the circles mended in the structure: their old imports back would close them again
-    ("faasm_tasks/runtimes/runc.py", "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
-     "    from .native import NativeRuntime\n", "no-cycles", ".runc -> .native"),
-    ("mirage_tasks/slurm/livewait.py", "\ndef _g():\n    from .keeper import model_decider\n\n"
-     "    return model_decider\n", "no-cycles", ".livewait -> .keeper"),
+    (
+        "faasm_tasks/runtimes/runc.py",
+        "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .native import NativeRuntime\n",
+        "no-cycles",
+        ".runc -> .native",
+    ),
+    (
+        "mirage_tasks/slurm/livewait.py",
+        "\ndef _g():\n    from .keeper import model_decider\n\n    return model_decider\n",
+        "no-cycles",
+        ".livewait -> .keeper",
+    ),
 ]
 
 
@@ -205,7 +257,12 @@ def test_the_dags_and_plugins_never_import_the_lab(folder):
     bad = []
     for path in sorted((ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             bad += [f"{path.relative_to(ROOT)}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "lab"]
     assert bad == []

@@ -40,10 +40,19 @@ def dead_writer_lease(pid: int = 999_999, expired: bool = True) -> bytes:
     """The document a writer that died leaves behind (expired, or not yet)."""
     now = time.time()
     expires = now - 5 if expired else now + 3600
-    doc = {"lease": 1, "token": "dead-writer-token", "step": "demo", "out": "?",
-           "owner": {"host": "other-host", "pid": pid, "run_id": "manual__x", "started": "2026-01-01T00:00:00+00:00"},
-           "acquired": "2026-01-01T00:00:00+00:00", "renewed": leases._iso(expires - 3600),
-           "expires": leases._iso(expires), "expires_epoch": expires, "ttl_s": 3600, "heartbeat_s": 1200}
+    doc = {
+        "lease": 1,
+        "token": "dead-writer-token",
+        "step": "demo",
+        "out": "?",
+        "owner": {"host": "other-host", "pid": pid, "run_id": "manual__x", "started": "2026-01-01T00:00:00+00:00"},
+        "acquired": "2026-01-01T00:00:00+00:00",
+        "renewed": leases._iso(expires - 3600),
+        "expires": leases._iso(expires),
+        "expires_epoch": expires,
+        "ttl_s": 3600,
+        "heartbeat_s": 1200,
+    }
     return json.dumps(doc).encode()
 
 
@@ -234,7 +243,8 @@ def test_cli_exit_status_busy_for_the_same_output_bad_input_for_another(tmp_path
     (tmp_path / "leasestep.py").write_text(
         "from stepkit import Step\n"
         "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
-        "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    s.skip()\n")
+        "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    s.skip()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     steps = {"demo": ("leasestep", "")}
     for k, status in ((1, leases.EXIT_BUSY), (2, 2)):
@@ -261,8 +271,13 @@ def test_settings_are_checked(monkeypatch):
 
 
 def test_run_id_names_the_airflow_task(monkeypatch):
-    for k in ("HOUSE_RUN_ID", "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID",
-              "AIRFLOW_CTX_TRY_NUMBER"):
+    for k in (
+        "HOUSE_RUN_ID",
+        "AIRFLOW_CTX_DAG_ID",
+        "AIRFLOW_CTX_DAG_RUN_ID",
+        "AIRFLOW_CTX_TASK_ID",
+        "AIRFLOW_CTX_TRY_NUMBER",
+    ):
         monkeypatch.delenv(k, raising=False)
     assert leases.run_id() is None
     monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "mirage_pipeline")
@@ -306,7 +321,9 @@ def test_s3_step_leaves_no_lease_object(s3_endpoint, monkeypatch, tmp_path):
     step.write_bytes("a.txt", b"A")
     step.commit()
     assert list_keys(s3_endpoint, BUCKET, f"steps/{tmp_path.name}/") == [
-        f"steps/{tmp_path.name}/{MARKER}", f"steps/{tmp_path.name}/a.txt"]
+        f"steps/{tmp_path.name}/{MARKER}",
+        f"steps/{tmp_path.name}/a.txt",
+    ]
 
 
 # ----------------------------------------------------------------------------- inputs verified against markers
@@ -395,11 +412,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _doc(**over) -> dict:
     """A lease document of a writer on this host (by default: this very process, alive)."""
     now = time.time()
-    doc = {"lease": 1, "token": "other-token", "step": "demo", "out": "?",
-           "owner": {"host": socket.gethostname(), "pid": os.getpid(), "run_id": None,
-                     "started": leases._iso(now), "local": leases.local_identity()},
-           "acquired": leases._iso(now), "renewed": leases._iso(now), "expires": leases._iso(now + 3600),
-           "expires_epoch": now + 3600, "ttl_s": 3600, "heartbeat_s": 1200}
+    doc = {
+        "lease": 1,
+        "token": "other-token",
+        "step": "demo",
+        "out": "?",
+        "owner": {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "run_id": None,
+            "started": leases._iso(now),
+            "local": leases.local_identity(),
+        },
+        "acquired": leases._iso(now),
+        "renewed": leases._iso(now),
+        "expires": leases._iso(now + 3600),
+        "expires_epoch": now + 3600,
+        "ttl_s": 3600,
+        "heartbeat_s": 1200,
+    }
     for k, v in over.items():
         if k.startswith("owner_"):
             doc["owner"][k[6:]] = v
@@ -419,8 +450,15 @@ def _put_local(out: str, doc: dict) -> str:
 def _py(code: str, *args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
     env.pop("HOUSE_LEASE_HEARTBEAT_S", None)
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.skipif(leases.local_identity() is None, reason="needs Linux /proc")
@@ -428,13 +466,16 @@ def test_killed_local_writer_is_taken_over_at_once(tmp_path, caplog):
     """A writer killed with SIGKILL (no exit handler can run) holding an hour-long lease: the next
     writer on this host takes it over at once instead of waiting for the hour."""
     out = str(tmp_path / "out")
-    writer = _py("""
+    writer = _py(
+        """
         import sys, time
         from stepkit.lease import Lease
         Lease(sys.argv[1], "demo", ttl=3600).acquire()
         print("held", flush=True)
         time.sleep(600)
-    """, out)
+    """,
+        out,
+    )
     try:
         assert writer.stdout.readline().strip() == "held", writer.stderr.read()
         doc = json.loads(open(os.path.join(out, LEASE)).read())
@@ -465,8 +506,12 @@ def test_dead_writer_judged_by_pid_start_time_boot_and_namespace(tmp_path):
     reused = _doc(owner_local={**me, "start_ticks": str(int(me["start_ticks"]) - 1)})  # our pid, not our start
     assert "is now another process" in leases.writer_gone(reused)
     assert leases.writer_gone(_doc()) is None  # this process itself: alive
-    for doc in (_doc(owner_local={**me, "boot_id": "another-boot"}), _doc(owner_local={**me, "pidns": "1"}),
-                _doc(owner_host="other-host", owner_pid=999_999), _doc(owner_local=None, owner_pid=999_999)):
+    for doc in (
+        _doc(owner_local={**me, "boot_id": "another-boot"}),
+        _doc(owner_local={**me, "pidns": "1"}),
+        _doc(owner_host="other-host", owner_pid=999_999),
+        _doc(owner_local=None, owner_pid=999_999),
+    ):
         assert leases.writer_gone(doc) is None, doc
         with pytest.raises(LeaseHeld):
             Lease(_put_local_dir(tmp_path, doc), "demo").acquire()
@@ -488,16 +533,39 @@ def test_expiry_is_capped_by_renewal_plus_ttl(where):
     out, raw, put = where
     now = time.time()
     far = now + 10 * 365 * 86400
-    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(now - 200), ttl_s=90,
-                        expires_epoch=far, expires=leases._iso(far))).encode())
+    put(
+        json.dumps(
+            _doc(
+                owner_host="other-host",
+                renewed=leases._iso(now - 200),
+                ttl_s=90,
+                expires_epoch=far,
+                expires=leases._iso(far),
+            )
+        ).encode()
+    )
     taker = Lease(out, "demo").acquire()
     assert taker.took_over["expires_epoch"] == far
     taker.release()
-    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(far - 90), ttl_s=90,
-                        expires_epoch=far, expires=leases._iso(far))).encode())  # clock ten years ahead
+    put(
+        json.dumps(
+            _doc(
+                owner_host="other-host",
+                renewed=leases._iso(far - 90),
+                ttl_s=90,
+                expires_epoch=far,
+                expires=leases._iso(far),
+            )
+        ).encode()
+    )  # clock ten years ahead
     Lease(out, "demo").acquire().release()
-    put(json.dumps(_doc(owner_host="other-host", renewed=leases._iso(now), ttl_s=90,
-                        expires_epoch=far, expires=leases._iso(far))).encode())
+    put(
+        json.dumps(
+            _doc(
+                owner_host="other-host", renewed=leases._iso(now), ttl_s=90, expires_epoch=far, expires=leases._iso(far)
+            )
+        ).encode()
+    )
     with pytest.raises(LeaseHeld, match="other-host"):  # renewed just now: held for its ttl
         Lease(out, "demo").acquire()
 
@@ -580,8 +648,16 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("mode,status", [("raise", 1), ("exit2", 2), ("keyboard", -signal.SIGINT),
-                                         ("sigterm", -signal.SIGTERM), ("sigint", -signal.SIGINT)])
+@pytest.mark.parametrize(
+    "mode,status",
+    [
+        ("raise", 1),
+        ("exit2", 2),
+        ("keyboard", -signal.SIGINT),
+        ("sigterm", -signal.SIGTERM),
+        ("sigint", -signal.SIGINT),
+    ],
+)
 def test_lease_released_on_every_exit_path_outside_the_cli(tmp_path, mode, status):
     """A program that takes a lease through :class:`Step` without the step CLI (its own ``main``,
     as ``waitpred`` and the probe-replay evaluation have): an uncaught exception, exit 2 after a
@@ -610,7 +686,8 @@ def test_the_heartbeat_thread_leaves_stop_signals_to_the_main_thread(tmp_path):
     """SIGTERM and SIGINT go to any thread that does not block them; one taken by the heartbeat
     thread leaves a main thread blocked in a long system call unaware until it returns. The
     heartbeat thread blocks both; the main thread blocks neither."""
-    proc = _py("""
+    proc = _py(
+        """
         import sys, threading, time
         from stepkit import Step
         step = Step("demo", sys.argv[1], "1", {})
@@ -627,7 +704,9 @@ def test_the_heartbeat_thread_leaves_stop_signals_to_the_main_thread(tmp_path):
                     return int(line.split()[1], 16)
         print(blocked(beat[0].native_id), blocked(threading.main_thread().native_id))
         step.release()
-    """, str(tmp_path / "out"))
+    """,
+        str(tmp_path / "out"),
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     beat, main = (int(x) for x in out.split())
@@ -643,11 +722,15 @@ def test_sigterm_through_the_step_cli_releases_the_lease(tmp_path):
         "import time\nfrom stepkit import Step\n"
         "def add_arguments(p):\n    p.add_argument('--out')\n"
         "def run(a):\n    s = Step('demo', a.out, '1', {})\n    s.skip()\n    s.write_bytes('x', b'x')\n"
-        "    print('holding', flush=True)\n    time.sleep(600)\n")
+        "    print('holding', flush=True)\n    time.sleep(600)\n"
+    )
     out = str(tmp_path / "out")
-    proc = _py("import sys; sys.path.insert(0, sys.argv[1]); from stepkit.cli import main; "
-               "sys.exit(main('house_test', {'demo': ('sleepstep', '')}, ['demo', '--out', sys.argv[2]]))",
-               str(tmp_path), out)
+    proc = _py(
+        "import sys; sys.path.insert(0, sys.argv[1]); from stepkit.cli import main; "
+        "sys.exit(main('house_test', {'demo': ('sleepstep', '')}, ['demo', '--out', sys.argv[2]]))",
+        str(tmp_path),
+        out,
+    )
     assert proc.stdout.readline().strip() == "holding", proc.stderr.read()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -673,6 +756,7 @@ def test_a_forked_child_never_releases_its_parents_lease(tmp_path):
 
 def _read_only(monkeypatch):
     """The output's file system turns read-only (EROFS: root cannot write it either)."""
+
     def refuse(self, path, data):
         raise OSError(errno.EROFS, "Read-only file system", path)
 
@@ -686,7 +770,8 @@ def test_up_to_date_output_on_a_read_only_store_skips(tmp_path, monkeypatch, cap
         "from stepkit import Step\n"
         "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
         "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    if s.skip():\n        return 0\n"
-        "    s.write_bytes('a.txt', b'A')\n    s.commit()\n")
+        "    s.write_bytes('a.txt', b'A')\n    s.commit()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     steps = {"demo": ("rostep", "")}
     out = str(tmp_path / "out")

@@ -24,7 +24,12 @@ def test_every_requirement_is_pinned_in_constraints():
         pinned[name.lower().replace("_", "-")] = version
     assert pinned.get("torch") == "2.13.0", "pin torch==2.13.0 (no local +cpu suffix) so users can install it"
     assert pinned.get("apache-airflow") == "3.3.2"
-    for req in ["requirements.txt", "requirements-dev.txt", "docker/requirements-mirage.txt", "docker/requirements-faasm.txt"]:
+    for req in [
+        "requirements.txt",
+        "requirements-dev.txt",
+        "docker/requirements-mirage.txt",
+        "docker/requirements-faasm.txt",
+    ]:
         missing = [n for n in _names(ROOT / req) if n not in pinned]
         assert not missing, f"{req}: {missing} not pinned in constraints.txt"
     assert not any("+" in v for v in pinned.values()), "local version labels cannot be installed elsewhere"
@@ -45,17 +50,33 @@ def test_wheel_holds_the_packages_their_data_and_entry_points(tmp_path):
     import zipfile
 
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         str(ROOT), "-w", str(tmp_path)],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            str(ROOT),
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = [
         *(f"mirage_tasks/data/profiles/{p.name}" for p in (ROOT / "mirage_tasks" / "data" / "profiles").glob("*.json")),
-        *(f"faasm_tasks/{d}/{p.name}" for d in ("experiments", "schemas", "templates")
-          for p in (ROOT / "faasm_tasks" / d).iterdir() if p.is_file()),
+        *(
+            f"faasm_tasks/{d}/{p.name}"
+            for d in ("experiments", "schemas", "templates")
+            for p in (ROOT / "faasm_tasks" / d).iterdir()
+            if p.is_file()
+        ),
     ]
     assert len(expected) >= 10
     missing = [n for n in expected if n not in names]

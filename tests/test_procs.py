@@ -38,7 +38,8 @@ def _guarded_child(tmp_path, disarm: bool) -> tuple[subprocess.Popen, str]:
         f"g = Guard([sys.executable, '-c', 'import sys; open(sys.argv[1], \"w\").write(\"x\")', {str(mark)!r}], 'a test')\n"
         "print('ready', flush=True)\n"
         + ("g.disarm()\nprint('disarmed', flush=True)\n" if disarm else "")
-        + "time.sleep(600)\n")
+        + "time.sleep(600)\n"
+    )
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return p, str(mark)
 

@@ -41,13 +41,13 @@ def http_server():
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):  # http.server's name
             hits.append(self.path)
             self.send_response(200)
             self.end_headers()
             self.wfile.write(SECRET.encode())
 
-        do_HEAD = do_GET  # noqa: N815
+        do_HEAD = do_GET
 
         def log_message(self, *args):
             pass
@@ -63,30 +63,37 @@ def http_server():
 
 
 def test_the_storage_root_and_the_shipped_traces_are_allowed(roots):
-    for uri in (str(roots["store"] / "in" / "ok.log"), "file://" + str(roots["traces"] / "kth.swf"),
-                str(roots["store"]), str(roots["store"] / "not-yet" / "out")):
+    for uri in (
+        str(roots["store"] / "in" / "ok.log"),
+        "file://" + str(roots["traces"] / "kth.swf"),
+        str(roots["store"]),
+        str(roots["store"] / "not-yet" / "out"),
+    ):
         assert reach.why_refused(uri, roots["list"]) is None, uri
     assert reach.why_refused("s3://bucket/house/x/trace.gz", ["s3://bucket/house"]) is None
 
 
-@pytest.mark.parametrize("uri, why", [
-    ("http://127.0.0.1:9/x", "scheme http://"),
-    ("https://metadata.internal/latest", "scheme https://"),
-    ("ftp://example.org/x", "scheme ftp://"),
-    ("gs://bucket/x", "scheme gs://"),
-    ("simplecache::s3://bucket/house/x", "chained URL"),
-    ("s3://other-bucket/x", "scheme s3://"),
-    ("/proc/self/environ", "/proc is never an input"),
-    ("/sys/class/net", "/sys is never an input"),
-    ("/dev/zero", "/dev is never an input"),
-    ("file:///etc/shadow", "outside the allowed roots"),
-    ("/etc/shadow", "outside the allowed roots"),
-    ("~/.aws/credentials", "outside the allowed roots"),
-    ("file://host/etc/passwd", "with a host"),
-    ("relative/trace.log", "outside the allowed roots"),
-    ("", "not a path"),
-    ("/x\n/y", "line break"),
-])
+@pytest.mark.parametrize(
+    "uri, why",
+    [
+        ("http://127.0.0.1:9/x", "scheme http://"),
+        ("https://metadata.internal/latest", "scheme https://"),
+        ("ftp://example.org/x", "scheme ftp://"),
+        ("gs://bucket/x", "scheme gs://"),
+        ("simplecache::s3://bucket/house/x", "chained URL"),
+        ("s3://other-bucket/x", "scheme s3://"),
+        ("/proc/self/environ", "/proc is never an input"),
+        ("/sys/class/net", "/sys is never an input"),
+        ("/dev/zero", "/dev is never an input"),
+        ("file:///etc/shadow", "outside the allowed roots"),
+        ("/etc/shadow", "outside the allowed roots"),
+        ("~/.aws/credentials", "outside the allowed roots"),
+        ("file://host/etc/passwd", "with a host"),
+        ("relative/trace.log", "outside the allowed roots"),
+        ("", "not a path"),
+        ("/x\n/y", "line break"),
+    ],
+)
 def test_refused_by_name(roots, uri, why):
     with pytest.raises(reach.Refused) as exc:
         reach.check(uri, roots["list"], "param trace")
@@ -139,7 +146,12 @@ def test_storage_refuses_outside_the_roots_only_in_a_dag_step(roots, monkeypatch
     assert storage.read_bytes(str(roots["secret"])).decode().startswith("root:")
     # a DAG step (the house factory sets the roots): refused before opening or fetching anything
     monkeypatch.setenv(reach.ENV, ",".join(roots["list"]))
-    for uri in (str(roots["secret"]), "/proc/self/environ", url + "/latest/meta-data", "file://" + str(roots["secret"])):
+    for uri in (
+        str(roots["secret"]),
+        "/proc/self/environ",
+        url + "/latest/meta-data",
+        "file://" + str(roots["secret"]),
+    ):
         for call in (storage.read_bytes, storage.exists, storage.size_of, storage.sha256_of):
             with pytest.raises(reach.Refused) as exc:
                 call(uri)
@@ -155,8 +167,12 @@ def _ingest(argv):
 @pytest.mark.parametrize("which", ["secret", "environ", "http", "https"])
 def test_ingest_in_a_dag_step_refuses_naming_the_flag(roots, monkeypatch, capsys, http_server, which):
     url, hits = http_server
-    trace = {"secret": str(roots["secret"]), "environ": "/proc/self/environ", "http": url + "/x",
-             "https": url.replace("http:", "https:") + "/x"}[which]
+    trace = {
+        "secret": str(roots["secret"]),
+        "environ": "/proc/self/environ",
+        "http": url + "/x",
+        "https": url.replace("http:", "https:") + "/x",
+    }[which]
     monkeypatch.setenv(reach.ENV, ",".join(roots["list"]))
     out = roots["store"] / "out"
     assert _ingest(["--trace", trace, "--out", str(out)]) == 2
@@ -185,19 +201,28 @@ def test_ingest_describes_a_file_that_is_no_trace_never_quoting_it(tmp_path, cap
 
 def test_rejected_rows_name_line_and_field_not_the_value(tmp_path, capsys):
     trace = tmp_path / "t.txt"
-    trace.write_text("JobID|Submit|Start|End|Timelimit|NNodes|State\n"
-                     "1|2023-01-01T00:00:00|2023-01-01T00:01:00|2023-01-01T01:00:00|01:00:00|2|COMPLETED\n"
-                     f"2|{SECRET}|2023-01-01T00:01:00|2023-01-01T01:00:00|{SECRET}|2|COMPLETED\n")
-    assert _ingest(["--trace", str(trace), "--out", str(tmp_path / "o"), "--timezone", "UTC",
-                    "--max-bad-rows", "0"]) == 2
+    trace.write_text(
+        "JobID|Submit|Start|End|Timelimit|NNodes|State\n"
+        "1|2023-01-01T00:00:00|2023-01-01T00:01:00|2023-01-01T01:00:00|01:00:00|2|COMPLETED\n"
+        f"2|{SECRET}|2023-01-01T00:01:00|2023-01-01T01:00:00|{SECRET}|2|COMPLETED\n"
+    )
+    assert (
+        _ingest(["--trace", str(trace), "--out", str(tmp_path / "o"), "--timezone", "UTC", "--max-bad-rows", "0"]) == 2
+    )
     err = capsys.readouterr().err
     assert "line 3: Submit (" in err and "s3cr3t" not in err, err
 
 
-@pytest.mark.parametrize("head, kind", [
-    (b"", "empty"), (gzip.compress(b"x"), "gzip data"), (b"\x00\x01\x02\x03", "binary data"),
-    (b"PAR1....", "Parquet data"), (b"a b\nc\n", "text, 2 line(s)"),
-])
+@pytest.mark.parametrize(
+    "head, kind",
+    [
+        (b"", "empty"),
+        (gzip.compress(b"x"), "gzip data"),
+        (b"\x00\x01\x02\x03", "binary data"),
+        (b"PAR1....", "Parquet data"),
+        (b"a b\nc\n", "text, 2 line(s)"),
+    ],
+)
 def test_describe_bytes_says_the_kind_never_the_content(head, kind):
     text = reach.describe_bytes(head)
     assert kind in text and f"{len(head)} bytes" in text or head == b""

@@ -42,8 +42,16 @@ def _env(monkeypatch, values):
 
 
 def test_locations_from_argv():
-    argv = ["train", "--in", "s3://b1/run/datasets/node1", "--out=s3://b2/x/y", "--model", "xgboost",
-            "s3://b1/other", "/local/path"]
+    argv = [
+        "train",
+        "--in",
+        "s3://b1/run/datasets/node1",
+        "--out=s3://b2/x/y",
+        "--model",
+        "xgboost",
+        "s3://b1/other",
+        "/local/path",
+    ]
     assert s3check.s3_locations(argv) == {"b1": "run/datasets/node1", "b2": "x/y"}
 
 
@@ -90,8 +98,10 @@ def test_access_key_is_shown_shortened(endpoint, aws_env):
     from botocore.exceptions import ClientError
 
     def refuse(*_, **__):
-        raise ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "no"},
-                           "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
+        raise ClientError(
+            {"Error": {"Code": "InvalidAccessKeyId", "Message": "no"}, "ResponseMetadata": {"HTTPStatusCode": 403}},
+            "ListObjectsV2",
+        )
 
     import botocore.client
 
@@ -110,9 +120,23 @@ def test_step_cli_exits_2_on_an_unreachable_store(aws_env, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
     env = {**__import__("os").environ, **storage_env(dead), "PYTHONPATH": str(REPO)}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "metrics", "--in", f"s3://{BUCKET}/run/validation",
-                           "--out", f"s3://{BUCKET}/run/metrics"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mirage_tasks",
+            "metrics",
+            "--in",
+            f"s3://{BUCKET}/run/validation",
+            "--out",
+            f"s3://{BUCKET}/run/metrics",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "AWS_ENDPOINT_URL" in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - start < 45  # at once, not after retries (the margin: busy machines)

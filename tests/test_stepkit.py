@@ -204,7 +204,8 @@ def test_a_refusing_marker_binds_later_runs_that_name_no_policy(tmp_path, monkey
         "from stepkit import Step\n"
         "def add_arguments(p):\n    p.add_argument('--out'); p.add_argument('--k', type=int)\n"
         "def run(a):\n    s = Step('demo', a.out, '1', {'k': a.k})\n    if s.skip():\n        return 0\n"
-        "    s.write_bytes('a.txt', str(a.k).encode())\n    s.commit()\n")
+        "    s.write_bytes('a.txt', str(a.k).encode())\n    s.commit()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     steps = {"demo": ("onchangestep", "")}
     out = tmp_path / "named"

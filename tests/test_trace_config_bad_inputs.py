@@ -21,8 +21,10 @@ from stepkit.cli import main
 SWF_HEADER = "; UnixStartTime: 1672531200\n; MaxNodes: 64\n; MaxProcs: 64\n"
 SWF_GOOD = "1 0 10 100 2 -1 -1 2 3600 -1 1 3 1 -1 1 1 -1 -1\n2 60 10 100 4 -1 -1 4 3600 -1 1 4 1 -1 1 1 -1 -1\n"
 SACCT_HEADER = "JobID|Submit|Start|End|Timelimit|NNodes|State\n"
-SACCT_GOOD = ("1|2023-01-01T00:00:00|2023-01-01T00:01:00|2023-01-01T01:00:00|01:00:00|2|COMPLETED\n"
-              "2|2023-01-01T00:00:00|2023-01-01T00:02:00|2023-01-01T02:00:00|02:00:00|1|COMPLETED\n")
+SACCT_GOOD = (
+    "1|2023-01-01T00:00:00|2023-01-01T00:01:00|2023-01-01T01:00:00|01:00:00|2|COMPLETED\n"
+    "2|2023-01-01T00:00:00|2023-01-01T00:02:00|2023-01-01T02:00:00|02:00:00|1|COMPLETED\n"
+)
 
 
 def _swf_row(job="3", submit="120", limit="3600"):
@@ -123,13 +125,16 @@ def _config(tmp_path, doc, *flags):
     return path, lambda: config_from_args(parser.parse_args(["--cluster-config", str(path), *flags]))
 
 
-@pytest.mark.parametrize(("doc", "field", "expected"), [
-    ({"nodes": "abc"}, "nodes", "must be an integer, got 'abc'"),
-    ({"nodes": 8, "tick_s": "5"}, "tick_s", "must be an integer, got '5'"),
-    ({"nodes": 8, "weight_age": "heavy"}, "weight_age", "must be a number, got 'heavy'"),
-    ({"nodes": 8, "age_cap": "yes"}, "age_cap", "must be true or false"),
-    ({"nodes": 8.5}, "nodes", "must be an integer, got 8.5"),
-])
+@pytest.mark.parametrize(
+    ("doc", "field", "expected"),
+    [
+        ({"nodes": "abc"}, "nodes", "must be an integer, got 'abc'"),
+        ({"nodes": 8, "tick_s": "5"}, "tick_s", "must be an integer, got '5'"),
+        ({"nodes": 8, "weight_age": "heavy"}, "weight_age", "must be a number, got 'heavy'"),
+        ({"nodes": 8, "age_cap": "yes"}, "age_cap", "must be true or false"),
+        ({"nodes": 8.5}, "nodes", "must be an integer, got 8.5"),
+    ],
+)
 def test_cluster_config_wrong_type_names_field_and_file(tmp_path, doc, field, expected):
     path, build = _config(tmp_path, doc)
     with pytest.raises(StepError) as err:
@@ -173,10 +178,23 @@ def test_bad_cluster_config_exits_2_through_a_step(tmp_path, capsys):
     trace.write_text(SWF_HEADER + SWF_GOOD)
     assert main("mirage_tasks", MIRAGE_STEPS, ["ingest", "--trace", str(trace), "--out", str(tmp_path / "t")]) == 0
     capsys.readouterr()
-    rc = main("mirage_tasks", MIRAGE_STEPS, [
-        "fidelity", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "f"), "--cluster-config", str(cfg),
-        "--from", "2023-01-01T00:00:00", "--to", "2023-01-02T00:00:00",
-    ])
+    rc = main(
+        "mirage_tasks",
+        MIRAGE_STEPS,
+        [
+            "fidelity",
+            "--trace",
+            str(tmp_path / "t"),
+            "--out",
+            str(tmp_path / "f"),
+            "--cluster-config",
+            str(cfg),
+            "--from",
+            "2023-01-01T00:00:00",
+            "--to",
+            "2023-01-02T00:00:00",
+        ],
+    )
     err = capsys.readouterr().err
     assert rc == 2, err
     assert f"--cluster-config {cfg}: field 'tick_s' must be an integer" in err
@@ -189,10 +207,30 @@ def test_bad_cluster_config_exits_2_through_a_step(tmp_path, capsys):
 @pytest.mark.parametrize("workers", ["-3", "0", "many"])
 def test_faasm_deploy_rejects_bad_worker_count(tmp_path, workers):
     proc = subprocess.run(
-        [sys.executable, "-m", "faasm_tasks", "deploy", "--target", "local", "--run-id", "r1",
-         "--results", str(tmp_path / "results"), "--experiment", "sgd_reuters_svm", "--system", "native",
-         "--state-dir", str(tmp_path / "state"), "--workers", workers],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "faasm_tasks",
+            "deploy",
+            "--target",
+            "local",
+            "--run-id",
+            "r1",
+            "--results",
+            str(tmp_path / "results"),
+            "--experiment",
+            "sgd_reuters_svm",
+            "--system",
+            "native",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--workers",
+            workers,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert proc.returncode == 2, proc.stderr
     assert "argument --workers: must be a positive integer" in proc.stderr
@@ -234,15 +272,29 @@ def test_sacct_empty_timezone_warns_as_an_omitted_one(tmp_path, capsys):
     assert rc == 0 and "assuming UTC (pass --timezone" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--load-scale", "nan", "--load-scale nan: not a finite number"),
-    ("--load-scale", "inf", "--load-scale inf: not a finite number"),
-    ("--load-scale", "1e30", "--load-scale 1e+30: must be > 0 and at most 1000"),
-    ("--out", "s3:///no-bucket", "--out s3:///no-bucket: an s3:// URI needs a bucket"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--load-scale", "nan", "--load-scale nan: not a finite number"),
+        ("--load-scale", "inf", "--load-scale inf: not a finite number"),
+        ("--load-scale", "1e30", "--load-scale 1e+30: must be > 0 and at most 1000"),
+        ("--out", "s3:///no-bucket", "--out s3:///no-bucket: an s3:// URI needs a bucket"),
+    ],
+)
 def test_flag_values_no_step_can_use_exit_2_naming_the_flag(tmp_path, capsys, flag, value, message):
-    argv = ["synth", "--profile", "ls6-a100", "--from", "2023-01-01", "--to", "2023-01-02",
-            "--out", str(tmp_path / "o"), flag, value]
+    argv = [
+        "synth",
+        "--profile",
+        "ls6-a100",
+        "--from",
+        "2023-01-01",
+        "--to",
+        "2023-01-02",
+        "--out",
+        str(tmp_path / "o"),
+        flag,
+        value,
+    ]
     assert main("mirage_tasks", MIRAGE_STEPS, argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
@@ -273,8 +325,17 @@ def test_faasm_deploy_with_unwritable_results_exits_2_before_starting_anything(t
     monkeypatch.setenv("FAASM_TASKS_STATE_DIR", str(tmp_path / "state"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    argv = ["deploy", "--target", "local", "--run-id", "unwritable", "--results", str(blocker / "results"),
-            "--experiment", "sgd_reuters_svm"]
+    argv = [
+        "deploy",
+        "--target",
+        "local",
+        "--run-id",
+        "unwritable",
+        "--results",
+        str(blocker / "results"),
+        "--experiment",
+        "sgd_reuters_svm",
+    ]
     assert main("faasm_tasks", FAASM_STEPS, argv) == 2
     err = capsys.readouterr().err
     assert f"--results {blocker / 'results'}: cannot " in err and "Traceback" not in err

@@ -25,8 +25,27 @@ READER = settings(max_examples=100, deadline=None, suppress_health_check=[Health
 STEP = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: Field values that broke readers before, mixed with ordinary ones.
-NASTY_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e300", "-1e300", "-1e12", "1e12", "-1", "0", "-0", "1.5",
-                 "9223372036854775808", "abc", "", "0x10", "1_000", "+5", "-4"]
+NASTY_NUMBERS = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e300",
+    "-1e300",
+    "-1e12",
+    "1e12",
+    "-1",
+    "0",
+    "-0",
+    "1.5",
+    "9223372036854775808",
+    "abc",
+    "",
+    "0x10",
+    "1_000",
+    "+5",
+    "-4",
+]
 number = st.one_of(
     st.integers(min_value=-10, max_value=10**6).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -35,18 +54,41 @@ number = st.one_of(
 swf_row = st.lists(number, min_size=16, max_size=19).map(lambda fields: " ".join(f or "0" for f in fields))
 
 time_text = st.one_of(
-    st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1),
-                 max_value=__import__("datetime").datetime(2300, 1, 1)).map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S")),
-    st.sampled_from(["Unknown", "None", "", "2023-13-01T00:00:00", "2023-03-12T02:30:00", "abc", "9999-12-31T23:59:59"]),
+    st.datetimes(
+        min_value=__import__("datetime").datetime(1900, 1, 1), max_value=__import__("datetime").datetime(2300, 1, 1)
+    ).map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S")),
+    st.sampled_from(
+        ["Unknown", "None", "", "2023-13-01T00:00:00", "2023-03-12T02:30:00", "abc", "9999-12-31T23:59:59"]
+    ),
 )
 limit_text = st.one_of(
-    st.sampled_from(["UNLIMITED", "Partition_Limit", "abc", "", "1-", "-5", "1:2:3:4", "99999999999999999999",
-                     "01:00:00", "2-00:00:00", "30", "5:", "1-2-3", "00:00:00"]),
+    st.sampled_from(
+        [
+            "UNLIMITED",
+            "Partition_Limit",
+            "abc",
+            "",
+            "1-",
+            "-5",
+            "1:2:3:4",
+            "99999999999999999999",
+            "01:00:00",
+            "2-00:00:00",
+            "30",
+            "5:",
+            "1-2-3",
+            "00:00:00",
+        ]
+    ),
     st.text(alphabet="0123456789:-", max_size=12),
 )
 sacct_row = st.tuples(
     st.one_of(st.integers(0, 10**7).map(str), st.sampled_from(["", "inf", "1.batch", "12_3", "abc", "1"])),
-    time_text, time_text, time_text, limit_text, number,
+    time_text,
+    time_text,
+    time_text,
+    limit_text,
+    number,
     st.sampled_from(["COMPLETED", "FAILED", "CANCELLED by 1", "TIMEOUT", "", "RUNNING"]),
 ).map("|".join)
 

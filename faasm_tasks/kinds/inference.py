@@ -44,8 +44,11 @@ def prepare(plan, client, source: str, s3: dict[str, Any], synthetic: dict[str, 
 
 def request(ctx, point: dict[str, Any]) -> Request:
     exp = ctx.plan.experiment
-    body = {"user": exp["user"], "function": exp["function"],
-            "cold_start_interval": str(point.get("cold_start_interval", 0))}
+    body = {
+        "user": exp["user"],
+        "function": exp["function"],
+        "cold_start_interval": str(point.get("cold_start_interval", 0)),
+    }
     return Request(exp["user"], exp["function"], body=json.dumps(body).encode())
 
 
@@ -53,8 +56,16 @@ def budget(point: dict[str, Any], driver) -> float:
     """Readiness deadline + warm-up + duration + its possible extension + request timeout +
     10 % + 15 s + the driver's start deadline."""
     dur = float(point["duration_s"])
-    return (driver.ready_timeout_s + driver.warmup_s + dur + extra_window_s(dur) + driver.timeout_s
-            + 0.1 * dur + SETUP_S + START_S)
+    return (
+        driver.ready_timeout_s
+        + driver.warmup_s
+        + dur
+        + extra_window_s(dur)
+        + driver.timeout_s
+        + 0.1 * dur
+        + SETUP_S
+        + START_S
+    )
 
 
 def verify(ctx, point: dict[str, Any], res, metrics: dict[str, Any]) -> Check:
@@ -79,5 +90,11 @@ def verify(ctx, point: dict[str, Any], res, metrics: dict[str, Any]) -> Check:
     except (IndexError, ValueError):
         return Check(False, what, value=text, detail=f"output {text!r} is not '<label> <probability>'")
     ok = parts[0] == label and abs(got - prob) <= PROB_TOLERANCE
-    return Check(ok, what, value=text, reference=f"{label} {prob:.4f}", bound=PROB_TOLERANCE,
-                 detail=f"got {text!r}, NumPy {label} {prob:.4f}")
+    return Check(
+        ok,
+        what,
+        value=text,
+        reference=f"{label} {prob:.4f}",
+        bound=PROB_TOLERANCE,
+        detail=f"got {text!r}, NumPy {label} {prob:.4f}",
+    )

@@ -52,8 +52,15 @@ def request(ctx, point: dict[str, Any]) -> Request:
     uploads = [upload_state_once(ctx.upload, user, k, v)["action"] for k, v in objs.items()]
     ctx.target.delete_state_keys(list(exp.get("run_state_keys", [])))
     ctx.cache["matmul-inputs"] = (size, splits, objs)
-    return Request("python", exp["function"], "", python=True, py_user="python", py_func=exp["function"],
-                   metrics={"uploads": uploads})
+    return Request(
+        "python",
+        exp["function"],
+        "",
+        python=True,
+        py_user="python",
+        py_func=exp["function"],
+        metrics={"uploads": uploads},
+    )
 
 
 def budget(point: dict[str, Any], driver) -> float:
@@ -61,12 +68,13 @@ def budget(point: dict[str, Any], driver) -> float:
 
 
 def _full(objs: dict[str, bytes], which: str, size: int, splits: int) -> np.ndarray:
-    blocks, bs = 2 ** splits, size // 2 ** splits
+    blocks, bs = 2**splits, size // 2**splits
     m = np.empty((size, size), dtype=np.float32)
     for r in range(blocks):
         for c in range(blocks):
-            m[r * bs:(r + 1) * bs, c * bs:(c + 1) * bs] = np.frombuffer(
-                objs[f"mat_{which}_{splits}_{r}_{c}"], dtype=np.float32).reshape(bs, bs)
+            m[r * bs : (r + 1) * bs, c * bs : (c + 1) * bs] = np.frombuffer(
+                objs[f"mat_{which}_{splits}_{r}_{c}"], dtype=np.float32
+            ).reshape(bs, bs)
     return m
 
 
@@ -77,8 +85,10 @@ def verify(ctx, point: dict[str, Any], res, metrics: dict[str, Any]) -> Check | 
     raw = ctx.upload.get_state("python", "result_matrix")
     got = np.frombuffer(raw or b"", dtype=np.float32)
     full = size <= FULL_CHECK_MAX or ctx.args.verify == "yes"
-    what = f"product vs float64 NumPy ({'every entry' if full else f'{SAMPLED} random entries'}), " \
-           f"max rel err <= {MAX_REL_ERR:g}"
+    what = (
+        f"product vs float64 NumPy ({'every entry' if full else f'{SAMPLED} random entries'}), "
+        f"max rel err <= {MAX_REL_ERR:g}"
+    )
     if got.size != size * size:
         return Check(False, what, detail=f"result_matrix has {got.size} values, want {size * size}")
     got = got.reshape(size, size)
@@ -92,5 +102,10 @@ def verify(ctx, point: dict[str, Any], res, metrics: dict[str, Any]) -> Check | 
         have = got[i, j]
     err = float(np.max(np.abs(have - want) / (np.abs(want) + 1.0)))
     metrics["verify_max_rel_err"] = err
-    return Check(err <= MAX_REL_ERR, what, value=err, bound=MAX_REL_ERR,
-                 detail=f"max rel err {err:.3g}" + ("" if err <= MAX_REL_ERR else " (wrong product)"))
+    return Check(
+        err <= MAX_REL_ERR,
+        what,
+        value=err,
+        bound=MAX_REL_ERR,
+        detail=f"max rel err {err:.3g}" + ("" if err <= MAX_REL_ERR else " (wrong product)"),
+    )

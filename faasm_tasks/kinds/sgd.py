@@ -92,6 +92,12 @@ def verify(ctx, point: dict[str, Any], res, metrics: dict[str, Any]) -> Check:
         return Check(False, what, value=final, detail=problem)
     bound = tol * abs(ref) + ABS_TOLERANCE
     ok = abs(final - ref) <= bound
-    return Check(ok, what, value=final, reference=ref, bound=bound,
-                 detail=f"final loss {final:.4g} vs reference {ref:.4g}: |diff| {abs(final - ref):.3g} "
-                        f"{'<=' if ok else '>'} {tol:g} x ref + {ABS_TOLERANCE:g} = {bound:.3g}")
+    return Check(
+        ok,
+        what,
+        value=final,
+        reference=ref,
+        bound=bound,
+        detail=f"final loss {final:.4g} vs reference {ref:.4g}: |diff| {abs(final - ref):.3g} "
+        f"{'<=' if ok else '>'} {tol:g} x ref + {ABS_TOLERANCE:g} = {bound:.3g}",
+    )

@@ -55,6 +55,26 @@ from .measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, SIGFIG, new_his
 from .report import counters_text, explain_no_success, latency_txt, load_text, spec_dict
 from .spec import LoadSpec, set_sched_slice
 
-__all__ = ["BadReply", "ERROR_KINDS", "HIGHEST_US", "LATE_S", "LOWEST_US", "LoadSpec", "SIGFIG", "counters_text",
-           "explain_no_success", "latency_txt", "load_text", "new_hist", "parse_response", "parse_wrk", "run_load",
-           "run_wrk", "set_sched_slice", "spec_dict", "summarize", "wrk_available", "wrk_script"]
+__all__ = [
+    "BadReply",
+    "ERROR_KINDS",
+    "HIGHEST_US",
+    "LATE_S",
+    "LOWEST_US",
+    "LoadSpec",
+    "SIGFIG",
+    "counters_text",
+    "explain_no_success",
+    "latency_txt",
+    "load_text",
+    "new_hist",
+    "parse_response",
+    "parse_wrk",
+    "run_load",
+    "run_wrk",
+    "set_sched_slice",
+    "spec_dict",
+    "summarize",
+    "wrk_available",
+    "wrk_script",
+]

@@ -188,13 +188,24 @@ class ClosedLoop:
         await conns
 
     def result(self) -> dict[str, Any]:
-        return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
-                "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late, "last_done": self.last_done, "attempted": self.attempted,
-                "warmup_attempted": self.warmup_attempted, "warmup_ok": self.warmup_ok,
-                "last_errors": self.last_errors, "statuses": {str(k): v for k, v in self.statuses.items()},
-                "start_lag_s": None if self.first_start is None else self.first_start - self.t0,
-                "extended_s": max(0.0, self.last_start - self.end)}
+        return {
+            "hist": self.hist.encode().decode(),
+            "lag": self.lag.encode().decode(),
+            "errors": self.errors,
+            "ok": self.ok,
+            "all": self.all,
+            "scheduled": self.scheduled,
+            "sent": self.sent,
+            "late": self.late,
+            "last_done": self.last_done,
+            "attempted": self.attempted,
+            "warmup_attempted": self.warmup_attempted,
+            "warmup_ok": self.warmup_ok,
+            "last_errors": self.last_errors,
+            "statuses": {str(k): v for k, v in self.statuses.items()},
+            "start_lag_s": None if self.first_start is None else self.first_start - self.t0,
+            "extended_s": max(0.0, self.last_start - self.end),
+        }
 
 
 # ---------------------------------------------------------------- open loop: raw sockets
@@ -257,7 +268,7 @@ def parse_response(buf: bytes, eof: bool = False) -> tuple[int, int, bool] | Non
         if i < 0:
             return None
         i += len(name) + 3
-        return head[i:head.find(b"\r\n", i)].strip()
+        return head[i : head.find(b"\r\n", i)].strip()
 
     close = head.startswith(b"http/1.0")
     v = value(b"connection")
@@ -611,7 +622,16 @@ class OpenLoop:
             del values[:]
 
     def result(self) -> dict[str, Any]:
-        return {"hist": self.hist.encode().decode(), "lag": self.lag.encode().decode(), "errors": self.errors,
-                "ok": self.ok, "all": self.all, "scheduled": self.scheduled, "sent": self.sent,
-                "late": self.late, "late_no_conn": self.late_no_conn, "last_done": self.last_done,
-                "attempted": self.sent}
+        return {
+            "hist": self.hist.encode().decode(),
+            "lag": self.lag.encode().decode(),
+            "errors": self.errors,
+            "ok": self.ok,
+            "all": self.all,
+            "scheduled": self.scheduled,
+            "sent": self.sent,
+            "late": self.late,
+            "late_no_conn": self.late_no_conn,
+            "last_done": self.last_done,
+            "attempted": self.sent,
+        }

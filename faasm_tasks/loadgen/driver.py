@@ -90,16 +90,27 @@ def await_ready(spec: LoadSpec) -> dict[str, Any]:
                     kind, last = "read", f"{type(exc).__name__}: {exc}"
         if kind is None:
             if 200 <= status < 300:
-                return {"ready": True, "attempts": attempts, "errors": errors,
-                        "statuses": {str(k): v for k, v in statuses.items()},
-                        "last_error": last, "waited_s": round(time.monotonic() - t_start, 3)}
+                return {
+                    "ready": True,
+                    "attempts": attempts,
+                    "errors": errors,
+                    "statuses": {str(k): v for k, v in statuses.items()},
+                    "last_error": last,
+                    "waited_s": round(time.monotonic() - t_start, 3),
+                }
             kind, last = "non2xx", f"HTTP {status}"
             statuses[status] += 1
         errors[kind] += 1
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-    return {"ready": False, "attempts": attempts, "errors": errors, "statuses": {str(k): v for k, v in statuses.items()},
-            "last_error": last, "waited_s": round(time.monotonic() - t_start, 3),
-            "ready_timeout_s": spec.ready_timeout_s}
+    return {
+        "ready": False,
+        "attempts": attempts,
+        "errors": errors,
+        "statuses": {str(k): v for k, v in statuses.items()},
+        "last_error": last,
+        "waited_s": round(time.monotonic() - t_start, 3),
+        "ready_timeout_s": spec.ready_timeout_s,
+    }
 
 
 def child_setup(spec: LoadSpec) -> None:
@@ -135,10 +146,22 @@ def _proc_main(spec: LoadSpec, index: int, conn) -> None:
 
 def _not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float) -> dict[str, Any]:
     out = summarize(new_hist(), spec.duration_s, 0, 0, dict.fromkeys(ERROR_KINDS, 0))
-    out.update(ready=False, readiness=readiness, attempted=0, sent=0, warmup_attempted=0, warmup_ok=0,
-               mode=spec.mode, connections=spec.connections, processes=spec.processes, warmup_s=spec.warmup_s,
-               elapsed_s=round(elapsed, 3), started=time.time(), histogram=new_hist().encode().decode(),
-               host_load=load_text())
+    out.update(
+        ready=False,
+        readiness=readiness,
+        attempted=0,
+        sent=0,
+        warmup_attempted=0,
+        warmup_ok=0,
+        mode=spec.mode,
+        connections=spec.connections,
+        processes=spec.processes,
+        warmup_s=spec.warmup_s,
+        elapsed_s=round(elapsed, 3),
+        started=time.time(),
+        histogram=new_hist().encode().decode(),
+        host_load=load_text(),
+    )
     return out
 
 
@@ -172,17 +195,21 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                 ready = mp_connection.wait(list(waiting), timeout=max(0.0, start_deadline - time.monotonic()))
                 if not ready:
                     pids = sorted(p.pid for p in waiting.values())
-                    raise RuntimeError(f"the load driver never started: process(es) {pids} did not report within "
-                                       f"{spec.start_timeout_s:g} s ({len(procs) - len(waiting)}/{len(procs)} "
-                                       f"started; {load_text()})")
+                    raise RuntimeError(
+                        f"the load driver never started: process(es) {pids} did not report within "
+                        f"{spec.start_timeout_s:g} s ({len(procs) - len(waiting)}/{len(procs)} "
+                        f"started; {load_text()})"
+                    )
                 for parent in ready:
                     p = waiting.pop(parent)
                     try:
                         r = parent.recv()
                     except EOFError:
                         p.join(timeout=1)
-                        raise RuntimeError(f"the load driver never started: process {p.pid} exited before "
-                                           f"starting (exit code {p.exitcode})") from None
+                        raise RuntimeError(
+                            f"the load driver never started: process {p.pid} exited before "
+                            f"starting (exit code {p.exitcode})"
+                        ) from None
                     if "error" in r:
                         raise RuntimeError(f"the load driver never started: {r['error']}")
             # 2. the start time, now that all of them wait for it
@@ -206,8 +233,9 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                         p.join(timeout=1)
                         from stepkit.pool import exit_reason
 
-                        raise RuntimeError(f"load process {i} (pid {p.pid}) died without a result: "
-                                           f"{exit_reason(p.exitcode)}") from None
+                        raise RuntimeError(
+                            f"load process {i} (pid {p.pid}) died without a result: {exit_reason(p.exitcode)}"
+                        ) from None
                     if "error" in r:  # fail now; the others are stopped below
                         raise RuntimeError(f"load process failed: {r['error']}")
                     results.append(r)
@@ -256,34 +284,59 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
     out = summarize(hist, measured, ok, total, errors)
     out.update(duration_s=spec.duration_s, measured_duration_s=measured, throughput_basis="measured_duration_s")
     cpu = sum(r["cpu_s"] for r in results)
-    out.update(scheduling=sorted({r["scheduling"] for r in results}),
-               # CPU time of the load processes (user + system), all of them together
-               driver_cpu_s=round(cpu, 3), driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None)
-    out.update(mode=spec.mode, connections=spec.connections, processes=spec.processes,
-               warmup_s=spec.warmup_s, started=wall0, histogram=hist.encode().decode(),
-               # the driver's own send lag (actual minus scheduled, or intended, send), beside the latency
-               send_lag_histogram=lag.encode().decode(), send_lag_count=lag.get_total_count(),
-               send_lag_p50_us=lag.get_value_at_percentile(50) if lag.get_total_count() else None,
-               send_lag_p99_us=lag.get_value_at_percentile(99) if lag.get_total_count() else None,
-               send_lag_max_us=lag.get_max_value() if lag.get_total_count() else None)
+    out.update(
+        scheduling=sorted({r["scheduling"] for r in results}),
+        # CPU time of the load processes (user + system), all of them together
+        driver_cpu_s=round(cpu, 3),
+        driver_cpu_us_per_request=round(cpu / total * 1e6, 1) if total else None,
+    )
+    out.update(
+        mode=spec.mode,
+        connections=spec.connections,
+        processes=spec.processes,
+        warmup_s=spec.warmup_s,
+        started=wall0,
+        histogram=hist.encode().decode(),
+        # the driver's own send lag (actual minus scheduled, or intended, send), beside the latency
+        send_lag_histogram=lag.encode().decode(),
+        send_lag_count=lag.get_total_count(),
+        send_lag_p50_us=lag.get_value_at_percentile(50) if lag.get_total_count() else None,
+        send_lag_p99_us=lag.get_value_at_percentile(99) if lag.get_total_count() else None,
+        send_lag_max_us=lag.get_max_value() if lag.get_total_count() else None,
+    )
     # what explains a point without a success (explain_no_success)
-    out.update(ready=True, readiness=readiness, attempted=attempted, sent=sent, warmup_attempted=warm_att,
-               warmup_ok=warm_ok, last_errors=last_errors, statuses=dict(statuses),
-               start_lag_s=round(max(lags), 3) if lags else None, timeout_s=spec.timeout_s,
-               elapsed_s=round(time.monotonic() - m0, 3), host_load=load_text())
+    out.update(
+        ready=True,
+        readiness=readiness,
+        attempted=attempted,
+        sent=sent,
+        warmup_attempted=warm_att,
+        warmup_ok=warm_ok,
+        last_errors=last_errors,
+        statuses=dict(statuses),
+        start_lag_s=round(max(lags), 3) if lags else None,
+        timeout_s=spec.timeout_s,
+        elapsed_s=round(time.monotonic() - m0, 3),
+        host_load=load_text(),
+    )
     if spec.mode == "open":
         missed = max(0, scheduled - sent)
-        out.update(rate=spec.rate, scheduled=scheduled, sent=sent, missed=missed, late=late,
-                   late_threshold_ms=LATE_S * 1000,
-                   # late sends whose slot found every connection busy (the server, not the
-                   # driver's own clock, held them back); the rest the driver itself was late for
-                   late_waiting_for_connection=late_no_conn,
-                   # requests never sent in the window or sent > 5 ms after their slot
-                   schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0)
+        out.update(
+            rate=spec.rate,
+            scheduled=scheduled,
+            sent=sent,
+            missed=missed,
+            late=late,
+            late_threshold_ms=LATE_S * 1000,
+            # late sends whose slot found every connection busy (the server, not the
+            # driver's own clock, held them back); the rest the driver itself was late for
+            late_waiting_for_connection=late_no_conn,
+            # requests never sent in the window or sent > 5 ms after their slot
+            schedule_lag_fraction=(missed + late) / scheduled if scheduled else 0.0,
+        )
     else:
         extended = max((r.get("extended_s", 0.0) for r in results), default=0.0)
-        out.update(max_delay_ms=spec.max_delay_ms, min_requests=spec.min_requests,
-                   window_extended_s=round(extended, 3))
+        out.update(max_delay_ms=spec.max_delay_ms, min_requests=spec.min_requests, window_extended_s=round(extended, 3))
     return out
 
 
@@ -318,8 +371,12 @@ def _lua_str(s: str) -> str:
 
 def wrk_script(spec: LoadSpec) -> str:
     headers = "\n".join(f"wrk.headers[{_lua_str(k)}] = {_lua_str(v)}" for k, v in spec.headers.items())
-    return WRK_LUA.format(method=spec.method, body=_lua_str(spec.body.decode("utf-8")) if spec.body else "nil",
-                          headers=headers, delay=int(spec.max_delay_ms))
+    return WRK_LUA.format(
+        method=spec.method,
+        body=_lua_str(spec.body.decode("utf-8")) if spec.body else "nil",
+        headers=headers,
+        delay=int(spec.max_delay_ms),
+    )
 
 
 def wrk_available() -> str | None:
@@ -331,7 +388,7 @@ def parse_wrk(stdout: str, duration_s: float) -> dict[str, Any]:
     kv: dict[str, str] = {}
     for line in stdout.splitlines():
         if line.startswith("FAASM_WRK "):
-            for tok in line[len("FAASM_WRK "):].split(" "):
+            for tok in line[len("FAASM_WRK ") :].split(" "):
                 if "=" in tok:
                     k, v = tok.split("=", 1)
                     kv[k] = v
@@ -339,19 +396,38 @@ def parse_wrk(stdout: str, duration_s: float) -> dict[str, Any]:
         raise ValueError("wrk output has no FAASM_WRK summary (did the script run?)")
     lat = [int(float(x)) for x in kv["LATENCIES"].split(",")]
     total = int(kv["REQUESTS"])
-    errors = {"connect": int(kv.get("connect", 0)), "timeout": int(kv.get("timeout", 0)),
-              "read": int(kv.get("read", 0)) + int(kv.get("write", 0)), "non2xx": int(kv.get("status", 0))}
+    errors = {
+        "connect": int(kv.get("connect", 0)),
+        "timeout": int(kv.get("timeout", 0)),
+        "read": int(kv.get("read", 0)) + int(kv.get("write", 0)),
+        "non2xx": int(kv.get("status", 0)),
+    }
     m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", stdout)
     if m:
         errors["non2xx"] = max(errors["non2xx"], int(m.group(1)))
     ok = total - errors["non2xx"]
-    return {"unit": "us", "source": "wrk", "duration_s": duration_s, "requests_all": total, "requests_ok": ok,
-            "throughput_all": total / duration_s, "throughput_ok": ok / duration_s,
-            "errors": errors, "errors_total": sum(errors.values()),
-            "min_us": int(kv["MIN"]), "max_us": int(kv["MAX"]), "mean_us": float(kv["MEAN"]),
-            "stddev_us": float(kv["STDDEV"]), "p10_us": lat[10], "p50_us": lat[50], "p90_us": lat[90],
-            "p99_us": lat[99], "p999_us": int(kv.get("P999", lat[99])), "latencies_us": lat,
-            "wrk_duration_us": int(kv["DURATION"])}
+    return {
+        "unit": "us",
+        "source": "wrk",
+        "duration_s": duration_s,
+        "requests_all": total,
+        "requests_ok": ok,
+        "throughput_all": total / duration_s,
+        "throughput_ok": ok / duration_s,
+        "errors": errors,
+        "errors_total": sum(errors.values()),
+        "min_us": int(kv["MIN"]),
+        "max_us": int(kv["MAX"]),
+        "mean_us": float(kv["MEAN"]),
+        "stddev_us": float(kv["STDDEV"]),
+        "p10_us": lat[10],
+        "p50_us": lat[50],
+        "p90_us": lat[90],
+        "p99_us": lat[99],
+        "p999_us": int(kv.get("P999", lat[99])),
+        "latencies_us": lat,
+        "wrk_duration_us": int(kv["DURATION"]),
+    }
 
 
 def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any], str, str]:
@@ -372,14 +448,32 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
         f.write(script)
         path = f.name
     try:
-        cmd = [exe, f"-t{threads or spec.processes}", f"-c{spec.connections}", f"-d{duration}s",
-               f"--timeout={int(max(1, spec.timeout_s))}s", "-s", path, spec.url]
+        cmd = [
+            exe,
+            f"-t{threads or spec.processes}",
+            f"-c{spec.connections}",
+            f"-d{duration}s",
+            f"--timeout={int(max(1, spec.timeout_s))}s",
+            "-s",
+            path,
+            spec.url,
+        ]
         if spec.warmup_s > 0:
             warm = [*cmd[:3], f"-d{int(max(1, round(spec.warmup_s)))}s", *cmd[4:]]
-            subprocess.run(warm, capture_output=True, text=True, timeout=spec.warmup_s + 60,
-                           preexec_fn=fifo_preexec(spec.rt_priority))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + spec.timeout_s + 60,
-                              preexec_fn=fifo_preexec(spec.rt_priority))
+            subprocess.run(
+                warm,
+                capture_output=True,
+                text=True,
+                timeout=spec.warmup_s + 60,
+                preexec_fn=fifo_preexec(spec.rt_priority),
+            )
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=duration + spec.timeout_s + 60,
+            preexec_fn=fifo_preexec(spec.rt_priority),
+        )
     finally:
         os.unlink(path)
     out = proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else "")

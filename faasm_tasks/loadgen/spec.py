@@ -70,13 +70,16 @@ def slot_range(spec: LoadSpec) -> tuple[int, int]:
 
 def count_mod(lo: int, hi: int, p: int, r: int) -> int:
     """How many j in [lo, hi) have j % p == r."""
+
     def below(x: int) -> int:  # j in [0, x)
         return (x - r + p - 1) // p if x > r else 0
+
     return max(0, below(hi) - below(lo))
 
 
 def share(spec: LoadSpec, index: int) -> int:
     return spec.connections // spec.processes + (1 if index < spec.connections % spec.processes else 0)
+
 
 _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274, "arm64": 274, "ppc64le": 355, "s390x": 345, "riscv64": 274}
 
@@ -92,15 +95,24 @@ def set_sched_slice(pid: int, slice_us: int) -> bool:
         return False
 
     class Attr(ctypes.Structure):  # struct sched_attr, SCHED_ATTR_SIZE_VER1
-        _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
-                    ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
-                    ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64), ("util_min", ctypes.c_uint32),
-                    ("util_max", ctypes.c_uint32)]
+        _fields_ = [
+            ("size", ctypes.c_uint32),
+            ("policy", ctypes.c_uint32),
+            ("flags", ctypes.c_uint64),
+            ("nice", ctypes.c_int32),
+            ("priority", ctypes.c_uint32),
+            ("runtime", ctypes.c_uint64),
+            ("deadline", ctypes.c_uint64),
+            ("period", ctypes.c_uint64),
+            ("util_min", ctypes.c_uint32),
+            ("util_max", ctypes.c_uint32),
+        ]
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        attr = Attr(size=ctypes.sizeof(Attr), policy=0, nice=os.getpriority(os.PRIO_PROCESS, pid),
-                    runtime=slice_us * 1000)
+        attr = Attr(
+            size=ctypes.sizeof(Attr), policy=0, nice=os.getpriority(os.PRIO_PROCESS, pid), runtime=slice_us * 1000
+        )
         return libc.syscall(nr, pid, ctypes.byref(attr), 0) == 0
     except (OSError, AttributeError):
         return False
@@ -130,4 +142,5 @@ def fifo_preexec(rt_priority: int):
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
         except OSError:
             pass  # refused: wrk runs under the normal policy
+
     return preexec

@@ -38,6 +38,19 @@ from .state import GlobalTier, Host, LocalTier
 from .wasm import WasmRuntime, wasmtime_version
 
 __all__ = [
-    "SYSTEMS", "Call", "CallFailed", "GlobalTier", "Host", "InProcess", "LocalTier", "NativeRuntime",
-    "WasmRuntime", "artefact", "build_problems", "runc_binary", "runc_list", "runc_remove", "wasmtime_version",
+    "SYSTEMS",
+    "Call",
+    "CallFailed",
+    "GlobalTier",
+    "Host",
+    "InProcess",
+    "LocalTier",
+    "NativeRuntime",
+    "WasmRuntime",
+    "artefact",
+    "build_problems",
+    "runc_binary",
+    "runc_list",
+    "runc_remove",
+    "wasmtime_version",
 ]

@@ -16,8 +16,17 @@ class InProcess:
     """One runtime whose chained calls run on a thread pool of this process instead of going
     back through a worker's HTTP port (bench/faasm_local.py, tests)."""
 
-    def __init__(self, system: str, r, work_dir: str, build_dir: str = BUILD_DIR, label: str = "",
-                 memory_limit_mb: int = 512, call_timeout_s: float = 600.0, threads: int = 96):
+    def __init__(
+        self,
+        system: str,
+        r,
+        work_dir: str,
+        build_dir: str = BUILD_DIR,
+        label: str = "",
+        memory_limit_mb: int = 512,
+        call_timeout_s: float = 600.0,
+        threads: int = 96,
+    ):
         from concurrent.futures import ThreadPoolExecutor
 
         self.pool = ThreadPoolExecutor(threads)
@@ -30,8 +39,13 @@ class InProcess:
         if system == "wasm":
             self.rt: Any = WasmRuntime(self.host, os.path.join(work_dir, "codegen"), memory_limit_mb, build_dir)
         else:
-            self.rt = NativeRuntime(self.host, os.path.join(work_dir, "native"), label or f"inprocess-{os.getpid()}",
-                                    memory_limit_mb, build_dir)
+            self.rt = NativeRuntime(
+                self.host,
+                os.path.join(work_dir, "native"),
+                label or f"inprocess-{os.getpid()}",
+                memory_limit_mb,
+                build_dir,
+            )
 
     def chain(self, msg: dict[str, Any]) -> int:
         with self.lock:

@@ -18,14 +18,23 @@ class NativeRuntime:
 
     system = "native"
 
-    def __init__(self, host: Host, run_dir: str, label: str, memory_limit_mb: int = 512,
-                 build_dir: str = BUILD_DIR, max_containers: int = 96):
+    def __init__(
+        self,
+        host: Host,
+        run_dir: str,
+        label: str,
+        memory_limit_mb: int = 512,
+        build_dir: str = BUILD_DIR,
+        max_containers: int = 96,
+    ):
         exe = runc_binary()
         if not exe:
             raise RuntimeError("runc not found: apt-get install -y runc (make system-deps)")
         if os.geteuid() != 0:
-            raise RuntimeError("the native system starts runc containers, which needs root here "
-                               f"(running as uid {os.geteuid()}); use --system wasm")
+            raise RuntimeError(
+                "the native system starts runc containers, which needs root here "
+                f"(running as uid {os.geteuid()}); use --system wasm"
+            )
         self.runc = exe
         self.host = host
         self.build_dir = build_dir
@@ -62,8 +71,17 @@ class NativeRuntime:
                 raise CallFailed(f"no container available: this worker already runs {len(self.all)}")
             self.seq += 1
             cid = f"{self.prefix}-{os.getpid()}-{self.seq}"
-        c = Container(cid, module, runc=self.runc, root=self.root, bundle=os.path.join(self.bundles, cid),
-                      rootfs=self.rootfs(module), memory_limit=self.memory_limit, env=self.env, host=self.host)
+        c = Container(
+            cid,
+            module,
+            runc=self.runc,
+            root=self.root,
+            bundle=os.path.join(self.bundles, cid),
+            rootfs=self.rootfs(module),
+            memory_limit=self.memory_limit,
+            env=self.env,
+            host=self.host,
+        )
         with self.lock:
             self.all[c.id] = c
         return c

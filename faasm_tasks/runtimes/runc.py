@@ -36,8 +36,7 @@ def runc_list(root: str) -> list[dict[str, Any]]:
     exe = runc_binary()
     if not exe or not os.path.isdir(root):
         return []
-    out = subprocess.run([exe, "--root", root, "list", "--format", "json"], capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run([exe, "--root", root, "list", "--format", "json"], capture_output=True, text=True, timeout=30)
     if out.returncode != 0:
         return []
     return json.loads(out.stdout or "null") or []
@@ -56,8 +55,10 @@ CGROUP_PARENT = "faasm_tasks"
 def oom_kills(cid: str) -> int:
     """How many times the OOM killer struck in container ``cid``'s memory cgroup (v1 or v2);
     0 when its cgroup is gone or unreadable."""
-    for path in (f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/{cid}/memory.oom_control",
-                 f"/sys/fs/cgroup/{CGROUP_PARENT}/{cid}/memory.events"):
+    for path in (
+        f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/{cid}/memory.oom_control",
+        f"/sys/fs/cgroup/{CGROUP_PARENT}/{cid}/memory.events",
+    ):
         try:
             with open(path, encoding="utf-8") as f:
                 for line in f:
@@ -74,21 +75,37 @@ def container_config(cid: str, rootfs: str, memory_limit: int, env: dict[str, st
     with nothing else in it, no capabilities, the memory limit in its cgroup."""
     return {
         "ociVersion": "1.0.2",
-        "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/fn"],
-                    "env": [f"{k}={v}" for k, v in env.items()], "cwd": "/", "noNewPrivileges": True,
-                    "capabilities": {"bounding": [], "effective": [], "permitted": [], "ambient": []},
-                    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 64, "soft": 64}]},
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["/fn"],
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "cwd": "/",
+            "noNewPrivileges": True,
+            "capabilities": {"bounding": [], "effective": [], "permitted": [], "ambient": []},
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 64, "soft": 64}],
+        },
         "root": {"path": rootfs, "readonly": True},
         "hostname": cid[:63],
-        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-                    "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}],
-        "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-                  "cgroupsPath": f"/{CGROUP_PARENT}/{cid}",
-                  "resources": {"memory": {"limit": memory_limit, "swap": memory_limit},
-                                "devices": [{"allow": False, "access": "rwm"}]},
-                  "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
-                  "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]},
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {
+                "destination": "/dev",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+            },
+        ],
+        "linux": {
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+            "cgroupsPath": f"/{CGROUP_PARENT}/{cid}",
+            "resources": {
+                "memory": {"limit": memory_limit, "swap": memory_limit},
+                "devices": [{"allow": False, "access": "rwm"}],
+            },
+            "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+            "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+        },
     }
 
 
@@ -111,8 +128,19 @@ class Container:
     """``runc run`` of container ``cid`` (the binary ``runc``, state root ``root``) from a new
     bundle ``bundle`` whose root filesystem is ``rootfs``; ``host`` answers its requests."""
 
-    def __init__(self, cid: str, module: str, *, runc: str, root: str, bundle: str, rootfs: str,
-                 memory_limit: int, env: dict[str, str], host: Host):
+    def __init__(
+        self,
+        cid: str,
+        module: str,
+        *,
+        runc: str,
+        root: str,
+        bundle: str,
+        rootfs: str,
+        memory_limit: int,
+        env: dict[str, str],
+        host: Host,
+    ):
         self.id, self.module = cid, module
         self.root, self.memory_limit, self.host = root, memory_limit, host
         os.makedirs(bundle, exist_ok=True)
@@ -120,8 +148,12 @@ class Container:
             json.dump(container_config(cid, rootfs, memory_limit, env), f)
         self.bundle = bundle
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([runc, "--root", root, "run", "--keep", "--bundle", bundle, cid],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [runc, "--root", root, "run", "--keep", "--bundle", bundle, cid],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.start_s = time.perf_counter() - t0
         self.calls = 0
         self.timed_out = False
@@ -151,17 +183,17 @@ class Container:
                     name = data[4:].decode(errors="replace")
                     val = host.tier.read(f"{call.user}_{name}") if op == "r" else host.read_file(name)
                     status = -1 if val is None else len(val)
-                    body = b"" if val is None else val[:max(0, mx)]
+                    body = b"" if val is None else val[: max(0, mx)]
                 elif op == "w":
                     kl = struct.unpack("<i", data[:4])[0]
-                    host.tier.write(f"{call.user}_{data[4:4 + kl].decode()}", data[4 + kl:])
+                    host.tier.write(f"{call.user}_{data[4 : 4 + kl].decode()}", data[4 + kl :])
                 elif op == "a":
                     kl = struct.unpack("<i", data[:4])[0]
-                    k = data[4:4 + kl].decode()
-                    n = struct.unpack("<i", data[4 + kl:8 + kl])[0]
+                    k = data[4 : 4 + kl].decode()
+                    n = struct.unpack("<i", data[4 + kl : 8 + kl])[0]
                     off = 8 + kl
-                    idx = np.frombuffer(data[off:off + 4 * n], dtype="<i4")
-                    vals = np.frombuffer(data[off + 4 * n:off + 12 * n], dtype="<f8")
+                    idx = np.frombuffer(data[off : off + 4 * n], dtype="<i4")
+                    vals = np.frombuffer(data[off + 4 * n : off + 12 * n], dtype="<f8")
                     host.tier.add_f64(f"{call.user}_{k}", idx, vals)
                 elif op == "c":
                     index = struct.unpack("<i", data[:4])[0]
@@ -174,7 +206,7 @@ class Container:
                     cid, mx = struct.unpack("<ii", data[:8])
                     ok, out = host.await_call(cid, host.call_timeout_s)
                     full = out.encode()
-                    status, size, body = (0 if ok else 1), len(full), full[:max(0, mx)]
+                    status, size, body = (0 if ok else 1), len(full), full[: max(0, mx)]
                 else:
                     raise EOFError(f"unknown request {op!r} from the container")
                 w.write(_frame("R", struct.pack("<ii", status, size) + body))
@@ -200,8 +232,10 @@ class Container:
         self.kill()
         err = (self.proc.stderr.read() or b"").decode(errors="replace").strip()[-300:] if self.proc.stderr else ""
         if oom:
-            return (f"native container {self.id} killed by the OOM killer: over its "
-                    f"{self.memory_limit >> 20} MiB memory limit")
+            return (
+                f"native container {self.id} killed by the OOM killer: over its "
+                f"{self.memory_limit >> 20} MiB memory limit"
+            )
         if rc is not None and rc > 128:
             sig = rc - 128
             name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)

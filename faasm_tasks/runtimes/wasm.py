@@ -87,8 +87,10 @@ class WasmRuntime:
                 try:
                     mod = self.wt.Module(self.engine, wasm)
                 except self.wt.WasmtimeError as exc:
-                    raise CallFailed(f"{path} is not a valid WebAssembly module ({str(exc).splitlines()[0]}): "
-                                     "rebuild it with `make functions`") from None
+                    raise CallFailed(
+                        f"{path} is not a valid WebAssembly module ({str(exc).splitlines()[0]}): "
+                        "rebuild it with `make functions`"
+                    ) from None
                 self.stats["compiled"] += 1
                 os.makedirs(self.cache_dir, exist_ok=True)
                 tmp = f"{cached}.tmp-{os.getpid()}"
@@ -178,12 +180,17 @@ class WasmRuntime:
         def f_read_file(caller, pptr, ptr, length):
             return copy_out(caller, self.host.read_file(cstr(caller, pptr)), ptr, length)
 
-        defs = {"input": ([i32, i32], [i32], f_input), "output": ([i32, i32], [], f_output),
-                "read_state": ([i32, i32, i32], [i32], f_read_state),
-                "write_state": ([i32, i32, i32], [], f_write_state),
-                "add_state_f64": ([i32, i32, i32, i32], [], f_add), "pull_state": ([i32], [], f_pull),
-                "chain": ([i32, i32, i32], [i32], f_chain), "await": ([i32, i32, i32, i32], [i32], f_await),
-                "read_file": ([i32, i32, i32], [i32], f_read_file)}
+        defs = {
+            "input": ([i32, i32], [i32], f_input),
+            "output": ([i32, i32], [], f_output),
+            "read_state": ([i32, i32, i32], [i32], f_read_state),
+            "write_state": ([i32, i32, i32], [], f_write_state),
+            "add_state_f64": ([i32, i32, i32, i32], [], f_add),
+            "pull_state": ([i32], [], f_pull),
+            "chain": ([i32, i32, i32], [i32], f_chain),
+            "await": ([i32, i32, i32, i32], [i32], f_await),
+            "read_file": ([i32, i32, i32], [i32], f_read_file),
+        }
         for name, (params, results, fn) in defs.items():
             self.linker.define_func("faasm", name, wt.FuncType(params, results), fn, access_caller=True)
 

@@ -32,8 +32,11 @@ def add_arguments(p):
     p.add_argument("--interval", type=float, default=2.0, help="seconds between samples (default 2, the manual's)")
     p.add_argument("--flush-s", type=float, default=10.0, help="seconds between segments written to storage")
     p.add_argument("--max-s", type=float, default=8 * 3600, help="stop by itself after this long")
-    p.add_argument("--host", default=os.environ.get("NODE_NAME") or socket.gethostname(),
-                   help="host name of the samples (default: env NODE_NAME, the pod's node, else the hostname)")
+    p.add_argument(
+        "--host",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="host name of the samples (default: env NODE_NAME, the pod's node, else the hostname)",
+    )
 
 
 def host_folder(results: str, date: str, run_id: str, host: str) -> str:
@@ -52,8 +55,14 @@ def run(args) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     psutil.cpu_percent(interval=None)
     freq = psutil.cpu_freq()
-    header = {"t": round(time.time(), 3), "host": args.host, "cpu_count": psutil.cpu_count(),
-              "cpu_freq_max": freq.max if freq else None, "interval_s": args.interval, "run_id": args.run_id}
+    header = {
+        "t": round(time.time(), 3),
+        "host": args.host,
+        "cpu_count": psutil.cpu_count(),
+        "cpu_freq_max": freq.max if freq else None,
+        "interval_s": args.interval,
+        "run_id": args.run_id,
+    }
     seq = len([n for n in storage.list_files(folder) if n.endswith(".jsonl")])  # a restarted pod appends
     rows: list[str] = []
     t_end = time.monotonic() + args.max_s

@@ -40,17 +40,31 @@ def _pct(text: str) -> float | None:
 def add_arguments(p):
     add_common(p)
     p.add_argument("--days", type=int, default=30, help="days of history before the run's date (default 30)")
-    p.add_argument("--p99-increase-pct", type=_pct, default=25.0,
-                   help="fail when p99 latency is more than this %% above the trailing median (default 25; "
-                        "negative: off)")
-    p.add_argument("--throughput-drop-pct", type=_pct, default=20.0,
-                   help="fail when throughput is more than this %% below the trailing median (default 20; "
-                        "negative: off)")
-    p.add_argument("--run-time-increase-pct", type=_pct, default=50.0,
-                   help="fail when SGD / matrix run time is more than this %% above the trailing median "
-                        "(default 50; negative: off)")
-    p.add_argument("--min-history", type=int, default=3,
-                   help="previous days with results a point needs before it is checked (default 3)")
+    p.add_argument(
+        "--p99-increase-pct",
+        type=_pct,
+        default=25.0,
+        help="fail when p99 latency is more than this %% above the trailing median (default 25; negative: off)",
+    )
+    p.add_argument(
+        "--throughput-drop-pct",
+        type=_pct,
+        default=20.0,
+        help="fail when throughput is more than this %% below the trailing median (default 20; negative: off)",
+    )
+    p.add_argument(
+        "--run-time-increase-pct",
+        type=_pct,
+        default=50.0,
+        help="fail when SGD / matrix run time is more than this %% above the trailing median "
+        "(default 50; negative: off)",
+    )
+    p.add_argument(
+        "--min-history",
+        type=int,
+        default=3,
+        help="previous days with results a point needs before it is checked (default 3)",
+    )
 
 
 def run(args) -> int:
@@ -59,10 +73,14 @@ def run(args) -> int:
     if args.min_history < 1:
         raise StepError(f"--min-history must be at least 1, got {args.min_history}")
     date = run_date(args)
-    from .. import trends  # noqa: PLC0415 - pandas only here
+    from .. import trends  # pandas only here
 
-    th = trends.Thresholds(p99_increase_pct=args.p99_increase_pct, throughput_drop_pct=args.throughput_drop_pct,
-                           run_time_increase_pct=args.run_time_increase_pct, min_history=args.min_history)
+    th = trends.Thresholds(
+        p99_increase_pct=args.p99_increase_pct,
+        throughput_drop_pct=args.throughput_drop_pct,
+        run_time_increase_pct=args.run_time_increase_pct,
+        min_history=args.min_history,
+    )
     # the window covers the run's date plus `days` days before it
     problems: list[dict[str, str]] = []
     history = trends.load_window(args.results, date, args.days + 1, problems)
@@ -77,27 +95,40 @@ def run(args) -> int:
         groups = failed_groups(args.results, date, args.run_id, iter_records(args.results, date, args.run_id))
         failed = int((current["status"] == "failed").sum())
         if groups or failed:
-            import sys  # noqa: PLC0415
+            import sys
 
             what = [f"{g['experiment']}/{g['system']} failed at {g['step']}: {g['error']}" for g in groups]
-            print(f"faasm_tasks check: FAILED: run {args.run_id} on {date} has no measured points: "
-                  f"{failed} failed point(s), {len(groups)} failed experiment group(s)"
-                  + (": " + "; ".join(what) if what else ""), file=sys.stderr, flush=True)
+            print(
+                f"faasm_tasks check: FAILED: run {args.run_id} on {date} has no measured points: "
+                f"{failed} failed point(s), {len(groups)} failed experiment group(s)"
+                + (": " + "; ".join(what) if what else ""),
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         print(f"check: run {args.run_id} on {date} has no measured points; nothing to check", flush=True)
         return 0
     for item in res.too_little_history:
-        print(f"check: too little history for {item['experiment']}/{item['system']} point {item['point']} "
-              f"{item['metric']}: {item['history_days']} previous day(s) with results, need {th.min_history}; "
-              f"not checked", flush=True)
-    print(f"check: {len(res.checked)} comparisons, {len(res.breaches)} breaches, "
-          f"{len(res.too_little_history)} without enough history", flush=True)
+        print(
+            f"check: too little history for {item['experiment']}/{item['system']} point {item['point']} "
+            f"{item['metric']}: {item['history_days']} previous day(s) with results, need {th.min_history}; "
+            f"not checked",
+            flush=True,
+        )
+    print(
+        f"check: {len(res.checked)} comparisons, {len(res.breaches)} breaches, "
+        f"{len(res.too_little_history)} without enough history",
+        flush=True,
+    )
     if res.breaches:
         for b in res.breaches:
             print(f"check: BREACH {trends.breach_text(b)}", flush=True)
-        import sys  # noqa: PLC0415
+        import sys
 
-        print("faasm_tasks check: regression: " + "; ".join(trends.breach_text(b) for b in res.breaches),
-              file=sys.stderr, flush=True)
+        print(
+            "faasm_tasks check: regression: " + "; ".join(trends.breach_text(b) for b in res.breaches),
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0

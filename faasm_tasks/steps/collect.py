@@ -26,8 +26,9 @@ from ..targets import get_target
 
 def add_arguments(p):
     add_common(p)
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="knative: seconds to wait for the billing DaemonSet's pods to go")
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="knative: seconds to wait for the billing DaemonSet's pods to go"
+    )
 
 
 def run(args) -> int:
@@ -35,8 +36,13 @@ def run(args) -> int:
     base = run_prefix(args.results, date, args.run_id)
     procs.fault("collect")  # test hook: collect killed before it stops the sampler
     stopped = billing.stop_sampler(args.state_dir, args.run_id)
-    report: dict = {"sampler": stopped, "stored": [], "attached": [], "logs": [],
-              "interrupted": mark_interrupted(args.results, date, args.run_id)}
+    report: dict = {
+        "sampler": stopped,
+        "stored": [],
+        "attached": [],
+        "logs": [],
+        "interrupted": mark_interrupted(args.results, date, args.run_id),
+    }
     if args.target == "knative":
         report["billing_daemonset"] = get_target("knative", args).stop_billing(args.timeout)
     samples_file = billing.samples_path(args.state_dir, args.run_id)
@@ -77,14 +83,20 @@ def run(args) -> int:
         summaries = [s for s in every if s["samples"] >= 2]
         if summaries:
             doc = {"hosts": summaries}
-            rec["billing"] = {"hosts": len(summaries),
-                              "memory_gb_s": round(sum(s["memory_gb_s"] for s in summaries), 4),
-                              "peak_memory_mb": max(s["peak_memory_mb"] for s in summaries)}
+            rec["billing"] = {
+                "hosts": len(summaries),
+                "memory_gb_s": round(sum(s["memory_gb_s"] for s in summaries), 4),
+                "peak_memory_mb": max(s["peak_memory_mb"] for s in summaries),
+            }
         elif (rec.get("metrics") or {}).get("billing_wanted"):
             # billing was asked for and no host has samples around this window: say so, never leave it out
             problem = no_samples_problem(parsed, win)
-            doc = {"hosts": [], "no_samples": True, "problem": problem,
-                   "hosts_without_samples": [{"host": s["host"], "samples": s["samples"]} for s in every]}
+            doc = {
+                "hosts": [],
+                "no_samples": True,
+                "problem": problem,
+                "hosts_without_samples": [{"host": s["host"], "samples": s["samples"]} for s in every],
+            }
             rec["billing"] = {"hosts": 0, "problem": problem}
             report["no_samples"].append({"attempt": uri, "problem": problem})
         else:
@@ -103,8 +115,11 @@ def run(args) -> int:
                     storage.write_bytes(dst, f.read())
                 report["logs"].append(name)
     write_op_report(args.results, date, args.run_id, "collect", report)
-    print(f"collect: sampler {stopped.get('action')}, {len(report['attached'])} billing summaries attached, "
-          f"{len(report['logs'])} logs stored", flush=True)
+    print(
+        f"collect: sampler {stopped.get('action')}, {len(report['attached'])} billing summaries attached, "
+        f"{len(report['logs'])} logs stored",
+        flush=True,
+    )
     for item in report["no_samples"]:
         print(f"collect: no billing samples for {item['attempt']}: {item['problem']}", flush=True)
     return 0
@@ -115,6 +130,9 @@ def no_samples_problem(parsed: dict[str, list[dict]], win: dict[str, float]) -> 
     span = f"window {win['start']:.3f} .. {win['end']:.3f} (+- {billing.MAX_GAP_S:g} s)"
     if not parsed or not any(parsed.values()):
         return f"no billing samples were stored for this run; {span}"
-    cover = "; ".join(f"{h}: {len(rows)} sample(s) from {rows[0]['t']:.3f} to {rows[-1]['t']:.3f}"
-                      for h, rows in sorted(parsed.items()) if rows)
+    cover = "; ".join(
+        f"{h}: {len(rows)} sample(s) from {rows[0]['t']:.3f} to {rows[-1]['t']:.3f}"
+        for h, rows in sorted(parsed.items())
+        if rows
+    )
     return f"no host has 2 samples around the {span}; samples cover {cover}"

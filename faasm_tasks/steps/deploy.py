@@ -37,8 +37,7 @@ def positive_int(text: str) -> int:
 
 def add_arguments(p):
     add_common(p, experiment=True, experiment_required=True)
-    p.add_argument("--workers", type=positive_int,
-                   help=f"override the worker replica count (1 to {MAX_WORKERS})")
+    p.add_argument("--workers", type=positive_int, help=f"override the worker replica count (1 to {MAX_WORKERS})")
     p.add_argument("--set", action="append", default=[], help="parameter override key=value")
     add_replicas(p)
 
@@ -56,17 +55,31 @@ def run(args) -> int:
         target = get_target(args.target, args)
         report = target.deploy(plan)
         procs.fault("deployed")  # test hook: a deploy stopped after its target came up
-        uri = write_op_report(args.results, date, args.run_id, "deploy",
-                              {"target": args.target, "experiment": plan.name, "system": plan.system,
-                               "report": report})
+        uri = write_op_report(
+            args.results,
+            date,
+            args.run_id,
+            "deploy",
+            {"target": args.target, "experiment": plan.name, "system": plan.system, "report": report},
+        )
     except BaseException as exc:
         if getattr(exc, "cleanup", None) is None:  # the target's deploy returned (or never ran)
             stop = getattr(target, "stop_started", None)
-            exc.cleanup = (stop() if stop else "it had started no process" if target is None  # type: ignore[attr-defined]
-                           else "the cluster objects it created are left for teardown")
-        write_failure_report(args.results, date, args.run_id, "deploy", exc,
-                             {"target": args.target, "experiment": args.experiment, "system": args.system,
-                              "cleanup": exc.cleanup})  # type: ignore[attr-defined]
+            exc.cleanup = (
+                stop()
+                if stop
+                else "it had started no process"
+                if target is None  # type: ignore[attr-defined]
+                else "the cluster objects it created are left for teardown"
+            )
+        write_failure_report(
+            args.results,
+            date,
+            args.run_id,
+            "deploy",
+            exc,
+            {"target": args.target, "experiment": args.experiment, "system": args.system, "cleanup": exc.cleanup},
+        )  # type: ignore[attr-defined]
         print(f"deploy: failed; {exc.cleanup}", flush=True)  # type: ignore[attr-defined]
         raise
     print(f"deploy: {report.get('status')} ({uri})", flush=True)

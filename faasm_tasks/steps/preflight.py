@@ -35,16 +35,18 @@ def run(args) -> int:
         cat = load_catalogue(args.catalogue_dir)
         unknown = [e for e in experiments if e not in cat]
         if unknown or not experiments:
-            raise StepError(f"--experiments {args.experiments!r}: unknown {unknown or 'none given'}; "
-                            f"the catalogue has {', '.join(sorted(cat))}")
+            raise StepError(
+                f"--experiments {args.experiments!r}: unknown {unknown or 'none given'}; "
+                f"the catalogue has {', '.join(sorted(cat))}"
+            )
         bad = [s for s in systems if s not in ("wasm", "native")]
         if bad or not systems:
             raise StepError(f"--systems {args.systems!r}: choose from wasm, native")
         groups = [[e, s] for e in experiments for s in systems if s in cat[e]["systems"]]
         problems: list[str] = []
         if args.target == "local":
-            from .. import runtimes  # noqa: PLC0415
-            from ..targets.local import redis_binary  # noqa: PLC0415
+            from .. import runtimes
+            from ..targets.local import redis_binary
 
             for system in sorted({s for _, s in groups}):
                 missing = runtimes.build_problems(system)
@@ -56,11 +58,14 @@ def run(args) -> int:
                 problems.append(str(exc))
         if problems:
             fix = " run `make functions` first" if any("functions" in p for p in problems) else ""
-            raise StepError(f"the {args.target} target cannot run any of the {len(groups)} selected experiment "
-                            f"group(s): {'; '.join(problems)}.{fix}")
+            raise StepError(
+                f"the {args.target} target cannot run any of the {len(groups)} selected experiment "
+                f"group(s): {'; '.join(problems)}.{fix}"
+            )
     except BaseException as exc:
-        write_failure_report(args.results, date, args.run_id, "preflight", exc,
-                             {"target": args.target, "groups": groups})
+        write_failure_report(
+            args.results, date, args.run_id, "preflight", exc, {"target": args.target, "groups": groups}
+        )
         raise
     write_op_report(args.results, date, args.run_id, "preflight", {"target": args.target, "groups": groups})
     print(f"preflight: the {args.target} target can run the {len(groups)} selected group(s)", flush=True)

@@ -19,10 +19,10 @@ def run(args) -> int:
     args.target = "knative"
     date = run_date(args)
     plan = load_plan(args)
-    docs = render(plan, namespace=args.namespace, run_id=args.run_id, release=args.release,
-                  registry=args.image_registry)
-    out = args.out or storage.join(args.results, date, args.run_id, "manifests",
-                                   f"{plan.name}-{plan.system}.yaml")
+    docs = render(
+        plan, namespace=args.namespace, run_id=args.run_id, release=args.release, registry=args.image_registry
+    )
+    out = args.out or storage.join(args.results, date, args.run_id, "manifests", f"{plan.name}-{plan.system}.yaml")
     storage.write_bytes(out, yaml.safe_dump_all(docs, sort_keys=False).encode())
     print(f"render: {len(docs)} manifests -> {out}", flush=True)
     return 0

@@ -35,7 +35,7 @@ from .. import billing, points as pts, procs, workloads
 from ..catalogue import replicas_for
 from ..clients import UploadClient, make_invoker
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
-from ..points import point_budget  # noqa: F401 - the step's bound of a point, public here too
+from ..points import point_budget  # the step's bound of a point, public here too
 from ..results import Attempt, latest_record, point_prefix, write_failure_report, write_op_report
 from ..targets import get_target
 
@@ -54,26 +54,52 @@ def add_arguments(p):
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
     p.add_argument("--no-billing", action="store_true")
     add_replicas(p)
-    p.add_argument("--matrix-source", choices=["auto", "generate", "s3"], default="auto",
-                   help="matrix data per size: s3 (the per-size archives upload-data put in the data bucket; "
-                        "auto on knative) or generate (from the seed; auto on the local target)")
+    p.add_argument(
+        "--matrix-source",
+        choices=["auto", "generate", "s3"],
+        default="auto",
+        help="matrix data per size: s3 (the per-size archives upload-data put in the data bucket; "
+        "auto on knative) or generate (from the seed; auto on the local target)",
+    )
     p.add_argument("--bucket", help="data bucket (default from the catalogue, faasm-data)")
     p.add_argument("--s3-endpoint-url", help="S3 endpoint of the data bucket (e.g. a MinIO or moto server)")
-    p.add_argument("--ready-timeout", type=float, default=900.0,
-                   help="--replicas per-point: seconds to wait for each redeployment to be ready")
-    p.add_argument("--keep-billing", action="store_true", help="local target: leave the sampler running for collect to stop "
-                        "(knative: the billing DaemonSet runs until collect)")
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=900.0,
+        help="--replicas per-point: seconds to wait for each redeployment to be ready",
+    )
+    p.add_argument(
+        "--keep-billing",
+        action="store_true",
+        help="local target: leave the sampler running for collect to stop "
+        "(knative: the billing DaemonSet runs until collect)",
+    )
     p.add_argument("--no-restart", action="store_true", help="skip the soft restarts between points")
-    p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
-                   help="matrix product check: auto: every entry up to size 1000, sampled entries above; yes: every "
-                        "entry; no: unchecked (the other workloads' checks always run)")
-    p.add_argument("--max-late-fraction", type=float, default=0.01,
-                   help="open loop: a point with a larger share of requests late (> 5 ms) or never sent "
-                        "is invalid (default 0.01)")
-    p.add_argument("--min-requests", type=int, default=100,
-                   help="a load point with fewer successful requests is invalid (p99 needs 100; default 100)")
-    p.add_argument("--call-timeout", type=float,
-                   help="seconds a call point may take (default: derived from the point, see point_budget)")
+    p.add_argument(
+        "--verify",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="matrix product check: auto: every entry up to size 1000, sampled entries above; yes: every "
+        "entry; no: unchecked (the other workloads' checks always run)",
+    )
+    p.add_argument(
+        "--max-late-fraction",
+        type=float,
+        default=0.01,
+        help="open loop: a point with a larger share of requests late (> 5 ms) or never sent is invalid (default 0.01)",
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=100,
+        help="a load point with fewer successful requests is invalid (p99 needs 100; default 100)",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float,
+        help="seconds a call point may take (default: derived from the point, see point_budget)",
+    )
 
 
 def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
@@ -91,10 +117,16 @@ def run(args) -> int:
     except BaseException as exc:
         if getattr(exc, "cleanup", None) is None:
             exc.cleanup = ("; ".join(stopped) if stopped else "it had started no process of its own") + (  # type: ignore[attr-defined]
-                "; the deployment (workers it restarted included) is left for teardown")
-        write_failure_report(args.results, date, args.run_id, "run", exc,
-                             {"experiment": args.experiment, "system": args.system, "target": args.target,
-                              "cleanup": exc.cleanup})  # type: ignore[attr-defined]
+                "; the deployment (workers it restarted included) is left for teardown"
+            )
+        write_failure_report(
+            args.results,
+            date,
+            args.run_id,
+            "run",
+            exc,
+            {"experiment": args.experiment, "system": args.system, "target": args.target, "cleanup": exc.cleanup},
+        )  # type: ignore[attr-defined]
         raise
 
 
@@ -135,8 +167,11 @@ def _run(args, date: str, stopped: list[str]) -> int:
                 spent = time.monotonic() - t_point
                 if done and spent + spent / done > share_s:
                     cut.append({"params": point, "repeats": rep, "asked": repeats, "share_s": round(share_s)})
-                    print(f"run: {point}: {rep} of {repeats} repeats, the next would pass the point's "
-                          f"{share_s:.0f} s share of the time budget", flush=True)
+                    print(
+                        f"run: {point}: {rep} of {repeats} repeats, the next would pass the point's "
+                        f"{share_s:.0f} s share of the time budget",
+                        flush=True,
+                    )
                     break
                 prefix = point_prefix(args.results, date, args.run_id, plan.name, plan.system, point, rep)
                 prev = latest_record(prefix)
@@ -165,11 +200,24 @@ def _run(args, date: str, stopped: list[str]) -> int:
         billing.stop_sampler(args.state_dir, args.run_id)
     failed = [r for r in results if r["status"] == "failed"]
     invalid = [r for r in results if r["status"] == "invalid"]
-    write_op_report(args.results, date, args.run_id, "run", {"experiment": plan.name, "system": plan.system,
-                                                             "target": args.target, "points": results,
-                                                             "repeats": repeats, "repeats_cut_by_budget": cut})
-    print(f"run: {len(results) - len(failed) - len(invalid)} ok/skipped, {len(failed)} failed, "
-          f"{len(invalid)} invalid", flush=True)
+    write_op_report(
+        args.results,
+        date,
+        args.run_id,
+        "run",
+        {
+            "experiment": plan.name,
+            "system": plan.system,
+            "target": args.target,
+            "points": results,
+            "repeats": repeats,
+            "repeats_cut_by_budget": cut,
+        },
+    )
+    print(
+        f"run: {len(results) - len(failed) - len(invalid)} ok/skipped, {len(failed)} failed, {len(invalid)} invalid",
+        flush=True,
+    )
     if pts.STUCK:
         # a load driver overran its bound and cannot be joined: leave now (teardown stops its forks)
         logging.shutdown()
@@ -192,9 +240,18 @@ def _between_points(args, plan, target, first: bool, budget: float) -> dict[str,
 def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date) -> dict[str, Any]:
     """One attempt of one point, by its workload's runner."""
     args, plan = ctx.args, ctx.plan
-    base = {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
-            "target": args.target, "protocol": ctx.endpoints.protocol, "params": point, "repeat": rep,
-            "images": info.get("images", {}), "target_info": info}
+    base = {
+        "run_id": args.run_id,
+        "date": date,
+        "experiment": plan.name,
+        "system": plan.system,
+        "target": args.target,
+        "protocol": ctx.endpoints.protocol,
+        "params": point,
+        "repeat": rep,
+        "images": info.get("images", {}),
+        "target_info": info,
+    }
     att = Attempt(prefix, base)
     print(f"run: {plan.name}/{plan.system} {point} repeat {rep} -> {att.uri}", flush=True)
     t_start = time.time()
@@ -203,8 +260,12 @@ def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date) -> 
     try:
         prep = _between_points(args, plan, ctx.target, first, budget)
         ok, metrics, err, invalid = pts.RUNNERS[plan.workload.runner](ctx, att, point, budget)
-        metrics.update(between_points=prep, budget_s=round(budget, 1), window={"start": t_start, "end": time.time()},
-                       billing_wanted=billing_wanted)  # collect: a window without samples is then said so
+        metrics.update(
+            between_points=prep,
+            budget_s=round(budget, 1),
+            window={"start": t_start, "end": time.time()},
+            billing_wanted=billing_wanted,
+        )  # collect: a window without samples is then said so
         att.finish(ok, err, metrics, 0 if ok else 1, invalid_reasons=invalid)
     except Exception as exc:  # noqa: BLE001 - keep partial results, mark the attempt failed
         tb = traceback.format_exc()
@@ -212,8 +273,12 @@ def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date) -> 
             att.write_text("error.txt", tb)
         except Exception:  # noqa: BLE001
             pass
-        att.finish(False, f"{type(exc).__name__}: {exc}", {"window": {"start": t_start, "end": time.time()},
-                                                           "billing_wanted": billing_wanted}, 1)
+        att.finish(
+            False,
+            f"{type(exc).__name__}: {exc}",
+            {"window": {"start": t_start, "end": time.time()}, "billing_wanted": billing_wanted},
+            1,
+        )
         log.error("point failed: %s", tb)
     status, err = att.record["status"], att.record["outcome"].get("error")
     print(f"run:   {status}" + (f": {err}" if err else ""), flush=True)

@@ -26,8 +26,11 @@ log = logging.getLogger(__name__)
 def add_arguments(p):
     add_common(p, experiment=True)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for things to go away")
-    p.add_argument("--full", action="store_true",
-                   help="knative: also delete Redis and the upload service (never the namespace: the platform's)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="knative: also delete Redis and the upload service (never the namespace: the platform's)",
+    )
 
 
 def run(args) -> int:
@@ -46,8 +49,11 @@ def run(args) -> int:
     except Exception as exc:  # noqa: BLE001 - go on: the target's teardown finds the sampler by label too
         sampler = {"action": "error", "error": f"{type(exc).__name__}: {exc}"}
     target = get_target(args.target, args)
-    report = target.teardown(keys, args.timeout, full=args.full) if args.target == "knative" else \
-        target.teardown(keys, args.timeout)
+    report = (
+        target.teardown(keys, args.timeout, full=args.full)
+        if args.target == "knative"
+        else target.teardown(keys, args.timeout)
+    )
     try:
         interrupted = mark_interrupted(args.results, date, args.run_id)
     except Exception as exc:  # noqa: BLE001 - results storage trouble must not hide the teardown's outcome
@@ -55,12 +61,26 @@ def run(args) -> int:
         problems.append(f"could not sweep interrupted attempts: {exc}")
     for msg in problems:
         print(f"teardown: warning: {msg}", flush=True)
-    write_op_report(args.results, date, args.run_id, "teardown",
-                    {"target": args.target, "run_state_keys": keys, "sampler": sampler, "report": report,
-                     "interrupted_attempts": interrupted, "input_problems": problems})
+    write_op_report(
+        args.results,
+        date,
+        args.run_id,
+        "teardown",
+        {
+            "target": args.target,
+            "run_state_keys": keys,
+            "sampler": sampler,
+            "report": report,
+            "interrupted_attempts": interrupted,
+            "input_problems": problems,
+        },
+    )
     if report.get("incomplete"):
         print("teardown: INCOMPLETE: " + "; ".join(report["incomplete"]), flush=True)
         return 1
-    print(f"teardown: done ({args.target}); {len(report.get('processes', []))} process(es) handled, "
-          f"{len(report.get('found_by_label_only', []))} found by run label only", flush=True)
+    print(
+        f"teardown: done ({args.target}); {len(report.get('processes', []))} process(es) handled, "
+        f"{len(report.get('found_by_label_only', []))} found by run label only",
+        flush=True,
+    )
     return 0

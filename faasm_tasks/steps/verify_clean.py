@@ -14,9 +14,11 @@ from ..targets import get_target
 
 def add_arguments(p):
     add_common(p, experiment=True)
-    p.add_argument("--full", action="store_true",
-                   help="knative: after a teardown --full, also check that the Redis and upload pods and Services "
-                        "are gone")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="knative: after a teardown --full, also check that the Redis and upload pods and Services are gone",
+    )
 
 
 def run(args) -> int:

@@ -43,12 +43,26 @@ GROUP, VERSION, PLURAL = "serving.knative.dev", "v1", "services"
 MANAGED = {"app.kubernetes.io/managed-by": "faasm-tasks"}
 SELECTOR = "app.kubernetes.io/managed-by=faasm-tasks"
 KNATIVE_ENV = {
-    "REDIS_STATE_HOST": "redis-state", "REDIS_QUEUE_HOST": "redis-queue", "HOST_TYPE": "knative",
-    "LOG_LEVEL": "info", "CGROUP_MODE": "off", "NETNS_MODE": "off", "PYTHON_PRELOAD": "off",
-    "TF_CODEGEN": "on", "SGD_CODEGEN": "off", "PYTHON_CODEGEN": "off", "MAX_IN_FLIGHT_RATIO": "1",
-    "NO_SCHEDULER": "1", "MAX_WORKERS_PER_FUNCTION": "4", "THREADS_PER_WORKER": "100",
-    "BOUND_TIMEOUT": "30000", "UNBOUND_TIMEOUT": "600000", "GLOBAL_MESSAGE_TIMEOUT": "120000",
-    "ENDPOINT_INTERFACE": "eth0", "FUNCTION_STORAGE": "fileserver", "FILESERVER_URL": "http://upload:8002",
+    "REDIS_STATE_HOST": "redis-state",
+    "REDIS_QUEUE_HOST": "redis-queue",
+    "HOST_TYPE": "knative",
+    "LOG_LEVEL": "info",
+    "CGROUP_MODE": "off",
+    "NETNS_MODE": "off",
+    "PYTHON_PRELOAD": "off",
+    "TF_CODEGEN": "on",
+    "SGD_CODEGEN": "off",
+    "PYTHON_CODEGEN": "off",
+    "MAX_IN_FLIGHT_RATIO": "1",
+    "NO_SCHEDULER": "1",
+    "MAX_WORKERS_PER_FUNCTION": "4",
+    "THREADS_PER_WORKER": "100",
+    "BOUND_TIMEOUT": "30000",
+    "UNBOUND_TIMEOUT": "600000",
+    "GLOBAL_MESSAGE_TIMEOUT": "120000",
+    "ENDPOINT_INTERFACE": "eth0",
+    "FUNCTION_STORAGE": "fileserver",
+    "FILESERVER_URL": "http://upload:8002",
 }
 
 
@@ -59,16 +73,30 @@ KNATIVE_ENV = {
 #: (``deploy/k8s/worker.yml`` @ f65dfee03): the worker image renamed ``faasm/worker``. ``{func}`` is
 #: the native function (``reuters_svm``, ``image``, ``python``).
 RELEASES: dict[str, dict[str, str]] = {
-    "0.1.3": {"worker": "faasm/knative-worker:0.1.3", "redis": "faasm/redis:0.1.3",
-              "upload": "faasm/upload:0.1.3", "native": "faasm/knative-native-{func}:0.1.3"},
-    "0.6.7": {"worker": "faasm/worker:0.6.7", "redis": "faasm/redis:0.6.7",
-              "upload": "faasm/upload:0.6.7", "native": "faasm/knative-native-{func}:0.6.7"},
+    "0.1.3": {
+        "worker": "faasm/knative-worker:0.1.3",
+        "redis": "faasm/redis:0.1.3",
+        "upload": "faasm/upload:0.1.3",
+        "native": "faasm/knative-native-{func}:0.1.3",
+    },
+    "0.6.7": {
+        "worker": "faasm/worker:0.6.7",
+        "redis": "faasm/redis:0.6.7",
+        "upload": "faasm/upload:0.6.7",
+        "native": "faasm/knative-native-{func}:0.6.7",
+    },
 }
 DEFAULT_RELEASE = "0.1.3"
 #: The upload pod's environment (``deploy/k8s/bare-metal/upload.yml`` @ 37d81e8a9 plus the Redis hosts,
 #: without which state uploads would miss redis-state, and isolation off as on the workers).
-UPLOAD_ENV = {"FUNCTION_STORAGE": "local", "LOG_LEVEL": "info", "REDIS_STATE_HOST": "redis-state",
-              "REDIS_QUEUE_HOST": "redis-queue", "CGROUP_MODE": "off", "NETNS_MODE": "off"}
+UPLOAD_ENV = {
+    "FUNCTION_STORAGE": "local",
+    "LOG_LEVEL": "info",
+    "REDIS_STATE_HOST": "redis-state",
+    "REDIS_QUEUE_HOST": "redis-queue",
+    "CGROUP_MODE": "off",
+    "NETNS_MODE": "off",
+}
 BILLING_NAME = "faasm-billing"
 
 
@@ -101,10 +129,20 @@ def _env(d: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": str(v)} for k, v in d.items()]
 
 
-def render(plan, *, namespace: str = "faasm", run_id: str = "run", release: str = DEFAULT_RELEASE,
-           registry: str | None = None, redis_image: str | None = None, upload_service_type: str = "ClusterIP",
-           invoke_host: str = "istio-ingressgateway.istio-system", invoke_port: int = 80,
-           include_common: bool = True, billing: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def render(
+    plan,
+    *,
+    namespace: str = "faasm",
+    run_id: str = "run",
+    release: str = DEFAULT_RELEASE,
+    registry: str | None = None,
+    redis_image: str | None = None,
+    upload_service_type: str = "ClusterIP",
+    invoke_host: str = "istio-ingressgateway.istio-system",
+    invoke_port: int = 80,
+    include_common: bool = True,
+    billing: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """All manifests for an experiment's deployment, in apply order.
 
     The benchmark namespace is not among them: the platform provides it (with the RBAC of
@@ -112,23 +150,49 @@ def render(plan, *, namespace: str = "faasm", run_id: str = "run", release: str 
     (``{"image", "command"}``) adds the per-node billing sampler DaemonSet."""
     imgs = release_images(release, registry)
     labels = {**MANAGED, "faasm-tasks/run-id": label_value(run_id)}
-    v = {"namespace": namespace, "redis_image": redis_image or imgs["redis"],
-         "upload_image": imgs["upload"], "upload_service_type": upload_service_type}
+    v = {
+        "namespace": namespace,
+        "redis_image": redis_image or imgs["redis"],
+        "upload_image": imgs["upload"],
+        "upload_service_type": upload_service_type,
+    }
     docs: list[dict[str, Any]] = []
     if include_common:
         docs += _template("redis.yaml", v) + _template("upload.yaml", v)
         docs += _template("autoscaler.yaml", v)
     dep = plan.deployment
-    worker = _ksvc(v, "faasm-worker", imgs["worker"], int(dep["worker_replicas"]),
-                   concurrency=0, scale_to_zero="false", stable_window="120s", env=KNATIVE_ENV)
+    worker = _ksvc(
+        v,
+        "faasm-worker",
+        imgs["worker"],
+        int(dep["worker_replicas"]),
+        concurrency=0,
+        scale_to_zero="false",
+        stable_window="120s",
+        env=KNATIVE_ENV,
+    )
     docs.append(worker)
     for svc in dep.get("native_services", []):
         fname = "python" if plan.experiment.get("python") else svc["function"]
         image = imgs["native"].format(func=fname)
-        env = {**KNATIVE_ENV, "COLD_START_DELAY_MS": str(int(plan.params.get("cold_start_delay_ms", 800))),
-               "FAASM_INVOKE_HOST": invoke_host, "FAASM_INVOKE_PORT": str(invoke_port)}
-        docs.append(_ksvc(v, service_name(fname), image, int(svc["replicas"]), concurrency=1,
-                          scale_to_zero="true", stable_window="20s", env=env))
+        env = {
+            **KNATIVE_ENV,
+            "COLD_START_DELAY_MS": str(int(plan.params.get("cold_start_delay_ms", 800))),
+            "FAASM_INVOKE_HOST": invoke_host,
+            "FAASM_INVOKE_PORT": str(invoke_port),
+        }
+        docs.append(
+            _ksvc(
+                v,
+                service_name(fname),
+                image,
+                int(svc["replicas"]),
+                concurrency=1,
+                scale_to_zero="true",
+                stable_window="20s",
+                env=env,
+            )
+        )
     for d in docs:
         md = d.setdefault("metadata", {})
         if d["kind"] != "ConfigMap" or md.get("namespace") == namespace:
@@ -139,40 +203,68 @@ def render(plan, *, namespace: str = "faasm", run_id: str = "run", release: str 
         if d["kind"] == "Pod" and d["metadata"]["name"] == "upload":
             d["spec"]["containers"][0]["env"] = _env(UPLOAD_ENV)
     if billing:
-        docs.append(billing_daemonset(namespace, run_id, billing["image"], billing["command"],
-                                      billing.get("node_selector"), billing.get("secret")))
+        docs.append(
+            billing_daemonset(
+                namespace,
+                run_id,
+                billing["image"],
+                billing["command"],
+                billing.get("node_selector"),
+                billing.get("secret"),
+            )
+        )
     return docs
 
 
-def billing_daemonset(namespace: str, run_id: str, image: str, command: list[str],
-                      node_selector: dict[str, str] | None = None, secret: str | None = None) -> dict[str, Any]:
+def billing_daemonset(
+    namespace: str,
+    run_id: str,
+    image: str,
+    command: list[str],
+    node_selector: dict[str, str] | None = None,
+    secret: str | None = None,
+) -> dict[str, Any]:
     """The per-node billing sampler (the manual samples every host of its billing inventory):
     one pod per node, on the nodes ``node_selector`` picks (the experiment's node pool; all
     schedulable nodes without it), labelled with the run; it writes its samples under the
     run's results prefix (``command``)."""
     labels = {**MANAGED, "faasm-tasks/run-id": label_value(run_id), "app.kubernetes.io/name": BILLING_NAME}
     return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": {"name": BILLING_NAME, "namespace": namespace, "labels": labels},
         "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": BILLING_NAME,
-                                         "faasm-tasks/run-id": labels["faasm-tasks/run-id"]}},
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": BILLING_NAME,
+                    "faasm-tasks/run-id": labels["faasm-tasks/run-id"],
+                }
+            },
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
                     # host network and PID: the node's counters, not the pod's (psutil reads /proc)
-                    "hostNetwork": True, "hostPID": True,
+                    "hostNetwork": True,
+                    "hostPID": True,
                     "terminationGracePeriodSeconds": 10,
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
-                    "containers": [{
-                        "name": "billing", "image": image, "command": list(command),
-                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                                {"name": "PYTHONUNBUFFERED", "value": "1"}],
-                        # storage credentials, as the step pods get them (a Secret in this namespace)
-                        **({"envFrom": [{"secretRef": {"name": secret}}]} if secret else {}),
-                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                      "limits": {"cpu": "200m", "memory": "256Mi"}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "billing",
+                            "image": image,
+                            "command": list(command),
+                            "env": [
+                                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                {"name": "PYTHONUNBUFFERED", "value": "1"},
+                            ],
+                            # storage credentials, as the step pods get them (a Secret in this namespace)
+                            **({"envFrom": [{"secretRef": {"name": secret}}]} if secret else {}),
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "64Mi"},
+                                "limits": {"cpu": "200m", "memory": "256Mi"},
+                            },
+                        }
+                    ],
                 },
             },
         },
@@ -180,9 +272,18 @@ def billing_daemonset(namespace: str, run_id: str, image: str, command: list[str
 
 
 def _ksvc(v, name, image, replicas, *, concurrency, scale_to_zero, stable_window, env) -> dict[str, Any]:
-    [doc] = _template("ksvc.yaml", {**v, "name": name, "image": image, "replicas": replicas,
-                                    "concurrency": concurrency, "scale_to_zero": scale_to_zero,
-                                    "stable_window": stable_window})
+    [doc] = _template(
+        "ksvc.yaml",
+        {
+            **v,
+            "name": name,
+            "image": image,
+            "replicas": replicas,
+            "concurrency": concurrency,
+            "scale_to_zero": scale_to_zero,
+            "stable_window": stable_window,
+        },
+    )
     doc["spec"]["template"]["spec"]["containers"][0]["env"] = _env(env)
     return doc
 
@@ -200,20 +301,41 @@ def _retryable(exc: BaseException) -> bool:
         return st in (0, 409, 429, 500, 502, 503, 504)
     name = type(exc).__name__
     return isinstance(exc, (TimeoutError, ConnectionError)) or name in (
-        "ReadTimeoutError", "ConnectTimeoutError", "MaxRetryError", "ProtocolError", "NewConnectionError")
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "MaxRetryError",
+        "ProtocolError",
+        "NewConnectionError",
+    )
 
 
 class KnativeTarget(Target):
     name = "knative"
 
-    def __init__(self, *, namespace: str = "faasm", run_id: str = "run", core=None, custom=None,
-                 redis_fn: Callable[[str], Any] | None = None, kubeconfig: str | None = None,
-                 context: str | None = None, release: str = DEFAULT_RELEASE, registry: str | None = None,
-                 invoke_url: str | None = None, upload_url: str | None = None, domain: str = "faasm.example.com",
-                 protocol: str = "knative", sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, poll_s: float = 2.0, apps=None,
-                 billing: dict[str, Any] | None = None, discovery=None,
-                 redis_urls: dict[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        namespace: str = "faasm",
+        run_id: str = "run",
+        core=None,
+        custom=None,
+        redis_fn: Callable[[str], Any] | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        release: str = DEFAULT_RELEASE,
+        registry: str | None = None,
+        invoke_url: str | None = None,
+        upload_url: str | None = None,
+        domain: str = "faasm.example.com",
+        protocol: str = "knative",
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        poll_s: float = 2.0,
+        apps=None,
+        billing: dict[str, Any] | None = None,
+        discovery=None,
+        redis_urls: dict[str, str] | None = None,
+    ):
         self.ns, self.run_id = namespace, run_id
         self._core, self._custom, self._redis_fn, self._discovery = core, custom, redis_fn, discovery
         self.redis_urls = {k: v for k, v in (redis_urls or {}).items() if v}  # Service name -> redis:// URL
@@ -229,12 +351,23 @@ class KnativeTarget(Target):
 
     @classmethod
     def from_args(cls, args) -> KnativeTarget:
-        return cls(namespace=args.namespace, run_id=args.run_id, kubeconfig=args.kubeconfig, context=args.context,
-                   release=args.release, registry=args.image_registry, invoke_url=args.invoke_url,
-                   upload_url=args.upload_url, domain=args.domain, protocol=args.protocol or "knative",
-                   billing=billing_spec(args),
-                   redis_urls={"redis-queue": getattr(args, "redis_queue_url", None),
-                               "redis-state": getattr(args, "redis_state_url", None)})
+        return cls(
+            namespace=args.namespace,
+            run_id=args.run_id,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            release=args.release,
+            registry=args.image_registry,
+            invoke_url=args.invoke_url,
+            upload_url=args.upload_url,
+            domain=args.domain,
+            protocol=args.protocol or "knative",
+            billing=billing_spec(args),
+            redis_urls={
+                "redis-queue": getattr(args, "redis_queue_url", None),
+                "redis-state": getattr(args, "redis_state_url", None),
+            },
+        )
 
     # ---------------------------------------------------------------- clients
     def _load_config(self) -> None:
@@ -277,16 +410,23 @@ class KnativeTarget(Target):
         """``host:port`` of a ready endpoint of Service ``name`` (its EndpointSlices): reachable
         from any pod of the cluster, with no cluster DNS and no exec. StepError when none is ready."""
         deadline = deadline if deadline is not None else self.clock() + 30
-        res = self._call(f"list endpointslices of {name}", lambda: self.discovery.list_namespaced_endpoint_slice(
-            self.ns, label_selector=f"kubernetes.io/service-name={name}"), deadline, absent_ok=True)
+        res = self._call(
+            f"list endpointslices of {name}",
+            lambda: self.discovery.list_namespaced_endpoint_slice(
+                self.ns, label_selector=f"kubernetes.io/service-name={name}"
+            ),
+            deadline,
+            absent_ok=True,
+        )
         for sl in getattr(res, "items", None) or []:
             ports = [p for p in (sl.ports or []) if port_name is None or p.name == port_name] or (sl.ports or [])
             for ep in sl.endpoints or []:
                 cond = ep.conditions
                 if ports and ep.addresses and (cond is None or cond.ready is not False):
                     return f"{ep.addresses[0]}:{ports[0].port}"
-        raise StepError(f"Service {self.ns}/{name} has no ready endpoint (is the deployment up? deploy and "
-                        f"wait-ready first)")
+        raise StepError(
+            f"Service {self.ns}/{name} has no ready endpoint (is the deployment up? deploy and wait-ready first)"
+        )
 
     def redis(self, service: str):
         """A Redis client for ``redis-queue`` or ``redis-state`` (database 0, as Faasm uses it)."""
@@ -297,13 +437,13 @@ class KnativeTarget(Target):
                 import redis  # the knative target's steps only
 
                 url = self.redis_urls.get(service) or f"redis://{self.service_address(service)}/0"
-                self._redis_clients[service] = redis.Redis.from_url(url, socket_timeout=30,
-                                                                    socket_connect_timeout=10)
+                self._redis_clients[service] = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
         return self._redis_clients[service]
 
     # ---------------------------------------------------------------- retry helper
-    def _call(self, what: str, fn: Callable[[], Any], deadline: float, *, absent_ok: bool = False,
-              conflict_ok: bool = False) -> Any:
+    def _call(
+        self, what: str, fn: Callable[[], Any], deadline: float, *, absent_ok: bool = False, conflict_ok: bool = False
+    ) -> Any:
         """Call the API; 404 -> None when ``absent_ok``; 409 -> CONFLICT when ``conflict_ok``
         (a create that finds the object); otherwise 409/5xx/timeouts are retried until the deadline."""
         delay = 0.5
@@ -325,47 +465,76 @@ class KnativeTarget(Target):
 
     # ---------------------------------------------------------------- deploy
     def render(self, plan) -> list[dict[str, Any]]:
-        return render(plan, namespace=self.ns, run_id=self.run_id, release=self.release,
-                      registry=self.registry, billing=self.billing if plan.experiment.get("billing") else None)
+        return render(
+            plan,
+            namespace=self.ns,
+            run_id=self.run_id,
+            release=self.release,
+            registry=self.registry,
+            billing=self.billing if plan.experiment.get("billing") else None,
+        )
 
     def _apply(self, doc: dict[str, Any], deadline: float) -> str:
         kind, md = doc["kind"], doc["metadata"]
         name, ns = md["name"], md.get("namespace", self.ns)
         if doc["apiVersion"].startswith(GROUP):
-            r = self._call(f"create ksvc {name}", lambda: self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, doc), deadline, conflict_ok=True)
+            r = self._call(
+                f"create ksvc {name}",
+                lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc),
+                deadline,
+                conflict_ok=True,
+            )
             if r is not CONFLICT:
                 return "created"
-            cur = self._call(f"get ksvc {name}", lambda: self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, name), deadline)
+            cur = self._call(
+                f"get ksvc {name}",
+                lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name),
+                deadline,
+            )
             body = copy.deepcopy(doc)
             body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
-            self._call(f"replace ksvc {name}", lambda: self.custom.replace_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, name, body), deadline)
+            self._call(
+                f"replace ksvc {name}",
+                lambda: self.custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body),
+                deadline,
+            )
             return "replaced"
         if kind == "ConfigMap":
-            patched = self._call(f"patch configmap {ns}/{name}", lambda: self.core.patch_namespaced_config_map(
-                name, ns, {"data": doc["data"]}), deadline, absent_ok=True)
+            patched = self._call(
+                f"patch configmap {ns}/{name}",
+                lambda: self.core.patch_namespaced_config_map(name, ns, {"data": doc["data"]}),
+                deadline,
+                absent_ok=True,
+            )
             if patched is None:
-                self._call(f"create configmap {ns}/{name}", lambda: self.core.create_namespaced_config_map(ns, doc),
-                           deadline, conflict_ok=True)
+                self._call(
+                    f"create configmap {ns}/{name}",
+                    lambda: self.core.create_namespaced_config_map(ns, doc),
+                    deadline,
+                    conflict_ok=True,
+                )
                 return "created"
             return "patched"
-        create = {"DaemonSet": lambda: self.apps.create_namespaced_daemon_set(ns, doc),
-                  "Pod": lambda: self.core.create_namespaced_pod(ns, doc),
-                  "Service": lambda: self.core.create_namespaced_service(ns, doc)}[kind]
+        create = {
+            "DaemonSet": lambda: self.apps.create_namespaced_daemon_set(ns, doc),
+            "Pod": lambda: self.core.create_namespaced_pod(ns, doc),
+            "Service": lambda: self.core.create_namespaced_service(ns, doc),
+        }[kind]
         r = self._call(f"create {kind} {name}", create, deadline, conflict_ok=True)
         return "exists" if r is CONFLICT else "created"  # pods/services are kept as they are
 
     def check_namespace(self, deadline: float) -> None:
         """The benchmark namespace is the platform's (it holds the steps' Role and RoleBinding):
         never created or deleted here. Missing -> exit 2 naming it."""
-        ns = self._call(f"read namespace {self.ns}", lambda: self.core.read_namespace(self.ns), deadline,
-                        absent_ok=True)
+        ns = self._call(
+            f"read namespace {self.ns}", lambda: self.core.read_namespace(self.ns), deadline, absent_ok=True
+        )
         if ns is None:
-            raise StepError(f"benchmark namespace {self.ns!r} does not exist: the platform provides it with the "
-                            f"steps' RBAC (deploy/rbac/faasm-benchmark.yaml; see docs/deploy.md); --namespace "
-                            f"names another")
+            raise StepError(
+                f"benchmark namespace {self.ns!r} does not exist: the platform provides it with the "
+                f"steps' RBAC (deploy/rbac/faasm-benchmark.yaml; see docs/deploy.md); --namespace "
+                f"names another"
+            )
 
     def deploy(self, plan) -> dict[str, Any]:
         deadline = self.clock() + 300
@@ -378,13 +547,21 @@ class KnativeTarget(Target):
 
     # ---------------------------------------------------------------- readiness
     def _ksvcs(self, deadline: float) -> list[dict[str, Any]]:
-        res = self._call("list ksvcs", lambda: self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, label_selector=SELECTOR), deadline, absent_ok=True)
+        res = self._call(
+            "list ksvcs",
+            lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, label_selector=SELECTOR),
+            deadline,
+            absent_ok=True,
+        )
         return list((res or {}).get("items", []))
 
     def _pods(self, selector: str, deadline: float) -> list[Any]:
-        res = self._call("list pods", lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector),
-                         deadline, absent_ok=True)
+        res = self._call(
+            "list pods",
+            lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector),
+            deadline,
+            absent_ok=True,
+        )
         return list(getattr(res, "items", None) or [])
 
     @staticmethod
@@ -402,7 +579,9 @@ class KnativeTarget(Target):
             return False, f"observedGeneration {st.get('observedGeneration')} != generation {gen}"
         for c in st.get("conditions") or []:
             if c.get("type") == "Ready":
-                return c.get("status") == "True", f"Ready={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+                return c.get(
+                    "status"
+                ) == "True", f"Ready={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
         return False, "no Ready condition yet"
 
     def _not_ready(self, deadline: float) -> list[str]:
@@ -446,11 +625,19 @@ class KnativeTarget(Target):
         for name in names:
             for p in self._pods(f"serving.knative.dev/service={name}", deadline):
                 old.append(p.metadata.name)
-                self._call(f"delete pod {p.metadata.name}", lambda n=p.metadata.name: self.core.delete_namespaced_pod(
-                    n, self.ns, grace_period_seconds=0), deadline, absent_ok=True)
+                self._call(
+                    f"delete pod {p.metadata.name}",
+                    lambda n=p.metadata.name: self.core.delete_namespaced_pod(n, self.ns, grace_period_seconds=0),
+                    deadline,
+                    absent_ok=True,
+                )
         while True:  # the old pods must be gone (or terminating) before readiness means anything
-            left = [p.metadata.name for n in names for p in self._pods(f"serving.knative.dev/service={n}", deadline)
-                    if p.metadata.name in old and not getattr(p.metadata, "deletion_timestamp", None)]
+            left = [
+                p.metadata.name
+                for n in names
+                for p in self._pods(f"serving.knative.dev/service={n}", deadline)
+                if p.metadata.name in old and not getattr(p.metadata, "deletion_timestamp", None)
+            ]
             if not left:
                 break
             if self.clock() + self.poll_s > deadline:
@@ -464,21 +651,35 @@ class KnativeTarget(Target):
         if not inv or not up:
             deadline = self.clock() + 30
             if not inv:
-                svc = self._call("get istio ingress", lambda: self.core.read_namespaced_service(
-                    "istio-ingressgateway", "istio-system"), deadline, absent_ok=True)
+                svc = self._call(
+                    "get istio ingress",
+                    lambda: self.core.read_namespaced_service("istio-ingressgateway", "istio-system"),
+                    deadline,
+                    absent_ok=True,
+                )
                 inv = _lb_url(svc, 80, ("http2", "http"))
             if not up:
-                up = _lb_url(self._call("get upload service", lambda: self.core.read_namespaced_service(
-                    "upload", self.ns), deadline, absent_ok=True), 8002, ("http",))
+                up = _lb_url(
+                    self._call(
+                        "get upload service",
+                        lambda: self.core.read_namespaced_service("upload", self.ns),
+                        deadline,
+                        absent_ok=True,
+                    ),
+                    8002,
+                    ("http",),
+                )
                 if not up:  # a ClusterIP Service (the default): its ready endpoint, from inside the cluster
                     try:
                         up = "http://" + self.service_address("upload", "http", deadline)
                     except StepError:
                         up = None
         if not inv or not up:
-            raise StepError("knative target needs --invoke-url (no LoadBalancer address on "
-                            "istio-system/istio-ingressgateway) and --upload-url (no LoadBalancer address or "
-                            f"ready endpoint of {self.ns}/upload)")
+            raise StepError(
+                "knative target needs --invoke-url (no LoadBalancer address on "
+                "istio-system/istio-ingressgateway) and --upload-url (no LoadBalancer address or "
+                f"ready endpoint of {self.ns}/upload)"
+            )
         return Endpoints(inv.rstrip("/") + "/", up, protocol=self.protocol, domain=self.domain)
 
     # ---------------------------------------------------------------- redis
@@ -489,8 +690,12 @@ class KnativeTarget(Target):
         return n
 
     def _scan(self, pattern: str) -> list[str]:
-        return sorted({k.decode() if isinstance(k, bytes) else str(k)
-                       for k in self.redis("redis-state").scan_iter(match=pattern, count=1000)})
+        return sorted(
+            {
+                k.decode() if isinstance(k, bytes) else str(k)
+                for k in self.redis("redis-state").scan_iter(match=pattern, count=1000)
+            }
+        )
 
     def _state_keys(self, patterns: list[str]) -> list[str]:
         """The run-state keys present: glob patterns scanned, plain names checked."""
@@ -504,18 +709,24 @@ class KnativeTarget(Target):
     def delete_state_keys(self, patterns: list[str]) -> int:
         keys = self._state_keys(patterns)
         r = self.redis("redis-state")
-        return sum(int(r.delete(*keys[i:i + 200])) for i in range(0, len(keys), 200))
+        return sum(int(r.delete(*keys[i : i + 200])) for i in range(0, len(keys), 200))
 
     def _pod_exists(self, name: str, deadline: float) -> bool:
-        return self._call(f"read pod {name}", lambda: self.core.read_namespaced_pod(name, self.ns), deadline,
-                          absent_ok=True) is not None
+        return (
+            self._call(
+                f"read pod {name}", lambda: self.core.read_namespaced_pod(name, self.ns), deadline, absent_ok=True
+            )
+            is not None
+        )
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, run_state_keys: list[str], timeout_s: float, full: bool = False) -> dict[str, Any]:
         deadline = self.clock() + timeout_s
         rep: dict[str, Any] = {"deleted": [], "absent": [], "incomplete": []}
-        for pod, what, fn in (("redis-queue", "queue_keys_flushed", self.flush_queue),
-                              ("redis-state", "state_keys_deleted", lambda: self.delete_state_keys(run_state_keys))):
+        for pod, what, fn in (
+            ("redis-queue", "queue_keys_flushed", self.flush_queue),
+            ("redis-state", "state_keys_deleted", lambda: self.delete_state_keys(run_state_keys)),
+        ):
             if not self._pod_exists(pod, deadline):  # API errors (e.g. Forbidden) surface here
                 continue
             try:
@@ -528,16 +739,22 @@ class KnativeTarget(Target):
                     rep["incomplete"].append(msg)
         names = [k["metadata"]["name"] for k in self._ksvcs(deadline)]
         for name in names:
-            r = self._call(f"delete ksvc {name}", lambda n=name: self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.ns, PLURAL, n), deadline, absent_ok=True)
+            r = self._call(
+                f"delete ksvc {name}",
+                lambda n=name: self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, n),
+                deadline,
+                absent_ok=True,
+            )
             (rep["deleted"] if r is not None else rep["absent"]).append(f"ksvc/{name}")
         if full:
-            for kind, name, fn in [("pod", "upload", self.core.delete_namespaced_pod),
-                                   ("pod", "redis-queue", self.core.delete_namespaced_pod),
-                                   ("pod", "redis-state", self.core.delete_namespaced_pod),
-                                   ("service", "upload", self.core.delete_namespaced_service),
-                                   ("service", "redis-queue", self.core.delete_namespaced_service),
-                                   ("service", "redis-state", self.core.delete_namespaced_service)]:
+            for kind, name, fn in [
+                ("pod", "upload", self.core.delete_namespaced_pod),
+                ("pod", "redis-queue", self.core.delete_namespaced_pod),
+                ("pod", "redis-state", self.core.delete_namespaced_pod),
+                ("service", "upload", self.core.delete_namespaced_service),
+                ("service", "redis-queue", self.core.delete_namespaced_service),
+                ("service", "redis-state", self.core.delete_namespaced_service),
+            ]:
                 r = self._call(f"delete {kind} {name}", lambda f=fn, n=name: f(n, self.ns), deadline, absent_ok=True)
                 (rep["deleted"] if r is not None else rep["absent"]).append(f"{kind}/{name}")
         # wait until the services' pods are gone
@@ -563,8 +780,14 @@ class KnativeTarget(Target):
         return [p.metadata.name for p in self._pods(sel, deadline)]
 
     def _billing_sets(self, deadline: float) -> list[str]:
-        res = self._call("list daemonsets", lambda: self.apps.list_namespaced_daemon_set(
-            self.ns, label_selector=f"{SELECTOR},app.kubernetes.io/name={BILLING_NAME}"), deadline, absent_ok=True)
+        res = self._call(
+            "list daemonsets",
+            lambda: self.apps.list_namespaced_daemon_set(
+                self.ns, label_selector=f"{SELECTOR},app.kubernetes.io/name={BILLING_NAME}"
+            ),
+            deadline,
+            absent_ok=True,
+        )
         return [d.metadata.name for d in (getattr(res, "items", None) or [])]
 
     def stop_billing(self, timeout_s: float) -> dict[str, Any]:
@@ -573,8 +796,12 @@ class KnativeTarget(Target):
         deadline = self.clock() + timeout_s
         out: dict[str, Any] = {"deleted": [], "left": []}
         for name in self._billing_sets(deadline):
-            r = self._call(f"delete daemonset {name}", lambda n=name: self.apps.delete_namespaced_daemon_set(
-                n, self.ns, propagation_policy="Foreground"), deadline, absent_ok=True)
+            r = self._call(
+                f"delete daemonset {name}",
+                lambda n=name: self.apps.delete_namespaced_daemon_set(n, self.ns, propagation_policy="Foreground"),
+                deadline,
+                absent_ok=True,
+            )
             if r is not None:
                 out["deleted"].append(f"daemonset/{name}")
         while True:
@@ -608,8 +835,15 @@ class KnativeTarget(Target):
             if common:
                 problems.append(f"Redis/upload pods left: {common}")
             for name in ("upload", "redis-queue", "redis-state"):
-                if self._call(f"read service {name}", lambda n=name: self.core.read_namespaced_service(n, self.ns),
-                              deadline, absent_ok=True) is not None:
+                if (
+                    self._call(
+                        f"read service {name}",
+                        lambda n=name: self.core.read_namespaced_service(n, self.ns),
+                        deadline,
+                        absent_ok=True,
+                    )
+                    is not None
+                ):
                     problems.append(f"service {name} left")
         if self._pod_exists("redis-queue", deadline):
             n = int(self.redis("redis-queue").dbsize())
@@ -642,10 +876,27 @@ def billing_spec(args) -> dict[str, Any] | None:
         date = ["--date", run_date(args)]
     except StepError:  # a bad --date must not stop a teardown (which needs no sampler command)
         date = []
-    command = ["python", "-m", "faasm_tasks", "billing-agent", "--target", "knative", "--run-id", args.run_id,
-               "--results", args.results, *date, "--interval", str(getattr(args, "billing_interval", 2.0))]
-    return {"image": image, "command": command, "node_selector": selector,
-            "secret": getattr(args, "billing_secret", None) or None}
+    command = [
+        "python",
+        "-m",
+        "faasm_tasks",
+        "billing-agent",
+        "--target",
+        "knative",
+        "--run-id",
+        args.run_id,
+        "--results",
+        args.results,
+        *date,
+        "--interval",
+        str(getattr(args, "billing_interval", 2.0)),
+    ]
+    return {
+        "image": image,
+        "command": command,
+        "node_selector": selector,
+        "secret": getattr(args, "billing_secret", None) or None,
+    }
 
 
 def _lb_url(svc, port: int, names: tuple[str, ...] = ()) -> str | None:

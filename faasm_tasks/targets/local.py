@@ -58,8 +58,10 @@ def port_in_use(port: int) -> bool:
 def redis_binary() -> str:
     exe = os.environ.get("FAASM_REDIS_SERVER") or shutil.which("redis-server")
     if not exe:
-        raise StepError("redis-server not found: install Debian's redis-server "
-                        "(apt-get install -y redis-server) or set FAASM_REDIS_SERVER")
+        raise StepError(
+            "redis-server not found: install Debian's redis-server "
+            "(apt-get install -y redis-server) or set FAASM_REDIS_SERVER"
+        )
     return exe
 
 
@@ -157,9 +159,10 @@ class LocalTarget(Target):
             try:
                 from stepkit import storage
 
-                storage.write_json(storage.join(self.results, "_state", self.run_id, "local-target.json"),
-                                   {**st, "host": socket.gethostname(), "state_file": self.state_path,
-                                    "label": self.label})
+                storage.write_json(
+                    storage.join(self.results, "_state", self.run_id, "local-target.json"),
+                    {**st, "host": socket.gethostname(), "state_file": self.state_path, "label": self.label},
+                )
             except Exception as exc:  # noqa: BLE001 - the local record is authoritative for the processes
                 log.warning("could not mirror the local target record to storage: %s", exc)
 
@@ -179,16 +182,31 @@ class LocalTarget(Target):
         os.makedirs(logs, mode=0o700, exist_ok=True)
         logfile = os.path.join(logs, f"{role}-{port}-{int(time.time() * 1000)}.log")
         # recorded before it starts: whatever kills this step from here on leaves a trace
-        procs.journal_append(self.dir, {"event": "starting", "role": role, "port": port, "cmd": cmd,
-                                        "label": self.label, "t": time.time()})
+        procs.journal_append(
+            self.dir,
+            {"event": "starting", "role": role, "port": port, "cmd": cmd, "label": self.label, "t": time.time()},
+        )
         # a SIGTERM waits until the process is started AND in this step's records (``into`` and
         # ``self.started``), so the step's clean-up stops exactly what it started
         with sigterm_deferred(), open(logfile, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, close_fds=True, env=self._env(role))
+            proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=self._env(role),
+            )
             procs.fault("spawned")  # test hook: a deploy killed between starting a process and recording it
-            rec = {"role": role, "pid": proc.pid, "port": port, "cmd": cmd, "log": logfile,
-                   "create_time": psutil.Process(proc.pid).create_time()}
+            rec = {
+                "role": role,
+                "pid": proc.pid,
+                "port": port,
+                "cmd": cmd,
+                "log": logfile,
+                "create_time": psutil.Process(proc.pid).create_time(),
+            }
             into.append(rec)
             self.started.append(rec)
             procs.journal_append(self.dir, {"event": "started", **rec})
@@ -203,16 +221,21 @@ class LocalTarget(Target):
         report = self._stop(list(self.started), timeout_s)
         survived = [r for r in report if r.get("result") == "SURVIVED SIGKILL"]
         st = self.load()
-        if st and st.get("status") == "deployed" and {r.get("pid") for r in st["procs"]} <= {
-                r["pid"] for r in self.started}:
+        if (
+            st
+            and st.get("status") == "deployed"
+            and {r.get("pid") for r in st["procs"]} <= {r["pid"] for r in self.started}
+        ):
             st["status"] = "failed"  # its processes are gone: a retried deploy starts afresh
             self.save(st)
         self.started = [r for r in self.started if procs.is_ours(r, self.label) is not None]
         roles = ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in report)
         if survived or self.started:
-            return (f"it could NOT stop every process it started ({roles}; still running: "
-                    + ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in self.started)
-                    + "): run teardown")
+            return (
+                f"it could NOT stop every process it started ({roles}; still running: "
+                + ", ".join(f"{r.get('role')} pid {r.get('pid')}" for r in self.started)
+                + "): run teardown"
+            )
         return f"the {len(report)} process(es) it started were stopped ({roles})"
 
     def _env(self, role: str) -> dict[str, str]:
@@ -224,11 +247,26 @@ class LocalTarget(Target):
         return env
 
     def _worker_cmd(self, st: dict[str, Any]) -> list[str]:
-        return [sys.executable, "-m", "faasm_tasks.local_server", "worker", "--port", str(st["invoke_port"]),
-                "--redis-url", st["redis_url"], "--shared-dir", st["shared_dir"],
-                "--system", st.get("system") or "wasm", "--run-dir", self.dir,
-                "--memory-limit-mb", str(st.get("memory_limit_mb", 512)),
-                "--call-timeout-s", str(st.get("call_timeout_s", 600))]
+        return [
+            sys.executable,
+            "-m",
+            "faasm_tasks.local_server",
+            "worker",
+            "--port",
+            str(st["invoke_port"]),
+            "--redis-url",
+            st["redis_url"],
+            "--shared-dir",
+            st["shared_dir"],
+            "--system",
+            st.get("system") or "wasm",
+            "--run-dir",
+            self.dir,
+            "--memory-limit-mb",
+            str(st.get("memory_limit_mb", 512)),
+            "--call-timeout-s",
+            str(st.get("call_timeout_s", 600)),
+        ]
 
     def _stop(self, recs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
         """Stop the recorded processes that still are this run's; report the others as gone."""
@@ -259,52 +297,101 @@ class LocalTarget(Target):
     def deploy(self, plan) -> dict[str, Any]:
         problems = runtimes.build_problems(plan.system)
         if problems:  # every worker would start and fail at its first call (or at wait-ready)
-            raise StepError(f"the {plan.system} functions are not built: {'; '.join(problems[:4])}: "
-                            "run `make functions` first")
+            raise StepError(
+                f"the {plan.system} functions are not built: {'; '.join(problems[:4])}: run `make functions` first"
+            )
         st = self.load()
         n = int(plan.deployment["worker_replicas"])
         if st and st.get("status") == "deployed":
             alive = [r for r in st["procs"] if self._alive(r)]
             if len(alive) == len(st["procs"]) and st["workers"] == n:
                 return {"status": "already deployed", "workers": n, "state": self.state_path}
-            raise StepError(f"a different or broken local deployment exists for run {self.run_id} "
-                            f"({len(alive)}/{len(st['procs'])} processes alive, {st['workers']} workers); "
-                            "run teardown first")
+            raise StepError(
+                f"a different or broken local deployment exists for run {self.run_id} "
+                f"({len(alive)}/{len(st['procs'])} processes alive, {st['workers']} workers); "
+                "run teardown first"
+            )
         leftovers = [p for p in self.run_processes() if procs.describe(p).get("role") in ROLES]
         if leftovers:
-            raise StepError(f"{len(leftovers)} process(es) of run {self.run_id} are still running "
-                            f"(pids {', '.join(str(p.pid) for p in leftovers[:8])}); run teardown first")
+            raise StepError(
+                f"{len(leftovers)} process(es) of run {self.run_id} are still running "
+                f"(pids {', '.join(str(p.pid) for p in leftovers[:8])}); run teardown first"
+            )
         procs.run_dir(self.state_root, self.run_id, "local")
         shared = os.path.join(self.dir, "shared")
         funcs = os.path.join(self.dir, "functions")
         rdir = os.path.join(self.dir, "redis")
         for d in (shared, funcs, rdir):
             os.makedirs(d, exist_ok=True)
-        st = {"status": "deploying", "run_id": self.run_id, "experiment": plan.name, "system": plan.system,
-              "workers": n, "procs": [], "shared_dir": shared, "functions_dir": funcs, "redis_dir": rdir,
-              "memory_limit_mb": int(plan.params.get("memory_limit_mb", 512)),
-              "call_timeout_s": float(plan.params.get("call_timeout_s")
-                                      or (plan.experiment.get("driver") or {}).get("call_timeout_s") or 600),
-              "started": time.time()}
+        st = {
+            "status": "deploying",
+            "run_id": self.run_id,
+            "experiment": plan.name,
+            "system": plan.system,
+            "workers": n,
+            "procs": [],
+            "shared_dir": shared,
+            "functions_dir": funcs,
+            "redis_dir": rdir,
+            "memory_limit_mb": int(plan.params.get("memory_limit_mb", 512)),
+            "call_timeout_s": float(
+                plan.params.get("call_timeout_s") or (plan.experiment.get("driver") or {}).get("call_timeout_s") or 600
+            ),
+            "started": time.time(),
+        }
         try:
             rport = free_port()
             st["redis_port"], st["redis_url"] = rport, f"redis://127.0.0.1:{rport}"
             self.save(st)
-            self._spawn("redis", [redis_binary(), "--port", str(rport), "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no", "--dir", rdir,
-                                  "--protected-mode", "yes", "--maxclients", "10000",
-                                  # redis rewrites its title over its environment:
-                                  # the run label goes into the title instead
-                                  "--proc-title-template",
-                                  "{title} {listen-addr} " + procs.title_tokens(self.label, "redis")],
-                        rport, into=st["procs"])
+            self._spawn(
+                "redis",
+                [
+                    redis_binary(),
+                    "--port",
+                    str(rport),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    rdir,
+                    "--protected-mode",
+                    "yes",
+                    "--maxclients",
+                    "10000",
+                    # redis rewrites its title over its environment:
+                    # the run label goes into the title instead
+                    "--proc-title-template",
+                    "{title} {listen-addr} " + procs.title_tokens(self.label, "redis"),
+                ],
+                rport,
+                into=st["procs"],
+            )
             self.save(st)
             self._wait_redis(st, 15)
             uport = free_port()
             st["upload_port"] = uport
-            self._spawn("upload", [sys.executable, "-m", "faasm_tasks.local_server", "upload",
-                                   "--port", str(uport), "--redis-url", st["redis_url"],
-                                   "--shared-dir", shared, "--functions-dir", funcs], uport, into=st["procs"])
+            self._spawn(
+                "upload",
+                [
+                    sys.executable,
+                    "-m",
+                    "faasm_tasks.local_server",
+                    "upload",
+                    "--port",
+                    str(uport),
+                    "--redis-url",
+                    st["redis_url"],
+                    "--shared-dir",
+                    shared,
+                    "--functions-dir",
+                    funcs,
+                ],
+                uport,
+                into=st["procs"],
+            )
             st["invoke_port"] = free_port()
             self.save(st)
             for _ in range(n):
@@ -325,8 +412,14 @@ class LocalTarget(Target):
                 late.cleanup = getattr(exc, "cleanup", None)  # type: ignore[attr-defined]
                 raise late from exc
             raise
-        return {"status": "deployed", "workers": n, "invoke_port": st["invoke_port"],
-                "upload_port": st["upload_port"], "redis_port": st["redis_port"], "state": self.state_path}
+        return {
+            "status": "deployed",
+            "workers": n,
+            "invoke_port": st["invoke_port"],
+            "upload_port": st["upload_port"],
+            "redis_port": st["redis_port"],
+            "state": self.state_path,
+        }
 
     def _wait_redis(self, st: dict[str, Any], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -365,7 +458,11 @@ class LocalTarget(Target):
                 up = requests.get(f"http://127.0.0.1:{st['upload_port']}/ping", timeout=2)
                 wk = requests.get(f"http://127.0.0.1:{st['invoke_port']}/ping", timeout=2)
                 if seen >= st["workers"] and up.ok and wk.ok:
-                    return {"ready": True, "workers": seen, "waited_s": round(timeout_s - (deadline - time.monotonic()), 3)}
+                    return {
+                        "ready": True,
+                        "workers": seen,
+                        "waited_s": round(timeout_s - (deadline - time.monotonic()), 3),
+                    }
                 last = f"{seen}/{st['workers']} workers registered"
             except (redis.RedisError, requests.RequestException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
@@ -387,8 +484,11 @@ class LocalTarget(Target):
 
     def endpoints(self) -> Endpoints:
         st = self._require()
-        return Endpoints(f"http://127.0.0.1:{st['invoke_port']}/", f"http://127.0.0.1:{st['upload_port']}",
-                         extra={"redis_url": st["redis_url"], "shared_dir": st["shared_dir"]})
+        return Endpoints(
+            f"http://127.0.0.1:{st['invoke_port']}/",
+            f"http://127.0.0.1:{st['upload_port']}",
+            extra={"redis_url": st["redis_url"], "shared_dir": st["shared_dir"]},
+        )
 
     def flush_queue(self) -> int:
         st = self._require()
@@ -444,10 +544,15 @@ class LocalTarget(Target):
         last = [p for p in found.values() if roles[p.pid] == "redis"]
         report["processes"] = procs.stop(first, self.label, timeout_s)
         # native containers a killed worker left behind: removed from the run's runc root
-        report["containers"] = {c.get("id"): runtimes.runc_remove(self.runc_root, c["id"])
-                                for c in runtimes.runc_list(self.runc_root) if c.get("id")}
+        report["containers"] = {
+            c.get("id"): runtimes.runc_remove(self.runc_root, c["id"])
+            for c in runtimes.runc_list(self.runc_root)
+            if c.get("id")
+        }
         left_containers = [p for p in found.values() if roles[p.pid] == "container"]
-        report["processes"] += procs.stop(left_containers, self.label, timeout_s) + procs.stop(last, self.label, timeout_s)
+        report["processes"] += procs.stop(left_containers, self.label, timeout_s) + procs.stop(
+            last, self.label, timeout_s
+        )
         left = self.run_processes()
         if left:
             report["incomplete"] = [f"{d.get('role')} pid {d['pid']} survived" for d in map(procs.describe, left)]
@@ -468,11 +573,14 @@ class LocalTarget(Target):
         problems = []
         left = self.run_processes()
         for d in map(procs.describe, left):
-            problems.append(f"{d.get('role', '?')} pid {d['pid']} still running"
-                            + (f", listening on {d['listening']}" if d.get("listening") else ""))
+            problems.append(
+                f"{d.get('role', '?')} pid {d['pid']} still running"
+                + (f", listening on {d['listening']}" if d.get("listening") else "")
+            )
         for c in runtimes.runc_list(self.runc_root):
-            problems.append(f"native container {c.get('id')} ({c.get('status')}, pid {c.get('pid')}) left in "
-                            f"{self.runc_root}")
+            problems.append(
+                f"native container {c.get('id')} ({c.get('status')}, pid {c.get('pid')}) left in {self.runc_root}"
+            )
         recs = (st["procs"] if st else []) + procs.journal_read(self.dir)
         ports = sorted({int(r["port"]) for r in recs if isinstance(r.get("port"), int)})
         for port in ports:
@@ -488,16 +596,27 @@ class LocalTarget(Target):
                 problems.append(f"redis at {st['redis_url']} still answering ({n} keys in db 0)")
             except redis.RedisError:
                 pass
-        return {"clean": not problems, "problems": problems, "label": self.label, "ports_checked": ports,
-                "processes_found": len(left), "status": (st or {}).get("status"),
-                "state_problem": self.state_problem}
+        return {
+            "clean": not problems,
+            "problems": problems,
+            "label": self.label,
+            "ports_checked": ports,
+            "processes_found": len(left),
+            "status": (st or {}).get("status"),
+            "state_problem": self.state_problem,
+        }
 
     def describe(self) -> dict[str, Any]:
         st = self.load() or {}
-        return {"target": "local", "workers": st.get("workers"), "images": {},
-                "redis_server": _redis_version(), "system": st.get("system"),
-                "note": "C functions on one host: wasm = wasmtime instances per worker process, "
-                        "native = static binaries in runc containers"}
+        return {
+            "target": "local",
+            "workers": st.get("workers"),
+            "images": {},
+            "redis_server": _redis_version(),
+            "system": st.get("system"),
+            "note": "C functions on one host: wasm = wasmtime instances per worker process, "
+            "native = static binaries in runc containers",
+        }
 
 
 def _redis_version() -> str | None:
@@ -513,5 +632,5 @@ def _delete_patterns(r: redis.Redis, patterns: list[str]) -> int:
     for pat in patterns:
         keys = list(r.scan_iter(match=pat, count=1000)) if any(c in pat for c in "*?[") else [pat]
         for i in range(0, len(keys), 500):
-            n += int(r.delete(*keys[i:i + 500]))
+            n += int(r.delete(*keys[i : i + 500]))
     return n

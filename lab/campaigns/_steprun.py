@@ -50,8 +50,11 @@ def stoppable(main: Callable[[], int], prog: str) -> int:
 
     def on_signal(signum, frame):
         if stopping:
-            print(f"{prog}: {signal.Signals(signum).name} again: still stopping the steps it started",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{prog}: {signal.Signals(signum).name} again: still stopping the steps it started",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         CHILDREN.stopping = True  # at once: the runner threads start nothing more from here
         t = threading.Thread(target=lambda: stopped.extend(CHILDREN.stop()), name="stop-steps", daemon=True)
@@ -68,8 +71,9 @@ def stoppable(main: Callable[[], int], prog: str) -> int:
         t, signum = stopping[0]
         t.join()
         what = "; ".join(stopped) if stopped else "none was running"
-        print(f"{prog}: {exc}; stopped {len(stopped)} running step(s) it had started: {what}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{prog}: {exc}; stopped {len(stopped)} running step(s) it had started: {what}", file=sys.stderr, flush=True
+        )
         return 128 + signum
     finally:
         for sig, handler in previous.items():

@@ -53,13 +53,17 @@ CONFIGS = {  # name -> changes to the ls6 preset
     "fairshare-10000-1d": {"priority": "multifactor", "weight_fairshare": 10000.0, "fs_halflife_s": 86400},
 }
 SMOKE_CONFIGS = ("recorded", "age_size", "fairshare-3000")
-PAIRS = [("fairshare-3000", "age_size"), ("fairshare-3000", "recorded"), ("fairshare-10000", "recorded"),
-         ("fairshare-30000", "recorded"), ("fairshare-10000-1d", "recorded")]
+PAIRS = [
+    ("fairshare-3000", "age_size"),
+    ("fairshare-3000", "recorded"),
+    ("fairshare-10000", "recorded"),
+    ("fairshare-30000", "recorded"),
+    ("fairshare-10000-1d", "recorded"),
+]
 
 
 def _step(args: list[str], env: dict) -> None:
-    p = subprocess.run([sys.executable, "-m", "mirage_tasks", *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, "-m", "mirage_tasks", *args], cwd=ROOT, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"bench: {' '.join(args[:1])} failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
 
@@ -70,11 +74,17 @@ def measure(log: str, root: pathlib.Path, smoke: bool, resamples: int) -> dict:
 
     from mirage_tasks.sim.config import PRESETS
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     trace = root / "ls6"
-    _step(["ingest", "--trace", log, "--timezone", "America/Chicago", "--out", str(trace), "--log-level", "WARNING"],
-          env)
+    _step(
+        ["ingest", "--trace", log, "--timezone", "America/Chicago", "--out", str(trace), "--log-level", "WARNING"], env
+    )
     to = SMOKE_TO if smoke else TO
     names = SMOKE_CONFIGS if smoke else tuple(CONFIGS)
     waits, walls = {}, {}
@@ -83,8 +93,27 @@ def measure(log: str, root: pathlib.Path, smoke: bool, resamples: int) -> dict:
         cfg_path.write_text(json.dumps(PRESETS["ls6"].replace(**CONFIGS[name]).to_dict()))
         out = root / f"fid-{name}"
         t = time.perf_counter()
-        _step(["fidelity", "--trace", str(trace), "--from", FROM, "--to", to, "--episode-days", str(EPISODE_DAYS),
-               "--cluster-config", str(cfg_path), "--compare", "--out", str(out), "--log-level", "WARNING"], env)
+        _step(
+            [
+                "fidelity",
+                "--trace",
+                str(trace),
+                "--from",
+                FROM,
+                "--to",
+                to,
+                "--episode-days",
+                str(EPISODE_DAYS),
+                "--cluster-config",
+                str(cfg_path),
+                "--compare",
+                "--out",
+                str(out),
+                "--log-level",
+                "WARNING",
+            ],
+            env,
+        )
         walls[name] = round(time.perf_counter() - t, 1)
         w = pd.read_parquet(out / "waits.parquet").sort_values(["job_id", "submit"]).reset_index(drop=True)
         waits[name] = w
@@ -107,18 +136,36 @@ def measure(log: str, root: pathlib.Path, smoke: bool, resamples: int) -> dict:
 
     zero = float((first.real_wait_s.to_numpy() / 3600.0).mean())
     at_submit = _at_submission(trace, to, smoke, resamples)
-    out = {"window": [FROM, to], "episode_days": EPISODE_DAYS, "jobs": int(len(first)), "episodes": int(len(eps)),
-           "resamples": resamples, "zero_wait_mae_h": round(zero, 3), "configs": {}, "pairs": [],
-           "at_submission": at_submit}
+    out = {
+        "window": [FROM, to],
+        "episode_days": EPISODE_DAYS,
+        "jobs": int(len(first)),
+        "episodes": int(len(eps)),
+        "resamples": resamples,
+        "zero_wait_mae_h": round(zero, 3),
+        "configs": {},
+        "pairs": [],
+        "at_submission": at_submit,
+    }
     for n in names:
-        out["configs"][n] = {"changes": CONFIGS[n], "mae_h": round(float(err[n].mean()), 3),
-                             "within_1h": round(float(within[n].mean()), 4), "replay_wall_s": walls[n]}
+        out["configs"][n] = {
+            "changes": CONFIGS[n],
+            "mae_h": round(float(err[n].mean()), 3),
+            "within_1h": round(float(within[n].mean()), 4),
+            "replay_wall_s": walls[n],
+        }
     for a, b in PAIRS:
         if a in err and b in err:
-            out["pairs"].append({"a": a, "b": b, "mae_h_diff": round(float(err[a].mean() - err[b].mean()), 3),
-                                 "mae_h_diff_ci": [round(v, 3) for v in interval(a, b, err)],
-                                 "within_1h_diff": round(float(within[a].mean() - within[b].mean()), 4),
-                                 "within_1h_diff_ci": [round(v, 4) for v in interval(a, b, within)]})
+            out["pairs"].append(
+                {
+                    "a": a,
+                    "b": b,
+                    "mae_h_diff": round(float(err[a].mean() - err[b].mean()), 3),
+                    "mae_h_diff_ci": [round(v, 3) for v in interval(a, b, err)],
+                    "within_1h_diff": round(float(within[a].mean() - within[b].mean()), 4),
+                    "within_1h_diff_ci": [round(v, 4) for v in interval(a, b, within)],
+                }
+            )
     return out
 
 
@@ -130,8 +177,10 @@ def _reading(s: dict) -> str:
     better = [p["a"] for p in vs if p["mae_h_diff_ci"][1] < 0]
     parts = []
     if tie:
-        parts.append(f"{', '.join(tie)} cannot be told apart from the recorded priorities in MAE (the interval "
-                     "holds 0) without reading any")
+        parts.append(
+            f"{', '.join(tie)} cannot be told apart from the recorded priorities in MAE (the interval "
+            "holds 0) without reading any"
+        )
     if better:
         parts.append(f"{', '.join(better)} fit better than the recorded priorities")
     if worse:
@@ -160,22 +209,35 @@ def _at_submission(trace: pathlib.Path, to: str, smoke: bool, resamples: int) ->
     days = np.unique(day)
     members = [np.flatnonzero(day == d) for d in days]
     picks = [np.concatenate([members[k] for k in rng.integers(0, len(days), len(days))]) for _ in range(resamples)]
-    out: dict = {"jobs": int(len(real)), "days": int(len(days)), "zero_mae_h": round(float(real.mean()), 3),
-                 "zero_within_1h": round(float((real <= 1.0).mean()), 4), "plans": {}, "pairs": []}
+    out: dict = {
+        "jobs": int(len(real)),
+        "days": int(len(days)),
+        "zero_mae_h": round(float(real.mean()), 3),
+        "zero_within_1h": round(float((real <= 1.0).mean()), 4),
+        "plans": {},
+        "pairs": [],
+    }
     err = {"zero": real}
     for n in names:
         for col in ("plan_s", "plan_request_s"):
             e = np.abs(sw[n][col].to_numpy() / 3600.0 - real)
             err[f"{n}:{col}"] = e
-            out["plans"][f"{n}:{col}"] = {"mae_h": round(float(e.mean()), 3), "within_1h": round(float((e <= 1.0).mean()), 4)}
+            out["plans"][f"{n}:{col}"] = {
+                "mae_h": round(float(e.mean()), 3),
+                "within_1h": round(float((e <= 1.0).mean()), 4),
+            }
 
     def diff(x: str, y: str) -> dict:
         d = [err[x][ii].mean() - err[y][ii].mean() for ii in picks]
         w = [(err[x][ii] <= 1.0).mean() - (err[y][ii] <= 1.0).mean() for ii in picks]
-        return {"a": x, "b": y, "mae_h_diff": round(float(err[x].mean() - err[y].mean()), 3),
-                "mae_h_diff_ci": [round(float(v), 3) for v in np.percentile(d, [2.5, 97.5])],
-                "within_1h_diff": round(float((err[x] <= 1.0).mean() - (err[y] <= 1.0).mean()), 4),
-                "within_1h_diff_ci": [round(float(v), 4) for v in np.percentile(w, [2.5, 97.5])]}
+        return {
+            "a": x,
+            "b": y,
+            "mae_h_diff": round(float(err[x].mean() - err[y].mean()), 3),
+            "mae_h_diff_ci": [round(float(v), 3) for v in np.percentile(d, [2.5, 97.5])],
+            "within_1h_diff": round(float((err[x] <= 1.0).mean() - (err[y] <= 1.0).mean()), 4),
+            "within_1h_diff_ci": [round(float(v), 4) for v in np.percentile(w, [2.5, 97.5])],
+        }
 
     for col in ("plan_s", "plan_request_s"):
         for n in names:
@@ -186,58 +248,93 @@ def _at_submission(trace: pathlib.Path, to: str, smoke: bool, resamples: int) ->
 
 
 def page(s: dict) -> str:
-    lines = ["# Fair share in the simulator against the recorded priorities (ls6 replay fidelity)", "",
-             "Written by `python -m lab.campaigns.fairshare_fidelity --write-doc docs/results/fairshare-fidelity.md` (see its",
-             "docstring for the protocol). The ls6 log's jobs submitted "
-             f"{s['window'][0][:10]} to {s['window'][1][:10]} ({s['jobs']} jobs), replayed in {s['episodes']} "
-             f"warm-started {s['episode_days']}-day episodes with every job's real run time (replay fidelity: "
-             "the figures say how well the simulator reproduces the log, not how well it predicts a wait at "
-             "submission). Every setting but the queue order is the `ls6` preset's. Predicting zero wait for "
-             f"every job scores MAE {s['zero_wait_mae_h']:.2f} h.", "",
-             "| queue order | MAE (h) | within 1 h | replay (s) |", "|---|---|---|---|"]
+    lines = [
+        "# Fair share in the simulator against the recorded priorities (ls6 replay fidelity)",
+        "",
+        "Written by `python -m lab.campaigns.fairshare_fidelity --write-doc docs/results/fairshare-fidelity.md` (see its",
+        "docstring for the protocol). The ls6 log's jobs submitted "
+        f"{s['window'][0][:10]} to {s['window'][1][:10]} ({s['jobs']} jobs), replayed in {s['episodes']} "
+        f"warm-started {s['episode_days']}-day episodes with every job's real run time (replay fidelity: "
+        "the figures say how well the simulator reproduces the log, not how well it predicts a wait at "
+        "submission). Every setting but the queue order is the `ls6` preset's. Predicting zero wait for "
+        f"every job scores MAE {s['zero_wait_mae_h']:.2f} h.",
+        "",
+        "| queue order | MAE (h) | within 1 h | replay (s) |",
+        "|---|---|---|---|",
+    ]
     for n, c in s["configs"].items():
         lines.append(f"| {n} | {c['mae_h']:.2f} | {c['within_1h']:.1%} | {c['replay_wall_s']:.0f} |")
-    lines += ["", f"Differences (first minus second; 95 % interval from a paired bootstrap over the episodes, "
-              f"{s['resamples']} resamples):", "", "| pair | MAE (h) | within 1 h |", "|---|---|---|"]
+    lines += [
+        "",
+        f"Differences (first minus second; 95 % interval from a paired bootstrap over the episodes, "
+        f"{s['resamples']} resamples):",
+        "",
+        "| pair | MAE (h) | within 1 h |",
+        "|---|---|---|",
+    ]
     for p in s["pairs"]:
         lo, hi = p["mae_h_diff_ci"]
         l2, h2 = p["within_1h_diff_ci"]
-        lines.append(f"| {p['a']} - {p['b']} | {p['mae_h_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                     f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}] |")
-    lines += ["", "What each configuration may know: `recorded` reads each job's priority as the export holds it "
-              "(one value, written by Slurm after the job's submission, including the fair share of that moment); "
-              "the `fairshare-*` rows read only the trace's users and the runs before each instant (usage decayed "
-              "with the half-life), as Slurm's own scheduler does. `age_size` knows neither.", "",
-              f"Reading: {_reading(s)} The weights were not fitted: these configurations were looked at on "
-              "this one window, so a small edge among them is a selection; `calibrate --search-fairshare` fits "
-              "weight and half-life on one period and scores another.", ""]
+        lines.append(
+            f"| {p['a']} - {p['b']} | {p['mae_h_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+            f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}] |"
+        )
+    lines += [
+        "",
+        "What each configuration may know: `recorded` reads each job's priority as the export holds it "
+        "(one value, written by Slurm after the job's submission, including the fair share of that moment); "
+        "the `fairshare-*` rows read only the trace's users and the runs before each instant (usage decayed "
+        "with the half-life), as Slurm's own scheduler does. `age_size` knows neither.",
+        "",
+        f"Reading: {_reading(s)} The weights were not fitted: these configurations were looked at on "
+        "this one window, so a small edge among them is a selection; `calibrate --search-fairshare` fits "
+        "weight and half-life on one period and scores another.",
+        "",
+    ]
     z = s["at_submission"]
-    lines += ["## At submission", "",
-              f"The same {z['jobs']} jobs, each predicted at its submission by the scheduler's plan from the queue "
-              "then (`plan`: per-user run-time estimates; `plan_request`: requested times, Slurm's "
-              "`squeue --start`), without fair share (the preset's age weight) and with it (usage from the runs "
-              "started before that instant). Nothing after the submission is read; later arrivals of higher "
-              f"priority are not modelled. Zero wait scores MAE {z['zero_mae_h']:.2f} h, within 1 h "
-              f"{z['zero_within_1h']:.1%}.", "",
-              "| plan | MAE (h) | within 1 h |", "|---|---|---|"]
+    lines += [
+        "## At submission",
+        "",
+        f"The same {z['jobs']} jobs, each predicted at its submission by the scheduler's plan from the queue "
+        "then (`plan`: per-user run-time estimates; `plan_request`: requested times, Slurm's "
+        "`squeue --start`), without fair share (the preset's age weight) and with it (usage from the runs "
+        "started before that instant). Nothing after the submission is read; later arrivals of higher "
+        f"priority are not modelled. Zero wait scores MAE {z['zero_mae_h']:.2f} h, within 1 h "
+        f"{z['zero_within_1h']:.1%}.",
+        "",
+        "| plan | MAE (h) | within 1 h |",
+        "|---|---|---|",
+    ]
     for n, v in z["plans"].items():
         lines.append(f"| {n} | {v['mae_h']:.2f} | {v['within_1h']:.1%} |")
-    lines += ["", f"Differences (95 % interval from a paired bootstrap over the {z['days']} days):", "",
-              "| pair | MAE (h) | within 1 h |", "|---|---|---|"]
+    lines += [
+        "",
+        f"Differences (95 % interval from a paired bootstrap over the {z['days']} days):",
+        "",
+        "| pair | MAE (h) | within 1 h |",
+        "|---|---|---|",
+    ]
     for p in z["pairs"]:
         lo, hi = p["mae_h_diff_ci"]
         l2, h2 = p["within_1h_diff_ci"]
-        lines.append(f"| {p['a']} - {p['b']} | {p['mae_h_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                     f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}] |")
+        lines.append(
+            f"| {p['a']} - {p['b']} | {p['mae_h_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+            f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}] |"
+        )
     vs0 = [p for p in z["pairs"] if p["b"] == "zero"]
     beat = [p["a"] for p in vs0 if p["mae_h_diff_ci"][1] < 0]
     lost = [p["a"] for p in vs0 if p["mae_h_diff_ci"][0] > 0]
-    lines += ["", "Reading: in MAE, " + (f"{', '.join(beat)} beat predicting zero wait" if beat else
-                                         "no plan beats predicting zero wait")
-              + (f"; {', '.join(lost)} lose to it" if lost else "") + ". The within-1-h share of every plan "
-              "stays below zero wait's where the interval says so: most jobs start at once, and a plan that "
-              "puts any of them in a queue misses them. The weights are the ones looked at above (a selection "
-              "on this window).", ""]
+    lines += [
+        "",
+        "Reading: in MAE, "
+        + (f"{', '.join(beat)} beat predicting zero wait" if beat else "no plan beats predicting zero wait")
+        + (f"; {', '.join(lost)} lose to it" if lost else "")
+        + ". The within-1-h share of every plan "
+        "stays below zero wait's where the interval says so: most jobs start at once, and a plan that "
+        "puts any of them in a queue misses them. The weights are the ones looked at above (a selection "
+        "on this window).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -261,14 +358,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>20}: MAE {c['mae_h']:.2f} h, within 1 h {c['within_1h']:.1%} ({c['replay_wall_s']:.0f} s)")
     for p in s["pairs"]:
         (lo, hi), (l2, h2) = p["mae_h_diff_ci"], p["within_1h_diff_ci"]
-        print(f"{p['a']} - {p['b']}: MAE {p['mae_h_diff']:+.3f} h [{lo:+.3f}, {hi:+.3f}], within 1 h "
-              f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}]")
+        print(
+            f"{p['a']} - {p['b']}: MAE {p['mae_h_diff']:+.3f} h [{lo:+.3f}, {hi:+.3f}], within 1 h "
+            f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}]"
+        )
     z = s["at_submission"]
     print(f"at submission: zero wait MAE {z['zero_mae_h']:.2f} h")
     for p in z["pairs"]:
         (lo, hi), (l2, h2) = p["mae_h_diff_ci"], p["within_1h_diff_ci"]
-        print(f"  {p['a']} - {p['b']}: MAE {p['mae_h_diff']:+.3f} h [{lo:+.3f}, {hi:+.3f}], within 1 h "
-              f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}]")
+        print(
+            f"  {p['a']} - {p['b']}: MAE {p['mae_h_diff']:+.3f} h [{lo:+.3f}, {hi:+.3f}], within 1 h "
+            f"{p['within_1h_diff']:+.2%} [{l2:+.2%}, {h2:+.2%}]"
+        )
     print(json.dumps(s))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(s, indent=1) + "\n")

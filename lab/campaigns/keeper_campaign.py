@@ -48,8 +48,14 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 PY = sys.executable
-DEFAULTS = {"train_from": "2022-10-12", "train_to": "2023-01-28", "test_from": "2023-01-28", "test_to": "2023-03-31",
-            "span_hours": 204.0, "count": 5}
+DEFAULTS = {
+    "train_from": "2022-10-12",
+    "train_to": "2023-01-28",
+    "test_from": "2023-01-28",
+    "test_to": "2023-03-31",
+    "span_hours": 204.0,
+    "count": 5,
+}
 
 
 def queue_series(trace: str, t_from: pd.Timestamp, t_to: pd.Timestamp) -> pd.Series:
@@ -62,12 +68,13 @@ def queue_series(trace: str, t_from: pd.Timestamp, t_to: pd.Timestamp) -> pd.Ser
     st = (df["start"] - epoch).dt.total_seconds().to_numpy()
     hours = pd.date_range(t_from, t_to, freq="1h", inclusive="left")
     t = (hours - epoch).total_seconds().to_numpy()
-    n = (np.searchsorted(np.sort(sub), t, side="right") - np.searchsorted(np.sort(st), t, side="right"))
+    n = np.searchsorted(np.sort(sub), t, side="right") - np.searchsorted(np.sort(st), t, side="right")
     return pd.Series(n, index=hours)
 
 
-def choose_windows(trace: str, train_from: str, train_to: str, test_from: str, test_to: str, span_h: float,
-                   count: int) -> dict:
+def choose_windows(
+    trace: str, train_from: str, train_to: str, test_from: str, test_to: str, span_h: float, count: int
+) -> dict:
     ts = lambda s: pd.Timestamp(s, tz="UTC")  # noqa: E731
     train = queue_series(trace, ts(train_from), ts(train_to))
     median = float(train.median())
@@ -85,10 +92,18 @@ def choose_windows(trace: str, train_from: str, train_to: str, test_from: str, t
         if len(chosen) == count:
             break
     chosen.sort(key=lambda c: c[1])
-    return {"median_queue_train": median, "train": [train_from, train_to], "test": [test_from, test_to],
-            "span_hours": span_h, "candidates": len(cands), "busy_candidates": len(busy),
-            "windows": [{"name": f"w{i + 1}", "from": s.strftime("%Y-%m-%dT%H:%M"), "mean_queue": m}
-                        for i, (m, s) in enumerate(chosen)]}
+    return {
+        "median_queue_train": median,
+        "train": [train_from, train_to],
+        "test": [test_from, test_to],
+        "span_hours": span_h,
+        "candidates": len(cands),
+        "busy_candidates": len(busy),
+        "windows": [
+            {"name": f"w{i + 1}", "from": s.strftime("%Y-%m-%dT%H:%M"), "mean_queue": m}
+            for i, (m, s) in enumerate(chosen)
+        ],
+    }
 
 
 def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
@@ -97,31 +112,80 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     from mirage_tasks.slurm.livewait import WAIT_POLICIES
 
     pol = a.policies.split(",")
-    inputs = ((["--model", a.model] if "model" in pol else [])
-              + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
-              + (["--waitpred", a.waitpred] if set(WAIT_POLICIES) & set(pol) else [])
-              + (["--guarantee-samples", a.guarantee_samples] if "guarantee-cal" in pol else []))
+    inputs = (
+        (["--model", a.model] if "model" in pol else [])
+        + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
+        + (["--waitpred", a.waitpred] if set(WAIT_POLICIES) & set(pol) else [])
+        + (["--guarantee-samples", a.guarantee_samples] if "guarantee-cal" in pol else [])
+    )
     from mirage_tasks.sim.config import PRESETS
 
     nodes = ["--nodes", str(PRESETS["ls6"].nodes + a.extra_nodes)] if a.extra_nodes else []
     if getattr(a, "late_extra_nodes", False):
         nodes += ["--late-nodes", str(a.extra_nodes)]
-    return [PY, "-m", "mirage_tasks", "keep-service", "--policy", a.policies, *inputs, "--node", "1",
-            "--service-hours", "48", "--factor", f"{a.factor:g}", "--slurm-root",
-            f"{a.root}/slurm-{a.name}-{w['name']}", "--cluster-config", "ls6", *nodes,
-            "--trace", a.trace, "--background-from", w["from"], "--background-to", to.strftime("%Y-%m-%dT%H:%M"),
-            "--chains", str(a.chains), "--stagger-hours", f"{a.stagger_hours:g}",
-            *(["--offset-hours", f"{a.offset_hours:g}"] if a.offset_hours else []), "--deadline-s",
-            f"{a.deadline_s:g}", "--stop-chain", "--out", f"{a.root}/{a.name}-{w['name']}"]
+    return [
+        PY,
+        "-m",
+        "mirage_tasks",
+        "keep-service",
+        "--policy",
+        a.policies,
+        *inputs,
+        "--node",
+        "1",
+        "--service-hours",
+        "48",
+        "--factor",
+        f"{a.factor:g}",
+        "--slurm-root",
+        f"{a.root}/slurm-{a.name}-{w['name']}",
+        "--cluster-config",
+        "ls6",
+        *nodes,
+        "--trace",
+        a.trace,
+        "--background-from",
+        w["from"],
+        "--background-to",
+        to.strftime("%Y-%m-%dT%H:%M"),
+        "--chains",
+        str(a.chains),
+        "--stagger-hours",
+        f"{a.stagger_hours:g}",
+        *(["--offset-hours", f"{a.offset_hours:g}"] if a.offset_hours else []),
+        "--deadline-s",
+        f"{a.deadline_s:g}",
+        "--stop-chain",
+        "--out",
+        f"{a.root}/{a.name}-{w['name']}",
+    ]
 
 
 def replay_argv(a: argparse.Namespace, w: dict) -> list[str]:
     start = pd.Timestamp(w["from"], tz="UTC")
     to = start + pd.Timedelta(hours=a.span_hours)
-    return [PY, "-m", "lab", "replay-slurm", "--trace", a.trace, "--from", w["from"],
-            "--to", to.strftime("%Y-%m-%dT%H:%M"), "--factor", f"{a.factor:g}", "--cluster-config", "ls6",
-            "--slurm-root", f"{a.root}/slurm-{w['name']}-nochains", "--drain", "60",
-            "--out", f"{a.root}/replay-{w['name']}-nochains"]
+    return [
+        PY,
+        "-m",
+        "lab",
+        "replay-slurm",
+        "--trace",
+        a.trace,
+        "--from",
+        w["from"],
+        "--to",
+        to.strftime("%Y-%m-%dT%H:%M"),
+        "--factor",
+        f"{a.factor:g}",
+        "--cluster-config",
+        "ls6",
+        "--slurm-root",
+        f"{a.root}/slurm-{w['name']}-nochains",
+        "--drain",
+        "60",
+        "--out",
+        f"{a.root}/replay-{w['name']}-nochains",
+    ]
 
 
 def run(a: argparse.Namespace) -> int:
@@ -131,16 +195,23 @@ def run(a: argparse.Namespace) -> int:
     base = [] if a.no_baseline else names[:1] if a.baseline_windows is None else a.baseline_windows.split(",")
     unknown = sorted(set(base) - set(names))
     if unknown:
-        raise SystemExit(f"--baseline-windows {a.baseline_windows}: {', '.join(unknown)} not in "
-                         f"{a.root}/windows.json ({', '.join(names)})")
+        raise SystemExit(
+            f"--baseline-windows {a.baseline_windows}: {', '.join(unknown)} not in "
+            f"{a.root}/windows.json ({', '.join(names)})"
+        )
     jobs += [(f"replay-{w['name']}-nochains", replay_argv(a, w)) for w in wins if w["name"] in base]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = {}
     for name, argv in jobs:
         log = open(f"{a.root}/{name}.log", "w")
         print(f"{name}: nice -n {a.nice} {shlex.join(argv)}", flush=True)
-        procs[name] = (subprocess.Popen(["nice", "-n", str(a.nice), *argv], stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=ROOT, env=env), time.monotonic(), log)
+        procs[name] = (
+            subprocess.Popen(
+                ["nice", "-n", str(a.nice), *argv], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env
+            ),
+            time.monotonic(),
+            log,
+        )
     rc = 0
     for name, (p, t0, log) in procs.items():
         code = p.wait()
@@ -189,7 +260,6 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     from mirage_tasks.slurm import livewait
 
     if set(livewait.WAIT_POLICIES) & set(policies):
-
         keeper["waitpred"] = livewait.load(ns.waitpred, meta.timezone)
         keeper["wait_cfg"] = sim_config(cfg, ns.factor, bool(params.get("accounting")))
     stored = pd.read_parquet(run / "links.parquet")
@@ -204,9 +274,18 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     join = facts.get("late_nodes_joined_epoch")
     if late and join is None:
         join = read_resume_log(str(slurm_root / "log" / "slurmctld.log"), late_nodes)
-    s = Session(env={}, jobcomp=None, policies=policies, keeper=keeper, decide=decide, chains=int(ns.chains),
-                t0=int(parse_time(ns.background_from, "--background-from").timestamp()),
-                accounting=bool(params.get("accounting")), late_nodes=late_nodes, join_epoch=join)
+    s = Session(
+        env={},
+        jobcomp=None,
+        policies=policies,
+        keeper=keeper,
+        decide=decide,
+        chains=int(ns.chains),
+        t0=int(parse_time(ns.background_from, "--background-from").timestamp()),
+        accounting=bool(params.get("accounting")),
+        late_nodes=late_nodes,
+        join_epoch=join,
+    )
     s.results = results
     s.bg_out, s.bg_facts = pd.read_parquet(run / "background.parquet"), facts["background"]
     s.recalc_epoch, s.submit_epochs = last_recalc_epoch(str(slurm_root / "state")), epochs
@@ -226,8 +305,7 @@ def repredict(a: argparse.Namespace) -> int:
             continue
         t0 = time.monotonic()
         new = repredict_run(run, sl)
-        for p, (moved, total) in _page_module().moved_predictions(pd.read_parquet(run / "links.parquet"),
-                                                                  new).items():
+        for p, (moved, total) in _page_module().moved_predictions(pd.read_parquet(run / "links.parquet"), new).items():
             print(f"{a.name}-{w} {p}: {moved} of {total} predicted interruptions moved", flush=True)
             if p in ("reactive", "avg", "avg-cal") and moved:
                 print(f"{a.name}-{w} {p}: the rebuild does not reproduce the stored prediction", flush=True)
@@ -259,8 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--model", default=None, help="train output (policy model)")
     r.add_argument("--avg-cal-samples", default=None, help="sample output (policy avg-cal)")
     r.add_argument("--waitpred", default=None, help="waitpred output (policies wait-pred and guarantee)")
-    r.add_argument("--guarantee-samples", default=None,
-                   help="sample output drawn with --waitpred (policy guarantee-cal's calibration)")
+    r.add_argument(
+        "--guarantee-samples",
+        default=None,
+        help="sample output drawn with --waitpred (policy guarantee-cal's calibration)",
+    )
     r.add_argument("--policies", default="model,avg-cal,avg,reactive")
     r.add_argument("--chains", type=int, default=4)
     r.add_argument("--stagger-hours", type=float, default=50.0)
@@ -269,19 +350,33 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline-s", type=float, default=3600.0)
     r.add_argument("--nice", type=int, default=-5)
     r.add_argument("--no-baseline", action="store_true", help="no replay without chains")
-    r.add_argument("--baseline-windows", default=None,
-                   help="comma list of the windows replayed without chains (default: the first)")
-    r.add_argument("--offset-hours", type=float, default=0.0,
-                   help="trace hours from a window's start to its first chain (0); a second set with another "
-                        "offset keeps other links in the same windows")
-    r.add_argument("--extra-nodes", type=int, default=0,
-                   help="nodes added to the log's cluster for the chains (0): with one per service job at a time "
-                        "(the policies of a set run side by side) the background keeps the capacity it had in the "
-                        "log on average, and the chains compete with it for the same nodes")
-    r.add_argument("--late-extra-nodes", action="store_true",
-                   help="the extra nodes stay drained until the first chain starts (keep-service --late-nodes; "
-                        "needs --offset-hours): before the chains exist the background has the log's capacity, "
-                        "as in the replays without chains")
+    r.add_argument(
+        "--baseline-windows",
+        default=None,
+        help="comma list of the windows replayed without chains (default: the first)",
+    )
+    r.add_argument(
+        "--offset-hours",
+        type=float,
+        default=0.0,
+        help="trace hours from a window's start to its first chain (0); a second set with another "
+        "offset keeps other links in the same windows",
+    )
+    r.add_argument(
+        "--extra-nodes",
+        type=int,
+        default=0,
+        help="nodes added to the log's cluster for the chains (0): with one per service job at a time "
+        "(the policies of a set run side by side) the background keeps the capacity it had in the "
+        "log on average, and the chains compete with it for the same nodes",
+    )
+    r.add_argument(
+        "--late-extra-nodes",
+        action="store_true",
+        help="the extra nodes stay drained until the first chain starts (keep-service --late-nodes; "
+        "needs --offset-hours): before the chains exist the background has the log's capacity, "
+        "as in the replays without chains",
+    )
     q = sub.add_parser("repredict", help="the simulator's prediction for a set's stored runs, computed again")
     q.add_argument("--root", required=True)
     q.add_argument("--name", required=True, help="the set (its runs <root>/<name>-<window>)")

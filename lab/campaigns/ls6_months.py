@@ -47,7 +47,6 @@ from pathlib import Path
 import pandas as pd
 
 from lab.campaigns._steprun import run_logged, stoppable
-
 from mirage_tasks.run.plan import argv  # the planner's argv builder: each flag spelled once, by its step
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
@@ -78,38 +77,78 @@ def main() -> int:
     p.add_argument("--nodes", nargs="+", type=int, default=[1, 8])
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--interval-hours", type=float, default=1.0, help="training sample interval (1 h)")
-    p.add_argument("--probe-spacing", default="end", choices=("uniform", "end"),
-                   help="sample --probe-spacing of the training samples (end: near the predecessor's end)")
+    p.add_argument(
+        "--probe-spacing",
+        default="end",
+        choices=("uniform", "end"),
+        help="sample --probe-spacing of the training samples (end: near the predecessor's end)",
+    )
     p.add_argument("--val-count", type=int, default=156, help="validation samples per month, 4 h apart (156)")
     p.add_argument("--preset", default="quick")
-    p.add_argument("--param", action="append", default=["transformer:epochs=20"], metavar="MODEL:KEY=VALUE",
-                   help="train --param for one model (repeatable; default transformer:epochs=20)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=["transformer:epochs=20"],
+        metavar="MODEL:KEY=VALUE",
+        help="train --param for one model (repeatable; default transformer:epochs=20)",
+    )
     p.add_argument("--waste-weight", type=float, default=None, help="train --waste-weight (default: train's)")
-    p.add_argument("--hpo-models", nargs="*", default=["xgboost", "linear_quantile"],
-                   help="models whose hyper-parameters are searched (train --hpo-trials); the others keep the preset")
+    p.add_argument(
+        "--hpo-models",
+        nargs="*",
+        default=["xgboost", "linear_quantile"],
+        help="models whose hyper-parameters are searched (train --hpo-trials); the others keep the preset",
+    )
     p.add_argument("--hpo-trials", type=int, default=10, help="train --hpo-trials for --hpo-models (10)")
     p.add_argument("--hpo-timeout-s", type=float, default=90.0, help="train --hpo-timeout-s (90)")
-    p.add_argument("--curve-models", nargs="*", default=["xgboost", "random_forest"],
-                   help="models of the learning curve (on the last month)")
+    p.add_argument(
+        "--curve-models",
+        nargs="*",
+        default=["xgboost", "random_forest"],
+        help="models of the learning curve (on the last month)",
+    )
     p.add_argument("--curve-fractions", nargs="*", type=float, default=[0.25, 0.5])
-    p.add_argument("--jobs", type=int, default=2,
-                   help="step processes at once (2); the node sizes are sampled one after the other")
-    p.add_argument("--reuse-samples", action="store_true",
-                   help="run no ingest/sample/merge: use the committed trace and datasets already under --root "
-                        "(e.g. symlinks to an earlier run's, which must not be written); only train/validate/metrics run")
+    p.add_argument(
+        "--jobs", type=int, default=2, help="step processes at once (2); the node sizes are sampled one after the other"
+    )
+    p.add_argument(
+        "--reuse-samples",
+        action="store_true",
+        help="run no ingest/sample/merge: use the committed trace and datasets already under --root "
+        "(e.g. symlinks to an earlier run's, which must not be written); only train/validate/metrics run",
+    )
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown report from the outputs and exit")
-    p.add_argument("--compare-with", metavar="JSON",
-                   help="with --write-doc: set the verdicts beside those of an earlier run's record (the JSON "
-                        "--write-doc writes beside its page, committed with it; e.g. docs/results/ls6-months-ff01480.json)")
-    p.add_argument("--compare-label", default=None,
-                   help="with --compare-with: what the earlier run was, in the tables' headers (default: uniform)")
+    p.add_argument(
+        "--compare-with",
+        metavar="JSON",
+        help="with --write-doc: set the verdicts beside those of an earlier run's record (the JSON "
+        "--write-doc writes beside its page, committed with it; e.g. docs/results/ls6-months-ff01480.json)",
+    )
+    p.add_argument(
+        "--compare-label",
+        default=None,
+        help="with --compare-with: what the earlier run was, in the tables' headers (default: uniform)",
+    )
     p.add_argument("--run-label", default=None, help="with --compare-with: what this run is (default: end)")
     args = p.parse_args()
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(p, args, {"nodes": (1, 10_000), "interval_hours": (0.01, 24 * 31), "val_count": (1, 100_000),
-                                 "waste_weight": (0, 100), "hpo_trials": (0, 10_000), "hpo_timeout_s": (0, 86400),
-                                 "curve_fractions": (0.001, 1), "jobs": (1, 64)}, folders=('root',), files=('write_doc',))
+    check_command_args(
+        p,
+        args,
+        {
+            "nodes": (1, 10_000),
+            "interval_hours": (0.01, 24 * 31),
+            "val_count": (1, 100_000),
+            "waste_weight": (0, 100),
+            "hpo_trials": (0, 10_000),
+            "hpo_timeout_s": (0, 86400),
+            "curve_fractions": (0.001, 1),
+            "jobs": (1, 64),
+        },
+        folders=("root",),
+        files=("write_doc",),
+    )
     root = (ROOT / args.root).resolve()
     if args.write_doc:
         from lab.pages.ls6_months_page import write_doc
@@ -142,9 +181,21 @@ def main() -> int:
                     ready[n].set()
                     continue
                 s = root / "samples" / f"node{n}"
-                run(argv("sample", trace=trace, **sim, start=SAMPLE_START, count=count,
-                         interval_hours=args.interval_hours, probe_spacing=args.probe_spacing, node=n, workers=1,
-                         out=s), logs / f"sample-node{n}.log")
+                run(
+                    argv(
+                        "sample",
+                        trace=trace,
+                        **sim,
+                        start=SAMPLE_START,
+                        count=count,
+                        interval_hours=args.interval_hours,
+                        probe_spacing=args.probe_spacing,
+                        node=n,
+                        workers=1,
+                        out=s,
+                    ),
+                    logs / f"sample-node{n}.log",
+                )
                 run(argv("merge", inputs=[s], out=datasets[n], no_compress=True), logs / f"merge-node{n}.log")
                 ready[n].set()
         except BaseException as exc:
@@ -169,16 +220,41 @@ def main() -> int:
     def train(model: str, n: int, until: pd.Timestamp, out: Path, fraction: float = 1.0) -> None:
         dataset_ready(n)
         hpo = bool(args.hpo_trials and model in args.hpo_models)
-        run(argv("train", model=model, dataset=datasets[n], out=out, preset=args.preset, samples_until=until.isoformat(),
-                 threads=1, sample_fraction=fraction if fraction < 1.0 else None, waste_weight=args.waste_weight,
-                 hpo_trials=args.hpo_trials if hpo else None, hpo_timeout_s=args.hpo_timeout_s if hpo else None,
-                 param=params.get(model) or None),
-            logs / f"train-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+        run(
+            argv(
+                "train",
+                model=model,
+                dataset=datasets[n],
+                out=out,
+                preset=args.preset,
+                samples_until=until.isoformat(),
+                threads=1,
+                sample_fraction=fraction if fraction < 1.0 else None,
+                waste_weight=args.waste_weight,
+                hpo_trials=args.hpo_trials if hpo else None,
+                hpo_timeout_s=args.hpo_timeout_s if hpo else None,
+                param=params.get(model) or None,
+            ),
+            logs / f"train-{out.relative_to(root).as_posix().replace('/', '-')}.log",
+        )
 
     def validate(model: str, n: int, start: pd.Timestamp, out: Path, name: str | None = None) -> None:
-        run(argv("validate", trace=trace, **sim, start=start.isoformat(), count=args.val_count, interval_hours=4,
-                 node=n, model=model, out=out, workers=1, name=name),
-            logs / f"validate-{out.relative_to(root).as_posix().replace('/', '-')}.log")
+        run(
+            argv(
+                "validate",
+                trace=trace,
+                **sim,
+                start=start.isoformat(),
+                count=args.val_count,
+                interval_hours=4,
+                node=n,
+                model=model,
+                out=out,
+                workers=1,
+                name=name,
+            ),
+            logs / f"validate-{out.relative_to(root).as_posix().replace('/', '-')}.log",
+        )
 
     def chain(month: str, n: int) -> None:
         start = month_start(month)
@@ -201,13 +277,16 @@ def main() -> int:
     with ThreadPoolExecutor(len(args.months) * len(args.nodes)) as ex:
         chains = [ex.submit(chain, m, n) for n in args.nodes for m in args.months]
         # the learning curve last: the months' results come first if the run is cut short
-        curves = [ex.submit(curve, args.months[-1], n, model, f) for n in args.nodes
-                  for model in args.curve_models for f in args.curve_fractions]
+        curves = [
+            ex.submit(curve, args.months[-1], n, model, f)
+            for n in args.nodes
+            for model in args.curve_models
+            for f in args.curve_fractions
+        ]
         for fut in chains:
             fut.result()
         for month in args.months:
-            ins = sorted(str(d) for d in (root / "validate" / month).glob("node*/*")
-                         if (d / "_SUCCESS.json").exists())
+            ins = sorted(str(d) for d in (root / "validate" / month).glob("node*/*") if (d / "_SUCCESS.json").exists())
             run(argv("metrics", inputs=ins, out=root / "metrics" / month), logs / f"metrics-{month}.log")
         for fut in curves:
             fut.result()
@@ -215,10 +294,22 @@ def main() -> int:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = ru.ru_utime + ru.ru_stime
     wall = time.monotonic() - t_wall
-    (root / "run.json").write_text(json.dumps({
-        "argv": sys.argv, "probe_spacing": args.probe_spacing, "reuse_samples": args.reuse_samples, "interval_hours": args.interval_hours,
-        "cpu_s_children": round(cpu, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count(),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
+    (root / "run.json").write_text(
+        json.dumps(
+            {
+                "argv": sys.argv,
+                "probe_spacing": args.probe_spacing,
+                "reuse_samples": args.reuse_samples,
+                "interval_hours": args.interval_hours,
+                "cpu_s_children": round(cpu, 1),
+                "wall_s": round(wall, 1),
+                "cpus": os.cpu_count(),
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"ls6_months: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s", flush=True)
     return 0
 

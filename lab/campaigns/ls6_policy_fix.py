@@ -30,12 +30,17 @@ def main() -> int:
     p.add_argument("--month", default="2023-01")
     p.add_argument("--node", type=int, default=8)
     p.add_argument("--val-count", type=int, default=156)
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="train --param for both variants (e.g. a smaller budget for a smoke run)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="train --param for both variants (e.g. a smaller budget for a smoke run)",
+    )
     args = p.parse_args()
     from stepkit.cli import check_command_args  # the step contract's checks: exit 2 naming the flag
 
-    check_command_args(p, args, {"node": (1, 10_000), "val_count": (1, 100_000)}, folders=('root',), files=())
+    check_command_args(p, args, {"node": (1, 10_000), "val_count": (1, 100_000)}, folders=("root",), files=())
     t0 = time.monotonic()
     root = (ROOT / args.root).resolve()
     logs = root / "logs"
@@ -44,19 +49,54 @@ def main() -> int:
         raise SystemExit(f"{base}: not trained yet (run python -m lab.campaigns.ls6_months first)")
     out = root / "policy" / args.month / f"node{args.node}"
     start = month_start(args.month)
-    val = ["validate", "--trace", str(root / "trace"), "--cluster-config", "ls6", "--start", start.isoformat(),
-           "--count", str(args.val_count), "--interval-hours", "4", "--node", str(args.node), "--workers", "1"]
+    val = [
+        "validate",
+        "--trace",
+        str(root / "trace"),
+        "--cluster-config",
+        "ls6",
+        "--start",
+        start.isoformat(),
+        "--count",
+        str(args.val_count),
+        "--interval-hours",
+        "4",
+        "--node",
+        str(args.node),
+        "--workers",
+        "1",
+    ]
     runs = [str(root / "validate" / args.month / f"node{args.node}" / b) for b in ("reactive", "avg")]
     for name, extra in VARIANTS.items():
         m = out / f"transformer_policy-{name}"
-        run(["train", "--model", "transformer_policy", "--base", str(base), "--trace", str(root / "trace"),
-             "--out", str(m), "--threads", "1", *[a for kv in args.param for a in ("--param", kv)], *extra], logs / f"policy-{args.month}-{args.node}-{name}.log")
+        run(
+            [
+                "train",
+                "--model",
+                "transformer_policy",
+                "--base",
+                str(base),
+                "--trace",
+                str(root / "trace"),
+                "--out",
+                str(m),
+                "--threads",
+                "1",
+                *[a for kv in args.param for a in ("--param", kv)],
+                *extra,
+            ],
+            logs / f"policy-{args.month}-{args.node}-{name}.log",
+        )
         for rule, flag in (("argmax", ["--argmax"]), ("calibrated", [])):
             v = out / f"v-{name}-{rule}"
-            run([*val, "--model", str(m), "--name", f"policy_{name}_{rule}", "--out", str(v), *flag],
-                logs / f"policy-{args.month}-{args.node}-{name}-{rule}.log")
+            run(
+                [*val, "--model", str(m), "--name", f"policy_{name}_{rule}", "--out", str(v), *flag],
+                logs / f"policy-{args.month}-{args.node}-{name}-{rule}.log",
+            )
             runs.append(str(v))
-    run(["metrics", "--in", *runs, "--out", str(out / "metrics")], logs / f"policy-{args.month}-{args.node}-metrics.log")
+    run(
+        ["metrics", "--in", *runs, "--out", str(out / "metrics")], logs / f"policy-{args.month}-{args.node}-metrics.log"
+    )
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"ls6_policy_fix: CPU {ru.ru_utime + ru.ru_stime:.0f} s, wall {time.monotonic() - t0:.0f} s", flush=True)
     return 0

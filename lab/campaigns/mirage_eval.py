@@ -51,14 +51,19 @@ from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 #: the shared traces: ``../shared/traces`` beside the checkout (a worktree under /work/wt/ has them two up)
-TRACES = next((d for d in (ROOT.parent / "shared" / "traces", ROOT.parent.parent / "shared" / "traces")
-               if d.is_dir()), ROOT.parent / "shared" / "traces")
+TRACES = next(
+    (d for d in (ROOT.parent / "shared" / "traces", ROOT.parent.parent / "shared" / "traces") if d.is_dir()),
+    ROOT.parent / "shared" / "traces",
+)
 BOOTSTRAP_V2 = 10_000  # protocol v2's resamples
 SHIPPED_DIR = Path(__file__).resolve().parent / "logs"
 ORDER = ("KTH-SP2", "CTC-SP2", "ls6", "CEA-Curie")
 #: protocol v2's fresh months per shipped log (docs/results/protocol-v2.md, committed before any v2 result)
-FRESH = {"KTH-SP2": ("1997-04", "1997-05", "1997-06"), "CTC-SP2": ("1997-01", "1997-02", "1997-03"),
-         "CEA-Curie": ("2012-08", "2012-09")}
+FRESH = {
+    "KTH-SP2": ("1997-04", "1997-05", "1997-06"),
+    "CTC-SP2": ("1997-01", "1997-02", "1997-03"),
+    "CEA-Curie": ("2012-08", "2012-09"),
+}
 #: logs whose fresh months the online decider also runs protocol v2's rules on (the protocol names
 #: KTH-SP2, the cheapest log: the predictor asked every 10 minutes costs minutes per rule there)
 ONLINE_RULE_LOGS = ("KTH-SP2",)
@@ -85,9 +90,15 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
     if args.waitpred_only:
         return
     v2 = args.protocol == "v2"
-    for name, argv in evalplan.decision_argvs(spec, str(root), budget, tuple(args.nodes or ()), waitpred=v2,
-                                              fresh=fresh(spec.name, args) if v2 else (),
-                                              online_rules=spec.name in (args.online_rule_logs or ONLINE_RULE_LOGS)):
+    for name, argv in evalplan.decision_argvs(
+        spec,
+        str(root),
+        budget,
+        tuple(args.nodes or ()),
+        waitpred=v2,
+        fresh=fresh(spec.name, args) if v2 else (),
+        online_rules=spec.name in (args.online_rule_logs or ONLINE_RULE_LOGS),
+    ):
         run(argv, logs / (f"v2-{name}.log" if v2 else f"{name}.log"))
 
 
@@ -101,20 +112,31 @@ def specs_from_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> lis
     """The logs this invocation evaluates: --log-file files, a log given by flags, or shipped ones."""
     try:
         if args.trace:
-            doc = {k: v for k, v in (("name", args.name), ("trace", args.trace), ("calibrate", args.calibrate),
-                                     ("months", args.months_list), ("nodes", args.node_sizes),
-                                     ("timezone", args.timezone), ("procs_per_node", args.procs_per_node),
-                                     ("machine_nodes", args.machine_nodes), ("train_start", args.train_start))
-                   if v is not None}
+            doc = {
+                k: v
+                for k, v in (
+                    ("name", args.name),
+                    ("trace", args.trace),
+                    ("calibrate", args.calibrate),
+                    ("months", args.months_list),
+                    ("nodes", args.node_sizes),
+                    ("timezone", args.timezone),
+                    ("procs_per_node", args.procs_per_node),
+                    ("machine_nodes", args.machine_nodes),
+                    ("train_start", args.train_start),
+                )
+                if v is not None
+            }
             return [LogSpec.from_dict(doc, source="the command line")]
         if args.log_file:
-            return [evalplan.load(f, traces=args.traces if args.traces != str(TRACES) else None)
-                    for f in args.log_file]
+            return [evalplan.load(f, traces=args.traces if args.traces != str(TRACES) else None) for f in args.log_file]
         known = shipped(args.traces)
         bad = [n for n in args.logs if n not in known]
         if bad:
-            p.error(f"--logs: {', '.join(bad)} not shipped (lab/campaigns/logs/: {', '.join(known)}); "
-                    "describe your own log with --log-file or --trace")
+            p.error(
+                f"--logs: {', '.join(bad)} not shipped (lab/campaigns/logs/: {', '.join(known)}); "
+                "describe your own log with --log-file or --trace"
+            )
         return [known[n] for n in args.logs]
     except SpecError as exc:
         p.error(str(exc))
@@ -137,35 +159,63 @@ def main() -> int:
     g.add_argument("--procs-per-node", type=int, default=None, help="processors per node (SWF without node counts)")
     g.add_argument("--machine-nodes", type=int, default=None, help="the machine's size, where the log does not say")
     g.add_argument("--train-start", default=None, help="first training sample day (default: the calibration start)")
-    p.add_argument("--waitpred-only", action="store_true",
-                   help="only the wait predictor (ingest, calibrate, waitpred): no sampling, training or probe replay")
+    p.add_argument(
+        "--waitpred-only",
+        action="store_true",
+        help="only the wait predictor (ingest, calibrate, waitpred): no sampling, training or probe replay",
+    )
     p.add_argument("--models", nargs="+", default=list(evalplan.MODELS))
     p.add_argument("--interval-hours", type=float, default=evalplan.INTERVAL_H, help="sample interval (protocol: 6 h)")
     p.add_argument("--cal-trials", type=int, default=evalplan.CAL_TRIALS, help="calibrate --trials (protocol: 40)")
-    p.add_argument("--cal-timeout-s", type=float, default=evalplan.CAL_TIMEOUT_S,
-                   help="calibrate --timeout-s (protocol: 300)")
+    p.add_argument(
+        "--cal-timeout-s", type=float, default=evalplan.CAL_TIMEOUT_S, help="calibrate --timeout-s (protocol: 300)"
+    )
     p.add_argument("--bootstrap", type=int, default=evalplan.BOOTSTRAP, help="bootstrap resamples (protocol: 2000)")
     p.add_argument("--max-months", type=int, default=0, help="score only the first N scored months (0: all)")
     p.add_argument("--max-train", type=int, default=0, help="cap on training samples (0: the protocol's)")
     p.add_argument("--max-score", type=int, default=0, help="cap on scored samples (0: the protocol's)")
     p.add_argument("--jobs", type=int, default=2, help="logs at once (2)")
-    p.add_argument("--nodes", nargs="*", type=int, default=None,
-                   help="only these of each log's node sizes (e.g. two invocations of one log, one per size, at once)")
-    p.add_argument("--online-rule-logs", nargs="+", default=None, metavar="LOG",
-                   help="v2: the logs whose fresh months the online decider runs the v2 rules on (avg-cal, the "
-                        "wait predictor's rules, xgboost-wp; default: the protocol's KTH-SP2)")
-    p.add_argument("--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)")
-    p.add_argument("--smoke", action="store_true",
-                   help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)")
-    p.add_argument("--protocol", choices=("v1", "v2"), default="v1",
-                   help="v1 (docs/results/protocol.md) or v2 (protocol-v2.md: samples with the wait predictor at each "
-                        "probe, its rules, the fresh months; under v2-* folders; 10,000 bootstrap resamples)")
+    p.add_argument(
+        "--nodes",
+        nargs="*",
+        type=int,
+        default=None,
+        help="only these of each log's node sizes (e.g. two invocations of one log, one per size, at once)",
+    )
+    p.add_argument(
+        "--online-rule-logs",
+        nargs="+",
+        default=None,
+        metavar="LOG",
+        help="v2: the logs whose fresh months the online decider runs the v2 rules on (avg-cal, the "
+        "wait predictor's rules, xgboost-wp; default: the protocol's KTH-SP2)",
+    )
+    p.add_argument(
+        "--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)"
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=("v1", "v2"),
+        default="v1",
+        help="v1 (docs/results/protocol.md) or v2 (protocol-v2.md: samples with the wait predictor at each "
+        "probe, its rules, the fresh months; under v2-* folders; 10,000 bootstrap resamples)",
+    )
     p.add_argument("--write-doc", metavar="PATH", help="write the Markdown page from the outputs and exit")
     p.add_argument("--protocol-rev", default=None, help="with --write-doc: the protocol's commit (default: git log)")
     args = p.parse_args()
-    for flag, v, lo, hi in (("--cal-trials", args.cal_trials, 1, 10_000), ("--bootstrap", args.bootstrap, 10, 1_000_000),
-                            ("--jobs", args.jobs, 1, 64), ("--max-months", args.max_months, 0, 1000),
-                            ("--max-train", args.max_train, 0, 1_000_000), ("--max-score", args.max_score, 0, 1_000_000)):
+    for flag, v, lo, hi in (
+        ("--cal-trials", args.cal_trials, 1, 10_000),
+        ("--bootstrap", args.bootstrap, 10, 1_000_000),
+        ("--jobs", args.jobs, 1, 64),
+        ("--max-months", args.max_months, 0, 1000),
+        ("--max-train", args.max_train, 0, 1_000_000),
+        ("--max-score", args.max_score, 0, 1_000_000),
+    ):
         if not lo <= v <= hi:
             p.error(f"{flag} must lie in {lo} .. {hi}, got {v}")
     if not (0 < args.interval_hours <= 24 * 7) or not (0 <= args.cal_timeout_s <= 86400):
@@ -183,8 +233,10 @@ def main() -> int:
     except SpecError as exc:
         p.error(str(exc))
     if args.max_months:
-        specs = [LogSpec.from_dict({**s.to_dict(), "months": list(s.months[: args.max_months])}, source=s.source)
-                 for s in specs]
+        specs = [
+            LogSpec.from_dict({**s.to_dict(), "months": list(s.months[: args.max_months])}, source=s.source)
+            for s in specs
+        ]
     if args.write_doc:
         from lab.pages.mirage_eval_page import write_doc, write_waitpred_doc
 
@@ -197,9 +249,15 @@ def main() -> int:
         return 0
     if args.protocol == "v2" and args.bootstrap == evalplan.BOOTSTRAP:
         args.bootstrap = BOOTSTRAP_V2
-    budget = Budget(trials=args.cal_trials, timeout_s=args.cal_timeout_s, interval_h=args.interval_hours,
-                    bootstrap=args.bootstrap, models=tuple(args.models), max_train=args.max_train,
-                    max_score=args.max_score)
+    budget = Budget(
+        trials=args.cal_trials,
+        timeout_s=args.cal_timeout_s,
+        interval_h=args.interval_hours,
+        bootstrap=args.bootstrap,
+        models=tuple(args.models),
+        max_train=args.max_train,
+        max_score=args.max_score,
+    )
     try:  # each description as a whole against what its steps accept, before any of them runs
         for s in specs:
             evalplan.check_against_steps(s, str(root), budget)
@@ -223,9 +281,16 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     with open("/proc/loadavg") as fh:
         load = fh.read().split()[:3]
-    rec = {"argv": sys.argv, "logs": [s.name for s in specs], "failed": failed, "cpu_s_children": round(cpu, 1),
-           "wall_s": round(wall, 1), "cpus": os.cpu_count(), "loadavg": load,
-           "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    rec = {
+        "argv": sys.argv,
+        "logs": [s.name for s in specs],
+        "failed": failed,
+        "cpu_s_children": round(cpu, 1),
+        "wall_s": round(wall, 1),
+        "cpus": os.cpu_count(),
+        "loadavg": load,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     # every invocation is kept (a rerun only does what is missing: its CPU time is not the whole run's)
     hist = root / "runs.jsonl"
     seen = hist.read_text().splitlines() if hist.exists() else []
@@ -235,10 +300,15 @@ def main() -> int:
     seen.append(json.dumps(rec, sort_keys=True))
     hist.write_text("\n".join(seen) + "\n")
     prev.write_text(json.dumps(rec, indent=2) + "\n")
-    print(f"mirage_eval: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s, "
-          f"load {' '.join(load)}", flush=True)
-    print(f"mirage_eval: {len(specs) - len(failed)} of {len(specs)} log(s) done, {len(failed)} failed"
-          + (f": {', '.join(failed)}" if failed else ""), flush=True)
+    print(
+        f"mirage_eval: CPU {cpu:.0f} s (user+system of the steps run now), wall {wall:.0f} s, load {' '.join(load)}",
+        flush=True,
+    )
+    print(
+        f"mirage_eval: {len(specs) - len(failed)} of {len(specs)} log(s) done, {len(failed)} failed"
+        + (f": {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
     return 1 if failed else 0
 
 

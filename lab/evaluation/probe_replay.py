@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import sys
 import zlib
@@ -63,14 +62,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import Step, StepError, storage
-
 from mirage_tasks import __version__
+
 # the rules the service keeper calibrates too (keep-service): one definition, in the product
-from mirage_tasks.evaluation.rules import (GUARANTEE_LEVEL, INTERRUPTED_H, Probes, calibrate_avg,
-                                           calibrate_conformal, interrupted_share, level_index, per_sample_objective,
-                                           safe_runs, sample_spans, verdict)
+from mirage_tasks.evaluation.rules import (
+    GUARANTEE_LEVEL,
+    INTERRUPTED_H,
+    Probes,
+    calibrate_avg,
+    calibrate_conformal,
+    interrupted_share,
+    level_index,
+    per_sample_objective,
+    safe_runs,
+    sample_spans,
+    verdict,
+)
 from mirage_tasks.models.thresholds import WASTE_WEIGHT, adjusted_score, calibrate, outcomes
+from stepkit import Step, StepError, storage
 
 from .stopping import fit as fit_stopping
 
@@ -116,7 +125,7 @@ def oracle_wait_outcomes(y: np.ndarray, sample: np.ndarray, left_h: np.ndarray) 
     out = np.empty(len(starts))
     for i, (a, e) in enumerate(zip(starts, ends)):
         w = max(float(y[e]), 0.0)
-        ok = np.flatnonzero(left_h[a:e + 1] >= w - 1e-9)
+        ok = np.flatnonzero(left_h[a : e + 1] >= w - 1e-9)
         out[i] = y[a + (ok[-1] if len(ok) else 0)]
     return out
 
@@ -138,15 +147,16 @@ def model_scores(uri: str, probes: Probes) -> tuple[np.ndarray, dict[str, Any], 
     wp = atprobe.uses_features(fn.feature_names)
     pred = []
     for i in range(0, len(probes.y), 512):
-        X = probes.X[i:i + 512]
+        X = probes.X[i : i + 512]
         if wp:
-            X = atprobe.with_features(X, probes.meta.iloc[i:i + 512], f"{probes.uri} (for {uri})")
+            X = atprobe.with_features(X, probes.meta.iloc[i : i + 512], f"{probes.uri} (for {uri})")
         pred.append(np.asarray(fn.predict(X), np.float64))
     return np.concatenate(pred), dict(fn.decision_rule or {}), cfg["kind"] + ("-wp" if wp else "")
 
 
-def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gamma: float = ACI_GAMMA,
-                 tol_h: float | None = None) -> tuple[dict[int, float], dict[str, Any], dict[int, float]]:
+def aci_outcomes(
+    val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gamma: float = ACI_GAMMA, tol_h: float | None = None
+) -> tuple[dict[int, float], dict[str, Any], dict[int, float]]:
     """guarantee-aci: guarantee-cal's calibration with its level adapted online (adaptive conformal
     inference, Gibbs and Candes 2021): the scored samples in the order of their first decision, each
     submitted by the rule at level ``a``, then ``a += gamma (level - interrupted)`` for every earlier
@@ -168,31 +178,46 @@ def aci_outcomes(val: Probes, score: Probes, level: float = GUARANTEE_LEVEL, gam
         for _, err in sorted(known):
             a += gamma * (level - err)
         thr = cands[level_index(cands, runs, a)[0]]
-        seg = sc[starts[i]:ends[i] + 1]
+        seg = sc[starts[i] : ends[i] + 1]
         hit = np.flatnonzero(seg >= thr)
         s = float(y[starts[i] + (hit[0] if len(hit) else ends[i] - starts[i])])
         out[int(score.sample[starts[i]])] = s
         path[int(score.sample[starts[i]])] = a
         pending.append((end_t[i] + max(s, 0.0) * 3600.0, float(s > tol)))
     lv = list(path.values())
-    return out, {"level": level, "gamma": gamma, "n_scored": len(out), "level_min": float(np.min(lv)),
-                 "level_max": float(np.max(lv)), "level_last": float(lv[-1]),
-                 "method": "adaptive conformal inference over the scored samples in time order, on guarantee-cal's "
-                           "validation calibration, updated with outcomes known by each decision"}, path
+    return (
+        out,
+        {
+            "level": level,
+            "gamma": gamma,
+            "n_scored": len(out),
+            "level_min": float(np.min(lv)),
+            "level_max": float(np.max(lv)),
+            "level_last": float(lv[-1]),
+            "method": "adaptive conformal inference over the scored samples in time order, on guarantee-cal's "
+            "validation calibration, updated with outcomes known by each decision",
+        },
+        path,
+    )
 
 
-def sweep(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float,
-          points: int = CURVE_POINTS) -> pd.DataFrame:
+def sweep(
+    score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, w: float, points: int = CURVE_POINTS
+) -> pd.DataFrame:
     """The trade-off curve: mean interruption and wasted node-hours over thresholds (score quantiles)."""
     fin = score[np.isfinite(score)]  # -inf: a probe where a rule never submits early (the curve skips it)
     cands = np.r_[np.unique(np.quantile(fin, np.linspace(0, 1, points))) if len(fin) else [], np.inf]
     rows = []
     for t in cands:
         s = outcomes(score, y, sample, t)
-        rows.append({"threshold": float(t) if np.isfinite(t) else None,
-                     "mean_interruption_h": float(np.maximum(s, 0).mean()),
-                     "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
-                     "objective": float(per_sample_objective(s, node, w).mean())})
+        rows.append(
+            {
+                "threshold": float(t) if np.isfinite(t) else None,
+                "mean_interruption_h": float(np.maximum(s, 0).mean()),
+                "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
+                "objective": float(per_sample_objective(s, node, w).mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -250,23 +275,36 @@ def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, se
         lo3, hi3 = _ci(d3, idx) if idx is not None else (None, None)
         slo, shi = _share_ci(j[m], j["reactive"], j["oracle"], idx) if idx is not None else (None, None)
         gain = jr - jo
-        rows.append({
-            "month": month, "node": node, "method": m, "n": int(n),
-            "mean_interruption_h": float(np.maximum(s, 0).mean()),
-            "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
-            "zero_share": float((s <= 0).mean()), "objective": float(j[m].mean()),
-            "diff_vs_avg_cal": float(d.mean()), "diff_ci_lo": lo, "diff_ci_hi": hi,
-            "oracle_gain_share": float((jr - j[m].mean()) / gain) if gain > 1e-9 else None,
-            "verdict": verdict(lo, hi) if m != REFERENCE else "reference",
-            "diff_vs_avg": float(d2.mean()), "diff_avg_ci_lo": lo2, "diff_avg_ci_hi": hi2,
-            "verdict_vs_avg": verdict(lo2, hi2) if m != SECOND else "reference",
-            "diff_vs_reactive": float(d3.mean()), "diff_reactive_ci_lo": lo3, "diff_reactive_ci_hi": hi3,
-            "verdict_vs_reactive": verdict(lo3, hi3) if m != "reactive" else "reference",
-            "p_vs_avg_cal": _p_two_sided(d, idx) if idx is not None and m != REFERENCE else None,
-            "p_vs_reactive": _p_two_sided(d3, idx) if idx is not None and m != "reactive" else None,
-            "oracle_share_ci_lo": slo, "oracle_share_ci_hi": shi,
-            **interrupted_share(s),
-        })
+        rows.append(
+            {
+                "month": month,
+                "node": node,
+                "method": m,
+                "n": int(n),
+                "mean_interruption_h": float(np.maximum(s, 0).mean()),
+                "mean_wasted_node_h": float(node * np.maximum(-s, 0).mean()),
+                "zero_share": float((s <= 0).mean()),
+                "objective": float(j[m].mean()),
+                "diff_vs_avg_cal": float(d.mean()),
+                "diff_ci_lo": lo,
+                "diff_ci_hi": hi,
+                "oracle_gain_share": float((jr - j[m].mean()) / gain) if gain > 1e-9 else None,
+                "verdict": verdict(lo, hi) if m != REFERENCE else "reference",
+                "diff_vs_avg": float(d2.mean()),
+                "diff_avg_ci_lo": lo2,
+                "diff_avg_ci_hi": hi2,
+                "verdict_vs_avg": verdict(lo2, hi2) if m != SECOND else "reference",
+                "diff_vs_reactive": float(d3.mean()),
+                "diff_reactive_ci_lo": lo3,
+                "diff_reactive_ci_hi": hi3,
+                "verdict_vs_reactive": verdict(lo3, hi3) if m != "reactive" else "reference",
+                "p_vs_avg_cal": _p_two_sided(d, idx) if idx is not None and m != REFERENCE else None,
+                "p_vs_reactive": _p_two_sided(d3, idx) if idx is not None and m != "reactive" else None,
+                "oracle_share_ci_lo": slo,
+                "oracle_share_ci_hi": shi,
+                **interrupted_share(s),
+            }
+        )
     return rows
 
 
@@ -274,32 +312,56 @@ def month_of(sample_start: np.ndarray) -> np.ndarray:
     return pd.to_datetime(sample_start, unit="s", utc=True).strftime("%Y-%m").to_numpy()
 
 
-def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[str], node: int, *,
-             waste_weight: float = WASTE_WEIGHT, val_fraction: float = 0.2, purge_days: float = 5.0,
-             n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+def evaluate(
+    train: Probes,
+    score: Probes,
+    model_uris: list[str],
+    months: list[str],
+    node: int,
+    *,
+    waste_weight: float = WASTE_WEIGHT,
+    val_fraction: float = 0.2,
+    purge_days: float = 5.0,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Everything of the module docstring, in memory: ``{"rows", "curves", "per_sample", "calibration"}``."""
     from mirage_tasks.models.datasets import Dataset, chronological_split
 
-    ds = Dataset(train.X_last, train.y.astype(np.float32), train.sample, train.sample_start, train.probe_time,
-                 np.full(len(train.y), node), {}, train.uri)
+    ds = Dataset(
+        train.X_last,
+        train.y.astype(np.float32),
+        train.sample,
+        train.sample_start,
+        train.probe_time,
+        np.full(len(train.y), node),
+        {},
+        train.uri,
+    )
     split = chronological_split(ds, val_fraction, purge_days)
     val = train.rows(np.isin(np.arange(len(train.y)), split.val))
-    cal = {"avg-cal": calibrate_avg(val, node, waste_weight, load=False),
-           "avg-load": calibrate_avg(val, node, waste_weight, load=True)}
+    cal = {
+        "avg-cal": calibrate_avg(val, node, waste_weight, load=False),
+        "avg-load": calibrate_avg(val, node, waste_weight, load=True),
+    }
     w = waste_weight
     a_sc = score.avg_score()
     # method -> (score over the scored rows, threshold (None: never early), load rule)
     rules: dict[str, tuple[np.ndarray, float | None, dict | None]] = {
-        "reactive": (a_sc, None, None), "avg": (a_sc, 0.0, None),
+        "reactive": (a_sc, None, None),
+        "avg": (a_sc, 0.0, None),
         "avg-cal": (a_sc, cal["avg-cal"]["threshold"], None),
         "avg-load": (a_sc, cal["avg-load"]["threshold"], cal["avg-load"].get("load")),
     }
     if score.has_waitpred() != train.has_waitpred():
-        raise StepError("--train-samples and --score-samples: one was sampled with --waitpred and the other not "
-                        "(the wait-predictor rules need it on both)")
+        raise StepError(
+            "--train-samples and --score-samples: one was sampled with --waitpred and the other not "
+            "(the wait-predictor rules need it on both)"
+        )
     if score.has_waitpred():
-        cal["wait-pred-cal"] = calibrate(val.wait_pred_score(), val.y, val.sample, node, waste_weight=w,
-                                         candidates=WAIT_PRED_MARGINS_H)
+        cal["wait-pred-cal"] = calibrate(
+            val.wait_pred_score(), val.y, val.sample, node, waste_weight=w, candidates=WAIT_PRED_MARGINS_H
+        )
         rules["wait-pred"] = (score.wait_pred_score(), 0.0, None)
         rules["wait-pred-cal"] = (score.wait_pred_score(), cal["wait-pred-cal"]["threshold"], None)
         g_score, g_val = score.guarantee_score(), val.guarantee_score()
@@ -307,8 +369,10 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         cal[GUARANTEE_CAL] = calibrate_conformal(g_val, val.y, val.sample)
         rules[GUARANTEE_CAL] = (g_score, cal[GUARANTEE_CAL]["threshold"], None)
         aci, cal[GUARANTEE_ACI], _ = aci_outcomes(val, score)
-        val_scores = {"wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
-                      GUARANTEE: (g_val, 0.0)}
+        val_scores = {
+            "wait-pred-cal": (val.wait_pred_score(), cal["wait-pred-cal"]["threshold"]),
+            GUARANTEE: (g_val, 0.0),
+        }
         tr = train.rows(np.isin(np.arange(len(train.y)), split.train))
         log.info("probe replay: fitting the stopping policy on %d training rows", len(tr.y))
         pol = fit_stopping(tr, val, node, w, seed=seed)
@@ -330,19 +394,32 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
             vp = np.where(vp > hi, -np.inf, vp)
             val_scores[name] = (adjusted_score(vp, val.X_last, rule.get("load")), rule.get("low_h"))
     if val_scores:  # protocol v2: the primary rule, chosen on the training period's validation split
-        val_obj = {m: float(per_sample_objective(outcomes(sc, val.y, val.sample, np.inf if t is None else float(t)),
-                                                 node, w).mean()) for m, (sc, t) in val_scores.items()}
-        cal["primary"] = {"rule": min(val_obj, key=lambda m: (round(val_obj[m], 9), PRIMARY_CANDIDATES.index(m))),
-                          "validation_objective": val_obj,
-                          "chosen_from": [m for m in PRIMARY_CANDIDATES if m in val_obj]}
+        val_obj = {
+            m: float(
+                per_sample_objective(outcomes(sc, val.y, val.sample, np.inf if t is None else float(t)), node, w).mean()
+            )
+            for m, (sc, t) in val_scores.items()
+        }
+        cal["primary"] = {
+            "rule": min(val_obj, key=lambda m: (round(val_obj[m], 9), PRIMARY_CANDIDATES.index(m))),
+            "validation_objective": val_obj,
+            "chosen_from": [m for m in PRIMARY_CANDIDATES if m in val_obj],
+        }
     rows, curves, per = [], [], []
     mo = month_of(score.sample_start)
     for k, month in enumerate(months):
         sel = mo == month
         if not sel.any():
             raise StepError(f"no scored sample starts in {month}")
-        log.info("probe replay: month %s (%d of %d): %d probes, %d methods, %d bootstrap draws", month, k + 1,
-                 len(months), int(sel.sum()), len(rules) + 2, n_boot)
+        log.info(
+            "probe replay: month %s (%d of %d): %d probes, %d methods, %d bootstrap draws",
+            month,
+            k + 1,
+            len(months),
+            int(sel.sum()),
+            len(rules) + 2,
+            n_boot,
+        )
         sub = score.rows(sel)
         outs: dict[str, np.ndarray] = {}
         for m, (sc, thr, load) in rules.items():
@@ -361,11 +438,17 @@ def evaluate(train: Probes, score: Probes, model_uris: list[str], months: list[s
         samples = np.unique(sub.sample)
         for m, s in outs.items():
             per.append(pd.DataFrame({"month": month, "method": m, "sample": samples, "signed_interruption_h": s}))
-    return {"rows": pd.DataFrame(rows), "curves": pd.concat(curves, ignore_index=True),
-            "per_sample": pd.concat(per, ignore_index=True), "calibration": cal, "split": split.info}
+    return {
+        "rows": pd.DataFrame(rows),
+        "curves": pd.concat(curves, ignore_index=True),
+        "per_sample": pd.concat(per, ignore_index=True),
+        "calibration": cal,
+        "split": split.info,
+    }
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def _jsonable(o: Any) -> Any:
     if isinstance(o, dict):
@@ -421,25 +504,51 @@ def main(argv: list[str] | None = None) -> int:
             from mirage_tasks.models.loader import read_config
 
             split = (read_config(args.models[0]).get("data") or {}).get("split") or split
-        params = {"months": args.months, "node": node, "waste_weight": args.waste_weight, "bootstrap": args.bootstrap,
-                  "seed": args.seed, "val_fraction": float(split["val_fraction"]),
-                  "purge_days": float(split["purge_days"]), "curve_points": CURVE_POINTS,
-                  "references": [REFERENCE, SECOND], "rules_version": RULES_VERSION}
-        step = Step("evaluation", args.out, __version__, params,
-                    inputs=[args.train_samples, args.dataset, args.score_samples, *args.models])
+        params = {
+            "months": args.months,
+            "node": node,
+            "waste_weight": args.waste_weight,
+            "bootstrap": args.bootstrap,
+            "seed": args.seed,
+            "val_fraction": float(split["val_fraction"]),
+            "purge_days": float(split["purge_days"]),
+            "curve_points": CURVE_POINTS,
+            "references": [REFERENCE, SECOND],
+            "rules_version": RULES_VERSION,
+        }
+        step = Step(
+            "evaluation",
+            args.out,
+            __version__,
+            params,
+            inputs=[args.train_samples, args.dataset, args.score_samples, *args.models],
+        )
         if step.skip():
             return 0
         score = Probes(args.score_samples, with_x=True)
         # the models' validation predictions (protocol v2's primary rule) need the training histories
         train = Probes(args.train_samples, with_x=score.has_waitpred())
-        res = evaluate(train, score, args.models, args.months, node, waste_weight=args.waste_weight,
-                       val_fraction=params["val_fraction"], purge_days=params["purge_days"],
-                       n_boot=args.bootstrap, seed=args.seed)
+        res = evaluate(
+            train,
+            score,
+            args.models,
+            args.months,
+            node,
+            waste_weight=args.waste_weight,
+            val_fraction=params["val_fraction"],
+            purge_days=params["purge_days"],
+            n_boot=args.bootstrap,
+            seed=args.seed,
+        )
     except StepError as exc:
         print(f"lab.evaluation.probe_replay: error: {exc}", file=sys.stderr)
         return 2
-    doc = {"params": params, "calibration": res["calibration"], "split": res["split"],
-           "rows": res["rows"].to_dict("records")}
+    doc = {
+        "params": params,
+        "calibration": res["calibration"],
+        "split": res["split"],
+        "rows": res["rows"].to_dict("records"),
+    }
     step.write_json("evaluation.json", _jsonable(doc))
     step.write_bytes("rows.parquet", _parquet(res["rows"]))
     step.write_bytes("curves.parquet", _parquet(res["curves"]))
@@ -448,8 +557,10 @@ def main(argv: list[str] | None = None) -> int:
     r = res["rows"]
     for month in args.months:
         g = r[r["month"] == month].set_index("method")
-        print(f"evaluation node {node} {month}: " + ", ".join(
-            f"{m} {g.loc[m, 'objective']:.3f}" for m in g.index), flush=True)
+        print(
+            f"evaluation node {node} {month}: " + ", ".join(f"{m} {g.loc[m, 'objective']:.3f}" for m in g.index),
+            flush=True,
+        )
     return 0
 
 

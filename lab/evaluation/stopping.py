@@ -41,8 +41,10 @@ def _inputs(probes: Any) -> np.ndarray:
     cols = [probes.X_last[:, -1, :].astype(np.float64), left[:, None], np.log1p(np.maximum(left, 0))[:, None]]
     if probes.has_waitpred():
         m = probes.meta
-        cols += [(m["wp_wait_s"].to_numpy(np.float64) / 3600.0 - left)[:, None],
-                 (m["wp_bound_s"].to_numpy(np.float64) / 3600.0 - left)[:, None]]
+        cols += [
+            (m["wp_wait_s"].to_numpy(np.float64) / 3600.0 - left)[:, None],
+            (m["wp_bound_s"].to_numpy(np.float64) / 3600.0 - left)[:, None],
+        ]
     return np.concatenate(cols, axis=1)
 
 
@@ -69,15 +71,17 @@ def expected_objective(p: np.ndarray, J: np.ndarray, sample: np.ndarray) -> floa
     """``mean over samples of sum_k S_k p_k J_k``: the policy's expected objective when it submits at
     probe ``k`` with probability ``p_k`` (rows grouped by sample; a sample's last p must be 1)."""
     starts, ends = _groups(sample)
-    return float(np.mean([(np.cumprod(np.r_[1.0, 1 - p[a:e]]) * p[a:e + 1] * J[a:e + 1]).sum()
-                          for a, e in zip(starts, ends)]))
+    return float(
+        np.mean(
+            [(np.cumprod(np.r_[1.0, 1 - p[a:e]]) * p[a : e + 1] * J[a : e + 1]).sum() for a, e in zip(starts, ends)]
+        )
+    )
 
 
 def fit(train: Any, val: Any, node: int, waste_weight: float, seed: int = 0) -> StoppingPolicy:
     """Fit on ``train`` (the training split's training rows), keep the epoch whose deterministic rule
     has the least objective on ``val`` (the validation split)."""
     import torch
-
 
     torch.manual_seed(seed)
     Xtr = _inputs(train)
@@ -117,7 +121,15 @@ def fit(train: Any, val: Any, node: int, waste_weight: float, seed: int = 0) -> 
         opt.zero_grad()
         loss.backward()
         opt.step()
-    info = {"epochs": EPOCHS, "lr": LR, "l2": L2, "kept_epoch": best[3], "validation_objective": best[0],
-            "inputs": int(Z.shape[1]), "uses_waitpred": bool(train.has_waitpred()), "seed": seed,
-            "validation_curve": history}
+    info = {
+        "epochs": EPOCHS,
+        "lr": LR,
+        "l2": L2,
+        "kept_epoch": best[3],
+        "validation_objective": best[0],
+        "inputs": int(Z.shape[1]),
+        "uses_waitpred": bool(train.has_waitpred()),
+        "seed": seed,
+        "validation_curve": history,
+    }
     return StoppingPolicy(mean, scale, best[1], best[2], info)

@@ -79,8 +79,9 @@ def verdict(rows: list[dict]) -> dict | None:
 
     def check(r: dict) -> tuple[bool, bool]:
         hi = r.get("diff_vs_avg_ci_hi")
-        return (hi is not None and hi < 0), (r.get("wasted_diff_vs_avg") is not None
-                                             and r["wasted_diff_vs_avg"] <= 1e-9)
+        return (hi is not None and hi < 0), (
+            r.get("wasted_diff_vs_avg") is not None and r["wasted_diff_vs_avg"] <= 1e-9
+        )
 
     passing = [r for r in learned if all(check(r))]
     best = min(passing or learned, key=lambda r: r["mean_interruption_h"])
@@ -88,8 +89,9 @@ def verdict(rows: list[dict]) -> dict | None:
     return {"best": best, "beats_avg": below and waste_ok, "interval_excludes_zero": below, "waste_ok": waste_ok}
 
 
-def objective_diff(root: Path, month: str, node: int, model: str, weight: float,
-                   n_boot: int = 2000) -> tuple[float, float, float] | None:
+def objective_diff(
+    root: Path, month: str, node: int, model: str, weight: float, n_boot: int = 2000
+) -> tuple[float, float, float] | None:
     """Mean and paired bootstrap 95 % interval of (model - avg) in interruption + weight x wasted
     node-hours per sample: the objective the thresholds were calibrated for."""
     import numpy as np
@@ -122,17 +124,22 @@ def probe_text(root: Path, args: Any) -> str:
     spacing, probes = _spacing(root, args)
     if spacing == "end":
         ladder = ", ".join(_offset(m) for m in END_OFFSETS_MIN if m)
-        return (f"{len(END_OFFSETS_MIN)} probes each near the predecessor's end (`sample --probe-spacing end`: at its "
-                f"pre-simulated end minus {ladder}, and at its end; never before its submission + 60 s)")
-    return f"{probes} probes each, equally spaced from the predecessor's submission to its end (`--probe-spacing uniform`)"
+        return (
+            f"{len(END_OFFSETS_MIN)} probes each near the predecessor's end (`sample --probe-spacing end`: at its "
+            f"pre-simulated end minus {ladder}, and at its end; never before its submission + 60 s)"
+        )
+    return (
+        f"{probes} probes each, equally spaced from the predecessor's submission to its end (`--probe-spacing uniform`)"
+    )
 
 
 def _offset(minutes: int) -> str:
     return f"{minutes // 60} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes} min"
 
 
-def ladder_table(root: Path, node: int, until: pd.Timestamp, weight: float,
-                 workload_days: float = 5.0) -> tuple[list[dict], dict] | None:
+def ladder_table(
+    root: Path, node: int, until: pd.Timestamp, weight: float, workload_days: float = 5.0
+) -> tuple[list[dict], dict] | None:
     """Per probe offset of the end spacing, on the training samples whose workload ends before
     ``until``: what submitting every sample's successor at that offset gives (the labels), and
     the per-sample best probe (an oracle no rule reaches)."""
@@ -141,25 +148,42 @@ def ladder_table(root: Path, node: int, until: pd.Timestamp, weight: float,
     path = root / "datasets" / f"node{node}" / "probes.parquet"
     if not path.exists():
         return None
-    pr = pd.read_parquet(path, columns=["sample", "sample_start", "probe_time", "pred_end_without_succ",
-                                        "interruption_s"])
+    pr = pd.read_parquet(
+        path, columns=["sample", "sample_start", "probe_time", "pred_end_without_succ", "interruption_s"]
+    )
     pr = pr[pr["sample_start"] + int(workload_days * 86400) <= int(until.timestamp())]
     if pr.empty:
         return None
     s = pr["interruption_s"].to_numpy(np.float64) / 3600.0
-    pr = pr.assign(gap=np.maximum(s, 0), waste=node * np.maximum(-s, 0),
-                   offset=(pr["pred_end_without_succ"] - pr["probe_time"]) // 60)
+    pr = pr.assign(
+        gap=np.maximum(s, 0),
+        waste=node * np.maximum(-s, 0),
+        offset=(pr["pred_end_without_succ"] - pr["probe_time"]) // 60,
+    )
     pr = pr.assign(cost=pr["gap"] + weight * pr["waste"], zero=s <= 0)
     rows = []
     for off, g in pr.groupby("offset"):
         if len(g) < 0.9 * pr["sample"].nunique():  # a probe cut at the predecessor's submission + 60 s
             continue
-        rows.append({"offset_min": int(off), "n": len(g), "interruption_h": g["gap"].mean(),
-                     "wasted_node_h": g["waste"].mean(), "zero": g["zero"].mean(), "objective": g["cost"].mean()})
+        rows.append(
+            {
+                "offset_min": int(off),
+                "n": len(g),
+                "interruption_h": g["gap"].mean(),
+                "wasted_node_h": g["waste"].mean(),
+                "zero": g["zero"].mean(),
+                "objective": g["cost"].mean(),
+            }
+        )
     best = pr.loc[pr.groupby("sample")["cost"].idxmin()]
-    oracle = {"n": len(best), "interruption_h": best["gap"].mean(), "wasted_node_h": best["waste"].mean(),
-              "zero": best["zero"].mean(), "objective": best["cost"].mean(),
-              "offsets": best["offset"].value_counts(normalize=True).to_dict()}
+    oracle = {
+        "n": len(best),
+        "interruption_h": best["gap"].mean(),
+        "wasted_node_h": best["waste"].mean(),
+        "zero": best["zero"].mean(),
+        "objective": best["cost"].mean(),
+        "offsets": best["offset"].value_counts(normalize=True).to_dict(),
+    }
     return sorted(rows, key=lambda r: -r["offset_min"]), oracle
 
 
@@ -198,17 +222,22 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
                 continue
             split = cal["reactive"]["mean_interruption_h"]
             ratio = react["mean_interruption_h"] / max(split, 1e-9)
-            ods = {r["model"]: objective_diff(root, m, n, r["model"], weight) for r in _rows(doc, n)
-                   if r["model"] not in BASELINES}
+            ods = {
+                r["model"]: objective_diff(root, m, n, r["model"], weight)
+                for r in _rows(doc, n)
+                if r["model"] not in BASELINES
+            }
             ods = {k: v for k, v in ods.items() if v is not None}
             if not ods:
                 continue
             k = min(ods, key=lambda x: ods[x][0])
             r = next(x for x in _rows(doc, n) if x["model"] == k)
             _, ck = _model_info(root, m, n, k)
-            rows.append(f"| {m} | {n} | {split:.2f} | {react['mean_interruption_h']:.2f} | x{ratio:.1f} | {k} | "
-                        f"{rule_text(ck)} | {r['diff_vs_avg_h']:+.2f} | "
-                        f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |")
+            rows.append(
+                f"| {m} | {n} | {split:.2f} | {react['mean_interruption_h']:.2f} | x{ratio:.1f} | {k} | "
+                f"{rule_text(ck)} | {r['diff_vs_avg_h']:+.2f} | "
+                f"{r['wasted_diff_vs_avg']:+.2f} | {_ci(*ods[k], '{:+.2f}')} |"
+            )
             entry = (m, n, ratio, r["diff_vs_avg_h"], r["wasted_diff_vs_avg"], ods[k])
             (up if ratio > 1.5 else down if ratio < 1 / 1.5 else []).append(entry)
             dec = (ck or {}).get("decision") or {}
@@ -217,45 +246,77 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
                 quiet_edge[(m, n)] = (k, dec["low_h"] + ld["slope"] * ld["z_min"], dec["low_h"])
     if not rows:
         return []
-    L = ["### The calibrated thresholds against the month's load", "",
-         "Per month, the reactive baseline's mean interruption (a measure of the load) on the split the thresholds "
-         "were calibrated on (the latest 20 % of the training period) and in the month, and the learned model best "
-         "on the calibration objective there (lowest mean objective - avg) with its paired differences to avg.", "",
-         "| month | node | load on the calibration split h | load in the month h | ratio | model | rule | "
-         "interruption - avg h | wasted node-h - avg | objective - avg [95% CI] |",
-         "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    L = [
+        "### The calibrated thresholds against the month's load",
+        "",
+        "Per month, the reactive baseline's mean interruption (a measure of the load) on the split the thresholds "
+        "were calibrated on (the latest 20 % of the training period) and in the month, and the learned model best "
+        "on the calibration objective there (lowest mean objective - avg) with its paired differences to avg.",
+        "",
+        "| month | node | load on the calibration split h | load in the month h | ratio | model | rule | "
+        "interruption - avg h | wasted node-h - avg | objective - avg [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
     late = [e for e in up if e[3] > 0]
     early = [e for e in down if e[4] > 0]
     if up:
-        L += [f"Where the month was busier than the calibration split (ratio > 1.5: "
-              + ", ".join(f"{m} node {n}" for m, n, *_ in up) + f"), the model interrupted more than avg in "
-              f"{len(late)} of {len(up)} (it submitted too late for the month's load)"
-              + (f"; its objective was below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
-                 if any(od[2] < 0 for *_, od in up) else "") + "."]
+        L += [
+            "Where the month was busier than the calibration split (ratio > 1.5: "
+            + ", ".join(f"{m} node {n}" for m, n, *_ in up)
+            + f"), the model interrupted more than avg in "
+            f"{len(late)} of {len(up)} (it submitted too late for the month's load)"
+            + (
+                "; its objective was below avg's in " + ", ".join(f"{m} node {n}" for m, n, *_, od in up if od[2] < 0)
+                if any(od[2] < 0 for *_, od in up)
+                else ""
+            )
+            + "."
+        ]
     if down:
-        L += [f"Where it was quieter (ratio < 1/1.5: " + ", ".join(f"{m} node {n}" for m, n, *_ in down)
-              + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
-              "early for the month's load)."]
+        L += [
+            "Where it was quieter (ratio < 1/1.5: "
+            + ", ".join(f"{m} node {n}" for m, n, *_ in down)
+            + f"), the model wasted more node-hours than avg in {len(early)} of {len(down)} (it submitted too "
+            "early for the month's load)."
+        ]
         if quiet_edge:
-            L += ["The load term moves the threshold only within the loads the split showed: at the split's quietest "
-                  "decision that model's threshold is " + "; ".join(
-                      f"{t:.2f} h ({k}, {m} node {n}; {c:.2f} h at the split's mean load)"
-                      for (m, n), (k, t, c) in quiet_edge.items())
-                  + " (a negative threshold submits while the model still predicts that much overlap); the level "
-                  "itself was fitted on the split, whose load (column 3) was far above the month's."]
-    n_load = sum(1 for m in months for n in args.nodes for model in args.models
-                 if ((_model_info(root, m, n, model)[1] or {}).get("decision") or {}).get("load"))
-    n_all = sum(1 for m in months for n in args.nodes for model in args.models
-                if _model_info(root, m, n, model)[1] is not None)
+            L += [
+                "The load term moves the threshold only within the loads the split showed: at the split's quietest "
+                "decision that model's threshold is "
+                + "; ".join(
+                    f"{t:.2f} h ({k}, {m} node {n}; {c:.2f} h at the split's mean load)"
+                    for (m, n), (k, t, c) in quiet_edge.items()
+                )
+                + " (a negative threshold submits while the model still predicts that much overlap); the level "
+                "itself was fitted on the split, whose load (column 3) was far above the month's."
+            ]
+    n_load = sum(
+        1
+        for m in months
+        for n in args.nodes
+        for model in args.models
+        if ((_model_info(root, m, n, model)[1] or {}).get("decision") or {}).get("load")
+    )
+    n_all = sum(
+        1 for m in months for n in args.nodes for model in args.models if _model_info(root, m, n, model)[1] is not None
+    )
     if n_load:
-        L += ["", f"The rules are chosen before the month, on the latest training samples; the load-aware form "
-              f"(the threshold moved by the load in the decision's own history) was chosen there for {n_load} of "
-              f"{n_all} month x node x model cells, the fixed threshold for the others. A month whose load lies "
-              "outside the split's range still meets a rule fitted where the load was different."]
+        L += [
+            "",
+            f"The rules are chosen before the month, on the latest training samples; the load-aware form "
+            f"(the threshold moved by the load in the decision's own history) was chosen there for {n_load} of "
+            f"{n_all} month x node x model cells, the fixed threshold for the others. A month whose load lies "
+            "outside the split's range still meets a rule fitted where the load was different.",
+        ]
     else:
-        L += ["", "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
-              "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the "
-              "load was different."]
+        L += [
+            "",
+            "The thresholds are fixed before the month, on the latest training samples, and a month whose load "
+            "differs from theirs moves the best threshold: the regressors and the thresholds are fitted where the "
+            "load was different.",
+        ]
     curve = curve_points(root, args, months[-1])
     pairs = []
     for (n, model), pts in sorted(curve.items()):
@@ -264,12 +325,21 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
             pairs.append((n, model, lo, hi, pts[lo], pts[hi]))
     if pairs:
         small = all(abs(b[0] - a[0]) <= 0.1 * a[0] for *_, a, b in pairs)
-        L += [f"The learning curve ({months[-1]}, below), from the smallest to the whole share of the samples: "
-              + "; ".join(f"node {n} {model}: val MAE {a[0]:.2f} -> {b[0]:.2f} h, online interruption "
-                          f"{a[1]:.2f} -> {b[1]:.2f} h, wasted {a[2]:.2f} -> {b[2]:.2f} node-h"
-                          for n, model, _, _, a, b in pairs) + "."
-              + (" Validation MAE moves by at most 10 %: more samples of the same past do not fix a month whose "
-                 "load differs from it." if small else "")]
+        L += [
+            f"The learning curve ({months[-1]}, below), from the smallest to the whole share of the samples: "
+            + "; ".join(
+                f"node {n} {model}: val MAE {a[0]:.2f} -> {b[0]:.2f} h, online interruption "
+                f"{a[1]:.2f} -> {b[1]:.2f} h, wasted {a[2]:.2f} -> {b[2]:.2f} node-h"
+                for n, model, _, _, a, b in pairs
+            )
+            + "."
+            + (
+                " Validation MAE moves by at most 10 %: more samples of the same past do not fix a month whose "
+                "load differs from it."
+                if small
+                else ""
+            )
+        ]
     L.append("")
     return L
 
@@ -289,8 +359,11 @@ def curve_points(root: Path, args: Any, m: str) -> dict[tuple[int, str], dict[fl
                 if met is None or not (vdir / "validation.parquet").exists():
                     continue
                 v = pd.read_parquet(vdir / "validation.parquet", columns=["interruption_h", "wasted_node_h"])
-                out.setdefault((n, model), {})[f] = (float(met["val_mae_h"]), float(v["interruption_h"].mean()),
-                                                     float(v["wasted_node_h"].mean()))
+                out.setdefault((n, model), {})[f] = (
+                    float(met["val_mae_h"]),
+                    float(v["interruption_h"].mean()),
+                    float(v["wasted_node_h"].mean()),
+                )
     return out
 
 
@@ -321,18 +394,28 @@ def change_section(root: Path, args: Any, months: list[str], record: dict, name:
                 n_cells += 1
                 less_waste += r["mean_wasted_node_h"] < p_["wasted"]
                 more_int += r["mean_interruption_h"] > p_["interruption"]
-                both_better += (r["mean_wasted_node_h"] <= p_["wasted"]) and (r["mean_interruption_h"] <= p_["interruption"])
-                rows.append(f"| {m} | {n} | {r['model']} | {p_['threshold']} -> {thr} | {p_['interruption']:.2f} -> "
-                            f"{r['mean_interruption_h']:.2f} | {p_['wasted']:.2f} -> {r['mean_wasted_node_h']:.2f} | "
-                            f"{p_['forced']} -> {_f(r['forced_share'], '{:.0%}')} |")
+                both_better += (r["mean_wasted_node_h"] <= p_["wasted"]) and (
+                    r["mean_interruption_h"] <= p_["interruption"]
+                )
+                rows.append(
+                    f"| {m} | {n} | {r['model']} | {p_['threshold']} -> {thr} | {p_['interruption']:.2f} -> "
+                    f"{r['mean_interruption_h']:.2f} | {p_['wasted']:.2f} -> {r['mean_wasted_node_h']:.2f} | "
+                    f"{p_['forced']} -> {_f(r['forced_share'], '{:.0%}')} |"
+                )
     if not rows:
         return []
     prev_l, now_l = _labels(args)
-    return [f"### What changed, model by model ({prev_l} run, `{name}` -> this run, {now_l})", "",
-            "| month | node | model | calibrated rule | online mean interruption h | wasted node-h | forced |",
-            "|---|---|---|---|---|---|---|", *rows, "",
-            f"Of these {n_cells} month x node x model cells, this run ({now_l}) wasted fewer node-hours in {less_waste}, "
-            f"interrupted more in {more_int}, and did no worse on both in {both_better}.", ""]
+    return [
+        f"### What changed, model by model ({prev_l} run, `{name}` -> this run, {now_l})",
+        "",
+        "| month | node | model | calibrated rule | online mean interruption h | wasted node-h | forced |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Of these {n_cells} month x node x model cells, this run ({now_l}) wasted fewer node-hours in {less_waste}, "
+        f"interrupted more in {more_int}, and did no worse on both in {both_better}.",
+        "",
+    ]
 
 
 def _labels(args: Any) -> tuple[str, str]:
@@ -342,35 +425,44 @@ def _labels(args: Any) -> tuple[str, str]:
 def why_section(root: Path, args: Any, months: list[str], weight: float) -> list[str]:
     """The findings: what the probe spacing changed (against an earlier run's committed page when
     ``--compare-with`` names its record), the labels near the end, the stuck models and the load shift."""
-    from mirage_tasks.sim.probes import END_OFFSETS_MIN
 
     spacing, probes = _spacing(root, args)
     L = ["## Why learned models lose where they lose", ""]
     if spacing == "end":
-        L += [("An earlier run" if getattr(args, "compare_label", None) else "The run before this one")
-              + " (`--probe-spacing uniform`) sampled 7 probes equally spaced from the "
-              "predecessor's submission to its end, at least 8 h apart: no training example described a submission "
-              "in the last 8 h before the predecessor ends, where `avg` gains, so trees could not answer there and "
-              "the calibrated thresholds could only choose between submitting at least 8 h early or at the end. "
-              f"This run's samples hold {probe_text(root, args)}, so the models and the threshold calibration see "
-              "the decisions of the last hours.", ""]
+        L += [
+            ("An earlier run" if getattr(args, "compare_label", None) else "The run before this one")
+            + " (`--probe-spacing uniform`) sampled 7 probes equally spaced from the "
+            "predecessor's submission to its end, at least 8 h apart: no training example described a submission "
+            "in the last 8 h before the predecessor ends, where `avg` gains, so trees could not answer there and "
+            "the calibrated thresholds could only choose between submitting at least 8 h early or at the end. "
+            f"This run's samples hold {probe_text(root, args)}, so the models and the threshold calibration see "
+            "the decisions of the last hours.",
+            "",
+        ]
     else:
-        L += [f"The training samples hold {probes} probes each, equally spaced from the predecessor's submission "
-              f"to its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart. No training example "
-              "describes a submission in the last hours before the predecessor ends, where `avg` gains; "
-              "`--probe-spacing end` samples there.", ""]
+        L += [
+            f"The training samples hold {probes} probes each, equally spaced from the predecessor's submission "
+            f"to its end: at least 48 h / {probes - 1} = {48 / (probes - 1):.0f} h apart. No training example "
+            "describes a submission in the last hours before the predecessor ends, where `avg` gains; "
+            "`--probe-spacing end` samples there.",
+            "",
+        ]
     rev = getattr(args, "compare_with", None)
     if rev:
         record = previous_run(rev)
         prev = previous_verdicts(record)
         pl, nl = _labels(args)
-        L += [f"### Against the {pl} run (its record `{rev}`)", "",
-              "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
-              "[95% CI]):", "",
-              f"| month | node | {pl}: model | {pl}: interruption - avg | {pl}: waste - avg | {pl}: beats | "
-              f"{pl}: objective - avg | {nl}: model | {nl}: interruption - avg | {nl}: waste - avg | {nl}: beats | "
-              f"{nl}: objective - avg |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            f"### Against the {pl} run (its record `{rev}`)",
+            "",
+            "The same verdict for the two runs, month by month (best learned model; paired differences to avg "
+            "[95% CI]):",
+            "",
+            f"| month | node | {pl}: model | {pl}: interruption - avg | {pl}: waste - avg | {pl}: beats | "
+            f"{pl}: objective - avg | {nl}: model | {nl}: interruption - avg | {nl}: waste - avg | {nl}: beats | "
+            f"{nl}: objective - avg |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         moved = []
         now_wins, prev_wins = {n: 0 for n in args.nodes}, {n: 0 for n in args.nodes}
         for m in months:
@@ -390,21 +482,31 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                     before = None
                 if od is not None and before is not None:
                     moved.append((m, n, before, od[0]))
-                L.append(f"| {m} | {n} | {p_['model']} | {p_['diff']} | {p_['waste']} | {p_['beats'].split(':')[0]} "
-                         f"| {p_['objective']} | {b['model']} "
-                         f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
-                         f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
-                         f"| {'yes' if v['beats_avg'] else 'no'} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
-        L += ["", f"Months where the best learned model beats avg, {pl} -> {nl}: " + "; ".join(
-            f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes) + "."]
+                L.append(
+                    f"| {m} | {n} | {p_['model']} | {p_['diff']} | {p_['waste']} | {p_['beats'].split(':')[0]} "
+                    f"| {p_['objective']} | {b['model']} "
+                    f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                    f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                    f"| {'yes' if v['beats_avg'] else 'no'} | {'-' if od is None else _ci(*od, '{:+.2f}')} |"
+                )
+        L += [
+            "",
+            f"Months where the best learned model beats avg, {pl} -> {nl}: "
+            + "; ".join(f"node {n}: {prev_wins[n]} -> {now_wins[n]} of {len(months)}" for n in args.nodes)
+            + ".",
+        ]
         if moved:
             better = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ < a]
             worse = [f"{m} node {n} ({a:+.2f} -> {b_:+.2f})" for m, n, a, b_ in moved if b_ >= a]
-            L += ["", "On the calibration objective (the verdict's model, point estimates of the paired difference to "
-                  "avg; the two runs' samples are the same validation samples but the runs are not paired here): "
-                  f"lower with {nl} in {len(better)} of {len(moved)}"
-                  + (": " + "; ".join(better) if better else "") + (f"; higher in {'; '.join(worse)}" if worse else "")
-                  + "."]
+            L += [
+                "",
+                "On the calibration objective (the verdict's model, point estimates of the paired difference to "
+                "avg; the two runs' samples are the same validation samples but the runs are not paired here): "
+                f"lower with {nl} in {len(better)} of {len(moved)}"
+                + (": " + "; ".join(better) if better else "")
+                + (f"; higher in {'; '.join(worse)}" if worse else "")
+                + ".",
+            ]
         L.append("")
         L += change_section(root, args, months, record, rev)
     if spacing == "end" and months:
@@ -414,26 +516,39 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
             if res is None:
                 continue
             rows, oracle = res
-            L += [f"### The labels near the end ({n}-node jobs, training samples before {months[-1]})", "",
-                  f"Every sample's successor submitted at the same offset before the predecessor's end (the probe "
-                  f"labels), and each sample at its best probe (an oracle: no rule knows it in advance); objective = "
-                  f"interruption + {weight:g} x wasted node-h.", "",
-                  "| submitted at | samples | mean interruption h | wasted node-h | zero interruption | objective |",
-                  "|---|---|---|---|---|---|"]
+            L += [
+                f"### The labels near the end ({n}-node jobs, training samples before {months[-1]})",
+                "",
+                f"Every sample's successor submitted at the same offset before the predecessor's end (the probe "
+                f"labels), and each sample at its best probe (an oracle: no rule knows it in advance); objective = "
+                f"interruption + {weight:g} x wasted node-h.",
+                "",
+                "| submitted at | samples | mean interruption h | wasted node-h | zero interruption | objective |",
+                "|---|---|---|---|---|---|",
+            ]
             for r in rows:
                 when = "the end (reactive)" if r["offset_min"] == 0 else f"end - {_offset(r['offset_min'])}"
-                L.append(f"| {when} | {r['n']} | {r['interruption_h']:.2f} | {r['wasted_node_h']:.2f} | "
-                         f"{r['zero']:.0%} | {r['objective']:.3f} |")
+                L.append(
+                    f"| {when} | {r['n']} | {r['interruption_h']:.2f} | {r['wasted_node_h']:.2f} | "
+                    f"{r['zero']:.0%} | {r['objective']:.3f} |"
+                )
             top = sorted(oracle["offsets"].items(), key=lambda kv: -kv[1])[:3]
-            L.append(f"| best probe per sample (oracle) | {oracle['n']} | {oracle['interruption_h']:.2f} | "
-                     f"{oracle['wasted_node_h']:.2f} | {oracle['zero']:.0%} | {oracle['objective']:.3f} |")
+            L.append(
+                f"| best probe per sample (oracle) | {oracle['n']} | {oracle['interruption_h']:.2f} | "
+                f"{oracle['wasted_node_h']:.2f} | {oracle['zero']:.0%} | {oracle['objective']:.3f} |"
+            )
             fixed = min(rows, key=lambda r: r["objective"])
             react = next((r for r in rows if r["offset_min"] == 0), None)
-            L += ["", f"The best single offset on these samples is {_offset(fixed['offset_min']) if fixed['offset_min'] else 'the end'}"
-                  f" (objective {fixed['objective']:.3f}" + (f" against {react['objective']:.3f} at the end" if react else "")
-                  + f"); the oracle reaches {oracle['objective']:.3f}, most often at "
-                  + ", ".join(f"end - {_offset(int(k))} ({v:.0%})" if k else f"the end ({v:.0%})" for k, v in top)
-                  + ". The gap between the two is what a model could gain by telling samples apart.", ""]
+            L += [
+                "",
+                f"The best single offset on these samples is {_offset(fixed['offset_min']) if fixed['offset_min'] else 'the end'}"
+                f" (objective {fixed['objective']:.3f}"
+                + (f" against {react['objective']:.3f} at the end" if react else "")
+                + f"); the oracle reaches {oracle['objective']:.3f}, most often at "
+                + ", ".join(f"end - {_offset(int(k))} ({v:.0%})" if k else f"the end ({v:.0%})" for k, v in top)
+                + ". The gap between the two is what a model could gain by telling samples apart.",
+                "",
+            ]
     stuck = []
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
@@ -445,10 +560,16 @@ def why_section(root: Path, args: Any, months: list[str], weight: float) -> list
                     continue
                 dec = pd.read_parquet(dec_path, columns=["output"])
                 low = (cfg.get("decision") or {}).get("low_h")
-                stuck.append(f"{r['model']} ({m}, node {n}: highest prediction {dec['output'].max():.2f} h, "
-                             f"threshold {'never early' if low is None else f'{low:.2f} h'})")
-    L += ["Learned models that never submitted before the predecessor ended: "
-          + ("; ".join(stuck) if stuck else "none") + ".", ""]
+                stuck.append(
+                    f"{r['model']} ({m}, node {n}: highest prediction {dec['output'].max():.2f} h, "
+                    f"threshold {'never early' if low is None else f'{low:.2f} h'})"
+                )
+    L += [
+        "Learned models that never submitted before the predecessor ended: "
+        + ("; ".join(stuck) if stuck else "none")
+        + ".",
+        "",
+    ]
     if spacing == "end" and months:
         L += submission_section(root, args, months)
     L += load_shift_section(root, args, months, weight)
@@ -472,27 +593,45 @@ def submission_section(root: Path, args: Any, months: list[str]) -> list[str]:
                 v = pd.read_parquet(path, columns=["pred_end", "decision_time", "wasted_node_h", "forced"])
                 lead = (v["pred_end"] - v["decision_time"]) / 3600.0
                 early = lead > first / 3600.0 + 1e-9
-                rows.append(f"| {m} | {n} | {model} | {early.mean():.0%} | {v['wasted_node_h'][early].sum() / len(v):.2f} "
-                            f"| {v['wasted_node_h'].mean():.2f} | {((~early) & ~v['forced'].astype(bool)).mean():.0%} "
-                            f"| {v['forced'].astype(bool).mean():.0%} | {lead.median():.1f} |")
+                rows.append(
+                    f"| {m} | {n} | {model} | {early.mean():.0%} | {v['wasted_node_h'][early].sum() / len(v):.2f} "
+                    f"| {v['wasted_node_h'].mean():.2f} | {((~early) & ~v['forced'].astype(bool)).mean():.0%} "
+                    f"| {v['forced'].astype(bool).mean():.0%} | {lead.median():.1f} |"
+                )
                 if model != "avg":
-                    beyond[(m, n, model)] = (early.mean(), v["wasted_node_h"][early].sum() / max(1e-9, v["wasted_node_h"].sum()))
+                    beyond[(m, n, model)] = (
+                        early.mean(),
+                        v["wasted_node_h"][early].sum() / max(1e-9, v["wasted_node_h"].sum()),
+                    )
     if not rows:
         return []
     worst = sorted(beyond.items(), key=lambda kv: -kv[1][0])[:3]
-    L = [f"### Where the online submissions fell (against the probes, {_offset(END_OFFSETS_MIN[0])} before the end at most)", "",
-         "Online, a model decides every 10 minutes from the predecessor's submission, also while the predecessor "
-         "still waits; the training probes start at its (pre-simulated) end - "
-         f"{_offset(END_OFFSETS_MIN[0])}. A submission earlier than that comes from a state no training example "
-         "describes (the trees answer with what they learned at the earliest probe), and the threshold calibration, "
-         "which replays the probes only, never priced it.", "",
-         "| month | node | model | submitted > 24 h before the end | its wasted node-h per sample | all wasted node-h "
-         "per sample | submitted in the last 24 h | forced at the end | median hours before the end |",
-         "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    L = [
+        f"### Where the online submissions fell (against the probes, {_offset(END_OFFSETS_MIN[0])} before the end at most)",
+        "",
+        "Online, a model decides every 10 minutes from the predecessor's submission, also while the predecessor "
+        "still waits; the training probes start at its (pre-simulated) end - "
+        f"{_offset(END_OFFSETS_MIN[0])}. A submission earlier than that comes from a state no training example "
+        "describes (the trees answer with what they learned at the earliest probe), and the threshold calibration, "
+        "which replays the probes only, never priced it.",
+        "",
+        "| month | node | model | submitted > 24 h before the end | its wasted node-h per sample | all wasted node-h "
+        "per sample | submitted in the last 24 h | forced at the end | median hours before the end |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
     if worst and worst[0][1][0] > 0:
-        L += ["Most submissions before the earliest probe: " + "; ".join(
-            f"{model} ({m}, node {n}: {share:.0%} of samples, {w:.0%} of its wasted node-hours)"
-            for (m, n, model), (share, w) in worst if share > 0) + ".", ""]
+        L += [
+            "Most submissions before the earliest probe: "
+            + "; ".join(
+                f"{model} ({m}, node {n}: {share:.0%} of samples, {w:.0%} of its wasted node-hours)"
+                for (m, n, model), (share, w) in worst
+                if share > 0
+            )
+            + ".",
+            "",
+        ]
     return L
 
 
@@ -517,86 +656,140 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     run_flags = " ".join(flags) if flags else f"--root {args.root}"
     months = [m for m in args.months if (root / "metrics" / m / "metrics.json").exists()]
     L: list[str] = []
-    L += ["# Mirage on ls6 over three validation months (January, February, March 2023)", "",
-          "Written by `python -m lab.campaigns.ls6_months --write-doc` from the outputs of one command:", "",
-          "```sh", f"nice -n 5 .venv/bin/python -m lab.campaigns.ls6_months {run_flags}  # everything below, under {args.root}/",
-          f".venv/bin/python -m lab.campaigns.ls6_months {run_flags} --write-doc {out.as_posix()}"
-          + (f" --compare-with {args.compare_with}" if getattr(args, "compare_with", None) else "")
-          + "".join(f" {flag} '{getattr(args, attr)}'" for flag, attr in (("--compare-label", "compare_label"),
-                                                                        ("--run-label", "run_label"))
-                    if getattr(args, attr, None)), "```", ""]
+    L += [
+        "# Mirage on ls6 over three validation months (January, February, March 2023)",
+        "",
+        "Written by `python -m lab.campaigns.ls6_months --write-doc` from the outputs of one command:",
+        "",
+        "```sh",
+        f"nice -n 5 .venv/bin/python -m lab.campaigns.ls6_months {run_flags}  # everything below, under {args.root}/",
+        f".venv/bin/python -m lab.campaigns.ls6_months {run_flags} --write-doc {out.as_posix()}"
+        + (f" --compare-with {args.compare_with}" if getattr(args, "compare_with", None) else "")
+        + "".join(
+            f" {flag} '{getattr(args, attr)}'"
+            for flag, attr in (("--compare-label", "compare_label"), ("--run-label", "run_label"))
+            if getattr(args, attr, None)
+        ),
+        "```",
+        "",
+    ]
     if run.get("reuse_samples"):
-        L += ["`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
-              "the root are those of the end-spacing run (`python -m lab.campaigns.ls6_months --root var/ls6-months-end "
-              "--probe-spacing end`), linked there; without the flag the same command computes them first.", ""]
+        L += [
+            "`--reuse-samples` ran no ingest, sample or merge: the `trace` and `datasets` (and `samples`) under "
+            "the root are those of the end-spacing run (`python -m lab.campaigns.ls6_months --root var/ls6-months-end "
+            "--probe-spacing end`), linked there; without the flag the same command computes them first.",
+            "",
+        ]
     if run:
-        L += [f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
-              f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
-              f"{run['finished']}). Command: `{' '.join(run['argv'])}`.", ""]
+        L += [
+            f"CPU time of the steps (user + system of the child processes): **{run['cpu_s_children']:.0f} s**; "
+            f"wall time {run['wall_s']:.0f} s on this project's shared 2-core machine (finished "
+            f"{run['finished']}). Command: `{' '.join(run['argv'])}`.",
+            "",
+        ]
         walls, skipped = [], False
         started = pd.Timestamp(run["finished"]) - pd.Timedelta(seconds=float(run["wall_s"]))
         for n in args.nodes:
             info = _load(root / "samples" / f"node{n}" / "shard.json")
             marker = _load(root / "samples" / f"node{n}" / "_SUCCESS.json") or {}
             if info:
-                walls.append(f"node {n}: {info['n_samples']} samples, {info['n_examples']} examples in "
-                             f"{info['wall_s']:.0f} s ({info.get('cpu_s', float('nan')):.0f} CPU s)")
+                walls.append(
+                    f"node {n}: {info['n_samples']} samples, {info['n_examples']} examples in "
+                    f"{info['wall_s']:.0f} s ({info.get('cpu_s', float('nan')):.0f} CPU s)"
+                )
                 skipped |= bool(marker.get("finished")) and pd.Timestamp(marker["finished"]) < started
         if walls:
-            L += [("Steps whose outputs were already up to date (from an earlier invocation of the same command) "
-                   "were skipped and are not in that CPU time, among them the training samples"
-                   if skipped else "It includes the training samples, computed by this invocation, one node size "
-                   "after the other in one process") + " (`sample`, as it recorded them: " + "; ".join(walls) + ")."
-                  + (" The policy comparison below was run by `lab/campaigns/ls6_policy_fix.py` (its own CPU time is "
-                     "printed by it)." if (root / "policy").exists() else ""), ""]
+            L += [
+                (
+                    "Steps whose outputs were already up to date (from an earlier invocation of the same command) "
+                    "were skipped and are not in that CPU time, among them the training samples"
+                    if skipped
+                    else "It includes the training samples, computed by this invocation, one node size "
+                    "after the other in one process"
+                )
+                + " (`sample`, as it recorded them: "
+                + "; ".join(walls)
+                + ")."
+                + (
+                    " The policy comparison below was run by `lab/campaigns/ls6_policy_fix.py` (its own CPU time is "
+                    "printed by it)."
+                    if (root / "policy").exists()
+                    else ""
+                ),
+                "",
+            ]
     else:
-        L += ["The run had not finished when this page was written: the tables below hold what was committed "
-              "by then (months or models missing from them did not finish).", ""]
-    L += ["## Setup", "",
-          "* trace: `ls6-a100.log` (CC BY 4.0, the Mirage authors, SC'23), local times read as America/Chicago; "
-          "simulator preset `ls6` (78 nodes, conservative backfill, recorded priority plus capped age, "
-          "8 running jobs per user, warm start);",
-          f"* training samples: one every {args.interval_hours:g} h from 2022-11-01 (the seed: 4 h), 2-day warm-up, "
-          f"5-day workloads, {probe_text(root, args)}, node sizes " + ", ".join(map(str, args.nodes)) + "; for each month the "
-          "models use only the samples whose workload ends before the month starts (`train --samples-until`), "
-          "split chronologically (latest 20 % of samples for validation, 5-day purge);",
-          "* decision thresholds: chosen on that training-period validation split by replaying the probes "
-          "(submit at the first probe whose prediction reaches the threshold, else at the predecessor's end), "
-          "minimising mean interruption + waste weight x mean wasted node-hours (`train --waste-weight`, "
-          "default 0.1 h per node-hour); never tuned on the validation month;"
-          + (" the threshold may move with the load at the decision (`decision.load` in the model's config.json: "
-             "prediction - slope x z(load) >= threshold, the load read from the last snapshot of the decision's "
-             "own history, so the offline replay and the online decision see the same number; load queue_nodes or "
-             "running_wait, slope = beta x the predictions' standard deviation on the split, beta in "
-             + ", ".join(f"{b:g}" for b in LOAD_BETAS) + "; kept only when it lowers the split's objective below "
-             "the best fixed threshold). One variant of this rule was run; nothing of it was chosen on the months;"
-             if _load_aware(root, args) else ""),
-          f"* validation: {args.val_count} samples per month every 4 h from the 1st (26 days), a decision every "
-          "10 simulated minutes; baselines `reactive` (submit at the predecessor's end) and `avg` (its end minus "
-          "the recent mean wait);",
-          f"* models: {', '.join(args.models)}, preset `{args.preset}` (" + ", ".join(args.param) + "), seed 0; "
-          + (f"hyper-parameters of {', '.join(args.hpo_models)} searched with Optuna on each training period's "
-             f"split ({args.hpo_trials} trials or {args.hpo_timeout_s:g} s, the preset as trial 0);"
-             if args.hpo_trials and args.hpo_models else "no hyper-parameter search;"),
-          "* intervals: paired bootstrap 95 % (2,000 resamples of the samples, the same draw for the model and "
-          "the baseline). `- avg` columns: mean over samples of (model - avg) on the same sample; negative = "
-          "the model is better (less interruption, less waste). Load level of a sample from the reactive "
-          "baseline's interruption: low <= 2 h, medium 2-12 h, heavy > 12 h.", ""]
+        L += [
+            "The run had not finished when this page was written: the tables below hold what was committed "
+            "by then (months or models missing from them did not finish).",
+            "",
+        ]
+    L += [
+        "## Setup",
+        "",
+        "* trace: `ls6-a100.log` (CC BY 4.0, the Mirage authors, SC'23), local times read as America/Chicago; "
+        "simulator preset `ls6` (78 nodes, conservative backfill, recorded priority plus capped age, "
+        "8 running jobs per user, warm start);",
+        f"* training samples: one every {args.interval_hours:g} h from 2022-11-01 (the seed: 4 h), 2-day warm-up, "
+        f"5-day workloads, {probe_text(root, args)}, node sizes "
+        + ", ".join(map(str, args.nodes))
+        + "; for each month the "
+        "models use only the samples whose workload ends before the month starts (`train --samples-until`), "
+        "split chronologically (latest 20 % of samples for validation, 5-day purge);",
+        "* decision thresholds: chosen on that training-period validation split by replaying the probes "
+        "(submit at the first probe whose prediction reaches the threshold, else at the predecessor's end), "
+        "minimising mean interruption + waste weight x mean wasted node-hours (`train --waste-weight`, "
+        "default 0.1 h per node-hour); never tuned on the validation month;"
+        + (
+            " the threshold may move with the load at the decision (`decision.load` in the model's config.json: "
+            "prediction - slope x z(load) >= threshold, the load read from the last snapshot of the decision's "
+            "own history, so the offline replay and the online decision see the same number; load queue_nodes or "
+            "running_wait, slope = beta x the predictions' standard deviation on the split, beta in "
+            + ", ".join(f"{b:g}" for b in LOAD_BETAS)
+            + "; kept only when it lowers the split's objective below "
+            "the best fixed threshold). One variant of this rule was run; nothing of it was chosen on the months;"
+            if _load_aware(root, args)
+            else ""
+        ),
+        f"* validation: {args.val_count} samples per month every 4 h from the 1st (26 days), a decision every "
+        "10 simulated minutes; baselines `reactive` (submit at the predecessor's end) and `avg` (its end minus "
+        "the recent mean wait);",
+        f"* models: {', '.join(args.models)}, preset `{args.preset}` ("
+        + ", ".join(args.param)
+        + "), seed 0; "
+        + (
+            f"hyper-parameters of {', '.join(args.hpo_models)} searched with Optuna on each training period's "
+            f"split ({args.hpo_trials} trials or {args.hpo_timeout_s:g} s, the preset as trial 0);"
+            if args.hpo_trials and args.hpo_models
+            else "no hyper-parameter search;"
+        ),
+        "* intervals: paired bootstrap 95 % (2,000 resamples of the samples, the same draw for the model and "
+        "the baseline). `- avg` columns: mean over samples of (model - avg) on the same sample; negative = "
+        "the model is better (less interruption, less waste). Load level of a sample from the reactive "
+        "baseline's interruption: low <= 2 h, medium 2-12 h, heavy > 12 h.",
+        "",
+    ]
 
     # ---- verdict
     from mirage_tasks.models.thresholds import WASTE_WEIGHT  # train's default
 
     weight = args.waste_weight if args.waste_weight is not None else WASTE_WEIGHT
-    L += ["## Does a learned model beat `avg`?", "",
-          "Criterion (issue 14): the best learned model's mean interruption is below avg's with the 95 % interval "
-          "of the paired difference excluding zero, and its mean wasted node-hours are at most avg's. The row shows "
-          "a learned model that meets it if any does, else the one with the least mean interruption. Picking the "
-          "best of several models on the validation month itself favours the learned side (no correction for "
-          "multiple comparisons).", "",
-          f"The last column uses the objective the thresholds were calibrated for instead: interruption + "
-          f"{weight:g} x wasted node-hours per sample, paired difference to avg.", "",
-          "| month | node | best learned model | mean interruption h (avg) | interruption - avg h [95% CI] | "
-          "wasted node-h - avg [95% CI] | beats avg | objective - avg [95% CI] |", "|---|---|---|---|---|---|---|---|"]
+    L += [
+        "## Does a learned model beat `avg`?",
+        "",
+        "Criterion (issue 14): the best learned model's mean interruption is below avg's with the 95 % interval "
+        "of the paired difference excluding zero, and its mean wasted node-hours are at most avg's. The row shows "
+        "a learned model that meets it if any does, else the one with the least mean interruption. Picking the "
+        "best of several models on the validation month itself favours the learned side (no correction for "
+        "multiple comparisons).",
+        "",
+        f"The last column uses the objective the thresholds were calibrated for instead: interruption + "
+        f"{weight:g} x wasted node-hours per sample, paired difference to avg.",
+        "",
+        "| month | node | best learned model | mean interruption h (avg) | interruption - avg h [95% CI] | "
+        "wasted node-h - avg [95% CI] | beats avg | objective - avg [95% CI] |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     wins = {n: 0 for n in args.nodes}
     obj_best: list[str] = []
     obj_wins = 0
@@ -610,36 +803,58 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                 continue
             b = v["best"]
             wins[n] += int(v["beats_avg"])
-            why = "yes" if v["beats_avg"] else ("no: interval includes zero or is above it"
-                                               if not v["interval_excludes_zero"] else "no: wastes more")
+            why = (
+                "yes"
+                if v["beats_avg"]
+                else (
+                    "no: interval includes zero or is above it"
+                    if not v["interval_excludes_zero"]
+                    else "no: wastes more"
+                )
+            )
             od = objective_diff(root, m, n, b["model"], weight)
-            ods = {r["model"]: objective_diff(root, m, n, r["model"], weight) for r in rows
-                   if r["model"] not in BASELINES}
+            ods = {
+                r["model"]: objective_diff(root, m, n, r["model"], weight) for r in rows if r["model"] not in BASELINES
+            }
             ods = {k: v for k, v in ods.items() if v is not None}
             if ods:
                 k = min(ods, key=lambda x: ods[x][0])
                 obj_best.append(f"{m} node {n}: {k} {_ci(*ods[k], '{:+.2f}')}")
                 obj_wins += int(ods[k][2] < 0)
-            L.append(f"| {m} | {n} | {b['model']} | {b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f}) "
-                     f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
-                     f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
-                     f"| {why} | {'-' if od is None else _ci(*od, '{:+.2f}')} |")
-    L += ["", "Months where the best learned model beats avg: " +
-          "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes) + ".", ""]
+            L.append(
+                f"| {m} | {n} | {b['model']} | {b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f}) "
+                f"| {_ci(b['diff_vs_avg_h'], b['diff_vs_avg_ci_lo'], b['diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                f"| {_ci(b['wasted_diff_vs_avg'], b['wasted_diff_vs_avg_ci_lo'], b['wasted_diff_vs_avg_ci_hi'], '{:+.2f}')} "
+                f"| {why} | {'-' if od is None else _ci(*od, '{:+.2f}')} |"
+            )
+    L += [
+        "",
+        "Months where the best learned model beats avg: "
+        + "; ".join(f"node {n}: {wins[n]} of {len(months)}" for n in args.nodes)
+        + ".",
+        "",
+    ]
     if _load_aware(root, args):
-        L += ["How far these months are out of sample for the load-aware rule: its parameters (load, slope, "
-              "threshold, the clip of z to the split's range) were chosen on each training period's own validation "
-              "split only, and no variant was compared on the months (one was run; the clip was added after "
-              "reading three models' split calibrations, before any validation-month result of a learned model). "
-              "But the idea of moving the threshold with the load came from the previous run's diagnosis of these "
-              "same three months, so the rule's form is not independent of them: a later month (April 2023 or "
-              "after) is the clean test.", ""]
+        L += [
+            "How far these months are out of sample for the load-aware rule: its parameters (load, slope, "
+            "threshold, the clip of z to the split's range) were chosen on each training period's own validation "
+            "split only, and no variant was compared on the months (one was run; the clip was added after "
+            "reading three models' split calibrations, before any validation-month result of a learned model). "
+            "But the idea of moving the threshold with the load came from the previous run's diagnosis of these "
+            "same three months, so the rule's form is not independent of them: a later month (April 2023 or "
+            "after) is the clean test.",
+            "",
+        ]
     if obj_best:
-        L += ["On the calibration objective (interruption + weight x wasted node-hours), the best learned model "
-              "of each month and its paired difference to avg [95% CI]: " + "; ".join(obj_best)
-              + f". Below avg with the interval excluding zero in {obj_wins} of {len(obj_best)} month x node cells "
-              "(this measure ignores the criterion's separate waste condition; the model is chosen on the month, "
-              "as above).", ""]
+        L += [
+            "On the calibration objective (interruption + weight x wasted node-hours), the best learned model "
+            "of each month and its paired difference to avg [95% CI]: "
+            + "; ".join(obj_best)
+            + f". Below avg with the interval excluding zero in {obj_wins} of {len(obj_best)} month x node cells "
+            "(this measure ignores the criterion's separate waste condition; the model is chosen on the month, "
+            "as above).",
+            "",
+        ]
 
     # ---- findings generated from the outputs
     L += why_section(root, args, months, weight)
@@ -653,16 +868,20 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
             if not rows:
                 continue
             c = doc["level_counts"].get(str(n), {})
-            L += [f"### {m}, {n}-node service jobs (levels from reactive: {c.get('low', 0)} low, "
-                  f"{c.get('medium', 0)} medium, {c.get('heavy', 0)} heavy)", "",
-                  "| model | mean interruption h [95% CI] | zero interruption | wasted node-h | interruption - avg h "
-                  "[95% CI] | wasted node-h - avg [95% CI] | low / medium / heavy interruption h | forced | "
-                  "threshold (calibrated) | highest prediction h | val MAE h (constant) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+            L += [
+                f"### {m}, {n}-node service jobs (levels from reactive: {c.get('low', 0)} low, "
+                f"{c.get('medium', 0)} medium, {c.get('heavy', 0)} heavy)",
+                "",
+                "| model | mean interruption h [95% CI] | zero interruption | wasted node-h | interruption - avg h "
+                "[95% CI] | wasted node-h - avg [95% CI] | low / medium / heavy interruption h | forced | "
+                "threshold (calibrated) | highest prediction h | val MAE h (constant) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for r in rows:
                 lv = {x["level"]: x for x in doc["rows"] if x["model"] == r["model"] and int(x["node"]) == n}
-                levels = " / ".join(_f(lv[k]["mean_interruption_h"]) if k in lv else "-"
-                                    for k in ("low", "medium", "heavy"))
+                levels = " / ".join(
+                    _f(lv[k]["mean_interruption_h"]) if k in lv else "-" for k in ("low", "medium", "heavy")
+                )
                 met, cfg = _model_info(root, m, n, r["model"])
                 thr, mae = "-", "-"
                 if cfg is not None:
@@ -674,30 +893,45 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                 if cfg is not None and dec_path.exists():
                     dec = pd.read_parquet(dec_path, columns=["output"])
                     top = _f(float(dec["output"].max())) if len(dec) else "-"
-                L.append(f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
-                         f"| {_f(r['zero_share'], '{:.0%}')} | {_f(r['mean_wasted_node_h'])} "
-                         f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
-                         f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} "
-                         f"| {levels} | {_f(r['forced_share'], '{:.0%}')} | {thr} | {top} | {mae} |")
+                L.append(
+                    f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
+                    f"| {_f(r['zero_share'], '{:.0%}')} | {_f(r['mean_wasted_node_h'])} "
+                    f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                    f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                    f"| {levels} | {_f(r['forced_share'], '{:.0%}')} | {thr} | {top} | {mae} |"
+                )
             L.append("")
             # per level: the paired difference to avg
-            lv_rows = [x for x in doc["rows"] if int(x["node"]) == n and x["level"] in ("low", "medium", "heavy")
-                       and x["model"] not in BASELINES]
+            lv_rows = [
+                x
+                for x in doc["rows"]
+                if int(x["node"]) == n and x["level"] in ("low", "medium", "heavy") and x["model"] not in BASELINES
+            ]
             if lv_rows:
-                L += ["Per load level, interruption - avg h [95% CI]:", "",
-                      "| model | low | medium | heavy |", "|---|---|---|---|"]
+                L += [
+                    "Per load level, interruption - avg h [95% CI]:",
+                    "",
+                    "| model | low | medium | heavy |",
+                    "|---|---|---|---|",
+                ]
                 for model in dict.fromkeys(x["model"] for x in lv_rows):
                     cells = []
                     for k in ("low", "medium", "heavy"):
                         x = next((y for y in lv_rows if y["model"] == model and y["level"] == k), None)
-                        cells.append("-" if x is None else
-                                     f"{_ci(x.get('diff_vs_avg_h'), x.get('diff_vs_avg_ci_lo'), x.get('diff_vs_avg_ci_hi'), '{:+.2f}')} (n={x['n']})")
+                        cells.append(
+                            "-"
+                            if x is None
+                            else f"{_ci(x.get('diff_vs_avg_h'), x.get('diff_vs_avg_ci_lo'), x.get('diff_vs_avg_ci_hi'), '{:+.2f}')} (n={x['n']})"
+                        )
                     L.append(f"| {model} | " + " | ".join(cells) + " |")
                 L.append("")
         ns = doc.get("never_submits") or []
         if ns:
-            L += ["Never submitted before the predecessor ended (every submission forced: online they are the "
-                  "reactive baseline): " + ", ".join(f"{d['model']} (node {d['node']})" for d in ns) + ".", ""]
+            L += [
+                "Never submitted before the predecessor ended (every submission forced: online they are the "
+                "reactive baseline): " + ", ".join(f"{d['model']} (node {d['node']})" for d in ns) + ".",
+                "",
+            ]
 
     # ---- calibration
     cal_rows, n_load, gains = [], 0, []
@@ -714,26 +948,38 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                     if c.get("load"):
                         gains.append((c["chosen"]["objective"] - fx["objective"]) / max(fx["objective"], 1e-9))
                 fixed_obj = "-" if fx is None else f"{fx['objective']:.3f}"
-                cal_rows.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {rule_text(cfg)} | "
-                                f"{span_text(cfg)} | "
-                                f"{c['chosen']['objective']:.3f} / {fixed_obj} / "
-                                f"{c['default']['objective']:.3f} / {c['reactive']['objective']:.3f} |")
-    L += ["## Decision rules chosen on the training period", "",
-          "Objective on each training period's own validation split (mean interruption h + weight x wasted "
-          "node-h) with the calibrated rule, with the best fixed threshold alone, at the fixed -0.5 h of the seed, "
-          "and never submitting early. A rule `t h - s z(load)` is the threshold the prediction must reach at the "
-          "decision: t + slope x z with slope = -s, z = (load - its mean on the split) / its standard deviation "
-          "there, clipped to the split's range (so `- s` lowers the threshold, i.e. submits earlier, when the load "
-          "is above the split's mean); load `queue_nodes` = "
-          "nodes requested by pending jobs / cluster nodes, `running_wait` = log1p(median wait of the running "
-          "jobs in hours), both read from the last snapshot of the decision's own history.", "",
-          "| month | node | model | training samples | rule | threshold at the split's lowest / highest load | "
-          "objective: calibrated / best fixed / -0.5 h / reactive |",
-          "|---|---|---|---|---|---|---|", *cal_rows, ""]
+                cal_rows.append(
+                    f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {rule_text(cfg)} | "
+                    f"{span_text(cfg)} | "
+                    f"{c['chosen']['objective']:.3f} / {fixed_obj} / "
+                    f"{c['default']['objective']:.3f} / {c['reactive']['objective']:.3f} |"
+                )
+    L += [
+        "## Decision rules chosen on the training period",
+        "",
+        "Objective on each training period's own validation split (mean interruption h + weight x wasted "
+        "node-h) with the calibrated rule, with the best fixed threshold alone, at the fixed -0.5 h of the seed, "
+        "and never submitting early. A rule `t h - s z(load)` is the threshold the prediction must reach at the "
+        "decision: t + slope x z with slope = -s, z = (load - its mean on the split) / its standard deviation "
+        "there, clipped to the split's range (so `- s` lowers the threshold, i.e. submits earlier, when the load "
+        "is above the split's mean); load `queue_nodes` = "
+        "nodes requested by pending jobs / cluster nodes, `running_wait` = log1p(median wait of the running "
+        "jobs in hours), both read from the last snapshot of the decision's own history.",
+        "",
+        "| month | node | model | training samples | rule | threshold at the split's lowest / highest load | "
+        "objective: calibrated / best fixed / -0.5 h / reactive |",
+        "|---|---|---|---|---|---|---|",
+        *cal_rows,
+        "",
+    ]
     if _load_aware(root, args):
-        L += [f"The load-aware form lowered the split's objective below the best fixed threshold in {n_load} of "
-              f"{len(cal_rows)} cells" + (f" (by {-max(gains):.0%} to {-min(gains):.0%} of it)" if gains else "")
-              + "; elsewhere no load term did strictly better on the split and the fixed threshold was kept.", ""]
+        L += [
+            f"The load-aware form lowered the split's objective below the best fixed threshold in {n_load} of "
+            f"{len(cal_rows)} cells"
+            + (f" (by {-max(gains):.0%} to {-min(gains):.0%} of it)" if gains else "")
+            + "; elsewhere no load term did strictly better on the split and the fixed threshold was kept.",
+            "",
+        ]
 
     # ---- hyper-parameter search
     hrows = []
@@ -743,16 +989,24 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                 met, _ = _model_info(root, m, n, model)
                 h = (met or {}).get("hpo")
                 if h:
-                    hrows.append(f"| {m} | {n} | {model} | {h['n_complete']}/{h['n_trials']} | {h['objective']} | "
-                                 f"{_f(h['preset_value'], '{:.3f}')} | {_f(h['best_value'], '{:.3f}')} | "
-                                 f"{json.dumps(h['best_params'], default=lambda v: round(v, 4))} |")
+                    hrows.append(
+                        f"| {m} | {n} | {model} | {h['n_complete']}/{h['n_trials']} | {h['objective']} | "
+                        f"{_f(h['preset_value'], '{:.3f}')} | {_f(h['best_value'], '{:.3f}')} | "
+                        f"{json.dumps(h['best_params'], default=lambda v: round(v, 4))} |"
+                    )
     if hrows:
-        L += ["## Hyper-parameter search (Optuna, training period only)", "",
-              "Loss on each training period's own validation split; the preset is trial 0, so the kept value is "
-              "never worse there. The study histories are in `hpo_trials.json` beside each model and plotted by "
-              "the pipeline's report.", "",
-              "| month | node | model | trials complete | objective | preset | best | best parameters |",
-              "|---|---|---|---|---|---|---|---|", *hrows, ""]
+        L += [
+            "## Hyper-parameter search (Optuna, training period only)",
+            "",
+            "Loss on each training period's own validation split; the preset is trial 0, so the kept value is "
+            "never worse there. The study histories are in `hpo_trials.json` beside each model and plotted by "
+            "the pipeline's report.",
+            "",
+            "| month | node | model | trials complete | objective | preset | best | best parameters |",
+            "|---|---|---|---|---|---|---|---|",
+            *hrows,
+            "",
+        ]
 
     # ---- learning curve
     if months:
@@ -774,21 +1028,38 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
                     v = pd.read_parquet(vdir / "validation.parquet")
                     cfg = _load(mdir / "config.json") or {}
                     sub = (cfg.get("data") or {}).get("subset") or {}
-                    pts.append({"node": n, "model": model, "fraction": f, "samples": sub.get("n_samples"),
-                                "train_samples": met.get("n_train_samples"), "val_mae_h": met["val_mae_h"],
-                                "online_h": float(v["interruption_h"].mean()),
-                                "wasted": float(v["wasted_node_h"].mean())})
+                    pts.append(
+                        {
+                            "node": n,
+                            "model": model,
+                            "fraction": f,
+                            "samples": sub.get("n_samples"),
+                            "train_samples": met.get("n_train_samples"),
+                            "val_mae_h": met["val_mae_h"],
+                            "online_h": float(v["interruption_h"].mean()),
+                            "wasted": float(v["wasted_node_h"].mean()),
+                        }
+                    )
         if pts:
-            L += [f"## Learning curve ({m})", "",
-                  "The curve models retrained on an evenly thinned share of the same history ("
-                  + ", ".join(f"{f:.0%} = one sample every {args.interval_hours / f:g} h"
-                              for f in [*args.curve_fractions, 1.0]) + "); validation MAE on the training period's own split "
-                  "(its size shrinks with the share) and online mean interruption on the month.", "",
-                  "| node | model | share | samples (train split) | val MAE h | online mean interruption h | "
-                  "wasted node-h |", "|---|---|---|---|---|---|---|"]
+            L += [
+                f"## Learning curve ({m})",
+                "",
+                "The curve models retrained on an evenly thinned share of the same history ("
+                + ", ".join(
+                    f"{f:.0%} = one sample every {args.interval_hours / f:g} h" for f in [*args.curve_fractions, 1.0]
+                )
+                + "); validation MAE on the training period's own split "
+                "(its size shrinks with the share) and online mean interruption on the month.",
+                "",
+                "| node | model | share | samples (train split) | val MAE h | online mean interruption h | "
+                "wasted node-h |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for p in sorted(pts, key=lambda d: (d["node"], d["model"], d["fraction"])):
-                L.append(f"| {p['node']} | {p['model']} | {p['fraction']:.0%} | {p['samples']} ({p['train_samples']}) "
-                         f"| {p['val_mae_h']:.2f} | {p['online_h']:.2f} | {p['wasted']:.2f} |")
+                L.append(
+                    f"| {p['node']} | {p['model']} | {p['fraction']:.0%} | {p['samples']} ({p['train_samples']}) "
+                    f"| {p['val_mae_h']:.2f} | {p['online_h']:.2f} | {p['wasted']:.2f} |"
+                )
             L.append("")
 
     # ---- policies before/after the training fix (lab/campaigns/ls6_policy_fix.py)
@@ -797,58 +1068,84 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
         if mdoc is None:
             continue
         month, node = pdir.parent.name, int(pdir.name[4:])
-        L += [f"## Policies before and after the training fix ({month}, {node}-node jobs)", "",
-              "`lab/campaigns/ls6_policy_fix.py`: `transformer_policy` on this month's frozen transformer, trained with the "
-              "same seed, episodes and budget by the seed's method (one REINFORCE step per batch, constant entropy "
-              "bonus: `ppo_epochs=1 entropy_final=0.1`) and by the fix (the preset: 8 clipped PPO steps per batch, "
-              "entropy decaying to 0); validated on the month by argmax (P(submit) > 0.5) and by the P(submit) "
-              "threshold calibrated on the training period.", "",
-              "Returns are -|interruption| in minutes on the policy's own validation episodes (drawn from the "
-              "training period): sampled = actions drawn from the policy (how the best epoch is selected), greedy = "
-              "argmax, reactive = always wait.", "",
-              "| training | best sampled return | greedy return | reactive return | greedy forced share | "
-              "argmax submits on the probes | calibrated threshold |", "|---|---|---|---|---|---|---|"]
+        L += [
+            f"## Policies before and after the training fix ({month}, {node}-node jobs)",
+            "",
+            "`lab/campaigns/ls6_policy_fix.py`: `transformer_policy` on this month's frozen transformer, trained with the "
+            "same seed, episodes and budget by the seed's method (one REINFORCE step per batch, constant entropy "
+            "bonus: `ppo_epochs=1 entropy_final=0.1`) and by the fix (the preset: 8 clipped PPO steps per batch, "
+            "entropy decaying to 0); validated on the month by argmax (P(submit) > 0.5) and by the P(submit) "
+            "threshold calibrated on the training period.",
+            "",
+            "Returns are -|interruption| in minutes on the policy's own validation episodes (drawn from the "
+            "training period): sampled = actions drawn from the policy (how the best epoch is selected), greedy = "
+            "argmax, reactive = always wait.",
+            "",
+            "| training | best sampled return | greedy return | reactive return | greedy forced share | "
+            "argmax submits on the probes | calibrated threshold |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name in ("reinforce", "ppo"):
             met = _load(pdir / f"transformer_policy-{name}" / "metrics.json")
             if met is None:
                 continue
             thr = met.get("threshold")
-            L.append(f"| {name} | {_f(met.get('best_val_return'), '{:.0f}')} | "
-                     f"{_f(met.get('greedy_val_return'), '{:.0f}')} | {_f(met.get('reactive_val_return'), '{:.0f}')} | "
-                     f"{_f(met.get('greedy_val_forced_share'), '{:.0%}')} | "
-                     f"{_f(met.get('argmax_submit_share'), '{:.1%}')} of decisions | "
-                     f"{'never' if thr is None else f'{thr:.3f}'} |")
-        L += ["", "| model | mean interruption h [95% CI] | wasted node-h | forced | interruption - avg h [95% CI] | "
-              "wasted node-h - avg [95% CI] |", "|---|---|---|---|---|---|"]
+            L.append(
+                f"| {name} | {_f(met.get('best_val_return'), '{:.0f}')} | "
+                f"{_f(met.get('greedy_val_return'), '{:.0f}')} | {_f(met.get('reactive_val_return'), '{:.0f}')} | "
+                f"{_f(met.get('greedy_val_forced_share'), '{:.0%}')} | "
+                f"{_f(met.get('argmax_submit_share'), '{:.1%}')} of decisions | "
+                f"{'never' if thr is None else f'{thr:.3f}'} |"
+            )
+        L += [
+            "",
+            "| model | mean interruption h [95% CI] | wasted node-h | forced | interruption - avg h [95% CI] | "
+            "wasted node-h - avg [95% CI] |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in _rows(mdoc, node):
-            L.append(f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
-                     f"| {_f(r['mean_wasted_node_h'])} | {_f(r['forced_share'], '{:.0%}')} "
-                     f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
-                     f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} |")
+            L.append(
+                f"| {r['model']} | {_ci(r['mean_interruption_h'], r['mean_interruption_ci_lo'], r['mean_interruption_ci_hi'])} "
+                f"| {_f(r['mean_wasted_node_h'])} | {_f(r['forced_share'], '{:.0%}')} "
+                f"| {_ci(r.get('diff_vs_avg_h'), r.get('diff_vs_avg_ci_lo'), r.get('diff_vs_avg_ci_hi'), '{:+.2f}')} "
+                f"| {_ci(r.get('wasted_diff_vs_avg'), r.get('wasted_diff_vs_avg_ci_lo'), r.get('wasted_diff_vs_avg_ci_hi'), '{:+.2f}')} |"
+            )
         ns = mdoc.get("never_submits") or []
         if ns:
             L += ["", "Never submitted before the predecessor ended: " + ", ".join(d["model"] for d in ns) + "."]
         ppo = _load(pdir / "transformer_policy-ppo" / "metrics.json") or {}
-        if ppo.get("greedy_never_submits") and ppo.get("best_val_return") is not None \
-                and abs(ppo["best_val_return"] - ppo.get("reactive_val_return", float("nan"))) < 1e-6:
-            L += ["", "With PPO the policy became deterministic and chose to wait: its best sampled return equals "
-                  "always waiting on its validation episodes, so on this training period the frozen transformer's "
-                  "output gave it no state in which submitting early paid (see the probe spacing above). On the toy "
-                  "environment, where the signal exists, the same change turns a policy whose argmax never submits "
-                  "into one that does (`tests/mirage/test_models.py::test_ppo_updates_make_the_greedy_policy_submit`)."]
+        if (
+            ppo.get("greedy_never_submits")
+            and ppo.get("best_val_return") is not None
+            and abs(ppo["best_val_return"] - ppo.get("reactive_val_return", float("nan"))) < 1e-6
+        ):
+            L += [
+                "",
+                "With PPO the policy became deterministic and chose to wait: its best sampled return equals "
+                "always waiting on its validation episodes, so on this training period the frozen transformer's "
+                "output gave it no state in which submitting early paid (see the probe spacing above). On the toy "
+                "environment, where the signal exists, the same change turns a policy whose argmax never submits "
+                "into one that does (`tests/mirage/test_models.py::test_ppo_updates_make_the_greedy_policy_submit`).",
+            ]
         L.append("")
 
     # ---- training
-    L += ["## Training", "", "| month | node | model | training samples | val MAE h | constant h | wall s |",
-          "|---|---|---|---|---|---|---|"]
+    L += [
+        "## Training",
+        "",
+        "| month | node | model | training samples | val MAE h | constant h | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in months:
         for n in args.nodes:
             for model in args.models:
                 met, _ = _model_info(root, m, n, model)
                 if met is None:
                     continue
-                L.append(f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {met['val_mae_h']:.2f} | "
-                         f"{met['val_constant_mae_h']:.2f} | {met['wall_s']:.0f} |")
+                L.append(
+                    f"| {m} | {n} | {model} | {met.get('n_train_samples', '-')} | {met['val_mae_h']:.2f} | "
+                    f"{met['val_constant_mae_h']:.2f} | {met['wall_s']:.0f} |"
+                )
     L.append("")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(L))
@@ -872,8 +1169,11 @@ def run_record(root: Path, args: Any, months: list[str], weight: float, page: Pa
                     continue
                 _, cfg = _model_info(root, m, n, r["model"])
                 models[f"{m} {n} {r['model']}"] = {
-                    "interruption": float(r["mean_interruption_h"]), "wasted": float(r["mean_wasted_node_h"]),
-                    "forced": _f(r["forced_share"], "{:.0%}"), "threshold": rule_text(cfg) if cfg is not None else "-"}
+                    "interruption": float(r["mean_interruption_h"]),
+                    "wasted": float(r["mean_wasted_node_h"]),
+                    "forced": _f(r["forced_share"], "{:.0%}"),
+                    "threshold": rule_text(cfg) if cfg is not None else "-",
+                }
             v = verdict(rows)
             avg = next((r for r in rows if r["model"] == "avg"), None)
             if v is None or avg is None:
@@ -884,9 +1184,16 @@ def run_record(root: Path, args: Any, months: list[str], weight: float, page: Pa
                 "model": b["model"],
                 "interruption": f"{b['mean_interruption_h']:.2f} ({avg['mean_interruption_h']:.2f})",
                 "diff": _ci(b["diff_vs_avg_h"], b["diff_vs_avg_ci_lo"], b["diff_vs_avg_ci_hi"], "{:+.2f}"),
-                "waste": _ci(b["wasted_diff_vs_avg"], b["wasted_diff_vs_avg_ci_lo"], b["wasted_diff_vs_avg_ci_hi"],
-                             "{:+.2f}"),
-                "beats": "yes" if v["beats_avg"] else ("no: interval includes zero or is above it"
-                                                       if not v["interval_excludes_zero"] else "no: wastes more"),
-                "objective": "-" if od is None else _ci(*od, "{:+.2f}")}
+                "waste": _ci(
+                    b["wasted_diff_vs_avg"], b["wasted_diff_vs_avg_ci_lo"], b["wasted_diff_vs_avg_ci_hi"], "{:+.2f}"
+                ),
+                "beats": "yes"
+                if v["beats_avg"]
+                else (
+                    "no: interval includes zero or is above it"
+                    if not v["interval_excludes_zero"]
+                    else "no: wastes more"
+                ),
+                "objective": "-" if od is None else _ci(*od, "{:+.2f}"),
+            }
     return {"page": page.as_posix(), "label": _labels(args)[1], "verdicts": verdicts, "models": models}

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-
-import numpy as np  # noqa: F401 - the policy account's arrays
 from pathlib import Path
 from typing import Any
 
+import numpy as np  # the policy account's arrays
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/pages/ is two below)
@@ -76,38 +75,61 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     run = _read_json(root / "run.json") or {}
     fig_dir = path.parent / path.stem
     L: list[str] = [
-        "# Mirage on four logs under protocol v1 (issue 22)", "",
+        "# Mirage on four logs under protocol v1 (issue 22)",
+        "",
         f"Protocol: [`protocol.md`](protocol.md) at commit `{proto}` (committed before any of these results was "
-        "computed). Written by `python -m lab.campaigns.mirage_eval --write-doc` from the outputs of:", "", "```sh",
+        "computed). Written by `python -m lab.campaigns.mirage_eval --write-doc` from the outputs of:",
+        "",
+        "```sh",
         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval",
-        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --write-doc {path.as_posix()}", "```", ""]
+        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --write-doc {path.as_posix()}",
+        "```",
+        "",
+    ]
     hist = root / "runs.jsonl"
-    runs = [json.loads(x) for x in hist.read_text().splitlines() if x.strip()] if hist.exists() else ([run] if run else [])
+    runs = (
+        [json.loads(x) for x in hist.read_text().splitlines() if x.strip()] if hist.exists() else ([run] if run else [])
+    )
     if runs:
-        L += ["Invocations of the command (each skips the steps already up to date, so each CPU figure is what that "
-              "invocation ran; user + system of the child processes):", "",
-              "| finished | arguments | logs | CPU s | wall s | load average (1/5/15 min) at the end | failed |",
-              "|---|---|---|---|---|---|---|"]
+        L += [
+            "Invocations of the command (each skips the steps already up to date, so each CPU figure is what that "
+            "invocation ran; user + system of the child processes):",
+            "",
+            "| finished | arguments | logs | CPU s | wall s | load average (1/5/15 min) at the end | failed |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in runs:
-            L.append(f"| {r.get('finished')} | `{' '.join(r.get('argv', [])[1:])}` | {', '.join(r.get('logs', []))} | "
-                     f"{r.get('cpu_s_children')} | "
-                     f"{r.get('wall_s')} | {' '.join(r.get('loadavg', []))} on {r.get('cpus')} CPUs | "
-                     f"{'; '.join(f'{k}: {v[:80]}' for k, v in (r.get('failed') or {}).items()) or 'none'} |")
-        L += ["", f"Total CPU over the invocations: {sum(float(r.get('cpu_s_children') or 0) for r in runs):.0f} s "
-              "(attempts that failed included)."]
+            L.append(
+                f"| {r.get('finished')} | `{' '.join(r.get('argv', [])[1:])}` | {', '.join(r.get('logs', []))} | "
+                f"{r.get('cpu_s_children')} | "
+                f"{r.get('wall_s')} | {' '.join(r.get('loadavg', []))} on {r.get('cpus')} CPUs | "
+                f"{'; '.join(f'{k}: {v[:80]}' for k, v in (r.get('failed') or {}).items()) or 'none'} |"
+            )
+        L += [
+            "",
+            f"Total CPU over the invocations: {sum(float(r.get('cpu_s_children') or 0) for r in runs):.0f} s "
+            "(attempts that failed included).",
+        ]
         if any("rc -15" in str(v) for r in runs for v in (r.get("failed") or {}).values()):
-            L.append("A step failed with rc -15 was stopped by a signal (in this run: by hand, to run CEA-Curie's two "
-                     "node sizes as two invocations at once, and to free a core for the wait predictor); a later "
-                     "invocation recomputed it from scratch (a step commits nothing until it has finished).")
+            L.append(
+                "A step failed with rc -15 was stopped by a signal (in this run: by hand, to run CEA-Curie's two "
+                "node sizes as two invocations at once, and to free a core for the wait predictor); a later "
+                "invocation recomputed it from scratch (a step commits nothing until it has finished)."
+            )
         if any("rc 1)" in str(v) and "waitpred" in str(v) for r in runs for v in (r.get("failed") or {}).values()):
-            L.append("A `mirage_tasks.calibration.waitpred` failed with rc 1 was started before that module was written (the "
-                     "run began while the code was being finished); the next invocation ran it.")
+            L.append(
+                "A `mirage_tasks.calibration.waitpred` failed with rc 1 was started before that module was written (the "
+                "run began while the code was being finished); the next invocation ran it."
+            )
         L.append("")
-    L += ["Every method is scored by the probe replay (protocol: the first probe where its score reaches its "
-          "threshold, else the predecessor's end); objective = interruption h + 0.1 x wasted node-h per sample. "
-          "`diff vs avg-cal`: mean paired difference of the objective, paired bootstrap 95 % interval; negative = "
-          "better than the calibrated avg. `oracle share`: (reactive - method) / (reactive - oracle) of the "
-          "objective. Verdict (primary: xgboost) better / worse when the interval excludes 0.", ""]
+    L += [
+        "Every method is scored by the probe replay (protocol: the first probe where its score reaches its "
+        "threshold, else the predecessor's end); objective = interruption h + 0.1 x wasted node-h per sample. "
+        "`diff vs avg-cal`: mean paired difference of the objective, paired bootstrap 95 % interval; negative = "
+        "better than the calibrated avg. `oracle share`: (reactive - method) / (reactive - oracle) of the "
+        "objective. Verdict (primary: xgboost) better / worse when the interval excludes 0.",
+        "",
+    ]
     verdicts: list[tuple[str, str, int, str, str, str]] = []
     wp_rows: list[tuple[str, dict]] = []
     for lg in logs:
@@ -116,11 +138,14 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         cal = _read_json(d / "cal" / "calibration.json")
         if cal:
             o = cal["out_of_sample"]
-            L += [f"Simulator: calibrated on {cal['windows']['calibrate_from'][:10]} .. {cal['windows']['calibrate_to'][:10]} "
-                  f"({cal['search']['trials_run']} trials); replay fidelity (the scored months replayed with every "
-                  f"job's real run time, not a prediction): per-job waits with MAE "
-                  f"{_f(o.get('mae_h'))} h against zero wait's {_f(o.get('zero_mae_h'))} h, within 1 h "
-                  f"{_f(o.get('within_1h'), '{:.1%}')} (zero wait {_f(o.get('zero_within_1h'), '{:.1%}')}).", ""]
+            L += [
+                f"Simulator: calibrated on {cal['windows']['calibrate_from'][:10]} .. {cal['windows']['calibrate_to'][:10]} "
+                f"({cal['search']['trials_run']} trials); replay fidelity (the scored months replayed with every "
+                f"job's real run time, not a prediction): per-job waits with MAE "
+                f"{_f(o.get('mae_h'))} h against zero wait's {_f(o.get('zero_mae_h'))} h, within 1 h "
+                f"{_f(o.get('within_1h'), '{:.1%}')} (zero wait {_f(o.get('zero_within_1h'), '{:.1%}')}).",
+                "",
+            ]
         else:
             L += ["Simulator calibration: **not run**.", ""]
         for n in lg.nodes:
@@ -132,162 +157,243 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
             rows = pd.read_parquet(ev / "rows.parquet")
             curves = pd.read_parquet(ev / "curves.parquet")
             c = doc["calibration"]
-            L += [f"### {n}-node jobs", "",
-                  f"Training split (the models' and the baselines' calibration): {doc['split']['n_train_samples']} "
-                  f"training / {doc['split']['n_val_samples']} validation samples, validation from "
-                  f"{doc['split']['val_sample_start_min'][:10]}. Calibrated rules (submit at the first probe where "
-                  f"score [+ load term] >= threshold; avg's score = recent mean wait - time left, h): avg-cal "
-                  f"threshold {_f(c['avg-cal']['threshold'], '{:+.2f}')} h"
-                  + (" (never early)" if c["avg-cal"]["threshold"] is None else "")
-                  + f"; avg-load threshold {_f(c['avg-load']['threshold'], '{:+.2f}')} h"
-                  + (f" with load term {-c['avg-load']['load']['slope']:+.2f} x z({c['avg-load']['load']['feature']})"
-                     if c["avg-load"].get("load") else " (no load term kept)")
-                  + "".join(f"; {m} threshold {_f(c[m]['threshold'], '{:+.2f}')} h"
-                            + (f" with load term {-c[m]['load']['slope']:+.2f} x z({c[m]['load']['feature']})"
-                               if c[m].get("load") else "")
-                            for m in ("xgboost", "linear_quantile") if m in c) + ".", "",
-                  "| month | method | n | mean interruption h | wasted node-h | zero interruption | objective | "
-                  "diff vs avg-cal [95% CI] | oracle share | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+            L += [
+                f"### {n}-node jobs",
+                "",
+                f"Training split (the models' and the baselines' calibration): {doc['split']['n_train_samples']} "
+                f"training / {doc['split']['n_val_samples']} validation samples, validation from "
+                f"{doc['split']['val_sample_start_min'][:10]}. Calibrated rules (submit at the first probe where "
+                f"score [+ load term] >= threshold; avg's score = recent mean wait - time left, h): avg-cal "
+                f"threshold {_f(c['avg-cal']['threshold'], '{:+.2f}')} h"
+                + (" (never early)" if c["avg-cal"]["threshold"] is None else "")
+                + f"; avg-load threshold {_f(c['avg-load']['threshold'], '{:+.2f}')} h"
+                + (
+                    f" with load term {-c['avg-load']['load']['slope']:+.2f} x z({c['avg-load']['load']['feature']})"
+                    if c["avg-load"].get("load")
+                    else " (no load term kept)"
+                )
+                + "".join(
+                    f"; {m} threshold {_f(c[m]['threshold'], '{:+.2f}')} h"
+                    + (
+                        f" with load term {-c[m]['load']['slope']:+.2f} x z({c[m]['load']['feature']})"
+                        if c[m].get("load")
+                        else ""
+                    )
+                    for m in ("xgboost", "linear_quantile")
+                    if m in c
+                )
+                + ".",
+                "",
+                "| month | method | n | mean interruption h | wasted node-h | zero interruption | objective | "
+                "diff vs avg-cal [95% CI] | oracle share | verdict |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for month in sorted(rows["month"].unique()):
                 g = rows[rows["month"] == month].set_index("method")
                 for m in SHOW:
                     if m not in g.index:
                         continue
                     r = g.loc[m]
-                    ci = (f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
-                          if m != "avg-cal" and r["diff_ci_lo"] == r["diff_ci_lo"] else "-")
-                    L.append(f"| {month} | {m} | {int(r['n'])} | {r['mean_interruption_h']:.2f} | "
-                             f"{r['mean_wasted_node_h']:.2f} | {r['zero_share']:.0%} | {r['objective']:.3f} | {ci} | "
-                             f"{_f(r['oracle_gain_share'], '{:.0%}')} | "
-                             f"{r['verdict'] if m not in ('avg-cal', 'oracle', 'oracle-wait', 'reactive') else ''} |")
+                    ci = (
+                        f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
+                        if m != "avg-cal" and r["diff_ci_lo"] == r["diff_ci_lo"]
+                        else "-"
+                    )
+                    L.append(
+                        f"| {month} | {m} | {int(r['n'])} | {r['mean_interruption_h']:.2f} | "
+                        f"{r['mean_wasted_node_h']:.2f} | {r['zero_share']:.0%} | {r['objective']:.3f} | {ci} | "
+                        f"{_f(r['oracle_gain_share'], '{:.0%}')} | "
+                        f"{r['verdict'] if m not in ('avg-cal', 'oracle', 'oracle-wait', 'reactive') else ''} |"
+                    )
                 for m in ("xgboost", "linear_quantile", "avg-load", "avg-cal"):
                     if m in g.index:
                         r = g.loc[m]
-                        vs_avg = (f"{r['diff_vs_avg']:+.3f} [{r['diff_avg_ci_lo']:+.3f}, {r['diff_avg_ci_hi']:+.3f}] "
-                                  f"{r['verdict_vs_avg']}" if "diff_vs_avg" in g.columns else "-")
-                        cal_ci = (f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
-                                  if m != "avg-cal" else "-")
+                        vs_avg = (
+                            f"{r['diff_vs_avg']:+.3f} [{r['diff_avg_ci_lo']:+.3f}, {r['diff_avg_ci_hi']:+.3f}] "
+                            f"{r['verdict_vs_avg']}"
+                            if "diff_vs_avg" in g.columns
+                            else "-"
+                        )
+                        cal_ci = (
+                            f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
+                            if m != "avg-cal"
+                            else "-"
+                        )
                         verdicts.append((lg.name, month, n, m, r["verdict"] if m != "avg-cal" else "", cal_ci, vs_avg))
             best = curves.groupby(["month", "method"])["objective"].min()
-            L += ["", "The lowest objective anywhere on each method's curve (its threshold chosen in hindsight on the "
-                  "month: not an operating point any rule could pick, but a measure of the curve itself, free of the "
-                  "calibration's transfer from the training split): "
-                  + "; ".join(f"{mo}: " + ", ".join(f"{m} {best[(mo, m)]:.3f}" for m in CURVES if (mo, m) in best.index)
-                              for mo in sorted(rows["month"].unique())) + "."]
+            L += [
+                "",
+                "The lowest objective anywhere on each method's curve (its threshold chosen in hindsight on the "
+                "month: not an operating point any rule could pick, but a measure of the curve itself, free of the "
+                "calibration's transfer from the training split): "
+                + "; ".join(
+                    f"{mo}: " + ", ".join(f"{m} {best[(mo, m)]:.3f}" for m in CURVES if (mo, m) in best.index)
+                    for mo in sorted(rows["month"].unique())
+                )
+                + ".",
+            ]
             png = fig_dir / f"{lg.name}-node{n}.png"
             if figure(curves, rows, f"{lg.name} {n}-node", png):
-                L += ["", f"![trade-off curves {lg.name} {n}-node]({path.stem}/{png.name})", "",
-                      "Trade-off curves on each scored month: mean interruption against mean wasted node-hours over "
-                      "the method's threshold (avg: its offset; the load-aware rules with their calibrated load "
-                      "term); dots: the calibrated operating points; black: avg-cal (square), reactive (x), oracle "
-                      "(star), oracle-wait (triangle)."]
+                L += [
+                    "",
+                    f"![trade-off curves {lg.name} {n}-node]({path.stem}/{png.name})",
+                    "",
+                    "Trade-off curves on each scored month: mean interruption against mean wasted node-hours over "
+                    "the method's threshold (avg: its offset; the load-aware rules with their calibrated load "
+                    "term); dots: the calibrated operating points; black: avg-cal (square), reactive (x), oracle "
+                    "(star), oracle-wait (triangle).",
+                ]
             L.append("")
         wp = _read_json(d / "waitpred" / "waitpred.json")
         if wp:
             wp_rows.append((lg.name, wp))
-    L += ["## What these verdicts rest on", "",
-          "* The probe replay (protocol): every method decides at the same 9 probes per sample (the predecessor's "
-          "end minus 24 h ... 10 min, and its end), the replay the thresholds are calibrated by; the online decision "
-          "every 10 minutes was not run. The baselines are coarsened the same way (avg submits at the first probe at "
-          "or after its time).",
-          "* Sizes (protocol v1, for 2 shared cores): one sample every 6 h, about 120 scored samples per month and "
-          "node size; two model families (xgboost primary, linear_quantile secondary), quick preset, no search; "
-          "models trained once per log and node size and frozen for the three months.",
-          "* ls6's months were seen by every earlier variant (docs/results/ls6-months.md); KTH, CTC and CEA were "
-          "first scored under this protocol.",
-          "* Several methods and cells, no correction for multiple comparisons; the verdict line is xgboost's.",
-          "* Added after the first scored results were seen (reporting only; the protocol's methods, thresholds, "
-          "windows and verdict are unchanged): the paired difference to the plain avg (the calibrated avg turned out "
-          "worse than the plain one in some cells) and the lowest objective on each curve. The wait predictor's tie "
-          "rule (a tie on the held-back tail goes to zero wait, then the simulator) was set after its first KTH run; "
-          "no tie occurred on any log.", ""]
-    L += ["## Verdicts, plainly", "",
-          "| log | month | node | method | objective - avg-cal [95% CI] | verdict | objective - plain avg [95% CI], verdict |",
-          "|---|---|---|---|---|---|---|"]
+    L += [
+        "## What these verdicts rest on",
+        "",
+        "* The probe replay (protocol): every method decides at the same 9 probes per sample (the predecessor's "
+        "end minus 24 h ... 10 min, and its end), the replay the thresholds are calibrated by; the online decision "
+        "every 10 minutes was not run. The baselines are coarsened the same way (avg submits at the first probe at "
+        "or after its time).",
+        "* Sizes (protocol v1, for 2 shared cores): one sample every 6 h, about 120 scored samples per month and "
+        "node size; two model families (xgboost primary, linear_quantile secondary), quick preset, no search; "
+        "models trained once per log and node size and frozen for the three months.",
+        "* ls6's months were seen by every earlier variant (docs/results/ls6-months.md); KTH, CTC and CEA were "
+        "first scored under this protocol.",
+        "* Several methods and cells, no correction for multiple comparisons; the verdict line is xgboost's.",
+        "* Added after the first scored results were seen (reporting only; the protocol's methods, thresholds, "
+        "windows and verdict are unchanged): the paired difference to the plain avg (the calibrated avg turned out "
+        "worse than the plain one in some cells) and the lowest objective on each curve. The wait predictor's tie "
+        "rule (a tie on the held-back tail goes to zero wait, then the simulator) was set after its first KTH run; "
+        "no tie occurred on any log.",
+        "",
+    ]
+    L += [
+        "## Verdicts, plainly",
+        "",
+        "| log | month | node | method | objective - avg-cal [95% CI] | verdict | objective - plain avg [95% CI], verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, month, n, m, v, ci, vs_avg in verdicts:
         L.append(f"| {name} | {month} | {n} | {m} | {ci} | {'**' + v + '**' if m == 'xgboost' else v} | {vs_avg} |")
     prim = [v for v in verdicts if v[3] == "xgboost"]
     if prim:
         cnt = {k: sum(1 for v in prim if v[4] == k) for k in ("better", "worse", "no difference shown")}
-        L += ["", f"Primary (xgboost against the calibrated avg), over {len(prim)} log x month x node cells: better in "
-              f"{cnt['better']}, worse in {cnt['worse']}, no difference shown in {cnt['no difference shown']}.", ""]
+        L += [
+            "",
+            f"Primary (xgboost against the calibrated avg), over {len(prim)} log x month x node cells: better in "
+            f"{cnt['better']}, worse in {cnt['worse']}, no difference shown in {cnt['no difference shown']}.",
+            "",
+        ]
         for name in dict.fromkeys(v[0] for v in prim):
             pv = [v for v in prim if v[0] == name]
             c2 = {k: sum(1 for v in pv if v[4] == k) for k in ("better", "worse", "no difference shown")}
-            L.append(f"* {name}: xgboost better than avg-cal in {c2['better']} of {len(pv)} month x node cells, worse in "
-                     f"{c2['worse']}, no difference shown in {c2['no difference shown']}; against the plain avg: "
-                     f"better in {sum(1 for v in pv if v[6].endswith(' better'))}, worse in "
-                     f"{sum(1 for v in pv if v[6].endswith(' worse'))}.")
+            L.append(
+                f"* {name}: xgboost better than avg-cal in {c2['better']} of {len(pv)} month x node cells, worse in "
+                f"{c2['worse']}, no difference shown in {c2['no difference shown']}; against the plain avg: "
+                f"better in {sum(1 for v in pv if v[6].endswith(' better'))}, worse in "
+                f"{sum(1 for v in pv if v[6].endswith(' worse'))}."
+            )
         cal = [v for v in verdicts if v[3] == "avg-cal"]
-        L += ["", f"The calibrated avg itself against the plain avg: better in {sum(1 for v in cal if v[6].endswith(' better'))}, "
-              f"worse in {sum(1 for v in cal if v[6].endswith(' worse'))} of {len(cal)} cells (its offset, chosen on the "
-              "training split, does not always carry over to the scored months).", ""]
-    L += ["## Wait predictor at submission (issue 27)", "",
-          "Every candidate reads only what was known at each job's submission; the full tables, bounds and per-month "
-          "coverage are in [`waitpred.md`](waitpred.md). The figures this page gave before issue 27 (the simulator "
-          "replaying the scored month with every job's real run time) were **replay fidelity**, not prediction: they "
-          "stay in the calibration lines above, named so.", "",
-          *waitpred_summary(wp_rows, logs), ""]
+        L += [
+            "",
+            f"The calibrated avg itself against the plain avg: better in {sum(1 for v in cal if v[6].endswith(' better'))}, "
+            f"worse in {sum(1 for v in cal if v[6].endswith(' worse'))} of {len(cal)} cells (its offset, chosen on the "
+            "training split, does not always carry over to the scored months).",
+            "",
+        ]
+    L += [
+        "## Wait predictor at submission (issue 27)",
+        "",
+        "Every candidate reads only what was known at each job's submission; the full tables, bounds and per-month "
+        "coverage are in [`waitpred.md`](waitpred.md). The figures this page gave before issue 27 (the simulator "
+        "replaying the scored month with every job's real run time) were **replay fidelity**, not prediction: they "
+        "stay in the calibration lines above, named so.",
+        "",
+        *waitpred_summary(wp_rows, logs),
+        "",
+    ]
     L += policy_section(root, logs)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L) + "\n")
     print(f"wrote {path}")
 
 
-WP_COLS = (("n", "{:d}", "n"), ("mae_h", "{:.2f}", "MAE h"), ("medae_h", "{:.2f}", "median abs error h"),
-           ("within_1h", "{:.1%}", "within 1 h"), ("within_10m_waited_over_1h", "{:.1%}", "within 10 min, waited > 1 h"),
-           ("spearman", "{:.2f}", "Spearman"), ("coverage", "{:.1%}", "90 % bound coverage"),
-           ("bound_median_h", "{:.2f}", "bound median h"))
+WP_COLS = (
+    ("n", "{:d}", "n"),
+    ("mae_h", "{:.2f}", "MAE h"),
+    ("medae_h", "{:.2f}", "median abs error h"),
+    ("within_1h", "{:.1%}", "within 1 h"),
+    ("within_10m_waited_over_1h", "{:.1%}", "within 10 min, waited > 1 h"),
+    ("spearman", "{:.2f}", "Spearman"),
+    ("coverage", "{:.1%}", "90 % bound coverage"),
+    ("bound_median_h", "{:.2f}", "bound median h"),
+)
 
 
 def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
     """One row per log: the guard's pick beside zero wait, and the issue's targets."""
-    L = ["| log | pick | MAE h (zero) | MAE vs zero | within 1 h (zero) | within 10 min, waited > 1 h | Spearman | "
-         "90 % bound coverage per month |", "|---|---|---|---|---|---|---|---|"]
+    L = [
+        "| log | pick | MAE h (zero) | MAE vs zero | within 1 h (zero) | within 10 min, waited > 1 h | Spearman | "
+        "90 % bound coverage per month |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     met_all = met_w1 = met_cov = True
     met25 = 0
     for name, wp in wp_rows:
         g, z = wp["out_of_sample"]["guarded"]["pooled"], wp["out_of_sample"]["zero"]["pooled"]
         c = wp["criteria"]
         cov = ", ".join(f"{m} {_f(v, '{:.1%}')}" for m, v in c["coverage_months"].items())
-        L.append(f"| {name} | {wp['pick']} | {g['mae_h']:.2f} ({z['mae_h']:.2f}) | "
-                 f"{-(c['mae_reduction_vs_zero'] or 0):+.1%} | {g['within_1h']:.1%} ({z['within_1h']:.1%}) | "
-                 f"{_f(g.get('within_10m_waited_over_1h'), '{:.1%}')} | {_f(g.get('spearman'))} | {cov} |")
+        L.append(
+            f"| {name} | {wp['pick']} | {g['mae_h']:.2f} ({z['mae_h']:.2f}) | "
+            f"{-(c['mae_reduction_vs_zero'] or 0):+.1%} | {g['within_1h']:.1%} ({z['within_1h']:.1%}) | "
+            f"{_f(g.get('within_10m_waited_over_1h'), '{:.1%}')} | {_f(g.get('spearman'))} | {cov} |"
+        )
         met_all &= c["mae_at_or_below_zero"]
         met_w1 &= c["within_1h_within_5_points"]
         met_cov &= c["coverage_in_target_every_month"]
         met25 += int((c["mae_reduction_vs_zero"] or 0) >= 0.25)
     n = len(wp_rows)
-    L += ["", f"Targets ({n} of {len(logs)} logs scored): MAE at or below zero wait's on every log: "
-          f"**{'met' if met_all and n else 'not met'}**; at least 25 % below on at least two logs: "
-          f"**{'met' if met25 >= 2 else 'not met'}** ({met25} logs); within 1 h no more than 5 points below zero "
-          f"wait's: **{'met' if met_w1 and n else 'not met'}**; the 90 % bound's coverage in [85 %, 95 %] in every "
-          f"scored month: **{'met' if met_cov and n else 'not met'}**."]
+    L += [
+        "",
+        f"Targets ({n} of {len(logs)} logs scored): MAE at or below zero wait's on every log: "
+        f"**{'met' if met_all and n else 'not met'}**; at least 25 % below on at least two logs: "
+        f"**{'met' if met25 >= 2 else 'not met'}** ({met25} logs); within 1 h no more than 5 points below zero "
+        f"wait's: **{'met' if met_w1 and n else 'not met'}**; the 90 % bound's coverage in [85 %, 95 %] in every "
+        f"scored month: **{'met' if met_cov and n else 'not met'}**.",
+    ]
     return L
 
 
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
-    L = ["# Queue-wait prediction at submission time (issue 27)", "",
-         "Written by `python -m lab.campaigns.mirage_eval --waitpred-only --write-doc` from the outputs of:", "", "```sh",
-         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only",
-         f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only --write-doc {path.as_posix()}",
-         "```", "",
-         "Each log (a description in `lab/campaigns/logs/`) is ingested, the simulator is calibrated on its calibration "
-         "period (`calibrate`: 40 trials, 300 s), and `python -m mirage_tasks waitpred` fits its candidates on the "
-         "calibration period and scores every job submitted in the scored months. **What each figure may know:** "
-         "only what was known at the job's submission: the queue and the running jobs at that instant (nodes, "
-         "requested times, elapsed times), the job's own request, run times of jobs that had ended and waits of "
-         "jobs that had started before it; the bound's online calibration learns a job's coverage only when it "
-         "becomes known (its start, or its bound running out). The calibration itself (machine size, priority "
-         "weights) was fitted by replaying the calibration period, whose last jobs' run times reach at most one "
-         "time limit into the first scored month.", "",
-         "Candidates: `zero` (no wait), `recent` (mean wait of the last 50 jobs started), `plan_request` (the "
-         "scheduler's plan from the current queue with requested times: Slurm's `squeue --start`), `plan` (the same "
-         "plan with per-user predicted run times), `corrected_qNN` (gradient-boosted quantiles of the wait from "
-         "the plans and the queue state). The guard picks by MAE on the calibration period's held-back last 25 % "
-         "among the candidates whose within-1-h share there is, with one-sided 95 % confidence (standard errors "
-         "clustered by day), at most 5 points below zero wait's.", ""]
+    L = [
+        "# Queue-wait prediction at submission time (issue 27)",
+        "",
+        "Written by `python -m lab.campaigns.mirage_eval --waitpred-only --write-doc` from the outputs of:",
+        "",
+        "```sh",
+        "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only",
+        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --waitpred-only --write-doc {path.as_posix()}",
+        "```",
+        "",
+        "Each log (a description in `lab/campaigns/logs/`) is ingested, the simulator is calibrated on its calibration "
+        "period (`calibrate`: 40 trials, 300 s), and `python -m mirage_tasks waitpred` fits its candidates on the "
+        "calibration period and scores every job submitted in the scored months. **What each figure may know:** "
+        "only what was known at the job's submission: the queue and the running jobs at that instant (nodes, "
+        "requested times, elapsed times), the job's own request, run times of jobs that had ended and waits of "
+        "jobs that had started before it; the bound's online calibration learns a job's coverage only when it "
+        "becomes known (its start, or its bound running out). The calibration itself (machine size, priority "
+        "weights) was fitted by replaying the calibration period, whose last jobs' run times reach at most one "
+        "time limit into the first scored month.",
+        "",
+        "Candidates: `zero` (no wait), `recent` (mean wait of the last 50 jobs started), `plan_request` (the "
+        "scheduler's plan from the current queue with requested times: Slurm's `squeue --start`), `plan` (the same "
+        "plan with per-user predicted run times), `corrected_qNN` (gradient-boosted quantiles of the wait from "
+        "the plans and the queue state). The guard picks by MAE on the calibration period's held-back last 25 % "
+        "among the candidates whose within-1-h share there is, with one-sided 95 % confidence (standard errors "
+        "clustered by day), at most 5 points below zero wait's.",
+        "",
+    ]
     wp_rows = []
     for lg in logs:
         wp = _read_json(root / lg.name / "waitpred" / "waitpred.json")
@@ -298,51 +404,76 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
             continue
         wp_rows.append((lg.name, wp))
         cfg = wp["params"]["config"]
-        L += [f"Calibrated machine: {cfg['nodes']} nodes (priority weights: age {cfg['weight_age']:g}, size "
-              f"{cfg['weight_size']:g}); {wp['n_calibration']} calibration jobs, {wp['n_scored']} scored, "
-              f"{wp.get('unplannable_scored', 0)} larger than the nodes in service at their submission (planned "
-              f"as their request)."]
+        L += [
+            f"Calibrated machine: {cfg['nodes']} nodes (priority weights: age {cfg['weight_age']:g}, size "
+            f"{cfg['weight_size']:g}); {wp['n_calibration']} calibration jobs, {wp['n_scored']} scored, "
+            f"{wp.get('unplannable_scored', 0)} larger than the nodes in service at their submission (planned "
+            f"as their request)."
+        ]
         for w in (cal or {}).get("warnings", []):
             if "machine" in w:
                 L.append(f"Calibration: {w}.")
-        L += ["", f"Guard pick: **{wp['pick']}** ({wp['pick_reason']}).", "",
-              "| predictor | " + " | ".join(lab for _, _, lab in WP_COLS) + " |", "|---|" + "---|" * len(WP_COLS)]
-        from mirage_tasks.calibration.waitpred import PREDICTORS  # noqa: PLC0415 - the table's row order
+        L += [
+            "",
+            f"Guard pick: **{wp['pick']}** ({wp['pick_reason']}).",
+            "",
+            "| predictor | " + " | ".join(lab for _, _, lab in WP_COLS) + " |",
+            "|---|" + "---|" * len(WP_COLS),
+        ]
+        from mirage_tasks.calibration.waitpred import PREDICTORS  # the table's row order
 
-        for p in [*(q for q in PREDICTORS if q in wp["out_of_sample"]),
-                  *(q for q in wp["out_of_sample"] if q not in PREDICTORS)]:
+        for p in [
+            *(q for q in PREDICTORS if q in wp["out_of_sample"]),
+            *(q for q in wp["out_of_sample"] if q not in PREDICTORS),
+        ]:
             r = wp["out_of_sample"][p]["pooled"]
             L.append(f"| {p} | " + " | ".join(_f(r.get(c), f) for c, f, _ in WP_COLS) + " |")
-        L += ["", "Per month, guarded (zero wait):", "", "| month | n | MAE h | within 1 h | coverage | bound median h |",
-              "|---|---|---|---|---|---|"]
+        L += [
+            "",
+            "Per month, guarded (zero wait):",
+            "",
+            "| month | n | MAE h | within 1 h | coverage | bound median h |",
+            "|---|---|---|---|---|---|",
+        ]
         for m, r in wp["out_of_sample"]["guarded"]["months"].items():
             z = wp["out_of_sample"]["zero"]["months"][m]
-            L.append(f"| {m} | {r['n']} | {_f(r['mae_h'])} ({_f(z['mae_h'])}) | {_f(r['within_1h'], '{:.1%}')} "
-                     f"({_f(z['within_1h'], '{:.1%}')}) | {_f(r.get('coverage'), '{:.1%}')} | "
-                     f"{_f(r.get('bound_median_h'))} |")
+            L.append(
+                f"| {m} | {r['n']} | {_f(r['mae_h'])} ({_f(z['mae_h'])}) | {_f(r['within_1h'], '{:.1%}')} "
+                f"({_f(z['within_1h'], '{:.1%}')}) | {_f(r.get('coverage'), '{:.1%}')} | "
+                f"{_f(r.get('bound_median_h'))} |"
+            )
         rf = wp.get("replay_fidelity")
         if rf:
-            L += ["", f"Replay fidelity (not a prediction; the scored months replayed by the calibrated simulator with "
-                      f"every job's real run time): MAE {_f(rf.get('mae_h'))} h (zero {_f(rf.get('zero_mae_h'))}), "
-                      f"within 1 h {_f(rf.get('within_1h'), '{:.1%}')}."]
+            L += [
+                "",
+                f"Replay fidelity (not a prediction; the scored months replayed by the calibrated simulator with "
+                f"every job's real run time): MAE {_f(rf.get('mae_h'))} h (zero {_f(rf.get('zero_mae_h'))}), "
+                f"within 1 h {_f(rf.get('within_1h'), '{:.1%}')}.",
+            ]
         L.append("")
     L += ["## Summary", "", *waitpred_summary(wp_rows, logs), ""]
-    trials = {lg.name: (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {})
-              for lg in logs}
-    L += ["## Limits", "",
-          "* Coverage is over all jobs of a month: the bound is not calibrated per job class (a class of long "
-          "jobs can be covered less often than 90 %).",
-          "* No candidate predicts long waits to the minute: within 10 minutes among jobs that waited more than an "
-          "hour stays at a few per cent for all of them.",
-          "* Where the guard keeps zero wait (ls6 here), the corrected quantiles may still have had a lower MAE on "
-          "the scored months; the guard judged them on the calibration period's tail, where their within-1-h share "
-          "was too far below zero wait's, and the page reports what the guard picked.",
-          "* The plans (`plan`, `plan_request`) are worse than zero wait on every log, as Slurm's own estimate is "
-          "known to be: requested times overstate run times, and later arrivals of higher priority are unknown.",
-          "* Calibration budgets: " + "; ".join(f"{n} {t.get('trials_run', '-')} of {t.get('trials', '-')} trials "
-                                                f"(stopped by {t.get('stopped_by', '-')})" for n, t in trials.items())
-          + ". The search stops at its time limit on a busy machine, so the fitted machine can differ between runs; "
-          "the wait predictor uses only its node count, its capacity model and its priority weights.", ""]
+    trials = {lg.name: (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {}) for lg in logs}
+    L += [
+        "## Limits",
+        "",
+        "* Coverage is over all jobs of a month: the bound is not calibrated per job class (a class of long "
+        "jobs can be covered less often than 90 %).",
+        "* No candidate predicts long waits to the minute: within 10 minutes among jobs that waited more than an "
+        "hour stays at a few per cent for all of them.",
+        "* Where the guard keeps zero wait (ls6 here), the corrected quantiles may still have had a lower MAE on "
+        "the scored months; the guard judged them on the calibration period's tail, where their within-1-h share "
+        "was too far below zero wait's, and the page reports what the guard picked.",
+        "* The plans (`plan`, `plan_request`) are worse than zero wait on every log, as Slurm's own estimate is "
+        "known to be: requested times overstate run times, and later arrivals of higher priority are unknown.",
+        "* Calibration budgets: "
+        + "; ".join(
+            f"{n} {t.get('trials_run', '-')} of {t.get('trials', '-')} trials (stopped by {t.get('stopped_by', '-')})"
+            for n, t in trials.items()
+        )
+        + ". The search stops at its time limit on a busy machine, so the fitted machine can differ between runs; "
+        "the wait predictor uses only its node count, its capacity model and its priority weights.",
+        "",
+    ]
     bench = _read_json(root / "waitpred-bench.json")
     if bench:
         L += ["## Cost", "", f"`{bench.get('command', 'bench/waitpred.py')}`: " + bench.get("line", ""), ""]
@@ -355,10 +486,10 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
 
 HAZARDS = (0.0, 1e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.5)
 DECISION_H = 1 / 6  # the policy environment decides every 600 s (mirage_tasks.models.simenv)
-SPAN_H = 48.0       # decisions over the predecessor's 48 h (its queue wait left out)
+SPAN_H = 48.0  # decisions over the predecessor's 48 h (its queue wait left out)
 
 
-def signed_at(left: "np.ndarray", offs: "np.ndarray", labels: "np.ndarray") -> "np.ndarray":
+def signed_at(left: np.ndarray, offs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Per sample (rows of ``labels`` [n, probes], ``offs`` hours left, decreasing to 0), the signed
     interruption if submitted ``left`` hours before the end: linear between probes; beyond the first
     probe an earlier submission only adds overlap."""
@@ -370,7 +501,7 @@ def signed_at(left: "np.ndarray", offs: "np.ndarray", labels: "np.ndarray") -> "
     return inside - np.maximum(left - o[-1], 0.0)[None, :]
 
 
-def policy_account(train_dir: "Path", node: int, w: float = 0.1) -> dict | None:
+def policy_account(train_dir: Path, node: int, w: float = 0.1) -> dict | None:
     """On a log's training samples (9 end-spaced probes): what the policy environment's reward
     (-|interruption| minutes) and the evaluation objective give for state-independent rules."""
     import numpy as np
@@ -396,14 +527,19 @@ def policy_account(train_dir: "Path", node: int, w: float = 0.1) -> dict | None:
         return np.maximum(s, 0.0) + w * node * np.maximum(-s, 0.0)
 
     grid = np.arange(SPAN_H, 0.0, -DECISION_H)  # hours left at each decision
-    s_grid = signed_at(grid, offs, labels)      # [n, decisions]
-    res = {"samples": int(len(labels)), "zero_wait_share": float((wait_end <= 0).mean()),
-           "median_wait_h": float(np.median(wait_end)), "mean_wait_h": float(wait_end.mean()),
-           "offsets_h": offs.tolist(),
-           "reward_at_offset": [float(reward(labels[:, i]).mean()) for i in range(k)],
-           "objective_at_offset": [float(objective(labels[:, i]).mean()) for i in range(k)],
-           "oracle_reward": float(reward(labels).max(axis=1).mean()),
-           "oracle_objective": float(objective(labels).min(axis=1).mean()), "hazard": {}}
+    s_grid = signed_at(grid, offs, labels)  # [n, decisions]
+    res = {
+        "samples": int(len(labels)),
+        "zero_wait_share": float((wait_end <= 0).mean()),
+        "median_wait_h": float(np.median(wait_end)),
+        "mean_wait_h": float(wait_end.mean()),
+        "offsets_h": offs.tolist(),
+        "reward_at_offset": [float(reward(labels[:, i]).mean()) for i in range(k)],
+        "objective_at_offset": [float(objective(labels[:, i]).mean()) for i in range(k)],
+        "oracle_reward": float(reward(labels).max(axis=1).mean()),
+        "oracle_objective": float(objective(labels).min(axis=1).mean()),
+        "hazard": {},
+    }
     for h in HAZARDS:  # a constant per-decision submit probability h from 48 h before the end
         surv = (1 - h) ** np.arange(len(grid))
         pk = surv * h
@@ -411,11 +547,15 @@ def policy_account(train_dir: "Path", node: int, w: float = 0.1) -> dict | None:
         rw = (reward(s_grid) * pk).sum(axis=1) + p_end * reward(labels[:, -1])
         ob = (objective(s_grid) * pk).sum(axis=1) + p_end * objective(labels[:, -1])
         reach8 = (1 - h) ** int(round((SPAN_H - 8.0) / DECISION_H))
-        res["hazard"][str(h)] = {"reward": float(rw.mean()), "objective": float(ob.mean()), "reach_last_8h": float(reach8)}
+        res["hazard"][str(h)] = {
+            "reward": float(rw.mean()),
+            "objective": float(ob.mean()),
+            "reach_last_8h": float(reach8),
+        }
     return res
 
 
-def policy_section(root: "Path", logs: list) -> list[str]:
+def policy_section(root: Path, logs: list) -> list[str]:
     rows = []
     for lg in logs:
         for n in lg.nodes:
@@ -424,38 +564,48 @@ def policy_section(root: "Path", logs: list) -> list[str]:
                 rows.append((lg.name, n, a))
     if not rows:
         return []
-    L = ["## Why the policy gradient collapses to reactive (item 5, measured on the training samples)", "",
-         "The policy environment (`mirage_tasks.models.simenv`) decides every 10 minutes and rewards an episode "
-         "with -|interruption| in minutes at its end only (overlap and gap priced alike). On each log's training "
-         "samples (the probe labels, linear between probes; before the first probe an earlier submission only "
-         "adds overlap), for rules that do not look at the state:", "",
-         "| log | node | samples | no gap at the end (reactive) | median / mean wait h | env reward: reactive / best fixed "
-         "offset / oracle | objective: reactive / best fixed offset / oracle | constant submit prob. per decision: "
-         "env reward at 0 / 1e-3 / 0.01 / 0.5 | reaches the last 8 h at 1e-3 / 0.01 |",
-         "|---|---|---|---|---|---|---|---|---|"]
+    L = [
+        "## Why the policy gradient collapses to reactive (item 5, measured on the training samples)",
+        "",
+        "The policy environment (`mirage_tasks.models.simenv`) decides every 10 minutes and rewards an episode "
+        "with -|interruption| in minutes at its end only (overlap and gap priced alike). On each log's training "
+        "samples (the probe labels, linear between probes; before the first probe an earlier submission only "
+        "adds overlap), for rules that do not look at the state:",
+        "",
+        "| log | node | samples | no gap at the end (reactive) | median / mean wait h | env reward: reactive / best fixed "
+        "offset / oracle | objective: reactive / best fixed offset / oracle | constant submit prob. per decision: "
+        "env reward at 0 / 1e-3 / 0.01 / 0.5 | reaches the last 8 h at 1e-3 / 0.01 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, n, a in rows:
         offs = a["offsets_h"]
         br = max(range(len(offs)), key=lambda i: a["reward_at_offset"][i])
         bo = min(range(len(offs)), key=lambda i: a["objective_at_offset"][i])
         hz = a["hazard"]
-        L.append(f"| {name} | {n} | {a['samples']} | {a['zero_wait_share']:.0%} | {a['median_wait_h']:.2f} / "
-                 f"{a['mean_wait_h']:.2f} | {a['reward_at_offset'][-1]:.0f} / {a['reward_at_offset'][br]:.0f} "
-                 f"(end - {offs[br]:.2f} h) / {a['oracle_reward']:.0f} | {a['objective_at_offset'][-1]:.2f} / "
-                 f"{a['objective_at_offset'][bo]:.2f} (end - {offs[bo]:.2f} h) / {a['oracle_objective']:.2f} | "
-                 f"{hz['0.0']['reward']:.0f} / {hz['0.001']['reward']:.0f} / {hz['0.01']['reward']:.0f} / "
-                 f"{hz['0.5']['reward']:.0f} | {hz['0.001']['reach_last_8h']:.0%} / {hz['0.01']['reach_last_8h']:.0%} |")
-    L += ["", "Read: (1) with 288 decisions over the predecessor's 48 h, any per-decision submit probability that "
-          "is not near zero submits a day or more early (at 0.01 only the share in the last column ever reaches "
-          "the last 8 h), and every such episode is a large overlap: the expected reward falls steeply with the "
-          "submit probability, so the gradient of every state pushes P(submit) towards 0, i.e. towards the forced "
-          "submission at the end (reactive). (2) The reward is terminal only, the same for every step of an "
-          "episode, so the few decisions in the last hours where an early submission pays are not told apart from "
-          "the hundreds before them. (3) The reward prices an hour of overlap like an hour of gap: compare the best "
-          "fixed offset under the reward with the one under the evaluation objective (0.1 h per wasted node-hour) "
-          "in the table; where they differ, the policy is trained for another target than it is judged by, and "
-          "under the reward a state-independent rule gains little over reactive (reactive vs best fixed offset). What it would need: the "
-          "objective as the reward (waste-weighted overlap), decisions only near the end (or a hazard that is a "
-          "function of the time left), and a per-step signal (e.g. the probe labels as the advantage of submitting "
-          "now); the calibrated threshold on a regressor's prediction is that rule already, which is why the "
-          "learned rules above are thresholds and not policies.", ""]
+        L.append(
+            f"| {name} | {n} | {a['samples']} | {a['zero_wait_share']:.0%} | {a['median_wait_h']:.2f} / "
+            f"{a['mean_wait_h']:.2f} | {a['reward_at_offset'][-1]:.0f} / {a['reward_at_offset'][br]:.0f} "
+            f"(end - {offs[br]:.2f} h) / {a['oracle_reward']:.0f} | {a['objective_at_offset'][-1]:.2f} / "
+            f"{a['objective_at_offset'][bo]:.2f} (end - {offs[bo]:.2f} h) / {a['oracle_objective']:.2f} | "
+            f"{hz['0.0']['reward']:.0f} / {hz['0.001']['reward']:.0f} / {hz['0.01']['reward']:.0f} / "
+            f"{hz['0.5']['reward']:.0f} | {hz['0.001']['reach_last_8h']:.0%} / {hz['0.01']['reach_last_8h']:.0%} |"
+        )
+    L += [
+        "",
+        "Read: (1) with 288 decisions over the predecessor's 48 h, any per-decision submit probability that "
+        "is not near zero submits a day or more early (at 0.01 only the share in the last column ever reaches "
+        "the last 8 h), and every such episode is a large overlap: the expected reward falls steeply with the "
+        "submit probability, so the gradient of every state pushes P(submit) towards 0, i.e. towards the forced "
+        "submission at the end (reactive). (2) The reward is terminal only, the same for every step of an "
+        "episode, so the few decisions in the last hours where an early submission pays are not told apart from "
+        "the hundreds before them. (3) The reward prices an hour of overlap like an hour of gap: compare the best "
+        "fixed offset under the reward with the one under the evaluation objective (0.1 h per wasted node-hour) "
+        "in the table; where they differ, the policy is trained for another target than it is judged by, and "
+        "under the reward a state-independent rule gains little over reactive (reactive vs best fixed offset). What it would need: the "
+        "objective as the reward (waste-weighted overlap), decisions only near the end (or a hazard that is a "
+        "function of the time left), and a per-step signal (e.g. the probe labels as the advantage of submitting "
+        "now); the calibrated threshold on a regressor's prediction is that rule already, which is why the "
+        "learned rules above are thresholds and not policies.",
+        "",
+    ]
     return L

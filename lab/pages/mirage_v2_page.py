@@ -12,13 +12,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lab.evaluation.probe_replay import GUARANTEE, GUARANTEE_ACI, GUARANTEE_CAL, POLICY, holm, per_sample_objective
 from lab.pages.mirage_eval_page import _f, _git
 
-from lab.evaluation.probe_replay import (GUARANTEE, GUARANTEE_ACI, GUARANTEE_CAL, POLICY, holm,
-                                                  per_sample_objective)
-
-THRESHOLD_RULES = ("avg-cal", "xgboost", "xgboost-wp", "linear_quantile", "wait-pred", "wait-pred-cal", GUARANTEE,
-                   GUARANTEE_CAL, GUARANTEE_ACI)
+THRESHOLD_RULES = (
+    "avg-cal",
+    "xgboost",
+    "xgboost-wp",
+    "linear_quantile",
+    "wait-pred",
+    "wait-pred-cal",
+    GUARANTEE,
+    GUARANTEE_CAL,
+    GUARANTEE_ACI,
+)
 RULES = (*THRESHOLD_RULES, POLICY)
 REFS = ("reactive", "avg-cal")
 LEVEL = 0.10  # guarantee-10's stated interruption rate
@@ -38,16 +45,27 @@ def _cells(root: Path, specs: list, kind: str) -> list[dict[str, Any]]:
             rows = pd.read_parquet(d / "rows.parquet")
             per = pd.read_parquet(d / "per_sample.parquet")
             for month in sorted(rows["month"].unique()):
-                out.append({"log": s.name, "node": n, "month": month, "kind": kind,
-                            "rows": rows[rows["month"] == month].set_index("method"),
-                            "per": per[per["month"] == month], "cal": ev["calibration"]})
+                out.append(
+                    {
+                        "log": s.name,
+                        "node": n,
+                        "month": month,
+                        "kind": kind,
+                        "rows": rows[rows["month"] == month].set_index("method"),
+                        "per": per[per["month"] == month],
+                        "cal": ev["calibration"],
+                    }
+                )
     return out
 
 
 def _share_diff(per: pd.DataFrame, node: int, a: str, b: str, seed: int = 0) -> tuple[float, float, float] | None:
     """(share(a) - share(b)) of the oracle's gain over reactive, with a paired bootstrap 95 % interval."""
-    j = {m: per_sample_objective(g.sort_values("sample")["signed_interruption_h"].to_numpy(), node, 0.1)
-         for m, g in per.groupby("method") if m in (a, b, "reactive", "oracle")}
+    j = {
+        m: per_sample_objective(g.sort_values("sample")["signed_interruption_h"].to_numpy(), node, 0.1)
+        for m, g in per.groupby("method")
+        if m in (a, b, "reactive", "oracle")
+    }
     if len(j) < 4:
         return None
     gain = j["reactive"] - j["oracle"]
@@ -69,8 +87,12 @@ def _holm_table(cells: list[dict[str, Any]], rules: list[str]) -> dict[tuple[str
     for m in rules:
         for ref in REFS:
             col = "p_vs_reactive" if ref == "reactive" else "p_vs_avg_cal"
-            ps = [float(c["rows"].loc[m, col]) if m in c["rows"].index and m != ref
-                  and c["rows"].loc[m, col] == c["rows"].loc[m, col] else None for c in cells]
+            ps = [
+                float(c["rows"].loc[m, col])
+                if m in c["rows"].index and m != ref and c["rows"].loc[m, col] == c["rows"].loc[m, col]
+                else None
+                for c in cells
+            ]
             out[(m, ref)] = holm(ps)
     return out
 
@@ -78,7 +100,12 @@ def _holm_table(cells: list[dict[str, Any]], rules: list[str]) -> dict[tuple[str
 def _verdict(c: dict[str, Any], m: str, ref: str, holm_ok: bool | None) -> tuple[str, str]:
     r = c["rows"].loc[m]
     if ref == "reactive":
-        d, lo, hi, raw = r["diff_vs_reactive"], r["diff_reactive_ci_lo"], r["diff_reactive_ci_hi"], r["verdict_vs_reactive"]
+        d, lo, hi, raw = (
+            r["diff_vs_reactive"],
+            r["diff_reactive_ci_lo"],
+            r["diff_reactive_ci_hi"],
+            r["verdict_vs_reactive"],
+        )
     else:
         d, lo, hi, raw = r["diff_vs_avg_cal"], r["diff_ci_lo"], r["diff_ci_hi"], r["verdict"]
     txt = f"{_f(d, '{:+.3f}')} [{_f(lo, '{:+.3f}')}, {_f(hi, '{:+.3f}')}]"
@@ -91,52 +118,78 @@ def _verdict(c: dict[str, Any], m: str, ref: str, holm_ok: bool | None) -> tuple
 
 def _cell_table(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     hl = _holm_table(cells, rules)
-    lines = ["| log | node | month | n | rule | objective | vs reactive: diff [95 %] | raw / Holm | vs avg-cal: "
-             "diff [95 %] | raw / Holm | oracle share [95 %] | interrupted [95 %] | wasted node-h |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| log | node | month | n | rule | objective | vs reactive: diff [95 %] | raw / Holm | vs avg-cal: "
+        "diff [95 %] | raw / Holm | oracle share [95 %] | interrupted [95 %] | wasted node-h |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, c in enumerate(cells):
         r = c["rows"]
         prim = (c["cal"].get("primary") or {}).get("rule")
-        lines.append(f"| {c['log']} | {c['node']} | {c['month']} | {int(r.loc['reactive', 'n'])} | reactive | "
-                     f"{_f(r.loc['reactive', 'objective'], '{:.3f}')} | reference | | | | 0 | "
-                     f"{_f(r.loc['reactive', 'interrupted_share'], '{:.0%}')} | "
-                     f"{_f(r.loc['reactive', 'mean_wasted_node_h'], '{:.2f}')} |")
+        lines.append(
+            f"| {c['log']} | {c['node']} | {c['month']} | {int(r.loc['reactive', 'n'])} | reactive | "
+            f"{_f(r.loc['reactive', 'objective'], '{:.3f}')} | reference | | | | 0 | "
+            f"{_f(r.loc['reactive', 'interrupted_share'], '{:.0%}')} | "
+            f"{_f(r.loc['reactive', 'mean_wasted_node_h'], '{:.2f}')} |"
+        )
         for m in (*rules, "oracle-wait", "oracle"):
             if m not in r.index:
                 continue
             x = r.loc[m]
             vr, hr = _verdict(c, m, "reactive", hl[(m, "reactive")][i] if m in rules else None)
-            va, ha = (_verdict(c, m, "avg-cal", hl[(m, "avg-cal")][i] if m in rules else None)
-                      if m != "avg-cal" else ("reference", ""))
-            share = (f"{_f(x['oracle_gain_share'], '{:.0%}')} [{_f(x['oracle_share_ci_lo'], '{:.0%}')}, "
-                     f"{_f(x['oracle_share_ci_hi'], '{:.0%}')}]")
-            inter = (f"{_f(x['interrupted_share'], '{:.0%}')} [{_f(x['interrupted_lo'], '{:.0%}')}, "
-                     f"{_f(x['interrupted_hi'], '{:.0%}')}]")
+            va, ha = (
+                _verdict(c, m, "avg-cal", hl[(m, "avg-cal")][i] if m in rules else None)
+                if m != "avg-cal"
+                else ("reference", "")
+            )
+            share = (
+                f"{_f(x['oracle_gain_share'], '{:.0%}')} [{_f(x['oracle_share_ci_lo'], '{:.0%}')}, "
+                f"{_f(x['oracle_share_ci_hi'], '{:.0%}')}]"
+            )
+            inter = (
+                f"{_f(x['interrupted_share'], '{:.0%}')} [{_f(x['interrupted_lo'], '{:.0%}')}, "
+                f"{_f(x['interrupted_hi'], '{:.0%}')}]"
+            )
             name = f"**{m}** (primary)" if m == prim else m
-            lines.append(f"| | | | | {name} | {_f(x['objective'], '{:.3f}')} | {vr} | {hr} | {va} | {ha} | {share} | "
-                         f"{inter} | {_f(x['mean_wasted_node_h'], '{:.2f}')} |")
+            lines.append(
+                f"| | | | | {name} | {_f(x['objective'], '{:.3f}')} | {vr} | {hr} | {va} | {ha} | {share} | "
+                f"{inter} | {_f(x['mean_wasted_node_h'], '{:.2f}')} |"
+            )
     return lines
 
 
 def summary_table(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     """Per rule, over the cells: how often better / worse than each reference (raw and Holm)."""
     hl = _holm_table(cells, rules)
-    out = ["| rule | cells | better than reactive: raw / Holm | worse than reactive: raw / Holm | better than "
-           "avg-cal: raw / Holm | worse than avg-cal: raw / Holm | mean oracle share |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| rule | cells | better than reactive: raw / Holm | worse than reactive: raw / Holm | better than "
+        "avg-cal: raw / Holm | worse than avg-cal: raw / Holm | mean oracle share |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in rules:
         cs = [(i, c) for i, c in enumerate(cells) if m in c["rows"].index]
         if not cs:
             continue
         cnt = {}
-        for ref, vcol, dcol in (("reactive", "verdict_vs_reactive", "diff_vs_reactive"), ("avg-cal", "verdict", "diff_vs_avg_cal")):
+        for ref, vcol, dcol in (
+            ("reactive", "verdict_vs_reactive", "diff_vs_reactive"),
+            ("avg-cal", "verdict", "diff_vs_avg_cal"),
+        ):
             for side in ("better", "worse"):
                 raw = sum(c["rows"].loc[m, vcol] == side for _, c in cs)
                 hol = sum(bool(hl[(m, ref)][i]) and ((c["rows"].loc[m, dcol] < 0) == (side == "better")) for i, c in cs)
                 cnt[(ref, side)] = "-" if m == ref else f"{raw} / {hol}"
-        share = np.nanmean([float(c["rows"].loc[m, "oracle_gain_share"]) for _, c in cs
-                            if c["rows"].loc[m, "oracle_gain_share"] is not None])
-        out.append(f"| {m} | {len(cs)} | {cnt[('reactive', 'better')]} | {cnt[('reactive', 'worse')]} | "
-                   f"{cnt[('avg-cal', 'better')]} | {cnt[('avg-cal', 'worse')]} | {share:.0%} |")
+        share = np.nanmean(
+            [
+                float(c["rows"].loc[m, "oracle_gain_share"])
+                for _, c in cs
+                if c["rows"].loc[m, "oracle_gain_share"] is not None
+            ]
+        )
+        out.append(
+            f"| {m} | {len(cs)} | {cnt[('reactive', 'better')]} | {cnt[('reactive', 'worse')]} | "
+            f"{cnt[('avg-cal', 'better')]} | {cnt[('avg-cal', 'worse')]} | {share:.0%} |"
+        )
     return out
 
 
@@ -157,21 +210,33 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
         worse = x["verdict_vs_reactive"] == "worse"
         good += b_r and b_a
         bad += worse
-        per_cell.append(f"{c['log']} node {c['node']} {c['month']}: {prim}, better than reactive (Holm) "
-                        f"{'yes' if b_r else 'no'}, than avg-cal (Holm) {'yes' if b_a else 'no'}, worse than reactive "
-                        f"(raw) {'YES' if worse else 'no'}")
+        per_cell.append(
+            f"{c['log']} node {c['node']} {c['month']}: {prim}, better than reactive (Holm) "
+            f"{'yes' if b_r else 'no'}, than avg-cal (Holm) {'yes' if b_a else 'no'}, worse than reactive "
+            f"(raw) {'YES' if worse else 'no'}"
+        )
     n = len(cells)
     held = n and good * 2 >= n and bad == 0
-    out.append(f"1. **The primary rule beats both references (Holm) in at least half of the cells and is worse than "
-               f"reactive in none: {'holds' if held else 'does NOT hold'}** ({good} of {n} cells better than both, "
-               f"{bad} worse than reactive).")
+    out.append(
+        f"1. **The primary rule beats both references (Holm) in at least half of the cells and is worse than "
+        f"reactive in none: {'holds' if held else 'does NOT hold'}** ({good} of {n} cells better than both, "
+        f"{bad} worse than reactive)."
+    )
     out += [f"   * {t}" for t in per_cell]
     # 2. the guarantee: guarantee-10 as the protocol fixed it, and guarantee-cal (added after it broke)
-    for rule, how in ((GUARANTEE, "the predictor's 90 % bound as given"),
-                      (GUARANTEE_CAL, "its margin by split conformal calibration on the validation split, added "
-                                      "after guarantee-10 broke its level: not pre-registered"),
-                      (GUARANTEE_ACI, "guarantee-cal with its level adapted to the outcomes known at each decision, "
-                                      "added with it: not pre-registered")):
+    for rule, how in (
+        (GUARANTEE, "the predictor's 90 % bound as given"),
+        (
+            GUARANTEE_CAL,
+            "its margin by split conformal calibration on the validation split, added "
+            "after guarantee-10 broke its level: not pre-registered",
+        ),
+        (
+            GUARANTEE_ACI,
+            "guarantee-cal with its level adapted to the outcomes known at each decision, "
+            "added with it: not pre-registered",
+        ),
+    ):
         lines, ok = [], True
         for c in cells:
             if rule not in c["rows"].index:
@@ -180,28 +245,41 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
             holds = x["interrupted_lo"] <= LEVEL
             ok &= bool(holds)
             cal = c["cal"].get(rule) or {}
-            margin = (f"; margin {_f(cal.get('threshold'), '{:+.2f}')} h"
-                      + ("" if cal.get("attainable", True) else " (not attainable on the validation split: "
-                         f"{cal.get('validation_interrupted', float('nan')):.0%} interrupted at the earliest)")
-                      if rule == GUARANTEE_CAL else
-                      f"; level from {cal.get('level_min', float('nan')):.3f} to {cal.get('level_max', float('nan')):.3f}"
-                      if rule == GUARANTEE_ACI else "")
-            lines.append(f"   * {c['log']} node {c['node']} {c['month']}: interrupted "
-                         f"{_f(x['interrupted_share'], '{:.1%}')} [{_f(x['interrupted_lo'], '{:.1%}')}, "
-                         f"{_f(x['interrupted_hi'], '{:.1%}')}] ({'holds' if holds else 'VIOLATED'}); wasted node-h "
-                         f"{_f(x['mean_wasted_node_h'], '{:.2f}')} (reactive "
-                         f"{_f(c['rows'].loc['reactive', 'mean_wasted_node_h'], '{:.2f}')}, avg-cal "
-                         f"{_f(c['rows'].loc['avg-cal', 'mean_wasted_node_h'], '{:.2f}')}){margin}")
+            margin = (
+                f"; margin {_f(cal.get('threshold'), '{:+.2f}')} h"
+                + (
+                    ""
+                    if cal.get("attainable", True)
+                    else " (not attainable on the validation split: "
+                    f"{cal.get('validation_interrupted', float('nan')):.0%} interrupted at the earliest)"
+                )
+                if rule == GUARANTEE_CAL
+                else f"; level from {cal.get('level_min', float('nan')):.3f} to {cal.get('level_max', float('nan')):.3f}"
+                if rule == GUARANTEE_ACI
+                else ""
+            )
+            lines.append(
+                f"   * {c['log']} node {c['node']} {c['month']}: interrupted "
+                f"{_f(x['interrupted_share'], '{:.1%}')} [{_f(x['interrupted_lo'], '{:.1%}')}, "
+                f"{_f(x['interrupted_hi'], '{:.1%}')}] ({'holds' if holds else 'VIOLATED'}); wasted node-h "
+                f"{_f(x['mean_wasted_node_h'], '{:.2f}')} (reactive "
+                f"{_f(c['rows'].loc['reactive', 'mean_wasted_node_h'], '{:.2f}')}, avg-cal "
+                f"{_f(c['rows'].loc['avg-cal', 'mean_wasted_node_h'], '{:.2f}')}){margin}"
+            )
         if lines:
-            out.append(f"2{'abc'[(GUARANTEE, GUARANTEE_CAL, GUARANTEE_ACI).index(rule)]}. **{rule} ({how}) holds the stated 10 % in every "
-                       f"cell: {'yes' if ok else 'NO'}** (held: the Clopper-Pearson interval's lower end at or below "
-                       "10 %).")
+            out.append(
+                f"2{'abc'[(GUARANTEE, GUARANTEE_CAL, GUARANTEE_ACI).index(rule)]}. **{rule} ({how}) holds the stated 10 % in every "
+                f"cell: {'yes' if ok else 'NO'}** (held: the Clopper-Pearson interval's lower end at or below "
+                "10 %)."
+            )
             out += lines
     # 3. the gap to oracle-wait
-    out.append("3. **How much of the gap between xgboost and oracle-wait the wait predictor closes, as features "
-               "(xgboost-wp) and as rules** (difference "
-               "of oracle shares, rule minus xgboost, paired bootstrap over samples; the gap itself is oracle-wait's "
-               "share minus xgboost's):")
+    out.append(
+        "3. **How much of the gap between xgboost and oracle-wait the wait predictor closes, as features "
+        "(xgboost-wp) and as rules** (difference "
+        "of oracle shares, rule minus xgboost, paired bootstrap over samples; the gap itself is oracle-wait's "
+        "share minus xgboost's):"
+    )
     for c in cells:
         parts = []
         for m in ("xgboost-wp", "wait-pred", "wait-pred-cal", "oracle-wait"):
@@ -264,12 +342,17 @@ def online_section(root: Path, specs: list) -> list[str]:
                         agree.append("-")
                     else:
                         jr_o = per_sample_objective(on[ref].loc[keys].to_numpy(), n, 0.1)
-                        jr_p = per_sample_objective(per[per["method"] == ref].set_index("sample")[
-                            "signed_interruption_h"].loc[keys].to_numpy(), n, 0.1)
+                        jr_p = per_sample_objective(
+                            per[per["method"] == ref].set_index("sample")["signed_interruption_h"].loc[keys].to_numpy(),
+                            n,
+                            0.1,
+                        )
                         vo, vp = _raw(*_boot_ci(jo - jr_o)), _raw(*_boot_ci(jp - jr_p))
                         agree.append(f"online {vo}, replay {vp}: {'agree' if vo == vp else 'DISAGREE'}")
-                lines.append(f"| {s.name} | {n} | {r} | {len(keys)} | {jo.mean():.3f} | {jp.mean():.3f} | "
-                             f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {early[r]:.0%} | {' | '.join(agree)} |")
+                lines.append(
+                    f"| {s.name} | {n} | {r} | {len(keys)} | {jo.mean():.3f} | {jp.mean():.3f} | "
+                    f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {early[r]:.0%} | {' | '.join(agree)} |"
+                )
     if not lines:
         return []
     return [*_online_table(lines), *last_hours_section(root, specs)]
@@ -296,25 +379,43 @@ def last_hours_section(root: Path, specs: list) -> list[str]:
                 for lo, hi in zip(LEFT_BUCKETS_H[:-1], LEFT_BUCKETS_H[1:]):
                     m = (left > lo) & (left <= hi)
                     cells.append("-" if not m.any() else f"{dec.loc[m, 'output'].median():+.1f}")
-                thr = json.loads((root / s.name / ("uniform-models" if rule == "xgboost-uniform" else "v2-models") / f"node{n}"
-                                  / "xgboost" / "config.json").read_text()).get("decision", {}).get("low_h")
+                thr = (
+                    json.loads(
+                        (
+                            root
+                            / s.name
+                            / ("uniform-models" if rule == "xgboost-uniform" else "v2-models")
+                            / f"node{n}"
+                            / "xgboost"
+                            / "config.json"
+                        ).read_text()
+                    )
+                    .get("decision", {})
+                    .get("low_h")
+                )
                 rows.append(f"| {s.name} | {n} | {rule} | {_f(thr, '{:+.2f}')} | " + " | ".join(cells) + " |")
     if not rows:
         return []
     bands = [f"({_band(lo)}, {_band(hi)}]" for lo, hi in zip(LEFT_BUCKETS_H[:-1], LEFT_BUCKETS_H[1:])]
-    return ["### Why a model can stay silent at the end: the probes it was trained on", "",
-            "The service keeper's model (docs/results/service-keeper.md) predicted about -7.6 h ten minutes before "
-            "the predecessor's end, where a submission overlaps by at most ten minutes plus the wait. The same shows "
-            "in the simulator, with no Slurm in the loop: below, the median online answer (predicted signed "
-            "interruption, h) of two xgboost models per band of time left before the predecessor's end, on the "
-            "fresh months' samples. `xgboost-all` is the replay's `xgboost`, trained on the protocol's end-spaced "
-            "probes (24 h ... 10 min before the end), here asked at every decision; `xgboost-uniform` on the "
-            "reference's uniform spacing (7 probes 8 h apart), the "
-            "spacing the keeper's model was trained on: it has seen no decision in the last 8 hours but the end "
-            "itself, so in that band it answers what it learned 8 hours out. `threshold` is the model's "
-            "calibrated rule (submit when the answer reaches it).", "",
-            "| log | node | model | threshold h | " + " | ".join(bands) + " |",
-            "|---|---|---|---|" + "---|" * len(bands), *rows, ""]
+    return [
+        "### Why a model can stay silent at the end: the probes it was trained on",
+        "",
+        "The service keeper's model (docs/results/service-keeper.md) predicted about -7.6 h ten minutes before "
+        "the predecessor's end, where a submission overlaps by at most ten minutes plus the wait. The same shows "
+        "in the simulator, with no Slurm in the loop: below, the median online answer (predicted signed "
+        "interruption, h) of two xgboost models per band of time left before the predecessor's end, on the "
+        "fresh months' samples. `xgboost-all` is the replay's `xgboost`, trained on the protocol's end-spaced "
+        "probes (24 h ... 10 min before the end), here asked at every decision; `xgboost-uniform` on the "
+        "reference's uniform spacing (7 probes 8 h apart), the "
+        "spacing the keeper's model was trained on: it has seen no decision in the last 8 hours but the end "
+        "itself, so in that band it answers what it learned 8 hours out. `threshold` is the model's "
+        "calibrated rule (submit when the answer reaches it).",
+        "",
+        "| log | node | model | threshold h | " + " | ".join(bands) + " |",
+        "|---|---|---|---|" + "---|" * len(bands),
+        *rows,
+        "",
+    ]
 
 
 def _band(h: float) -> str:
@@ -322,31 +423,39 @@ def _band(h: float) -> str:
 
 
 def _online_table(lines: list[str]) -> list[str]:
-    return ["## The online decider beside the probe replay (fresh months)", "",
-            "`validate` decides every 10 minutes over the predecessor's life on the same samples (same starts, same "
-            "simulator and configuration) as the probe replay's 9 decision times. Objective per sample as above; the "
-            "verdict against reactive pooled over the fresh months (paired bootstrap, 10,000 resamples). "
-            "The v2 rules decide online as the replay scores them: avg-cal at the instant its calibrated offset "
-            "names (the replay's threshold), wait-pred, wait-pred-cal and guarantee-10 asking the wait predictor at "
-            "every decision (wait-pred-cal with the replay's margin), guarantee-cal with the replay's conformal margin "
-            "at the end-spaced probe times only (where that margin was calibrated; it should equal the replay), "
-            "xgboost-wp with the predictor's channels "
-            "appended to its history at every decision (`validate --waitpred`, `--calibration`).", "",
-            "A model is asked only as long before the predecessor's end as its training probes reach (`validate "
-            "--decide-within trained`, the default): the end-spaced models in the last 24 h, as the replay asks "
-            "them. The rows without a suffix ask the model every 10 minutes there (`--decide-at grid`). The same "
-            "model asked at every decision from the predecessor's submission on is the rule "
-            "suffixed `-all` (`--decide-within all`; its replay column is the model's): there it is asked about "
-            "states more than 24 h before the end, which it never saw in training. `online > 24 h early` is the "
-            "share of samples submitted more than 24 h before the end. The rule suffixed `-probes` is the model "
-            "asked only at its training probes' times (`--decide-at probes`: 24 h, 16 h, ..., 10 min before the "
-            "end), where its threshold was calibrated: it should equal the replay, and the difference between it and "
-            "the 10-minute decider is what asking 144 times instead of 8 does to a threshold calibrated for 8. "
-            "The default of `validate` and `keep-service` is `--decide-at auto` (it was `grid`, the unsuffixed rows, "
-            "when these rows ran): an end-spaced model is asked as in the `-probes` rows (a model trained on uniform "
-            "probes on the grid), so the replay's verdicts are those of the decider a user runs.", "",
-            "| log | node | rule | samples | online objective | replay objective | online - replay [95 %] | online > 24 h "
-            "early | verdict vs reactive | verdict vs avg-cal |", "|---|---|---|---|---|---|---|---|---|---|", *lines, ""]
+    return [
+        "## The online decider beside the probe replay (fresh months)",
+        "",
+        "`validate` decides every 10 minutes over the predecessor's life on the same samples (same starts, same "
+        "simulator and configuration) as the probe replay's 9 decision times. Objective per sample as above; the "
+        "verdict against reactive pooled over the fresh months (paired bootstrap, 10,000 resamples). "
+        "The v2 rules decide online as the replay scores them: avg-cal at the instant its calibrated offset "
+        "names (the replay's threshold), wait-pred, wait-pred-cal and guarantee-10 asking the wait predictor at "
+        "every decision (wait-pred-cal with the replay's margin), guarantee-cal with the replay's conformal margin "
+        "at the end-spaced probe times only (where that margin was calibrated; it should equal the replay), "
+        "xgboost-wp with the predictor's channels "
+        "appended to its history at every decision (`validate --waitpred`, `--calibration`).",
+        "",
+        "A model is asked only as long before the predecessor's end as its training probes reach (`validate "
+        "--decide-within trained`, the default): the end-spaced models in the last 24 h, as the replay asks "
+        "them. The rows without a suffix ask the model every 10 minutes there (`--decide-at grid`). The same "
+        "model asked at every decision from the predecessor's submission on is the rule "
+        "suffixed `-all` (`--decide-within all`; its replay column is the model's): there it is asked about "
+        "states more than 24 h before the end, which it never saw in training. `online > 24 h early` is the "
+        "share of samples submitted more than 24 h before the end. The rule suffixed `-probes` is the model "
+        "asked only at its training probes' times (`--decide-at probes`: 24 h, 16 h, ..., 10 min before the "
+        "end), where its threshold was calibrated: it should equal the replay, and the difference between it and "
+        "the 10-minute decider is what asking 144 times instead of 8 does to a threshold calibrated for 8. "
+        "The default of `validate` and `keep-service` is `--decide-at auto` (it was `grid`, the unsuffixed rows, "
+        "when these rows ran): an end-spaced model is asked as in the `-probes` rows (a model trained on uniform "
+        "probes on the grid), so the replay's verdicts are those of the decider a user runs.",
+        "",
+        "| log | node | rule | samples | online objective | replay objective | online - replay [95 %] | online > 24 h "
+        "early | verdict vs reactive | verdict vs avg-cal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *lines,
+        "",
+    ]
 
 
 def policy_section(cells: list[dict[str, Any]]) -> list[str]:
@@ -359,28 +468,41 @@ def policy_section(cells: list[dict[str, Any]]) -> list[str]:
             continue
         best = min((m for m in THRESHOLD_RULES if m in r.index), key=lambda m: r.loc[m, "objective"])
         per = c["per"]
-        j = {m: per_sample_objective(per[per["method"] == m].sort_values("sample")["signed_interruption_h"].to_numpy(),
-                                     c["node"], 0.1) for m in (POLICY, best)}
+        j = {
+            m: per_sample_objective(
+                per[per["method"] == m].sort_values("sample")["signed_interruption_h"].to_numpy(), c["node"], 0.1
+            )
+            for m in (POLICY, best)
+        }
         d = j[POLICY] - j[best]
         lo, hi = _boot_ci(d)
-        rows.append(f"| {c['log']} | {c['node']} | {c['month']} | {r.loc[POLICY, 'objective']:.3f} | {best} "
-                    f"{r.loc[best, 'objective']:.3f} | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {_raw(lo, hi)} | "
-                    f"{r.loc[POLICY, 'diff_vs_reactive']:+.3f} ({r.loc[POLICY, 'verdict_vs_reactive']}) |")
+        rows.append(
+            f"| {c['log']} | {c['node']} | {c['month']} | {r.loc[POLICY, 'objective']:.3f} | {best} "
+            f"{r.loc[best, 'objective']:.3f} | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {_raw(lo, hi)} | "
+            f"{r.loc[POLICY, 'diff_vs_reactive']:+.3f} ({r.loc[POLICY, 'verdict_vs_reactive']}) |"
+        )
     if not rows:
         return []
-    return ["## The policy that learns (fresh months)", "",
-            "`policy-stop` (`lab/evaluation/stopping.py`): a logistic submit probability at each of the 9 "
-            "decision times, from the queue snapshot, the time left and the wait predictor's answer and bound; "
-            "trained on the training split by gradient on the exact expected objective over the probes' simulated "
-            "outcomes (the policy-gradient objective in closed form, the reward the objective itself, one signal "
-            "per decision), the epoch kept by the validation split; scored deterministically (submit at the first "
-            "probe with p >= 0.5). **A deviation from protocol v2, said here:** the protocol named decisions every "
-            "10 minutes in the last 24 h and a learned value baseline; this policy decides at the replay's 9 decision "
-            "times (the 10-minute grid has no simulated outcome per action to take the expectation over) and needs "
-            "no baseline, its gradient being exact. Against the best threshold rule of each cell, picked after the "
-            "fact (a bar no rule chosen beforehand could be sure to clear):", "",
-            "| log | node | month | policy objective | best threshold rule | policy - best [95 %] | verdict | "
-            "policy vs reactive |", "|---|---|---|---|---|---|---|---|", *rows, ""]
+    return [
+        "## The policy that learns (fresh months)",
+        "",
+        "`policy-stop` (`lab/evaluation/stopping.py`): a logistic submit probability at each of the 9 "
+        "decision times, from the queue snapshot, the time left and the wait predictor's answer and bound; "
+        "trained on the training split by gradient on the exact expected objective over the probes' simulated "
+        "outcomes (the policy-gradient objective in closed form, the reward the objective itself, one signal "
+        "per decision), the epoch kept by the validation split; scored deterministically (submit at the first "
+        "probe with p >= 0.5). **A deviation from protocol v2, said here:** the protocol named decisions every "
+        "10 minutes in the last 24 h and a learned value baseline; this policy decides at the replay's 9 decision "
+        "times (the 10-minute grid has no simulated outcome per action to take the expectation over) and needs "
+        "no baseline, its gradient being exact. Against the best threshold rule of each cell, picked after the "
+        "fact (a bar no rule chosen beforehand could be sure to clear):",
+        "",
+        "| log | node | month | policy objective | best threshold rule | policy - best [95 %] | verdict | "
+        "policy vs reactive |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
@@ -388,41 +510,50 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     fresh = _cells(root, specs, "fresh")
     seen = _cells(root, specs, "seen")
     rules = list(RULES)
-    L = ["# Mirage decisions under protocol v2 (issue 28)", "",
-         f"Written by `python -m lab.campaigns.mirage_eval --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
-         f"`{args.root}`, under [protocol v2](protocol-v2.md) as committed at `{rev}` (before any v2 result). "
-         "Command per log:", "", "```sh",
-         "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs KTH-SP2",
-         f".venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs {' '.join(s.name for s in specs)} "
-         f"--write-doc {path.as_posix()}", "```", "",
-         "**What each figure may know.** Every rule decides at a probe `t` from what is known at `t`: the "
-         "Mirage models from the simulator's queue history up to `t`; avg-cal from the recent mean wait at the "
-         "predecessor's start; the wait-predictor rules from the predictor's answer for the successor submitted "
-         "at `t`, computed from the simulator's queue at `t` (`sample --waitpred`, "
-         "`mirage_tasks.calibration.atprobe`; a test takes simulator states through that path and through the "
-         "log-side sweep and gets the same inputs). Thresholds, margins and the primary rule were chosen on the "
-         "training period's validation split only. The wait predictor was fitted on the calibration period, which "
-         "the training samples share (its answers there are in sample; the scored months are out of sample). "
-         "oracle and oracle-wait read the outcome: ceilings, not rules.", "",
-         "Rules: `reactive` submits at the predecessor's end; `avg-cal` is v1's calibrated average; `xgboost` and "
-         "`linear_quantile` are the v1 models with their calibrated thresholds; `xgboost-wp` is xgboost (the same "
-         "preset, seed and calibration) trained on histories extended by the predictor's answer at the decision "
-         "(`merge --waitpred-features`: `w(t)`, `b(t)` and `w(t) - D` as its two non-negative parts, gap and "
-         "overlap, because the models' scaler clips every feature at 0: a change of form from the protocol's "
-         "single `w(t) - D`, the same information); `wait-pred` submits at the first "
-         "probe where the predicted wait reaches the time left; `wait-pred-cal` the same with a margin calibrated "
-         "on the validation split; `guarantee-10` at the first probe where the predictor's 90 % bound reaches the "
-         "time left at the next probe; `guarantee-cal` (added after the protocol, when guarantee-10 broke its 10 %) "
-         "the same test with a margin, `bound - time left at the next probe >= margin`, chosen by split conformal "
-         "calibration on the validation split: each validation sample's largest safe margin, the "
-         "floor(0.1 (n + 1))-th smallest of them, so that a new sample exchangeable with the validation split is "
-         "interrupted with probability at most 10 % (`probe_replay.calibrate_conformal`); `guarantee-aci` the same "
-         "calibration with its level adapted online over the scored samples in time order (adaptive conformal "
-         "inference: after each outcome known by the next decision, level += 0.05 (0.10 - interrupted)), whose "
-         "long-run interrupted share stays near 10 % whatever the months do (`probe_replay.aci_outcomes`). "
-         "Objective: interruption h + 0.1 x wasted node-hours per sample (lower is "
-         "better); diff is the rule minus the reference (negative: better). Verdicts: raw (the paired 95 % "
-         "interval excludes 0) / Holm (family-wise 5 % over the cells of the table, per rule and reference).", ""]
+    L = [
+        "# Mirage decisions under protocol v2 (issue 28)",
+        "",
+        f"Written by `python -m lab.campaigns.mirage_eval --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
+        f"`{args.root}`, under [protocol v2](protocol-v2.md) as committed at `{rev}` (before any v2 result). "
+        "Command per log:",
+        "",
+        "```sh",
+        "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs KTH-SP2",
+        f".venv/bin/python -m lab.campaigns.mirage_eval --protocol v2 --root var/v2 --logs {' '.join(s.name for s in specs)} "
+        f"--write-doc {path.as_posix()}",
+        "```",
+        "",
+        "**What each figure may know.** Every rule decides at a probe `t` from what is known at `t`: the "
+        "Mirage models from the simulator's queue history up to `t`; avg-cal from the recent mean wait at the "
+        "predecessor's start; the wait-predictor rules from the predictor's answer for the successor submitted "
+        "at `t`, computed from the simulator's queue at `t` (`sample --waitpred`, "
+        "`mirage_tasks.calibration.atprobe`; a test takes simulator states through that path and through the "
+        "log-side sweep and gets the same inputs). Thresholds, margins and the primary rule were chosen on the "
+        "training period's validation split only. The wait predictor was fitted on the calibration period, which "
+        "the training samples share (its answers there are in sample; the scored months are out of sample). "
+        "oracle and oracle-wait read the outcome: ceilings, not rules.",
+        "",
+        "Rules: `reactive` submits at the predecessor's end; `avg-cal` is v1's calibrated average; `xgboost` and "
+        "`linear_quantile` are the v1 models with their calibrated thresholds; `xgboost-wp` is xgboost (the same "
+        "preset, seed and calibration) trained on histories extended by the predictor's answer at the decision "
+        "(`merge --waitpred-features`: `w(t)`, `b(t)` and `w(t) - D` as its two non-negative parts, gap and "
+        "overlap, because the models' scaler clips every feature at 0: a change of form from the protocol's "
+        "single `w(t) - D`, the same information); `wait-pred` submits at the first "
+        "probe where the predicted wait reaches the time left; `wait-pred-cal` the same with a margin calibrated "
+        "on the validation split; `guarantee-10` at the first probe where the predictor's 90 % bound reaches the "
+        "time left at the next probe; `guarantee-cal` (added after the protocol, when guarantee-10 broke its 10 %) "
+        "the same test with a margin, `bound - time left at the next probe >= margin`, chosen by split conformal "
+        "calibration on the validation split: each validation sample's largest safe margin, the "
+        "floor(0.1 (n + 1))-th smallest of them, so that a new sample exchangeable with the validation split is "
+        "interrupted with probability at most 10 % (`probe_replay.calibrate_conformal`); `guarantee-aci` the same "
+        "calibration with its level adapted online over the scored samples in time order (adaptive conformal "
+        "inference: after each outcome known by the next decision, level += 0.05 (0.10 - interrupted)), whose "
+        "long-run interrupted share stays near 10 % whatever the months do (`probe_replay.aci_outcomes`). "
+        "Objective: interruption h + 0.1 x wasted node-hours per sample (lower is "
+        "better); diff is the rule minus the reference (negative: better). Verdicts: raw (the paired 95 % "
+        "interval excludes 0) / Holm (family-wise 5 % over the cells of the table, per rule and reference).",
+        "",
+    ]
     if not fresh and not seen:
         L += ["No v2 output has finished under this root yet.", ""]
     for s in specs:
@@ -430,9 +561,11 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
         if cal.exists():
             d = json.loads(cal.read_text())
             se, cf = d["search"], d["config"]
-            L.append(f"* {s.name}: simulator calibrated afresh for this run ({se['trials_run']} of {se['trials']} trials, "
-                     f"stopped by {se['stopped_by']}, {se['elapsed_s']:.0f} s): {cf['nodes']} nodes, priority weights "
-                     f"age {cf['weight_age']:.1f}, size {cf['weight_size']:.1f}, backfill {cf['backfill']}.")
+            L.append(
+                f"* {s.name}: simulator calibrated afresh for this run ({se['trials_run']} of {se['trials']} trials, "
+                f"stopped by {se['stopped_by']}, {se['elapsed_s']:.0f} s): {cf['nodes']} nodes, priority weights "
+                f"age {cf['weight_age']:.1f}, size {cf['weight_size']:.1f}, backfill {cf['backfill']}."
+            )
         for n in s.nodes:
             c = next((c for c in fresh + seen if c["log"] == s.name and c["node"] == n), None)
             if c is None:
@@ -441,30 +574,49 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
             p = c["cal"].get("primary") or {}
             vo = p.get("validation_objective", {})
             m = (c["cal"].get("wait-pred-cal") or {}).get("threshold")
-            L.append(f"* {s.name} node {n}: primary rule **{p.get('rule', '-')}** (validation objective: "
-                     + ", ".join(f"{k} {v:.3f}" for k, v in sorted(vo.items(), key=lambda kv: kv[1]))
-                     + f"); wait-pred-cal's margin: {'never early' if m is None else f'{-m:+.2f} h'}.")
+            L.append(
+                f"* {s.name} node {n}: primary rule **{p.get('rule', '-')}** (validation objective: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in sorted(vo.items(), key=lambda kv: kv[1]))
+                + f"); wait-pred-cal's margin: {'never early' if m is None else f'{-m:+.2f} h'}."
+            )
     L.append("")
     if fresh:
-        L += ["## Fresh months (the criteria are judged here)", "",
-              "Plainly, per rule over the fresh cells (log x month x node size): in how many cells it was better or "
-              "worse than each reference (raw 95 % interval / Holm), and its mean share of the oracle's gain over "
-              "reactive:", "", *summary_table(fresh, rules), "", *_criteria(fresh, rules), "",
-              *_cell_table(fresh, rules), ""]
+        L += [
+            "## Fresh months (the criteria are judged here)",
+            "",
+            "Plainly, per rule over the fresh cells (log x month x node size): in how many cells it was better or "
+            "worse than each reference (raw 95 % interval / Holm), and its mean share of the oracle's gain over "
+            "reactive:",
+            "",
+            *summary_table(fresh, rules),
+            "",
+            *_criteria(fresh, rules),
+            "",
+            *_cell_table(fresh, rules),
+            "",
+        ]
     if seen:
-        L += ["## Seen months (v1's; v2's rules were designed knowing v1's results on them)", "",
-              *_cell_table(seen, rules), ""]
+        L += [
+            "## Seen months (v1's; v2's rules were designed knowing v1's results on them)",
+            "",
+            *_cell_table(seen, rules),
+            "",
+        ]
     L += policy_section(fresh)
     L += online_section(root, specs)
-    L += ["## Not done under v2 yet", "",
-          "Said plainly, as the protocol asks: the simulator configurations are calibrated without "
-          "`--search-fairshare` (fair share is not searched for these logs). The keeper on a real Slurm (item 5 of "
-          "issue 28) has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
-          "ls6 windows, with a deviation from this protocol's keeper design said there. "
-          "The predictor's bound at a decision "
-          "uses the calibration period's conformal offset, not waitpred's online correction (a fork of the "
-          "simulation cannot learn outcomes after its decision time). "
-          "Logs without a row above have not been run under v2.", ""]
+    L += [
+        "## Not done under v2 yet",
+        "",
+        "Said plainly, as the protocol asks: the simulator configurations are calibrated without "
+        "`--search-fairshare` (fair share is not searched for these logs). The keeper on a real Slurm (item 5 of "
+        "issue 28) has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
+        "ls6 windows, with a deviation from this protocol's keeper design said there. "
+        "The predictor's bound at a decision "
+        "uses the calibration period's conformal offset, not waitpred's online correction (a fork of the "
+        "simulation cannot learn outcomes after its decision time). "
+        "Logs without a row above have not been run under v2.",
+        "",
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L))
     print(f"wrote {path}")

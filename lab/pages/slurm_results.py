@@ -23,9 +23,11 @@ def _f(v, fmt):
 
 
 def replay(prefixes):
-    print("| replay | factor | scored / compared | not started (both) | start error mean / median / p90 / max (h) "
-          "| within 1 h | Spearman | mean wait Slurm / sim (h) | backfill starts Slurm / sim | rules (> 1 h) "
-          "| trace vs Slurm MAE, within 1 h | trace vs sim MAE, within 1 h | wall (s) | load start -> end |")
+    print(
+        "| replay | factor | scored / compared | not started (both) | start error mean / median / p90 / max (h) "
+        "| within 1 h | Spearman | mean wait Slurm / sim (h) | backfill starts Slurm / sim | rules (> 1 h) "
+        "| trace vs Slurm MAE, within 1 h | trace vs sim MAE, within 1 h | wall (s) | load start -> end |"
+    )
     print("|" + "---|" * 14)
     for p in prefixes:
         name = "replay.json" if not p.split("/")[-1].startswith("rescore") else "fidelity_slurm.json"
@@ -33,14 +35,16 @@ def replay(prefixes):
         c = d["comparison"]
         m, e, sl, sm = c["sim_vs_slurm"], c["start_error_h"], c["slurm_vs_trace"], c["sim_vs_trace"]
         r = d["run"]
-        print(f"| {p.split('/')[-1]} | {d['factor']:g} | {c['scored']} / {c['compared']} | {c.get('not_started_both', '-')} | "
-              f"{_f(e['mean'], '{:.2f}')} / {_f(e['median'], '{:.2f}')} / {_f(e['p90'], '{:.2f}')} / {_f(e['max'], '{:.2f}')} | "
-              f"{_f(m.get('within_1h'), '{:.1%}')} | {_f(m.get('spearman'), '{:.2f}')} | "
-              f"{_f(m.get('real_mean_h'), '{:.2f}')} / {_f(m.get('sim_mean_h'), '{:.2f}')} | "
-              f"{c['backfilled']['slurm']} / {c['backfilled']['sim']} | {c['why'] or 'none'} | "
-              f"{_f(sl.get('mae_h'), '{:.2f}')}, {_f(sl.get('within_1h'), '{:.0%}')} | "
-              f"{_f(sm.get('mae_h'), '{:.2f}')}, {_f(sm.get('within_1h'), '{:.0%}')} | {r.get('wall_s')} | "
-              f"{' '.join(r.get('loadavg_start') or [])} -> {' '.join(r.get('loadavg_end') or [])} |")
+        print(
+            f"| {p.split('/')[-1]} | {d['factor']:g} | {c['scored']} / {c['compared']} | {c.get('not_started_both', '-')} | "
+            f"{_f(e['mean'], '{:.2f}')} / {_f(e['median'], '{:.2f}')} / {_f(e['p90'], '{:.2f}')} / {_f(e['max'], '{:.2f}')} | "
+            f"{_f(m.get('within_1h'), '{:.1%}')} | {_f(m.get('spearman'), '{:.2f}')} | "
+            f"{_f(m.get('real_mean_h'), '{:.2f}')} / {_f(m.get('sim_mean_h'), '{:.2f}')} | "
+            f"{c['backfilled']['slurm']} / {c['backfilled']['sim']} | {c['why'] or 'none'} | "
+            f"{_f(sl.get('mae_h'), '{:.2f}')}, {_f(sl.get('within_1h'), '{:.0%}')} | "
+            f"{_f(sm.get('mae_h'), '{:.2f}')}, {_f(sm.get('within_1h'), '{:.0%}')} | {r.get('wall_s')} | "
+            f"{' '.join(r.get('loadavg_start') or [])} -> {' '.join(r.get('loadavg_end') or [])} |"
+        )
 
 
 def keeper(prefixes):
@@ -48,8 +52,10 @@ def keeper(prefixes):
     bootstrap unit; the policies are paired on the same run, chain and link)."""
     from mirage_tasks.slurm.keeper_stats import markdown, summary
 
-    print("| run | policy | chain | pred wait (h) | decision lead (h) | signed interruption (h) | wasted node-h | forced "
-          "| sim: lead (h) | sim: signed (h) | sim: wasted node-h | model output at submit (h) |")
+    print(
+        "| run | policy | chain | pred wait (h) | decision lead (h) | signed interruption (h) | wasted node-h | forced "
+        "| sim: lead (h) | sim: signed (h) | sim: wasted node-h | model output at submit (h) |"
+    )
     print("|" + "---|" * 12)
     frames, factors, nodes = [], set(), set()
     for p in prefixes:
@@ -61,12 +67,16 @@ def keeper(prefixes):
         frames.append(f.assign(run=p.split("/")[-1]))
         for r in f.to_dict("records"):
             pw = (r["pred_start"] - r["pred_submit"]) * fac / 3600
-            print(f"| {p.split('/')[-1]} | {r['policy']} | {r.get('chain', 0)} | {pw:.2f} | {r['decision_lead_trace_h']:.2f} | "
-                  f"{r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | {r['forced']} | "
-                  f"{r.get('sim_decision_lead_h', float('nan')):.2f} | {r.get('sim_signed_interruption_h', float('nan')):+.2f} | "
-                  f"{r.get('sim_wasted_node_h', float('nan')):.2f} | {_f(r.get('model_output'), '{:+.2f}')} |")
-        print(f"<!-- {p}: load {k['facts']['loadavg_start']} -> {k['facts']['loadavg_end']}, cpu {k['facts']['cpu_s']} s, "
-              f"errors {k['facts']['errors']} -->")
+            print(
+                f"| {p.split('/')[-1]} | {r['policy']} | {r.get('chain', 0)} | {pw:.2f} | {r['decision_lead_trace_h']:.2f} | "
+                f"{r['signed_interruption_h']:+.2f} | {r['wasted_node_h']:.2f} | {r['forced']} | "
+                f"{r.get('sim_decision_lead_h', float('nan')):.2f} | {r.get('sim_signed_interruption_h', float('nan')):+.2f} | "
+                f"{r.get('sim_wasted_node_h', float('nan')):.2f} | {_f(r.get('model_output'), '{:+.2f}')} |"
+            )
+        print(
+            f"<!-- {p}: load {k['facts']['loadavg_start']} -> {k['facts']['loadavg_end']}, cpu {k['facts']['cpu_s']} s, "
+            f"errors {k['facts']['errors']} -->"
+        )
     if len(factors) != 1 or len(nodes) != 1:
         print(f"<!-- no summary: the runs differ in factor {sorted(factors)} or node {sorted(nodes)} -->")
         return
@@ -85,8 +95,12 @@ def _agree(a_sub, a_st, b_st):
     both = a_st.notna() & b_st.notna()
     err = (a_st[both] - b_st[both]).abs() / 3600
     rho = pd.Series((a_st - a_sub)[both]).rank().corr(pd.Series((b_st - a_sub)[both]).rank())
-    return int(both.sum()), float((err <= 1).mean()) if len(err) else float("nan"), \
-        float(err.mean()) if len(err) else float("nan"), rho
+    return (
+        int(both.sum()),
+        float((err <= 1).mean()) if len(err) else float("nan"),
+        float(err.mean()) if len(err) else float("nan"),
+        rho,
+    )
 
 
 def spread(prefixes):

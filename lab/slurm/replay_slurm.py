@@ -30,12 +30,11 @@ import logging
 import os
 import time
 
-from stepkit import Step, StepError
-
 from mirage_tasks import __version__
 from mirage_tasks.data.schema import parse_time, read_trace
 from mirage_tasks.data.times import window_outside_trace
 from mirage_tasks.sim.config import add_config_arguments, config_from_args
+from stepkit import Step, StepError
 
 log = logging.getLogger(__name__)
 
@@ -46,33 +45,43 @@ MAX_REAL_S = 7 * 86400
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"factor": (1e-3, 1e6), "drain": (0, 7 * 86400)}
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
     p.add_argument("--from", dest="t_from", required=True, help="window start (ISO, UTC if no offset)")
     p.add_argument("--to", dest="t_to", required=True, help="window end, exclusive (ISO)")
     p.add_argument("--factor", type=float, required=True, help="time compression: trace seconds per real second")
     p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--slurm-root", default=None,
-                   help="start a local Slurm under this folder for the run (and stop it after)")
-    p.add_argument("--drain", type=float, default=600.0,
-                   help="real seconds to wait after the last submission for every scored job to start (600)")
+    p.add_argument(
+        "--slurm-root", default=None, help="start a local Slurm under this folder for the run (and stop it after)"
+    )
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=600.0,
+        help="real seconds to wait after the last submission for every scored job to start (600)",
+    )
     p.add_argument("--tag", default="mr", help="job name of the submitted jobs")
-    p.add_argument("--slurm-debug-flags", default="",
-                   help="with --slurm-root: slurmctld's DebugFlags (e.g. Backfill: its log under the root says why "
-                        "each job was or was not backfilled); not part of the output's key")
-    p.add_argument("--accounting", action="store_true",
-                   help="the cluster keeps accounts: each job names its trace user's account (u<id>), and the "
-                        "simulator keeps the age factor, fair share and limits; with --slurm-root the local "
-                        "cluster starts slurmdbd on a local MariaDB with those accounts")
+    p.add_argument(
+        "--slurm-debug-flags",
+        default="",
+        help="with --slurm-root: slurmctld's DebugFlags (e.g. Backfill: its log under the root says why "
+        "each job was or was not backfilled); not part of the output's key",
+    )
+    p.add_argument(
+        "--accounting",
+        action="store_true",
+        help="the cluster keeps accounts: each job names its trace user's account (u<id>), and the "
+        "simulator keeps the age factor, fair share and limits; with --slurm-root the local "
+        "cluster starts slurmdbd on a local MariaDB with those accounts",
+    )
     add_config_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
 
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm import compare as cmp
-    from mirage_tasks.slurm import replay
+    from mirage_tasks.slurm import compare as cmp, replay
     from mirage_tasks.slurm.conf import scaled, unsupported
 
     if not args.factor > 0:
@@ -103,10 +112,18 @@ def run(args: argparse.Namespace) -> int:
     if why:
         raise StepError(why)
     if (t1 - t0) / args.factor > MAX_REAL_S:
-        raise StepError(f"--from/--to/--factor: the window takes {(t1 - t0) / args.factor / 3600:.1f} h of real "
-                        f"submissions at x{args.factor:g}; at most {MAX_REAL_S / 3600:g} h (raise --factor)")
-    params = {"from": t_from.isoformat(), "to": t_to.isoformat(), "factor": args.factor, "config": cfg.to_dict(),
-              "drain": args.drain, **({"accounting": True} if args.accounting else {})}
+        raise StepError(
+            f"--from/--to/--factor: the window takes {(t1 - t0) / args.factor / 3600:.1f} h of real "
+            f"submissions at x{args.factor:g}; at most {MAX_REAL_S / 3600:g} h (raise --factor)"
+        )
+    params = {
+        "from": t_from.isoformat(),
+        "to": t_to.isoformat(),
+        "factor": args.factor,
+        "config": cfg.to_dict(),
+        "drain": args.drain,
+        **({"accounting": True} if args.accounting else {}),
+    }
     step = Step("replay-slurm", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -119,8 +136,15 @@ def run(args: argparse.Namespace) -> int:
         from mirage_tasks.slurm.cluster import start_local
 
         users, unknown = replay.users_of(jobs)
-        cluster = start_local(args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users,
-                              unknown=unknown, debug_flags=args.slurm_debug_flags)
+        cluster = start_local(
+            args.slurm_root,
+            cfg,
+            args.factor,
+            accounting=args.accounting,
+            users=users,
+            unknown=unknown,
+            debug_flags=args.slurm_debug_flags,
+        )
         env, jobcomp = cluster.env(), cluster.paths.jobcomp
     else:
         conf = os.environ.get("SLURM_CONF")
@@ -131,40 +155,66 @@ def run(args: argparse.Namespace) -> int:
     load0 = open("/proc/loadavg").read().split()[:3]
     t_cpu = time.process_time()
     try:
-        print(f"replay-slurm: {int((jobs['kind'] == 'window').sum())} window jobs + "
-              f"{int((jobs['kind'] != 'window').sum())} active at the start, factor x{args.factor:g}: "
-              f"about {(t1 - t0) / args.factor:.0f} s of submissions", flush=True)
-        out, facts = replay.run(jobs, env, jobcomp, args.factor, t0, tag=args.tag, drain_s=args.drain,
-                                accounts=args.accounting)
+        print(
+            f"replay-slurm: {int((jobs['kind'] == 'window').sum())} window jobs + "
+            f"{int((jobs['kind'] != 'window').sum())} active at the start, factor x{args.factor:g}: "
+            f"about {(t1 - t0) / args.factor:.0f} s of submissions",
+            flush=True,
+        )
+        out, facts = replay.run(
+            jobs, env, jobcomp, args.factor, t0, tag=args.tag, drain_s=args.drain, accounts=args.accounting
+        )
         # the phase of Slurm's usage re-reads (a local cluster's state folder; unknown elsewhere)
         facts["priority_recalc_epoch"] = cmp.last_recalc_epoch(cluster.paths.state) if cluster is not None else None
         if cluster is not None:  # slurmctld's submission instants to the ms (jobcomp has whole seconds)
             from mirage_tasks.slurm.queue import read_submit_log
 
-            out = cmp.precise_submits(out, read_submit_log(cluster.paths.ctld_log),
-                                      facts["origin_epoch"], t0, args.factor)
+            out = cmp.precise_submits(
+                out, read_submit_log(cluster.paths.ctld_log), facts["origin_epoch"], t0, args.factor
+            )
     finally:
         if cluster is not None:
             cluster.stop()
     facts["loadavg_start"] = load0
     tz = meta.timezone or "UTC"
-    doc_cmp, frame = cmp.compare(out, cfg, args.factor, tz, horizon_t=facts["horizon_t"], accounting=args.accounting,
-                                 recalc_t=recalc_trace_t(facts, t0, args.factor))
+    doc_cmp, frame = cmp.compare(
+        out,
+        cfg,
+        args.factor,
+        tz,
+        horizon_t=facts["horizon_t"],
+        accounting=args.accounting,
+        recalc_t=recalc_trace_t(facts, t0, args.factor),
+    )
     facts["cpu_s_step"] = round(time.process_time() - t_cpu, 2)
-    doc = {**params, "trace_fingerprint": wl.fingerprint, "slurm_settings": scaled(cfg, args.factor),
-           "not_enforced_by_slurm": unsupported(cfg, args.accounting),
-           "run": facts, "comparison": doc_cmp}
+    doc = {
+        **params,
+        "trace_fingerprint": wl.fingerprint,
+        "slurm_settings": scaled(cfg, args.factor),
+        "not_enforced_by_slurm": unsupported(cfg, args.accounting),
+        "run": facts,
+        "comparison": doc_cmp,
+    }
     step.write_json("replay.json", doc)
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     step.write_bytes("jobs.parquet", buf.getvalue())
     step.write_bytes("replay.md", markdown(doc).encode())
     m = doc_cmp["sim_vs_slurm"]
-    print(f"replay-slurm: {doc_cmp['compared']} of {doc_cmp['scored']} scored jobs started on both sides; "
-          f"start error mean {doc_cmp['start_error_h']['mean']:.2f} h, within 1 h {m.get('within_1h', float('nan')):.1%}, "
-          f"Spearman {m.get('spearman', float('nan')):.2f}; rules {doc_cmp['why']}", flush=True)
-    step.commit(summary={"compared": doc_cmp["compared"], "within_1h": m.get("within_1h"),
-                         "spearman": m.get("spearman"), "why": doc_cmp["why"]})
+    print(
+        f"replay-slurm: {doc_cmp['compared']} of {doc_cmp['scored']} scored jobs started on both sides; "
+        f"start error mean {doc_cmp['start_error_h']['mean']:.2f} h, within 1 h {m.get('within_1h', float('nan')):.1%}, "
+        f"Spearman {m.get('spearman', float('nan')):.2f}; rules {doc_cmp['why']}",
+        flush=True,
+    )
+    step.commit(
+        summary={
+            "compared": doc_cmp["compared"],
+            "within_1h": m.get("within_1h"),
+            "spearman": m.get("spearman"),
+            "why": doc_cmp["why"],
+        }
+    )
     return 0
 
 
@@ -193,30 +243,43 @@ def markdown(doc: dict) -> str:
     c = doc["comparison"]
     m, st, sl, sm = c["sim_vs_slurm"], c["start_error_h"], c["slurm_vs_trace"], c["sim_vs_trace"]
     r = doc["run"]
-    lines = [f"# Slurm replay {doc['from']} .. {doc['to']} at x{doc['factor']:g}", "",
-             f"Slurm settings (real time): {json.dumps(doc.get('slurm_settings', {}))}", "",
-             "Not enforced by this Slurm: " + "; ".join(doc.get("not_enforced_by_slurm", [])), "",
-             f"Run: {r.get('submissions', '-')} submissions over {r.get('submit_span_real_s', '-')} s real, wall "
-             f"{r.get('wall_s', '-')} s, submission lateness mean {r.get('submit_lateness_mean_s', '-')} s (max "
-             f"{r.get('submit_lateness_max_s', '-')} s), {r.get('cancelled_at_end', '-')} jobs cancelled at the end, "
-             f"load {r.get('loadavg_start', '-')} -> {r.get('loadavg_end', '-')}", "",
-             "| measure (trace time) | value |", "|---|---|",
-             f"| scored jobs / started on both sides | {c['scored']} / {c['compared']} |",
-             f"| not started by the horizon: Slurm / simulator / both | {c['not_started_slurm']} / "
-             f"{c['not_started_sim']} / {c['not_started_both']} |",
-             f"| start error mean / median / p90 / max (h) | {_f(st['mean'], '{:.2f}')} / {_f(st['median'], '{:.2f}')}"
-             f" / {_f(st['p90'], '{:.2f}')} / {_f(st['max'], '{:.2f}')} |",
-             f"| within 1 h | {_f(m.get('within_1h'), '{:.1%}')} |",
-             f"| Spearman (waits) | {_f(m.get('spearman'), '{:.2f}')} |",
-             f"| mean wait Slurm / simulator (h) | {_f(m.get('real_mean_h'), '{:.2f}')} / "
-             f"{_f(m.get('sim_mean_h'), '{:.2f}')} |",
-             f"| backfill starts Slurm / simulator | {c['backfilled']['slurm']} / {c['backfilled']['sim']} |",
-             f"| rule behind each start differing > 1 h | {c['why'] or 'none'} |",
-             *([f"| same nodes as Slurm (named-node backfill): all / of those within 1 h | "
-                f"{sn['same']} of {sn['jobs']} / {sn['same_within_1h']} of {sn['within_1h']} |"]
-               if (sn := c.get("same_nodes")) else []),
-             f"| trace's real wait vs Slurm: MAE (h), within 1 h | {_f(sl.get('mae_h'), '{:.2f}')}, "
-             f"{_f(sl.get('within_1h'), '{:.1%}')} |",
-             f"| trace's real wait vs simulator: MAE (h), within 1 h | {_f(sm.get('mae_h'), '{:.2f}')}, "
-             f"{_f(sm.get('within_1h'), '{:.1%}')} |", ""]
+    lines = [
+        f"# Slurm replay {doc['from']} .. {doc['to']} at x{doc['factor']:g}",
+        "",
+        f"Slurm settings (real time): {json.dumps(doc.get('slurm_settings', {}))}",
+        "",
+        "Not enforced by this Slurm: " + "; ".join(doc.get("not_enforced_by_slurm", [])),
+        "",
+        f"Run: {r.get('submissions', '-')} submissions over {r.get('submit_span_real_s', '-')} s real, wall "
+        f"{r.get('wall_s', '-')} s, submission lateness mean {r.get('submit_lateness_mean_s', '-')} s (max "
+        f"{r.get('submit_lateness_max_s', '-')} s), {r.get('cancelled_at_end', '-')} jobs cancelled at the end, "
+        f"load {r.get('loadavg_start', '-')} -> {r.get('loadavg_end', '-')}",
+        "",
+        "| measure (trace time) | value |",
+        "|---|---|",
+        f"| scored jobs / started on both sides | {c['scored']} / {c['compared']} |",
+        f"| not started by the horizon: Slurm / simulator / both | {c['not_started_slurm']} / "
+        f"{c['not_started_sim']} / {c['not_started_both']} |",
+        f"| start error mean / median / p90 / max (h) | {_f(st['mean'], '{:.2f}')} / {_f(st['median'], '{:.2f}')}"
+        f" / {_f(st['p90'], '{:.2f}')} / {_f(st['max'], '{:.2f}')} |",
+        f"| within 1 h | {_f(m.get('within_1h'), '{:.1%}')} |",
+        f"| Spearman (waits) | {_f(m.get('spearman'), '{:.2f}')} |",
+        f"| mean wait Slurm / simulator (h) | {_f(m.get('real_mean_h'), '{:.2f}')} / "
+        f"{_f(m.get('sim_mean_h'), '{:.2f}')} |",
+        f"| backfill starts Slurm / simulator | {c['backfilled']['slurm']} / {c['backfilled']['sim']} |",
+        f"| rule behind each start differing > 1 h | {c['why'] or 'none'} |",
+        *(
+            [
+                f"| same nodes as Slurm (named-node backfill): all / of those within 1 h | "
+                f"{sn['same']} of {sn['jobs']} / {sn['same_within_1h']} of {sn['within_1h']} |"
+            ]
+            if (sn := c.get("same_nodes"))
+            else []
+        ),
+        f"| trace's real wait vs Slurm: MAE (h), within 1 h | {_f(sl.get('mae_h'), '{:.2f}')}, "
+        f"{_f(sl.get('within_1h'), '{:.1%}')} |",
+        f"| trace's real wait vs simulator: MAE (h), within 1 h | {_f(sm.get('mae_h'), '{:.2f}')}, "
+        f"{_f(sm.get('within_1h'), '{:.1%}')} |",
+        "",
+    ]
     return "\n".join(lines) + "\n"

@@ -60,12 +60,29 @@ def as_known(wl: Any, cut: int) -> tuple[Any, np.ndarray]:
     st2 = np.where(waiting, np.int64(cut), st)
     dur2 = np.where(waiting | running, np.maximum(lim, np.maximum(cut - st2, 1)), dur).astype(np.int64)
     prio = np.where(waiting, np.nan, np.asarray(wl.priority[:n], dtype=np.float64))
-    out = Workload(job_id=wl.job_id[:n], submit=sub, real_start=st2, real_end=st2 + dur2, duration=dur2,
-                   limit=lim, nodes=wl.nodes[:n], user=wl.user[:n], priority=prio, dropped=dict(wl.dropped),
-                   node_equiv=None if wl.node_equiv is None else wl.node_equiv[:n])
+    out = Workload(
+        job_id=wl.job_id[:n],
+        submit=sub,
+        real_start=st2,
+        real_end=st2 + dur2,
+        duration=dur2,
+        limit=lim,
+        nodes=wl.nodes[:n],
+        user=wl.user[:n],
+        priority=prio,
+        dropped=dict(wl.dropped),
+        node_equiv=None if wl.node_equiv is None else wl.node_equiv[:n],
+    )
     h = hashlib.sha256(b"as-known-at-cut")
-    for x in (out.submit, out.real_start, out.duration, out.limit, out.nodes, out.user,
-              np.nan_to_num(out.priority, nan=-1)):
+    for x in (
+        out.submit,
+        out.real_start,
+        out.duration,
+        out.limit,
+        out.nodes,
+        out.user,
+        np.nan_to_num(out.priority, nan=-1),
+    ):
         h.update(np.ascontiguousarray(x).tobytes())
     out.fingerprint = h.hexdigest()
     return out, waiting

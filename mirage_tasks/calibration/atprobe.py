@@ -58,8 +58,10 @@ class WaitAtProbe:
         self.level = float(doc["params"]["level"])
         feats = list(doc["params"]["features"])
         if feats != list(atsubmit.FEATURES):
-            raise StepError(f"the waitpred output was fitted on features {feats}, this version computes "
-                            f"{list(atsubmit.FEATURES)}: rerun waitpred")
+            raise StepError(
+                f"the waitpred output was fitted on features {feats}, this version computes "
+                f"{list(atsubmit.FEATURES)}: rerun waitpred"
+            )
         self.model = xgb.XGBRegressor()
         self.model.load_model(bytearray(raw_model))
         # None: every job's estimate is its request (what a live queue shows: the service keeper's
@@ -78,7 +80,9 @@ class WaitAtProbe:
         try:
             raw = storage.read_bytes(storage.join(uri, MODEL_FILE))
         except FileNotFoundError as exc:
-            raise StepError(f"--waitpred {uri}: no {MODEL_FILE} (an output of an older waitpred): rerun waitpred") from exc
+            raise StepError(
+                f"--waitpred {uri}: no {MODEL_FILE} (an output of an older waitpred): rerun waitpred"
+            ) from exc
         doc = json.loads(storage.read_bytes(storage.join(uri, DOC_FILE)))
         return cls(raw, doc, atsubmit.estimates(wl), tz)
 
@@ -97,13 +101,31 @@ class WaitAtProbe:
         start = np.asarray(sim.j_start, dtype=np.int64)
         sub = np.asarray(sim.j_submit, dtype=np.int64)
         nod = np.asarray(sim.j_nodes, dtype=np.float64)
-        recent = list(sim.waits)[-atsubmit.RECENT_N:]
+        recent = list(sim.waits)[-atsubmit.RECENT_N :]
         C = float(sim.cap)
         fs = getattr(sim, "fs", None)  # fair share: the queued jobs' terms as the simulator holds them now
         p_fs = None if fs is None else np.array([fs.term(sim.j_user[j]) for j in pi.tolist()], dtype=np.float64)
-        row = atsubmit.queue_row(t, C, atsubmit.priority_weights(sim.cfg), start[ri], lim[ri], est[ri], nod[ri],
-                                 sub[pi], lim[pi], est[pi], nod[pi], pi, float(nodes), float(limit_s),
-                                 float(limit_s), recent, None, p_fs, 0.0 if fs is None else fs.term(-1))
+        row = atsubmit.queue_row(
+            t,
+            C,
+            atsubmit.priority_weights(sim.cfg),
+            start[ri],
+            lim[ri],
+            est[ri],
+            nod[ri],
+            sub[pi],
+            lim[pi],
+            est[pi],
+            nod[pi],
+            pi,
+            float(nodes),
+            float(limit_s),
+            float(limit_s),
+            recent,
+            None,
+            p_fs,
+            0.0 if fs is None else fs.term(-1),
+        )
         return self.finish(row, t, nodes, limit_s)
 
     def finish(self, row: dict[str, float], t: int, nodes: int, limit_s: int) -> dict[str, float]:
@@ -113,10 +135,16 @@ class WaitAtProbe:
             if not np.isfinite(row[c]):
                 row[c] = float(limit_s)
         local = pd.Timestamp(t, unit="s", tz="UTC").tz_convert(self.tz)
-        row.update(log_limit_h=np.log1p(limit_s / 3600.0), log_nodes=np.log1p(nodes),
-                   log_est_h=np.log1p(row["est_s"] / 3600.0), hour=float(local.hour), weekday=float(local.day_of_week),
-                   plan_h=row["plan_s"] / 3600.0, plan_request_h=row["plan_request_s"] / 3600.0,
-                   plan_easy_h=row["plan_easy_s"] / 3600.0)
+        row.update(
+            log_limit_h=np.log1p(limit_s / 3600.0),
+            log_nodes=np.log1p(nodes),
+            log_est_h=np.log1p(row["est_s"] / 3600.0),
+            hour=float(local.hour),
+            weekday=float(local.day_of_week),
+            plan_h=row["plan_s"] / 3600.0,
+            plan_request_h=row["plan_request_s"] / 3600.0,
+            plan_easy_h=row["plan_easy_s"] / 3600.0,
+        )
         return row
 
     def __call__(self, sim: Any, nodes: int, limit_s: int) -> dict[str, float]:
@@ -147,14 +175,18 @@ def feature_columns(meta: pd.DataFrame, where: str) -> np.ndarray:
     need = [*COLUMNS[:2], "pred_end_without_succ", "probe_time"]
     missing = [c for c in need if c not in meta.columns]
     if missing:
-        raise StepError(f"{where}: its probes have no {', '.join(missing)} (sampled without --waitpred?): the "
-                        "wait predictor's features need the predictor's answer at every probe")
+        raise StepError(
+            f"{where}: its probes have no {', '.join(missing)} (sampled without --waitpred?): the "
+            "wait predictor's features need the predictor's answer at every probe"
+        )
     left = (meta["pred_end_without_succ"].to_numpy(np.float64) - meta["probe_time"].to_numpy(np.float64)) / 3600.0
     cols = channels(meta["wp_wait_s"].to_numpy(np.float64), meta["wp_bound_s"].to_numpy(np.float64), left)
     bad = ~np.isfinite(cols).all(axis=1)
     if bad.any():
-        raise StepError(f"{where}: {int(bad.sum())} probe(s) without a finite wait-predictor answer "
-                        f"(first at row {int(np.flatnonzero(bad)[0])})")
+        raise StepError(
+            f"{where}: {int(bad.sum())} probe(s) without a finite wait-predictor answer "
+            f"(first at row {int(np.flatnonzero(bad)[0])})"
+        )
     return cols.astype(np.float32)
 
 
@@ -163,8 +195,15 @@ def channels(wait_s: np.ndarray | float, bound_s: np.ndarray | float, left_h: np
     end: the one formula of the sampled probes (:func:`feature_columns`) and the online decider."""
     w = np.atleast_1d(np.asarray(wait_s, np.float64)) / 3600.0
     left = np.atleast_1d(np.asarray(left_h, np.float64))
-    return np.stack([w, np.atleast_1d(np.asarray(bound_s, np.float64)) / 3600.0, np.maximum(w - left, 0.0),
-                     np.maximum(left - w, 0.0)], axis=1).astype(np.float32)
+    return np.stack(
+        [
+            w,
+            np.atleast_1d(np.asarray(bound_s, np.float64)) / 3600.0,
+            np.maximum(w - left, 0.0),
+            np.maximum(left - w, 0.0),
+        ],
+        axis=1,
+    ).astype(np.float32)
 
 
 def submits(rule: str, answer: dict[str, float], left_s: float, next_s: float, margin_h: float | None = 0.0) -> bool:
@@ -192,10 +231,9 @@ def with_features(X: np.ndarray, meta: pd.DataFrame, where: str) -> np.ndarray:
     if len(cols) != len(X):
         raise StepError(f"{where}: {len(X)} histories but {len(cols)} probe rows")
     n, W, _ = X.shape
-    return np.concatenate([np.asarray(X, np.float32), np.broadcast_to(cols[:, None, :], (n, W, len(FEATURES)))],
-                          axis=2)
+    return np.concatenate([np.asarray(X, np.float32), np.broadcast_to(cols[:, None, :], (n, W, len(FEATURES)))], axis=2)
 
 
 def uses_features(feature_names: list[str] | tuple[str, ...]) -> bool:
     """Whether a model was trained on histories with :data:`FEATURES` appended."""
-    return tuple(feature_names[-len(FEATURES):]) == FEATURES
+    return tuple(feature_names[-len(FEATURES) :]) == FEATURES

@@ -48,17 +48,35 @@ import pandas as pd
 
 log = logging.getLogger(__name__)
 
-RECENT_N = 50          # the "recent" average: last this many starts
-USER_RECENT_N = 3      # a user's recent waits
-USER_RUNTIME_N = 2     # a user's last run times (Tsafrir et al.)
-PROGRESS_S = 30.0      # a log line at most this often while sweeping
+RECENT_N = 50  # the "recent" average: last this many starts
+USER_RECENT_N = 3  # a user's recent waits
+USER_RUNTIME_N = 2  # a user's last run times (Tsafrir et al.)
+PROGRESS_S = 30.0  # a log line at most this often while sweeping
 
 #: the columns :func:`sweep` returns beside ``job_id``, ``submit``, ``real_wait_s``, ``nodes``, and
 #: what each may know (all: only the state at the job's submission)
-FEATURES = ("plan_h", "plan_request_h", "plan_easy_h", "log_limit_h", "log_nodes", "log_est_h", "pending_jobs",
-            "pending_node_frac", "ahead_jobs", "ahead_node_h_frac", "busy_frac", "free_frac", "fits_now",
-            "recent_wait_h", "user_recent_wait_h", "user_pending_jobs", "user_running_jobs", "user_running_node_frac",
-            "hour", "weekday")
+FEATURES = (
+    "plan_h",
+    "plan_request_h",
+    "plan_easy_h",
+    "log_limit_h",
+    "log_nodes",
+    "log_est_h",
+    "pending_jobs",
+    "pending_node_frac",
+    "ahead_jobs",
+    "ahead_node_h_frac",
+    "busy_frac",
+    "free_frac",
+    "fits_now",
+    "recent_wait_h",
+    "user_recent_wait_h",
+    "user_pending_jobs",
+    "user_running_jobs",
+    "user_running_node_frac",
+    "hour",
+    "weekday",
+)
 
 
 def _place(T: list[float], F: list[float], n: float, d: float) -> float:
@@ -92,8 +110,16 @@ def _place(T: list[float], F: list[float], n: float, d: float) -> float:
     return s
 
 
-def plan_start(now: float, capacity: float, run_end: np.ndarray, run_nodes: np.ndarray,
-               ahead_nodes: np.ndarray, ahead_dur: np.ndarray, nodes: float, dur: float) -> float:
+def plan_start(
+    now: float,
+    capacity: float,
+    run_end: np.ndarray,
+    run_nodes: np.ndarray,
+    ahead_nodes: np.ndarray,
+    ahead_dur: np.ndarray,
+    nodes: float,
+    dur: float,
+) -> float:
     """The planned start of a job of ``nodes`` x ``dur`` s submitted at ``now``: the running jobs
     end at ``run_end`` (all > now), the jobs ahead of it in priority order (``ahead_*``, in that
     order) reserve their slots first. ``inf`` when it cannot fit in ``capacity``."""
@@ -101,7 +127,9 @@ def plan_start(now: float, capacity: float, run_end: np.ndarray, run_nodes: np.n
         return np.inf
     order = np.argsort(run_end, kind="stable")
     T = [float(now), *run_end[order].astype(np.float64).tolist()]
-    F = (capacity - float(run_nodes.sum()) + np.concatenate(([0.0], np.cumsum(run_nodes[order], dtype=np.float64)))).tolist()
+    F = (
+        capacity - float(run_nodes.sum()) + np.concatenate(([0.0], np.cumsum(run_nodes[order], dtype=np.float64)))
+    ).tolist()
     F[-1] = capacity  # every running job has ended: exact, whatever the rounding of the sums
     cap = capacity + 1e-9
     for n, d in zip(ahead_nodes.tolist(), ahead_dur.tolist()):
@@ -128,16 +156,34 @@ def fair_share_ledger(wl: Any, cfg: Any, t0: int) -> Any:
 def priority_weights(cfg: Any) -> tuple[float, float, float]:
     """The plan's priority terms from a configuration: (age weight per second, age cap in
     seconds, size weight)."""
-    return (float(cfg.weight_age) / float(cfg.max_age_s), float(cfg.max_age_s) if cfg.age_cap else np.inf,
-            float(cfg.weight_size))
+    return (
+        float(cfg.weight_age) / float(cfg.max_age_s),
+        float(cfg.max_age_s) if cfg.age_cap else np.inf,
+        float(cfg.weight_size),
+    )
 
 
-def queue_row(t: int, C: float, weights: tuple[float, float, float],
-              r_start: np.ndarray, r_limit: np.ndarray, r_est: np.ndarray, r_nodes: np.ndarray,
-              p_submit: np.ndarray, p_limit: np.ndarray, p_est: np.ndarray, p_nodes: np.ndarray, p_order: np.ndarray,
-              nodes: float, limit: float, est: float, recent: Any,
-              user: tuple[Any, int, int, float] | None, p_fs: np.ndarray | None = None,
-              me_fs: float = 0.0) -> dict[str, float]:
+def queue_row(
+    t: int,
+    C: float,
+    weights: tuple[float, float, float],
+    r_start: np.ndarray,
+    r_limit: np.ndarray,
+    r_est: np.ndarray,
+    r_nodes: np.ndarray,
+    p_submit: np.ndarray,
+    p_limit: np.ndarray,
+    p_est: np.ndarray,
+    p_nodes: np.ndarray,
+    p_order: np.ndarray,
+    nodes: float,
+    limit: float,
+    est: float,
+    recent: Any,
+    user: tuple[Any, int, int, float] | None,
+    p_fs: np.ndarray | None = None,
+    me_fs: float = 0.0,
+) -> dict[str, float]:
     """What a job of ``nodes`` x ``limit`` s (run-time estimate ``est``) submitted at ``t`` would
     see: the queue features of :data:`FEATURES` that depend on the state (the request's own and
     the calendar's are added by the caller) and the plans (``plan_s``, ``plan_easy_s``,
@@ -207,8 +253,15 @@ class _Capacity:
         if getattr(cfg, "capacity_window_s", 0):
             from ..sim.workload import capacity_schedule
 
-            sched = capacity_schedule(wl, int(cfg.nodes), int(cfg.capacity_window_s), float(cfg.capacity_quantile),
-                                      int(cfg.capacity_step_s), int(t0), int(t1))
+            sched = capacity_schedule(
+                wl,
+                int(cfg.nodes),
+                int(cfg.capacity_window_s),
+                float(cfg.capacity_quantile),
+                int(cfg.capacity_step_s),
+                int(t0),
+                int(t1),
+            )
             self.times = np.array([a for a, _ in sched], dtype=np.int64)
             self.caps = np.array([b for _, b in sched], dtype=np.float64)
 
@@ -249,12 +302,28 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
     u_run: dict[int, int] = defaultdict(int)
     u_run_nodes: dict[int, float] = defaultdict(float)
     p_st = p_en = 0
-    rows = {c: np.full(hi - lo, np.nan) for c in ("est_s", "plan_s", "plan_request_s", "pending_jobs",
-                                                   "pending_node_frac", "ahead_jobs", "ahead_node_h_frac",
-                                                   "busy_frac", "free_frac", "fits_now", "recent_wait_h",
-                                                   "user_recent_wait_h", "capacity", "plan_easy_s",
-                                                   "user_pending_jobs", "user_running_jobs",
-                                                   "user_running_node_frac")}
+    rows = {
+        c: np.full(hi - lo, np.nan)
+        for c in (
+            "est_s",
+            "plan_s",
+            "plan_request_s",
+            "pending_jobs",
+            "pending_node_frac",
+            "ahead_jobs",
+            "ahead_node_h_frac",
+            "busy_frac",
+            "free_frac",
+            "fits_now",
+            "recent_wait_h",
+            "user_recent_wait_h",
+            "capacity",
+            "plan_easy_s",
+            "user_pending_jobs",
+            "user_running_jobs",
+            "user_running_node_frac",
+        )
+    }
     t_log = time.monotonic()
     for i in range(hi):
         t = int(sub[i])
@@ -297,28 +366,59 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
             if ledger is not None:
                 terms, _ = ledger.terms(t, np.concatenate([user[pi], [u]]))
                 p_fs, me_fs = terms[:-1], float(terms[-1])
-            row = queue_row(t, C, weights, st[ri], lim[ri], est[ri], nod[ri], sub[pi], lim[pi], est[pi], nod[pi],
-                            pi, nod[i], lim[i], est[i], recent,
-                            (uw, u_pend.get(u, 0), u_run.get(u, 0), u_run_nodes.get(u, 0.0)) if u >= 0 else None,
-                            p_fs, me_fs)
+            row = queue_row(
+                t,
+                C,
+                weights,
+                st[ri],
+                lim[ri],
+                est[ri],
+                nod[ri],
+                sub[pi],
+                lim[pi],
+                est[pi],
+                nod[pi],
+                pi,
+                nod[i],
+                lim[i],
+                est[i],
+                recent,
+                (uw, u_pend.get(u, 0), u_run.get(u, 0), u_run_nodes.get(u, 0.0)) if u >= 0 else None,
+                p_fs,
+                me_fs,
+            )
             for c, v in row.items():
                 rows[c][r] = v
             if time.monotonic() - t_log > PROGRESS_S:
                 t_log = time.monotonic()
-                log.info("waitpred%s: %d of %d jobs planned (%d pending, %d running now)",
-                         f" {label}" if label else "", r + 1, hi - lo, len(pending), len(running))
+                log.info(
+                    "waitpred%s: %d of %d jobs planned (%d pending, %d running now)",
+                    f" {label}" if label else "",
+                    r + 1,
+                    hi - lo,
+                    len(pending),
+                    len(running),
+                )
         pending.add(i)
         u_pend[int(user[i])] += 1
     idx = np.arange(lo, hi)
     local = pd.to_datetime(sub[idx], unit="s", utc=True).tz_convert(tz)
     unplannable = ~np.isfinite(rows["plan_s"])
-    out = pd.DataFrame({
-        "job_id": wl.job_id[idx], "submit": sub[idx], "real_wait_s": (st[idx] - sub[idx]).astype(np.float64),
-        "nodes": wl.nodes[idx], "limit_s": lim[idx], **rows,
-        "log_limit_h": np.log1p(lim[idx] / 3600.0), "log_nodes": np.log1p(nod[idx]),
-        "log_est_h": np.log1p(rows["est_s"] / 3600.0),
-        "hour": local.hour.to_numpy(np.float64), "weekday": local.day_of_week.to_numpy(np.float64),
-    })
+    out = pd.DataFrame(
+        {
+            "job_id": wl.job_id[idx],
+            "submit": sub[idx],
+            "real_wait_s": (st[idx] - sub[idx]).astype(np.float64),
+            "nodes": wl.nodes[idx],
+            "limit_s": lim[idx],
+            **rows,
+            "log_limit_h": np.log1p(lim[idx] / 3600.0),
+            "log_nodes": np.log1p(nod[idx]),
+            "log_est_h": np.log1p(rows["est_s"] / 3600.0),
+            "hour": local.hour.to_numpy(np.float64),
+            "weekday": local.day_of_week.to_numpy(np.float64),
+        }
+    )
     # a job larger than the nodes in service cannot be planned: its plan is its request (reported)
     for c in ("plan_s", "plan_request_s", "plan_easy_s"):
         out[c] = np.where(np.isfinite(out[c]), out[c], out["limit_s"])
@@ -354,8 +454,15 @@ def bound_cap(real_wait: np.ndarray) -> float:
     return float(max(3600.0, float(w.max()) if len(w) else 0.0))
 
 
-def online_bound(base_s: np.ndarray, submit: np.ndarray, real_wait: np.ndarray, level: float,
-                 theta0: float, eta: float = 0.05, cap_s: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+def online_bound(
+    base_s: np.ndarray,
+    submit: np.ndarray,
+    real_wait: np.ndarray,
+    level: float,
+    theta0: float,
+    eta: float = 0.05,
+    cap_s: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray]:
     """An upper bound at ``level`` kept calibrated online (quantile tracking, Angelopoulos, Candès
     and Tibshirani 2023): ``log1p(bound / 60) = log1p(base / 60) + theta``, at most ``cap_s`` (or the
     base where that is larger: the offset never lifts a bound past the cap, nor does the cap take
@@ -421,8 +528,9 @@ def estimates(wl: Any) -> np.ndarray:
     return est
 
 
-def static_theta(base_s: np.ndarray, real_wait: np.ndarray, level: float, censored: np.ndarray | None = None,
-                 cap_s: float = np.inf) -> float:
+def static_theta(
+    base_s: np.ndarray, real_wait: np.ndarray, level: float, censored: np.ndarray | None = None, cap_s: float = np.inf
+) -> float:
     """The split-conformal offset (log scale of :func:`online_bound`) that covers ``level`` of a
     calibration sample: the ``ceil((n + 1) level) / n`` quantile of the scores, within ``±``
     :func:`theta_limit`. A ``censored`` job (still waiting at the cut: its wait only "at least")

@@ -58,11 +58,11 @@ import pandas as pd
 
 from stepkit import StepError
 
-from .atcut import as_known
-from .fidelity import metrics, replay
 from ..sim import policies
 from ..sim.config import SimConfig
 from ..sim.workload import Workload
+from .atcut import as_known
+from .fidelity import metrics, replay
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ SHORT_PARTITION_LIMITS = (0, 1800, 3600, 7200)  # 0 = one partition
 @dataclass
 class TraceFacts:
     jobs: int
-    peak_busy_nodes: int           # the most busy nodes held for HOLD_S in total
-    instant_max_busy_nodes: int    # the instantaneous maximum (spikes included)
+    peak_busy_nodes: int  # the most busy nodes held for HOLD_S in total
+    instant_max_busy_nodes: int  # the instantaneous maximum (spikes included)
     mean_busy_nodes: float
     max_job_nodes: int
     user_max_jobs: int
@@ -169,8 +169,9 @@ def month_windows(a: int, b: int, tz: str) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def replay_months(wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, tz: str,
-                  cut: int | None = None) -> pd.DataFrame:
+def replay_months(
+    wl: Workload, cfg: SimConfig, a: int, b: int, lead_in_s: int, tz: str, cut: int | None = None
+) -> pd.DataFrame:
     """Per-job waits of ``[a, b)``, each month replayed from ``lead_in_s`` before it. With ``cut``
     (``wl`` then being the log as it stood at the cut, :func:`~mirage_tasks.calibration.atcut.as_known`),
     only the jobs whose wait was known at the cut: one still waiting then stays in the replay's queue
@@ -206,10 +207,12 @@ def machine_warning(facts: TraceFacts) -> str | None:
     m = facts.machine_nodes
     if not m or max(facts.peak_busy_nodes, facts.max_job_nodes) <= m:
         return None
-    return (f"the calibration window holds {facts.peak_busy_nodes} nodes busy for an hour in total (instantaneous "
-            f"maximum {facts.instant_max_busy_nodes}, largest job {facts.max_job_nodes}) on a machine the log states "
-            f"as {m} nodes: overlapping records, a second partition or a wrong processors-per-node; the simulated "
-            f"machine is capped at {m} nodes")
+    return (
+        f"the calibration window holds {facts.peak_busy_nodes} nodes busy for an hour in total (instantaneous "
+        f"maximum {facts.instant_max_busy_nodes}, largest job {facts.max_job_nodes}) on a machine the log states "
+        f"as {m} nodes: overlapping records, a second partition or a wrong processors-per-node; the simulated "
+        f"machine is capped at {m} nodes"
+    )
 
 
 def search_space(facts: TraceFacts, fairshare: bool = False) -> dict[str, Any]:
@@ -235,8 +238,15 @@ def search_space(facts: TraceFacts, fairshare: bool = False) -> dict[str, Any]:
         "capacity_quantile": list(CAPACITY_QUANTILES),
         "short_partition_limit_s": list(SHORT_PARTITION_LIMITS),
         "dispatch_latency_s": facts.dispatch_latency_s,
-        **({"priority": policies.searched_priority(facts.has_priority) + ["multifactor"],
-            "weight_fairshare": list(FS_WEIGHTS), "fs_halflife_s": list(FS_HALFLIVES)} if fairshare else {}),
+        **(
+            {
+                "priority": policies.searched_priority(facts.has_priority) + ["multifactor"],
+                "weight_fairshare": list(FS_WEIGHTS),
+                "fs_halflife_s": list(FS_HALFLIVES),
+            }
+            if fairshare
+            else {}
+        ),
     }
 
 
@@ -255,8 +265,10 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
     priority = trial.suggest_categorical("priority", space["priority"])
     fair = {}
     if priority == "multifactor":  # its own parameters, asked only when it is chosen
-        fair = dict(weight_fairshare=trial.suggest_float("weight_fairshare", *space["weight_fairshare"], log=True),
-                    fs_halflife_s=trial.suggest_categorical("fs_halflife_s", space["fs_halflife_s"]))
+        fair = dict(
+            weight_fairshare=trial.suggest_float("weight_fairshare", *space["weight_fairshare"], log=True),
+            fs_halflife_s=trial.suggest_categorical("fs_halflife_s", space["fs_halflife_s"]),
+        )
     return base.replace(
         **fair,
         nodes=nodes,
@@ -271,24 +283,46 @@ def _suggest(trial, space: dict[str, Any], base: SimConfig) -> SimConfig:
         max_age_s=trial.suggest_categorical("max_age_s", space["max_age_s"]),
         backfill=trial.suggest_categorical("backfill", space["backfill"]),
         bf_interval_s=trial.suggest_categorical("bf_interval_s", space["bf_interval_s"]),
-        short_partition_limit_s=trial.suggest_categorical("short_partition_limit_s",
-                                                          space["short_partition_limit_s"]),
+        short_partition_limit_s=trial.suggest_categorical("short_partition_limit_s", space["short_partition_limit_s"]),
     )
 
 
 def _as_params(cfg: SimConfig, space: dict[str, Any]) -> dict[str, Any] | None:
     """A configuration as trial parameters, or None when it lies outside the space."""
-    p = {k: getattr(cfg, k) for k in ("nodes", "max_jobs_per_user", "max_nodes_per_user", "priority", "weight_age",
-                                      "weight_size", "age_cap", "max_age_s", "backfill", "bf_interval_s",
-                                      "capacity_window_s", "capacity_quantile", "short_partition_limit_s")}
+    p = {
+        k: getattr(cfg, k)
+        for k in (
+            "nodes",
+            "max_jobs_per_user",
+            "max_nodes_per_user",
+            "priority",
+            "weight_age",
+            "weight_size",
+            "age_cap",
+            "max_age_s",
+            "backfill",
+            "bf_interval_s",
+            "capacity_window_s",
+            "capacity_quantile",
+            "short_partition_limit_s",
+        )
+    }
     lo, hi = space["nodes"]
     p["nodes"] = min(max(p["nodes"], lo), hi)
     for k in ("max_jobs_per_user", "max_nodes_per_user"):
         p[k] = p[k] if p[k] in space[k] else (space[k][-1] if p[k] else 0)
     p["weight_age"] = min(max(p["weight_age"], space["weight_age"][0]), space["weight_age"][1])
     p["weight_size"] = min(max(p["weight_size"], space["weight_size"][0]), space["weight_size"][1])
-    for k in ("priority", "max_age_s", "bf_interval_s", "backfill", "age_cap", "capacity_window_s",
-              "capacity_quantile", "short_partition_limit_s"):
+    for k in (
+        "priority",
+        "max_age_s",
+        "bf_interval_s",
+        "backfill",
+        "age_cap",
+        "capacity_window_s",
+        "capacity_quantile",
+        "short_partition_limit_s",
+    ):
         if p[k] not in space[k]:
             return None
     if p["priority"] == "multifactor":  # (in the space only with fairshare)
@@ -312,9 +346,21 @@ class Result:
     stopped_by: str
 
 
-def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int = 7 * 86400, trials: int = 60,
-              timeout_s: float = 600.0, seed: int = 0, machine_nodes: int | None = None,
-              start: SimConfig | None = None, procs_per_node: int = 0, fairshare: bool = False) -> Result:
+def calibrate(
+    wl: Workload,
+    a: int,
+    b: int,
+    *,
+    tz: str = "UTC",
+    lead_in_s: int = 7 * 86400,
+    trials: int = 60,
+    timeout_s: float = 600.0,
+    seed: int = 0,
+    machine_nodes: int | None = None,
+    start: SimConfig | None = None,
+    procs_per_node: int = 0,
+    fairshare: bool = False,
+) -> Result:
     """Search a configuration for the jobs submitted in ``[a, b)``; see the module docstring. The
     search reads the log as it stood at ``b`` (:func:`~mirage_tasks.calibration.atcut.as_known`):
     the configuration answers for jobs submitted from ``b`` on, so no outcome known only later
@@ -336,7 +382,8 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
             space["nodes"] = [min(space["nodes"][0], int(machine_nodes)), min(space["nodes"][1], int(machine_nodes))]
     # fields outside the search come from the start configuration, else the defaults
     base = (start or SimConfig(nodes=space["nodes"][0])).replace(
-        warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0))
+        warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0)
+    )
     rows: list[dict] = []
 
     def objective(trial) -> float:
@@ -344,12 +391,26 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
         t = time.perf_counter()
         m = metrics(replay_months(wl, cfg, a, b, lead_in_s, tz, cut=b), tz)
         v = objective_value(m)
-        rows.append({"trial": trial.number, **trial.params, "objective": v, "mae_h": m.get("mae_h"),
-                     "zero_mae_h": m.get("zero_mae_h"), "within_1h": m.get("within_1h"),
-                     "spearman": m.get("spearman"), "daily_corr": m.get("daily_corr"),
-                     "replay_s": round(time.perf_counter() - t, 2)})
-        log.info("calibrate: trial %d objective %.4f MAE %.2f h within 1 h %.1f%%", trial.number, v,
-                 m.get("mae_h", float("nan")), 100 * m.get("within_1h", float("nan")))
+        rows.append(
+            {
+                "trial": trial.number,
+                **trial.params,
+                "objective": v,
+                "mae_h": m.get("mae_h"),
+                "zero_mae_h": m.get("zero_mae_h"),
+                "within_1h": m.get("within_1h"),
+                "spearman": m.get("spearman"),
+                "daily_corr": m.get("daily_corr"),
+                "replay_s": round(time.perf_counter() - t, 2),
+            }
+        )
+        log.info(
+            "calibrate: trial %d objective %.4f MAE %.2f h within 1 h %.1f%%",
+            trial.number,
+            v,
+            m.get("mae_h", float("nan")),
+            100 * m.get("within_1h", float("nan")),
+        )
         return v
 
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, trials // 3)))
@@ -357,8 +418,11 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     seeds = [default_config(facts)] + ([start] if start is not None else [])
     # the same with the capacity model on (the longest window, its maximum): a new feature
     # first tried on the configurations a user would start from
-    seeds += [c.replace(capacity_window_s=CAPACITY_WINDOWS[-1], capacity_quantile=1.0) for c in seeds
-              if not c.capacity_window_s]
+    seeds += [
+        c.replace(capacity_window_s=CAPACITY_WINDOWS[-1], capacity_quantile=1.0)
+        for c in seeds
+        if not c.capacity_window_s
+    ]
     for c in seeds:
         p = _as_params(c, space)
         if p is not None:
@@ -368,5 +432,12 @@ def calibrate(wl: Workload, a: int, b: int, *, tz: str = "UTC", lead_in_s: int =
     elapsed = time.perf_counter() - t0
     done = len(study.trials)
     best = _suggest(optuna.trial.FixedTrial(study.best_params), space, base)
-    return Result(config=best, facts=facts, space=space, trials=pd.DataFrame(rows), best_value=study.best_value,
-                  elapsed_s=round(elapsed, 1), stopped_by="trials" if done >= trials else "timeout")
+    return Result(
+        config=best,
+        facts=facts,
+        space=space,
+        trials=pd.DataFrame(rows),
+        best_value=study.best_value,
+        elapsed_s=round(elapsed, 1),
+        stopped_by="trials" if done >= trials else "timeout",
+    )

@@ -18,6 +18,7 @@ from ..sim.workload import Workload
 
 log = logging.getLogger(__name__)
 
+
 def too_big(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, lead_in_s: int = 0) -> dict:
     """Jobs a replay of ``[t_from, t_to)`` would meet (submitted in the window or its
     lead-in, or still active at its start) that ask for more nodes than ``cfg`` has."""
@@ -47,17 +48,20 @@ def replay(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, lead_in_s: int 
     idx, st = idx[inwin], starts[keep][inwin]
     order = np.argsort(idx, kind="stable")
     idx, st = idx[order], st[order]
-    return pd.DataFrame({
-        "job_id": wl.job_id[idx],
-        "submit": wl.submit[idx],
-        "real_wait_s": wl.real_start[idx] - wl.submit[idx],
-        "sim_wait_s": np.maximum(st - wl.submit[idx], 0) + int(getattr(cfg, "dispatch_latency_s", 0)),
-        "nodes": wl.nodes[idx],
-    })
+    return pd.DataFrame(
+        {
+            "job_id": wl.job_id[idx],
+            "submit": wl.submit[idx],
+            "real_wait_s": wl.real_start[idx] - wl.submit[idx],
+            "sim_wait_s": np.maximum(st - wl.submit[idx], 0) + int(getattr(cfg, "dispatch_latency_s", 0)),
+            "nodes": wl.nodes[idx],
+        }
+    )
 
 
-def replay_windows(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, episode_days: float = 0.0,
-                   lead_in_s: int = 0) -> pd.DataFrame:
+def replay_windows(
+    wl: Workload, cfg: SimConfig, t_from: int, t_to: int, episode_days: float = 0.0, lead_in_s: int = 0
+) -> pd.DataFrame:
     """:func:`replay` of the whole window, or of independent ``episode_days`` windows."""
     if episode_days > 0:
         step = int(round(episode_days * 86400))
@@ -130,22 +134,41 @@ def summarize(df: pd.DataFrame, tz: str = "UTC") -> dict:
     return {"pooled": metrics(df, tz), "months": months, "node_classes": classes}
 
 
-def report(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, episode_days: float = 0.0,
-           lead_in_s: int = 0, tz: str = "UTC") -> tuple[dict, pd.DataFrame]:
+def report(
+    wl: Workload, cfg: SimConfig, t_from: int, t_to: int, episode_days: float = 0.0, lead_in_s: int = 0, tz: str = "UTC"
+) -> tuple[dict, pd.DataFrame]:
     """Metrics per month, per node class and pooled, and the per-job frame."""
     t = time.perf_counter()
     df = replay_windows(wl, cfg, t_from, t_to, episode_days, lead_in_s)
     wall = time.perf_counter() - t
-    rep = {"config": cfg.to_dict(), **summarize(df, tz), "replay_wall_s": round(wall, 2),
-           "episode_days": episode_days, "lead_in_s": int(lead_in_s), "timezone": tz}
+    rep = {
+        "config": cfg.to_dict(),
+        **summarize(df, tz),
+        "replay_wall_s": round(wall, 2),
+        "episode_days": episode_days,
+        "lead_in_s": int(lead_in_s),
+        "timezone": tz,
+    }
     return rep, df
 
 
-COLS = [("n", "{:d}"), ("real_mean_h", "{:.2f}"), ("sim_mean_h", "{:.2f}"), ("mae_h", "{:.2f}"),
-        ("zero_mae_h", "{:.2f}"), ("medae_h", "{:.2f}"), ("zero_medae_h", "{:.2f}"),
-        ("within_1h", "{:.1%}"), ("zero_within_1h", "{:.1%}"), ("within_10m", "{:.1%}"),
-        ("zero_within_10m", "{:.1%}"), ("daily_corr", "{:.2f}"), ("spearman", "{:.2f}"), ("ks", "{:.3f}"),
-        ("ks_1min", "{:.3f}")]
+COLS = [
+    ("n", "{:d}"),
+    ("real_mean_h", "{:.2f}"),
+    ("sim_mean_h", "{:.2f}"),
+    ("mae_h", "{:.2f}"),
+    ("zero_mae_h", "{:.2f}"),
+    ("medae_h", "{:.2f}"),
+    ("zero_medae_h", "{:.2f}"),
+    ("within_1h", "{:.1%}"),
+    ("zero_within_1h", "{:.1%}"),
+    ("within_10m", "{:.1%}"),
+    ("zero_within_10m", "{:.1%}"),
+    ("daily_corr", "{:.2f}"),
+    ("spearman", "{:.2f}"),
+    ("ks", "{:.3f}"),
+    ("ks_1min", "{:.3f}"),
+]
 
 
 def table(rows: list[tuple[str, dict]], first: str) -> list[str]:
@@ -160,26 +183,44 @@ def table(rows: list[tuple[str, dict]], first: str) -> list[str]:
 
 
 def config_line(cfg: dict) -> str:
-    return (f"nodes {cfg['nodes']}, backfill {cfg['backfill']} (interval {cfg['bf_interval_s']} s), "
-            f"priority {cfg['priority']} (age weight {cfg['weight_age']:g}, size weight {cfg['weight_size']:g}), "
-            f"age cap {cfg['age_cap']}, max jobs/user {cfg['max_jobs_per_user'] or '-'}, "
-            f"max nodes/user {cfg['max_nodes_per_user'] or '-'}, tick {cfg['tick_s'] or 'event'}, "
-            f"warm start {cfg['warm_start']}, dispatch latency {cfg.get('dispatch_latency_s', 0)} s, "
-            f"age back-out {cfg.get('trace_age_backout', False)}"
-            + (f", nodes in service: the {cfg['capacity_quantile']:g} quantile of the trace's busy nodes over the "
-               f"past {cfg['capacity_window_s']} s (re-read every {cfg.get('capacity_step_s', 3600)} s)"
-               if cfg.get("capacity_window_s") else "")
-            + (f", short partition for limits <= {cfg['short_partition_limit_s']} s"
-               if cfg.get("short_partition_limit_s") else "")
-            + (f", holds inferred from real starts within {cfg.get('holds_tolerance_s', 60)} s of a predecessor's "
-               f"end (reads the outcome: a reconstruction)" if cfg.get("holds", "none") != "none" else ""))
+    return (
+        f"nodes {cfg['nodes']}, backfill {cfg['backfill']} (interval {cfg['bf_interval_s']} s), "
+        f"priority {cfg['priority']} (age weight {cfg['weight_age']:g}, size weight {cfg['weight_size']:g}), "
+        f"age cap {cfg['age_cap']}, max jobs/user {cfg['max_jobs_per_user'] or '-'}, "
+        f"max nodes/user {cfg['max_nodes_per_user'] or '-'}, tick {cfg['tick_s'] or 'event'}, "
+        f"warm start {cfg['warm_start']}, dispatch latency {cfg.get('dispatch_latency_s', 0)} s, "
+        f"age back-out {cfg.get('trace_age_backout', False)}"
+        + (
+            f", nodes in service: the {cfg['capacity_quantile']:g} quantile of the trace's busy nodes over the "
+            f"past {cfg['capacity_window_s']} s (re-read every {cfg.get('capacity_step_s', 3600)} s)"
+            if cfg.get("capacity_window_s")
+            else ""
+        )
+        + (
+            f", short partition for limits <= {cfg['short_partition_limit_s']} s"
+            if cfg.get("short_partition_limit_s")
+            else ""
+        )
+        + (
+            f", holds inferred from real starts within {cfg.get('holds_tolerance_s', 60)} s of a predecessor's "
+            f"end (reads the outcome: a reconstruction)"
+            if cfg.get("holds", "none") != "none"
+            else ""
+        )
+    )
 
 
 def markdown(name: str, rep: dict) -> str:
     if "skipped" in rep:
         return f"### {name}\n\nSkipped: {rep['skipped']}\n"
-    lines = [f"### {name}", "", config_line(rep["config"]) + f"; replay {rep['replay_wall_s']} s", "",
-             f"Per month (submission, {rep.get('timezone', 'UTC')}):", ""]
+    lines = [
+        f"### {name}",
+        "",
+        config_line(rep["config"]) + f"; replay {rep['replay_wall_s']} s",
+        "",
+        f"Per month (submission, {rep.get('timezone', 'UTC')}):",
+        "",
+    ]
     lines += table(list(rep["months"].items()) + [("pooled", rep["pooled"])], "month")
     lines += ["", "Per node class:", ""]
     lines += table(list(rep.get("node_classes", {}).items()), "nodes")

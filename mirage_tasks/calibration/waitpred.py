@@ -101,23 +101,38 @@ READS = {
     "zero": "nothing",
     "recent": f"the real waits of the last {atsubmit.RECENT_N} jobs started before the submission",
     "plan_request": "the queue and running jobs at submission (nodes, requested times, elapsed times), the job's "
-                    "request; the configuration's nodes and priority weights",
+    "request; the configuration's nodes and priority weights",
     "plan": "as plan_request, with run times predicted from each user's last two jobs ended before the submission",
-    **{k: f"the {q:g} quantile of the wait given both plans and the queue state at submission (features), "
-          "fitted on the calibration period" for k, q in zip(CORRECTED, QUANTILES)},
+    **{
+        k: f"the {q:g} quantile of the wait given both plans and the queue state at submission (features), "
+        "fitted on the calibration period"
+        for k, q in zip(CORRECTED, QUANTILES)
+    },
 }
 #: what the fitted parts read (said in the output)
-AT_CUT = ("every fitted part (the simulator's configuration, the quantile model's labels, the guard's held-back tail, "
-          "the bound's start offsets) reads the calibration period as it stood at its end: a job still waiting then "
-          "has the wait 'at least the end minus its submission' (censored), never its later real wait; the model "
-          "learns the censored wait, the guard leaves such a job out, the bound's offset counts it a miss")
-BOUND_READS = ("the bound is the base moved by an offset on a log scale, at most the cap (the calibration period's "
-               "longest wait as known at its end) or the base where that is larger; each job's coverage is fed back "
-               "when its bound runs out, covered or not, and moves the offset by at most eta; the offset stays "
-               "within +-log1p(cap / 1 min)")
+AT_CUT = (
+    "every fitted part (the simulator's configuration, the quantile model's labels, the guard's held-back tail, "
+    "the bound's start offsets) reads the calibration period as it stood at its end: a job still waiting then "
+    "has the wait 'at least the end minus its submission' (censored), never its later real wait; the model "
+    "learns the censored wait, the guard leaves such a job out, the bound's offset counts it a miss"
+)
+BOUND_READS = (
+    "the bound is the base moved by an offset on a log scale, at most the cap (the calibration period's "
+    "longest wait as known at its end) or the base where that is larger; each job's coverage is fed back "
+    "when its bound runs out, covered or not, and moves the offset by at most eta; the offset stays "
+    "within +-log1p(cap / 1 min)"
+)
 #: one model, one output per quantile (those of the corrected candidates, then the bound's level)
-XGB_PARAMS = {"objective": "reg:quantileerror", "n_estimators": 300, "max_depth": 5, "learning_rate": 0.05,
-              "subsample": 0.8, "min_child_weight": 5, "random_state": 0, "n_jobs": 1}
+XGB_PARAMS = {
+    "objective": "reg:quantileerror",
+    "n_estimators": 300,
+    "max_depth": 5,
+    "learning_rate": 0.05,
+    "subsample": 0.8,
+    "min_child_weight": 5,
+    "random_state": 0,
+    "n_jobs": 1,
+}
 MAX_JOBS = 2_000_000  # the sweep's bound on the jobs it walks
 
 
@@ -136,8 +151,12 @@ def points(df: pd.DataFrame, model) -> tuple[dict[str, np.ndarray], dict[str, np
     """(point prediction, bound base) of every candidate, seconds."""
     q = np.maximum(model.predict(df[list(atsubmit.FEATURES)].to_numpy(np.float64)).astype(np.float64), 0.0) * 3600
     q = q.reshape(len(df), len(QUANTILES) + 1)
-    pt = {"zero": np.zeros(len(df)), "recent": df["recent_wait_h"].to_numpy(np.float64) * 3600.0,
-          "plan_request": df["plan_request_s"].to_numpy(np.float64), "plan": df["plan_s"].to_numpy(np.float64)}
+    pt = {
+        "zero": np.zeros(len(df)),
+        "recent": df["recent_wait_h"].to_numpy(np.float64) * 3600.0,
+        "plan_request": df["plan_request_s"].to_numpy(np.float64),
+        "plan": df["plan_s"].to_numpy(np.float64),
+    }
     base = dict(pt)
     for j, k in enumerate(CORRECTED):
         pt[k] = q[:, j]
@@ -145,8 +164,9 @@ def points(df: pd.DataFrame, model) -> tuple[dict[str, np.ndarray], dict[str, np
     return pt, base
 
 
-def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | None = None,
-                 cap_s: float | None = None) -> dict[str, Any]:
+def wait_metrics(
+    real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | None = None, cap_s: float | None = None
+) -> dict[str, Any]:
     from scipy import stats
 
     n = len(real_s)
@@ -156,11 +176,17 @@ def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | N
     err = np.abs(p - r)
     long = r > 1.0
     rho = stats.spearmanr(r, p).statistic if n > 2 and np.ptp(r) > 0 and np.ptp(p) > 0 else float("nan")
-    out = {"n": int(n), "real_mean_h": float(r.mean()), "pred_mean_h": float(p.mean()), "mae_h": float(err.mean()),
-           "medae_h": float(np.median(err)), "within_1h": float((err <= 1.0).mean()),
-           "n_waited_over_1h": int(long.sum()),
-           "within_10m_waited_over_1h": float((err[long] <= 1 / 6).mean()) if long.any() else float("nan"),
-           "spearman": float(rho)}
+    out = {
+        "n": int(n),
+        "real_mean_h": float(r.mean()),
+        "pred_mean_h": float(p.mean()),
+        "mae_h": float(err.mean()),
+        "medae_h": float(np.median(err)),
+        "within_1h": float((err <= 1.0).mean()),
+        "n_waited_over_1h": int(long.sum()),
+        "within_10m_waited_over_1h": float((err[long] <= 1 / 6).mean()) if long.any() else float("nan"),
+        "spearman": float(rho),
+    }
     if bound_s is not None:
         # the bound beside what it bounds: a 90 % bound far above the real waits' 90th percentile
         # covers without telling a user anything
@@ -173,8 +199,9 @@ def wait_metrics(real_s: np.ndarray, pred_s: np.ndarray, bound_s: np.ndarray | N
     return out
 
 
-def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str = "UTC"
-          ) -> tuple[str, dict[str, dict], str]:
+def guard(
+    tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str = "UTC"
+) -> tuple[str, dict[str, dict], str]:
     """(pick, held-back tail metrics per candidate, why).
 
     A candidate is eligible when its within-1-h share on the tail is *confidently* at most ``margin``
@@ -182,8 +209,11 @@ def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str 
     day of submission, since jobs submitted together wait together) is at least ``-margin``."""
     real = tail["real_wait_s"].to_numpy(np.float64)
     m = {k: wait_metrics(real, pt[k]) for k in CANDIDATES}
-    day = pd.to_datetime(tail["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m-%d").to_numpy() \
-        if "submit" in tail else np.zeros(len(tail))
+    day = (
+        pd.to_datetime(tail["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m-%d").to_numpy()
+        if "submit" in tail
+        else np.zeros(len(tail))
+    )
     hit0 = (np.abs(pt["zero"] - real) <= 3600.0).astype(np.float64)
     for k in CANDIDATES:
         d = (np.abs(pt[k] - real) <= 3600.0).astype(np.float64) - hit0
@@ -195,10 +225,16 @@ def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str 
     eligible = [k for k in CANDIDATES if m[k]["eligible"]]
     pick = min(eligible, key=lambda k: (round(m[k]["mae_h"], 9), TIE_ORDER.index(k)))
     out = [k for k in CANDIDATES if k not in eligible]
-    why = (f"least MAE among the candidates whose within-1-h share on the held-back tail is, with one-sided 95 % "
-           f"confidence, at most {margin:.0%} below zero wait's {m['zero']['within_1h']:.1%}"
-           + ("; not eligible: " + ", ".join(f"{k} ({m[k]['within_1h_diff_vs_zero']:+.1%} "
-                                            f"± {m[k]['within_1h_diff_se']:.1%})" for k in out) if out else ""))
+    why = (
+        f"least MAE among the candidates whose within-1-h share on the held-back tail is, with one-sided 95 % "
+        f"confidence, at most {margin:.0%} below zero wait's {m['zero']['within_1h']:.1%}"
+        + (
+            "; not eligible: "
+            + ", ".join(f"{k} ({m[k]['within_1h_diff_vs_zero']:+.1%} ± {m[k]['within_1h_diff_se']:.1%})" for k in out)
+            if out
+            else ""
+        )
+    )
     if pick == "zero":
         why += "; no eligible candidate beat zero wait's MAE there"
     return pick, m, why
@@ -206,8 +242,11 @@ def guard(tail: pd.DataFrame, pt: dict[str, np.ndarray], margin: float, tz: str 
 
 #: requested-time classes (upper edges, hours) of the bound's coverage report
 LIMIT_CLASSES_H = (1, 4, 12, 24)
-LIMIT_NAMES = (f"<={LIMIT_CLASSES_H[0]}h", *(f"{a}-{b}h" for a, b in itertools.pairwise(LIMIT_CLASSES_H)),
-               f">{LIMIT_CLASSES_H[-1]}h")
+LIMIT_NAMES = (
+    f"<={LIMIT_CLASSES_H[0]}h",
+    *(f"{a}-{b}h" for a, b in itertools.pairwise(LIMIT_CLASSES_H)),
+    f">{LIMIT_CLASSES_H[-1]}h",
+)
 
 
 def limit_class(limit_s: np.ndarray) -> np.ndarray:
@@ -226,15 +265,21 @@ def score(pred: pd.DataFrame, tz: str, cap_s: float | None = None) -> dict[str, 
     size = node_class(pred["nodes"].to_numpy()) if len(pred) else np.array([], dtype=object)
     req = limit_class(pred["limit_s"].to_numpy())
     res: dict[str, Any] = {}
+
     def by(keys: np.ndarray, order, pt: np.ndarray, bd: np.ndarray) -> dict[str, Any]:
-        return {g: wait_metrics(real[keys == g], pt[keys == g], bd[keys == g], cap_s)
-                for g in sorted(set(keys.tolist()), key=order)}
+        return {
+            g: wait_metrics(real[keys == g], pt[keys == g], bd[keys == g], cap_s)
+            for g in sorted(set(keys.tolist()), key=order)
+        }
 
     for p in PREDICTORS:
         pt, bd = pred[p].to_numpy(np.float64), pred[f"{p}_bound"].to_numpy(np.float64)
-        res[p] = {"pooled": wait_metrics(real, pt, bd, cap_s), "months": by(month, str, pt, bd),
-                  "size_classes": by(size, lambda g: int(g.split("-")[0]), pt, bd),
-                  "limit_classes": by(req, LIMIT_NAMES.index, pt, bd)}
+        res[p] = {
+            "pooled": wait_metrics(real, pt, bd, cap_s),
+            "months": by(month, str, pt, bd),
+            "size_classes": by(size, lambda g: int(g.split("-")[0]), pt, bd),
+            "limit_classes": by(req, LIMIT_NAMES.index, pt, bd),
+        }
     return res
 
 
@@ -242,12 +287,15 @@ def criteria(res: dict[str, Any], level: float) -> dict[str, Any]:
     g, z = res["guarded"]["pooled"], res["zero"]["pooled"]
     cov = {m: v.get("coverage") for m, v in res["guarded"]["months"].items()}
     lo, hi = level - 0.05, level + 0.05
-    return {"mae_at_or_below_zero": bool(g["mae_h"] <= z["mae_h"] + 1e-12),
-            "mae_reduction_vs_zero": (1 - g["mae_h"] / z["mae_h"]) if z["mae_h"] > 0 else None,
-            "within_1h_vs_zero_points": 100 * (g["within_1h"] - z["within_1h"]),
-            "within_1h_within_5_points": bool(g["within_1h"] >= z["within_1h"] - 0.05 - 1e-12),
-            "coverage_months": cov, "coverage_target": [lo, hi],
-            "coverage_in_target_every_month": bool(all(c is not None and lo <= c <= hi for c in cov.values()))}
+    return {
+        "mae_at_or_below_zero": bool(g["mae_h"] <= z["mae_h"] + 1e-12),
+        "mae_reduction_vs_zero": (1 - g["mae_h"] / z["mae_h"]) if z["mae_h"] > 0 else None,
+        "within_1h_vs_zero_points": 100 * (g["within_1h"] - z["within_1h"]),
+        "within_1h_within_5_points": bool(g["within_1h"] >= z["within_1h"] - 0.05 - 1e-12),
+        "coverage_months": cov,
+        "coverage_target": [lo, hi],
+        "coverage_in_target_every_month": bool(all(c is not None and lo <= c <= hi for c in cov.values())),
+    }
 
 
 def _clean(o: Any) -> Any:
@@ -271,57 +319,84 @@ def _f(v: Any, fmt: str) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     lv = doc["params"]["level"]
     c = doc["criteria"]
-    out = [f"# Wait prediction at submission: {doc['trace']}", "",
-           f"Calibrated on jobs submitted {doc['windows']['calibrate_from']} to {doc['windows']['calibrate_to']} "
-           f"(exclusive, {doc['n_calibration']} jobs), scored on {', '.join(doc['params']['months'])} "
-           f"({doc['n_scored']} jobs). Every figure reads only what was known at each job's submission.", "",
-           f"Guard pick: **{doc['pick']}** ({doc['pick_reason']}).", "",
-           f"Criteria (guarded, out of sample): MAE at or below zero wait's: {c['mae_at_or_below_zero']}; "
-           f"MAE reduction {_f(c['mae_reduction_vs_zero'], '{:.1%}')}; within 1 h "
-           f"{c['within_1h_vs_zero_points']:+.1f} points vs zero wait; the {lv:.0%} bound's coverage in "
-           f"[{c['coverage_target'][0]:.0%}, {c['coverage_target'][1]:.0%}] every month: "
-           f"{c['coverage_in_target_every_month']}.", "",
-           "| predictor | n | MAE h | median abs err h | within 1 h | within 10 min (waited > 1 h) | Spearman | "
-           f"{lv:.0%} bound coverage | bound median h |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"# Wait prediction at submission: {doc['trace']}",
+        "",
+        f"Calibrated on jobs submitted {doc['windows']['calibrate_from']} to {doc['windows']['calibrate_to']} "
+        f"(exclusive, {doc['n_calibration']} jobs), scored on {', '.join(doc['params']['months'])} "
+        f"({doc['n_scored']} jobs). Every figure reads only what was known at each job's submission.",
+        "",
+        f"Guard pick: **{doc['pick']}** ({doc['pick_reason']}).",
+        "",
+        f"Criteria (guarded, out of sample): MAE at or below zero wait's: {c['mae_at_or_below_zero']}; "
+        f"MAE reduction {_f(c['mae_reduction_vs_zero'], '{:.1%}')}; within 1 h "
+        f"{c['within_1h_vs_zero_points']:+.1f} points vs zero wait; the {lv:.0%} bound's coverage in "
+        f"[{c['coverage_target'][0]:.0%}, {c['coverage_target'][1]:.0%}] every month: "
+        f"{c['coverage_in_target_every_month']}.",
+        "",
+        "| predictor | n | MAE h | median abs err h | within 1 h | within 10 min (waited > 1 h) | Spearman | "
+        f"{lv:.0%} bound coverage | bound median h |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in PREDICTORS:
         r = doc["out_of_sample"][p]["pooled"]
-        out.append(f"| {p} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(r['medae_h'], '{:.2f}')} | "
-                   f"{_f(r['within_1h'], '{:.1%}')} | {_f(r['within_10m_waited_over_1h'], '{:.1%}')} | "
-                   f"{_f(r['spearman'], '{:.2f}')} | {_f(r.get('coverage'), '{:.1%}')} | "
-                   f"{_f(r.get('bound_median_h'), '{:.2f}')} |")
-    out += ["", "Per month (guarded beside zero wait):", "",
-            "| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage |", "|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {p} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(r['medae_h'], '{:.2f}')} | "
+            f"{_f(r['within_1h'], '{:.1%}')} | {_f(r['within_10m_waited_over_1h'], '{:.1%}')} | "
+            f"{_f(r['spearman'], '{:.2f}')} | {_f(r.get('coverage'), '{:.1%}')} | "
+            f"{_f(r.get('bound_median_h'), '{:.2f}')} |"
+        )
+    out += [
+        "",
+        "Per month (guarded beside zero wait):",
+        "",
+        "| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m, r in doc["out_of_sample"]["guarded"]["months"].items():
         z = doc["out_of_sample"]["zero"]["months"][m]
-        out.append(f"| {m} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(z['mae_h'], '{:.2f}')} | "
-                   f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} |")
+        out.append(
+            f"| {m} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(z['mae_h'], '{:.2f}')} | "
+            f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} |"
+        )
     bd = doc.get("bound")
     if bd:
         g = doc["out_of_sample"]["guarded"]
-        line = (f"The {lv:.0%} bound (guarded): capped at {_f(bd['cap_h'], '{:.1f}')} h, the calibration "
-                f"period's longest wait as known at its end; {_f(g['pooled'].get('at_cap'), '{:.1%}')} of the "
-                f"bounds at the cap; median bound {_f(g['pooled'].get('bound_median_h'), '{:.2f}')} h against "
-                f"the real waits' median {_f(g['pooled'].get('real_median_h'), '{:.2f}')} h and 90th percentile "
-                f"{_f(g['pooled'].get('real_p90_h'), '{:.2f}')} h. {bd['reads']}.")
+        line = (
+            f"The {lv:.0%} bound (guarded): capped at {_f(bd['cap_h'], '{:.1f}')} h, the calibration "
+            f"period's longest wait as known at its end; {_f(g['pooled'].get('at_cap'), '{:.1%}')} of the "
+            f"bounds at the cap; median bound {_f(g['pooled'].get('bound_median_h'), '{:.2f}')} h against "
+            f"the real waits' median {_f(g['pooled'].get('real_median_h'), '{:.2f}')} h and 90th percentile "
+            f"{_f(g['pooled'].get('real_p90_h'), '{:.2f}')} h. {bd['reads']}."
+        )
         out += ["", line, ""]
         for key, name in (("months", "month"), ("size_classes", "nodes"), ("limit_classes", "requested time")):
-            out += [f"| {name} | n | coverage | bound median h | real median h | real p90 h | at cap |",
-                    "|---|---|---|---|---|---|---|"]
+            out += [
+                f"| {name} | n | coverage | bound median h | real median h | real p90 h | at cap |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for k, r in g.get(key, {}).items():
-                out.append(f"| {k} | {r['n']} | {_f(r.get('coverage'), '{:.1%}')} | {_f(r.get('bound_median_h'), '{:.2f}')} | "
-                           f"{_f(r.get('real_median_h'), '{:.2f}')} | {_f(r.get('real_p90_h'), '{:.2f}')} | "
-                           f"{_f(r.get('at_cap'), '{:.1%}')} |")
+                out.append(
+                    f"| {k} | {r['n']} | {_f(r.get('coverage'), '{:.1%}')} | {_f(r.get('bound_median_h'), '{:.2f}')} | "
+                    f"{_f(r.get('real_median_h'), '{:.2f}')} | {_f(r.get('real_p90_h'), '{:.2f}')} | "
+                    f"{_f(r.get('at_cap'), '{:.1%}')} |"
+                )
             out.append("")
     if doc.get("at_cut"):
-        line = (f"Fitted on the calibration period as it stood at {doc['at_cut']['cut']} "
-                f"({doc['at_cut']['censored_waits']} jobs still waiting then, their waits censored): "
-                f"{doc['at_cut']['reads']}.")
+        line = (
+            f"Fitted on the calibration period as it stood at {doc['at_cut']['cut']} "
+            f"({doc['at_cut']['censored_waits']} jobs still waiting then, their waits censored): "
+            f"{doc['at_cut']['reads']}."
+        )
         out += ["", line]
     rf = doc.get("replay_fidelity")
     if rf:
-        out += ["", f"Replay fidelity (not a prediction: the calibrated simulator replaying the scored window with "
-                    f"every job's real run time, from `calibrate`): MAE {_f(rf.get('mae_h'), '{:.2f}')} h, within 1 h "
-                    f"{_f(rf.get('within_1h'), '{:.1%}')}."]
+        out += [
+            "",
+            f"Replay fidelity (not a prediction: the calibrated simulator replaying the scored window with "
+            f"every job's real run time, from `calibrate`): MAE {_f(rf.get('mae_h'), '{:.2f}')} h, within 1 h "
+            f"{_f(rf.get('within_1h'), '{:.1%}')}.",
+        ]
     out += ["", "What each candidate reads at submission:", ""] + [f"* `{k}`: {v}" for k, v in READS.items()]
     return "\n".join(out) + "\n"
 
@@ -345,23 +420,39 @@ def _replay_fidelity(cfg_uri: str) -> dict[str, Any] | None:
         doc = json.loads(storage.read_bytes(cal))
     except Exception:  # noqa: BLE001 - a config without its calibration report: no fidelity figure
         return None
-    return {"source": cal, **{k: doc.get("out_of_sample", {}).get(k) for k in ("n", "mae_h", "zero_mae_h", "within_1h",
-                                                                                "zero_within_1h", "spearman")}}
+    return {
+        "source": cal,
+        **{
+            k: doc.get("out_of_sample", {}).get(k)
+            for k in ("n", "mae_h", "zero_mae_h", "within_1h", "zero_within_1h", "spearman")
+        },
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output)")
-    p.add_argument("--cluster-config", required=True,
-                   help="calibrated configuration (calibrate's config.json) or preset: nodes and priority weights")
+    p.add_argument(
+        "--cluster-config",
+        required=True,
+        help="calibrated configuration (calibrate's config.json) or preset: nodes and priority weights",
+    )
     p.add_argument("--calibrate-from", required=True, help="calibration period start (ISO; trace time zone)")
     p.add_argument("--calibrate-to", required=True, help="calibration period end, exclusive")
     p.add_argument("--months", nargs="+", required=True, help="scored months YYYY-MM (trace time zone), after it")
     p.add_argument("--out", required=True, help="output prefix URI")
     p.add_argument("--level", type=float, default=LEVEL, help=f"the upper bound's level, in (0.5, 1) ({LEVEL})")
-    p.add_argument("--margin", type=float, default=MARGIN,
-                   help=f"the guard's allowance on within 1 h below zero wait's, in [0, 0.5] ({MARGIN})")
-    p.add_argument("--procs-per-node", type=int, default=None,
-                   help="processors per node, for traces that record processors but no node counts")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=MARGIN,
+        help=f"the guard's allowance on within 1 h below zero wait's, in [0, 0.5] ({MARGIN})",
+    )
+    p.add_argument(
+        "--procs-per-node",
+        type=int,
+        default=None,
+        help="processors per node, for traces that record processors but no node counts",
+    )
     p.add_argument("--seed", type=int, default=0, help="model seed, 0 .. 2^31-1 (0)")
 
 
@@ -374,7 +465,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--level must lie in (0.5, 1), got {args.level}")
     if not (0.0 <= args.margin <= 0.5):
         raise StepError(f"--margin must lie in [0, 0.5], got {args.margin}")
-    if not (0 <= args.seed < 2 ** 31):
+    if not (0 <= args.seed < 2**31):
         raise StepError(f"--seed must lie in 0 .. 2^31-1, got {args.seed}")
     if args.procs_per_node is not None and args.procs_per_node < 1:
         raise StepError(f"--procs-per-node must be >= 1, got {args.procs_per_node}")
@@ -391,8 +482,10 @@ def run(args: argparse.Namespace) -> int:
     if not a < b:
         raise StepError("--calibrate-to must be after --calibrate-from")
     if not b <= c:
-        raise StepError(f"--months {months[0]} begins before --calibrate-to: the scored months must come after the "
-                        "calibration period")
+        raise StepError(
+            f"--months {months[0]} begins before --calibrate-to: the scored months must come after the "
+            "calibration period"
+        )
     ppn = args.procs_per_node or cfg.procs_per_node or None
     wl = Workload.from_frame(df, ppn)
     if len(wl) > MAX_JOBS:
@@ -400,26 +493,48 @@ def run(args: argparse.Namespace) -> int:
     first, last = (int(wl.submit[0]), int(wl.submit[-1])) if len(wl) else (0, -1)
     n_cal = int(((wl.submit >= a) & (wl.submit < b)).sum())
     if n_cal == 0:
-        raise StepError(f"--calibrate-from/--calibrate-to: no job of {args.trace} was submitted in that period (the "
-                        f"trace's submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d} to "
-                        f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d})")
+        raise StepError(
+            f"--calibrate-from/--calibrate-to: no job of {args.trace} was submitted in that period (the "
+            f"trace's submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d} to "
+            f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m-%d})"
+        )
     sub_m = pd.to_datetime(wl.submit, unit="s", utc=True).tz_convert(tz).strftime("%Y-%m")
     empty = [m for m in months if not (sub_m == m).any()]
     if empty:
-        raise StepError(f"--months: no job of {args.trace} was submitted in {', '.join(empty)} (the trace's "
-                        f"submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m} to "
-                        f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m})")
-    params = {"config": cfg.to_dict(), "windows": [a, b, c, d], "months": months, "level": args.level,
-              "margin": args.margin, "seed": args.seed, "xgb": XGB_PARAMS, "features": list(atsubmit.FEATURES),
-              "fit_share": FIT_SHARE, "eta": ETA, "guard_z": Z_ONE_SIDED, "quantiles": list(QUANTILES), "recent_n": atsubmit.RECENT_N, "procs_per_node": ppn,
-              "model_file": MODEL_FILE, "fitted_at_cut": True, "bound_feedback": "at the bound's end",
-              "bound_cap": "the calibration period's longest wait as known at its end"}
+        raise StepError(
+            f"--months: no job of {args.trace} was submitted in {', '.join(empty)} (the trace's "
+            f"submissions run {pd.Timestamp(first, unit='s', tz='UTC').tz_convert(tz):%Y-%m} to "
+            f"{pd.Timestamp(last, unit='s', tz='UTC').tz_convert(tz):%Y-%m})"
+        )
+    params = {
+        "config": cfg.to_dict(),
+        "windows": [a, b, c, d],
+        "months": months,
+        "level": args.level,
+        "margin": args.margin,
+        "seed": args.seed,
+        "xgb": XGB_PARAMS,
+        "features": list(atsubmit.FEATURES),
+        "fit_share": FIT_SHARE,
+        "eta": ETA,
+        "guard_z": Z_ONE_SIDED,
+        "quantiles": list(QUANTILES),
+        "recent_n": atsubmit.RECENT_N,
+        "procs_per_node": ppn,
+        "model_file": MODEL_FILE,
+        "fitted_at_cut": True,
+        "bound_feedback": "at the bound's end",
+        "bound_cap": "the calibration period's longest wait as known at its end",
+    }
     step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
 
-    log.info("waitpred: the queue at each submission, %d jobs from %s (the log before is walked for state)",
-             int(((wl.submit >= a) & (wl.submit < d)).sum()), args.calibrate_from)
+    log.info(
+        "waitpred: the queue at each submission, %d jobs from %s (the log before is walked for state)",
+        int(((wl.submit >= a) & (wl.submit < d)).sum()),
+        args.calibrate_from,
+    )
     frame = atsubmit.sweep(wl, cfg, a, d, tz, label=args.trace)
     log.info("waitpred: fitting the quantile models (%d calibration jobs), then the bounds", n_cal)
     scored_mask = frame["submit"].to_numpy() >= c
@@ -444,17 +559,21 @@ def run(args: argparse.Namespace) -> int:
     # smaller predictions, zero wait first: the guard's safe side.
     known = ~cen_tail
     if known.sum() < 2:
-        raise StepError(f"--calibrate-to: {int(cen_tail.sum())} of the {len(tail)} held-back jobs of the calibration "
-                        "period were still waiting at its end, too few known waits to score the candidates on: end "
-                        "the calibration period earlier or make it longer")
-    pick, tail_m, why = guard(tail[known].reset_index(drop=True), {k: pt_tail[k][known] for k in CANDIDATES},
-                              args.margin, tz)
+        raise StepError(
+            f"--calibrate-to: {int(cen_tail.sum())} of the {len(tail)} held-back jobs of the calibration "
+            "period were still waiting at its end, too few known waits to score the candidates on: end "
+            "the calibration period earlier or make it longer"
+        )
+    pick, tail_m, why = guard(
+        tail[known].reset_index(drop=True), {k: pt_tail[k][known] for k in CANDIDATES}, args.margin, tz
+    )
     if cen_tail.any():
         why += f"; {int(cen_tail.sum())} held-back jobs still waiting at the cut are not scored"
     theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level, cen_tail, cap_s) for k in CANDIDATES}
     for k in CANDIDATES:
-        tail_m[k]["coverage_static"] = float((~cen_tail & (real_tail <= atsubmit.static_bound(base_tail[k], theta0[k],
-                                                                                                cap_s))).mean())
+        tail_m[k]["coverage_static"] = float(
+            (~cen_tail & (real_tail <= atsubmit.static_bound(base_tail[k], theta0[k], cap_s))).mean()
+        )
     model = fit_model(cal, args.level, args.seed)
     pt, base = points(scored, model)
     pred = scored[["job_id", "submit", "real_wait_s", "nodes", "limit_s", "est_s", "plannable"]].copy()
@@ -466,19 +585,39 @@ def run(args: argparse.Namespace) -> int:
     pred["guarded"] = pred[pick]
     pred["guarded_bound"] = pred[f"{pick}_bound"]
     res = score(pred, tz, cap_s)
-    doc = {"trace": args.trace, "timezone": tz, "params": params,
-           "windows": {"calibrate_from": pd.Timestamp(a, unit="s", tz="UTC").tz_convert(tz).isoformat(),
-                       "calibrate_to": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat()},
-           "pick": pick, "pick_reason": why, "tail": tail_m, "theta0": theta0, "reads": READS,
-           "at_cut": {"cut": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat(),
-                      "censored_waits": int(censored.sum()), "reads": AT_CUT},
-           "bound": {"cap_s": cap_s, "cap_h": cap_s / 3600.0, "theta_limit": atsubmit.theta_limit(cap_s),
-                     "eta": ETA, "reads": BOUND_READS},
-           "n_calibration": int(len(cal)), "n_scored": int(len(scored)),
-           "unplannable_scored": int((~scored["plannable"]).sum()),
-           "out_of_sample": res, "criteria": criteria(res, args.level),
-           "feature_importance": dict(zip(atsubmit.FEATURES, map(float, model.feature_importances_))),
-           "replay_fidelity": _replay_fidelity(args.cluster_config)}
+    doc = {
+        "trace": args.trace,
+        "timezone": tz,
+        "params": params,
+        "windows": {
+            "calibrate_from": pd.Timestamp(a, unit="s", tz="UTC").tz_convert(tz).isoformat(),
+            "calibrate_to": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat(),
+        },
+        "pick": pick,
+        "pick_reason": why,
+        "tail": tail_m,
+        "theta0": theta0,
+        "reads": READS,
+        "at_cut": {
+            "cut": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat(),
+            "censored_waits": int(censored.sum()),
+            "reads": AT_CUT,
+        },
+        "bound": {
+            "cap_s": cap_s,
+            "cap_h": cap_s / 3600.0,
+            "theta_limit": atsubmit.theta_limit(cap_s),
+            "eta": ETA,
+            "reads": BOUND_READS,
+        },
+        "n_calibration": int(len(cal)),
+        "n_scored": int(len(scored)),
+        "unplannable_scored": int((~scored["plannable"]).sum()),
+        "out_of_sample": res,
+        "criteria": criteria(res, args.level),
+        "feature_importance": dict(zip(atsubmit.FEATURES, map(float, model.feature_importances_))),
+        "replay_fidelity": _replay_fidelity(args.cluster_config),
+    }
     doc = _clean(doc)
     step.write_json(DOC_FILE, doc)
     buf = io.BytesIO()
@@ -489,19 +628,24 @@ def run(args: argparse.Namespace) -> int:
     # times (mirage_tasks.calibration.atprobe): xgboost's own format, never a pickle
     step.write_bytes(MODEL_FILE, bytes(model.get_booster().save_raw("ubj")))
     step.commit(summary={"pick": pick, "criteria": doc["criteria"]})
-    print(f"waitpred: pick {pick}; out of sample MAE h: "
-          + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS)
-          + f"; within 1 h guarded {res['guarded']['pooled']['within_1h']:.1%} vs zero "
-          f"{res['zero']['pooled']['within_1h']:.1%}; {args.level:.0%} bound coverage per month: "
-          + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None)
-          + f"; guarded bound median {res['guarded']['pooled']['bound_median_h']:.2f} h (real waits' median "
-          f"{res['guarded']['pooled']['real_median_h']:.2f} h), {res['guarded']['pooled']['at_cap']:.1%} at the cap of "
-          f"{cap_s / 3600.0:.1f} h", flush=True)
+    print(
+        f"waitpred: pick {pick}; out of sample MAE h: "
+        + ", ".join(f"{k} {res[k]['pooled']['mae_h']:.2f}" for k in PREDICTORS)
+        + f"; within 1 h guarded {res['guarded']['pooled']['within_1h']:.1%} vs zero "
+        f"{res['zero']['pooled']['within_1h']:.1%}; {args.level:.0%} bound coverage per month: "
+        + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None)
+        + f"; guarded bound median {res['guarded']['pooled']['bound_median_h']:.2f} h (real waits' median "
+        f"{res['guarded']['pooled']['real_median_h']:.2f} h), {res['guarded']['pooled']['at_cap']:.1%} at the cap of "
+        f"{cap_s / 3600.0:.1f} h",
+        flush=True,
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mirage_tasks.calibration.waitpred", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m mirage_tasks.calibration.waitpred", description=__doc__.split("\n\n")[0]
+    )
     add_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -152,17 +152,31 @@ def _is_swf(head: list[str]) -> bool:
 #: first whose ``detect`` says yes wins, so a looser test goes after a stricter one). Adding a
 #: format is a row here; ``ingest --format`` offers ``auto`` and every name.
 READERS: dict[str, Reader] = {
-    "sacct-parsable": Reader(_is_sacct_parsable, lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-parsable", tz),
-                             "sacct --parsable2 output"),
-    "sacct-fixed": Reader(_is_sacct_fixed, lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-fixed", tz),
-                          "a Slurm sacct export with a JobID header"),
+    "sacct-parsable": Reader(
+        _is_sacct_parsable,
+        lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-parsable", tz),
+        "sacct --parsable2 output",
+    ),
+    "sacct-fixed": Reader(
+        _is_sacct_fixed,
+        lambda lines, uri, tz: _parse_sacct(lines, uri, "sacct-fixed", tz),
+        "a Slurm sacct export with a JobID header",
+    ),
     "swf": Reader(_is_swf, lambda lines, uri, tz: _parse_swf(lines, uri), "SWF"),
 }
 
 
 #: The pandas type of each normalised column (:data:`mirage_tasks.data.schema.SCHEMA`), for :func:`frame`.
-_DTYPES = {"job_id": "string", "time_limit_s": "Int64", "nodes": "Int32", "procs": "Int32",
-           "partition": "string", "user": "string", "status": "string", "priority": "Int64"}
+_DTYPES = {
+    "job_id": "string",
+    "time_limit_s": "Int64",
+    "nodes": "Int32",
+    "procs": "Int32",
+    "partition": "string",
+    "user": "string",
+    "status": "string",
+    "priority": "Int64",
+}
 
 
 def frame(**columns: Any) -> pd.DataFrame:
@@ -195,7 +209,8 @@ def formats() -> tuple[str, ...]:
 def formats_help() -> str:
     """``ingest --format``'s help, from :data:`READERS`."""
     return "trace format (default: auto, detected from the content): " + "; ".join(
-        f"{name}: {r.what}" for name, r in READERS.items()).replace("%", "%%")
+        f"{name}: {r.what}" for name, r in READERS.items()
+    ).replace("%", "%%")
 
 
 def detect_format(lines: list[str], uri: str, about: str | None = None) -> str:
@@ -268,8 +283,10 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
                 break
     for required in ("job_id", "submit"):
         if required not in cols:
-            raise StepError(f"{uri}: line {header_line}: sacct header lacks {SACCT_COLUMNS[required][0]} "
-                            f"(has {len(header)} columns, none of {', '.join(SACCT_COLUMNS[required])})")
+            raise StepError(
+                f"{uri}: line {header_line}: sacct header lacks {SACCT_COLUMNS[required][0]} "
+                f"(has {len(header)} columns, none of {', '.join(SACCT_COLUMNS[required])})"
+            )
     if "nodes" not in cols and "procs" not in cols:
         raise StepError(f"{uri}: line {header_line}: sacct header has no node or CPU count column")
     ncols = len(header)
@@ -323,7 +340,9 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         for j in np.flatnonzero(broken.to_numpy()):
             if not bad[j]:
                 bad[j] = True
-                reasons[j] = f"{SACCT_COLUMNS[key][0]} {_chars(s.iloc[j])} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
+                reasons[j] = (
+                    f"{SACCT_COLUMNS[key][0]} {_chars(s.iloc[j])} is not a time (YYYY-MM-DDTHH:MM:SS, 1970-2199)"
+                )
         return parsed
 
     submit = times("submit", True)
@@ -354,8 +373,10 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         unlimited = lim.isin(_SACCT_NO_LIMIT) | lim.isna()
         limit_min = pd.to_numeric(lim.where(~unlimited), errors="coerce")
         broken = ((limit_min.isna() & ~unlimited) | (limit_min < 0) | (limit_min > _MAX_LIMIT_MIN)).fillna(False)
-        mark(broken.to_numpy(), lambda j: f"{SACCT_COLUMNS['limit_min'][0]} {_chars(lim.iloc[j])} is not a time limit "
-                                          "in minutes")
+        mark(
+            broken.to_numpy(),
+            lambda j: f"{SACCT_COLUMNS['limit_min'][0]} {_chars(lim.iloc[j])} is not a time limit in minutes",
+        )
         limit_s = (limit_min.where(~broken) * 60).round().astype("Int64")
     elif "limit_text" in cols:
         text = col("limit_text")
@@ -368,8 +389,10 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
                 sec, ok = np.nan, False
             seconds.append(sec if ok else np.nan)
             broken.append(not ok)
-        mark(np.array(broken, dtype=bool),
-             lambda j: f"Timelimit {_chars(text.iloc[j])} is not a Slurm duration ([D-]HH:MM:SS, MM, UNLIMITED)")
+        mark(
+            np.array(broken, dtype=bool),
+            lambda j: f"Timelimit {_chars(text.iloc[j])} is not a Slurm duration ([D-]HH:MM:SS, MM, UNLIMITED)",
+        )
         limit_s = pd.Series(pd.array(seconds, dtype="Float64"), dtype="Float64").round().astype("Int64")
     else:
         limit_s = pd.Series(pd.NA, index=range(len(rows)), dtype="Int64")
@@ -379,8 +402,10 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
     for key, counts in (("nodes", nodes), ("procs", procs)):
         if counts is not None:
             name = header[cols[key]]
-            mark(((counts < 1) | (counts > _MAX_COUNT)).fillna(False).to_numpy(),
-                 lambda j, c=counts, n=name: f"{n} {c.iloc[j]} is not a positive count")
+            mark(
+                ((counts < 1) | (counts > _MAX_COUNT)).fillna(False).to_numpy(),
+                lambda j, c=counts, n=name: f"{n} {c.iloc[j]} is not a positive count",
+            )
     job_ids = col("job_id")
     mark((job_ids.isna() | (job_ids == "")).to_numpy(), lambda j: "empty JobID")
 
@@ -409,9 +434,15 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
             "start": utc["start"],
             "end": utc["end"],
             "time_limit_s": limit_s,
-            "nodes": nodes.astype("Int32") if nodes is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
-            "procs": procs.astype("Int32") if procs is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
-            "partition": col("partition") if "partition" in cols else pd.Series(pd.NA, index=range(len(rows)), dtype="string"),
+            "nodes": nodes.astype("Int32")
+            if nodes is not None
+            else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
+            "procs": procs.astype("Int32")
+            if procs is not None
+            else pd.Series(pd.NA, index=range(len(rows)), dtype="Int32"),
+            "partition": col("partition")
+            if "partition" in cols
+            else pd.Series(pd.NA, index=range(len(rows)), dtype="string"),
             "user": col("user") if "user" in cols else pd.Series(pd.NA, index=range(len(rows)), dtype="string"),
             "status": status,
             "priority": priority if priority is not None else pd.Series(pd.NA, index=range(len(rows)), dtype="Int64"),
@@ -422,7 +453,9 @@ def _parse_sacct(lines: list[str], uri: str, fmt: str, timezone: str | None) -> 
         kept_lines = lineno[keep]
         first_line = {v: int(kept_lines[i]) for i, v in reversed(list(enumerate(df["job_id"])))}
         for j in np.flatnonzero(dup.to_numpy()):  # the first row's line, not the JobID itself
-            rejected.append(Rejected(int(kept_lines[j]), f"duplicate JobID (that of line {first_line[df['job_id'].iloc[j]]})"))
+            rejected.append(
+                Rejected(int(kept_lines[j]), f"duplicate JobID (that of line {first_line[df['job_id'].iloc[j]]})")
+            )
         df = df[~dup].reset_index(drop=True)
     rejected.sort(key=lambda r: r.line)
     meta = TraceMeta(source=uri, format=fmt, timezone=tz)
@@ -442,18 +475,32 @@ def _localize(local: pd.DataFrame, tz: str, uri: str) -> tuple[pd.DataFrame, int
         try:
             probe = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
             gaps = s.dt.tz_localize(tz, ambiguous=amb, nonexistent="NaT")
-        except Exception as exc:  # noqa: BLE001 - unknown zone names
+        except Exception as exc:  # unknown zone names
             raise StepError(f"--timezone {tz!r} is not a known time zone ({exc})") from exc
         n_amb, n_gap = int((probe.isna() & s.notna()).sum()), int((gaps.isna() & s.notna()).sum())
         if n_gap:
             first = s[gaps.isna() & s.notna()].iloc[0]
-            log.warning("%s: %d %s time(s) fall in a spring-forward gap of %s and do not exist (first: %s); "
-                        "moved to the first valid time after the gap", uri, n_gap, name, tz, first)
+            log.warning(
+                "%s: %d %s time(s) fall in a spring-forward gap of %s and do not exist (first: %s); "
+                "moved to the first valid time after the gap",
+                uri,
+                n_gap,
+                name,
+                tz,
+                first,
+            )
         if n_amb:
-            log.warning("%s: %d %s time(s) are ambiguous in %s (the autumn hour shown twice); read as standard "
-                        "time", uri, n_amb, name, tz)
+            log.warning(
+                "%s: %d %s time(s) are ambiguous in %s (the autumn hour shown twice); read as standard time",
+                uri,
+                n_amb,
+                name,
+                tz,
+            )
         ambiguous, nonexistent = ambiguous + n_amb, nonexistent + n_gap
-        out[name] = s.dt.tz_localize(tz, ambiguous=amb, nonexistent="shift_forward").dt.tz_convert("UTC").dt.as_unit("s")
+        out[name] = (
+            s.dt.tz_localize(tz, ambiguous=amb, nonexistent="shift_forward").dt.tz_convert("UTC").dt.as_unit("s")
+        )
     return pd.DataFrame(out), ambiguous, nonexistent
 
 
@@ -571,16 +618,25 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
     if max_procs is not None:
         over = int((req_procs > max_procs).sum())
         if over:
-            log.warning("%s: %d job(s) ask for more processors than the header's MaxProcs %d (largest: %d)",
-                        uri, over, max_procs, int(req_procs.max()))
+            log.warning(
+                "%s: %d job(s) ask for more processors than the header's MaxProcs %d (largest: %d)",
+                uri,
+                over,
+                max_procs,
+                int(req_procs.max()),
+            )
     zone = header.get("TimeZoneString", "UTC").strip() or "UTC"
     try:
-        import zoneinfo  # noqa: PLC0415
+        import zoneinfo
 
         zoneinfo.ZoneInfo(zone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        log.warning("%s: header TimeZoneString %s is not a known time zone (times are read from UnixStartTime, "
-                    "in UTC, as always)", uri, _chars(zone))
+        log.warning(
+            "%s: header TimeZoneString %s is not a known time zone (times are read from UnixStartTime, "
+            "in UTC, as always)",
+            uri,
+            _chars(zone),
+        )
     one_proc_per_node = max_nodes is not None and max_nodes == max_procs
     part_num = v[:, 15].astype(np.int64)
 
@@ -626,9 +682,24 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
 
 
 _SWF_FIELDS = (
-    "job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
-    "used memory", "requested processors", "requested time", "requested memory", "status", "user id",
-    "group id", "executable number", "queue number", "partition number", "preceding job", "think time",
+    "job number",
+    "submit time",
+    "wait time",
+    "run time",
+    "allocated processors",
+    "average CPU time",
+    "used memory",
+    "requested processors",
+    "requested time",
+    "requested memory",
+    "status",
+    "user id",
+    "group id",
+    "executable number",
+    "queue number",
+    "partition number",
+    "preceding job",
+    "think time",
 )
 #: Latest absolute time accepted (2200-01-01 UTC): pandas' nanosecond timestamps end in 2262.
 _MAX_EPOCH_S = 7_258_118_400
@@ -654,8 +725,10 @@ def _swf_check_rows(v: np.ndarray, lines: list[int], t0: int) -> tuple[np.ndarra
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(v) & (np.abs(v) <= 2.0**53)
         bad_field = np.argmin(finite, axis=1)
-        mark(~finite.all(axis=1),
-             lambda j: f"{_SWF_FIELDS[bad_field[j]]} {float(v[j, bad_field[j]]):g} is not a finite number in range")
+        mark(
+            ~finite.all(axis=1),
+            lambda j: f"{_SWF_FIELDS[bad_field[j]]} {float(v[j, bad_field[j]]):g} is not a finite number in range",
+        )
         job = v[:, 0]
         mark((job < 0) | (np.round(job) != job), lambda j: f"job number {job[j]:g} is not a non-negative integer")
         submit = v[:, 1]

@@ -39,6 +39,7 @@ def _join(*parts: str) -> str:
 
 # ----------------------------------------------------------------------------- shared: traces and samples
 
+
 def trace_location(shared: str, identity: dict[str, Any]) -> str:
     """``<shared>/traces/<kind>-<key>``: one ingested (or generated) trace per identity
     (what it depends on: its content or profile and seed, time zone, window)."""
@@ -63,18 +64,38 @@ def spacing_params(baseline: str, spacing: str) -> dict[str, str]:
     return {"probe_spacing": spacing} if baseline == "default" and spacing != DEFAULT_SPACING else {}
 
 
-def sample_family(shared: str, source: dict[str, Any], *, cluster_config: str, interval_hours: float, anchor: int,
-                  warmup_days: float, workload_days: float, probes: int, node: int, probe_spacing: str,
-                  baseline: str = "default") -> str:
+def sample_family(
+    shared: str,
+    source: dict[str, Any],
+    *,
+    cluster_config: str,
+    interval_hours: float,
+    anchor: int,
+    warmup_days: float,
+    workload_days: float,
+    probes: int,
+    node: int,
+    probe_spacing: str,
+    baseline: str = "default",
+) -> str:
     """``<shared>/samples/node<N>-<key>``: the root of one sample family, whose day partitions
     share every input but the day: the trace ``source``, the simulator configuration, the
     episode and probe parameters, the grid through ``anchor`` and the mode."""
     _, phase = grid(anchor, interval_hours)
     # floats as the keys have always been written (4.0, not 4), so committed families stay valid; a run
     # key hashes them as ints (see mirage_tasks.run.runconf.canonical_number)
-    key = {"trace": source, "cluster_config": cluster_config, "interval_hours": float(interval_hours),
-           "phase_s": phase, "warmup_days": float(warmup_days), "workload_days": float(workload_days),
-           "probes": probes, "node": int(node), "baseline": baseline, **spacing_params(baseline, probe_spacing)}
+    key = {
+        "trace": source,
+        "cluster_config": cluster_config,
+        "interval_hours": float(interval_hours),
+        "phase_s": phase,
+        "warmup_days": float(warmup_days),
+        "workload_days": float(workload_days),
+        "probes": probes,
+        "node": int(node),
+        "baseline": baseline,
+        **spacing_params(baseline, probe_spacing),
+    }
     return _join(shared, f"samples/node{int(node)}-{digest(key)}")
 
 
@@ -84,6 +105,7 @@ def partition(family: str, day: str) -> str:
 
 
 # ----------------------------------------------------------------------------- one run's outputs
+
 
 def run_prefix(runs: str, key: str) -> str:
     """``<runs>/<key>``: a run's own outputs (``key``: :func:`mirage_tasks.run.plan.run_key`)."""

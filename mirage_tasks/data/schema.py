@@ -94,7 +94,9 @@ def resolve(uri: str) -> str:
     return storage.join(uri, TRACE_FILE)
 
 
-def read_trace(uri: str, start: pd.Timestamp | None = None, end: pd.Timestamp | None = None) -> tuple[pd.DataFrame, TraceMeta]:
+def read_trace(
+    uri: str, start: pd.Timestamp | None = None, end: pd.Timestamp | None = None
+) -> tuple[pd.DataFrame, TraceMeta]:
     """Read a normalised trace, optionally only jobs submitted in ``[start, end)``."""
     path = resolve(uri)
     if not storage.exists(path):

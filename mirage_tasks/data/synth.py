@@ -86,7 +86,11 @@ def fit_profile(df: pd.DataFrame, meta: TraceMeta, gap_s: float = 60.0) -> dict[
     limit = df["time_limit_s"].astype("int64").to_numpy()
     nodes = df["nodes"].astype("int64").to_numpy()
     start = df["start"]
-    run = np.where(df["end"].notna() & start.notna(), (_seconds(df["end"].fillna(df["submit"])) - _seconds(start.fillna(df["submit"]))), -1)
+    run = np.where(
+        df["end"].notna() & start.notna(),
+        (_seconds(df["end"].fillna(df["submit"])) - _seconds(start.fillna(df["submit"]))),
+        -1,
+    )
     wait = np.where(start.notna(), _seconds(start.fillna(df["submit"])) - submit, -1)
 
     bid = _batches(df, gap_s)
@@ -120,7 +124,8 @@ def fit_profile(df: pd.DataFrame, meta: TraceMeta, gap_s: float = 60.0) -> dict[
         runtime[str(c)] = {
             "to_limit_share": float(np.mean(r >= 0.999)),
             "ratio_quantiles": np.round(np.quantile(np.clip(r[r < 0.999], 0, 1), QUANTILES), 6).tolist()
-            if np.any(r < 0.999) else [0.5] * len(QUANTILES),
+            if np.any(r < 0.999)
+            else [0.5] * len(QUANTILES),
         }
     waits = {}
     nc = _node_class(nodes)
@@ -133,15 +138,21 @@ def fit_profile(df: pd.DataFrame, meta: TraceMeta, gap_s: float = 60.0) -> dict[
     status_nt = df["status"][ratio < 0.999].value_counts(normalize=True)
     return {
         "profile_version": PROFILE_VERSION,
-        "fitted_on": {"format": meta.format, "timezone": meta.timezone, "jobs": int(len(df)),
-                      "first_submit": pd.Timestamp(submit.min(), unit="s", tz="UTC").isoformat(),
-                      "last_submit": pd.Timestamp(submit.max(), unit="s", tz="UTC").isoformat()},
+        "fitted_on": {
+            "format": meta.format,
+            "timezone": meta.timezone,
+            "jobs": int(len(df)),
+            "first_submit": pd.Timestamp(submit.min(), unit="s", tz="UTC").isoformat(),
+            "last_submit": pd.Timestamp(submit.max(), unit="s", tz="UTC").isoformat(),
+        },
         "machine_nodes": meta.machine_nodes,
         "batch_gap_s": gap_s,
         "arrivals": {
             "batch_rate_per_hour_of_week": np.round(rate, 5).tolist(),
             "batch_size_pmf": _pmf(size.to_numpy(), cap=1000),
-            "intra_batch_gap_quantiles_s": np.round(np.quantile(intra, QUANTILES), 1).tolist() if len(intra) else [0.0] * len(QUANTILES),
+            "intra_batch_gap_quantiles_s": np.round(np.quantile(intra, QUANTILES), 1).tolist()
+            if len(intra)
+            else [0.0] * len(QUANTILES),
         },
         "shape_nodes_limit_counts": shape,
         "runtime_by_limit_class": runtime,
@@ -163,16 +174,28 @@ def _pmf(values: np.ndarray, cap: int) -> list[list[float]]:
 
 
 #: The keys of a workload profile (what :func:`fit_profile` writes); any other key is refused.
-PROFILE_KEYS = frozenset({
-    "profile_version", "fitted_on", "machine_nodes", "batch_gap_s", "arrivals", "shape_nodes_limit_counts",
-    "runtime_by_limit_class", "limit_classes_s", "wait_quantiles_s_by_node_class", "node_classes",
-    "user_batch_shares", "status_when_not_timeout",
-})
+PROFILE_KEYS = frozenset(
+    {
+        "profile_version",
+        "fitted_on",
+        "machine_nodes",
+        "batch_gap_s",
+        "arrivals",
+        "shape_nodes_limit_counts",
+        "runtime_by_limit_class",
+        "limit_classes_s",
+        "wait_quantiles_s_by_node_class",
+        "node_classes",
+        "user_batch_shares",
+        "status_when_not_timeout",
+    }
+)
 ARRIVAL_KEYS = frozenset({"batch_rate_per_hour_of_week", "batch_size_pmf", "intra_batch_gap_quantiles_s"})
 
 
-def _numbers(where: str, key: str, v: Any, n: int | None = None, width: int | None = None,
-             nonneg: bool = True) -> np.ndarray:
+def _numbers(
+    where: str, key: str, v: Any, n: int | None = None, width: int | None = None, nonneg: bool = True
+) -> np.ndarray:
     """``v`` as a float array of ``n`` numbers (rows of ``width``), finite and (``nonneg``) >= 0;
     a :class:`StepError` naming ``key`` otherwise."""
     shape = f"{n if n else 'a non-empty list of'} " + (f"[{width} numbers] rows" if width else "numbers")
@@ -212,8 +235,10 @@ def validate_profile(p: dict[str, Any], where: str) -> None:
         raise StepError(f"{where}: shape_nodes_limit_counts needs nodes >= 1 and a positive count")
     if _numbers(where, "user_batch_shares", p.get("user_batch_shares")).sum() <= 0:
         raise StepError(f"{where}: user_batch_shares must not all be 0")
-    for key, classes in (("runtime_by_limit_class", len(LIMIT_CLASSES_S) + 1),
-                         ("wait_quantiles_s_by_node_class", len(NODE_CLASSES) + 1)):
+    for key, classes in (
+        ("runtime_by_limit_class", len(LIMIT_CLASSES_S) + 1),
+        ("wait_quantiles_s_by_node_class", len(NODE_CLASSES) + 1),
+    ):
         d = p.get(key)
         if not isinstance(d, dict) or any(str(c) not in d for c in range(classes)):
             raise StepError(f"{where}: {key} must map each class 0..{classes - 1} (as a string)")
@@ -249,12 +274,15 @@ PROFILE_MAX_RATE_PER_H = 1_000_000.0
 def _values(p: dict[str, Any], where: str, shape: np.ndarray, pmf: np.ndarray) -> None:
     """The values :func:`validate_profile`'s shape checks leave open: whole, positive node
     counts and batch sizes, positive limits, the machine size, rising quantiles, upper bounds."""
+
     def bad(key: str, why: str) -> StepError:
         return StepError(f"{where}: {key} {why}")
 
     m = p.get("machine_nodes")
     if m is not None and (not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= PROFILE_MAX_NODES):
-        raise bad("machine_nodes", f"must be a whole number of nodes in 1 .. {PROFILE_MAX_NODES} (or absent), got {m!r}")
+        raise bad(
+            "machine_nodes", f"must be a whole number of nodes in 1 .. {PROFILE_MAX_NODES} (or absent), got {m!r}"
+        )
     g = p.get("batch_gap_s")
     if g is not None and (not isinstance(g, (int, float)) or isinstance(g, bool) or not 0 <= g <= 86400):
         raise bad("batch_gap_s", f"must be a number of seconds in 0 .. 86400 (or absent), got {g!r}")
@@ -264,18 +292,23 @@ def _values(p: dict[str, Any], where: str, shape: np.ndarray, pmf: np.ndarray) -
     if (limit <= 0).any() or (limit > PROFILE_MAX_LIMIT_S).any():
         raise bad("shape_nodes_limit_counts", f"time limits must be > 0 and at most {PROFILE_MAX_LIMIT_S} s")
     if m is not None and (nodes > m).any():
-        raise bad("shape_nodes_limit_counts", f"has jobs of up to {int(nodes.max())} nodes, more than "
-                  f"machine_nodes {m}")
+        raise bad(
+            "shape_nodes_limit_counts", f"has jobs of up to {int(nodes.max())} nodes, more than machine_nodes {m}"
+        )
     if (pmf[:, 0] != np.round(pmf[:, 0])).any() or (pmf[:, 0] > PROFILE_MAX_BATCH).any():
         raise bad("arrivals.batch_size_pmf", f"batch sizes must be whole numbers in 1 .. {PROFILE_MAX_BATCH}")
     if (np.asarray(p["arrivals"]["batch_rate_per_hour_of_week"], float) > PROFILE_MAX_RATE_PER_H).any():
         raise bad("arrivals.batch_rate_per_hour_of_week", f"rates must be at most {PROFILE_MAX_RATE_PER_H:g} per hour")
     quantiles = [("arrivals.intra_batch_gap_quantiles_s", p["arrivals"]["intra_batch_gap_quantiles_s"])]
     # only the classes validate_profile checked (0 .. n-1): other keys are never read by generate
-    quantiles += [(f"wait_quantiles_s_by_node_class.{c}", p["wait_quantiles_s_by_node_class"][str(c)])
-                  for c in range(len(NODE_CLASSES) + 1)]
-    quantiles += [(f"runtime_by_limit_class.{c}.ratio_quantiles", p["runtime_by_limit_class"][str(c)]["ratio_quantiles"])
-                  for c in range(len(LIMIT_CLASSES_S) + 1)]
+    quantiles += [
+        (f"wait_quantiles_s_by_node_class.{c}", p["wait_quantiles_s_by_node_class"][str(c)])
+        for c in range(len(NODE_CLASSES) + 1)
+    ]
+    quantiles += [
+        (f"runtime_by_limit_class.{c}.ratio_quantiles", p["runtime_by_limit_class"][str(c)]["ratio_quantiles"])
+        for c in range(len(LIMIT_CLASSES_S) + 1)
+    ]
     for key, q in quantiles:
         q = np.asarray(q, float)
         if (np.diff(q) < 0).any():
@@ -300,7 +333,9 @@ def _draw_quantile(q: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.interp(u, QUANTILES, q)
 
 
-def generate(profile: dict[str, Any], t_from: pd.Timestamp, t_to: pd.Timestamp, seed: int, load_scale: float = 1.0) -> pd.DataFrame:
+def generate(
+    profile: dict[str, Any], t_from: pd.Timestamp, t_to: pd.Timestamp, seed: int, load_scale: float = 1.0
+) -> pd.DataFrame:
     """A synthetic trace frame (normalised schema) covering submits in [t_from, t_to)."""
     rng = np.random.default_rng(seed)
     a = profile["arrivals"]
@@ -422,7 +457,9 @@ def month_stats(df: pd.DataFrame) -> dict[str, float]:
         "interarrival_cv": float(ia.std() / ia.mean()) if len(ia) > 1 and ia.mean() > 0 else float("nan"),
         "users": float(df["user"].nunique()),
         "peak_hour_share": float(hourly.max()),
-        "corr_nodes_limit": float(np.corrcoef(nodes, df["time_limit_s"].astype(float))[0, 1]) if len(df) > 2 else float("nan"),
+        "corr_nodes_limit": float(np.corrcoef(nodes, df["time_limit_s"].astype(float))[0, 1])
+        if len(df) > 2
+        else float("nan"),
     }
 
 

@@ -34,8 +34,9 @@ def parse_iso(value: str | None, name: str) -> dt.datetime | None:
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
 
 
-def window_outside_trace(first_submit: Any, last_submit: Any, t_from: Any, t_to: Any, flags: str,
-                         trace: str = "the trace") -> str | None:
+def window_outside_trace(
+    first_submit: Any, last_submit: Any, t_from: Any, t_to: Any, flags: str, trace: str = "the trace"
+) -> str | None:
     """Why the window ``[t_from, t_to)`` cannot be replayed from a trace whose submits span
     ``first_submit .. last_submit`` (epoch seconds or datetimes), or None when it can.
 
@@ -45,6 +46,7 @@ def window_outside_trace(first_submit: Any, last_submit: Any, t_from: Any, t_to:
     a growing trace can be scored up to its last export). The message names ``flags`` and the
     trace's span. Shared by ``calibrate``, ``fidelity`` (and meant for ``waitpred``); stdlib only.
     """
+
     def _s(t: Any) -> int:
         if isinstance(t, dt.datetime):
             return int((t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t).timestamp())
@@ -61,7 +63,9 @@ def window_outside_trace(first_submit: Any, last_submit: Any, t_from: Any, t_to:
         return f"{flags}: the window {iso(a)} .. {iso(b)} ends before the trace begins ({span})"
     if b > newest_day_end:
         past = (b - last) / 86400
-        return (f"{flags}: the window {iso(a)} .. {iso(b)} reaches {past:.1f} days past the trace's last submit "
-                f"({span}); its jobs are not in the trace: end it by {iso(newest_day_end)}, or ingest a trace "
-                f"that covers it")
+        return (
+            f"{flags}: the window {iso(a)} .. {iso(b)} reaches {past:.1f} days past the trace's last submit "
+            f"({span}); its jobs are not in the trace: end it by {iso(newest_day_end)}, or ingest a trace "
+            f"that covers it"
+        )
     return None

@@ -53,12 +53,34 @@ MEDIUM_MAX_H = 12.0
 # validate parameters that must agree between compared runs of one node size
 SAME_SIM = ("warmup_days", "workload_days", "config")
 
-COLUMNS = ["model", "node", "level", "n", "mean_signed_h", "mean_interruption_h", "mean_interruption_ci_lo",
-           "mean_interruption_ci_hi", "median_interruption_h", "mean_overlap_h", "mean_wasted_node_h",
-           "zero_share", "zero_share_ci_lo", "zero_share_ci_hi", "reduction_vs_reactive", "reduction_ci_lo",
-           "reduction_ci_hi", "reactive_mean_interruption_h", "backfilled_share", "forced_share",
-           "diff_vs_avg_h", "diff_vs_avg_ci_lo", "diff_vs_avg_ci_hi", "wasted_diff_vs_avg",
-           "wasted_diff_vs_avg_ci_lo", "wasted_diff_vs_avg_ci_hi"]
+COLUMNS = [
+    "model",
+    "node",
+    "level",
+    "n",
+    "mean_signed_h",
+    "mean_interruption_h",
+    "mean_interruption_ci_lo",
+    "mean_interruption_ci_hi",
+    "median_interruption_h",
+    "mean_overlap_h",
+    "mean_wasted_node_h",
+    "zero_share",
+    "zero_share_ci_lo",
+    "zero_share_ci_hi",
+    "reduction_vs_reactive",
+    "reduction_ci_lo",
+    "reduction_ci_hi",
+    "reactive_mean_interruption_h",
+    "backfilled_share",
+    "forced_share",
+    "diff_vs_avg_h",
+    "diff_vs_avg_ci_lo",
+    "diff_vs_avg_ci_hi",
+    "wasted_diff_vs_avg",
+    "wasted_diff_vs_avg_ci_lo",
+    "wasted_diff_vs_avg_ci_hi",
+]
 
 
 def level_of(reactive_interruption_h: np.ndarray) -> np.ndarray:
@@ -76,9 +98,19 @@ def load_inputs(uris: list[str]) -> tuple[pd.DataFrame, list[dict]]:
         rows = rows.copy()
         rows["_run"] = len(runs)
         frames.append(rows)
-        runs.append({"uri": uri, "model": p["model"], "model_kind": p["model_kind"], "node": int(p["node"]),
-                     "shard": p["shard"], "fingerprint": marker["fingerprint"],
-                     "trace_fingerprint": info.get("trace_fingerprint"), "params": p, "n": int(len(rows))})
+        runs.append(
+            {
+                "uri": uri,
+                "model": p["model"],
+                "model_kind": p["model_kind"],
+                "node": int(p["node"]),
+                "shard": p["shard"],
+                "fingerprint": marker["fingerprint"],
+                "trace_fingerprint": info.get("trace_fingerprint"),
+                "params": p,
+                "n": int(len(rows)),
+            }
+        )
     if not frames:
         raise StepError("no validate outputs given")
     df = pd.concat(frames, ignore_index=True)
@@ -91,14 +123,18 @@ def load_inputs(uris: list[str]) -> tuple[pd.DataFrame, list[dict]]:
             if r["trace_fingerprint"] != ref["trace_fingerprint"]:
                 diff.append("trace")
             if diff:
-                raise StepError(f"node {node}: {r['uri']} ({r['model']}) and {ref['uri']} ({ref['model']}) were "
-                                f"validated differently ({', '.join(diff)}); their metrics are not comparable")
+                raise StepError(
+                    f"node {node}: {r['uri']} ({r['model']}) and {ref['uri']} ({ref['model']}) were "
+                    f"validated differently ({', '.join(diff)}); their metrics are not comparable"
+                )
     dup = df.duplicated(["model", "node", "sample_start"], keep=False)
     if dup.any():
         d = df[dup].iloc[0]
-        raise StepError(f"{int(dup.sum())} duplicated (model, node, sample start) rows, e.g. {d['model']} node "
-                        f"{d['node']} at {pd.Timestamp(int(d['sample_start']), unit='s', tz='UTC')}: the same "
-                        f"shard or model given twice?")
+        raise StepError(
+            f"{int(dup.sum())} duplicated (model, node, sample start) rows, e.g. {d['model']} node "
+            f"{d['node']} at {pd.Timestamp(int(d['sample_start']), unit='s', tz='UTC')}: the same "
+            f"shard or model given twice?"
+        )
     return df, runs
 
 
@@ -109,23 +145,29 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
         react = g[g["model"] == "reactive"]
         if react.empty:
             have = sorted(g["model"].unique())
-            raise StepError(f"node {node}: no reactive baseline rows (have {have}); the load levels and the "
-                            f"reduction need `validate --model reactive --node {node}` on the same samples")
+            raise StepError(
+                f"node {node}: no reactive baseline rows (have {have}); the load levels and the "
+                f"reduction need `validate --model reactive --node {node}` on the same samples"
+            )
         ref = react.set_index("sample_start")["interruption_h"]
         missing = sorted(set(g["sample_start"]) - set(ref.index))
         if missing:
             first = [pd.Timestamp(int(t), unit="s", tz="UTC").isoformat() for t in missing[:3]]
             who = sorted(g[g["sample_start"].isin(missing)]["model"].unique())
-            raise StepError(f"node {node}: {len(missing)} sample(s) of {who} have no reactive row (e.g. {first}); "
-                            f"validate reactive on the same --start/--count/--interval-hours")
+            raise StepError(
+                f"node {node}: {len(missing)} sample(s) of {who} have no reactive row (e.g. {first}); "
+                f"validate reactive on the same --start/--count/--interval-hours"
+            )
         g = g.copy()
         g["reactive_interruption_h"] = ref.reindex(g["sample_start"]).to_numpy()
         avg = g[g["model"] == "avg"].set_index("sample_start")
         # the avg baseline on the same sample (NaN where it was not validated): paired differences
-        g["avg_interruption_h"] = avg["interruption_h"].reindex(g["sample_start"]).to_numpy(np.float64) \
-            if not avg.empty else np.nan
-        g["avg_wasted_node_h"] = avg["wasted_node_h"].reindex(g["sample_start"]).to_numpy(np.float64) \
-            if not avg.empty else np.nan
+        g["avg_interruption_h"] = (
+            avg["interruption_h"].reindex(g["sample_start"]).to_numpy(np.float64) if not avg.empty else np.nan
+        )
+        g["avg_wasted_node_h"] = (
+            avg["wasted_node_h"].reindex(g["sample_start"]).to_numpy(np.float64) if not avg.empty else np.nan
+        )
         g["level"] = level_of(g["reactive_interruption_h"].to_numpy())
         out.append(g)
     return pd.concat(out, ignore_index=True)
@@ -157,24 +199,39 @@ def group_metrics(g: pd.DataFrame, node: int, n_boot: int, rng: np.random.Genera
     rmean = float(react.mean())
     red = 1.0 - gap.mean() / rmean if rmean > 0 else float("nan")
     row = {
-        "n": int(len(s)), "mean_signed_h": float(s.mean()), "mean_interruption_h": float(gap.mean()),
-        "median_interruption_h": float(np.median(gap)), "mean_overlap_h": float(ovl.mean()),
-        "mean_wasted_node_h": float(node * ovl.mean()), "zero_share": float(zero.mean()),
-        "reduction_vs_reactive": _f(red), "reactive_mean_interruption_h": rmean,
+        "n": int(len(s)),
+        "mean_signed_h": float(s.mean()),
+        "mean_interruption_h": float(gap.mean()),
+        "median_interruption_h": float(np.median(gap)),
+        "mean_overlap_h": float(ovl.mean()),
+        "mean_wasted_node_h": float(node * ovl.mean()),
+        "zero_share": float(zero.mean()),
+        "reduction_vs_reactive": _f(red),
+        "reactive_mean_interruption_h": rmean,
         "backfilled_share": float(g["backfilled"].astype(float).mean()),
         "forced_share": float(g["forced"].astype(float).mean()),
-        "mean_interruption_ci_lo": None, "mean_interruption_ci_hi": None, "zero_share_ci_lo": None,
-        "zero_share_ci_hi": None, "reduction_ci_lo": None, "reduction_ci_hi": None,
+        "mean_interruption_ci_lo": None,
+        "mean_interruption_ci_hi": None,
+        "zero_share_ci_lo": None,
+        "zero_share_ci_hi": None,
+        "reduction_ci_lo": None,
+        "reduction_ci_hi": None,
     }
     a_gap = g["avg_interruption_h"].to_numpy(np.float64) if "avg_interruption_h" in g else np.full(len(s), np.nan)
     a_waste = g["avg_wasted_node_h"].to_numpy(np.float64) if "avg_wasted_node_h" in g else np.full(len(s), np.nan)
     paired = bool(len(s)) and bool(np.isfinite(a_gap).all())
     d_gap = gap - a_gap if paired else None
     d_waste = node * ovl - a_waste if paired else None
-    row.update({"diff_vs_avg_h": float(d_gap.mean()) if paired else None, "diff_vs_avg_ci_lo": None,
-                "diff_vs_avg_ci_hi": None,
-                "wasted_diff_vs_avg": float(d_waste.mean()) if paired else None,
-                "wasted_diff_vs_avg_ci_lo": None, "wasted_diff_vs_avg_ci_hi": None})
+    row.update(
+        {
+            "diff_vs_avg_h": float(d_gap.mean()) if paired else None,
+            "diff_vs_avg_ci_lo": None,
+            "diff_vs_avg_ci_hi": None,
+            "wasted_diff_vs_avg": float(d_waste.mean()) if paired else None,
+            "wasted_diff_vs_avg_ci_lo": None,
+            "wasted_diff_vs_avg_ci_hi": None,
+        }
+    )
     if rng is not None and n_boot > 0 and len(s) > 1:
         idx = rng.integers(0, len(s), size=(n_boot, len(s)))
         if paired:  # the same resampled samples for the model and avg
@@ -215,8 +272,9 @@ def compute(df: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> tuple[pd.Dat
                     continue
                 g = g.sort_values("sample_start")
                 rng = np.random.default_rng([seed, int(node), li, zlib.crc32(model.encode())])
-                rows.append({"model": model, "node": int(node), "level": level,
-                             **group_metrics(g, int(node), n_boot, rng)})
+                rows.append(
+                    {"model": model, "node": int(node), "level": level, **group_metrics(g, int(node), n_boot, rng)}
+                )
     table = pd.DataFrame(rows, columns=COLUMNS)
     for c in COLUMNS[4:]:  # a stable schema: float64, NaN where undefined (None in JSON)
         table[c] = pd.to_numeric(table[c], errors="coerce").astype("float64")
@@ -232,6 +290,7 @@ def compute(df: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> tuple[pd.Dat
 
 # ----------------------------------------------------------------------------- formatting
 
+
 def _num(x: Any, fmt: str = "{:.2f}") -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "-"
@@ -246,24 +305,43 @@ def _with_ci(v: Any, lo: Any, hi: Any, fmt: str) -> str:
     return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
-TABLE_HEAD = ["model", "level", "n", "mean interruption h [95% CI]", "median interruption h", "mean signed h",
-              "mean overlap h", "wasted node-h", "zero interruption [95% CI]", "reduction vs reactive [95% CI]",
-              "backfilled", "forced", "interruption - avg h [95% CI]", "wasted node-h - avg [95% CI]"]
+TABLE_HEAD = [
+    "model",
+    "level",
+    "n",
+    "mean interruption h [95% CI]",
+    "median interruption h",
+    "mean signed h",
+    "mean overlap h",
+    "wasted node-h",
+    "zero interruption [95% CI]",
+    "reduction vs reactive [95% CI]",
+    "backfilled",
+    "forced",
+    "interruption - avg h [95% CI]",
+    "wasted node-h - avg [95% CI]",
+]
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
     pct = "{:.0%}"
     return [
-        str(r["model"]), str(r["level"]), str(int(r["n"])),
+        str(r["model"]),
+        str(r["level"]),
+        str(int(r["n"])),
         _with_ci(r["mean_interruption_h"], r["mean_interruption_ci_lo"], r["mean_interruption_ci_hi"], "{:.2f}"),
-        _num(r["median_interruption_h"]), _num(r["mean_signed_h"]), _num(r["mean_overlap_h"]),
+        _num(r["median_interruption_h"]),
+        _num(r["mean_signed_h"]),
+        _num(r["mean_overlap_h"]),
         _num(r["mean_wasted_node_h"]),
         _with_ci(r["zero_share"], r["zero_share_ci_lo"], r["zero_share_ci_hi"], pct),
         _with_ci(r["reduction_vs_reactive"], r["reduction_ci_lo"], r["reduction_ci_hi"], pct),
-        _num(r["backfilled_share"], pct), _num(r["forced_share"], pct),
+        _num(r["backfilled_share"], pct),
+        _num(r["forced_share"], pct),
         _with_ci(r.get("diff_vs_avg_h"), r.get("diff_vs_avg_ci_lo"), r.get("diff_vs_avg_ci_hi"), "{:+.2f}"),
-        _with_ci(r.get("wasted_diff_vs_avg"), r.get("wasted_diff_vs_avg_ci_lo"), r.get("wasted_diff_vs_avg_ci_hi"),
-                 "{:+.2f}"),
+        _with_ci(
+            r.get("wasted_diff_vs_avg"), r.get("wasted_diff_vs_avg_ci_lo"), r.get("wasted_diff_vs_avg_ci_hi"), "{:+.2f}"
+        ),
     ]
 
 
@@ -276,21 +354,33 @@ def records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def markdown(table: pd.DataFrame, counts: dict, title: str = "# Mirage online validation metrics") -> str:
-    lines = [title, "",
-             "Hours; signed interruption = successor start - predecessor end (> 0 gap, < 0 overlap). "
-             "Interruption = its positive part, overlap = its negative part; wasted node-h = node x overlap. "
-             "Zero interruption: share of samples with signed <= 0. Reduction = 1 - mean interruption / the "
-             "reactive baseline's on the same samples. Load level from the reactive interruption: low <= 2 h, "
-             "medium 2-12 h, heavy > 12 h. Brackets: paired bootstrap 95% intervals.", ""]
+    lines = [
+        title,
+        "",
+        "Hours; signed interruption = successor start - predecessor end (> 0 gap, < 0 overlap). "
+        "Interruption = its positive part, overlap = its negative part; wasted node-h = node x overlap. "
+        "Zero interruption: share of samples with signed <= 0. Reduction = 1 - mean interruption / the "
+        "reactive baseline's on the same samples. Load level from the reactive interruption: low <= 2 h, "
+        "medium 2-12 h, heavy > 12 h. Brackets: paired bootstrap 95% intervals.",
+        "",
+    ]
     for node in sorted(table["node"].unique()):
         c = counts.get(str(int(node)), {})
-        lines += [f"## {int(node)}-node jobs", "",
-                  "Samples per level (reactive): " + ", ".join(f"{lv} {int(c.get(lv, 0))}" for lv in LEVELS[1:]), "",
-                  "| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD)]
+        lines += [
+            f"## {int(node)}-node jobs",
+            "",
+            "Samples per level (reactive): " + ", ".join(f"{lv} {int(c.get(lv, 0))}" for lv in LEVELS[1:]),
+            "",
+            "| " + " | ".join(TABLE_HEAD) + " |",
+            "|" + "---|" * len(TABLE_HEAD),
+        ]
         for r in records(table[table["node"] == node]):
             lines.append("| " + " | ".join(table_cells(r)) + " |")
         lines.append("")
         for d in never_submits(table[table["node"] == node]):
-            lines += [f"**{d['model']} never submitted before the predecessor ended** on any of its {d['n']} "
-                      f"{int(node)}-node samples: online it is the reactive baseline.", ""]
+            lines += [
+                f"**{d['model']} never submitted before the predecessor ended** on any of its {d['n']} "
+                f"{int(node)}-node samples: online it is the reactive baseline.",
+                "",
+            ]
     return "\n".join(lines)

@@ -55,6 +55,7 @@ FIDELITY_COLS = ("n", "real_mean_h", "sim_mean_h", "mae_h", "medae_h", "zero_mae
 
 # ----------------------------------------------------------------------------- inputs
 
+
 def classify(uris: list[str]) -> list[dict[str, Any]]:
     out = []
     for uri in uris:
@@ -85,6 +86,7 @@ def gather_metrics(items: list[dict], n_boot: int, seed: int) -> tuple[pd.DataFr
 
 
 # ----------------------------------------------------------------------------- figures
+
 
 def _plt():
     import matplotlib
@@ -153,8 +155,14 @@ def cdf_figure(samples: pd.DataFrame, node: int) -> bytes:
             if len(x) == 0:
                 continue
             y = np.arange(1, len(x) + 1) / len(x)
-            ax.step(np.concatenate([[x[0]], x]), np.concatenate([[0.0], y]), where="post", color=colors[m],
-                    label=f"{m} (n={len(x)})", **_line_style(m))
+            ax.step(
+                np.concatenate([[x[0]], x]),
+                np.concatenate([[0.0], y]),
+                where="post",
+                color=colors[m],
+                label=f"{m} (n={len(x)})",
+                **_line_style(m),
+            )
         ax.axvline(0.0, color="0.4", linewidth=0.8)
         n = int((sub["model"] == "reactive").sum())
         ax.set_title(f"{node}-node jobs, {_level_name(level)} ({n} samples)")
@@ -177,12 +185,19 @@ def box_figure(samples: pd.DataFrame, node: int) -> bytes:
         data = [sub.loc[sub["model"] == m, "signed_interruption_h"].to_numpy(np.float64) for m in models]
         keep = [i for i, d in enumerate(data) if len(d)]
         data, names = [data[i] for i in keep], [models[i] for i in keep]
-        ax.boxplot(data, showmeans=True, meanprops={"marker": "^", "markerfacecolor": "tab:red",
-                                                    "markeredgecolor": "tab:red"})
+        ax.boxplot(
+            data, showmeans=True, meanprops={"marker": "^", "markerfacecolor": "tab:red", "markeredgecolor": "tab:red"}
+        )
         ax.set_xticks(range(1, len(names) + 1), names, rotation=30, ha="right")
         for i, d in enumerate(data, start=1):
-            ax.annotate(f"mean {d.mean():.2f}\nmed {np.median(d):.2f}", (i, 1.0), xycoords=("data", "axes fraction"),
-                        ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                f"mean {d.mean():.2f}\nmed {np.median(d):.2f}",
+                (i, 1.0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         ax.axhline(0.0, color="0.4", linewidth=0.8)
         ax.set_title(f"{node}-node jobs, {_level_name(level)}", pad=22)
         ax.set_ylabel("signed interruption (h)")
@@ -193,9 +208,14 @@ def box_figure(samples: pd.DataFrame, node: int) -> bytes:
 def curve_series(curves: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[int, str]]]:
     """x (running epoch/round over all phases), numeric series, and phase boundaries."""
     xs, series, bounds, last_phase = [], {}, [], object()
-    keys = [k for k in sorted({k for c in curves for k in c})
-            if k not in X_KEYS and k != "phase" and not k.endswith("_std")
-            and any(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in curves)]
+    keys = [
+        k
+        for k in sorted({k for c in curves for k in c})
+        if k not in X_KEYS
+        and k != "phase"
+        and not k.endswith("_std")
+        and any(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in curves)
+    ]
     own = next((k for k in X_KEYS if all(isinstance(c.get(k), (int, float)) for c in curves)), None)
     single = len({str(c.get("phase", "")) for c in curves}) == 1
     for i, c in enumerate(curves):
@@ -214,15 +234,18 @@ def curves_figure(name: str, curves: list[dict]) -> bytes | None:
     if not len(xs) or not series:
         return None
     plt = _plt()
-    groups = [("MAE (h)", [k for k in series if k.endswith("_mae_h")]),
-              ("loss (scaled target)", [k for k in series if k.endswith("_loss")]),
-              ("return (-|interruption| min)", [k for k in series if "return" in k])]
+    groups = [
+        ("MAE (h)", [k for k in series if k.endswith("_mae_h")]),
+        ("loss (scaled target)", [k for k in series if k.endswith("_loss")]),
+        ("return (-|interruption| min)", [k for k in series if "return" in k]),
+    ]
     groups = [(lab, ks) for lab, ks in groups if ks]
     if not groups:
         groups = [("value", list(series))]
     fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.4), squeeze=False)
-    xlabel = ("round" if any("round" in c for c in curves)
-              else "epoch" if len(bounds) <= 1 else "epoch (all phases in order)")
+    xlabel = (
+        "round" if any("round" in c for c in curves) else "epoch" if len(bounds) <= 1 else "epoch (all phases in order)"
+    )
     for ax, (lab, ks) in zip(axes[0], groups):
         for k in ks:
             ax.plot(xs, series[k], marker="." if len(xs) < 60 else None, label=k)
@@ -335,12 +358,13 @@ def _given(v: Any) -> str:
 def _short(uri: str, prefix: str | None) -> str:
     """``uri`` below the run prefix as ``<run>/...`` (the storage root is not the reader's business)."""
     if prefix and uri.startswith(prefix.rstrip("/") + "/"):
-        return "<run>/" + uri[len(prefix.rstrip("/")) + 1:]
+        return "<run>/" + uri[len(prefix.rstrip("/")) + 1 :]
     return uri
 
 
-def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[dict] | None = None,
-          prefix: str | None = None) -> tuple[str, str, dict[str, bytes], dict]:
+def build(
+    items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[dict] | None = None, prefix: str | None = None
+) -> tuple[str, str, dict[str, bytes], dict]:
     """The page, its Markdown, its figures and the marker summary. ``runs``: the DAG-run records of
     the run prefix (:func:`mirage_tasks.run.runlog.read_runs`), named with their size and params
     as given; ``prefix``: the run prefix, shown as ``<run>`` in output paths."""
@@ -358,39 +382,62 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
         size = (last.get("params") or {}).get("size")
         if last.get("run_type") == "scheduled":  # scheduled runs have size "scheduled" whatever the form says
             size = "scheduled"
-        pg.p(f"DAG run {last.get('run_id')} ({last.get('run_type') or 'trigger not recorded'}, logical date "
-             f"{last.get('logical_date') or 'none'}), size {size if size is not None else 'not given'}"
-             + (f"; {len(runs) - 1} earlier DAG run(s) of the same configuration: "
-                + ", ".join(str(r.get("run_id")) for r in runs[:-1]) if len(runs) > 1 else "") + ".")
+        pg.p(
+            f"DAG run {last.get('run_id')} ({last.get('run_type') or 'trigger not recorded'}, logical date "
+            f"{last.get('logical_date') or 'none'}), size {size if size is not None else 'not given'}"
+            + (
+                f"; {len(runs) - 1} earlier DAG run(s) of the same configuration: "
+                + ", ".join(str(r.get("run_id")) for r in runs[:-1])
+                if len(runs) > 1
+                else ""
+            )
+            + "."
+        )
         changed = last.get("changed") or {}
-        pg.p("Params as given: " + (", ".join(f"{k}={_given(v.get('value') if isinstance(v, dict) else v)}"
-                                              for k, v in sorted(changed.items()))
-                                    if changed else "the DAG's defaults") + " (all params: Parameters below).")
+        pg.p(
+            "Params as given: "
+            + (
+                ", ".join(
+                    f"{k}={_given(v.get('value') if isinstance(v, dict) else v)}" for k, v in sorted(changed.items())
+                )
+                if changed
+                else "the DAG's defaults"
+            )
+            + " (all params: Parameters below)."
+        )
         summary.update({"run_id": last.get("run_id"), "size": size, "runs": [r.get("run_id") for r in runs]})
     else:
-        pg.p("Not made by a DAG run (no run record beside the report): the step outputs below are its inputs.",
-             note=True)
+        pg.p(
+            "Not made by a DAG run (no run record beside the report): the step outputs below are its inputs.", note=True
+        )
     if counts:
         summary["samples"] = {str(k): v for k, v in counts.items()}
     pg.p(f"Generated {stamp} by mirage_tasks {__version__} from {len(items)} step output(s): {', '.join(steps_seen)}.")
     if table is not None and len(table):
-        pg.p("Signed interruption = successor start - predecessor end, hours (> 0: service gap, < 0: both jobs run "
-             "and the overlap wastes node x overlap node-hours). Zero interruption = share of samples with signed <= 0. "
-             "Reduction = 1 - mean interruption / the reactive baseline's on the same samples. Load levels come from "
-             "the reactive baseline's interruption on each sample: low <= 2 h, medium 2-12 h, heavy > 12 h. "
-             "Brackets: paired bootstrap 95% intervals.")
+        pg.p(
+            "Signed interruption = successor start - predecessor end, hours (> 0: service gap, < 0: both jobs run "
+            "and the overlap wastes node x overlap node-hours). Zero interruption = share of samples with signed <= 0. "
+            "Reduction = 1 - mean interruption / the reactive baseline's on the same samples. Load levels come from "
+            "the reactive baseline's interruption on each sample: low <= 2 h, medium 2-12 h, heavy > 12 h. "
+            "Brackets: paired bootstrap 95% intervals."
+        )
         for node in sorted(table["node"].unique()):
             c = counts.get(str(int(node)), {})
             pg.h3(f"{int(node)}-node jobs, all samples (samples per load level: {_counts_text(c)})")
             sub = table[(table["node"] == node) & (table["level"] == "all")]
             pg.table(M.TABLE_HEAD, [M.table_cells(r) for r in M.records(sub)])
             for d in M.never_submits(table[table["node"] == node]):
-                pg.p(f"{d['model']} never submitted before the predecessor ended on any of its {d['n']} "
-                     f"{int(node)}-node samples: online it is the reactive baseline.")
+                pg.p(
+                    f"{d['model']} never submitted before the predecessor ended on any of its {d['n']} "
+                    f"{int(node)}-node samples: online it is the reactive baseline."
+                )
         summary["never_submits"] = M.never_submits(table)
-        summary["headline"] = {f"{r['model']}@{r['node']}": {k: r[k] for k in (
-            "n", "mean_interruption_h", "zero_share", "reduction_vs_reactive")}
-            for r in M.records(table[table["level"] == "all"])}
+        summary["headline"] = {
+            f"{r['model']}@{r['node']}": {
+                k: r[k] for k in ("n", "mean_interruption_h", "zero_share", "reduction_vs_reactive")
+            }
+            for r in M.records(table[table["level"] == "all"])
+        }
     else:
         pg.p("No metrics or validate output among the inputs: no results to summarise.", note=True)
     pg.end()
@@ -406,13 +453,18 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
     pg.end()
 
     # plots --------------------------------------------------------------------
-    for sid, heading, fn, what in (("cdf", SECTIONS[2][1], cdf_figure, "CDF"),
-                                   ("box", SECTIONS[3][1], box_figure, "box plot")):
+    for sid, heading, fn, what in (
+        ("cdf", SECTIONS[2][1], cdf_figure, "CDF"),
+        ("box", SECTIONS[3][1], box_figure, "box plot"),
+    ):
         pg.section(sid, heading)
         if samples is not None and len(samples):
             for node in sorted(samples["node"].unique()):
-                pg.image(f"{sid}_node{int(node)}.png", fn(samples, int(node)),
-                         f"{what} of the signed interruption, {int(node)}-node jobs, per load level and model")
+                pg.image(
+                    f"{sid}_node{int(node)}.png",
+                    fn(samples, int(node)),
+                    f"{what} of the signed interruption, {int(node)}-node jobs, per load level and model",
+                )
         else:
             pg.p("Not available: no validation rows among the inputs.", note=True)
         pg.end()
@@ -423,14 +475,18 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
     if fids:
         for i in fids:
             doc = storage.read_json(storage.join(i["uri"], "fidelity.json"))
-            pg.p(f"{i['uri']}: jobs submitted {doc.get('from')} to {doc.get('to')} (exclusive); per-job wait "
-                 f"(start - submit) simulated vs real, hours. Targets: {json.dumps(doc.get('targets', {}))}.")
+            pg.p(
+                f"{i['uri']}: jobs submitted {doc.get('from')} to {doc.get('to')} (exclusive); per-job wait "
+                f"(start - submit) simulated vs real, hours. Targets: {json.dumps(doc.get('targets', {}))}."
+            )
             reps = doc.get("reports") or {}
             for name in sorted(reps, key=lambda k: (k != "tested", k)):
                 rep = reps[name]
                 cfg = rep.get("config", {})
-                pg.h3(f"{name}: {cfg.get('nodes')} nodes, backfill {cfg.get('backfill')}, priority {cfg.get('priority')}, "
-                      f"warm start {cfg.get('warm_start')}")
+                pg.h3(
+                    f"{name}: {cfg.get('nodes')} nodes, backfill {cfg.get('backfill')}, priority {cfg.get('priority')}, "
+                    f"warm start {cfg.get('warm_start')}"
+                )
                 pooled = rep.get("pooled") or {}
                 cols = [c for c in FIDELITY_COLS if c in pooled] + sorted(c for c in pooled if c not in FIDELITY_COLS)
                 rows = [[m] + [_fmt(r.get(c)) for c in cols] for m, r in (rep.get("months") or {}).items()]
@@ -462,31 +518,58 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
                 if hpng is not None:
                     pg.image(f"hpo_{n}.png", hpng, f"hyper-parameter search of {name}")
                 hs = hdoc.get("summary") or {}
-                pg.p(f"{name}: {hs.get('library')} {hs.get('sampler')}, {hs.get('n_complete')} of "
-                     f"{hs.get('n_trials')} trials complete in {_fmt(hs.get('seconds'))} s on {hs.get('data')}; "
-                     f"{hs.get('objective')}: preset {_fmt(hs.get('preset_value'))}, best {_fmt(hs.get('best_value'))} "
-                     f"(trial {hs.get('best_number')}: {json.dumps(hs.get('best_params'), default=str)}).")
+                pg.p(
+                    f"{name}: {hs.get('library')} {hs.get('sampler')}, {hs.get('n_complete')} of "
+                    f"{hs.get('n_trials')} trials complete in {_fmt(hs.get('seconds'))} s on {hs.get('data')}; "
+                    f"{hs.get('objective')}: preset {_fmt(hs.get('preset_value'))}, best {_fmt(hs.get('best_value'))} "
+                    f"(trial {hs.get('best_number')}: {json.dumps(hs.get('best_params'), default=str)})."
+                )
             mu = storage.join(i["uri"], "metrics.json")
             met = storage.read_json(mu) if storage.exists(mu) else i["marker"].get("summary", {})
             cal = met.get("calibration") or {}
             never = met.get("never_submits_early") or (met.get("threshold") is None and "threshold" in met)
             thr = met.get("threshold_h", met.get("threshold"))
-            score_rows.append([name] + [_fmt(met.get(k)) for k in (
-                "val_mae_h", "val_constant_mae_h", "train_mae_h", "initial_val_return", "best_val_return")] + [
-                "never early" if never else _fmt(thr), _load_term(cal.get("load")),
-                _fmt((cal.get("chosen") or {}).get("objective")), _fmt((cal.get("default") or {}).get("objective")),
-                "yes" if met.get("argmax_never_submits") else ("no" if "argmax_never_submits" in met else "-"),
-                _fmt(met.get("wall_s"))])
+            score_rows.append(
+                [name]
+                + [
+                    _fmt(met.get(k))
+                    for k in ("val_mae_h", "val_constant_mae_h", "train_mae_h", "initial_val_return", "best_val_return")
+                ]
+                + [
+                    "never early" if never else _fmt(thr),
+                    _load_term(cal.get("load")),
+                    _fmt((cal.get("chosen") or {}).get("objective")),
+                    _fmt((cal.get("default") or {}).get("objective")),
+                    "yes" if met.get("argmax_never_submits") else ("no" if "argmax_never_submits" in met else "-"),
+                    _fmt(met.get("wall_s")),
+                ]
+            )
         pg.h3("Held-out scores and calibrated decision rules")
-        pg.p("Threshold: regressors submit when the predicted signed interruption (h) reaches it, policies when "
-             "P(submit) does; chosen on the training period's own validation split by minimising mean interruption "
-             "+ waste weight x wasted node-hours (objective; 'fixed' = the seed's -0.5 h, or 0.5 for a policy). "
-             "'argmax never submits': the policy's P(submit) never exceeds 0.5 there. Load term: where the "
-             "split preferred it, the score minus slope x z(load at the decision) is compared with the "
-             "threshold (z standardised on the split, clipped to its range); '-' = a fixed threshold.")
-        pg.table(["model", "val MAE h", "constant MAE h", "train MAE h", "policy val return (start)",
-                  "policy val return (best)", "threshold", "load term", "objective (calibrated)", "objective (fixed)",
-                  "argmax never submits", "wall s"], score_rows)
+        pg.p(
+            "Threshold: regressors submit when the predicted signed interruption (h) reaches it, policies when "
+            "P(submit) does; chosen on the training period's own validation split by minimising mean interruption "
+            "+ waste weight x wasted node-hours (objective; 'fixed' = the seed's -0.5 h, or 0.5 for a policy). "
+            "'argmax never submits': the policy's P(submit) never exceeds 0.5 there. Load term: where the "
+            "split preferred it, the score minus slope x z(load at the decision) is compared with the "
+            "threshold (z standardised on the split, clipped to its range); '-' = a fixed threshold."
+        )
+        pg.table(
+            [
+                "model",
+                "val MAE h",
+                "constant MAE h",
+                "train MAE h",
+                "policy val return (start)",
+                "policy val return (best)",
+                "threshold",
+                "load term",
+                "objective (calibrated)",
+                "objective (fixed)",
+                "argmax never submits",
+                "wall s",
+            ],
+            score_rows,
+        )
     else:
         pg.p("Not available: no train output among the inputs.", note=True)
     pg.end()
@@ -497,8 +580,9 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
         given = runs[-1].get("params") or {}
         changed = runs[-1].get("changed") or {}
         pg.p(f"The DAG run's params as given (run {runs[-1].get('run_id')}; * = not the DAG's default):")
-        pg.table(["param", "value"], [[f"{k}{' *' if k in changed else ''}", _given(v)]
-                                      for k, v in sorted(given.items())])
+        pg.table(
+            ["param", "value"], [[f"{k}{' *' if k in changed else ''}", _given(v)] for k, v in sorted(given.items())]
+        )
     rows = []
     for i in items:
         p = i["marker"].get("params", {})
@@ -507,8 +591,10 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
     pg.p("What each step computed with (the resolved values, from its marker):")
     pg.table(["step", "output", "parameters (scalars)"], rows)
     for i in items:
-        pg.pre(json.dumps(i["marker"].get("params", {}), indent=1, sort_keys=True, default=str),
-               f"all parameters of {i['step']} {_short(i['uri'], prefix)}")
+        pg.pre(
+            json.dumps(i["marker"].get("params", {}), indent=1, sort_keys=True, default=str),
+            f"all parameters of {i['step']} {_short(i['uri'], prefix)}",
+        )
     pg.end()
 
     # provenance ---------------------------------------------------------------
@@ -517,8 +603,16 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
     for i in items:
         m = i["marker"]
         ins = "; ".join(f"{x.get('uri')} ({str(x.get('fingerprint'))[:23]})" for x in m.get("inputs", []))
-        rows.append([i["step"], i["uri"], str(m.get("fingerprint", ""))[:16], m.get("finished", ""),
-                     m.get("version", ""), ins or "-"])
+        rows.append(
+            [
+                i["step"],
+                i["uri"],
+                str(m.get("fingerprint", ""))[:16],
+                m.get("finished", ""),
+                m.get("version", ""),
+                ins or "-",
+            ]
+        )
     pg.table(["step", "output", "fingerprint", "finished", "version", "inputs (fingerprint)"], rows)
     traces = set()
     for i in items:
@@ -531,9 +625,12 @@ def build(items: list[dict], title: str, n_boot: int, seed: int, *, runs: list[d
     pg.end()
 
     nav = " ".join(f'<a href="#{sid}">{html.escape(t)}</a>' for sid, t in SECTIONS)
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>\n"
-            + "\n".join(pg.html) + "\n</body></html>\n")
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>\n"
+        + "\n".join(pg.html)
+        + "\n</body></html>\n"
+    )
     md = "\n".join([f"# {title}", ""] + pg.md)
     summary.update({"inputs": len(items), "steps": steps_seen, "figures": sorted(pg.figures)})
     return page, md, pg.figures, summary

@@ -41,8 +41,10 @@ class Probes:
             self.sample_start = z["sample_start"].astype(np.int64)
             self.probe_time = z["probe_time"].astype(np.int64)
         meta = pd.read_parquet(io.BytesIO(storage.read_bytes(storage.join(uri, PROBES_FILE))))
-        if len(meta) != len(self.y) or not (np.array_equal(meta["sample"].to_numpy(), self.sample)
-                                            and np.array_equal(meta["probe_time"].to_numpy(), self.probe_time)):
+        if len(meta) != len(self.y) or not (
+            np.array_equal(meta["sample"].to_numpy(), self.sample)
+            and np.array_equal(meta["probe_time"].to_numpy(), self.probe_time)
+        ):
             raise StepError(f"{uri}: {PROBES_FILE} and {SHARD_FILE} do not list the same probes in the same order")
         order = np.lexsort((self.probe_time, self.sample))
         if not np.array_equal(order, np.arange(len(order))):
@@ -106,13 +108,15 @@ def calibrate_avg(train: Probes, node: int, w: float, load: bool) -> dict[str, A
     if load:
         from ..sim.features import FEATURE_NAMES
 
-        return calibrate_load_aware(s, train.y, train.sample, train.X_last, FEATURE_NAMES, node, waste_weight=w,
-                                    default=0.0)
+        return calibrate_load_aware(
+            s, train.y, train.sample, train.X_last, FEATURE_NAMES, node, waste_weight=w, default=0.0
+        )
     return calibrate(s, train.y, train.sample, node, waste_weight=w, default=0.0)
 
 
-def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, level: float = GUARANTEE_LEVEL,
-                        tol_h: float | None = None) -> dict[str, Any]:
+def calibrate_conformal(
+    score: np.ndarray, y: np.ndarray, sample: np.ndarray, level: float = GUARANTEE_LEVEL, tol_h: float | None = None
+) -> dict[str, Any]:
     """The largest threshold whose rule (submit at the first probe with ``score >= threshold``, else the
     last) keeps the chance of interrupting a new sample at or below ``level``, by split conformal
     calibration on these samples (the validation split).
@@ -133,17 +137,23 @@ def calibrate_conformal(score: np.ndarray, y: np.ndarray, sample: np.ndarray, le
     cands, signed, runs = safe_runs(score, y, sample, tol)
     idx, attainable = level_index(cands, runs, level)
     at = signed[idx]
-    return {"threshold": float(cands[idx]), "level": level, "n_samples": int(len(runs)),
-            "k": int(np.floor(level * (len(runs) + 1))), "attainable": attainable,
-            "validation_interrupted": float((at > tol).mean()),
-            "validation_mean_wasted_h": float(np.maximum(-at, 0).mean()),
-            "candidates": len(cands),
-            "method": "split conformal on the validation split: the k-th smallest per-sample safe threshold, "
-                      "k = floor(level (n + 1))"}
+    return {
+        "threshold": float(cands[idx]),
+        "level": level,
+        "n_samples": int(len(runs)),
+        "k": int(np.floor(level * (len(runs) + 1))),
+        "attainable": attainable,
+        "validation_interrupted": float((at > tol).mean()),
+        "validation_mean_wasted_h": float(np.maximum(-at, 0).mean()),
+        "candidates": len(cands),
+        "method": "split conformal on the validation split: the k-th smallest per-sample safe threshold, "
+        "k = floor(level (n + 1))",
+    }
 
 
-def safe_runs(score: np.ndarray, y: np.ndarray, sample: np.ndarray,
-               tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def safe_runs(
+    score: np.ndarray, y: np.ndarray, sample: np.ndarray, tol: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(candidate thresholds ascending, the signed outcome of each candidate's rule per sample
     [candidate, sample], the per-sample count of lowest candidates all safe, sorted)."""
     fin = np.asarray(score, np.float64)

@@ -56,7 +56,7 @@ THRESHOLD_H_DEFAULT = -0.5  # models whose config records no decision rule (trai
 ROW_COLUMNS: dict[str, str] = {
     "model": "model name (--name, default: the model kind or the baseline)",
     "model_kind": "reactive | avg | avg-cal | wait-pred | wait-pred-cal | guarantee-10 | transformer | moe | "
-                  "xgboost | random_forest | *_policy",
+    "xgboost | random_forest | *_policy",
     "node": "nodes of the predecessor and the successor",
     "sample": "global sample index k (start = --start + k * interval)",
     "sample_start": "sample start t0 (epoch s)",
@@ -71,16 +71,17 @@ ROW_COLUMNS: dict[str, str] = {
     "wasted_node_h": "node x overlap_h (node-hours)",
     "backfilled": "the successor started through backfill",
     "model_output": "model output at the submit decision: hours (regressor) or P(submit) (policy); "
-                    "NaN when forced or for baselines",
+    "NaN when forced or for baselines",
     "n_decisions": "model evaluations in the episode (baselines: 0)",
     "forced": "submitted at the predecessor's end because it ended (reactive: always; avg: when its "
-              "time is the end itself)",
+    "time is the end itself)",
     "queue_len": "pending jobs at the decision",
     "avg_wait_s": "mean wait of the last 100 started jobs at the decision (s)",
 }
 
 
 # ----------------------------------------------------------------------------- guards
+
 
 def _to_epoch(value: Any) -> int | None:
     if value is None:
@@ -109,17 +110,25 @@ def training_data_end(cfg: dict[str, Any]) -> tuple[int, str]:
         span = float(env["train"].get("workload_days", 0.0))
         found.append((_to_epoch(env["train"]["start_max"]) + int(span * 86400), "env.train"))
     if not found:
-        raise StepError("leakage guard: the model's config.json records no training data window "
-                        "(data.data_end / data.train_data_end); cannot rule out overlap with validation")
+        raise StepError(
+            "leakage guard: the model's config.json records no training data window "
+            "(data.data_end / data.train_data_end); cannot rule out overlap with validation"
+        )
     return max(found)
 
 
 def check_leakage(model_uri: str, cfg: dict[str, Any], first_start: int, last_end: int) -> dict[str, Any]:
     end, key = training_data_end(cfg)
     data = cfg.get("data") or {}
-    doc = {"model_data_end": iso(end), "model_data_end_key": key, "dataset": data.get("dataset"),
-           "train_sample_start_min": data.get("sample_start_min"), "train_sample_start_max": data.get("sample_start_max"),
-           "validation_start": iso(first_start), "validation_end": iso(last_end)}
+    doc = {
+        "model_data_end": iso(end),
+        "model_data_end_key": key,
+        "dataset": data.get("dataset"),
+        "train_sample_start_min": data.get("sample_start_min"),
+        "train_sample_start_max": data.get("sample_start_max"),
+        "validation_start": iso(first_start),
+        "validation_end": iso(last_end),
+    }
     if end > first_start:
         lo = data.get("sample_start_min")
         lo = iso(lo) if isinstance(lo, (int, float)) else lo
@@ -127,17 +136,28 @@ def check_leakage(model_uri: str, cfg: dict[str, Any], first_start: int, last_en
             f"leakage guard: model {model_uri} was trained on data up to {iso(end)} ({key}; dataset "
             f"{data.get('dataset')}, samples from {lo}), later than the first validation sample start "
             f"{iso(first_start)} (validation window {iso(first_start)} .. {iso(last_end)}). "
-            f"Validate from {iso(end)} or later, or train on data ending before {iso(first_start)}.")
+            f"Validate from {iso(end)} or later, or train on data ending before {iso(first_start)}."
+        )
     return doc
 
 
 # ----------------------------------------------------------------------------- deciders
 
+
 class _Model:
     """The decision rule on top of a loaded DecisionFunction."""
 
-    def __init__(self, fn: Any, threshold_h: float | None, stochastic: bool, seed: int, argmax: bool = False,
-                 waitpred: Any = None, within_s: int | None = None, at_probes: bool = False):
+    def __init__(
+        self,
+        fn: Any,
+        threshold_h: float | None,
+        stochastic: bool,
+        seed: int,
+        argmax: bool = False,
+        waitpred: Any = None,
+        within_s: int | None = None,
+        at_probes: bool = False,
+    ):
         self.fn, self.stochastic, self.seed, self.argmax = fn, stochastic, seed, argmax
         self.waitpred = waitpred  # the predictor whose channels the model was trained on (xgboost-wp)
         # asked only this long before the predecessor's (pre-simulated) end: its training probes' span
@@ -203,8 +223,9 @@ def _pre_simulated(ep: DecisionEpisode) -> tuple[int, float]:
     return int(pend), float(avg)
 
 
-def _decide_on_grid(ep: DecisionEpisode, every_s: int, k: int, trace: list[dict],
-                    ask: Any, from_t: float | None = None) -> tuple[float, int]:
+def _decide_on_grid(
+    ep: DecisionEpisode, every_s: int, k: int, trace: list[dict], ask: Any, from_t: float | None = None
+) -> tuple[float, int]:
     """Ask ``ask() -> (submit, raw)`` every ``every_s`` once the history window is full (and from
     ``from_t`` on, when given), until it submits or the predecessor ends; each answer is appended
     to ``trace``. Returns (the raw output at the submission, NaN if none; the number of decisions)."""
@@ -279,8 +300,11 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
         output, n = _decide_on_grid(ep, every_s, k, trace, lambda: decider.ask(ep, pend - ep.now, every_s))
     else:
         rng = decider.rng(k)
-        pend = (_pre_simulated(ep)[0] if (decider.waitpred is not None or decider.within_s is not None
-                                          or decider.at_probes) else None)
+        pend = (
+            _pre_simulated(ep)[0]
+            if (decider.waitpred is not None or decider.within_s is not None or decider.at_probes)
+            else None
+        )
 
         def ask() -> tuple[bool, float]:
             hist = ep.history()
@@ -297,8 +321,9 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
             times = probe_times(ep.pred_submit, pend, 1, "default", 0.0, "end")[:-1]
             output, n = _decide_at(ep, times, k, trace, ask)
         else:
-            output, n = _decide_on_grid(ep, every_s, k, trace, ask,
-                                        None if decider.within_s is None else pend - decider.within_s)
+            output, n = _decide_on_grid(
+                ep, every_s, k, trace, ask, None if decider.within_s is None else pend - decider.within_s
+            )
     forced = bool(ep.pred_ended)  # reactive: always; avg: only when its time is the end itself
     res = ep.submit_successor()
     return {**res, "model_output": output if not forced else math.nan, "n_decisions": n, "forced": forced}, trace
@@ -330,21 +355,31 @@ def _init(wl: Workload, cfg: SimConfig, setup: dict) -> None:
     from ..models.loader import load_model
 
     fn = load_model(setup["model_uri"], device="cpu")
-    _W["decider"] = _Model(fn, setup["threshold_h"], setup["stochastic"], setup["seed"], bool(setup.get("argmax")),
-                           setup.get("waitpred"), setup.get("within_s"), bool(setup.get("at_probes")))
+    _W["decider"] = _Model(
+        fn,
+        setup["threshold_h"],
+        setup["stochastic"],
+        setup["seed"],
+        bool(setup.get("argmax")),
+        setup.get("waitpred"),
+        setup.get("within_s"),
+        bool(setup.get("at_probes")),
+    )
 
 
 def _one(task: tuple[int, int]) -> tuple[int, dict, list[dict], float]:
     k, t0 = task
     t = time.perf_counter()
-    ep = DecisionEpisode(_W["wl"], _W["cfg"], t0, _W["node"], _W["warmup_days"], _W["workload_days"],
-                         _W["window"], _W["step_s"])
+    ep = DecisionEpisode(
+        _W["wl"], _W["cfg"], t0, _W["node"], _W["warmup_days"], _W["workload_days"], _W["window"], _W["step_s"]
+    )
     res, trace = run_episode(ep, _W["decider"], _W["kind"], _W["every_s"], k)
     return k, res, trace, time.perf_counter() - t
 
 
-def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, int]],
-              workers: int = 1, part: str = "") -> list[tuple[int, dict, list[dict], float]]:
+def run_tasks(
+    wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, int]], workers: int = 1, part: str = ""
+) -> list[tuple[int, dict, list[dict], float]]:
     """Episodes of ``tasks`` = [(k, t0)], in parallel if asked; ordered by k. A worker that
     dies ends the run (:class:`stepkit.pool.WorkerDied` naming the sample and ``part``)."""
     if workers <= 1 or len(tasks) <= 1:
@@ -357,27 +392,50 @@ def run_tasks(wl: Workload, cfg: SimConfig, setup: dict, tasks: list[tuple[int, 
         return out
     from ..sampling.sample import describe_sample
 
-    out = run_pool(_one, tasks, workers, initializer=_init, initargs=(wl, cfg, setup),
-                   describe=lambda t: describe_sample(t, part), name="validate", context=pool_context())
+    out = run_pool(
+        _one,
+        tasks,
+        workers,
+        initializer=_init,
+        initargs=(wl, cfg, setup),
+        describe=lambda t: describe_sample(t, part),
+        name="validate",
+        context=pool_context(),
+    )
     out.sort(key=lambda r: r[0])
     return out
 
 
-def make_rows(results: list[tuple[int, dict, list[dict], float]], name: str, kind: str,
-              node: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def make_rows(
+    results: list[tuple[int, dict, list[dict], float]], name: str, kind: str, node: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, decisions = [], []
     for k, r, trace, _ in results:
         s = float(r["signed_interruption_h"])
-        rows.append({
-            "model": name, "model_kind": kind, "node": int(node), "sample": int(k),
-            "sample_start": int(r["sample_start"]), "pred_submit": int(r["pred_submit"]),
-            "pred_start": int(r["pred_start"]), "pred_end": int(r["pred_end"]),
-            "decision_time": int(r["succ_submit"]), "succ_start": int(r["succ_start"]),
-            "signed_interruption_h": s, "interruption_h": s if s > 0 else 0.0, "overlap_h": -s if s < 0 else 0.0,
-            "wasted_node_h": node * -s if s < 0 else 0.0, "backfilled": bool(r["backfilled"]),
-            "model_output": float(r["model_output"]), "n_decisions": int(r["n_decisions"]),
-            "forced": bool(r["forced"]), "queue_len": int(r["queue_len"]), "avg_wait_s": float(r["avg_wait_s"]),
-        })
+        rows.append(
+            {
+                "model": name,
+                "model_kind": kind,
+                "node": int(node),
+                "sample": int(k),
+                "sample_start": int(r["sample_start"]),
+                "pred_submit": int(r["pred_submit"]),
+                "pred_start": int(r["pred_start"]),
+                "pred_end": int(r["pred_end"]),
+                "decision_time": int(r["succ_submit"]),
+                "succ_start": int(r["succ_start"]),
+                "signed_interruption_h": s,
+                "interruption_h": s if s > 0 else 0.0,
+                "overlap_h": -s if s < 0 else 0.0,
+                "wasted_node_h": node * -s if s < 0 else 0.0,
+                "backfilled": bool(r["backfilled"]),
+                "model_output": float(r["model_output"]),
+                "n_decisions": int(r["n_decisions"]),
+                "forced": bool(r["forced"]),
+                "queue_len": int(r["queue_len"]),
+                "avg_wait_s": float(r["avg_wait_s"]),
+            }
+        )
         decisions.extend(trace)
     df = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
     dec = pd.DataFrame(decisions, columns=["sample", "time", "output", "submit"])
@@ -385,11 +443,21 @@ def make_rows(results: list[tuple[int, dict, list[dict], float]], name: str, kin
     return df, dec
 
 
-
 # ----------------------------------------------------------------------------- the model under test
 
-def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None, step_s: int | None,
-                  allow_node_mismatch: bool, first_start: int, last_end: int, waitpred: bool = False) -> dict[str, Any]:
+
+def resolve_model(
+    model: str,
+    *,
+    node: int,
+    stochastic: bool,
+    window: int | None,
+    step_s: int | None,
+    allow_node_mismatch: bool,
+    first_start: int,
+    last_end: int,
+    waitpred: bool = False,
+) -> dict[str, Any]:
     """What ``validate --model`` names, checked against the run: kind, config, history shape, leakage.
 
     Returns ``{"kind", "config" (None for a baseline), "window", "step_s", "leakage", "warnings"}``,
@@ -401,8 +469,14 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
     if model in RULES:
         if stochastic:
             raise StepError("--stochastic applies to policies only")
-        return {"kind": model, "config": None, "window": window or 144, "step_s": step_s or 600,
-                "leakage": None, "warnings": []}
+        return {
+            "kind": model,
+            "config": None,
+            "window": window or 144,
+            "step_s": step_s or 600,
+            "leakage": None,
+            "warnings": [],
+        }
     from ..models.loader import read_config
 
     cfg = read_config(model)
@@ -413,33 +487,54 @@ def resolve_model(model: str, *, node: int, stochastic: bool, window: int | None
     data = cfg["data"]
     w, s = int(data["window"]), int(data["step_s"])
     if (window and window != w) or (step_s and step_s != s):
-        raise StepError(f"{model}: the model was trained on histories of {w} x {s} s; "
-                        f"--window/--step-s must match or be left out")
+        raise StepError(
+            f"{model}: the model was trained on histories of {w} x {s} s; --window/--step-s must match or be left out"
+        )
     from ..calibration import atprobe
 
     wp = atprobe.uses_features(data["feature_names"])
     if wp and not waitpred:
-        raise StepError(f"{model}: trained with the wait predictor's channels (merge --waitpred-features): give "
-                        "--waitpred (the waitpred output its samples were drawn with) so that every decision asks it")
-    if list(data["feature_names"])[:len(data["feature_names"]) - (len(atprobe.FEATURES) if wp else 0)] != FEATURE_NAMES:
-        raise StepError(f"{model}: the model's features ({len(data['feature_names'])}) are not this "
-                        f"simulator's ({len(FEATURE_NAMES)}); it was trained on another feature layout")
+        raise StepError(
+            f"{model}: trained with the wait predictor's channels (merge --waitpred-features): give "
+            "--waitpred (the waitpred output its samples were drawn with) so that every decision asks it"
+        )
+    if (
+        list(data["feature_names"])[: len(data["feature_names"]) - (len(atprobe.FEATURES) if wp else 0)]
+        != FEATURE_NAMES
+    ):
+        raise StepError(
+            f"{model}: the model's features ({len(data['feature_names'])}) are not this "
+            f"simulator's ({len(FEATURE_NAMES)}); it was trained on another feature layout"
+        )
     if data.get("node") is not None and int(data["node"]) != node and not allow_node_mismatch:
-        raise StepError(f"{model}: trained for {data['node']}-node jobs, validated with --node {node} "
-                        f"(pass --allow-node-mismatch to do it anyway)")
+        raise StepError(
+            f"{model}: trained for {data['node']}-node jobs, validated with --node {node} "
+            f"(pass --allow-node-mismatch to do it anyway)"
+        )
     leakage = check_leakage(model, cfg, first_start, last_end)
     warnings = []
     if policy and (cfg.get("decision") or {}).get("eval_mode") == "sample" and not stochastic:
-        warnings.append("the policy was trained and selected sampling its actions (eval_mode sample); it is "
-                        "validated greedily (P(submit) > 0.5) as asked; --stochastic --seed S validates it "
-                        "the way it was selected")
-    return {"kind": kind, "config": cfg, "window": w, "step_s": s, "leakage": leakage, "warnings": warnings,
-            "uses_waitpred": wp, "trained_span_s": trained_span_s(data.get("sample_params")),
-            "trained_offsets_s": trained_offsets_s(data.get("sample_params"))}
+        warnings.append(
+            "the policy was trained and selected sampling its actions (eval_mode sample); it is "
+            "validated greedily (P(submit) > 0.5) as asked; --stochastic --seed S validates it "
+            "the way it was selected"
+        )
+    return {
+        "kind": kind,
+        "config": cfg,
+        "window": w,
+        "step_s": s,
+        "leakage": leakage,
+        "warnings": warnings,
+        "uses_waitpred": wp,
+        "trained_span_s": trained_span_s(data.get("sample_params")),
+        "trained_offsets_s": trained_offsets_s(data.get("sample_params")),
+    }
 
 
-def sampling_warnings(model_cfg: dict[str, Any], sim_config: dict[str, Any], warmup_days: float,
-                      workload_days: float) -> list[str]:
+def sampling_warnings(
+    model_cfg: dict[str, Any], sim_config: dict[str, Any], warmup_days: float, workload_days: float
+) -> list[str]:
     """Where this validation replays the trace differently from the model's training samples."""
     out = []
     sp = model_cfg["data"].get("sample_params") or {}

@@ -51,4 +51,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["BASELINES", "KINDS", "POLICIES", "REGRESSORS", "Decision", "DecisionFunction", "Env", "StopRequested", "load_model"]
+__all__ = [
+    "BASELINES",
+    "KINDS",
+    "POLICIES",
+    "REGRESSORS",
+    "Decision",
+    "DecisionFunction",
+    "Env",
+    "StopRequested",
+    "load_model",
+]

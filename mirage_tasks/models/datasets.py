@@ -42,8 +42,16 @@ ARRAYS = {
     "node": np.int64,
 }
 MANIFEST_KEYS = (
-    "feature_names", "window", "step_s", "n_examples", "n_samples", "node",
-    "sample_start_min", "sample_start_max", "data_end", "trace_fingerprint",
+    "feature_names",
+    "window",
+    "step_s",
+    "n_examples",
+    "n_samples",
+    "node",
+    "sample_start_min",
+    "sample_start_max",
+    "data_end",
+    "trace_fingerprint",
 )
 
 
@@ -71,8 +79,16 @@ class Dataset:
         return int(self.X.shape[2])
 
     def rows(self, idx: np.ndarray) -> Dataset:
-        return Dataset(self.X[idx], self.y[idx], self.sample[idx], self.sample_start[idx],
-                       self.probe_time[idx], self.node[idx], self.manifest, self.uri)
+        return Dataset(
+            self.X[idx],
+            self.y[idx],
+            self.sample[idx],
+            self.sample_start[idx],
+            self.probe_time[idx],
+            self.node[idx],
+            self.manifest,
+            self.uri,
+        )
 
 
 def load_dataset(uri: str) -> Dataset:
@@ -103,8 +119,10 @@ def load_dataset(uri: str) -> Dataset:
         if k != "X" and arrays[k].shape != (n,):
             raise StepError(f"{npz_uri}: {k} has shape {arrays[k].shape}, expected ({n},)")
     if W != int(manifest["window"]) or F != len(manifest["feature_names"]):
-        raise StepError(f"{npz_uri}: X is [n, {W}, {F}] but {man_uri} says window {manifest['window']} "
-                        f"and {len(manifest['feature_names'])} features")
+        raise StepError(
+            f"{npz_uri}: X is [n, {W}, {F}] but {man_uri} says window {manifest['window']} "
+            f"and {len(manifest['feature_names'])} features"
+        )
     if int(manifest["n_examples"]) != n:
         raise StepError(f"{npz_uri}: {n} examples but {man_uri} says n_examples {manifest['n_examples']}")
     out = {k: np.ascontiguousarray(arrays[k], dtype=t) for k, t in ARRAYS.items()}
@@ -143,15 +161,17 @@ def chronological_split(ds: Dataset, val_fraction: float = 0.2, purge_days: floa
     n_val = max(1, int(round(n_s * val_fraction)))
     if n_s - n_val < 2:
         raise StepError(f"{ds.uri}: only {n_s} samples, too few for a train/validation split")
-    val_samples = samples[n_s - n_val:]
+    val_samples = samples[n_s - n_val :]
     val_start = int(starts[n_s - n_val])
     cut = val_start - int(purge_days * 86400)
     train_mask_s = starts[: n_s - n_val] <= cut
     train_samples = samples[: n_s - n_val][train_mask_s]
     purged = int((~train_mask_s).sum())
     if len(train_samples) < 2:
-        raise StepError(f"{ds.uri}: after purging {purged} samples within {purge_days} days of validation, "
-                        f"fewer than 2 training samples remain; lower --purge-days or use more data")
+        raise StepError(
+            f"{ds.uri}: after purging {purged} samples within {purge_days} days of validation, "
+            f"fewer than 2 training samples remain; lower --purge-days or use more data"
+        )
     train = np.flatnonzero(np.isin(ds.sample, train_samples))
     val = np.flatnonzero(np.isin(ds.sample, val_samples))
     info = {
@@ -215,7 +235,7 @@ class FeatureScaler:
         s2 = np.zeros(F, np.float64)
         count = 0
         for i in range(0, X.shape[0], 512):  # chunked: keeps float64 temporaries small
-            z = np.log1p(np.maximum(X[i:i + 512], 0.0)).astype(np.float64).reshape(-1, F)
+            z = np.log1p(np.maximum(X[i : i + 512], 0.0)).astype(np.float64).reshape(-1, F)
             s += z.sum(0)
             s2 += (z * z).sum(0)
             count += z.shape[0]
@@ -254,8 +274,16 @@ def constant_baseline(y_train: np.ndarray, y_val: np.ndarray) -> dict[str, float
     return {"value_h": med, "val_mae_h": mae(np.full_like(y_val, med), y_val)}
 
 
-def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sample_start: np.ndarray,
-                  probe_time: np.ndarray, node: np.ndarray, manifest: dict[str, Any]) -> None:
+def write_dataset(
+    uri: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    sample: np.ndarray,
+    sample_start: np.ndarray,
+    probe_time: np.ndarray,
+    node: np.ndarray,
+    manifest: dict[str, Any],
+) -> None:
     """Write and commit a dataset in the ``merge`` format (used by tests and the benchmark).
 
     Committed like a step output (``_SUCCESS.json`` last, step ``dataset``), since ``train``
@@ -264,9 +292,14 @@ def write_dataset(uri: str, X: np.ndarray, y: np.ndarray, sample: np.ndarray, sa
 
     from .. import __version__
 
-    arrays = {"X": X.astype(np.float32), "y": y.astype(np.float32), "sample": sample.astype(np.int64),
-              "sample_start": sample_start.astype(np.int64), "probe_time": probe_time.astype(np.int64),
-              "node": node.astype(np.int64)}
+    arrays = {
+        "X": X.astype(np.float32),
+        "y": y.astype(np.float32),
+        "sample": sample.astype(np.int64),
+        "sample_start": sample_start.astype(np.int64),
+        "probe_time": probe_time.astype(np.int64),
+        "node": node.astype(np.int64),
+    }
     step = Step("dataset", uri, __version__, {"manifest": manifest, "n": int(len(y))})
     step.write_bytes(DATASET_FILE, npz_bytes(arrays, compress=False))
     step.write_bytes(MANIFEST_FILE, (json.dumps(manifest, indent=2) + "\n").encode())
@@ -302,16 +335,30 @@ def subset(ds: Dataset, *, until: int | None = None, fraction: float = 1.0) -> t
         idx = np.unique(np.round(np.linspace(0, len(samples) - 1, n_keep)).astype(int))
         samples, starts = samples[idx], starts[idx]
     if len(samples) < 3:
-        raise StepError(f"{ds.uri}: only {len(samples)} samples end by {iso(until) if until else 'the end'} "
-                        f"(fraction {fraction}); too few to train")
+        raise StepError(
+            f"{ds.uri}: only {len(samples)} samples end by {iso(until) if until else 'the end'} "
+            f"(fraction {fraction}); too few to train"
+        )
     rows = np.flatnonzero(np.isin(ds.sample, samples))
     out = ds.rows(rows)
     man = dict(m)
-    man.update({"n_examples": int(len(rows)), "n_samples": int(len(samples)),
-                "sample_start_min": int(starts.min()), "sample_start_max": int(starts.max()),
-                "sample_start_min_iso": iso(starts.min()), "sample_start_max_iso": iso(starts.max()),
-                "data_end": iso(int(starts.max()) + span_s)})
+    man.update(
+        {
+            "n_examples": int(len(rows)),
+            "n_samples": int(len(samples)),
+            "sample_start_min": int(starts.min()),
+            "sample_start_max": int(starts.max()),
+            "sample_start_min_iso": iso(starts.min()),
+            "sample_start_max_iso": iso(starts.max()),
+            "data_end": iso(int(starts.max()) + span_s),
+        }
+    )
     out.manifest = man
-    info = {"until": iso(until) if until is not None else None, "fraction": fraction,
-            "n_samples": int(len(samples)), "n_examples": int(len(rows)), "of_n_samples": int(len(first_row))}
+    info = {
+        "until": iso(until) if until is not None else None,
+        "fraction": fraction,
+        "n_samples": int(len(samples)),
+        "n_examples": int(len(rows)),
+        "of_n_samples": int(len(first_row)),
+    }
     return out, info

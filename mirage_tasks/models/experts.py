@@ -25,8 +25,9 @@ def sample_slices(sample: np.ndarray, rows: np.ndarray, k: int) -> list[np.ndarr
     uniq, first = np.unique(samples, return_index=True)
     ordered = uniq[np.argsort(first)]
     if len(ordered) < k:
-        raise StepError(f"{len(ordered)} samples cannot be cut into {k} expert slices; "
-                        f"lower n_experts or expert_fraction")
+        raise StepError(
+            f"{len(ordered)} samples cannot be cut into {k} expert slices; lower n_experts or expert_fraction"
+        )
     parts = np.array_split(ordered, k)
     return [rows[np.isin(samples, p)] for p in parts]
 
@@ -41,14 +42,31 @@ def expert_rows(sample: np.ndarray, train: np.ndarray, n_experts: int, expert_fr
     return sample_slices(sample, early, n_experts)
 
 
-def expert_phases(model: Any, sample: np.ndarray, sample_start: np.ndarray, train: np.ndarray,
-                  hp: dict[str, Any]) -> tuple[list[Phase], list[dict[str, Any]]]:
+def expert_phases(
+    model: Any, sample: np.ndarray, sample_start: np.ndarray, train: np.ndarray, hp: dict[str, Any]
+) -> tuple[list[Phase], list[dict[str, Any]]]:
     """One pre-training :class:`Phase` per expert of ``model`` and what each saw (for the config)."""
     slices = expert_rows(sample, train, len(model.experts), hp["expert_fraction"])
     wd = float(hp.get("weight_decay", 0.0))
-    phases = [Phase(f"expert {i + 1}/{len(slices)}", model.experts[i], rows, int(hp["expert_epochs"]),
-                    float(hp["expert_lr"]), int(hp["expert_batch_size"]), wd, hp["lr_schedule"])
-              for i, rows in enumerate(slices)]
-    info = [{"rows": int(len(r)), "sample_start_min": iso(sample_start[r].min()),
-             "sample_start_max": iso(sample_start[r].max())} for r in slices]
+    phases = [
+        Phase(
+            f"expert {i + 1}/{len(slices)}",
+            model.experts[i],
+            rows,
+            int(hp["expert_epochs"]),
+            float(hp["expert_lr"]),
+            int(hp["expert_batch_size"]),
+            wd,
+            hp["lr_schedule"],
+        )
+        for i, rows in enumerate(slices)
+    ]
+    info = [
+        {
+            "rows": int(len(r)),
+            "sample_start_min": iso(sample_start[r].min()),
+            "sample_start_max": iso(sample_start[r].max()),
+        }
+        for r in slices
+    ]
     return phases, info

@@ -39,12 +39,25 @@ def remove_checkpoints(step: Step) -> None:
         pass
 
 
-def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, seed: int = 0,
-                    device: str = "cpu", val_fraction: float = 0.2, purge_days: float | None = None,
-                    threads: int | None = None, stop_after: int | None = None,
-                    preset: str | None = None, waste_weight: float = WASTE_WEIGHT,
-                    samples_until: int | None = None, sample_fraction: float = 1.0,
-                    hpo_trials: int = 0, hpo_timeout_s: float | None = None) -> dict[str, Any]:
+def train_regressor(
+    kind: str,
+    dataset: str,
+    step: Step,
+    hp: dict[str, Any],
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    val_fraction: float = 0.2,
+    purge_days: float | None = None,
+    threads: int | None = None,
+    stop_after: int | None = None,
+    preset: str | None = None,
+    waste_weight: float = WASTE_WEIGHT,
+    samples_until: int | None = None,
+    sample_fraction: float = 1.0,
+    hpo_trials: int = 0,
+    hpo_timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Fit ``kind`` on ``dataset`` and write its files through ``step`` (not committed). Returns metrics."""
     from . import datasets as D
     from .loader import CONFIG_FILE, DEFAULT_DECISION, FORMAT, FORMAT_VERSION, load_model
@@ -58,10 +71,19 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     if purge_days is None:  # an episode's labels depend on the trace up to workload_days after its start
         purge_days = float((ds.manifest.get("params") or {}).get("workload_days", 5.0))
     split = D.chronological_split(ds, val_fraction, purge_days)
-    log.info("dataset %s: %d examples [%d x %d]; train %d rows (%d samples), validation %d rows (%d samples), "
-             "%d samples purged", ds.uri, ds.n, ds.window, ds.n_features, split.info["n_train"],
-             split.info["n_train_samples"], split.info["n_val"], split.info["n_val_samples"],
-             split.info["n_purged_samples"])
+    log.info(
+        "dataset %s: %d examples [%d x %d]; train %d rows (%d samples), validation %d rows (%d samples), "
+        "%d samples purged",
+        ds.uri,
+        ds.n,
+        ds.window,
+        ds.n_features,
+        split.info["n_train"],
+        split.info["n_train_samples"],
+        split.info["n_val"],
+        split.info["n_val_samples"],
+        split.info["n_purged_samples"],
+    )
     scaler = D.FeatureScaler.fit(ds.X[split.train])
     Xs = scaler.transform(ds.X)
     fam = family(kind)
@@ -72,33 +94,64 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
         def trial_fit(thp: dict[str, Any], tmp: str) -> tuple[np.ndarray, np.ndarray]:
             tstep = Step("hpo-trial", tmp, __version__, {"hp": thp})
             tcfg: dict[str, Any] = {
-                "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
-                "weights": fam.weights, "scaler": scaler.to_dict(), "decision": dict(DEFAULT_DECISION),
-                "data": D.data_window(ds, split)}
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "kind": kind,
+                "version": __version__,
+                "weights": fam.weights,
+                "scaler": scaler.to_dict(),
+                "decision": dict(DEFAULT_DECISION),
+                "data": D.data_window(ds, split),
+            }
             # F821: search() runs every trial before the `del Xs` below frees the scaled features
-            fam.fit_fn()(kind, ds, split, Xs, thp, tcfg, tstep, seed=seed, device=device, threads=threads,  # noqa: F821
-                         stop_after=None)
+            fam.fit_fn()(
+                kind,
+                ds,
+                split,
+                Xs,  # noqa: F821
+                thp,
+                tcfg,
+                tstep,
+                seed=seed,
+                device=device,
+                threads=threads,
+                stop_after=None,
+            )
             tstep.write_json(CONFIG_FILE, tcfg)
             tm = load_model(tmp, device=device if fam.torch else "cpu")
             return batched_predict(tm, ds.X, split.val), ds.y[split.val]
 
-        hp, history, hpo_summary = search(kind, hp, trial_fit, n_trials=hpo_trials, timeout_s=hpo_timeout_s,
-                                          seed=seed)
+        hp, history, hpo_summary = search(kind, hp, trial_fit, n_trials=hpo_trials, timeout_s=hpo_timeout_s, seed=seed)
         step.write_json(HPO_FILE, {"summary": hpo_summary, "trials": history})
-        log.info("%s: hyper-parameter search kept trial %d of %d (%s %.4f; preset %s)", kind,
-                 hpo_summary["best_number"], hpo_summary["n_trials"], hpo_summary["objective"],
-                 hpo_summary["best_value"], hpo_summary["preset_value"])
+        log.info(
+            "%s: hyper-parameter search kept trial %d of %d (%s %.4f; preset %s)",
+            kind,
+            hpo_summary["best_number"],
+            hpo_summary["n_trials"],
+            hpo_summary["objective"],
+            hpo_summary["best_value"],
+            hpo_summary["preset_value"],
+        )
     cfg: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
-        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights, "scaler": scaler.to_dict(),
-        "decision": dict(DEFAULT_DECISION), "data": D.data_window(ds, split),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "version": __version__,
+        "preset": preset,
+        "preset_hp": hp,
+        "seed": seed,
+        "weights": family(kind).weights,
+        "scaler": scaler.to_dict(),
+        "decision": dict(DEFAULT_DECISION),
+        "data": D.data_window(ds, split),
     }
     if subset_info is not None:
         cfg["data"]["subset"] = subset_info
     if hpo_summary is not None:
         cfg["hpo"] = hpo_summary
-    curves = fam.fit_fn()(kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads,
-                          stop_after=stop_after)
+    curves = fam.fit_fn()(
+        kind, ds, split, Xs, hp, cfg, step, seed=seed, device=device, threads=threads, stop_after=stop_after
+    )
     del Xs
     step.write_json(CONFIG_FILE, cfg)
     step.write_json("curves.json", curves)
@@ -110,11 +163,23 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
     const = D.constant_baseline(yt, yv)
     # the submit threshold, chosen on this validation split (never on the validation month)
     # (fixed, or moving with the load at the decision: calibrate_load_aware)
-    cal = calibrate_load_aware(pred_va, yv, ds.sample[split.val], ds.X[split.val, -1:, :],
-                               list(ds.manifest["feature_names"]), int(ds.manifest["node"]),
-                               waste_weight=waste_weight, default=DEFAULT_DECISION["low_h"])
-    cfg["decision"] = {"rule": "threshold", "low_h": cal["threshold"], "high_h": DEFAULT_DECISION["high_h"],
-                       "load": cal["load"], "calibration": cal}
+    cal = calibrate_load_aware(
+        pred_va,
+        yv,
+        ds.sample[split.val],
+        ds.X[split.val, -1:, :],
+        list(ds.manifest["feature_names"]),
+        int(ds.manifest["node"]),
+        waste_weight=waste_weight,
+        default=DEFAULT_DECISION["low_h"],
+    )
+    cfg["decision"] = {
+        "rule": "threshold",
+        "low_h": cal["threshold"],
+        "high_h": DEFAULT_DECISION["high_h"],
+        "load": cal["load"],
+        "calibration": cal,
+    }
     step.write_json(CONFIG_FILE, cfg)
     model.decision_rule = dict(cfg["decision"])
     metrics = {
@@ -134,24 +199,47 @@ def train_regressor(kind: str, dataset: str, step: Step, hp: dict[str, Any], *, 
         "wall_s": round(time.monotonic() - t0, 2),
     }
     if hpo_summary is not None:
-        metrics["hpo"] = {k: hpo_summary[k] for k in ("n_trials", "n_complete", "objective", "best_value",
-                                                      "preset_value", "best_params", "seconds")}
+        metrics["hpo"] = {
+            k: hpo_summary[k]
+            for k in ("n_trials", "n_complete", "objective", "best_value", "preset_value", "best_params", "seconds")
+        }
     step.write_json("metrics.json", metrics)
-    log.info("%s: validation MAE %.3f h (constant predictor %.3f h), train MAE %.3f h, %.1f s",
-             kind, metrics["val_mae_h"], metrics["val_constant_mae_h"], metrics["train_mae_h"], metrics["wall_s"])
+    log.info(
+        "%s: validation MAE %.3f h (constant predictor %.3f h), train MAE %.3f h, %.1f s",
+        kind,
+        metrics["val_mae_h"],
+        metrics["val_constant_mae_h"],
+        metrics["train_mae_h"],
+        metrics["wall_s"],
+    )
     thr = "never early" if cal["threshold"] is None else f"{cal['threshold']:.3f}"
-    print(f"train {kind}: val_mae_h={metrics['val_mae_h']:.4f} constant={metrics['val_constant_mae_h']:.4f} "
-          f"threshold_h={thr} (objective {cal['chosen']['objective']:.3f}, at -0.5 h "
-          f"{cal['default']['objective']:.3f}) wall_s={metrics['wall_s']}", flush=True)
+    print(
+        f"train {kind}: val_mae_h={metrics['val_mae_h']:.4f} constant={metrics['val_constant_mae_h']:.4f} "
+        f"threshold_h={thr} (objective {cal['chosen']['objective']:.3f}, at -0.5 h "
+        f"{cal['default']['objective']:.3f}) wall_s={metrics['wall_s']}",
+        flush=True,
+    )
     return metrics
 
 
 def batched_predict(model: Any, X: np.ndarray, rows: np.ndarray, batch: int = 1024) -> np.ndarray:
-    return np.concatenate([model.predict(X[rows[i:i + batch]]) for i in range(0, len(rows), batch)])
+    return np.concatenate([model.predict(X[rows[i : i + batch]]) for i in range(0, len(rows), batch)])
 
 
-def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any],
-               step: Step, *, seed: int, device: str, threads: int | None, stop_after: int | None) -> list:
+def fit_neural(
+    kind: str,
+    ds: Any,
+    split: Any,
+    Xs: np.ndarray,
+    hp: dict[str, Any],
+    cfg: dict[str, Any],
+    step: Step,
+    *,
+    seed: int,
+    device: str,
+    threads: int | None,
+    stop_after: int | None,
+) -> list:
     """Fit a torch regressor: its family's net module (registry ``net``) gives the
     architecture, the model and the training phases; the epoch loop is
     :func:`mirage_tasks.models.training.fit_phases`."""
@@ -181,21 +269,45 @@ def fit_neural(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any
     cfg["n_parameters"] = int(n_params)
     log.info("%s: %d parameters on %s", kind, n_params, dev)
     curves = fit_phases(
-        model, phases, X, y, split.val, loss=hp["loss"], y_scale=scale, device=dev, seed=seed,
-        grad_clip=float(hp.get("grad_clip", 0.0)), checkpoint_every=int(hp["checkpoint_every"]),
-        ckpt_uri=step.path(CHECKPOINT), fingerprint=step.fingerprint, stop_after=stop_after,
-        amp=str(hp.get("amp", "off")))
-    torchutil.save_tensors(step.record(cfg["weights"]),
-                           {k: v.detach().cpu() for k, v in model.state_dict().items()})
+        model,
+        phases,
+        X,
+        y,
+        split.val,
+        loss=hp["loss"],
+        y_scale=scale,
+        device=dev,
+        seed=seed,
+        grad_clip=float(hp.get("grad_clip", 0.0)),
+        checkpoint_every=int(hp["checkpoint_every"]),
+        ckpt_uri=step.path(CHECKPOINT),
+        fingerprint=step.fingerprint,
+        stop_after=stop_after,
+        amp=str(hp.get("amp", "off")),
+    )
+    torchutil.save_tensors(step.record(cfg["weights"]), {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return curves
 
 
 # ------------------------------------------------------------------------------ policies
 
-def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step, hp: dict[str, Any], *,
-                 env_kind: str = "sim", trace: str | None = None, seed: int = 0, device: str = "cpu",
-                 threads: int | None = None, stop_after: int | None = None,
-                 preset: str | None = None, waste_weight: float = WASTE_WEIGHT) -> dict[str, Any]:
+
+def train_policy(
+    kind: str,
+    base_uri: str,
+    base_cfg: dict[str, Any],
+    step: Step,
+    hp: dict[str, Any],
+    *,
+    env_kind: str = "sim",
+    trace: str | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    threads: int | None = None,
+    stop_after: int | None = None,
+    preset: str | None = None,
+    waste_weight: float = WASTE_WEIGHT,
+) -> dict[str, Any]:
     """Train the wait/submit policy ``kind`` on the frozen base model in ``base_uri`` and write its
     files through ``step`` (not committed). Returns its metrics."""
     import torch
@@ -214,39 +326,78 @@ def train_policy(kind: str, base_uri: str, base_cfg: dict[str, Any], step: Step,
     probe = env.reset(np.random.default_rng([seed, 99]))
     n_inputs = int(base.features(probe[None]).shape[1])
     head, curves, summary = P.train_reinforce(
-        base.features, n_inputs, envs, val_envs, hp, seed=seed, ckpt_uri=step.path(CHECKPOINT),
-        fingerprint=step.fingerprint, stop_after=stop_after)
-    torchutil.save_tensors(step.record(family(kind).weights), {k: v.detach().cpu() for k, v in head.state_dict().items()})
+        base.features,
+        n_inputs,
+        envs,
+        val_envs,
+        hp,
+        seed=seed,
+        ckpt_uri=step.path(CHECKPOINT),
+        fingerprint=step.fingerprint,
+        stop_after=stop_after,
+    )
+    torchutil.save_tensors(
+        step.record(family(kind).weights), {k: v.detach().cpu() for k, v in head.state_dict().items()}
+    )
     for rel in (CONFIG_FILE, base_cfg["weights"]):  # the frozen base travels with the policy
         step.write_bytes(f"{BASE_DIR}/{rel}", storage.read_bytes(storage.join(base_uri, rel)))
     base_marker = read_marker(base_uri)
     cfg = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "version": __version__,
-        "preset": preset, "preset_hp": hp, "seed": seed, "weights": family(kind).weights,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "version": __version__,
+        "preset": preset,
+        "preset_hp": hp,
+        "seed": seed,
+        "weights": family(kind).weights,
         "arch": {"n_inputs": n_inputs, "hidden": int(hp["hidden"])},
-        "decision": {"rule": "policy", "eval_mode": hp["eval_mode"],
-                     "sample": "submit with probability P(submit) (decide(X, rng))",
-                     "greedy": "submit if P(submit) > 0.5 (decide(X))"},
-        "base": {"uri": storage.normalize(base_uri), "kind": base_cfg["kind"], "dir": BASE_DIR,
-                 "fingerprint": base_marker["fingerprint"] if base_marker else None},
-        "data": base_cfg["data"], "env": env_info, "training": summary,
+        "decision": {
+            "rule": "policy",
+            "eval_mode": hp["eval_mode"],
+            "sample": "submit with probability P(submit) (decide(X, rng))",
+            "greedy": "submit if P(submit) > 0.5 (decide(X))",
+        },
+        "base": {
+            "uri": storage.normalize(base_uri),
+            "kind": base_cfg["kind"],
+            "dir": BASE_DIR,
+            "fingerprint": base_marker["fingerprint"] if base_marker else None,
+        },
+        "data": base_cfg["data"],
+        "env": env_info,
+        "training": summary,
     }
     step.write_json(CONFIG_FILE, cfg)
     step.write_json("curves.json", curves)
     # greedy P(submit) threshold, chosen on the base model's own validation split (its probes)
     cal = calibrate_policy(load_model(step.out, device=device), base_cfg, waste_weight)
-    cfg["decision"].update({"threshold": cal["threshold"], "load": cal["load"], "calibration": cal,
-                            "greedy": "submit if P(submit) >= threshold (decide(X))"})
+    cfg["decision"].update(
+        {
+            "threshold": cal["threshold"],
+            "load": cal["load"],
+            "calibration": cal,
+            "greedy": "submit if P(submit) >= threshold (decide(X))",
+        }
+    )
     step.write_json(CONFIG_FILE, cfg)
-    metrics = {"model": kind, **summary, "wall_s": round(time.monotonic() - t0, 2),
-               "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"]),
-               "threshold": cal["threshold"], "argmax_submit_share": cal["argmax_submit_share"],
-               "argmax_never_submits": cal["argmax_never_submits"],
-               "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive", "fixed", "load")}}
+    metrics = {
+        "model": kind,
+        **summary,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "episodes": int(hp["epochs"]) * int(hp["episodes_per_epoch"]),
+        "threshold": cal["threshold"],
+        "argmax_submit_share": cal["argmax_submit_share"],
+        "argmax_never_submits": cal["argmax_never_submits"],
+        "calibration": {k: cal[k] for k in ("waste_weight", "chosen", "default", "reactive", "fixed", "load")},
+    }
     step.write_json("metrics.json", metrics)
-    print(f"train {kind}: val_return {summary['initial_val_return']:.1f} -> "
-          f"best {summary['best_val_return']:.1f} "
-          f"(epoch {summary['best_epoch']}) wall_s={metrics['wall_s']}", flush=True)
+    print(
+        f"train {kind}: val_return {summary['initial_val_return']:.1f} -> "
+        f"best {summary['best_val_return']:.1f} "
+        f"(epoch {summary['best_epoch']}) wall_s={metrics['wall_s']}",
+        flush=True,
+    )
     return metrics
 
 
@@ -261,12 +412,21 @@ def calibrate_policy(model: Any, base_cfg: dict[str, Any], waste_weight: float) 
     sub = data.get("subset")
     if sub:
         until = sub.get("until")
-        ds, _ = D.subset(ds, until=None if until is None else int(D.parse_iso(until)),
-                         fraction=float(sub.get("fraction", 1.0)))
+        ds, _ = D.subset(
+            ds, until=None if until is None else int(D.parse_iso(until)), fraction=float(sub.get("fraction", 1.0))
+        )
     split = D.chronological_split(ds, float(data["split"]["val_fraction"]), float(data["split"]["purge_days"]))
-    p = np.concatenate([model.decide(ds.X[split.val[i:i + 512]]).raw for i in range(0, len(split.val), 512)])
-    cal = calibrate_load_aware(p, ds.y[split.val], ds.sample[split.val], ds.X[split.val, -1:, :],
-                               list(ds.manifest["feature_names"]), int(ds.manifest["node"]), waste_weight=waste_weight, default=0.5)
+    p = np.concatenate([model.decide(ds.X[split.val[i : i + 512]]).raw for i in range(0, len(split.val), 512)])
+    cal = calibrate_load_aware(
+        p,
+        ds.y[split.val],
+        ds.sample[split.val],
+        ds.X[split.val, -1:, :],
+        list(ds.manifest["feature_names"]),
+        int(ds.manifest["node"]),
+        waste_weight=waste_weight,
+        default=0.5,
+    )
     cal["argmax_submit_share"] = float((p > 0.5).mean())
     cal["argmax_never_submits"] = bool(not (p > 0.5).any())
     cal["p_submit_max"] = float(p.max())
@@ -281,14 +441,20 @@ def make_envs(kind: str, trace: str | None, base_cfg: dict[str, Any]) -> tuple[A
         from .toy import FEATURE_NAMES, ToyQueueEnv
 
         if n_features != len(FEATURE_NAMES):
-            raise StepError(f"the toy environment produces {len(FEATURE_NAMES)} features; "
-                            f"the base model uses {n_features}")
+            raise StepError(
+                f"the toy environment produces {len(FEATURE_NAMES)} features; the base model uses {n_features}"
+            )
         log.warning("training the policy in the synthetic toy environment (a smoke test, not the simulator)")
         return ToyQueueEnv(window=window), ToyQueueEnv(window=window), {"kind": "toy"}
     from .simenv import envs_for
 
     train_env, val_env = envs_for(trace, base_cfg)
     info = {"train": train_env.describe(), "validation": val_env.describe(), "trace": storage.normalize(trace)}
-    log.info("policy episodes: training starts %s .. %s, validation starts %s .. %s", info["train"]["start_min"],
-             info["train"]["start_max"], info["validation"]["start_min"], info["validation"]["start_max"])
+    log.info(
+        "policy episodes: training starts %s .. %s, validation starts %s .. %s",
+        info["train"]["start_min"],
+        info["train"]["start_max"],
+        info["validation"]["start_min"],
+        info["validation"]["start_max"],
+    )
     return train_env, val_env, info

@@ -60,8 +60,9 @@ def loss_fn(kind: str, hp: dict[str, Any]) -> tuple[str, Any]:
     return "val_mae_h", lambda pred, y: float(np.mean(np.abs(np.asarray(pred, np.float64) - y)))
 
 
-def search(kind: str, hp: dict[str, Any], trial_fit: Any, *, n_trials: int, timeout_s: float | None,
-           seed: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def search(
+    kind: str, hp: dict[str, Any], trial_fit: Any, *, n_trials: int, timeout_s: float | None, seed: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Run the study; ``trial_fit(hp, workdir) -> predictions on the split's validation rows`` and the
     targets come through ``trial_fit`` too. Returns (best hp, trial history, summary)."""
     import optuna
@@ -76,10 +77,17 @@ def search(kind: str, hp: dict[str, Any], trial_fit: Any, *, n_trials: int, time
         with tempfile.TemporaryDirectory(prefix="mirage-hpo-") as tmp:
             pred, y = trial_fit(thp, tmp)
         value = loss(pred, y)
-        records.append({"number": trial.number, "value": value, "params": dict(trial.params),
-                        "seconds": round(time.monotonic() - t, 2)})
-        log.info("hpo %s trial %d: %s=%.4f %s (%.1f s)", kind, trial.number, name, value, trial.params,
-                 time.monotonic() - t)
+        records.append(
+            {
+                "number": trial.number,
+                "value": value,
+                "params": dict(trial.params),
+                "seconds": round(time.monotonic() - t, 2),
+            }
+        )
+        log.info(
+            "hpo %s trial %d: %s=%.4f %s (%.1f s)", kind, trial.number, name, value, trial.params, time.monotonic() - t
+        )
         return value
 
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
@@ -90,19 +98,36 @@ def search(kind: str, hp: dict[str, Any], trial_fit: Any, *, n_trials: int, time
     history = []
     for tr in study.trials:
         rec = next((r for r in records if r["number"] == tr.number), {})
-        history.append({"number": tr.number, "state": tr.state.name, "value": tr.value,
-                        "params": dict(tr.params), "seconds": rec.get("seconds")})
+        history.append(
+            {
+                "number": tr.number,
+                "state": tr.state.name,
+                "value": tr.value,
+                "params": dict(tr.params),
+                "seconds": rec.get("seconds"),
+            }
+        )
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     if not done:
         raise StepError(f"hyper-parameter search for {kind}: no trial completed within {timeout_s} s")
     best = study.best_trial
     best_hp = {**hp, **_from_params(kind, hp, best.params)}
-    summary = {"library": f"optuna {optuna.__version__}", "sampler": "TPESampler", "seed": seed,
-               "n_trials": len(study.trials), "n_complete": len(done), "trials_asked": n_trials,
-               "timeout_s": timeout_s, "seconds": round(time.monotonic() - t0, 1), "objective": name,
-               "data": "the training period's chronological split (train rows fit, validation rows score)",
-               "best_number": best.number, "best_value": best.value, "best_params": dict(best.params),
-               "preset_value": next((t.value for t in study.trials if t.number == 0), None)}
+    summary = {
+        "library": f"optuna {optuna.__version__}",
+        "sampler": "TPESampler",
+        "seed": seed,
+        "n_trials": len(study.trials),
+        "n_complete": len(done),
+        "trials_asked": n_trials,
+        "timeout_s": timeout_s,
+        "seconds": round(time.monotonic() - t0, 1),
+        "objective": name,
+        "data": "the training period's chronological split (train rows fit, validation rows score)",
+        "best_number": best.number,
+        "best_value": best.value,
+        "best_params": dict(best.params),
+        "preset_value": next((t.value for t in study.trials if t.number == 0), None),
+    }
     return best_hp, history, summary
 
 
@@ -115,6 +140,7 @@ def _space_keys(kind: str, hp: dict[str, Any]) -> list[str]:
             def suggest(key: str, *a: Any, **kw: Any) -> Any:
                 keys.append(key)
                 return a[0][0] if method == "suggest_categorical" else a[0]
+
             return suggest
 
     space(_Names(), kind, hp)

@@ -70,8 +70,10 @@ class DecisionFunction:
         if X.ndim == 2:
             X = X[None]
         if X.ndim != 3 or X.shape[1:] != (self.window, len(self.feature_names)):
-            raise StepError(f"{self.uri}: model expects histories [n, {self.window}, {len(self.feature_names)}], "
-                            f"got {list(X.shape)}")
+            raise StepError(
+                f"{self.uri}: model expects histories [n, {self.window}, {len(self.feature_names)}], "
+                f"got {list(X.shape)}"
+            )
         return X
 
     def predict(self, X: np.ndarray) -> np.ndarray:
@@ -133,7 +135,7 @@ class _Torch:
         outs = []
         with torch.no_grad():
             for i in range(0, Xs.shape[0], 512):
-                outs.append(fn(Xs[i:i + 512].to(self.device)).float().cpu().numpy())
+                outs.append(fn(Xs[i : i + 512].to(self.device)).float().cpu().numpy())
         return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
@@ -254,13 +256,16 @@ def load_model(uri: str, device: str = "cpu") -> DecisionFunction:
     except (KeyError, ValueError, TypeError) as exc:
         raise StepError(f"{storage.join(uri, CONFIG_FILE)}: bad scaler ({exc})") from exc
     if scaler is not None and scaler.mean.shape[0] != len(cfg["data"]["feature_names"]):
-        raise StepError(f"{storage.join(uri, CONFIG_FILE)}: scaler has {scaler.mean.shape[0]} features, "
-                        f"data has {len(cfg['data']['feature_names'])}")
+        raise StepError(
+            f"{storage.join(uri, CONFIG_FILE)}: scaler has {scaler.mean.shape[0]} features, "
+            f"data has {len(cfg['data']['feature_names'])}"
+        )
     return DecisionFunction(uri, cfg, family(kind).load_fn()(uri, cfg, wuri, scaler, device))
 
 
 # Rebuild functions of the torch families (named in mirage_tasks.models.registry; the table
 # families' are in mirage_tasks.models.trees): config + weights -> implementation.
+
 
 def load_net(uri: str, cfg: dict[str, Any], wuri: str, scaler: FeatureScaler, device: str) -> _Torch:
     """A torch regressor, built by its family's net module (registry ``net``)."""

@@ -34,8 +34,13 @@ class MoEConfig:
 
     @classmethod
     def from_hp(cls, hp: dict[str, Any], n_features: int, window: int) -> MoEConfig:
-        return cls(expert=transformer.arch_from(hp, n_features, window), n_experts=int(hp["n_experts"]),
-                   gate_hidden=int(hp["gate_hidden"]), n_features=n_features, window=window)
+        return cls(
+            expert=transformer.arch_from(hp, n_features, window),
+            n_experts=int(hp["n_experts"]),
+            gate_hidden=int(hp["gate_hidden"]),
+            n_features=n_features,
+            window=window,
+        )
 
 
 class MixtureOfExperts(nn.Module):
@@ -43,8 +48,9 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.experts = nn.ModuleList(experts)
         k = len(experts)
-        self.gate = nn.Sequential(nn.Flatten(), nn.Linear(window * n_features, gate_hidden), nn.ReLU(),
-                                  nn.Linear(gate_hidden, k))
+        self.gate = nn.Sequential(
+            nn.Flatten(), nn.Linear(window * n_features, gate_hidden), nn.ReLU(), nn.Linear(gate_hidden, k)
+        )
         nn.init.zeros_(self.gate[-1].weight)
         nn.init.zeros_(self.gate[-1].bias)
 
@@ -81,14 +87,26 @@ def phases(model: MixtureOfExperts, ds: Any, split: Any, hp: dict[str, Any], cfg
     from .training import Phase
 
     out, cfg["expert_slices"] = expert_phases(model, ds.sample, ds.sample_start, split.train, hp)
-    out.append(Phase("mixture", model, split.train, int(hp["epochs"]), float(hp["lr"]), int(hp["batch_size"]),
-                     float(hp.get("weight_decay", 0.0)), hp["lr_schedule"]))
+    out.append(
+        Phase(
+            "mixture",
+            model,
+            split.train,
+            int(hp["epochs"]),
+            float(hp["lr"]),
+            int(hp["batch_size"]),
+            float(hp.get("weight_decay", 0.0)),
+            hp["lr_schedule"],
+        )
+    )
     return out
 
 
 def hpo_space(trial: Any) -> dict[str, Any]:
     """The Optuna search space of ``train --hpo-trials`` (mirage_tasks.models.hpo)."""
-    return {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
-            "expert_lr": trial.suggest_float("expert_lr", 2e-4, 5e-3, log=True),
-            "d_model": trial.suggest_categorical("d_model", [8, 16, 32]),
-            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
+    return {
+        "lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
+        "expert_lr": trial.suggest_float("expert_lr", 2e-4, 5e-3, log=True),
+        "d_model": trial.suggest_categorical("d_model", [8, 16, 32]),
+        "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True),
+    }

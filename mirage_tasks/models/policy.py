@@ -70,8 +70,13 @@ class PolicyHead(nn.Module):
         return self.net(z)
 
 
-def rollouts(envs: Sequence[Env], features: Features, head: PolicyHead, rngs: list[np.random.Generator],
-             gen: torch.Generator | None) -> list[dict[str, Any]]:
+def rollouts(
+    envs: Sequence[Env],
+    features: Features,
+    head: PolicyHead,
+    rngs: list[np.random.Generator],
+    gen: torch.Generator | None,
+) -> list[dict[str, Any]]:
     """One episode per generator in ``rngs``, run ``len(envs)`` at a time in lockstep.
 
     The base features of the environments that are still running are computed in one
@@ -80,10 +85,9 @@ def rollouts(envs: Sequence[Env], features: Features, head: PolicyHead, rngs: li
     out: list[dict[str, Any]] = []
     width = max(1, len(envs))
     for lo in range(0, len(rngs), width):
-        chunk = rngs[lo:lo + width]
+        chunk = rngs[lo : lo + width]
         obs = [envs[i].reset(r) for i, r in enumerate(chunk)]
-        traj = [{"features": [], "actions": [], "forced": [], "return": 0.0, "interruption_min": None}
-                for _ in chunk]
+        traj = [{"features": [], "actions": [], "forced": [], "return": 0.0, "interruption_min": None} for _ in chunk]
         active = list(range(len(chunk)))
         steps = 0
         with torch.no_grad():
@@ -112,14 +116,21 @@ def rollouts(envs: Sequence[Env], features: Features, head: PolicyHead, rngs: li
                 if steps > MAX_STEPS:
                     raise StepError(f"environment episode did not end within {MAX_STEPS} decisions")
         for t in traj:
-            out.append({"features": np.stack(t["features"]), "actions": np.asarray(t["actions"]),
-                        "forced": np.asarray(t["forced"]), "return": t["return"],
-                        "interruption_min": t["interruption_min"]})
+            out.append(
+                {
+                    "features": np.stack(t["features"]),
+                    "actions": np.asarray(t["actions"]),
+                    "forced": np.asarray(t["forced"]),
+                    "return": t["return"],
+                    "interruption_min": t["interruption_min"],
+                }
+            )
     return out
 
 
-def evaluate(envs: Sequence[Env], features: Features, head: PolicyHead, seed: int, episodes: int,
-             mode: str = "sample") -> dict[str, float]:
+def evaluate(
+    envs: Sequence[Env], features: Features, head: PolicyHead, seed: int, episodes: int, mode: str = "sample"
+) -> dict[str, float]:
     """The policy on ``episodes`` fixed episodes (seeded by ``seed``): mean return and forced share.
 
     ``mode="sample"`` draws actions from the policy with a generator re-seeded identically
@@ -133,8 +144,7 @@ def evaluate(envs: Sequence[Env], features: Features, head: PolicyHead, seed: in
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 17) if mode == "sample" else None
     eps = rollouts(envs, features, head, [np.random.default_rng([seed, 7_000_003, i]) for i in range(episodes)], gen)
     rets = np.array([e["return"] for e in eps])
-    return {"return_mean": float(rets.mean()),
-            "forced_share": float(np.mean([e["forced"].any() for e in eps]))}
+    return {"return_mean": float(rets.mean()), "forced_share": float(np.mean([e["forced"].any() for e in eps]))}
 
 
 def _always_wait(n_inputs: int) -> PolicyHead:
@@ -160,14 +170,19 @@ def batch_tensors(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         "z": torch.from_numpy(np.concatenate([e["features"] for e in episodes])),
         "a": torch.from_numpy(np.concatenate([e["actions"] for e in episodes])).long(),
         "keep": torch.from_numpy(~np.concatenate([e["forced"] for e in episodes])),
-        "adv": torch.from_numpy(np.concatenate([np.full(len(e["actions"]), adv[i])
-                                                for i, e in enumerate(episodes)])).float(),
+        "adv": torch.from_numpy(
+            np.concatenate([np.full(len(e["actions"]), adv[i]) for i, e in enumerate(episodes)])
+        ).float(),
     }
 
 
-def reinforce_loss(head: PolicyHead, episodes: list[dict[str, Any]] | dict[str, Any],
-                   entropy_coef: float, old_logp: torch.Tensor | None = None,
-                   clip: float = 0.2) -> tuple[torch.Tensor, dict]:
+def reinforce_loss(
+    head: PolicyHead,
+    episodes: list[dict[str, Any]] | dict[str, Any],
+    entropy_coef: float,
+    old_logp: torch.Tensor | None = None,
+    clip: float = 0.2,
+) -> tuple[torch.Tensor, dict]:
     """REINFORCE loss (``old_logp`` None), or PPO's clipped surrogate against the log-probabilities
     ``old_logp`` of the policy that collected the episodes: ``-min(r A, clip(r, 1-e, 1+e) A)``
     with ``r = pi(a|s) / pi_old(a|s)``; summed over non-forced steps, averaged over episodes."""
@@ -197,10 +212,18 @@ def entropy_at(hp: dict[str, Any], epoch: int) -> float:
     return start + (end - start) * min(max(epoch - 1, 0) / max(epochs - 1, 1), 1.0)
 
 
-def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env], val_env: Env | Sequence[Env],
-                    hp: dict[str, Any], *,
-                    seed: int, ckpt_uri: str | None, fingerprint: str,
-                    stop_after: int | None = None) -> tuple[PolicyHead, list[dict[str, Any]], dict[str, Any]]:
+def train_reinforce(
+    features: Features,
+    n_inputs: int,
+    env: Env | Sequence[Env],
+    val_env: Env | Sequence[Env],
+    hp: dict[str, Any],
+    *,
+    seed: int,
+    ckpt_uri: str | None,
+    fingerprint: str,
+    stop_after: int | None = None,
+) -> tuple[PolicyHead, list[dict[str, Any]], dict[str, Any]]:
     """Train a policy head; returns the best head by validation return, the curves and a summary.
 
     ``env``/``val_env`` may be lists of independent environments of one kind: episodes
@@ -228,20 +251,35 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
     else:
         reactive = evaluate(val_envs, features, _always_wait(n_inputs), seed, int(hp["eval_episodes"]), "greedy")
         ev = evaluate(val_envs, features, head, seed, int(hp["eval_episodes"]), hp["eval_mode"])
-        curves.append({"epoch": 0, "val_return": ev["return_mean"], "val_forced_share": ev["forced_share"],
-                       "val_return_reactive": reactive["return_mean"]})
-        log.info("policy: reactive baseline (always wait) on the validation episodes: return %.2f",
-                 reactive["return_mean"])
-        best = {"epoch": 0, "val_return": ev["return_mean"],
-                "state": {k: v.clone() for k, v in head.state_dict().items()}}
+        curves.append(
+            {
+                "epoch": 0,
+                "val_return": ev["return_mean"],
+                "val_forced_share": ev["forced_share"],
+                "val_return_reactive": reactive["return_mean"],
+            }
+        )
+        log.info(
+            "policy: reactive baseline (always wait) on the validation episodes: return %.2f", reactive["return_mean"]
+        )
+        best = {
+            "epoch": 0,
+            "val_return": ev["return_mean"],
+            "state": {k: v.clone() for k, v in head.state_dict().items()},
+        }
         log.info("policy epoch 0 (untrained) val_return %.2f", ev["return_mean"])
     epochs = int(hp["epochs"])
     prog = torchutil.Progress("policy", epochs, first - 1)
     run = 0
     for epoch in range(first, epochs + 1):
         head.train()
-        eps = rollouts(envs, features, head,
-                       [np.random.default_rng([seed, epoch, i]) for i in range(int(hp["episodes_per_epoch"]))], gen)
+        eps = rollouts(
+            envs,
+            features,
+            head,
+            [np.random.default_rng([seed, epoch, i]) for i in range(int(hp["episodes_per_epoch"]))],
+            gen,
+        )
         batch = batch_tensors(eps)
         coef = entropy_at(hp, epoch)
         k_updates = max(1, int(hp.get("ppo_epochs", 1)))
@@ -264,25 +302,48 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
         head.eval()
         ev = evaluate(val_envs, features, head, seed, int(hp["eval_episodes"]), hp["eval_mode"])
         rets = np.array([e["return"] for e in eps])
-        rec = {"epoch": epoch, "train_return_mean": float(rets.mean()), "train_return_std": float(rets.std()),
-               "loss": float(loss.detach()), "entropy": stats["entropy"], "free_steps": stats["free_steps"],
-               "entropy_coef": coef,
-               "train_forced_share": float(np.mean([e["forced"].any() for e in eps])),
-               "val_return": ev["return_mean"], "val_forced_share": ev["forced_share"]}
+        rec = {
+            "epoch": epoch,
+            "train_return_mean": float(rets.mean()),
+            "train_return_std": float(rets.std()),
+            "loss": float(loss.detach()),
+            "entropy": stats["entropy"],
+            "free_steps": stats["free_steps"],
+            "entropy_coef": coef,
+            "train_forced_share": float(np.mean([e["forced"].any() for e in eps])),
+            "val_return": ev["return_mean"],
+            "val_forced_share": ev["forced_share"],
+        }
         curves.append(rec)
         if ev["return_mean"] > best["val_return"]:
-            best = {"epoch": epoch, "val_return": ev["return_mean"],
-                    "state": {k: v.clone() for k, v in head.state_dict().items()}}
-        prog.line(epoch, train_return=rec["train_return_mean"], val_return=rec["val_return"],
-                  entropy=rec["entropy"] if stats["free_steps"] else 0.0)
+            best = {
+                "epoch": epoch,
+                "val_return": ev["return_mean"],
+                "state": {k: v.clone() for k, v in head.state_dict().items()},
+            }
+        prog.line(
+            epoch,
+            train_return=rec["train_return_mean"],
+            val_return=rec["val_return"],
+            entropy=rec["entropy"] if stats["free_steps"] else 0.0,
+        )
         run += 1
         if ckpt_uri and (epoch % max(int(hp["checkpoint_every"]), 1) == 0 or epoch == epochs or run == stop_after):
-            torchutil.save_checkpoint(ckpt_uri, {
-                "fingerprint": fingerprint, "epoch": epoch, "head": head.state_dict(),
-                "optimizer": opt.state_dict(), "generator": gen.get_state(), "rng": torchutil.rng_state(),
-                "curves": curves, "best_epoch": best["epoch"], "best_val_return": best["val_return"],
-                "best_state": best["state"],
-            })
+            torchutil.save_checkpoint(
+                ckpt_uri,
+                {
+                    "fingerprint": fingerprint,
+                    "epoch": epoch,
+                    "head": head.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "generator": gen.get_state(),
+                    "rng": torchutil.rng_state(),
+                    "curves": curves,
+                    "best_epoch": best["epoch"],
+                    "best_val_return": best["val_return"],
+                    "best_state": best["state"],
+                },
+            )
         if stop_after is not None and run >= stop_after and epoch < epochs:
             raise StopRequested(f"stopped after {run} epoch(s) as requested; rerun to resume")
     head.load_state_dict(best["state"])
@@ -290,11 +351,17 @@ def train_reinforce(features: Features, n_inputs: int, env: Env | Sequence[Env],
     # the kept policy run greedily (argmax) on the validation episodes: forced share 1.0 = it never
     # submits, i.e. greedy evaluation would replay the reactive baseline
     greedy = evaluate(val_envs, features, head, seed, int(hp["eval_episodes"]), "greedy")
-    summary = {"best_epoch": best["epoch"], "best_val_return": best["val_return"],
-               "initial_val_return": curves[0]["val_return"], "final_val_return": curves[-1]["val_return"],
-               "reactive_val_return": curves[0]["val_return_reactive"],
-               "greedy_val_return": greedy["return_mean"], "greedy_val_forced_share": greedy["forced_share"],
-               "greedy_never_submits": greedy["forced_share"] >= 1.0,
-               "method": f"PPO (clipped, {int(hp.get('ppo_epochs', 1))} updates per batch)"
-               if int(hp.get("ppo_epochs", 1)) > 1 else "REINFORCE"}
+    summary = {
+        "best_epoch": best["epoch"],
+        "best_val_return": best["val_return"],
+        "initial_val_return": curves[0]["val_return"],
+        "final_val_return": curves[-1]["val_return"],
+        "reactive_val_return": curves[0]["val_return_reactive"],
+        "greedy_val_return": greedy["return_mean"],
+        "greedy_val_forced_share": greedy["forced_share"],
+        "greedy_never_submits": greedy["forced_share"] >= 1.0,
+        "method": f"PPO (clipped, {int(hp.get('ppo_epochs', 1))} updates per batch)"
+        if int(hp.get("ppo_epochs", 1)) > 1
+        else "REINFORCE",
+    }
     return head, curves, summary

@@ -82,28 +82,54 @@ class Family:
 
 _M = "mirage_tasks.models"
 _FIT, _LOAD, _TREES, _PRESETS = f"{_M}.fit", f"{_M}.loader", f"{_M}.trees", f"{_M}.presets:PRESETS"
-_NET = {"fit": f"{_FIT}:fit_neural", "load": f"{_LOAD}:load_net", "presets": _PRESETS, "check": f"{_LOAD}:check_net",
-        "torch": True}
-_POLICY = {"fit": f"{_FIT}:train_policy", "load": f"{_LOAD}:load_policy", "presets": _PRESETS,
-           "check": f"{_LOAD}:check_policy", "torch": True}
+_NET = {
+    "fit": f"{_FIT}:fit_neural",
+    "load": f"{_LOAD}:load_net",
+    "presets": _PRESETS,
+    "check": f"{_LOAD}:check_net",
+    "torch": True,
+}
+_POLICY = {
+    "fit": f"{_FIT}:train_policy",
+    "load": f"{_LOAD}:load_policy",
+    "presets": _PRESETS,
+    "check": f"{_LOAD}:check_policy",
+    "torch": True,
+}
 _TABLE = {"presets": _PRESETS, "check": f"{_TREES}:check_table"}
 
 # The order is the order of the DAG's model list and of the report's tables.
-FAMILIES: dict[str, Family] = {f.kind: f for f in (
-    Family("xgboost", "model.ubj", f"{_TREES}:fit_xgb", f"{_TREES}:load_xgb", hpo=f"{_TREES}:xgb_space", **_TABLE),
-    Family("random_forest", "model.skops", f"{_TREES}:fit_rf", f"{_TREES}:load_rf", hpo=f"{_TREES}:rf_space",
-           **_TABLE),
-    # XGBoost fitted to the 0.9 quantile of the signed interruption (reg:quantileerror)
-    Family("xgboost_quantile", "model.ubj", f"{_TREES}:fit_xgb", f"{_TREES}:load_xgb", hpo=f"{_TREES}:xgb_space",
-           **_TABLE),
-    # the reference baselines script's linear quantile regressor (q = 0.9, highs), coefficients in JSON
-    Family("linear_quantile", "model.json", f"{_TREES}:fit_linear", f"{_TREES}:load_linear",
-           hpo=f"{_TREES}:linear_space", **_TABLE),
-    Family("transformer", "model.pt", net=f"{_M}.transformer", hpo=f"{_M}.transformer:hpo_space", **_NET),
-    Family("moe", "model.pt", net=f"{_M}.moe", hpo=f"{_M}.moe:hpo_space", **_NET),
-    Family("transformer_policy", "policy.pt", base="transformer", **_POLICY),
-    Family("moe_policy", "policy.pt", base="moe", **_POLICY),
-)}
+FAMILIES: dict[str, Family] = {
+    f.kind: f
+    for f in (
+        Family("xgboost", "model.ubj", f"{_TREES}:fit_xgb", f"{_TREES}:load_xgb", hpo=f"{_TREES}:xgb_space", **_TABLE),
+        Family(
+            "random_forest", "model.skops", f"{_TREES}:fit_rf", f"{_TREES}:load_rf", hpo=f"{_TREES}:rf_space", **_TABLE
+        ),
+        # XGBoost fitted to the 0.9 quantile of the signed interruption (reg:quantileerror)
+        Family(
+            "xgboost_quantile",
+            "model.ubj",
+            f"{_TREES}:fit_xgb",
+            f"{_TREES}:load_xgb",
+            hpo=f"{_TREES}:xgb_space",
+            **_TABLE,
+        ),
+        # the reference baselines script's linear quantile regressor (q = 0.9, highs), coefficients in JSON
+        Family(
+            "linear_quantile",
+            "model.json",
+            f"{_TREES}:fit_linear",
+            f"{_TREES}:load_linear",
+            hpo=f"{_TREES}:linear_space",
+            **_TABLE,
+        ),
+        Family("transformer", "model.pt", net=f"{_M}.transformer", hpo=f"{_M}.transformer:hpo_space", **_NET),
+        Family("moe", "model.pt", net=f"{_M}.moe", hpo=f"{_M}.moe:hpo_space", **_NET),
+        Family("transformer_policy", "policy.pt", base="transformer", **_POLICY),
+        Family("moe_policy", "policy.pt", base="moe", **_POLICY),
+    )
+}
 
 KINDS: tuple[str, ...] = tuple(FAMILIES)
 REGRESSORS: tuple[str, ...] = tuple(k for k, f in FAMILIES.items() if not f.policy)

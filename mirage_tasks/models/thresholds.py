@@ -68,14 +68,25 @@ def objective(signed: np.ndarray, node: int, waste_weight: float) -> dict[str, f
 
     gap = np.maximum(signed, 0.0)
     ovl = np.maximum(-signed, 0.0)
-    return {"mean_interruption_h": float(gap.mean()), "mean_wasted_node_h": float(node * ovl.mean()),
-            "zero_share": float((signed <= 0).mean()),
-            "objective": float(gap.mean() + waste_weight * node * ovl.mean())}
+    return {
+        "mean_interruption_h": float(gap.mean()),
+        "mean_wasted_node_h": float(node * ovl.mean()),
+        "zero_share": float((signed <= 0).mean()),
+        "objective": float(gap.mean() + waste_weight * node * ovl.mean()),
+    }
 
 
-def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *,
-              waste_weight: float = WASTE_WEIGHT, default: float | None = None,
-              grid: int = GRID, candidates: Any = None) -> dict[str, Any]:
+def calibrate(
+    score: np.ndarray,
+    y: np.ndarray,
+    sample: np.ndarray,
+    node: int,
+    *,
+    waste_weight: float = WASTE_WEIGHT,
+    default: float | None = None,
+    grid: int = GRID,
+    candidates: Any = None,
+) -> dict[str, Any]:
     """The threshold minimising the objective on these rows, with what it and ``default`` score;
     the candidates are ``grid`` quantiles of the score, or the fixed ``candidates`` given."""
     import numpy as np
@@ -84,8 +95,11 @@ def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *
     y = np.asarray(y, np.float64)
     if len(score) == 0:
         raise ValueError("no rows to calibrate on")
-    cands = (np.unique(np.asarray(candidates, np.float64)) if candidates is not None
-             else np.unique(np.quantile(score, np.linspace(0.0, 1.0, grid))))
+    cands = (
+        np.unique(np.asarray(candidates, np.float64))
+        if candidates is not None
+        else np.unique(np.quantile(score, np.linspace(0.0, 1.0, grid)))
+    )
     # from "never submit before the predecessor ends" (inf, reactive) down to the lowest
     # threshold, a candidate replacing the best only when strictly better: a tie keeps the rule
     # that submits latest (protocol v2: a tie is no evidence for submitting early)
@@ -109,12 +123,15 @@ def calibrate(score: np.ndarray, y: np.ndarray, sample: np.ndarray, node: int, *
         "threshold": best["threshold"] if np.isfinite(best["threshold"]) else None,
         "never_submits_early": not np.isfinite(best["threshold"]),
         "kept_default": kept_default,
-        "waste_weight": float(waste_weight), "node": int(node),
-        "n_samples": int(len(np.unique(sample))), "n_rows": int(len(score)), "n_candidates": int(len(cands)),
+        "waste_weight": float(waste_weight),
+        "node": int(node),
+        "n_samples": int(len(np.unique(sample))),
+        "n_rows": int(len(score)),
+        "n_candidates": int(len(cands)),
         "chosen": {k: best[k] for k in ("objective", "mean_interruption_h", "mean_wasted_node_h", "zero_share")},
         "reactive": objective(outcomes(score, y, sample, np.inf), node, waste_weight),
         "method": "first probe with score >= threshold, else the last probe (the predecessor's end), "
-                  "on the training period's validation split",
+        "on the training period's validation split",
     }
     if default is not None:
         out["default_threshold"] = float(default)
@@ -193,8 +210,7 @@ def adjusted_score(score: np.ndarray, X: np.ndarray, load: dict[str, Any] | None
     return s - float(load["slope"]) * z
 
 
-def submit_mask(score: np.ndarray, X: np.ndarray, threshold: float | None,
-                load: dict[str, Any] | None) -> np.ndarray:
+def submit_mask(score: np.ndarray, X: np.ndarray, threshold: float | None, load: dict[str, Any] | None) -> np.ndarray:
     """The calibrated decision: submit where ``adjusted_score >= threshold``; never when ``threshold`` is None."""
     import numpy as np
 
@@ -204,11 +220,20 @@ def submit_mask(score: np.ndarray, X: np.ndarray, threshold: float | None,
     return adjusted_score(s, X, load) >= float(threshold)
 
 
-def calibrate_load_aware(score: np.ndarray, y: np.ndarray, sample: np.ndarray, X_last: np.ndarray,
-                         feature_names: list[str], node: int, *,
-                         waste_weight: float = WASTE_WEIGHT, default: float | None = None,
-                         grid: int = GRID, features: tuple[str, ...] | None = None,
-                         betas: tuple[float, ...] = LOAD_BETAS) -> dict[str, Any]:
+def calibrate_load_aware(
+    score: np.ndarray,
+    y: np.ndarray,
+    sample: np.ndarray,
+    X_last: np.ndarray,
+    feature_names: list[str],
+    node: int,
+    *,
+    waste_weight: float = WASTE_WEIGHT,
+    default: float | None = None,
+    grid: int = GRID,
+    features: tuple[str, ...] | None = None,
+    betas: tuple[float, ...] = LOAD_BETAS,
+) -> dict[str, Any]:
     """:func:`calibrate` plus the load-aware search; ``X_last`` holds each row's history (at least its last
     snapshot, [n, 1, F] is enough). Returns the calibration dict with ``load`` (None: the fixed rule won)
     and ``fixed`` (what the fixed rule alone chose) and ``load_search`` (each candidate's objective)."""
@@ -220,7 +245,7 @@ def calibrate_load_aware(score: np.ndarray, y: np.ndarray, sample: np.ndarray, X
     best_load: dict[str, Any] | None = None
     sd = float(np.std(score))
     search = []
-    for feat in (features or tuple(LOAD_FEATURES)):
+    for feat in features or tuple(LOAD_FEATURES):
         cols = load_columns(feat, feature_names)
         if cols is None:
             search.append({"feature": feat, "skipped": f"the features lack {LOAD_FEATURES[feat][1]}"})
@@ -231,9 +256,16 @@ def calibrate_load_aware(score: np.ndarray, y: np.ndarray, sample: np.ndarray, X
             search.append({"feature": feat, "skipped": "constant load or score on the split"})
             continue
         for beta in betas:
-            load = {"feature": feat, "columns": cols, "center": center, "scale": scale, "slope": float(beta) * sd,
-                    "beta": float(beta), "z_min": float((v.min() - center) / scale),
-                    "z_max": float((v.max() - center) / scale)}
+            load = {
+                "feature": feat,
+                "columns": cols,
+                "center": center,
+                "scale": scale,
+                "slope": float(beta) * sd,
+                "beta": float(beta),
+                "z_min": float((v.min() - center) / scale),
+                "z_max": float((v.max() - center) / scale),
+            }
             c = calibrate(adjusted_score(score, X_last, load), y, sample, node, waste_weight=waste_weight, grid=grid)
             obj = round(c["chosen"]["objective"], 9)
             search.append({"feature": feat, "beta": float(beta), "threshold": c["threshold"], "objective": obj})
@@ -241,12 +273,16 @@ def calibrate_load_aware(score: np.ndarray, y: np.ndarray, sample: np.ndarray, X
             if c["threshold"] is not None and obj < best_obj:
                 best, best_obj, best_load = c, obj, load
     out = dict(best)
-    out.update({"load": best_load, "fixed": {"threshold": fixed["threshold"], "kept_default": fixed["kept_default"],
-                                             **fixed["chosen"]},
-                "load_search": search,
-                "load_features": {k: LOAD_FEATURES[k][0] for k in (features or LOAD_FEATURES)},
-                "method": "submit at the first probe with score - slope x z(load) >= threshold, else the last probe, "
-                          "on the training period's validation split (slope 0: the fixed threshold)"})
+    out.update(
+        {
+            "load": best_load,
+            "fixed": {"threshold": fixed["threshold"], "kept_default": fixed["kept_default"], **fixed["chosen"]},
+            "load_search": search,
+            "load_features": {k: LOAD_FEATURES[k][0] for k in (features or LOAD_FEATURES)},
+            "method": "submit at the first probe with score - slope x z(load) >= threshold, else the last probe, "
+            "on the training period's validation split (slope 0: the fixed threshold)",
+        }
+    )
     if best_load is not None:  # the default's figures describe the fixed default rule, kept for the report
         out["kept_default"] = False
     if default is not None:

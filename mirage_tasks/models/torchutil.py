@@ -24,9 +24,11 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise StepError(f"--device {name} requested but torch.cuda.is_available() is False "
-                            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
-                            f"use --device cpu or run on a GPU node with a CUDA build of torch")
+            raise StepError(
+                f"--device {name} requested but torch.cuda.is_available() is False "
+                f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
+                f"use --device cpu or run on a GPU node with a CUDA build of torch"
+            )
         return torch.device(name)
     raise StepError(f"unknown device {name!r}; use cpu or cuda")
 
@@ -68,8 +70,10 @@ def load_state(module: torch.nn.Module, state: dict[str, Any], uri: str) -> None
         module.load_state_dict(state, strict=True)
     except (RuntimeError, KeyError, TypeError) as exc:
         first = str(exc).strip().splitlines()
-        raise StepError(f"{uri}: weights do not match the architecture in the config "
-                        f"({first[0] if first else exc}{' ...' if len(first) > 1 else ''})") from exc
+        raise StepError(
+            f"{uri}: weights do not match the architecture in the config "
+            f"({first[0] if first else exc}{' ...' if len(first) > 1 else ''})"
+        ) from exc
 
 
 def rng_state() -> dict[str, Any]:

@@ -42,8 +42,7 @@ assert len(FEATURE_NAMES) == 42
 _PCT = np.array([0.1, 0.5, 1.0, 2.0, 4.0], np.float32)
 
 
-def histories(load: np.ndarray, pred_elapsed_last_s: np.ndarray, rng: np.random.Generator,
-              node: int = 1) -> np.ndarray:
+def histories(load: np.ndarray, pred_elapsed_last_s: np.ndarray, rng: np.random.Generator, node: int = 1) -> np.ndarray:
     """Raw histories float32 [n, W, 42] from the latent load [n, W] and the predecessor's elapsed time now."""
     n, W = load.shape
     X = np.zeros((n, W, 42), np.float32)
@@ -75,8 +74,15 @@ def _load_paths(levels: np.ndarray, W: int, rng: np.random.Generator) -> np.ndar
     return np.maximum(levels[:, None] * (1 + wiggle), 0.0).astype(np.float32)
 
 
-def make_dataset(n_samples: int = 60, probes: int = 7, window: int = 144, seed: int = 0, node: int = 1,
-                 noise_h: float = 0.5, start: str = "2022-11-01T00:00:00+00:00") -> dict[str, Any]:
+def make_dataset(
+    n_samples: int = 60,
+    probes: int = 7,
+    window: int = 144,
+    seed: int = 0,
+    node: int = 1,
+    noise_h: float = 0.5,
+    start: str = "2022-11-01T00:00:00+00:00",
+) -> dict[str, Any]:
     """Arrays and manifest of a synthetic dataset (samples every 4 h, ``probes`` per sample)."""
     rng = np.random.default_rng(seed)
     t0 = int(dt.datetime.fromisoformat(start).timestamp())
@@ -95,14 +101,30 @@ def make_dataset(n_samples: int = 60, probes: int = 7, window: int = 144, seed: 
     y = WAIT_PER_LOAD_H * recent - (PRED_LIMIT_H - elapsed / 3600) + rng.normal(0, noise_h, len(sample))
     n = len(sample)
     manifest = {
-        "feature_names": FEATURE_NAMES, "window": window, "step_s": STEP_S, "n_examples": n,
-        "n_samples": n_samples, "node": node, "sample_start_min": int(sample_start.min()),
-        "sample_start_max": int(sample_start.max()), "sample_start_min_iso": iso(sample_start.min()),
-        "sample_start_max_iso": iso(sample_start.max()), "data_end": iso(sample_start.max() + 5 * 86400),
-        "trace_fingerprint": f"synthetic-seed{seed}", "probes": probes, "synthetic": True,
+        "feature_names": FEATURE_NAMES,
+        "window": window,
+        "step_s": STEP_S,
+        "n_examples": n,
+        "n_samples": n_samples,
+        "node": node,
+        "sample_start_min": int(sample_start.min()),
+        "sample_start_max": int(sample_start.max()),
+        "sample_start_min_iso": iso(sample_start.min()),
+        "sample_start_max_iso": iso(sample_start.max()),
+        "data_end": iso(sample_start.max() + 5 * 86400),
+        "trace_fingerprint": f"synthetic-seed{seed}",
+        "probes": probes,
+        "synthetic": True,
     }
-    return {"X": X, "y": y.astype(np.float32), "sample": sample, "sample_start": sample_start,
-            "probe_time": probe_time, "node": np.full(n, node, np.int64), "manifest": manifest}
+    return {
+        "X": X,
+        "y": y.astype(np.float32),
+        "sample": sample,
+        "sample_start": sample_start,
+        "probe_time": probe_time,
+        "node": np.full(n, node, np.int64),
+        "manifest": manifest,
+    }
 
 
 def write_synthetic_dataset(uri: str, **kw: Any) -> dict[str, Any]:
@@ -120,8 +142,13 @@ class ToyQueueEnv:
     ended, submission is forced. Observations are histories in the dataset layout.
     """
 
-    def __init__(self, window: int = 144, remaining_h: tuple[float, float] = (0.5, 5.0),
-                 load: tuple[float, float] = (0.2, 2.5), node: int = 1):
+    def __init__(
+        self,
+        window: int = 144,
+        remaining_h: tuple[float, float] = (0.5, 5.0),
+        load: tuple[float, float] = (0.2, 2.5),
+        node: int = 1,
+    ):
         self.window, self.remaining_h, self.load_range, self.node = window, remaining_h, load, node
         self._rng: np.random.Generator | None = None
 

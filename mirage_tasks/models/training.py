@@ -23,6 +23,7 @@ from . import StopRequested, torchutil
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class Phase:
     """One stage of training: ``module`` is optimised on ``rows`` and evaluated on the validation rows."""
@@ -65,20 +66,35 @@ def _loss_fn(name: str) -> nn.Module:
 
 
 @torch.no_grad()
-def predict_scaled(module: nn.Module, X: torch.Tensor, device: torch.device, batch: int = 512,
-                   amp: torch.dtype | None = None) -> torch.Tensor:
+def predict_scaled(
+    module: nn.Module, X: torch.Tensor, device: torch.device, batch: int = 512, amp: torch.dtype | None = None
+) -> torch.Tensor:
     module.eval()
     out = []
     for i in range(0, X.shape[0], batch):
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            out.append(module(X[i:i + batch].to(device)).float().cpu())
+            out.append(module(X[i : i + batch].to(device)).float().cpu())
     return torch.cat(out) if out else torch.zeros(0)
 
 
-def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.Tensor, val_rows: np.ndarray,
-               *, loss: str, y_scale: float, device: torch.device, seed: int, grad_clip: float,
-               checkpoint_every: int, ckpt_uri: str | None, fingerprint: str,
-               stop_after: int | None = None, amp: str = "off") -> list[dict[str, Any]]:
+def fit_phases(
+    model: nn.Module,
+    phases: list[Phase],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    val_rows: np.ndarray,
+    *,
+    loss: str,
+    y_scale: float,
+    device: torch.device,
+    seed: int,
+    grad_clip: float,
+    checkpoint_every: int,
+    ckpt_uri: str | None,
+    fingerprint: str,
+    stop_after: int | None = None,
+    amp: str = "off",
+) -> list[dict[str, Any]]:
     """Train ``phases`` in order; checkpoint after every ``checkpoint_every`` epochs and at phase ends.
 
     ``X``/``y`` are the scaled inputs/targets of every row (CPU tensors); phases index into
@@ -97,8 +113,13 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
             torchutil.load_state(model, ck["model"], ckpt_uri)
             start_phase, start_epoch = int(ck["phase"]), int(ck["epoch"])
             curves = list(ck["curves"])
-            log.info("resuming from %s: phase %d (%s) after epoch %d", ckpt_uri, start_phase,
-                     phases[start_phase].name, start_epoch)
+            log.info(
+                "resuming from %s: phase %d (%s) after epoch %d",
+                ckpt_uri,
+                start_phase,
+                phases[start_phase].name,
+                start_epoch,
+            )
     model.to(device)
     val_idx = torch.as_tensor(val_rows)
     Xv, yv = X[val_idx.to(X.device)], y[val_idx.to(y.device)].float().cpu()  # predictions come back on the CPU
@@ -124,7 +145,7 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
             perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
             total, count = 0.0, 0
             for i in range(0, len(perm), ph.batch_size):
-                idx = perm[i:i + ph.batch_size]
+                idx = perm[i : i + ph.batch_size]
                 xb, yb = X[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
                 opt.zero_grad(set_to_none=True)
                 with torch.autocast(device.type, dtype=cast, enabled=cast is not None):
@@ -145,19 +166,27 @@ def fit_phases(model: nn.Module, phases: list[Phase], X: torch.Tensor, y: torch.
                 "val_mae_h": float((pv - yv).abs().mean()) * y_scale,
             }
             if not math.isfinite(rec["train_loss"]):
-                raise StepError(f"{ph.name}: training diverged at epoch {epoch} (loss {rec['train_loss']}); "
-                                f"lower the learning rate")
+                raise StepError(
+                    f"{ph.name}: training diverged at epoch {epoch} (loss {rec['train_loss']}); lower the learning rate"
+                )
             curves.append(rec)
             prog.line(epoch, train_loss=rec["train_loss"], val_loss=rec["val_loss"], val_mae_h=rec["val_mae_h"])
             run += 1
             last = epoch == ph.epochs
             if ckpt_uri is not None and (last or epoch % max(checkpoint_every, 1) == 0 or run == stop_after):
-                torchutil.save_checkpoint(ckpt_uri, {
-                    "fingerprint": fingerprint, "phase": pi, "epoch": epoch,
-                    "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                    "optimizer": opt.state_dict(), "generator": gen.get_state(),
-                    "rng": torchutil.rng_state(), "curves": curves,
-                })
+                torchutil.save_checkpoint(
+                    ckpt_uri,
+                    {
+                        "fingerprint": fingerprint,
+                        "phase": pi,
+                        "epoch": epoch,
+                        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                        "optimizer": opt.state_dict(),
+                        "generator": gen.get_state(),
+                        "rng": torchutil.rng_state(),
+                        "curves": curves,
+                    },
+                )
             if stop_after is not None and run >= stop_after and not (last and pi == len(phases) - 1):
                 raise StopRequested(f"stopped after {run} epoch(s) as requested; rerun to resume")
     return curves

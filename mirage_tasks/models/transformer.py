@@ -59,8 +59,18 @@ class PositionalEncoding(nn.Module):
 
 
 class TransformerRegressor(nn.Module):
-    def __init__(self, n_features: int, window: int, d_model: int, n_heads: int, n_layers: int,
-                 d_ff: int, patch: int = 1, dropout: float = 0.1, head: str = "pool"):
+    def __init__(
+        self,
+        n_features: int,
+        window: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        patch: int = 1,
+        dropout: float = 0.1,
+        head: str = "pool",
+    ):
         super().__init__()
         if window % patch:
             raise ValueError(f"window {window} is not a multiple of patch {patch}")
@@ -103,14 +113,26 @@ def phases(model: TransformerRegressor, ds: Any, split: Any, hp: dict[str, Any],
     """One training phase over the training rows."""
     from .training import Phase
 
-    return [Phase("transformer", model, split.train, int(hp["epochs"]), float(hp["lr"]), int(hp["batch_size"]),
-                  float(hp.get("weight_decay", 0.0)), hp["lr_schedule"])]
+    return [
+        Phase(
+            "transformer",
+            model,
+            split.train,
+            int(hp["epochs"]),
+            float(hp["lr"]),
+            int(hp["batch_size"]),
+            float(hp.get("weight_decay", 0.0)),
+            hp["lr_schedule"],
+        )
+    ]
 
 
 def hpo_space(trial: Any) -> dict[str, Any]:
     """The Optuna search space of ``train --hpo-trials`` (mirage_tasks.models.hpo)."""
-    return {"lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
-            "d_model": trial.suggest_categorical("d_model", [16, 32, 64]),
-            "n_layers": trial.suggest_int("n_layers", 1, 2),
-            "dropout": trial.suggest_float("dropout", 0.0, 0.3),
-            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)}
+    return {
+        "lr": trial.suggest_float("lr", 2e-4, 5e-3, log=True),
+        "d_model": trial.suggest_categorical("d_model", [16, 32, 64]),
+        "n_layers": trial.suggest_int("n_layers", 1, 2),
+        "dropout": trial.suggest_float("dropout", 0.0, 0.3),
+        "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True),
+    }

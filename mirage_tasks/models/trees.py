@@ -69,18 +69,27 @@ def xgb_params(hp: dict[str, Any], seed: int, threads: int | None) -> dict[str, 
     return params
 
 
-def fit_xgboost(Xt: np.ndarray, yt: np.ndarray, Xv: np.ndarray, yv: np.ndarray, hp: dict[str, Any],
-                seed: int, threads: int | None) -> tuple[Any, list[dict[str, Any]]]:
+def fit_xgboost(
+    Xt: np.ndarray, yt: np.ndarray, Xv: np.ndarray, yv: np.ndarray, hp: dict[str, Any], seed: int, threads: int | None
+) -> tuple[Any, list[dict[str, Any]]]:
     import xgboost as xgb
 
     dtrain, dval = xgb.DMatrix(Xt, label=yt), xgb.DMatrix(Xv, label=yv)
     params = xgb_params(hp, seed, threads)
     params["eval_metric"] = "mae"
     history: dict[str, Any] = {}
-    booster = xgb.train(params, dtrain, num_boost_round=int(hp["n_estimators"]),
-                        evals=[(dtrain, "train"), (dval, "val")], evals_result=history, verbose_eval=False)
-    curves = [{"phase": "xgboost", "round": i + 1, "train_mae_h": float(a), "val_mae_h": float(b)}
-              for i, (a, b) in enumerate(zip(history["train"]["mae"], history["val"]["mae"], strict=True))]
+    booster = xgb.train(
+        params,
+        dtrain,
+        num_boost_round=int(hp["n_estimators"]),
+        evals=[(dtrain, "train"), (dval, "val")],
+        evals_result=history,
+        verbose_eval=False,
+    )
+    curves = [
+        {"phase": "xgboost", "round": i + 1, "train_mae_h": float(a), "val_mae_h": float(b)}
+        for i, (a, b) in enumerate(zip(history["train"]["mae"], history["val"]["mae"], strict=True))
+    ]
     return booster, curves
 
 
@@ -169,7 +178,8 @@ def _check_forest(model: Any, uri: str) -> None:
         leaf = left == -1
         parent = np.arange(n)[~leaf]
         ok = (
-            n > 0 and left.shape == right.shape == feat.shape == (n,)
+            n > 0
+            and left.shape == right.shape == feat.shape == (n,)
             and np.array_equal(leaf, right == -1)
             # children come after their parent (no cycles) and inside the arrays
             and np.all((left[~leaf] > parent) & (left[~leaf] < n) & (right[~leaf] > parent) & (right[~leaf] < n))
@@ -181,6 +191,7 @@ def _check_forest(model: Any, uri: str) -> None:
 
 
 # ---------------------------------------------------------------- linear quantile regression
+
 
 def fit_linear_quantile(Xt: np.ndarray, yt: np.ndarray, hp: dict[str, Any], seed: int) -> tuple[Any, dict]:
     """scikit-learn ``QuantileRegressor`` (pinball loss at ``hp["quantile"]``, L1 penalty
@@ -207,8 +218,13 @@ def linear_to_bytes(model: Any, quantile: float, alpha: float) -> bytes:
     """Coefficients as JSON (no pickle): ``{"coef": [...], "intercept": x, "quantile": q, "alpha": a}``."""
     import json
 
-    doc = {"format": "mirage-linear-quantile", "coef": [float(c) for c in model.coef_],
-           "intercept": float(model.intercept_), "quantile": float(quantile), "alpha": float(alpha)}
+    doc = {
+        "format": "mirage-linear-quantile",
+        "coef": [float(c) for c in model.coef_],
+        "intercept": float(model.intercept_),
+        "quantile": float(quantile),
+        "alpha": float(alpha),
+    }
     return (json.dumps(doc) + "\n").encode()
 
 
@@ -235,10 +251,15 @@ def linear_from_bytes(data: bytes, uri: str) -> LinearQuantile:
     except (ValueError, UnicodeDecodeError) as exc:
         raise StepError(f"{uri}: not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != "mirage-linear-quantile":
-        raise StepError(f"{uri}: not a linear quantile model (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+        raise StepError(
+            f"{uri}: not a linear quantile model (format {doc.get('format') if isinstance(doc, dict) else None!r})"
+        )
     coef, icpt, q = doc.get("coef"), doc.get("intercept"), doc.get("quantile")
-    if (not isinstance(coef, list) or not coef
-            or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in coef)):
+    if (
+        not isinstance(coef, list)
+        or not coef
+        or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in coef)
+    ):
         raise StepError(f"{uri}: 'coef' must be a non-empty list of numbers")
     if not isinstance(icpt, (int, float)) or isinstance(icpt, bool) or not np.isfinite(icpt):
         raise StepError(f"{uri}: 'intercept' must be a finite number, got {icpt!r}")
@@ -291,19 +312,30 @@ class ForestArrays:
 
 # ----------------------------------------------------------------------------- the families
 
+
 def _table(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any]):
     """(train table, train y, validation table, validation y) of the scaled histories; records
     the table's mode and width in ``cfg`` (what the loader rebuilds it with)."""
     table = tree_features(Xs, hp["features"], int(ds.manifest["step_s"]))
     cfg["tree_features"] = hp["features"]
     cfg["n_tree_features"] = int(table.shape[1])
-    log.info("%s: %d training rows x %d columns (%s features)", kind, len(split.train), table.shape[1],
-             hp["features"])
+    log.info("%s: %d training rows x %d columns (%s features)", kind, len(split.train), table.shape[1], hp["features"])
     return table[split.train], ds.y[split.train], table[split.val], ds.y[split.val]
 
 
-def fit_xgb(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any, *,
-            seed: int, threads: int | None, **_: Any) -> list:
+def fit_xgb(
+    kind: str,
+    ds: Any,
+    split: Any,
+    Xs: np.ndarray,
+    hp: dict[str, Any],
+    cfg: dict[str, Any],
+    step: Any,
+    *,
+    seed: int,
+    threads: int | None,
+    **_: Any,
+) -> list:
     """``xgboost`` and ``xgboost_quantile`` (CPU; the device and epoch stop do not apply)."""
     Xt, yt, Xv, yv = _table(kind, ds, split, Xs, hp, cfg)
     booster, curves = fit_xgboost(Xt, yt, Xv, yv, hp, seed, threads)
@@ -312,8 +344,19 @@ def fit_xgb(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], 
     return curves
 
 
-def fit_rf(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any, *,
-           seed: int, threads: int | None, **_: Any) -> list:
+def fit_rf(
+    kind: str,
+    ds: Any,
+    split: Any,
+    Xs: np.ndarray,
+    hp: dict[str, Any],
+    cfg: dict[str, Any],
+    step: Any,
+    *,
+    seed: int,
+    threads: int | None,
+    **_: Any,
+) -> list:
     Xt, yt, _, _ = _table(kind, ds, split, Xs, hp, cfg)
     t = time.monotonic()
     forest = fit_forest(Xt, yt, hp, seed, threads)
@@ -322,14 +365,30 @@ def fit_rf(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], c
     return [{"phase": "random_forest", "n_estimators": len(forest.estimators_)}]
 
 
-def fit_linear(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any,
-               *, seed: int, **_: Any) -> list:
+def fit_linear(
+    kind: str,
+    ds: Any,
+    split: Any,
+    Xs: np.ndarray,
+    hp: dict[str, Any],
+    cfg: dict[str, Any],
+    step: Any,
+    *,
+    seed: int,
+    **_: Any,
+) -> list:
     Xt, yt, _, _ = _table(kind, ds, split, Xs, hp, cfg)
     t = time.monotonic()
     model, info = fit_linear_quantile(Xt, yt, hp, seed)
     cfg["quantile"] = float(hp["quantile"])
-    log.info("linear_quantile: q=%.2f alpha=%g on %d rows, %d non-zero coefficients in %.1f s", hp["quantile"],
-             hp["alpha"], info["n_fit_rows"], info["n_nonzero_coef"], time.monotonic() - t)
+    log.info(
+        "linear_quantile: q=%.2f alpha=%g on %d rows, %d non-zero coefficients in %.1f s",
+        hp["quantile"],
+        hp["alpha"],
+        info["n_fit_rows"],
+        info["n_nonzero_coef"],
+        time.monotonic() - t,
+    )
     step.write_bytes(cfg["weights"], linear_to_bytes(model, hp["quantile"], hp["alpha"]))
     return [{"phase": "linear_quantile", **info, "fit_s": round(time.monotonic() - t, 2)}]
 
@@ -341,8 +400,9 @@ class TableModel:
         self.predict_table, self.scaler, self.mode, self.step_s = predict_table, scaler, mode, step_s
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.predict_table(tree_features(self.scaler.transform(X), self.mode, self.step_s)),
-                          np.float32)
+        return np.asarray(
+            self.predict_table(tree_features(self.scaler.transform(X), self.mode, self.step_s)), np.float32
+        )
 
 
 def _loaded(model: Any, got: int, cfg: dict[str, Any], wuri: str, scaler: Any, predict_table: Any) -> TableModel:
@@ -383,19 +443,24 @@ def check_table(path: str, cfg: dict[str, Any]) -> None:
 
 # Optuna search spaces (train --hpo-trials; mirage_tasks.models.hpo)
 
+
 def xgb_space(trial: Any) -> dict[str, Any]:
-    return {"n_estimators": trial.suggest_int("n_estimators", 100, 600, step=50),
-            "max_depth": trial.suggest_int("max_depth", 2, 8),
-            "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
-            "subsample": trial.suggest_float("subsample", 0.5, 1.0),
-            "colsample_bytree": trial.suggest_float("colsample_bytree", 0.2, 1.0),
-            "min_child_weight": trial.suggest_float("min_child_weight", 0.5, 20.0, log=True)}
+    return {
+        "n_estimators": trial.suggest_int("n_estimators", 100, 600, step=50),
+        "max_depth": trial.suggest_int("max_depth", 2, 8),
+        "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
+        "subsample": trial.suggest_float("subsample", 0.5, 1.0),
+        "colsample_bytree": trial.suggest_float("colsample_bytree", 0.2, 1.0),
+        "min_child_weight": trial.suggest_float("min_child_weight", 0.5, 20.0, log=True),
+    }
 
 
 def rf_space(trial: Any) -> dict[str, Any]:
-    return {"n_estimators": trial.suggest_int("n_estimators", 50, 200, step=25),
-            "min_samples_leaf": trial.suggest_int("min_samples_leaf", 1, 30, log=True),
-            "max_features": trial.suggest_float("max_features", 0.05, 1.0, log=True)}
+    return {
+        "n_estimators": trial.suggest_int("n_estimators", 50, 200, step=25),
+        "min_samples_leaf": trial.suggest_int("min_samples_leaf", 1, 30, log=True),
+        "max_features": trial.suggest_float("max_features", 0.05, 1.0, log=True),
+    }
 
 
 def linear_space(trial: Any) -> dict[str, Any]:

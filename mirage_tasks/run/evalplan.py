@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +109,11 @@ class LogSpec:
         name = doc["name"]
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise err("name", f"{name!r} is not a short name (letters, digits, '.', '_', '-'; it names a folder)")
-        base = Path(traces) if traces else (Path(source).parent if source.endswith((".json", ".yaml", ".yml"))
-                                              else Path.cwd())
+        base = (
+            Path(traces)
+            if traces
+            else (Path(source).parent if source.endswith((".json", ".yaml", ".yml")) else Path.cwd())
+        )
         trace = doc["trace"]
         if not isinstance(trace, str) or len(trace) > MAX_TEXT:
             raise err("trace", f"a path or URI of the raw log (at most {MAX_TEXT} characters)")
@@ -121,7 +124,7 @@ class LogSpec:
             trace = str((base / trace).resolve())
         cal = doc["calibrate"]
         if not isinstance(cal, (list, tuple)) or len(cal) != 2:
-            raise err("calibrate", "two dates [from, to), e.g. [\"2024-01-01\", \"2024-03-01\"]")
+            raise err("calibrate", 'two dates [from, to), e.g. ["2024-01-01", "2024-03-01"]')
         cal = [_text_when(x) for x in cal]  # YAML reads an unquoted 2024-01-01 as a date
         c0, c1 = (_when(x, "calibrate", source) for x in cal)
         if c1 <= c0:
@@ -147,15 +150,21 @@ class LogSpec:
         if datetime(int(months[0][:4]), int(months[0][5:]), 1) < c1:
             # the steps score from the first month's midnight: a calibration period ending later that
             # day (a time of day) overlaps it, and calibrate would refuse its --score-from
-            raise err("months", f"the first scored month {months[0]} begins before the calibration period ends "
-                                f"({cal[1]}): score months after it")
+            raise err(
+                "months",
+                f"the first scored month {months[0]} begins before the calibration period ends "
+                f"({cal[1]}): score months after it",
+            )
         nodes = doc.get("nodes", [1, 8])
         if isinstance(nodes, int) and not isinstance(nodes, bool):
             nodes = [nodes]
         if isinstance(nodes, (list, tuple)) and len(nodes) > MAX_NODE_SIZES:
             raise err("nodes", f"{len(nodes)} node sizes; at most {MAX_NODE_SIZES}")
-        if (not isinstance(nodes, (list, tuple)) or not nodes
-                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_NODE_SIZE for n in nodes)):
+        if (
+            not isinstance(nodes, (list, tuple))
+            or not nodes
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_NODE_SIZE for n in nodes)
+        ):
             raise err("nodes", f"a list of node sizes, each a whole number 1 .. {MAX_NODE_SIZE}, got {nodes!r}")
 
         def opt_int(fld: str, lo: int, hi: int) -> int | None:
@@ -174,7 +183,7 @@ class LogSpec:
                 from zoneinfo import ZoneInfo
 
                 ZoneInfo(tz)
-            except Exception as exc:  # noqa: BLE001 - any failure to resolve it is the user's to fix
+            except Exception as exc:  # any failure to resolve it is the user's to fix
                 raise err("timezone", f"{tz!r} is not a known time zone") from exc
         ts = doc.get("train_start")
         if ts is not None:
@@ -184,13 +193,24 @@ class LogSpec:
             if t0 >= first:
                 raise err("train_start", f"{ts} is not before the first scored month {months[0]}")
             if (first - t0).days > MAX_TRAINING_DAYS:
-                raise err("train_start", f"the training window {ts} .. {months[0]} is {(first - t0).days} days; "
-                                         f"at most {MAX_TRAINING_DAYS}")
+                raise err(
+                    "train_start",
+                    f"the training window {ts} .. {months[0]} is {(first - t0).days} days; at most {MAX_TRAINING_DAYS}",
+                )
         sc = _start_config(doc.get("start_config"), base, err)
-        return cls(name=name, trace=trace, calibrate=(str(cal[0]), str(cal[1])), months=months,
-                   nodes=tuple(sorted(set(nodes))), timezone=tz, procs_per_node=opt_int("procs_per_node", 1, 4096),
-                   machine_nodes=opt_int("machine_nodes", 1, 10_000_000), train_start=ts, start_config=sc,
-                   source=source)
+        return cls(
+            name=name,
+            trace=trace,
+            calibrate=(str(cal[0]), str(cal[1])),
+            months=months,
+            nodes=tuple(sorted(set(nodes))),
+            timezone=tz,
+            procs_per_node=opt_int("procs_per_node", 1, 4096),
+            machine_nodes=opt_int("machine_nodes", 1, 10_000_000),
+            train_start=ts,
+            start_config=sc,
+            source=source,
+        )
 
 
 def _text_when(v: Any) -> Any:
@@ -203,8 +223,10 @@ def _when(v: Any, fld: str, source: str) -> datetime:
     ``YYYY-MM-DD[THH:MM[:SS]]`` without an offset, in years :data:`YEAR_MIN` .. :data:`YEAR_MAX`.
     Anything else passed here once and was refused by ``calibrate`` naming its own flags."""
     if not isinstance(v, str) or not _WHEN.fullmatch(v):
-        raise SpecError(f"{source}: field {fld!r}: {v!r} is not a date YYYY-MM-DD (or YYYY-MM-DDTHH:MM, in the "
-                        "log's time zone, without an offset)")
+        raise SpecError(
+            f"{source}: field {fld!r}: {v!r} is not a date YYYY-MM-DD (or YYYY-MM-DDTHH:MM, in the "
+            "log's time zone, without an offset)"
+        )
     try:
         t = datetime.fromisoformat(v)
     except ValueError as exc:
@@ -252,10 +274,18 @@ def load(path: str, traces: str | None = None) -> LogSpec:
 
 
 #: the log description's field behind each flag its steps get (the rest come from the budget)
-FLAG_FIELDS = {"--trace": "trace", "--timezone": "timezone", "--calibrate-from": "calibrate",
-               "--calibrate-to": "calibrate", "--score-from": "months", "--score-to": "months", "--months": "months",
-               "--procs-per-node": "procs_per_node", "--machine-nodes": "machine_nodes",
-               "--start-config": "start_config"}
+FLAG_FIELDS = {
+    "--trace": "trace",
+    "--timezone": "timezone",
+    "--calibrate-from": "calibrate",
+    "--calibrate-to": "calibrate",
+    "--score-from": "months",
+    "--score-to": "months",
+    "--months": "months",
+    "--procs-per-node": "procs_per_node",
+    "--machine-nodes": "machine_nodes",
+    "--start-config": "start_config",
+}
 
 
 def check_against_steps(spec: LogSpec, root: str, budget: Budget | None = None) -> None:
@@ -293,8 +323,9 @@ def check_against_steps(spec: LogSpec, root: str, budget: Budget | None = None) 
         try:
             SimConfig.from_dict(load_config(spec.start_config))
         except (StepError, ValueError, TypeError) as exc:
-            raise SpecError(f"{where}: field 'start_config': {spec.start_config}: "
-                            f"{str(exc).removeprefix('--cluster-config ')}") from None
+            raise SpecError(
+                f"{where}: field 'start_config': {spec.start_config}: {str(exc).removeprefix('--cluster-config ')}"
+            ) from None
 
 
 def unique_names(specs: list[LogSpec]) -> None:
@@ -305,8 +336,10 @@ def unique_names(specs: list[LogSpec]) -> None:
     for s in specs:
         if s.name in seen:
             first = seen[s.name]
-            raise SpecError(f"two log descriptions name the log {s.name!r}: {first.source or 'the first'} and "
-                            f"{s.source or 'the second'} (a log's outputs live under its name: rename one)")
+            raise SpecError(
+                f"two log descriptions name the log {s.name!r}: {first.source or 'the first'} and "
+                f"{s.source or 'the second'} (a log's outputs live under its name: rename one)"
+            )
         seen[s.name] = s
 
 
@@ -317,7 +350,7 @@ def month_end(m: str) -> str:
 
 
 def _utc(day: str) -> datetime:
-    return datetime.fromisoformat(day[:10]).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(day[:10]).replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -340,18 +373,48 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
     if spec.timezone:
         ing += ["--timezone", spec.timezone]
     m0, m1 = spec.months[0], spec.months[-1]
-    cal = ["calibrate", "--trace", f"{d}/trace", "--calibrate-from", spec.calibrate[0],
-           "--calibrate-to", spec.calibrate[1], "--score-from", f"{m0}-01", "--score-to", month_end(m1),
-           "--trials", str(budget.trials), "--timeout-s", f"{budget.timeout_s:g}", "--seed", "0", "--out", f"{d}/cal"]
+    cal = [
+        "calibrate",
+        "--trace",
+        f"{d}/trace",
+        "--calibrate-from",
+        spec.calibrate[0],
+        "--calibrate-to",
+        spec.calibrate[1],
+        "--score-from",
+        f"{m0}-01",
+        "--score-to",
+        month_end(m1),
+        "--trials",
+        str(budget.trials),
+        "--timeout-s",
+        f"{budget.timeout_s:g}",
+        "--seed",
+        "0",
+        "--out",
+        f"{d}/cal",
+    ]
     if spec.procs_per_node:
         cal += ["--procs-per-node", str(spec.procs_per_node)]
     if spec.start_config:
         cal += ["--start-config", spec.start_config]
     if spec.machine_nodes:
         cal += ["--machine-nodes", str(spec.machine_nodes)]
-    wp = ["waitpred", "--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
-          "--calibrate-from", spec.calibrate[0], "--calibrate-to", spec.calibrate[1], "--months", *spec.months,
-          "--out", f"{d}/waitpred"]
+    wp = [
+        "waitpred",
+        "--trace",
+        f"{d}/trace",
+        "--cluster-config",
+        f"{d}/cal/config.json",
+        "--calibrate-from",
+        spec.calibrate[0],
+        "--calibrate-to",
+        spec.calibrate[1],
+        "--months",
+        *spec.months,
+        "--out",
+        f"{d}/waitpred",
+    ]
     if spec.procs_per_node:
         wp += ["--procs-per-node", str(spec.procs_per_node)]
     # keyed by the log's name, not by what they depend on: a rerun of other inputs under an existing
@@ -371,9 +434,11 @@ def calibration_cut(cal_uri: str) -> str | None:
     se = doc.get("search") or {}
     if se.get("stopped_by") != "timeout":
         return None
-    return (f"{cal_uri}: the calibration stopped at its {se.get('timeout_s'):g} s limit after "
-            f"{se.get('trials_run')} of {se.get('trials')} trials; its configuration would depend on this "
-            "machine's speed. Rerun with a larger --cal-timeout-s (0: no limit) or fewer --cal-trials")
+    return (
+        f"{cal_uri}: the calibration stopped at its {se.get('timeout_s'):g} s limit after "
+        f"{se.get('trials_run')} of {se.get('trials')} trials; its configuration would depend on this "
+        "machine's speed. Rerun with a larger --cal-timeout-s (0: no limit) or fewer --cal-trials"
+    )
 
 
 def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:
@@ -390,14 +455,23 @@ def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:
         n_train, n_score = min(n_train, budget.max_train or n_train), min(n_score, budget.max_score or n_score)
         t0 = first - timedelta(days=WORKLOAD_DAYS) - step * (n_train - 1)
     if n_train < 2:
-        raise SpecError(f"{spec.source or spec.name}: the training window before {spec.months[0]} holds "
-                        f"{n_train} sample(s) {budget.interval_h:g} h apart: start it earlier (train_start)")
+        raise SpecError(
+            f"{spec.source or spec.name}: the training window before {spec.months[0]} holds "
+            f"{n_train} sample(s) {budget.interval_h:g} h apart: start it earlier (train_start)"
+        )
     return n_train, t0.isoformat(), first.isoformat(), n_score
 
 
-def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
-                   nodes: tuple[int, ...] | None = None, *, waitpred: bool = False,
-                   fresh: tuple[str, ...] = (), online_rules: bool = True) -> list[tuple[str, list[str]]]:
+def decision_argvs(
+    spec: LogSpec,
+    root: str,
+    budget: Budget = Budget(),
+    nodes: tuple[int, ...] | None = None,
+    *,
+    waitpred: bool = False,
+    fresh: tuple[str, ...] = (),
+    online_rules: bool = True,
+) -> list[tuple[str, list[str]]]:
     """(name, argv) of the decision evaluation per node size: sample (training and scored months),
     merge, train each model, then the probe replay (docs/results/protocol.md).
 
@@ -413,41 +487,163 @@ def decision_argvs(spec: LogSpec, root: str, budget: Budget = Budget(),
     sizes = [n for n in spec.nodes if not nodes or n in nodes]
     v = "v2-" if waitpred else ""
     for n in sizes:
-        common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
-                  "--interval-hours", f"{budget.interval_h:g}", "--probe-spacing", "end", "--node", str(n),
-                  "--workers", "1", *(["--waitpred", f"{d}/waitpred"] if waitpred else [])]
-        out.append((f"sample-train-node{n}", ["sample", *common, "--start", train_start, "--count", str(n_train),
-                                              "--out", f"{d}/{v}samples-train/node{n}"]))
-        out.append((f"merge-node{n}", ["merge", "--in", f"{d}/{v}samples-train/node{n}", "--out",
-                                       f"{d}/{v}datasets/node{n}", "--no-compress"]))
-        out.append((f"sample-score-node{n}", ["sample", *common, "--start", score_start, "--count", str(n_score),
-                                              "--out", f"{d}/{v}samples-score/node{n}"]))
+        common = [
+            "--trace",
+            f"{d}/trace",
+            "--cluster-config",
+            f"{d}/cal/config.json",
+            "--interval-hours",
+            f"{budget.interval_h:g}",
+            "--probe-spacing",
+            "end",
+            "--node",
+            str(n),
+            "--workers",
+            "1",
+            *(["--waitpred", f"{d}/waitpred"] if waitpred else []),
+        ]
+        out.append(
+            (
+                f"sample-train-node{n}",
+                [
+                    "sample",
+                    *common,
+                    "--start",
+                    train_start,
+                    "--count",
+                    str(n_train),
+                    "--out",
+                    f"{d}/{v}samples-train/node{n}",
+                ],
+            )
+        )
+        out.append(
+            (
+                f"merge-node{n}",
+                [
+                    "merge",
+                    "--in",
+                    f"{d}/{v}samples-train/node{n}",
+                    "--out",
+                    f"{d}/{v}datasets/node{n}",
+                    "--no-compress",
+                ],
+            )
+        )
+        out.append(
+            (
+                f"sample-score-node{n}",
+                [
+                    "sample",
+                    *common,
+                    "--start",
+                    score_start,
+                    "--count",
+                    str(n_score),
+                    "--out",
+                    f"{d}/{v}samples-score/node{n}",
+                ],
+            )
+        )
         if fresh:
             f_start, f_count = _fresh_window(budget, fresh)
-            out.append((f"sample-fresh-node{n}", ["sample", *common, "--start", f_start.isoformat(), "--count",
-                                                  str(f_count), "--out", f"{d}/{v}samples-fresh/node{n}"]))
+            out.append(
+                (
+                    f"sample-fresh-node{n}",
+                    [
+                        "sample",
+                        *common,
+                        "--start",
+                        f_start.isoformat(),
+                        "--count",
+                        str(f_count),
+                        "--out",
+                        f"{d}/{v}samples-fresh/node{n}",
+                    ],
+                )
+            )
         for model in budget.models:
-            out.append((f"train-node{n}-{model}", ["train", "--model", model, "--dataset", f"{d}/{v}datasets/node{n}",
-                                                   "--out", f"{d}/{v}models/node{n}/{model}", "--preset", "quick",
-                                                   "--seed", "0", "--threads", "1"]))
+            out.append(
+                (
+                    f"train-node{n}-{model}",
+                    [
+                        "train",
+                        "--model",
+                        model,
+                        "--dataset",
+                        f"{d}/{v}datasets/node{n}",
+                        "--out",
+                        f"{d}/{v}models/node{n}/{model}",
+                        "--preset",
+                        "quick",
+                        "--seed",
+                        "0",
+                        "--threads",
+                        "1",
+                    ],
+                )
+            )
         if waitpred and WP_MODEL in budget.models:  # protocol v2's xgboost-wp: the same fit, the answer as channels
-            out.append((f"merge-wp-node{n}", ["merge", "--in", f"{d}/{v}samples-train/node{n}", "--out",
-                                              f"{d}/{v}datasets-wp/node{n}", "--no-compress", "--waitpred-features"]))
-            out.append((f"train-node{n}-{WP_MODEL}-wp", ["train", "--model", WP_MODEL, "--dataset",
-                                                         f"{d}/{v}datasets-wp/node{n}", "--out",
-                                                         f"{d}/{v}models/node{n}/{WP_MODEL}-wp", "--preset", "quick",
-                                                         "--seed", "0", "--threads", "1"]))
+            out.append(
+                (
+                    f"merge-wp-node{n}",
+                    [
+                        "merge",
+                        "--in",
+                        f"{d}/{v}samples-train/node{n}",
+                        "--out",
+                        f"{d}/{v}datasets-wp/node{n}",
+                        "--no-compress",
+                        "--waitpred-features",
+                    ],
+                )
+            )
+            out.append(
+                (
+                    f"train-node{n}-{WP_MODEL}-wp",
+                    [
+                        "train",
+                        "--model",
+                        WP_MODEL,
+                        "--dataset",
+                        f"{d}/{v}datasets-wp/node{n}",
+                        "--out",
+                        f"{d}/{v}models/node{n}/{WP_MODEL}-wp",
+                        "--preset",
+                        "quick",
+                        "--seed",
+                        "0",
+                        "--threads",
+                        "1",
+                    ],
+                )
+            )
     if waitpred and fresh:
         out += online_argvs(spec, root, budget, sizes, fresh)
     for n in sizes:
         for kind, months in (("score", spec.months), *((("fresh", fresh),) if fresh else ())):
-            out.append((f"eval-node{n}" + ("-fresh" if kind == "fresh" else ""),
-                        ["probe-replay", "--train-samples", f"{d}/{v}samples-train/node{n}",
-                         "--dataset", f"{d}/{v}datasets/node{n}",
-                         "--score-samples", f"{d}/{v}samples-{kind}/node{n}", "--months", *months,
-                         "--models", *(f"{d}/{v}models/node{n}/{m}" for m in _replayed(budget, waitpred)),
-                         "--out", f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
-                         "--bootstrap", str(budget.bootstrap)]))
+            out.append(
+                (
+                    f"eval-node{n}" + ("-fresh" if kind == "fresh" else ""),
+                    [
+                        "probe-replay",
+                        "--train-samples",
+                        f"{d}/{v}samples-train/node{n}",
+                        "--dataset",
+                        f"{d}/{v}datasets/node{n}",
+                        "--score-samples",
+                        f"{d}/{v}samples-{kind}/node{n}",
+                        "--months",
+                        *months,
+                        "--models",
+                        *(f"{d}/{v}models/node{n}/{m}" for m in _replayed(budget, waitpred)),
+                        "--out",
+                        f"{d}/{v}eval{'-fresh' if kind == 'fresh' else ''}/node{n}",
+                        "--bootstrap",
+                        str(budget.bootstrap),
+                    ],
+                )
+            )
     if waitpred and fresh and online_rules:  # after the replay: the calibrated rules take its thresholds
         out += online_rule_argvs(spec, root, budget, sizes, fresh)
     return out
@@ -489,8 +685,9 @@ def base_rule(rule: str) -> str:
     return _asked(rule)[0]
 
 
-def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
-                 fresh: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+def online_argvs(
+    spec: LogSpec, root: str, budget: Budget, sizes: list[int], fresh: tuple[str, ...]
+) -> list[tuple[str, list[str]]]:
     """Protocol v2's online decider on the fresh months' samples (same starts as the probe replay's):
     reactive, the xgboost model of the replay, and an xgboost trained on the reference's uniform probe
     spacing (7 decisions 8 h apart, as the service keeper's model was), which shows what a model
@@ -500,62 +697,176 @@ def online_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
     f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
-        common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
-                  "--interval-hours", f"{budget.interval_h:g}", "--node", str(n), "--workers", "1"]
-        out.append((f"sample-uniform-node{n}", ["sample", *common, "--start", train_start, "--count", str(n_train),
-                                                "--out", f"{d}/uniform-samples-train/node{n}"]))
-        out.append((f"merge-uniform-node{n}", ["merge", "--in", f"{d}/uniform-samples-train/node{n}", "--out",
-                                               f"{d}/uniform-datasets/node{n}", "--no-compress"]))
-        out.append((f"train-uniform-node{n}", ["train", "--model", "xgboost", "--dataset", f"{d}/uniform-datasets/node{n}",
-                                               "--out", f"{d}/uniform-models/node{n}/xgboost", "--preset", "quick",
-                                               "--seed", "0", "--threads", "1"]))
-        models = {"reactive": "reactive", "xgboost": f"{d}/v2-models/node{n}/xgboost",
-                  "xgboost-uniform": f"{d}/uniform-models/node{n}/xgboost"}
+        common = [
+            "--trace",
+            f"{d}/trace",
+            "--cluster-config",
+            f"{d}/cal/config.json",
+            "--interval-hours",
+            f"{budget.interval_h:g}",
+            "--node",
+            str(n),
+            "--workers",
+            "1",
+        ]
+        out.append(
+            (
+                f"sample-uniform-node{n}",
+                [
+                    "sample",
+                    *common,
+                    "--start",
+                    train_start,
+                    "--count",
+                    str(n_train),
+                    "--out",
+                    f"{d}/uniform-samples-train/node{n}",
+                ],
+            )
+        )
+        out.append(
+            (
+                f"merge-uniform-node{n}",
+                [
+                    "merge",
+                    "--in",
+                    f"{d}/uniform-samples-train/node{n}",
+                    "--out",
+                    f"{d}/uniform-datasets/node{n}",
+                    "--no-compress",
+                ],
+            )
+        )
+        out.append(
+            (
+                f"train-uniform-node{n}",
+                [
+                    "train",
+                    "--model",
+                    "xgboost",
+                    "--dataset",
+                    f"{d}/uniform-datasets/node{n}",
+                    "--out",
+                    f"{d}/uniform-models/node{n}/xgboost",
+                    "--preset",
+                    "quick",
+                    "--seed",
+                    "0",
+                    "--threads",
+                    "1",
+                ],
+            )
+        )
+        models = {
+            "reactive": "reactive",
+            "xgboost": f"{d}/v2-models/node{n}/xgboost",
+            "xgboost-uniform": f"{d}/uniform-models/node{n}/xgboost",
+        }
         for rule in ONLINE_RULES:
             model, ask = _asked(rule)
-            out.append((f"online-node{n}-{rule}", ["validate", *common, "--start", f_start.isoformat(), "--count",
-                                                   str(f_count), "--model", models[model], "--name", rule, *ask,
-                                                   "--threads", "1", "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
+            out.append(
+                (
+                    f"online-node{n}-{rule}",
+                    [
+                        "validate",
+                        *common,
+                        "--start",
+                        f_start.isoformat(),
+                        "--count",
+                        str(f_count),
+                        "--model",
+                        models[model],
+                        "--name",
+                        rule,
+                        *ask,
+                        "--threads",
+                        "1",
+                        "--out",
+                        f"{d}/v2-online-fresh/node{n}/{rule}",
+                    ],
+                )
+            )
     return out
 
 
 #: protocol v2's rules the online decider also runs, each as the probe replay scores it (the calibrated
 #: ones with the replay's thresholds, the predictor's with the samples' waitpred output)
-ONLINE_V2_RULES = ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "xgboost-wp",
-                   "xgboost-wp-all", "xgboost-wp-probes")
+ONLINE_V2_RULES = (
+    "avg-cal",
+    "wait-pred",
+    "wait-pred-cal",
+    "guarantee-10",
+    "guarantee-cal",
+    "xgboost-wp",
+    "xgboost-wp-all",
+    "xgboost-wp-probes",
+)
 
 
 def _asked(rule: str) -> tuple[str, list[str]]:
     """(the model or rule an online rule name runs, the ``validate`` flags of how it is asked)."""
     for suffix, flags in ASK_SUFFIXES.items():
         if rule.endswith(suffix):
-            return rule[:-len(suffix)], list(flags)
+            return rule[: -len(suffix)], list(flags)
     return rule, (["--decide-at", "grid"] if rule in GRID_MODELS else [])
 
 
-def online_rule_argvs(spec: LogSpec, root: str, budget: Budget, sizes: list[int],
-                      fresh: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+def online_rule_argvs(
+    spec: LogSpec, root: str, budget: Budget, sizes: list[int], fresh: tuple[str, ...]
+) -> list[tuple[str, list[str]]]:
     """:data:`ONLINE_V2_RULES` on the online decider's samples (:func:`online_argvs`), after the probe
     replay of the fresh months (whose calibration gives avg-cal's offset and wait-pred-cal's margin)."""
     d = f"{root.rstrip('/')}/{spec.name}"
     f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
-        common = ["--trace", f"{d}/trace", "--cluster-config", f"{d}/cal/config.json",
-                  "--interval-hours", f"{budget.interval_h:g}", "--node", str(n), "--workers", "1",
-                  "--start", f_start.isoformat(), "--count", str(f_count), "--threads", "1"]
+        common = [
+            "--trace",
+            f"{d}/trace",
+            "--cluster-config",
+            f"{d}/cal/config.json",
+            "--interval-hours",
+            f"{budget.interval_h:g}",
+            "--node",
+            str(n),
+            "--workers",
+            "1",
+            "--start",
+            f_start.isoformat(),
+            "--count",
+            str(f_count),
+            "--threads",
+            "1",
+        ]
         for rule in ONLINE_V2_RULES:
             base, ask = _asked(rule)
             if base == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
                 continue
-            extra = (["--calibration", f"{d}/v2-eval-fresh/node{n}"]
-                     if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal") else [])
+            extra = (
+                ["--calibration", f"{d}/v2-eval-fresh/node{n}"]
+                if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal")
+                else []
+            )
             if rule != "avg-cal":
                 extra += ["--waitpred", f"{d}/waitpred"]
             extra += ask
             model = f"{d}/v2-models/node{n}/{base}" if base.endswith("-wp") else base
-            out.append((f"online-node{n}-{rule}", ["validate", *common, "--model", model, "--name", rule, *extra,
-                                                   "--out", f"{d}/v2-online-fresh/node{n}/{rule}"]))
+            out.append(
+                (
+                    f"online-node{n}-{rule}",
+                    [
+                        "validate",
+                        *common,
+                        "--model",
+                        model,
+                        "--name",
+                        rule,
+                        *extra,
+                        "--out",
+                        f"{d}/v2-online-fresh/node{n}/{rule}",
+                    ],
+                )
+            )
     return out
 
 
@@ -563,4 +874,3 @@ def command(argv: list[str]) -> list[str]:
     """``python -m`` arguments of an argv from the functions above."""
     mod = MODULES.get(argv[0])
     return ["-m", mod, *argv[1:]] if mod else ["-m", "mirage_tasks", *argv]
-

@@ -72,6 +72,7 @@ def _typed(run: Any) -> None:
 
 # ----------------------------------------------------------------------------- argv from the step parsers
 
+
 @functools.cache
 def step_parser(step: str) -> argparse.ArgumentParser:
     """The parser of ``python -m mirage_tasks <step>`` (its module's ``add_arguments``)."""
@@ -126,14 +127,14 @@ def argv(step: str, **values: Any) -> list[str]:
     return out
 
 
-def step_label(*, model: str | None = None, node: int | None = None, days: list[str] | None = None,
-               shard: str | None = None) -> str:
+def step_label(
+    *, model: str | None = None, node: int | None = None, days: list[str] | None = None, shard: str | None = None
+) -> str:
     """The label of one mapped step instance (the DAGs' ``map_index_template`` shows it in the
     grid), from the values its argv is built from: model, node size, days, shard, e.g.
     ``xgboost · node 8``, ``node 1 · 1997-01-03..1997-01-09 (7 d)``, ``avg · node 8 · shard 1/2``."""
     span = (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None
-    parts = [model, f"node {node}" if node is not None else None, span,
-             f"shard {shard}" if shard is not None else None]
+    parts = [model, f"node {node}" if node is not None else None, span, f"shard {shard}" if shard is not None else None]
     return LABEL_SEP.join(p for p in parts if p)
 
 
@@ -142,6 +143,7 @@ LABEL_SEP = " · "
 
 
 # ----------------------------------------------------------------------------- windows
+
 
 def _month_before(t: datetime) -> tuple[datetime, datetime]:
     end = t.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -179,10 +181,13 @@ def windows(run: MirageRun, logical_date: datetime | None) -> dict[str, Any]:
         )
     val_end = val_start + (val_count - 1) * step + workload
     return {
-        "train_start": _iso(train_start), "train_count": train_count,
-        "val_start": _iso(val_start), "val_count": val_count,
+        "train_start": _iso(train_start),
+        "train_count": train_count,
+        "val_start": _iso(val_start),
+        "val_count": val_count,
         # what the trace must cover: a day of history before the first sample, the last workload
-        "trace_from": _iso(train_start - timedelta(days=2)), "trace_to": _iso(val_end + timedelta(days=1)),
+        "trace_from": _iso(train_start - timedelta(days=2)),
+        "trace_to": _iso(val_end + timedelta(days=1)),
     }
 
 
@@ -195,15 +200,26 @@ def windows_end(w: dict[str, Any], run: MirageRun) -> str:
 
 # ----------------------------------------------------------------------------- content-keyed locations
 
+
 def trace_identity(run: MirageRun, fingerprint: str | None = None) -> dict[str, Any]:
     """What the ingested (or generated) trace depends on (:func:`keys.trace_location`'s key).
     ``fingerprint``: the raw trace's content fingerprint (:func:`trace_fingerprint`); without
     it the URI stands in (tests)."""
     if run.trace:
-        return {"kind": "ingest", "content": fingerprint or f"uri:{run.trace}", "timezone": run.trace_timezone,
-                "from": run.window_from, "to": run.window_to}
-    return {"kind": "synth", "profile": run.synth_profile, "seed": run.seed,
-            "from": run.window_from, "to": run.window_to}
+        return {
+            "kind": "ingest",
+            "content": fingerprint or f"uri:{run.trace}",
+            "timezone": run.trace_timezone,
+            "from": run.window_from,
+            "to": run.window_to,
+        }
+    return {
+        "kind": "synth",
+        "profile": run.synth_profile,
+        "seed": run.seed,
+        "from": run.window_from,
+        "to": run.window_to,
+    }
 
 
 def trace_fingerprint(uri: str) -> str:
@@ -219,25 +235,44 @@ def sample_source(identity: dict[str, Any], run: MirageRun) -> dict[str, Any]:
     each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.data.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
     if identity["kind"] == "ingest" and run.trace:
-        return {"kind": "ingest", "source": run.trace, "timezone": identity.get("timezone"),
-                "from": identity.get("from"), "to": identity.get("to")}
+        return {
+            "kind": "ingest",
+            "source": run.trace,
+            "timezone": identity.get("timezone"),
+            "from": identity.get("from"),
+            "to": identity.get("to"),
+        }
     return identity
 
 
-def sample_family(shared: str, trace: dict[str, Any], run: MirageRun, node: int, anchor: str,
-                  baseline: str = "default") -> str:
+def sample_family(
+    shared: str, trace: dict[str, Any], run: MirageRun, node: int, anchor: str, baseline: str = "default"
+) -> str:
     """The root of one sample family (:func:`keys.sample_family`) of this run's sampling
     params at node size ``node``, on the grid through ``anchor``. ``trace``: :func:`sample_source`."""
-    return keys.sample_family(shared, trace, cluster_config=run.cluster_config, interval_hours=run.interval_hours,
-                              anchor=int(_ts(anchor, "anchor").timestamp()), warmup_days=run.warmup_days,
-                              workload_days=run.workload_days, probes=run.probes, node=node,
-                              probe_spacing=run.probe_spacing, baseline=baseline)
+    return keys.sample_family(
+        shared,
+        trace,
+        cluster_config=run.cluster_config,
+        interval_hours=run.interval_hours,
+        anchor=int(_ts(anchor, "anchor").timestamp()),
+        warmup_days=run.warmup_days,
+        workload_days=run.workload_days,
+        probes=run.probes,
+        node=node,
+        probe_spacing=run.probe_spacing,
+        baseline=baseline,
+    )
 
 
 def _episode(run: MirageRun) -> dict[str, Any]:
     """The episode flags sample, validate and the baselines share."""
-    return {"interval_hours": run.interval_hours, "warmup_days": run.warmup_days,
-            "workload_days": run.workload_days, "cluster_config": run.cluster_config}
+    return {
+        "interval_hours": run.interval_hours,
+        "warmup_days": run.warmup_days,
+        "workload_days": run.workload_days,
+        "cluster_config": run.cluster_config,
+    }
 
 
 def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
@@ -247,8 +282,9 @@ def sample_days(start: str, count: int, interval_hours: float) -> list[str]:
     return sorted({(t + k * step).date().isoformat() for k in range(count)})
 
 
-def committed_days(family: str, days: list[str], trace: str | None = None,
-                   workload_days: float | None = None) -> set[str]:
+def committed_days(
+    family: str, days: list[str], trace: str | None = None, workload_days: float | None = None
+) -> set[str]:
     """The ``days`` whose partition under ``family`` is committed (reads markers) and, when
     ``trace`` has stored prefix digests, was sampled from the jobs ``trace`` holds before the
     day's horizon (a grown trace keeps its earlier days; a changed one does not). Without
@@ -265,7 +301,8 @@ def committed_days(family: str, days: list[str], trace: str | None = None,
         if marker is None:
             continue
         if prefixes is not None and marker.get("params", {}).get("trace_prefix") != prefix_before(
-                prefixes, d, workload_days):
+            prefixes, d, workload_days
+        ):
             continue
         out.add(d)
     return out
@@ -298,7 +335,7 @@ def chunks(items: list[Any], n: int) -> list[list[Any]]:
     out, i = [], 0
     for j in range(n):
         k = size + (1 if j < extra else 0)
-        out.append(items[i:i + k])
+        out.append(items[i : i + k])
         i += k
     return [c for c in out if c]
 
@@ -311,8 +348,11 @@ def run_key(run: MirageRun, logical_date: datetime | None, trace: dict[str, Any]
     always, a field declared after it only off its default (a new param orphans no stored
     run); tests/mirage/test_run_keys.py pins the keys."""
     w = windows(run, logical_date)
-    date = (datetime.fromtimestamp(logical_date.timestamp(), tz=UTC).strftime("%Y-%m-%dT%H%M%SZ")
-            if logical_date is not None else "manual")
+    date = (
+        datetime.fromtimestamp(logical_date.timestamp(), tz=UTC).strftime("%Y-%m-%dT%H%M%SZ")
+        if logical_date is not None
+        else "manual"
+    )
     return f"{date}-{digest({'params': run.key_params(), 'windows': w, 'trace': trace}, 12)}"
 
 
@@ -335,9 +375,17 @@ def plan_run(run: MirageRun, shared: str, runs: str, logical_date: datetime | No
     return plan(run, prefix, logical_date, shared=shared, trace_fp=fingerprint, have=have, **settings)
 
 
-def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: str | None = None,
-         trace_fp: str | None = None, have: Any = None, workers: int | None = None,
-         threads: int | None = None) -> dict[str, Any]:
+def plan(
+    run: MirageRun,
+    prefix: str,
+    logical_date: datetime | None,
+    *,
+    shared: str | None = None,
+    trace_fp: str | None = None,
+    have: Any = None,
+    workers: int | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Every step's argv for one run under ``prefix``; shared traces and samples under
     ``shared`` (default: ``mirage`` beside ``prefix``). ``have(family, days)`` returns the days
     already committed (default: none), so the sample argvs cover only the missing days.
@@ -353,11 +401,23 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
     identity = trace_identity(run, trace_fp)
     trace = trace_location(shared, identity)
     if run.trace:
-        trace_argv = argv("ingest", trace=run.trace, out=trace, t_from=run.window_from, t_to=run.window_to,
-                          timezone=run.trace_timezone)
+        trace_argv = argv(
+            "ingest",
+            trace=run.trace,
+            out=trace,
+            t_from=run.window_from,
+            t_to=run.window_to,
+            timezone=run.trace_timezone,
+        )
     else:
-        trace_argv = argv("synth", profile=run.synth_profile, t_from=run.window_from or w["trace_from"],
-                          t_to=run.window_to or w["trace_to"], seed=run.seed, out=trace)
+        trace_argv = argv(
+            "synth",
+            profile=run.synth_profile,
+            t_from=run.window_from or w["trace_from"],
+            t_to=run.window_to or w["trace_to"],
+            seed=run.seed,
+            out=trace,
+        )
     episode = _episode(run)
     shards, nodes, models = run.shards, run.node_sizes, run.models
     gpu = run.device == "cuda"
@@ -365,22 +425,54 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
     train_common = {"preset": run.preset, "seed": run.seed, "threads": threads}
 
     days = sample_days(w["train_start"], w["train_count"], run.interval_hours)
-    out: dict[str, Any] = {"config": run.as_dict(), "prefix": prefix, "trace": trace, "trace_argv": trace_argv,
-                           "windows": w, "workload_days": run.workload_days,
-                           "days": days, "families": {}, "missing_days": {}, "sample_jobs": [],
-                           **{key: [] for key in MAPPED_STEPS}, "labels": {key: [] for key in MAPPED_STEPS}}
+    out: dict[str, Any] = {
+        "config": run.as_dict(),
+        "prefix": prefix,
+        "trace": trace,
+        "trace_argv": trace_argv,
+        "windows": w,
+        "workload_days": run.workload_days,
+        "days": days,
+        "families": {},
+        "missing_days": {},
+        "sample_jobs": [],
+        **{key: [] for key in MAPPED_STEPS},
+        "labels": {key: [] for key in MAPPED_STEPS},
+    }
     labels = out["labels"]
     for n in nodes:
         family = sample_family(shared, sample_source(identity, run), run, n, w["train_start"])
         out["families"][str(n)] = family
-        out["sample_jobs"].append({"node": n, "family": family, "days": days, "shards": shards,
-                                   "argv": {"trace": trace, "start": w["train_start"], **episode,
-                                            "probes": run.probes, "probe_spacing": run.probe_spacing, "node": n,
-                                            "out": family, "workers": workers}})
+        out["sample_jobs"].append(
+            {
+                "node": n,
+                "family": family,
+                "days": days,
+                "shards": shards,
+                "argv": {
+                    "trace": trace,
+                    "start": w["train_start"],
+                    **episode,
+                    "probes": run.probes,
+                    "probe_spacing": run.probe_spacing,
+                    "node": n,
+                    "out": family,
+                    "workers": workers,
+                },
+            }
+        )
         dataset = keys.dataset(prefix, n)
-        out["merge"].append(argv("merge", inputs=[partition(family, d) for d in days], start=w["train_start"],
-                                 count=w["train_count"], interval_hours=run.interval_hours, trace=trace,
-                                 out=dataset))
+        out["merge"].append(
+            argv(
+                "merge",
+                inputs=[partition(family, d) for d in days],
+                start=w["train_start"],
+                count=w["train_count"],
+                interval_hours=run.interval_hours,
+                trace=trace,
+                out=dataset,
+            )
+        )
         labels["merge"].append(step_label(node=n))
         for m in models:
             model_out = keys.model(prefix, m, n)
@@ -388,12 +480,28 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
             on_gpu = gpu and FAMILIES[m].torch
             if m in POLICIES:
                 base = keys.model(prefix, POLICIES[m], n)
-                a = argv("train", model=m, base=base, trace=trace, dataset=dataset, **train_common, param=hp,
-                         device="cuda" if on_gpu else "cpu", out=model_out)
+                a = argv(
+                    "train",
+                    model=m,
+                    base=base,
+                    trace=trace,
+                    dataset=dataset,
+                    **train_common,
+                    param=hp,
+                    device="cuda" if on_gpu else "cpu",
+                    out=model_out,
+                )
                 key = "policy_gpu" if on_gpu else "policy_cpu"
             else:
-                a = argv("train", model=m, dataset=dataset, **train_common, param=hp,
-                         device="cuda" if on_gpu else "cpu", out=model_out)
+                a = argv(
+                    "train",
+                    model=m,
+                    dataset=dataset,
+                    **train_common,
+                    param=hp,
+                    device="cuda" if on_gpu else "cpu",
+                    out=model_out,
+                )
                 key = "train_gpu" if on_gpu else "train_cpu"
             out[key].append(a)
             labels[key].append(step_label(model=m, node=n))
@@ -403,30 +511,56 @@ def plan(run: MirageRun, prefix: str, logical_date: datetime | None, *, shared: 
             # P(submit) < 0.5 forever and replay the reactive baseline. Seeded, so reproducible.
             stochastic = m in POLICIES and sampled
             for i in range(shards):
-                out["validate"].append(argv(
-                    "validate", trace=trace, model=target, name=m, start=w["val_start"], count=w["val_count"],
-                    **episode, node=n, stochastic=stochastic, seed=run.seed if stochastic else None,
-                    shard=f"{i}/{shards}", workers=workers, out=keys.validation(prefix, m, n, i)))
+                out["validate"].append(
+                    argv(
+                        "validate",
+                        trace=trace,
+                        model=target,
+                        name=m,
+                        start=w["val_start"],
+                        count=w["val_count"],
+                        **episode,
+                        node=n,
+                        stochastic=stochastic,
+                        seed=run.seed if stochastic else None,
+                        shard=f"{i}/{shards}",
+                        workers=workers,
+                        out=keys.validation(prefix, m, n, i),
+                    )
+                )
                 labels["validate"].append(step_label(model=m, node=n, shard=f"{i}/{shards}"))
     # Before the trace is ingested, have() can only read markers: the DAG lists the sample
     # argvs again after ingest (sample_argvs with checked_against), when digests exist.
     out["sample"], labels["sample"], out["missing_days"] = sample_argvs(out, have)
     # Simulator fidelity over the validation window (real vs simulated waits), for the report.
-    out["fidelity"] = argv("fidelity", trace=trace, t_from=w["val_start"], t_to=windows_end(w, run),
-                           episode_days=run.workload_days, cluster_config=run.cluster_config,
-                           out=keys.fidelity(prefix))
+    out["fidelity"] = argv(
+        "fidelity",
+        trace=trace,
+        t_from=w["val_start"],
+        t_to=windows_end(w, run),
+        episode_days=run.workload_days,
+        cluster_config=run.cluster_config,
+        out=keys.fidelity(prefix),
+    )
     validation = sorted({a[-1] for a in out["validate"]})
     out["metrics"] = argv("metrics", inputs=validation, out=keys.metrics(prefix))
-    out["report"] = argv("report", inputs=[keys.metrics(prefix), *[keys.model(prefix, m, n) for m in models for n in nodes],
-                                           *[keys.dataset(prefix, n) for n in nodes], keys.fidelity(prefix)],
-                         out=keys.report(prefix))
+    out["report"] = argv(
+        "report",
+        inputs=[
+            keys.metrics(prefix),
+            *[keys.model(prefix, m, n) for m in models for n in nodes],
+            *[keys.dataset(prefix, n) for n in nodes],
+            keys.fidelity(prefix),
+        ],
+        out=keys.report(prefix),
+    )
     return out
 
 
 # ----------------------------------------------------------------------------- mirage_samples: one trace day
 
-def samples_trace(run: MirageRun, shared: str, day: str | None,
-                  fingerprint: str | None = None) -> dict[str, Any]:
+
+def samples_trace(run: MirageRun, shared: str, day: str | None, fingerprint: str | None = None) -> dict[str, Any]:
     """The trace a ``mirage_samples`` run samples: a real trace ingested whole (no window),
     once per content; else the synthetic trace of ``day``'s month (padded by the warm-up
     history before and a workload after), so every day of a month shares one trace."""
@@ -434,8 +568,11 @@ def samples_trace(run: MirageRun, shared: str, day: str | None,
     if run.trace:
         identity = trace_identity(run.replace(window_from=None, window_to=None), fingerprint)
         loc = trace_location(shared, identity)
-        return {"identity": identity, "trace": loc,
-                "argv": argv("ingest", trace=run.trace, out=loc, timezone=run.trace_timezone)}
+        return {
+            "identity": identity,
+            "trace": loc,
+            "argv": argv("ingest", trace=run.trace, out=loc, timezone=run.trace_timezone),
+        }
     if day is None:
         raise ValueError("a synthetic trace needs the run's day")
     d = datetime.fromisoformat(day).replace(tzinfo=UTC)
@@ -445,9 +582,11 @@ def samples_trace(run: MirageRun, shared: str, day: str | None,
     t_to = nxt + timedelta(days=run.workload_days + 1)
     identity = trace_identity(run.replace(window_from=_iso(t_from), window_to=_iso(t_to)))
     loc = trace_location(shared, identity)
-    return {"identity": identity, "trace": loc,
-            "argv": argv("synth", profile=run.synth_profile, t_from=_iso(t_from), t_to=_iso(t_to), seed=run.seed,
-                         out=loc)}
+    return {
+        "identity": identity,
+        "trace": loc,
+        "argv": argv("synth", profile=run.synth_profile, t_from=_iso(t_from), t_to=_iso(t_to), seed=run.seed, out=loc),
+    }
 
 
 def newest_complete_day(last_submit: str, workload_days: float) -> str:
@@ -457,8 +596,9 @@ def newest_complete_day(last_submit: str, workload_days: float) -> str:
     return (t.date() - timedelta(days=1)).isoformat()
 
 
-def samples_day(run: MirageRun, shared: str, trace: dict[str, Any], day: str,
-                have: Any = None, workers: int | None = None) -> dict[str, Any]:
+def samples_day(
+    run: MirageRun, shared: str, trace: dict[str, Any], day: str, have: Any = None, workers: int | None = None
+) -> dict[str, Any]:
     """The sample argvs of one trace day: one per node size whose partition is missing
     (``labels["sample"]``: theirs, ``node N · day``).
     The grid is anchored at midnight UTC (the pipeline's default windows are on it when
@@ -467,21 +607,40 @@ def samples_day(run: MirageRun, shared: str, trace: dict[str, Any], day: str,
     anchor = f"{day}T00:00:00+00:00"
     _typed(run)
     episode = _episode(run)
-    out: dict[str, Any] = {"day": day, "trace": trace["trace"], "partitions": {}, "missing": [], "sample": [],
-                           "labels": {"sample": []}}
+    out: dict[str, Any] = {
+        "day": day,
+        "trace": trace["trace"],
+        "partitions": {},
+        "missing": [],
+        "sample": [],
+        "labels": {"sample": []},
+    }
     for n in run.node_sizes:
         family = sample_family(shared, sample_source(trace["identity"], run), run, n, anchor)
         out["partitions"][str(n)] = partition(family, day)
         if have is not None and day in set(have(family, [day])):
             continue
         out["missing"].append(n)
-        out["sample"].append(argv("sample", trace=trace["trace"], start=anchor, **episode, probes=run.probes,
-                                  probe_spacing=run.probe_spacing, node=n, days=[day], out=family, workers=workers))
+        out["sample"].append(
+            argv(
+                "sample",
+                trace=trace["trace"],
+                start=anchor,
+                **episode,
+                probes=run.probes,
+                probe_spacing=run.probe_spacing,
+                node=n,
+                days=[day],
+                out=family,
+                workers=workers,
+            )
+        )
         out["labels"]["sample"].append(step_label(node=n, days=[day]))
     return out
 
 
 # ----------------------------------------------------------------------------- mirage_monthly: a complete month
+
 
 def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``mirage_pipeline`` run a month of complete sample partitions calls for.
@@ -497,8 +656,10 @@ def month_run(month: str, extras: list[dict[str, Any]]) -> dict[str, Any]:
     if not extras or any("params" not in e for e in extras):
         raise ValueError(f"the sample events of {month} do not record their params (older mirage_samples runs?)")
     if len(confs) != 1:
-        raise ValueError(f"the days of {month} were sampled with {len(confs)} different param sets; "
-                         "trigger mirage_pipeline by hand with the ones to use")
+        raise ValueError(
+            f"the days of {month} were sampled with {len(confs)} different param sets; "
+            "trigger mirage_pipeline by hand with the ones to use"
+        )
     conf = {"size": "paper", **json.loads(confs.pop())}
     MirageRun.from_params(conf)  # the pipeline can read it (ValueError naming a bad param)
     return {"logical_date": _iso(nxt), "run_id": f"samples_complete__{month}", "conf": conf}

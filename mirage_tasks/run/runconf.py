@@ -91,146 +91,282 @@ FORM_SIZE = "demo"
 class MirageRun:
     """Every param of a Mirage run, typed; the defaults are the paper's full configuration."""
 
-    size: str = _f("paper", Spec(
-        "Run size",
-        "How big the run is; every param left empty takes the size's value, a param you set wins. "
-        "demo (minutes): 30 training samples 12 h apart, 6 validation samples, node sizes 1 and 8, 2 shards, "
-        "short policy training; on the synthetic trace it always validates from 2023-02-11, whatever the "
-        "logical date. month: the whole month before the logical date validated (156 samples in March at 4 h) "
-        "on models trained on the 180 samples (30 days) before it: the paper's validation with about a quarter "
-        "of its training samples. paper: the Mirage paper's configuration: 684 training samples every 4 h "
-        "(114 days), the whole month before the logical date, every model. scheduled: what the DAG's own "
-        "monthly runs use: 42 training samples (a week), 12 validation samples, xgboost and random_forest, "
-        "one shard.",
-        "string", schema={"enum": list(SIZE_NAMES), "values_display": {
-            "demo": "demo (minutes)", "month": "month (a month validated, 180 training samples)",
-            "paper": "paper (the full experiment)", "scheduled": "scheduled (the monthly schedule's)"}}))
-    trace: str | None = _f(None, Spec(
-        "Trace URI",
-        "The Slurm trace to replay: a sacct log (sacct --parsable2, gzipped or not) or an SWF log, as a local "
-        "path, file:// or s3:// URI.",
-        "string", nullable=True, empty="a synthetic trace drawn from the synthetic profile (mirage_pipeline: "
-        "covering the run's windows; mirage_samples: the month of the run's day)"))
-    window_from: str | None = _f(None, Spec(
-        "Trace window start",
-        f"Keep only the jobs submitted from this time on ({_ISO}): trims a real trace; on the synthetic "
-        "trace, where the generated trace starts.",
-        "string", nullable=True, iso=True, empty="the whole trace (synthetic: what the windows need)",
-        none="whole trace"))
-    window_to: str | None = _f(None, Spec(
-        "Trace window end",
-        f"... and submitted before this time (exclusive; {_ISO}).",
-        "string", nullable=True, iso=True, empty="to the end of the trace (synthetic: what the windows need)",
-        none="whole trace"))
-    trace_timezone: str | None = _f(None, Spec(
-        "Trace time zone",
-        "IANA time zone of a sacct log's local times, e.g. America/Chicago for Lonestar6. SWF logs carry "
-        "their own.",
-        "string", nullable=True, empty="UTC"))
-    synth_profile: str = _f("ls6-a100", Spec(
-        "Synthetic profile",
-        "The workload the synthetic trace is drawn from, used only when no trace is given: a packaged profile "
-        "(ls6-a100: fitted on Lonestar6's A100 partition) or the URI of a profile JSON.",
-        "string", schema={"minLength": 1}))
-    cluster_config: str = _f("ls6", Spec(
-        "Simulator configuration",
-        "The simulated cluster and scheduler: a preset (ls6: Lonestar6, 78 nodes, its recorded priorities; "
-        "reference: the Mirage paper's simulator, 88 nodes) or the URI of a JSON file of simulator settings.",
-        "string", schema={"minLength": 1}))
-    train_start: str | None = _f(None, Spec(
-        "First training sample",
-        f"Start of the first training sample ({_ISO}).",
-        "string", nullable=True, iso=True, empty="as late as possible, so the last training sample's workload "
-        "ends where validation starts", none="as late as possible"))
-    train_count: int = _f(684, Spec(
-        "Training samples",
-        "How many training samples, one every 'Hours between samples': each is one simulated workload with "
-        "a service job and its probes (decision times), and gives one training example per probe. More "
-        "samples: better models and proportionally longer sampling; 30 (a demo) to 684 (the paper: 114 days "
-        "at 4 h) is sensible; at most 100000.",
-        "integer", schema={"minimum": 1, "maximum": 100_000}))
-    val_start: str | None = _f(None, Spec(
-        "First validation sample",
-        f"Start of the first validation sample ({_ISO}).",
-        "string", nullable=True, iso=True, empty="the first day of the month before the run's logical date, so "
-        "a monthly backfill validates each month in turn", none="the month before the logical date"))
-    val_count: int | None = _f(None, Spec(
-        "Validation samples",
-        "How many validation samples (one every 'Hours between samples'), on each of which every model "
-        "decides online when to submit, against the reactive and avg baselines.",
-        "integer", nullable=True, schema={"minimum": 1, "maximum": 100_000}, empty="the whole validation month: every sample whose "
-        "workload ends inside it (156 for March at 4 h)", none="whole month"))
-    interval_hours: float = _f(4, Spec(
-        "Hours between samples",
-        "Hours between the starts of consecutive samples, training and validation alike. Keep it a divisor "
-        "of 24 (1, 2, 3, 4, 6, 8, 12 or 24) so runs share mirage_samples' day partitions.",
-        "number", schema={"exclusiveMinimum": 0, "maximum": 24}))
-    warmup_days: float = _f(2, Spec(
-        "Warm-up days",
-        "Days of the trace replayed in each sample before its service job is submitted, so the simulated "
-        "queue is realistic when the job arrives. 2 (the paper's); 1 to 3 is sensible; at most 60.",
-        "number", schema={"minimum": 0, "maximum": 60}))
-    workload_days: float = _f(5, Spec(
-        "Workload days per sample",
-        "Days of trace jobs each sample replays (from its start), which the service jobs compete with. Also "
-        "the gap between training and validation, so no training workload reaches into validation. 5 (the "
-        "paper's); at most 60.",
-        "number", schema={"exclusiveMinimum": 0, "maximum": 60}))
-    probes: int = _f(7, Spec(
-        "Probes per training sample",
-        "Decision times per training sample with uniform probe spacing, equally spaced from the first service "
-        "job's submission to its end; each gives one training example (wait, or submit the next job now). "
-        "7 (the paper's); at most 1000.",
-        "integer", schema={"minimum": 2, "maximum": 1000}))
-    probe_spacing: str = _f("uniform", Spec(
-        "Probe spacing",
-        "uniform: probes equally spaced from the first service job's submission to its end (the paper's); "
-        "end: at its end minus 24 h, 16 h, 8 h, 4 h, 2 h, 1 h, 30 min and 10 min, and at its end (probes not "
-        "used).",
-        "string", schema={"enum": list(PROBE_SPACINGS)}))
-    node_sizes: list[int] = _f([1, 8], Spec(
-        "Service job sizes (nodes)",
-        "Node counts of the service jobs studied; each size gets its own samples, dataset, models and "
-        "validation. 1 and 8 (the paper's).",
-        "array", schema={"items": {"type": "integer", "minimum": 1, "maximum": 100_000}, "minItems": 1,
-                         "maxItems": 16}))
-    shards: int = _f(4, Spec(
-        "Shards per node size",
-        "Parallel tasks per node size: the sample days still missing are split into up to this many tasks, "
-        "and each model's validation into this many. More shards: more tasks at once (one CPU each locally); "
-        "1 to 16 is sensible.",
-        "integer", schema={"minimum": 1, "maximum": 64}))
-    models: list[str] = _f(list(KINDS), Spec(
-        "Models",
-        "Model families to train and validate (one per node size). transformer_policy and moe_policy need "
-        "transformer and moe. The reactive and avg baselines are always validated.",
-        "array", schema={"items": {"type": "string", "enum": list(KINDS)}, "examples": list(KINDS),
-                         "minItems": 1}))
-    preset: str = _f("quick", Spec(
-        "Training preset",
-        "Hyper-parameters of every model: quick (small networks; minutes per model on 2 CPU cores) or paper "
-        "(the paper's sizes, 300 epochs: meant for a GPU).",
-        "string", schema={"enum": list(MODEL_PRESETS)}))
-    train_params: dict[str, list[str]] = _f({}, Spec(
-        "Hyper-parameter overrides",
-        'Per model, a list of "key=value" overriding the preset (train --param), e.g. '
-        '{"transformer": ["epochs=10"]}.',
-        "object"))
-    device: str = _f("cpu", Spec(
-        "Training device",
-        "cuda trains the torch models (transformer, moe and their policies) on a GPU (the gpu preset, the gpu "
-        "pool in kubernetes mode); offered where the deployment has GPU nodes (HOUSE_GPUS=true).",
-        "string", schema={"enum": ["cpu", "cuda"]}))
-    policy_eval: str = _f("sampled", Spec(
-        "Policy evaluation",
-        "How the policies decide in validation: sampled (seeded sampling of their actions, as they were "
-        "trained) or greedy (the most likely action).",
-        "string", schema={"enum": ["sampled", "greedy"]}))
-    seed: int = _f(0, Spec(
-        "Seed",
-        "Seeds the synthetic trace, the models' training and the policies' sampled decisions: the same seed "
-        "gives the same run.",
-        "integer", schema={"minimum": 0, "maximum": 2**32 - 1}))
+    size: str = _f(
+        "paper",
+        Spec(
+            "Run size",
+            "How big the run is; every param left empty takes the size's value, a param you set wins. "
+            "demo (minutes): 30 training samples 12 h apart, 6 validation samples, node sizes 1 and 8, 2 shards, "
+            "short policy training; on the synthetic trace it always validates from 2023-02-11, whatever the "
+            "logical date. month: the whole month before the logical date validated (156 samples in March at 4 h) "
+            "on models trained on the 180 samples (30 days) before it: the paper's validation with about a quarter "
+            "of its training samples. paper: the Mirage paper's configuration: 684 training samples every 4 h "
+            "(114 days), the whole month before the logical date, every model. scheduled: what the DAG's own "
+            "monthly runs use: 42 training samples (a week), 12 validation samples, xgboost and random_forest, "
+            "one shard.",
+            "string",
+            schema={
+                "enum": list(SIZE_NAMES),
+                "values_display": {
+                    "demo": "demo (minutes)",
+                    "month": "month (a month validated, 180 training samples)",
+                    "paper": "paper (the full experiment)",
+                    "scheduled": "scheduled (the monthly schedule's)",
+                },
+            },
+        ),
+    )
+    trace: str | None = _f(
+        None,
+        Spec(
+            "Trace URI",
+            "The Slurm trace to replay: a sacct log (sacct --parsable2, gzipped or not) or an SWF log, as a local "
+            "path, file:// or s3:// URI.",
+            "string",
+            nullable=True,
+            empty="a synthetic trace drawn from the synthetic profile (mirage_pipeline: "
+            "covering the run's windows; mirage_samples: the month of the run's day)",
+        ),
+    )
+    window_from: str | None = _f(
+        None,
+        Spec(
+            "Trace window start",
+            f"Keep only the jobs submitted from this time on ({_ISO}): trims a real trace; on the synthetic "
+            "trace, where the generated trace starts.",
+            "string",
+            nullable=True,
+            iso=True,
+            empty="the whole trace (synthetic: what the windows need)",
+            none="whole trace",
+        ),
+    )
+    window_to: str | None = _f(
+        None,
+        Spec(
+            "Trace window end",
+            f"... and submitted before this time (exclusive; {_ISO}).",
+            "string",
+            nullable=True,
+            iso=True,
+            empty="to the end of the trace (synthetic: what the windows need)",
+            none="whole trace",
+        ),
+    )
+    trace_timezone: str | None = _f(
+        None,
+        Spec(
+            "Trace time zone",
+            "IANA time zone of a sacct log's local times, e.g. America/Chicago for Lonestar6. SWF logs carry "
+            "their own.",
+            "string",
+            nullable=True,
+            empty="UTC",
+        ),
+    )
+    synth_profile: str = _f(
+        "ls6-a100",
+        Spec(
+            "Synthetic profile",
+            "The workload the synthetic trace is drawn from, used only when no trace is given: a packaged profile "
+            "(ls6-a100: fitted on Lonestar6's A100 partition) or the URI of a profile JSON.",
+            "string",
+            schema={"minLength": 1},
+        ),
+    )
+    cluster_config: str = _f(
+        "ls6",
+        Spec(
+            "Simulator configuration",
+            "The simulated cluster and scheduler: a preset (ls6: Lonestar6, 78 nodes, its recorded priorities; "
+            "reference: the Mirage paper's simulator, 88 nodes) or the URI of a JSON file of simulator settings.",
+            "string",
+            schema={"minLength": 1},
+        ),
+    )
+    train_start: str | None = _f(
+        None,
+        Spec(
+            "First training sample",
+            f"Start of the first training sample ({_ISO}).",
+            "string",
+            nullable=True,
+            iso=True,
+            empty="as late as possible, so the last training sample's workload ends where validation starts",
+            none="as late as possible",
+        ),
+    )
+    train_count: int = _f(
+        684,
+        Spec(
+            "Training samples",
+            "How many training samples, one every 'Hours between samples': each is one simulated workload with "
+            "a service job and its probes (decision times), and gives one training example per probe. More "
+            "samples: better models and proportionally longer sampling; 30 (a demo) to 684 (the paper: 114 days "
+            "at 4 h) is sensible; at most 100000.",
+            "integer",
+            schema={"minimum": 1, "maximum": 100_000},
+        ),
+    )
+    val_start: str | None = _f(
+        None,
+        Spec(
+            "First validation sample",
+            f"Start of the first validation sample ({_ISO}).",
+            "string",
+            nullable=True,
+            iso=True,
+            empty="the first day of the month before the run's logical date, so "
+            "a monthly backfill validates each month in turn",
+            none="the month before the logical date",
+        ),
+    )
+    val_count: int | None = _f(
+        None,
+        Spec(
+            "Validation samples",
+            "How many validation samples (one every 'Hours between samples'), on each of which every model "
+            "decides online when to submit, against the reactive and avg baselines.",
+            "integer",
+            nullable=True,
+            schema={"minimum": 1, "maximum": 100_000},
+            empty="the whole validation month: every sample whose workload ends inside it (156 for March at 4 h)",
+            none="whole month",
+        ),
+    )
+    interval_hours: float = _f(
+        4,
+        Spec(
+            "Hours between samples",
+            "Hours between the starts of consecutive samples, training and validation alike. Keep it a divisor "
+            "of 24 (1, 2, 3, 4, 6, 8, 12 or 24) so runs share mirage_samples' day partitions.",
+            "number",
+            schema={"exclusiveMinimum": 0, "maximum": 24},
+        ),
+    )
+    warmup_days: float = _f(
+        2,
+        Spec(
+            "Warm-up days",
+            "Days of the trace replayed in each sample before its service job is submitted, so the simulated "
+            "queue is realistic when the job arrives. 2 (the paper's); 1 to 3 is sensible; at most 60.",
+            "number",
+            schema={"minimum": 0, "maximum": 60},
+        ),
+    )
+    workload_days: float = _f(
+        5,
+        Spec(
+            "Workload days per sample",
+            "Days of trace jobs each sample replays (from its start), which the service jobs compete with. Also "
+            "the gap between training and validation, so no training workload reaches into validation. 5 (the "
+            "paper's); at most 60.",
+            "number",
+            schema={"exclusiveMinimum": 0, "maximum": 60},
+        ),
+    )
+    probes: int = _f(
+        7,
+        Spec(
+            "Probes per training sample",
+            "Decision times per training sample with uniform probe spacing, equally spaced from the first service "
+            "job's submission to its end; each gives one training example (wait, or submit the next job now). "
+            "7 (the paper's); at most 1000.",
+            "integer",
+            schema={"minimum": 2, "maximum": 1000},
+        ),
+    )
+    probe_spacing: str = _f(
+        "uniform",
+        Spec(
+            "Probe spacing",
+            "uniform: probes equally spaced from the first service job's submission to its end (the paper's); "
+            "end: at its end minus 24 h, 16 h, 8 h, 4 h, 2 h, 1 h, 30 min and 10 min, and at its end (probes not "
+            "used).",
+            "string",
+            schema={"enum": list(PROBE_SPACINGS)},
+        ),
+    )
+    node_sizes: list[int] = _f(
+        [1, 8],
+        Spec(
+            "Service job sizes (nodes)",
+            "Node counts of the service jobs studied; each size gets its own samples, dataset, models and "
+            "validation. 1 and 8 (the paper's).",
+            "array",
+            schema={"items": {"type": "integer", "minimum": 1, "maximum": 100_000}, "minItems": 1, "maxItems": 16},
+        ),
+    )
+    shards: int = _f(
+        4,
+        Spec(
+            "Shards per node size",
+            "Parallel tasks per node size: the sample days still missing are split into up to this many tasks, "
+            "and each model's validation into this many. More shards: more tasks at once (one CPU each locally); "
+            "1 to 16 is sensible.",
+            "integer",
+            schema={"minimum": 1, "maximum": 64},
+        ),
+    )
+    models: list[str] = _f(
+        list(KINDS),
+        Spec(
+            "Models",
+            "Model families to train and validate (one per node size). transformer_policy and moe_policy need "
+            "transformer and moe. The reactive and avg baselines are always validated.",
+            "array",
+            schema={"items": {"type": "string", "enum": list(KINDS)}, "examples": list(KINDS), "minItems": 1},
+        ),
+    )
+    preset: str = _f(
+        "quick",
+        Spec(
+            "Training preset",
+            "Hyper-parameters of every model: quick (small networks; minutes per model on 2 CPU cores) or paper "
+            "(the paper's sizes, 300 epochs: meant for a GPU).",
+            "string",
+            schema={"enum": list(MODEL_PRESETS)},
+        ),
+    )
+    train_params: dict[str, list[str]] = _f(
+        {},
+        Spec(
+            "Hyper-parameter overrides",
+            'Per model, a list of "key=value" overriding the preset (train --param), e.g. '
+            '{"transformer": ["epochs=10"]}.',
+            "object",
+        ),
+    )
+    device: str = _f(
+        "cpu",
+        Spec(
+            "Training device",
+            "cuda trains the torch models (transformer, moe and their policies) on a GPU (the gpu preset, the gpu "
+            "pool in kubernetes mode); offered where the deployment has GPU nodes (HOUSE_GPUS=true).",
+            "string",
+            schema={"enum": ["cpu", "cuda"]},
+        ),
+    )
+    policy_eval: str = _f(
+        "sampled",
+        Spec(
+            "Policy evaluation",
+            "How the policies decide in validation: sampled (seeded sampling of their actions, as they were "
+            "trained) or greedy (the most likely action).",
+            "string",
+            schema={"enum": ["sampled", "greedy"]},
+        ),
+    )
+    seed: int = _f(
+        0,
+        Spec(
+            "Seed",
+            "Seeds the synthetic trace, the models' training and the policies' sampled decisions: the same seed "
+            "gives the same run.",
+            "integer",
+            schema={"minimum": 0, "maximum": 2**32 - 1},
+        ),
+    )
 
     # ------------------------------------------------------------------ reading a form
 
@@ -284,8 +420,11 @@ class MirageRun:
         only a run that sets it (or a size that sets it: :data:`SIZES`) gets a key of its own.
         (A baseline field can never be dropped at its default: that would move every key.)"""
         declared = declared_defaults(type(self))
-        return {name: value for name, value in self.as_dict().items()
-                if name != "size" and (name in KEY_BASELINE or value != declared[name])}
+        return {
+            name: value
+            for name, value in self.as_dict().items()
+            if name != "size" and (name in KEY_BASELINE or value != declared[name])
+        }
 
     def replace(self, **changes: Any) -> MirageRun:
         return dataclasses.replace(self, **_checked(type(self), changes))
@@ -295,8 +434,8 @@ def input_params(run: MirageRun) -> dict[str, str]:
     """The params of ``run`` a step opens as a path or URI: ``trace``, and ``synth_profile`` and
     ``cluster_config`` unless they name a packaged profile or a simulator preset. What a plan
     checks against the allowed roots (``stepkit.reach.check_params``) before reading anything."""
-    from ..data.profiles import PACKAGED  # noqa: PLC0415 - importlib.resources; the plan's, not the DAG parse's
-    from ..sim.config import PRESETS  # noqa: PLC0415
+    from ..data.profiles import PACKAGED  # importlib.resources; the plan's, not the DAG parse's
+    from ..sim.config import PRESETS
 
     out = {"trace": run.trace} if run.trace else {}
     if run.synth_profile not in PACKAGED:
@@ -335,15 +474,41 @@ DEFAULTS: dict[str, Any] = {k: v for k, v in MirageRun().as_dict().items() if k 
 #: default. A frozen literal on purpose: never add a name here (every key would move), never
 #: derive it from the class.
 KEY_BASELINE: tuple[str, ...] = (
-    "trace", "window_from", "window_to", "trace_timezone", "synth_profile", "cluster_config", "train_start",
-    "train_count", "val_start", "val_count", "interval_hours", "warmup_days", "workload_days", "probes",
-    "probe_spacing", "node_sizes", "shards", "models", "preset", "train_params", "device", "policy_eval", "seed")
+    "trace",
+    "window_from",
+    "window_to",
+    "trace_timezone",
+    "synth_profile",
+    "cluster_config",
+    "train_start",
+    "train_count",
+    "val_start",
+    "val_count",
+    "interval_hours",
+    "warmup_days",
+    "workload_days",
+    "probes",
+    "probe_spacing",
+    "node_sizes",
+    "shards",
+    "models",
+    "preset",
+    "train_params",
+    "device",
+    "policy_eval",
+    "seed",
+)
 
 #: What each size changes in the defaults (the paper's configuration).
 SIZES: dict[str, dict[str, Any]] = {
     # the Makefile's former DEMO_CONF: minutes on 2 cores, every step, both node sizes
-    "demo": {"train_count": 30, "interval_hours": 12, "val_count": 6, "shards": 2,
-             "train_params": {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]}},
+    "demo": {
+        "train_count": 30,
+        "interval_hours": 12,
+        "val_count": 6,
+        "shards": 2,
+        "train_params": {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]},
+    },
     # a month validated (as the paper's) on the month of samples before it
     "month": {"train_count": 180},
     "paper": {},
@@ -355,22 +520,37 @@ SIZES: dict[str, dict[str, Any]] = {
 #: has the 6 samples from 2023-02-11 at mixed load levels on both node sizes (node 1: medium,
 #: low, heavy, medium, medium, low; node 8: M M H M M L), so the models differ.
 SYNTHETIC: dict[str, dict[str, Any]] = {
-    "demo": {"window_from": "2023-01-01T00:00:00+00:00", "window_to": "2023-03-31T00:00:00+00:00",
-             "val_start": "2023-02-11T00:00:00+00:00"},
+    "demo": {
+        "window_from": "2023-01-01T00:00:00+00:00",
+        "window_to": "2023-03-31T00:00:00+00:00",
+        "val_start": "2023-02-11T00:00:00+00:00",
+    },
 }
 #: The fields a size sets: empty in the pipeline's form (null: the size's value).
 SIZED: tuple[str, ...] = tuple(n for n in FIELDS if any(n in v for v in [*SIZES.values(), *SYNTHETIC.values()]))
 
 #: The params that name a sample family (mirage_samples' form; a pipeline run reads
 #: mirage_samples' partitions only when these agree).
-FAMILY_PARAMS = ("trace", "trace_timezone", "synth_profile", "cluster_config", "interval_hours", "warmup_days",
-                 "workload_days", "probes", "probe_spacing", "node_sizes", "seed")
+FAMILY_PARAMS = (
+    "trace",
+    "trace_timezone",
+    "synth_profile",
+    "cluster_config",
+    "interval_hours",
+    "warmup_days",
+    "workload_days",
+    "probes",
+    "probe_spacing",
+    "node_sizes",
+    "seed",
+)
 #: The forms of the two DAGs, in order.
 PIPELINE_FORM: tuple[str, ...] = tuple(FIELDS)
 SAMPLES_FORM: tuple[str, ...] = FAMILY_PARAMS
 
 
 # ----------------------------------------------------------------------------- checking values
+
 
 def field_schema(spec: Spec, *, nullable: bool | None = None) -> dict[str, Any]:
     """The JSON Schema of one field's value: its JSON type (with ``null`` where None has a
@@ -389,8 +569,11 @@ def run_schema(cls: type | None = None) -> dict[str, Any]:
     is the field's :func:`field_schema`, exactly what the form's ``Param`` is built from. Built
     from the specs on each call, so a changed spec moves the form and the check together."""
     specs = field_specs(cls or MirageRun)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-            "properties": {name: field_schema(spec) for name, spec in specs.items()}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {name: field_schema(spec) for name, spec in specs.items()},
+    }
 
 
 @functools.cache
@@ -403,16 +586,24 @@ def _validator_class() -> Any:
     from jsonschema import Draft202012Validator, validators
 
     base = Draft202012Validator.TYPE_CHECKER
-    checker = base.redefine_many({
-        "number": lambda c, v: base.is_type(v, "number") and not (isinstance(v, float) and not math.isfinite(v)),
-        "array": lambda c, v: isinstance(v, (list, tuple)),
-        "object": lambda c, v: isinstance(v, Mapping),
-    })
+    checker = base.redefine_many(
+        {
+            "number": lambda c, v: base.is_type(v, "number") and not (isinstance(v, float) and not math.isfinite(v)),
+            "array": lambda c, v: isinstance(v, (list, tuple)),
+            "object": lambda c, v: isinstance(v, Mapping),
+        }
+    )
     return validators.extend(Draft202012Validator, type_checker=checker)
 
 
-_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "array": "a list",
-          "object": "an object", "boolean": "true or false"}
+_WORDS = {
+    "string": "text",
+    "integer": "a whole number",
+    "number": "a number",
+    "array": "a list",
+    "object": "an object",
+    "boolean": "true or false",
+}
 
 
 def _why(error: Any) -> str:
@@ -422,13 +613,22 @@ def _why(error: Any) -> str:
         types = [want] if isinstance(want, str) else list(want)
         if got is None:
             return "is required"
-        return "must be " + " or ".join(_WORDS.get(t, t) for t in types if t != "null") + (
-            " or empty" if "null" in types else "")
-    words = {"minimum": "must be at least {}", "maximum": "must be at most {}",
-             "exclusiveMinimum": "must be more than {}", "exclusiveMaximum": "must be less than {}",
-             "minItems": "must be a list of at least {} item(s)", "maxItems": "must be a list of at most {} item(s)",
-             "minLength": "must be at least {} character(s) long", "maxLength": "must be at most {} character(s) long",
-             "pattern": "must match the pattern {!r}"}
+        return (
+            "must be "
+            + " or ".join(_WORDS.get(t, t) for t in types if t != "null")
+            + (" or empty" if "null" in types else "")
+        )
+    words = {
+        "minimum": "must be at least {}",
+        "maximum": "must be at most {}",
+        "exclusiveMinimum": "must be more than {}",
+        "exclusiveMaximum": "must be less than {}",
+        "minItems": "must be a list of at least {} item(s)",
+        "maxItems": "must be a list of at most {} item(s)",
+        "minLength": "must be at least {} character(s) long",
+        "maxLength": "must be at most {} character(s) long",
+        "pattern": "must match the pattern {!r}",
+    }
     if kw == "enum":
         return f"unknown {got!r}; choose from {', '.join(map(str, want))}"
     return words[kw].format(want) if kw in words else error.message
@@ -482,7 +682,8 @@ def _beyond_schema(name: str, value: Any, spec: Spec) -> None:
     if spec.iso:
         parse_iso(value, f"param {name}")  # ValueError naming the param; the text is kept as given
     if spec.type == "object" and not all(
-            isinstance(v, (list, tuple)) and all(isinstance(x, str) and "=" in x for x in v) for v in value.values()):
+        isinstance(v, (list, tuple)) and all(isinstance(x, str) and "=" in x for x in v) for v in value.values()
+    ):
         raise ValueError(f'param {name}: must map each model to a list of "key=value" (got {value!r})')
 
 
@@ -517,6 +718,7 @@ def _empty(value: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- the trigger form
+
 
 def _show(value: Any, spec: Spec) -> str:
     if value is None:
@@ -565,6 +767,11 @@ def form(names: Sequence[str], choices: Mapping[str, Sequence[Any]] | None = Non
             description = f"{spec.description} {size_note(name)}"
         else:
             description = f"{spec.description} Empty: {spec.empty}." if spec.nullable else spec.description
-        out[name] = {"default": default, "type": schema.pop("type"), "title": spec.title, "description": description,
-                     **schema}
+        out[name] = {
+            "default": default,
+            "type": schema.pop("type"),
+            "title": spec.title,
+            "description": description,
+            **schema,
+        }
     return out

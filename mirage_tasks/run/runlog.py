@@ -47,16 +47,30 @@ def changed_params(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str
     return out
 
 
-def record_run(prefix: str, *, dag_id: str, run_id: str, run_type: Any, logical_date: datetime | None,
-               params: dict[str, Any], defaults: dict[str, Any]) -> str:
+def record_run(
+    prefix: str,
+    *,
+    dag_id: str,
+    run_id: str,
+    run_type: Any,
+    logical_date: datetime | None,
+    params: dict[str, Any],
+    defaults: dict[str, Any],
+) -> str:
     """Write ``<prefix>/_runs/<run>.json`` for this DAG run; returns its URI."""
     from stepkit import storage  # the DAG's plan task imports this module lazily
 
     rt = getattr(run_type, "value", run_type)
-    doc = {"schema": SCHEMA, "dag_id": dag_id, "run_id": run_id, "run_type": str(rt) if rt is not None else None,
-           "logical_date": logical_date.astimezone(UTC).isoformat() if logical_date else None,
-           "params": _jsonable(dict(params)), "changed": changed_params(dict(params), dict(defaults)),
-           "recorded": datetime.now(UTC).isoformat(timespec="seconds")}
+    doc = {
+        "schema": SCHEMA,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "run_type": str(rt) if rt is not None else None,
+        "logical_date": logical_date.astimezone(UTC).isoformat() if logical_date else None,
+        "params": _jsonable(dict(params)),
+        "changed": changed_params(dict(params), dict(defaults)),
+        "recorded": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     uri = storage.join(prefix, RUNS_DIR, record_name(run_id))
     storage.write_json(uri, doc)
     return uri

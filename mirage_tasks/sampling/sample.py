@@ -30,24 +30,52 @@ from .schedule import pool_context
 _W: dict = {}
 
 
-def _init(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
-          spacing: str = "uniform", at_probe: Any = None) -> None:
-    _W.update(wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline, spacing=spacing,
-              at_probe=at_probe)
+def _init(
+    wl: Workload,
+    cfg: SimConfig,
+    spec: EpisodeSpec,
+    node: int,
+    probes: int,
+    baseline: str,
+    spacing: str = "uniform",
+    at_probe: Any = None,
+) -> None:
+    _W.update(
+        wl=wl, cfg=cfg, spec=spec, node=node, probes=probes, baseline=baseline, spacing=spacing, at_probe=at_probe
+    )
 
 
 def _one(task: tuple[int, int]) -> tuple[int, list, float]:
     k, t0 = task
     cpu0 = time.process_time()
-    res = simulate_sample(_W["wl"], _W["cfg"], t0, _W["node"], _W["spec"], _W["probes"], _W["baseline"],
-                          spacing=_W["spacing"], at_probe=_W["at_probe"])
+    res = simulate_sample(
+        _W["wl"],
+        _W["cfg"],
+        t0,
+        _W["node"],
+        _W["spec"],
+        _W["probes"],
+        _W["baseline"],
+        spacing=_W["spacing"],
+        at_probe=_W["at_probe"],
+    )
     return k, res, time.process_time() - cpu0
 
 
-def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, probes: int, baseline: str,
-                tasks: list[tuple[int, int]], workers: int = 1,
-                cpu: list[float] | None = None, spacing: str = "uniform",
-                part: str = "", at_probe: Any = None) -> list[tuple[int, list]]:
+def run_samples(
+    wl: Workload,
+    cfg: SimConfig,
+    spec: EpisodeSpec,
+    node: int,
+    probes: int,
+    baseline: str,
+    tasks: list[tuple[int, int]],
+    workers: int = 1,
+    cpu: list[float] | None = None,
+    spacing: str = "uniform",
+    part: str = "",
+    at_probe: Any = None,
+) -> list[tuple[int, list]]:
     """Simulate ``tasks`` = [(global index, sample start epoch)], in parallel if asked
     (``spacing``: the probe spacing, :func:`mirage_tasks.sim.episode.probe_times`).
     ``at_probe``: see :func:`~mirage_tasks.sim.episode.simulate_sample` (picklable: it travels to the
@@ -58,9 +86,16 @@ def run_samples(wl: Workload, cfg: SimConfig, spec: EpisodeSpec, node: int, prob
         _init(wl, cfg, spec, node, probes, baseline, spacing, at_probe)
         out = [_one(t) for t in tasks]
     else:
-        out = run_pool(_one, tasks, workers, initializer=_init,
-                       initargs=(wl, cfg, spec, node, probes, baseline, spacing, at_probe),
-                       describe=lambda t: describe_sample(t, part), name="sample", context=pool_context())
+        out = run_pool(
+            _one,
+            tasks,
+            workers,
+            initializer=_init,
+            initargs=(wl, cfg, spec, node, probes, baseline, spacing, at_probe),
+            describe=lambda t: describe_sample(t, part),
+            name="sample",
+            context=pool_context(),
+        )
         out.sort(key=lambda r: r[0])
     if cpu is not None:
         cpu.extend(r[2] for r in out)
@@ -84,8 +119,9 @@ def assemble(results: list[tuple[int, list]], window: int) -> tuple[dict[str, np
     n = len(rows)
     arrays = {
         "X": np.stack(hists).astype(np.float32) if n else np.zeros((0, window, N_FEATURES), np.float32),
-        "y": ((meta["interruption_s"].to_numpy(np.float64) / 3600.0).astype(np.float32) if n
-              else np.zeros(0, np.float32)),
+        "y": (
+            (meta["interruption_s"].to_numpy(np.float64) / 3600.0).astype(np.float32) if n else np.zeros(0, np.float32)
+        ),
         "sample": meta["sample"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
         "sample_start": meta["sample_start"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
         "probe_time": meta["probe_time"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
@@ -120,16 +156,19 @@ def shared_params(uris: list[str], markers: list[dict]) -> dict:
     return shared or {}
 
 
-def _window(cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int, int, float], uris: list[str],
-            shared: dict) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+def _window(
+    cat: dict[str, np.ndarray], probes: pd.DataFrame, window: tuple[int, int, float], uris: list[str], shared: dict
+) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     start, count, interval_hours = window
     step_s = hours_to_s(interval_hours)
     grid = shared.get("grid") or {}
     if not grid:
         raise StepError("a window (--start/--count) merges day partitions (sample --day), not shards")
     if grid.get("interval_s") != step_s or start % step_s != grid.get("phase_s"):
-        raise StepError(f"window start {iso(start)} every {interval_hours} h is not on the partitions' sample grid "
-                        f"(every {grid.get('interval_s')} s, phase {grid.get('phase_s')} s)")
+        raise StepError(
+            f"window start {iso(start)} every {interval_hours} h is not on the partitions' sample grid "
+            f"(every {grid.get('interval_s')} s, phase {grid.get('phase_s')} s)"
+        )
     end = start + count * step_s
     covered: set[str] = set()
     for uri in uris:  # the days the partitions cover (a sample may yield no example)
@@ -152,15 +191,22 @@ def check_prefixes(uris: list[str], markers: list[dict], prefixes: dict, workloa
     holds before that day's horizon; an error naming the stale partitions otherwise."""
     from ..data.prefixes import prefix_before
 
-    stale = [u for u, m in zip(uris, markers) if "day" in m["params"]
-             and m["params"].get("trace_prefix") != prefix_before(prefixes, m["params"]["day"], workload_days)]
+    stale = [
+        u
+        for u, m in zip(uris, markers)
+        if "day" in m["params"]
+        and m["params"].get("trace_prefix") != prefix_before(prefixes, m["params"]["day"], workload_days)
+    ]
     if stale:
-        raise StepError(f"{len(stale)} day partition(s) were sampled from another version of the trace "
-                        f"(the jobs their samples see differ): {stale[:3]}; sample those days again")
+        raise StepError(
+            f"{len(stale)} day partition(s) were sampled from another version of the trace "
+            f"(the jobs their samples see differ): {stale[:3]}; sample those days again"
+        )
 
 
-def merge_shards(uris: list[str], shared: dict, window: tuple[int, int, float] | None = None,
-                 trace_fingerprint: str | None = None) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
+def merge_shards(
+    uris: list[str], shared: dict, window: tuple[int, int, float] | None = None, trace_fingerprint: str | None = None
+) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
     """(arrays, probes, manifest fields) of the shards in ``uris``, sorted by sample then probe time.
 
     ``window`` = (first start epoch, count, interval hours): keep the samples of that window

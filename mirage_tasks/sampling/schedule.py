@@ -26,18 +26,26 @@ def add_schedule_arguments(p: argparse.ArgumentParser, days: bool = False) -> No
     """The schedule flags; ``days=True`` (``sample``) makes ``--count`` optional, for the
     day-partition mode where ``--day`` picks the samples and ``--start`` only anchors the grid."""
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
-    p.add_argument("--start", required=True,
-                   help="first sample start (ISO; UTC if no offset); with --day: any point of the sample grid")
-    p.add_argument("--count", type=int, required=not days, default=None,
-                   help="number of samples (all shards together)" + ("; not with --day" if days else ""))
+    p.add_argument(
+        "--start",
+        required=True,
+        help="first sample start (ISO; UTC if no offset); with --day: any point of the sample grid",
+    )
+    p.add_argument(
+        "--count",
+        type=int,
+        required=not days,
+        default=None,
+        help="number of samples (all shards together)" + ("; not with --day" if days else ""),
+    )
     p.add_argument("--interval-hours", type=float, default=4.0, help="hours between sample starts (4)")
     p.add_argument("--warmup-days", type=float, default=2.0, help="predecessor submitted this long after the start (2)")
-    p.add_argument("--workload-days", type=float, default=5.0,
-                   help="trace jobs submitted within this span are replayed (5)")
+    p.add_argument(
+        "--workload-days", type=float, default=5.0, help="trace jobs submitted within this span are replayed (5)"
+    )
     p.add_argument("--node", type=int, required=True, help="nodes of the predecessor and successor jobs")
     p.add_argument("--shard", default="0/1", help="I/S: this run computes samples k with k %% S == I (0/1)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="processes (0 = one per CPU this process may use)")
+    p.add_argument("--workers", type=int, default=1, help="processes (0 = one per CPU this process may use)")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -22,10 +22,18 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "PRESETS": "config", "SimConfig": "config", "add_config_arguments": "config", "config_from_args": "config",
-    "Simulator": "engine", "Workload": "workload",
-    "DecisionEpisode": "episode", "EpisodeSpec": "episode", "ProbeResult": "episode", "build_episode": "episode",
-    "probe_times": "episode", "simulate_sample": "episode",
+    "PRESETS": "config",
+    "SimConfig": "config",
+    "add_config_arguments": "config",
+    "config_from_args": "config",
+    "Simulator": "engine",
+    "Workload": "workload",
+    "DecisionEpisode": "episode",
+    "EpisodeSpec": "episode",
+    "ProbeResult": "episode",
+    "build_episode": "episode",
+    "probe_times": "episode",
+    "simulate_sample": "episode",
 }
 
 

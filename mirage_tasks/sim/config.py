@@ -57,28 +57,29 @@ def __getattr__(name: str) -> Any:
 #: The largest cluster a configuration may describe (the largest machines have ~10^5 nodes).
 MAX_NODES = 10_000_000
 
+
 @dataclass(frozen=True)
 class SimConfig:
     """One partition's scheduler model. Times in seconds."""
 
     nodes: int
-    backfill: str = "conservative"      # a registered backfill policy (.policies): conservative | easy | none
-    bf_interval_s: int = 30             # Slurm bf_interval: a backfill pass at most this often
-    bf_window_s: int = 2 * 86400        # Slurm bf_window: no reservation starts later than now + window
-    bf_resolution_s: int = 600          # Slurm bf_resolution: planned run times rounded up to this
-    bf_max_job_test: int = 3000         # Slurm bf_max_job_test: jobs examined per pass
-    priority: str = "age_size"          # a registered priority policy (.policies): age_size | trace
-    weight_age: float = 7000.0          # PriorityWeightAge
-    max_age_s: int = 7 * 86400          # PriorityMaxAge
-    age_cap: bool = True                # Slurm caps the age factor at 1; the reference did not
-    weight_size: float = 100.0          # PriorityWeightJobSize (favours larger jobs)
-    trace_age_backout: bool = False     # trace mode: subtract the age term of the real wait (uses the outcome!)
-    max_jobs_per_user: int = 0          # MaxJobsPerUser on the partition's QOS (0 = no limit)
-    max_nodes_per_user: int = 0         # MaxTRESPerUser=node=... (0 = no limit)
-    tick_s: int = 0                     # 0 = event driven; 60 = the reference's per-minute clock
-    warm_start: bool = True             # start episodes from the trace's running/pending set
-    procs_per_node: int = 0             # converts processor counts to nodes where a trace has no node count
-    dispatch_latency_s: int = 0         # decision -> recorded start; added to simulated waits in fidelity/calibrate
+    backfill: str = "conservative"  # a registered backfill policy (.policies): conservative | easy | none
+    bf_interval_s: int = 30  # Slurm bf_interval: a backfill pass at most this often
+    bf_window_s: int = 2 * 86400  # Slurm bf_window: no reservation starts later than now + window
+    bf_resolution_s: int = 600  # Slurm bf_resolution: planned run times rounded up to this
+    bf_max_job_test: int = 3000  # Slurm bf_max_job_test: jobs examined per pass
+    priority: str = "age_size"  # a registered priority policy (.policies): age_size | trace
+    weight_age: float = 7000.0  # PriorityWeightAge
+    max_age_s: int = 7 * 86400  # PriorityMaxAge
+    age_cap: bool = True  # Slurm caps the age factor at 1; the reference did not
+    weight_size: float = 100.0  # PriorityWeightJobSize (favours larger jobs)
+    trace_age_backout: bool = False  # trace mode: subtract the age term of the real wait (uses the outcome!)
+    max_jobs_per_user: int = 0  # MaxJobsPerUser on the partition's QOS (0 = no limit)
+    max_nodes_per_user: int = 0  # MaxTRESPerUser=node=... (0 = no limit)
+    tick_s: int = 0  # 0 = event driven; 60 = the reference's per-minute clock
+    warm_start: bool = True  # start episodes from the trace's running/pending set
+    procs_per_node: int = 0  # converts processor counts to nodes where a trace has no node count
+    dispatch_latency_s: int = 0  # decision -> recorded start; added to simulated waits in fidelity/calibrate
     # Effective capacity (nodes in service) read from the trace's past: every capacity_step_s the
     # partition holds min(nodes, the capacity_quantile of the trace's busy nodes over the preceding
     # capacity_window_s). Drains, maintenance and reservations show as nodes the real scheduler did
@@ -106,10 +107,10 @@ class SimConfig:
     # the job's partition's PriorityJobFactor normalised (main partition 1, the short one
     # short_partition_factor). Fields added after stored outputs existed: at their defaults
     # to_dict() leaves them out, so stored configurations and run keys stay as they were.
-    weight_fairshare: float = 0.0       # PriorityWeightFairshare
-    fs_halflife_s: int = 7 * 86400      # PriorityDecayHalfLife
-    fs_calc_period_s: int = 300         # PriorityCalcPeriod
-    weight_partition: float = 0.0       # PriorityWeightPartition
+    weight_fairshare: float = 0.0  # PriorityWeightFairshare
+    fs_halflife_s: int = 7 * 86400  # PriorityDecayHalfLife
+    fs_calc_period_s: int = 300  # PriorityCalcPeriod
+    weight_partition: float = 0.0  # PriorityWeightPartition
     short_partition_factor: float = 1.0  # the short partition's normalised PriorityJobFactor (main: 1)
     # The partition QOS's group limits on the trace's jobs together (the service keeps its own
     # QOS, as it is exempt from the per-user limits): GrpJobs and GrpTRES=node. A job larger
@@ -121,8 +122,9 @@ class SimConfig:
         for f in dataclasses.fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
         if not 1 <= self.nodes <= MAX_NODES:
-            raise StepError(f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, "
-                            f"got {self.nodes}")
+            raise StepError(
+                f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, got {self.nodes}"
+            )
         if self.backfill not in policies.BACKFILL:
             raise StepError(f"backfill must be one of {policies.backfill_names()}, got {self.backfill!r}")
         if self.priority not in policies.PRIORITY:
@@ -146,8 +148,10 @@ class SimConfig:
             if int(getattr(self, name)) < 1:
                 raise StepError(f"{name} must be >= 1 second, got {getattr(self, name)}")
         if not 0.0 <= self.short_partition_factor <= 1.0:
-            raise StepError(f"short_partition_factor must lie in [0, 1] (a PriorityJobFactor normalised by the "
-                            f"largest), got {self.short_partition_factor}")
+            raise StepError(
+                f"short_partition_factor must lie in [0, 1] (a PriorityJobFactor normalised by the "
+                f"largest), got {self.short_partition_factor}"
+            )
         if self.tick_s < 0 or self.bf_window_s < 0 or self.bf_max_job_test < 1:
             raise StepError("tick_s and bf_window_s must be >= 0, bf_max_job_test >= 1")
         for name in NONNEGATIVE:
@@ -184,8 +188,9 @@ class SimConfig:
             try:
                 _check_type(name, value, types[name])
                 if name == "nodes" and not 1 <= value <= MAX_NODES:
-                    raise StepError(f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, "
-                                    f"got {value}")
+                    raise StepError(
+                        f"nodes must be a positive number of nodes (the cluster size) up to {MAX_NODES}, got {value}"
+                    )
                 if name in NONNEGATIVE and value < 0:
                     raise StepError(f"{name} must be >= 0, got {value}")
             except StepError as exc:
@@ -195,15 +200,32 @@ class SimConfig:
 
 
 #: Fields below zero mean nothing: a negative weight inverts the priority, a negative limit is no limit.
-NONNEGATIVE = ("weight_age", "weight_size", "max_jobs_per_user", "max_nodes_per_user", "weight_fairshare",
-               "weight_partition", "grp_jobs", "grp_nodes")
+NONNEGATIVE = (
+    "weight_age",
+    "weight_size",
+    "max_jobs_per_user",
+    "max_nodes_per_user",
+    "weight_fairshare",
+    "weight_partition",
+    "grp_jobs",
+    "grp_nodes",
+)
 
 #: Fields added after stored configurations existed, with the default that means "as before":
 #: :meth:`SimConfig.to_dict` leaves them out at that default.
 ADDED_LATER: dict[str, Any] = {
-    f.name: f.default for f in dataclasses.fields(SimConfig)
-    if f.name in ("weight_fairshare", "fs_halflife_s", "fs_calc_period_s", "weight_partition",
-                  "short_partition_factor", "grp_jobs", "grp_nodes")
+    f.name: f.default
+    for f in dataclasses.fields(SimConfig)
+    if f.name
+    in (
+        "weight_fairshare",
+        "fs_halflife_s",
+        "fs_calc_period_s",
+        "weight_partition",
+        "short_partition_factor",
+        "grp_jobs",
+        "grp_nodes",
+    )
 }
 
 _TYPES = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool,), "str": (str,)}
@@ -233,16 +255,39 @@ def _check_type(name: str, value: Any, annotation: Any) -> None:
 # every 10 minutes, uncapped age priority.
 PRESETS: dict[str, SimConfig] = {
     "ls6": SimConfig(
-        nodes=78, backfill="conservative", bf_interval_s=60, bf_window_s=2 * 86400,
-        bf_resolution_s=600, bf_max_job_test=3000, priority="trace", weight_age=3000.0,
-        max_age_s=7 * 86400, age_cap=True, weight_size=0.0, max_jobs_per_user=8,
-        max_nodes_per_user=0, tick_s=0, warm_start=True, trace_age_backout=False,
+        nodes=78,
+        backfill="conservative",
+        bf_interval_s=60,
+        bf_window_s=2 * 86400,
+        bf_resolution_s=600,
+        bf_max_job_test=3000,
+        priority="trace",
+        weight_age=3000.0,
+        max_age_s=7 * 86400,
+        age_cap=True,
+        weight_size=0.0,
+        max_jobs_per_user=8,
+        max_nodes_per_user=0,
+        tick_s=0,
+        warm_start=True,
+        trace_age_backout=False,
     ),
     "reference": SimConfig(
-        nodes=88, backfill="conservative", bf_interval_s=600, bf_window_s=2 * 86400,
-        bf_resolution_s=600, bf_max_job_test=3000, priority="age_size", weight_age=7000.0,
-        max_age_s=7 * 86400, age_cap=False, weight_size=100.0, max_jobs_per_user=0,
-        max_nodes_per_user=0, tick_s=60, warm_start=False,
+        nodes=88,
+        backfill="conservative",
+        bf_interval_s=600,
+        bf_window_s=2 * 86400,
+        bf_resolution_s=600,
+        bf_max_job_test=3000,
+        priority="age_size",
+        weight_age=7000.0,
+        max_age_s=7 * 86400,
+        age_cap=False,
+        weight_size=100.0,
+        max_jobs_per_user=0,
+        max_nodes_per_user=0,
+        tick_s=60,
+        warm_start=False,
     ),
 }
 
@@ -258,29 +303,53 @@ _FLAGS: list[tuple[str, str, type, Any]] = [
     ("weight_age", "--weight-age", float, "PriorityWeightAge"),
     ("max_age_s", "--max-age", int, "PriorityMaxAge in seconds"),
     ("weight_size", "--weight-size", float, "PriorityWeightJobSize"),
-    ("weight_fairshare", "--weight-fairshare", float,
-     "PriorityWeightFairshare (priority multifactor; 0 = no fair share)"),
+    (
+        "weight_fairshare",
+        "--weight-fairshare",
+        float,
+        "PriorityWeightFairshare (priority multifactor; 0 = no fair share)",
+    ),
     ("fs_halflife_s", "--fs-halflife", int, "PriorityDecayHalfLife in seconds (7 days)"),
     ("fs_calc_period_s", "--fs-calc-period", int, "PriorityCalcPeriod in seconds: usage and fair share re-read (300)"),
     ("weight_partition", "--weight-partition", float, "PriorityWeightPartition (priority multifactor)"),
-    ("short_partition_factor", "--short-partition-factor", float,
-     "the short partition's PriorityJobFactor over the main partition's (1)"),
+    (
+        "short_partition_factor",
+        "--short-partition-factor",
+        float,
+        "the short partition's PriorityJobFactor over the main partition's (1)",
+    ),
     ("max_jobs_per_user", "--max-jobs-per-user", int, "running jobs per user (0 = unlimited)"),
     ("max_nodes_per_user", "--max-nodes-per-user", int, "running nodes per user (0 = unlimited)"),
     ("grp_jobs", "--grp-jobs", int, "GrpJobs: running trace jobs together (0 = unlimited)"),
     ("grp_nodes", "--grp-nodes", int, "GrpTRES=node: nodes of running trace jobs together (0 = unlimited)"),
     ("tick_s", "--tick", int, "scheduler clock in seconds (0 = event driven)"),
-    ("capacity_window_s", "--capacity-window", int,
-     "seconds of the trace's past busy nodes that set the nodes in service (0 = fixed --nodes)"),
+    (
+        "capacity_window_s",
+        "--capacity-window",
+        int,
+        "seconds of the trace's past busy nodes that set the nodes in service (0 = fixed --nodes)",
+    ),
     ("capacity_quantile", "--capacity-quantile", float, "quantile of those busy nodes (1 = their maximum)"),
     ("capacity_step_s", "--capacity-step", int, "seconds between re-reads of the nodes in service"),
-    ("short_partition_limit_s", "--short-partition-limit", int,
-     "jobs with a limit up to this many seconds form a short partition on the same nodes (0 = off)"),
-    ("holds", "--holds", str,
-     "none | inferred: hold a job until the predecessor inferred from the trace has ended in the simulation "
-     "(reads real start times: a reconstruction, not a prediction)"),
-    ("holds_tolerance_s", "--holds-tolerance", int,
-     "seconds between a predecessor's real end and its dependent's real start for inferred holds (60)"),
+    (
+        "short_partition_limit_s",
+        "--short-partition-limit",
+        int,
+        "jobs with a limit up to this many seconds form a short partition on the same nodes (0 = off)",
+    ),
+    (
+        "holds",
+        "--holds",
+        str,
+        "none | inferred: hold a job until the predecessor inferred from the trace has ended in the simulation "
+        "(reads real start times: a reconstruction, not a prediction)",
+    ),
+    (
+        "holds_tolerance_s",
+        "--holds-tolerance",
+        int,
+        "seconds between a predecessor's real end and its dependent's real start for inferred holds (60)",
+    ),
     ("procs_per_node", "--procs-per-node", int, "processors per node, for traces with processor counts only"),
 ]
 
@@ -288,15 +357,27 @@ _FLAGS: list[tuple[str, str, type, Any]] = [
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """The cluster-configuration flags shared by sample, fidelity and the benchmark."""
     g = parser.add_argument_group("cluster configuration")
-    g.add_argument("--cluster-config", default=None,
-                   help=f"preset ({', '.join(PRESETS)}) or a JSON file/URI of SimConfig fields")
+    g.add_argument(
+        "--cluster-config", default=None, help=f"preset ({', '.join(PRESETS)}) or a JSON file/URI of SimConfig fields"
+    )
     for name, flag, typ, helptext in _FLAGS:
-        g.add_argument(flag, dest=f"cfg_{name}", type=typ, default=None,
-                       help=helptext() if callable(helptext) else helptext)
-    g.add_argument("--age-cap", dest="cfg_age_cap", default=None, choices=("true", "false"),
-                   help="cap the age factor at PriorityMaxAge (Slurm) or not (reference)")
-    g.add_argument("--warm-start", dest="cfg_warm_start", default=None, choices=("true", "false"),
-                   help="start from the trace's running and pending jobs (true) or empty (false)")
+        g.add_argument(
+            flag, dest=f"cfg_{name}", type=typ, default=None, help=helptext() if callable(helptext) else helptext
+        )
+    g.add_argument(
+        "--age-cap",
+        dest="cfg_age_cap",
+        default=None,
+        choices=("true", "false"),
+        help="cap the age factor at PriorityMaxAge (Slurm) or not (reference)",
+    )
+    g.add_argument(
+        "--warm-start",
+        dest="cfg_warm_start",
+        default=None,
+        choices=("true", "false"),
+        help="start from the trace's running and pending jobs (true) or empty (false)",
+    )
 
 
 def load_config(spec: str | None, machine_nodes: int | None = None) -> dict[str, Any]:
@@ -321,8 +402,11 @@ def config_from_args(args: argparse.Namespace, machine_nodes: int | None = None)
     """Preset/file first, then flag overrides; the trace's machine size as the last resort."""
     spec = getattr(args, "cluster_config", None)
     doc = load_config(spec, machine_nodes)
-    origin = (f"--cluster-config {spec}" if spec not in PRESETS else f"--cluster-config preset {spec}") if spec else (
-        "the trace's machine size")
+    origin = (
+        (f"--cluster-config {spec}" if spec not in PRESETS else f"--cluster-config preset {spec}")
+        if spec
+        else ("the trace's machine size")
+    )
     sources = dict.fromkeys(doc, origin)
     for name, flag, _typ, _h in _FLAGS:
         v = getattr(args, f"cfg_{name}", None)
@@ -335,7 +419,8 @@ def config_from_args(args: argparse.Namespace, machine_nodes: int | None = None)
             doc[name] = v == "true"
             sources[name] = "--" + name.replace("_", "-")
     if doc.get("nodes") is None:
-        raise StepError("the cluster size is unknown: pass --nodes N or --cluster-config PRESET|FILE "
-                        "(the trace does not record its machine size)")
+        raise StepError(
+            "the cluster size is unknown: pass --nodes N or --cluster-config PRESET|FILE "
+            "(the trace does not record its machine size)"
+        )
     return SimConfig.from_dict(doc, sources)
-

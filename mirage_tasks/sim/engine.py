@@ -115,7 +115,7 @@ class Simulator:
         self.priority_policy = pp = priority_policy(cfg.priority)
         # a policy that keeps the base class's static (always 0) costs no call per job
         self._static = None if type(pp).static is PriorityPolicy.static else pp.static
-        self.bf_passes = bp.passes                 # backfill passes run at all
+        self.bf_passes = bp.passes  # backfill passes run at all
         self.bf_reservations = bp.reservations(cfg)  # reservations one pass may make
         # any limit on trace jobs (per user, or the QOS's group limits): checked only then
         self.limits = bool(cfg.max_jobs_per_user or cfg.max_nodes_per_user or cfg.grp_jobs or cfg.grp_nodes)
@@ -127,33 +127,33 @@ class Simulator:
         self.t0 = int(t0)
         # per-job tables (index = local job id)
         self.j_submit: list[int] = []
-        self.j_elig: list[int] = []      # eligible since (submit, or its inferred predecessor's end): age
-        self.j_pred: list[int] = []      # inferred predecessor (local id) or -1 (cfg.holds)
+        self.j_elig: list[int] = []  # eligible since (submit, or its inferred predecessor's end): age
+        self.j_pred: list[int] = []  # inferred predecessor (local id) or -1 (cfg.holds)
         self.j_dur: list[int] = []
         self.j_limit: list[int] = []
         self.j_plan: list[int] = []
         self.j_nodes: list[int] = []
         self.j_user: list[int] = []
         self.j_static: list[float] = []
-        self.j_tag: list[int] = []       # workload index, or negative for probe jobs
-        self.j_start: list[int] = []     # -1 while not started
-        self.j_bf: list[bool] = []       # started by a backfill pass ahead of a higher-priority job
+        self.j_tag: list[int] = []  # workload index, or negative for probe jobs
+        self.j_start: list[int] = []  # -1 while not started
+        self.j_bf: list[bool] = []  # started by a backfill pass ahead of a higher-priority job
         # dynamic state
         self.free = int(cfg.nodes)
-        self.cap = int(cfg.nodes)        # nodes in service now (cfg.capacity_*: varies with time)
+        self.cap = int(cfg.nodes)  # nodes in service now (cfg.capacity_*: varies with time)
         self.cap_sched: tuple[tuple[int, int], ...] = ()  # (time, nodes in service), sorted
         self.cap_ptr = 0
-        self.running: dict[int, int] = {}   # job -> end time
+        self.running: dict[int, int] = {}  # job -> end time
         self.end_heap: list[tuple[int, int]] = []
         self.queue: list[tuple[float, int, int]] = []  # (order key, submit, job), best first
         self.psize: dict[int, int] = {}  # node count -> pending jobs of that size
-        self.min_sub = INF               # oldest pending submit (for the age cap)
+        self.min_sub = INF  # oldest pending submit (for the age cap)
         self.future: list[tuple[int, int]] = []  # (submit, job), sorted; consumed from fptr
         self.fptr = 0
         self.held: dict[int, list[int]] = {}  # predecessor -> submitted jobs waiting for its end
         self.urun: dict[int, int] = {}
         self.unodes: dict[int, int] = {}
-        self.grun = 0                    # running trace jobs and their nodes (the QOS's group limits)
+        self.grun = 0  # running trace jobs and their nodes (the QOS's group limits)
         self.gnodes = 0
         self.waits: deque[int] = deque(maxlen=AVG_WAIT_JOBS)
         self.dirty = True
@@ -171,8 +171,9 @@ class Simulator:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_workload(cls, wl: Workload, cfg: SimConfig, t0: int, t1: int,
-                      static_default: float | None = None) -> Simulator:
+    def from_workload(
+        cls, wl: Workload, cfg: SimConfig, t0: int, t1: int, static_default: float | None = None
+    ) -> Simulator:
         """An episode: jobs submitted in ``[t0, t1]`` plus, with ``cfg.warm_start``, the
         trace's running jobs (kept on their nodes until their replayed end) and pending
         jobs (queued with their real submit time) at ``t0``."""
@@ -184,12 +185,13 @@ class Simulator:
         tick = cfg.tick_s
         if cfg.capacity_window_s > 0:
             # at most 60 days past the window: a drain past that ends on a whole partition
-            sim.cap_sched = capacity_schedule(wl, cfg.nodes, cfg.capacity_window_s, cfg.capacity_quantile,
-                                              cfg.capacity_step_s, t0, t1 + 60 * 86400)
+            sim.cap_sched = capacity_schedule(
+                wl, cfg.nodes, cfg.capacity_window_s, cfg.capacity_quantile, cfg.capacity_step_s, t0, t1 + 60 * 86400
+            )
         if cfg.warm_start:
             running, pending = wl.active_at(t0)
             # recent waits: the last AVG_WAIT_JOBS jobs that started (in the trace) by t0
-            started = np.flatnonzero(wl.real_start[: int(np.searchsorted(wl.submit, t0, 'left'))] <= t0)
+            started = np.flatnonzero(wl.real_start[: int(np.searchsorted(wl.submit, t0, "left"))] <= t0)
             if len(started):
                 rs = wl.real_start[started]
                 last = started[np.lexsort((started, rs))][-AVG_WAIT_JOBS:]
@@ -235,11 +237,21 @@ class Simulator:
             self.dropped_too_big += 1
             return -1
         static = 0.0 if self._static is None else self._static(cfg, wl, i, self.static_default)
-        return self.add_job(submit, int(wl.duration[i]), int(wl.limit[i]), nodes, int(wl.user[i]),
-                            static, tag=i, tick=tick)
+        return self.add_job(
+            submit, int(wl.duration[i]), int(wl.limit[i]), nodes, int(wl.user[i]), static, tag=i, tick=tick
+        )
 
-    def add_job(self, submit: int, duration: int, limit: int, nodes: int, user: int = -1,
-                static: float = 0.0, tag: int = -1, tick: int | None = None) -> int:
+    def add_job(
+        self,
+        submit: int,
+        duration: int,
+        limit: int,
+        nodes: int,
+        user: int = -1,
+        static: float = 0.0,
+        tag: int = -1,
+        tick: int | None = None,
+    ) -> int:
         """Register a job (not yet queued); returns its local id. Callers queue it with
         :meth:`schedule_submit` or :meth:`submit_now`; :meth:`from_workload` does it for
         trace jobs."""
@@ -269,8 +281,9 @@ class Simulator:
         """A service job (pred/succ): no user limits, the default static priority."""
         if nodes > self.cfg.nodes:
             raise StepError(f"probe job of {nodes} nodes does not fit a {self.cfg.nodes}-node cluster")
-        return self.add_job(submit, duration, duration, nodes, user=-1,
-                            static=getattr(self, "static_default", 0.0), tag=tag, tick=0)
+        return self.add_job(
+            submit, duration, duration, nodes, user=-1, static=getattr(self, "static_default", 0.0), tag=tag, tick=0
+        )
 
     def schedule_submit(self, j: int) -> None:
         """Queue job ``j`` at its submit time, among that instant's trace submissions."""
@@ -307,8 +320,10 @@ class Simulator:
         """Keep ``k`` nodes out of service until ``until`` (trace s), from before the first job:
         nodes that join later (a keeper session's late nodes, drained until its chains start)."""
         if self.running or self.cap_sched or not 0 < k < self.cap:
-            raise ValueError(f"hold_nodes({k}): only before any job runs, without a capacity schedule, "
-                             f"and fewer than the {self.cap} nodes")
+            raise ValueError(
+                f"hold_nodes({k}): only before any job runs, without a capacity schedule, "
+                f"and fewer than the {self.cap} nodes"
+            )
         self.free -= int(k)
         self.cap -= int(k)
         self.cap_sched = ((int(until), self.cap + int(k)),)
@@ -653,7 +668,7 @@ class Simulator:
             if not cands:
                 return
             T, F = self._profile()
-            del order[cands[-1] + 1:]  # no job after the last candidate can start in this pass
+            del order[cands[-1] + 1 :]  # no job after the last candidate can start in this pass
             # every candidate needs >= cn nodes on [now, now + its plan) ⊇ [now, clim): once the
             # profile has fewer somewhere there, none can start any more and the pass may stop
             cn = min(nodes[order[c]] for c in cands)
@@ -723,7 +738,7 @@ class Simulator:
                 F[q] -= n
             if F[0] <= 0:
                 break
-            if fast and s < clim and min(F[:bisect.bisect_left(T, clim)]) < cn:
+            if fast and s < clim and min(F[: bisect.bisect_left(T, clim)]) < cn:
                 break
         if started:
             self._drop_started(started_ids)
@@ -794,7 +809,7 @@ class Simulator:
             unodes = self.unodes
             cfg = self.cfg
             gj, gn = cfg.grp_jobs, cfg.grp_nodes
-            g_all = bool(gj and self.grun >= gj)   # the group's running jobs: every trace job waits
+            g_all = bool(gj and self.grun >= gj)  # the group's running jobs: every trace job waits
             gused = self.gnodes
             blk = []
             for j in order:
@@ -860,8 +875,17 @@ class FairShareSimulator(Simulator):
         self.fs = FairShare(0, cfg.fs_halflife_s, cfg.fs_calc_period_s, cfg.weight_fairshare, t0)
         self.next_calc = self.fs.next
 
-    def add_job(self, submit: int, duration: int, limit: int, nodes: int, user: int = -1,
-                static: float = 0.0, tag: int = -1, tick: int | None = None) -> int:
+    def add_job(
+        self,
+        submit: int,
+        duration: int,
+        limit: int,
+        nodes: int,
+        user: int = -1,
+        static: float = 0.0,
+        tag: int = -1,
+        tick: int | None = None,
+    ) -> int:
         j = super().add_job(submit, duration, limit, nodes, user, static, tag, tick)
         fs = self.fs
         fs.fixed.append(self.j_static[j])  # the fair-share term is added when it joins the queue
@@ -891,5 +915,9 @@ class NamedFairShareSimulator(NamedNodes, FairShareSimulator):
     """Fair share on named nodes."""
 
 
-_CLASSES = {(False, False): Simulator, (True, False): FairShareSimulator,
-            (False, True): NamedSimulator, (True, True): NamedFairShareSimulator}
+_CLASSES = {
+    (False, False): Simulator,
+    (True, False): FairShareSimulator,
+    (False, True): NamedSimulator,
+    (True, True): NamedFairShareSimulator,
+}

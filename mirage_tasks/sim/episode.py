@@ -44,8 +44,9 @@ class EpisodeSpec:
     service_s: int = SERVICE_LIMIT_S
 
 
-def build_episode(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: EpisodeSpec,
-                  record: bool = True) -> tuple[Simulator, int]:
+def build_episode(
+    wl: Workload, cfg: SimConfig, t0: int, node: int, spec: EpisodeSpec, record: bool = True
+) -> tuple[Simulator, int]:
     """The simulator of one episode at ``t0`` with the predecessor scheduled; returns
     (sim, pred id). History recording starts one window before the predecessor's
     submission, so every decision from then on sees a full window (when the trace
@@ -75,8 +76,17 @@ class DecisionEpisode:
     >>> ep.result()["signed_interruption_h"]
     """
 
-    def __init__(self, workload: Workload, config: SimConfig, sample_start_epoch: int, node: int,
-                 warmup_days: float = 2.0, workload_days: float = 5.0, window: int = 144, step_s: int = 600):
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        sample_start_epoch: int,
+        node: int,
+        warmup_days: float = 2.0,
+        workload_days: float = 5.0,
+        window: int = 144,
+        step_s: int = 600,
+    ):
         self.spec = EpisodeSpec(warmup_days, workload_days, window, step_s)
         self.node = int(node)
         self.sample_start = int(sample_start_epoch)
@@ -170,8 +180,9 @@ class DecisionEpisode:
         }
 
 
-def probe_times(pred_submit: int, pred_end: int, probes: int, baseline: str, avg_wait_s: float,
-                spacing: str = "uniform") -> list[int]:
+def probe_times(
+    pred_submit: int, pred_end: int, probes: int, baseline: str, avg_wait_s: float, spacing: str = "uniform"
+) -> list[int]:
     """Decision times of one sample (minute-aligned, seconds dropped as the reference).
 
     default, ``spacing="uniform"``: ``probes`` equally spaced from pred submit + 60 s to pred
@@ -205,14 +216,22 @@ def probe_times(pred_submit: int, pred_end: int, probes: int, baseline: str, avg
 
 @dataclass
 class ProbeResult:
-    history: np.ndarray   # float32 [window, F]
+    history: np.ndarray  # float32 [window, F]
     meta: dict
 
 
-def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: EpisodeSpec,
-                    probes: int = 7, baseline: str = "default", with_features: bool = True,
-                    spacing: str = "uniform", at_probe: Callable[[Simulator, int, int], dict] | None = None
-                    ) -> list[ProbeResult]:
+def simulate_sample(
+    wl: Workload,
+    cfg: SimConfig,
+    t0: int,
+    node: int,
+    spec: EpisodeSpec,
+    probes: int = 7,
+    baseline: str = "default",
+    with_features: bool = True,
+    spacing: str = "uniform",
+    at_probe: Callable[[Simulator, int, int], dict] | None = None,
+) -> list[ProbeResult]:
     """All probes of one sample: one shared prefix, one fork per probe (``spacing``: see
     :func:`probe_times`). ``at_probe``, if given, is called at each decision time with the
     simulator's state there (before the successor exists), the successor's node count and time
@@ -229,8 +248,7 @@ def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: Epis
     pred_end = pred_start + base.j_dur[pred]
     del pre
     out = []
-    for k, t in enumerate(probe_times(pred_submit, pred_end, probes, baseline, avg_at_pred_start,
-                                                spacing)):
+    for k, t in enumerate(probe_times(pred_submit, pred_end, probes, baseline, avg_at_pred_start, spacing)):
         base.run_until(t)
         hist = features.history(base, pred, node, spec.service_s, spec.window) if with_features else None
         full = len(base.snaps) >= spec.window
@@ -246,25 +264,30 @@ def simulate_sample(wl: Workload, cfg: SimConfig, t0: int, node: int, spec: Epis
         ps = child.run_until_started(pred)
         pe = ps + child.j_dur[pred]
         ss = child.run_until_started(succ)
-        out.append(ProbeResult(hist, {
-            "sample_start": int(t0),
-            "node": int(node),
-            "probe_index": k,
-            "probe_time": int(t),
-            "pred_submit": int(pred_submit),
-            "pred_start": int(ps),
-            "pred_end": int(pe),
-            "succ_submit": int(t),
-            "succ_start": int(ss),
-            "interruption_s": int(ss - pe),
-            "backfilled": bool(child.j_bf[succ]),
-            "queue_len": int(ql),
-            "avg_wait_s": float(aw),
-            "avg_wait_at_pred_start_s": float(avg_at_pred_start),
-            "pred_end_without_succ": int(pred_end),  # the pre-simulation's (sets the probe times)
-            "queue_len_at_pred_start": int(queue_at_pred_start),
-            "history_full": bool(full),
-            "baseline": baseline,
-            **extra,
-        }))
+        out.append(
+            ProbeResult(
+                hist,
+                {
+                    "sample_start": int(t0),
+                    "node": int(node),
+                    "probe_index": k,
+                    "probe_time": int(t),
+                    "pred_submit": int(pred_submit),
+                    "pred_start": int(ps),
+                    "pred_end": int(pe),
+                    "succ_submit": int(t),
+                    "succ_start": int(ss),
+                    "interruption_s": int(ss - pe),
+                    "backfilled": bool(child.j_bf[succ]),
+                    "queue_len": int(ql),
+                    "avg_wait_s": float(aw),
+                    "avg_wait_at_pred_start_s": float(avg_at_pred_start),
+                    "pred_end_without_succ": int(pred_end),  # the pre-simulation's (sets the probe times)
+                    "queue_len_at_pred_start": int(queue_at_pred_start),
+                    "history_full": bool(full),
+                    "baseline": baseline,
+                    **extra,
+                },
+            )
+        )
     return out

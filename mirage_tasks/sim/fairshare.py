@@ -49,19 +49,19 @@ class FairShare:
     """Per-user decayed usage and fair-share factors of one simulator."""
 
     def __init__(self, users: int, halflife_s: float, period_s: int, weight: float, t0: int):
-        self.users = int(users)              # trace users with an association (the service is one more)
+        self.users = int(users)  # trace users with an association (the service is one more)
         self.hl = float(halflife_s)
         self.period = int(period_s)
         self.weight = float(weight)
-        self.t = int(t0)                     # usage is as of this instant (the last re-read)
+        self.t = int(t0)  # usage is as of this instant (the last re-read)
         self.next = (int(t0) // self.period + 1) * self.period
-        self.usage: dict[int, float] = {}    # user -> decayed node-seconds at self.t
-        self.added: dict[int, float] = {}    # use of jobs that ended since self.t, valued at self.t
-        self.acc: dict[int, list] = {}       # running job -> [user, nodes, accounted until]
-        self.factor: dict[int, float] = {}   # user -> fair-share factor
-        self.default = 1.0                   # the factor of a user with no usage (and of the service)
-        self.fixed: list[float] = []         # per local job: its priority without the fair-share term
-        self.running_lag = False             # factors count running jobs through the previous re-read
+        self.usage: dict[int, float] = {}  # user -> decayed node-seconds at self.t
+        self.added: dict[int, float] = {}  # use of jobs that ended since self.t, valued at self.t
+        self.acc: dict[int, list] = {}  # running job -> [user, nodes, accounted until]
+        self.factor: dict[int, float] = {}  # user -> fair-share factor
+        self.default = 1.0  # the factor of a user with no usage (and of the service)
+        self.fixed: list[float] = []  # per local job: its priority without the fair-share term
+        self.running_lag = False  # factors count running jobs through the previous re-read
 
     @classmethod
     def for_workload(cls, wl: Any, cfg: Any, t0: int) -> FairShare:
@@ -163,9 +163,9 @@ class RunningUsage:
         self.hl = float(halflife_s)
         self.weight = float(weight)
         self.t0 = float(t0)
-        self.done = np.zeros(max(self.users, 1))    # ended runs: n * hl/ln2 * (x(e) - x(s))
-        self.run_n = np.zeros_like(self.done)      # running nodes
-        self.run_xs = np.zeros_like(self.done)     # running: n * x(s)
+        self.done = np.zeros(max(self.users, 1))  # ended runs: n * hl/ln2 * (x(e) - x(s))
+        self.run_n = np.zeros_like(self.done)  # running nodes
+        self.run_xs = np.zeros_like(self.done)  # running: n * x(s)
 
     def _x(self, t: float) -> float:
         return 2.0 ** ((float(t) - self.t0) / self.hl)
@@ -179,7 +179,7 @@ class RunningUsage:
     def start(self, user: int, nodes: float, t: float) -> None:
         if user < 0:
             return
-        if self._x(t) > 2.0 ** 64:
+        if self._x(t) > 2.0**64:
             self._rebase(t)
         self.run_n[user] += nodes
         self.run_xs[user] += nodes * self._x(t)

@@ -51,8 +51,14 @@ def _p(prefix: str) -> list[str]:
 
 
 FEATURE_NAMES: list[str] = (
-    ["pending_count", "pending_nodes"] + _p("pending_limit_min") + _p("pending_wait_s") + _p("pending_runtime_s")
-    + ["running_count", "running_nodes"] + _p("running_limit_min") + _p("running_wait_s") + _p("running_elapsed_s")
+    ["pending_count", "pending_nodes"]
+    + _p("pending_limit_min")
+    + _p("pending_wait_s")
+    + _p("pending_runtime_s")
+    + ["running_count", "running_nodes"]
+    + _p("running_limit_min")
+    + _p("running_wait_s")
+    + _p("running_elapsed_s")
     + ["pred_limit_min", "pred_nodes", "pred_wait_s", "pred_elapsed_s"]
     + ["succ_limit_min", "succ_nodes", "succ_wait_s", "succ_elapsed_s"]
     + ["free_nodes", "cluster_nodes"]
@@ -101,9 +107,8 @@ def snapshot_direct(sim: Simulator) -> np.ndarray:
         v[24:29] = pc[1]
         v[29:34] = pc[2]
     v[42] = max(sim.free, 0)  # nodes leaving service while busy make free < 0 (capacity_window_s)
-    v[43] = sim.cap           # nodes in service: cfg.nodes unless capacity_window_s is on
+    v[43] = sim.cap  # nodes in service: cfg.nodes unless capacity_window_s is on
     return v
-
 
 
 class QueueStats:
@@ -145,7 +150,12 @@ class QueueStats:
         c = QueueStats()
         c._sim = sim
         c.p_lim, c.p_sub, c.r_lim, c.r_wait, c.r_start = (
-            self.p_lim.copy(), self.p_sub.copy(), self.r_lim.copy(), self.r_wait.copy(), self.r_start.copy())
+            self.p_lim.copy(),
+            self.p_sub.copy(),
+            self.r_lim.copy(),
+            self.r_wait.copy(),
+            self.r_start.copy(),
+        )
         c.p_nodes, c.r_nodes = self.p_nodes, self.r_nodes
         return c
 
@@ -234,7 +244,7 @@ def snapshot(sim: Simulator) -> np.ndarray:
             a, b = float(now - start[last - lo]), float(now - start[last - hi])
             v[29 + q] = a + (b - a) * f
     v[42] = float(max(sim.free, 0))  # nodes leaving service while busy make free < 0 (capacity_window_s)
-    v[43] = float(sim.cap)           # nodes in service: cfg.nodes unless capacity_window_s is on
+    v[43] = float(sim.cap)  # nodes in service: cfg.nodes unless capacity_window_s is on
     return np.array(v, dtype=np.float64)
 
 
@@ -258,7 +268,7 @@ def history(sim: Simulator, pred: int, succ_nodes: int, succ_limit_s: int, windo
     out = np.zeros((window, N_FEATURES), dtype=np.float32)
     snaps = list(sim.snaps)[-window:]
     if snaps:
-        out[window - len(snaps):] = np.stack([s for _, s in snaps])
-    out[:, PRED_COL:PRED_COL + 4] = probe_tuple(sim, pred)
-    out[:, SUCC_COL:SUCC_COL + 4] = (succ_limit_s / 60.0, float(succ_nodes), 0.0, 0.0)
+        out[window - len(snaps) :] = np.stack([s for _, s in snaps])
+    out[:, PRED_COL : PRED_COL + 4] = probe_tuple(sim, pred)
+    out[:, SUCC_COL : SUCC_COL + 4] = (succ_limit_s / 60.0, float(succ_nodes), 0.0, 0.0)
     return out

@@ -63,8 +63,7 @@ def best_fit(mask: int, n: int) -> int:
             if length == 0:
                 continue
             ok = length >= rem
-            if (best < 0 or (ok and not best_ok) or (ok and length < best_len)
-                    or (not ok and length > best_len)):
+            if best < 0 or (ok and not best_ok) or (ok and length < best_len) or (not ok and length > best_len):
                 best, best_len, best_ok = b, length, ok
         start, length = blocks[best]
         take = min(length, rem)
@@ -137,8 +136,10 @@ class NamedNodes:
 
     def _apply_capacity(self) -> bool:
         if self.cap_sched and not self.late:
-            raise StepError(f"backfill {self.cfg.backfill!r} places jobs on named nodes and does not model "
-                            "nodes leaving service: set capacity_window_s to 0")
+            raise StepError(
+                f"backfill {self.cfg.backfill!r} places jobs on named nodes and does not model "
+                "nodes leaving service: set capacity_window_s to 0"
+            )
         changed = super()._apply_capacity()
         if changed and self.late:  # held nodes only ever join
             self.idle |= self.late

@@ -43,13 +43,13 @@ class BackfillPolicy:
     name: str
     help: str
     params: tuple[str, ...] = ("bf_interval_s", "bf_window_s", "bf_resolution_s", "bf_max_job_test")
-    passes: bool = True            # False: no backfill pass runs (the main scheduler only)
-    reserve: int = ALL             # jobs a pass may reserve nodes for (see reservations)
-    searched: bool = True          # offered to the calibration search
-    slurm_scheduler: str = "sched/backfill"   # SchedulerType it renders as
-    slurm_as: str | None = None    # the policy the rendered Slurm enforces, when not this one
-    slurm_note: str = ""           # why the rendered Slurm differs (listed as unsupported)
-    named_nodes: bool = False      # jobs get named nodes and reservations hold them (.named)
+    passes: bool = True  # False: no backfill pass runs (the main scheduler only)
+    reserve: int = ALL  # jobs a pass may reserve nodes for (see reservations)
+    searched: bool = True  # offered to the calibration search
+    slurm_scheduler: str = "sched/backfill"  # SchedulerType it renders as
+    slurm_as: str | None = None  # the policy the rendered Slurm enforces, when not this one
+    slurm_note: str = ""  # why the rendered Slurm differs (listed as unsupported)
+    named_nodes: bool = False  # jobs get named nodes and reservations hold them (.named)
 
     def reservations(self, cfg: Any) -> int:
         """How many jobs that cannot start now one pass may reserve nodes for."""
@@ -68,11 +68,11 @@ class PriorityPolicy:
     name: str
     help: str
     params: tuple[str, ...] = ("weight_age", "max_age_s", "age_cap", "weight_size")
-    needs_recorded: bool = False   # reads the trace's recorded priorities (calibration offers it only then)
-    searched: bool = True          # offered to the calibration search
+    needs_recorded: bool = False  # reads the trace's recorded priorities (calibration offers it only then)
+    searched: bool = True  # offered to the calibration search
     slurm_priority_type: str = "priority/multifactor"
-    slurm_per_job: bool = False    # the replay passes each job's static priority as --nice
-    slurm_note: str = ""           # why the rendered Slurm differs (listed as unsupported)
+    slurm_per_job: bool = False  # the replay passes each job's static priority as --nice
+    slurm_note: str = ""  # why the rendered Slurm differs (listed as unsupported)
 
     def static(self, cfg: Any, wl: Any, i: int, default: float) -> float:
         """The static priority of trace job ``i`` (``default``: :meth:`default_static`)."""
@@ -202,27 +202,61 @@ def help_text(kind: str) -> str:
     return " | ".join(f"{p.name} ({p.help})" for p in table.values())
 
 
-register(BackfillPolicy(
-    "conservative", "a reservation for every job examined that cannot start now",
-    slurm_as="named"))  # Slurm reserves named nodes (.named): its comparison's simulator uses those
-register(BackfillPolicy(
-    "easy", "a reservation only for the first job that cannot start now", reserve=1,
-    slurm_as="named",
-    slurm_note="Slurm's backfill reserves for every job it tests (rendered as conservative)"))
-register(BackfillPolicy(
-    "named", "conservative on named nodes: Slurm's select/linear best-fit placement, reservations on "
-    "the nodes chosen (what Slurm's sched/backfill with select/linear does)", named_nodes=True,
-    searched=False))  # offered to calibration only once a log's fit is checked with it
-register(BackfillPolicy(
-    "none", "no backfill: the main scheduler's strict priority order only", params=(), passes=False,
-    slurm_scheduler="sched/builtin"))
-register(PriorityPolicy(
-    "age_size", "age and job size only"))
-register(TracePriority(
-    "trace", "the trace's recorded priority plus age and size", needs_recorded=True, slurm_per_job=True,
-    params=("weight_age", "max_age_s", "age_cap", "weight_size", "trace_age_backout")))
-register(MultifactorPriority(
-    "multifactor", "Slurm's multifactor: age, size, partition and classic fair share with usage decay",
-    searched=False,  # calibration searches it only when asked (calibrate --search-fairshare)
-    params=("weight_age", "max_age_s", "age_cap", "weight_size", "weight_fairshare", "fs_halflife_s",
-            "fs_calc_period_s", "weight_partition", "short_partition_factor")))
+register(
+    BackfillPolicy("conservative", "a reservation for every job examined that cannot start now", slurm_as="named")
+)  # Slurm reserves named nodes (.named): its comparison's simulator uses those
+register(
+    BackfillPolicy(
+        "easy",
+        "a reservation only for the first job that cannot start now",
+        reserve=1,
+        slurm_as="named",
+        slurm_note="Slurm's backfill reserves for every job it tests (rendered as conservative)",
+    )
+)
+register(
+    BackfillPolicy(
+        "named",
+        "conservative on named nodes: Slurm's select/linear best-fit placement, reservations on "
+        "the nodes chosen (what Slurm's sched/backfill with select/linear does)",
+        named_nodes=True,
+        searched=False,
+    )
+)  # offered to calibration only once a log's fit is checked with it
+register(
+    BackfillPolicy(
+        "none",
+        "no backfill: the main scheduler's strict priority order only",
+        params=(),
+        passes=False,
+        slurm_scheduler="sched/builtin",
+    )
+)
+register(PriorityPolicy("age_size", "age and job size only"))
+register(
+    TracePriority(
+        "trace",
+        "the trace's recorded priority plus age and size",
+        needs_recorded=True,
+        slurm_per_job=True,
+        params=("weight_age", "max_age_s", "age_cap", "weight_size", "trace_age_backout"),
+    )
+)
+register(
+    MultifactorPriority(
+        "multifactor",
+        "Slurm's multifactor: age, size, partition and classic fair share with usage decay",
+        searched=False,  # calibration searches it only when asked (calibrate --search-fairshare)
+        params=(
+            "weight_age",
+            "max_age_s",
+            "age_cap",
+            "weight_size",
+            "weight_fairshare",
+            "fs_halflife_s",
+            "fs_calc_period_s",
+            "weight_partition",
+            "short_partition_factor",
+        ),
+    )
+)

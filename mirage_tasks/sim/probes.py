@@ -45,16 +45,24 @@ def trained_span_s(sample_params: dict | None) -> int | None:
 def add_ask_arguments(p: Any, grid: str) -> None:
     """``--decide-within`` and ``--decide-at``: where a trained model is asked (``validate``,
     ``keep-service``); ``grid`` says what the default asks on (every decision, every reading)."""
-    p.add_argument("--decide-within", choices=("trained", "all"), default="trained",
-                   help="models: ask only as long before the predecessor's end as the training probes reach "
-                        "(trained, the default: the last 24 h for --probe-spacing end samples, the whole "
-                        f"predecessor for uniform ones) or at {grid} (all, as before)")
-    p.add_argument("--decide-at", choices=DECIDE_AT, default="auto",
-                   help=f"models: ask only at the first one at or past each time before the predecessor's end where "
-                        "its training probes were placed (probes: 24 h, 16 h, ..., 10 min for --probe-spacing end "
-                        f"samples, the times its threshold was calibrated at), or at {grid} (grid); auto, the "
-                        "default: probes where the model's training probes sit at fixed times before the end, grid "
-                        "otherwise (a uniform model's probes move with the predecessor's wait)")
+    p.add_argument(
+        "--decide-within",
+        choices=("trained", "all"),
+        default="trained",
+        help="models: ask only as long before the predecessor's end as the training probes reach "
+        "(trained, the default: the last 24 h for --probe-spacing end samples, the whole "
+        f"predecessor for uniform ones) or at {grid} (all, as before)",
+    )
+    p.add_argument(
+        "--decide-at",
+        choices=DECIDE_AT,
+        default="auto",
+        help=f"models: ask only at the first one at or past each time before the predecessor's end where "
+        "its training probes were placed (probes: 24 h, 16 h, ..., 10 min for --probe-spacing end "
+        f"samples, the times its threshold was calibrated at), or at {grid} (grid); auto, the "
+        "default: probes where the model's training probes sit at fixed times before the end, grid "
+        "otherwise (a uniform model's probes move with the predecessor's wait)",
+    )
 
 
 #: ``--decide-at`` choices; ``auto`` resolves per model (:func:`resolve_decide_at`)
@@ -79,8 +87,10 @@ def resolve_decide_at(choice: str, offsets: tuple[int, ...] | None, model: str) 
 
 def no_probe_times(model: str) -> str:
     """The refusal of ``--decide-at probes`` for a model without probes at fixed times before the end."""
-    return (f"--decide-at probes: {model} has no probes at fixed times before the end (only a model trained "
-            "on sample --probe-spacing end data has)")
+    return (
+        f"--decide-at probes: {model} has no probes at fixed times before the end (only a model trained "
+        "on sample --probe-spacing end data has)"
+    )
 
 
 # Decision rules without a model, validated beside the models: submit when the predecessor

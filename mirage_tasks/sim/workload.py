@@ -66,8 +66,10 @@ class Workload:
                 equiv = np.where(np.isnan(nodes), procs / procs_per_node, nodes)
                 nodes = np.where(np.isnan(nodes), np.ceil(procs / procs_per_node), nodes)
             elif np.isnan(nodes).all():
-                raise StepError("the trace records processors but no node counts: pass --procs-per-node P "
-                                "(nodes = ceil(processors / P))")
+                raise StepError(
+                    "the trace records processors but no node counts: pass --procs-per-node P "
+                    "(nodes = ceil(processors / P))"
+                )
         ran = (start >= 0) & (end >= 0) & (end >= start) & (submit >= 0) & ~np.isnan(nodes) & (nodes >= 1)
         dropped = {"never_ran_or_no_size": int((~ran).sum())}
         dur = (end - start).astype(np.float64)
@@ -143,8 +145,9 @@ def busy_grid(wl: Workload) -> tuple[int, np.ndarray]:
     return cache["grid"]
 
 
-def capacity_schedule(wl: Workload, nodes: int, window_s: int, quantile: float, step_s: int,
-                      t0: int, t_end: int) -> tuple[tuple[int, int], ...]:
+def capacity_schedule(
+    wl: Workload, nodes: int, window_s: int, quantile: float, step_s: int, t0: int, t_end: int
+) -> tuple[tuple[int, int], ...]:
     """The nodes in service at every multiple of ``step_s`` in ``[t0, t_end]`` (first entry
     at ``t0``): ``min(nodes, ceil(q))`` with ``q`` the ``quantile`` of the trace's busy nodes
     sampled in ``[u - window_s, u)``, i.e. only what had happened before ``u``. Where the
@@ -175,8 +178,9 @@ def capacity_schedule(wl: Workload, nodes: int, window_s: int, quantile: float, 
     return tuple(out)
 
 
-def infer_holds(submit: np.ndarray, start: np.ndarray, end: np.ndarray, user: np.ndarray,
-                tolerance_s: int = 60) -> np.ndarray:
+def infer_holds(
+    submit: np.ndarray, start: np.ndarray, end: np.ndarray, user: np.ndarray, tolerance_s: int = 60
+) -> np.ndarray:
     """The inferred predecessor of every job (an index into the same arrays, -1 for none).
 
     Job ``J`` of user ``U`` is inferred to have waited for ``U``'s job ``P`` (a dependency,
@@ -227,8 +231,7 @@ def infer_holds_frame(df: pd.DataFrame, tolerance_s: int = 60) -> pd.Series:
     codes, _ = pd.factorize(users, sort=True)
     ran = (start >= 0) & (end >= start) & (submit >= 0)
     user = np.where(ran & (users.to_numpy() != ""), codes, -1)
-    pred = infer_holds(submit, np.where(ran, np.maximum(start, submit), -1), np.where(ran, end, -1), user,
-                       tolerance_s)
+    pred = infer_holds(submit, np.where(ran, np.maximum(start, submit), -1), np.where(ran, end, -1), user, tolerance_s)
     ids = df["job_id"].astype("string").to_numpy()
     out = pd.array([ids[p] if p >= 0 else pd.NA for p in pred], dtype="string")
     return pd.Series(out, index=df.index, name="held_by")

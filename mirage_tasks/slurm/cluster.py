@@ -175,10 +175,12 @@ def _daemon_preexec(own_hostname: bool):
     22.05 binds its listening sockets to any address unless ``CommunicationParameters`` says
     ``NoCtldInAddrAny,NoInAddrAny``, and then to what the daemon's host name resolves to:
     ``localhost`` resolves to 127.0.0.1 on every machine, the machine's own name need not."""
+
     def run() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         if own_hostname and not _localhost_uts():
             raise OSError("cannot give the daemon the host name localhost (unshare CLONE_NEWUTS)")
+
     return run
 
 
@@ -207,9 +209,11 @@ def loopback_hostname() -> bool | str:
         addr = str(exc)
     if addr.startswith("127."):
         return False
-    return (f"the Slurm daemons would listen on {addr} (what the host name {name} resolves to): they cannot "
-            "be given the host name localhost here (no CAP_SYS_ADMIN for a UTS namespace); map the host "
-            "name to 127.0.0.1 in /etc/hosts, or run with CAP_SYS_ADMIN")
+    return (
+        f"the Slurm daemons would listen on {addr} (what the host name {name} resolves to): they cannot "
+        "be given the host name localhost here (no CAP_SYS_ADMIN for a UTS namespace); map the host "
+        "name to 127.0.0.1 in /etc/hosts, or run with CAP_SYS_ADMIN"
+    )
 
 
 def listening(pid: int) -> list[str]:
@@ -247,7 +251,7 @@ def _hex_ip(h: str, v6: bool) -> str:
     raw = bytes.fromhex(h)
     if not v6:
         return str(ipaddress.IPv4Address(raw[::-1]))
-    return str(ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+    return str(ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))))
 
 
 class LocalSlurm:
@@ -269,8 +273,7 @@ class LocalSlurm:
         return json.loads(self.info_file.read_text()) if self.info_file.exists() else {}
 
     def cmd(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(list(args), env=self.env(), capture_output=True, text=True, check=check,
-                              timeout=timeout)
+        return subprocess.run(list(args), env=self.env(), capture_output=True, text=True, check=check, timeout=timeout)
 
     def _spawn(self, name: str, argv: list[str], log: Path) -> int:
         """Start one daemon in a session of its own and record it (``pids/NAME.started``: its pid
@@ -280,9 +283,16 @@ class LocalSlurm:
         fh = open(log, "ab")
         old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            p = subprocess.Popen(argv, env=self.env(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, cwd=str(self.root),
-                                 preexec_fn=_daemon_preexec(name.startswith("slurm") and self._own_uts))
+            p = subprocess.Popen(
+                argv,
+                env=self.env(),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=str(self.root),
+                preexec_fn=_daemon_preexec(name.startswith("slurm") and self._own_uts),
+            )
             tmp = record.with_suffix(".tmp")
             tmp.write_text(f"{p.pid} {_start_time(p.pid) or ''}".strip())
             os.replace(tmp, record)
@@ -317,8 +327,16 @@ class LocalSlurm:
         return {k: pid for k, (pid, t) in self._records().items() if self._is(pid, t)}
 
     # ------------------------------------------------------------------ start
-    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
-              users: int = 0, unknown: bool = False, debug_flags: str = "") -> dict:
+    def start(
+        self,
+        cfg: SimConfig,
+        factor: float = 1.0,
+        timeout: float = 90,
+        accounting: bool = False,
+        users: int = 0,
+        unknown: bool = False,
+        debug_flags: str = "",
+    ) -> dict:
         """Start the cluster; with ``accounting`` also a MariaDB and slurmdbd under the root, with the
         association tree of :func:`~.conf.associations` for ``users`` trace users (ids 0..users-1;
         ``unknown``: and jobs without one) built before slurmctld starts. ``debug_flags``:
@@ -327,11 +345,15 @@ class LocalSlurm:
             raise RuntimeError("the local Slurm runs its daemons as root (SlurmUser=root); run as root")
         miss = missing_binaries()
         if miss:
-            raise RuntimeError(f"not installed: {', '.join(miss)} (make system-deps installs Debian's slurmctld, "
-                               "slurmd, slurm-client and munge)")
+            raise RuntimeError(
+                f"not installed: {', '.join(miss)} (make system-deps installs Debian's slurmctld, "
+                "slurmd, slurm-client and munge)"
+            )
         if accounting and missing_accounting():
-            raise RuntimeError(f"accounting: not installed: {', '.join(missing_accounting())} (make system-deps "
-                               "installs Debian's slurmdbd and mariadb-server)")
+            raise RuntimeError(
+                f"accounting: not installed: {', '.join(missing_accounting())} (make system-deps "
+                "installs Debian's slurmdbd and mariadb-server)"
+            )
         if self.running():
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
         own_uts = loopback_hostname()
@@ -353,47 +375,84 @@ class LocalSlurm:
         Path(p.jobcomp).unlink(missing_ok=True)
         n = int(cfg.nodes)
         if not os.path.exists(p.munge_key):
-            subprocess.run([_bin("mungekey"), "--create", f"--keyfile={p.munge_key}"], check=True,
-                           capture_output=True)
+            subprocess.run([_bin("mungekey"), "--create", f"--keyfile={p.munge_key}"], check=True, capture_output=True)
         os.chmod(p.munge_key, 0o600)
         # slurmctld, the n slurmd (and MariaDB, slurmdbd) on consecutive ports outside the ephemeral range,
         # chosen and bound under the machine's port lock (released once every daemon listens)
         with port_lock():
             return self._start_daemons(cfg, factor, timeout, accounting, users, unknown, debug_flags, n)
 
-    def _start_daemons(self, cfg: SimConfig, factor: float, timeout: float, accounting: bool, users: int,
-                       unknown: bool, debug_flags: str, n: int) -> dict:
+    def _start_daemons(
+        self,
+        cfg: SimConfig,
+        factor: float,
+        timeout: float,
+        accounting: bool,
+        users: int,
+        unknown: bool,
+        debug_flags: str,
+        n: int,
+    ) -> dict:
         p = self.paths
         base = free_port_range(n + 3)
         ctld, first = base, base + 1
         db_port = dbd_port = None
         if accounting:
             db_port, dbd_port = base + n + 1, base + n + 2
-        (self.root / "slurm.conf").write_text(render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port,
-                                                          debug_flags=debug_flags))
+        (self.root / "slurm.conf").write_text(
+            render(cfg, factor, p, ctld, (first, first + n - 1), dbd_port=dbd_port, debug_flags=debug_flags)
+        )
         for i in range(1, n + 1):
             os.makedirs(f"{p.spool}/n{i}", exist_ok=True)
-        (self.root / "env.sh").write_text(f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n")
-        info = {"root": str(self.root), "nodes": n, "factor": factor, "ctld_port": ctld,
-                "node_ports": [first, first + n - 1], "config": cfg.to_dict(), "scaled": scaled(cfg, factor),
-                "unsupported": unsupported(cfg, accounting), "started_at": time.time(),
-                "accounting": {"db_port": db_port, "dbd_port": dbd_port, "users": int(users), "unknown": bool(unknown)}
-                if accounting else None}
+        (self.root / "env.sh").write_text(
+            f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n"
+        )
+        info = {
+            "root": str(self.root),
+            "nodes": n,
+            "factor": factor,
+            "ctld_port": ctld,
+            "node_ports": [first, first + n - 1],
+            "config": cfg.to_dict(),
+            "scaled": scaled(cfg, factor),
+            "unsupported": unsupported(cfg, accounting),
+            "started_at": time.time(),
+            "accounting": {"db_port": db_port, "dbd_port": dbd_port, "users": int(users), "unknown": bool(unknown)}
+            if accounting
+            else None,
+        }
         self.info_file.write_text(json.dumps(info, indent=1))
         try:
-            self._spawn("munged", [_bin("munged"), "-F", "--force", f"--socket={p.munge_socket}",
-                                   f"--key-file={p.munge_key}", f"--pid-file={p.munge_dir}/munged.pid",
-                                   f"--log-file={p.logs}/munged.log", f"--seed-file={p.munge_dir}/munged.seed"],
-                        Path(p.logs) / "munged.out")
+            self._spawn(
+                "munged",
+                [
+                    _bin("munged"),
+                    "-F",
+                    "--force",
+                    f"--socket={p.munge_socket}",
+                    f"--key-file={p.munge_key}",
+                    f"--pid-file={p.munge_dir}/munged.pid",
+                    f"--log-file={p.logs}/munged.log",
+                    f"--seed-file={p.munge_dir}/munged.seed",
+                ],
+                Path(p.logs) / "munged.out",
+            )
             self._wait(lambda: os.path.exists(p.munge_socket), 20, "munged socket", "munged.log")
             if accounting:
                 self._start_accounting(cfg, int(users), unknown, db_port, dbd_port, timeout)
             self._spawn("slurmctld", [_bin("slurmctld"), "-D", "-i", "-f", p.conf], Path(p.logs) / "slurmctld.out")
-            self._wait(lambda: self.cmd("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0,
-                       timeout, "slurmctld to answer", "slurmctld.log")
+            self._wait(
+                lambda: self.cmd("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0,
+                timeout,
+                "slurmctld to answer",
+                "slurmctld.log",
+            )
             for i in range(1, n + 1):
-                self._spawn(f"slurmd-n{i}", [_bin("slurmd"), "-D", "-N", f"n{i}", "-f", p.conf],
-                            Path(p.logs) / f"slurmd-n{i}.out")
+                self._spawn(
+                    f"slurmd-n{i}",
+                    [_bin("slurmd"), "-D", "-N", f"n{i}", "-f", p.conf],
+                    Path(p.logs) / f"slurmd-n{i}.out",
+                )
             self._wait(lambda: self.idle_nodes() >= n, timeout, f"{n} idle nodes", "slurmctld.log")
             self._check_loopback()
         except BaseException:  # a failed start, and a stopped one (SIGTERM, Ctrl-C): nothing is left running
@@ -404,36 +463,76 @@ class LocalSlurm:
     def _check_loopback(self) -> None:
         """Every daemon listens on 127.0.0.1 only (the cluster runs jobs as root for anyone who
         can reach it): a start where one listens elsewhere fails, naming it."""
-        wrong = [f"{name} on {a}" for name, pid in sorted(self.running().items()) for a in listening(pid)
-                 if not a.startswith("127.0.0.1:")]
+        wrong = [
+            f"{name} on {a}"
+            for name, pid in sorted(self.running().items())
+            for a in listening(pid)
+            if not a.startswith("127.0.0.1:")
+        ]
         if wrong:
             raise RuntimeError(f"listening beyond 127.0.0.1: {', '.join(wrong)}")
 
-    def _start_accounting(self, cfg: SimConfig, users: int, unknown: bool, db_port: int, dbd_port: int,
-                          timeout: float) -> None:
+    def _start_accounting(
+        self, cfg: SimConfig, users: int, unknown: bool, db_port: int, dbd_port: int, timeout: float
+    ) -> None:
         """A fresh MariaDB (root only through its socket; slurmdbd's own user with a random
         password over 127.0.0.1), slurmdbd, then the cluster, QOS and associations."""
         import secrets
 
         p = self.paths
-        r = subprocess.run([_bin("mariadb-install-db"), "--no-defaults", f"--datadir={p.db_dir}", "--user=root",
-                            "--auth-root-authentication-method=socket", "--skip-test-db"],
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [
+                _bin("mariadb-install-db"),
+                "--no-defaults",
+                f"--datadir={p.db_dir}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if r.returncode:
             raise RuntimeError(f"mariadb-install-db failed ({r.returncode}): {r.stderr.strip()[-800:]}")
-        self._spawn("mariadbd", [_bin("mariadbd"), "--no-defaults", f"--datadir={p.db_dir}", f"--socket={p.db_socket}",
-                                 f"--port={db_port}", "--bind-address=127.0.0.1", "--user=root",
-                                 f"--pid-file={p.pids}/mariadbd.pid", f"--log-error={p.logs}/mariadb.err",
-                                 "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
-                                 "--innodb-lock-wait-timeout=900", "--max-connections=50"],
-                    Path(p.logs) / "mariadbd.out")
+        self._spawn(
+            "mariadbd",
+            [
+                _bin("mariadbd"),
+                "--no-defaults",
+                f"--datadir={p.db_dir}",
+                f"--socket={p.db_socket}",
+                f"--port={db_port}",
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                f"--pid-file={p.pids}/mariadbd.pid",
+                f"--log-error={p.logs}/mariadb.err",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-lock-wait-timeout=900",
+                "--max-connections=50",
+            ],
+            Path(p.logs) / "mariadbd.out",
+        )
         sql = [_bin("mariadb"), "--no-defaults", f"--socket={p.db_socket}", "-u", "root", "-e"]
-        self._wait(lambda: subprocess.run(sql + ["SELECT 1"], capture_output=True, timeout=10).returncode == 0,
-                   timeout, "MariaDB to answer", "mariadb.err")
+        self._wait(
+            lambda: subprocess.run(sql + ["SELECT 1"], capture_output=True, timeout=10).returncode == 0,
+            timeout,
+            "MariaDB to answer",
+            "mariadb.err",
+        )
         password = secrets.token_hex(16)
-        r = subprocess.run(sql + [f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
-                                  "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            sql
+            + [
+                f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if r.returncode:
             raise RuntimeError(f"MariaDB: could not create slurmdbd's user: {r.stderr.strip()}")
         fd = os.open(p.dbd_conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -441,13 +540,18 @@ class LocalSlurm:
             fh.write(render_dbd(p, dbd_port, db_port, password))
         os.chmod(p.dbd_conf, 0o600)
         self._spawn("slurmdbd", [_bin("slurmdbd"), "-D"], Path(p.logs) / "slurmdbd.out")
-        self._wait(lambda: self.cmd("sacctmgr", "-n", "-P", "list", "cluster", check=False, timeout=10).returncode == 0,
-                   timeout, "slurmdbd to answer", "slurmdbd.log")
+        self._wait(
+            lambda: self.cmd("sacctmgr", "-n", "-P", "list", "cluster", check=False, timeout=10).returncode == 0,
+            timeout,
+            "slurmdbd to answer",
+            "slurmdbd.log",
+        )
         for args in associations(cfg, users, unknown):
             r = self.cmd("sacctmgr", "-i", *args, check=False, timeout=120)
             if r.returncode:
-                raise RuntimeError(f"sacctmgr {' '.join(args)[:200]} failed ({r.returncode}): "
-                                   f"{(r.stderr or r.stdout).strip()[-600:]}")
+                raise RuntimeError(
+                    f"sacctmgr {' '.join(args)[:200]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}"
+                )
 
     def _wait(self, cond, timeout: float, what: str, log: str) -> None:
         deadline = time.monotonic() + timeout
@@ -489,13 +593,17 @@ class LocalSlurm:
                 lines.append(f"{name}: running (pid {run[name]})")
             else:
                 bad.append(name)
-                lines.append(f"{name}: DEAD (pid {records[name][0]} is gone)" if name in records else
-                             f"{name}: DEAD (never started, or stopped: no record under {self.paths.pids})")
+                lines.append(
+                    f"{name}: DEAD (pid {records[name][0]} is gone)"
+                    if name in records
+                    else f"{name}: DEAD (never started, or stopped: no record under {self.paths.pids})"
+                )
 
         def answers(*argv: str, timeout: float = 10) -> tuple[bool, str]:
             try:
-                r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout,
-                                   check=False)
+                r = subprocess.run(
+                    list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
+                )
             except (subprocess.SubprocessError, OSError) as exc:
                 return False, str(exc)
             return r.returncode == 0, (r.stdout + r.stderr).strip()
@@ -516,8 +624,9 @@ class LocalSlurm:
                     if f"slurmd-{node}" in run and (state.endswith("*") or state.startswith(("down", "fail"))):
                         not_answering(f"slurmd-{node}", f"slurmctld reports the node {state}")
         if "mariadbd" in run:
-            ok, out = answers(_bin("mariadb"), "--no-defaults", f"--socket={self.paths.db_socket}", "-u", "root",
-                              "-e", "SELECT 1")
+            ok, out = answers(
+                _bin("mariadb"), "--no-defaults", f"--socket={self.paths.db_socket}", "-u", "root", "-e", "SELECT 1"
+            )
             if not ok:
                 not_answering("mariadbd", out)
         if "slurmdbd" in run and "mariadbd" not in bad:
@@ -541,8 +650,14 @@ class LocalSlurm:
                 r = self.cmd("scancel", "--full", "--user=root", check=False, timeout=max(1.0, timeout / 2))
                 said.append(f"cancelled every job (scancel status {r.returncode})")
                 while time.monotonic() < deadline:
-                    r = self.cmd("squeue", "-h", "-o", "%i", check=False,
-                                 timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                    r = self.cmd(
+                        "squeue",
+                        "-h",
+                        "-o",
+                        "%i",
+                        check=False,
+                        timeout=max(1.0, min(10.0, deadline - time.monotonic())),
+                    )
                     if r.returncode == 0 and not r.stdout.strip():
                         break
                     time.sleep(0.5)
@@ -652,17 +767,28 @@ class OwnedSlurm(LocalSlurm):
 
     guard = None
 
-    def start(self, cfg: SimConfig, factor: float = 1.0, timeout: float = 90, accounting: bool = False,
-              users: int = 0, unknown: bool = False, debug_flags: str = "") -> dict:
+    def start(
+        self,
+        cfg: SimConfig,
+        factor: float = 1.0,
+        timeout: float = 90,
+        accounting: bool = False,
+        users: int = 0,
+        unknown: bool = False,
+        debug_flags: str = "",
+    ) -> dict:
         from stepkit.procs import Guard
 
         if self.running():  # another cluster's root: neither guard nor stop it
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
-        self.guard = Guard([sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
-                           f"the local Slurm under {self.root}")
+        self.guard = Guard(
+            [sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
+            f"the local Slurm under {self.root}",
+        )
         try:
-            return super().start(cfg, factor, timeout, accounting=accounting, users=users, unknown=unknown,
-                                 debug_flags=debug_flags)
+            return super().start(
+                cfg, factor, timeout, accounting=accounting, users=users, unknown=unknown, debug_flags=debug_flags
+            )
         except BaseException:
             self.stop()
             raise
@@ -694,8 +820,10 @@ def check_local_size(cfg: SimConfig, flag: str = "--slurm-root") -> None:
     """A local cluster of ``cfg.nodes`` slurmd is a bounded amount of work: at most
     :data:`MAX_LOCAL_NODES`, checked before anything starts (:class:`StepError`)."""
     if cfg.nodes > MAX_LOCAL_NODES:
-        raise StepError(f"{flag}: a local Slurm of the cluster config's {cfg.nodes} nodes would start {cfg.nodes} "
-                        f"slurmd; at most {MAX_LOCAL_NODES} (pass --nodes N)")
+        raise StepError(
+            f"{flag}: a local Slurm of the cluster config's {cfg.nodes} nodes would start {cfg.nodes} "
+            f"slurmd; at most {MAX_LOCAL_NODES} (pass --nodes N)"
+        )
 
 
 def check_root(root: str, flag: str = "--slurm-root") -> None:
@@ -716,15 +844,25 @@ def check_conf(conf: str | None, flag: str) -> str:
     path = conf or os.environ.get("SLURM_CONF")
     where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
     if not path:
-        raise StepError(f"no cluster: pass {flag} (or set SLURM_CONF)" if flag != "--slurm-root" else
-                        "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF")
+        raise StepError(
+            f"no cluster: pass {flag} (or set SLURM_CONF)"
+            if flag != "--slurm-root"
+            else "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF"
+        )
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
     return path
 
 
-def start_local(root: str, cfg: SimConfig, factor: float, accounting: bool = False,
-                users: int = 0, unknown: bool = False, debug_flags: str = "") -> LocalSlurm:
+def start_local(
+    root: str,
+    cfg: SimConfig,
+    factor: float,
+    accounting: bool = False,
+    users: int = 0,
+    unknown: bool = False,
+    debug_flags: str = "",
+) -> LocalSlurm:
     """A local Slurm under ``root`` for one step (``--slurm-root``), started with the cluster
     config's settings at time compression ``factor`` (with ``accounting``: slurmdbd and accounts
     for ``users`` trace users) and owned by the step (:class:`OwnedSlurm`: stopped on every exit,
@@ -742,11 +880,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=("start", "stop", "status"))
     ap.add_argument("--root", default="var/slurm")
     ap.add_argument("--factor", type=float, default=1.0, help="time compression (trace seconds per real second)")
-    ap.add_argument("--accounting", action="store_true",
-                    help="also start slurmdbd on a local MariaDB (age factor, fair share and limits enforced)")
-    ap.add_argument("--debug-flags", default="", help="slurmctld DebugFlags (e.g. Backfill), logged to log/slurmctld.log")
-    ap.add_argument("--users", type=int, default=0,
-                    help="with --accounting: trace users to create accounts u0..u<N-1> for (0)")
+    ap.add_argument(
+        "--accounting",
+        action="store_true",
+        help="also start slurmdbd on a local MariaDB (age factor, fair share and limits enforced)",
+    )
+    ap.add_argument(
+        "--debug-flags", default="", help="slurmctld DebugFlags (e.g. Backfill), logged to log/slurmctld.log"
+    )
+    ap.add_argument(
+        "--users", type=int, default=0, help="with --accounting: trace users to create accounts u0..u<N-1> for (0)"
+    )
     from ..sim.config import add_config_arguments
 
     add_config_arguments(ap)
@@ -771,8 +915,10 @@ def main(argv: list[str] | None = None) -> int:
     if "slurmctld" not in bad and c.running().get("slurmctld"):
         print(c.cmd("sinfo", check=False, timeout=20).stdout, end="")
     if bad:
-        print(f"local Slurm under {c.root}: not running: {', '.join(bad)} (make slurm-stop, then make slurm)",
-              file=sys.stderr)
+        print(
+            f"local Slurm under {c.root}: not running: {', '.join(bad)} (make slurm-stop, then make slurm)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -812,19 +958,25 @@ def _start_cli(c: LocalSlurm, a: argparse.Namespace) -> int:
         print(f"slurm start failed: {exc}", file=sys.stderr)
         return 1
     except SystemExit as exc:  # start() stopped what it had started
-        print(f"slurm start stopped by signal {int(exc.code) - 128}; nothing of {c.root} is left running",
-              file=sys.stderr)
+        print(
+            f"slurm start stopped by signal {int(exc.code) - 128}; nothing of {c.root} is left running", file=sys.stderr
+        )
         raise
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_DFL)
-    print(f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
-          f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}")
+    print(
+        f"local Slurm: {info['nodes']} nodes idle, slurmctld 127.0.0.1:{info['ctld_port']}, slurmd ports "
+        f"{info['node_ports'][0]}-{info['node_ports'][1]}, compression x{a.factor:g}; state in {c.root}"
+    )
     if info["accounting"]:
         acc = info["accounting"]
-        print(f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
-              f"u0..u{acc['users'] - 1} and service under trace" if acc["users"] else
-              f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
-              "service under trace (--users N adds trace users)")
+        print(
+            f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+            f"u0..u{acc['users'] - 1} and service under trace"
+            if acc["users"]
+            else f"  accounting: slurmdbd 127.0.0.1:{acc['dbd_port']}, MariaDB 127.0.0.1:{acc['db_port']}; accounts "
+            "service under trace (--users N adds trace users)"
+        )
     for u in info["unsupported"]:
         print(f"  not enforced: {u}")
     print(f"clients: export SLURM_CONF={c.paths.conf}   (or source {c.root}/env.sh); stop: make slurm-stop")

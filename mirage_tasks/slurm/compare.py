@@ -46,8 +46,9 @@ def sim_config(cfg: SimConfig, factor: float, accounting: bool = False, sim_back
 LOG_LAG_S = 0.05
 
 
-def precise_submits(jobs: pd.DataFrame, submit_epochs: dict[str, float], origin: float, t0: float,
-                    factor: float) -> pd.DataFrame:
+def precise_submits(
+    jobs: pd.DataFrame, submit_epochs: dict[str, float], origin: float, t0: float, factor: float
+) -> pd.DataFrame:
     """``jobs`` with ``slurm_submit_ms`` (slurmctld's logged submission instant, see
     :func:`~.queue.read_submit_log`) and ``submit_t`` from it wherever it lies in the whole second
     the jobcomp log recorded (``slurm_submit``); elsewhere both stay as they were. Starts keep the
@@ -121,8 +122,14 @@ def submission_order(jobs: pd.DataFrame) -> pd.DataFrame:
     return jobs.assign(_id=key).sort_values(["submit_t", "_id"], kind="stable").drop(columns="_id")
 
 
-def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool = False,
-             recalc_t: float | None = None, sim_backfill: str | None = None) -> pd.DataFrame:
+def simulate(
+    jobs: pd.DataFrame,
+    cfg: SimConfig,
+    factor: float,
+    accounting: bool = False,
+    recalc_t: float | None = None,
+    sim_backfill: str | None = None,
+) -> pd.DataFrame:
     """``jobs`` (replayed rows with ``submit_t``) plus ``sim_start_t`` and ``sim_backfilled``
     (and ``sim_nodes`` on named nodes); ``recalc_t``: an instant (trace time) at which Slurm
     re-read usage (:func:`align_recalc`); ``sim_backfill``: see :func:`sim_config`."""
@@ -140,8 +147,16 @@ def simulate(jobs: pd.DataFrame, cfg: SimConfig, factor: float, accounting: bool
         sub = int(round(r["submit_t"]))
         dur = int(round(r["sleep_s"] * factor))
         lim = int(r["limit_min"] * 60 * factor)
-        j = sim.add_job(sub, dur, lim, int(r["nodes"]), user=job_user(r, accounting), static=float(r["priority"]),
-                        tag=int(idx), tick=0)
+        j = sim.add_job(
+            sub,
+            dur,
+            lim,
+            int(r["nodes"]),
+            user=job_user(r, accounting),
+            static=float(r["priority"]),
+            tag=int(idx),
+            tick=0,
+        )
         sim.schedule_submit(j)
         local[idx] = j
     sim.drain()
@@ -181,8 +196,12 @@ def same_nodes(both: pd.DataFrame) -> dict | None:
     except ValueError:  # a cluster whose nodes are not the local cluster's n1..nN: nothing to compare
         return None
     close = ((ok["sim_start_t"] - ok["start_t"]).abs() <= 3600).to_numpy()
-    return {"jobs": int(len(ok)), "same": int(same.sum()), "within_1h": int(close.sum()),
-            "same_within_1h": int((same & close).sum())}
+    return {
+        "jobs": int(len(ok)),
+        "same": int(same.sum()),
+        "within_1h": int(close.sum()),
+        "same_within_1h": int((same & close).sum()),
+    }
 
 
 def slurm_backfilled(df: pd.DataFrame) -> pd.Series:
@@ -223,17 +242,31 @@ def explain(df: pd.DataFrame, tol_s: float) -> pd.Series:
     return why
 
 
-def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
-            horizon_t: float | None = None, accounting: bool = False,
-            recalc_t: float | None = None, sim_backfill: str | None = None) -> tuple[dict, pd.DataFrame]:
+def compare(
+    jobs: pd.DataFrame,
+    cfg: SimConfig,
+    factor: float,
+    tz: str = "UTC",
+    horizon_t: float | None = None,
+    accounting: bool = False,
+    recalc_t: float | None = None,
+    sim_backfill: str | None = None,
+) -> tuple[dict, pd.DataFrame]:
     """(metrics, per-job frame) for the scored (window) jobs. The replay stopped watching at
     ``horizon_t`` (trace time): a simulated start after it is censored like Slurm's.
     ``accounting``: the cluster kept accounts (its age factor, fair share and limits are on in
     the simulator too, per trace user); ``recalc_t``: an instant of Slurm's usage re-reads
     (:func:`align_recalc`); ``sim_backfill``: see :func:`sim_config`."""
-    df = simulate(jobs.drop(columns=[c for c in ("sim_start_t", "sim_backfilled", "slurm_backfilled", "why",
-                                                 "sim_nodes")
-                                     if c in jobs]), cfg, factor, accounting, recalc_t, sim_backfill)
+    df = simulate(
+        jobs.drop(
+            columns=[c for c in ("sim_start_t", "sim_backfilled", "slurm_backfilled", "why", "sim_nodes") if c in jobs]
+        ),
+        cfg,
+        factor,
+        accounting,
+        recalc_t,
+        sim_backfill,
+    )
     if horizon_t is not None:
         df.loc[df["sim_start_t"] > horizon_t, "sim_start_t"] = np.nan
     df["slurm_backfilled"] = slurm_backfilled(df)
@@ -242,28 +275,44 @@ def compare(jobs: pd.DataFrame, cfg: SimConfig, factor: float, tz: str = "UTC",
         scored = scored.drop(columns="why")
     scored["why"] = explain(scored, tol_s=max(3600.0, 2 * factor))
     both = scored[scored["start_t"].notna() & scored["sim_start_t"].notna()]
-    m = pd.DataFrame({"submit": both["submit_t"].astype(np.int64),
-                      "real_wait_s": both["start_t"] - both["submit_t"],
-                      "sim_wait_s": both["sim_start_t"] - both["submit_t"], "nodes": both["nodes"]})
+    m = pd.DataFrame(
+        {
+            "submit": both["submit_t"].astype(np.int64),
+            "real_wait_s": both["start_t"] - both["submit_t"],
+            "sim_wait_s": both["sim_start_t"] - both["submit_t"],
+            "nodes": both["nodes"],
+        }
+    )
     sim_vs_slurm = metrics(m, tz)
-    tr = pd.DataFrame({"submit": both["trace_submit"], "real_wait_s": both["trace_start"] - both["trace_submit"],
-                       "sim_wait_s": both["start_t"] - both["submit_t"], "nodes": both["nodes"]})
+    tr = pd.DataFrame(
+        {
+            "submit": both["trace_submit"],
+            "real_wait_s": both["trace_start"] - both["trace_submit"],
+            "sim_wait_s": both["start_t"] - both["submit_t"],
+            "nodes": both["nodes"],
+        }
+    )
     tr2 = tr.assign(sim_wait_s=both["sim_start_t"] - both["submit_t"])
     err = (both["sim_start_t"] - both["start_t"]).abs()
     doc = {
-        "sim_config": sim_config(cfg, factor, accounting, sim_backfill).to_dict(), "recalc_t": recalc_t,
+        "sim_config": sim_config(cfg, factor, accounting, sim_backfill).to_dict(),
+        "recalc_t": recalc_t,
         "submit_times": _submit_times(df),
-        "scored": int(len(scored)), "compared": int(len(both)),
+        "scored": int(len(scored)),
+        "compared": int(len(both)),
         "not_started_slurm": int(scored["start_t"].isna().sum()),
         "not_started_sim": int(scored["sim_start_t"].isna().sum()),
         "not_started_both": int((scored["sim_start_t"].isna() & scored["start_t"].isna()).sum()),
         "horizon_t": horizon_t,
         "sim_vs_slurm": sim_vs_slurm,
-        "start_error_h": {"mean": float(err.mean() / 3600) if len(err) else None,
-                          "median": float(err.median() / 3600) if len(err) else None,
-                          "p90": float(err.quantile(0.9) / 3600) if len(err) else None,
-                          "max": float(err.max() / 3600) if len(err) else None},
-        "slurm_vs_trace": metrics(tr, tz), "sim_vs_trace": metrics(tr2, tz),
+        "start_error_h": {
+            "mean": float(err.mean() / 3600) if len(err) else None,
+            "median": float(err.median() / 3600) if len(err) else None,
+            "p90": float(err.quantile(0.9) / 3600) if len(err) else None,
+            "max": float(err.max() / 3600) if len(err) else None,
+        },
+        "slurm_vs_trace": metrics(tr, tz),
+        "sim_vs_trace": metrics(tr2, tz),
         "why": {k: int(v) for k, v in scored["why"].value_counts().items() if k},
         "backfilled": {"slurm": int(both["slurm_backfilled"].sum()), "sim": int(both["sim_backfilled"].sum())},
         "same_nodes": same_nodes(both),

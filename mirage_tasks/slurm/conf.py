@@ -133,18 +133,24 @@ def back_to_sim(cfg: SimConfig, factor: float, accounting: bool = False) -> SimC
     kept: dict = {"weight_age": cfg.weight_age}
     if accounting:
         if "weight_fairshare" in s:
-            kept.update(fs_halflife_s=int(s["fs_halflife_min"] * 60 * f),
-                        fs_calc_period_s=int(s["fs_calc_period_min"] * 60 * f))
+            kept.update(
+                fs_halflife_s=int(s["fs_halflife_min"] * 60 * f), fs_calc_period_s=int(s["fs_calc_period_min"] * 60 * f)
+            )
     else:
-        kept.update(weight_age=0.0, weight_fairshare=0.0, max_jobs_per_user=0, max_nodes_per_user=0, grp_jobs=0,
-                    grp_nodes=0)
+        kept.update(
+            weight_age=0.0, weight_fairshare=0.0, max_jobs_per_user=0, max_nodes_per_user=0, grp_jobs=0, grp_nodes=0
+        )
     return cfg.replace(
         bf_interval_s=max(1, int(round(s["bf_interval_s"] * f))),
         bf_window_s=int(s["bf_window_min"] * 60 * f),
         bf_resolution_s=max(1, int(round(s["bf_resolution_s"] * f))),
         max_age_s=int(s["max_age_min"] * 60 * f),
-        age_cap=True, tick_s=0, warm_start=False,
-        capacity_window_s=0, short_partition_limit_s=0, holds="none",
+        age_cap=True,
+        tick_s=0,
+        warm_start=False,
+        capacity_window_s=0,
+        short_partition_limit_s=0,
+        holds="none",
         backfill=backfill_policy(cfg.backfill).slurm_equivalent(),
         **kept,
     )
@@ -155,8 +161,10 @@ def unsupported(cfg: SimConfig, accounting: bool = False) -> list[str]:
     cluster runs slurmdbd with the associations of :func:`associations`)."""
     out = []
     if cfg.weight_age > 0 and not accounting:
-        out.append("PriorityWeightAge: Slurm ignores the age factor without slurmdbd (the comparison's simulator "
-                   "uses weight_age 0)")
+        out.append(
+            "PriorityWeightAge: Slurm ignores the age factor without slurmdbd (the comparison's simulator "
+            "uses weight_age 0)"
+        )
     bp, pp = backfill_policy(cfg.backfill), priority_policy(cfg.priority)
     if bp.slurm_note:
         out.append(f"backfill={bp.name}: {bp.slurm_note}")
@@ -166,21 +174,31 @@ def unsupported(cfg: SimConfig, accounting: bool = False) -> list[str]:
         out.append("age_cap=false: Slurm always caps the age factor at PriorityMaxAge")
     fair = priority_policy(cfg.priority).fair_share(cfg)
     if fair and not accounting:
-        out.append(f"fair share (weight_fairshare={cfg.weight_fairshare:g}, fs_halflife_s={cfg.fs_halflife_s}): "
-                   "rendered, but Slurm keeps no usage without slurmdbd (the comparison's simulator uses "
-                   "weight_fairshare 0)")
+        out.append(
+            f"fair share (weight_fairshare={cfg.weight_fairshare:g}, fs_halflife_s={cfg.fs_halflife_s}): "
+            "rendered, but Slurm keeps no usage without slurmdbd (the comparison's simulator uses "
+            "weight_fairshare 0)"
+        )
     if fair and accounting and cfg.warm_start:
-        out.append("warm_start: Slurm's usage starts from zero (it cannot be given the trace's past); the "
-                   "comparison's simulator starts from zero too")
+        out.append(
+            "warm_start: Slurm's usage starts from zero (it cannot be given the trace's past); the "
+            "comparison's simulator starts from zero too"
+        )
     if (cfg.max_jobs_per_user or cfg.max_nodes_per_user) and not accounting:
-        out.append(f"per-user limits (max_jobs_per_user={cfg.max_jobs_per_user}, max_nodes_per_user="
-                   f"{cfg.max_nodes_per_user}): QOS limits need slurmdbd, which this cluster does not run")
+        out.append(
+            f"per-user limits (max_jobs_per_user={cfg.max_jobs_per_user}, max_nodes_per_user="
+            f"{cfg.max_nodes_per_user}): QOS limits need slurmdbd, which this cluster does not run"
+        )
     if (cfg.grp_jobs or cfg.grp_nodes) and not accounting:
-        out.append(f"QOS group limits (grp_jobs={cfg.grp_jobs}, grp_nodes={cfg.grp_nodes}): QOS limits need "
-                   "slurmdbd, which this cluster does not run")
+        out.append(
+            f"QOS group limits (grp_jobs={cfg.grp_jobs}, grp_nodes={cfg.grp_nodes}): QOS limits need "
+            "slurmdbd, which this cluster does not run"
+        )
     if accounting and (cfg.max_nodes_per_user or cfg.grp_nodes):
-        out.append("a job larger than max_nodes_per_user or grp_nodes: the simulator lets it run alone, Slurm "
-                   "holds it (GrpTRES=node)")
+        out.append(
+            "a job larger than max_nodes_per_user or grp_nodes: the simulator lets it run alone, Slurm "
+            "holds it (GrpTRES=node)"
+        )
     if cfg.capacity_window_s:
         out.append("capacity_window_s: every node stays in service")
     if cfg.short_partition_limit_s:
@@ -221,8 +239,10 @@ def associations(cfg: SimConfig, users: int, unknown: bool = False, cluster_name
     unknown users in QOS ``service``, without limits, as in the simulator."""
     c = f"cluster={cluster_name}"
     out = [["add", "cluster", cluster_name], ["add", "qos", SERVICE_QOS]]
-    grp = [f"GrpJobs={int(cfg.grp_jobs) if cfg.grp_jobs else -1}",
-           f"GrpTRES=node={int(cfg.grp_nodes) if cfg.grp_nodes else -1}"]
+    grp = [
+        f"GrpJobs={int(cfg.grp_jobs) if cfg.grp_jobs else -1}",
+        f"GrpTRES=node={int(cfg.grp_nodes) if cfg.grp_nodes else -1}",
+    ]
     out.append(["modify", "qos", "where", "name=normal", "set", *grp])
     out.append(["add", "account", TRACE_ACCOUNT, "parent=root", c, f"Fairshare={TRACE_SHARES}"])
     names = [account_of(u) for u in range(int(users))]
@@ -233,13 +253,40 @@ def associations(cfg: SimConfig, users: int, unknown: bool = False, cluster_name
     if cfg.max_nodes_per_user:
         limits.append(f"GrpTRES=node={int(cfg.max_nodes_per_user)}")
     for i in range(0, len(names + exempt), ACCOUNTS_PER_CALL):
-        out.append(["add", "account", ",".join((names + exempt)[i:i + ACCOUNTS_PER_CALL]), f"parent={TRACE_ACCOUNT}",
-                    c, "Fairshare=1"])
+        out.append(
+            [
+                "add",
+                "account",
+                ",".join((names + exempt)[i : i + ACCOUNTS_PER_CALL]),
+                f"parent={TRACE_ACCOUNT}",
+                c,
+                "Fairshare=1",
+            ]
+        )
     for i in range(0, len(names), ACCOUNTS_PER_CALL):
-        out.append(["add", "user", "root", f"account={','.join(names[i:i + ACCOUNTS_PER_CALL])}", c, "qos=normal",
-                    "defaultqos=normal", *limits])
-    out.append(["add", "user", "root", f"account={','.join(exempt)}", c, f"qos=normal,{SERVICE_QOS}",
-                f"defaultqos={SERVICE_QOS}"])
+        out.append(
+            [
+                "add",
+                "user",
+                "root",
+                f"account={','.join(names[i : i + ACCOUNTS_PER_CALL])}",
+                c,
+                "qos=normal",
+                "defaultqos=normal",
+                *limits,
+            ]
+        )
+    out.append(
+        [
+            "add",
+            "user",
+            "root",
+            f"account={','.join(exempt)}",
+            c,
+            f"qos=normal,{SERVICE_QOS}",
+            f"defaultqos={SERVICE_QOS}",
+        ]
+    )
     return out
 
 
@@ -249,33 +296,63 @@ ACCOUNTS_PER_CALL = 200
 
 def render_dbd(paths: Paths, dbd_port: int, db_port: int, password: str) -> str:
     """``slurmdbd.conf`` for the local MariaDB on ``db_port`` (user ``slurm``, ``password``)."""
-    return "\n".join([
-        "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
-        "AuthType=auth/munge", f"AuthInfo=socket={paths.munge_socket}",
-        "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
-        "CommunicationParameters=NoInAddrAny",  # 127.0.0.1 only, as slurm.conf's daemons
-        f"LogFile={paths.logs}/slurmdbd.log", f"PidFile={paths.pids}/slurmdbd.pid", "DebugLevel=info",
-        "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
-        "StorageUser=slurm", f"StoragePass={password}", "StorageLoc=slurm_acct_db",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={paths.munge_socket}",
+                "DbdHost=localhost",
+                "DbdAddr=127.0.0.1",
+                f"DbdPort={dbd_port}",
+                "SlurmUser=root",
+                "CommunicationParameters=NoInAddrAny",  # 127.0.0.1 only, as slurm.conf's daemons
+                f"LogFile={paths.logs}/slurmdbd.log",
+                f"PidFile={paths.pids}/slurmdbd.pid",
+                "DebugLevel=info",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={db_port}",
+                "StorageUser=slurm",
+                f"StoragePass={password}",
+                "StorageLoc=slurm_acct_db",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _accounting_lines(paths: Paths, dbd_port: int | None) -> list[str]:
     if dbd_port is None:
         return ["AccountingStorageType=accounting_storage/none"]
-    return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
-            f"AccountingStoragePort={dbd_port}", f"AccountingStoragePass={paths.munge_socket}",
-            "AccountingStorageEnforce=associations,limits,qos"]
+    return [
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={dbd_port}",
+        f"AccountingStoragePass={paths.munge_socket}",
+        "AccountingStorageEnforce=associations,limits,qos",
+    ]
 
 
 def _priority_lines(s: dict[str, int]) -> list[str]:
     if "weight_fairshare" not in s:
-        return ["PriorityWeightFairshare=0", "PriorityWeightPartition=0", "PriorityWeightQOS=0",
-                "PriorityWeightAssoc=0", "PriorityCalcPeriod=1"]
-    return [f"PriorityWeightFairshare={s['weight_fairshare']}", f"PriorityWeightPartition={s['weight_partition']}",
-            "PriorityWeightQOS=0", "PriorityWeightAssoc=0", f"PriorityCalcPeriod={s['fs_calc_period_min']}",
-            f"PriorityDecayHalfLife={_age(s['fs_halflife_min'])}", "PriorityFlags=NO_FAIR_TREE",
-            "PriorityUsageResetPeriod=NONE"]
+        return [
+            "PriorityWeightFairshare=0",
+            "PriorityWeightPartition=0",
+            "PriorityWeightQOS=0",
+            "PriorityWeightAssoc=0",
+            "PriorityCalcPeriod=1",
+        ]
+    return [
+        f"PriorityWeightFairshare={s['weight_fairshare']}",
+        f"PriorityWeightPartition={s['weight_partition']}",
+        "PriorityWeightQOS=0",
+        "PriorityWeightAssoc=0",
+        f"PriorityCalcPeriod={s['fs_calc_period_min']}",
+        f"PriorityDecayHalfLife={_age(s['fs_halflife_min'])}",
+        "PriorityFlags=NO_FAIR_TREE",
+        "PriorityUsageResetPeriod=NONE",
+    ]
 
 
 def _age(minutes: int) -> str:
@@ -283,8 +360,16 @@ def _age(minutes: int) -> str:
     return f"{d}-{rem // 60:02d}:{rem % 60:02d}"
 
 
-def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_ports: tuple[int, int],
-           cluster_name: str = "mirage", dbd_port: int | None = None, debug_flags: str = "") -> str:
+def render(
+    cfg: SimConfig,
+    factor: float,
+    paths: Paths,
+    ctld_port: int,
+    node_ports: tuple[int, int],
+    cluster_name: str = "mirage",
+    dbd_port: int | None = None,
+    debug_flags: str = "",
+) -> str:
     """The whole ``slurm.conf`` text. ``node_ports`` = (first, last) slurmd port, one per node;
     ``dbd_port``: accounting through the slurmdbd listening there (else none); ``debug_flags``:
     slurmctld's ``DebugFlags`` (e.g. ``Backfill``: why each job was or was not backfilled)."""
@@ -293,9 +378,11 @@ def render(cfg: SimConfig, factor: float, paths: Paths, ctld_port: int, node_por
     if node_ports[1] - node_ports[0] + 1 != n:
         raise ValueError(f"{n} nodes need {n} slurmd ports, got {node_ports}")
     sched = backfill_policy(cfg.backfill).slurm_scheduler
-    params = (f"bf_interval={s['bf_interval_s']},bf_window={s['bf_window_min']},bf_resolution={s['bf_resolution_s']},"
-              f"bf_max_job_test={s['bf_max_job_test']},default_queue_depth={max(100, s['bf_max_job_test'])},"
-              "bf_continue,sched_interval=1")
+    params = (
+        f"bf_interval={s['bf_interval_s']},bf_window={s['bf_window_min']},bf_resolution={s['bf_resolution_s']},"
+        f"bf_max_job_test={s['bf_max_job_test']},default_queue_depth={max(100, s['bf_max_job_test'])},"
+        "bf_continue,sched_interval=1"
+    )
     names = f"n[1-{n}]" if n > 1 else "n1"
     ports = f"[{node_ports[0]}-{node_ports[1]}]" if n > 1 else str(node_ports[0])
     lines = [

@@ -88,22 +88,22 @@ class Keeper:
     env: dict[str, str]
     policy: str
     node: int
-    service_s: float                 # trace seconds (the limit of each job)
-    scale: float = 1.0               # trace seconds per real second
-    step_s: float = 600.0            # trace seconds between snapshots / decisions
+    service_s: float  # trace seconds (the limit of each job)
+    scale: float = 1.0  # trace seconds per real second
+    step_s: float = 600.0  # trace seconds between snapshots / decisions
     window: int = 144
     links: int = 1
     decide: Callable[[np.ndarray], tuple[bool, float]] | None = None
     avg_offset_h: float | None = None  # avg-cal's calibrated threshold (h); None: never early
     decide_within_s: float | None = None  # policy model: asked only this many trace s before the end (None: always)
     decide_at_s: tuple[float, ...] | None = None  # policy model: asked only at these trace s before the end
-    waitpred: Any = None               # the wait predictor (:func:`.livewait.load`), policies wait-pred, guarantee(-cal)
-    wait_cfg: Any = None               # the configuration whose priority weights its plans use
+    waitpred: Any = None  # the wait predictor (:func:`.livewait.load`), policies wait-pred, guarantee(-cal)
+    wait_cfg: Any = None  # the configuration whose priority weights its plans use
     guarantee_margin_h: float | None = None  # guarantee-cal's calibrated margin (h); None: never early
     guarantee_at_s: tuple[float, ...] | None = None  # guarantee-cal: asked at these trace s before the end
     trace_clock: tuple[float, float] | None = None  # (a real instant, its trace time); None: real time is trace time
     tag: str = "svc"
-    chain: int = 0                   # which of a session's chains of this policy (results and log lines say it)
+    chain: int = 0  # which of a session's chains of this policy (results and log lines say it)
     nice: int = 0
     partition: str | None = None
     account: str | None = None
@@ -111,7 +111,7 @@ class Keeper:
     stop_chain: bool = False
     submitted: set[str] = field(default_factory=set)
     snaps: deque = field(default_factory=lambda: deque(maxlen=144))
-    waits: dict[str, float] = field(default_factory=dict)   # job -> start - submit (real s), as seen
+    waits: dict[str, float] = field(default_factory=dict)  # job -> start - submit (real s), as seen
     starts: dict[str, float] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
@@ -148,9 +148,18 @@ class Keeper:
                 fh.write(json.dumps(rec, default=float) + "\n")
 
     def submit(self, what: str) -> str:
-        args = ["sbatch", "--parsable", f"--job-name={self.tag}-{what}", "-N", str(self.node), "--exclusive",
-                f"--time={self.limit_min}", "--output=/dev/null", "--chdir=/tmp",
-                f"--wrap=exec sleep {self.run_s}"]
+        args = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={self.tag}-{what}",
+            "-N",
+            str(self.node),
+            "--exclusive",
+            f"--time={self.limit_min}",
+            "--output=/dev/null",
+            "--chdir=/tmp",
+            f"--wrap=exec sleep {self.run_s}",
+        ]
         if self.nice:
             args.insert(2, f"--nice={int(self.nice)}")
         if self.partition:
@@ -197,8 +206,18 @@ class Keeper:
         """The wait predictor's answer for a successor submitted now (trace seconds)."""
         clock = self.trace_clock or ((self.origin, self.origin) if self.scale != 1 else (0.0, 0.0))
         recent = [self.waits[j] * self.scale for j in sorted(self.starts, key=lambda j: self.starts[j])]
-        row = livewait.live_row(self.waitpred, self.wait_cfg, jobs, nodes, now, self.scale, clock, recent, self.node,
-                       self.limit_min * 60 * self.scale)
+        row = livewait.live_row(
+            self.waitpred,
+            self.wait_cfg,
+            jobs,
+            nodes,
+            now,
+            self.scale,
+            clock,
+            recent,
+            self.node,
+            self.limit_min * 60 * self.scale,
+        )
         return self.waitpred.answer(row)
 
     # ------------------------------------------------------------------ features
@@ -208,17 +227,21 @@ class Keeper:
 
     def history(self, pred: QJob | None, pred_submit: float, now: float) -> np.ndarray:
         out = np.zeros((self.window, features.N_FEATURES), dtype=np.float32)
-        snaps = list(self.snaps)[-self.window:]
+        snaps = list(self.snaps)[-self.window :]
         if snaps:
-            out[self.window - len(snaps):] = np.stack(snaps)
+            out[self.window - len(snaps) :] = np.stack(snaps)
         lim = self.limit_min * 60 * self.scale / 60.0
         if pred is not None and pred.start is not None and pred.state in RUNNING_STATES:
-            tup = (lim, float(self.node), (pred.start - pred_submit) * self.scale,
-                   min(now - pred.start, self.run_s) * self.scale)
+            tup = (
+                lim,
+                float(self.node),
+                (pred.start - pred_submit) * self.scale,
+                min(now - pred.start, self.run_s) * self.scale,
+            )
         else:
             tup = (lim, float(self.node), (now - pred_submit) * self.scale, 0.0)
-        out[:, features.PRED_COL:features.PRED_COL + 4] = tup
-        out[:, features.SUCC_COL:features.SUCC_COL + 4] = (lim, float(self.node), 0.0, 0.0)
+        out[:, features.PRED_COL : features.PRED_COL + 4] = tup
+        out[:, features.SUCC_COL : features.SUCC_COL + 4] = (lim, float(self.node), 0.0, 0.0)
         return out
 
     # ------------------------------------------------------------------ the loop
@@ -243,9 +266,16 @@ class Keeper:
                     link.forced = True
                     link.succ = self.submit(str(k + 1))
                     link.succ_submit = self.clock()
-                    self._log({"event": "decision", "link": k, "submit": True, "why": "predecessor end",
-                               "model_output": float("nan"), "inputs": {"pred": pred, "pred_end": due,
-                                                                         "read_before": False}})
+                    self._log(
+                        {
+                            "event": "decision",
+                            "link": k,
+                            "submit": True,
+                            "why": "predecessor end",
+                            "model_output": float("nan"),
+                            "inputs": {"pred": pred, "pred_end": due, "read_before": False},
+                        }
+                    )
                     break
                 jobs, nodes = self.read()
                 by_id = {q.job_id: q for q in jobs}
@@ -255,17 +285,24 @@ class Keeper:
                 if p is not None and p.state in RUNNING_STATES and p.start is not None and link.pred_start is None:
                     link.pred_start = p.start
                     avg_at_start = self.avg_wait_trace_s()
-                    self._log({"event": "pred_started", "job": pred, "start": p.start, "avg_wait_trace_s": avg_at_start})
+                    self._log(
+                        {"event": "pred_started", "job": pred, "start": p.start, "avg_wait_trace_s": avg_at_start}
+                    )
                 if p is None and link.pred_start is None:
                     raise RuntimeError(f"predecessor {pred} left the queue without being seen running")
                 if now >= next_tick:
                     self.snaps.append(self.snapshot(jobs, nodes, now))
                     next_tick += step_real
                 pend = link.pred_start + self.run_s if link.pred_start is not None else None
-                inputs = {"pending": sum(1 for q in jobs if q.state not in RUNNING_STATES),
-                          "running": sum(1 for q in jobs if q.state in RUNNING_STATES), "idle_nodes": nodes["idle"],
-                          "pred": pred, "pred_state": p.state if p else "ended", "pred_end": pend,
-                          "avg_wait_trace_s": avg_at_start}
+                inputs = {
+                    "pending": sum(1 for q in jobs if q.state not in RUNNING_STATES),
+                    "running": sum(1 for q in jobs if q.state in RUNNING_STATES),
+                    "idle_nodes": nodes["idle"],
+                    "pred": pred,
+                    "pred_state": p.state if p else "ended",
+                    "pred_end": pend,
+                    "avg_wait_trace_s": avg_at_start,
+                }
                 submit, why, raw = False, "", float("nan")
                 if pend is not None and now >= pend - 0.5:
                     submit, why = True, "predecessor end"
@@ -274,9 +311,16 @@ class Keeper:
                     due = self.avg_due(pend, avg_at_start)
                     if due is not None and now >= due:
                         submit, why = True, f"{self.policy} wait before the end"
-                elif pend is not None and self.policy in livewait.WAIT_POLICIES and (
-                        nxt := livewait.next_decision_s(self.policy, (pend - now) * self.scale, self.step_s,
-                                                        self.guarantee_at_s, link.asked_at)) is not None:
+                elif (
+                    pend is not None
+                    and self.policy in livewait.WAIT_POLICIES
+                    and (
+                        nxt := livewait.next_decision_s(
+                            self.policy, (pend - now) * self.scale, self.step_s, self.guarantee_at_s, link.asked_at
+                        )
+                    )
+                    is not None
+                ):
                     ans = self.wait_answer(jobs, nodes, now)
                     submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, nxt, self.guarantee_margin_h)
                     raw = ans["wp_wait_s" if self.policy == "wait-pred" else "wp_bound_s"] / 3600.0
@@ -287,11 +331,26 @@ class Keeper:
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1
                     why = "model" if submit else ""
-                self._log({"event": "decision", "link": k, "submit": submit, "why": why, "model_output": raw,
-                           "inputs": inputs})
-                self.progress.maybe("link %d of %d: predecessor %s %s, %s pending, %s running, %s idle nodes",
-                                    k + 1, self.links, pred, inputs["pred_state"], inputs["pending"],
-                                    inputs["running"], inputs["idle_nodes"])
+                self._log(
+                    {
+                        "event": "decision",
+                        "link": k,
+                        "submit": submit,
+                        "why": why,
+                        "model_output": raw,
+                        "inputs": inputs,
+                    }
+                )
+                self.progress.maybe(
+                    "link %d of %d: predecessor %s %s, %s pending, %s running, %s idle nodes",
+                    k + 1,
+                    self.links,
+                    pred,
+                    inputs["pred_state"],
+                    inputs["pending"],
+                    inputs["running"],
+                    inputs["idle_nodes"],
+                )
                 if submit:
                     link.model_output = raw
                     link.succ = self.submit(str(k + 1))
@@ -315,8 +374,13 @@ class Keeper:
                 if q is not None and q.state in RUNNING_STATES and q.start is not None:
                     link.succ_start = q.start
                     break
-                self.progress.maybe("link %d of %d: successor %s %s", k + 1, self.links, link.succ,
-                                    q.state if q is not None else "not in the queue")
+                self.progress.maybe(
+                    "link %d of %d: successor %s %s",
+                    k + 1,
+                    self.links,
+                    link.succ,
+                    q.state if q is not None else "not in the queue",
+                )
                 now = self.clock()
                 if now >= next_tick:
                     self.snaps.append(self.snapshot(jobs, nodes, now))
@@ -324,13 +388,26 @@ class Keeper:
                 self.sleep(min(1.0, step_real))
             pend = link.pred_start + self.run_s
             signed = (link.succ_start - pend) * self.scale / 3600
-            res = {"link": k, "policy": self.policy, "chain": self.chain, "pred": link.pred, "succ": link.succ,
-                   "pred_submit": link.pred_submit, "pred_start": link.pred_start, "pred_end": pend,
-                   "succ_submit": link.succ_submit, "succ_start": link.succ_start,
-                   "decision_lead_trace_h": (pend - link.succ_submit) * self.scale / 3600,
-                   "signed_interruption_h": signed, "interruption_h": max(signed, 0.0),
-                   "overlap_h": max(-signed, 0.0) + 0.0, "wasted_node_h": self.node * max(-signed, 0.0) + 0.0,
-                   "forced": link.forced, "model_output": link.model_output, "n_decisions": link.n_decisions}
+            res = {
+                "link": k,
+                "policy": self.policy,
+                "chain": self.chain,
+                "pred": link.pred,
+                "succ": link.succ,
+                "pred_submit": link.pred_submit,
+                "pred_start": link.pred_start,
+                "pred_end": pend,
+                "succ_submit": link.succ_submit,
+                "succ_start": link.succ_start,
+                "decision_lead_trace_h": (pend - link.succ_submit) * self.scale / 3600,
+                "signed_interruption_h": signed,
+                "interruption_h": max(signed, 0.0),
+                "overlap_h": max(-signed, 0.0) + 0.0,
+                "wasted_node_h": self.node * max(-signed, 0.0) + 0.0,
+                "forced": link.forced,
+                "model_output": link.model_output,
+                "n_decisions": link.n_decisions,
+            }
             self._log({"event": "link_done", **res})
             results.append(res)
             pred, pred_submit = link.succ, link.succ_submit
@@ -349,12 +426,16 @@ def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]],
     from ..calibration import atprobe
 
     if atprobe.uses_features(fn.feature_names):
-        raise ValueError(f"{uri}: trained with the wait predictor's channels (merge --waitpred-features), which the "
-                         "keeper does not compute; use --policy wait-pred or guarantee with --waitpred for the "
-                         "predictor on a live queue")
+        raise ValueError(
+            f"{uri}: trained with the wait predictor's channels (merge --waitpred-features), which the "
+            "keeper does not compute; use --policy wait-pred or guarantee with --waitpred for the "
+            "predictor on a live queue"
+        )
     if list(fn.feature_names) != list(features.FEATURE_NAMES):
-        raise ValueError(f"{uri}: the model was trained on other features ({len(fn.feature_names)}), "
-                         f"the keeper builds {len(features.FEATURE_NAMES)}")
+        raise ValueError(
+            f"{uri}: the model was trained on other features ({len(fn.feature_names)}), "
+            f"the keeper builds {len(features.FEATURE_NAMES)}"
+        )
 
     def decide(hist: np.ndarray) -> tuple[bool, float]:
         d = fn.decide(hist[None])
@@ -363,8 +444,13 @@ def model_decider(uri: str) -> tuple[Callable[[np.ndarray], tuple[bool, float]],
     from ..sim.probes import trained_offsets_s, trained_span_s
 
     sp = (fn.config.get("data") or {}).get("sample_params")
-    return decide, {"window": fn.window, "kind": fn.kind, "decision": fn.decision_rule,
-                    "trained_span_s": trained_span_s(sp), "trained_offsets_s": trained_offsets_s(sp)}
+    return decide, {
+        "window": fn.window,
+        "kind": fn.kind,
+        "decision": fn.decision_rule,
+        "trained_span_s": trained_span_s(sp),
+        "trained_offsets_s": trained_offsets_s(sp),
+    }
 
 
 def env_for(conf: str | None) -> dict[str, str]:

@@ -31,8 +31,15 @@ from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
 PRED_TAG, SUCC_TAG = -2, -3
 
 
-def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, accounting: bool = False,
-                recalc_t: float | None = None, late: tuple[float, int] | None = None) -> Simulator:
+def _background(
+    jobs: pd.DataFrame,
+    cfg: SimConfig,
+    factor: float,
+    t0: int,
+    accounting: bool = False,
+    recalc_t: float | None = None,
+    late: tuple[float, int] | None = None,
+) -> Simulator:
     sim = Simulator(sim_config(cfg, factor, accounting), t0)
     sim.static_default = 0.0
     if late is not None:  # (trace instant, k): k of the nodes join only then, as the session's late nodes did
@@ -40,20 +47,42 @@ def _background(jobs: pd.DataFrame, cfg: SimConfig, factor: float, t0: int, acco
     align_recalc(sim, recalc_t)
     ok = jobs[jobs["submit_t"].notna()]
     for idx, r in submission_order(ok).iterrows():
-        j = sim.add_job(int(round(r["submit_t"])), int(round(r["sleep_s"] * factor)), int(r["limit_min"] * 60 * factor),
-                        int(r["nodes"]), user=job_user(r, accounting), static=float(r["priority"]), tag=int(idx),
-                        tick=0)
+        j = sim.add_job(
+            int(round(r["submit_t"])),
+            int(round(r["sleep_s"] * factor)),
+            int(r["limit_min"] * 60 * factor),
+            int(r["nodes"]),
+            user=job_user(r, accounting),
+            static=float(r["priority"]),
+            tag=int(idx),
+            tick=0,
+        )
         sim.schedule_submit(j)
     return sim
 
 
-def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: float, node: int, service_s: int,
-            policy: str, priority: float = 0.0, decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
-            step_s: int = 600, window: int = 144, accounting: bool = False, recalc_t: float | None = None,
-            avg_offset_h: float | None = None, waitpred: Callable | None = None,
-            late: tuple[float, int] | None = None, decide_within_s: float | None = None,
-            decide_at_s: tuple[float, ...] | None = None, guarantee_margin_h: float | None = None,
-            guarantee_at_s: tuple[float, ...] | None = None) -> dict:
+def predict(
+    jobs: pd.DataFrame,
+    cfg: SimConfig,
+    factor: float,
+    pred_submit_t: float,
+    node: int,
+    service_s: int,
+    policy: str,
+    priority: float = 0.0,
+    decide: Callable[[np.ndarray], tuple[bool, float]] | None = None,
+    step_s: int = 600,
+    window: int = 144,
+    accounting: bool = False,
+    recalc_t: float | None = None,
+    avg_offset_h: float | None = None,
+    waitpred: Callable | None = None,
+    late: tuple[float, int] | None = None,
+    decide_within_s: float | None = None,
+    decide_at_s: tuple[float, ...] | None = None,
+    guarantee_margin_h: float | None = None,
+    guarantee_at_s: tuple[float, ...] | None = None,
+) -> dict:
     """Signed interruption (h) and the decision the simulator makes for one link (``accounting``:
     the cluster kept accounts, so the background's jobs keep their users; ``recalc_t``: an instant
     of Slurm's fair-share re-reads, :func:`~.compare.align_recalc`; ``late``: (trace instant, k),
@@ -116,8 +145,19 @@ def predict(jobs: pd.DataFrame, cfg: SimConfig, factor: float, pred_submit_t: fl
     sim.submit_now(succ)
     ss = sim.run_until_started(succ)
     signed = (ss - pend) / 3600
-    return {"policy": policy, "sim_pred_start": pstart, "sim_pred_end": pend, "sim_succ_submit": int(t),
-            "sim_succ_start": ss, "sim_signed_interruption_h": signed, "sim_interruption_h": max(signed, 0.0),
-            "sim_overlap_h": max(-signed, 0.0), "sim_wasted_node_h": node * max(-signed, 0.0),
-            "sim_decision_lead_h": (pend - t) / 3600, "sim_avg_wait_h": avg / 3600, "sim_model_output": raw,
-            "sim_n_decisions": n, "sim_backfilled": bool(sim.j_bf[succ])}
+    return {
+        "policy": policy,
+        "sim_pred_start": pstart,
+        "sim_pred_end": pend,
+        "sim_succ_submit": int(t),
+        "sim_succ_start": ss,
+        "sim_signed_interruption_h": signed,
+        "sim_interruption_h": max(signed, 0.0),
+        "sim_overlap_h": max(-signed, 0.0),
+        "sim_wasted_node_h": node * max(-signed, 0.0),
+        "sim_decision_lead_h": (pend - t) / 3600,
+        "sim_avg_wait_h": avg / 3600,
+        "sim_model_output": raw,
+        "sim_n_decisions": n,
+        "sim_backfilled": bool(sim.j_bf[succ]),
+    }

@@ -49,8 +49,9 @@ def _boot(values: np.ndarray, units: np.ndarray, n_boot: int, rng: np.random.Gen
     return float(lo), float(hi)
 
 
-def summary(frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot: int = 2000,
-            seed: int = 0) -> list[dict]:
+def summary(
+    frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
     """One row per policy (``frame``: the links of :meth:`Session.links`, optionally with a
     ``run`` column naming the window each came from)."""
     if frame.empty:
@@ -67,33 +68,53 @@ def summary(frame: pd.DataFrame, factor: float, node: int, w: float = W, n_boot:
     for p, g in f.groupby("policy", sort=False):
         s = g["signed_interruption_h"].to_numpy(float)
         units = g["unit"].to_numpy()
-        row = {"policy": p, "links": int(len(g)), "chains": int(g["unit"].nunique()),
-               "runs": int(g["run"].nunique()), "early": int((~g["forced"].astype(bool)).sum()),
-               "interrupted_h_threshold": tol}
-        for col, vals in (("interruption_h", np.maximum(s, 0.0)), ("wasted_node_h", g["wasted_node_h"].to_numpy(float)),
-                          ("objective", g["objective"].to_numpy(float))):
+        row = {
+            "policy": p,
+            "links": int(len(g)),
+            "chains": int(g["unit"].nunique()),
+            "runs": int(g["run"].nunique()),
+            "early": int((~g["forced"].astype(bool)).sum()),
+            "interrupted_h_threshold": tol,
+        }
+        for col, vals in (
+            ("interruption_h", np.maximum(s, 0.0)),
+            ("wasted_node_h", g["wasted_node_h"].to_numpy(float)),
+            ("objective", g["objective"].to_numpy(float)),
+        ):
             lo, hi = _boot(vals, units, n_boot, rng)
             row.update({col: float(vals.mean()), f"{col}_lo": lo, f"{col}_hi": hi})
         share = interrupted_share(s, tol)
-        row.update(interrupted=share["interrupted_share"], interrupted_lo=share["interrupted_lo"],
-                   interrupted_hi=share["interrupted_hi"])
+        row.update(
+            interrupted=share["interrupted_share"],
+            interrupted_lo=share["interrupted_lo"],
+            interrupted_hi=share["interrupted_hi"],
+        )
         for ref in REFERENCES:
             if ref == p or ref not in set(f["policy"]):
                 continue
-            m = g[key + ["objective", "unit"]].merge(f[f["policy"] == ref][key + ["objective"]], on=key,
-                                                    suffixes=("", "_ref"))
+            m = g[key + ["objective", "unit"]].merge(
+                f[f["policy"] == ref][key + ["objective"]], on=key, suffixes=("", "_ref")
+            )
             d = (m["objective"] - m["objective_ref"]).to_numpy(float)
             lo, hi = _boot(d, m["unit"].to_numpy(), n_boot, rng)
-            row.update({f"vs_{ref}": float(d.mean()) if len(d) else math.nan, f"vs_{ref}_lo": lo,
-                        f"vs_{ref}_hi": hi, f"vs_{ref}_n": int(len(d)),
-                        f"vs_{ref}_verdict": verdict(lo, hi) if lo == lo else "one chain: no interval"})
+            row.update(
+                {
+                    f"vs_{ref}": float(d.mean()) if len(d) else math.nan,
+                    f"vs_{ref}_lo": lo,
+                    f"vs_{ref}_hi": hi,
+                    f"vs_{ref}_n": int(len(d)),
+                    f"vs_{ref}_verdict": verdict(lo, hi) if lo == lo else "one chain: no interval",
+                }
+            )
         if "sim_signed_interruption_h" in g:
             sim = g["sim_signed_interruption_h"].to_numpy(float)
             ok = np.isfinite(sim)
             row["sim_links"] = int(ok.sum())
             row["sim_interruption_h"] = float(np.maximum(sim[ok], 0).mean()) if ok.any() else math.nan
-            row["sim_objective"] = (float(per_sample_objective(sim[ok], node, w).mean()) if ok.any() else math.nan)
-            row["real_objective_same_links"] = float(g["objective"].to_numpy(float)[ok].mean()) if ok.any() else math.nan
+            row["sim_objective"] = float(per_sample_objective(sim[ok], node, w).mean()) if ok.any() else math.nan
+            row["real_objective_same_links"] = (
+                float(g["objective"].to_numpy(float)[ok].mean()) if ok.any() else math.nan
+            )
         rows.append(row)
     return rows
 
@@ -110,29 +131,35 @@ def markdown(rows: list[dict]) -> list[str]:
         return []
     tol = rows[0]["interrupted_h_threshold"]
     refs = [ref for ref in REFERENCES if any(r["policy"] == ref for r in rows)]
-    out = [f"Per policy over every link (95 % intervals: a bootstrap over chains; interrupted: a successor "
-           f"starting over {tol * 60:.0f} trace min after its predecessor's end, Clopper-Pearson; objective: "
-           f"interruption h + {W} x wasted node-h; vs: the objective's paired difference on the same links, "
-           "negative = better):", "",
-           "| policy | runs | chains | links | submitted early | mean interruption (h) | interrupted | wasted node-h "
-           "| objective | " + " | ".join(f"vs {ref}" for ref in refs) + " | simulator: objective (same links, real) |",
-           "|---|---|---|---|---|---|---|---|---|" + "---|" * len(refs) + "---|"]
+    out = [
+        f"Per policy over every link (95 % intervals: a bootstrap over chains; interrupted: a successor "
+        f"starting over {tol * 60:.0f} trace min after its predecessor's end, Clopper-Pearson; objective: "
+        f"interruption h + {W} x wasted node-h; vs: the objective's paired difference on the same links, "
+        "negative = better):",
+        "",
+        "| policy | runs | chains | links | submitted early | mean interruption (h) | interrupted | wasted node-h "
+        "| objective | " + " | ".join(f"vs {ref}" for ref in refs) + " | simulator: objective (same links, real) |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(refs) + "---|",
+    ]
     for r in rows:
         vs = []
         for ref in refs:
             if f"vs_{ref}" not in r:
                 vs.append("-")
                 continue
-            vs.append(f"{_ci(r[f'vs_{ref}'], r[f'vs_{ref}_lo'], r[f'vs_{ref}_hi'], '{:+.2f}')} "
-                      f"({r[f'vs_{ref}_verdict']})")
+            vs.append(
+                f"{_ci(r[f'vs_{ref}'], r[f'vs_{ref}_lo'], r[f'vs_{ref}_hi'], '{:+.2f}')} ({r[f'vs_{ref}_verdict']})"
+            )
         sim = "-"
         if r.get("sim_links"):
             sim = f"{r['sim_objective']:.2f} ({r['real_objective_same_links']:.2f}), {r['sim_links']} links"
-        out.append(f"| {r['policy']} | {r['runs']} | {r['chains']} | {r['links']} | {r['early']} | "
-                   f"{_ci(r['interruption_h'], r['interruption_h_lo'], r['interruption_h_hi'])} | "
-                   f"{_ci(r['interrupted'], r['interrupted_lo'], r['interrupted_hi'], '{:.0%}')} | "
-                   f"{_ci(r['wasted_node_h'], r['wasted_node_h_lo'], r['wasted_node_h_hi'])} | "
-                   f"{_ci(r['objective'], r['objective_lo'], r['objective_hi'])} | " + " | ".join(vs) + f" | {sim} |")
+        out.append(
+            f"| {r['policy']} | {r['runs']} | {r['chains']} | {r['links']} | {r['early']} | "
+            f"{_ci(r['interruption_h'], r['interruption_h_lo'], r['interruption_h_hi'])} | "
+            f"{_ci(r['interrupted'], r['interrupted_lo'], r['interrupted_hi'], '{:.0%}')} | "
+            f"{_ci(r['wasted_node_h'], r['wasted_node_h_lo'], r['wasted_node_h_hi'])} | "
+            f"{_ci(r['objective'], r['objective_lo'], r['objective_hi'])} | " + " | ".join(vs) + f" | {sim} |"
+        )
     return out
 
 

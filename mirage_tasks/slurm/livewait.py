@@ -38,8 +38,18 @@ from .queue import PENDING_STATES, RUNNING_STATES, QJob
 WAIT_POLICIES = ("wait-pred", "guarantee", "guarantee-cal")
 
 
-def live_row(wp: Any, cfg: Any, jobs: list[QJob], nodes_info: dict[str, int], now: float, scale: float,
-             trace_clock: tuple[float, float], recent_trace_s: list[float], node: int, limit_s: float) -> dict:
+def live_row(
+    wp: Any,
+    cfg: Any,
+    jobs: list[QJob],
+    nodes_info: dict[str, int],
+    now: float,
+    scale: float,
+    trace_clock: tuple[float, float],
+    recent_trace_s: list[float],
+    node: int,
+    limit_s: float,
+) -> dict:
     """The predictor's completed input row for a ``node`` x ``limit_s`` (trace s) request at real
     instant ``now``, from one queue reading (``trace_clock`` = (real instant, its trace time))."""
     real0, trace0 = trace_clock
@@ -55,17 +65,30 @@ def live_row(wp: Any, cfg: Any, jobs: list[QJob], nodes_info: dict[str, int], no
     order = np.array([int(q.job_id) if q.job_id.isdigit() else i for i, q in enumerate(pend)], dtype=np.int64)
     C = float(nodes_info.get("total", 0) - nodes_info.get("down", 0))
     row = atsubmit.queue_row(
-        t, C, atsubmit.priority_weights(cfg),
-        np.array([tr(q.start) for q in run], dtype=np.float64), r_lim, r_lim,
+        t,
+        C,
+        atsubmit.priority_weights(cfg),
+        np.array([tr(q.start) for q in run], dtype=np.float64),
+        r_lim,
+        r_lim,
         np.array([q.nodes for q in run], dtype=np.float64),
-        np.array([tr(q.submit if q.submit is not None else now) for q in pend], dtype=np.float64), p_lim, p_lim,
-        np.array([q.nodes for q in pend], dtype=np.float64), np.argsort(np.argsort(order)),
-        float(node), float(limit_s), float(limit_s), list(recent_trace_s)[-atsubmit.RECENT_N:], None)
+        np.array([tr(q.submit if q.submit is not None else now) for q in pend], dtype=np.float64),
+        p_lim,
+        p_lim,
+        np.array([q.nodes for q in pend], dtype=np.float64),
+        np.argsort(np.argsort(order)),
+        float(node),
+        float(limit_s),
+        float(limit_s),
+        list(recent_trace_s)[-atsubmit.RECENT_N :],
+        None,
+    )
     return wp.finish(row, t, node, int(limit_s))
 
 
-def next_decision_s(policy: str, left_s: float, step_s: float, at_s: tuple[float, ...] | None,
-                    asked: set) -> float | None:
+def next_decision_s(
+    policy: str, left_s: float, step_s: float, at_s: tuple[float, ...] | None, asked: set
+) -> float | None:
     """Trace seconds from now to the rule's next decision when it is asked at a reading with
     ``left_s`` to the predecessor's end, None when it is not asked there. ``wait-pred`` and
     ``guarantee`` are asked every step; ``guarantee-cal`` only at the first reading at or past each
@@ -79,8 +102,7 @@ def next_decision_s(policy: str, left_s: float, step_s: float, at_s: tuple[float
     return left_s - max([o for o in at_s if o < left_s], default=0.0)
 
 
-def decide(policy: str, answer: dict[str, float], left_s: float, next_s: float,
-           margin_h: float | None = 0.0) -> bool:
+def decide(policy: str, answer: dict[str, float], left_s: float, next_s: float, margin_h: float | None = 0.0) -> bool:
     """The rule of ``policy`` on the predictor's ``answer`` with ``left_s`` trace seconds to the
     predecessor's end and ``next_s`` to the next decision. ``guarantee-cal`` is guarantee's test
     with the conformal margin ``margin_h`` its calibration chose (the probe replay's

@@ -117,8 +117,18 @@ def parse_squeue(text: str) -> list[QJob]:
         f = ln.split("|", 7)
         if len(f) != 8:
             raise SlurmError(f"squeue line with {len(f)} fields, expected 8: {ln!r}")
-        out.append(QJob(job_id=f[0], state=f[1], nodes=int(f[2]), limit_s=limit_seconds(f[3]),
-                        submit=slurm_time(f[4]), start=slurm_time(f[5]), user=f[6], name=f[7]))
+        out.append(
+            QJob(
+                job_id=f[0],
+                state=f[1],
+                nodes=int(f[2]),
+                limit_s=limit_seconds(f[3]),
+                submit=slurm_time(f[4]),
+                start=slurm_time(f[5]),
+                user=f[6],
+                name=f[7],
+            )
+        )
     return out
 
 
@@ -166,8 +176,15 @@ class LiveView:
     one reading of the live queue (times in the model's clock: ``scale`` trace seconds
     per real second, so a compressed cluster looks like the trace it replays)."""
 
-    def __init__(self, jobs: list[QJob], nodes: dict[str, int], now: float | None = None, scale: float = 1.0,
-                 exclude: set[str] | None = None, origin: float = 0.0):
+    def __init__(
+        self,
+        jobs: list[QJob],
+        nodes: dict[str, int],
+        now: float | None = None,
+        scale: float = 1.0,
+        exclude: set[str] | None = None,
+        origin: float = 0.0,
+    ):
         now = time.time() if now is None else now
         self.now = (now - origin) * scale
         self.j_limit, self.j_nodes, self.j_submit, self.j_start = [], [], [], []

@@ -54,13 +54,23 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
         return policy.slurm_priority(wl, i, static_default)
 
     def add(i: int, kind: str, at_s: float, dur: int, limit: int, p: float) -> None:
-        rows.append({"trace_job_id": str(wl.job_id[i]), "kind": kind, "user": int(wl.user[i]),
-                     "trace_submit": int(wl.submit[i]),
-                     "trace_start": int(wl.real_start[i]), "nodes": int(wl.nodes[i]),
-                     "duration_s": int(dur), "limit_s": int(limit), "priority": p,
-                     "offset_real_s": at_s, "sleep_s": round(max(dur, 1) / factor, 3),
-                     "limit_min": max(1, math.ceil(limit / factor / 60)),
-                     "too_big": bool(wl.nodes[i] > cfg.nodes)})
+        rows.append(
+            {
+                "trace_job_id": str(wl.job_id[i]),
+                "kind": kind,
+                "user": int(wl.user[i]),
+                "trace_submit": int(wl.submit[i]),
+                "trace_start": int(wl.real_start[i]),
+                "nodes": int(wl.nodes[i]),
+                "duration_s": int(dur),
+                "limit_s": int(limit),
+                "priority": p,
+                "offset_real_s": at_s,
+                "sleep_s": round(max(dur, 1) / factor, 3),
+                "limit_min": max(1, math.ceil(limit / factor / 60)),
+                "too_big": bool(wl.nodes[i] > cfg.nodes),
+            }
+        )
 
     for i in running[np.lexsort((running, wl.real_start[running]))]:
         rem = int(wl.real_start[i] + wl.duration[i] - t0)
@@ -69,8 +79,7 @@ def plan(wl: Workload, cfg: SimConfig, t0: int, t1: int, factor: float) -> pd.Da
     for i in pending:
         add(int(i), "pending_at_start", 0.0, int(wl.duration[i]), int(wl.limit[i]), prio(int(i)))
     for i in wl.window(t0, t1 - 1):
-        add(int(i), "window", (int(wl.submit[i]) - t0) / factor, int(wl.duration[i]), int(wl.limit[i]),
-            prio(int(i)))
+        add(int(i), "window", (int(wl.submit[i]) - t0) / factor, int(wl.duration[i]), int(wl.limit[i]), prio(int(i)))
     df = pd.DataFrame(rows)
     if len(df):
         df["nice"] = -np.round(df["priority"]).astype(np.int64)
@@ -114,9 +123,19 @@ def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
 
 
 def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str, accounts: bool = False) -> str:
-    args = ["sbatch", "--parsable", f"--job-name={tag}", "-N", str(row["nodes"]), "--exclusive",
-            f"--time={row['limit_min']}", f"--chdir={workdir}", "--output=/dev/null",
-            f"--comment=trace:{row['trace_job_id']}", f"--wrap=exec sleep {row['sleep_s']}"]
+    args = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={tag}",
+        "-N",
+        str(row["nodes"]),
+        "--exclusive",
+        f"--time={row['limit_min']}",
+        f"--chdir={workdir}",
+        "--output=/dev/null",
+        f"--comment=trace:{row['trace_job_id']}",
+        f"--wrap=exec sleep {row['sleep_s']}",
+    ]
     if row["nice"]:
         args.insert(2, f"--nice={int(row['nice'])}")
     if accounts:  # the trace user's account (a cluster with accounting: conf.associations)
@@ -124,10 +143,22 @@ def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str, accounts: bo
     return run_client(args, env, timeout=60).strip().split(";")[0]
 
 
-def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0: int, tag: str = "mr",
-        drain_s: float = 600.0, poll_s: float = 1.0, workdir: str = "/tmp",
-        stop=None, submitted: dict[int, str] | None = None, progress_s: float = 60.0,
-        accounts: bool = False, hold: bool = False) -> tuple[pd.DataFrame, dict]:
+def run(
+    jobs: pd.DataFrame,
+    env: dict[str, str],
+    jobcomp: str,
+    factor: float,
+    t0: int,
+    tag: str = "mr",
+    drain_s: float = 600.0,
+    poll_s: float = 1.0,
+    workdir: str = "/tmp",
+    stop=None,
+    submitted: dict[int, str] | None = None,
+    progress_s: float = 60.0,
+    accounts: bool = False,
+    hold: bool = False,
+) -> tuple[pd.DataFrame, dict]:
     """Submit ``jobs`` (from :func:`plan`) on schedule, wait until every scored job has started
     (or ``drain_s`` real seconds after the last submission), record Slurm's times, cancel
     what is left of *these* jobs. Returns (jobs with Slurm times, run facts). ``stop`` (a
@@ -181,13 +212,22 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
                 elif j is None:
                     started.setdefault(jid, float("nan"))  # finished: the jobcomp log has it
             if hold:  # only ``stop`` ends a held background
-                said.maybe("all %d jobs submitted; %d of %d scored jobs started; held until the session stops",
-                           len(ids), len(scored & started.keys()), n_scored)
+                said.maybe(
+                    "all %d jobs submitted; %d of %d scored jobs started; held until the session stops",
+                    len(ids),
+                    len(scored & started.keys()),
+                    n_scored,
+                )
             elif scored <= started.keys():
                 break
             else:
-                said.maybe("all %d jobs submitted; %d of %d scored jobs started; waiting up to %.0f s more",
-                           len(ids), len(scored & started.keys()), n_scored, deadline - time.time())
+                said.maybe(
+                    "all %d jobs submitted; %d of %d scored jobs started; waiting up to %.0f s more",
+                    len(ids),
+                    len(scored & started.keys()),
+                    n_scored,
+                    deadline - time.time(),
+                )
             if stop is not None:
                 stop.wait(poll_s)
             else:
@@ -232,6 +272,7 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
         out.at[i, "slurm_state"] = state
         if st is not None and rec.get("NodeList") not in (None, "", "(null)", "None"):
             out.at[i, "slurm_nodes"] = rec["NodeList"]
+
     def to_trace(col: str) -> pd.Series:
         return t0 + (out[col] - origin) * factor
 
@@ -239,12 +280,21 @@ def run(jobs: pd.DataFrame, env: dict[str, str], jobcomp: str, factor: float, t0
     out["start_t"] = to_trace("slurm_start")
     out["slurm_wait_trace_s"] = (out["slurm_start"] - out["slurm_submit"]) * factor
     horizon = time.time()
-    facts = {"origin_epoch": origin, "horizon_t": t0 + (horizon - origin) * factor, "submissions": len(ids), "submit_span_real_s": round(last_sub - origin, 1),
-             "wall_s": round(time.time() - origin, 1), "cpu_s_client": round(time.process_time() - t_cpu, 2),
-             "submit_lateness_max_s": round(max(lateness), 3) if lateness else 0.0,
-             "submit_lateness_mean_s": round(float(np.mean(lateness)), 3) if lateness else 0.0,
-             "scored": len(scored), "scored_started": int(sum(1 for j in scored if j in started or
-                                                               slurm_time(comp.get(j, {}).get("StartTime", "")))),
-             "cancelled_at_end": len(left), "too_big_skipped": int(jobs["too_big"].sum()) if len(jobs) else 0,
-             "loadavg_end": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None}
+    facts = {
+        "origin_epoch": origin,
+        "horizon_t": t0 + (horizon - origin) * factor,
+        "submissions": len(ids),
+        "submit_span_real_s": round(last_sub - origin, 1),
+        "wall_s": round(time.time() - origin, 1),
+        "cpu_s_client": round(time.process_time() - t_cpu, 2),
+        "submit_lateness_max_s": round(max(lateness), 3) if lateness else 0.0,
+        "submit_lateness_mean_s": round(float(np.mean(lateness)), 3) if lateness else 0.0,
+        "scored": len(scored),
+        "scored_started": int(
+            sum(1 for j in scored if j in started or slurm_time(comp.get(j, {}).get("StartTime", "")))
+        ),
+        "cancelled_at_end": len(left),
+        "too_big_skipped": int(jobs["too_big"].sum()) if len(jobs) else 0,
+        "loadavg_end": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
+    }
     return out, facts

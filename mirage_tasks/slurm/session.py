@@ -48,20 +48,20 @@ class Session:
     keeper: dict[str, Any]
     decide: Callable | None = None
     chains: int = 1
-    stagger_s: float = 0.0                   # trace seconds between the starts of chains c and c + 1
-    offset_s: float = 0.0                    # trace seconds from the session's start to chain 0's start
-    background: pd.DataFrame | None = None   # a replay plan (:func:`.replay.plan`), or none
-    t0: int = 0                              # the background window's start (trace time)
-    accounting: bool = False                 # the background's jobs name their users' accounts
-    owns_cluster: bool = False               # a cluster started for this session: its chains are cancelled too
+    stagger_s: float = 0.0  # trace seconds between the starts of chains c and c + 1
+    offset_s: float = 0.0  # trace seconds from the session's start to chain 0's start
+    background: pd.DataFrame | None = None  # a replay plan (:func:`.replay.plan`), or none
+    t0: int = 0  # the background window's start (trace time)
+    accounting: bool = False  # the background's jobs name their users' accounts
+    owns_cluster: bool = False  # a cluster started for this session: its chains are cancelled too
     results: dict[str, list[dict]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     bg_out: pd.DataFrame | None = None
     bg_facts: dict | None = None
-    recalc_epoch: float | None = None        # when slurmctld last re-read usage (a local cluster's state)
+    recalc_epoch: float | None = None  # when slurmctld last re-read usage (a local cluster's state)
     submit_epochs: dict[str, float] | None = None  # slurmctld's logged submission instant per job id
     late_nodes: list[str] = field(default_factory=list)  # drained until chain 0 starts (a cluster this session owns)
-    join_epoch: float | None = None          # when the late nodes were resumed (real epoch)
+    join_epoch: float | None = None  # when the late nodes were resumed (real epoch)
 
     def run(self, deadline_s: float) -> None:
         """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
@@ -88,9 +88,19 @@ class Session:
                     from .replay import run as replay_run
 
                     try:
-                        box["out"] = replay_run(jobs, self.env, self.jobcomp, self.keeper["scale"], self.t0, tag="bg",
-                                                drain_s=0.0, stop=stop, submitted=bg_ids, accounts=self.accounting,
-                                                hold=True)
+                        box["out"] = replay_run(
+                            jobs,
+                            self.env,
+                            self.jobcomp,
+                            self.keeper["scale"],
+                            self.t0,
+                            tag="bg",
+                            drain_s=0.0,
+                            stop=stop,
+                            submitted=bg_ids,
+                            accounts=self.accounting,
+                            hold=True,
+                        )
                     except Exception as exc:  # noqa: BLE001 - reported below
                         box["error"] = repr(exc)
 
@@ -102,10 +112,20 @@ class Session:
                     if _submitted_warm(self.env, warm):
                         break
             extra = {"trace_clock": clock} if clock is not None else {}
-            keepers = {(p, c): kp.Keeper(env=self.env, policy=p, decide=self.decide if p == "model" else None,
-                                         tag=f"svc-{p}" + (f"-c{c}" if c else ""), chain=c, sleep=nap,
-                                         **extra, **self.keeper)
-                       for c in range(self.chains) for p in self.policies}
+            keepers = {
+                (p, c): kp.Keeper(
+                    env=self.env,
+                    policy=p,
+                    decide=self.decide if p == "model" else None,
+                    tag=f"svc-{p}" + (f"-c{c}" if c else ""),
+                    chain=c,
+                    sleep=nap,
+                    **extra,
+                    **self.keeper,
+                )
+                for c in range(self.chains)
+                for p in self.policies
+            }
             scale = float(self.keeper.get("scale", 1.0))
             lock = threading.Lock()
 
@@ -173,8 +193,10 @@ class Session:
         simulator, in the replayed background plus the other chains' jobs as they were really
         submitted (:meth:`_service_jobs`); submission instants from slurmctld's log where
         ``submit_epochs`` has them."""
-        rows = sorted((r for p in self.policies for r in self.results.get(p, [])),
-                      key=lambda r: (self.policies.index(r["policy"]), r.get("chain", 0), r["link"]))
+        rows = sorted(
+            (r for p in self.policies for r in self.results.get(p, [])),
+            key=lambda r: (self.policies.index(r["policy"]), r.get("chain", 0), r["link"]),
+        )
         frame = pd.DataFrame(rows)
         if self.bg_out is None or not len(frame):
             return frame
@@ -197,26 +219,60 @@ class Session:
             if r["link"] != 0:
                 continue
             chain = (r["policy"], r.get("chain", 0))
-            others = self._service_jobs(rows, skip=chain, submitted=submitted, limit_min=limit_min, node=node,
-                                        priority=-nice, origin=origin, factor=factor)
+            others = self._service_jobs(
+                rows,
+                skip=chain,
+                submitted=submitted,
+                limit_min=limit_min,
+                node=node,
+                priority=-nice,
+                origin=origin,
+                factor=factor,
+            )
             ps_t = self.t0 + (submitted(r.get("pred"), r["pred_submit"]) - origin) * factor
-            sims.append({"policy": r["policy"], "chain": chain[1], "link": 0,
-                         **predict(pd.concat([self.bg_out, others], ignore_index=True) if len(others) else self.bg_out,
-                                   cfg, factor, ps_t, node, limit_s, r["policy"], -nice,
-                                   self.decide if r["policy"] == "model" else None, int(step_s),
-                                   accounting=self.accounting, recalc_t=recalc_t,
-                                   avg_offset_h=self.keeper.get("avg_offset_h"),
-                                   waitpred=self.keeper.get("waitpred"), late=late,
-                                   decide_within_s=self.keeper.get("decide_within_s"),
-                                   decide_at_s=self.keeper.get("decide_at_s"),
-                                   guarantee_margin_h=self.keeper.get("guarantee_margin_h"),
-                                   guarantee_at_s=self.keeper.get("guarantee_at_s"))})
+            sims.append(
+                {
+                    "policy": r["policy"],
+                    "chain": chain[1],
+                    "link": 0,
+                    **predict(
+                        pd.concat([self.bg_out, others], ignore_index=True) if len(others) else self.bg_out,
+                        cfg,
+                        factor,
+                        ps_t,
+                        node,
+                        limit_s,
+                        r["policy"],
+                        -nice,
+                        self.decide if r["policy"] == "model" else None,
+                        int(step_s),
+                        accounting=self.accounting,
+                        recalc_t=recalc_t,
+                        avg_offset_h=self.keeper.get("avg_offset_h"),
+                        waitpred=self.keeper.get("waitpred"),
+                        late=late,
+                        decide_within_s=self.keeper.get("decide_within_s"),
+                        decide_at_s=self.keeper.get("decide_at_s"),
+                        guarantee_margin_h=self.keeper.get("guarantee_margin_h"),
+                        guarantee_at_s=self.keeper.get("guarantee_at_s"),
+                    ),
+                }
+            )
         if "chain" not in frame:
             frame["chain"] = 0
         return frame.merge(pd.DataFrame(sims), on=["policy", "chain", "link"], how="left")
 
-    def _service_jobs(self, rows: list[dict], skip: tuple, submitted: Callable, limit_min: int, node: int,
-                      priority: float, origin: float, factor: float) -> pd.DataFrame:
+    def _service_jobs(
+        self,
+        rows: list[dict],
+        skip: tuple,
+        submitted: Callable,
+        limit_min: int,
+        node: int,
+        priority: float,
+        origin: float,
+        factor: float,
+    ) -> pd.DataFrame:
         """The other chains' jobs as replayed background rows: every predecessor and successor
         they submitted, at its real submission instant, running its whole limit (each service
         job does), with the service's priority and no trace user. The simulator predicting one
@@ -229,10 +285,19 @@ class Session:
                 if jid is None or at is None or at != at or jid in seen:
                     continue
                 seen.add(jid)
-                out.append({"trace_job_id": f"svc:{jid}", "kind": "service", "slurm_id": str(jid), "nodes": node,
-                            "submit_t": self.t0 + (submitted(jid, at) - origin) * factor,
-                            "sleep_s": float(limit_min * 60), "limit_min": limit_min, "priority": float(priority),
-                            "too_big": False})
+                out.append(
+                    {
+                        "trace_job_id": f"svc:{jid}",
+                        "kind": "service",
+                        "slurm_id": str(jid),
+                        "nodes": node,
+                        "submit_t": self.t0 + (submitted(jid, at) - origin) * factor,
+                        "sleep_s": float(limit_min * 60),
+                        "limit_min": limit_min,
+                        "priority": float(priority),
+                        "too_big": False,
+                    }
+                )
         return pd.DataFrame(out)
 
 
@@ -265,14 +330,23 @@ def markdown(frame: pd.DataFrame, policy: str, node: int, service_hours: float, 
 
     lines = [f"# Service keeper: policies {policy}, {node} node(s), {service_hours:g} h jobs, x{factor:g}", ""]
     lines += summary_md(summary(frame, factor, node)) + [""] if len(frame) else []
-    lines += ["| policy | chain | link | signed interruption (h) | wasted node-h | decision lead (h) | forced "
-              "| simulator: signed (h) | simulator: wasted node-h |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| policy | chain | link | signed interruption (h) | wasted node-h | decision lead (h) | forced "
+        "| simulator: signed (h) | simulator: wasted node-h |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in frame.to_dict("records"):
         sim = r.get("sim_signed_interruption_h", float("nan"))
         simw = r.get("sim_wasted_node_h", float("nan"))
-        lines.append(f"| {r['policy']} | {r.get('chain', 0)} | {r['link']} | {r['signed_interruption_h']:+.2f} | "
-                     f"{r['wasted_node_h']:.2f} | {r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | "
-                     f"{simw:.2f} |")
-    lines += ["", f"load {facts['loadavg_start']} -> {facts['loadavg_end']}, keeper CPU {facts['cpu_s']} s, "
-              f"errors {facts['errors'] or 'none'}", ""]
+        lines.append(
+            f"| {r['policy']} | {r.get('chain', 0)} | {r['link']} | {r['signed_interruption_h']:+.2f} | "
+            f"{r['wasted_node_h']:.2f} | {r['decision_lead_trace_h']:.2f} | {r['forced']} | {sim:+.2f} | "
+            f"{simw:.2f} |"
+        )
+    lines += [
+        "",
+        f"load {facts['loadavg_start']} -> {facts['loadavg_end']}, keeper CPU {facts['cpu_s']} s, "
+        f"errors {facts['errors'] or 'none'}",
+        "",
+    ]
     return "\n".join(lines)

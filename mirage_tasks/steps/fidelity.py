@@ -62,19 +62,32 @@ log = logging.getLogger(__name__)
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"lead_in_days": (0, 366), "episode_days": (0, 3660)}
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="normalised trace (ingest output prefix or .parquet)")
     p.add_argument("--from", dest="t_from", required=True, help="first submit time (ISO, UTC if no offset)")
     p.add_argument("--to", dest="t_to", required=True, help="end of the window, exclusive (ISO)")
     p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--compare", nargs="*", default=["reference"],
-                   help="extra configurations to report (presets or JSON files; default: reference)")
+    p.add_argument(
+        "--compare",
+        nargs="*",
+        default=["reference"],
+        help="extra configurations to report (presets or JSON files; default: reference)",
+    )
     p.add_argument("--sweep-nodes", default="", help="comma list of cluster sizes to add for the tested config")
-    p.add_argument("--lead-in-days", type=float, default=0.0,
-                   help="start each replay this many days before its window; only the window's jobs are scored")
-    p.add_argument("--episode-days", type=float, default=0.0,
-                   help="replay independent windows of this many days (Mirage episodes: 5) instead of one "
-                        "continuous run; each window starts warm or empty as its configuration says")
+    p.add_argument(
+        "--lead-in-days",
+        type=float,
+        default=0.0,
+        help="start each replay this many days before its window; only the window's jobs are scored",
+    )
+    p.add_argument(
+        "--episode-days",
+        type=float,
+        default=0.0,
+        help="replay independent windows of this many days (Mirage episodes: 5) instead of one "
+        "continuous run; each window starts warm or empty as its configuration says",
+    )
     add_config_arguments(p)
 
 
@@ -108,8 +121,13 @@ def run(args: argparse.Namespace) -> int:
     for n in sweep_nodes(args.sweep_nodes):
         configs[f"tested@{n}"] = cfg.replace(nodes=n)
     lead_in = int(round(args.lead_in_days * 86400))
-    params = {"from": t_from.isoformat(), "to": t_to.isoformat(), "episode_days": args.episode_days,
-              "lead_in_s": lead_in, "configs": {k: c.to_dict() for k, c in configs.items()}}
+    params = {
+        "from": t_from.isoformat(),
+        "to": t_to.isoformat(),
+        "episode_days": args.episode_days,
+        "lead_in_s": lead_in,
+        "configs": {k: c.to_dict() for k, c in configs.items()},
+    }
     wl = Workload.from_frame(df, cfg.procs_per_node or None)
     a, b = int(t_from.timestamp()), int(t_to.timestamp())
     if len(wl.submit) == 0:
@@ -119,8 +137,10 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(why)
     big = too_big(wl, cfg, a, b, lead_in)
     if big:
-        raise StepError(f"{big['jobs']} job(s) of the window ask for up to {big['largest_nodes']} nodes, more than "
-                        f"the tested configuration's {cfg.nodes}: raise --nodes (or the config's 'nodes')")
+        raise StepError(
+            f"{big['jobs']} job(s) of the window ask for up to {big['largest_nodes']} nodes, more than "
+            f"the tested configuration's {cfg.nodes}: raise --nodes (or the config's 'nodes')"
+        )
     step = Step("fidelity", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -130,24 +150,39 @@ def run(args: argparse.Namespace) -> int:
     for name, c in configs.items():
         big = too_big(wl, c, a, b, lead_in)
         if big:
-            msg = (f"{big['jobs']} job(s) of the window need up to {big['largest_nodes']} nodes; this configuration "
-                   f"has {big['config_nodes']}")
+            msg = (
+                f"{big['jobs']} job(s) of the window need up to {big['largest_nodes']} nodes; this configuration "
+                f"has {big['config_nodes']}"
+            )
             log.warning("fidelity: %s skipped: %s", name, msg)
             print(f"fidelity {name}: SKIPPED ({msg})", flush=True)
-            reports[name] = {"config": c.to_dict(), "skipped": msg, **big, "pooled": {"n": 0}, "months": {},
-                             "node_classes": {}}
+            reports[name] = {
+                "config": c.to_dict(),
+                "skipped": msg,
+                **big,
+                "pooled": {"n": 0},
+                "months": {},
+                "node_classes": {},
+            }
             continue
         log.info("fidelity: replaying %s", name)
         reports[name], frame = report(wl, c, a, b, args.episode_days, lead_in, tz)
         frames.append(frame.assign(config=name))
         p = reports[name]["pooled"]
-        print(f"fidelity {name}: n={p.get('n')} MAE {p.get('mae_h', float('nan')):.2f} h "
-              f"(zero-wait {p.get('zero_mae_h', float('nan')):.2f} h), within 1 h "
-              f"{p.get('within_1h', float('nan')):.1%} (zero-wait {p.get('zero_within_1h', float('nan')):.1%}), "
-              f"Spearman {p.get('spearman', float('nan')):.2f}, daily corr {p.get('daily_corr', float('nan')):.2f}",
-              flush=True)
-    doc = {"trace_fingerprint": wl.fingerprint, **params, "timezone": tz, "reports": reports,
-           "targets": {"mae_h_max": 2.5, "within_1h_min": 0.75, "spearman_min": 0.65, "daily_corr_min": 0.8}}
+        print(
+            f"fidelity {name}: n={p.get('n')} MAE {p.get('mae_h', float('nan')):.2f} h "
+            f"(zero-wait {p.get('zero_mae_h', float('nan')):.2f} h), within 1 h "
+            f"{p.get('within_1h', float('nan')):.1%} (zero-wait {p.get('zero_within_1h', float('nan')):.1%}), "
+            f"Spearman {p.get('spearman', float('nan')):.2f}, daily corr {p.get('daily_corr', float('nan')):.2f}",
+            flush=True,
+        )
+    doc = {
+        "trace_fingerprint": wl.fingerprint,
+        **params,
+        "timezone": tz,
+        "reports": reports,
+        "targets": {"mae_h_max": 2.5, "within_1h_min": 0.75, "spearman_min": 0.65, "daily_corr_min": 0.8},
+    }
     step.write_json("fidelity.json", doc)
     waits = pd.concat(frames, ignore_index=True)
     waits = waits[["config", "job_id", "submit", "nodes", "real_wait_s", "sim_wait_s"]]
@@ -155,18 +190,22 @@ def run(args: argparse.Namespace) -> int:
     buf = io.BytesIO()
     waits.to_parquet(buf, index=False)
     step.write_bytes("waits.parquet", buf.getvalue())
-    mode = (f"independent {args.episode_days:g}-day windows" if args.episode_days > 0 else "one continuous replay")
+    mode = f"independent {args.episode_days:g}-day windows" if args.episode_days > 0 else "one continuous replay"
     if lead_in:
         mode += f", each with a {args.lead_in_days:g}-day lead-in"
-    md = [f"# Simulator fidelity: jobs submitted {t_from:%Y-%m-%d} to {t_to:%Y-%m-%d} (exclusive), {mode}", "",
-          "Per-job wait (start - submit) simulated vs real, hours. mae/medae: mean/median absolute error; "
-          "within_1h/within_10m: share of jobs simulated within 1 h / 10 min of their real wait; daily_corr: "
-          "correlation of the daily mean waits; spearman: rank correlation per job; ks: Kolmogorov-Smirnov "
-          "distance of the two wait distributions (ks_1min on whole minutes). zero_*: the same figures for "
-          "predicting no wait at all, the bar a useful simulator must clear. Targets: MAE <= 2.5 h, within 1 h "
-          ">= 75 % and above the zero-wait predictor, Spearman >= 0.65, daily correlation >= 0.8. A "
-          "configuration with trace_age_backout uses each job's real wait to correct its recorded priority, "
-          "i.e. the outcome it is scored on.", ""]
+    md = [
+        f"# Simulator fidelity: jobs submitted {t_from:%Y-%m-%d} to {t_to:%Y-%m-%d} (exclusive), {mode}",
+        "",
+        "Per-job wait (start - submit) simulated vs real, hours. mae/medae: mean/median absolute error; "
+        "within_1h/within_10m: share of jobs simulated within 1 h / 10 min of their real wait; daily_corr: "
+        "correlation of the daily mean waits; spearman: rank correlation per job; ks: Kolmogorov-Smirnov "
+        "distance of the two wait distributions (ks_1min on whole minutes). zero_*: the same figures for "
+        "predicting no wait at all, the bar a useful simulator must clear. Targets: MAE <= 2.5 h, within 1 h "
+        ">= 75 % and above the zero-wait predictor, Spearman >= 0.65, daily correlation >= 0.8. A "
+        "configuration with trace_age_backout uses each job's real wait to correct its recorded priority, "
+        "i.e. the outcome it is scored on.",
+        "",
+    ]
     md += [markdown(name, rep) for name, rep in reports.items()]
     step.write_bytes("fidelity.md", "\n".join(md).encode())
     step.commit(summary={k: r.get("pooled", {"skipped": r.get("skipped")}) for k, r in reports.items()})

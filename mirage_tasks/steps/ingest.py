@@ -25,18 +25,34 @@ REPORT_FILE = "ingest_report.json"
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000)}
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace URI or path (.gz ok): sacct export or SWF")
     p.add_argument("--out", required=True, help="output prefix URI (file://, path or s3://)")
     p.add_argument("--format", default="auto", choices=formats(), help=formats_help())
-    p.add_argument("--timezone", default=None,
-                   help="IANA zone of sacct's local times, e.g. America/Chicago for Lonestar6 (SWF: from its header)")
-    p.add_argument("--from", dest="t_from", default=None, help="keep jobs submitted at or after this ISO time (UTC if no offset)")
-    p.add_argument("--to", dest="t_to", default=None, help="keep jobs submitted before this ISO time (UTC if no offset)")
-    p.add_argument("--max-bad-rows", type=int, default=100,
-                   help="refuse the file when more rows than this are unusable (default 100; 0 = strict)")
-    p.add_argument("--cluster-nodes", type=int, default=None,
-                   help="machine size in nodes, recorded in the trace metadata when the file does not say")
+    p.add_argument(
+        "--timezone",
+        default=None,
+        help="IANA zone of sacct's local times, e.g. America/Chicago for Lonestar6 (SWF: from its header)",
+    )
+    p.add_argument(
+        "--from", dest="t_from", default=None, help="keep jobs submitted at or after this ISO time (UTC if no offset)"
+    )
+    p.add_argument(
+        "--to", dest="t_to", default=None, help="keep jobs submitted before this ISO time (UTC if no offset)"
+    )
+    p.add_argument(
+        "--max-bad-rows",
+        type=int,
+        default=100,
+        help="refuse the file when more rows than this are unusable (default 100; 0 = strict)",
+    )
+    p.add_argument(
+        "--cluster-nodes",
+        type=int,
+        default=None,
+        help="machine size in nodes, recorded in the trace metadata when the file does not say",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,12 +103,17 @@ def run(args: argparse.Namespace) -> int:
     over_limit = int(((df["end"] - df["start"]).dt.total_seconds() > df["time_limit_s"].astype("float64")).sum())
     no_nodes = int((df["nodes"].isna() & df["procs"].notna()).sum())
     if no_nodes:  # SWF logs record processors; nodes only where the machine has one processor per node
-        ppn = (f" (the header says {meta.machine_procs} processors on {meta.machine_nodes} nodes, "
-               f"about {meta.machine_procs / meta.machine_nodes:.1f} per node)"
-               if meta.machine_procs and meta.machine_nodes else "")
-        msg = (f"{args.trace}: {no_nodes} of {len(df)} jobs record processors but no node count{ppn}; "
-               f"the simulating steps (sample, fidelity, calibrate, validate) need --procs-per-node P to "
-               f"convert them (nodes = ceil(processors / P))")
+        ppn = (
+            f" (the header says {meta.machine_procs} processors on {meta.machine_nodes} nodes, "
+            f"about {meta.machine_procs / meta.machine_nodes:.1f} per node)"
+            if meta.machine_procs and meta.machine_nodes
+            else ""
+        )
+        msg = (
+            f"{args.trace}: {no_nodes} of {len(df)} jobs record processors but no node count{ppn}; "
+            f"the simulating steps (sample, fidelity, calibrate, validate) need --procs-per-node P to "
+            f"convert them (nodes = ceil(processors / P))"
+        )
         log.warning("%s", msg)
         print(f"ingest: WARNING: {msg}", flush=True)
 
@@ -100,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
     count_mismatch = None
     if expected is not None and expected != result.rows_read:  # a truncated or spliced log: said, and recorded
         count_mismatch = {"header_expects": int(expected), "rows_read": int(result.rows_read)}
-        msg = (f"{args.trace}: the header's job count (MaxJobs/MaxRecords) says {expected} records, the file has "
-               f"{result.rows_read} ({'fewer: truncated?' if result.rows_read < expected else 'more'}); "
-               f"ingest_report.json records it as header_count_mismatch")
+        msg = (
+            f"{args.trace}: the header's job count (MaxJobs/MaxRecords) says {expected} records, the file has "
+            f"{result.rows_read} ({'fewer: truncated?' if result.rows_read < expected else 'more'}); "
+            f"ingest_report.json records it as header_count_mismatch"
+        )
         log.warning("%s", msg)
         print(f"ingest: WARNING: {msg}", flush=True)
 

@@ -45,13 +45,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start", default=None, help="window: first sample start (ISO), with --count")
     p.add_argument("--count", type=int, default=None, help="window: number of samples")
     p.add_argument("--interval-hours", type=float, default=None, help="window: hours between sample starts")
-    p.add_argument("--trace", default=None,
-                   help="window: the trace the day partitions are for; each must have been sampled from the jobs "
-                        "this trace holds before its horizon (a grown trace keeps earlier days valid)")
-    p.add_argument("--waitpred-features", action="store_true",
-                   help="append the wait predictor's answer at each probe (its wait, its bound, and the wait minus the "
-                        "time left as a gap and an overlap part, hours) to every history as four channels; the "
-                        "shards must be sampled with --waitpred")
+    p.add_argument(
+        "--trace",
+        default=None,
+        help="window: the trace the day partitions are for; each must have been sampled from the jobs "
+        "this trace holds before its horizon (a grown trace keeps earlier days valid)",
+    )
+    p.add_argument(
+        "--waitpred-features",
+        action="store_true",
+        help="append the wait predictor's answer at each probe (its wait, its bound, and the wait minus the "
+        "time left as a gap and an overlap part, hours) to every history as four channels; the "
+        "shards must be sampled with --waitpred",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))
     step.write_json(MANIFEST_FILE, manifest)
     step.commit(summary={k: manifest[k] for k in ("n_examples", "n_samples", "node", "data_end", "y_mean_h")})
-    print(f"merge: {manifest['n_samples']} samples, {manifest['n_examples']} examples, X {manifest['shapes']['X']}, "
-          f"samples {manifest['sample_start_min_iso']} .. {manifest['sample_start_max_iso']}, "
-          f"data_end {manifest['data_end']}", flush=True)
+    print(
+        f"merge: {manifest['n_samples']} samples, {manifest['n_examples']} examples, X {manifest['shapes']['X']}, "
+        f"samples {manifest['sample_start_min_iso']} .. {manifest['sample_start_max_iso']}, "
+        f"data_end {manifest['data_end']}",
+        flush=True,
+    )
     return 0

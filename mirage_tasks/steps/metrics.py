@@ -19,10 +19,13 @@ from ..data.artifacts import METRICS_CSV, METRICS_JSON, METRICS_MD, METRICS_SAMP
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"bootstrap": (0, 100_000)}
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in", dest="inputs", nargs="+", required=True, help="validate output prefixes")
     p.add_argument("--out", required=True, help="output prefix URI")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap draws for the 95%% intervals (2000; 0 = none)")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, help="bootstrap draws for the 95%% intervals (2000; 0 = none)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
 
 
@@ -42,17 +45,24 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap < 0:
         raise StepError("--bootstrap must be >= 0")
     df, runs = load_inputs(list(args.inputs))
-    params = {"bootstrap": args.bootstrap, "seed": args.seed, "levels": {"low_max_h": LOW_MAX_H,
-                                                                         "medium_max_h": MEDIUM_MAX_H}}
+    params = {
+        "bootstrap": args.bootstrap,
+        "seed": args.seed,
+        "levels": {"low_max_h": LOW_MAX_H, "medium_max_h": MEDIUM_MAX_H},
+    }
     step = Step("metrics", args.out, __version__, params, inputs=list(args.inputs))
     if step.skip():
         return 0
     table, samples, counts = compute(df, args.bootstrap, args.seed)
-    doc = {"params": params, "level_counts": counts, "rows": records(table),
-           # learned models whose every submission was forced at the predecessor's end
-           "never_submits": never_submits(table),
-           "runs": [{k: v for k, v in r.items() if k != "params"} for r in runs],
-           "columns": COLUMNS}
+    doc = {
+        "params": params,
+        "level_counts": counts,
+        "rows": records(table),
+        # learned models whose every submission was forced at the predecessor's end
+        "never_submits": never_submits(table),
+        "runs": [{k: v for k, v in r.items() if k != "params"} for r in runs],
+        "columns": COLUMNS,
+    }
     step.write_json(METRICS_JSON, doc)
     step.write_bytes(METRICS_TABLE, parquet_bytes(table))
     buf = io.StringIO()
@@ -60,10 +70,15 @@ def run(args: argparse.Namespace) -> int:
     step.write_bytes(METRICS_CSV, buf.getvalue().encode())
     step.write_bytes(METRICS_MD, markdown(table, counts).encode())
     step.write_bytes(METRICS_SAMPLES, parquet_bytes(samples))
-    headline = {f"{r['model']}@{r['node']}": {"mean_interruption_h": r["mean_interruption_h"],
-                                               "zero_share": r["zero_share"],
-                                               "reduction_vs_reactive": r["reduction_vs_reactive"]}
-                for r in doc["rows"] if r["level"] == "all"}
+    headline = {
+        f"{r['model']}@{r['node']}": {
+            "mean_interruption_h": r["mean_interruption_h"],
+            "zero_share": r["zero_share"],
+            "reduction_vs_reactive": r["reduction_vs_reactive"],
+        }
+        for r in doc["rows"]
+        if r["level"] == "all"
+    }
     step.commit(summary={"n_rows": int(len(samples)), "level_counts": counts, "headline": headline})
     print(markdown(table[table["level"] == "all"], counts, title="# metrics (all samples)"), flush=True)
     return 0

@@ -16,13 +16,23 @@ from .. import __version__
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
 BOUNDS = {"bootstrap": (0, 100_000)}
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--in", dest="inputs", nargs="+", required=True,
-                   help="step output prefixes (metrics, validate, fidelity, train, ...)")
+    p.add_argument(
+        "--in",
+        dest="inputs",
+        nargs="+",
+        required=True,
+        help="step output prefixes (metrics, validate, fidelity, train, ...)",
+    )
     p.add_argument("--out", required=True, help="output prefix URI")
     p.add_argument("--title", default="Mirage: online validation results", help="page title")
-    p.add_argument("--bootstrap", type=int, default=2000,
-                   help="bootstrap draws when metrics are computed here from validate outputs (2000)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=2000,
+        help="bootstrap draws when metrics are computed here from validate outputs (2000)",
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed when metrics are computed here (0)")
 
 
@@ -52,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
     items = classify(list(args.inputs))
     if not any(i["step"] in KNOWN_STEPS for i in items):
-        raise StepError(f"none of the inputs is a {', '.join(KNOWN_STEPS)} output "
-                        f"(got steps {sorted({str(i['step']) for i in items})})")
+        raise StepError(
+            f"none of the inputs is a {', '.join(KNOWN_STEPS)} output "
+            f"(got steps {sorted({str(i['step']) for i in items})})"
+        )
     params = {"title": args.title, "bootstrap": args.bootstrap, "seed": args.seed}
     step = Step("report", args.out, __version__, params, inputs=list(args.inputs))
     if step.skip():
@@ -61,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     # the DAG runs this run prefix was made for (the plan's records beside the report folder):
     # the report names them, their size and their params as given, not only the steps' argv
     prefix = storage.normalize(args.out).rstrip("/").rsplit("/", 1)[0]
-    page, md, figures, summary = build(items, args.title, args.bootstrap, args.seed, runs=read_runs(prefix),
-                                       prefix=prefix)
+    page, md, figures, summary = build(
+        items, args.title, args.bootstrap, args.seed, runs=read_runs(prefix), prefix=prefix
+    )
     for name, png in sorted(figures.items()):
         step.write_bytes(f"figures/{name}", png)
     step.write_bytes("report.md", md.encode())

@@ -84,24 +84,46 @@ from ..sim.probes import BASELINES, PROBE_SPACINGS
 
 log = logging.getLogger(__name__)
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p, days=True)
-    p.add_argument("--day", dest="days", action="append", default=None,
-                   help="UTC day YYYY-MM-DD (repeatable): write that day's partition <out>/day=YYYY-MM-DD")
-    p.add_argument("--probes", type=int, default=7,
-                   help="decision times per sample in default mode with --probe-spacing uniform (7)")
-    p.add_argument("--probe-spacing", default=keys.DEFAULT_SPACING, choices=PROBE_SPACINGS,
-                   help="default mode's probe times: uniform (the reference's: --probes equally spaced from the "
-                        "predecessor's submission to its end) or end (its end minus 24, 16, 8, 4, 2, 1 h, 30 and "
-                        f"10 min, and its end; --probes not used) ({keys.DEFAULT_SPACING})")
-    p.add_argument("--baseline", default="default", choices=("default", *BASELINES),
-                   help="default (training probes), reactive or avg")
+    p.add_argument(
+        "--day",
+        dest="days",
+        action="append",
+        default=None,
+        help="UTC day YYYY-MM-DD (repeatable): write that day's partition <out>/day=YYYY-MM-DD",
+    )
+    p.add_argument(
+        "--probes",
+        type=int,
+        default=7,
+        help="decision times per sample in default mode with --probe-spacing uniform (7)",
+    )
+    p.add_argument(
+        "--probe-spacing",
+        default=keys.DEFAULT_SPACING,
+        choices=PROBE_SPACINGS,
+        help="default mode's probe times: uniform (the reference's: --probes equally spaced from the "
+        "predecessor's submission to its end) or end (its end minus 24, 16, 8, 4, 2, 1 h, 30 and "
+        f"10 min, and its end; --probes not used) ({keys.DEFAULT_SPACING})",
+    )
+    p.add_argument(
+        "--baseline",
+        default="default",
+        choices=("default", *BASELINES),
+        help="default (training probes), reactive or avg",
+    )
     p.add_argument("--window", type=int, default=144, help="snapshots per history (144)")
     p.add_argument("--step-s", type=int, default=600, help="seconds between snapshots (600)")
-    p.add_argument("--waitpred", default=None, metavar="URI",
-                   help="a committed waitpred output: ask its predictor at every decision time, on the simulator's "
-                        "queue then, for the successor's wait and bound (probes.parquet columns wp_wait_s, "
-                        "wp_bound_s, wp_plan_request_s; protocol v2's wait-pred and guarantee rules)")
+    p.add_argument(
+        "--waitpred",
+        default=None,
+        metavar="URI",
+        help="a committed waitpred output: ask its predictor at every decision time, on the simulator's "
+        "queue then, for the successor's wait and bound (probes.parquet columns wp_wait_s, "
+        "wp_bound_s, wp_plan_request_s; protocol v2's wait-pred and guarantee rules)",
+    )
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -151,14 +173,20 @@ def check_span(trace: str, df, days: list[str]) -> None:
     lo, hi = first.date().isoformat(), last.date().isoformat()
     before = sorted({d for d in days if d < lo})
     if before:
-        log.warning("%s: sample day(s) %s come before the trace's first submit (%s): their samples replay the "
-                    "cluster from empty, with only the jobs the log holds", trace, _listed(before), lo)
+        log.warning(
+            "%s: sample day(s) %s come before the trace's first submit (%s): their samples replay the "
+            "cluster from empty, with only the jobs the log holds",
+            trace,
+            _listed(before),
+            lo,
+        )
     outside = sorted({d for d in days if d > hi})
     if outside:
         raise StepError(
             f"{trace}: sample day(s) {_listed(outside)} lie outside the trace's span {lo} .. {hi} (submits "
             f"{iso(first.to_pydatetime())} .. {iso(last.to_pydatetime())}): their samples would be simulated "
-            f"without the jobs of those days; sample days the trace covers, or ingest a trace that covers them")
+            f"without the jobs of those days; sample days the trace covers, or ingest a trace that covers them"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -190,14 +218,26 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--node {args.node} exceeds the {cfg.nodes}-node cluster")
     big = (df["nodes"] > cfg.nodes).fillna(False).astype(bool)  # processors-only rows (NA nodes) are not counted
     if big.any():  # the simulator cannot place them: never dropped without a word
-        log.warning("%s: %d job(s) ask for more nodes than the %d-node cluster (up to %d): the simulator leaves them "
-                    "out of every sample; raise --nodes (or the config's nodes) to keep them", args.trace,
-                    int(big.sum()), cfg.nodes, int(df.loc[big, "nodes"].max()))
+        log.warning(
+            "%s: %d job(s) ask for more nodes than the %d-node cluster (up to %d): the simulator leaves them "
+            "out of every sample; raise --nodes (or the config's nodes) to keep them",
+            args.trace,
+            int(big.sum()),
+            cfg.nodes,
+            int(df.loc[big, "nodes"].max()),
+        )
     spec = EpisodeSpec(args.warmup_days, args.workload_days, args.window, args.step_s)
     common = {
-        "interval_hours": args.interval_hours, "warmup_days": args.warmup_days, "workload_days": args.workload_days,
-        "probes": args.probes, "node": args.node, "baseline": args.baseline, "window": args.window,
-        "step_s": args.step_s, "config": cfg.to_dict(), "feature_names": FEATURE_NAMES,
+        "interval_hours": args.interval_hours,
+        "warmup_days": args.warmup_days,
+        "workload_days": args.workload_days,
+        "probes": args.probes,
+        "node": args.node,
+        "baseline": args.baseline,
+        "window": args.window,
+        "step_s": args.step_s,
+        "config": cfg.to_dict(),
+        "feature_names": FEATURE_NAMES,
         **keys.spacing_params(args.baseline, args.probe_spacing),
     }
     at_probe = None
@@ -228,22 +268,30 @@ def run(args: argparse.Namespace) -> int:
     for day, day_start in days:
         # A day depends on the jobs its samples can see, not on the whole trace: a trace that
         # grew by later jobs leaves the partition valid (mirage_tasks.data.schema.prefix_before).
-        params = {"day": day, "grid": {"interval_s": step_s, "phase_s": phase},
-                  "trace_prefix": prefix_before(prefixes, day, args.workload_days), **common}
+        params = {
+            "day": day,
+            "grid": {"interval_s": step_s, "phase_s": phase},
+            "trace_prefix": prefix_before(prefixes, day, args.workload_days),
+            **common,
+        }
         step = Step("sample", keys.partition(args.out, day), __version__, params)
         if step.skip():
             done += 1
             continue
-        wl = _compute(step, params, day_tasks(day_start, args.interval_hours, anchor), df, cfg, spec, args,
-                      workers, wl, at_probe)
+        wl = _compute(
+            step, params, day_tasks(day_start, args.interval_hours, anchor), df, cfg, spec, args, workers, wl, at_probe
+        )
         computed += 1
-    print(f"sample: {len(days)} day partition(s) under {args.out}: {computed} computed, {done} already complete",
-          flush=True)
+    print(
+        f"sample: {len(days)} day partition(s) under {args.out}: {computed} computed, {done} already complete",
+        flush=True,
+    )
     return 0
 
 
-def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None,
-             at_probe=None):
+def _compute(
+    step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, spec, args, workers: int, wl=None, at_probe=None
+):
     """Simulate ``tasks`` and commit them as one output (a shard or a day partition)."""
     from ..data.artifacts import npz_bytes, parquet_bytes
     from ..data.times import iso
@@ -256,30 +304,58 @@ def _compute(step: Step, params: dict, tasks: list[tuple[int, int]], df, cfg, sp
         raise StepError(f"{args.trace}: no usable jobs")
     last_needed = tasks[-1][1] + int(args.workload_days * DAY_S) if tasks else 0
     if tasks and (tasks[0][1] < wl.submit[0] or last_needed > wl.submit[-1]):
-        log.warning("sample: samples reach outside the trace's submits (%s .. %s): their workload is truncated",
-                    iso(wl.submit[0]), iso(wl.submit[-1]))
+        log.warning(
+            "sample: samples reach outside the trace's submits (%s .. %s): their workload is truncated",
+            iso(wl.submit[0]),
+            iso(wl.submit[-1]),
+        )
     t = time.perf_counter()
     cpu: list[float] = []
     part = f"day {params['day']}" if "day" in params else "shard {}/{}".format(*params["shard"])
-    results = run_samples(wl, cfg, spec, args.node, args.probes, args.baseline, tasks, workers, cpu=cpu,
-                          spacing=args.probe_spacing, part=part, at_probe=at_probe)
+    results = run_samples(
+        wl,
+        cfg,
+        spec,
+        args.node,
+        args.probes,
+        args.baseline,
+        tasks,
+        workers,
+        cpu=cpu,
+        spacing=args.probe_spacing,
+        part=part,
+        at_probe=at_probe,
+    )
     wall = time.perf_counter() - t
     cpu_s = sum(cpu)
     arrays, probes = assemble(results, args.window)
     step.write_bytes(SHARD_FILE, npz_bytes(arrays))
     step.write_bytes(PROBES_FILE, parquet_bytes(probes))
     info = {
-        "params": params, "trace_fingerprint": wl.fingerprint, "n_samples": len(tasks),
-        "n_examples": int(len(probes)), "wall_s": round(wall, 3), "cpu_s": round(cpu_s, 3), "workers": workers,
+        "params": params,
+        "trace_fingerprint": wl.fingerprint,
+        "n_samples": len(tasks),
+        "n_examples": int(len(probes)),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu_s, 3),
+        "workers": workers,
         "sample_start_min": int(arrays["sample_start"].min()) if len(probes) else None,
         "sample_start_max": int(arrays["sample_start"].max()) if len(probes) else None,
         "history_full": int(probes["history_full"].sum()) if len(probes) else 0,
     }
     step.write_json(SHARD_INFO_FILE, info)
     y = arrays["y"]
-    summary = {"n_samples": len(tasks), "n_examples": int(len(y)), "wall_s": round(wall, 3),
-               "cpu_s": round(cpu_s, 3), "y_mean_h": float(y.mean()) if len(y) else None}
+    summary = {
+        "n_samples": len(tasks),
+        "n_examples": int(len(y)),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu_s, 3),
+        "y_mean_h": float(y.mean()) if len(y) else None,
+    }
     step.commit(summary=summary)
-    print(f"sample: {len(tasks)} samples, {len(y)} examples in {wall:.1f} s, {cpu_s:.1f} CPU s "
-          f"({wall / max(1, len(y)) * 1000:.1f} ms per example, {workers} worker(s)) -> {step.out}", flush=True)
+    print(
+        f"sample: {len(tasks)} samples, {len(y)} examples in {wall:.1f} s, {cpu_s:.1f} CPU s "
+        f"({wall / max(1, len(y)) * 1000:.1f} ms per example, {workers} worker(s)) -> {step.out}",
+        flush=True,
+    )
     return wl

@@ -15,8 +15,12 @@ from stepkit import MARKER, StepError, storage
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="a pipeline run's storage prefix")
-    p.add_argument("--show-md", action="append", default=[],
-                   help="also print Markdown files with this name (repeatable), e.g. fit_report.md")
+    p.add_argument(
+        "--show-md",
+        action="append",
+        default=[],
+        help="also print Markdown files with this name (repeatable), e.g. fit_report.md",
+    )
 
 
 def collect(run_uri: str) -> list[tuple[str, dict]]:
@@ -24,7 +28,9 @@ def collect(run_uri: str) -> list[tuple[str, dict]]:
     found = []
     for rel in storage.list_files(run_uri):
         if rel == MARKER or rel.endswith("/" + MARKER):
-            prefix = storage.join(run_uri, rel[: -len(MARKER)].rstrip("/")) if rel != MARKER else storage.normalize(run_uri)
+            prefix = (
+                storage.join(run_uri, rel[: -len(MARKER)].rstrip("/")) if rel != MARKER else storage.normalize(run_uri)
+            )
             found.append((prefix, storage.read_json(storage.join(run_uri, rel))))
     return sorted(found, key=lambda x: (x[1].get("finished", ""), x[0]))
 

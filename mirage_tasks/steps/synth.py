@@ -26,16 +26,28 @@ MAX_EXPECTED_JOBS = 1_000_000
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)")
-    mode.add_argument("--profile", help=f"generate from this profile: a JSON URI or a packaged name ({', '.join(PACKAGED)})")
+    mode.add_argument(
+        "--fit", metavar="TRACE", help="fit a profile to this trace (normalised Parquet/ingest output, or a raw log)"
+    )
+    mode.add_argument(
+        "--profile", help=f"generate from this profile: a JSON URI or a packaged name ({', '.join(PACKAGED)})"
+    )
     p.add_argument("--out", required=True, help="output prefix URI")
     p.add_argument("--timezone", default=None, help="with --fit on a raw sacct log: its IANA time zone")
-    p.add_argument("--batch-gap-s", type=float, default=60.0, help="with --fit: submits of one user closer than this form a batch")
-    p.add_argument("--compare-month", default=None, help="with --fit: month (YYYY-MM) to compare real vs generated (default: busiest)")
+    p.add_argument(
+        "--batch-gap-s", type=float, default=60.0, help="with --fit: submits of one user closer than this form a batch"
+    )
+    p.add_argument(
+        "--compare-month",
+        default=None,
+        help="with --fit: month (YYYY-MM) to compare real vs generated (default: busiest)",
+    )
     p.add_argument("--from", dest="t_from", help="with --profile: first submit time (ISO, UTC if no offset)")
     p.add_argument("--to", dest="t_to", help="with --profile: end of the generated span (exclusive)")
     p.add_argument("--seed", type=int, default=0, help="with --profile: random seed (same seed, same trace)")
-    p.add_argument("--load-scale", type=float, default=1.0, help="with --profile: multiply the arrival rate (default 1.0)")
+    p.add_argument(
+        "--load-scale", type=float, default=1.0, help="with --profile: multiply the arrival rate (default 1.0)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +73,12 @@ def _run_fit(args: argparse.Namespace) -> int:
 
     if args.batch_gap_s < 0:
         raise StepError(f"--batch-gap-s {args.batch_gap_s:g}: must be >= 0 seconds")
-    params = {"mode": "fit", "batch_gap_s": args.batch_gap_s, "compare_month": args.compare_month, "timezone": args.timezone}
+    params = {
+        "mode": "fit",
+        "batch_gap_s": args.batch_gap_s,
+        "compare_month": args.compare_month,
+        "timezone": args.timezone,
+    }
     step = Step("synth-fit", args.out, __version__, params, inputs=[args.fit])
     if step.skip():
         return 0
@@ -95,33 +112,51 @@ def _run_generate(args: argparse.Namespace) -> int:
     if t_to <= t_from:
         raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
     if not 0 < args.load_scale <= MAX_LOAD_SCALE:
-        raise StepError(f"--load-scale {args.load_scale:g}: must be > 0 and at most {MAX_LOAD_SCALE:g} "
-                        "(a multiple of the profile's arrival rate)")
+        raise StepError(
+            f"--load-scale {args.load_scale:g}: must be > 0 and at most {MAX_LOAD_SCALE:g} "
+            "(a multiple of the profile's arrival rate)"
+        )
     span_days = (t_to - t_from).total_seconds() / 86400
     if span_days > MAX_SPAN_DAYS:
-        raise StepError(f"--from {args.t_from} --to {args.t_to}: {span_days:.0f} days; at most {MAX_SPAN_DAYS} days "
-                        "(ten years) are generated in one run")
+        raise StepError(
+            f"--from {args.t_from} --to {args.t_to}: {span_days:.0f} days; at most {MAX_SPAN_DAYS} days "
+            "(ten years) are generated in one run"
+        )
     profile = load_profile(args.profile)
     from ..data.synth import expected_jobs
 
     want = expected_jobs(profile, span_days, args.load_scale)
     if want > MAX_EXPECTED_JOBS:
-        raise StepError(f"--from/--to/--load-scale: the profile would generate about {want:,.0f} jobs in "
-                        f"{span_days:.0f} days at x{args.load_scale:g}; at most {MAX_EXPECTED_JOBS:,} in one run")
-    params = {"mode": "generate", "profile": profile, "from": t_from.isoformat(), "to": t_to.isoformat(),
-              "seed": args.seed, "load_scale": args.load_scale}
+        raise StepError(
+            f"--from/--to/--load-scale: the profile would generate about {want:,.0f} jobs in "
+            f"{span_days:.0f} days at x{args.load_scale:g}; at most {MAX_EXPECTED_JOBS:,} in one run"
+        )
+    params = {
+        "mode": "generate",
+        "profile": profile,
+        "from": t_from.isoformat(),
+        "to": t_to.isoformat(),
+        "seed": args.seed,
+        "load_scale": args.load_scale,
+    }
     step = Step("synth", args.out, __version__, params)
     if step.skip():
         return 0
     df = generate(profile, t_from, t_to, args.seed, args.load_scale)
     if df.empty:
         raise StepError(f"the profile generated no jobs in [{args.t_from}, {args.t_to})")
-    meta = TraceMeta(source=f"synth:{args.profile}:seed={args.seed}", format="synthetic", timezone="UTC",
-                     machine_nodes=profile.get("machine_nodes"))
+    meta = TraceMeta(
+        source=f"synth:{args.profile}:seed={args.seed}",
+        format="synthetic",
+        timezone="UTC",
+        machine_nodes=profile.get("machine_nodes"),
+    )
     write_trace(step.record(TRACE_FILE), df, meta)
     step.write_json(PREFIXES_FILE, submit_prefixes(df))
     stats = describe(df)
     step.write_json("synth_report.json", {"profile": args.profile, "seed": args.seed, "stats": stats})
     step.commit(summary=stats)
-    print(f"synth: {stats['jobs']} jobs from {stats['first_submit']} to {stats['last_submit']} -> {step.path(TRACE_FILE)}")
+    print(
+        f"synth: {stats['jobs']} jobs from {stats['first_submit']} to {stats['last_submit']} -> {step.path(TRACE_FILE)}"
+    )
     return 0

@@ -58,38 +58,86 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", help="merge output (URI with dataset.npz and manifest.json); regressors")
     p.add_argument("--base", help="trained base model (moe for moe_policy, transformer for transformer_policy)")
     p.add_argument("--trace", help="normalised trace (ingest output) the policy's simulator replays")
-    p.add_argument("--preset", default="quick", choices=sorted(presets_mod.PRESETS),
-                   help="hyper-parameter preset (default quick: minutes on 2 CPU cores)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one preset hyper-parameter (repeatable)")
-    p.add_argument("--quantile", type=float, default=None,
-                   help="xgboost only: fit this quantile with reg:quantileerror instead of the median")
-    p.add_argument("--waste-weight", type=float, default=WASTE_WEIGHT,
-                   help="hours of service interruption one wasted node-hour (node x overlap) costs when the "
-                        "decision threshold is chosen on the training period's validation split "
-                        f"(default {WASTE_WEIGHT}: 6 minutes)")
+    p.add_argument(
+        "--preset",
+        default="quick",
+        choices=sorted(presets_mod.PRESETS),
+        help="hyper-parameter preset (default quick: minutes on 2 CPU cores)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one preset hyper-parameter (repeatable)",
+    )
+    p.add_argument(
+        "--quantile",
+        type=float,
+        default=None,
+        help="xgboost only: fit this quantile with reg:quantileerror instead of the median",
+    )
+    p.add_argument(
+        "--waste-weight",
+        type=float,
+        default=WASTE_WEIGHT,
+        help="hours of service interruption one wasted node-hour (node x overlap) costs when the "
+        "decision threshold is chosen on the training period's validation split "
+        f"(default {WASTE_WEIGHT}: 6 minutes)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (neural models)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-fraction", type=float, default=0.2, help="latest share of samples used for validation")
-    p.add_argument("--samples-until", default=None, metavar="ISO",
-                   help="regressors: use only the dataset's samples whose episodes end by this time (sample start "
-                        "+ workload span), e.g. the first validation sample start of a month (default: all)")
-    p.add_argument("--sample-fraction", type=float, default=1.0,
-                   help="regressors: keep this share of those samples, evenly spaced in time (learning curves; 1)")
-    p.add_argument("--hpo-trials", type=int, default=0,
-                   help="regressors: Optuna trials on the training period's split before the final fit (0: none)")
-    p.add_argument("--hpo-timeout-s", type=float, default=None,
-                   help="regressors: stop the hyper-parameter search after this many seconds (default: no limit)")
-    p.add_argument("--purge-days", type=float, default=None,
-                   help="drop training samples starting less than this before the first validation sample "
-                        "(default: the dataset's workload span, params.workload_days, else 5)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch/xgboost/sklearn (default: the CPUs this process may use)")
-    p.add_argument("--env", default="sim", choices=ENVS,
-                   help="policies: sim (the trace replayed by the simulator) or toy (synthetic smoke test)")
-    p.add_argument("--stop-after-epochs", type=int, default=None,
-                   help="stop (exit 75) after this many epochs in this run; rerunning resumes")
-
+    p.add_argument(
+        "--samples-until",
+        default=None,
+        metavar="ISO",
+        help="regressors: use only the dataset's samples whose episodes end by this time (sample start "
+        "+ workload span), e.g. the first validation sample start of a month (default: all)",
+    )
+    p.add_argument(
+        "--sample-fraction",
+        type=float,
+        default=1.0,
+        help="regressors: keep this share of those samples, evenly spaced in time (learning curves; 1)",
+    )
+    p.add_argument(
+        "--hpo-trials",
+        type=int,
+        default=0,
+        help="regressors: Optuna trials on the training period's split before the final fit (0: none)",
+    )
+    p.add_argument(
+        "--hpo-timeout-s",
+        type=float,
+        default=None,
+        help="regressors: stop the hyper-parameter search after this many seconds (default: no limit)",
+    )
+    p.add_argument(
+        "--purge-days",
+        type=float,
+        default=None,
+        help="drop training samples starting less than this before the first validation sample "
+        "(default: the dataset's workload span, params.workload_days, else 5)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch/xgboost/sklearn (default: the CPUs this process may use)",
+    )
+    p.add_argument(
+        "--env",
+        default="sim",
+        choices=ENVS,
+        help="policies: sim (the trace replayed by the simulator) or toy (synthetic smoke test)",
+    )
+    p.add_argument(
+        "--stop-after-epochs",
+        type=int,
+        default=None,
+        help="stop (exit 75) after this many epochs in this run; rerunning resumes",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,14 +155,28 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--waste-weight must be >= 0, got {args.waste_weight}")
     if args.threads is not None and args.threads < 1:
         raise StepError("--threads must be >= 1")
-    common = {"seed": args.seed, "device": args.device, "threads": args.threads or cpu_count(),
-              "stop_after": args.stop_after_epochs, "preset": args.preset}
+    common = {
+        "seed": args.seed,
+        "device": args.device,
+        "threads": args.threads or cpu_count(),
+        "stop_after": args.stop_after_epochs,
+        "preset": args.preset,
+    }
     if family(args.model).policy:
         step, base_cfg = _policy_step(args, hp)
         if step is None:
             return 0
-        fit = lambda: train_policy(args.model, args.base, base_cfg, step, hp, env_kind=args.env,  # noqa: E731
-                                   trace=args.trace, waste_weight=args.waste_weight, **common)
+        fit = lambda: train_policy(  # noqa: E731
+            args.model,
+            args.base,
+            base_cfg,
+            step,
+            hp,
+            env_kind=args.env,
+            trace=args.trace,
+            waste_weight=args.waste_weight,
+            **common,
+        )
     else:
         if not args.dataset:
             raise StepError(f"--dataset is required for --model {args.model}")
@@ -128,19 +190,38 @@ def run(args: argparse.Namespace) -> int:
             raise StepError("--hpo-trials must be >= 0 and --hpo-timeout-s > 0")
         if not 0.0 < args.sample_fraction <= 1.0:
             raise StepError(f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
-        params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-                  "val_fraction": args.val_fraction, "purge_days": args.purge_days,
-                  "waste_weight": args.waste_weight, "samples_until": until, "sample_fraction": args.sample_fraction,
-                  "calibration": CALIBRATION_VERSION}
+        params = {
+            "model": args.model,
+            "preset": args.preset,
+            "hp": hp,
+            "seed": args.seed,
+            "device": args.device,
+            "val_fraction": args.val_fraction,
+            "purge_days": args.purge_days,
+            "waste_weight": args.waste_weight,
+            "samples_until": until,
+            "sample_fraction": args.sample_fraction,
+            "calibration": CALIBRATION_VERSION,
+        }
         if args.hpo_trials:
             params["hpo"] = {"trials": args.hpo_trials, "timeout_s": args.hpo_timeout_s}
         step = Step("train", args.out, __version__, params, inputs=[args.dataset])
         if step.skip():
             return 0
-        fit = lambda: train_regressor(args.model, args.dataset, step, hp, val_fraction=args.val_fraction,  # noqa: E731
-                                      purge_days=args.purge_days, waste_weight=args.waste_weight,
-                                      samples_until=until, sample_fraction=args.sample_fraction,
-                                      hpo_trials=args.hpo_trials, hpo_timeout_s=args.hpo_timeout_s, **common)
+        fit = lambda: train_regressor(  # noqa: E731
+            args.model,
+            args.dataset,
+            step,
+            hp,
+            val_fraction=args.val_fraction,
+            purge_days=args.purge_days,
+            waste_weight=args.waste_weight,
+            samples_until=until,
+            sample_fraction=args.sample_fraction,
+            hpo_trials=args.hpo_trials,
+            hpo_timeout_s=args.hpo_timeout_s,
+            **common,
+        )
     try:
         result = fit()
     except StopRequested as exc:
@@ -170,7 +251,15 @@ def _policy_step(args: argparse.Namespace, hp: dict) -> tuple[Step | None, dict]
             raise StepError("--trace is required for the simulator environment (or use --env toy)")
         require_input(args.trace, "--trace")
         inputs.append(args.trace)
-    params = {"model": args.model, "preset": args.preset, "hp": hp, "seed": args.seed, "device": args.device,
-              "env": args.env, "waste_weight": args.waste_weight, "calibration": CALIBRATION_VERSION}
+    params = {
+        "model": args.model,
+        "preset": args.preset,
+        "hp": hp,
+        "seed": args.seed,
+        "device": args.device,
+        "env": args.env,
+        "waste_weight": args.waste_weight,
+        "calibration": CALIBRATION_VERSION,
+    }
     step = Step("train", args.out, __version__, params, inputs=inputs)
     return (None if step.skip() else step), base_cfg

@@ -51,7 +51,6 @@ Outputs under ``--out``:
 * ``validate.json``: parameters, model and data windows, counts, timing; then ``_SUCCESS.json``.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -72,34 +71,60 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_schedule_arguments(p)
-    p.add_argument("--model", required=True,
-                   help="trained model (train output URI), or a rule: reactive, avg, avg-cal, wait-pred, wait-pred-cal, "
-                        "guarantee-10, guarantee-cal")
-    p.add_argument("--waitpred", default=None, metavar="URI",
-                   help="a committed waitpred output, asked at every decision: needed by wait-pred, wait-pred-cal, "
-                        "guarantee-10 and a model trained on merge --waitpred-features")
-    p.add_argument("--calibration", default=None, metavar="URI",
-                   help="a committed probe-replay output of the same node size: avg-cal's offset and wait-pred-cal's "
-                        "margin as it calibrated them (needed by those two rules)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="trained model (train output URI), or a rule: reactive, avg, avg-cal, wait-pred, wait-pred-cal, "
+        "guarantee-10, guarantee-cal",
+    )
+    p.add_argument(
+        "--waitpred",
+        default=None,
+        metavar="URI",
+        help="a committed waitpred output, asked at every decision: needed by wait-pred, wait-pred-cal, "
+        "guarantee-10 and a model trained on merge --waitpred-features",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="URI",
+        help="a committed probe-replay output of the same node size: avg-cal's offset and wait-pred-cal's "
+        "margin as it calibrated them (needed by those two rules)",
+    )
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")
     add_ask_arguments(p, "every decision of the --decide-every-minutes grid")
-    p.add_argument("--threshold-h", type=float, default=None,
-                   help="regressors: submit when the predicted signed interruption is >= this (default: the "
-                        "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
-                        "models without one)")
+    p.add_argument(
+        "--threshold-h",
+        type=float,
+        default=None,
+        help="regressors: submit when the predicted signed interruption is >= this (default: the "
+        "model's own decision.low_h, calibrated by train on its training period; -0.5 h for "
+        "models without one)",
+    )
     p.add_argument("--stochastic", action="store_true", help="policies: sample the action instead of argmax")
-    p.add_argument("--argmax", action="store_true",
-                   help="policies: greedy by the likelier action (P(submit) > 0.5) instead of the policy's "
-                        "calibrated P(submit) threshold")
+    p.add_argument(
+        "--argmax",
+        action="store_true",
+        help="policies: greedy by the likelier action (P(submit) > 0.5) instead of the policy's "
+        "calibrated P(submit) threshold",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --stochastic (per sample: (seed, k))")
-    p.add_argument("--window", type=int, default=None,
-                   help="snapshots per history (default: the model's; 144 for baselines)")
+    p.add_argument(
+        "--window", type=int, default=None, help="snapshots per history (default: the model's; 144 for baselines)"
+    )
     p.add_argument("--step-s", type=int, default=None, help="seconds between snapshots (default: the model's; 600)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch/OpenMP threads per process (default 1: one history per model call)")
-    p.add_argument("--allow-node-mismatch", action="store_true",
-                   help="validate a model trained for another --node size (refused by default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch/OpenMP threads per process (default 1: one history per model call)",
+    )
+    p.add_argument(
+        "--allow-node-mismatch",
+        action="store_true",
+        help="validate a model trained for another --node size (refused by default)",
+    )
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -132,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
     rule_threshold = None
     if args.model in CALIBRATED_RULES:
         if not args.calibration:
-            raise StepError(f"--model {args.model} needs --calibration URI (a probe-replay output of --node {args.node})")
+            raise StepError(
+                f"--model {args.model} needs --calibration URI (a probe-replay output of --node {args.node})"
+            )
         rule_threshold = calibrated_threshold(args.calibration, args.model, args.node)
     elif args.calibration:
         raise StepError(f"--calibration applies to {' and '.join(CALIBRATED_RULES)} only, not --model {args.model}")
@@ -151,14 +178,25 @@ def run(args: argparse.Namespace) -> int:
     t_last = t_first + (args.count - 1) * hours_to_s(args.interval_hours)
     last_end = t_last + int(round(args.workload_days * 86400))
 
-    m = resolve_model(args.model, node=args.node, stochastic=args.stochastic, window=args.window,
-                      step_s=args.step_s, allow_node_mismatch=args.allow_node_mismatch,
-                      first_start=t_first, last_end=last_end, waitpred=bool(args.waitpred))
+    m = resolve_model(
+        args.model,
+        node=args.node,
+        stochastic=args.stochastic,
+        window=args.window,
+        step_s=args.step_s,
+        allow_node_mismatch=args.allow_node_mismatch,
+        first_start=t_first,
+        last_end=last_end,
+        waitpred=bool(args.waitpred),
+    )
     kind, model_cfg, window, step_s, warnings = m["kind"], m["config"], m["window"], m["step_s"], m["warnings"]
     if args.waitpred and not (kind in PREDICTOR_RULES or m.get("uses_waitpred")):
         raise StepError(f"--waitpred: --model {args.model} does not ask the wait predictor")
-    inputs = [args.trace] + ([args.model] if model_cfg is not None else []) + [
-        x for x in (args.waitpred, args.calibration) if x]
+    inputs = (
+        [args.trace]
+        + ([args.model] if model_cfg is not None else [])
+        + [x for x in (args.waitpred, args.calibration) if x]
+    )
     name = args.name or kind
 
     df, meta = read_trace(args.trace)
@@ -168,12 +206,23 @@ def run(args: argparse.Namespace) -> int:
     if model_cfg is not None:
         warnings += sampling_warnings(model_cfg, cfg.to_dict(), args.warmup_days, args.workload_days)
     params = {
-        "model": name, "model_kind": kind, "start": start.isoformat(), "count": args.count,
-        "interval_hours": args.interval_hours, "warmup_days": args.warmup_days,
-        "workload_days": args.workload_days, "node": args.node, "decide_every_s": every_s,
-        "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
+        "model": name,
+        "model_kind": kind,
+        "start": start.isoformat(),
+        "count": args.count,
+        "interval_hours": args.interval_hours,
+        "warmup_days": args.warmup_days,
+        "workload_days": args.workload_days,
+        "node": args.node,
+        "decide_every_s": every_s,
+        "threshold_h": args.threshold_h,
+        "stochastic": bool(args.stochastic),
+        "seed": args.seed,
         **({"argmax": True} if args.argmax else {}),
-        "shard": [shard_i, shard_n], "window": window, "step_s": step_s, "config": cfg.to_dict(),
+        "shard": [shard_i, shard_n],
+        "window": window,
+        "step_s": step_s,
+        "config": cfg.to_dict(),
     }
     if args.waitpred:  # new parameters only when used: earlier outputs keep their keys
         params["waitpred"] = True
@@ -197,10 +246,14 @@ def run(args: argparse.Namespace) -> int:
     if model_cfg is not None:
         fp = model_cfg["data"].get("trace_fingerprint")
         if fp and wl.fingerprint and fp != wl.fingerprint:
-            warnings.append(f"the model was trained on another trace (fingerprint {fp}, validating on {wl.fingerprint})")
+            warnings.append(
+                f"the model was trained on another trace (fingerprint {fp}, validating on {wl.fingerprint})"
+            )
     for w in warnings:
         log.warning("validate: %s", w)
-    if tasks and (tasks[0][1] - window * step_s < wl.submit[0] or tasks[-1][1] + args.workload_days * 86400 > wl.submit[-1]):
+    if tasks and (
+        tasks[0][1] - window * step_s < wl.submit[0] or tasks[-1][1] + args.workload_days * 86400 > wl.submit[-1]
+    ):
         warnings.append(f"samples reach outside the trace's submits ({iso(wl.submit[0])} .. {iso(wl.submit[-1])})")
         log.warning("validate: %s", warnings[-1])
     workers = resolve_workers(args.workers)
@@ -210,11 +263,25 @@ def run(args: argparse.Namespace) -> int:
         from ..calibration.atprobe import WaitAtProbe
 
         waitpred = WaitAtProbe.load(args.waitpred, wl, meta.timezone or "UTC")
-    setup = {"kind": kind, "model_uri": args.model, "node": args.node, "warmup_days": args.warmup_days,
-             "workload_days": args.workload_days, "window": window, "step_s": step_s, "every_s": every_s,
-             "threshold_h": args.threshold_h, "stochastic": bool(args.stochastic), "seed": args.seed,
-             "threads": threads, "argmax": bool(args.argmax), "waitpred": waitpred,
-             "rule_threshold_h": rule_threshold, "within_s": within_s, "at_probes": at_probes}
+    setup = {
+        "kind": kind,
+        "model_uri": args.model,
+        "node": args.node,
+        "warmup_days": args.warmup_days,
+        "workload_days": args.workload_days,
+        "window": window,
+        "step_s": step_s,
+        "every_s": every_s,
+        "threshold_h": args.threshold_h,
+        "stochastic": bool(args.stochastic),
+        "seed": args.seed,
+        "threads": threads,
+        "argmax": bool(args.argmax),
+        "waitpred": waitpred,
+        "rule_threshold_h": rule_threshold,
+        "within_s": within_s,
+        "at_probes": at_probes,
+    }
     t = time.perf_counter()
     results = run_tasks(wl, cfg, setup, tasks, workers, part=f"shard {shard_i}/{shard_n}")
     wall = time.perf_counter() - t
@@ -226,27 +293,46 @@ def run(args: argparse.Namespace) -> int:
     if no_full:
         warnings.append(f"{no_full} sample(s) never had a full history window before the forced submission")
     info = {
-        "params": params, "trace_fingerprint": wl.fingerprint, "n_samples": len(rows), "wall_s": round(wall, 3),
-        "workers": workers, "episode_s_mean": round(float(np.mean([r[3] for r in results])), 4) if results else None,
+        "params": params,
+        "trace_fingerprint": wl.fingerprint,
+        "n_samples": len(rows),
+        "wall_s": round(wall, 3),
+        "workers": workers,
+        "episode_s_mean": round(float(np.mean([r[3] for r in results])), 4) if results else None,
         "model_uri": storage.normalize(args.model) if model_cfg is not None else None,
         "model_fingerprint": marker.get("fingerprint") if marker else None,
-        "model_data": {k: v for k, v in (model_cfg or {}).get("data", {}).items()
-                       if k not in ("feature_names", "sample_params", "split")} or None,
-        "leakage_check": m["leakage"], "warnings": warnings, "columns": ROW_COLUMNS,
+        "model_data": {
+            k: v
+            for k, v in (model_cfg or {}).get("data", {}).items()
+            if k not in ("feature_names", "sample_params", "split")
+        }
+        or None,
+        "leakage_check": m["leakage"],
+        "warnings": warnings,
+        "columns": ROW_COLUMNS,
     }
     step.write_json(VALIDATE_INFO_FILE, info)
     summary = {"model": name, "node": args.node, "n_samples": len(rows), "wall_s": round(wall, 3)}
     if len(rows):
-        summary.update({
-            "mean_signed_h": float(rows["signed_interruption_h"].mean()),
-            "mean_interruption_h": float(rows["interruption_h"].mean()),
-            "zero_share": float((rows["signed_interruption_h"] <= 0).mean()),
-            "forced_share": float(rows["forced"].mean()),
-        })
+        summary.update(
+            {
+                "mean_signed_h": float(rows["signed_interruption_h"].mean()),
+                "mean_interruption_h": float(rows["interruption_h"].mean()),
+                "zero_share": float((rows["signed_interruption_h"] <= 0).mean()),
+                "forced_share": float(rows["forced"].mean()),
+            }
+        )
     step.commit(summary=summary)
-    print(f"validate {name} node {args.node}: {len(rows)} samples in {wall:.1f} s ({workers} worker(s)); "
-          + (f"mean interruption {summary['mean_interruption_h']:.2f} h, zero share {summary['zero_share']:.0%}, "
-             f"forced {summary['forced_share']:.0%}" if len(rows) else "no samples"), flush=True)
+    print(
+        f"validate {name} node {args.node}: {len(rows)} samples in {wall:.1f} s ({workers} worker(s)); "
+        + (
+            f"mean interruption {summary['mean_interruption_h']:.2f} h, zero share {summary['zero_share']:.0%}, "
+            f"forced {summary['forced_share']:.0%}"
+            if len(rows)
+            else "no samples"
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -8,11 +8,32 @@ DAG files use only::
 """
 
 from house.config import MACROS, ConfigError, HouseConfig, get_config, input_roots, storage_prefix
-from house.steps import (MAP_LABEL, PackageSteps, cron_schedule, default_args, mapped_items, step, step_partial,
-                         step_spec, steps_for)
+from house.steps import (
+    MAP_LABEL,
+    PackageSteps,
+    cron_schedule,
+    default_args,
+    mapped_items,
+    step,
+    step_partial,
+    step_spec,
+    steps_for,
+)
 
 __all__ = [
-    "MACROS", "MAP_LABEL", "ConfigError", "HouseConfig", "PackageSteps", "cron_schedule", "default_args", "get_config",
-    "input_roots", "mapped_items", "step", "step_partial",
-    "step_spec", "steps_for", "storage_prefix",
+    "MACROS",
+    "MAP_LABEL",
+    "ConfigError",
+    "HouseConfig",
+    "PackageSteps",
+    "cron_schedule",
+    "default_args",
+    "get_config",
+    "input_roots",
+    "mapped_items",
+    "step",
+    "step_partial",
+    "step_spec",
+    "steps_for",
+    "storage_prefix",
 ]

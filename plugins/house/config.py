@@ -79,10 +79,12 @@ DEFAULT_STORAGE_ROOT = REPO_ROOT / "var" / "storage"
 SHIPPED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 
 #: Pinned image per task package; override with ``HOUSE_IMAGE_<PKG>``. Never ``latest``.
-DEFAULT_IMAGES = MappingProxyType({
-    "mirage_tasks": "mirage-tasks:0.1.0",
-    "faasm_tasks": "faasm-tasks:0.1.0",
-})
+DEFAULT_IMAGES = MappingProxyType(
+    {
+        "mirage_tasks": "mirage-tasks:0.1.0",
+        "faasm_tasks": "faasm-tasks:0.1.0",
+    }
+)
 
 # --- Airflow task defaults ----------------------------------------------------------
 DEFAULT_OWNER = "house"
@@ -123,11 +125,17 @@ class Preset:
     gpus: int = 0
 
 
-PRESETS = MappingProxyType({
-    "cpu-small": Preset("cpu-small", requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "2", "memory": "2Gi"}),
-    "cpu-large": Preset("cpu-large", requests={"cpu": "4", "memory": "16Gi"}, limits={"cpu": "8", "memory": "16Gi"}),
-    "gpu": Preset("gpu", requests={"cpu": "4", "memory": "32Gi"}, limits={"cpu": "8", "memory": "32Gi"}, gpus=1),
-})
+PRESETS = MappingProxyType(
+    {
+        "cpu-small": Preset(
+            "cpu-small", requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "2", "memory": "2Gi"}
+        ),
+        "cpu-large": Preset(
+            "cpu-large", requests={"cpu": "4", "memory": "16Gi"}, limits={"cpu": "8", "memory": "16Gi"}
+        ),
+        "gpu": Preset("gpu", requests={"cpu": "4", "memory": "32Gi"}, limits={"cpu": "8", "memory": "32Gi"}, gpus=1),
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -214,10 +222,12 @@ def _variable(key: str, *, required: bool = False) -> str | None:
     if os.environ.get("HOUSE_NO_VARIABLES", "").lower() in ("1", "true", "yes"):
         return None
     try:
-        from airflow.sdk import Variable, get_current_context  # noqa: PLC0415 - only when needed
-    except Exception as exc:  # noqa: BLE001 - Airflow not importable
+        from airflow.sdk import Variable, get_current_context  # only when needed
+    except Exception as exc:  # Airflow not importable
         if required:
-            raise VariableUnreadable(f"Airflow Variable {key} cannot be read: Airflow is not importable ({exc})") from exc
+            raise VariableUnreadable(
+                f"Airflow Variable {key} cannot be read: Airflow is not importable ({exc})"
+            ) from exc
         log.debug("Airflow unavailable (%s); using the default for %s", exc, key)
         return None
     try:  # a running task always reads afresh (dag.test() parses and runs in one process)
@@ -230,13 +240,10 @@ def _variable(key: str, *, required: bool = False) -> str | None:
         return cached[1]
     try:
         value = Variable.get(key, default=None)
-    except Exception as exc:  # noqa: BLE001 - no DB / API server
+    except Exception as exc:  # no DB / API server
         if required:
-            raise VariableUnreadable(
-                f"Airflow Variable {key} could not be read ({type(exc).__name__}: {exc})"
-            ) from exc
-        log.warning("Airflow Variable %s could not be read (%s: %s); using the default",
-                    key, type(exc).__name__, exc)
+            raise VariableUnreadable(f"Airflow Variable {key} could not be read ({type(exc).__name__}: {exc})") from exc
+        log.warning("Airflow Variable %s could not be read (%s: %s); using the default", key, type(exc).__name__, exc)
         return None
     value = None if value is None else str(value)
     if not in_task:
@@ -366,7 +373,7 @@ MACROS = MappingProxyType({"house_storage_prefix": storage_prefix})
 
 def describe() -> dict[str, Any]:
     """The resolved configuration as a plain dict (for logs and ``python -m house.config``)."""
-    from dataclasses import asdict  # noqa: PLC0415
+    from dataclasses import asdict
 
     return asdict(get_config())
 

@@ -38,7 +38,7 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
 
 def _strip(uri: str) -> str:
     """A storage URI without ``file://`` and trailing slashes (``s3://`` kept)."""
-    uri = uri[len("file://"):] if uri.startswith("file://") else uri
+    uri = uri[len("file://") :] if uri.startswith("file://") else uri
     return uri.rstrip("/")
 
 
@@ -59,8 +59,9 @@ def report_uri(package: str, argv: Sequence[Any]) -> str | None:
 
 def ui_tab_url(dag_id: str, run_id: str, task_id: str, base_url: str = "", map_index: int = -1) -> str:
     """The Airflow UI page of a task instance's "Report" tab (the results view in the UI's layout)."""
-    task = f"tasks/{quote(task_id, safe='')}" + (f"/mapped/{int(map_index)}" if map_index is not None
-                                                 and int(map_index) >= 0 else "")
+    task = f"tasks/{quote(task_id, safe='')}" + (
+        f"/mapped/{int(map_index)}" if map_index is not None and int(map_index) >= 0 else ""
+    )
     return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/{task}/plugin/report"
 
 
@@ -70,7 +71,7 @@ def view_url(uri: str, storage_root: str, base_url: str = "") -> str | None:
     uri = _strip(uri)
     if not uri.startswith(root + "/"):
         return None
-    rel = uri[len(root) + 1:]
+    rel = uri[len(root) + 1 :]
     return f"{base_url.rstrip('/')}{VIEW_PREFIX}/report/{quote(rel)}"
 
 
@@ -89,7 +90,7 @@ class StepReportLink(BaseOperatorLink):
         if not uri:
             return ""
         try:
-            from airflow.sdk import conf  # noqa: PLC0415
+            from airflow.sdk import conf
 
             base_url = conf.get("api", "base_url", fallback="") or ""
         except Exception:  # noqa: BLE001 - no configuration: a root-relative link still works in the UI

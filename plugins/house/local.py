@@ -31,7 +31,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from house import config as house_config
 from house.links import StepReportLink
 
-
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
 #: a retry cannot help, so the task fails at once.
 EXIT_BAD_INPUT = 2

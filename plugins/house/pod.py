@@ -68,8 +68,10 @@ def pod_kwargs(
         "labels": {**house_config.POD_LABELS, "house/package": package, "house/preset": preset.name},
         "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
         # what the step may read (stepkit.reach): the storage root and HOUSE_INPUT_ROOTS only
-        "env_vars": [k8s.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
-                     k8s.V1EnvVar(name=house_config.INPUT_ROOTS_ENV, value=",".join(cfg.input_roots()))],
+        "env_vars": [
+            k8s.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+            k8s.V1EnvVar(name=house_config.INPUT_ROOTS_ENV, value=",".join(cfg.input_roots())),
+        ],
         # Storage credentials come from a Secret, never from the DAG or params.
         "env_from": [k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.storage_secret))],
         # The task images run as an unprivileged user (docker/*.Dockerfile: USER 10001).

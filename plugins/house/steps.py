@@ -73,13 +73,13 @@ def step_spec(
     cfg = house_config.get_config()
     kwargs: dict[str, Any] = {"task_id": task_id, "package": package, "preset": preset, "execution_timeout": timeout}
     if cfg.runner == "kubernetes":
-        from house.pod import HousePodOperator, pod_kwargs  # noqa: PLC0415 - heavy provider import
+        from house.pod import HousePodOperator, pod_kwargs  # heavy provider import
 
         kwargs.update(pod_kwargs(package, house_config.PRESETS[preset], timeout, cfg))
         kwargs.update(pod_overrides or {})
         kwargs.update(overrides)
         return HousePodOperator, kwargs
-    from house.local import LocalStepOperator  # noqa: PLC0415
+    from house.local import LocalStepOperator
 
     kwargs.update(overrides)
     return LocalStepOperator, kwargs
@@ -165,7 +165,6 @@ def default_args(owner: str = house_config.DEFAULT_OWNER, **extra: Any) -> dict[
     }
 
 
-
 def cron_schedule(expression: str):
     """A DAG's cron schedule (UTC) whose first run is the next cron time *after* it is unpaused.
 
@@ -178,6 +177,6 @@ def cron_schedule(expression: str):
     as usual (a DAG paused for a while resumes with its latest missed time, ``catchup=False``).
     DAGs using it must not set ``start_date``.
     """
-    from airflow.sdk import CronTriggerTimetable  # noqa: PLC0415 - the factory imports Airflow only when a DAG asks
+    from airflow.sdk import CronTriggerTimetable  # the factory imports Airflow only when a DAG asks
 
     return CronTriggerTimetable(expression, timezone="UTC", run_immediately=timedelta(0))

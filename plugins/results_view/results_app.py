@@ -44,11 +44,16 @@ from results_view import results_catalog as catalog
 
 log = logging.getLogger(__name__)
 
-PIPELINES = {"mirage_pipeline": "Mirage pipeline", "faasm_benchmarks": "Faasm benchmarks",
-             "mirage_evaluation": "Mirage evaluation"}
+PIPELINES = {
+    "mirage_pipeline": "Mirage pipeline",
+    "faasm_benchmarks": "Faasm benchmarks",
+    "mirage_evaluation": "Mirage evaluation",
+}
 #: What a stored report page may load: its own embedded images and inline styles, nothing else.
-REPORT_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
-              "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+REPORT_CSP = (
+    "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
+    "frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+)
 #: Inside the Airflow UI the view is an iframe sandboxed without ``allow-top-navigation``, so a
 #: ``target=_top`` link to a DAG run's page does nothing there. The UI's pages are one React app
 #: on the same origin (its sandbox allows scripts and the same origin): this script moves the
@@ -63,17 +68,25 @@ TOP_LINK_JS = (
     "try{var t=window.top,h=t.history,i=((h.state&&h.state.idx)||0)+1;"
     "h.pushState({usr:null,key:Math.random().toString(36).slice(2,10),idx:i},'',u.pathname+u.search+u.hash);"
     "t.dispatchEvent(new PopStateEvent('popstate',{state:h.state}));e.preventDefault();}"
-    "catch(err){}});")
+    "catch(err){}});"
+)
 _TOP_LINK_HASH = "sha256-" + base64.b64encode(hashlib.sha256(TOP_LINK_JS.encode()).digest()).decode()
 #: The view's own pages: the same, plus the compare form (GET to this view) and the link script.
-PAGE_CSP = (REPORT_CSP.replace("form-action 'none'", "form-action 'self'")
-            + f"; script-src '{_TOP_LINK_HASH}'")
+PAGE_CSP = REPORT_CSP.replace("form-action 'none'", "form-action 'self'") + f"; script-src '{_TOP_LINK_HASH}'"
 #: Report steps per pipeline: (task id, report kind) for the task-instance "Report" tab.
-REPORT_TASKS = {"mirage_pipeline": {"report": "mirage_report"}, "faasm_benchmarks": {"summarize": "faasm_trends"},
-                "mirage_evaluation": {"waitpred": "mirage_evaluation"}}
+REPORT_TASKS = {
+    "mirage_pipeline": {"report": "mirage_report"},
+    "faasm_benchmarks": {"summarize": "faasm_trends"},
+    "mirage_evaluation": {"waitpred": "mirage_evaluation"},
+}
 
-app = FastAPI(title="Pipeline results", description="Reports of the Mirage and Faasm pipelines from storage",
-              docs_url=None, redoc_url=None, openapi_url=None)
+app = FastAPI(
+    title="Pipeline results",
+    description="Reports of the Mirage and Faasm pipelines from storage",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
+)
 
 
 def storage_root() -> str:
@@ -105,9 +118,11 @@ def allowed_pipelines(user) -> set[str]:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
     am = get_auth_manager()
-    return {p for p in PIPELINES
-            if am.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, details=DagDetails(id=p),
-                                    user=user)}
+    return {
+        p
+        for p in PIPELINES
+        if am.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, details=DagDetails(id=p), user=user)
+    }
 
 
 @app.exception_handler(NotLoggedIn)
@@ -136,12 +151,16 @@ async def api_reports(request: Request) -> JSONResponse:
 
 
 def _page(title: str, body: str) -> HTMLResponse:
-    style = ("body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}h1{font-size:1.4em}"
-             "table{border-collapse:collapse;font-size:13px;margin:.4em 0 1.2em}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
-             ".muted{color:#777}a{color:#0a58ca}")
-    doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{style}</style></head><body>{body}<script>{TOP_LINK_JS}</script></body></html>")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}h1{font-size:1.4em}"
+        "table{border-collapse:collapse;font-size:13px;margin:.4em 0 1.2em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
+        ".muted{color:#777}a{color:#0a58ca}"
+    )
+    doc = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{body}<script>{TOP_LINK_JS}</script></body></html>"
+    )
     return HTMLResponse(doc, headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
 
 
@@ -155,12 +174,16 @@ def _summary_text(r: catalog.Report) -> str:
     if r.kind == "mirage_evaluation":
         c = s.get("criteria") if isinstance(s.get("criteria"), dict) else {}
         cov = c.get("coverage_months") if isinstance(c.get("coverage_months"), dict) else {}
-        return (f"guard pick {s.get('pick', '?')}; MAE at or below zero wait's: {c.get('mae_at_or_below_zero', '?')}; "
-                f"bound coverage per month: " + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?"
-                                                           for m, v in cov.items()) or "?"))
+        return (
+            f"guard pick {s.get('pick', '?')}; MAE at or below zero wait's: {c.get('mae_at_or_below_zero', '?')}; "
+            f"bound coverage per month: "
+            + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?" for m, v in cov.items()) or "?")
+        )
     if r.kind == "faasm_trends":
-        return (f"{failed}{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, "
-                f"{s.get('runs', '?')} runs" + (f", {s.get('failed')} failures in this run" if failed else ""))
+        return (
+            f"{failed}{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, "
+            f"{s.get('runs', '?')} runs" + (f", {s.get('failed')} failures in this run" if failed else "")
+        )
     return ", ".join(f"{k}: {v}" for k, v in list(s.items())[:4] if not isinstance(v, (dict, list)))
 
 
@@ -175,8 +198,10 @@ def _e(v: Any) -> str:
 def _changed_text(changed: dict[str, Any]) -> str:
     if not changed:
         return "defaults"
-    return ", ".join(f"{k}={json.dumps(v.get('value') if isinstance(v, dict) else v, default=str)}"
-                     for k, v in sorted(changed.items()))
+    return ", ".join(
+        f"{k}={json.dumps(v.get('value') if isinstance(v, dict) else v, default=str)}"
+        for k, v in sorted(changed.items())
+    )
 
 
 #: task states that count as finished (skipped: a group not selected, a branch not taken)
@@ -207,15 +232,22 @@ def airflow_runs(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, 
     try:
         with create_session() as session:
             for dag_id, run_id, state, run_type in session.execute(
-                    select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_type)
-                    .where(DagRun.dag_id.in_(dag_ids), DagRun.run_id.in_(run_ids))):
+                select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_type).where(
+                    DagRun.dag_id.in_(dag_ids), DagRun.run_id.in_(run_ids)
+                )
+            ):
                 if (dag_id, run_id) in keys:
-                    out[(dag_id, run_id)] = {"state": value(state), "run_type": value(run_type), "unfinished": [],
-                                             "groups": []}
+                    out[(dag_id, run_id)] = {
+                        "state": value(state),
+                        "run_type": value(run_type),
+                        "unfinished": [],
+                        "groups": [],
+                    }
             for dag_id, run_id, task_id, map_index, rendered, state in session.execute(
-                    select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.rendered_map_index, TI.state)
-                    .where(TI.dag_id.in_(dag_ids), TI.run_id.in_(run_ids))
-                    .order_by(TI.task_id, TI.map_index)):
+                select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.rendered_map_index, TI.state)
+                .where(TI.dag_id.in_(dag_ids), TI.run_id.in_(run_ids))
+                .order_by(TI.task_id, TI.map_index)
+            ):
                 rec = out.get((dag_id, run_id))
                 state = value(state) or "no status"
                 if rec is None or state in FINISHED:
@@ -250,23 +282,36 @@ def _ui_run_href(dag_id: str, run_id: str) -> str:
     return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
-def _run_cells(run: dict[str, Any] | None, key: str | None = None, *, dag_id: str = "",
-               db: dict[tuple[str, str], dict[str, Any]] | None = None, prefix: str = "") -> str:
+def _run_cells(
+    run: dict[str, Any] | None,
+    key: str | None = None,
+    *,
+    dag_id: str = "",
+    db: dict[tuple[str, str], dict[str, Any]] | None = None,
+    prefix: str = "",
+) -> str:
     if run is None:  # a run prefix written before the plan recorded its DAG runs
-        return (f"<td class='run-id muted'>not recorded (storage key {_e(key)})</td><td class='state'></td>"
-                "<td class='unfinished'></td><td class='logical-date'></td>"
-                "<td class='trigger'></td><td class='params'></td>")
+        return (
+            f"<td class='run-id muted'>not recorded (storage key {_e(key)})</td><td class='state'></td>"
+            "<td class='unfinished'></td><td class='logical-date'></td>"
+            "<td class='trigger'></td><td class='params'></td>"
+        )
     rid = str(run.get("run_id"))
     info = (db or {}).get((dag_id, rid))
     trigger = (info or {}).get("run_type") or run.get("trigger")
     state = info["state"] if info else "not in Airflow's database"
-    link = (f"<a class='run-link' target='_top' href='{_e(prefix + _ui_run_href(dag_id, rid))}'>{_e(rid)}</a>"
-            if info else _e(rid))
-    return (f"<td class='run-id'>{link}</td><td class='state'>{_e(state)}</td>"
-            f"<td class='unfinished'>{_e(_unfinished_text(info))}</td>"
-            f"<td class='logical-date'>{_e(run.get('logical_date'))}</td>"
-            f"<td class='trigger'>{_e(trigger)}</td>"
-            f"<td class='params'>{_e(_changed_text(run.get('changed') or {}))}</td>")
+    link = (
+        f"<a class='run-link' target='_top' href='{_e(prefix + _ui_run_href(dag_id, rid))}'>{_e(rid)}</a>"
+        if info
+        else _e(rid)
+    )
+    return (
+        f"<td class='run-id'>{link}</td><td class='state'>{_e(state)}</td>"
+        f"<td class='unfinished'>{_e(_unfinished_text(info))}</td>"
+        f"<td class='logical-date'>{_e(run.get('logical_date'))}</td>"
+        f"<td class='trigger'>{_e(trigger)}</td>"
+        f"<td class='params'>{_e(_changed_text(run.get('changed') or {}))}</td>"
+    )
 
 
 def _href(r: catalog.Report) -> str:
@@ -277,19 +322,25 @@ def _href(r: catalog.Report) -> str:
     return "report/" + quote(r.path)
 
 
-def _report_rows(reports: list[catalog.Report], kind: str, prefix: str = "",
-                 db: dict[tuple[str, str], dict[str, Any]] | None = None) -> list[str]:
+def _report_rows(
+    reports: list[catalog.Report], kind: str, prefix: str = "", db: dict[tuple[str, str], dict[str, Any]] | None = None
+) -> list[str]:
     rows = []
     for r in reports:
         runs = r.runs or [None]
         for run in runs:
-            pick = (f"<td><input type='checkbox' name='run' value='{_e(r.run)}' "
-                    f"aria-label='compare {_e(run.get('run_id') if run else r.run)}'></td>"
-                    if kind == "mirage_report" else "")
+            pick = (
+                f"<td><input type='checkbox' name='run' value='{_e(r.run)}' "
+                f"aria-label='compare {_e(run.get('run_id') if run else r.run)}'></td>"
+                if kind == "mirage_report"
+                else ""
+            )
             cells = _run_cells(run, r.run, dag_id=r.pipeline, db=db, prefix=prefix)
-            rows.append(f"<tr data-key='{_e(r.run)}'>{pick}{cells}<td>{_e(r.finished)}</td>"
-                        f"<td class='summary'>{_e(_summary_text(r))}</td>"
-                        f"<td><a class='report-link' href='{_e(prefix + _href(r))}'>open</a></td></tr>")
+            rows.append(
+                f"<tr data-key='{_e(r.run)}'>{pick}{cells}<td>{_e(r.finished)}</td>"
+                f"<td class='summary'>{_e(_summary_text(r))}</td>"
+                f"<td><a class='report-link' href='{_e(prefix + _href(r))}'>open</a></td></tr>"
+            )
     return rows
 
 
@@ -302,14 +353,18 @@ async def index(request: Request) -> HTMLResponse:
     user = await current_user(request)
     _, reports = await _reports(user)
     db = await asyncio.to_thread(airflow_runs, _db_keys(reports))
-    parts = ["<h1>Pipeline results</h1>",
-             "<p class='muted'>Reports found under the house storage root, by DAG run: run id (a link to the run), "
-             "its state and the tasks that did not finish (from Airflow), logical date, trigger and the params "
-             "that differ from the DAG's defaults.</p>"]
-    sections = [("mirage_report", "Mirage pipeline: validation reports"),
-                ("faasm_trends", "Faasm benchmarks: trend reports"),
-                ("faasm_summary", "Faasm benchmarks: run summaries"),
-                ("mirage_evaluation", "Mirage evaluation: wait prediction on a site's log")]
+    parts = [
+        "<h1>Pipeline results</h1>",
+        "<p class='muted'>Reports found under the house storage root, by DAG run: run id (a link to the run), "
+        "its state and the tasks that did not finish (from Airflow), logical date, trigger and the params "
+        "that differ from the DAG's defaults.</p>",
+    ]
+    sections = [
+        ("mirage_report", "Mirage pipeline: validation reports"),
+        ("faasm_trends", "Faasm benchmarks: trend reports"),
+        ("faasm_summary", "Faasm benchmarks: run summaries"),
+        ("mirage_evaluation", "Mirage evaluation: wait prediction on a site's log"),
+    ]
     for kind, title in sections:
         rows = [r for r in reports if r.kind == kind]
         parts.append(f"<h2 id='{kind}'>{html.escape(title)}</h2>")
@@ -317,13 +372,17 @@ async def index(request: Request) -> HTMLResponse:
             parts.append("<p class='muted'>None yet.</p>")
             continue
         pick = "<th>Compare</th>" if kind == "mirage_report" else ""
-        table = (f"<table class='reports' data-kind='{kind}'><thead><tr>{pick}<th>DAG run</th><th>Run state</th>"
-                 "<th>Not finished</th><th>Logical date</th><th>Trigger</th><th>Params (not default)</th>"
-                 "<th>Report finished</th><th>Summary</th><th>Open</th>"
-                 "</tr></thead><tbody>" + "".join(_report_rows(rows, kind, db=db)) + "</tbody></table>")
+        table = (
+            f"<table class='reports' data-kind='{kind}'><thead><tr>{pick}<th>DAG run</th><th>Run state</th>"
+            "<th>Not finished</th><th>Logical date</th><th>Trigger</th><th>Params (not default)</th>"
+            "<th>Report finished</th><th>Summary</th><th>Open</th>"
+            "</tr></thead><tbody>" + "".join(_report_rows(rows, kind, db=db)) + "</tbody></table>"
+        )
         if kind == "mirage_report":
-            table = (f"<form id='compare' method='get' action='compare'>{table}"
-                     "<button type='submit'>Compare the two selected runs</button></form>")
+            table = (
+                f"<form id='compare' method='get' action='compare'>{table}"
+                "<button type='submit'>Compare the two selected runs</button></form>"
+            )
         parts.append(table)
     return _page("Pipeline results", "\n".join(parts))
 
@@ -359,19 +418,29 @@ async def compare(request: Request) -> HTMLResponse:
         more = f" (+{len(runs) - 1} more run(s) of the same configuration)" if len(runs) > 1 else ""
         return f"{r['run_id']} · {r.get('logical_date') or ''} · {r.get('trigger')}{more}"
 
-    head = ["<h1>Compare Mirage runs</h1>", "<p><a href='./'>All reports</a></p>",
-            "<table class='runs'><thead><tr><th></th><th>Run A</th><th>Run B</th></tr></thead><tbody>"]
-    for label, fn in (("DAG run", who), ("Params (not default)",
-                                          lambda d: _changed_text(d["runs"][0]["changed"]) if d["runs"] else "?"),
-                      ("Metrics finished", lambda d: d.get("finished") or ""),
-                      ("Validation rows", lambda d: _fmt(d.get("n_rows")))):
+    head = [
+        "<h1>Compare Mirage runs</h1>",
+        "<p><a href='./'>All reports</a></p>",
+        "<table class='runs'><thead><tr><th></th><th>Run A</th><th>Run B</th></tr></thead><tbody>",
+    ]
+    for label, fn in (
+        ("DAG run", who),
+        ("Params (not default)", lambda d: _changed_text(d["runs"][0]["changed"]) if d["runs"] else "?"),
+        ("Metrics finished", lambda d: d.get("finished") or ""),
+        ("Validation rows", lambda d: _fmt(d.get("n_rows"))),
+    ):
         head.append(f"<tr><th>{_e(label)}</th><td>{_e(fn(a))}</td><td>{_e(fn(b))}</td></tr>")
     links = [f"<a href='report/{quote(d['report'])}'>report</a>" if d["report"] else "no report" for d in (a, b)]
     head.append(f"<tr><th>Report</th><td>{links[0]}</td><td>{links[1]}</td></tr></tbody></table>")
     differs = _differences(a, b)
-    head.append("<h2>Inputs that differ</h2>" + (
-        "<ul class='differs'>" + "".join(f"<li>{_e(x)}</li>" for x in differs) + "</ul>" if differs else
-        "<p class='differs muted'>None recorded: same params and the same trace.</p>"))
+    head.append(
+        "<h2>Inputs that differ</h2>"
+        + (
+            "<ul class='differs'>" + "".join(f"<li>{_e(x)}</li>" for x in differs) + "</ul>"
+            if differs
+            else "<p class='differs muted'>None recorded: same params and the same trace.</p>"
+        )
+    )
     rows = []
     for mn in sorted(set(a["headline"]) | set(b["headline"])):
         ma, mb = a["headline"].get(mn) or {}, b["headline"].get(mn) or {}
@@ -379,24 +448,40 @@ async def compare(request: Request) -> HTMLResponse:
         for metric in sorted(set(ma) | set(mb)):
             va, vb = ma.get(metric), mb.get(metric)
             diff = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
-            rows.append(f"<tr><td>{_e(mn)}</td><td>{_e(metric)}</td><td class='a'>{_e(_fmt(va))}</td>"
-                        f"<td class='a-ci'>{_e(_ci_text(ra, metric))}</td><td class='a-n'>{_e(_fmt(ra.get('n')))}</td>"
-                        f"<td class='b'>{_e(_fmt(vb))}</td><td class='b-ci'>{_e(_ci_text(rb, metric))}</td>"
-                        f"<td class='b-n'>{_e(_fmt(rb.get('n')))}</td><td class='diff'>{_e(_fmt(diff))}</td></tr>")
+            rows.append(
+                f"<tr><td>{_e(mn)}</td><td>{_e(metric)}</td><td class='a'>{_e(_fmt(va))}</td>"
+                f"<td class='a-ci'>{_e(_ci_text(ra, metric))}</td><td class='a-n'>{_e(_fmt(ra.get('n')))}</td>"
+                f"<td class='b'>{_e(_fmt(vb))}</td><td class='b-ci'>{_e(_ci_text(rb, metric))}</td>"
+                f"<td class='b-n'>{_e(_fmt(rb.get('n')))}</td><td class='diff'>{_e(_fmt(diff))}</td></tr>"
+            )
     boot = a.get("bootstrap") or b.get("bootstrap")
-    note = ("<p class='muted'>95 % intervals: paired bootstrap percentile intervals of the metrics step"
-            + (f" ({_e(boot)} draws)" if boot else "") + "; n: validation samples of that model and node size. "
-            "With a few samples the intervals are wide: a difference inside both intervals is not evidence.</p>")
-    body = ("<h2>Headline metrics (all samples)</h2>" + note + "<table class='compare'><thead><tr>"
+    note = (
+        "<p class='muted'>95 % intervals: paired bootstrap percentile intervals of the metrics step"
+        + (f" ({_e(boot)} draws)" if boot else "")
+        + "; n: validation samples of that model and node size. "
+        "With a few samples the intervals are wide: a difference inside both intervals is not evidence.</p>"
+    )
+    body = (
+        (
+            "<h2>Headline metrics (all samples)</h2>" + note + "<table class='compare'><thead><tr>"
             "<th>Model @ node size</th><th>Metric</th><th>Run A</th><th>A 95 % interval</th><th>A n</th>"
             "<th>Run B</th><th>B 95 % interval</th><th>B n</th><th>B - A</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>") if rows else "<p class='muted'>No headline metrics recorded.</p>"
+            + "".join(rows)
+            + "</tbody></table>"
+        )
+        if rows
+        else "<p class='muted'>No headline metrics recorded.</p>"
+    )
     return _page("Compare Mirage runs", "\n".join(head) + body)
 
 
 #: headline metric -> the metrics step's interval columns (mirage_tasks.evaluation.metrics)
-CI_COLUMNS = {"mean_interruption_h": "mean_interruption", "zero_share": "zero_share",
-              "reduction_vs_reactive": "reduction", "diff_vs_avg_h": "diff_vs_avg"}
+CI_COLUMNS = {
+    "mean_interruption_h": "mean_interruption",
+    "zero_share": "zero_share",
+    "reduction_vs_reactive": "reduction",
+    "diff_vs_avg_h": "diff_vs_avg",
+}
 
 
 def _ci_text(row: dict[str, Any], metric: str) -> str:
@@ -420,10 +505,11 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     if ta and tb and ta != tb:
         why = ""
         if "seed" in keys and not (pa.get("trace") or pb.get("trace")):
-            why = (": both validated on a synthetic trace drawn with the run's seed, so changing the seed also "
-                   "changed the workload; the metrics compare different workloads, not only different models")
-        out.append(f"trace: A {', '.join(t[:12] for t in ta)}, B {', '.join(t[:12] for t in tb)} "
-                   f"(fingerprints){why}")
+            why = (
+                ": both validated on a synthetic trace drawn with the run's seed, so changing the seed also "
+                "changed the workload; the metrics compare different workloads, not only different models"
+            )
+        out.append(f"trace: A {', '.join(t[:12] for t in ta)}, B {', '.join(t[:12] for t in tb)} (fingerprints){why}")
     return out
 
 
@@ -437,20 +523,24 @@ async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLRes
         raise HTTPException(403, f"not allowed to read {dag_id} runs")
     reports = await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id)
     db = (await asyncio.to_thread(airflow_runs, {(dag_id, run_id)})).get((dag_id, run_id))
-    parts = [f"<h1>{_e(PIPELINES[dag_id])}: results of {_e(run_id)}</h1>",
-             "<p><a href='../../'>All reports</a></p>",
-             f"<p class='run-state'>Run state: {_e(db['state'] if db else 'not in Airflow database')}; "
-             f"not finished: {_e(_unfinished_text(db))}</p>"]
+    parts = [
+        f"<h1>{_e(PIPELINES[dag_id])}: results of {_e(run_id)}</h1>",
+        "<p><a href='../../'>All reports</a></p>",
+        f"<p class='run-state'>Run state: {_e(db['state'] if db else 'not in Airflow database')}; "
+        f"not finished: {_e(_unfinished_text(db))}</p>",
+    ]
     if not reports:
         parts.append("<p class='muted'>No report of this DAG run yet.</p>")
     for r in reports:
         run = next(x for x in r.runs if x["run_id"] == run_id)
-        parts.append(f"<table class='reports' data-kind='{r.kind}'><tbody>"
-                     f"<tr><th>Report</th><td><a class='report-link' href='../../{_e(_href(r))}'>{_e(r.kind)}</a>"
-                     f"</td></tr><tr><th>Logical date</th><td>{_e(run.get('logical_date'))}</td></tr>"
-                     f"<tr><th>Trigger</th><td>{_e((db or {}).get('run_type') or run.get('trigger'))}</td></tr>"
-                     f"<tr><th>Params (not default)</th><td>{_e(_changed_text(run.get('changed') or {}))}</td></tr>"
-                     f"<tr><th>Summary</th><td>{_e(_summary_text(r))}</td></tr></tbody></table>")
+        parts.append(
+            f"<table class='reports' data-kind='{r.kind}'><tbody>"
+            f"<tr><th>Report</th><td><a class='report-link' href='../../{_e(_href(r))}'>{_e(r.kind)}</a>"
+            f"</td></tr><tr><th>Logical date</th><td>{_e(run.get('logical_date'))}</td></tr>"
+            f"<tr><th>Trigger</th><td>{_e((db or {}).get('run_type') or run.get('trigger'))}</td></tr>"
+            f"<tr><th>Params (not default)</th><td>{_e(_changed_text(run.get('changed') or {}))}</td></tr>"
+            f"<tr><th>Summary</th><td>{_e(_summary_text(r))}</td></tr></tbody></table>"
+        )
     return _page(f"Results of {run_id}", "\n".join(parts))
 
 
@@ -460,9 +550,12 @@ async def task_report(dag_id: str, run_id: str, task_id: str, request: Request) 
     user = await current_user(request)
     kind = REPORT_TASKS.get(dag_id, {}).get(task_id)
     if kind is None:
-        return _page("Report", f"<p class='muted'>Task {_e(task_id)} of {_e(dag_id)} writes no report. "
-                               f"<a href='../../../dag-run/{quote(dag_id)}/{quote(run_id, safe='')}'>"
-                               "This run's results</a></p>")
+        return _page(
+            "Report",
+            f"<p class='muted'>Task {_e(task_id)} of {_e(dag_id)} writes no report. "
+            f"<a href='../../../dag-run/{quote(dag_id)}/{quote(run_id, safe='')}'>"
+            "This run's results</a></p>",
+        )
     if dag_id not in allowed_pipelines(user):
         raise HTTPException(403, f"not allowed to read {dag_id} runs")
     reports = [r for r in await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id) if r.kind == kind]
@@ -524,17 +617,31 @@ async def evaluation(name: str, request: Request) -> HTMLResponse:
         f.close()
     if len(data) > RENDER_LIMIT:
         raise HTTPException(413, f"{rel} is over the view's {RENDER_LIMIT} byte limit")
-    from markdown_it import MarkdownIt  # noqa: PLC0415 - only this page renders Markdown
+    from markdown_it import MarkdownIt  # only this page renders Markdown
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     body = md.render(data.decode("utf-8", errors="replace"))
     raw = f"../report/{quote(f'mirage_evaluation/{name}/waitpred/waitpred.json')}"
-    return _page(f"Wait prediction: {name}",
-                 f"<p><a href='../'>All reports</a> · <a href='{_e(raw)}'>waitpred.json</a></p>{body}")
+    return _page(
+        f"Wait prediction: {name}",
+        f"<p><a href='../'>All reports</a> · <a href='{_e(raw)}'>waitpred.json</a></p>{body}",
+    )
 
 
-SUMMARY_COLS = ["experiment", "system", "params", "repeat", "attempt", "status", "run_time_ms", "throughput_ok",
-                "p50_us", "p99_us", "memory_gb_s", "error"]
+SUMMARY_COLS = [
+    "experiment",
+    "system",
+    "params",
+    "repeat",
+    "attempt",
+    "status",
+    "run_time_ms",
+    "throughput_ok",
+    "p50_us",
+    "p99_us",
+    "memory_gb_s",
+    "error",
+]
 
 
 @app.get("/summary/{date}/{run_id}", response_class=HTMLResponse)
@@ -554,9 +661,11 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
         if not isinstance(doc, dict):
             raise ValueError(f"a JSON {type(doc).__name__}, not a summary")
     except ValueError as exc:  # a damaged summary is a failure to show, not a missing page
-        body = (f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1><p class='failed'><b>FAILED</b>: "
-                f"the summary {_e(rel)} cannot be read ({_e(type(exc).__name__)}: {_e(exc)}); rerun summarize "
-                "for this run.</p>")
+        body = (
+            f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1><p class='failed'><b>FAILED</b>: "
+            f"the summary {_e(rel)} cannot be read ({_e(type(exc).__name__)}: {_e(exc)}); rerun summarize "
+            "for this run.</p>"
+        )
         page = _page(f"Faasm run {run_id}: FAILED", body)
         page.status_code = 422  # the stored file, not the request, is at fault: its cause is on the page
         return page
@@ -567,17 +676,32 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
     failed = doc.get("failed", 0)
     verdict = "<b>FAILED</b>: " if doc.get("status") == "FAILED" or _positive(failed) else ""
     # every field of the stored document is data: escaped, whatever wrote it
-    parts = [f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",
-             f"<p>{verdict}{len(points)} points, {_e(failed)} failed. "
-             f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>"]
-    fails = [{"what": f"{g.get('experiment')}/{g.get('system')} (whole group)", "step": g.get("step"),
-              "cause": g.get("error")} for g in doc.get("failed_groups") or [] if isinstance(g, dict)]
-    fails += [{"what": p.get("uri"), "step": "read", "cause": p.get("error")}
-              for p in doc.get("unreadable") or [] if isinstance(p, dict)]
+    parts = [
+        f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",
+        f"<p>{verdict}{len(points)} points, {_e(failed)} failed. "
+        f"<a href='{_e(trends)}'>Trend report</a> · <a href='../../'>All reports</a></p>",
+    ]
+    fails = [
+        {
+            "what": f"{g.get('experiment')}/{g.get('system')} (whole group)",
+            "step": g.get("step"),
+            "cause": g.get("error"),
+        }
+        for g in doc.get("failed_groups") or []
+        if isinstance(g, dict)
+    ]
+    fails += [
+        {"what": p.get("uri"), "step": "read", "cause": p.get("error")}
+        for p in doc.get("unreadable") or []
+        if isinstance(p, dict)
+    ]
     if fails:
-        rows = "".join(f"<tr><td>{_e(f['what'])}</td><td>{_e(f['step'])}</td><td>{_e(f['cause'])}</td></tr>"
-                       for f in fails)
-        parts.append("<h2>Failed without points, or unreadable</h2><table><thead><tr><th>what</th><th>step</th>"
-                     f"<th>cause</th></tr></thead><tbody>{rows}</tbody></table>")
+        rows = "".join(
+            f"<tr><td>{_e(f['what'])}</td><td>{_e(f['step'])}</td><td>{_e(f['cause'])}</td></tr>" for f in fails
+        )
+        parts.append(
+            "<h2>Failed without points, or unreadable</h2><table><thead><tr><th>what</th><th>step</th>"
+            f"<th>cause</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return _page(f"Faasm run {run_id}", "\n".join(parts))

@@ -52,8 +52,10 @@ KINDS = {
 #: Folders whose files may be served, as regular expressions over the path below the root.
 SERVABLE = [
     re.compile(r"^mirage_pipeline/[^/]+/report/(report\.html|report\.md|figures/[^/]+\.png)$"),
-    re.compile(r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/trends/(trends\.html|trends\.md|trends\.json|"
-               r"figures/[^/]+\.png)$"),
+    re.compile(
+        r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/trends/(trends\.html|trends\.md|trends\.json|"
+        r"figures/[^/]+\.png)$"
+    ),
     re.compile(r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/summary/(summary\.json|summary\.csv)$"),
     re.compile(r"^mirage_evaluation/[^/]+/waitpred/(waitpred\.md|waitpred\.json)$"),
 ]
@@ -202,11 +204,16 @@ def _mirage_runs(root: str, fs: fsspec.AbstractFileSystem, base: str, rel_prefix
             continue
         doc = _json(root, f"{rel_prefix}/{RUNS_DIR}/{name}")
         if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
-            runs.append({"run_id": doc["run_id"], "logical_date": doc.get("logical_date"),
-                         "trigger": doc.get("run_type") or trigger_of(doc["run_id"]),
-                         "changed": doc.get("changed") if isinstance(doc.get("changed"), dict) else {},
-                         "params": doc.get("params") if isinstance(doc.get("params"), dict) else {},
-                         "recorded": doc.get("recorded")})
+            runs.append(
+                {
+                    "run_id": doc["run_id"],
+                    "logical_date": doc.get("logical_date"),
+                    "trigger": doc.get("run_type") or trigger_of(doc["run_id"]),
+                    "changed": doc.get("changed") if isinstance(doc.get("changed"), dict) else {},
+                    "params": doc.get("params") if isinstance(doc.get("params"), dict) else {},
+                    "recorded": doc.get("recorded"),
+                }
+            )
     runs.sort(key=lambda r: str(r.get("recorded") or ""), reverse=True)
     return runs
 
@@ -220,7 +227,7 @@ def list_reports(root: str) -> list[Report]:
     for kind, (pipeline, pattern, page) in KINDS.items():
         for marker_path in fs.glob(f"{base}/{pattern}"):
             folder = posixpath.dirname(marker_path)
-            rel_folder = folder[len(base) + 1:]
+            rel_folder = folder[len(base) + 1 :]
             marker = _json(root, f"{rel_folder}/{MARKER}")  # a linked folder or marker is no report
             if not isinstance(marker, dict) or not is_plain(root, f"{rel_folder}/{page}"):
                 continue  # a half-written, foreign or linked marker or page: not a report
@@ -232,8 +239,17 @@ def list_reports(root: str) -> list[Report]:
                 run = f"{parts[1]}/{parts[2]}"
                 runs = [{"run_id": parts[2], "logical_date": parts[1], "trigger": trigger_of(parts[2]), "changed": {}}]
             summary = marker.get("summary") if isinstance(marker.get("summary"), dict) else {}
-            out.append(Report(kind=kind, pipeline=pipeline, path=f"{rel_folder}/{page}", run=run,
-                              finished=marker.get("finished"), summary=summary, runs=runs))
+            out.append(
+                Report(
+                    kind=kind,
+                    pipeline=pipeline,
+                    path=f"{rel_folder}/{page}",
+                    run=run,
+                    finished=marker.get("finished"),
+                    summary=summary,
+                    runs=runs,
+                )
+            )
     out.sort(key=lambda r: (r.kind, r.run), reverse=True)
     return out
 
@@ -256,7 +272,7 @@ def resolve(root: str, rel: str) -> int | None:
         raise KeyError(rel) from exc
     outputs = marker.get("outputs") if isinstance(marker, dict) else None
     if isinstance(outputs, dict) and outputs:
-        entry = outputs.get(rel[len(folder) + 1:])
+        entry = outputs.get(rel[len(folder) + 1 :])
         if entry is None:
             raise KeyError(rel)  # not written by the report step: not served
         size = entry.get("size") if isinstance(entry, dict) else None
@@ -341,19 +357,34 @@ def run_metrics(root: str, key: str) -> dict[str, Any]:
     report = _json(root, f"mirage_pipeline/{key}/report/{MARKER}")
     # the metrics step's table (metrics.json, listed in its marker): per model@node on all samples the
     # number of samples and the bootstrap intervals; and the validate runs behind it (trace fingerprints)
-    detail = _json(root, f"mirage_pipeline/{key}/metrics/metrics.json") \
-        if "metrics.json" in (marker.get("outputs") or {}) else None
+    detail = (
+        _json(root, f"mirage_pipeline/{key}/metrics/metrics.json")
+        if "metrics.json" in (marker.get("outputs") or {})
+        else None
+    )
     detail = detail if isinstance(detail, dict) else {}
     rows = {}
     for r in detail.get("rows") or []:
         if isinstance(r, dict) and r.get("level") == "all" and r.get("model") is not None:
             rows[f"{r['model']}@{r.get('node')}"] = r
-    traces = sorted({str(r.get("trace_fingerprint")) for r in detail.get("runs") or []
-                     if isinstance(r, dict) and r.get("trace_fingerprint")})
-    return {"key": key, "finished": marker.get("finished"), "headline": headline,
-            "n_rows": summary.get("n_rows"), "runs": _mirage_runs(root, fs, base, f"mirage_pipeline/{key}"),
-            "rows": rows, "traces": traces, "bootstrap": (detail.get("params") or {}).get("bootstrap"),
-            "report": f"mirage_pipeline/{key}/report/report.html" if isinstance(report, dict) else None}
+    traces = sorted(
+        {
+            str(r.get("trace_fingerprint"))
+            for r in detail.get("runs") or []
+            if isinstance(r, dict) and r.get("trace_fingerprint")
+        }
+    )
+    return {
+        "key": key,
+        "finished": marker.get("finished"),
+        "headline": headline,
+        "n_rows": summary.get("n_rows"),
+        "runs": _mirage_runs(root, fs, base, f"mirage_pipeline/{key}"),
+        "rows": rows,
+        "traces": traces,
+        "bootstrap": (detail.get("params") or {}).get("bootstrap"),
+        "report": f"mirage_pipeline/{key}/report/report.html" if isinstance(report, dict) else None,
+    }
 
 
 def runs_of(root: str, dag_id: str, run_id: str) -> list[Report]:

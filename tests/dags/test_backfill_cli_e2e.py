@@ -36,8 +36,15 @@ def test_backfill_of_a_paused_dag_is_refused_then_runs_with_unpause(airflow_db):
     unknown = _run("devtools/backfill.py", "--dag-id", "no_such_dag", *dates)
     assert unknown.returncode == 2 and "no DAG 'no_such_dag'" in unknown.stderr
 
-    made = _run("devtools/backfill.py", "--dag-id", "mirage_samples", "--unpause", *dates,
-                "--dag-run-conf", '{"node_sizes": [1]}')
+    made = _run(
+        "devtools/backfill.py",
+        "--dag-id",
+        "mirage_samples",
+        "--unpause",
+        *dates,
+        "--dag-run-conf",
+        '{"node_sizes": [1]}',
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     assert not DagModel.get_dagmodel("mirage_samples").is_paused
     with create_session() as session:

@@ -99,8 +99,11 @@ def test_steps_come_from_the_house_factory(dagbags):
     # DAGs that only start other DAGs' runs (no task-package work of their own)
     triggers_only = {"mirage_monthly"}
     for _, dag in _dags(bags):
-        steps = [t for t in dag.tasks
-                 if t.task_type not in ("_PythonDecoratedOperator", "EmptyOperator", "TriggerDagRunOperator")]
+        steps = [
+            t
+            for t in dag.tasks
+            if t.task_type not in ("_PythonDecoratedOperator", "EmptyOperator", "TriggerDagRunOperator")
+        ]
         for t in steps:
             operator_class = getattr(t, "operator_class", type(t))
             assert issubclass(operator_class, house_types), f"{dag.dag_id}.{t.task_id}: {operator_class}"
@@ -126,8 +129,9 @@ def test_plugin_loader_skips_the_house_package(tmp_path):
         "print(sorted(m for m in ('config', 'steps', 'local', 'pod', '__init__') if m in sys.modules), errors)\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS)}
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip().splitlines()[-1] == "[] {}", out.stdout + out.stderr
 
 
@@ -140,14 +144,17 @@ def test_faasm_dag_follows_the_catalogue():
     spec = importlib.util.spec_from_file_location("faasm_benchmarks_under_test", DAGS / "faasm_benchmarks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    catalogue = {name: doc for name, doc in load_catalogue().items()
-                 if Path(doc["_source"]).parent.name == "experiments"}
+    catalogue = {
+        name: doc for name, doc in load_catalogue().items() if Path(doc["_source"]).parent.name == "experiments"
+    }
     assert catalogue, "the packaged catalogue is empty"
     assert set(module.EXPERIMENTS) == set(catalogue)
     assert set(module.RUN_TIMEOUT) == set(catalogue), "RUN_TIMEOUT must name exactly the catalogue experiments"
     groups = {t.task_group.group_id for t in module.dag.tasks if t.task_group and t.task_group.group_id}
     assert groups == {f"{name}__{system}" for name, doc in catalogue.items() for system in doc["systems"]}
-    run_timeouts = {t.task_id.split(".")[0]: t.execution_timeout for t in module.dag.tasks if t.task_id.endswith(".run")}
+    run_timeouts = {
+        t.task_id.split(".")[0]: t.execution_timeout for t in module.dag.tasks if t.task_id.endswith(".run")
+    }
     for group, timeout in run_timeouts.items():
         assert timeout == module.RUN_TIMEOUT[group.split("__")[0]], group
     from faasm_tasks import workloads
@@ -183,9 +190,11 @@ def test_faasm_dag_does_not_import_the_task_package():
     import os
 
     from conftest import PLUGINS
+
     env = {**os.environ, "PYTHONPATH": str(PLUGINS), "HOUSE_NO_VARIABLES": "1"}
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 

@@ -55,8 +55,9 @@ def test_one_experiment_runs_and_tears_down(env):
     assert record["target"] == "local"
 
 
-def test_local_run_without_built_functions_fails_once_at_preflight_naming_make_functions(env, monkeypatch, capfd,
-                                                                                          caplog):
+def test_local_run_without_built_functions_fails_once_at_preflight_naming_make_functions(
+    env, monkeypatch, capfd, caplog
+):
     """After a fresh ``make airflow``, before ``make functions``: the preflight refuses once, naming
     the missing build and the command, and no group starts (before, all eight groups ran into the
     same deploy failure one after another for minutes); the day's summary counts the selected

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import http.server
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from conftest import load_dag, task_states
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("airflow_db")]
 
-LOGICAL_DATE = datetime(2026, 12, 1, tzinfo=timezone.utc)
+LOGICAL_DATE = datetime(2026, 12, 1, tzinfo=UTC)
 SECRET = "root:$6$f0rmS3cretHASH$abcdef:19000:0:99999:7:::"
 
 
@@ -41,13 +41,13 @@ def http_server():
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):  # http.server's name
             hits.append(self.path)
             self.send_response(200)
             self.end_headers()
             self.wfile.write(SECRET.encode())
 
-        do_HEAD = do_GET  # noqa: N815
+        do_HEAD = do_GET
 
         def log_message(self, *args):
             pass
@@ -65,20 +65,33 @@ def http_server():
 def _logs(airflow_home: Path, capfd, caplog) -> str:
     """Everything the run printed or logged: captured output, log records, task log files."""
     out = capfd.readouterr()
-    files = "".join(p.read_text(errors="replace") for p in (airflow_home / "logs").rglob("*") if p.is_file()) \
-        if (airflow_home / "logs").is_dir() else ""
+    files = (
+        "".join(p.read_text(errors="replace") for p in (airflow_home / "logs").rglob("*") if p.is_file())
+        if (airflow_home / "logs").is_dir()
+        else ""
+    )
     return out.out + out.err + caplog.text + files
 
 
 def _evaluation_conf(trace: str) -> dict:
-    return {"name": "reach", "trace": trace, "timezone": None, "procs_per_node": 1, "machine_nodes": None,
-            "calibrate_from": "2023-11-15", "calibrate_to": "2023-12-01", "months": ["2023-12"], "trials": 2,
-            "timeout_s": 30}
+    return {
+        "name": "reach",
+        "trace": trace,
+        "timezone": None,
+        "procs_per_node": 1,
+        "machine_nodes": None,
+        "calibrate_from": "2023-11-15",
+        "calibrate_to": "2023-12-01",
+        "months": ["2023-12"],
+        "trials": 2,
+        "timeout_s": 30,
+    }
 
 
 @pytest.mark.parametrize("which", ["secret", "environ", "http"])
-def test_mirage_evaluation_refuses_a_trace_outside_the_roots(which, local_storage, secret, http_server,
-                                                            airflow_home, capfd, caplog):
+def test_mirage_evaluation_refuses_a_trace_outside_the_roots(
+    which, local_storage, secret, http_server, airflow_home, capfd, caplog
+):
     url, hits = http_server
     trace = {"secret": str(secret), "environ": "/proc/self/environ", "http": f"{url}/internal/secret"}[which]
     caplog.set_level("INFO")
@@ -93,8 +106,9 @@ def test_mirage_evaluation_refuses_a_trace_outside_the_roots(which, local_storag
     assert not (local_storage / "mirage_evaluation" / "reach").exists()
 
 
-def test_mirage_evaluation_refuses_a_symlink_in_the_storage_root_leading_out(local_storage, secret, airflow_home,
-                                                                             capfd, caplog):
+def test_mirage_evaluation_refuses_a_symlink_in_the_storage_root_leading_out(
+    local_storage, secret, airflow_home, capfd, caplog
+):
     link = local_storage / "inputs" / "trace.swf"
     link.parent.mkdir(parents=True)
     link.symlink_to(secret)
@@ -107,13 +121,16 @@ def test_mirage_evaluation_refuses_a_symlink_in_the_storage_root_leading_out(loc
     assert "f0rmS3cret" not in logs
 
 
-def test_mirage_pipeline_refuses_before_fingerprinting_the_trace(local_storage, http_server, airflow_home,
-                                                                 capfd, caplog):
+def test_mirage_pipeline_refuses_before_fingerprinting_the_trace(
+    local_storage, http_server, airflow_home, capfd, caplog
+):
     url, hits = http_server
     caplog.set_level("INFO")
-    dr = load_dag("mirage_pipeline").test(logical_date=LOGICAL_DATE, run_conf={"trace": f"{url}/sacct.log"},
-                                          mark_success_pattern="sample|merge|train_cpu|train_gpu|policy_cpu|"
-                                                               "policy_gpu|validate|fidelity|metrics|report")
+    dr = load_dag("mirage_pipeline").test(
+        logical_date=LOGICAL_DATE,
+        run_conf={"trace": f"{url}/sacct.log"},
+        mark_success_pattern="sample|merge|train_cpu|train_gpu|policy_cpu|policy_gpu|validate|fidelity|metrics|report",
+    )
     states = task_states(dr)
     assert str(dr.state) == "failed" and states["plan.commands"] == "failed", states
     assert "param trace" in _logs(airflow_home, capfd, caplog)
@@ -142,18 +159,28 @@ def test_every_pod_carries_the_allowed_roots(monkeypatch):
     monkeypatch.setenv("HOUSE_STORAGE_ROOT", "s3://bucket/house")
     monkeypatch.delenv("HOUSE_INPUT_ROOTS", raising=False)
     cfg = house_config.get_config()
-    env = {e.name: e.value for e in pod_kwargs("mirage_tasks", house_config.PRESETS["cpu-small"],
-                                               timedelta(hours=1), cfg)["env_vars"]}
+    env = {
+        e.name: e.value
+        for e in pod_kwargs("mirage_tasks", house_config.PRESETS["cpu-small"], timedelta(hours=1), cfg)["env_vars"]
+    }
     assert env[house_config.INPUT_ROOTS_ENV] == "s3://bucket/house"  # a pod sees no checkout: the bucket only
     monkeypatch.setenv("HOUSE_INPUT_ROOTS", "s3://bucket/traces")
     cfg = house_config.get_config()
     assert cfg.input_roots() == ["s3://bucket/house", "s3://bucket/traces"]
 
 
-@pytest.mark.parametrize("param, value", [("model", "secret"), ("waitpred", "http"), ("slurm_conf", "/proc/self/environ"),
-                                          ("guarantee_samples", "file:///etc")])
-def test_mirage_service_refuses_its_uris_outside_the_roots(param, value, local_storage, secret, http_server,
-                                                           airflow_home, capfd, caplog):
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("model", "secret"),
+        ("waitpred", "http"),
+        ("slurm_conf", "/proc/self/environ"),
+        ("guarantee_samples", "file:///etc"),
+    ],
+)
+def test_mirage_service_refuses_its_uris_outside_the_roots(
+    param, value, local_storage, secret, http_server, airflow_home, capfd, caplog
+):
     url, hits = http_server
     value = {"secret": str(secret), "http": f"{url}/waitpred"}.get(value, value)
     caplog.set_level("INFO")

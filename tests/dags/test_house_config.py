@@ -90,10 +90,17 @@ def test_environment_overrides(clean_env):
     from house.config import get_config
 
     settings = {
-        "HOUSE_RUNNER": "Kubernetes", "HOUSE_STORAGE_ROOT": "s3://bucket/house", "HOUSE_CODE_ROOT": "/opt/code",
-        "HOUSE_PYTHON": "/usr/bin/python3", "HOUSE_IMAGE_MIRAGE": "reg/mirage:2.0", "HOUSE_NAMESPACE": "ns",
-        "HOUSE_KUBE_CONN_ID": "k8s_prod", "HOUSE_STORAGE_SECRET": "s3-creds", "HOUSE_GPU_POOL": "a100",
-        "HOUSE_GPU_NODE_SELECTOR": "gpu=a100, zone=z1", "HOUSE_IMAGE_EXTRA": "reg/extra:1",
+        "HOUSE_RUNNER": "Kubernetes",
+        "HOUSE_STORAGE_ROOT": "s3://bucket/house",
+        "HOUSE_CODE_ROOT": "/opt/code",
+        "HOUSE_PYTHON": "/usr/bin/python3",
+        "HOUSE_IMAGE_MIRAGE": "reg/mirage:2.0",
+        "HOUSE_NAMESPACE": "ns",
+        "HOUSE_KUBE_CONN_ID": "k8s_prod",
+        "HOUSE_STORAGE_SECRET": "s3-creds",
+        "HOUSE_GPU_POOL": "a100",
+        "HOUSE_GPU_NODE_SELECTOR": "gpu=a100, zone=z1",
+        "HOUSE_IMAGE_EXTRA": "reg/extra:1",
     }
     for key, value in settings.items():
         clean_env.setenv(key, value)
@@ -180,8 +187,11 @@ def test_unreadable_runner_variable_is_an_error_not_local(clean_env, monkeypatch
     from house.config import ConfigError, get_config
 
     _broken_variables(monkeypatch)
-    with pytest.raises(ConfigError, match=r"HOUSE_RUNNER is not set and Airflow Variable house_runner could not "
-                                          r"be read \(RuntimeError: no metadata database\); refusing"):
+    with pytest.raises(
+        ConfigError,
+        match=r"HOUSE_RUNNER is not set and Airflow Variable house_runner could not "
+        r"be read \(RuntimeError: no metadata database\); refusing",
+    ):
         get_config()
 
 
@@ -258,7 +268,10 @@ def test_storage_prefix(clean_env):
 
     clean_env.setenv("HOUSE_STORAGE_ROOT", "s3://bucket/house/")
     assert storage_prefix("faasm_benchmarks") == "s3://bucket/house/faasm_benchmarks"
-    assert storage_prefix("mirage_pipeline", "2023-03-01T000000Z") == "s3://bucket/house/mirage_pipeline/2023-03-01T000000Z"
+    assert (
+        storage_prefix("mirage_pipeline", "2023-03-01T000000Z")
+        == "s3://bucket/house/mirage_pipeline/2023-03-01T000000Z"
+    )
     for bad in ("", "..", "/"):
         with pytest.raises(ConfigError, match="bad path part"):
             storage_prefix("mirage_pipeline", bad)
@@ -320,8 +333,14 @@ def test_factory_local_mode(clean_env):
     from house.local import LocalStepOperator
 
     with DAG("house_local", schedule=None, default_args=default_args(owner="me")):
-        op = step("a", package="mirage_tasks", argv=["ingest"], preset="gpu", timeout=timedelta(minutes=3),
-                  pod_overrides={"node_selector": {"x": "y"}})  # ignored locally
+        op = step(
+            "a",
+            package="mirage_tasks",
+            argv=["ingest"],
+            preset="gpu",
+            timeout=timedelta(minutes=3),
+            pod_overrides={"node_selector": {"x": "y"}},
+        )  # ignored locally
         mapped = step_partial("m", package="mirage_tasks", timeout=timedelta(minutes=4)).expand(argv=[["a"], ["b"]])
     assert isinstance(op, LocalStepOperator)
     assert op.execution_timeout == timedelta(minutes=3)
@@ -335,7 +354,13 @@ def test_describe_runs_without_airflow_context(clean_env):
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "house.config"], cwd=REPO / "plugins", capture_output=True,
-                         text=True, check=True, env={"PATH": "/usr/bin:/bin", "HOUSE_NO_VARIABLES": "1"})
+    out = subprocess.run(
+        [sys.executable, "-m", "house.config"],
+        cwd=REPO / "plugins",
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "HOUSE_NO_VARIABLES": "1"},
+    )
     cfg = json.loads(out.stdout)
     assert cfg["runner"] == "local" and cfg["storage_root"].endswith("var/storage")

@@ -103,19 +103,46 @@ def image_table(worker_state_url: str | None = None) -> dict:
     store that does not answer (every call fails)."""
 
     def redis_urls(ctx):
-        return (f"redis://{ctx.service(ctx.env['REDIS_QUEUE_HOST'])}/0",
-                f"redis://{ctx.service(ctx.env['REDIS_STATE_HOST'])}/0")
+        return (
+            f"redis://{ctx.service(ctx.env['REDIS_QUEUE_HOST'])}/0",
+            f"redis://{ctx.service(ctx.env['REDIS_STATE_HOST'])}/0",
+        )
 
     def redis(ctx):
-        return ["redis-server", "--port", str(ctx.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(ctx.home)]
+        return [
+            "redis-server",
+            "--port",
+            str(ctx.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(ctx.home),
+        ]
 
     def server(role):
         def cmd(ctx):
             queue, state = redis_urls(ctx)
-            return [ctx.python, "-m", "faasm_tasks.local_server", role, "--port", str(ctx.port),
-                    "--redis-url", queue, "--state-redis-url", (worker_state_url if role == "worker" else None) or state,
-                    "--shared-dir", str(ctx.shared / "files"), "--functions-dir", str(ctx.shared / "functions")]
+            return [
+                ctx.python,
+                "-m",
+                "faasm_tasks.local_server",
+                role,
+                "--port",
+                str(ctx.port),
+                "--redis-url",
+                queue,
+                "--state-redis-url",
+                (worker_state_url if role == "worker" else None) or state,
+                "--shared-dir",
+                str(ctx.shared / "files"),
+                "--functions-dir",
+                str(ctx.shared / "functions"),
+            ]
+
         return cmd
 
     return {"faasm/redis": redis, "faasm/upload": server("upload"), "faasm/knative-worker": server("worker")}
@@ -138,8 +165,11 @@ def faasm_cluster(tmp_path, monkeypatch):
     root = tmp_path / "storage"
     started = []
     with moto_s3(DATA_BUCKET, RESULTS_BUCKET) as url:
-        s3_client(url).put_object(Bucket=DATA_BUCKET, Key="func/python/mat_mul.py",
-                                  Body=b"# mat_mul: the local worker runs its own Python implementation\n")
+        s3_client(url).put_object(
+            Bucket=DATA_BUCKET,
+            Key="func/python/mat_mul.py",
+            Body=b"# mat_mul: the local worker runs its own Python implementation\n",
+        )
 
         def start(worker_state_url: str | None = None, s3_results: bool = False) -> tuple[KubeAPIServer, Stored]:
             api = KubeAPIServer(workdir=REPO, base_env=dict(IMAGE_ENV), images=image_table(worker_state_url)).start()
@@ -147,8 +177,12 @@ def faasm_cluster(tmp_path, monkeypatch):
             path = api.write_kubeconfig(tmp_path / "kubeconfig.json")
             api.base_env["KUBECONFIG"] = str(path)  # the stand-in's "service account mount" for step pods
             monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", api.connection_json(path))
-            for key, value in {"HOUSE_RUNNER": "kubernetes", "HOUSE_NAMESPACE": STEP_NS, "HOUSE_STORAGE_SECRET": SECRET,
-                               "HOUSE_IMAGE_FAASM": IMAGE}.items():
+            for key, value in {
+                "HOUSE_RUNNER": "kubernetes",
+                "HOUSE_NAMESPACE": STEP_NS,
+                "HOUSE_STORAGE_SECRET": SECRET,
+                "HOUSE_IMAGE_FAASM": IMAGE,
+            }.items():
                 monkeypatch.setenv(key, value)
             results = f"s3://{RESULTS_BUCKET}/house" if s3_results else str(root)
             monkeypatch.setenv("HOUSE_STORAGE_ROOT", results)
@@ -156,15 +190,25 @@ def faasm_cluster(tmp_path, monkeypatch):
                 api.create("", "v1", "namespaces", "", {"metadata": {"name": ns}})
             for doc in yaml.safe_load_all((REPO / "deploy" / "rbac" / "faasm-benchmark.yaml").read_text()):
                 group, version = doc["apiVersion"].rpartition("/")[::2]
-                plural = {"ServiceAccount": "serviceaccounts", "Namespace": "namespaces", "Role": "roles",
-                          "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",
-                          "ClusterRoleBinding": "clusterrolebindings"}[doc["kind"]]
+                plural = {
+                    "ServiceAccount": "serviceaccounts",
+                    "Namespace": "namespaces",
+                    "Role": "roles",
+                    "RoleBinding": "rolebindings",
+                    "ClusterRole": "clusterroles",
+                    "ClusterRoleBinding": "clusterrolebindings",
+                }[doc["kind"]]
                 api.create(group, version, plural, doc["metadata"].get("namespace", ""), doc)
             secret = {**storage_env(url), "FAASM_CATALOGUE_DIR": str(catalogue)}
             for ns in (STEP_NS, FAASM_NS):  # the platform copies the storage Secret into the benchmark namespace
                 api.create("", "v1", "secrets", ns, {"metadata": {"name": SECRET}, "stringData": dict(secret)})
-            api.create("", "v1", "configmaps", "knative-serving",
-                       {"metadata": {"name": "config-autoscaler"}, "data": {"stable-window": "60s"}})
+            api.create(
+                "",
+                "v1",
+                "configmaps",
+                "knative-serving",
+                {"metadata": {"name": "config-autoscaler"}, "data": {"stable-window": "60s"}},
+            )
             api.create("", "v1", "services", "istio-system", api.ingress_service())
             api.platform = api.objects_left()  # what the platform provides: all that may be left
             return api, Stored(results, url if s3_results else None)
@@ -190,17 +234,21 @@ def assert_steps_and_cleanup(api: KubeAPIServer, dr) -> None:
     ran = sorted(p["metadata"]["labels"]["task_id"] for p in steps)
     python_tasks = {"watcher"} | {t for t in st if t.endswith(".prepare")}
     # one pod per try of every step task that ran (a retried step: a new pod per try)
-    assert ran == sorted(t for t, s in st.items() if s in ("success", "failed") and t not in python_tasks
-                         for _ in range(tries[t])), (ran, st)
+    assert ran == sorted(
+        t for t, s in st.items() if s in ("success", "failed") and t not in python_tasks for _ in range(tries[t])
+    ), (ran, st)
     for pod in steps:
         assert pod["spec"]["serviceAccountName"] == "faasm-benchmark"
         (c,) = pod["spec"]["containers"]
         assert c["image"] == IMAGE and c["command"] == ["python", "-m", "faasm_tasks"]
     names = {p["metadata"]["name"] for p in faasm_pods(api)}
     assert {"redis-queue", "redis-state", "upload", "faasm-billing-kubeapi-node"} <= names, names
-    workers = [p for p in faasm_pods(api) if p["metadata"]["labels"].get("serving.knative.dev/service") == "faasm-worker"]
-    assert workers and all(p["metadata"]["labels"]["serving.knative.dev/revision"].startswith("faasm-worker-")
-                           for p in workers)
+    workers = [
+        p for p in faasm_pods(api) if p["metadata"]["labels"].get("serving.knative.dev/service") == "faasm-worker"
+    ]
+    assert workers and all(
+        p["metadata"]["labels"]["serving.knative.dev/revision"].startswith("faasm-worker-") for p in workers
+    )
     created = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in api.pods_created}
     assert created == set(api.pods_deleted) and not api.list("pods"), set(created) - set(api.pods_deleted)
     assert ("POST", f"/apis/apps/v1/namespaces/{FAASM_NS}/daemonsets") in api.requests
@@ -230,7 +278,9 @@ def test_faasm_benchmarks_through_kpo_on_the_standin(faasm_cluster, capfd):
     assert st["sgd_reuters_svm__wasm.deploy"] == "skipped"
     assert_steps_and_cleanup(api, dr)
     workers = [p for p in faasm_pods(api) if p["metadata"]["labels"].get("serving.knative.dev/service")]
-    assert len({p["metadata"]["labels"]["serving.knative.dev/revision"] for p in workers}) == 1  # run's redeploy: same spec
+    assert (
+        len({p["metadata"]["labels"]["serving.knative.dev/revision"] for p in workers}) == 1
+    )  # run's redeploy: same spec
     assert "[base]" in "".join(capfd.readouterr())  # the steps' log lines reached the task log
 
     # every step was given the bucket, never a local path
@@ -262,8 +312,10 @@ def test_faasm_benchmarks_through_kpo_on_the_standin(faasm_cluster, capfd):
     assert stored.json(f"{run}/summary/_SUCCESS.json")["step"] == "summarize"
     assert stored.glob(f"{run}/_ops/check-*.json")
     steps = [p for p in api.pods_created if p["metadata"]["namespace"] == STEP_NS]
-    print(f"\nS3 run: {len(steps)} step pods, {len(faasm_pods(api))} pods in {FAASM_NS}, {len(api.requests)} API "
-          f"requests, {len(keys)} objects in s3://{RESULTS_BUCKET}/house/")
+    print(
+        f"\nS3 run: {len(steps)} step pods, {len(faasm_pods(api))} pods in {FAASM_NS}, {len(api.requests)} API "
+        f"requests, {len(keys)} objects in s3://{RESULTS_BUCKET}/house/"
+    )
 
 
 def test_failed_load_step_still_tears_down_and_fails_the_run(faasm_cluster, monkeypatch):

@@ -34,7 +34,12 @@ IMAGE = "registry.example.org/house/mirage-tasks:0.1.0"
 
 #: The smallest whole run: two quick models (no torch), one node size, one shard.
 TINY_RUN = {
-    "train_count": 20, "interval_hours": 12, "val_count": 2, "node_sizes": [1], "shards": 1, "probes": 3,
+    "train_count": 20,
+    "interval_hours": 12,
+    "val_count": 2,
+    "node_sizes": [1],
+    "shards": 1,
+    "probes": 3,
     "models": ["xgboost", "random_forest"],
     "train_params": {"xgboost": ["n_estimators=10"], "random_forest": ["n_estimators=5"]},
 }
@@ -84,8 +89,12 @@ def assert_pods_and_cleanup(api: KubeAPIServer, dr) -> list[dict]:
         assert c["image"] == IMAGE and c["command"] == ["python", "-m", "mirage_tasks"]
         assert {"secretRef": {"name": SECRET}} in c["envFrom"]
         assert pod["spec"]["activeDeadlineSeconds"] > 0 and pod["spec"]["restartPolicy"] == "Never"
-    ran = sorted(f"{p['metadata']['labels']['task_id']}[{p['metadata']['labels']['map_index']}]"
-                 if "map_index" in p["metadata"]["labels"] else p["metadata"]["labels"]["task_id"] for p in pods)
+    ran = sorted(
+        f"{p['metadata']['labels']['task_id']}[{p['metadata']['labels']['map_index']}]"
+        if "map_index" in p["metadata"]["labels"]
+        else p["metadata"]["labels"]["task_id"]
+        for p in pods
+    )
     assert ran == step_tis, (ran, st)  # exactly one pod per step task instance, none for helpers
     assert not api.list("pods", NS)
     assert sorted(api.pods_deleted) == sorted(f"{NS}/{p['metadata']['name']}" for p in pods)
@@ -137,8 +146,12 @@ def test_mirage_pipeline_through_kpo(tmp_path, monkeypatch, capfd):
     captured = capfd.readouterr()
     assert "[base]" in captured.out + captured.err
     keys = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
-    assert_run_outputs(keys, lambda k: json.loads((root / k).read_text()), lambda k: (root / k).read_text(),
-                       lambda k: (root / k).exists())
+    assert_run_outputs(
+        keys,
+        lambda k: json.loads((root / k).read_text()),
+        lambda k: (root / k).read_text(),
+        lambda k: (root / k).exists(),
+    )
 
 
 def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
@@ -174,8 +187,12 @@ def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
         def read(key: str) -> bytes:
             return client.get_object(Bucket=bucket, Key=f"house/{key}")["Body"].read()
 
-        assert_run_outputs([k.removeprefix("house/") for k in keys], lambda k: json.loads(read(k)),
-                           lambda k: read(k).decode(), lambda k: f"house/{k}" in keys)
+        assert_run_outputs(
+            [k.removeprefix("house/") for k in keys],
+            lambda k: json.loads(read(k)),
+            lambda k: read(k).decode(),
+            lambda k: f"house/{k}" in keys,
+        )
         # every step that ran committed its marker in the bucket
         markers = [k for k in keys if k.endswith("/_SUCCESS.json")]
         steps = {json.loads(read(k.removeprefix("house/")))["step"] for k in markers}

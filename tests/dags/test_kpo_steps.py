@@ -32,7 +32,7 @@ NS = "house-kpo"
 SECRET = "house-storage-credentials"
 SECRET_DATA = {"AWS_ACCESS_KEY_ID": "AKIA-kpo-test", "AWS_SECRET_ACCESS_KEY": "kpo secret/with=chars"}
 
-FAKE_MAIN = textwrap.dedent('''
+FAKE_MAIN = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
 
@@ -59,9 +59,9 @@ FAKE_MAIN = textwrap.dedent('''
             time.sleep(0.05)
         (out / "slow-done").write_text(os.environ.get("HOSTNAME", ""))
         print("reattached pod done", flush=True)
-''')
+""")
 
-TEST_DAGS = textwrap.dedent('''
+TEST_DAGS = textwrap.dedent("""
     import os
     from datetime import timedelta
     from airflow.sdk import DAG
@@ -83,14 +83,20 @@ TEST_DAGS = textwrap.dedent('''
 
     with DAG("kpo_retry", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
         step("slow", package="fake_tasks", timeout=timedelta(minutes=2), env={"FAKE_OUT": OUT}, argv=["slow", "0"])
-''')
+""")
 
 
 @pytest.fixture
 def kpo_env(tmp_path, monkeypatch):
     """A DAG bundle, the fake task package, the stand-in with the namespace and the storage Secret."""
-    _, dags, out = fake_bundle(tmp_path, monkeypatch, package="fake_tasks", main_source=FAKE_MAIN,
-                               dags_source=TEST_DAGS, bundle="kpo-test-bundle")
+    _, dags, out = fake_bundle(
+        tmp_path,
+        monkeypatch,
+        package="fake_tasks",
+        main_source=FAKE_MAIN,
+        dags_source=TEST_DAGS,
+        bundle="kpo-test-bundle",
+    )
     monkeypatch.setenv("FAKE_OUT", str(out))
     monkeypatch.setenv("HOUSE_RUNNER", "kubernetes")
     monkeypatch.setenv("HOUSE_IMAGE_FAKE", "registry.example.org/house/fake-tasks:0.0.1")
@@ -180,8 +186,7 @@ def test_deadline_kills_an_overrunning_pod(kpo_env):
     assert time.monotonic() - start < 60  # the 2-minute execution_timeout did not do it
     (pod,) = api.pods_created
     assert pod["spec"]["activeDeadlineSeconds"] == 2
-    events = [e["reason"] for e in api.list("events", NS)
-              if e["involvedObject"]["name"] == pod["metadata"]["name"]]
+    events = [e["reason"] for e in api.list("events", NS) if e["involvedObject"]["name"] == pod["metadata"]["name"]]
     assert "DeadlineExceeded" in events
     assert api.runs[(NS, pod["metadata"]["name"])].proc.poll() is not None  # the process is dead
     _assert_clean(api)
@@ -198,16 +203,24 @@ def _earlier_try_pod(api: KubeAPIServer, dag, argv: list[str]) -> str:
         dag_id, task_id, map_index, try_number = dag.dag_id, op.task_id, -1, 1
 
     TI.run_id = run_id
-    context = {"ti": TI(), "task_instance": TI(), "run_id": run_id, "dag": dag, "task": op,
-               "ds": "2026-11-29", "params": {}}
+    context = {
+        "ti": TI(),
+        "task_instance": TI(),
+        "run_id": run_id,
+        "dag": dag,
+        "task": op,
+        "ds": "2026-11-29",
+        "params": {},
+    }
     pod = ApiClient().sanitize_for_serialization(op.build_pod_request_obj(context, dry_run=True))
     pod["metadata"]["name"] = "slow-earlier-try"
     pod["spec"]["containers"][0]["args"] = argv
     selector = op._build_find_pod_label_selector(context)
     api.create("", "v1", "pods", NS, pod)
     # the operator's own label search finds it
-    assert [p["metadata"]["name"] for p in api.list_objects("", "v1", "pods", NS, {"labelSelector": selector})["items"]] \
-        == ["slow-earlier-try"]
+    assert [
+        p["metadata"]["name"] for p in api.list_objects("", "v1", "pods", NS, {"labelSelector": selector})["items"]
+    ] == ["slow-earlier-try"]
     return "slow-earlier-try"
 
 

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.timeout(90)
 
 #: A fake task package: ``python -m fakesteps <mode> [args]``.
-FAKE_MAIN = textwrap.dedent('''
+FAKE_MAIN = textwrap.dedent("""
     import os, subprocess, sys, time
     from pathlib import Path
 
@@ -54,7 +54,7 @@ FAKE_MAIN = textwrap.dedent('''
         Path(args[0]).write_text(str(os.getpid()))
         print("stubborn", flush=True)
         time.sleep(300)
-''')
+""")
 
 
 @pytest.fixture
@@ -241,8 +241,9 @@ def test_argv_is_templated(code_root):
     from house.local import LocalStepOperator
 
     with DAG("templated", schedule=None):
-        op = LocalStepOperator(task_id="t", package="fakesteps", argv=["echo", "{{ ds }}", "{{ params.x }}"],
-                               cwd=str(code_root))
+        op = LocalStepOperator(
+            task_id="t", package="fakesteps", argv=["echo", "{{ ds }}", "{{ params.x }}"], cwd=str(code_root)
+        )
     op.render_template_fields({"ds": "2026-11-29", "params": {"x": "y"}})
     assert op.argv == ["echo", "2026-11-29", "y"]
     assert op.command()[1:] == ["-m", "fakesteps", "echo", "2026-11-29", "y"]
@@ -256,8 +257,10 @@ def test_mapped_items_label_each_instance(code_root):
     from house import MAP_LABEL, mapped_items, step_partial
 
     items = mapped_items([["echo", "a"], ["echo", "b"]], ["first · node 1", "second"])
-    assert items == [{"argv": ["echo", "a"], "map_label": "first · node 1"},
-                     {"argv": ["echo", "b"], "map_label": "second"}]
+    assert items == [
+        {"argv": ["echo", "a"], "map_label": "first · node 1"},
+        {"argv": ["echo", "b"], "map_label": "second"},
+    ]
     with pytest.raises(ValueError, match="2 argvs but 1 labels"):
         mapped_items([["echo"], ["echo"]], ["one"])
     with DAG("labelled", schedule=None) as dag:

@@ -24,7 +24,8 @@ def test_plan_helpers_are_one_folded_group(monkeypatch):
     assert "plan" in top and not any(k.endswith("_argvs") for k in dag.task_ids)
     group = dag.task_group.children["plan"]
     assert sorted(t.split(".", 1)[1] for t in group.children) == sorted(
-        ["commands", "sample", "merge", "train_cpu", "policy_cpu", "validate"])
+        ["commands", "sample", "merge", "train_cpu", "policy_cpu", "validate"]
+    )
     # every mapped step expands over a list built in the group
     for tid in ("sample", "merge", "train_cpu", "policy_cpu", "validate"):
         assert f"plan.{tid}" in dag.get_task(tid).upstream_task_ids

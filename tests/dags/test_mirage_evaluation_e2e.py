@@ -29,23 +29,56 @@ def _swf(path: Path) -> Path:
     submit, start, dur, nodes, limit, user = _log(seed=5, n=900, days=60)
     lines = [f"; UnixStartTime: {START}", "; TimeZoneString: UTC", "; MaxNodes: 16", "; MaxProcs: 16"]
     for i in range(len(submit)):
-        lines.append(" ".join(str(int(v)) for v in (
-            i + 1, submit[i] - START, start[i] - submit[i], dur[i], nodes[i], -1, -1, nodes[i], limit[i], -1, 1,
-            user[i] + 1, 1, -1, 1, -1, -1, -1)))
+        lines.append(
+            " ".join(
+                str(int(v))
+                for v in (
+                    i + 1,
+                    submit[i] - START,
+                    start[i] - submit[i],
+                    dur[i],
+                    nodes[i],
+                    -1,
+                    -1,
+                    nodes[i],
+                    limit[i],
+                    -1,
+                    1,
+                    user[i] + 1,
+                    1,
+                    -1,
+                    1,
+                    -1,
+                    -1,
+                    -1,
+                )
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def _conf(trace: Path, **over) -> dict:
-    conf = {"name": "tiny", "trace": str(trace), "timezone": None, "procs_per_node": 1, "machine_nodes": None,
-            "calibrate_from": "2023-11-15", "calibrate_to": "2023-12-01", "months": ["2023-12"], "trials": 2,
-            "timeout_s": 30}
+    conf = {
+        "name": "tiny",
+        "trace": str(trace),
+        "timezone": None,
+        "procs_per_node": 1,
+        "machine_nodes": None,
+        "calibrate_from": "2023-11-15",
+        "calibrate_to": "2023-12-01",
+        "months": ["2023-12"],
+        "trials": 2,
+        "timeout_s": 30,
+    }
     conf.update(over)
     return conf
 
 
 def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
-    dr = load_dag("mirage_evaluation").test(logical_date=LOGICAL_DATE, run_conf=_conf(_swf(local_storage / "inputs" / "tiny.swf")))
+    dr = load_dag("mirage_evaluation").test(
+        logical_date=LOGICAL_DATE, run_conf=_conf(_swf(local_storage / "inputs" / "tiny.swf"))
+    )
     assert str(dr.state) == "success", task_states(dr)
     out = local_storage / "mirage_evaluation" / "tiny"
     doc = json.loads((out / "waitpred" / "waitpred.json").read_text())
@@ -57,8 +90,9 @@ def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
     # a second run of the name with other inputs (another calibration budget) is refused at calibrate
     # (exit 2, not retried): the log's trace, calibration and wait predictor stay the ones that belong together
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    dr = load_dag("mirage_evaluation").test(logical_date=datetime(2026, 12, 2, tzinfo=timezone.utc),
-                                            run_conf=_conf(tmp_path / "tiny.swf", trials=3))
+    dr = load_dag("mirage_evaluation").test(
+        logical_date=datetime(2026, 12, 2, tzinfo=UTC), run_conf=_conf(tmp_path / "tiny.swf", trials=3)
+    )
     states = task_states(dr)
     assert str(dr.state) == "failed" and states["ingest"] == "success" and states["calibrate"] == "failed", states
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

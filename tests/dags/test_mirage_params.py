@@ -46,10 +46,23 @@ def docs_examples() -> list[tuple[str, dict]]:
 
 def make_value(name: str, **variables: str) -> str:
     """The Makefile variable ``name`` as make expands it (``variables`` set on the command line)."""
-    out = subprocess.run(["make", "-s", "--no-print-directory", "-f", str(REPO / "Makefile"),
-                          "--eval", f"print-value: ; @:$(info $({name}))", "print-value",
-                          *[f"{k}={v}" for k, v in variables.items()]],
-                         cwd=REPO, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "-f",
+            str(REPO / "Makefile"),
+            "--eval",
+            f"print-value: ; @:$(info $({name}))",
+            "print-value",
+            *[f"{k}={v}" for k, v in variables.items()],
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -149,7 +162,10 @@ def test_both_forms_come_from_the_one_run_configuration(dags):
         a, b = _schema(pipe.get_param(name)), _schema(samp.get_param(name))
         if name in SIZED:
             assert (a.pop("default"), a.pop("type"), a.pop("description")) == (
-                None, ["null", b.pop("type")], f"{b.pop('description')} {size_note(name)}"), name
+                None,
+                ["null", b.pop("type")],
+                f"{b.pop('description')} {size_note(name)}",
+            ), name
             b.pop("default")
         assert a == b, name
     assert samp.get_param("interval_hours").schema["maximum"] == 24  # the one spec: no more drift
@@ -176,18 +192,28 @@ def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
 
     from conftest import PLUGINS
 
-    probe = ("import runpy, sys\n"
-             f"for f in ({str(DAGS / 'mirage_pipeline.py')!r}, {str(DAGS / 'mirage_samples.py')!r}):\n"
-             "    runpy.run_path(f)\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mirage_tasks', 'stepkit', 'faasm_tasks')))\n"
-             "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'sklearn', 'xgboost') if m in sys.modules))\n")
+    probe = (
+        "import runpy, sys\n"
+        f"for f in ({str(DAGS / 'mirage_pipeline.py')!r}, {str(DAGS / 'mirage_samples.py')!r}):\n"
+        "    runpy.run_path(f)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mirage_tasks', 'stepkit', 'faasm_tasks')))\n"
+        "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'sklearn', 'xgboost') if m in sys.modules))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), str(REPO)]), "HOUSE_NO_VARIABLES": "1"}
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     modules, heavy = out.stdout.strip().splitlines()[-2:]
     assert set(json.loads(modules.replace("'", '"'))) <= {
-        "mirage_tasks", "mirage_tasks.run", "mirage_tasks.run.runconf", "mirage_tasks.data", "mirage_tasks.data.times",
+        "mirage_tasks",
+        "mirage_tasks.run",
+        "mirage_tasks.run.runconf",
+        "mirage_tasks.data",
+        "mirage_tasks.data.times",
         "mirage_tasks.models",
-        "mirage_tasks.models.registry", "mirage_tasks.sim", "mirage_tasks.sim.probes"}
+        "mirage_tasks.models.registry",
+        "mirage_tasks.sim",
+        "mirage_tasks.sim.probes",
+    }
     assert heavy == "[]"

@@ -28,6 +28,8 @@ def _one(root: Path, pattern: str) -> Path:
 
 def _trace_dir(root: Path) -> Path:
     return _one(root, "mirage/traces/*")
+
+
 #: The trace tests stop after the trace: everything downstream is marked success unrun.
 AFTER_TRACE = "sample|merge|train_cpu|train_gpu|policy_cpu|policy_gpu|validate|fidelity|metrics|report"
 
@@ -62,8 +64,12 @@ def test_ls6_slice(storage, traces_dir):
     trace = traces_dir / "ls6-a100.log.gz"
     if not trace.exists():
         pytest.skip(f"{trace} is absent")
-    conf = {"trace": str(trace), "trace_timezone": "America/Chicago",
-            "window_from": "2022-11-01T00:00:00+00:00", "window_to": "2022-11-08T00:00:00+00:00"}
+    conf = {
+        "trace": str(trace),
+        "trace_timezone": "America/Chicago",
+        "window_from": "2022-11-01T00:00:00+00:00",
+        "window_to": "2022-11-08T00:00:00+00:00",
+    }
     dr = _dag().test(logical_date=LOGICAL_DATE, run_conf=conf, mark_success_pattern=AFTER_TRACE)
     assert dr.state == "success", _states(dr)
     marker = _assert_trace(_trace_dir(storage), "ingest")
@@ -174,8 +180,14 @@ elif mode == "write":
 @pytest.fixture
 def test_bundle(tmp_path, monkeypatch):
     """A DAG bundle with the DAGs above and a fake task package ``fakesteps``."""
-    code_root, dags, out = fake_bundle(tmp_path, monkeypatch, package="fakesteps", main_source=FAKE_STEPS,
-                                       dags_source=TEST_BUNDLE_DAGS, bundle="house-test-bundle")
+    code_root, dags, out = fake_bundle(
+        tmp_path,
+        monkeypatch,
+        package="fakesteps",
+        main_source=FAKE_STEPS,
+        dags_source=TEST_BUNDLE_DAGS,
+        bundle="house-test-bundle",
+    )
     monkeypatch.setenv("HOUSE_RUNNER", "local")
     monkeypatch.setenv("HOUSE_CODE_ROOT", str(code_root))
     monkeypatch.setenv("FAKE_OUT", str(out))
@@ -235,10 +247,17 @@ def test_airflow_variable_sets_storage_root(tmp_path, monkeypatch):
 #: A whole run, every step for real, sized to take a few minutes on 2 cores.
 SMALL_RUN = {
     # 12 h apart: the training split drops samples within workload_days of its own validation
-    "train_count": 30, "interval_hours": 12, "val_count": 3, "node_sizes": [1], "shards": 2, "probes": 4,
+    "train_count": 30,
+    "interval_hours": 12,
+    "val_count": 3,
+    "node_sizes": [1],
+    "shards": 2,
+    "probes": 4,
     "train_params": {
-        "transformer": ["epochs=2"], "moe": ["epochs=1", "expert_epochs=1", "n_experts=2"],
-        "xgboost": ["n_estimators=20"], "random_forest": ["n_estimators=10"],
+        "transformer": ["epochs=2"],
+        "moe": ["epochs=1", "expert_epochs=1", "n_experts=2"],
+        "xgboost": ["n_estimators=20"],
+        "random_forest": ["n_estimators=10"],
         "xgboost_quantile": ["n_estimators=20"],
         "transformer_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
         "moe_policy": ["epochs=1", "episodes_per_epoch=2", "eval_episodes=2", "parallel_envs=2"],
@@ -258,12 +277,30 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     run = _one(storage, PREFIX_GLOB)
     manifest = json.loads((run / "datasets" / "node1" / "manifest.json").read_text())
     assert manifest["n_samples"] == 30 and manifest["n_examples"] == 30 * 4
-    for model in ("xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
-                  "transformer_policy", "moe_policy"):
+    for model in (
+        "xgboost",
+        "random_forest",
+        "xgboost_quantile",
+        "linear_quantile",
+        "transformer",
+        "moe",
+        "transformer_policy",
+        "moe_policy",
+    ):
         assert json.loads((run / "models" / model / "node1" / "_SUCCESS.json").read_text())["step"] == "train"
     rows = pd.read_parquet(run / "metrics" / "samples.parquet")
-    assert set(rows["model"]) == {"xgboost", "random_forest", "xgboost_quantile", "linear_quantile", "transformer", "moe",
-                                  "transformer_policy", "moe_policy", "reactive", "avg"}
+    assert set(rows["model"]) == {
+        "xgboost",
+        "random_forest",
+        "xgboost_quantile",
+        "linear_quantile",
+        "transformer",
+        "moe",
+        "transformer_policy",
+        "moe_policy",
+        "reactive",
+        "avg",
+    }
     assert (rows.groupby("model").size() == 3).all()
     html = (run / "report" / "report.html").read_text()
     assert "data:image/png;base64," in html and "fidelity" in html.lower()
@@ -277,7 +314,9 @@ def test_whole_pipeline_on_the_synthetic_trace(storage):
     assert labels[("merge", 0)] == "node 1" and labels[("train_cpu", 0)] == "xgboost · node 1"
     assert labels[("policy_cpu", 0)] == "transformer_policy · node 1"
     assert sorted(v for (t, _), v in labels.items() if t == "sample") == [
-        "node 1 · 2023-01-22..2023-01-29 (8 d)", "node 1 · 2023-01-30..2023-02-05 (7 d)"]  # the demo window
+        "node 1 · 2023-01-22..2023-01-29 (8 d)",
+        "node 1 · 2023-01-30..2023-02-05 (7 d)",
+    ]  # the demo window
     assert labels[("validate", len([k for k in labels if k[0] == "validate"]) - 1)] == "avg · node 1 · shard 1/2"
 
     # A second trigger with the same params does no work: same prefix, every step skips.

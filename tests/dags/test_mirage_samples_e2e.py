@@ -36,7 +36,9 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
     dr = dag.test(logical_date=day, run_conf=conf)
     assert dr.state == "success", _states(dr)
     # the grid labels each instance with the plan's label (node size, day)
-    assert [ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "sample"] == ["node 1 · 2023-01-10"]
+    assert [ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "sample"] == [
+        "node 1 · 2023-01-10"
+    ]
     parts = sorted(storage.glob("mirage/samples/node1-*/day=*"))
     assert [p.name for p in parts] == ["day=2023-01-10"]
     marker = json.loads((parts[0] / "_SUCCESS.json").read_text())
@@ -53,8 +55,10 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
     # the next day: its own partition in the same family, the same ingested trace
     dr = dag.test(logical_date=datetime(2023, 1, 11, tzinfo=UTC), run_conf=conf)
     assert dr.state == "success", _states(dr)
-    assert [p.name for p in sorted(storage.glob("mirage/samples/node1-*/day=*"))] == ["day=2023-01-10",
-                                                                                       "day=2023-01-11"]
+    assert [p.name for p in sorted(storage.glob("mirage/samples/node1-*/day=*"))] == [
+        "day=2023-01-10",
+        "day=2023-01-11",
+    ]
     assert len(list(storage.glob("mirage/traces/*/_SUCCESS.json"))) == 1
     with create_session() as session:
         events = session.query(AssetEvent).filter(AssetEvent.asset.has(name="mirage_samples")).all()
@@ -67,8 +71,25 @@ def test_one_day_then_skip_then_next_day(storage, ls6_log):
 
     family = parts[0].parent
     out = storage / "dataset"
-    subprocess.run([sys.executable, "-m", "mirage_tasks", "merge", "--in", str(family / "day=2023-01-10"),
-                    str(family / "day=2023-01-11"), "--start", "2023-01-10T08:00:00+00:00", "--count", "8",
-                    "--interval-hours", "4", "--out", str(out)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mirage_tasks",
+            "merge",
+            "--in",
+            str(family / "day=2023-01-10"),
+            str(family / "day=2023-01-11"),
+            "--start",
+            "2023-01-10T08:00:00+00:00",
+            "--count",
+            "8",
+            "--interval-hours",
+            "4",
+            "--out",
+            str(out),
+        ],
+        check=True,
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["n_samples"] == 8 and manifest["sample_start_min_iso"] == "2023-01-10T08:00:00+00:00"

@@ -35,8 +35,18 @@ def test_form_ranges_are_the_steps_own():
         assert BOUNDS[k] == v, k
 
 
-@pytest.mark.parametrize("key,value", [("service_hours", 1e9), ("links", 10**9), ("node", 10**9), ("factor", 1e12),
-                                       ("service_hours", 0), ("links", 0), ("factor", 0)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("service_hours", 1e9),
+        ("links", 10**9),
+        ("node", 10**9),
+        ("factor", 1e12),
+        ("service_hours", 0),
+        ("links", 0),
+        ("factor", 0),
+    ],
+)
 def test_out_of_range_values_are_refused_by_the_form(dag, key, value):
     from airflow.sdk.definitions.param import ParamValidationError
 
@@ -59,8 +69,9 @@ def test_unknown_conf_keys_are_refused_naming_them(dag):
     assert dag.task_dict["keep_service"].upstream_task_ids == {"check_conf"}
 
 
-def test_untouched_without_a_slurm_says_first_that_it_needs_one(airflow_db, local_storage, tmp_path, monkeypatch,
-                                                                 capfd):
+def test_untouched_without_a_slurm_says_first_that_it_needs_one(
+    airflow_db, local_storage, tmp_path, monkeypatch, capfd
+):
     """The form submitted untouched on a machine with no Slurm said only, from its step, that no
     model was given: it must say first that a Slurm is needed and how to start one, and start nothing."""
     from conftest import load_dag, task_states

@@ -72,10 +72,15 @@ def test_baselines_need_no_model(dag, policy):
     assert "--policy" in op.argv and policy in op.argv and not any(str(a).startswith("--model") for a in op.argv)
 
 
-@pytest.mark.parametrize("policy, key, flag", [("avg-cal", "avg_cal_samples", "--avg-cal-samples"),
-                                               ("guarantee", "waitpred", "--waitpred"),
-                                               ("wait-pred", "waitpred", "--waitpred"),
-                                               ("guarantee-cal", "guarantee_samples", "--guarantee-samples")])
+@pytest.mark.parametrize(
+    "policy, key, flag",
+    [
+        ("avg-cal", "avg_cal_samples", "--avg-cal-samples"),
+        ("guarantee", "waitpred", "--waitpred"),
+        ("wait-pred", "waitpred", "--waitpred"),
+        ("guarantee-cal", "guarantee_samples", "--guarantee-samples"),
+    ],
+)
 def test_the_calibrated_and_predictor_policies_take_their_input_from_the_form(dag, policy, key, flag):
     """avg-cal's training samples and the wait predictor's output typed in the form reach the step;
     left empty, the step refuses at once naming the flag (exit 2, nothing written)."""

@@ -52,8 +52,14 @@ def render_pod(op, xcoms: dict[tuple[str, str], Any] | None = None, map_index: i
 
     ti = _TI(op, xcoms or {}, map_index)
     context = {
-        "dag": op.dag, "task": op, "ti": ti, "task_instance": ti, "run_id": RUN_ID,
-        "ds": "2026-11-29", "ds_nodash": "20261129", "params": dict(op.dag.params) if op.dag else {},
+        "dag": op.dag,
+        "task": op,
+        "ti": ti,
+        "task_instance": ti,
+        "run_id": RUN_ID,
+        "ds": "2026-11-29",
+        "ds_nodash": "20261129",
+        "params": dict(op.dag.params) if op.dag else {},
     }
     op.render_template_fields(context)
     pod = op.build_pod_request_obj(context, dry_run=True)
@@ -140,10 +146,20 @@ def test_dag_pods(kube_env):
             if not isinstance(op, HousePodOperator):
                 continue
             # argv comes from an upstream @task: feed a representative value through XCom
-            xcoms = {(up, key): ["step", "--out", "s3://house-test/storage/x"]
-                     for up in op.upstream_task_ids
-                     for key in ("return_value", "trace_argv", "fidelity", "metrics", "report",
-                                 "ingest", "calibrate", "waitpred")}  # mirage_evaluation's plan keys
+            xcoms = {
+                (up, key): ["step", "--out", "s3://house-test/storage/x"]
+                for up in op.upstream_task_ids
+                for key in (
+                    "return_value",
+                    "trace_argv",
+                    "fidelity",
+                    "metrics",
+                    "report",
+                    "ingest",
+                    "calibrate",
+                    "waitpred",
+                )
+            }  # mirage_evaluation's plan keys
             manifest = render_pod(op, xcoms)
             assert_house_operator(op, preset=op.preset, timeout=op.execution_timeout)
             assert_house_pod(manifest, preset=op.preset, timeout=op.execution_timeout, package=op.package)
@@ -163,8 +179,12 @@ def test_synthetic_presets(kube_env):
 
     timeouts = {"cpu-small": timedelta(minutes=5), "cpu-large": timedelta(hours=2), "gpu": timedelta(hours=6)}
     with DAG("house_presets", schedule=None) as dag:
-        ops = {p: step(f"s_{p.replace('-', '_')}", package="mirage_tasks", argv=["x", "--day", "{{ ds }}"], preset=p, timeout=t)
-               for p, t in timeouts.items()}
+        ops = {
+            p: step(
+                f"s_{p.replace('-', '_')}", package="mirage_tasks", argv=["x", "--day", "{{ ds }}"], preset=p, timeout=t
+            )
+            for p, t in timeouts.items()
+        }
         mapped = step_partial("mapped_gpu", package="mirage_tasks", preset="gpu", timeout=timedelta(hours=1)).expand(
             argv=[["train", "--shard", "0"], ["train", "--shard", "1"]]
         )
@@ -190,11 +210,17 @@ def test_labelled_mapped_pods(kube_env):
 
     from house import MAP_LABEL, mapped_items, step_partial
 
-    items = mapped_items([["train", "--model", "xgboost"], ["train", "--model", "moe"]],
-                         ["xgboost · node 8", "moe · node 8"])
+    items = mapped_items(
+        [["train", "--model", "xgboost"], ["train", "--model", "moe"]], ["xgboost · node 8", "moe · node 8"]
+    )
     with DAG("house_labelled", schedule=None) as dag:
-        step_partial("labelled", package="mirage_tasks", preset="cpu-large", timeout=timedelta(hours=1),
-                     map_index_template=MAP_LABEL).expand_kwargs(items)
+        step_partial(
+            "labelled",
+            package="mirage_tasks",
+            preset="cpu-large",
+            timeout=timedelta(hours=1),
+            map_index_template=MAP_LABEL,
+        ).expand_kwargs(items)
     for index, item in enumerate(items):
         op = dag.get_task("labelled").unmap(item)
         manifest = render_pod(op, map_index=index)
@@ -209,8 +235,14 @@ def test_env_and_overrides(kube_env):
     from house import step
 
     with DAG("house_overrides", schedule=None):
-        op = step("s", package="mirage_tasks", argv=["x"], env={"MODE": "fast"}, retries=5,
-                  pod_overrides={"annotations": {"team": "mirage"}})
+        op = step(
+            "s",
+            package="mirage_tasks",
+            argv=["x"],
+            env={"MODE": "fast"},
+            retries=5,
+            pod_overrides={"annotations": {"team": "mirage"}},
+        )
     manifest = render_pod(op)
     env = manifest["spec"]["containers"][0]["env"]
     assert {"name": "MODE", "value": "fast"} in env

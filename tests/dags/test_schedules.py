@@ -20,8 +20,9 @@ def _serialized(dag_id: str):
     return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
 
 
-@pytest.mark.parametrize("dag_id, period", [("mirage_pipeline", timedelta(days=31)),
-                                            ("faasm_benchmarks", timedelta(days=1))])
+@pytest.mark.parametrize(
+    "dag_id, period", [("mirage_pipeline", timedelta(days=31)), ("faasm_benchmarks", timedelta(days=1))]
+)
 def test_first_scheduled_run_is_after_the_unpause(dag_id, period):
     dag = _serialized(dag_id)
     assert dag._time_restriction.earliest is None, "a start_date would make unpausing run the last past time"

@@ -21,9 +21,14 @@ def _local_target_missing() -> list[str]:
     (``make functions``; ``make test`` builds them) and, for the native system, runc as root."""
     build = os.path.join(ROOT, "faasm_tasks", "functions", "build")
     missing = [] if HAVE_REDIS else ["redis-server (apt-get install -y redis-server)"]
-    if not all(os.path.isfile(os.path.join(build, sub, name)) for sub, names in
-               (("wasm", ("sgd.wasm", "matmul.wasm", "inference.wasm", "demo.wasm")),
-                ("native", ("sgd", "matmul", "inference", "demo"))) for name in names):
+    if not all(
+        os.path.isfile(os.path.join(build, sub, name))
+        for sub, names in (
+            ("wasm", ("sgd.wasm", "matmul.wasm", "inference.wasm", "demo.wasm")),
+            ("native", ("sgd", "matmul", "inference", "demo")),
+        )
+        for name in names
+    ):
         missing.append("the built functions (make functions: clang, lld, wasi-libc, libclang-rt-14-dev-wasm32, gcc)")
     if not (shutil.which(os.environ.get("FAASM_RUNC", "runc")) and os.geteuid() == 0):
         missing.append("runc run as root, for the native system (apt-get install -y runc)")
@@ -31,14 +36,21 @@ def _local_target_missing() -> list[str]:
 
 
 LOCAL_TARGET_MISSING = _local_target_missing()
-needs_local_target = pytest.mark.skipif(bool(LOCAL_TARGET_MISSING),
-                                        reason="the local target needs " + "; ".join(LOCAL_TARGET_MISSING))
+needs_local_target = pytest.mark.skipif(
+    bool(LOCAL_TARGET_MISSING), reason="the local target needs " + "; ".join(LOCAL_TARGET_MISSING)
+)
 
 
 def cli(*args: str, state_dir: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, FAASM_TASKS_STATE_DIR=state_dir, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "faasm_tasks", *args, "--log-level", "WARNING"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "faasm_tasks", *args, "--log-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{args[0]} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr[-3000:]}")
     return proc
@@ -107,8 +119,13 @@ def private_crossings(pkg_dir, modules: set[str]) -> list[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("faasm_tasks")):
                 crossing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
-                    and isinstance(node.value, ast.Name) and node.value.id in modules:
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+            ):
                 crossing.append(f"{path.name}: {node.value.id}.{node.attr}")
     return crossing
 
@@ -131,7 +148,11 @@ def outside_reaches(pkg, name: str) -> list[str]:
                     if node.module.rsplit(".", 1)[-1] != name:
                         found.append(f"{path}: imports {node.module}")
                     found += [f"{path}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name \
-                        and node.attr not in pkg.__all__:
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == name
+                    and node.attr not in pkg.__all__
+                ):
                     found.append(f"{path}:{node.lineno}: {name}.{node.attr} not exported")
     return found

@@ -18,16 +18,19 @@ def bench():
     return mod
 
 
-@pytest.mark.parametrize("lo, hi, side, factor, want", [
-    (0.2, 0.4, "below", 0.5, "confirmed, at the paper's factor"),
-    (0.6, 0.8, "below", 0.5, "confirmed, short of the paper's factor"),
-    (0.4, 0.8, "below", 0.5, "confirmed, the paper's factor inside the interval"),
-    (0.8, 1.2, "below", 0.5, "not shown (interval includes 1)"),
-    (1.1, 1.3, "below", 0.5, "**refuted**"),
-    (2.1, 2.5, "above", 2.0, "confirmed, at the paper's factor"),
-    (0.7, 0.9, "above", 2.0, "**refuted**"),
-    (1.2, 1.5, "above", None, "confirmed"),
-])
+@pytest.mark.parametrize(
+    "lo, hi, side, factor, want",
+    [
+        (0.2, 0.4, "below", 0.5, "confirmed, at the paper's factor"),
+        (0.6, 0.8, "below", 0.5, "confirmed, short of the paper's factor"),
+        (0.4, 0.8, "below", 0.5, "confirmed, the paper's factor inside the interval"),
+        (0.8, 1.2, "below", 0.5, "not shown (interval includes 1)"),
+        (1.1, 1.3, "below", 0.5, "**refuted**"),
+        (2.1, 2.5, "above", 2.0, "confirmed, at the paper's factor"),
+        (0.7, 0.9, "above", 2.0, "**refuted**"),
+        (1.2, 1.5, "above", None, "confirmed"),
+    ],
+)
 def test_claim_verdict_reads_the_interval(bench, lo, hi, side, factor, want):
     assert bench.claim_verdict({"ratio": (lo + hi) / 2, "ratio_lo": lo, "ratio_hi": hi}, side, factor) == want
 

@@ -18,8 +18,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _cli(*argv, state_dir, env=None, **kw):
     e = {**os.environ, "PYTHONPATH": REPO, "FAASM_TASKS_STATE_DIR": str(state_dir), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "faasm_tasks", *argv, "--state-dir", str(state_dir)],
-                            cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "faasm_tasks", *argv, "--state-dir", str(state_dir)],
+        cwd=REPO,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 def test_agents_per_host_then_collect_in_a_fresh_pod(tmp_path):
@@ -27,12 +34,31 @@ def test_agents_per_host_then_collect_in_a_fresh_pod(tmp_path):
     run_id = "manual__2026-11-30T10:00:00+00:00"
     common = ["--run-id", run_id, "--results", root]
     # two nodes' samplers, no --date: the date is recorded in storage by the first, read by the other
-    agents = [_cli("billing-agent", *common, "--interval", "0.2", "--flush-s", "0.5", env={"NODE_NAME": host},
-                   state_dir=tmp_path / f"pod-{host}") for host in ("node-a", "node-b")]
+    agents = [
+        _cli(
+            "billing-agent",
+            *common,
+            "--interval",
+            "0.2",
+            "--flush-s",
+            "0.5",
+            env={"NODE_NAME": host},
+            state_dir=tmp_path / f"pod-{host}",
+        )
+        for host in ("node-a", "node-b")
+    ]
     try:
         deadline = time.time() + 60
-        while len({f.split("/")[-2] for f in storage.list_files(str(tmp_path / "results"))
-                   if f.endswith(".jsonl") and "/billing/" in f}) < 2:  # both sampling (imports are slow here)
+        while (
+            len(
+                {
+                    f.split("/")[-2]
+                    for f in storage.list_files(str(tmp_path / "results"))
+                    if f.endswith(".jsonl") and "/billing/" in f
+                }
+            )
+            < 2
+        ):  # both sampling (imports are slow here)
             assert time.time() < deadline, "the samplers wrote nothing"
             time.sleep(0.2)
         t0 = time.time()
@@ -52,8 +78,18 @@ def test_agents_per_host_then_collect_in_a_fresh_pod(tmp_path):
     assert sum(f.startswith("node-a/") for f in files) >= 2  # periodic segments, not one file at the end
     # one attempt of a "run" pod whose window lies inside the sampling
     prefix = point_prefix(root, date, run_id, "sgd_reuters_svm", "wasm", {"n_workers": 2}, 0)
-    att = Attempt(prefix, {"run_id": run_id, "date": date, "experiment": "sgd_reuters_svm", "system": "wasm",
-                           "target": "knative", "params": {"n_workers": 2}, "repeat": 0})
+    att = Attempt(
+        prefix,
+        {
+            "run_id": run_id,
+            "date": date,
+            "experiment": "sgd_reuters_svm",
+            "system": "wasm",
+            "target": "knative",
+            "params": {"n_workers": 2},
+            "repeat": 0,
+        },
+    )
     att.finish(True, None, {"window": {"start": t0, "end": t1}})
     # collect in a fresh pod (new state dir, no --date): finds the date and both hosts in storage
     c = _cli("collect", *common, state_dir=tmp_path / "pod-collect")
@@ -67,8 +103,7 @@ def test_agents_per_host_then_collect_in_a_fresh_pod(tmp_path):
 
 
 def test_agent_bad_input_exits_2(tmp_path):
-    p = _cli("billing-agent", "--run-id", "r", "--results", str(tmp_path), "--interval", "0",
-             state_dir=tmp_path / "s")
+    p = _cli("billing-agent", "--run-id", "r", "--results", str(tmp_path), "--interval", "0", state_dir=tmp_path / "s")
     out = p.communicate(timeout=60)[0]
     assert p.returncode == 2 and "--interval" in out
     assert not os.path.exists(tmp_path / "r")

@@ -14,9 +14,21 @@ def rows():
     # 1 GB used for 10 s, then 3 GB: counters grow linearly
     out = []
     for i in range(0, 21, 2):
-        out.append({"t": 1000.0 + i, "cpu_pct": 50.0, "memory_used_mb": 1024.0 if i <= 10 else 3072.0,
-                    "net_sent_mb": i * 1.0, "net_recv_mb": i * 2.0, "disk_read_mb": 0.0, "disk_write_mb": i / 2,
-                    "cpu_time_user": i * 0.5, "cpu_time_system": 0.0, "cpu_time_idle": i, "cpu_time_iowait": 0.0})
+        out.append(
+            {
+                "t": 1000.0 + i,
+                "cpu_pct": 50.0,
+                "memory_used_mb": 1024.0 if i <= 10 else 3072.0,
+                "net_sent_mb": i * 1.0,
+                "net_recv_mb": i * 2.0,
+                "disk_read_mb": 0.0,
+                "disk_write_mb": i / 2,
+                "cpu_time_user": i * 0.5,
+                "cpu_time_system": 0.0,
+                "cpu_time_idle": i,
+                "cpu_time_iowait": 0.0,
+            }
+        )
     return out
 
 
@@ -49,8 +61,15 @@ def test_sampler_start_stop(tmp_path):
     assert {"memory_used_mb", "net_sent_mb", "disk_write_mb", "cpu_time_user", "cpu_pct"} <= set(samples[0])
 
 
-BASE = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "native", "target": "local",
-        "params": {"a": 1}, "repeat": 0}
+BASE = {
+    "run_id": "r",
+    "date": "2026-11-29",
+    "experiment": "e",
+    "system": "native",
+    "target": "local",
+    "params": {"a": 1},
+    "repeat": 0,
+}
 
 
 def test_attempts_never_overwrite_and_failed_is_kept(tmp_path):
@@ -74,12 +93,26 @@ def test_attempts_never_overwrite_and_failed_is_kept(tmp_path):
 
 
 def test_record_schema_rejects_bad_records():
-    good = {"schema_version": 1, **BASE, "attempt": 1, "status": "succeeded", "started": "x", "finished": "y",
-            "outcome": {"ok": True}, "images": {}, "versions": {"faasm_tasks": "0", "python": "3"}, "host": "h",
-            "files": []}
+    good = {
+        "schema_version": 1,
+        **BASE,
+        "attempt": 1,
+        "status": "succeeded",
+        "started": "x",
+        "finished": "y",
+        "outcome": {"ok": True},
+        "images": {},
+        "versions": {"faasm_tasks": "0", "python": "3"},
+        "host": "h",
+        "files": [],
+    }
     validate_record(good)
-    for bad in ({**good, "status": "done"}, {**good, "target": "aws"}, {k: v for k, v in good.items() if k != "run_id"},
-                {**good, "date": "29/11/2026"}):
+    for bad in (
+        {**good, "status": "done"},
+        {**good, "target": "aws"},
+        {k: v for k, v in good.items() if k != "run_id"},
+        {**good, "date": "29/11/2026"},
+    ):
         with pytest.raises(StepError):
             validate_record(bad)
 
@@ -99,8 +132,18 @@ def test_collect_says_when_an_attempt_has_no_samples_around_its_window(tmp_path)
         att = Attempt(prefix, {**BASE, "run_id": run_id, "date": date, "params": {"p": name}})
         att.finish(True, None, {"window": {"start": 5000.0, "end": 5010.0}, "billing_wanted": wanted})
         uris[name] = att.uri
-    out = cli("collect", "--target", "local", "--run-id", run_id, "--results", root, "--date", date,
-              state_dir=str(tmp_path / "state")).stdout
+    out = cli(
+        "collect",
+        "--target",
+        "local",
+        "--run-id",
+        run_id,
+        "--results",
+        root,
+        "--date",
+        date,
+        state_dir=str(tmp_path / "state"),
+    ).stdout
     doc = storage.read_json(storage.join(uris["wanted"], "billing_summary.json"))
     assert doc["no_samples"] is True and doc["hosts"] == []
     assert "node-a: 11 sample(s) from 1000.000 to 1020.000" in doc["problem"], doc

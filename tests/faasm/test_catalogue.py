@@ -32,7 +32,8 @@ def test_packaged_experiments_validate_and_carry_seed_parameters():
     assert [(p["max_delay_ms"], p["duration_s"]) for p in tpt.points[:6]] == manual
     tptw = resolve(cat["tf_inference_throughput"], "wasm", "knative")
     assert [(p["cold_start_interval"], p["max_delay_ms"], p["duration_s"]) for p in tptw.points] == [
-        (500, d, s) for d, s in manual]
+        (500, d, s) for d, s in manual
+    ]
     ext = resolve(cat["tf_inference_throughput"], "native", "knative", variant="extended")
     assert len(ext.points) == 5 * 7 and ext.points[6]["max_delay_ms"] == 1000
     extw = resolve(cat["tf_inference_throughput"], "wasm", "knative", variant="extended")
@@ -75,9 +76,17 @@ def test_local_overrides_shrink_the_sweep():
 
 
 def test_invalid_experiment_rejected():
-    bad = {"name": "x", "workload": "sgd", "user": "u", "function": "f", "systems": ["wasm"],
-           "driver": {"kind": "load"}, "sweep": {"wasm": [{"param": "a", "values": []}]},
-           "deploy": {"wasm": {"worker_replicas": 0}}, "data": {"kind": "none"}}
+    bad = {
+        "name": "x",
+        "workload": "sgd",
+        "user": "u",
+        "function": "f",
+        "systems": ["wasm"],
+        "driver": {"kind": "load"},
+        "sweep": {"wasm": [{"param": "a", "values": []}]},
+        "deploy": {"wasm": {"worker_replicas": 0}},
+        "data": {"kind": "none"},
+    }
     with pytest.raises(StepError) as e:
         validate(bad)
     msg = str(e.value)
@@ -85,10 +94,17 @@ def test_invalid_experiment_rejected():
 
 
 def test_user_catalogue_dir_adds_and_overrides(tmp_path, monkeypatch):
-    doc = {"name": "noop_latency", "workload": "inference", "user": "demo", "function": "noop",
-           "systems": ["native"], "driver": {"kind": "load", "mode": "open", "connections": 2, "timeout_s": 1},
-           "sweep": {"native": [{"param": "duration_s", "values": [1]}]},
-           "deploy": {"native": {"worker_replicas": 1}}, "data": {"kind": "none"}}
+    doc = {
+        "name": "noop_latency",
+        "workload": "inference",
+        "user": "demo",
+        "function": "noop",
+        "systems": ["native"],
+        "driver": {"kind": "load", "mode": "open", "connections": 2, "timeout_s": 1},
+        "sweep": {"native": [{"param": "duration_s", "values": [1]}]},
+        "deploy": {"native": {"worker_replicas": 1}},
+        "data": {"kind": "none"},
+    }
     (tmp_path / "noop.json").write_text(json.dumps(doc))
     monkeypatch.setenv("FAASM_CATALOGUE_DIR", str(tmp_path))
     assert "noop_latency" in load_catalogue()

@@ -33,6 +33,7 @@ def knative_server(outcome: str, slow_s: float = 0.0):
         if outcome == "http500":
             return 500, b"worker exploded"
         return 200, b"1583746290"
+
     return h, polls
 
 
@@ -73,11 +74,18 @@ def test_knative_slow_invoke_hits_deadline():
 def test_python_message_shape():
     h, _ = knative_server("success")
     with ScriptedServer(h) as srv:
-        KnativeInvoker(ep(srv.url)).call("python", "mat_mul", python=True, system="native", timeout_s=2,
-                                         poll_interval_s=0.01)
+        KnativeInvoker(ep(srv.url)).call(
+            "python", "mat_mul", python=True, system="native", timeout_s=2, poll_interval_s=0.01
+        )
         msg = json.loads(srv.requests[0][3])
-        assert msg == {"user": "python", "function": "py_func", "python": True, "py_user": "python",
-                       "py_func": "mat_mul", "async": True}
+        assert msg == {
+            "user": "python",
+            "function": "py_func",
+            "python": True,
+            "py_user": "python",
+            "py_func": "mat_mul",
+            "async": True,
+        }
         assert srv.requests[0][2]["Host"] == "faasm-python.faasm.example.com"
 
 
@@ -98,8 +106,10 @@ def planner_server(fail=False, no_hosts=1, not_ready=2):
             st["not_ready"] -= 1
             return 500, b"App not registered in results"
         out = base64.b64encode(b"done!").decode()
-        return 200, json.dumps({"appId": 77, "finished": True,
-                                "messageResults": [{"output_data": out, "returnValue": 1 if fail else 0}]}).encode()
+        return 200, json.dumps(
+            {"appId": 77, "finished": True, "messageResults": [{"output_data": out, "returnValue": 1 if fail else 0}]}
+        ).encode()
+
     return h
 
 

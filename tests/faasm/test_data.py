@@ -19,10 +19,12 @@ def test_matrices_are_deterministic_blocks():
     assert a == b and len(a) == 33
     assert np.frombuffer(a["matrix_state"], dtype=np.int32).tolist() == [100, 2]
     assert len(a["mat_a_2_3_3"]) == 25 * 25 * 4
-    full = np.block([[np.frombuffer(a[f"mat_a_2_{r}_{c}"], dtype=np.float32).reshape(25, 25) for c in range(4)]
-                     for r in range(4)])
-    fb = np.block([[np.frombuffer(a[f"mat_b_2_{r}_{c}"], dtype=np.float32).reshape(25, 25) for c in range(4)]
-                   for r in range(4)])
+    full = np.block(
+        [[np.frombuffer(a[f"mat_a_2_{r}_{c}"], dtype=np.float32).reshape(25, 25) for c in range(4)] for r in range(4)]
+    )
+    fb = np.block(
+        [[np.frombuffer(a[f"mat_b_2_{r}_{c}"], dtype=np.float32).reshape(25, 25) for c in range(4)] for r in range(4)]
+    )
     assert np.allclose(full @ fb, expected_product(100, 2, 42), rtol=1e-4)
     assert matrix_state_objects(100, 2, seed=43)["mat_a_2_0_0"] != a["mat_a_2_0_0"]
     with pytest.raises(StepError):
@@ -46,6 +48,7 @@ def _store_server():
             store[key] = body
             return 200, b"ok"
         return (200, store[key]) if key in store else (404, b"")
+
     return h, store
 
 
@@ -53,8 +56,11 @@ def _store_server():
 def moto_s3(monkeypatch):
     moto_server = pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     srv.start()
@@ -72,9 +78,14 @@ def moto_s3(monkeypatch):
 def test_sgd_and_tf_from_s3_uploaded_once(moto_s3):
     url, s3 = moto_s3
     sgd = synthetic_sgd(examples=30, features=10, nnz_per_example=3)
-    s3.put_object(Bucket="faasm-data", Key="reuters.tar.gz", Body=tar_bytes({f"reuters/{k}": v for k, v in sgd.items()}))
-    s3.put_object(Bucket="faasm-data", Key="custom/tf.tar", Body=tar_bytes(
-        {"mobilenet_v1_1.0_224.tflite": b"model", "grace_hopper.bmp": b"img", "labels.txt": b"a\nb"}))
+    s3.put_object(
+        Bucket="faasm-data", Key="reuters.tar.gz", Body=tar_bytes({f"reuters/{k}": v for k, v in sgd.items()})
+    )
+    s3.put_object(
+        Bucket="faasm-data",
+        Key="custom/tf.tar",
+        Body=tar_bytes({"mobilenet_v1_1.0_224.tflite": b"model", "grace_hopper.bmp": b"img", "labels.txt": b"a\nb"}),
+    )
     h, store = _store_server()
     with ScriptedServer(h) as srv:
         c = UploadClient(srv.url, timeout_s=10)
@@ -102,8 +113,15 @@ def test_results_layout_on_s3(moto_s3, monkeypatch):
 
     monkeypatch.setattr(fsspec.config, "conf", {"s3": {"client_kwargs": {"endpoint_url": url}}})
     root = "s3://results/bench"
-    base = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "wasm", "target": "knative",
-            "params": {"n": 1}, "repeat": 0}
+    base = {
+        "run_id": "r",
+        "date": "2026-11-29",
+        "experiment": "e",
+        "system": "wasm",
+        "target": "knative",
+        "params": {"n": 1},
+        "repeat": 0,
+    }
     prefix = point_prefix(root, "2026-11-29", "r", "e", "wasm", {"n": 1}, 0)
     a1 = Attempt(prefix, dict(base))
     a1.write_text("output.txt", "SUCCESS: x")
@@ -141,7 +159,12 @@ def test_function_and_matrix_data_through_s3(moto_s3):
         # native C++ functions are in their images: nothing to upload; wasm needs its .wasm in the bucket
         assert not needs_function(resolve(get_experiment("sgd_reuters_svm"), "native", "knative"))
         with pytest.raises(StepError, match="cannot fetch s3://faasm-data/wasm/sgd/reuters_svm/function.wasm"):
-            prepare(resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative"), c, "s3", endpoint_url=url,
-                    function_source="s3")
+            prepare(
+                resolve(get_experiment("sgd_reuters_svm"), "wasm", "knative"),
+                c,
+                "s3",
+                endpoint_url=url,
+                function_source="s3",
+            )
         with pytest.raises(StepError, match="matrix/200x200_2.tar"):
             matrix_objects_from_s3(plan, 200, "faasm-data", url)

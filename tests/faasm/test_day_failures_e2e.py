@@ -18,11 +18,15 @@ from test_trends_history import END, write_history, write_run
 from faasm_tasks.results import Attempt, point_prefix
 
 #: The eight (experiment, system) groups of the packaged catalogue, as the DAG builds them.
-GROUPS = [(doc["name"], system)
-          for doc in (yaml.safe_load(open(os.path.join(ROOT, "faasm_tasks", "experiments", n)))
-                      for n in sorted(os.listdir(os.path.join(ROOT, "faasm_tasks", "experiments")))
-                      if n.endswith(".yaml"))
-          for system in doc["systems"]]
+GROUPS = [
+    (doc["name"], system)
+    for doc in (
+        yaml.safe_load(open(os.path.join(ROOT, "faasm_tasks", "experiments", n)))
+        for n in sorted(os.listdir(os.path.join(ROOT, "faasm_tasks", "experiments")))
+        if n.endswith(".yaml")
+    )
+    for system in doc["systems"]
+]
 
 
 def _common(root: str, run_id: str) -> list[str]:
@@ -36,8 +40,7 @@ def test_a_day_whose_every_group_failed_at_deploy_is_failed(tmp_path, monkeypatc
     # the tester's trip: `make airflow` without `make functions`
     monkeypatch.setenv("FAASM_FUNCTIONS_BUILD_DIR", str(tmp_path / "no-build"))
     for exp, system in GROUPS:
-        p = cli("deploy", *_common(root, "day"), "--experiment", exp, "--system", system, state_dir=state,
-                check=False)
+        p = cli("deploy", *_common(root, "day"), "--experiment", exp, "--system", system, state_dir=state, check=False)
         assert p.returncode == 2 and "make functions" in p.stderr, (exp, system, p.stderr)
         assert "it had started no process" in p.stdout, p.stdout
     s = cli("summarize", *_common(root, "day"), state_dir=state, check=False)
@@ -62,8 +65,15 @@ def test_a_day_whose_every_group_failed_at_deploy_is_failed(tmp_path, monkeypatc
 def test_a_corrupt_run_record_is_named_and_counted(tmp_path):
     root, state = str(tmp_path / "faasm_benchmarks"), str(tmp_path / "state")
     run_id = write_history(root, days=4)
-    base = {"run_id": run_id, "date": END, "experiment": "sgd_reuters_svm", "system": "wasm", "target": "local",
-            "params": {"n_workers": 9}, "repeat": 0}
+    base = {
+        "run_id": run_id,
+        "date": END,
+        "experiment": "sgd_reuters_svm",
+        "system": "wasm",
+        "target": "local",
+        "params": {"n_workers": 9},
+        "repeat": 0,
+    }
     att = Attempt(point_prefix(root, END, run_id, "sgd_reuters_svm", "wasm", {"n_workers": 9}, 0), base)
     att.finish(True, None, {"run_time_ms": 10.0})
     rec = os.path.join(att.uri, "run.json")
@@ -86,8 +96,11 @@ def test_damaged_metrics_are_a_failure_not_a_silent_gap(tmp_path):
     run_id = write_history(root, days=4)
     write_run(root, END, "other")  # another run of the day: its records are fine
     # a run.json whose JSON parses but whose p99 is a string (hand-edited, or a writer's bug)
-    rec = next(os.path.join(d, "run.json") for d, _, files in os.walk(os.path.join(root, END, run_id))
-               if "run.json" in files and "tf_inference_latency" in d)
+    rec = next(
+        os.path.join(d, "run.json")
+        for d, _, files in os.walk(os.path.join(root, END, run_id))
+        if "run.json" in files and "tf_inference_latency" in d
+    )
     doc = json.load(open(rec))
     doc["metrics"]["p99_us"] = "fast"
     json.dump(doc, open(rec, "w"))
@@ -97,7 +110,15 @@ def test_damaged_metrics_are_a_failure_not_a_silent_gap(tmp_path):
 
 def test_workers_over_the_bound_is_bad_input(tmp_path):
     root, state = str(tmp_path / "faasm_benchmarks"), str(tmp_path / "state")
-    p = cli("deploy", *_common(root, "w"), "--experiment", "sgd_reuters_svm", "--workers", "100000",
-            state_dir=state, check=False)
+    p = cli(
+        "deploy",
+        *_common(root, "w"),
+        "--experiment",
+        "sgd_reuters_svm",
+        "--workers",
+        "100000",
+        state_dir=state,
+        check=False,
+    )
     assert p.returncode == 2 and "--workers 100000: must be between 1 and 256" in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(state, "w", "local", "state.json"))  # nothing was started

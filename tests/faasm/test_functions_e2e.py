@@ -31,8 +31,9 @@ HAVE_RUNC = runtimes.runc_binary() is not None and os.geteuid() == 0
 @pytest.fixture(scope="module")
 def built():
     if not HAVE_BUILD_TOOLS:
-        pytest.skip("clang, gcc or make missing (make system-deps installs clang, lld, wasi-libc, "
-                    "libclang-rt-14-dev-wasm32)")
+        pytest.skip(
+            "clang, gcc or make missing (make system-deps installs clang, lld, wasi-libc, libclang-rt-14-dev-wasm32)"
+        )
     proc = subprocess.run(["make", "-C", FUNCS], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return os.path.join(FUNCS, "build")
@@ -42,8 +43,22 @@ def built():
 def rds(tmp_path_factory):
     port = _free_port()
     d = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(d)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            shutil.which("redis-server"),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(d),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     r = redis.Redis(port=port)
     deadline = time.monotonic() + 30
     while True:
@@ -66,8 +81,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-SYSTEMS = ["wasm", pytest.param("native", marks=pytest.mark.skipif(
-    not HAVE_RUNC, reason="runc missing or not root (apt-get install -y runc; the native system runs as root)"))]
+SYSTEMS = [
+    "wasm",
+    pytest.param(
+        "native",
+        marks=pytest.mark.skipif(
+            not HAVE_RUNC, reason="runc missing or not root (apt-get install -y runc; the native system runs as root)"
+        ),
+    ),
+]
 
 
 @pytest.fixture(params=SYSTEMS)
@@ -96,7 +118,7 @@ def sgd_reference(objs: dict[str, bytes], epochs: int = 1) -> list[float]:
     for _ in range(epochs):
         err = 0.0
         for i in range(n):
-            fs, x = innr[outr[i]:outr[i + 1]], vals[outr[i]:outr[i + 1]]
+            fs, x = innr[outr[i] : outr[i + 1]], vals[outr[i] : outr[i + 1]]
             hinge = 1.0 - y[i] * float(w[fs] @ x)
             if hinge > 0:
                 err += hinge * hinge

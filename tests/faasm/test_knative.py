@@ -19,8 +19,15 @@ from stepkit import StepError
 
 # The CRD is not vendored: it lives in the workspace's shared/schemas (see its SOURCES.md);
 # KNATIVE_SERVICE_CRD points elsewhere.
-CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "schemas",
-                   "knative-serving-service-crd.yaml")
+CRD = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "..",
+    "..",
+    "..",
+    "shared",
+    "schemas",
+    "knative-serving-service-crd.yaml",
+)
 K8S_VERSION = "1.35"
 
 
@@ -42,8 +49,9 @@ def _validate(doc, ksvc_schema):
         spec.pop("containerConcurrency", None)
         for c in spec["containers"]:
             c.setdefault("name", "user-container")  # what Knative defaults it to
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": spec},
-                                     K8S_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": spec}, K8S_VERSION, strict=True
+        )
     else:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
@@ -154,8 +162,13 @@ class FakeCluster:
 
     def list_namespaced_daemon_set(self, ns, label_selector=None):
         self._rec("list_namespaced_daemon_set", label_selector)
-        return NS(items=[NS(metadata=NS(name=n)) for n, d in self.daemonsets.items()
-                         if _match(d["metadata"]["labels"], label_selector)])
+        return NS(
+            items=[
+                NS(metadata=NS(name=n))
+                for n, d in self.daemonsets.items()
+                if _match(d["metadata"]["labels"], label_selector)
+            ]
+        )
 
     def delete_namespaced_daemon_set(self, name, ns, **kw):
         self._rec("delete_namespaced_daemon_set", name)
@@ -217,7 +230,6 @@ class FakeCluster:
             raise ApiErr(404, "NotFound")
         return {}
 
-
     # CustomObjectsApi
     def create_namespaced_custom_object(self, g, v, ns, plural, body):
         name = body["metadata"]["name"]
@@ -257,12 +269,22 @@ class FakeCluster:
         for obj in self.ksvcs.values():
             obj = copy.deepcopy(obj)
             if now >= self.ready_after:
-                obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
-                                 "conditions": [{"type": "Ready", "status": "True"}]}
+                obj["status"] = {
+                    "observedGeneration": obj["metadata"]["generation"],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
             else:
-                obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
-                                 "conditions": [{"type": "Ready", "status": "Unknown", "reason": "RevisionMissing",
-                                                 "message": "Configuration is waiting for a Revision to become ready."}]}
+                obj["status"] = {
+                    "observedGeneration": obj["metadata"]["generation"],
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "Unknown",
+                            "reason": "RevisionMissing",
+                            "message": "Configuration is waiting for a Revision to become ready.",
+                        }
+                    ],
+                }
             items.append(obj)
         return {"items": [o for o in items if _match(o["metadata"].get("labels", {}), label_selector)]}
 
@@ -276,8 +298,10 @@ class FakeCluster:
                 want = int(obj["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/minScale"])
                 have = [p for p in self.pods.values() if p.metadata.labels.get("serving.knative.dev/service") == name]
                 for i in range(len(have), want):
-                    self.pod(f"{name}-{i}-{int(self.clock() * 10)}", {"serving.knative.dev/service": name,
-                                                                      **obj["metadata"]["labels"]})
+                    self.pod(
+                        f"{name}-{i}-{int(self.clock() * 10)}",
+                        {"serving.knative.dev/service": name, **obj["metadata"]["labels"]},
+                    )
 
 
 class FakeRedis:
@@ -297,6 +321,7 @@ class FakeRedis:
                 def call(*args, **kw):
                     fake.calls.append((service, method, args))
                     return getattr(fake, f"_{method}")(service, *args, **kw)
+
                 return call
 
         return Client()
@@ -336,10 +361,17 @@ def fake():
         t["now"] += s
         cluster.tick()
 
-    target = KnativeTarget(run_id="r1", core=cluster, custom=cluster, apps=cluster, redis_fn=rexec.client, sleep=sleep,
-                           clock=clock, poll_s=1.0,
-                           billing={"image": "faasm-tasks:0.1.0", "command": ["python", "-m", "faasm_tasks",
-                                                                              "billing-agent"]})
+    target = KnativeTarget(
+        run_id="r1",
+        core=cluster,
+        custom=cluster,
+        apps=cluster,
+        redis_fn=rexec.client,
+        sleep=sleep,
+        clock=clock,
+        poll_s=1.0,
+        billing={"image": "faasm-tasks:0.1.0", "command": ["python", "-m", "faasm_tasks", "billing-agent"]},
+    )
     return target, cluster, rexec, t
 
 
@@ -352,7 +384,9 @@ def test_deploy_is_idempotent_and_retries(fake):
     cluster.fail["create_namespaced_pod"] = [ApiErr(500, "etcd hiccup")]
     rep = target.deploy(_plan())
     assert {r["name"]: r["action"] for r in rep["resources"]}["faasm-worker"] == "created"
-    assert [c for c in cluster.calls if c[0] == "create_namespaced_pod"].count(("create_namespaced_pod", ("redis-queue",))) == 2
+    assert [c for c in cluster.calls if c[0] == "create_namespaced_pod"].count(
+        ("create_namespaced_pod", ("redis-queue",))
+    ) == 2
     rep2 = target.deploy(_plan())
     actions = {(r["kind"], r["name"]): r["action"] for r in rep2["resources"]}
     assert actions[("Service", "faasm-worker")] == "replaced" and actions[("Pod", "upload")] == "exists"
@@ -463,17 +497,29 @@ def test_release_table_selects_images():
 
     plan = resolve(get_experiment("tf_inference_latency"), "native", "knative")
     docs = render(plan, release="0.1.3")
-    images = {d["metadata"]["name"]: (d["spec"]["template"]["spec"]["containers"][0]["image"]
-                                      if d["kind"] == "Service" and "template" in d["spec"]
-                                      else d["spec"]["containers"][0]["image"])
-              for d in docs if d["kind"] in ("Pod", "Service") and ("containers" in d["spec"] or "template" in d["spec"])}
-    assert images == {"redis-queue": "faasm/redis:0.1.3", "redis-state": "faasm/redis:0.1.3",
-                      "upload": "faasm/upload:0.1.3", "faasm-worker": "faasm/knative-worker:0.1.3",
-                      "faasm-image": "faasm/knative-native-image:0.1.3"}
+    images = {
+        d["metadata"]["name"]: (
+            d["spec"]["template"]["spec"]["containers"][0]["image"]
+            if d["kind"] == "Service" and "template" in d["spec"]
+            else d["spec"]["containers"][0]["image"]
+        )
+        for d in docs
+        if d["kind"] in ("Pod", "Service") and ("containers" in d["spec"] or "template" in d["spec"])
+    }
+    assert images == {
+        "redis-queue": "faasm/redis:0.1.3",
+        "redis-state": "faasm/redis:0.1.3",
+        "upload": "faasm/upload:0.1.3",
+        "faasm-worker": "faasm/knative-worker:0.1.3",
+        "faasm-image": "faasm/knative-native-image:0.1.3",
+    }
     later = render(plan, release="0.6.7")
-    assert [d for d in later if d["metadata"]["name"] == "faasm-worker"][0]["spec"]["template"]["spec"][
-        "containers"][0]["image"] == "faasm/worker:0.6.7"
-    assert release_images("0.1.3", "registry.example/mirror")["worker"] == "registry.example/mirror/knative-worker:0.1.3"
+    assert [d for d in later if d["metadata"]["name"] == "faasm-worker"][0]["spec"]["template"]["spec"]["containers"][
+        0
+    ]["image"] == "faasm/worker:0.6.7"
+    assert (
+        release_images("0.1.3", "registry.example/mirror")["worker"] == "registry.example/mirror/knative-worker:0.1.3"
+    )
     assert list(RELEASES)[0] == "0.1.3"
     with pytest.raises(StepError, match="--release '9.9'"):
         release_images("9.9")
@@ -485,9 +531,12 @@ def test_release_table_selects_images():
 
 #: API method -> (verb, group, resource) of the RBAC rule it needs.
 _RBAC = {
-    "create_namespaced_pod": ("create", "", "pods"), "list_namespaced_pod": ("list", "", "pods"),
-    "read_namespaced_pod": ("get", "", "pods"), "delete_namespaced_pod": ("delete", "", "pods"),
-    "create_namespaced_service": ("create", "", "services"), "delete_namespaced_service": ("delete", "", "services"),
+    "create_namespaced_pod": ("create", "", "pods"),
+    "list_namespaced_pod": ("list", "", "pods"),
+    "read_namespaced_pod": ("get", "", "pods"),
+    "delete_namespaced_pod": ("delete", "", "pods"),
+    "create_namespaced_service": ("create", "", "services"),
+    "delete_namespaced_service": ("delete", "", "services"),
     "read_namespaced_service": ("get", "", "services"),
     "create_namespaced_custom_object": ("create", "serving.knative.dev", "services"),
     "get_namespaced_custom_object": ("get", "serving.knative.dev", "services"),
@@ -517,23 +566,29 @@ def test_rbac_manifest_covers_every_call_of_the_target(fake):
     assert target.verify_clean(["sgd_params"], full=True)["clean"]
     docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/rbac/faasm-benchmark.yaml").read_text()))
     [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "faasm-benchmark"]
-    granted = {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
+    granted = {
+        (v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
     methods = {c[0] for c in cluster.calls}
     in_ns = {m for m in methods if m in _RBAC}
     assert methods - in_ns <= {"read_namespace", "patch_namespaced_config_map", "create_namespaced_config_map"}
     # Redis through a client to the Services' endpoints (what list_namespaced_endpoint_slice finds): no exec
     needed = {_RBAC[m] for m in in_ns} | {("list", "discovery.k8s.io", "endpointslices")}
     assert needed <= granted, needed - granted
-    documented_extra = {("get", "", "pods/log"), ("create", "", "configmaps"), ("patch", "", "configmaps"),
-                        ("get", "apps", "daemonsets")}
+    documented_extra = {
+        ("get", "", "pods/log"),
+        ("create", "", "configmaps"),
+        ("patch", "", "configmaps"),
+        ("get", "apps", "daemonsets"),
+    }
     assert granted - needed <= documented_extra, granted - needed
     assert {c[0] for c in rexec.calls} == {"redis-queue", "redis-state"}  # cleanup through the Redis clients
     assert not {g for rule in role["rules"] for g in rule["resources"] if g in ("pods/exec", "pods/attach")}
     # beyond the namespace: get on the namespace itself, the autoscaler ConfigMap by name
     [ns_role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert ns_role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["faasm"],
-                                 "verbs": ["get"]}]
+    assert ns_role["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["faasm"], "verbs": ["get"]}
+    ]
     [autoscaler] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == "knative-serving"]
     assert autoscaler["rules"][0]["resourceNames"] == ["config-autoscaler"]
 
@@ -563,15 +618,43 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
         args, plan = ctx.args, ctx.plan
         points.append((plan.deployment["worker_replicas"], point["n_workers"]))
         from faasm_tasks.results import Attempt
-        att = Attempt(prefix, {"run_id": args.run_id, "date": date, "experiment": plan.name, "system": plan.system,
-                               "target": "knative", "params": point, "repeat": rep})
+
+        att = Attempt(
+            prefix,
+            {
+                "run_id": args.run_id,
+                "date": date,
+                "experiment": plan.name,
+                "system": plan.system,
+                "target": "knative",
+                "params": point,
+                "repeat": rep,
+            },
+        )
         att.finish(True, None, {})
         return {"prefix": prefix, "attempt": 1, "status": "succeeded"}
 
     monkeypatch.setattr(run_step, "_run_point", fake_point)
-    common = ["--target", "knative", "--run-id", "r1", "--results", str(tmp_path), "--date", "2026-11-30",
-              "--state-dir", str(tmp_path / "state"), "--experiment", "sgd_reuters_svm", "--system", "wasm",
-              "--only", "sync_interval=60000", "--repeats", "2"]
+    common = [
+        "--target",
+        "knative",
+        "--run-id",
+        "r1",
+        "--results",
+        str(tmp_path),
+        "--date",
+        "2026-11-30",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--experiment",
+        "sgd_reuters_svm",
+        "--system",
+        "wasm",
+        "--only",
+        "sync_interval=60000",
+        "--repeats",
+        "2",
+    ]
     assert main("faasm_tasks", STEPS, ["run", *common]) == 0
     assert deployed == list(range(5, 55, 5))  # once per N, not per repeat
     assert points == [(n, n) for n in range(5, 55, 5) for _ in range(2)]  # N replicas, run with N workers
@@ -592,13 +675,19 @@ def test_endpoints_and_redis_from_the_services_without_dns_or_exec():
         return NS(spec=NS(ports=[NS(name=n, port=p) for n, p in ports]), status=NS(load_balancer=lb))
 
     def slice_(name, port, ready=True, port_name=""):
-        return NS(ports=[NS(name=port_name, port=port)],
-                  endpoints=[NS(addresses=["10.1.2.3"], conditions=NS(ready=ready))])
+        return NS(
+            ports=[NS(name=port_name, port=port)], endpoints=[NS(addresses=["10.1.2.3"], conditions=NS(ready=ready))]
+        )
 
-    services = {("istio-system", "istio-ingressgateway"): svc([("status-port", 15021), ("http2", 31380)], "192.0.2.7"),
-                ("faasm", "upload"): svc([("http", 8002)])}
-    slices = {"upload": [slice_("upload", 8002, port_name="http")], "redis-state": [slice_("redis-state", 6379)],
-              "redis-queue": [slice_("redis-queue", 6379, ready=False)]}
+    services = {
+        ("istio-system", "istio-ingressgateway"): svc([("status-port", 15021), ("http2", 31380)], "192.0.2.7"),
+        ("faasm", "upload"): svc([("http", 8002)]),
+    }
+    slices = {
+        "upload": [slice_("upload", 8002, port_name="http")],
+        "redis-state": [slice_("redis-state", 6379)],
+        "redis-queue": [slice_("redis-queue", 6379, ready=False)],
+    }
     calls = []
 
     class Core:

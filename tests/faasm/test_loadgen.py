@@ -46,14 +46,24 @@ def delay_server(slow_every: int = 0, fast_ms: float = 0.0, slow_ms: float = 0.0
             i = n["i"]
         time.sleep((slow_ms if slow_every and i % slow_every == 0 else fast_ms) / 1000.0)
         return status, b"ok"
+
     return h
 
 
 def test_closed_loop_percentiles_follow_injected_delay():
     # every 5th request takes 100 ms, the others 10 ms -> p50 ~10 ms, p90+ ~100 ms
     with ScriptedServer(delay_server(slow_every=5, fast_ms=10, slow_ms=100)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="closed", connections=1, duration_s=1.5, timeout_s=2,
-                              body=b"{}", headers={"Content-Type": "application/json"}))
+        s = run_load(
+            LoadSpec(
+                url=srv.url + "/",
+                mode="closed",
+                connections=1,
+                duration_s=1.5,
+                timeout_s=2,
+                body=b"{}",
+                headers={"Content-Type": "application/json"},
+            )
+        )
     assert s["errors_total"] == 0 and s["requests_ok"] >= 15
     # lower bounds are the server's sleeps; the upper one is relative, so a busy machine cannot fail it
     assert 9_000 <= s["p50_us"] <= 0.5 * s["p90_us"]
@@ -71,8 +81,18 @@ def test_closed_loop_records_the_drivers_own_send_lag():
     """The lag of each send past its intended time (after the random delay), as a histogram
     beside the latency: one value per request started in the window."""
     with ScriptedServer(delay_server(slow_every=1000, fast_ms=2, slow_ms=2)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="closed", connections=2, duration_s=1.0, timeout_s=2,
-                              max_delay_ms=5, body=b"{}", headers={"Content-Type": "application/json"}))
+        s = run_load(
+            LoadSpec(
+                url=srv.url + "/",
+                mode="closed",
+                connections=2,
+                duration_s=1.0,
+                timeout_s=2,
+                max_delay_ms=5,
+                body=b"{}",
+                headers={"Content-Type": "application/json"},
+            )
+        )
     lag = HdrHistogram.decode(s["send_lag_histogram"])
     assert lag.get_total_count() == s["send_lag_count"] >= s["requests_ok"] - 2 > 0
     assert 0 < s["send_lag_p50_us"] <= s["send_lag_p99_us"] <= s["send_lag_max_us"]
@@ -139,8 +159,19 @@ def test_open_loop_keeps_schedule_at_low_rate():
     speed figures are bench/load.py's)."""
     rt = 10 if _fifo_allowed() else 0
     with ScriptedServer(delay_server()) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=200, connections=4, processes=2, duration_s=1,
-                              warmup_s=0.2, timeout_s=2, rt_priority=rt))
+        s = run_load(
+            LoadSpec(
+                url=srv.url + "/",
+                mode="open",
+                rate=200,
+                connections=4,
+                processes=2,
+                duration_s=1,
+                warmup_s=0.2,
+                timeout_s=2,
+                rt_priority=rt,
+            )
+        )
     assert s["scheduled"] == 200 and s["requests_ok"] >= 190
     assert s["schedule_lag_fraction"] == pytest.approx((s["missed"] + s["late"]) / s["scheduled"])
     if rt:
@@ -154,8 +185,9 @@ def test_open_loop_accounting_against_a_slow_server():
     # connection was free). Latency counts from each slot's scheduled time, so it grows to
     # ~800 ms although the server never takes more than ~50 ms.
     with ScriptedServer(delay_server(fast_ms=50)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=1, duration_s=1, timeout_s=2,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=1, duration_s=1, timeout_s=2, method="GET")
+        )
     assert s["scheduled"] == 100
     assert 8 <= s["sent"] <= 21
     assert s["missed"] == s["scheduled"] - s["sent"]
@@ -172,8 +204,9 @@ def test_open_loop_accounting_against_a_slow_server():
 def test_open_loop_on_time_has_no_late_or_missed_slots():
     # Enough connections for a fast server: nothing waits, latency is the server's ~5 ms
     with ScriptedServer(delay_server(fast_ms=5)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=8, duration_s=1, timeout_s=2,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=8, duration_s=1, timeout_s=2, method="GET")
+        )
     assert s["scheduled"] == 50 and s["sent"] >= 49 and s["late_waiting_for_connection"] == 0
     assert s["p50_us"] >= 4_000 and s["requests_ok"] == s["sent"]
 
@@ -182,8 +215,19 @@ def test_open_loop_counts_slots_after_a_fractional_warmup():
     # 30 req/s: slots every 33.3 ms; warm-up 0.25 s ends between slots 7 and 8, the window
     # ends at 0.75 s between slots 22 and 23 -> slots 8..22 are measured, over 2 processes
     with ScriptedServer(delay_server()) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=30, connections=4, processes=2, warmup_s=0.25,
-                              duration_s=0.5, timeout_s=2, method="GET"))
+        s = run_load(
+            LoadSpec(
+                url=srv.url + "/",
+                mode="open",
+                rate=30,
+                connections=4,
+                processes=2,
+                warmup_s=0.25,
+                duration_s=0.5,
+                timeout_s=2,
+                method="GET",
+            )
+        )
     assert s["scheduled"] == 15 and s["sent"] + s["missed"] == 15 and s["sent"] >= 14
     assert s["requests_all"] == s["sent"]
 
@@ -194,8 +238,9 @@ def test_open_loop_without_epoll_uses_poll(monkeypatch):
 
     monkeypatch.delattr(select, "epoll", raising=False)
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=2, duration_s=0.5, timeout_s=2,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=100, connections=2, duration_s=0.5, timeout_s=2, method="GET")
+        )
     assert s["scheduled"] == 50 and s["requests_ok"] == s["sent"] >= 49 and s["errors_total"] == 0
 
 
@@ -220,8 +265,17 @@ def test_open_loop_reconnects_when_the_server_closes_each_connection():
     th.start()
     try:
         for path in ("/len", "/close"):
-            s = run_load(LoadSpec(url=f"http://127.0.0.1:{srv.server_address[1]}{path}", mode="open", rate=50,
-                                  connections=4, duration_s=0.6, timeout_s=2, method="GET"))
+            s = run_load(
+                LoadSpec(
+                    url=f"http://127.0.0.1:{srv.server_address[1]}{path}",
+                    mode="open",
+                    rate=50,
+                    connections=4,
+                    duration_s=0.6,
+                    timeout_s=2,
+                    method="GET",
+                )
+            )
             # without reconnecting, the 4 connections would carry at most 4 requests; a loaded
             # machine may leave a slot or two without a fresh connection in time
             assert s["scheduled"] == 30 and s["sent"] >= 20, path
@@ -239,15 +293,15 @@ def test_open_loop_errors_by_kind():
     # a server that never answers in time: timeouts, and the run still ends within its bound
     with ScriptedServer(delay_server(fast_ms=1500)) as srv:
         t = time.monotonic()
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=20, connections=2, duration_s=0.5,
-                              timeout_s=0.3))
+        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=20, connections=2, duration_s=0.5, timeout_s=0.3))
         assert time.monotonic() - t < 0.3 + 0.5 + 0.3 + 1.5
     assert s["errors"]["timeout"] >= 2 and s["requests_ok"] == 0
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    s = run_load(LoadSpec(url=f"http://127.0.0.1:{port}/", mode="open", rate=50, connections=2, duration_s=0.3,
-                          timeout_s=0.2))
+    s = run_load(
+        LoadSpec(url=f"http://127.0.0.1:{port}/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=0.2)
+    )
     assert s["errors"]["connect"] >= 1 and s["sent"] == 0 and s["missed"] == s["scheduled"] == 15
 
 
@@ -315,8 +369,9 @@ def test_open_loop_reopens_idle_connections_the_server_drops():
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     with RawServer(serve) as srv:
-        s = run_load(LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=1, timeout_s=1,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=1, timeout_s=1, method="GET")
+        )
     assert s["scheduled"] == 20 and s["sent"] >= 15, s
     assert s["requests_ok"] >= s["sent"] - 1 and s["errors"]["connect"] == s["errors"]["timeout"] == 0, s
 
@@ -327,8 +382,9 @@ def test_open_loop_counts_a_malformed_reply_as_a_read_error():
             c.sendall(b"SSH-2.0-x\r\n\r\n")
 
     with RawServer(serve) as srv:
-        s = run_load(LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=0.5, timeout_s=1,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url, mode="open", rate=20, connections=2, duration_s=0.5, timeout_s=1, method="GET")
+        )
     assert s["errors"]["read"] == s["sent"] >= 5 and s["requests_all"] == 0, s
 
 
@@ -341,8 +397,9 @@ def test_open_loop_reads_a_reply_that_arrives_in_pieces():
             c.sendall(b"0\r\n\r\n")
 
     with RawServer(serve) as srv:
-        s = run_load(LoadSpec(url=srv.url, mode="open", rate=50, connections=4, duration_s=0.6, timeout_s=1,
-                              method="GET"))
+        s = run_load(
+            LoadSpec(url=srv.url, mode="open", rate=50, connections=4, duration_s=0.6, timeout_s=1, method="GET")
+        )
     assert s["scheduled"] == 30 and s["requests_ok"] == s["sent"] >= 25 and s["errors_total"] == 0, s
     assert s["p50_us"] >= 4_000
 
@@ -351,8 +408,9 @@ def test_open_loop_sends_a_request_larger_than_the_socket_buffer():
     # 8 MiB of body: one send cannot take it all; the rest goes out as the socket drains
     body = b"x" * (8 << 20)
     with ScriptedServer(delay_server()) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=4, connections=1, duration_s=1, timeout_s=5,
-                              body=body))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=4, connections=1, duration_s=1, timeout_s=5, body=body)
+        )
         sizes = {len(r[3]) for r in srv.requests}
     assert s["scheduled"] == 4 and s["requests_ok"] == s["sent"] >= 3 and s["errors_total"] == 0, s
     assert sizes == {len(body)}
@@ -362,8 +420,9 @@ def test_open_loop_sends_a_request_larger_than_the_socket_buffer():
 def test_multi_process_run_leaves_no_process(mode):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode=mode, rate=100, connections=4, processes=2, duration_s=0.5,
-                              timeout_s=1))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode=mode, rate=100, connections=4, processes=2, duration_s=0.5, timeout_s=1)
+        )
     assert s["requests_ok"] > 0 and s["errors_total"] == 0
     assert s["scheduling"] in (["normal"], ["normal, 100 us slice"])  # the short slice where the kernel has it
     assert not mp.active_children()
@@ -384,8 +443,9 @@ def test_killed_driver_leaves_no_process(mode):
     # and exit by themselves instead of sending for the rest of the minute.
     repo = Path(__file__).resolve().parents[2]
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
-        proc = subprocess.Popen([sys.executable, "-c", DRIVER, srv.url + "/", mode], cwd=repo,
-                                env={**os.environ, "PYTHONPATH": str(repo)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, srv.url + "/", mode], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}
+        )
         try:
             deadline = time.monotonic() + 30
             kids: list[psutil.Process] = []
@@ -417,8 +477,11 @@ def test_interrupted_run_stops_its_processes_at_once(monkeypatch):
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
         t = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
-                              timeout_s=1))
+            run_load(
+                LoadSpec(
+                    url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60, timeout_s=1
+                )
+            )
         # without the kill the parent would wait 5 s per process (join, 2 processes) before killing them
         assert time.monotonic() - t < 9.5
     assert not mp.active_children()
@@ -447,8 +510,11 @@ def test_a_killed_load_process_fails_the_run_at_once():
         th.start()
         t = time.monotonic()
         with pytest.raises(RuntimeError, match=r"load process 1 \(pid \d+\) died without a result: SIGKILL"):
-            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
-                              timeout_s=1))
+            run_load(
+                LoadSpec(
+                    url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60, timeout_s=1
+                )
+            )
         assert time.monotonic() - t < 20  # the run was to last 60 s
         th.join(timeout=5)
     assert killed
@@ -471,8 +537,11 @@ def test_a_failing_load_process_fails_the_run_at_once(monkeypatch):
     with ScriptedServer(delay_server(fast_ms=1)) as srv:
         t = time.monotonic()
         with pytest.raises(RuntimeError, match="ValueError: boom"):
-            run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60,
-                              timeout_s=1))
+            run_load(
+                LoadSpec(
+                    url=srv.url + "/", mode="open", rate=50, connections=4, processes=2, duration_s=60, timeout_s=1
+                )
+            )
         assert time.monotonic() - t < 20  # not after process 0's minute
     assert not mp.active_children()
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
@@ -490,7 +559,11 @@ def test_parse_response_forms():
     assert all(parse_response(chunked[:k]) is None for k in range(len(chunked)))
     assert parse_response(b"HTTP/1.1 204 No Content\r\n\r\n")[1:] == (204, True)
     until_close = b"HTTP/1.1 200 OK\r\n\r\nabc"
-    assert parse_response(until_close) is None and parse_response(until_close, eof=True) == (len(until_close), 200, False)
+    assert parse_response(until_close) is None and parse_response(until_close, eof=True) == (
+        len(until_close),
+        200,
+        False,
+    )
     for bad in (b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 2x0 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"):
         with pytest.raises(BadReply):
             parse_response(bad)
@@ -502,8 +575,9 @@ def test_rt_priority_is_validated_and_recorded():
     with pytest.raises(ValueError):
         LoadSpec(url="http://127.0.0.1:1/", mode="open", rate=1, rt_priority=100)
     with ScriptedServer(delay_server()) as srv:
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1,
-                              rt_priority=1))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1, rt_priority=1)
+        )
     # SCHED_FIFO where permitted, else the normal policy with the refusal recorded; the caller's
     # own policy is restored either way
     assert s["scheduling"] == ["SCHED_FIFO 1"] or s["scheduling"][0].startswith("normal (SCHED_FIFO 1 refused")
@@ -531,30 +605,47 @@ def test_short_time_slice_applies_and_is_restored():
         assert set_sched_slice(0, 0)
     assert _slice_ns() == before
     with ScriptedServer(delay_server()) as srv:  # one process: the driver runs in the caller's process
-        s = run_load(LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1,
-                              slice_us=200))
+        s = run_load(
+            LoadSpec(url=srv.url + "/", mode="open", rate=50, connections=2, duration_s=0.3, timeout_s=1, slice_us=200)
+        )
     assert s["scheduling"] == ["normal, 200 us slice"] and _slice_ns() == before
 
 
 def test_latency_txt_has_seed_lines_and_errors():
-    s = {"min_us": 1, "max_us": 9, "stddev_us": 1.5, "duration_s": 2, "requests_all": 10, "p50_us": 5,
-         "p90_us": 8, "p10_us": 2, "latencies_us": [0] + list(range(1, 100)), "errors": {"timeout": 3}}
+    s = {
+        "min_us": 1,
+        "max_us": 9,
+        "stddev_us": 1.5,
+        "duration_s": 2,
+        "requests_all": 10,
+        "p50_us": 5,
+        "p90_us": 8,
+        "p10_us": 2,
+        "latencies_us": [0] + list(range(1, 100)),
+        "errors": {"timeout": 3},
+    }
     txt = latency_txt(s)
     assert "DURATION=2000000" in txt and txt.count("LATENCIES=0,1,2") == 1 and "ERRORS_TIMEOUT=3" in txt
 
 
 def test_wrk_script_and_parser():
-    spec = LoadSpec(url="http://127.0.0.1:1/", connections=1, max_delay_ms=5,
-                    body=json.dumps({"user": "tf", "function": "image", "cold_start_interval": "5"}).encode(),
-                    headers={"Host": "faasm-image.faasm.example.com"})
+    spec = LoadSpec(
+        url="http://127.0.0.1:1/",
+        connections=1,
+        max_delay_ms=5,
+        body=json.dumps({"user": "tf", "function": "image", "cold_start_interval": "5"}).encode(),
+        headers={"Host": "faasm-image.faasm.example.com"},
+    )
     lua = wrk_script(spec)
     assert 'wrk.headers["Host"] = "faasm-image.faasm.example.com"' in lua and "math.random(0, max_delay)" in lua
     assert '\\"cold_start_interval\\": \\"5\\"' in lua
-    out = ("Running 10s test\n  Non-2xx or 3xx responses: 7\n"
-           "FAASM_WRK REQUESTS=100 DURATION=10000000\n"
-           "FAASM_WRK ERRORS connect=1 read=2 write=0 status=7 timeout=3\n"
-           "FAASM_WRK MIN=10 MAX=900 MEAN=50.00 STDDEV=5.00\n"
-           "FAASM_WRK LATENCIES=0," + ",".join(str(i * 10) for i in range(1, 100)) + "\nFAASM_WRK P999=899\n")
+    out = (
+        "Running 10s test\n  Non-2xx or 3xx responses: 7\n"
+        "FAASM_WRK REQUESTS=100 DURATION=10000000\n"
+        "FAASM_WRK ERRORS connect=1 read=2 write=0 status=7 timeout=3\n"
+        "FAASM_WRK MIN=10 MAX=900 MEAN=50.00 STDDEV=5.00\n"
+        "FAASM_WRK LATENCIES=0," + ",".join(str(i * 10) for i in range(1, 100)) + "\nFAASM_WRK P999=899\n"
+    )
     s = parse_wrk(out, 10)
     assert s["errors"] == {"connect": 1, "timeout": 3, "read": 2, "non2xx": 7}
     assert s["requests_ok"] == 93 and s["p50_us"] == 500 and s["p999_us"] == 899
@@ -563,6 +654,7 @@ def test_wrk_script_and_parser():
 @pytest.mark.skipif(not wrk_available(), reason="wrk not installed (apt-get install -y wrk)")
 def test_wrk_runs_against_local_server():
     with ScriptedServer(delay_server(fast_ms=2)) as srv:
-        s, stdout, _ = run_wrk(LoadSpec(url=srv.url + "/", connections=1, duration_s=1, timeout_s=2,
-                                        body=b"{}"), threads=1)
+        s, stdout, _ = run_wrk(
+            LoadSpec(url=srv.url + "/", connections=1, duration_s=1, timeout_s=2, body=b"{}"), threads=1
+        )
     assert s["requests_all"] > 10 and s["p50_us"] >= 1500 and "FAASM_WRK" in stdout

@@ -30,8 +30,14 @@ def test_the_tests_use_public_names_only():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and "loadgen" in (node.module or ""):
                 found += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr" \
-                    and len(node.args) >= 2 and "loadgen" in ast.unparse(node.args[0]) \
-                    and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "setattr"
+                and len(node.args) >= 2
+                and "loadgen" in ast.unparse(node.args[0])
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("_")
+            ):
                 found.append(f"{path.name}: {ast.unparse(node.args[0])}.{node.args[1].value}")
     assert not found, found

@@ -21,8 +21,10 @@ def test_local_end_to_end(tmp_path):
     try:
         out = cli("deploy", *common, "--experiment", "tf_inference_throughput", state_dir=state).stdout
         assert "deployed" in out
-        assert "already deployed" in cli("deploy", *common, "--experiment", "tf_inference_throughput",
-                                         state_dir=state).stdout
+        assert (
+            "already deployed"
+            in cli("deploy", *common, "--experiment", "tf_inference_throughput", state_dir=state).stdout
+        )
         cli("wait-ready", *common, "--timeout", "60", state_dir=state)
         for exp in ("sgd_reuters_svm", "matrix_multiplication", "tf_inference_latency"):
             cli("upload-data", *common, "--experiment", exp, state_dir=state)
@@ -33,18 +35,31 @@ def test_local_end_to_end(tmp_path):
         assert "skip" in cli("run", *common, "--experiment", "sgd_reuters_svm", state_dir=state).stdout
         cli("run", *common, "--experiment", "matrix_multiplication", "--only", "matrix_size=100", state_dir=state)
         # a smoke-sized load point: 10 requests are enough here (the default, 100, guards p99)
-        cli("run", *common, "--experiment", "tf_inference_latency", "--only", "cold_start_interval=5",
-            "--set", "duration_s=2", "--min-requests", "10", state_dir=state)
-        bad = cli("run", *common, "--experiment", "sgd_reuters_svm", "--set", "n_workers=0", state_dir=state,
-                  check=False)
+        cli(
+            "run",
+            *common,
+            "--experiment",
+            "tf_inference_latency",
+            "--only",
+            "cold_start_interval=5",
+            "--set",
+            "duration_s=2",
+            "--min-requests",
+            "10",
+            state_dir=state,
+        )
+        bad = cli(
+            "run", *common, "--experiment", "sgd_reuters_svm", "--set", "n_workers=0", state_dir=state, check=False
+        )
         assert bad.returncode == 1 and "failed" in bad.stdout
         cli("collect", *common, state_dir=state)
     finally:
         cli("teardown", *common, state_dir=state, check=False)
     st = json.load(open(os.path.join(state, "e2e", "local", "state.json")))
     assert st["status"] == "torn_down"
-    assert not any(psutil.pid_exists(p["pid"]) and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE
-                   for p in st["procs"])
+    assert not any(
+        psutil.pid_exists(p["pid"]) and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE for p in st["procs"]
+    )
     assert "clean" in cli("verify-clean", *common, state_dir=state).stdout
     cli("teardown", *common, state_dir=state)  # idempotent
     # the day had a failed point (n_workers=0): summarize writes everything, says FAILED and exits 1;
@@ -54,8 +69,10 @@ def test_local_end_to_end(tmp_path):
 
     from faasm_tasks.results import iter_records
 
-    recs = {(r["experiment"], json.dumps(r["params"], sort_keys=True), r["attempt"]): (u, r)
-            for u, r in iter_records(results, "2026-11-29", "e2e")}
+    recs = {
+        (r["experiment"], json.dumps(r["params"], sort_keys=True), r["attempt"]): (u, r)
+        for u, r in iter_records(results, "2026-11-29", "e2e")
+    }
     sgd = [(u, r) for (e, _, _), (u, r) in recs.items() if e == "sgd_reuters_svm"]
     ok = [r for _, r in sgd if r["status"] == "succeeded"]
     assert len(ok) == 2 and {r["protocol"] for r in ok} == {"knative", "planner"}
@@ -63,8 +80,9 @@ def test_local_end_to_end(tmp_path):
     failed = [(u, r) for u, r in sgd if r["status"] == "failed"]
     assert len(failed) == 1 and "n_workers" in (failed[0][1]["outcome"]["error"] or "")
     assert "FAILED" in storage.read_bytes(storage.join(failed[0][0], "output.txt")).decode()
-    out = storage.read_bytes(storage.join(next(u for u, r in sgd if r["protocol"] == "knative" and
-                                               r["status"] == "succeeded"), "output.txt")).decode()
+    out = storage.read_bytes(
+        storage.join(next(u for u, r in sgd if r["protocol"] == "knative" and r["status"] == "succeeded"), "output.txt")
+    ).decode()
     assert out.startswith("SUCCESS: ") and len(out.splitlines()) == 3
     mm = [r for (e, _, _), (u, r) in recs.items() if e == "matrix_multiplication"]
     assert mm[0]["status"] == "succeeded" and mm[0]["metrics"]["verify_max_rel_err"] < 1e-4
@@ -159,6 +177,7 @@ def test_steps_in_fresh_processes_recover_the_record_from_storage(tmp_path):
     finally:
         cli("teardown", *common, state_dir=first, check=False)
     st = json.load(open(os.path.join(first, "fresh", "local", "state.json")))
-    assert not any(psutil.pid_exists(p["pid"]) and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE
-                   for p in st["procs"])
+    assert not any(
+        psutil.pid_exists(p["pid"]) and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE for p in st["procs"]
+    )
     assert "clean" in cli("verify-clean", *common, state_dir=first).stdout

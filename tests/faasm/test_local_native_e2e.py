@@ -25,10 +25,13 @@ HAVE_RUNC = runtimes.runc_binary() is not None and os.geteuid() == 0
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    proc = subprocess.run(["make", "-C", os.path.join(ROOT, "faasm_tasks", "functions")], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        ["make", "-C", os.path.join(ROOT, "faasm_tasks", "functions")], capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
-        pytest.skip(f"the functions do not build here (make system-deps installs clang, wasi-libc): {proc.stderr[-300:]}")
+        pytest.skip(
+            f"the functions do not build here (make system-deps installs clang, wasi-libc): {proc.stderr[-300:]}"
+        )
 
 
 def _wait(cond, timeout_s: float, what: str):
@@ -67,8 +70,10 @@ def test_containers_of_a_killed_worker_are_found_and_removed(tmp_path):
     assert not [p for p in t.run_processes()]
 
 
-@pytest.mark.parametrize("system", ["wasm", pytest.param("native", marks=pytest.mark.skipif(
-    not HAVE_RUNC, reason="runc missing or not root"))])
+@pytest.mark.parametrize(
+    "system",
+    ["wasm", pytest.param("native", marks=pytest.mark.skipif(not HAVE_RUNC, reason="runc missing or not root"))],
+)
 def test_failed_calls_through_the_worker(tmp_path, system):
     t = LocalTarget(str(tmp_path), f"fail-{system}")
     plan = resolve(get_experiment("sgd_reuters_svm"), system, "local")

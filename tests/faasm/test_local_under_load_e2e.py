@@ -26,10 +26,12 @@ HOG = "while True: pass"
 # six per CPU makes a load of about 6 x CPUs, like the machine of the issue (load 8-15 on 2 cores)
 N_HOGS = 6 * (os.cpu_count() or 1)
 # what a point without a success may say (faasm_tasks.loadgen.explain_no_success and run.py)
-SPECIFIC = re.compile(r"^(the target never answered 2xx before the window|zero requests sent in the|no connection: all"
-                      r"|all \d+ request\(s\) timed out|all \d+ request\(s\) failed reading|all \d+ repl\(ies\) were"
-                      r"|no successful responses: every request failed|the target broke during the point"
-                      r"|RuntimeError: the load driver never started)")
+SPECIFIC = re.compile(
+    r"^(the target never answered 2xx before the window|zero requests sent in the|no connection: all"
+    r"|all \d+ request\(s\) timed out|all \d+ request\(s\) failed reading|all \d+ repl\(ies\) were"
+    r"|no successful responses: every request failed|the target broke during the point"
+    r"|RuntimeError: the load driver never started)"
+)
 
 
 def test_tf_latency_points_under_cpu_hogs(tmp_path):
@@ -50,7 +52,7 @@ def test_tf_latency_points_under_cpu_hogs(tmp_path):
         cli("teardown", *common, state_dir=state, check=False, timeout=300)
     recs = [r for _, r in iter_records(results, "2026-11-29", "hog")]
     assert len(recs) == 2, run.stdout + run.stderr
-    for (uri, rec) in iter_records(results, "2026-11-29", "hog"):
+    for uri, rec in iter_records(results, "2026-11-29", "hog"):
         err = rec["outcome"].get("error") or ""
         if rec["status"] == "failed":
             assert SPECIFIC.match(err), err
@@ -63,7 +65,10 @@ def test_tf_latency_points_under_cpu_hogs(tmp_path):
         if "latency.json" in rec.get("files", []):
             lat = storage.read_json(storage.join(uri, "latency.json"))
             assert {"attempted", "sent", "elapsed_s", "ready"} <= set(lat), sorted(lat)
-    print("points:", json.dumps([(r["params"], r["status"], r["outcome"].get("error")) for r in recs], default=str),
-          file=sys.stderr)
+    print(
+        "points:",
+        json.dumps([(r["params"], r["status"], r["outcome"].get("error")) for r in recs], default=str),
+        file=sys.stderr,
+    )
     assert run.returncode in (0, 1), run.stderr[-3000:]
     assert os.path.isdir(state)

@@ -21,7 +21,18 @@ def test_no_private_name_crosses_the_packages_modules():
 
 
 def test_the_public_interface_is_the_package_and_nothing_outside_reaches_in():
-    assert {"WasmRuntime", "NativeRuntime", "InProcess", "Host", "LocalTier", "GlobalTier", "CallFailed",
-            "build_problems", "runc_list", "runc_remove", "wasmtime_version"} <= set(runtimes.__all__)
+    assert {
+        "WasmRuntime",
+        "NativeRuntime",
+        "InProcess",
+        "Host",
+        "LocalTier",
+        "GlobalTier",
+        "CallFailed",
+        "build_problems",
+        "runc_list",
+        "runc_remove",
+        "wasmtime_version",
+    } <= set(runtimes.__all__)
     assert all(not n.startswith("_") and hasattr(runtimes, n) for n in runtimes.__all__)
     assert outside_reaches(runtimes, "runtimes") == []

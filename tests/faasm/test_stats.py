@@ -24,8 +24,9 @@ def test_median_interval_is_the_order_statistic_one_and_refused_under_six():
 
 def test_median_interval_covers_at_its_level():
     rng = np.random.default_rng(3)
-    hits = sum(lo <= 0 <= hi for lo, hi, _ in (stats.median_ci(rng.standard_exponential(25) - np.log(2))
-                                               for _ in range(2000)))
+    hits = sum(
+        lo <= 0 <= hi for lo, hi, _ in (stats.median_ci(rng.standard_exponential(25) - np.log(2)) for _ in range(2000))
+    )
     assert hits / 2000 >= 0.94
 
 
@@ -54,11 +55,28 @@ def test_trend_page_gives_n_intervals_and_ratio_intervals():
     rows = []
     for system, scale in (("wasm", 0.5), ("native", 1.0)):
         for rep in range(8):
-            rows.append({"date": "2026-12-01", "run_id": "r", "experiment": "sgd_reuters_svm", "system": system,
-                         "point": "n_workers-2", "repeat": rep, "attempt": 1, "status": "succeeded",
-                         "measured": True, "params": "n_workers=2", "uri": "u", "n_workers": 2.0,
-                         "matrix_size": None, "p50_us": None, "p99_us": None, "throughput_ok": None,
-                         "run_time_ms": scale * (1000 + 10 * rep), "memory_gb_s": None})
+            rows.append(
+                {
+                    "date": "2026-12-01",
+                    "run_id": "r",
+                    "experiment": "sgd_reuters_svm",
+                    "system": system,
+                    "point": "n_workers-2",
+                    "repeat": rep,
+                    "attempt": 1,
+                    "status": "succeeded",
+                    "measured": True,
+                    "params": "n_workers=2",
+                    "uri": "u",
+                    "n_workers": 2.0,
+                    "matrix_size": None,
+                    "p50_us": None,
+                    "p99_us": None,
+                    "throughput_ok": None,
+                    "run_time_ms": scale * (1000 + 10 * rep),
+                    "memory_gb_s": None,
+                }
+            )
     rows.append({**rows[0], "repeat": 9, "status": "failed", "measured": False, "run_time_ms": 1.0})
     df = pd.DataFrame(rows)
     cis = trends.point_intervals(df)

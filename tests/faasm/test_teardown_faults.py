@@ -63,9 +63,14 @@ class Run:
 
     def popen(self, step, *args, env=None):
         e = dict(os.environ, FAASM_TASKS_STATE_DIR=self.state, PYTHONPATH=ROOT, **(env or {}))
-        return subprocess.Popen([sys.executable, "-m", "faasm_tasks", step, *self.common, *args,
-                                 "--log-level", "WARNING"], cwd=ROOT, env=e, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "faasm_tasks", step, *self.common, *args, "--log-level", "WARNING"],
+            cwd=ROOT,
+            env=e,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def left(self) -> list[dict]:
         """What of the run is alive, found by the test itself: processes with the run label
@@ -94,8 +99,10 @@ class Run:
         assert self.left() == [], self.left()
         after = self.verify()
         assert after.returncode == 0 and "verify-clean: clean" in after.stdout, after.stderr
-        print(f"\nFAULT {os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}\n  before teardown: "
-              f"{before.stderr.strip()}\n  left after teardown: {self.left()}\n  after: {after.stdout.strip()}")
+        print(
+            f"\nFAULT {os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}\n  before teardown: "
+            f"{before.stderr.strip()}\n  left after teardown: {self.left()}\n  after: {after.stdout.strip()}"
+        )
         return {"verify_before": before.stderr.strip(), "teardown": td.stdout.strip()}
 
 
@@ -119,8 +126,15 @@ def _records(run: Run) -> list[dict]:
 def test_deploy_killed_mid_spawn(tmp_path, kill_at):
     """deploy SIGKILLed right after starting its n-th process, before recording it."""
     run = Run(tmp_path, f"spawn{kill_at}")
-    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "3", check=False,
-                env={"FAASM_TASKS_FAULT": f"spawned:{kill_at}"})
+    p = run.cli(
+        "deploy",
+        "--experiment",
+        "sgd_reuters_svm",
+        "--workers",
+        "3",
+        check=False,
+        env={"FAASM_TASKS_FAULT": f"spawned:{kill_at}"},
+    )
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr)
     assert len(run.left()) == kill_at
     st = json.load(open(os.path.join(run.state, run.run_id, "local", "state.json")))
@@ -157,14 +171,22 @@ def test_planted_state_file_cannot_kill_another_process(tmp_path):
     victim = subprocess.Popen(["sleep", "300"])
     try:
         pv = psutil.Process(victim.pid)
-        rec = {"role": "worker", "pid": victim.pid, "port": 1, "cmd": pv.cmdline(), "log": "/dev/null",
-               "create_time": pv.create_time()}
+        rec = {
+            "role": "worker",
+            "pid": victim.pid,
+            "port": 1,
+            "cmd": pv.cmdline(),
+            "log": "/dev/null",
+            "create_time": pv.create_time(),
+        }
         local = os.path.join(run.state, run.run_id, "local")
         billing = os.path.join(run.state, run.run_id, "billing")
         os.makedirs(local, mode=0o700)
         os.makedirs(billing, mode=0o700)
-        json.dump({"status": "deployed", "procs": [rec], "redis_url": "redis://127.0.0.1:1", "workers": 1},
-                  open(os.path.join(local, "state.json"), "w"))
+        json.dump(
+            {"status": "deployed", "procs": [rec], "redis_url": "redis://127.0.0.1:1", "workers": 1},
+            open(os.path.join(local, "state.json"), "w"),
+        )
         open(os.path.join(local, "spawns.jsonl"), "w").write(json.dumps(rec) + "\n")
         json.dump(rec, open(os.path.join(billing, "sampler.json"), "w"))
         td = run.cli("teardown", "--timeout", "5")
@@ -238,8 +260,19 @@ def test_load_driver_killed(tmp_path):
     run.cli("deploy", "--experiment", "tf_inference_throughput")
     run.cli("wait-ready", "--timeout", "60")
     run.cli("upload-data", "--experiment", "tf_inference_throughput")
-    p = run.popen("run", "--experiment", "tf_inference_throughput", "--set", "duration_s=120", "--threads", "2",
-                  "--mode", "open", "--rate", "20")
+    p = run.popen(
+        "run",
+        "--experiment",
+        "tf_inference_throughput",
+        "--set",
+        "duration_s=120",
+        "--threads",
+        "2",
+        "--mode",
+        "open",
+        "--rate",
+        "20",
+    )
     _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
     _wait(lambda: len(run.left()) >= 4 + 3, 30, "the load driver's processes")  # 4 deployed + run + 2 forks
     p.kill()
@@ -279,7 +312,8 @@ def test_sampler_alone_is_not_clean(tmp_path):
 
 
 ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefghi", "bcdefghij"))
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefghi", "bcdefghij")
+)
 
 
 def test_teardown_never_reads_the_catalogue(tmp_path):
@@ -296,11 +330,28 @@ def test_teardown_never_reads_the_catalogue(tmp_path):
     (report,) = (tmp_path / "results").glob("2026-11-29/badcat/_ops/teardown-*.json")
     assert json.loads(report.read_text())["input_problems"] == []
     assert json.loads(report.read_text())["run_state_keys"] == [
-        "sgd_params", "sgd_weights", "sgd_mask", "sgd_errors", "sgd_step_*"]
+        "sgd_params",
+        "sgd_weights",
+        "sgd_mask",
+        "sgd_errors",
+        "sgd_step_*",
+    ]
     # an unknown experiment or a bad date does not stop it either
     run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
-    td = cli("teardown", "--target", "local", "--run-id", run.run_id, "--results", run.results,
-             "--date", "29/11/2026", "--experiment", "nosuch", state_dir=run.state)
+    td = cli(
+        "teardown",
+        "--target",
+        "local",
+        "--run-id",
+        run.run_id,
+        "--results",
+        run.results,
+        "--date",
+        "29/11/2026",
+        "--experiment",
+        "nosuch",
+        state_dir=run.state,
+    )
     assert "teardown: done" in td.stdout and run.left() == []
 
 
@@ -349,8 +400,9 @@ def test_sigterm_of_deploy_stops_what_it_started(tmp_path, fault):
     from proctree import all_gone
 
     run = Run(tmp_path, "term" + fault.split(":")[1])
-    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "3", check=False,
-                env={"FAASM_TASKS_FAULT": fault})
+    p = run.cli(
+        "deploy", "--experiment", "sgd_reuters_svm", "--workers", "3", check=False, env={"FAASM_TASKS_FAULT": fault}
+    )
     pids = _recorded_pids(run)
     started = 5 if fault.startswith("deployed") else int(fault.split(":")[1])
     assert len(pids) == started, (pids, p.stderr)
@@ -389,8 +441,15 @@ def test_an_already_deployed_run_is_not_stopped_by_a_second_deploy(tmp_path):
     run = Run(tmp_path, "again")
     run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1")
     before = run.left()
-    p = run.cli("deploy", "--experiment", "sgd_reuters_svm", "--workers", "1", check=False,
-                env={"FAASM_TASKS_FAULT": "deployed:1:TERM"})
+    p = run.cli(
+        "deploy",
+        "--experiment",
+        "sgd_reuters_svm",
+        "--workers",
+        "1",
+        check=False,
+        env={"FAASM_TASKS_FAULT": "deployed:1:TERM"},
+    )
     assert p.returncode == 143 and "it had started no process" in p.stderr, p.stderr
     assert run.left() == before
     run.cli("teardown", "--timeout", "10")

@@ -29,8 +29,14 @@ def test_summarize_writes_trend_report_with_every_plot(tmp_path):
     assert marker["step"] == "trends" and "trends.html" in marker["outputs"]
     # self-contained: every figure embedded as a PNG, no external references
     imgs = re.findall(r"src='data:image/png;base64,([^']+)'", page)
-    names = ["latency_tf_inference_latency", "latency_tf_inference_throughput", "throughput_latency",
-             "sgd_workers", "matrix_size", "billing"]
+    names = [
+        "latency_tf_inference_latency",
+        "latency_tf_inference_throughput",
+        "throughput_latency",
+        "sgd_workers",
+        "matrix_size",
+        "billing",
+    ]
     assert len(imgs) == len(names)
     for b64 in imgs:
         assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
@@ -72,8 +78,7 @@ def test_summarize_bad_days_is_bad_input(tmp_path):
 def test_check_breached_p99_fails_and_names_the_breach(tmp_path):
     root = str(tmp_path / "faasm_benchmarks")
     run_id = write_history(root, days=6, last={"p99_us": 1.8})
-    p = cli("check", *_common(root, run_id), "--p99-increase-pct", "25", state_dir=str(tmp_path / "st"),
-            check=False)
+    p = cli("check", *_common(root, run_id), "--p99-increase-pct", "25", state_dir=str(tmp_path / "st"), check=False)
     assert p.returncode == 1, p.stdout + p.stderr
     breaches = [ln for ln in p.stdout.splitlines() if "BREACH" in ln]
     assert len(breaches) == 3  # the three inference points
@@ -89,29 +94,62 @@ def test_check_breached_p99_fails_and_names_the_breach(tmp_path):
     rep = json.load(open(os.path.join(root, END, run_id, "_ops", next(o for o in ops if o.startswith("check-")))))
     assert len(rep["breaches"]) == 3 and rep["thresholds"]["p99_increase_pct"] == 25.0
     # the same run passes with a looser threshold
-    assert cli("check", *_common(root, run_id), "--p99-increase-pct", "100", state_dir=str(tmp_path / "st"),
-               check=False).returncode == 0
+    assert (
+        cli(
+            "check", *_common(root, run_id), "--p99-increase-pct", "100", state_dir=str(tmp_path / "st"), check=False
+        ).returncode
+        == 0
+    )
 
 
 def test_check_throughput_drop_and_run_time_increase(tmp_path):
     root = str(tmp_path / "faasm_benchmarks")
     run_id = write_history(root, days=5, last={"throughput_ok": 0.5, "run_time_ms": 2.0})
-    p = cli("check", *_common(root, run_id), "--throughput-drop-pct", "20", "--run-time-increase-pct", "50",
-            state_dir=str(tmp_path / "st"), check=False)
+    p = cli(
+        "check",
+        *_common(root, run_id),
+        "--throughput-drop-pct",
+        "20",
+        "--run-time-increase-pct",
+        "50",
+        state_dir=str(tmp_path / "st"),
+        check=False,
+    )
     assert p.returncode == 1
     text = "\n".join(ln for ln in p.stdout.splitlines() if "BREACH" in ln)
     assert text.count("throughput_ok") == 3 and text.count("run_time_ms") == 4
     assert "(threshold -20%)" in text and "(threshold +50%)" in text
     # thresholds turned off (negative): passes
-    assert cli("check", *_common(root, run_id), "--throughput-drop-pct", "-1", "--run-time-increase-pct", "-1",
-               state_dir=str(tmp_path / "st"), check=False).returncode == 0
+    assert (
+        cli(
+            "check",
+            *_common(root, run_id),
+            "--throughput-drop-pct",
+            "-1",
+            "--run-time-increase-pct",
+            "-1",
+            state_dir=str(tmp_path / "st"),
+            check=False,
+        ).returncode
+        == 0
+    )
 
 
 def test_check_clean_history_passes(tmp_path):
     root = str(tmp_path / "faasm_benchmarks")
     run_id = write_history(root, days=8)  # +-4 % noise only
-    p = cli("check", *_common(root, run_id), "--p99-increase-pct", "10", "--throughput-drop-pct", "10",
-            "--run-time-increase-pct", "10", state_dir=str(tmp_path / "st"), check=False)
+    p = cli(
+        "check",
+        *_common(root, run_id),
+        "--p99-increase-pct",
+        "10",
+        "--throughput-drop-pct",
+        "10",
+        "--run-time-increase-pct",
+        "10",
+        state_dir=str(tmp_path / "st"),
+        check=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "0 breaches" in p.stdout and "comparisons" in p.stdout
     n = int(re.search(r"check: (\d+) comparisons", p.stdout).group(1))
@@ -142,8 +180,9 @@ def test_check_run_without_measurements_passes_and_says_so(tmp_path):
 
 
 def test_check_bad_threshold_is_bad_input(tmp_path):
-    p = cli("check", *_common(str(tmp_path), "r"), "--p99-increase-pct", "lots", state_dir=str(tmp_path / "st"),
-            check=False)
+    p = cli(
+        "check", *_common(str(tmp_path), "r"), "--p99-increase-pct", "lots", state_dir=str(tmp_path / "st"), check=False
+    )
     assert p.returncode == 2 and "--p99-increase-pct" in p.stderr
 
 
@@ -152,10 +191,28 @@ def test_compare_uses_only_days_before_the_run():
 
     rows = []
     for k, v in enumerate([100, 100, 100, 300]):
-        rows.append({"date": day(k - 3), "run_id": f"r{k}", "experiment": "e", "system": "wasm", "point": "p",
-                     "repeat": 0, "attempt": 1, "status": "succeeded", "measured": True, "params": "",
-                     "uri": "", "n_workers": None, "matrix_size": None, "p50_us": None, "p99_us": float(v),
-                     "throughput_ok": None, "run_time_ms": None, "memory_gb_s": None})
+        rows.append(
+            {
+                "date": day(k - 3),
+                "run_id": f"r{k}",
+                "experiment": "e",
+                "system": "wasm",
+                "point": "p",
+                "repeat": 0,
+                "attempt": 1,
+                "status": "succeeded",
+                "measured": True,
+                "params": "",
+                "uri": "",
+                "n_workers": None,
+                "matrix_size": None,
+                "p50_us": None,
+                "p99_us": float(v),
+                "throughput_ok": None,
+                "run_time_ms": None,
+                "memory_gb_s": None,
+            }
+        )
     df = pd.DataFrame(rows)
     res = trends.compare(df, df[df["run_id"] == "r3"], END, trends.Thresholds(p99_increase_pct=50, min_history=3))
     assert [b["trailing_median"] for b in res.breaches] == [100.0]
@@ -168,20 +225,54 @@ def test_system_comparison_sets_wasm_beside_native_with_the_papers_ratio():
     from faasm_tasks.trends import render, system_comparison
 
     def row(system, point, **m):
-        base = {"date": "2026-11-29", "run_id": "r", "experiment": "sgd_reuters_svm", "system": system,
-                "point": point, "repeat": 0, "attempt": 1, "status": "succeeded", "measured": True, "params": "",
-                "uri": "u", "n_workers": 2.0, "matrix_size": None, "p50_us": None, "p99_us": None,
-                "throughput_ok": None, "run_time_ms": None, "memory_gb_s": None}
+        base = {
+            "date": "2026-11-29",
+            "run_id": "r",
+            "experiment": "sgd_reuters_svm",
+            "system": system,
+            "point": point,
+            "repeat": 0,
+            "attempt": 1,
+            "status": "succeeded",
+            "measured": True,
+            "params": "",
+            "uri": "u",
+            "n_workers": 2.0,
+            "matrix_size": None,
+            "p50_us": None,
+            "p99_us": None,
+            "throughput_ok": None,
+            "run_time_ms": None,
+            "memory_gb_s": None,
+        }
         return {**base, **m}
 
-    df = pd.DataFrame([row("wasm", "n_workers=2", run_time_ms=100.0), row("wasm", "n_workers=4", run_time_ms=300.0),
-                       row("native", "n_workers=2", run_time_ms=400.0),
-                       row("native", "n_workers=9", run_time_ms=1.0, measured=False)])
+    df = pd.DataFrame(
+        [
+            row("wasm", "n_workers=2", run_time_ms=100.0),
+            row("wasm", "n_workers=4", run_time_ms=300.0),
+            row("native", "n_workers=2", run_time_ms=400.0),
+            row("native", "n_workers=9", run_time_ms=1.0, measured=False),
+        ]
+    )
     cmp = system_comparison(df)
-    assert cmp == [{"experiment": "sgd_reuters_svm", "metric": "run_time_ms", "wasm": 100.0, "native": 400.0,
-                    "ratio": 0.25, "ratio_lo": None, "ratio_hi": None, "n_wasm": 1, "n_native": 1, "paired": True,
-                    "verdict": "fewer than 3 runs per side: no bootstrap interval", "points": "shared",
-                    "paper": "0.5 (2x speed-up)"}]
+    assert cmp == [
+        {
+            "experiment": "sgd_reuters_svm",
+            "metric": "run_time_ms",
+            "wasm": 100.0,
+            "native": 400.0,
+            "ratio": 0.25,
+            "ratio_lo": None,
+            "ratio_hi": None,
+            "n_wasm": 1,
+            "n_native": 1,
+            "paired": True,
+            "verdict": "fewer than 3 runs per side: no bootstrap interval",
+            "points": "shared",
+            "paper": "0.5 (2x speed-up)",
+        }
+    ]
     md = render(df, "r", "2026-11-29", 30)["trends.md"].decode()
     assert "## wasm against native in this run" in md and "| sgd_reuters_svm | run_time_ms | 100 | 400 | 0.25 |" in md
     assert system_comparison(df[df["system"] == "wasm"]) == []  # one system: nothing to set beside it

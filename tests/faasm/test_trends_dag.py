@@ -32,10 +32,18 @@ def test_breach_fails_the_dag_run_after_teardown_and_summarize(tmp_path, monkeyp
     for k in (3, 2, 1):
         date = day(-k, DATE)
         for point in plan.points:
-            base = {"run_id": f"scheduled__{date}", "date": date, "experiment": "sgd_reuters_svm",
-                    "system": "native", "target": "local", "params": point, "repeat": 0}
-            Attempt(point_prefix(results, date, f"scheduled__{date}", "sgd_reuters_svm", "native", point, 0),
-                    base).finish(True, None, {"run_time_ms": 1.0})
+            base = {
+                "run_id": f"scheduled__{date}",
+                "date": date,
+                "experiment": "sgd_reuters_svm",
+                "system": "native",
+                "target": "local",
+                "params": point,
+                "repeat": 0,
+            }
+            Attempt(
+                point_prefix(results, date, f"scheduled__{date}", "sgd_reuters_svm", "native", point, 0), base
+            ).finish(True, None, {"run_time_ms": 1.0})
 
     from airflow.dag_processing.dagbag import DagBag
 
@@ -43,8 +51,10 @@ def test_breach_fails_the_dag_run_after_teardown_and_summarize(tmp_path, monkeyp
     assert not bag.import_errors, bag.import_errors
     dag = bag.dags["faasm_benchmarks"]
     dag.get_task("check").retries = 0  # the breach is deterministic: no need to wait for the retry here
-    dr = dag.test(logical_date=datetime(2026, 11, 29, tzinfo=UTC),
-                  run_conf={"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]})
+    dr = dag.test(
+        logical_date=datetime(2026, 11, 29, tzinfo=UTC),
+        run_conf={"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]},
+    )
     states = {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
     assert dr.state == "failed", states
     for t in ("run", "collect", "teardown", "verify_clean"):
@@ -60,8 +70,11 @@ def test_breach_fails_the_dag_run_after_teardown_and_summarize(tmp_path, monkeyp
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = session.scalars(XComModel.get_many(run_id=dr.run_id, key="_link_StepReportLink",
-                                                  task_ids="summarize", dag_ids="faasm_benchmarks")).all()
+        rows = session.scalars(
+            XComModel.get_many(
+                run_id=dr.run_id, key="_link_StepReportLink", task_ids="summarize", dag_ids="faasm_benchmarks"
+            )
+        ).all()
         links = [XComModel.deserialize_value(r) for r in rows]
     rel = trends[0].relative_to(tmp_path / "storage")
     tab = f"/dags/faasm_benchmarks/runs/{quote(dr.run_id, safe='')}/tasks/summarize/plugin/report"

@@ -15,12 +15,24 @@ END = "2026-11-20"
 
 #: (experiment, system, params, metrics at factor 1)
 POINTS: list[tuple[str, str, dict[str, Any], dict[str, float]]] = [
-    ("tf_inference_latency", "native", {"cold_start_interval": 5, "duration_s": 3},
-     {"p50_us": 4000.0, "p99_us": 12000.0, "throughput_ok": 240.0}),
-    ("tf_inference_latency", "wasm", {"cold_start_interval": 5, "duration_s": 3},
-     {"p50_us": 2500.0, "p99_us": 8000.0, "throughput_ok": 380.0}),
-    ("tf_inference_throughput", "wasm", {"cold_start_interval": 500, "max_delay_ms": 100, "duration_s": 3},
-     {"p50_us": 9000.0, "p99_us": 30000.0, "throughput_ok": 900.0}),
+    (
+        "tf_inference_latency",
+        "native",
+        {"cold_start_interval": 5, "duration_s": 3},
+        {"p50_us": 4000.0, "p99_us": 12000.0, "throughput_ok": 240.0},
+    ),
+    (
+        "tf_inference_latency",
+        "wasm",
+        {"cold_start_interval": 5, "duration_s": 3},
+        {"p50_us": 2500.0, "p99_us": 8000.0, "throughput_ok": 380.0},
+    ),
+    (
+        "tf_inference_throughput",
+        "wasm",
+        {"cold_start_interval": 500, "max_delay_ms": 100, "duration_s": 3},
+        {"p50_us": 9000.0, "p99_us": 30000.0, "throughput_ok": 900.0},
+    ),
     ("sgd_reuters_svm", "wasm", {"n_workers": 2, "sync_interval": 200, "epochs": 3}, {"run_time_ms": 5000.0}),
     ("sgd_reuters_svm", "wasm", {"n_workers": 4, "sync_interval": 200, "epochs": 3}, {"run_time_ms": 3200.0}),
     ("matrix_multiplication", "native", {"n_workers": 2, "matrix_size": 100}, {"run_time_ms": 800.0}),
@@ -32,16 +44,29 @@ def day(offset: int, end: str = END) -> str:
     return (dt.date.fromisoformat(end) + dt.timedelta(days=offset)).isoformat()
 
 
-def write_run(root: str, date: str, run_id: str, factor: dict[str, float] | None = None,
-              jitter: float = 0.0, failed: tuple[str, ...] = ()) -> None:
+def write_run(
+    root: str,
+    date: str,
+    run_id: str,
+    factor: dict[str, float] | None = None,
+    jitter: float = 0.0,
+    failed: tuple[str, ...] = (),
+) -> None:
     """One run of every point of :data:`POINTS` (one repeat), values times ``factor[metric]``.
 
     ``failed``: experiments whose attempts are recorded as failed (their numbers must not count).
     """
     factor = factor or {}
     for i, (exp, system, params, metrics) in enumerate(POINTS):
-        base = {"run_id": run_id, "date": date, "experiment": exp, "system": system, "target": "local",
-                "params": params, "repeat": 0}
+        base = {
+            "run_id": run_id,
+            "date": date,
+            "experiment": exp,
+            "system": system,
+            "target": "local",
+            "params": params,
+            "repeat": 0,
+        }
         att = Attempt(point_prefix(root, date, run_id, exp, system, params, 0), base)
         wobble = 1.0 + jitter * (((i * 7 + int(date[-2:]) * 3) % 5) - 2) / 2.0
         m = {k: round(v * wobble * factor.get(k, 1.0), 3) for k, v in metrics.items()}
@@ -50,12 +75,19 @@ def write_run(root: str, date: str, run_id: str, factor: dict[str, float] | None
         ok = exp not in failed
         att.finish(ok, None if ok else "injected failure", m, 0 if ok else 1)
         if exp == "matrix_multiplication" and ok:
-            att.update(billing={"hosts": 1, "memory_gb_s": round(0.5 * m["run_time_ms"] / 1000.0, 4),
-                                "peak_memory_mb": 512.0})
+            att.update(
+                billing={"hosts": 1, "memory_gb_s": round(0.5 * m["run_time_ms"] / 1000.0, 4), "peak_memory_mb": 512.0}
+            )
 
 
-def write_history(root: str, days: int = 6, end: str = END, last: dict[str, float] | None = None,
-                  jitter: float = 0.04, run_id: str = "scheduled__{date}") -> str:
+def write_history(
+    root: str,
+    days: int = 6,
+    end: str = END,
+    last: dict[str, float] | None = None,
+    jitter: float = 0.04,
+    run_id: str = "scheduled__{date}",
+) -> str:
     """``days`` daily runs ending on ``end`` (run id ``run_id`` formatted with the date); the last one
     scaled by ``last``. Returns the last run's id.
     """

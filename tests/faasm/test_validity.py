@@ -57,8 +57,15 @@ def test_point_budget_comes_from_the_point():
 def test_invalid_is_a_status_of_the_record_schema(tmp_path):
     from faasm_tasks.results import Attempt, validate_record
 
-    base = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "native", "target": "local",
-            "params": {"rate": 100.0}, "repeat": 0}
+    base = {
+        "run_id": "r",
+        "date": "2026-11-29",
+        "experiment": "e",
+        "system": "native",
+        "target": "local",
+        "params": {"rate": 100.0},
+        "repeat": 0,
+    }
     att = Attempt(str(tmp_path / "p"), base)
     rec = att.finish(True, None, {"requests_ok": 3}, invalid_reasons=["only 3 successful requests"])
     assert rec["status"] == "invalid" and rec["outcome"]["ok"] is False
@@ -74,8 +81,15 @@ def test_interrupted_attempts_are_marked_failed(tmp_path):
     from faasm_tasks.results import Attempt, iter_records, mark_interrupted
 
     root = f"file://{tmp_path}/res"
-    base = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "native", "target": "local",
-            "params": {}, "repeat": 0}
+    base = {
+        "run_id": "r",
+        "date": "2026-11-29",
+        "experiment": "e",
+        "system": "native",
+        "target": "local",
+        "params": {},
+        "repeat": 0,
+    }
     alive = Attempt(f"{root}/2026-11-29/r/e/native/a/repeat-0", base)  # owned by this live process
     dead = Attempt(f"{root}/2026-11-29/r/e/native/b/repeat-0", base)
     p = psutil.Popen(["true"])
@@ -122,8 +136,7 @@ def test_overloaded_point_is_invalid_and_rate_is_part_of_the_key(tmp_path):
     assert any("offered" in x for x in reasons), reasons
     assert all(r["params"]["mode"] == "open" and r["params"]["driver"] == "builtin" for r in recs)
     assert len({r["params"]["rate"] for r in recs}) == 2
-    summary = json.load(open(os.path.join(str(tmp_path), "results", "2026-11-29", "over", "summary",
-                                          "summary.json")))
+    summary = json.load(open(os.path.join(str(tmp_path), "results", "2026-11-29", "over", "summary", "summary.json")))
     # the 3000 req/s point is listed once (its latest attempt), invalid; the 5 req/s one is another point
     # (valid on a quiet machine; on a busy one its schedule can slip too, which is not what this checks)
     inv = [p for p in summary["points"] if p["status"] == "invalid" and "rate=3000.0" in p["params"]]
@@ -136,16 +149,34 @@ def test_each_later_step_marks_an_interrupted_attempt(tmp_path, step):
     from faasm_tasks.results import Attempt, iter_records
 
     root = f"file://{tmp_path}/res"
-    base = {"run_id": "r", "date": "2026-11-29", "experiment": "e", "system": "native", "target": "local",
-            "params": {}, "repeat": 0}
+    base = {
+        "run_id": "r",
+        "date": "2026-11-29",
+        "experiment": "e",
+        "system": "native",
+        "target": "local",
+        "params": {},
+        "repeat": 0,
+    }
     att = Attempt(f"{root}/2026-11-29/r/e/native/a/repeat-0", base)
-    att.record["owner"]["pid"] = 2 ** 22 + 1  # beyond pid_max: no such process
+    att.record["owner"]["pid"] = 2**22 + 1  # beyond pid_max: no such process
     att._save()
-    p = cli(step, "--target", "local", "--run-id", "r", "--results", root, "--date", "2026-11-29",
-            state_dir=str(tmp_path / "state"), check=False)
+    p = cli(
+        step,
+        "--target",
+        "local",
+        "--run-id",
+        "r",
+        "--results",
+        root,
+        "--date",
+        "2026-11-29",
+        state_dir=str(tmp_path / "state"),
+        check=False,
+    )
     # summarize exits 1 on a day with a failed point (after writing its outputs); the others succeed
     assert p.returncode == (1 if step == "summarize" else 0), (p.stdout, p.stderr)
-    (uri, rec), = iter_records(root, "2026-11-29", "r")
+    ((uri, rec),) = iter_records(root, "2026-11-29", "r")
     assert rec["status"] == "failed" and rec["outcome"]["interrupted"] is True
     if step == "summarize":
         summary = json.load(open(tmp_path / "res" / "2026-11-29" / "r" / "summary" / "summary.json"))

@@ -92,9 +92,18 @@ def budget(point, driver):
 
 
 # ----------------------------------------------------------------------------- its registry row
-ROW = workloads.Workload(KIND, "call", f"{__name__}:prepare", f"{__name__}:request", f"{__name__}:budget",
-                         verify=f"{__name__}:verify", result=f"{__name__}:result", time_budget_h=0.1,
-                         modules={("calc", "sumsq"): KIND}, functions=(KIND,))
+ROW = workloads.Workload(
+    KIND,
+    "call",
+    f"{__name__}:prepare",
+    f"{__name__}:request",
+    f"{__name__}:budget",
+    verify=f"{__name__}:verify",
+    result=f"{__name__}:result",
+    time_budget_h=0.1,
+    modules={("calc", "sumsq"): KIND},
+    functions=(KIND,),
+)
 
 
 @pytest.fixture
@@ -131,20 +140,35 @@ def test_a_new_kind_runs_through_the_steps_on_the_local_target(tmp_path):
     (src / f"{KIND}.c").write_text(C_SOURCE)
     functions = os.path.join(ROOT, "faasm_tasks", "functions")
     for target in (f"{build}/wasm/{KIND}.wasm", f"{build}/native/{KIND}"):
-        subprocess.run(["make", "-s", "-C", functions, f"B={build}", f"VPATH={src}", target], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            ["make", "-s", "-C", functions, f"B={build}", f"VPATH={src}", target],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     cat = tmp_path / "catalogue"
     cat.mkdir()
     (cat / "sum_of_squares.yaml").write_text(YAML)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.dirname(__file__)]),
-               FAASM_WORKLOADS=f"{__name__}:ROW", FAASM_FUNCTIONS_BUILD_DIRS=str(build),
-               FAASM_CATALOGUE_DIR=str(cat), FAASM_TASKS_STATE_DIR=str(tmp_path / "state"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([ROOT, os.path.dirname(__file__)]),
+        FAASM_WORKLOADS=f"{__name__}:ROW",
+        FAASM_FUNCTIONS_BUILD_DIRS=str(build),
+        FAASM_CATALOGUE_DIR=str(cat),
+        FAASM_TASKS_STATE_DIR=str(tmp_path / "state"),
+    )
     results = f"file://{tmp_path}/results"
     common = ["--target", "local", "--run-id", "kind", "--results", results, "--date", "2026-12-02"]
 
     def step(*args, check=True):
-        p = subprocess.run([sys.executable, "-m", "faasm_tasks", *args, *common, "--log-level", "WARNING"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        p = subprocess.run(
+            [sys.executable, "-m", "faasm_tasks", *args, *common, "--log-level", "WARNING"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert not check or p.returncode == 0, f"{args[0]} exited {p.returncode}: {p.stdout}{p.stderr[-3000:]}"
         return p
 

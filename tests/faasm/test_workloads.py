@@ -89,8 +89,9 @@ def test_time_budgets_come_from_the_registry():
     assert workloads.run_timeout_s(cat["tf_inference_throughput"]) == 6 * 3600 + 0.1 * 6 * 3600
 
 
-@pytest.mark.parametrize("value, message", [("two", "is an integer"), ("2.5", "is an integer"),
-                                            ("-3", "cannot be negative")])
+@pytest.mark.parametrize(
+    "value, message", [("two", "is an integer"), ("2.5", "is an integer"), ("-3", "cannot be negative")]
+)
 def test_set_values_are_checked_against_the_catalogue(value, message):
     from faasm_tasks.common import parse_set
 
@@ -98,8 +99,12 @@ def test_set_values_are_checked_against_the_catalogue(value, message):
         resolve(get_experiment("sgd_reuters_svm"), "wasm", "local", parse_set([f"n_workers={value}"]))
     with pytest.raises(StepError, match="duration_s is an integer"):
         resolve(get_experiment("tf_inference_latency"), "wasm", "local", parse_set(["duration_s=soon"]))
-    assert resolve(get_experiment("tf_inference_latency"), "wasm", "local",
-                   parse_set(["duration_s=2"])).points[0]["duration_s"] == 2
+    assert (
+        resolve(get_experiment("tf_inference_latency"), "wasm", "local", parse_set(["duration_s=2"])).points[0][
+            "duration_s"
+        ]
+        == 2
+    )
 
 
 def test_a_sweep_variant_that_does_nothing_on_the_local_target_is_refused():

@@ -115,8 +115,11 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("discovery.k8s.io", "v1", "endpointslices"): ("EndpointSlice", True),
 }
 #: Knative's labels on a revision's pods.
-KSVC_LABEL, KCONF_LABEL, KREV_LABEL = ("serving.knative.dev/service", "serving.knative.dev/configuration",
-                                       "serving.knative.dev/revision")
+KSVC_LABEL, KCONF_LABEL, KREV_LABEL = (
+    "serving.knative.dev/service",
+    "serving.knative.dev/configuration",
+    "serving.knative.dev/revision",
+)
 #: Namespaces every cluster has; never reported by :meth:`KubeAPIServer.objects_left`.
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public")
 UNSUPPORTED_SUBRESOURCES = ("exec", "attach", "portforward", "proxy", "eviction", "binding")
@@ -135,16 +138,30 @@ def api_version(group: str, version: str) -> str:
 class ApiError(Exception):
     """Answered as a ``Status`` object (what a real API server sends on errors)."""
 
-    REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "AlreadyExists",
-               410: "Gone", 422: "Invalid", 500: "InternalError"}
+    REASONS = {
+        400: "BadRequest",
+        404: "NotFound",
+        405: "MethodNotAllowed",
+        409: "AlreadyExists",
+        410: "Gone",
+        422: "Invalid",
+        500: "InternalError",
+    }
 
     def __init__(self, code: int, message: str, reason: str | None = None):
         super().__init__(message)
         self.code, self.message, self.reason = code, message, reason or self.REASONS.get(code, "Unknown")
 
     def status(self) -> dict:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
 
 
 # --- selectors ------------------------------------------------------------------------
@@ -297,7 +314,9 @@ class KubeAPIServer:
             "LANG": "C.UTF-8",
             **(base_env or {}),
         }
-        self.ksvc_url = ksvc_url or (lambda obj: "http://{name}.{namespace}.svc.cluster.local".format(**obj["metadata"]))
+        self.ksvc_url = ksvc_url or (
+            lambda obj: "http://{name}.{namespace}.svc.cluster.local".format(**obj["metadata"])
+        )
         self.ksvc_ready_seconds = ksvc_ready_seconds
         self.lock = threading.RLock()
         self.objects: dict[tuple[str, str, str, str, str], dict] = {}  # (group, version, plural, ns, name)
@@ -339,12 +358,21 @@ class KubeAPIServer:
     def ingress_service(self) -> dict:
         """The ``istio-system/istio-ingressgateway`` Service (a LoadBalancer with its address, as
         the platform's Istio has it) pointing at the stand-in's ingress: create it in a test."""
-        return {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system",
-                             "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"}},
-                "spec": {"type": "LoadBalancer", "selector": {"istio": "ingressgateway"},
-                         "ports": [{"name": "http2", "port": self.ingress_port, "targetPort": 8080}]},
-                "status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "istio-ingressgateway",
+                "namespace": "istio-system",
+                "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"},
+            },
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"istio": "ingressgateway"},
+                "ports": [{"name": "http2", "port": self.ingress_port, "targetPort": 8080}],
+            },
+            "status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}},
+        }
 
     def stop(self) -> None:
         """Kill every pod process and close the server."""
@@ -368,11 +396,14 @@ class KubeAPIServer:
 
     def kubeconfig(self, namespace: str = "default") -> dict:
         return {
-            "apiVersion": "v1", "kind": "Config", "current-context": "kubeapi",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "kubeapi",
             "clusters": [{"name": "kubeapi", "cluster": {"server": self.url}}],
             "users": [{"name": "kubeapi", "user": {"token": "kubeapi-test-token"}}],
-            "contexts": [{"name": "kubeapi", "context": {"cluster": "kubeapi", "user": "kubeapi",
-                                                         "namespace": namespace}}],
+            "contexts": [
+                {"name": "kubeapi", "context": {"cluster": "kubeapi", "user": "kubeapi", "namespace": namespace}}
+            ],
         }
 
     def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
@@ -382,15 +413,19 @@ class KubeAPIServer:
 
     def connection_json(self, kubeconfig_path: Path | str) -> str:
         """Value of ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` pointing at this server."""
-        return json.dumps({"conn_type": "kubernetes",
-                           "extra": {"kube_config_path": str(kubeconfig_path), "in_cluster": False}})
+        return json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig_path), "in_cluster": False}}
+        )
 
     # -- queries for tests -----------------------------------------------------------
 
     def list(self, plural: str, namespace: str | None = None, group: str = "", version: str = "v1") -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(o) for (g, v, p, ns, _), o in self.objects.items()
-                    if (g, v, p) == (group, version, plural) and (namespace is None or ns == namespace)]
+            return [
+                copy.deepcopy(o)
+                for (g, v, p, ns, _), o in self.objects.items()
+                if (g, v, p) == (group, version, plural) and (namespace is None or ns == namespace)
+            ]
 
     def get(self, plural: str, namespace: str, name: str, group: str = "", version: str = "v1") -> dict | None:
         with self.lock:
@@ -431,7 +466,9 @@ class KubeAPIServer:
             kind, namespaced = RESOURCES[(group, version, plural)]
             meta = body.setdefault("metadata", {})
             if meta.get("namespace") and ns and meta["namespace"] != ns:
-                raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
+                raise ApiError(
+                    400, "the namespace of the provided object does not match the namespace sent on the request"
+                )
             if not meta.get("name"):
                 if not meta.get("generateName"):
                     raise ApiError(422, f"{kind} is invalid: metadata.name: Required value", "Invalid")
@@ -469,8 +506,12 @@ class KubeAPIServer:
                         self._ksvc_status(obj)
                     items.append(copy.deepcopy(obj))
             kind = RESOURCES[(group, version, plural)][0]
-            return {"apiVersion": api_version(group, version), "kind": kind + "List",
-                    "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
+            return {
+                "apiVersion": api_version(group, version),
+                "kind": kind + "List",
+                "metadata": {"resourceVersion": str(next(self._rv))},
+                "items": items,
+            }
 
     def replace(self, group, version, plural, ns, name, body: dict) -> dict:
         with self.lock:
@@ -478,7 +519,9 @@ class KubeAPIServer:
             body.setdefault("metadata", {})
             body["metadata"]["uid"] = old["metadata"]["uid"]
             body["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"]
-            body["metadata"]["generation"] = old["metadata"].get("generation", 1) + (body.get("spec") != old.get("spec"))
+            body["metadata"]["generation"] = old["metadata"].get("generation", 1) + (
+                body.get("spec") != old.get("spec")
+            )
             if "status" not in body and "status" in old:
                 body["status"] = old["status"]
             obj = self._store(group, version, plural, ns, body)
@@ -489,8 +532,11 @@ class KubeAPIServer:
         with self.lock:
             old = self.read(group, version, plural, ns, name)
             if not isinstance(patch, dict):  # no client here sends RFC 6902 operations
-                raise ApiError(415, "JSON patch (a list of operations) is not implemented by the kubeapi stand-in; "
-                                    "send a merge patch (an object)")
+                raise ApiError(
+                    415,
+                    "JSON patch (a list of operations) is not implemented by the kubeapi stand-in; "
+                    "send a merge patch (an object)",
+                )
             new = merge_patch(old, patch)
             return self.replace(group, version, plural, ns, name, new)
 
@@ -569,19 +615,36 @@ class KubeAPIServer:
             pod = copy.deepcopy(tmpl)
             md = pod.setdefault("metadata", {})
             md["name"] = f"{name}-{node}"
-            md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
-                                      "uid": ds["metadata"]["uid"], "controller": True}]
+            md["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": name,
+                    "uid": ds["metadata"]["uid"],
+                    "controller": True,
+                }
+            ]
             pod.setdefault("spec", {})["nodeName"] = node
             self._store("", "v1", "pods", ns, pod)
             self._start_pod(pod)
         n = len(nodes)
-        ds["status"] = {"currentNumberScheduled": n, "desiredNumberScheduled": n, "numberReady": n,
-                        "numberAvailable": n, "updatedNumberScheduled": n, "numberMisscheduled": 0,
-                        "observedGeneration": ds["metadata"].get("generation", 1)}
+        ds["status"] = {
+            "currentNumberScheduled": n,
+            "desiredNumberScheduled": n,
+            "numberReady": n,
+            "numberAvailable": n,
+            "updatedNumberScheduled": n,
+            "numberMisscheduled": 0,
+            "observedGeneration": ds["metadata"].get("generation", 1),
+        }
 
     def _owned_pods(self, ns: str, uid: str) -> list[str]:
-        return [k[4] for k, o in self.objects.items() if k[:4] == ("", "v1", "pods", ns)
-                and any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])]
+        return [
+            k[4]
+            for k, o in self.objects.items()
+            if k[:4] == ("", "v1", "pods", ns)
+            and any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
 
     def _on_update(self, group: str, plural: str, obj: dict, old: dict) -> None:
         if (group, plural) == ("serving.knative.dev", "services") and obj.get("spec") != old.get("spec"):
@@ -607,20 +670,37 @@ class KubeAPIServer:
         state = "True" if ready else "Unknown"
         gen = obj["metadata"].get("generation", 1)
         name = obj["metadata"]["name"]
-        conds = [{"type": t, "status": state, "lastTransitionTime": now_iso(),
-                  **({} if ready else {"reason": "RevisionMissing", "message": "Configuration is waiting for a Revision to become ready."})}
-                 for t in ("ConfigurationsReady", "Ready", "RoutesReady")]
-        status = {"observedGeneration": gen, "conditions": conds,
-                  "latestCreatedRevisionName": f"{name}-{gen:05d}"}
+        conds = [
+            {
+                "type": t,
+                "status": state,
+                "lastTransitionTime": now_iso(),
+                **(
+                    {}
+                    if ready
+                    else {
+                        "reason": "RevisionMissing",
+                        "message": "Configuration is waiting for a Revision to become ready.",
+                    }
+                ),
+            }
+            for t in ("ConfigurationsReady", "Ready", "RoutesReady")
+        ]
+        status = {"observedGeneration": gen, "conditions": conds, "latestCreatedRevisionName": f"{name}-{gen:05d}"}
         if ready:
             url = self.ksvc_url(obj)
             address = url
             if served:
                 url = f"http://{name}.{obj['metadata']['namespace']}.{self.ingress_domain}"
                 address = f"http://127.0.0.1:{self.ksvc_ports[(obj['metadata']['namespace'], name)]}"
-            status.update({"latestReadyRevisionName": f"{name}-{gen:05d}", "url": url,
-                           "address": {"url": address},
-                           "traffic": [{"revisionName": f"{name}-{gen:05d}", "latestRevision": True, "percent": 100}]})
+            status.update(
+                {
+                    "latestReadyRevisionName": f"{name}-{gen:05d}",
+                    "url": url,
+                    "address": {"url": address},
+                    "traffic": [{"revisionName": f"{name}-{gen:05d}", "latestRevision": True, "percent": 100}],
+                }
+            )
         obj["status"] = status
 
     # -- image-served pods, Knative revisions, EndpointSlices -------------------------
@@ -648,8 +728,11 @@ class KubeAPIServer:
         return f"{ksvc['metadata']['name']}-{ksvc['metadata'].get('generation', 1):05d}"
 
     def _ksvc_pods(self, ns: str, name: str) -> list[str]:
-        return [k[4] for k, o in self.objects.items() if k[:4] == ("", "v1", "pods", ns)
-                and (o["metadata"].get("labels") or {}).get(KSVC_LABEL) == name]
+        return [
+            k[4]
+            for k, o in self.objects.items()
+            if k[:4] == ("", "v1", "pods", ns) and (o["metadata"].get("labels") or {}).get(KSVC_LABEL) == name
+        ]
 
     def _current_ksvc_of(self, pod: dict) -> str | None:
         """The served Knative Service whose current revision this pod belongs to (None otherwise)."""
@@ -666,18 +749,30 @@ class KubeAPIServer:
             return
         ns, name = ksvc["metadata"]["namespace"], ksvc["metadata"]["name"]
         rev = self._revision_name(ksvc)
-        have = [p for p in self._ksvc_pods(ns, name)
-                if self.objects[("", "v1", "pods", ns, p)]["metadata"]["labels"].get(KREV_LABEL) == rev]
+        have = [
+            p
+            for p in self._ksvc_pods(ns, name)
+            if self.objects[("", "v1", "pods", ns, p)]["metadata"]["labels"].get(KREV_LABEL) == rev
+        ]
         tmpl = ksvc["spec"]["template"]
         for _ in range(self._min_scale(ksvc) - len(have)):
             spec = copy.deepcopy(tmpl.get("spec") or {})
             spec.pop("containerConcurrency", None)
             spec["containers"][0].setdefault("name", "user-container")
-            pod = {"metadata": {"name": f"{rev}-deployment-{uuid.uuid4().hex[:10]}",
-                                "labels": {**((tmpl.get("metadata") or {}).get("labels") or {}),
-                                           KSVC_LABEL: name, KCONF_LABEL: name, KREV_LABEL: rev, "app": rev},
-                                "annotations": dict((tmpl.get("metadata") or {}).get("annotations") or {})},
-                   "spec": spec}
+            pod = {
+                "metadata": {
+                    "name": f"{rev}-deployment-{uuid.uuid4().hex[:10]}",
+                    "labels": {
+                        **((tmpl.get("metadata") or {}).get("labels") or {}),
+                        KSVC_LABEL: name,
+                        KCONF_LABEL: name,
+                        KREV_LABEL: rev,
+                        "app": rev,
+                    },
+                    "annotations": dict((tmpl.get("metadata") or {}).get("annotations") or {}),
+                },
+                "spec": spec,
+            }
             self._store("", "v1", "pods", ns, pod)
             self._start_pod(pod)
 
@@ -694,7 +789,11 @@ class KubeAPIServer:
             raise ApiError(404, f'services "{name}" not found (the stand-in resolves a Service to its pods)')
         sel = label_matcher(",".join(f"{k}={v}" for k, v in ((svc.get("spec") or {}).get("selector") or {}).items()))
         for (g, _v, p, ons, pname), pod in self.objects.items():
-            if (g, p, ons) == ("", "pods", ns) and (ns, pname) in self.pod_ports and sel(pod["metadata"].get("labels") or {}):
+            if (
+                (g, p, ons) == ("", "pods", ns)
+                and (ns, pname) in self.pod_ports
+                and sel(pod["metadata"].get("labels") or {})
+            ):
                 return f"127.0.0.1:{self.pod_ports[(ns, pname)]}"
         raise ApiError(404, f"service {ns}/{name} has no pod with a port yet")
 
@@ -710,20 +809,43 @@ class KubeAPIServer:
             sel = label_matcher(",".join(f"{k}={v}" for k, v in selector.items()))
             by_port: dict[int, list[dict]] = {}
             for (pg, _pv, pp, pns, pname), pod in self.objects.items():
-                if (pg, pp, pns) == ("", "pods", sns) and (sns, pname) in self.pod_ports \
-                        and sel(pod["metadata"].get("labels") or {}):
+                if (
+                    (pg, pp, pns) == ("", "pods", sns)
+                    and (sns, pname) in self.pod_ports
+                    and sel(pod["metadata"].get("labels") or {})
+                ):
                     by_port.setdefault(self.pod_ports[(sns, pname)], []).append(
-                        {"addresses": ["127.0.0.1"], "conditions": {"ready": _is_ready(pod)},
-                         "nodeName": pod["spec"].get("nodeName"),
-                         "targetRef": {"kind": "Pod", "namespace": sns, "name": pname, "uid": pod["metadata"]["uid"]}})
+                        {
+                            "addresses": ["127.0.0.1"],
+                            "conditions": {"ready": _is_ready(pod)},
+                            "nodeName": pod["spec"].get("nodeName"),
+                            "targetRef": {
+                                "kind": "Pod",
+                                "namespace": sns,
+                                "name": pname,
+                                "uid": pod["metadata"]["uid"],
+                            },
+                        }
+                    )
             ports = (svc.get("spec") or {}).get("ports") or [{}]
             for i, (port, eps) in enumerate(sorted(by_port.items())):
-                out.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-                            "metadata": {"name": f"{name}-kubeapi{i}", "namespace": sns,
-                                         "labels": {"kubernetes.io/service-name": name,
-                                                    "endpointslice.kubernetes.io/managed-by": "kubeapi-stand-in"}},
-                            "endpoints": eps,
-                            "ports": [{"name": ports[0].get("name", ""), "port": port, "protocol": "TCP"}]})
+                out.append(
+                    {
+                        "apiVersion": "discovery.k8s.io/v1",
+                        "kind": "EndpointSlice",
+                        "addressType": "IPv4",
+                        "metadata": {
+                            "name": f"{name}-kubeapi{i}",
+                            "namespace": sns,
+                            "labels": {
+                                "kubernetes.io/service-name": name,
+                                "endpointslice.kubernetes.io/managed-by": "kubeapi-stand-in",
+                            },
+                        },
+                        "endpoints": eps,
+                        "ports": [{"name": ports[0].get("name", ""), "port": port, "protocol": "TCP"}],
+                    }
+                )
         return out
 
     def _probe(self, key: tuple[str, str], port: int, timeout: float = 120.0) -> None:
@@ -754,11 +876,23 @@ class KubeAPIServer:
 
     def _event(self, pod: dict, reason: str, message: str, type_: str = "Normal") -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        ev = {"metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}"},
-              "involvedObject": {"kind": "Pod", "namespace": ns, "name": name, "uid": pod["metadata"]["uid"],
-                                 "apiVersion": "v1"},
-              "reason": reason, "message": message, "type": type_, "count": 1,
-              "firstTimestamp": now_iso(), "lastTimestamp": now_iso(), "source": {"component": "kubeapi-stand-in"}}
+        ev = {
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}"},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": ns,
+                "name": name,
+                "uid": pod["metadata"]["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": now_iso(),
+            "lastTimestamp": now_iso(),
+            "source": {"component": "kubeapi-stand-in"},
+        }
         self._store("", "v1", "events", ns, ev)
 
     # -- pods --------------------------------------------------------------------------
@@ -793,8 +927,9 @@ class KubeAPIServer:
                     env.update({prefix + k: v for k, v in values.items()})
         for item in container.get("env") or []:
             if "value" in item:
-                env[item["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                                           lambda m: env.get(m.group(1), m.group(0)), item["value"])
+                env[item["name"]] = re.sub(
+                    r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"]
+                )
             elif "valueFrom" in item:
                 vf = item["valueFrom"]
                 if "secretKeyRef" in vf:
@@ -805,10 +940,15 @@ class KubeAPIServer:
                     value = ref("configmaps", r["name"], r["key"], r.get("optional", False))
                 elif "fieldRef" in vf:
                     path = vf["fieldRef"]["fieldPath"]
-                    value = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": ns,
-                             "metadata.uid": pod["metadata"]["uid"], "spec.nodeName": pod["spec"].get("nodeName", self.nodes[0]),
-                             "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
-                             "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}.get(path)
+                    value = {
+                        "metadata.name": pod["metadata"]["name"],
+                        "metadata.namespace": ns,
+                        "metadata.uid": pod["metadata"]["uid"],
+                        "spec.nodeName": pod["spec"].get("nodeName", self.nodes[0]),
+                        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+                        "status.podIP": "127.0.0.1",
+                        "status.hostIP": "127.0.0.1",
+                    }.get(path)
                     m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
                     if m:
                         value = (pod["metadata"].get(m.group(1)) or {}).get(m.group(2))
@@ -827,8 +967,13 @@ class KubeAPIServer:
         spec.setdefault("serviceAccountName", "default")
         spec["nodeName"] = spec.get("nodeName") or self.nodes[0]
         container = spec["containers"][0]
-        pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                         "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "qosClass": "Burstable"}
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "qosClass": "Burstable",
+        }
         self._container_status(pod, {"waiting": {"reason": "ContainerCreating"}}, ready=False)
         self.pods_created.append(copy.deepcopy(pod))
         self._event(pod, "Scheduled", f"Successfully assigned {ns}/{name} to kubeapi-node")
@@ -837,8 +982,9 @@ class KubeAPIServer:
         try:
             env = self._resolve_env(ns, pod, container)
         except ApiError as exc:
-            self._container_status(pod, {"waiting": {"reason": "CreateContainerConfigError", "message": exc.message}},
-                                   ready=False)
+            self._container_status(
+                pod, {"waiting": {"reason": "CreateContainerConfigError", "message": exc.message}}, ready=False
+            )
             self._event(pod, "Failed", f"Error: {exc.message}", "Warning")
             return
         argv = list(container.get("command") or []) + list(container.get("args") or [])
@@ -854,12 +1000,26 @@ class KubeAPIServer:
             shared = self._home / ns / "_shared"
             shared.mkdir(parents=True, exist_ok=True)
             try:
-                argv = list(factory(PodContext(pod=pod, port=port, env=dict(env), home=home, shared=shared,
-                                               python=self.python,
-                                               service=lambda svc: self._service_address(ns, svc)))) + argv
+                argv = (
+                    list(
+                        factory(
+                            PodContext(
+                                pod=pod,
+                                port=port,
+                                env=dict(env),
+                                home=home,
+                                shared=shared,
+                                python=self.python,
+                                service=lambda svc: self._service_address(ns, svc),
+                            )
+                        )
+                    )
+                    + argv
+                )
             except ApiError as exc:
-                self._container_status(pod, {"waiting": {"reason": "CreateContainerError", "message": exc.message}},
-                                       ready=False)
+                self._container_status(
+                    pod, {"waiting": {"reason": "CreateContainerError", "message": exc.message}}, ready=False
+                )
                 self._event(pod, "Failed", f"Error: {exc.message}", "Warning")
                 return
         if not argv:
@@ -867,21 +1027,34 @@ class KubeAPIServer:
         if argv[0] in ("python", "python3"):
             argv[0] = self.python
         full_env = {**self.base_env, "HOME": str(home), "HOSTNAME": name, **env}
-        self._event(pod, "Pulled", f'Container image "{container.get("image")}" ignored: the stand-in runs the command locally')
+        self._event(
+            pod, "Pulled", f'Container image "{container.get("image")}" ignored: the stand-in runs the command locally'
+        )
         try:
-            run.proc = subprocess.Popen(argv, cwd=self.workdir, env=full_env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            run.proc = subprocess.Popen(
+                argv,
+                cwd=self.workdir,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             pod["status"]["phase"] = "Failed"
-            self._container_status(pod, {"terminated": {"exitCode": 128, "reason": "StartError",
-                                                        "message": str(exc), "finishedAt": now_iso()}}, ready=False)
+            self._container_status(
+                pod,
+                {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc), "finishedAt": now_iso()}},
+                ready=False,
+            )
             run.done = True
             return
         started = now_iso()
         pod["status"].update({"phase": "Running", "startTime": started})
         ready = "False" if port is not None else "True"  # served images: Ready once the port answers
         pod["status"]["conditions"] += [{"type": "Initialized", "status": "True"}] + [
-            {"type": t, "status": ready} for t in ("ContainersReady", "Ready")]
+            {"type": t, "status": ready} for t in ("ContainersReady", "Ready")
+        ]
         self._container_status(pod, {"running": {"startedAt": started}}, ready=port is None)
         if port is not None:
             threading.Thread(target=self._probe, args=((ns, name), port), daemon=True, name=f"probe-{name}").start()
@@ -895,10 +1068,17 @@ class KubeAPIServer:
 
     def _container_status(self, pod: dict, state: dict, *, ready: bool) -> None:
         c = pod["spec"]["containers"][0]
-        pod["status"]["containerStatuses"] = [{
-            "name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": ready,
-            "restartCount": 0, "started": "running" in state, "state": state,
-        }]
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": ready,
+                "restartCount": 0,
+                "started": "running" in state,
+                "state": state,
+            }
+        ]
 
     def _pump(self, run: PodRun, started: str) -> None:
         """Copy the process output into the log, then set the pod's final status."""
@@ -917,8 +1097,13 @@ class KubeAPIServer:
                 return
             status = pod["status"]
             if run.killed_for == "deadline":
-                status.update({"phase": "Failed", "reason": "DeadlineExceeded",
-                               "message": "Pod was active on the node longer than the specified deadline"})
+                status.update(
+                    {
+                        "phase": "Failed",
+                        "reason": "DeadlineExceeded",
+                        "message": "Pod was active on the node longer than the specified deadline",
+                    }
+                )
                 reason = "Error"
             else:
                 status["phase"] = "Succeeded" if code == 0 else "Failed"
@@ -927,13 +1112,26 @@ class KubeAPIServer:
             for cond in status["conditions"]:
                 if cond["type"] in ("Ready", "ContainersReady"):
                     cond["status"] = "False"
-            self._container_status(pod, {"terminated": {"exitCode": exit_code, "reason": reason,
-                                                        "startedAt": started, "finishedAt": now_iso()}}, ready=False)
+            self._container_status(
+                pod,
+                {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": reason,
+                        "startedAt": started,
+                        "finishedAt": now_iso(),
+                    }
+                },
+                ready=False,
+            )
             pod["metadata"]["resourceVersion"] = str(next(self._rv))
             if run.killed_for == "deadline":
                 self._event(pod, "DeadlineExceeded", status["message"], "Warning")
-            self._event(pod, "Killing" if run.killed_for else "Completed",
-                        f"container {pod['spec']['containers'][0]['name']} exited with {exit_code}")
+            self._event(
+                pod,
+                "Killing" if run.killed_for else "Completed",
+                f"container {pod['spec']['containers'][0]['name']} exited with {exit_code}",
+            )
         with run.cond:
             run.done = True
             run.cond.notify_all()
@@ -1005,8 +1203,10 @@ class KubeAPIServer:
 
 
 def _is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _true(value: str | None) -> bool:
@@ -1062,8 +1262,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.api.requests.append((method, self.path))
         try:
             if url.path in ("/version", "/version/"):
-                return self._send_json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-kubeapi-stand-in",
-                                             "platform": "linux/amd64"})
+                return self._send_json(
+                    200,
+                    {"major": "1", "minor": "35", "gitVersion": "v1.35.0-kubeapi-stand-in", "platform": "linux/amd64"},
+                )
             if url.path in ("/api", "/api/"):
                 return self._send_json(200, {"kind": "APIVersions", "versions": ["v1"]})
             m = _PATH.match(url.path)
@@ -1108,8 +1310,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "DELETE" and name:
             body = self._body() or {}
             grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-            return self._send_json(200, api.delete(group, version, plural, ns, name,
-                                                   None if grace is None else float(grace)))
+            return self._send_json(
+                200, api.delete(group, version, plural, ns, name, None if grace is None else float(grace))
+            )
         if method == "DELETE":
             self._body()
             return self._send_json(200, api.delete_collection(group, version, plural, ns, query))

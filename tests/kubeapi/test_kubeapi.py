@@ -27,9 +27,18 @@ def _pod(name: str, code: str, *, env=None, env_from=None, deadline=None, labels
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, labels=labels or {"app": "t"}),
         spec=k8s.V1PodSpec(
-            restart_policy="Never", active_deadline_seconds=deadline,
-            containers=[k8s.V1Container(name="base", image="example.org/img:1.0", command=["python", "-c"],
-                                        args=[code], env=env, env_from=env_from)],
+            restart_policy="Never",
+            active_deadline_seconds=deadline,
+            containers=[
+                k8s.V1Container(
+                    name="base",
+                    image="example.org/img:1.0",
+                    command=["python", "-c"],
+                    args=[code],
+                    env=env,
+                    env_from=env_from,
+                )
+            ],
         ),
     )
 
@@ -85,20 +94,33 @@ def test_pod_runs_command_with_resolved_env(kube_api, core):
     """secretKeyRef, envFrom secretRef/configMapRef and fieldRef resolve; the exit code sets the phase."""
     from kubernetes.client import models as k8s
 
-    core.create_namespaced_secret(NS, k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="creds"),
-                                                   string_data={"AWS_ACCESS_KEY_ID": "AKIA-test", "token": "s3cr3t"}))
+    core.create_namespaced_secret(
+        NS,
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name="creds"), string_data={"AWS_ACCESS_KEY_ID": "AKIA-test", "token": "s3cr3t"}
+        ),
+    )
     core.create_namespaced_config_map(NS, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="cfg"), data={"MODE": "x"}))
     assert core.read_namespaced_secret("creds", NS).data["token"] == "czNjcjN0"  # stringData -> base64 data
-    env = [k8s.V1EnvVar(name="TOKEN", value_from=k8s.V1EnvVarSource(
-               secret_key_ref=k8s.V1SecretKeySelector(name="creds", key="token"))),
-           k8s.V1EnvVar(name="POD", value_from=k8s.V1EnvVarSource(
-               field_ref=k8s.V1ObjectFieldSelector(field_path="metadata.name"))),
-           k8s.V1EnvVar(name="PLAIN", value="a b")]
-    env_from = [k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name="creds")),
-                k8s.V1EnvFromSource(config_map_ref=k8s.V1ConfigMapEnvSource(name="cfg"))]
-    code = ("import os, sys; print(sys.executable); "
-            "print(*(os.environ.get(k) for k in ['TOKEN', 'POD', 'PLAIN', 'AWS_ACCESS_KEY_ID', 'MODE', 'HOME_SECRET'])); "
-            "sys.exit(3)")
+    env = [
+        k8s.V1EnvVar(
+            name="TOKEN",
+            value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name="creds", key="token")),
+        ),
+        k8s.V1EnvVar(
+            name="POD", value_from=k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="metadata.name"))
+        ),
+        k8s.V1EnvVar(name="PLAIN", value="a b"),
+    ]
+    env_from = [
+        k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name="creds")),
+        k8s.V1EnvFromSource(config_map_ref=k8s.V1ConfigMapEnvSource(name="cfg")),
+    ]
+    code = (
+        "import os, sys; print(sys.executable); "
+        "print(*(os.environ.get(k) for k in ['TOKEN', 'POD', 'PLAIN', 'AWS_ACCESS_KEY_ID', 'MODE', 'HOME_SECRET'])); "
+        "sys.exit(3)"
+    )
     core.create_namespaced_pod(NS, _pod("p1", code, env=env, env_from=env_from))
     pod = _wait_phase(core, "p1")
     assert pod.status.phase == "Failed"
@@ -181,10 +203,16 @@ def test_knative_service_turns_ready(kube_api, core, kube_client):
     kube_api.ksvc_url = lambda obj: "http://127.0.0.1:9/" + obj["metadata"]["name"]
     api = client.CustomObjectsApi(kube_client)
     args = ("serving.knative.dev", "v1", NS, "services")
-    body = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "faasm-worker"},
-            "spec": {"template": {"spec": {"containers": [{"image": "faasm/worker:0.1.3"}]}}}}
+    body = {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": {"name": "faasm-worker"},
+        "spec": {"template": {"spec": {"containers": [{"image": "faasm/worker:0.1.3"}]}}},
+    }
     api.create_namespaced_custom_object(*args, body)
-    ready = lambda: {c["type"]: c["status"] for c in api.get_namespaced_custom_object(*args, "faasm-worker")["status"]["conditions"]}  # noqa: E731
+    ready = lambda: {  # noqa: E731
+        c["type"]: c["status"] for c in api.get_namespaced_custom_object(*args, "faasm-worker")["status"]["conditions"]
+    }
     assert ready()["Ready"] == "Unknown"
     assert "url" not in api.get_namespaced_custom_object(*args, "faasm-worker")["status"]
     kube_api.ksvc_ready_seconds = 0
@@ -202,16 +230,28 @@ def test_rbac_objects_and_unsupported_calls(kube_api, core, kube_client):
 
     docs = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa", "namespace": NS}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r", "namespace": NS},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb", "namespace": NS},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
-         "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": NS}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "r", "namespace": NS},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "rb", "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": NS}],
+        },
     ]
     for doc in docs:
         utils.create_from_dict(kube_client, doc)
-    assert kube_api.objects_left() == [f"Namespace {NS}", f"Role {NS}/r", f"RoleBinding {NS}/rb",
-                                       f"ServiceAccount {NS}/sa"]
+    assert kube_api.objects_left() == [
+        f"Namespace {NS}",
+        f"Role {NS}/r",
+        f"RoleBinding {NS}/rb",
+        f"ServiceAccount {NS}/sa",
+    ]
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_pod(NS, watch=True, _preload_content=False)
     assert exc.value.status == 405 and "watch" in exc.value.body
@@ -258,12 +298,21 @@ def test_served_images_knative_revisions_ingress_and_endpoint_slices(tmp_path):
         c = config.new_client_from_config(config_file=str(path))
         core, custom, disc = client.CoreV1Api(c), client.CustomObjectsApi(c), client.DiscoveryV1Api(c)
         core.create_namespace({"metadata": {"name": NS}})
-        core.create_namespaced_pod(NS, {"metadata": {"name": "db", "labels": {"role": "db"}},
-                                        "spec": {"containers": [{"name": "db", "image": "example.org/echo:1.0"}]}})
-        core.create_namespaced_service(NS, {"metadata": {"name": "db"},
-                                            "spec": {"selector": {"role": "db"}, "ports": [{"name": "x", "port": 6379}]}})
+        core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": "db", "labels": {"role": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "example.org/echo:1.0"}]},
+            },
+        )
+        core.create_namespaced_service(
+            NS,
+            {"metadata": {"name": "db"}, "spec": {"selector": {"role": "db"}, "ports": [{"name": "x", "port": 6379}]}},
+        )
         end = time.monotonic() + 30
-        while not any(c.type == "Ready" and c.status == "True" for c in core.read_namespaced_pod("db", NS).status.conditions or []):
+        while not any(
+            c.type == "Ready" and c.status == "True" for c in core.read_namespaced_pod("db", NS).status.conditions or []
+        ):
             assert time.monotonic() < end, "pod never Ready"
             time.sleep(0.05)
         (sl,) = disc.list_namespaced_endpoint_slice(NS, label_selector="kubernetes.io/service-name=db").items
@@ -272,11 +321,19 @@ def test_served_images_knative_revisions_ingress_and_endpoint_slices(tmp_path):
         assert port == api.pod_ports[(NS, "db")] and sl.ports[0].name == "x"
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/").read().startswith(b"db ")
 
-        ksvc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "hello"},
-                "spec": {"template": {"metadata": {"labels": {"team": "t"},
-                                                   "annotations": {"autoscaling.knative.dev/minScale": "2"}},
-                                      "spec": {"containers": [{"image": "example.org/echo:1.0",
-                                                               "env": [{"name": "GREETING", "value": "hi"}]}]}}}}
+        ksvc = {
+            "apiVersion": "serving.knative.dev/v1",
+            "kind": "Service",
+            "metadata": {"name": "hello"},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": {"team": "t"}, "annotations": {"autoscaling.knative.dev/minScale": "2"}},
+                    "spec": {
+                        "containers": [{"image": "example.org/echo:1.0", "env": [{"name": "GREETING", "value": "hi"}]}]
+                    },
+                }
+            },
+        }
         custom.create_namespaced_custom_object("serving.knative.dev", "v1", NS, "services", ksvc)
         pods = core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items
         assert len(pods) == 2 and {p.metadata.labels["serving.knative.dev/revision"] for p in pods} == {"hello-00001"}
@@ -290,14 +347,22 @@ def test_served_images_knative_revisions_ingress_and_endpoint_slices(tmp_path):
             time.sleep(0.05)
         assert obj["status"]["url"] == f"http://hello.{NS}.example.com"
         assert {s[2] for s in seen[1:]} == {"hi"} and len({s[1] for s in seen[1:]}) == 1  # one port per ksvc
-        req = urllib.request.Request(f"http://127.0.0.1:{api.ingress_port}/", headers={"Host": f"hello.{NS}.example.com"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{api.ingress_port}/", headers={"Host": f"hello.{NS}.example.com"}
+        )
         assert urllib.request.urlopen(req).read().split()[0].decode() in {p.metadata.name for p in pods}
         with pytest.raises(urllib.error.HTTPError) as exc:  # no such Knative Service: Istio's 404
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api.ingress_port}/",
-                                                          headers={"Host": f"nope.{NS}.example.com"}))
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    f"http://127.0.0.1:{api.ingress_port}/", headers={"Host": f"nope.{NS}.example.com"}
+                )
+            )
         assert exc.value.code == 404
         core.delete_namespaced_pod(pods[0].metadata.name, NS)  # the revision brings it back
-        now = {p.metadata.name for p in core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items}
+        now = {
+            p.metadata.name
+            for p in core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items
+        }
         assert len(now) == 2 and pods[0].metadata.name not in now
         custom.delete_namespaced_custom_object("serving.knative.dev", "v1", NS, "services", "hello")
         assert not core.list_namespaced_pod(NS, label_selector="serving.knative.dev/service=hello").items

@@ -10,7 +10,10 @@ from lab.pages.calibration_tables import fill, met
 def test_fill_replaces_only_the_named_blocks():
     doc = "a\n<!-- generated:x -->\nold\n<!-- /generated:x -->\nb\n<!-- generated:y -->\nkeep\n<!-- /generated:y -->\n"
     out = fill(doc, {"x": "| new |"})
-    assert out == "a\n<!-- generated:x -->\n| new |\n<!-- /generated:x -->\nb\n<!-- generated:y -->\nkeep\n<!-- /generated:y -->\n"
+    assert (
+        out
+        == "a\n<!-- generated:x -->\n| new |\n<!-- /generated:x -->\nb\n<!-- generated:y -->\nkeep\n<!-- /generated:y -->\n"
+    )
     assert fill(out, {"x": "| new |"}) == out  # idempotent
     with pytest.raises(SystemExit, match="generated:z"):
         fill(doc, {"z": "t"})
@@ -36,14 +39,22 @@ def test_holds_blocks_on_ls6(ls6_parquet, tmp_path):
     month, the shuffled-user null model far below the rule, and off/on rows."""
     import json
 
-    from mirage_tasks.sim import PRESETS
     from lab.pages.calibration_tables import Ls6
+    from mirage_tasks.sim import PRESETS
 
     cal = tmp_path / "cal"
     cal.mkdir()
-    doc = {"windows": {"calibrate_from": "2022-12-01T00:00:00-06:00", "calibrate_to": "2023-01-01T00:00:00-06:00",
-                       "score_from": "2023-01-01T00:00:00-06:00", "score_to": "2023-02-01T00:00:00-06:00"},
-           "lead_in_days": 7, "config": PRESETS["ls6"].to_dict(), "trace_facts": {"dispatch_latency_s": 1}}
+    doc = {
+        "windows": {
+            "calibrate_from": "2022-12-01T00:00:00-06:00",
+            "calibrate_to": "2023-01-01T00:00:00-06:00",
+            "score_from": "2023-01-01T00:00:00-06:00",
+            "score_to": "2023-02-01T00:00:00-06:00",
+        },
+        "lead_in_days": 7,
+        "config": PRESETS["ls6"].to_dict(),
+        "trace_facts": {"dispatch_latency_s": 1},
+    }
     (cal / "calibration.json").write_text(json.dumps(doc))
     ls6 = Ls6(str(ls6_parquet), str(cal), None)
     counts = ls6.holds_counts(shuffles=1).splitlines()

@@ -60,8 +60,21 @@ def test_a_bad_flag_exits_2_naming_it(tmp_path, name, argv, flag):
 def test_fairshare_fidelity_campaign_smoke(tmp_path):
     log = shared_trace_path("ls6-a100.log.gz")
     out, doc = tmp_path / "summary.json", tmp_path / "page.md"
-    p = _run(["-m", "lab.campaigns.fairshare_fidelity", "--smoke", "--log", str(log), "--resamples", "200", "--json", str(out),
-              "--write-doc", str(doc)])
+    p = _run(
+        [
+            "-m",
+            "lab.campaigns.fairshare_fidelity",
+            "--smoke",
+            "--log",
+            str(log),
+            "--resamples",
+            "200",
+            "--json",
+            str(out),
+            "--write-doc",
+            str(doc),
+        ]
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads(out.read_text())
     assert set(s["configs"]) == {"recorded", "age_size", "fairshare-3000"} and s["jobs"] > 1000
@@ -72,6 +85,8 @@ def test_fairshare_fidelity_campaign_smoke(tmp_path):
     assert "| fairshare-3000 - age_size |" in doc.read_text() and "zero-wait MAE" in p.stdout
     z = s["at_submission"]
     assert z["jobs"] == s["jobs"] and {"age_size:plan_s", "fairshare-3000:plan_s"} <= set(z["plans"])
-    assert {(q["a"], q["b"]) for q in z["pairs"]} >= {("fairshare-3000:plan_s", "zero"),
-                                                       ("fairshare-3000:plan_s", "age_size:plan_s")}
+    assert {(q["a"], q["b"]) for q in z["pairs"]} >= {
+        ("fairshare-3000:plan_s", "zero"),
+        ("fairshare-3000:plan_s", "age_size:plan_s"),
+    }
     assert "## At submission" in doc.read_text()

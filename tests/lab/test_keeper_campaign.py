@@ -32,8 +32,9 @@ def _jobs(path, wait_s: np.ndarray) -> None:
     every 10 minutes, waiting ``wait_s``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     submit = np.arange(len(wait_s)) * 600.0
-    pd.DataFrame({"trace_job_id": np.arange(len(wait_s)), "kind": "window", "submit_t": submit,
-                  "start_t": submit + wait_s}).to_parquet(path)
+    pd.DataFrame(
+        {"trace_job_id": np.arange(len(wait_s)), "kind": "window", "submit_t": submit, "start_t": submit + wait_s}
+    ).to_parquet(path)
 
 
 def _trace(busy_from: str, busy_days: int) -> pd.DataFrame:
@@ -54,8 +55,9 @@ def test_windows_are_the_busiest_above_the_training_median_and_do_not_overlap(mo
     assert doc["median_queue_train"] == 0
     starts = [pd.Timestamp(w["from"], tz="UTC") for w in doc["windows"]]
     # the busy span (Feb 10 .. Feb 16 plus its 30 h tail) holds the windows, none overlapping another
-    assert len(starts) == 3 and all(pd.Timestamp("2023-02-08", tz="UTC") <= s <= pd.Timestamp("2023-02-17", tz="UTC")
-                                    for s in starts)
+    assert len(starts) == 3 and all(
+        pd.Timestamp("2023-02-08", tz="UTC") <= s <= pd.Timestamp("2023-02-17", tz="UTC") for s in starts
+    )
     assert all(abs((a - b).total_seconds()) >= 72 * 3600 for a in starts for b in starts if a is not b)
     assert starts == sorted(starts) and all(w["mean_queue"] > 0 for w in doc["windows"])
     quiet = mod.choose_windows("x", "2023-02-10", "2023-02-16", "2023-01-01", "2023-02-01", 72.0, 3)
@@ -64,9 +66,22 @@ def test_windows_are_the_busiest_above_the_training_median_and_do_not_overlap(mo
 
 def test_every_command_parses_with_its_steps_parser():
     mod = _bench()
-    a = argparse.Namespace(policies="model,avg-cal,avg,reactive", model="m", avg_cal_samples="s", waitpred=None,
-                           factor=180.0, root="r", name="keep", trace="t.parquet", span_hours=204.0, chains=4,
-                           stagger_hours=50.0, deadline_s=3600.0, extra_nodes=0, offset_hours=0.0)
+    a = argparse.Namespace(
+        policies="model,avg-cal,avg,reactive",
+        model="m",
+        avg_cal_samples="s",
+        waitpred=None,
+        factor=180.0,
+        root="r",
+        name="keep",
+        trace="t.parquet",
+        span_hours=204.0,
+        chains=4,
+        stagger_hours=50.0,
+        deadline_s=3600.0,
+        extra_nodes=0,
+        offset_hours=0.0,
+    )
     w = {"name": "w1", "from": "2023-02-05T00:00"}
     argv = mod.keep_argv(a, w)
     ns = step_parser("keep-service").parse_args(argv[4:])
@@ -77,17 +92,30 @@ def test_every_command_parses_with_its_steps_parser():
     o = mod.keep_argv(argparse.Namespace(**{**vars(a), "offset_hours": 25.0, "name": "keepc2"}), w)
     assert step_parser("keep-service").parse_args(o[4:]).offset_hours == 25.0
     assert "--late-nodes" not in c and "--late-nodes" not in o  # the argv of earlier sets stay
-    late = step_parser("keep-service").parse_args(mod.keep_argv(argparse.Namespace(
-        **{**vars(a), "extra_nodes": 4, "offset_hours": 12.5, "late_extra_nodes": True, "name": "keepc3"}), w)[4:])
+    late = step_parser("keep-service").parse_args(
+        mod.keep_argv(
+            argparse.Namespace(
+                **{**vars(a), "extra_nodes": 4, "offset_hours": 12.5, "late_extra_nodes": True, "name": "keepc3"}
+            ),
+            w,
+        )[4:]
+    )
     assert (late.cfg_nodes, late.late_nodes, late.offset_hours) == (82, 4, 12.5)
-    g = step_parser("keep-service").parse_args(mod.keep_argv(argparse.Namespace(
-        **{**vars(a), "policies": "guarantee-cal,reactive", "waitpred": "wp", "guarantee_samples": "gs"}), w)[4:])
+    g = step_parser("keep-service").parse_args(
+        mod.keep_argv(
+            argparse.Namespace(
+                **{**vars(a), "policies": "guarantee-cal,reactive", "waitpred": "wp", "guarantee_samples": "gs"}
+            ),
+            w,
+        )[4:]
+    )
     assert (g.policy, g.waitpred, g.guarantee_samples, g.model) == ("guarantee-cal,reactive", "wp", "gs", None)
     assert (ns.policy, ns.model, ns.avg_cal_samples, ns.waitpred) == ("model,avg-cal,avg,reactive", "m", "s", None)
     assert (ns.chains, ns.stagger_hours, ns.factor, ns.stop_chain) == (4, 50.0, 180.0, True)
     assert ns.background_to == "2023-02-15T12:00" and ns.out == "r/keep-w1"
-    wp = mod.keep_argv(argparse.Namespace(**{**vars(a), "policies": "guarantee,reactive", "waitpred": "wp",
-                                             "name": "keepwp"}), w)
+    wp = mod.keep_argv(
+        argparse.Namespace(**{**vars(a), "policies": "guarantee,reactive", "waitpred": "wp", "name": "keepwp"}), w
+    )
     ns = step_parser("keep-service").parse_args(wp[4:])
     assert ns.waitpred == "wp" and ns.model is None and ns.avg_cal_samples is None and ns.out == "r/keepwp-w1"
     rp = lab_step_parser("replay-slurm").parse_args(mod.replay_argv(a, w)[4:])
@@ -98,10 +126,21 @@ def _run(root, name, w, rows):
     d = root / f"{name}-{w}"
     d.mkdir()
     pd.DataFrame(rows).to_parquet(d / "links.parquet")
-    facts = {"loadavg_start": ["0.1", "0.1", "0.1"], "loadavg_end": ["0.2", "0.2", "0.2"], "cpu_s": 30.0,
-             "wall_s": 4000.0, "daemons_cpu_s": 90.0, "errors": {},
-             "avg_cal": {"threshold": None, "never_submits_early": True, "objective": 0.1, "reactive_objective": 0.1,
-                         "n_samples": 1260}}
+    facts = {
+        "loadavg_start": ["0.1", "0.1", "0.1"],
+        "loadavg_end": ["0.2", "0.2", "0.2"],
+        "cpu_s": 30.0,
+        "wall_s": 4000.0,
+        "daemons_cpu_s": 90.0,
+        "errors": {},
+        "avg_cal": {
+            "threshold": None,
+            "never_submits_early": True,
+            "objective": 0.1,
+            "reactive_objective": 0.1,
+            "n_samples": 1260,
+        },
+    }
     (d / "keeper.json").write_text(json.dumps({"factor": 180, "node": 1, "facts": facts}))
     (d / "_SUCCESS.json").write_text("{}")
 
@@ -109,18 +148,40 @@ def _run(root, name, w, rows):
 def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
     page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2, 3)]
-    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
-                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
-                                                       "busy_candidates": 40, "windows": wins}))
+    (tmp_path / "windows.json").write_text(
+        json.dumps(
+            {
+                "median_queue_train": 7.0,
+                "train": ["a", "b"],
+                "test": ["c", "d"],
+                "span_hours": 204.0,
+                "candidates": 50,
+                "busy_candidates": 40,
+                "windows": wins,
+            }
+        )
+    )
     for w in ("w1", "w2", "w3"):
         rows = []
         for c in range(4):
             # reactive: 1 h late in every chain; model: 0.5 h early (0.5 node-h) in every chain; avg: 2 h early
             for p, s in (("model", -0.5), ("avg-cal", 1.0), ("avg", -2.0), ("reactive", 1.0)):
-                rows.append({"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
-                             "decision_lead_trace_h": max(-s, 0), "signed_interruption_h": s,
-                             "wasted_node_h": max(-s, 0.0), "forced": p in ("reactive", "avg-cal"),
-                             "model_output": np.nan, "sim_signed_interruption_h": s, "sim_decision_lead_h": max(-s, 0)})
+                rows.append(
+                    {
+                        "policy": p,
+                        "chain": c,
+                        "link": 0,
+                        "pred_submit": 0.0,
+                        "pred_start": 10.0,
+                        "decision_lead_trace_h": max(-s, 0),
+                        "signed_interruption_h": s,
+                        "wasted_node_h": max(-s, 0.0),
+                        "forced": p in ("reactive", "avg-cal"),
+                        "model_output": np.nan,
+                        "sim_signed_interruption_h": s,
+                        "sim_decision_lead_h": max(-s, 0),
+                    }
+                )
         _run(tmp_path, "keep", w, rows)
     text = page(str(tmp_path))
     assert "| w1 | 2023-02-01T00:00 | 40.0 |" in text
@@ -177,18 +238,40 @@ def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
     within the set (a chain index of one set is not the same decision in the other)."""
     page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2)]
-    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
-                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
-                                                       "busy_candidates": 40, "windows": wins}))
+    (tmp_path / "windows.json").write_text(
+        json.dumps(
+            {
+                "median_queue_train": 7.0,
+                "train": ["a", "b"],
+                "test": ["c", "d"],
+                "span_hours": 204.0,
+                "candidates": 50,
+                "busy_candidates": 40,
+                "windows": wins,
+            }
+        )
+    )
     for name, model_s in (("keepc", -0.5), ("keepc2", 2.0)):
         for w in ("w1", "w2"):
             rows = []
             for c in range(4):
                 for p, s in (("model", model_s), ("reactive", 1.0)):
-                    rows.append({"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
-                                 "decision_lead_trace_h": max(-s, 0), "signed_interruption_h": s,
-                                 "wasted_node_h": max(-s, 0.0), "forced": p == "reactive", "model_output": np.nan,
-                                 "sim_signed_interruption_h": s, "sim_decision_lead_h": max(-s, 0)})
+                    rows.append(
+                        {
+                            "policy": p,
+                            "chain": c,
+                            "link": 0,
+                            "pred_submit": 0.0,
+                            "pred_start": 10.0,
+                            "decision_lead_trace_h": max(-s, 0),
+                            "signed_interruption_h": s,
+                            "wasted_node_h": max(-s, 0.0),
+                            "forced": p == "reactive",
+                            "model_output": np.nan,
+                            "sim_signed_interruption_h": s,
+                            "sim_decision_lead_h": max(-s, 0),
+                        }
+                    )
             # reactive's chain 0 in keepc2 interrupts 3 h: pairing it with keepc's chain 0 would change the means
             if name == "keepc2":
                 rows[1]["signed_interruption_h"] = 3.0
@@ -236,14 +319,38 @@ def test_a_third_set_pools_says_its_asking_and_reads_the_predictions_computed_ag
     simulator columns, and the page counts the predictions that moved."""
     page = _page_mod().page
     wins = [{"name": "w1", "from": "2023-02-01T00:00", "mean_queue": 40.0}]
-    (tmp_path / "windows.json").write_text(json.dumps({"median_queue_train": 7.0, "train": ["a", "b"],
-                                                       "test": ["c", "d"], "span_hours": 204.0, "candidates": 50,
-                                                       "busy_candidates": 40, "windows": wins}))
+    (tmp_path / "windows.json").write_text(
+        json.dumps(
+            {
+                "median_queue_train": 7.0,
+                "train": ["a", "b"],
+                "test": ["c", "d"],
+                "span_hours": 204.0,
+                "candidates": 50,
+                "busy_candidates": 40,
+                "windows": wins,
+            }
+        )
+    )
     for name in ("keepc", "keepc2", "keepc3"):
-        rows = [{"policy": p, "chain": c, "link": 0, "pred_submit": 0.0, "pred_start": 10.0,
-                 "decision_lead_trace_h": 0.0, "signed_interruption_h": 1.0, "wasted_node_h": 0.0, "forced": True,
-                 "model_output": np.nan, "sim_signed_interruption_h": 1.0, "sim_decision_lead_h": 0.0}
-                for c in range(2) for p in ("model", "reactive")]
+        rows = [
+            {
+                "policy": p,
+                "chain": c,
+                "link": 0,
+                "pred_submit": 0.0,
+                "pred_start": 10.0,
+                "decision_lead_trace_h": 0.0,
+                "signed_interruption_h": 1.0,
+                "wasted_node_h": 0.0,
+                "forced": True,
+                "model_output": np.nan,
+                "sim_signed_interruption_h": 1.0,
+                "sim_decision_lead_h": 0.0,
+            }
+            for c in range(2)
+            for p in ("model", "reactive")
+        ]
         _run(tmp_path, name, "w1", rows)
     again = pd.read_parquet(tmp_path / "keepc3-w1" / "links.parquet")
     again.loc[again["policy"] == "model", "sim_signed_interruption_h"] = -7.0

@@ -22,10 +22,32 @@ def test_ls6_months_builds_every_command_through_the_planner(tmp_path, monkeypat
     seen: list[list[str]] = []
     monkeypatch.setattr(mod, "run", lambda argv, log: seen.append(list(argv)))
     (tmp_path / "r").mkdir()
-    monkeypatch.setattr(sys, "argv", ["ls6_months.py", "--root", str(tmp_path / "r"), "--trace", "/x/ls6.log",
-                                      "--months", "2023-01", "2023-02", "--nodes", "1", "8", "--models", "xgboost",
-                                      "transformer", "--param", "xgboost:n_estimators=5", "--waste-weight", "0.2",
-                                      "--curve-fractions", "0.5"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "ls6_months.py",
+            "--root",
+            str(tmp_path / "r"),
+            "--trace",
+            "/x/ls6.log",
+            "--months",
+            "2023-01",
+            "2023-02",
+            "--nodes",
+            "1",
+            "8",
+            "--models",
+            "xgboost",
+            "transformer",
+            "--param",
+            "xgboost:n_estimators=5",
+            "--waste-weight",
+            "0.2",
+            "--curve-fractions",
+            "0.5",
+        ],
+    )
     assert mod.main() == 0
     steps = [a[0] for a in seen]
     assert steps.count("ingest") == 1 and steps.count("sample") == 2 and steps.count("merge") == 2
@@ -57,6 +79,12 @@ def test_ls6_months_writes_no_step_flag_by_hand():
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             own.update(id(a) for a in ast.walk(node))
-    by_hand = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-               and re.fullmatch(r"--[a-z][a-z0-9-]*", n.value) and id(n) not in own]
+    by_hand = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and re.fullmatch(r"--[a-z][a-z0-9-]*", n.value)
+        and id(n) not in own
+    ]
     assert by_hand == [], f"lab/campaigns/ls6_months.py spells step flags by hand: {by_hand}"

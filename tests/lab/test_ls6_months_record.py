@@ -18,9 +18,12 @@ def test_committed_records_load_as_the_comparison_reads_them():
         models = doc.previous_models(rec)
         months = {m for m, _ in verdicts}
         assert months == {"2023-01", "2023-02", "2023-03"} and {n for _, n in verdicts} == {1, 8}
-        assert all(set(v) == {"model", "interruption", "diff", "waste", "beats", "objective"} for v in verdicts.values())
-        assert len(models) == 24 and all(isinstance(v["interruption"], float) and isinstance(v["wasted"], float)
-                                         for v in models.values())
+        assert all(
+            set(v) == {"model", "interruption", "diff", "waste", "beats", "objective"} for v in verdicts.values()
+        )
+        assert len(models) == 24 and all(
+            isinstance(v["interruption"], float) and isinstance(v["wasted"], float) for v in models.values()
+        )
 
 
 def test_a_file_that_is_not_a_record_is_refused_by_name(tmp_path):

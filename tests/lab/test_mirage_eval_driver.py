@@ -24,8 +24,9 @@ def _driver():
 
 
 def _describe(path, name, trace):
-    path.write_text(json.dumps({"name": name, "trace": trace, "calibrate": ["1996-10-01", "1996-12-01"],
-                                "months": ["1997-01"]}))
+    path.write_text(
+        json.dumps({"name": name, "trace": trace, "calibrate": ["1996-10-01", "1996-12-01"], "months": ["1997-01"]})
+    )
     return str(path)
 
 
@@ -41,8 +42,9 @@ def _drive(mod, monkeypatch, tmp_path, files, failing_trace):
 
     monkeypatch.setattr(mod, "run", run)
     monkeypatch.setattr(mod.evalplan, "calibration_cut", lambda uri: None)
-    monkeypatch.setattr(sys, "argv", ["mirage_eval.py", "--root", str(tmp_path / "r"), "--waitpred-only",
-                                      "--log-file", *files])
+    monkeypatch.setattr(
+        sys, "argv", ["mirage_eval.py", "--root", str(tmp_path / "r"), "--waitpred-only", "--log-file", *files]
+    )
     return mod.main(), ran
 
 
@@ -100,9 +102,14 @@ def test_sigterm_stops_the_step_it_started_and_says_so(tmp_path):
     late_s = 3.0
     env = dict(os.environ, DRIVER_TEST_DIR=str(tmp_path), LATE_S=str(late_s), PYTHONPATH=str(REPO))
     desc = _describe(tmp_path / "a.json", "a", "/nowhere/a.swf")
-    proc = subprocess.Popen([sys.executable, "-c", WRAPPER, STEP, "--root", str(tmp_path / "r"), "--waitpred-only",
-                             "--log-file", desc], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, STEP, "--root", str(tmp_path / "r"), "--waitpred-only", "--log-file", desc],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (tmp_path / "started").exists() or proc.poll() is not None, "the step to start", 60)
         assert proc.poll() is None, proc.communicate()

@@ -26,8 +26,14 @@ def test_mirage_eval_smoke_and_page(tmp_path):
     shared_trace_path("KTH-SP2-1996-2.1-cln.swf.gz")  # skips with the reason where ../shared/traces is absent
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     root = tmp_path / "eval"
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--root", str(root)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=1800)
+    p = subprocess.run(
+        [sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--root", str(root)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "mirage_eval: CPU" in p.stdout
     run = json.loads((root / "run.json").read_text())
@@ -44,8 +50,24 @@ def test_mirage_eval_smoke_and_page(tmp_path):
     assert wpj["pick"] in CANDIDATES and "coverage" in wpj["out_of_sample"]["guarded"]["pooled"]
     _kill_the_evaluation_at_a_random_point(root / "KTH-SP2", env)
     page = tmp_path / "page" / "clusters.md"
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--root", str(root), "--logs", "KTH-SP2",
-                        "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--root",
+            str(root),
+            "--logs",
+            "KTH-SP2",
+            "--write-doc",
+            str(page),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     text = page.read_text()
     assert "## KTH-SP2" in text and "Verdicts, plainly" in text and "Wait predictor at submission" in text
@@ -61,22 +83,56 @@ def test_mirage_eval_smoke_and_page(tmp_path):
 def _protocol_v2_smoke_and_page(root, tmp_path, env):
     """--protocol v2 on the same root: the ingest, calibration and predictor are reused, the samples carry
     the predictor's answer at each probe, the fresh month is scored, the page states the criteria."""
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--protocol", "v2", "--root", str(root)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    p = subprocess.run(
+        [sys.executable, "-m", "lab.campaigns.mirage_eval", "--smoke", "--protocol", "v2", "--root", str(root)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "ingest ingest.log rc=0" in p.stdout and "skipped" in (root / "KTH-SP2" / "logs" / "ingest.log").read_text()
     for n in (1, 8):
         doc = json.loads((root / "KTH-SP2" / "v2-eval-fresh" / f"node{n}" / "evaluation.json").read_text())
         assert {r["month"] for r in doc["rows"]} == {"1997-04"}
-        assert {"wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "policy-stop", "reactive", "avg-cal",
-                "xgboost", "xgboost-wp"} <= {r["method"] for r in doc["rows"]}
-        assert doc["calibration"]["guarantee-cal"]["level"] == 0.1 and "guarantee-aci" in {r["method"] for r in doc["rows"]}
+        assert {
+            "wait-pred",
+            "wait-pred-cal",
+            "guarantee-10",
+            "guarantee-cal",
+            "policy-stop",
+            "reactive",
+            "avg-cal",
+            "xgboost",
+            "xgboost-wp",
+        } <= {r["method"] for r in doc["rows"]}
+        assert doc["calibration"]["guarantee-cal"]["level"] == 0.1 and "guarantee-aci" in {
+            r["method"] for r in doc["rows"]
+        }
         assert doc["calibration"]["primary"]["rule"] in ("xgboost", "xgboost-wp", "wait-pred-cal", "guarantee-10")
         assert "xgboost-wp" in doc["calibration"]["primary"]["chosen_from"]
     page = tmp_path / "page" / "v2.md"
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--protocol", "v2", "--root", str(root), "--logs",
-                        "KTH-SP2", "--write-doc", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--protocol",
+            "v2",
+            "--root",
+            str(root),
+            "--logs",
+            "KTH-SP2",
+            "--write-doc",
+            str(page),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     text = page.read_text()
     assert "## Fresh months" in text and "(primary)" in text
@@ -89,8 +145,18 @@ def _protocol_v2_smoke_and_page(root, tmp_path, env):
     assert "| KTH-SP2 | 1 | xgboost-uniform |" in text  # the models' answers by time left
     assert "| | | | | xgboost-wp |" in text or "**xgboost-wp** (primary)" in text
     assert "xgboost-wp +" in text or "xgboost-wp -" in text  # its share of the gap to oracle-wait
-    for rule in ("avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal", "xgboost-wp", "xgboost-all",
-                 "xgboost-wp-all", "xgboost-probes", "xgboost-wp-probes"):  # online beside the replay
+    for rule in (
+        "avg-cal",
+        "wait-pred",
+        "wait-pred-cal",
+        "guarantee-10",
+        "guarantee-cal",
+        "xgboost-wp",
+        "xgboost-all",
+        "xgboost-wp-all",
+        "xgboost-probes",
+        "xgboost-wp-probes",
+    ):  # online beside the replay
         assert f"| KTH-SP2 | 8 | {rule} | " in text, rule
     # the end-spaced models are asked only in their last 24 h: none submits earlier online
     for rule in ("xgboost", "xgboost-wp"):
@@ -111,35 +177,100 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "log.swf.gz").symlink_to(src)
     (tmp_path / "site" / "mysite.yaml").write_text(
-        "name: mysite\ntrace: log.swf.gz\ncalibrate: [1996-12-01, 1997-01-01]\nmonths: [1997-01]\n"
-        "procs_per_node: 1\n")
+        "name: mysite\ntrace: log.swf.gz\ncalibrate: [1996-12-01, 1997-01-01]\nmonths: [1997-01]\nprocs_per_node: 1\n"
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     root = tmp_path / "eval"
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
-                        "--waitpred-only", "--cal-trials", "3", "--root", str(root)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--log-file",
+            str(tmp_path / "site" / "mysite.yaml"),
+            "--waitpred-only",
+            "--cal-trials",
+            "3",
+            "--root",
+            str(root),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert not (root / "mysite" / "samples-train").exists()  # waitpred only: no sampling
     doc = json.loads((root / "mysite" / "waitpred" / "waitpred.json").read_text())
     assert doc["params"]["months"] == ["1997-01"] and doc["n_scored"] > 1000
     page = tmp_path / "wp.md"
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
-                        "--waitpred-only", "--root", str(root), "--write-doc", str(page)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--log-file",
+            str(tmp_path / "site" / "mysite.yaml"),
+            "--waitpred-only",
+            "--root",
+            str(root),
+            "--write-doc",
+            str(page),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "## mysite" in page.read_text() and "Targets (1 of 1 logs scored)" in page.read_text()
     # a description with a mistake is refused naming the file and the field, before anything runs
-    (tmp_path / "site" / "bad.json").write_text('{"name": "bad", "trace": "log.swf.gz", "calibrate": ["1997-01-01", '
-                                                 '"1996-12-01"], "months": ["1997-01"]}')
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "bad.json"),
-                        "--waitpred-only", "--root", str(root)], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=120)
+    (tmp_path / "site" / "bad.json").write_text(
+        '{"name": "bad", "trace": "log.swf.gz", "calibrate": ["1997-01-01", "1996-12-01"], "months": ["1997-01"]}'
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--log-file",
+            str(tmp_path / "site" / "bad.json"),
+            "--waitpred-only",
+            "--root",
+            str(root),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "bad.json: field 'calibrate'" in p.stderr
     # a calibration cut by its time limit is refused before the predictor uses it: which trials ran
     # would depend on the machine's speed (a calibrate run stops at the first trial past the limit)
-    p = subprocess.run([sys.executable, "-m", "lab.campaigns.mirage_eval", "--log-file", str(tmp_path / "site" / "mysite.yaml"),
-                        "--waitpred-only", "--cal-trials", "4", "--cal-timeout-s", "0.001", "--root", str(root)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.campaigns.mirage_eval",
+            "--log-file",
+            str(tmp_path / "site" / "mysite.yaml"),
+            "--waitpred-only",
+            "--cal-trials",
+            "4",
+            "--cal-timeout-s",
+            "0.001",
+            "--root",
+            str(root),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 1, p.stdout[-2000:]
     assert "the calibration stopped at its 0.001 s limit after 1 of 4 trials" in p.stdout, p.stdout[-2000:]
     assert "--cal-timeout-s" in p.stdout and "waitpred waitpred.log" not in p.stdout
@@ -152,8 +283,9 @@ def _kill_the_evaluation_at_a_random_point(log_dir, env):
     from proctree import all_gone, tree
 
     out = log_dir / "eval" / "node1"
-    digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
-                      for p in sorted(out.rglob("*")) if p.is_file()}
+    digest = lambda: {  # noqa: E731
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*")) if p.is_file()
+    }
     before = digest()
     cmd = shlex.split((log_dir / "logs" / "eval-node1.log").read_text().splitlines()[0][2:])
     cmd[cmd.index("--bootstrap") + 1] = "100000"  # other parameters, and long enough to be caught scoring

@@ -24,9 +24,16 @@ def _probes(n_samples: int, wait_h: np.ndarray, avg_wait_h: np.ndarray, t0: int 
         start = t0 + k * 6 * H
         end = start + 4 * 86400
         for left in offs:
-            rows.append({"sample": k, "sample_start": start, "probe_time": int(end - left * H),
-                         "pred_end_without_succ": end, "avg_wait_at_pred_start_s": avg_wait_h[k] * H,
-                         "y": wait_h[k] - left})
+            rows.append(
+                {
+                    "sample": k,
+                    "sample_start": start,
+                    "probe_time": int(end - left * H),
+                    "pred_end_without_succ": end,
+                    "avg_wait_at_pred_start_s": avg_wait_h[k] * H,
+                    "y": wait_h[k] - left,
+                }
+            )
     meta = pd.DataFrame(rows)
     p = object.__new__(ev.Probes)
     p.X = np.zeros((len(meta), 1, N_FEATURES), np.float32)
@@ -90,8 +97,6 @@ def test_verdict_needs_the_interval_to_exclude_zero():
     assert ev.verdict(None, None) == "no interval"
 
 
-
-
 def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
     # m = 4: 0.001 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2 stops: 0.03 and 0.04 are kept
     assert ev.holm([0.04, 0.01, 0.001, 0.03]) == [False, True, True, False]
@@ -106,16 +111,21 @@ def test_v2_rows_judge_every_rule_against_reactive_too():
     rng = np.random.default_rng(0)
     n = 200
     reactive = np.where(rng.random(n) < 0.3, 0.0, np.abs(rng.normal(0.5, 0.2, n)))  # often a little late
-    outs = {"reactive": reactive,
-            "avg": reactive - 3.0,  # 3 h early every time: no gap, 8 x 3 node-hours wasted
-            "avg-cal": reactive - 2.0,
-            "rule": reactive - 1.5,  # better than avg-cal (less waste), worse than reactive
-            "oracle": np.zeros(n), "oracle-wait": np.zeros(n)}
+    outs = {
+        "reactive": reactive,
+        "avg": reactive - 3.0,  # 3 h early every time: no gap, 8 x 3 node-hours wasted
+        "avg-cal": reactive - 2.0,
+        "rule": reactive - 1.5,  # better than avg-cal (less waste), worse than reactive
+        "oracle": np.zeros(n),
+        "oracle-wait": np.zeros(n),
+    }
     rows = {r["method"]: r for r in ev.month_rows(outs, node=8, w=0.1, n_boot=2000, seed=0, month="2023-01")}
     rule = rows["rule"]
     assert rule["verdict"] == "better" and rule["verdict_vs_reactive"] == "worse"
     assert rule["p_vs_reactive"] < 0.001 and rule["p_vs_avg_cal"] < 0.001
-    assert rule["oracle_share_ci_hi"] < 0 < rows["oracle"]["oracle_share_ci_lo"] + 1  # worse than reactive: negative share
+    assert (
+        rule["oracle_share_ci_hi"] < 0 < rows["oracle"]["oracle_share_ci_lo"] + 1
+    )  # worse than reactive: negative share
     assert rows["reactive"]["verdict_vs_reactive"] == "reference" and rows["reactive"]["p_vs_reactive"] is None
     # the interrupted share with its exact interval: reactive is late over a minute in most samples
     late = float((reactive > 1 / 60).mean())
@@ -126,8 +136,9 @@ def test_v2_rows_judge_every_rule_against_reactive_too():
 
 def _with_waitpred(p: ev.Probes, pred_h: np.ndarray, bound_h: np.ndarray) -> ev.Probes:
     """The samples of :func:`_probes` with the wait predictor's answer at every probe (per sample)."""
-    p.meta = p.meta.assign(wp_wait_s=pred_h[p.sample] * H, wp_bound_s=bound_h[p.sample] * H,
-                           wp_plan_request_s=pred_h[p.sample] * H)
+    p.meta = p.meta.assign(
+        wp_wait_s=pred_h[p.sample] * H, wp_bound_s=bound_h[p.sample] * H, wp_plan_request_s=pred_h[p.sample] * H
+    )
     return p
 
 
@@ -212,8 +223,10 @@ def test_guarantee_aci_adapts_where_the_months_drift_from_the_validation_split()
     months = sorted(set(ev.month_of(score.sample_start)))
     res = ev.evaluate(train, score, [], months, node=1, n_boot=0, purge_days=1.0)
     per = res["per_sample"]
-    rate = {m: float((g.sort_values("sample")["signed_interruption_h"] > ev.INTERRUPTED_H).mean())
-            for m, g in per.groupby("method")}
+    rate = {
+        m: float((g.sort_values("sample")["signed_interruption_h"] > ev.INTERRUPTED_H).mean())
+        for m, g in per.groupby("method")
+    }
     assert rate[ev.GUARANTEE_CAL] > 0.2, rate
     assert abs(rate[ev.GUARANTEE_ACI] - 0.10) <= (1 + ev.ACI_GAMMA) / (ev.ACI_GAMMA * n), rate
     info = res["calibration"][ev.GUARANTEE_ACI]
@@ -250,8 +263,9 @@ def test_stopping_policy_learns_to_submit_where_the_objective_is_least():
 
     def kind(n, t0=0, seed=0):
         busy = np.random.default_rng(seed).random(n) < 0.5
-        return _with_waitpred(_probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0),
-                              np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5))
+        return _with_waitpred(
+            _probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0), np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5)
+        )
 
     train, score = kind(120, seed=1), kind(60, t0=month, seed=2)
     res = ev.evaluate(train, score, [], ["1997-01"], node=1, n_boot=200, purge_days=1.0)
@@ -292,29 +306,68 @@ def test_xgboost_wp_learns_from_the_predictors_channels_and_the_replay_builds_th
 
     def kind(n, t0=0, seed=0):
         busy = np.random.default_rng(seed).random(n) < 0.5
-        p = _with_waitpred(_probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0),
-                           np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5))
+        p = _with_waitpred(
+            _probes(n, np.where(busy, 3.0, 0.0), np.zeros(n), t0=t0), np.where(busy, 3.0, 0.0), np.where(busy, 4.0, 0.5)
+        )
         p.X = np.zeros((len(p.y), 8, N_FEATURES), np.float32)
         p.X_last = p.X[:, -1:, :]
         return p
 
     train, score = kind(160, seed=1), kind(60, t0=month, seed=2)
     models = []
-    for name, X, names in (("xgboost", train.X, list(FEATURE_NAMES)),
-                           ("xgboost-wp", atprobe.with_features(train.X, train.meta, "train"),
-                            [*FEATURE_NAMES, *atprobe.FEATURES])):
-        man = {"feature_names": names, "window": 8, "step_s": 600, "n_examples": len(train.y),
-               "n_samples": 160, "node": 1, "sample_start_min": int(train.sample_start.min()),
-               "sample_start_max": int(train.sample_start.max()), "data_end": iso(int(train.sample_start.max()) + 86400),
-               "trace_fingerprint": "synthetic", "params": {"workload_days": 1.0}}
-        D.write_dataset(str(tmp_path / f"ds-{name}"), X, train.y, train.sample, train.sample_start, train.probe_time,
-                        np.ones(len(train.y)), man)
+    for name, X, names in (
+        ("xgboost", train.X, list(FEATURE_NAMES)),
+        ("xgboost-wp", atprobe.with_features(train.X, train.meta, "train"), [*FEATURE_NAMES, *atprobe.FEATURES]),
+    ):
+        man = {
+            "feature_names": names,
+            "window": 8,
+            "step_s": 600,
+            "n_examples": len(train.y),
+            "n_samples": 160,
+            "node": 1,
+            "sample_start_min": int(train.sample_start.min()),
+            "sample_start_max": int(train.sample_start.max()),
+            "data_end": iso(int(train.sample_start.max()) + 86400),
+            "trace_fingerprint": "synthetic",
+            "params": {"workload_days": 1.0},
+        }
+        D.write_dataset(
+            str(tmp_path / f"ds-{name}"),
+            X,
+            train.y,
+            train.sample,
+            train.sample_start,
+            train.probe_time,
+            np.ones(len(train.y)),
+            man,
+        )
         models.append(str(tmp_path / name))
-        assert main("mirage_tasks", STEPS, ["train", "--model", "xgboost", "--dataset", str(tmp_path / f"ds-{name}"),
-                                            "--out", models[-1], "--threads", "1", "--purge-days", "1"]) == 0
+        assert (
+            main(
+                "mirage_tasks",
+                STEPS,
+                [
+                    "train",
+                    "--model",
+                    "xgboost",
+                    "--dataset",
+                    str(tmp_path / f"ds-{name}"),
+                    "--out",
+                    models[-1],
+                    "--threads",
+                    "1",
+                    "--purge-days",
+                    "1",
+                ],
+            )
+            == 0
+        )
     res = ev.evaluate(train, score, models, ["1997-01"], node=1, n_boot=200, purge_days=1.0)
     r = res["rows"].set_index("method")
-    assert res["calibration"]["xgboost-wp"]["kind"] == "xgboost-wp" and res["calibration"]["xgboost"]["kind"] == "xgboost"
+    assert (
+        res["calibration"]["xgboost-wp"]["kind"] == "xgboost-wp" and res["calibration"]["xgboost"]["kind"] == "xgboost"
+    )
     # the answer separates the busy samples: near the oracle (1 h overlap on busy ones: 0.1 x share busy)
     assert r.loc["xgboost-wp", "objective"] < 0.3 * r.loc["reactive", "objective"]
     assert r.loc["xgboost-wp", "objective"] <= r.loc["xgboost", "objective"] - 0.5
@@ -329,8 +382,16 @@ def test_xgboost_wp_learns_from_the_predictors_channels_and_the_replay_builds_th
     from mirage_tasks.slurm import keeper
 
     with pytest.raises(ev.StepError, match="waitpred-features.*give --waitpred"):
-        validate.resolve_model(models[1], node=1, stochastic=False, window=None, step_s=None,
-                               allow_node_mismatch=False, first_start=month, last_end=month + 86400)
+        validate.resolve_model(
+            models[1],
+            node=1,
+            stochastic=False,
+            window=None,
+            step_s=None,
+            allow_node_mismatch=False,
+            first_start=month,
+            last_end=month + 86400,
+        )
     with pytest.raises(ValueError, match="waitpred-features.*--policy wait-pred"):
         keeper.model_decider(models[1])
 
@@ -344,8 +405,20 @@ def test_a_sample_output_where_a_dataset_is_expected_exits_2_naming_the_flag(tmp
     s.write_json("shard.json", {})
     s.commit()
     out = tmp_path / "o"
-    rc = ev.main(["--train-samples", str(samples), "--dataset", str(samples), "--score-samples",
-                  str(samples), "--months", "2024-01", "--out", str(out)])
+    rc = ev.main(
+        [
+            "--train-samples",
+            str(samples),
+            "--dataset",
+            str(samples),
+            "--score-samples",
+            str(samples),
+            "--months",
+            "2024-01",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--dataset" in err and "not a merge output" in err, err
     assert not out.exists()

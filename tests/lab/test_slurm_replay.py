@@ -15,15 +15,30 @@ def _replay_dir(tmp_path):
     rows = []
     # 3 nodes: a 2-node job runs 2 h, a second waits for it, a 1-node job fits beside (backfill)
     for k, (sub, dur, n, pr) in enumerate([(0, 7200, 2, 10.0), (60, 7200, 2, 10.0), (120, 600, 1, 1.0)]):
-        rows.append({"trace_job_id": str(k), "kind": "window", "trace_submit": sub, "trace_start": sub, "nodes": n,
-                     "duration_s": dur, "limit_s": dur, "priority": pr, "sleep_s": dur / 60, "limit_min": dur // 3600,
-                     "slurm_id": str(k), "submit_t": float(sub), "start_t": [0.0, 7200.0, 120.0][k]})
+        rows.append(
+            {
+                "trace_job_id": str(k),
+                "kind": "window",
+                "trace_submit": sub,
+                "trace_start": sub,
+                "nodes": n,
+                "duration_s": dur,
+                "limit_s": dur,
+                "priority": pr,
+                "sleep_s": dur / 60,
+                "limit_min": dur // 3600,
+                "slurm_id": str(k),
+                "submit_t": float(sub),
+                "start_t": [0.0, 7200.0, 120.0][k],
+            }
+        )
     d = tmp_path / "replay"
     d.mkdir()
     pd.DataFrame(rows).to_parquet(d / "jobs.parquet")
     cfg = SimConfig(nodes=3).to_dict()
-    (d / "replay.json").write_text(json.dumps({"factor": 60, "config": cfg, "from": "x", "to": "y",
-                                               "run": {"horizon_t": 1e9}}))
+    (d / "replay.json").write_text(
+        json.dumps({"factor": 60, "config": cfg, "from": "x", "to": "y", "run": {"horizon_t": 1e9}})
+    )
     return d
 
 
@@ -55,9 +70,8 @@ def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_anot
     import argparse
     import json
 
-    from stepkit import StepError
-
     from lab.slurm import fidelity_slurm
+    from stepkit import StepError
 
     d = _replay_dir(tmp_path)
     p = argparse.ArgumentParser()
@@ -67,14 +81,17 @@ def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_anot
         out = tmp_path / name
         assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(out), *extra])) == 0
         runs[name] = json.loads((out / "fidelity_slurm.json").read_text())["comparison"]
-    assert runs["default"]["sim_config"]["backfill"] == "named"        # what Slurm's sched/backfill does
+    assert runs["default"]["sim_config"]["backfill"] == "named"  # what Slurm's sched/backfill does
     assert runs["count"]["sim_config"]["backfill"] == "conservative"
     assert runs["default"]["submit_times"] == "jobcomp (whole seconds)"
     with pytest.raises(StepError, match="--sim-backfill must be one of"):
         fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "x"), "--sim-backfill", "nope"]))
     with pytest.raises(StepError, match="--slurm-log .*: no such file"):
-        fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "y"),
-                                         "--slurm-log", str(tmp_path / "missing.log")]))
+        fidelity_slurm.run(
+            p.parse_args(
+                ["--replay", str(d), "--out", str(tmp_path / "y"), "--slurm-log", str(tmp_path / "missing.log")]
+            )
+        )
     # the replay as replay-slurm writes it: its start, origin and Slurm's whole-second submissions
     from datetime import datetime
 
@@ -85,17 +102,24 @@ def test_fidelity_slurm_scores_named_nodes_by_default_and_takes_the_log_and_anot
     jobs = pd.read_parquet(d / "jobs.parquet")
     jobs["slurm_submit"] = origin + jobs["submit_t"] / 60
     jobs.to_parquet(d / "jobs.parquet")
-    log = tmp_path / "slurmctld.log"   # slurmctld received each half a second into its second
-    log.write_text("".join(f"[{datetime.fromtimestamp(t + 0.5).isoformat(timespec='milliseconds')}] "
-                           f"_slurm_rpc_submit_batch_job: JobId={i} InitPrio=1 usec=1\n"
-                           for i, t in zip(jobs["slurm_id"], jobs["slurm_submit"])))
-    assert fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "ms"), "--slurm-log", str(log)])) == 0
+    log = tmp_path / "slurmctld.log"  # slurmctld received each half a second into its second
+    log.write_text(
+        "".join(
+            f"[{datetime.fromtimestamp(t + 0.5).isoformat(timespec='milliseconds')}] "
+            f"_slurm_rpc_submit_batch_job: JobId={i} InitPrio=1 usec=1\n"
+            for i, t in zip(jobs["slurm_id"], jobs["slurm_submit"])
+        )
+    )
+    assert (
+        fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "ms"), "--slurm-log", str(log)]))
+        == 0
+    )
     ms = json.loads((tmp_path / "ms" / "fidelity_slurm.json").read_text())["comparison"]
     assert ms["submit_times"] == "slurmctld's log (ms)" and ms["compared"] == 3
     frame = pd.read_parquet(tmp_path / "ms" / "jobs.parquet")
     assert (frame["submit_t"] - jobs["submit_t"]).tolist() == pytest.approx([30.0, 30.0, 30.0])  # 0.5 s x60
-    other = tmp_path / "other.log"   # a log of another cluster: none of this replay's jobs in it
+    other = tmp_path / "other.log"  # a log of another cluster: none of this replay's jobs in it
     other.write_text("[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=999 InitPrio=1 usec=1\n")
     with pytest.raises(StepError, match="no submission of this replay's jobs"):
         fidelity_slurm.run(p.parse_args(["--replay", str(d), "--out", str(tmp_path / "z"), "--slurm-log", str(other)]))
-    assert not (tmp_path / "z" / "fidelity_slurm.json").exists()   # nothing committed
+    assert not (tmp_path / "z" / "fidelity_slurm.json").exists()  # nothing committed

@@ -5,8 +5,7 @@ a message naming the flag, no output folder and no cluster root."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lab.__main__ import STEPS
 from mirage_tasks.data.times import iso
@@ -34,35 +33,103 @@ def _refused(capsys, out, *argv, names: str) -> str:
 
 def test_a_window_outside_the_trace_exits_2_before_a_cluster_starts(trace, tmp_path, capsys):
     out = tmp_path / "r"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + 50 * DAY), "--to",
-             iso(T0 + 51 * DAY), "--factor", "60", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--from/--to")
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0 + 50 * DAY),
+        "--to",
+        iso(T0 + 51 * DAY),
+        "--factor",
+        "60",
+        "--nodes",
+        "8",
+        "--slurm-root",
+        tmp_path / "slurm",
+        "--out",
+        out,
+        names="--from/--to",
+    )
     assert not (tmp_path / "slurm").exists()
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["--factor", "0"], "--factor"),
-    (["--factor", "60", "--drain", "-5"], "--drain"),
-])
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["--factor", "0"], "--factor"),
+        (["--factor", "60", "--drain", "-5"], "--drain"),
+    ],
+)
 def test_zero_and_negative_sizes_exit_2_naming_the_flag(tmp_path, capsys, argv, flag):
     out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", *argv,
-             "--out", out, names=flag)
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        "T",
+        "--from",
+        "2024-01-01",
+        "--to",
+        "2024-01-02",
+        *argv,
+        "--out",
+        out,
+        names=flag,
+    )
 
 
 def test_an_existing_file_as_slurm_root_exits_2(trace, tmp_path, capsys):
     f = tmp_path / "a-file"
     f.write_text("x")
     out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
-             "--factor", "600", "--nodes", "8", "--slurm-root", f, "--out", out, names="--slurm-root")
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0 + DAY),
+        "--to",
+        iso(T0 + 2 * DAY),
+        "--factor",
+        "600",
+        "--nodes",
+        "8",
+        "--slurm-root",
+        f,
+        "--out",
+        out,
+        names="--slurm-root",
+    )
 
 
 def test_a_replay_of_weeks_at_x1_is_refused_as_unbounded_work(trace, tmp_path, capsys):
     out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0), "--to", iso(T0 + SPAN_DAYS * DAY),
-             "--factor", "0.5", "--nodes", "8", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--from/--to/--factor")
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0),
+        "--to",
+        iso(T0 + SPAN_DAYS * DAY),
+        "--factor",
+        "0.5",
+        "--nodes",
+        "8",
+        "--slurm-root",
+        tmp_path / "slurm",
+        "--out",
+        out,
+        names="--from/--to/--factor",
+    )
     assert not (tmp_path / "slurm").exists()
 
 
@@ -70,16 +137,47 @@ def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
     """A Slurm client retries a missing slurm.conf for 60 s per call."""
     out = tmp_path / "o"
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))
-    _refused(capsys, out, "replay-slurm", "--trace", "T", "--from", "2024-01-01", "--to", "2024-01-02", "--factor",
-             "60", "--out", out, names="SLURM_CONF=")
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        "T",
+        "--from",
+        "2024-01-01",
+        "--to",
+        "2024-01-02",
+        "--factor",
+        "60",
+        "--out",
+        out,
+        names="SLURM_CONF=",
+    )
 
 
 def test_a_cluster_size_beyond_a_local_slurm_is_refused(trace, tmp_path, capsys):
     """The ls6 preset's 84 nodes are fine for the simulator; 5000 slurmd are not a local cluster."""
     out = tmp_path / "o"
-    _refused(capsys, out, "replay-slurm", "--trace", trace, "--from", iso(T0 + DAY), "--to", iso(T0 + 2 * DAY),
-             "--factor", "600", "--nodes", "5000", "--slurm-root", tmp_path / "slurm", "--out", out,
-             names="--slurm-root")
+    _refused(
+        capsys,
+        out,
+        "replay-slurm",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0 + DAY),
+        "--to",
+        iso(T0 + 2 * DAY),
+        "--factor",
+        "600",
+        "--nodes",
+        "5000",
+        "--slurm-root",
+        tmp_path / "slurm",
+        "--out",
+        out,
+        names="--slurm-root",
+    )
     assert not (tmp_path / "slurm").exists()
 
 
@@ -102,8 +200,11 @@ def test_any_number_for_a_bounded_flag_is_taken_or_refused_naming_it(data):
     value = data.draw(_numbers)
     lo, hi = replay_slurm.BOUNDS[dest]
     ns = argparse.Namespace(**{dest: value})
-    ok = (not isinstance(value, float) or math.isfinite(value)) and (lo is None or value >= lo) and (
-        hi is None or value <= hi)
+    ok = (
+        (not isinstance(value, float) or math.isfinite(value))
+        and (lo is None or value >= lo)
+        and (hi is None or value <= hi)
+    )
     if ok:
         check_flag_values(ns, replay_slurm.BOUNDS)
     else:

@@ -29,8 +29,9 @@ def test_trace_facts_sustained_concurrency_and_dispatch_latency():
     for _ in range(3):
         rows.append({"submit": T0, "start": T0 + 4, "end": T0 + 2 * H, "limit": 3 * H, "nodes": 2, "user": "a"})
     for _ in range(10):
-        rows.append({"submit": T0 + 5 * H, "start": T0 + 5 * H + 2, "end": T0 + 5 * H + 62, "limit": H,
-                     "nodes": 1, "user": "b"})
+        rows.append(
+            {"submit": T0 + 5 * H, "start": T0 + 5 * H + 2, "end": T0 + 5 * H + 62, "limit": H, "nodes": 1, "user": "b"}
+        )
     rows.append({"submit": T0, "start": T0 + 9 * H, "end": T0 + 10 * H, "limit": H, "nodes": 1, "user": "c"})
     wl = Workload.from_frame(frame(rows))
     f = trace_facts(wl, T0, T0 + 12 * H)
@@ -82,9 +83,26 @@ def _day(k: int) -> str:
 def test_calibrate_recovers_the_configuration_that_made_the_trace(self_made, tmp_path):
     d, uri = self_made
     out = tmp_path / "cal"
-    rc = _cli("--trace", uri, "--calibrate-from", _day(20), "--calibrate-to", _day(40), "--score-from", _day(40),
-              "--score-to", _day(60), "--out", str(out), "--trials", "4", "--start-config", str(d / "cfg.json"),
-              "--lead-in-days", "3")
+    rc = _cli(
+        "--trace",
+        uri,
+        "--calibrate-from",
+        _day(20),
+        "--calibrate-to",
+        _day(40),
+        "--score-from",
+        _day(40),
+        "--score-to",
+        _day(60),
+        "--out",
+        str(out),
+        "--trials",
+        "4",
+        "--start-config",
+        str(d / "cfg.json"),
+        "--lead-in-days",
+        "3",
+    )
     assert rc == 0
     doc = json.loads((out / "calibration.json").read_text())
     for block in ("in_sample", "out_of_sample"):
@@ -102,36 +120,104 @@ def test_calibrate_recovers_the_configuration_that_made_the_trace(self_made, tmp
     md = (out / "calibration.md").read_text()
     assert "WARNING" not in md and "out of sample" in md
     # the same inputs again: skipped
-    assert _cli("--trace", uri, "--calibrate-from", _day(20), "--calibrate-to", _day(40), "--score-from", _day(40),
-                "--score-to", _day(60), "--out", str(out), "--trials", "4", "--start-config", str(d / "cfg.json"),
-                "--lead-in-days", "3") == 0
+    assert (
+        _cli(
+            "--trace",
+            uri,
+            "--calibrate-from",
+            _day(20),
+            "--calibrate-to",
+            _day(40),
+            "--score-from",
+            _day(40),
+            "--score-to",
+            _day(60),
+            "--out",
+            str(out),
+            "--trials",
+            "4",
+            "--start-config",
+            str(d / "cfg.json"),
+            "--lead-in-days",
+            "3",
+        )
+        == 0
+    )
 
 
 def test_calibrate_warns_when_it_cannot_beat_zero_wait(tmp_path):
-    rows = [{"submit": T0 + k * 1800, "start": T0 + k * 1800, "end": T0 + k * 1800 + 7200, "limit": 7200,
-             "nodes": 1 + k % 3, "user": f"u{k % 4}"} for k in range(40 * 48)]
+    rows = [
+        {
+            "submit": T0 + k * 1800,
+            "start": T0 + k * 1800,
+            "end": T0 + k * 1800 + 7200,
+            "limit": 7200,
+            "nodes": 1 + k % 3,
+            "user": f"u{k % 4}",
+        }
+        for k in range(40 * 48)
+    ]
     uri = str(tmp_path / "trace")
     write_trace(uri + "/trace.parquet", frame(rows), TraceMeta(source="idle", format="test", timezone="UTC"))
     out = tmp_path / "cal"
-    assert _cli("--trace", uri, "--calibrate-from", _day(2), "--calibrate-to", _day(15), "--score-from", _day(15),
-                "--score-to", _day(30), "--out", str(out), "--trials", "2", "--lead-in-days", "1") == 0
+    assert (
+        _cli(
+            "--trace",
+            uri,
+            "--calibrate-from",
+            _day(2),
+            "--calibrate-to",
+            _day(15),
+            "--score-from",
+            _day(15),
+            "--score-to",
+            _day(30),
+            "--out",
+            str(out),
+            "--trials",
+            "2",
+            "--lead-in-days",
+            "1",
+        )
+        == 0
+    )
     doc = json.loads((out / "calibration.json").read_text())
     assert doc["beats_zero_wait"] is False and doc["out_of_sample"]["zero_mae_h"] == 0
     md = (out / "calibration.md").read_text()
     assert "WARNING" in md and "does NOT beat predicting zero wait" in md and "worse or equal on MAE" in md
 
 
-@pytest.mark.parametrize("windows, needle", [
-    ((10, 30, 20, 40), "--score-from"),       # overlapping
-    ((30, 20, 40, 50), "--calibrate-to"),     # reversed
-    ((10, 20, 80, 90), "--score-from/--score-to"),  # no job submitted there
-])
+@pytest.mark.parametrize(
+    "windows, needle",
+    [
+        ((10, 30, 20, 40), "--score-from"),  # overlapping
+        ((30, 20, 40, 50), "--calibrate-to"),  # reversed
+        ((10, 20, 80, 90), "--score-from/--score-to"),  # no job submitted there
+    ],
+)
 def test_calibrate_bad_windows_exit_2_and_write_nothing(self_made, tmp_path, capsys, windows, needle):
     _, uri = self_made
     a, b, c, d = (_day(k) for k in windows)
     out = tmp_path / "cal"
-    assert _cli("--trace", uri, "--calibrate-from", a, "--calibrate-to", b, "--score-from", c, "--score-to", d,
-                "--out", str(out), "--trials", "1") == 2
+    assert (
+        _cli(
+            "--trace",
+            uri,
+            "--calibrate-from",
+            a,
+            "--calibrate-to",
+            b,
+            "--score-from",
+            c,
+            "--score-to",
+            d,
+            "--out",
+            str(out),
+            "--trials",
+            "1",
+        )
+        == 2
+    )
     assert needle in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
 
@@ -144,21 +230,41 @@ def test_swf_without_node_counts_ingest_warns_and_calibrate_names_the_flag(tmp_p
     for k in range(1, 1200):
         procs = 16 * (1 + k % 4)
         t += 1500
-        rows.append(f"{k} {t} {(k * 37) % 5000} {3000 + (k * 13) % 4000} {procs} -1 -1 {procs} 7200 -1 1 "
-                    f"{k % 5} 1 -1 -1 1 -1 -1")
-    text = "\n".join(["; UnixStartTime: 1000000000", "; TimeZoneString: Europe/Paris", "; MaxNodes: 8",
-                      "; MaxProcs: 128", *rows])
+        rows.append(
+            f"{k} {t} {(k * 37) % 5000} {3000 + (k * 13) % 4000} {procs} -1 -1 {procs} 7200 -1 1 "
+            f"{k % 5} 1 -1 -1 1 -1 -1"
+        )
+    text = "\n".join(
+        ["; UnixStartTime: 1000000000", "; TimeZoneString: Europe/Paris", "; MaxNodes: 8", "; MaxProcs: 128", *rows]
+    )
     path = tmp_path / "t.swf"
     path.write_text(text + "\n")
     out = tmp_path / "trace"
-    assert main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
-                ["ingest", "--trace", str(path), "--out", str(out)]) == 0
+    assert (
+        main(
+            "mirage_tasks",
+            {"ingest": ("mirage_tasks.steps.ingest", "")},
+            ["ingest", "--trace", str(path), "--out", str(out)],
+        )
+        == 0
+    )
     printed = capsys.readouterr()
     assert "--procs-per-node" in printed.out and "16.0 per node" in printed.out
     assert json.loads((out / "ingest_report.json").read_text())["jobs_without_node_count"] == 1199
-    windows = ["--calibrate-from", "2001-09-09T12:00:00", "--calibrate-to", "2001-09-16T00:00:00",
-               "--score-from", "2001-09-16T00:00:00", "--score-to", "2001-09-23T00:00:00", "--trials", "2",
-               "--lead-in-days", "1"]
+    windows = [
+        "--calibrate-from",
+        "2001-09-09T12:00:00",
+        "--calibrate-to",
+        "2001-09-16T00:00:00",
+        "--score-from",
+        "2001-09-16T00:00:00",
+        "--score-to",
+        "2001-09-23T00:00:00",
+        "--trials",
+        "2",
+        "--lead-in-days",
+        "1",
+    ]
     assert _cli("--trace", str(out), "--out", str(tmp_path / "c1"), *windows) == 2
     err = capsys.readouterr().err
     assert "--procs-per-node" in err and "procs_per_node" not in err

@@ -35,12 +35,15 @@ NAME, DEFAULT = "bootstrap", 2000
 SPEC = runconf.Spec(
     "Bootstrap draws",
     "Bootstrap draws of the metrics' 95 % intervals (metrics --bootstrap); 0: no intervals.",
-    "integer", schema={"minimum": 0, "maximum": 100_000})
+    "integer",
+    schema={"minimum": 0, "maximum": 100_000},
+)
 
 # ----------------------------------------------------------------------------- edit 1: the field
 
-BootstrapRun = dataclasses.make_dataclass("BootstrapRun", [(NAME, int, runconf._f(DEFAULT, SPEC))],
-                                          bases=(MirageRun,), frozen=True)
+BootstrapRun = dataclasses.make_dataclass(
+    "BootstrapRun", [(NAME, int, runconf._f(DEFAULT, SPEC))], bases=(MirageRun,), frozen=True
+)
 
 
 @pytest.fixture
@@ -54,6 +57,7 @@ def declared(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- edit 2: its use in the plan
+
 
 def plan_uses_the_param(monkeypatch) -> None:
     """plan() with ``bootstrap=run.bootstrap`` in its ``argv("metrics", ...)`` call."""
@@ -86,8 +90,14 @@ def test_the_param_is_in_the_dags_form(declared):
     rendered = runconf.form(runconf.PIPELINE_FORM, choices={"device": ["cpu"]})
     assert list(rendered)[-1] == NAME and list(rendered)[0] == "size"
     spec = rendered[NAME]
-    assert spec == {"default": DEFAULT, "type": "integer", "title": SPEC.title, "description": SPEC.description,
-                    "minimum": 0, "maximum": 100_000}
+    assert spec == {
+        "default": DEFAULT,
+        "type": "integer",
+        "title": SPEC.title,
+        "description": SPEC.description,
+        "minimum": 0,
+        "maximum": 100_000,
+    }
     schema = {k: v for k, v in spec.items() if k not in ("default", "title", "description")}
     jsonschema.validate(DEFAULT, schema)  # what the Airflow form checks
     with pytest.raises(jsonschema.ValidationError):
@@ -99,7 +109,8 @@ def test_the_param_is_typed_and_checked():
     assert BootstrapRun.from_params({"size": "demo", NAME: None}).bootstrap == DEFAULT  # an empty form field
     assert BootstrapRun.from_params({NAME: 500}).bootstrap == 500
     assert BootstrapRun.from_params({NAME: 500.0}).bootstrap == 500 and isinstance(
-        BootstrapRun.from_params({NAME: 500.0}).bootstrap, int)
+        BootstrapRun.from_params({NAME: 500.0}).bootstrap, int
+    )
     for bad in ("many", -1, 100_001, 2.5, True, [1]):
         with pytest.raises(ValueError, match=NAME):
             BootstrapRun.from_params({NAME: bad})
@@ -113,7 +124,7 @@ def test_the_plan_passes_it_to_the_metrics_step(monkeypatch, tmp_path):
     p = plan_mod.plan_run(BootstrapRun.from_params({"size": "demo", NAME: 500}), shared, runs, APRIL)
     assert parsed(p["metrics"])[NAME] == 500
     at = p["metrics"].index("--bootstrap")
-    assert p["metrics"][at:at + 2] == ["--bootstrap", "500"]
+    assert p["metrics"][at : at + 2] == ["--bootstrap", "500"]
     others = [p["trace_argv"], p["fidelity"], p["report"], *p["merge"], *p["train_cpu"], *p["validate"]]
     assert not any("--bootstrap" in a for a in others)  # only the step it is meant for
 
@@ -130,8 +141,10 @@ def test_at_its_default_nothing_stored_moves(monkeypatch, tmp_path):
     assert NAME not in BootstrapRun.from_params({}).key_params()
     shared, runs = str(tmp_path / "mirage"), str(tmp_path / "mirage_pipeline")
     plans = ("demo", "paper", "scheduled")
-    befores = {conf: plan_mod.plan_run(MirageRun.from_params(CONFS[conf][0], **CONFS[conf][1]), shared, runs, APRIL)
-               for conf in plans}  # the code as it is
+    befores = {
+        conf: plan_mod.plan_run(MirageRun.from_params(CONFS[conf][0], **CONFS[conf][1]), shared, runs, APRIL)
+        for conf in plans
+    }  # the code as it is
     plan_uses_the_param(monkeypatch)  # the code with the edit
     for conf in plans:
         params, kw = CONFS[conf]

@@ -10,8 +10,15 @@ import pytest
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import LogSpec, SpecError
 
-GOOD = {"name": "site", "trace": "/data/log.swf", "calibrate": ["2024-01-01", "2024-03-01"],
-        "months": ["2024-04", "2024-03"], "nodes": [8, 1], "procs_per_node": 8, "machine_nodes": 240}
+GOOD = {
+    "name": "site",
+    "trace": "/data/log.swf",
+    "calibrate": ["2024-01-01", "2024-03-01"],
+    "months": ["2024-04", "2024-03"],
+    "nodes": [8, 1],
+    "procs_per_node": 8,
+    "machine_nodes": 240,
+}
 
 
 def test_a_good_description_round_trips_sorted():
@@ -20,22 +27,27 @@ def test_a_good_description_round_trips_sorted():
     assert LogSpec.from_dict(s.to_dict()) == s
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"months": ["2024-02"]}, "field 'months': the first scored month 2024-02 begins before"),
-    ({"months": ["2024-3"]}, "field 'months': '2024-3' not of the form YYYY-MM"),
-    ({"calibrate": ["2024-03-01", "2024-01-01"]}, "field 'calibrate': the end"),
-    ({"calibrate": "2024-01-01"}, "field 'calibrate': two dates"),
-    ({"nodes": [0]}, "field 'nodes'"),
-    ({"nodes": ["8"]}, "field 'nodes'"),
-    ({"procs_per_node": -1}, "field 'procs_per_node'"),
-    ({"machine_nodes": 2.5}, "field 'machine_nodes'"),
-    ({"timezone": "Mars/Olympus"}, "field 'timezone'"),
-    ({"name": "../x"}, "field 'name'"),
-    ({"sizes": [1]}, "unknown field(s) sizes"),
-    ({"trace": None}, "field 'trace' is required"),
-    ({"months": [f"2025-{m:02d}" for m in range(1, 13)] + [f"2026-{m:02d}" for m in range(1, 13)] + ["2027-01"]},
-     "at most 24"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"months": ["2024-02"]}, "field 'months': the first scored month 2024-02 begins before"),
+        ({"months": ["2024-3"]}, "field 'months': '2024-3' not of the form YYYY-MM"),
+        ({"calibrate": ["2024-03-01", "2024-01-01"]}, "field 'calibrate': the end"),
+        ({"calibrate": "2024-01-01"}, "field 'calibrate': two dates"),
+        ({"nodes": [0]}, "field 'nodes'"),
+        ({"nodes": ["8"]}, "field 'nodes'"),
+        ({"procs_per_node": -1}, "field 'procs_per_node'"),
+        ({"machine_nodes": 2.5}, "field 'machine_nodes'"),
+        ({"timezone": "Mars/Olympus"}, "field 'timezone'"),
+        ({"name": "../x"}, "field 'name'"),
+        ({"sizes": [1]}, "unknown field(s) sizes"),
+        ({"trace": None}, "field 'trace' is required"),
+        (
+            {"months": [f"2025-{m:02d}" for m in range(1, 13)] + [f"2026-{m:02d}" for m in range(1, 13)] + ["2027-01"]},
+            "at most 24",
+        ),
+    ],
+)
 def test_every_mistake_names_the_file_and_the_field(change, needle):
     with pytest.raises(SpecError) as e:
         LogSpec.from_dict({**GOOD, **change}, source="mysite.json")
@@ -45,7 +57,9 @@ def test_every_mistake_names_the_file_and_the_field(change, needle):
 def test_files_json_and_yaml_relative_traces_and_bad_syntax(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({**GOOD, "trace": "log.swf"}))
     assert evalplan.load(str(tmp_path / "a.json")).trace == str(tmp_path / "log.swf")
-    (tmp_path / "b.yaml").write_text("name: b\ntrace: log.swf\ncalibrate: [2024-01-01, 2024-03-01]\nmonths: [2024-03]\n")
+    (tmp_path / "b.yaml").write_text(
+        "name: b\ntrace: log.swf\ncalibrate: [2024-01-01, 2024-03-01]\nmonths: [2024-03]\n"
+    )
     assert evalplan.load(str(tmp_path / "b.yaml")).calibrate == ("2024-01-01", "2024-03-01")
     (tmp_path / "c.json").write_text('{"name": "c",\n "trace": }')
     with pytest.raises(SpecError, match=r"c.json: not valid JSON \(line 2 column"):
@@ -62,49 +76,71 @@ def test_a_yaml_alias_bomb_or_a_huge_file_is_refused_while_read(tmp_path):
     levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
     levels += [f"{c}: &{c} [{', '.join(['*' + p] * 10)}]" for p, c in zip("abcde", "bcdef")]
     bomb = tmp_path / "bomb.yaml"
-    bomb.write_text("\n".join(["name: b", "trace: log.swf", "calibrate: [2024-01-01, 2024-03-01]", *levels,
-                               "months: *f"]) + "\n")
+    bomb.write_text(
+        "\n".join(["name: b", "trace: log.swf", "calibrate: [2024-01-01, 2024-03-01]", *levels, "months: *f"]) + "\n"
+    )
     with pytest.raises(SpecError) as e:
         evalplan.load(str(bomb))
     assert str(e.value).startswith(f"{bomb}: line ") and "expands to more than" in str(e.value)
     assert len(str(e.value)) < 500
     big = tmp_path / "big.json"
     big.write_text(json.dumps({**GOOD, "trace": "x" * evalplan.MAX_DESCRIPTION_BYTES}))
-    with pytest.raises(SpecError, match=f"big.json: cannot read the log description \\(larger than {evalplan.MAX_DESCRIPTION_BYTES} bytes"):
+    with pytest.raises(
+        SpecError,
+        match=f"big.json: cannot read the log description \\(larger than {evalplan.MAX_DESCRIPTION_BYTES} bytes",
+    ):
         evalplan.load(str(big))
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"nodes": [1] * 9}, "field 'nodes': 9 node sizes; at most 8"),
-    ({"months": ["2024-03"] * 25}, "field 'months': 25 months; at most 24"),
-    ({"months": ["2024-03", "2026-03"]}, "field 'months': 2024-03 .. 2026-03 spans 25 months; at most 24"),
-    ({"months": ["0000-01"], "calibrate": ["1960-01-01", "1960-02-01"]}, "field 'calibrate'"),
-    ({"months": ["9999-12"]}, "field 'months': '9999-12-01': the year must lie in 1970 .. 2261"),
-    ({"calibrate": ["2022-01-01", "2024-03-01"]}, ("field 'calibrate': 2022-01-01 .. 2024-03-01 is 790 days; "
-                                                   "at most 731")),
-    ({"train_start": "2020-01-01"}, ("field 'train_start': the training window 2020-01-01 .. 2024-03 is 1521 "
-                                     "days; at most 1096")),
-    ({"train_start": "2024-03-05"}, "field 'train_start': 2024-03-05 is not before the first scored month"),
-    ({"timezone": "x" * 65}, "field 'timezone': an IANA time zone name (at most 64 characters)"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"nodes": [1] * 9}, "field 'nodes': 9 node sizes; at most 8"),
+        ({"months": ["2024-03"] * 25}, "field 'months': 25 months; at most 24"),
+        ({"months": ["2024-03", "2026-03"]}, "field 'months': 2024-03 .. 2026-03 spans 25 months; at most 24"),
+        ({"months": ["0000-01"], "calibrate": ["1960-01-01", "1960-02-01"]}, "field 'calibrate'"),
+        ({"months": ["9999-12"]}, "field 'months': '9999-12-01': the year must lie in 1970 .. 2261"),
+        (
+            {"calibrate": ["2022-01-01", "2024-03-01"]},
+            ("field 'calibrate': 2022-01-01 .. 2024-03-01 is 790 days; at most 731"),
+        ),
+        (
+            {"train_start": "2020-01-01"},
+            ("field 'train_start': the training window 2020-01-01 .. 2024-03 is 1521 days; at most 1096"),
+        ),
+        ({"train_start": "2024-03-05"}, "field 'train_start': 2024-03-05 is not before the first scored month"),
+        ({"timezone": "x" * 65}, "field 'timezone': an IANA time zone name (at most 64 characters)"),
+    ],
+)
 def test_every_count_has_a_bound_named_in_its_error(change, needle):
     with pytest.raises(SpecError) as e:
         LogSpec.from_dict({**GOOD, **change}, source="mysite.json")
     assert str(e.value).startswith("mysite.json: ") and needle in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("change,needle", [
-    # passed here, then calibrate refused its --score-from (scored from the first month's midnight)
-    ({"calibrate": ["2024-01-01", "2024-03-01T12:00"]}, ("field 'months': the first scored month 2024-03 "
-                                                         "begins before the calibration period ends (2024-03-01T12:00)")),
-    # passed here (read as its first ten characters), then calibrate refused its --calibrate-from
-    ({"calibrate": ["2024-01-01 sharp", "2024-03-01"]}, "field 'calibrate': '2024-01-01 sharp' is not a date"),
-    ({"calibrate": ["2024-01-01T00:00+02:00", "2024-03-01"]}, "without an offset"),
-    # passed here, then calibrate refused it as "--cluster-config 'lonestar': neither a preset ... nor a file"
-    ({"start_config": "lonestar"}, "field 'start_config': 'lonestar' is neither a preset (ls6, reference) nor a file"),
-    # passed here, then every step refused "--trace s3:///x.log: an s3:// URI needs a bucket"
-    ({"trace": "s3:///traces/x.log"}, "field 'trace': 's3:///traces/x.log': an s3:// URI needs a bucket"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        # passed here, then calibrate refused its --score-from (scored from the first month's midnight)
+        (
+            {"calibrate": ["2024-01-01", "2024-03-01T12:00"]},
+            (
+                "field 'months': the first scored month 2024-03 "
+                "begins before the calibration period ends (2024-03-01T12:00)"
+            ),
+        ),
+        # passed here (read as its first ten characters), then calibrate refused its --calibrate-from
+        ({"calibrate": ["2024-01-01 sharp", "2024-03-01"]}, "field 'calibrate': '2024-01-01 sharp' is not a date"),
+        ({"calibrate": ["2024-01-01T00:00+02:00", "2024-03-01"]}, "without an offset"),
+        # passed here, then calibrate refused it as "--cluster-config 'lonestar': neither a preset ... nor a file"
+        (
+            {"start_config": "lonestar"},
+            "field 'start_config': 'lonestar' is neither a preset (ls6, reference) nor a file",
+        ),
+        # passed here, then every step refused "--trace s3:///x.log: an s3:// URI needs a bucket"
+        ({"trace": "s3:///traces/x.log"}, "field 'trace': 's3:///traces/x.log': an s3:// URI needs a bucket"),
+    ],
+)
 def test_what_a_step_would_refuse_is_refused_here_naming_the_field(change, needle):
     with pytest.raises(SpecError) as e:
         LogSpec.from_dict({**GOOD, **change}, source="mysite.json")
@@ -119,10 +155,19 @@ def test_the_description_as_a_whole_passes_its_steps_own_checks(tmp_path):
 
     cfg = tmp_path / "start.json"
     cfg.write_text(json.dumps({"nodes": 240}))
-    edge = {**GOOD, "procs_per_node": 4096, "machine_nodes": 10_000_000, "nodes": [1, 100_000],
-            "months": [f"2024-{m:02d}" for m in range(4, 13)] + [f"2025-{m:02d}" for m in range(1, 13)]
-            + ["2026-01", "2026-02", "2026-03"], "timezone": "America/Chicago", "start_config": "start.json",
-            "calibrate": ["2022-03-01", "2024-03-01T00:00"], "train_start": "2021-04-05"}
+    edge = {
+        **GOOD,
+        "procs_per_node": 4096,
+        "machine_nodes": 10_000_000,
+        "nodes": [1, 100_000],
+        "months": [f"2024-{m:02d}" for m in range(4, 13)]
+        + [f"2025-{m:02d}" for m in range(1, 13)]
+        + ["2026-01", "2026-02", "2026-03"],
+        "timezone": "America/Chicago",
+        "start_config": "start.json",
+        "calibrate": ["2022-03-01", "2024-03-01T00:00"],
+        "train_start": "2021-04-05",
+    }
     spec = LogSpec.from_dict(edge, source=str(tmp_path / "edge.json"))
     assert spec.start_config == str(cfg) and len(spec.months) == evalplan.MAX_MONTHS
     evalplan.check_against_steps(spec, str(tmp_path / "r"))
@@ -142,7 +187,7 @@ def test_the_command_lines_carry_the_description():
     assert cal[cal.index("--machine-nodes") + 1] == "240" and cal[cal.index("--procs-per-node") + 1] == "8"
     assert cal[cal.index("--score-to") + 1] == "2024-05-01"
     wp = argvs["waitpred"]
-    assert wp[wp.index("--months") + 1: wp.index("--months") + 3] == ["2024-03", "2024-04"]
+    assert wp[wp.index("--months") + 1 : wp.index("--months") + 3] == ["2024-03", "2024-04"]
     names = [n for n, _ in evalplan.decision_argvs(s, "/r")]
     assert names[0] == "sample-train-node1" and names[-1] == "eval-node8"
     assert evalplan.command(["probe-replay", "--x"])[:2] == ["-m", "lab.evaluation.probe_replay"]
@@ -157,11 +202,14 @@ def test_protocol_v2_samples_with_the_predictor_and_scores_the_fresh_months():
     assert tr[tr.index("--waitpred") + 1] == "/r/site/waitpred" and tr[tr.index("--out") + 1].startswith("/r/site/v2-")
     # the training window is v1's (before the spec's first month), whatever the fresh months
     a, b = v1["sample-train-node1"], tr
-    assert a[a.index("--start") + 1] == b[b.index("--start") + 1] and a[a.index("--count") + 1] == b[b.index("--count") + 1]
+    assert (
+        a[a.index("--start") + 1] == b[b.index("--start") + 1]
+        and a[a.index("--count") + 1] == b[b.index("--count") + 1]
+    )
     fr = v2["sample-fresh-node1"]
     assert fr[fr.index("--start") + 1].startswith("2024-06-01") and fr[fr.index("--count") + 1] == str((30 + 31) * 4)
     ev = v2["eval-node1-fresh"]
-    assert ev[ev.index("--months") + 1: ev.index("--months") + 3] == ["2024-06", "2024-07"]
+    assert ev[ev.index("--months") + 1 : ev.index("--months") + 3] == ["2024-06", "2024-07"]
     assert "--waitpred" not in v1["sample-train-node1"] and not any(n.endswith("-fresh") for n in v1)
 
 
@@ -199,10 +247,11 @@ def test_protocol_v2_trains_xgboost_wp_on_the_predictors_channels_and_replays_it
     tr = v2["train-node1-xgboost-wp"]
     assert tr[tr.index("--dataset") + 1] == mg[mg.index("--out") + 1] and tr[tr.index("--model") + 1] == "xgboost"
     plain = v2["train-node1-xgboost"]
-    assert [a for a in tr if a not in (tr[tr.index("--dataset") + 1], tr[tr.index("--out") + 1])] == \
-        [a for a in plain if a not in (plain[plain.index("--dataset") + 1], plain[plain.index("--out") + 1])]
+    assert [a for a in tr if a not in (tr[tr.index("--dataset") + 1], tr[tr.index("--out") + 1])] == [
+        a for a in plain if a not in (plain[plain.index("--dataset") + 1], plain[plain.index("--out") + 1])
+    ]
     for ev in (v2["eval-node1"], v2["eval-node1-fresh"]):
-        assert tr[tr.index("--out") + 1] in ev[ev.index("--models") + 1:]
+        assert tr[tr.index("--out") + 1] in ev[ev.index("--models") + 1 :]
     assert not any("-wp" in n for n in v1) and "--waitpred-features" not in sum(v1.values(), [])
     # without xgboost in the budget there is nothing to extend
     no_xgb = dict(evalplan.decision_argvs(s, "/r", evalplan.Budget(models=("linear_quantile",)), waitpred=True))
@@ -222,7 +271,9 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
             assert on[on.index(flag) + 1] == fr[fr.index(flag) + 1], (rule, flag)
         assert ("--waitpred" in on) == (rule != "avg-cal")
         if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal"):
-            assert on[on.index("--calibration") + 1] == v2["eval-node8-fresh"][v2["eval-node8-fresh"].index("--out") + 1]
+            assert (
+                on[on.index("--calibration") + 1] == v2["eval-node8-fresh"][v2["eval-node8-fresh"].index("--out") + 1]
+            )
         else:
             assert "--calibration" not in on
     on = v2["online-node8-xgboost-wp"]

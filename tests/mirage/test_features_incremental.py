@@ -21,10 +21,12 @@ from mirage_tasks.sim.episode import DecisionEpisode, EpisodeSpec, simulate_samp
 
 CONFIGS = {
     "ls6": PRESETS["ls6"],
-    "capacity_short": PRESETS["ls6"].replace(capacity_window_s=86400, capacity_quantile=0.9,
-                                             short_partition_limit_s=3600),
-    "holds_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70,
-                                                 max_age_s=86400, max_jobs_per_user=8, holds="inferred"),
+    "capacity_short": PRESETS["ls6"].replace(
+        capacity_window_s=86400, capacity_quantile=0.9, short_partition_limit_s=3600
+    ),
+    "holds_capped": PRESETS["reference"].replace(
+        tick_s=0, warm_start=True, age_cap=True, nodes=70, max_age_s=86400, max_jobs_per_user=8, holds="inferred"
+    ),
 }
 
 
@@ -46,8 +48,9 @@ def checked(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize(("name", "plain"), [("ls6", False), ("ls6", True), ("capacity_short", False),
-                                             ("holds_capped", False)])
+@pytest.mark.parametrize(
+    ("name", "plain"), [("ls6", False), ("ls6", True), ("capacity_short", False), ("holds_capped", False)]
+)
 def test_ls6_snapshots_equal_the_direct_computation(ls6_parquet, checked, monkeypatch, name, plain):
     df, _ = read_trace(str(ls6_parquet))
     wl = Workload.from_frame(df)
@@ -70,8 +73,8 @@ def test_random_trace_snapshots_and_online_forks_equal_the_direct_computation(ch
         sim = ep.sim
         direct = np.zeros_like(h)
         snaps = [s for _, s in sim.snaps]
-        direct[len(h) - len(snaps):, :] = np.stack(snaps)
-        assert np.array_equal(h[:, :features.PRED_COL], direct[:, :features.PRED_COL])
+        direct[len(h) - len(snaps) :, :] = np.stack(snaps)
+        assert np.array_equal(h[:, : features.PRED_COL], direct[:, : features.PRED_COL])
         if len(forks) < 3:
             forks.append(ep.fork())
     for f in forks:  # a fork keeps its own statistics: its snapshots still agree

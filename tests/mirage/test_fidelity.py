@@ -14,8 +14,15 @@ from mirage_tasks.data.schema import TraceMeta, write_trace
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from stepkit.cli import main
 
-CFG = SimConfig(nodes=16, backfill="conservative", bf_interval_s=60, priority="age_size", weight_size=0.0,
-                max_jobs_per_user=4, warm_start=True)
+CFG = SimConfig(
+    nodes=16,
+    backfill="conservative",
+    bf_interval_s=60,
+    priority="age_size",
+    weight_size=0.0,
+    max_jobs_per_user=4,
+    warm_start=True,
+)
 
 
 def _self_made_trace(cfg: SimConfig = CFG, days: float = 70) -> pd.DataFrame:
@@ -56,10 +63,27 @@ def test_self_made_trace_replays_exactly_with_a_warm_start(tmp_path):
     m = metrics(rep)
     assert m["mae_h"] == 0 and m["ks"] == 0 and m["spearman"] == pytest.approx(1.0)  # exact replay
     out = tmp_path / "fid"
-    rc = main("mirage_tasks", {"fidelity": ("mirage_tasks.steps.fidelity", "")},
-              ["fidelity", "--trace", uri, "--from", t_from.isoformat(), "--to", t_to.isoformat(),
-               "--out", str(out), "--cluster-config", str(tmp_path / "cfg.json"), "--sweep-nodes", "12",
-               "--compare", "reference"])
+    rc = main(
+        "mirage_tasks",
+        {"fidelity": ("mirage_tasks.steps.fidelity", "")},
+        [
+            "fidelity",
+            "--trace",
+            uri,
+            "--from",
+            t_from.isoformat(),
+            "--to",
+            t_to.isoformat(),
+            "--out",
+            str(out),
+            "--cluster-config",
+            str(tmp_path / "cfg.json"),
+            "--sweep-nodes",
+            "12",
+            "--compare",
+            "reference",
+        ],
+    )
     assert rc == 0
     doc = json.loads((out / "fidelity.json").read_text())
     assert set(doc["reports"]) == {"tested", "reference", "tested@12"}
@@ -72,12 +96,14 @@ def test_self_made_trace_replays_exactly_with_a_warm_start(tmp_path):
 
 def test_share_within_daily_correlation_and_zero_predictor_figures():
     day = 86400
-    df = pd.DataFrame({
-        "submit": [T0, T0 + 10, T0 + day, T0 + day + 5, T0 + 2 * day, T0 + 3 * day],
-        "real_wait_s": [0, 7200, 600, 4000, 36000, 100],
-        "sim_wait_s": [300, 3000, 1300, 4000, 30000, 100],
-        "nodes": [1, 2, 4, 8, 1, 3],
-    })
+    df = pd.DataFrame(
+        {
+            "submit": [T0, T0 + 10, T0 + day, T0 + day + 5, T0 + 2 * day, T0 + 3 * day],
+            "real_wait_s": [0, 7200, 600, 4000, 36000, 100],
+            "sim_wait_s": [300, 3000, 1300, 4000, 30000, 100],
+            "nodes": [1, 2, 4, 8, 1, 3],
+        }
+    )
     m = metrics(df)
     err_h = np.abs(df.sim_wait_s - df.real_wait_s) / 3600
     assert m["within_1h"] == pytest.approx((err_h <= 1).mean()) == pytest.approx(4 / 6)
@@ -88,8 +114,16 @@ def test_share_within_daily_correlation_and_zero_predictor_figures():
     daily = df.groupby((df.submit - T0) // day)[["real_wait_s", "sim_wait_s"]].mean()
     assert m["daily_corr"] == pytest.approx(np.corrcoef(daily.real_wait_s, daily.sim_wait_s)[0, 1])
     assert np.isnan(metrics(df.assign(sim_wait_s=0))["daily_corr"])  # a constant series has no correlation
-    assert list(node_class(np.array([1, 2, 3, 4, 7, 8, 16, 33]))) == ["1", "2-3", "2-3", "4-7", "4-7", "8-15",
-                                                                     "16-31", "32-63"]
+    assert list(node_class(np.array([1, 2, 3, 4, 7, 8, 16, 33]))) == [
+        "1",
+        "2-3",
+        "2-3",
+        "4-7",
+        "4-7",
+        "8-15",
+        "16-31",
+        "32-63",
+    ]
     s = summarize(df)
     assert list(s["node_classes"]) == ["1", "2-3", "4-7", "8-15"]
     assert s["node_classes"]["1"]["n"] == 2 and s["node_classes"]["2-3"]["n"] == 2
@@ -115,9 +149,23 @@ def test_cli_writes_per_job_waits_and_skips_a_too_small_comparison(tmp_path):
     t_from = pd.Timestamp(T0 + 20 * 86400, unit="s", tz="UTC")
     t_to = pd.Timestamp(T0 + 30 * 86400, unit="s", tz="UTC")
     out = tmp_path / "fid"
-    argv = ["fidelity", "--trace", uri, "--from", t_from.isoformat(), "--to", t_to.isoformat(), "--out", str(out),
-            "--cluster-config", str(tmp_path / "cfg.json"), "--lead-in-days", "3", "--compare",
-            str(tmp_path / "small.json")]
+    argv = [
+        "fidelity",
+        "--trace",
+        uri,
+        "--from",
+        t_from.isoformat(),
+        "--to",
+        t_to.isoformat(),
+        "--out",
+        str(out),
+        "--cluster-config",
+        str(tmp_path / "cfg.json"),
+        "--lead-in-days",
+        "3",
+        "--compare",
+        str(tmp_path / "small.json"),
+    ]
     assert main("mirage_tasks", {"fidelity": ("mirage_tasks.steps.fidelity", "")}, argv) == 0
     doc = json.loads((out / "fidelity.json").read_text())
     assert "skipped" in doc["reports"]["small"] and doc["reports"]["small"]["largest_nodes"] > 2

@@ -19,12 +19,30 @@ from stepkit.cli import main
 STEPS = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample", "merge")}
 APRIL = datetime(2023, 2, 1, tzinfo=UTC)
 # a week of training samples every 8 h ending before January's validation window
-PARAMS = {"trace": None, "trace_timezone": "America/Chicago", "window_from": None, "window_to": None,
-          "synth_profile": "ls6-a100", "cluster_config": "ls6", "train_start": "2023-01-02T00:00:00+00:00",
-          "train_count": 18, "val_start": "2023-01-20T00:00:00+00:00", "val_count": 3, "interval_hours": 8,
-          "warmup_days": 2, "workload_days": 5, "probes": 2, "node_sizes": [1], "shards": 1,
-          "models": ["xgboost"], "preset": "quick", "train_params": {}, "device": "cpu",
-          "policy_eval": "sampled", "seed": 0}
+PARAMS = {
+    "trace": None,
+    "trace_timezone": "America/Chicago",
+    "window_from": None,
+    "window_to": None,
+    "synth_profile": "ls6-a100",
+    "cluster_config": "ls6",
+    "train_start": "2023-01-02T00:00:00+00:00",
+    "train_count": 18,
+    "val_start": "2023-01-20T00:00:00+00:00",
+    "val_count": 3,
+    "interval_hours": 8,
+    "warmup_days": 2,
+    "workload_days": 5,
+    "probes": 2,
+    "node_sizes": [1],
+    "shards": 1,
+    "models": ["xgboost"],
+    "preset": "quick",
+    "train_params": {},
+    "device": "cpu",
+    "policy_eval": "sampled",
+    "seed": 0,
+}
 
 
 def run(*argv: str) -> int:
@@ -41,8 +59,13 @@ def export(src, dst, before: str, edit_first_after: str | None = None) -> None:
         f = row.split("\t")
         if len(f) >= 10 and f[4] >= before:
             continue
-        if (edit_first_after and not edited and len(f) == 10 and f[5] != "Unknown"
-                and edit_first_after <= f[4] < edit_first_after[:11] + "23:59:59"):
+        if (
+            edit_first_after
+            and not edited
+            and len(f) == 10
+            and f[5] != "Unknown"
+            and edit_first_after <= f[4] < edit_first_after[:11] + "23:59:59"
+        ):
             f[5] = f[5][:-2] + ("00" if f[5][-2:] != "00" else "01")
             row, edited = "\t".join(f), True
         kept.append(row)
@@ -88,7 +111,9 @@ def test_a_grown_trace_keeps_its_sampled_days(ls6_log, tmp_path):
     # a merge against the grown trace refuses the stale days ...
     assert run(*p2["merge"][0]) == 2
     # ... and the sample step recomputes exactly them, even when asked for every day
-    assert run("sample", *p2["sample"][0][1:p2["sample"][0].index("--day")], *sum((["--day", d] for d in days), [])) == 0
+    assert (
+        run("sample", *p2["sample"][0][1 : p2["sample"][0].index("--day")], *sum((["--day", d] for d in days), [])) == 0
+    )
     after = {d: (tmp_path / fam / f"day={d}" / "_SUCCESS.json").stat().st_mtime_ns for d in days}
     assert [d for d in days if after[d] != stamps[d]] == stale
     assert run(*p2["merge"][0]) == 0
@@ -100,8 +125,11 @@ def test_a_grown_trace_keeps_its_sampled_days(ls6_log, tmp_path):
     p3 = pipeline_plan(path, shared)
     assert run(*p3["trace_argv"]) == 0
     p3 = pipeline_plan(path, shared)
-    assert p3["missing_days"]["1"] == [d for d in days if horizon(d, 5) > "2023-01-10"] == [
-        "2023-01-05", "2023-01-06", "2023-01-07"]
+    assert (
+        p3["missing_days"]["1"]
+        == [d for d in days if horizon(d, 5) > "2023-01-10"]
+        == ["2023-01-05", "2023-01-06", "2023-01-07"]
+    )
 
 
 def test_horizon_and_prefix_lookup():

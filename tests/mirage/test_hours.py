@@ -17,7 +17,10 @@ def test_whole_seconds_rounded_to_nearest():
 
 def test_no_step_converts_hours_by_hand():
     pattern = re.compile(r"round\([^()]*hours[^()]*\*\s*3600\)")
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "mirage_tasks").rglob("*.py")
-             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)
-             and p.name != "times.py"]
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in (ROOT / "mirage_tasks").rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line) and p.name != "times.py"
+    ]
     assert found == [], f"hours to seconds by hand (use data.times.hours_to_s): {found}"

@@ -41,8 +41,19 @@ def test_ls6_as_shipped(ls6_parquet):
 
 
 def test_ls6_strict_policy_names_the_line(ls6_log, tmp_path, capsys):
-    assert ingest("--trace", str(ls6_log), "--timezone", "America/Chicago", "--max-bad-rows", "0",
-                  "--out", str(tmp_path / "o")) == 2
+    assert (
+        ingest(
+            "--trace",
+            str(ls6_log),
+            "--timezone",
+            "America/Chicago",
+            "--max-bad-rows",
+            "0",
+            "--out",
+            str(tmp_path / "o"),
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "line 19706" in err and "ls6-a100.log.gz" in err
     assert not (tmp_path / "o").exists()
@@ -50,8 +61,11 @@ def test_ls6_strict_policy_names_the_line(ls6_log, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("name", "jobs", "nodes"),
-    [("KTH-SP2-1996-2.1-cln.swf.gz", 28476, 100), ("CTC-SP2-1996-3.1-cln.swf.gz", 77222, 338),
-     pytest.param("CEA-Curie-2011-2.1-cln.swf.gz", 312826, 5544, marks=pytest.mark.e2e)],  # 7 CPU s
+    [
+        ("KTH-SP2-1996-2.1-cln.swf.gz", 28476, 100),
+        ("CTC-SP2-1996-3.1-cln.swf.gz", 77222, 338),
+        pytest.param("CEA-Curie-2011-2.1-cln.swf.gz", 312826, 5544, marks=pytest.mark.e2e),
+    ],  # 7 CPU s
 )
 def test_swf_counts_match_headers(name, jobs, nodes, tmp_path, shared_trace):
     path = shared_trace(name)
@@ -63,13 +77,18 @@ def test_swf_counts_match_headers(name, jobs, nodes, tmp_path, shared_trace):
 
 
 def test_swf_fields_and_window(tmp_path):
-    text = "\n".join([
-        "; UnixStartTime: 1000000000", "; TimeZoneString: Europe/Stockholm", "; MaxNodes: 8", "; MaxProcs: 8",
-        "; Partition: 1 batch",
-        "1 0 10 100 2 -1 -1 2 3600 -1 1 7 1 -1 -1 1 -1 -1",
-        "2 50 -1 -1 4 -1 -1 4 7200 -1 5 8 1 -1 -1 1 -1 -1",
-        "3 90000 0 60 1 -1 -1 -1 600 -1 0 7 1 -1 -1 -1 -1 -1",
-    ])
+    text = "\n".join(
+        [
+            "; UnixStartTime: 1000000000",
+            "; TimeZoneString: Europe/Stockholm",
+            "; MaxNodes: 8",
+            "; MaxProcs: 8",
+            "; Partition: 1 batch",
+            "1 0 10 100 2 -1 -1 2 3600 -1 1 7 1 -1 -1 1 -1 -1",
+            "2 50 -1 -1 4 -1 -1 4 7200 -1 5 8 1 -1 -1 1 -1 -1",
+            "3 90000 0 60 1 -1 -1 -1 600 -1 0 7 1 -1 -1 -1 -1 -1",
+        ]
+    )
     path = tmp_path / "t.swf"
     path.write_text(text + "\n")
     out = tmp_path / "o"
@@ -120,7 +139,9 @@ def test_bad_inputs_name_file_and_line(tmp_path, capsys):
 
     bad_time = tmp_path / "t.txt"
     bad_time.write_text(PARSABLE.replace("2023-01-01T00:10:00", "yesterday"))
-    assert ingest("--trace", str(bad_time), "--timezone", "UTC", "--max-bad-rows", "0", "--out", str(tmp_path / "o2")) == 2
+    assert (
+        ingest("--trace", str(bad_time), "--timezone", "UTC", "--max-bad-rows", "0", "--out", str(tmp_path / "o2")) == 2
+    )
     err = capsys.readouterr().err
     # the field and the line are named, the value described (9 characters), never quoted
     assert "line 5" in err and "(9 characters) is not a time" in err and "t.txt" in err
@@ -135,7 +156,9 @@ def test_bad_inputs_name_file_and_line(tmp_path, capsys):
     assert report(tmp_path / "o4")["rejected"] == [{"line": 6, "reason": "4 fields, expected 10"}]
 
     trunc = tmp_path / "t.swf.gz"
-    trunc.write_bytes(gzip.compress(b"; UnixStartTime: 0\n" + b"1 0 0 1 1 -1 -1 1 60 -1 1 1 1 -1 -1 -1 -1 -1\n" * 50)[:40])
+    trunc.write_bytes(
+        gzip.compress(b"; UnixStartTime: 0\n" + b"1 0 0 1 1 -1 -1 1 60 -1 1 1 1 -1 -1 -1 -1 -1\n" * 50)[:40]
+    )
     assert ingest("--trace", str(trunc), "--out", str(tmp_path / "o5")) == 2
     assert "t.swf.gz" in capsys.readouterr().err
 

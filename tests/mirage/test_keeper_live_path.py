@@ -22,8 +22,8 @@ from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.slurm import keeper as kp, queue
 
-SCALE = 60                  # trace seconds per real second
-BASE = 1_800_000_000        # the compressed cluster's epoch at trace time 0
+SCALE = 60  # trace seconds per real second
+BASE = 1_800_000_000  # the compressed cluster's epoch at trace time 0
 H = 3600
 WINDOW = 12
 SERVICE_S = 48 * H
@@ -55,8 +55,10 @@ def _squeue_text(sim: Simulator, pred: int) -> str:
             continue  # ended: squeue no longer lists it
         start = _stamp(sim.j_start[j]) if running else "N/A"
         name = "svc-model-0" if j == pred else "bg"
-        lines.append(f"{j + 1}|{'RUNNING' if running else 'PENDING'}|{sim.j_nodes[j]}|{_limit(sim.j_limit[j])}|"
-                     f"{_stamp(sim.j_submit[j])}|{start}|root|{name}")
+        lines.append(
+            f"{j + 1}|{'RUNNING' if running else 'PENDING'}|{sim.j_nodes[j]}|{_limit(sim.j_limit[j])}|"
+            f"{_stamp(sim.j_submit[j])}|{start}|root|{name}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -88,11 +90,48 @@ def model(tmp_path_factory) -> str:
     """A small XGBoost trained on simulator samples (end-spaced probes), through the CLI."""
     d = tmp_path_factory.mktemp("live_model")
     write_committed_trace(d / "trace", random_trace(5, days=14, nodes=16))
-    assert cli("sample", "--trace", d / "trace", "--start", iso(T0 + 86400), "--count", 6, "--node", 1,
-               "--probe-spacing", "end", "--window", WINDOW, "--out", d / "s", *CLUSTER) == 0
+    assert (
+        cli(
+            "sample",
+            "--trace",
+            d / "trace",
+            "--start",
+            iso(T0 + 86400),
+            "--count",
+            6,
+            "--node",
+            1,
+            "--probe-spacing",
+            "end",
+            "--window",
+            WINDOW,
+            "--out",
+            d / "s",
+            *CLUSTER,
+        )
+        == 0
+    )
     assert cli("merge", "--in", d / "s", "--out", d / "ds") == 0
-    assert cli("train", "--model", "xgboost", "--dataset", d / "ds", "--out", d / "m", "--param", "n_estimators=20",
-               "--val-fraction", "0.34", "--purge-days", "0", "--threads", "1") == 0
+    assert (
+        cli(
+            "train",
+            "--model",
+            "xgboost",
+            "--dataset",
+            d / "ds",
+            "--out",
+            d / "m",
+            "--param",
+            "n_estimators=20",
+            "--val-fraction",
+            "0.34",
+            "--purge-days",
+            "0",
+            "--threads",
+            "1",
+        )
+        == 0
+    )
     return str(d / "m")
 
 
@@ -104,8 +143,16 @@ def test_the_live_path_gives_the_simulators_history_and_prediction(model, monkey
 
     texts = {}
     monkeypatch.setattr(queue, "run_client", lambda args, env=None, timeout=60: texts[args[0]])
-    keeper = kp.Keeper(env={}, policy="reactive", node=1, service_s=SERVICE_S, scale=SCALE, step_s=600,
-                       window=WINDOW, clock=lambda: _real(ps))
+    keeper = kp.Keeper(
+        env={},
+        policy="reactive",
+        node=1,
+        service_s=SERVICE_S,
+        scale=SCALE,
+        step_s=600,
+        window=WINDOW,
+        clock=lambda: _real(ps),
+    )
     keeper.snaps = type(keeper.snaps)(maxlen=WINDOW)
     keeper.origin = BASE  # the model's clock: trace time 0 at the cluster's epoch
     decide, info = kp.model_decider(model)
@@ -115,11 +162,11 @@ def test_the_live_path_gives_the_simulators_history_and_prediction(model, monkey
     while True:
         sim.run_until(t)
         texts["squeue"], texts["sinfo"] = _squeue_text(sim, pred), _sinfo_text(sim)
-        jobs, nodes = keeper.read()           # squeue and sinfo parsed as on a cluster
+        jobs, nodes = keeper.read()  # squeue and sinfo parsed as on a cluster
         keeper.snaps.append(keeper.snapshot(jobs, nodes, _real(t)))
         np.testing.assert_allclose(keeper.snaps[-1], sim.snaps[-1][1], rtol=1e-6, atol=1e-6)
         started = sim.j_start[pred]
-        if started >= 0 and t >= started + SERVICE_S - H:   # the predecessor's last hour
+        if started >= 0 and t >= started + SERVICE_S - H:  # the predecessor's last hour
             if t >= started + SERVICE_S:
                 break
             p = next(q for q in jobs if q.job_id == str(pred + 1))
@@ -144,16 +191,27 @@ def test_the_live_path_gives_the_wait_predictors_inputs_and_answer(monkeypatch):
     from mirage_tasks.calibration import atprobe, atsubmit
     from mirage_tasks.slurm import livewait
 
-    cfg = SimConfig(nodes=NODES, backfill="conservative", bf_interval_s=60, bf_resolution_s=60, weight_age=5000.0,
-                    weight_size=300.0)
+    cfg = SimConfig(
+        nodes=NODES, backfill="conservative", bf_interval_s=60, bf_resolution_s=60, weight_age=5000.0, weight_size=300.0
+    )
     wl = _log(n=300, seed=4)
     raw, doc, _ = _fit_doc(atsubmit.sweep(wl, cfg.replace(nodes=16), int(wl.submit[20]), int(wl.submit[-1]) + 1))
     wp = atprobe.WaitAtProbe(raw, doc, None, "UTC")
     sim, ps, pred = _with_background(cfg, 11)
     texts = {}
     monkeypatch.setattr(queue, "run_client", lambda args, env=None, timeout=60: texts[args[0]])
-    keeper = kp.Keeper(env={}, policy="guarantee", node=1, service_s=SERVICE_S, scale=SCALE, step_s=600,
-                       waitpred=wp, wait_cfg=cfg, trace_clock=(BASE, 0.0), clock=lambda: _real(ps))
+    keeper = kp.Keeper(
+        env={},
+        policy="guarantee",
+        node=1,
+        service_s=SERVICE_S,
+        scale=SCALE,
+        step_s=600,
+        waitpred=wp,
+        wait_cfg=cfg,
+        trace_clock=(BASE, 0.0),
+        clock=lambda: _real(ps),
+    )
     sim.run_until(ps)
     compared, queued = 0, 0
     t = ps
@@ -165,7 +223,7 @@ def test_the_live_path_gives_the_wait_predictors_inputs_and_answer(monkeypatch):
         texts["squeue"], texts["sinfo"] = _squeue_text(sim, pred), _sinfo_text(sim)
         jobs, nodes = keeper.read()
         if started >= 0 and t >= started + SERVICE_S - H:
-            recent = list(sim.waits)[-atsubmit.RECENT_N:]
+            recent = list(sim.waits)[-atsubmit.RECENT_N :]
             live = livewait.live_row(wp, cfg, jobs, nodes, _real(t), SCALE, (BASE, 0.0), recent, 1, SERVICE_S)
             want = wp.row(sim, 1, SERVICE_S)
             for c in (*atsubmit.FEATURES, "plan_request_s", "plan_s"):

@@ -19,9 +19,18 @@ def _links(rng, runs=2, chains=4, links=2):
         for c in range(chains):
             for k in range(links):
                 for p, s in (("reactive", 0.5), ("avg", -1.0), ("model", 2.0 if c == 0 else 0.0)):
-                    rows.append({"run": f"w{r}", "chain": c, "link": k, "policy": p, "signed_interruption_h": s,
-                                 "wasted_node_h": max(-s, 0.0), "forced": p == "reactive",
-                                 "sim_signed_interruption_h": s if k == 0 else math.nan})
+                    rows.append(
+                        {
+                            "run": f"w{r}",
+                            "chain": c,
+                            "link": k,
+                            "policy": p,
+                            "signed_interruption_h": s,
+                            "wasted_node_h": max(-s, 0.0),
+                            "forced": p == "reactive",
+                            "sim_signed_interruption_h": s if k == 0 else math.nan,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -39,7 +48,9 @@ def test_summary_pairs_links_and_bootstraps_over_chains():
     assert m["vs_reactive"] == pytest.approx(0.0) and m["vs_reactive_lo"] < 0 < m["vs_reactive_hi"]
     assert m["vs_reactive_verdict"] == "no difference shown" and m["vs_reactive_n"] == 16
     # avg beats reactive on every link: its interval excludes 0
-    assert av["vs_reactive"] == pytest.approx(-0.4) and av["vs_reactive_hi"] < 0 and av["vs_reactive_verdict"] == "better"
+    assert (
+        av["vs_reactive"] == pytest.approx(-0.4) and av["vs_reactive_hi"] < 0 and av["vs_reactive_verdict"] == "better"
+    )
     assert "vs_avg" not in av and "vs_reactive" not in re
     # the simulator's figures cover link 0 only, set beside the real ones on the same links
     assert m["sim_links"] == 8 and m["sim_objective"] == pytest.approx(m["real_objective_same_links"])
@@ -58,10 +69,24 @@ def test_the_bootstrap_resamples_chains_not_links():
     for c in range(20):
         for k in range(10):
             s = 5.0 if c == 0 else 0.0
-            rows += [{"chain": c, "link": k, "policy": "model", "signed_interruption_h": s, "wasted_node_h": 0.0,
-                      "forced": False},
-                     {"chain": c, "link": k, "policy": "reactive", "signed_interruption_h": 0.0, "wasted_node_h": 0.0,
-                      "forced": True}]
+            rows += [
+                {
+                    "chain": c,
+                    "link": k,
+                    "policy": "model",
+                    "signed_interruption_h": s,
+                    "wasted_node_h": 0.0,
+                    "forced": False,
+                },
+                {
+                    "chain": c,
+                    "link": k,
+                    "policy": "reactive",
+                    "signed_interruption_h": 0.0,
+                    "wasted_node_h": 0.0,
+                    "forced": True,
+                },
+            ]
     (m, _) = summary(pd.DataFrame(rows), factor=1, node=1, n_boot=2000)
     assert m["vs_reactive"] == pytest.approx(0.25)
     assert m["vs_reactive_lo"] == pytest.approx(0.0)  # 36 % of resamples miss chain 0 entirely

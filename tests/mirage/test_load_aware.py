@@ -90,8 +90,15 @@ def test_offline_replay_and_online_decision_agree(seed):
     X = _probes(score, wait)
     cal = C.calibrate_load_aware(score, y, sample, X, FEATURE_NAMES, node=8, waste_weight=0.1, default=-0.5)
     # force a load rule when the search kept the fixed one, so the check is never vacuous
-    load = cal["load"] or {"feature": "running_wait", "columns": [WAIT], "center": 1.0, "scale": 0.7, "slope": -0.8,
-                           "z_min": -1.4, "z_max": 1.5}
+    load = cal["load"] or {
+        "feature": "running_wait",
+        "columns": [WAIT],
+        "center": 1.0,
+        "scale": 0.7,
+        "slope": -0.8,
+        "z_min": -1.4,
+        "z_max": 1.5,
+    }
     thr = cal["threshold"] if cal["load"] else float(np.quantile(C.adjusted_score(score, X, load), 0.6))
     decision = {"rule": "threshold", "low_h": thr, "high_h": 500.0, "load": load}
     offline = C.outcomes(C.adjusted_score(score, X, load), y, sample, thr)
@@ -122,6 +129,7 @@ def test_missing_load_features_are_skipped_not_guessed():
 
 # ----------------------------------------------------------------------------- through the train step
 
+
 def test_rule_is_calibrated_from_the_training_split_only(tmp_path):
     """Changing every sample of the validation period (after --samples-until) changes nothing of the rule."""
     pytest.importorskip("xgboost")
@@ -145,9 +153,25 @@ def test_rule_is_calibrated_from_the_training_split_only(tmp_path):
     D.write_dataset(other, X, y, ds.sample, ds.sample_start, ds.probe_time, ds.node, ds.manifest)
 
     def decision(data: str, out: str) -> dict:
-        argv = ["train", "--model", "xgboost", "--dataset", data, "--out", out, "--threads", "1",
-                "--purge-days", "1", "--val-fraction", "0.25", "--param", "n_estimators=80",
-                "--samples-until", iso(until)]
+        argv = [
+            "train",
+            "--model",
+            "xgboost",
+            "--dataset",
+            data,
+            "--out",
+            out,
+            "--threads",
+            "1",
+            "--purge-days",
+            "1",
+            "--val-fraction",
+            "0.25",
+            "--param",
+            "n_estimators=80",
+            "--samples-until",
+            iso(until),
+        ]
         assert main("mirage_tasks", STEPS, argv) == 0
         return json.load(open(os.path.join(out, "config.json")))["decision"]
 

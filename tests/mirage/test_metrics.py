@@ -17,15 +17,24 @@ def frame(spec: dict[tuple[str, int], list[float]], backfilled: dict | None = No
     out = []
     for (model, node), signed in spec.items():
         for i, s in enumerate(signed):
-            out.append({"model": model, "node": node, "sample": i, "sample_start": 10_000 + 14_400 * i,
-                        "signed_interruption_h": float(s), "interruption_h": max(s, 0.0), "overlap_h": max(-s, 0.0),
-                        "wasted_node_h": node * max(-s, 0.0),
-                        "backfilled": bool((backfilled or {}).get((model, node, i), False)),
-                        "forced": model == "reactive"})
+            out.append(
+                {
+                    "model": model,
+                    "node": node,
+                    "sample": i,
+                    "sample_start": 10_000 + 14_400 * i,
+                    "signed_interruption_h": float(s),
+                    "interruption_h": max(s, 0.0),
+                    "overlap_h": max(-s, 0.0),
+                    "wasted_node_h": node * max(-s, 0.0),
+                    "backfilled": bool((backfilled or {}).get((model, node, i), False)),
+                    "forced": model == "reactive",
+                }
+            )
     return pd.DataFrame(out)
 
 
-REACT = [0.0, 1.0, 3.0, 13.0, 20.0, 2.0]          # levels: low low medium heavy heavy low(2.0 is low)
+REACT = [0.0, 1.0, 3.0, 13.0, 20.0, 2.0]  # levels: low low medium heavy heavy low(2.0 is low)
 MODEL = [-1.0, 0.0, 2.0, 10.0, 30.0, -4.0]
 
 
@@ -43,11 +52,11 @@ def test_hand_checked_metrics_and_load_levels():
     a = get(table, "m", "all")
     assert a["n"] == 6
     assert a["mean_signed_h"] == pytest.approx(37 / 6)
-    assert a["mean_interruption_h"] == pytest.approx(42 / 6)        # 0+0+2+10+30+0
-    assert a["median_interruption_h"] == pytest.approx(1.0)          # median of 0,0,0,2,10,30
+    assert a["mean_interruption_h"] == pytest.approx(42 / 6)  # 0+0+2+10+30+0
+    assert a["median_interruption_h"] == pytest.approx(1.0)  # median of 0,0,0,2,10,30
     assert a["mean_overlap_h"] == pytest.approx(5 / 6)
     assert a["mean_wasted_node_h"] == pytest.approx(8 * 5 / 6)
-    assert a["zero_share"] == pytest.approx(3 / 6)                   # -1, 0, -4
+    assert a["zero_share"] == pytest.approx(3 / 6)  # -1, 0, -4
     assert a["reduction_vs_reactive"] == pytest.approx(1 - 7.0 / (39 / 6))
     low = get(table, "m", "low")
     assert low["n"] == 3 and low["mean_interruption_h"] == 0.0 and low["zero_share"] == 1.0
@@ -82,9 +91,11 @@ def test_bootstrap_intervals_are_sane_and_seeded():
     pd.testing.assert_frame_equal(t1, t2)
     assert not t1.equals(t3)
     a = get(t1, "m", "all", node=1)
-    for v, lo, hi in (("mean_interruption_h", "mean_interruption_ci_lo", "mean_interruption_ci_hi"),
-                      ("zero_share", "zero_share_ci_lo", "zero_share_ci_hi"),
-                      ("reduction_vs_reactive", "reduction_ci_lo", "reduction_ci_hi")):
+    for v, lo, hi in (
+        ("mean_interruption_h", "mean_interruption_ci_lo", "mean_interruption_ci_hi"),
+        ("zero_share", "zero_share_ci_lo", "zero_share_ci_hi"),
+        ("reduction_vs_reactive", "reduction_ci_lo", "reduction_ci_hi"),
+    ):
         assert a[lo] <= a[v] <= a[hi]
         assert a[hi] - a[lo] > 0
     # paired: the model is close to half the reactive interruption on every draw
@@ -104,8 +115,10 @@ def test_missing_reactive_rows_are_named():
 
 def test_cli_writes_every_output(world, tmp_path, capsys):
     out = tmp_path / "m"
-    assert cli("metrics", "--in", world["v_xgb"], world["v_reactive"], world["v_avg"], "--out", out,
-               "--bootstrap", "200") == 0
+    assert (
+        cli("metrics", "--in", world["v_xgb"], world["v_reactive"], world["v_avg"], "--out", out, "--bootstrap", "200")
+        == 0
+    )
     doc = json.load(open(out / "metrics.json"))
     assert doc["level_counts"][str(NODE)] and sum(doc["level_counts"][str(NODE)].values()) == VAL_COUNT
     alls = {r["model"]: r for r in doc["rows"] if r["level"] == "all"}

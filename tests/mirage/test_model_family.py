@@ -27,12 +27,21 @@ KIND = "ridge"
 
 # ----------------------------------------------------------------------------- the family's own module
 
-PRESETS = {"quick": {KIND: {"features": "summary", "alpha": 1.0}},
-           "paper": {KIND: {"features": "flat", "alpha": 10.0}}}
+PRESETS = {"quick": {KIND: {"features": "summary", "alpha": 1.0}}, "paper": {KIND: {"features": "flat", "alpha": 10.0}}}
 
 
-def fit(kind: str, ds: Any, split: Any, Xs: np.ndarray, hp: dict[str, Any], cfg: dict[str, Any], step: Any, *,
-        seed: int, **_: Any) -> list:
+def fit(
+    kind: str,
+    ds: Any,
+    split: Any,
+    Xs: np.ndarray,
+    hp: dict[str, Any],
+    cfg: dict[str, Any],
+    step: Any,
+    *,
+    seed: int,
+    **_: Any,
+) -> list:
     table = trees.tree_features(Xs, hp["features"], int(ds.manifest["step_s"]))
     cfg["tree_features"], cfg["n_tree_features"] = hp["features"], int(table.shape[1])
     A = np.c_[table[split.train], np.ones(len(split.train))].astype(np.float64)
@@ -47,8 +56,9 @@ def load(uri: str, cfg: dict[str, Any], wuri: str, scaler: Any, device: str) -> 
     w = np.asarray(json.loads(storage.read_bytes(wuri))["w"], np.float64)
     if w.shape[0] != cfg["n_tree_features"] + 1:
         raise StepError(f"{wuri}: {w.shape[0] - 1} coefficients, config says {cfg['n_tree_features']}")
-    return trees.TableModel(lambda t: np.c_[t, np.ones(len(t))] @ w, scaler, cfg["tree_features"],
-                            int(cfg["data"]["step_s"]))
+    return trees.TableModel(
+        lambda t: np.c_[t, np.ones(len(t))] @ w, scaler, cfg["tree_features"], int(cfg["data"]["step_s"])
+    )
 
 
 def space(trial: Any) -> dict[str, Any]:
@@ -57,8 +67,15 @@ def space(trial: Any) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- its registry row (test only)
 
-ROW = registry.Family(KIND, "model.json", f"{__name__}:fit", f"{__name__}:load", presets=f"{__name__}:PRESETS",
-                      hpo=f"{__name__}:space", check="mirage_tasks.models.trees:check_table")
+ROW = registry.Family(
+    KIND,
+    "model.json",
+    f"{__name__}:fit",
+    f"{__name__}:load",
+    presets=f"{__name__}:PRESETS",
+    hpo=f"{__name__}:space",
+    check="mirage_tasks.models.trees:check_table",
+)
 
 
 @pytest.fixture
@@ -71,8 +88,22 @@ def ridge():
 def _train(world, out, *extra) -> int:
     from test_validate_support import cli
 
-    return cli("train", "--model", KIND, "--dataset", world["dataset"], "--out", out, "--val-fraction", "0.25",
-               "--purge-days", "0", "--threads", "1", *extra)
+    return cli(
+        "train",
+        "--model",
+        KIND,
+        "--dataset",
+        world["dataset"],
+        "--out",
+        out,
+        "--val-fraction",
+        "0.25",
+        "--purge-days",
+        "0",
+        "--threads",
+        "1",
+        *extra,
+    )
 
 
 def test_a_registered_family_trains_loads_and_validates_through_the_normal_paths(ridge, world, tmp_path):
@@ -106,9 +137,16 @@ def test_without_its_row_the_kind_is_unknown_everywhere(world, tmp_path, capsys)
 def test_a_torch_kind_without_a_net_module_is_an_error_not_the_moe_branch(world, tmp_path):
     """Before the registry named each net's module, any torch regressor that was not the
     transformer was built as a mixture of experts."""
-    registry.register(registry.Family("tiny_net", "model.pt", "mirage_tasks.models.fit:fit_neural",
-                                      "mirage_tasks.models.loader:load_net", presets=f"{__name__}:NET_PRESETS",
-                                      torch=True))
+    registry.register(
+        registry.Family(
+            "tiny_net",
+            "model.pt",
+            "mirage_tasks.models.fit:fit_neural",
+            "mirage_tasks.models.loader:load_net",
+            presets=f"{__name__}:NET_PRESETS",
+            torch=True,
+        )
+    )
     try:
         with pytest.raises(KeyError, match="'tiny_net' is not a torch regressor"):
             registry.family("tiny_net").net_module()
@@ -117,8 +155,15 @@ def test_a_torch_kind_without_a_net_module_is_an_error_not_the_moe_branch(world,
 
         step = Step("train", str(tmp_path / "net"), "test", {})
         with pytest.raises(KeyError, match="'tiny_net' is not a torch regressor"):
-            train_regressor("tiny_net", world["dataset"], step, NET_PRESETS["quick"]["tiny_net"], threads=1,
-                            val_fraction=0.25, purge_days=0)
+            train_regressor(
+                "tiny_net",
+                world["dataset"],
+                step,
+                NET_PRESETS["quick"]["tiny_net"],
+                threads=1,
+                val_fraction=0.25,
+                purge_days=0,
+            )
     finally:
         registry.unregister("tiny_net")
 

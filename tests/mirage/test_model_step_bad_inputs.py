@@ -37,17 +37,25 @@ def _drop(path: str, key: str):
         for p in parents:
             node = node[p]
         del node[last]
+
     return edit
 
 
-@pytest.mark.parametrize("name, edit, needle", [
-    ("no_tree_features", _drop("n_tree_features", ""), "'n_tree_features' must be a positive integer"),
-    ("no_feature_names", _drop("data.feature_names", ""), "'data.feature_names' must be a non-empty list"),
-    ("window_lots", lambda c: c["data"].update(window="lots"), "'data.window' must be a positive integer, got 'lots'"),
-    ("weights_outside", lambda c: c.update(weights="../../etc/passwd"), "points outside the model folder"),
-    ("weights_absolute", lambda c: c.update(weights="/etc/passwd"), "points outside the model folder"),
-    ("weights_other", lambda c: c.update(weights="model.pt"), "is not the 'model.ubj' file"),
-])
+@pytest.mark.parametrize(
+    "name, edit, needle",
+    [
+        ("no_tree_features", _drop("n_tree_features", ""), "'n_tree_features' must be a positive integer"),
+        ("no_feature_names", _drop("data.feature_names", ""), "'data.feature_names' must be a non-empty list"),
+        (
+            "window_lots",
+            lambda c: c["data"].update(window="lots"),
+            "'data.window' must be a positive integer, got 'lots'",
+        ),
+        ("weights_outside", lambda c: c.update(weights="../../etc/passwd"), "points outside the model folder"),
+        ("weights_absolute", lambda c: c.update(weights="/etc/passwd"), "points outside the model folder"),
+        ("weights_other", lambda c: c.update(weights="model.pt"), "is not the 'model.ubj' file"),
+    ],
+)
 def test_bad_model_config_exits_2_naming_the_file(world, tmp_path, capsys, name, edit, needle):
     bad = _copy_model(world["xgb"], tmp_path / name, edit)
     out = tmp_path / "out"
@@ -69,15 +77,66 @@ def test_uncommitted_inputs_are_refused(world, tmp_path, capsys):
     dataset = _uncommitted(world["dataset"], tmp_path / "ds")
     out = tmp_path / "out"
     runs = [
-        ("--trace", ["sample", "--trace", trace, "--start", iso(VAL_START), "--count", 2, "--node", NODE,
-                     "--out", out, *CLUSTER]),
-        ("--trace", ["validate", "--trace", trace, "--model", "reactive", "--start", iso(VAL_START),
-                     "--count", VAL_COUNT, "--node", NODE, "--out", out, *CLUSTER]),
-        ("--model", ["validate", "--trace", world["trace"], "--model", model, "--start", iso(VAL_START),
-                     "--count", VAL_COUNT, "--node", NODE, "--out", out, *CLUSTER]),
+        (
+            "--trace",
+            [
+                "sample",
+                "--trace",
+                trace,
+                "--start",
+                iso(VAL_START),
+                "--count",
+                2,
+                "--node",
+                NODE,
+                "--out",
+                out,
+                *CLUSTER,
+            ],
+        ),
+        (
+            "--trace",
+            [
+                "validate",
+                "--trace",
+                trace,
+                "--model",
+                "reactive",
+                "--start",
+                iso(VAL_START),
+                "--count",
+                VAL_COUNT,
+                "--node",
+                NODE,
+                "--out",
+                out,
+                *CLUSTER,
+            ],
+        ),
+        (
+            "--model",
+            [
+                "validate",
+                "--trace",
+                world["trace"],
+                "--model",
+                model,
+                "--start",
+                iso(VAL_START),
+                "--count",
+                VAL_COUNT,
+                "--node",
+                NODE,
+                "--out",
+                out,
+                *CLUSTER,
+            ],
+        ),
         ("--dataset", ["train", "--model", "xgboost", "--dataset", dataset, "--out", out]),
-        ("--base", ["train", "--model", "transformer_policy", "--base", model, "--trace", world["trace"],
-                    "--out", out]),
+        (
+            "--base",
+            ["train", "--model", "transformer_policy", "--base", model, "--trace", world["trace"], "--out", out],
+        ),
     ]
     for flag, argv in runs:
         assert cli(*argv) == 2, argv
@@ -88,8 +147,22 @@ def test_uncommitted_inputs_are_refused(world, tmp_path, capsys):
     assert validate(os.path.join(world["trace"], "trace.parquet"), "reactive", out, count=2) == 0
 
 
-TINY_TX = ["--param", "epochs=4", "--param", "d_model=8", "--param", "d_ff=8", "--param", "patch=4",
-           "--threads", "1", "--purge-days", "1", "--val-fraction", "0.25"]
+TINY_TX = [
+    "--param",
+    "epochs=4",
+    "--param",
+    "d_model=8",
+    "--param",
+    "d_ff=8",
+    "--param",
+    "patch=4",
+    "--threads",
+    "1",
+    "--purge-days",
+    "1",
+    "--val-fraction",
+    "0.25",
+]
 
 
 @pytest.fixture(scope="module")

@@ -75,8 +75,9 @@ def test_dataset_errors_name_the_file(tmp_path, small):
         D.load_dataset(str(bad))
     d = S.make_dataset(n_samples=5, window=24)
     d["manifest"]["window"] = 144
-    D.write_dataset(str(tmp_path / "mis"), d["X"], d["y"], d["sample"], d["sample_start"], d["probe_time"],
-                    d["node"], d["manifest"])
+    D.write_dataset(
+        str(tmp_path / "mis"), d["X"], d["y"], d["sample"], d["sample_start"], d["probe_time"], d["node"], d["manifest"]
+    )
     with pytest.raises(StepError, match="window 144"):
         D.load_dataset(str(tmp_path / "mis"))
 
@@ -88,8 +89,9 @@ def test_transformer_is_position_aware():
     from mirage_tasks.models import transformer as T
 
     torch.manual_seed(0)
-    m = T.TransformerRegressor(n_features=5, window=12, d_model=8, n_heads=2, n_layers=1, d_ff=16,
-                               patch=1, dropout=0.0, head="pool").eval()
+    m = T.TransformerRegressor(
+        n_features=5, window=12, d_model=8, n_heads=2, n_layers=1, d_ff=16, patch=1, dropout=0.0, head="pool"
+    ).eval()
     x = torch.randn(2, 12, 5)
     flipped = x.flip(1)
     # mean pooling alone would be permutation-invariant except for the last token; compare
@@ -103,9 +105,23 @@ def test_transformer_is_position_aware():
 def test_moe_experts_start_different_and_gate_is_nonlinear():
     from mirage_tasks.models import moe
 
-    arch = {"expert": {"n_features": 4, "window": 8, "d_model": 8, "n_heads": 1, "n_layers": 1, "d_ff": 8,
-                       "patch": 2, "dropout": 0.0, "head": "pool"},
-            "n_experts": 3, "gate_hidden": 6, "n_features": 4, "window": 8}
+    arch = {
+        "expert": {
+            "n_features": 4,
+            "window": 8,
+            "d_model": 8,
+            "n_heads": 1,
+            "n_layers": 1,
+            "d_ff": 8,
+            "patch": 2,
+            "dropout": 0.0,
+            "head": "pool",
+        },
+        "n_experts": 3,
+        "gate_hidden": 6,
+        "n_features": 4,
+        "window": 8,
+    }
     m = moe.build(arch, seed=1)
     w = [e.embed.weight for e in m.experts]
     assert not torch.equal(w[0], w[1]) and not torch.equal(w[1], w[2])
@@ -139,9 +155,11 @@ def _oracle_features(X):
 def _policy_hp(**kw):
     from mirage_tasks.models import presets
 
-    return presets.resolve("quick", "transformer_policy", {"epochs": 25, "episodes_per_epoch": 16,
-                                                            "eval_episodes": 24, "lr": 0.05,
-                                                            "init_submit_prob": 0.05, **kw})
+    return presets.resolve(
+        "quick",
+        "transformer_policy",
+        {"epochs": 25, "episodes_per_epoch": 16, "eval_episodes": 24, "lr": 0.05, "init_submit_prob": 0.05, **kw},
+    )
 
 
 def test_toy_env_follows_the_protocol():
@@ -163,8 +181,9 @@ def test_reinforce_improves_mean_return():
     from mirage_tasks.models import policy as P
 
     env, val_env = S.ToyQueueEnv(window=12, remaining_h=(0.5, 4.0)), S.ToyQueueEnv(window=12, remaining_h=(0.5, 4.0))
-    head, curves, summary = P.train_reinforce(_oracle_features, 1, env, val_env, _policy_hp(), seed=0,
-                                              ckpt_uri=None, fingerprint="t")
+    head, curves, summary = P.train_reinforce(
+        _oracle_features, 1, env, val_env, _policy_hp(), seed=0, ckpt_uri=None, fingerprint="t"
+    )
     train = [c["train_return_mean"] for c in curves[1:]]
     assert np.mean(train[-5:]) > np.mean(train[:5]) + 15  # sampled policy improved (minutes)
     assert summary["best_val_return"] > summary["initial_val_return"] + 30  # greedy policy improved
@@ -181,8 +200,9 @@ def test_reinforce_is_seeded_and_resumes(tmp_path):
 
     def run(ckpt, stop=None):
         env, ve = S.ToyQueueEnv(window=12), S.ToyQueueEnv(window=12)
-        return P.train_reinforce(_oracle_features, 1, env, ve, _policy_hp(epochs=6), seed=4,
-                                 ckpt_uri=ckpt, fingerprint="f", stop_after=stop)
+        return P.train_reinforce(
+            _oracle_features, 1, env, ve, _policy_hp(epochs=6), seed=4, ckpt_uri=ckpt, fingerprint="f", stop_after=stop
+        )
 
     h1, c1, _ = run(None)
     ck = str(tmp_path / "ck.pt")
@@ -197,8 +217,15 @@ def test_forced_steps_carry_no_gradient():
     from mirage_tasks.models import policy as P
 
     head = P.PolicyHead(1, 0, 0.05)
-    eps = [{"features": np.ones((3, 1), np.float32), "actions": np.array([0, 0, 1]),
-            "forced": np.array([False, False, True]), "return": r} for r in (-10.0, -50.0)]
+    eps = [
+        {
+            "features": np.ones((3, 1), np.float32),
+            "actions": np.array([0, 0, 1]),
+            "forced": np.array([False, False, True]),
+            "return": r,
+        }
+        for r in (-10.0, -50.0)
+    ]
     loss, stats = P.reinforce_loss(head, eps, 0.0)
     assert stats["free_steps"] == 4
     all_forced = [dict(e, forced=np.ones(3, bool)) for e in eps]
@@ -213,19 +240,27 @@ def test_forest_node_arrays_are_bounds_checked():
     from mirage_tasks.models import trees
 
     def forest(left, right, feat):
-        tree = SimpleNamespace(node_count=3, children_left=np.array(left), children_right=np.array(right),
-                               feature=np.array(feat), value=np.zeros((3, 1, 1)))
+        tree = SimpleNamespace(
+            node_count=3,
+            children_left=np.array(left),
+            children_right=np.array(right),
+            feature=np.array(feat),
+            value=np.zeros((3, 1, 1)),
+        )
         return SimpleNamespace(n_features_in_=4, estimators_=[SimpleNamespace(tree_=tree)])
 
     trees._check_forest(forest([1, -1, -1], [2, -1, -1], [3, -2, -2]), "ok.skops")
-    for bad in (forest([5, -1, -1], [2, -1, -1], [0, -2, -2]),   # child outside the arrays
-                forest([0, -1, -1], [2, -1, -1], [0, -2, -2]),   # a cycle back to the root
-                forest([1, -1, -1], [2, -1, -1], [9, -2, -2])):  # feature index out of range
+    for bad in (
+        forest([5, -1, -1], [2, -1, -1], [0, -2, -2]),  # child outside the arrays
+        forest([0, -1, -1], [2, -1, -1], [0, -2, -2]),  # a cycle back to the root
+        forest([1, -1, -1], [2, -1, -1], [9, -2, -2]),
+    ):  # feature index out of range
         with pytest.raises(StepError, match="bad.skops: tree 0"):
             trees._check_forest(bad, "bad.skops")
 
 
 # ---------------------------------------------------------------- decision calibration
+
 
 def test_calibration_replays_first_probe_at_or_above_the_threshold():
     from mirage_tasks.models import thresholds as C
@@ -257,12 +292,18 @@ def test_calibration_picks_the_cheapest_threshold_and_prices_waste():
     assert free["chosen"]["mean_interruption_h"] <= dear["chosen"]["mean_interruption_h"]
     assert dear["chosen"]["mean_wasted_node_h"] <= free["chosen"]["mean_wasted_node_h"]
     # no threshold does better than the grid's best (checked against a fine brute force)
-    brute = min(C.objective(C.outcomes(score, y, sample, t), 1, 10.0)["objective"]
-                for t in np.r_[np.sort(score), np.inf])
+    brute = min(
+        C.objective(C.outcomes(score, y, sample, t), 1, 10.0)["objective"] for t in np.r_[np.sort(score), np.inf]
+    )
     assert dear["chosen"]["objective"] <= brute + 0.05
     # a score that never reaches any useful level: never submitting early is chosen and said
-    never = C.calibrate(np.full_like(y, -100.0), np.where(np.arange(len(y)) % probes == probes - 1, 0.0, -30.0),
-                        sample, node=8, waste_weight=0.1)
+    never = C.calibrate(
+        np.full_like(y, -100.0),
+        np.where(np.arange(len(y)) % probes == probes - 1, 0.0, -30.0),
+        sample,
+        node=8,
+        waste_weight=0.1,
+    )
     assert never["threshold"] is None and never["never_submits_early"]
 
 
@@ -290,8 +331,9 @@ def test_ppo_updates_make_the_greedy_policy_submit():
         hp = presets.resolve("quick", "transformer_policy", {"parallel_envs": 8, **kw})
         envs = [S.ToyQueueEnv(window=12) for _ in range(8)]
         val = [S.ToyQueueEnv(window=12) for _ in range(8)]
-        _, curves, summary = P.train_reinforce(_oracle_features, 1, envs, val, hp, seed=0, ckpt_uri=None,
-                                               fingerprint="t")
+        _, curves, summary = P.train_reinforce(
+            _oracle_features, 1, envs, val, hp, seed=0, ckpt_uri=None, fingerprint="t"
+        )
         return curves, summary
 
     c_before, before = fit(ppo_epochs=1, entropy_final=0.1)

@@ -55,14 +55,26 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def step_cli(*argv: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mirage_tasks", *argv], env=env(**(extra_env or {})), cwd=REPO,
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "mirage_tasks", *argv],
+        env=env(**(extra_env or {})),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def stopped_writer(*argv: str, extra_env: dict[str, str]) -> subprocess.Popen:
     """Start a step that stops itself (SIGSTOP) right after taking its lease; return once it has."""
-    proc = subprocess.Popen([sys.executable, "-c", STOP_AFTER_LEASE, *argv], env=env(**extra_env), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOP_AFTER_LEASE, *argv],
+        env=env(**extra_env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _, status = os.waitpid(proc.pid, os.WUNTRACED)  # blocks until it stopped (or ended)
     if not os.WIFSTOPPED(status):
         out, err = proc.communicate(timeout=60)
@@ -125,8 +137,23 @@ def family(log, tmp_path_factory):
     trace = root / "trace"
     assert run(*ingest_argv(log, trace, "2023-01-01", "2023-01-20")) == 0
     fam = root / "fam"
-    assert run("sample", "--trace", str(trace), *SAMPLE, "--out", str(fam),
-               "--day", "2023-01-05", "--day", "2023-01-06", "--day", "2023-01-07") == 0
+    assert (
+        run(
+            "sample",
+            "--trace",
+            str(trace),
+            *SAMPLE,
+            "--out",
+            str(fam),
+            "--day",
+            "2023-01-05",
+            "--day",
+            "2023-01-06",
+            "--day",
+            "2023-01-07",
+        )
+        == 0
+    )
     return trace, [str(fam / f"day=2023-01-0{d}") for d in (5, 6, 7)]
 
 
@@ -199,8 +226,9 @@ def test_on_s3_one_writer_and_takeover(log, tmp_path, monkeypatch):
         marker = committed_intact(out)
         assert marker["params"]["from"].startswith("2023-01-01")
 
-        dead = stopped_writer(*ingest_argv(log, out, "2023-01-05", "2023-01-25"),
-                              extra_env={**s3env, "HOUSE_LEASE_TTL_S": "2"})
+        dead = stopped_writer(
+            *ingest_argv(log, out, "2023-01-05", "2023-01-25"), extra_env={**s3env, "HOUSE_LEASE_TTL_S": "2"}
+        )
         dead.kill()
         dead.communicate(timeout=60)
         body = s3_client(url).get_object(Bucket=bucket, Key=f"mirage/traces/t/{LEASE}")["Body"].read()
@@ -228,10 +256,28 @@ def test_interrupted_synth_leaves_no_lease(tmp_path, sig):
     """``synth`` stopped while it generates (SIGTERM as Airflow and Kubernetes stop a task, SIGINT as
     Ctrl-C): its lease is gone with it, so the corrected rerun is not refused as "being written"."""
     out = tmp_path / "synth"
-    proc = subprocess.Popen([sys.executable, "-m", "mirage_tasks", "synth", "--profile", "ls6-a100",
-                             "--from", "2020-01-01", "--to", "2023-01-01", "--out", str(out)],
-                            env=env(**HOUR), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_signals_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mirage_tasks",
+            "synth",
+            "--profile",
+            "ls6-a100",
+            "--from",
+            "2020-01-01",
+            "--to",
+            "2023-01-01",
+            "--out",
+            str(out),
+        ],
+        env=env(**HOUR),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_signals_as_in_a_terminal,
+    )
     try:
         wait_for(lambda: (out / LEASE).exists() or proc.poll() is not None, "synth to take its lease")
         assert proc.poll() is None, "synth ended before it could be interrupted"

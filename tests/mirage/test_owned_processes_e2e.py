@@ -41,14 +41,18 @@ NODES = 8
 
 needs_slurm = pytest.mark.skipif(
     bool(missing_binaries()) or os.geteuid() != 0,
-    reason=(f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
-            "slurm-client munge)" if missing_binaries() else "the local Slurm's daemons run as root"))
+    reason=(
+        f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
+        "slurm-client munge)"
+        if missing_binaries()
+        else "the local Slurm's daemons run as root"
+    ),
+)
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> str:
-    return write_committed_trace(tmp_path_factory.mktemp("trace"), random_trace(5, days=6, nodes=NODES,
-                                                                                  rate_per_h=6.0))
+    return write_committed_trace(tmp_path_factory.mktemp("trace"), random_trace(5, days=6, nodes=NODES, rate_per_h=6.0))
 
 
 def _committed(out: Path, step: str) -> dict[str, str]:
@@ -60,15 +64,24 @@ def _committed(out: Path, step: str) -> dict[str, str]:
 
 
 def _digest(out: Path) -> dict[str, str]:
-    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*")) if p.is_file() and p.name != "_LEASE.json"}
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "_LEASE.json"
+    }
 
 
 def _start(argv: list[str], package: str = "mirage_tasks") -> subprocess.Popen:
     """``python -m <package> <argv>``: a product step, or a lab command (``package="lab"``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-m", package, *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", package, *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, deadline_s: float = 180) -> tuple[int, str]:
@@ -109,8 +122,11 @@ def _kill_and_check(proc: subprocess.Popen, cluster: LocalSlurm, sig: str, out: 
         assert "stepkit guard:" in err and "ended without stopping it" in err, err[-3000:]
     # nothing left: the step's tree, the daemons by their pid files, job steps of this root
     all_gone(everything, deadline_s=120)
-    wait_for(lambda: not cluster.running() and not cluster.leftovers(), "the cluster's daemons and job steps "
-             f"to be gone (seed {rng_seed})", deadline_s=120)
+    wait_for(
+        lambda: not cluster.running() and not cluster.leftovers(),
+        f"the cluster's daemons and job steps to be gone (seed {rng_seed})",
+        deadline_s=120,
+    )
     assert _digest(out) == before, f"the committed output changed (seed {rng_seed})"
 
 
@@ -124,12 +140,34 @@ def test_replay_slurm_killed_at_a_random_point_leaves_nothing(trace, tmp_path, s
     seed = random.randrange(10**6)
     rng = random.Random(seed)
     # two trace days at x600: about 290 s of submissions, cut short by the signal
-    proc = _start(["replay-slurm", "--trace", trace, "--from", iso(T0 + 2 * 86400), "--to", iso(T0 + 4 * 86400),
-                   "--factor", "600", "--slurm-root", str(root), "--out", str(out), "--nodes", str(NODES),
-                   "--cluster-config", "ls6"], package="lab")  # the lab's Slurm replay, on this harness
+    proc = _start(
+        [
+            "replay-slurm",
+            "--trace",
+            trace,
+            "--from",
+            iso(T0 + 2 * 86400),
+            "--to",
+            iso(T0 + 4 * 86400),
+            "--factor",
+            "600",
+            "--slurm-root",
+            str(root),
+            "--out",
+            str(out),
+            "--nodes",
+            str(NODES),
+            "--cluster-config",
+            "ls6",
+        ],
+        package="lab",
+    )  # the lab's Slurm replay, on this harness
     try:
-        wait_for(lambda: proc.poll() is not None or _slurm_jobs(cluster, "mr") >= 3,
-                 "the replay's first jobs in the queue", deadline_s=180)
+        wait_for(
+            lambda: proc.poll() is not None or _slurm_jobs(cluster, "mr") >= 3,
+            "the replay's first jobs in the queue",
+            deadline_s=180,
+        )
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(rng.uniform(0, 15))  # a random point of the submissions
         _kill_and_check(proc, cluster, sig, out, before, seed)
@@ -148,14 +186,42 @@ def test_keep_service_killed_at_a_random_point_leaves_nothing(trace, tmp_path, s
     cluster = LocalSlurm(root)
     seed = random.randrange(10**6)
     rng = random.Random(seed)
-    proc = _start(["keep-service", "--policy", "reactive,avg", "--node", "1", "--service-hours", "2",
-                   "--links", "5", "--factor", "120", "--slurm-root", str(root), "--trace", trace,
-                   "--background-from", iso(T0 + 2 * 86400), "--background-to", iso(T0 + 4 * 86400),
-                   "--stop-chain", "--out", str(out), "--nodes", str(NODES), "--cluster-config", "ls6"])
+    proc = _start(
+        [
+            "keep-service",
+            "--policy",
+            "reactive,avg",
+            "--node",
+            "1",
+            "--service-hours",
+            "2",
+            "--links",
+            "5",
+            "--factor",
+            "120",
+            "--slurm-root",
+            str(root),
+            "--trace",
+            trace,
+            "--background-from",
+            iso(T0 + 2 * 86400),
+            "--background-to",
+            iso(T0 + 4 * 86400),
+            "--stop-chain",
+            "--out",
+            str(out),
+            "--nodes",
+            str(NODES),
+            "--cluster-config",
+            "ls6",
+        ]
+    )
     try:
-        wait_for(lambda: proc.poll() is not None or (_slurm_jobs(cluster, "svc-") >= 2
-                                                     and _slurm_jobs(cluster, "bg") >= 1),
-                 "the service chains and the background in the queue", deadline_s=180)
+        wait_for(
+            lambda: proc.poll() is not None or (_slurm_jobs(cluster, "svc-") >= 2 and _slurm_jobs(cluster, "bg") >= 1),
+            "the service chains and the background in the queue",
+            deadline_s=180,
+        )
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(rng.uniform(0, 15))
         _kill_and_check(proc, cluster, sig, out, before, seed)
@@ -170,9 +236,27 @@ def test_calibrate_sigterm_mid_search_exits_143_and_leaves_the_committed_output(
     out = tmp_path / "out"
     before = _committed(out, "calibrate")
     seed = random.randrange(10**6)
-    proc = _start(["calibrate", "--trace", trace, "--calibrate-from", iso(T0 + 2 * 86400),
-                   "--calibrate-to", iso(T0 + 12 * 86400), "--score-from", iso(T0 + 12 * 86400),
-                   "--score-to", iso(T0 + 19 * 86400), "--trials", "1000", "--timeout-s", "0", "--out", str(out)])
+    proc = _start(
+        [
+            "calibrate",
+            "--trace",
+            trace,
+            "--calibrate-from",
+            iso(T0 + 2 * 86400),
+            "--calibrate-to",
+            iso(T0 + 12 * 86400),
+            "--score-from",
+            iso(T0 + 12 * 86400),
+            "--score-to",
+            iso(T0 + 19 * 86400),
+            "--trials",
+            "1000",
+            "--timeout-s",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     lines: list[str] = []
     # the search logs every trial on stderr: wait for a random number of them
     want = random.Random(seed).randint(1, 4)
@@ -199,9 +283,23 @@ def test_waitpred_sigterm_at_a_random_point_exits_143_and_leaves_the_committed_o
     before = _committed(out, "waitpred")
     (tmp_path / "cfg.json").write_text('{"nodes": 16}')
     seed = random.randrange(10**6)
-    proc = _start(["waitpred", "--trace", trace, "--cluster-config", str(tmp_path / "cfg.json"),
-                   "--calibrate-from", iso(T0 + 86400)[:10], "--calibrate-to", "2023-12-01",  # T0: 2023-11-14
-                   "--months", "2023-12", "--out", str(out)])
+    proc = _start(
+        [
+            "waitpred",
+            "--trace",
+            trace,
+            "--cluster-config",
+            str(tmp_path / "cfg.json"),
+            "--calibrate-from",
+            iso(T0 + 86400)[:10],
+            "--calibrate-to",
+            "2023-12-01",  # T0: 2023-11-14
+            "--months",
+            "2023-12",
+            "--out",
+            str(out),
+        ]
+    )
     lines: list[str] = []
     try:
         while not any("the queue at each submission" in ln for ln in lines):

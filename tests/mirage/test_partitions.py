@@ -18,8 +18,22 @@ def run(*argv: str) -> int:
 
 
 def sample(trace, out, *days, extra=()):
-    args = ["sample", "--trace", str(trace), "--start", "2023-01-01T00:00:00", "--node", "1",
-            "--cluster-config", "ls6", "--probes", "3", "--out", str(out), *extra]
+    args = [
+        "sample",
+        "--trace",
+        str(trace),
+        "--start",
+        "2023-01-01T00:00:00",
+        "--node",
+        "1",
+        "--cluster-config",
+        "ls6",
+        "--probes",
+        "3",
+        "--out",
+        str(out),
+        *extra,
+    ]
     for d in days:
         args += ["--day", d]
     return run(*args)
@@ -51,17 +65,59 @@ def test_partitions_are_committed_skipped_and_merged(ls6_parquet, tmp_path, caps
 
     days = [str(fam / f"day=2023-01-1{d}") for d in (0, 1, 2)]
     out = tmp_path / "ds"
-    assert run("merge", "--in", *days, "--start", "2023-01-10T08:00:00", "--count", "10",
-               "--interval-hours", "4", "--out", str(out)) == 0
+    assert (
+        run(
+            "merge",
+            "--in",
+            *days,
+            "--start",
+            "2023-01-10T08:00:00",
+            "--count",
+            "10",
+            "--interval-hours",
+            "4",
+            "--out",
+            str(out),
+        )
+        == 0
+    )
     m = json.loads((out / "manifest.json").read_text())
     assert m["n_samples"] == 10 and m["sample_start_min_iso"] == "2023-01-10T08:00:00+00:00"
     ds = read_npz(str(out / "dataset.npz"))
     assert sorted(set(ds["sample"].tolist())) == list(range(10))
     # a window reaching a day without a partition, or off the grid: refused, nothing written
-    assert run("merge", "--in", *days[:2], "--start", "2023-01-11T08:00:00", "--count", "10",
-               "--interval-hours", "4", "--out", str(tmp_path / "no")) == 2
-    assert run("merge", "--in", *days, "--start", "2023-01-10T09:00:00", "--count", "3",
-               "--interval-hours", "4", "--out", str(tmp_path / "no")) == 2
+    assert (
+        run(
+            "merge",
+            "--in",
+            *days[:2],
+            "--start",
+            "2023-01-11T08:00:00",
+            "--count",
+            "10",
+            "--interval-hours",
+            "4",
+            "--out",
+            str(tmp_path / "no"),
+        )
+        == 2
+    )
+    assert (
+        run(
+            "merge",
+            "--in",
+            *days,
+            "--start",
+            "2023-01-10T09:00:00",
+            "--count",
+            "3",
+            "--interval-hours",
+            "4",
+            "--out",
+            str(tmp_path / "no"),
+        )
+        == 2
+    )
     assert run("merge", "--in", *days, "--start", "2023-01-10T08:00:00", "--out", str(tmp_path / "no")) == 2
     assert not (tmp_path / "no").exists()
 

@@ -17,10 +17,26 @@ from mirage_tasks.run.plan import MAPPED_STEPS, plan, sample_argvs, samples_day,
 from mirage_tasks.run.runconf import MirageRun
 
 APRIL = datetime(2023, 4, 1, tzinfo=UTC)
-BASE = dict(trace="", synth_profile="ls6-a100", cluster_config="ls6", train_start=None, train_count=12,
-            val_start=None, val_count=3, interval_hours=4, warmup_days=2, workload_days=5, probes=7,
-            node_sizes=[1, 8], shards=2, preset="quick", device="cpu", seed=0, train_params={},
-            models=["xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"])
+BASE = dict(
+    trace="",
+    synth_profile="ls6-a100",
+    cluster_config="ls6",
+    train_start=None,
+    train_count=12,
+    val_start=None,
+    val_count=3,
+    interval_hours=4,
+    warmup_days=2,
+    workload_days=5,
+    probes=7,
+    node_sizes=[1, 8],
+    shards=2,
+    preset="quick",
+    device="cpu",
+    seed=0,
+    train_params={},
+    models=["xgboost", "random_forest", "transformer", "moe", "transformer_policy", "moe_policy"],
+)
 REAL = {"trace": "/data/ls6.log", "trace_timezone": "America/Chicago"}
 
 
@@ -28,22 +44,30 @@ def argv_label(argv: list[str]) -> str:
     """The label the DAGs derived from an argv before the plan emitted labels (reference only)."""
     val = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
     days = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--day"]
-    node = val.get("--node") or next((seg[4:] for seg in val.get("--out", "").split("/")
-                                      if seg.startswith("node") and seg[4:].isdigit()), None)
-    parts = [val.get("--name") or val.get("--model"), f"node {node}" if node else None,
-             (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None,
-             f"shard {val['--shard']}" if "--shard" in val else None]
+    node = val.get("--node") or next(
+        (seg[4:] for seg in val.get("--out", "").split("/") if seg.startswith("node") and seg[4:].isdigit()), None
+    )
+    parts = [
+        val.get("--name") or val.get("--model"),
+        f"node {node}" if node else None,
+        (f"{days[0]}..{days[-1]} ({len(days)} d)" if len(days) > 1 else days[0]) if days else None,
+        f"shard {val['--shard']}" if "--shard" in val else None,
+    ]
     return " · ".join(p for p in parts if p) or argv[0]
 
 
-@pytest.mark.parametrize("conf", [
-    {},
-    {"shards": 1},
-    {"shards": 4, "train_count": 60},
-    {"device": "cuda"},
-    {"node_sizes": [1, 2, 8], "models": ["xgboost", "transformer", "transformer_policy"]},
-    REAL,
-], ids=["base", "one_shard", "four_shards", "cuda", "three_nodes", "real_trace"])
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {},
+        {"shards": 1},
+        {"shards": 4, "train_count": 60},
+        {"device": "cuda"},
+        {"node_sizes": [1, 2, 8], "models": ["xgboost", "transformer", "transformer_policy"]},
+        REAL,
+    ],
+    ids=["base", "one_shard", "four_shards", "cuda", "three_nodes", "real_trace"],
+)
 def test_every_mapped_argv_has_the_label_its_values_give(conf):
     p = plan(MirageRun.from_params(dict(BASE, **conf)), "/r/p", APRIL, shared="/r/mirage", trace_fp="sha256:aa")
     assert set(p["labels"]) == set(MAPPED_STEPS)
@@ -93,8 +117,12 @@ ARGV_PARSING = re.compile(r"""\.index\(\s*["']--|startswith\(\s*["']--|\[\s*["']
 
 
 def test_dags_do_not_parse_argv():
-    found = [f"{path.name}:{n}: {line.strip()}" for path in sorted(DAGS.glob("*.py"))
-             for n, line in enumerate(path.read_text().splitlines(), 1) if ARGV_PARSING.search(line)]
+    found = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted(DAGS.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if ARGV_PARSING.search(line)
+    ]
     assert not found, found
     assert ARGV_PARSING.search("argv[argv.index('--node') + 1]")
     assert ARGV_PARSING.search('p["sample_jobs"][0]["argv"]["workload_days"]')

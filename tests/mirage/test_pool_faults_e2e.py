@@ -35,14 +35,34 @@ def trace(tmp_path_factory) -> str:
 def _argv(step: str, trace: str, out: Path) -> list[str]:
     start = iso(T0 + 86400)
     extra = ["--probes", "3", "--window", "12"] if step == "sample" else ["--model", "reactive"]
-    return [sys.executable, "-m", "mirage_tasks", step, "--trace", trace, "--start", start, *LONG, *extra,
-            "--shard", "0/1", "--workers", "2", "--out", str(out), *CLUSTER, "--log-level", "WARNING"]
+    return [
+        sys.executable,
+        "-m",
+        "mirage_tasks",
+        step,
+        "--trace",
+        trace,
+        "--start",
+        start,
+        *LONG,
+        *extra,
+        "--shard",
+        "0/1",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        *CLUSTER,
+        "--log-level",
+        "WARNING",
+    ]
 
 
 def _start(step: str, trace: str, out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(_argv(step, trace, out), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        _argv(step, trace, out), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:

@@ -26,8 +26,13 @@ def _run(*argv: str) -> int:
     return main("mirage_tasks", STEPS, list(argv))
 
 
-@given(submit_min=st.integers(0, 10**7), wait_s=st.integers(0, 10 * 86400), run_s=st.integers(0, 48 * 3600),
-       spacing=st.sampled_from(PROBE_SPACINGS), probes=st.integers(1, 12))
+@given(
+    submit_min=st.integers(0, 10**7),
+    wait_s=st.integers(0, 10 * 86400),
+    run_s=st.integers(0, 48 * 3600),
+    spacing=st.sampled_from(PROBE_SPACINGS),
+    probes=st.integers(1, 12),
+)
 def test_probe_times_are_sorted_unique_bounded_and_end_reactive(submit_min, wait_s, run_s, spacing, probes):
     pred_submit = submit_min * 60
     # the ladder also where it is cut at the lower bound (any run time); the reference's spacing on the
@@ -93,9 +98,24 @@ def trace_uri(tmp_path_factory) -> str:
 
 
 def test_spacing_is_in_the_params_and_spacings_never_merge(trace_uri, tmp_path):
-    common = ["--trace", trace_uri, "--start", str(np.datetime64(T0 + 86400, "s")) + "+00:00", "--count", "3",
-              "--interval-hours", "4", "--node", "2", "--nodes", "16", "--cluster-config", "ls6",
-              "--max-jobs-per-user", "3"]
+    common = [
+        "--trace",
+        trace_uri,
+        "--start",
+        str(np.datetime64(T0 + 86400, "s")) + "+00:00",
+        "--count",
+        "3",
+        "--interval-hours",
+        "4",
+        "--node",
+        "2",
+        "--nodes",
+        "16",
+        "--cluster-config",
+        "ls6",
+        "--max-jobs-per-user",
+        "3",
+    ]
     uni, end = tmp_path / "uni", tmp_path / "end"
     assert _run("sample", *common, "--probe-spacing", "uniform", "--out", str(uni)) == 0
     assert _run("sample", *common, "--probe-spacing", "end", "--out", str(end)) == 0
@@ -129,16 +149,37 @@ def test_spacing_is_in_the_params_and_spacings_never_merge(trace_uri, tmp_path):
 def test_plan_keys_sample_families_by_spacing():
     from mirage_tasks.run.plan import plan, samples_day, step_parser
 
-    base = dict(trace="/data/ls6.log", trace_timezone="America/Chicago", synth_profile="ls6-a100",
-                cluster_config="ls6", train_start=None, train_count=12, val_start=None, val_count=3,
-                interval_hours=4, warmup_days=2, workload_days=5, probes=7, node_sizes=[1, 8], shards=1,
-                preset="quick", device="cpu", seed=0, train_params={}, models=["xgboost"])
+    base = dict(
+        trace="/data/ls6.log",
+        trace_timezone="America/Chicago",
+        synth_profile="ls6-a100",
+        cluster_config="ls6",
+        train_start=None,
+        train_count=12,
+        val_start=None,
+        val_count=3,
+        interval_hours=4,
+        warmup_days=2,
+        workload_days=5,
+        probes=7,
+        node_sizes=[1, 8],
+        shards=1,
+        preset="quick",
+        device="cpu",
+        seed=0,
+        train_params={},
+        models=["xgboost"],
+    )
     from datetime import datetime
 
     april = datetime(2023, 4, 1, tzinfo=UTC)
     default = step_parser("sample").get_default("probe_spacing")
-    fams = {s: plan(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
-            for s in PROBE_SPACINGS}
+    fams = {
+        s: plan(
+            MirageRun.from_params(dict(base, probe_spacing=s)), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa"
+        )
+        for s in PROBE_SPACINGS
+    }
     absent = plan(MirageRun.from_params(base), "/r/p", april, shared="/r/mirage", trace_fp="sha256:aa")
     assert fams["uniform"]["families"]["1"] != fams["end"]["families"]["1"]
     assert fams["uniform"]["families"]["8"] != fams["end"]["families"]["8"]
@@ -149,7 +190,10 @@ def test_plan_keys_sample_families_by_spacing():
             assert step_parser("sample").parse_args(a[1:]).probe_spacing == s
     assert absent["sample"] == fams[default]["sample"]  # no param: the run configuration's default, the step's
     shared_trace = {"identity": {"kind": "ingest", "content": "sha256:aa"}, "trace": "/r/mirage/traces/t"}
-    d = {s: samples_day(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/mirage", shared_trace, "2023-01-10") for s in PROBE_SPACINGS}
+    d = {
+        s: samples_day(MirageRun.from_params(dict(base, probe_spacing=s)), "/r/mirage", shared_trace, "2023-01-10")
+        for s in PROBE_SPACINGS
+    }
     assert d["uniform"]["partitions"]["1"] != d["end"]["partitions"]["1"]
     assert d["end"]["sample"][0][d["end"]["sample"][0].index("--probe-spacing") + 1] == "end"
 

@@ -89,10 +89,12 @@ def test_presets_loader_train_and_sample_derive_from_the_registry():
 
 
 def test_step_parsers_import_without_numpy_pandas_or_torch():
-    code = ("import sys, importlib\n"
-            "for s in ('sample', 'merge', 'train', 'validate', 'metrics', 'report', 'synth', 'summary'):\n"
-            "    importlib.import_module('mirage_tasks.steps.' + s)\n"
-            "import mirage_tasks.models.registry\n"
-            "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow') if m in sys.modules))")
+    code = (
+        "import sys, importlib\n"
+        "for s in ('sample', 'merge', 'train', 'validate', 'metrics', 'report', 'synth', 'summary'):\n"
+        "    importlib.import_module('mirage_tasks.steps.' + s)\n"
+        "import mirage_tasks.models.registry\n"
+        "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -56,8 +56,24 @@ def test_full_report_has_every_section_and_embedded_plots(policy_world, fidelity
     met = tmp_path / "met"
     assert cli("metrics", "--in", w["v_reactive"], w["v_avg"], w["v_xgb"], "--out", met, "--bootstrap", "100") == 0
     out = tmp_path / "rep"
-    assert cli("report", "--in", met, fidelity_out, w["xgb"], w["tx"], w["pol"], w["dataset"], w["v_xgb"],
-               "--out", out, "--title", "Tiny world") == 0
+    assert (
+        cli(
+            "report",
+            "--in",
+            met,
+            fidelity_out,
+            w["xgb"],
+            w["tx"],
+            w["pol"],
+            w["dataset"],
+            w["v_xgb"],
+            "--out",
+            out,
+            "--title",
+            "Tiny world",
+        )
+        == 0
+    )
     p, text = parse(out / "report.html")
     assert "<title>Tiny world</title>" in text and "<h1>Tiny world</h1>" in text
     assert p.sections == [sid for sid, _ in R.SECTIONS]
@@ -70,20 +86,31 @@ def test_full_report_has_every_section_and_embedded_plots(policy_world, fidelity
         assert src.startswith("data:image/png;base64,") and img.get("alt")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG
     assert "Not available" not in text
-    for needle in ("reactive", "avg", "xgboost", f"{NODE}-node jobs", "mean interruption h", "pooled",
-                   "Held-out scores", "transformer_policy", "merge"):
+    for needle in (
+        "reactive",
+        "avg",
+        "xgboost",
+        f"{NODE}-node jobs",
+        "mean interruption h",
+        "pooled",
+        "Held-out scores",
+        "transformer_policy",
+        "merge",
+    ):
         assert needle in text, needle
     md = (out / "report.md").read_text()
     assert md.startswith("# Tiny world\n")
     for _, title in R.SECTIONS:
         assert f"## {title}" in md
     figs = sorted(p.name for p in (out / "figures").iterdir())
-    assert figs == [f"box_node{NODE}.png", f"cdf_node{NODE}.png", "training_0.png", "training_1.png",
-                    "training_2.png"]
+    assert figs == [f"box_node{NODE}.png", f"cdf_node{NODE}.png", "training_0.png", "training_1.png", "training_2.png"]
     assert all(f"figures/{f}" in md for f in figs)
     marker = json.load(open(out / "_SUCCESS.json"))
     assert marker["step"] == "report" and set(marker["summary"]["headline"]) == {
-        f"reactive@{NODE}", f"avg@{NODE}", f"xgboost@{NODE}"}
+        f"reactive@{NODE}",
+        f"avg@{NODE}",
+        f"xgboost@{NODE}",
+    }
 
 
 def test_report_from_validate_outputs_only_notes_what_is_missing(world, tmp_path):
@@ -107,9 +134,28 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
 
     pytest.importorskip("optuna")
     d = tmp_path / "hpo"
-    assert cli("train", "--model", "xgboost", "--dataset", world["dataset"], "--out", d, "--param",
-               "n_estimators=10", "--threads", "1", "--val-fraction", "0.25", "--purge-days", "0",
-               "--hpo-trials", "3") == 0
+    assert (
+        cli(
+            "train",
+            "--model",
+            "xgboost",
+            "--dataset",
+            world["dataset"],
+            "--out",
+            d,
+            "--param",
+            "n_estimators=10",
+            "--threads",
+            "1",
+            "--val-fraction",
+            "0.25",
+            "--purge-days",
+            "0",
+            "--hpo-trials",
+            "3",
+        )
+        == 0
+    )
     out = tmp_path / "rep"
     assert cli("report", "--in", world["v_xgb"], world["v_reactive"], world["v_avg"], d, "--out", out) == 0
     md = (out / "report.md").read_text()
@@ -124,7 +170,8 @@ def test_training_section_shows_search_history_and_thresholds(world, tmp_path):
     assert ("never early" if low is None else R._fmt(float(low))) in row
     assert R._load_term(decision.get("load")) in row  # the load term of the rule, or '-'
     assert R._load_term({"feature": "queue_nodes", "slope": -0.5, "beta": -0.25}) == (
-        "queue_nodes: slope -0.500 (beta -0.250)")
+        "queue_nodes: slope -0.500 (beta -0.250)"
+    )
     # the figure: one point per complete trial
     trials = json.load(open(d / "hpo_trials.json"))["trials"]
     assert R.hpo_figure("x", trials)[:8] == PNG and R.hpo_figure("x", []) is None
@@ -142,14 +189,21 @@ def test_report_names_its_dag_run_size_and_params_as_given(world, tmp_path):
 
     prefix = tmp_path / "mirage_pipeline" / "manual-abc"
     defaults = {"size": "demo", "seed": 0, "trace": None}
-    record_run(str(prefix), dag_id="mirage_pipeline", run_id="manual__2026-12-01T10:00:00+00:00", run_type="manual",
-               logical_date=datetime(2026, 12, 1, 10, tzinfo=UTC), params={**defaults, "seed": 7},
-               defaults=defaults)
+    record_run(
+        str(prefix),
+        dag_id="mirage_pipeline",
+        run_id="manual__2026-12-01T10:00:00+00:00",
+        run_type="manual",
+        logical_date=datetime(2026, 12, 1, 10, tzinfo=UTC),
+        params={**defaults, "seed": 7},
+        defaults=defaults,
+    )
     out = prefix / "report"
     assert cli("report", "--in", world["v_reactive"], world["v_avg"], "--out", out, "--bootstrap", "50") == 0
     _, text = parse(out / "report.html")
-    assert "DAG run manual__2026-12-01T10:00:00+00:00 (manual, logical date 2026-12-01T10:00:00+00:00), size demo" \
-        in text
+    assert (
+        "DAG run manual__2026-12-01T10:00:00+00:00 (manual, logical date 2026-12-01T10:00:00+00:00), size demo" in text
+    )
     assert "Params as given: seed=7" in text
     summary = json.loads((out / "_SUCCESS.json").read_text())["summary"]
     assert summary["run_id"] == "manual__2026-12-01T10:00:00+00:00" and summary["size"] == "demo"

@@ -31,8 +31,19 @@ CONFS = {
     "interval_whole_float": ({"size": "paper", "interval_hours": 6.0}, {}),
     "interval_frac": ({"size": "month", "interval_hours": 2.5}, {}),
     "train_params": ({"size": "demo", "train_params": {"xgboost": ["n_estimators=50"]}}, {}),
-    "mixed": ({"size": "scheduled", "seed": 7, "preset": "paper", "device": "cuda", "policy_eval": "greedy",
-               "probe_spacing": "end", "node_sizes": [4], "val_start": "2023-03-05T00:00:00+00:00"}, {}),
+    "mixed": (
+        {
+            "size": "scheduled",
+            "seed": 7,
+            "preset": "paper",
+            "device": "cuda",
+            "policy_eval": "greedy",
+            "probe_spacing": "end",
+            "node_sizes": [4],
+            "val_start": "2023-03-05T00:00:00+00:00",
+        },
+        {},
+    ),
 }
 
 #: The run keys of CONFS for the logical date APRIL, computed on the code before the change
@@ -72,6 +83,7 @@ def test_a_manual_run_key_is_pinned():
 
 # ----------------------------------------------------------------------------- a field added later
 
+
 def test_the_key_baseline_is_the_fields_every_stored_key_hashed():
     """The fields when the rule came in, every one but size (a stored key hashed each of them,
     default or not); written here again so that editing the literal fails a test. A field
@@ -79,10 +91,30 @@ def test_the_key_baseline_is_the_fields_every_stored_key_hashed():
     from mirage_tasks.run.runconf import FIELDS, KEY_BASELINE
 
     assert KEY_BASELINE == (
-        "trace", "window_from", "window_to", "trace_timezone", "synth_profile", "cluster_config", "train_start",
-        "train_count", "val_start", "val_count", "interval_hours", "warmup_days", "workload_days", "probes",
-        "probe_spacing", "node_sizes", "shards", "models", "preset", "train_params", "device", "policy_eval",
-        "seed")
+        "trace",
+        "window_from",
+        "window_to",
+        "trace_timezone",
+        "synth_profile",
+        "cluster_config",
+        "train_start",
+        "train_count",
+        "val_start",
+        "val_count",
+        "interval_hours",
+        "warmup_days",
+        "workload_days",
+        "probes",
+        "probe_spacing",
+        "node_sizes",
+        "shards",
+        "models",
+        "preset",
+        "train_params",
+        "device",
+        "policy_eval",
+        "seed",
+    )
     assert set(KEY_BASELINE) <= set(FIELDS) - {"size"}  # a baseline field removed would move every key
     for params in ({}, {"size": "demo"}, {"size": "scheduled"}):
         assert set(KEY_BASELINE) <= set(MirageRun.from_params(params).key_params())  # at default or not
@@ -92,8 +124,13 @@ def test_the_key_baseline_is_the_fields_every_stored_key_hashed():
 NEW_FIELDS = {
     "string": ("queue_model", str, "fifo", ("string", {"enum": ["fifo", "backfill"]}), ["backfill"]),
     "number": ("load_scale", float, 1.0, ("number", {"exclusiveMinimum": 0}), [1.5, 2, 2.0]),
-    "array": ("partitions", list, ["gpu-a100"], ("array", {"items": {"type": "string"}, "minItems": 1}),
-              [["gpu-a100", "gpu-h100"]]),
+    "array": (
+        "partitions",
+        list,
+        ["gpu-a100"],
+        ("array", {"items": {"type": "string"}, "minItems": 1}),
+        [["gpu-a100", "gpu-h100"]],
+    ),
 }
 
 
@@ -107,8 +144,9 @@ def with_field(kind: str):
 
     name, typ, default, (jtype, schema), others = NEW_FIELDS[kind]
     spec = runconf.Spec(name, f"A {kind} param added after the key baseline.", jtype, schema=schema)
-    cls = dataclasses.make_dataclass("NewRun", [(name, typ, runconf._f(default, spec))], bases=(MirageRun,),
-                                     frozen=True)
+    cls = dataclasses.make_dataclass(
+        "NewRun", [(name, typ, runconf._f(default, spec))], bases=(MirageRun,), frozen=True
+    )
     return cls, name, default, others
 
 

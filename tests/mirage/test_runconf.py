@@ -28,13 +28,28 @@ from mirage_tasks.run.runconf import (
 def test_no_params_is_the_paper_configuration():
     run = MirageRun.from_params({})
     assert run == MirageRun() and run.size == "paper"
-    assert (run.train_count, run.interval_hours, run.val_count, run.shards, run.models) == (684, 4, None, 4, list(KINDS))
+    assert (run.train_count, run.interval_hours, run.val_count, run.shards, run.models) == (
+        684,
+        4,
+        None,
+        4,
+        list(KINDS),
+    )
     assert MirageRun.from_params({"size": "demo"}).train_count == 30
 
 
 def test_values_are_typed_and_numbers_canonical():
-    run = MirageRun.from_params({"interval_hours": 4.0, "warmup_days": 1.5, "train_count": 12.0, "node_sizes": [1.0, 8],
-                                 "val_count": 3, "trace": "", "trace_timezone": ""})
+    run = MirageRun.from_params(
+        {
+            "interval_hours": 4.0,
+            "warmup_days": 1.5,
+            "train_count": 12.0,
+            "node_sizes": [1.0, 8],
+            "val_count": 3,
+            "trace": "",
+            "trace_timezone": "",
+        }
+    )
     # a whole number is an int (the storage keys hash the JSON: 4, as the form has always sent)
     assert run.interval_hours == 4 and isinstance(run.interval_hours, int)
     assert run.warmup_days == 1.5 and run.train_count == 12 and isinstance(run.train_count, int)
@@ -43,34 +58,37 @@ def test_values_are_typed_and_numbers_canonical():
     assert json.loads(json.dumps(run.as_dict())) == run.as_dict()
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"train_count": 0}, "param train_count: must be at least 1"),
-    ({"train_count": "30"}, "param train_count: must be a whole number"),
-    ({"train_count": True}, "param train_count: must be a whole number"),
-    ({"train_count": 2.5}, "param train_count: must be a whole number"),
-    ({"interval_hours": 0}, "param interval_hours: must be more than 0"),
-    ({"interval_hours": 25}, "param interval_hours: must be at most 24"),
-    ({"interval_hours": float("nan")}, "param interval_hours: must be a number"),
-    ({"warmup_days": -1}, "param warmup_days: must be at least 0"),
-    ({"probes": 1}, "param probes: must be at least 2"),
-    ({"shards": 65}, "param shards: must be at most 64"),
-    ({"node_sizes": []}, "param node_sizes: must be a list of at least 1"),
-    ({"node_sizes": [0]}, "param node_sizes: must be at least 1"),
-    ({"node_sizes": 8}, "param node_sizes: must be a list"),
-    ({"models": ["lstm"]}, "param models: unknown 'lstm'"),
-    ({"models": ["transformer_policy"]}, "param models: .* need their base model"),
-    ({"probe_spacing": "sparse"}, "param probe_spacing: unknown 'sparse'"),
-    ({"preset": "huge"}, "param preset: unknown 'huge'"),
-    ({"device": "tpu"}, "param device: unknown 'tpu'"),
-    ({"train_params": {"moe": "epochs=3"}}, "param train_params: must map each model"),
-    ({"train_params": {"moe": ["epochs"]}}, "param train_params: must map each model"),
-    ({"train_params": {"lstm": ["a=1"]}}, "param train_params: unknown model"),
-    ({"val_start": "March"}, "param val_start='March' is not an ISO 8601"),
-    ({"window_from": "2023-02-30"}, "param window_from='2023-02-30' is not an ISO 8601"),
-    ({"trace": 3}, "param trace: must be text"),
-    ({"synth_profile": ""}, None),  # empty: not given, the default profile
-    ({"size": "huge"}, "param size: 'huge' is not one of demo, month, paper, scheduled"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"train_count": 0}, "param train_count: must be at least 1"),
+        ({"train_count": "30"}, "param train_count: must be a whole number"),
+        ({"train_count": True}, "param train_count: must be a whole number"),
+        ({"train_count": 2.5}, "param train_count: must be a whole number"),
+        ({"interval_hours": 0}, "param interval_hours: must be more than 0"),
+        ({"interval_hours": 25}, "param interval_hours: must be at most 24"),
+        ({"interval_hours": float("nan")}, "param interval_hours: must be a number"),
+        ({"warmup_days": -1}, "param warmup_days: must be at least 0"),
+        ({"probes": 1}, "param probes: must be at least 2"),
+        ({"shards": 65}, "param shards: must be at most 64"),
+        ({"node_sizes": []}, "param node_sizes: must be a list of at least 1"),
+        ({"node_sizes": [0]}, "param node_sizes: must be at least 1"),
+        ({"node_sizes": 8}, "param node_sizes: must be a list"),
+        ({"models": ["lstm"]}, "param models: unknown 'lstm'"),
+        ({"models": ["transformer_policy"]}, "param models: .* need their base model"),
+        ({"probe_spacing": "sparse"}, "param probe_spacing: unknown 'sparse'"),
+        ({"preset": "huge"}, "param preset: unknown 'huge'"),
+        ({"device": "tpu"}, "param device: unknown 'tpu'"),
+        ({"train_params": {"moe": "epochs=3"}}, "param train_params: must map each model"),
+        ({"train_params": {"moe": ["epochs"]}}, "param train_params: must map each model"),
+        ({"train_params": {"lstm": ["a=1"]}}, "param train_params: unknown model"),
+        ({"val_start": "March"}, "param val_start='March' is not an ISO 8601"),
+        ({"window_from": "2023-02-30"}, "param window_from='2023-02-30' is not an ISO 8601"),
+        ({"trace": 3}, "param trace: must be text"),
+        ({"synth_profile": ""}, None),  # empty: not given, the default profile
+        ({"size": "huge"}, "param size: 'huge' is not one of demo, month, paper, scheduled"),
+    ],
+)
 def test_bad_values_name_the_param(params, message):
     if message is None:
         assert MirageRun.from_params(params).synth_profile == "ls6-a100"
@@ -91,9 +109,11 @@ def test_sizes_fill_what_is_empty_and_explicit_params_win():
     assert (demo.train_count, demo.interval_hours, demo.val_count, demo.shards) == (30, 12, 6, 2)
     assert demo.train_params == {"transformer_policy": ["epochs=4"], "moe_policy": ["epochs=4"]}
     # on the synthetic trace the demo's windows are pinned; with a trace they are the defaults'
-    assert (demo.window_from, demo.window_to, demo.val_start) == ("2023-01-01T00:00:00+00:00",
-                                                                  "2023-03-31T00:00:00+00:00",
-                                                                  "2023-02-11T00:00:00+00:00")
+    assert (demo.window_from, demo.window_to, demo.val_start) == (
+        "2023-01-01T00:00:00+00:00",
+        "2023-03-31T00:00:00+00:00",
+        "2023-02-11T00:00:00+00:00",
+    )
     real = MirageRun.from_params({"size": "demo", "trace": "/data/t.log"})
     assert (real.window_from, real.window_to, real.val_start, real.train_count) == (None, None, None, 30)
     mine = MirageRun.from_params({"size": "demo", "train_count": 8, "val_start": "2023-03-01", "shards": 1})
@@ -126,9 +146,11 @@ def test_form_renders_every_field_from_its_spec():
     assert pipeline["train_count"]["default"] is None and pipeline["train_count"]["type"] == ["null", "integer"]
     assert "demo: 30; month: 180; paper: 684; scheduled: 42" in pipeline["train_count"]["description"]
     assert pipeline["val_start"]["description"].count("Empty:") == 1
-    assert pipeline["trace"]["description"].endswith("Empty: a synthetic trace drawn from the synthetic profile "
-                                                      "(mirage_pipeline: covering the run's windows; mirage_samples: "
-                                                      "the month of the run's day).")
+    assert pipeline["trace"]["description"].endswith(
+        "Empty: a synthetic trace drawn from the synthetic profile "
+        "(mirage_pipeline: covering the run's windows; mirage_samples: "
+        "the month of the run's day)."
+    )
     samples = form(SAMPLES_FORM)
     assert samples["interval_hours"]["default"] == 4 and samples["interval_hours"]["type"] == "number"
     assert "size" not in samples and "Empty: the size" not in json.dumps(samples)
@@ -150,23 +172,30 @@ def test_the_form_accepts_what_it_shows():
 
 
 def test_runconf_imports_stdlib_only():
-    code = ("import sys; import mirage_tasks.run.runconf\n"
-            "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec', 'stepkit', "
-            "'jsonschema') if m in sys.modules))")
+    code = (
+        "import sys; import mirage_tasks.run.runconf\n"
+        "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'airflow', 'fsspec', 'stepkit', "
+        "'jsonschema') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True, allow_infinity=True)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=10)
+    max_leaves=10,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.sampled_from([*FIELDS, "not_a_param"]), json_values, max_size=8),
-       st.booleans(), st.booleans())
+@given(
+    st.dictionaries(st.sampled_from([*FIELDS, "not_a_param"]), json_values, max_size=8), st.booleans(), st.booleans()
+)
 def test_any_conf_is_a_run_or_a_value_error_naming_a_param(conf, scheduled, backfill):
     """What a trigger form, `--conf` or the REST API can send: the plan gets a typed run or a
     ValueError that names the param (the plan task fails at once with it), never anything else."""

@@ -71,21 +71,26 @@ def test_pattern_a_keyword_no_spec_uses_yet_is_checked_and_shown(monkeypatch):
 def test_every_bad_param_is_reported_at_once_in_the_fields_order():
     with pytest.raises(ValueError) as exc:
         MirageRun.from_params({"seed": -1, "train_count": 0, "node_sizes": [0, 0]})
-    assert str(exc.value) == ("param train_count: must be at least 1 (got 0); "
-                              "param node_sizes: must be at least 1 (got 0, item 0); "
-                              "param node_sizes: must be at least 1 (got 0, item 1); "
-                              "param seed: must be at least 0 (got -1)")
+    assert str(exc.value) == (
+        "param train_count: must be at least 1 (got 0); "
+        "param node_sizes: must be at least 1 (got 0, item 0); "
+        "param node_sizes: must be at least 1 (got 0, item 1); "
+        "param seed: must be at least 0 (got -1)"
+    )
 
 
 def test_what_the_schema_cannot_say_is_still_refused_naming_the_param():
-    for params, message in [({"val_start": "March"}, "param val_start='March' is not an ISO 8601"),
-                            ({"train_params": {"moe": ["epochs"]}}, 'param train_params: must map each model'),
-                            ({"models": ["moe_policy"]}, "param models: .* need their base model")]:
+    for params, message in [
+        ({"val_start": "March"}, "param val_start='March' is not an ISO 8601"),
+        ({"train_params": {"moe": ["epochs"]}}, "param train_params: must map each model"),
+        ({"models": ["moe_policy"]}, "param models: .* need their base model"),
+    ]:
         with pytest.raises(ValueError, match=message):
             MirageRun.from_params(params)
 
 
 # ----------------------------------------------------------------------------- one schema
+
 
 def _form_schema(param: dict) -> dict:
     return {k: v for k, v in param.items() if k not in ("default", "title", "description")}
@@ -127,8 +132,9 @@ def test_a_subclass_field_is_checked_from_its_own_spec():
     import dataclasses
 
     spec = runconf.Spec("Load scale", "A number param of a subclass.", "number", schema={"exclusiveMinimum": 0})
-    cls = dataclasses.make_dataclass("ScaledRun", [("load_scale", float, runconf._f(1.0, spec))], bases=(MirageRun,),
-                                     frozen=True)
+    cls = dataclasses.make_dataclass(
+        "ScaledRun", [("load_scale", float, runconf._f(1.0, spec))], bases=(MirageRun,), frozen=True
+    )
     assert run_schema(cls)["properties"]["load_scale"] == {"type": "number", "exclusiveMinimum": 0}
     assert "load_scale" not in run_schema()["properties"]
     with pytest.raises(ValueError, match=r"param load_scale: must be more than 0 \(got -1\)"):
@@ -138,6 +144,7 @@ def test_a_subclass_field_is_checked_from_its_own_spec():
 
 
 # ----------------------------------------------------------------------------- the typing step
+
 
 def test_canonical_number_is_the_int_float_history():
     """A whole number is an int (as every stored run key hashed it), any other a float."""

@@ -113,14 +113,32 @@ def test_features_are_taken_at_the_decision_not_after(wl):
 
 
 def _run(*argv) -> int:
-    return main("mirage_tasks", {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")},
-                list(argv))
+    return main(
+        "mirage_tasks",
+        {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")},
+        list(argv),
+    )
 
 
 def test_sample_and_merge_steps(trace_uri, tmp_path):
-    common = ["--trace", trace_uri, "--start", pd.Timestamp(T0 + 86400, unit="s", tz="UTC").isoformat(),
-              "--count", "5", "--interval-hours", "4", "--node", "2", "--nodes", "16", "--cluster-config", "ls6",
-              "--max-jobs-per-user", "3"]
+    common = [
+        "--trace",
+        trace_uri,
+        "--start",
+        pd.Timestamp(T0 + 86400, unit="s", tz="UTC").isoformat(),
+        "--count",
+        "5",
+        "--interval-hours",
+        "4",
+        "--node",
+        "2",
+        "--nodes",
+        "16",
+        "--cluster-config",
+        "ls6",
+        "--max-jobs-per-user",
+        "3",
+    ]
     outs = []
     for i in range(2):
         out = str(tmp_path / f"s{i}")
@@ -136,8 +154,21 @@ def test_sample_and_merge_steps(trace_uri, tmp_path):
     assert list(z["sample"]) == [k for k in range(5) for _ in range(7)]
     assert (np.diff(z["probe_time"].reshape(5, 7), axis=1) > 0).all()
     assert (z["sample_start"] == T0 + 86400 + z["sample"] * 4 * 3600).all() and (z["node"] == 2).all()
-    for key in ("feature_names", "window", "step_s", "n_examples", "n_samples", "node", "shapes",
-                "sample_start_min", "sample_start_max", "data_end", "trace_fingerprint", "params", "shards"):
+    for key in (
+        "feature_names",
+        "window",
+        "step_s",
+        "n_examples",
+        "n_samples",
+        "node",
+        "shapes",
+        "sample_start_min",
+        "sample_start_max",
+        "data_end",
+        "trace_fingerprint",
+        "params",
+        "shards",
+    ):
         assert key in man
     assert man["n_examples"] == n and man["n_samples"] == 5 and man["window"] == 144 and man["step_s"] == 600
     assert man["feature_names"] == features.FEATURE_NAMES and len(man["shards"]) == 2
@@ -145,8 +176,16 @@ def test_sample_and_merge_steps(trace_uri, tmp_path):
     probes = pd.read_parquet(tmp_path / "ds" / "probes.parquet")
     assert len(probes) == n
     np.testing.assert_allclose(z["y"], probes["interruption_s"] / 3600, rtol=1e-6)
-    for col in ("sample_start", "probe_time", "pred_start", "pred_end", "succ_start", "backfilled",
-                "avg_wait_s", "queue_len"):
+    for col in (
+        "sample_start",
+        "probe_time",
+        "pred_start",
+        "pred_end",
+        "succ_start",
+        "backfilled",
+        "avg_wait_s",
+        "queue_len",
+    ):
         assert col in probes
     assert (probes["succ_start"] - probes["pred_end"] == probes["interruption_s"]).all()
     # the reactive baseline equals the last default probe of each sample
@@ -161,15 +200,18 @@ def test_sample_and_merge_steps(trace_uri, tmp_path):
 
 def test_sample_rejects_bad_arguments(trace_uri, tmp_path):
     base = ["sample", "--trace", trace_uri, "--start", "2023-11-15", "--count", "2", "--out", str(tmp_path / "x")]
-    assert _run(*base, "--node", "1") == 2                       # no cluster size
-    assert _run(*base, "--node", "32", "--nodes", "16") == 2     # probe larger than the cluster
+    assert _run(*base, "--node", "1") == 2  # no cluster size
+    assert _run(*base, "--node", "32", "--nodes", "16") == 2  # probe larger than the cluster
     assert _run(*base, "--node", "1", "--nodes", "16", "--shard", "2/2") == 2
 
 
 def test_ls6_samples_online_equals_offline(ls6_log, tmp_path):
     """On the real ls6 trace with the shipped preset: probes agree online and offline."""
-    ingest = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
-                  ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
+    ingest = main(
+        "mirage_tasks",
+        {"ingest": ("mirage_tasks.steps.ingest", "")},
+        ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"],
+    )
     assert ingest == 0
     from mirage_tasks.data.schema import read_trace
 
@@ -195,15 +237,27 @@ def test_reference_preset_reproduces_the_reference_ls6_baselines(ls6_log, tmp_pa
     """The 'reference' preset (88 nodes, empty start, minute ticks) reproduces the reactive
     baseline measured on the unmodified SC'23 code over March 2023 (notes, section 10): mean
     0.45 h / 142 low-load samples of 156 for 1 node, 1.02 h / 127 for 8 nodes."""
-    rc = main("mirage_tasks", {"ingest": ("mirage_tasks.steps.ingest", "")},
-              ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"])
+    rc = main(
+        "mirage_tasks",
+        {"ingest": ("mirage_tasks.steps.ingest", "")},
+        ["ingest", "--trace", str(ls6_log), "--out", str(tmp_path / "ls6"), "--timezone", "America/Chicago"],
+    )
     assert rc == 0
     from mirage_tasks.data.schema import read_trace
 
     wl = Workload.from_frame(read_trace(str(tmp_path / "ls6"))[0])
     t0 = int(pd.Timestamp("2023-03-01", tz="UTC").timestamp())
     for node, want_mean, want_low in ((1, 0.45, 142), (8, 1.02, 127)):
-        y = np.array([simulate_sample(wl, PRESETS["reference"], t0 + k * 4 * 3600, node, SPEC, 1, "reactive",
-                                      with_features=False)[0].meta["interruption_s"] for k in range(156)]) / 3600
+        y = (
+            np.array(
+                [
+                    simulate_sample(
+                        wl, PRESETS["reference"], t0 + k * 4 * 3600, node, SPEC, 1, "reactive", with_features=False
+                    )[0].meta["interruption_s"]
+                    for k in range(156)
+                ]
+            )
+            / 3600
+        )
         assert abs(y.mean() - want_mean) < 0.15 and abs(int((y <= 2).sum()) - want_low) <= 5
         assert y.min() >= 0  # reactive: never an overlap

@@ -42,11 +42,11 @@ def test_backfill_never_delays_the_head_reservation(mode):
 
 def test_conservative_and_easy_differ():
     jobs = [
-        (0, 2, 100, 100),   # A: 2 nodes until 100
-        (0, 1, 50, 50),     # B: 1 node until 50
-        (1, 4, 100, 100),   # H: head, needs the whole cluster -> reserved at 100
-        (2, 2, 50, 50),     # J: fits [50, 100) -> reserved there in conservative mode only
-        (10, 1, 60, 60),    # K: [10, 70) fits now, does not delay H, but delays J
+        (0, 2, 100, 100),  # A: 2 nodes until 100
+        (0, 1, 50, 50),  # B: 1 node until 50
+        (1, 4, 100, 100),  # H: head, needs the whole cluster -> reserved at 100
+        (2, 2, 50, 50),  # J: fits [50, 100) -> reserved there in conservative mode only
+        (10, 1, 60, 60),  # K: [10, 70) fits now, does not delay H, but delays J
     ]
     easy, ids = run_jobs(tiny_cfg(backfill="easy"), jobs)
     cons, ids2 = run_jobs(tiny_cfg(backfill="conservative"), jobs)
@@ -102,6 +102,7 @@ def test_config_validation_and_presets():
     import argparse
 
     from mirage_tasks.sim import add_config_arguments
+
     p = argparse.ArgumentParser()
     add_config_arguments(p)
     with pytest.raises(StepError, match="cluster size"):
@@ -158,8 +159,10 @@ def test_warm_start_recent_waits_and_trace_priority():
 
 
 def test_workload_drops_jobs_larger_than_the_cluster():
-    rows = [{"submit": T0, "start": T0, "end": T0 + 10, "limit": 100, "nodes": 8},
-            {"submit": T0, "start": T0, "end": T0 + 10, "limit": 100, "nodes": 1}]
+    rows = [
+        {"submit": T0, "start": T0, "end": T0 + 10, "limit": 100, "nodes": 8},
+        {"submit": T0, "start": T0, "end": T0 + 10, "limit": 100, "nodes": 1},
+    ]
     sim = Simulator.from_workload(Workload.from_frame(frame(rows)), tiny_cfg(), T0, T0 + 100)
     assert sim.dropped_too_big == 1
     sim.drain()
@@ -181,17 +184,29 @@ def _check_schedule(sim: Simulator, nodes: int) -> None:
     assert not sim.running or max(sim.running.values()) == ends.max()
 
 
-job_st = st.tuples(st.integers(0, 2000), st.integers(1, 4), st.integers(1, 500), st.integers(0, 500),
-                   st.integers(-1, 2))
+job_st = st.tuples(
+    st.integers(0, 2000), st.integers(1, 4), st.integers(1, 500), st.integers(0, 500), st.integers(-1, 2)
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=st.lists(job_st, min_size=1, max_size=25), mode=st.sampled_from(["easy", "conservative", "none"]),
-       interval=st.sampled_from([1, 7, 60]), res=st.sampled_from([1, 60]), ulim=st.sampled_from([0, 1, 2]),
-       tick=st.sampled_from([0, 0, 60]))
+@given(
+    jobs=st.lists(job_st, min_size=1, max_size=25),
+    mode=st.sampled_from(["easy", "conservative", "none"]),
+    interval=st.sampled_from([1, 7, 60]),
+    res=st.sampled_from([1, 60]),
+    ulim=st.sampled_from([0, 1, 2]),
+    tick=st.sampled_from([0, 0, 60]),
+)
 def test_random_traces_are_valid_and_deterministic(jobs, mode, interval, res, ulim, tick):
-    cfg = tiny_cfg(backfill=mode, bf_interval_s=interval, bf_resolution_s=res, max_jobs_per_user=ulim,
-                   tick_s=tick, weight_size=50.0)
+    cfg = tiny_cfg(
+        backfill=mode,
+        bf_interval_s=interval,
+        bf_resolution_s=res,
+        max_jobs_per_user=ulim,
+        tick_s=tick,
+        weight_size=50.0,
+    )
     spec = [(s, n, d, d + extra, u) for s, n, d, extra, u in jobs]
     a, ids = run_jobs(cfg, spec, t0=T0)
     _check_schedule(a, cfg.nodes)
@@ -200,8 +215,11 @@ def test_random_traces_are_valid_and_deterministic(jobs, mode, interval, res, ul
 
 
 @settings(max_examples=40, deadline=None)
-@given(jobs=st.lists(job_st, min_size=1, max_size=25), cut=st.integers(0, 2500),
-       mode=st.sampled_from(["easy", "conservative"]))
+@given(
+    jobs=st.lists(job_st, min_size=1, max_size=25),
+    cut=st.integers(0, 2500),
+    mode=st.sampled_from(["easy", "conservative"]),
+)
 def test_fork_continues_exactly_like_the_original(jobs, cut, mode):
     cfg = tiny_cfg(backfill=mode, bf_interval_s=7, max_jobs_per_user=2)
     spec = [(s, n, d, d + extra, u) for s, n, d, extra, u in jobs]

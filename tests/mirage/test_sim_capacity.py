@@ -101,9 +101,14 @@ def test_short_partition_keeps_its_own_priority_order():
 
 
 def test_capacity_from_a_trace_in_a_replay():
-    wl = Workload.from_frame(frame(_rows() + [
-        {"submit": T0 + 30, "start": T0 + 30, "end": T0 + 90, "limit": 100, "nodes": 2},
-    ]))
+    wl = Workload.from_frame(
+        frame(
+            _rows()
+            + [
+                {"submit": T0 + 30, "start": T0 + 30, "end": T0 + 90, "limit": 100, "nodes": 2},
+            ]
+        )
+    )
     off = Simulator.from_workload(wl, tiny_cfg(warm_start=True), T0, T0 + 6 * H)
     on = Simulator.from_workload(wl, tiny_cfg(warm_start=True, capacity_window_s=H), T0, T0 + 6 * H)
     assert off.cap == 4 and off.free == 2
@@ -128,8 +133,20 @@ def test_config_fields_validate_and_have_flags():
         SimConfig(nodes=4, short_partition_limit_s=-5)
     p = argparse.ArgumentParser()
     add_config_arguments(p)
-    cfg = config_from_args(p.parse_args(["--cluster-config", "ls6", "--capacity-window", "86400",
-                                         "--capacity-quantile", "0.9", "--short-partition-limit", "3600"]))
+    cfg = config_from_args(
+        p.parse_args(
+            [
+                "--cluster-config",
+                "ls6",
+                "--capacity-window",
+                "86400",
+                "--capacity-quantile",
+                "0.9",
+                "--short-partition-limit",
+                "3600",
+            ]
+        )
+    )
     assert (cfg.capacity_window_s, cfg.capacity_quantile, cfg.short_partition_limit_s) == (86400, 0.9, 3600)
     # off by default: the presets are unchanged
     for name in PRESETS:
@@ -168,7 +185,8 @@ def test_configurations_without_the_new_fields_schedule_as_before(ls6_parquet, n
     t0 = int(pd.Timestamp("2023-02-06", tz="UTC").timestamp())
     sim = Simulator.from_workload(wl, cfg, t0, t0 + 4 * 86400)
     sim.drain()
-    digest = hashlib.sha256(np.asarray(sim.j_start, dtype=np.int64).tobytes()
-                            + np.asarray(sim.j_bf, dtype=np.int8).tobytes()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        np.asarray(sim.j_start, dtype=np.int64).tobytes() + np.asarray(sim.j_bf, dtype=np.int8).tobytes()
+    ).hexdigest()[:16]
     assert len(sim.j_start) == 758 and digest == OLD_DIGESTS[name]
     assert sim.cap_sched == ()

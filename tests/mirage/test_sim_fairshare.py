@@ -39,15 +39,15 @@ def test_two_users_classic_effective_usage():
     fs.usage = {0: 3.0, 1: 1.0}
     fs.refresh()
     # S = 1/3; UN = 0.75, 0.25; UE = UN + (1 - UN) * S = 0.8333, 0.5; F = 2^(-UE / S)
-    assert fs.factor[0] == pytest.approx(2 ** -2.5)
-    assert fs.factor[1] == pytest.approx(2 ** -1.5)
-    assert fs.term(1) == pytest.approx(1000 * 2 ** -1.5)
+    assert fs.factor[0] == pytest.approx(2**-2.5)
+    assert fs.factor[1] == pytest.approx(2**-1.5)
+    assert fs.term(1) == pytest.approx(1000 * 2**-1.5)
 
 
 def test_usage_halves_in_one_half_life_and_a_job_ending_mid_period_counts_to_its_end():
     fs = FairShare(users=1, halflife_s=100, period_s=10, weight=1.0, t0=0)
     fs.start(0, user=0, nodes=2, t=0)
-    fs.finish(0, t=5)                       # ends between two re-reads
+    fs.finish(0, t=5)  # ends between two re-reads
     fs.recalc(10)
     assert fs.usage[0] == pytest.approx(decayed(2, 0, 5, 10, 100), rel=1e-12)
     at10 = fs.usage[0]
@@ -66,17 +66,18 @@ def test_usage_halves_in_one_half_life_and_a_job_ending_mid_period_counts_to_its
 def test_running_lag_counts_running_jobs_through_the_reread_before():
     """Slurm's timing (running_lag): a re-read's factors hold each ended job's use through its end
     and a running job's through the previous re-read; the ledger itself is the same."""
+
     def classic(use: dict, users=2):
         total, s = sum(use.values()), 1.0 / (users + 1)
         return {u: 2.0 ** (-((v / total) + (1 - v / total) * s) / s) for u, v in use.items()}
 
     fs = FairShare(users=2, halflife_s=100, period_s=10, weight=1.0, t0=0)
     fs.running_lag = True
-    fs.start(0, user=0, nodes=2, t=0)       # runs across the re-reads
+    fs.start(0, user=0, nodes=2, t=0)  # runs across the re-reads
     fs.start(1, user=1, nodes=1, t=2)
-    fs.finish(1, t=8)                       # ends before the first re-read: counted at it
+    fs.finish(1, t=8)  # ends before the first re-read: counted at it
     fs.recalc(10)
-    assert fs.term(1) == pytest.approx(2.0 ** -3) and fs.term(0) == 0.5  # u0's running job not yet
+    assert fs.term(1) == pytest.approx(2.0**-3) and fs.term(0) == 0.5  # u0's running job not yet
     assert fs.usage[0] == pytest.approx(decayed(2, 0, 10, 10, 100), rel=1e-12)  # but charged
     fs.recalc(20)
     want = classic({0: decayed(2, 0, 10, 20, 100), 1: decayed(1, 2, 8, 20, 100)})  # u0 through 10 only
@@ -95,11 +96,13 @@ def test_running_lag_counts_running_jobs_through_the_reread_before():
 
 def test_past_usage_reads_only_runs_before_the_first_instant():
     t0 = T0 + 20_000
-    df = frame([
-        dict(submit=T0, start=T0, end=T0 + 10_000, limit=20_000, nodes=2, user="a"),        # ended before t0
-        dict(submit=T0, start=T0 + 15_000, end=t0 + 50_000, limit=90_000, nodes=1, user="b"),  # running at t0
-        dict(submit=t0 + 10, start=t0 + 10, end=t0 + 100, limit=100, nodes=4, user="a"),    # after t0
-    ])
+    df = frame(
+        [
+            dict(submit=T0, start=T0, end=T0 + 10_000, limit=20_000, nodes=2, user="a"),  # ended before t0
+            dict(submit=T0, start=T0 + 15_000, end=t0 + 50_000, limit=90_000, nodes=1, user="b"),  # running at t0
+            dict(submit=t0 + 10, start=t0 + 10, end=t0 + 100, limit=100, nodes=4, user="a"),  # after t0
+        ]
+    )
     wl = Workload.from_frame(df)
     hl = 7 * 86400
     got = past_usage(wl, t0, hl)
@@ -150,8 +153,8 @@ def test_fair_share_changes_a_busy_replay_and_forks_stay_exact():
     a.drain()
     b.drain()
     c.drain()
-    assert a.j_start != b.j_start            # fair share reorders the queue on a loaded cluster
-    assert b.j_start == c.j_start            # a fork carries the ledger and continues exactly
+    assert a.j_start != b.j_start  # fair share reorders the queue on a loaded cluster
+    assert b.j_start == c.j_start  # a fork carries the ledger and continues exactly
     assert all(s >= 0 for s in b.j_start)
 
 
@@ -167,13 +170,20 @@ def test_bad_fair_share_settings_are_refused_by_name():
 def test_partition_factor_ranks_the_main_partition_above_the_short_one():
     """Two jobs queued behind a running one; the short-partition job is older but its
     partition's job factor is 0 against the main partition's 1."""
-    cfg = tiny_cfg(nodes=1, priority="multifactor", weight_partition=10_000.0, short_partition_factor=0.0,
-                   short_partition_limit_s=200)
-    df = frame([
-        dict(submit=T0, start=T0, end=T0 + 1000, limit=1000, nodes=1, user="a"),
-        dict(submit=T0 + 10, start=T0 + 1000, end=T0 + 1100, limit=100, nodes=1, user="b"),   # short
-        dict(submit=T0 + 20, start=T0 + 1100, end=T0 + 1200, limit=1000, nodes=1, user="c"),  # main
-    ])
+    cfg = tiny_cfg(
+        nodes=1,
+        priority="multifactor",
+        weight_partition=10_000.0,
+        short_partition_factor=0.0,
+        short_partition_limit_s=200,
+    )
+    df = frame(
+        [
+            dict(submit=T0, start=T0, end=T0 + 1000, limit=1000, nodes=1, user="a"),
+            dict(submit=T0 + 10, start=T0 + 1000, end=T0 + 1100, limit=100, nodes=1, user="b"),  # short
+            dict(submit=T0 + 20, start=T0 + 1100, end=T0 + 1200, limit=1000, nodes=1, user="c"),  # main
+        ]
+    )
     wl = Workload.from_frame(df)
     sim = Simulator.from_workload(wl, cfg, T0, T0 + 100)
     sim.drain()
@@ -182,14 +192,30 @@ def test_partition_factor_ranks_the_main_partition_above_the_short_one():
 
 
 def test_slurm_conf_renders_the_fair_share_settings():
-    cfg = SimConfig(nodes=4, priority="multifactor", weight_fairshare=5000.0, fs_halflife_s=86400,
-                    fs_calc_period_s=300, weight_partition=10.0)
+    cfg = SimConfig(
+        nodes=4,
+        priority="multifactor",
+        weight_fairshare=5000.0,
+        fs_halflife_s=86400,
+        fs_calc_period_s=300,
+        weight_partition=10.0,
+    )
     s = conf.scaled(cfg, 60.0)
     assert (s["weight_fairshare"], s["fs_halflife_min"], s["fs_calc_period_min"], s["weight_partition"]) == (
-        5000, 24, 1, 10)
+        5000,
+        24,
+        1,
+        10,
+    )
     text = conf.render(cfg, 60.0, conf.Paths("/tmp/x"), 6817, (6818, 6821))
-    for line in ("PriorityWeightFairshare=5000", "PriorityDecayHalfLife=0-00:24", "PriorityFlags=NO_FAIR_TREE",
-                 "PriorityCalcPeriod=1", "PriorityWeightPartition=10", "PriorityType=priority/multifactor"):
+    for line in (
+        "PriorityWeightFairshare=5000",
+        "PriorityDecayHalfLife=0-00:24",
+        "PriorityFlags=NO_FAIR_TREE",
+        "PriorityCalcPeriod=1",
+        "PriorityWeightPartition=10",
+        "PriorityType=priority/multifactor",
+    ):
         assert line in text.splitlines()
     assert any(n.startswith("fair share") for n in conf.unsupported(cfg))
     assert conf.back_to_sim(cfg, 60.0).weight_fairshare == 0.0
@@ -211,8 +237,17 @@ def test_calibrate_with_search_fairshare_recovers_a_fair_share_trace(tmp_path):
     from mirage_tasks.sim.config import load_config
     from stepkit.cli import main
 
-    made = SimConfig(nodes=16, backfill="conservative", bf_interval_s=60, priority="multifactor", weight_size=0.0,
-                     weight_age=1000.0, weight_fairshare=20_000.0, fs_halflife_s=86400, warm_start=True)
+    made = SimConfig(
+        nodes=16,
+        backfill="conservative",
+        bf_interval_s=60,
+        priority="multifactor",
+        weight_size=0.0,
+        weight_age=1000.0,
+        weight_fairshare=20_000.0,
+        fs_halflife_s=86400,
+        warm_start=True,
+    )
     from test_fidelity import _self_made_trace
 
     df = _self_made_trace(made, days=45)
@@ -225,10 +260,32 @@ def test_calibrate_with_search_fairshare_recovers_a_fair_share_trace(tmp_path):
         return pd.Timestamp(T0 + k * 86400, unit="s", tz="UTC").isoformat()
 
     out = tmp_path / "cal"
-    rc = main("mirage_tasks", {"calibrate": ("mirage_tasks.steps.calibrate", "")},
-              ["calibrate", "--trace", uri, "--calibrate-from", day(20), "--calibrate-to", day(30), "--score-from",
-               day(30), "--score-to", day(40), "--out", str(out), "--trials", "3", "--start-config",
-               str(tmp_path / "cfg.json"), "--lead-in-days", "3", "--search-fairshare"])
+    rc = main(
+        "mirage_tasks",
+        {"calibrate": ("mirage_tasks.steps.calibrate", "")},
+        [
+            "calibrate",
+            "--trace",
+            uri,
+            "--calibrate-from",
+            day(20),
+            "--calibrate-to",
+            day(30),
+            "--score-from",
+            day(30),
+            "--score-to",
+            day(40),
+            "--out",
+            str(out),
+            "--trials",
+            "3",
+            "--start-config",
+            str(tmp_path / "cfg.json"),
+            "--lead-in-days",
+            "3",
+            "--search-fairshare",
+        ],
+    )
     assert rc == 0
     doc = json.loads((out / "calibration.json").read_text())
     chosen = SimConfig.from_dict(load_config(str(out / "config.json")))
@@ -257,9 +314,9 @@ def test_group_limits_hold_the_trace_jobs_together_but_not_the_service():
     sim, ids = run_jobs(tiny_cfg(), jobs)
     assert starts(sim, ids) == [0, 0, 0]
     sim, ids = run_jobs(tiny_cfg(grp_nodes=3), [(0, 2, 100, 100, 0), (0, 2, 100, 100, 1), (0, 1, 50, 50, 2)])
-    assert starts(sim, ids) == [0, 100, 0]   # 2 + 1 nodes fit the limit, 2 + 2 do not
+    assert starts(sim, ids) == [0, 100, 0]  # 2 + 1 nodes fit the limit, 2 + 2 do not
     sim, ids = run_jobs(tiny_cfg(grp_nodes=1), [(0, 3, 100, 100, 0), (0, 1, 10, 10, 1)])
-    assert starts(sim, ids) == [0, 100]      # a job larger than the limit runs alone
+    assert starts(sim, ids) == [0, 100]  # a job larger than the limit runs alone
     s = Simulator(tiny_cfg(grp_jobs=1), 0)
     a = s.add_job(0, 100, 100, 1, user=0)
     s.schedule_submit(a)
@@ -276,8 +333,15 @@ def test_group_node_limit_gives_the_same_schedule_on_the_plain_path():
     """GrpTRES=node binding on a loaded random trace: the engine's shortcuts (Simulator.fast)
     and the plain algorithm agree start for start (ls6 windows: tests/mirage/test_sim_fastpath.py)."""
     wl = Workload.from_frame(random_trace(9, days=8, nodes=16, rate_per_h=4.0))
-    cfg = SimConfig(nodes=16, priority="multifactor", weight_fairshare=1000.0, grp_nodes=12, grp_jobs=9,
-                    max_jobs_per_user=5, bf_interval_s=60)
+    cfg = SimConfig(
+        nodes=16,
+        priority="multifactor",
+        weight_fairshare=1000.0,
+        grp_nodes=12,
+        grp_jobs=9,
+        max_jobs_per_user=5,
+        bf_interval_s=60,
+    )
     t0, t1 = int(wl.submit[0]) + 86400, int(wl.submit[-1])
 
     def replay():
@@ -305,8 +369,9 @@ def test_the_planners_running_ledger_equals_the_closed_form_at_every_instant():
     wl = Workload.from_frame(random_trace(4, days=6, nodes=16))
     hl = 3600.0  # short: x grows past 2^64 within the log, so the ledger re-bases
     led = RunningUsage(int(wl.user.max()) + 1, hl, 1.0, int(wl.submit[0]))
-    events = sorted([(int(wl.real_start[k]), 1, k) for k in range(len(wl))]
-                    + [(int(wl.real_end[k]), 0, k) for k in range(len(wl))])
+    events = sorted(
+        [(int(wl.real_start[k]), 1, k) for k in range(len(wl))] + [(int(wl.real_end[k]), 0, k) for k in range(len(wl))]
+    )
     checks = 0
     for n, (t, kind, k) in enumerate(events):
         if kind == 1:
@@ -327,12 +392,14 @@ def test_the_plan_at_submission_puts_the_light_users_job_first():
     share in the configuration the plan starts user 1's job first, as the simulator does."""
     from mirage_tasks.calibration import atsubmit
 
-    df = frame([
-        dict(submit=T0, start=T0, end=T0 + 1000, limit=1000, nodes=1, user="a"),
-        dict(submit=T0 + 500, start=T0 + 1100, end=T0 + 1200, limit=100, nodes=1, user="a"),
-        dict(submit=T0 + 501, start=T0 + 1000, end=T0 + 1100, limit=100, nodes=1, user="b"),
-        dict(submit=T0 + 502, start=T0 + 1200, end=T0 + 1300, limit=100, nodes=1, user="c"),
-    ])
+    df = frame(
+        [
+            dict(submit=T0, start=T0, end=T0 + 1000, limit=1000, nodes=1, user="a"),
+            dict(submit=T0 + 500, start=T0 + 1100, end=T0 + 1200, limit=100, nodes=1, user="a"),
+            dict(submit=T0 + 501, start=T0 + 1000, end=T0 + 1100, limit=100, nodes=1, user="b"),
+            dict(submit=T0 + 502, start=T0 + 1200, end=T0 + 1300, limit=100, nodes=1, user="c"),
+        ]
+    )
     wl = Workload.from_frame(df)
     plain = tiny_cfg(nodes=1)
     fair = tiny_cfg(nodes=1, priority="multifactor", weight_fairshare=10_000.0)

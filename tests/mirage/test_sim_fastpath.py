@@ -36,15 +36,18 @@ CONFIGS = {
     "easy_node_limit": PRESETS["ls6"].replace(backfill="easy", max_nodes_per_user=16, bf_interval_s=30),
     "age_size_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70),
     # nodes in service from the trace's past (drains: free < 0) and a short partition
-    "capacity_short": PRESETS["ls6"].replace(capacity_window_s=86400, capacity_quantile=0.9,
-                                             short_partition_limit_s=3600),
+    "capacity_short": PRESETS["ls6"].replace(
+        capacity_window_s=86400, capacity_quantile=0.9, short_partition_limit_s=3600
+    ),
     # inferred holds (jobs queued when their predecessor ends; age from then), with the age
     # cap reached within the window so that the capped re-sort uses the eligibility times
-    "holds_capped": PRESETS["reference"].replace(tick_s=0, warm_start=True, age_cap=True, nodes=70,
-                                                 max_age_s=86400, max_jobs_per_user=8, holds="inferred"),
+    "holds_capped": PRESETS["reference"].replace(
+        tick_s=0, warm_start=True, age_cap=True, nodes=70, max_age_s=86400, max_jobs_per_user=8, holds="inferred"
+    ),
     # Slurm's multifactor with fair share (the queue re-sorted every 5 min) and GrpJobs binding at times
-    "fairshare_grp_jobs": PRESETS["ls6"].replace(priority="multifactor", weight_fairshare=5000.0,
-                                                 fs_halflife_s=86400, grp_jobs=40),
+    "fairshare_grp_jobs": PRESETS["ls6"].replace(
+        priority="multifactor", weight_fairshare=5000.0, fs_halflife_s=86400, grp_jobs=40
+    ),
 }
 
 
@@ -69,8 +72,11 @@ def test_fast_episodes_equal_the_old_path_on_ls6(ls6_wl):
     t0 = int(pd.Timestamp("2023-01-28", tz="UTC").timestamp())
 
     def episodes():
-        return [simulate_sample(ls6_wl, PRESETS["ls6"], t0 + k * 4 * 3600, node, spec, probes=4)
-                for k in (0, 5) for node in (1, 8)]
+        return [
+            simulate_sample(ls6_wl, PRESETS["ls6"], t0 + k * 4 * 3600, node, spec, probes=4)
+            for k in (0, 5)
+            for node in (1, 8)
+        ]
 
     slow, fast = _both(episodes)
     for a, b in zip(slow, fast, strict=True):

@@ -23,13 +23,15 @@ H = 3600
 
 def test_infer_holds_pairs_a_users_job_that_started_as_the_previous_ended():
     #            submit  start  end   user
-    jobs = [(0, 0, 100, 0),      # 0: P
-            (10, 130, 200, 0),   # 1: submitted while 0 ran, started 30 s after it ended -> 0
-            (20, 100, 300, 1),   # 2: another user's job starting as 0 ended: never paired with 0
-            (20, 50, 400, 0),    # 3: started while 0 ran -> none
-            (30, 200, 250, 0),   # 4: started as 1 ended (and 0 ended before) -> the latest end, 1
-            (150, 250, 260, 0),  # 5: submitted after 1 ended; 4 ended at 250 -> 4
-            (40, 500, 600, 0)]   # 6: nothing ended within 60 s before 500 -> none
+    jobs = [
+        (0, 0, 100, 0),  # 0: P
+        (10, 130, 200, 0),  # 1: submitted while 0 ran, started 30 s after it ended -> 0
+        (20, 100, 300, 1),  # 2: another user's job starting as 0 ended: never paired with 0
+        (20, 50, 400, 0),  # 3: started while 0 ran -> none
+        (30, 200, 250, 0),  # 4: started as 1 ended (and 0 ended before) -> the latest end, 1
+        (150, 250, 260, 0),  # 5: submitted after 1 ended; 4 ended at 250 -> 4
+        (40, 500, 600, 0),
+    ]  # 6: nothing ended within 60 s before 500 -> none
     s, st, e, u = (np.array(c) for c in zip(*jobs))
     assert infer_holds(s, st, e, u, 60).tolist() == [-1, 0, -1, -1, 1, 4, -1]
     # a tighter tolerance drops the 30 s pair only
@@ -44,8 +46,12 @@ def test_jobs_that_ran_for_no_time_at_one_instant_are_not_chained():
 
 
 def test_infer_holds_frame_names_the_predecessor_job_ids():
-    df = frame([{"job_id": "a", "submit": T0, "start": T0, "end": T0 + 100, "limit": H, "nodes": 1},
-                {"job_id": "b", "submit": T0 + 5, "start": T0 + 120, "end": T0 + 200, "limit": H, "nodes": 1}])
+    df = frame(
+        [
+            {"job_id": "a", "submit": T0, "start": T0, "end": T0 + 100, "limit": H, "nodes": 1},
+            {"job_id": "b", "submit": T0 + 5, "start": T0 + 120, "end": T0 + 200, "limit": H, "nodes": 1},
+        ]
+    )
     out = infer_holds_frame(df)
     assert out.isna().tolist() == [True, False] and out.iloc[1] == "a"
 
@@ -53,11 +59,29 @@ def test_infer_holds_frame_names_the_predecessor_job_ids():
 def _chain_trace():
     """P really waited 1000 s (a busy real cluster) and ran 500 s; J was submitted 10 s
     after P and really started 20 s after P's real end. A third user's job is independent."""
-    return frame([
-        {"job_id": "P", "submit": T0, "start": T0 + 1000, "end": T0 + 1500, "limit": H, "nodes": 1, "user": "u"},
-        {"job_id": "J", "submit": T0 + 10, "start": T0 + 1520, "end": T0 + 1620, "limit": H, "nodes": 1, "user": "u"},
-        {"job_id": "K", "submit": T0 + 10, "start": T0 + 1520, "end": T0 + 1620, "limit": H, "nodes": 1, "user": "v"},
-    ])
+    return frame(
+        [
+            {"job_id": "P", "submit": T0, "start": T0 + 1000, "end": T0 + 1500, "limit": H, "nodes": 1, "user": "u"},
+            {
+                "job_id": "J",
+                "submit": T0 + 10,
+                "start": T0 + 1520,
+                "end": T0 + 1620,
+                "limit": H,
+                "nodes": 1,
+                "user": "u",
+            },
+            {
+                "job_id": "K",
+                "submit": T0 + 10,
+                "start": T0 + 1520,
+                "end": T0 + 1620,
+                "limit": H,
+                "nodes": 1,
+                "user": "v",
+            },
+        ]
+    )
 
 
 def test_a_held_job_starts_when_its_predecessor_ends_in_the_simulation():

@@ -25,16 +25,16 @@ def test_runs_split_the_free_nodes_into_consecutive_blocks():
 
 
 def test_best_fit_takes_the_first_smallest_block_that_holds_the_job():
-    free = bits(0, 1, 2, 4, 5)          # n1-n3 and n5-n6
-    assert node_names(best_fit(free, 2)) == ["n5", "n6"]       # not the lowest-numbered nodes
+    free = bits(0, 1, 2, 4, 5)  # n1-n3 and n5-n6
+    assert node_names(best_fit(free, 2)) == ["n5", "n6"]  # not the lowest-numbered nodes
     assert node_names(best_fit(free, 3)) == ["n1", "n2", "n3"]
-    assert node_names(best_fit(free, 1)) == ["n5"]             # the smaller block, from its start
-    assert best_fit(bits(0, 3), 1) == bits(0)                  # a tie: the first block
+    assert node_names(best_fit(free, 1)) == ["n5"]  # the smaller block, from its start
+    assert best_fit(bits(0, 3), 1) == bits(0)  # a tie: the first block
     assert best_fit(free, 6) == 0 and best_fit(free, 0) == 0
 
 
 def test_best_fit_without_a_block_large_enough_takes_the_largest_then_fits_the_rest():
-    free = bits(0, 1, 3, 4, 5, 7)       # n1-n2, n4-n6, n8
+    free = bits(0, 1, 3, 4, 5, 7)  # n1-n2, n4-n6, n8
     # no block of 5: the largest (n4-n6) whole, then 2 more: n1-n2 holds them exactly
     assert node_names(best_fit(free, 5)) == ["n1", "n2", "n4", "n5", "n6"]
     # 4: n4-n6, then 1 more: the first smallest block that holds one is n8
@@ -45,13 +45,13 @@ def test_the_simulator_places_jobs_as_select_linear_does():
     sim = Simulator(tiny_cfg(nodes=6, backfill="named"), 0)
     assert type(sim) is NamedSimulator
     ids = []
-    for n, dur in ((1, 50), (2, 1000), (1, 1000), (2, 1000)):   # n1 | n2-n3 | n4 | n5-n6
+    for n, dur in ((1, 50), (2, 1000), (1, 1000), (2, 1000)):  # n1 | n2-n3 | n4 | n5-n6
         j = sim.add_job(0, dur, dur, n)
         sim.schedule_submit(j)
         ids.append(j)
     sim.run_until(0)
     assert [node_names(sim.j_mask[j]) for j in ids] == [["n1"], ["n2", "n3"], ["n4"], ["n5", "n6"]]
-    sim.run_until(50)                   # n1 frees
+    sim.run_until(50)  # n1 frees
     j = sim.add_job(60, 100, 100, 1)
     sim.schedule_submit(j)
     sim.run_until(60)
@@ -69,14 +69,15 @@ JOBS = [(0, 3, 50, 50), (0, 2, 100, 100), (0, 1, 1000, 1000), (60, 4, 200, 200),
 
 
 def test_a_reservation_holds_named_nodes_that_a_count_leaves_free():
-    got = {m: starts(run_jobs(tiny_cfg(nodes=6, backfill=m), JOBS)[0], list(range(5)))
-           for m in ("conservative", "named")}
+    got = {
+        m: starts(run_jobs(tiny_cfg(nodes=6, backfill=m), JOBS)[0], list(range(5))) for m in ("conservative", "named")
+    }
     assert got["conservative"] == [0, 0, 0, 100, 61]
     assert got["named"] == [0, 0, 0, 100, 100]
     sim, ids = run_jobs(tiny_cfg(nodes=6, backfill="named"), JOBS)
     assert node_names(sim.j_mask[ids[3]]) == ["n1", "n2", "n3", "n4"] and node_names(sim.j_mask[ids[4]]) == ["n5"]
     sim.run_until(float("inf"))
-    assert not sim.j_mask and sim.idle == (1 << 6) - 1   # every node back once all have ended
+    assert not sim.j_mask and sim.idle == (1 << 6) - 1  # every node back once all have ended
 
 
 def test_a_job_that_ends_before_the_reservation_may_use_its_nodes():
@@ -125,8 +126,15 @@ def test_a_random_trace_never_puts_two_jobs_on_one_node():
 
 def test_fair_share_and_forks_keep_the_nodes():
     wl = Workload.from_frame(random_trace(7, days=3.0, nodes=16, rate_per_h=8.0))
-    cfg = SimConfig(nodes=16, backfill="named", bf_interval_s=60, priority="multifactor",
-                    weight_fairshare=1000.0, fs_calc_period_s=300, warm_start=False)
+    cfg = SimConfig(
+        nodes=16,
+        backfill="named",
+        bf_interval_s=60,
+        priority="multifactor",
+        weight_fairshare=1000.0,
+        fs_calc_period_s=300,
+        warm_start=False,
+    )
     sim = Simulator.from_workload(wl, cfg, T0, T0 + 2 * 86400)
     assert type(sim) is NamedFairShareSimulator
     sim.run_until(T0 + 86400)
@@ -134,7 +142,7 @@ def test_fair_share_and_forks_keep_the_nodes():
     assert fork.j_mask == sim.j_mask and fork.j_mask is not sim.j_mask and fork.idle == sim.idle
     sim.drain()
     fork.drain()
-    assert sim.j_start == fork.j_start                    # deterministic from the same state
+    assert sim.j_start == fork.j_start  # deterministic from the same state
     assert bin(sim.idle).count("1") == sim.free
 
 

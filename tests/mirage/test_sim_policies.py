@@ -23,9 +23,13 @@ from mirage_tasks.slurm import conf
 from stepkit import StepError
 
 #: backfill without reservations: every job that fits now starts, none holds nodes for later
-NO_RESERVE = policies.BackfillPolicy("fifo_no_reserve", "start whatever fits now; no reservations", reserve=0,
-                                     slurm_as="conservative",
-                                     slurm_note="Slurm's backfill always reserves (rendered as conservative)")
+NO_RESERVE = policies.BackfillPolicy(
+    "fifo_no_reserve",
+    "start whatever fits now; no reservations",
+    reserve=0,
+    slurm_as="conservative",
+    slurm_note="Slurm's backfill always reserves (rendered as conservative)",
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,9 @@ def test_builtin_policies_are_declared_once():
     facts = cal.TraceFacts(10, 5, 5, 4.0, 2, 2, 2, 0, 0.5, False, None)
     assert cal.search_space(facts)["priority"] == ["age_size"]
     assert cal.search_space(cal.TraceFacts(10, 5, 5, 4.0, 2, 2, 2, 0, 0.5, True, None))["priority"] == [
-        "age_size", "trace"]
+        "age_size",
+        "trace",
+    ]
 
 
 def test_declared_parameters_are_config_fields():
@@ -81,8 +87,9 @@ def test_a_policy_declared_in_a_test_reaches_help_modes_calibration_and_slurm(re
     facts = cal.TraceFacts(10, 5, 5, 4.0, 2, 2, 2, 0, 0.5, True, None)
     space = cal.search_space(facts)
     assert "fifo_no_reserve" in space["backfill"] and "smallest_first" in space["priority"]
-    cfg = config.config_from_args(p.parse_args(["--nodes", "8", "--backfill", "fifo_no_reserve",
-                                                "--priority", "smallest_first"]))
+    cfg = config.config_from_args(
+        p.parse_args(["--nodes", "8", "--backfill", "fifo_no_reserve", "--priority", "smallest_first"])
+    )
     assert (cfg.backfill, cfg.priority) == ("fifo_no_reserve", "smallest_first")
     assert "SchedulerType=sched/backfill" in conf.render(cfg, 60.0, conf.Paths("/x"), 7000, (7001, 7008))
     assert conf.back_to_sim(cfg, 60.0).backfill == "conservative"
@@ -93,8 +100,10 @@ def test_a_policy_declared_in_a_test_reaches_help_modes_calibration_and_slurm(re
 
 def test_no_reservation_backfill_differs_where_it_must(registered):
     jobs = [(0, 2, 100, 100), (0, 1, 50, 50), (1, 4, 100, 100), (2, 2, 50, 50), (10, 1, 60, 60)]
-    got = {m: starts(run_jobs(tiny_cfg(backfill=m), jobs)[0], list(range(5)))
-           for m in ("conservative", "easy", "none", "fifo_no_reserve")}
+    got = {
+        m: starts(run_jobs(tiny_cfg(backfill=m), jobs)[0], list(range(5)))
+        for m in ("conservative", "easy", "none", "fifo_no_reserve")
+    }
     assert got["easy"] == [0, 0, 100, 200, 10] and got["conservative"] == [0, 0, 100, 50, 200]
     # no reservation for anyone: K starts at 10, J when K ends (70), and the head H only after
     # J (120), later than under either reserving mode
@@ -107,8 +116,13 @@ def test_a_sample_runs_with_the_new_policies(registered):
     spec = EpisodeSpec(warmup_days=1.0, workload_days=3.0)
     base = SimConfig(nodes=16, bf_interval_s=60, priority="age_size")
     outs = {}
-    for bf, pr in (("conservative", "age_size"), ("easy", "age_size"), ("fifo_no_reserve", "age_size"),
-                   ("conservative", "smallest_first"), ("fifo_no_reserve", "smallest_first")):
+    for bf, pr in (
+        ("conservative", "age_size"),
+        ("easy", "age_size"),
+        ("fifo_no_reserve", "age_size"),
+        ("conservative", "smallest_first"),
+        ("fifo_no_reserve", "smallest_first"),
+    ):
         res = simulate_sample(wl, base.replace(backfill=bf, priority=pr), T0 + 86400, 4, spec, probes=4)
         assert len(res) == 4 and all(np.isfinite(r.history).all() for r in res)
         outs[bf, pr] = (tuple(r.meta["succ_start"] for r in res), np.stack([r.history for r in res]))

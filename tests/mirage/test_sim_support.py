@@ -12,8 +12,18 @@ T0 = 1_700_000_400  # a multiple of 600 s (and of 60 s)
 
 def tiny_cfg(**kw) -> SimConfig:
     """4 nodes, FCFS by age, backfill every second, 1 s resolution."""
-    base = dict(nodes=4, backfill="conservative", bf_interval_s=1, bf_resolution_s=1, bf_window_s=10**6,
-                priority="age_size", weight_age=1000.0, max_age_s=10**6, weight_size=0.0, warm_start=False)
+    base = dict(
+        nodes=4,
+        backfill="conservative",
+        bf_interval_s=1,
+        bf_resolution_s=1,
+        bf_window_s=10**6,
+        priority="age_size",
+        weight_age=1000.0,
+        max_age_s=10**6,
+        weight_size=0.0,
+        warm_start=False,
+    )
     base.update(kw)
     return SimConfig(**base)
 
@@ -40,19 +50,21 @@ def frame(rows: list[dict]) -> pd.DataFrame:
     """A trace frame in the normalised schema from dicts with epoch-second times."""
     out = []
     for i, r in enumerate(rows):
-        out.append({
-            "job_id": str(r.get("job_id", i + 1)),
-            "submit": pd.Timestamp(int(r["submit"]), unit="s", tz="UTC"),
-            "start": pd.Timestamp(int(r["start"]), unit="s", tz="UTC"),
-            "end": pd.Timestamp(int(r["end"]), unit="s", tz="UTC"),
-            "time_limit_s": int(r["limit"]),
-            "nodes": int(r["nodes"]),
-            "procs": None,
-            "partition": "gpu",
-            "user": str(r.get("user", "u0")),
-            "status": "COMPLETED",
-            "priority": r.get("priority"),
-        })
+        out.append(
+            {
+                "job_id": str(r.get("job_id", i + 1)),
+                "submit": pd.Timestamp(int(r["submit"]), unit="s", tz="UTC"),
+                "start": pd.Timestamp(int(r["start"]), unit="s", tz="UTC"),
+                "end": pd.Timestamp(int(r["end"]), unit="s", tz="UTC"),
+                "time_limit_s": int(r["limit"]),
+                "nodes": int(r["nodes"]),
+                "procs": None,
+                "partition": "gpu",
+                "user": str(r.get("user", "u0")),
+                "status": "COMPLETED",
+                "priority": r.get("priority"),
+            }
+        )
     df = pd.DataFrame(out)
     for c in ("submit", "start", "end"):
         df[c] = df[c].astype("datetime64[s, UTC]")
@@ -79,8 +91,17 @@ def random_trace(seed: int, days: float = 10.0, nodes: int = 16, rate_per_h: flo
         order = np.argsort(free_at)
         st = max(int(submit[i]), int(free_at[order[k - 1]]))
         free_at[order[:k]] = st + dur[i]
-        rows.append({"submit": submit[i], "start": st, "end": st + dur[i], "limit": limit[i], "nodes": k,
-                     "user": f"u{rng.integers(0, 6)}", "priority": int(rng.integers(1000, 5000))})
+        rows.append(
+            {
+                "submit": submit[i],
+                "start": st,
+                "end": st + dur[i],
+                "limit": limit[i],
+                "nodes": k,
+                "user": f"u{rng.integers(0, 6)}",
+                "priority": int(rng.integers(1000, 5000)),
+            }
+        )
     return frame(rows)
 
 

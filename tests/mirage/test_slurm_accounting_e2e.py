@@ -22,8 +22,13 @@ from mirage_tasks.slurm.queue import read_jobcomp, run_client, slurm_time, squeu
 _missing = missing_binaries() + missing_accounting()
 pytestmark = pytest.mark.skipif(
     bool(_missing) or os.geteuid() != 0,
-    reason=(f"not installed: {', '.join(_missing)} (make system-deps installs Debian's slurmctld, slurmd, "
-            "slurm-client, munge, slurmdbd and mariadb-server)" if _missing else "the local Slurm's daemons run as root"))
+    reason=(
+        f"not installed: {', '.join(_missing)} (make system-deps installs Debian's slurmctld, slurmd, "
+        "slurm-client, munge, slurmdbd and mariadb-server)"
+        if _missing
+        else "the local Slurm's daemons run as root"
+    ),
+)
 
 FACTOR = 60
 
@@ -33,9 +38,27 @@ def _until(cond, timeout=180.0, what="condition"):
 
 
 def _sbatch(env, account: str, nodes: int, sleep_s: float, name: str) -> str:
-    return run_client(["sbatch", "--parsable", f"--account={account}", f"--job-name={name}", "-N", str(nodes),
-                       "--exclusive", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
-                       f"--wrap=exec sleep {sleep_s}"], env).strip().split(";")[0]
+    return (
+        run_client(
+            [
+                "sbatch",
+                "--parsable",
+                f"--account={account}",
+                f"--job-name={name}",
+                "-N",
+                str(nodes),
+                "--exclusive",
+                "-t",
+                "5",
+                "--output=/dev/null",
+                "--chdir=/tmp",
+                f"--wrap=exec sleep {sleep_s}",
+            ],
+            env,
+        )
+        .strip()
+        .split(";")[0]
+    )
 
 
 def _shares(env) -> dict[str, tuple[float, float]]:
@@ -50,9 +73,18 @@ def _shares(env) -> dict[str, tuple[float, float]]:
 
 
 def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_path):
-    cfg = SimConfig(nodes=2, priority="multifactor", weight_age=0.0, weight_size=0.0, weight_fairshare=100000.0,
-                    fs_halflife_s=7 * 86400, fs_calc_period_s=300, max_jobs_per_user=1, bf_interval_s=60,
-                    bf_resolution_s=60)
+    cfg = SimConfig(
+        nodes=2,
+        priority="multifactor",
+        weight_age=0.0,
+        weight_size=0.0,
+        weight_fairshare=100000.0,
+        fs_halflife_s=7 * 86400,
+        fs_calc_period_s=300,
+        max_jobs_per_user=1,
+        bf_interval_s=60,
+        bf_resolution_s=60,
+    )
     c = LocalSlurm(tmp_path / "slurm")
     info = c.start(cfg, FACTOR, accounting=True, users=2)
     pids = c.running()
@@ -61,8 +93,11 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
         # nothing the simulator models is listed as unenforced any more
         notes = " ".join(info["unsupported"])
         assert not any(k in notes for k in ("PriorityWeightAge", "fair share (", "per-user limits", "group limits"))
-        assert any(k in notes for k in ("PriorityWeightAge", "fair share (", "per-user limits")
-                   for notes in [" ".join(conf.unsupported(cfg.replace(weight_age=1.0)))])
+        assert any(
+            k in notes
+            for k in ("PriorityWeightAge", "fair share (", "per-user limits")
+            for notes in [" ".join(conf.unsupported(cfg.replace(weight_age=1.0)))]
+        )
         text = (c.root / "slurm.conf").read_text()
         assert "AccountingStorageType=accounting_storage/slurmdbd" in text and "PriorityFlags=NO_FAIR_TREE" in text
         assert os.stat(c.paths.dbd_conf).st_mode & 0o777 == 0o600  # it holds the database password
@@ -76,17 +111,18 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
         # siblings u0, u1 and the service)
         big = _sbatch(env, "u0", 2, 600, "heavy")
         _until(lambda: [j for j in squeue(env) if j.job_id == big and j.state == "RUNNING"], what="u0's job running")
-        late_heavy = _sbatch(env, "u0", 2, 2, "heavy2")   # submitted first ...
+        late_heavy = _sbatch(env, "u0", 2, 2, "heavy2")  # submitted first ...
         time.sleep(1.5)
-        light = _sbatch(env, "u1", 2, 2, "light")         # ... but u1 has used nothing
+        light = _sbatch(env, "u1", 2, 2, "light")  # ... but u1 has used nothing
         t_wait = time.monotonic()
-        got = _until(lambda: (f := _shares(env)) and f["u0"][1] < 0.9 and f, timeout=200,
-                     what="Slurm's fair-share re-read")
+        got = _until(
+            lambda: (f := _shares(env)) and f["u0"][1] < 0.9 and f, timeout=200, what="Slurm's fair-share re-read"
+        )
         print(f"fair-share factors re-read after {time.monotonic() - t_wait:.0f} s: {got}")
         fs = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
         fs.usage = {0: got["u0"][0], 1: got["u1"][0]}
         fs.refresh()
-        assert got["u1"][0] == 0.0 and fs.factor[0] == pytest.approx(2.0 ** -3)
+        assert got["u1"][0] == 0.0 and fs.factor[0] == pytest.approx(2.0**-3)
         for acct, f in {"u0": fs.factor[0], "u1": fs.default, "service": fs.default}.items():
             assert got[acct][1] == pytest.approx(f, abs=1e-4), (acct, got)
         run_client(["scancel", big], env)  # the two waiting jobs now go in fair-share order
@@ -97,8 +133,10 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
 
         # MaxJobs=1 per trace user: u1's second job waits although a node is free
         d1, d2 = _sbatch(env, "u1", 1, 6, "lim1"), _sbatch(env, "u1", 1, 1, "lim2")
-        _until(lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
-               what="u1's first job running")
+        _until(
+            lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
+            what="u1's first job running",
+        )
         r = run_client(["squeue", "-h", "-j", d2, "-o", "%T %r"], env).split()
         assert r[:2] == ["PENDING", "AssocMaxJobsLimit"], r
         _until(lambda: {d1, d2} <= read_jobcomp(c.paths.jobcomp).keys(), what="both limited jobs ending")
@@ -120,8 +158,15 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
     timing gives at each of the two re-reads."""
     from mirage_tasks.slurm.compare import last_recalc_epoch
 
-    cfg = SimConfig(nodes=2, priority="multifactor", weight_age=0.0, weight_size=0.0, weight_fairshare=1000.0,
-                    fs_halflife_s=7 * 86400, fs_calc_period_s=60 * FACTOR)
+    cfg = SimConfig(
+        nodes=2,
+        priority="multifactor",
+        weight_age=0.0,
+        weight_size=0.0,
+        weight_fairshare=1000.0,
+        fs_halflife_s=7 * 86400,
+        fs_calc_period_s=60 * FACTOR,
+    )
     c = LocalSlurm(tmp_path / "slurm")
     c.start(cfg, FACTOR, accounting=True, users=2)
     try:
@@ -147,7 +192,7 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
         assert 50 < t2 - t1 < 70  # PriorityCalcPeriod=1 (minute)
         assert s1["u0"][0] > 0.0 and s1["u1"][0] == 0.0, seen  # u0's use is charged at the first re-read ...
         assert s1["u0"][1] == pytest.approx(s1["u1"][1], abs=1e-6), seen  # ... but its factor has not moved
-        assert s2["u0"][1] == pytest.approx(2.0 ** -3, abs=1e-3), seen  # and at the next re-read it has
+        assert s2["u0"][1] == pytest.approx(2.0**-3, abs=1e-3), seen  # and at the next re-read it has
     finally:
         c.stop()
     assert c.leftovers() == []
@@ -159,8 +204,8 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
     fs.recalc(cfg.fs_calc_period_s)
     assert fs.usage[0] > 0.0 and fs.term(0) == fs.term(1)
     fs.recalc(2 * cfg.fs_calc_period_s)
-    assert fs.term(0) == pytest.approx(2.0 ** -3) and fs.term(1) == pytest.approx(0.5)
+    assert fs.term(0) == pytest.approx(2.0**-3) and fs.term(1) == pytest.approx(0.5)
     plain = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
     plain.start(0, user=0, nodes=2, t=10)
     plain.recalc(cfg.fs_calc_period_s)
-    assert plain.term(0) == pytest.approx(2.0 ** -3)  # without it the factor moves one re-read early
+    assert plain.term(0) == pytest.approx(2.0**-3)  # without it the factor moves one re-read early

@@ -20,8 +20,13 @@ from mirage_tasks.slurm.queue import read_jobcomp, run_client, squeue
 
 pytestmark = pytest.mark.skipif(
     bool(missing_binaries()) or os.geteuid() != 0,
-    reason=(f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
-            "slurm-client munge)" if missing_binaries() else "the local Slurm's daemons run as root"))
+    reason=(
+        f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
+        "slurm-client munge)"
+        if missing_binaries()
+        else "the local Slurm's daemons run as root"
+    ),
+)
 
 FACTOR = 60
 
@@ -52,8 +57,23 @@ def test_cluster_schedules_jobs_and_stop_leaves_nothing(tmp_path):
     try:
         assert c.idle_nodes() == 3 and info["nodes"] == 3
         env = c.env()
-        ids = [run_client(["sbatch", "--parsable", "-N", "2", "-t", "1", "--output=/dev/null", "--chdir=/tmp",
-                           "--wrap=exec sleep 3"], env).strip() for _ in range(2)]
+        ids = [
+            run_client(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "-N",
+                    "2",
+                    "-t",
+                    "1",
+                    "--output=/dev/null",
+                    "--chdir=/tmp",
+                    "--wrap=exec sleep 3",
+                ],
+                env,
+            ).strip()
+            for _ in range(2)
+        ]
         # two 2-node jobs on 3 nodes: one runs, one waits for Resources, then runs
         q = _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="a running job")
         assert len(q) == 1
@@ -61,8 +81,20 @@ def test_cluster_schedules_jobs_and_stop_leaves_nothing(tmp_path):
         comp = read_jobcomp(c.paths.jobcomp)
         assert all(comp[i]["JobState"] == "COMPLETED" for i in ids)
         # and one more that is still running when the cluster stops
-        run_client(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
-                    "--wrap=exec sleep 300"], env)
+        run_client(
+            [
+                "sbatch",
+                "--parsable",
+                "-N",
+                "1",
+                "-t",
+                "5",
+                "--output=/dev/null",
+                "--chdir=/tmp",
+                "--wrap=exec sleep 300",
+            ],
+            env,
+        )
         _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="the long job running")
         pids = c.running()
         assert set(pids) >= {"munged", "slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3"}
@@ -87,14 +119,18 @@ def test_replay_matches_the_simulator_on_a_backfill_case(slurm):
     h = 3600
     t0 = 100 * h
     # (id, submit, start, end, limit, nodes, user, recorded priority); durations = end - start
-    wl = _wl([("r", t0 - 600, t0 - 600, t0 + h, 2 * h + 600, 2, "u", 10.0),      # running at t0: ends at t0 + 1 h,
-              #                                                                     planned (limit) t0 + 2 h
-              ("big", t0 + 300, t0 + h, t0 + 2 * h, h, 3, "u", 100.0),            # needs all 3 nodes: waits for r
-              ("short", t0 + 600, t0 + 600, t0 + 600 + h // 2, h, 1, "u", 1.0),    # ends (planned) before r: backfill
-              ("long", t0 + 1200, t0 + 2 * h, t0 + 3 * h, 2 * h, 1, "u", 1.0)])    # would delay big: waits for it
+    wl = _wl(
+        [
+            ("r", t0 - 600, t0 - 600, t0 + h, 2 * h + 600, 2, "u", 10.0),  # running at t0: ends at t0 + 1 h,
+            #                                                                     planned (limit) t0 + 2 h
+            ("big", t0 + 300, t0 + h, t0 + 2 * h, h, 3, "u", 100.0),  # needs all 3 nodes: waits for r
+            ("short", t0 + 600, t0 + 600, t0 + 600 + h // 2, h, 1, "u", 1.0),  # ends (planned) before r: backfill
+            ("long", t0 + 1200, t0 + 2 * h, t0 + 3 * h, 2 * h, 1, "u", 1.0),
+        ]
+    )  # would delay big: waits for it
     cfg = SimConfig(nodes=3, bf_interval_s=60, bf_resolution_s=60)
     jobs = replay.plan(wl, cfg, t0, t0 + 3 * h, FACTOR)
-    assert list(jobs['kind']) == ['running_at_start', 'window', 'window', 'window']
+    assert list(jobs["kind"]) == ["running_at_start", "window", "window", "window"]
     out, facts = replay.run(jobs, slurm.env(), slurm.paths.jobcomp, FACTOR, t0, drain_s=600)
     assert facts["scored"] == 3 and facts["scored_started"] == 3
     doc, frame = compare.compare(out, cfg, FACTOR, horizon_t=facts["horizon_t"])
@@ -113,10 +149,20 @@ def test_replay_matches_the_simulator_on_a_backfill_case(slurm):
 def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):
     env = slurm.env()
     # a foreign job the keeper must leave alone
-    other = run_client(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
-                        "--wrap=exec sleep 200"], env).strip()
-    k = keeper.Keeper(env=env, policy="reactive", node=1, service_s=3600, scale=FACTOR, step_s=600,
-                      log_path=str(tmp_path / "d.jsonl"), stop_chain=True)
+    other = run_client(
+        ["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp", "--wrap=exec sleep 200"],
+        env,
+    ).strip()
+    k = keeper.Keeper(
+        env=env,
+        policy="reactive",
+        node=1,
+        service_s=3600,
+        scale=FACTOR,
+        step_s=600,
+        log_path=str(tmp_path / "d.jsonl"),
+        stop_chain=True,
+    )
     (r,) = k.run(deadline_s=300)
     assert r["forced"] and r["succ_submit"] >= r["pred_end"] - 0.5
     assert 0 <= r["signed_interruption_h"] <= 5 * FACTOR / 3600  # a few real seconds of dispatch, x60
@@ -136,11 +182,15 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
     nodes (test_sim_named.py has the same case, made small)."""
     h, m = 3600, 60
     t0 = 100 * h
-    wl = _wl([("F", t0, t0, t0 + 58 * m, h, 3, "u", 10.0),
-              ("A", t0, t0, t0 + 118 * m, 2 * h, 2, "u", 10.0),
-              ("C", t0, t0, t0 + 178 * m, 3 * h, 1, "u", 10.0),
-              ("T", t0 + 66 * m, t0 + 118 * m, t0 + 176 * m, h, 4, "u", 10.0),
-              ("B", t0 + 69 * m, t0 + 118 * m, t0 + 176 * m, h, 1, "u", 10.0)])
+    wl = _wl(
+        [
+            ("F", t0, t0, t0 + 58 * m, h, 3, "u", 10.0),
+            ("A", t0, t0, t0 + 118 * m, 2 * h, 2, "u", 10.0),
+            ("C", t0, t0, t0 + 178 * m, 3 * h, 1, "u", 10.0),
+            ("T", t0 + 66 * m, t0 + 118 * m, t0 + 176 * m, h, 4, "u", 10.0),
+            ("B", t0 + 69 * m, t0 + 118 * m, t0 + 176 * m, h, 1, "u", 10.0),
+        ]
+    )
     cfg = SimConfig(nodes=6, bf_interval_s=60, bf_resolution_s=60, weight_size=0.0)
     c = LocalSlurm(tmp_path / "slurm")
     c.start(cfg, FACTOR)
@@ -160,9 +210,9 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
         g = frame.set_index("trace_job_id")
         got[bf] = (g["sim_start_t"] - g["start_t"]).abs() / h
         if bf == "named":
-            assert dict(g["sim_nodes"]) == dict(f["slurm_nodes"])   # the same nodes for every job
+            assert dict(g["sim_nodes"]) == dict(f["slurm_nodes"])  # the same nodes for every job
             assert doc["same_nodes"] == {"jobs": 5, "same": 5, "within_1h": 5, "same_within_1h": 5}
-    assert got["conservative"]["B"] > 0.7          # the count starts B about 50 min early
+    assert got["conservative"]["B"] > 0.7  # the count starts B about 50 min early
     assert got["named"].max() < 0.1, dict(got["named"])
 
 
@@ -178,11 +228,37 @@ def _keep_service(tmp_path: Path, trace: str, t0: int, *flags: str) -> dict:
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "mirage_tasks", "keep-service", "--node", "1", "--factor", "120",
-                           "--slurm-root", str(tmp_path / "slurm"), "--trace", trace, "--background-from", iso(t0),
-                           "--background-to", iso(t0 + 3600), "--cluster-config", "ls6", "--stop-chain",
-                           "--out", str(tmp_path / "out"), *flags],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mirage_tasks",
+            "keep-service",
+            "--node",
+            "1",
+            "--factor",
+            "120",
+            "--slurm-root",
+            str(tmp_path / "slurm"),
+            "--trace",
+            trace,
+            "--background-from",
+            iso(t0),
+            "--background-to",
+            iso(t0 + 3600),
+            "--cluster-config",
+            "ls6",
+            "--stop-chain",
+            "--out",
+            str(tmp_path / "out"),
+            *flags,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((tmp_path / "out" / "keeper.json").read_text())
 
@@ -208,13 +284,50 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
 
     h, m = 3600, 60
     t0 = 1_700_006_400
-    trace = write_committed_trace(tmp_path / "trace", frame([
-        {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 4, "priority": 3000},
-        {"submit": t0 + 10 * m, "start": t0 + 3 * h, "end": t0 + 4 * h, "limit": 2 * h, "nodes": 1, "priority": 1000},
-        {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
+    trace = write_committed_trace(
+        tmp_path / "trace",
+        frame(
+            [
+                {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 4, "priority": 3000},
+                {
+                    "submit": t0 + 10 * m,
+                    "start": t0 + 3 * h,
+                    "end": t0 + 4 * h,
+                    "limit": 2 * h,
+                    "nodes": 1,
+                    "priority": 1000,
+                },
+                {
+                    "submit": t0 + 2 * h,
+                    "start": t0 + 2 * h,
+                    "end": t0 + 3 * h,
+                    "limit": 2 * h,
+                    "nodes": 1,
+                    "priority": 3000,
+                },
+            ]
+        ),
+    )
     out = tmp_path / "out"
-    k = _keep_service(tmp_path, trace, t0, "--policy", "reactive,avg", "--chains", "2", "--stagger-hours", "0.5",
-                      "--offset-hours", "0.25", "--service-hours", "2", "--nodes", "4", "--deadline-s", "900")
+    k = _keep_service(
+        tmp_path,
+        trace,
+        t0,
+        "--policy",
+        "reactive,avg",
+        "--chains",
+        "2",
+        "--stagger-hours",
+        "0.5",
+        "--offset-hours",
+        "0.25",
+        "--service-hours",
+        "2",
+        "--nodes",
+        "4",
+        "--deadline-s",
+        "900",
+    )
     links = pd.DataFrame(k["links"])
     assert sorted(zip(links["policy"], links["chain"])) == [("avg", 0), ("avg", 1), ("reactive", 0), ("reactive", 1)]
     bg = k["facts"]["background"]
@@ -225,8 +338,11 @@ def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_
     pred_wait_h = (links["pred_start"] - links["pred_submit"]) * fac / h
     pred_start_t = t0 + (links["pred_start"] - origin) * fac
     assert (pred_start_t >= t0 + 2.9 * h).all(), pred_start_t  # waited for the background's 3 h
-    assert ((pred_start_t - links["sim_pred_start"]).abs() <= 0.5 * h).all(), \
-        (list(pred_start_t), list(links["sim_pred_start"]), list(pred_wait_h))
+    assert ((pred_start_t - links["sim_pred_start"]).abs() <= 0.5 * h).all(), (
+        list(pred_start_t),
+        list(links["sim_pred_start"]),
+        list(pred_wait_h),
+    )
     # the first chains started a quarter of an hour after the background's origin, the second half an hour
     # after the first (a few real seconds of slack, x120)
     sub_t = (links["pred_submit"] - origin) * fac
@@ -258,14 +374,48 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
 
     h, m = 3600, 60
     t0 = 1_700_006_400
-    trace = write_committed_trace(tmp_path / "trace", frame([
-        {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 1, "priority": 3000},
-        {"submit": t0 + 10 * m, "start": t0 + 10 * m, "end": t0 + 130 * m, "limit": 3 * h, "nodes": 1,
-         "priority": 1000},
-        {"submit": t0 + 2 * h, "start": t0 + 2 * h, "end": t0 + 3 * h, "limit": 2 * h, "nodes": 1, "priority": 3000}]))
+    trace = write_committed_trace(
+        tmp_path / "trace",
+        frame(
+            [
+                {"submit": t0 - h, "start": t0 - h, "end": t0 + 3 * h, "limit": 5 * h, "nodes": 1, "priority": 3000},
+                {
+                    "submit": t0 + 10 * m,
+                    "start": t0 + 10 * m,
+                    "end": t0 + 130 * m,
+                    "limit": 3 * h,
+                    "nodes": 1,
+                    "priority": 1000,
+                },
+                {
+                    "submit": t0 + 2 * h,
+                    "start": t0 + 2 * h,
+                    "end": t0 + 3 * h,
+                    "limit": 2 * h,
+                    "nodes": 1,
+                    "priority": 3000,
+                },
+            ]
+        ),
+    )
     out = tmp_path / "out"
-    k = _keep_service(tmp_path, trace, t0, "--policy", "reactive", "--offset-hours", "0.5", "--late-nodes", "1",
-                      "--service-hours", "1", "--nodes", "2", "--deadline-s", "600")
+    k = _keep_service(
+        tmp_path,
+        trace,
+        t0,
+        "--policy",
+        "reactive",
+        "--offset-hours",
+        "0.5",
+        "--late-nodes",
+        "1",
+        "--service-hours",
+        "1",
+        "--nodes",
+        "2",
+        "--deadline-s",
+        "600",
+    )
     assert k["late_nodes"] == 1 and not k["facts"]["errors"], k["facts"]
     link = pd.DataFrame(k["links"]).iloc[0]
     origin, fac = k["facts"]["background"]["origin_epoch"], k["factor"]

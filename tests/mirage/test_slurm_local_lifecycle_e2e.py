@@ -29,19 +29,27 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
     bool(missing_binaries()) or os.geteuid() != 0 or not shutil.which("make"),
-    reason=(f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
-            "slurm-client munge)" if missing_binaries() else "the local Slurm's daemons run as root (and make)"))
+    reason=(
+        f"Slurm not installed ({', '.join(missing_binaries())}; make system-deps installs slurmctld slurmd "
+        "slurm-client munge)"
+        if missing_binaries()
+        else "the local Slurm's daemons run as root (and make)"
+    ),
+)
 
-needs_accounting = pytest.mark.skipif(bool(missing_accounting()),
-                                      reason=f"not installed: {', '.join(missing_accounting())} (make system-deps)")
+needs_accounting = pytest.mark.skipif(
+    bool(missing_accounting()), reason=f"not installed: {', '.join(missing_accounting())} (make system-deps)"
+)
 
 
 def _env(root: Path, **extra: str) -> dict[str, str]:
     """The make targets' environment: this checkout's code and the running interpreter's venv."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(SLURM_ROOT=str(root),
-               PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
-               **extra)
+    env.update(
+        SLURM_ROOT=str(root),
+        PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+        **extra,
+    )
     return env
 
 
@@ -85,11 +93,20 @@ def test_make_slurm_stopped_midway_leaves_nothing_running(tmp_path, sig):
     what it started (before, munged and slurmctld were left running: the start died at once, and
     the daemons run in sessions of their own, out of the terminal's reach)."""
     root = tmp_path / "slurm"
-    proc = subprocess.Popen(_make("slurm", root), env=_env(root, SLURM_NODES="2"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        _make("slurm", root),
+        env=_env(root, SLURM_NODES="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: (root / "pids" / "slurmctld.started").exists() or proc.poll() is not None,
-                 "slurmctld started", deadline_s=120)
+        wait_for(
+            lambda: (root / "pids" / "slurmctld.started").exists() or proc.poll() is not None,
+            "slurmctld started",
+            deadline_s=120,
+        )
         assert proc.poll() is None, proc.stdout.read()
         assert {"munged", "slurmctld"} <= set(LocalSlurm(root).running())
         if sig == "TERM":
@@ -115,8 +132,9 @@ def test_make_slurm_stop_from_a_shell_with_env_sh_stops_only_the_cluster(tmp_pat
     the step is found from the cluster's own spool folder). Before, stop killed every process
     carrying this ``SLURM_CONF``: its own make among them."""
     root = tmp_path / "slurm"
-    r = subprocess.run(_make("slurm", root), env=_env(root, SLURM_NODES="2"), capture_output=True, text=True,
-                       timeout=240)
+    r = subprocess.run(
+        _make("slurm", root), env=_env(root, SLURM_NODES="2"), capture_output=True, text=True, timeout=240
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     fake = tmp_path / "bin" / "make"  # a long-running program named make, started from the same shell
     fake.parent.mkdir()
@@ -125,17 +143,36 @@ def test_make_slurm_stop_from_a_shell_with_env_sh_stops_only_the_cluster(tmp_pat
     try:
         c = LocalSlurm(root)
         env = {**c.env()}
-        job = subprocess.run(["sbatch", "--parsable", "-N", "1", "-t", "5", "--output=/dev/null", "--chdir=/tmp",
-                              "--wrap=exec sleep 271"], env=env, capture_output=True, text=True, check=True, timeout=60)
+        job = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-N",
+                "1",
+                "-t",
+                "5",
+                "--output=/dev/null",
+                "--chdir=/tmp",
+                "--wrap=exec sleep 271",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         assert job.stdout.strip()
         wait_for(lambda: c.leftovers(), "the job's step running", deadline_s=120)
         steps = c.leftovers()
         os.kill(c.running()["slurmctld"], signal.SIGKILL)  # nobody left to cancel the job: stop must find it
-        script = (f"source {root}/env.sh && test -n \"$SLURM_CONF\" || exit 9\n"
-                  f"{fake} 300 >/dev/null 2>&1 & echo $! > {tmp_path}/other.pid\n"
-                  f"{' '.join(_make('slurm-stop', root))}\n")
-        r = subprocess.run(["bash", "-c", script], env=_env(root), capture_output=True, text=True, check=False,
-                           timeout=180)
+        script = (
+            f'source {root}/env.sh && test -n "$SLURM_CONF" || exit 9\n'
+            f"{fake} 300 >/dev/null 2>&1 & echo $! > {tmp_path}/other.pid\n"
+            f"{' '.join(_make('slurm-stop', root))}\n"
+        )
+        r = subprocess.run(
+            ["bash", "-c", script], env=_env(root), capture_output=True, text=True, check=False, timeout=180
+        )
         other = int((tmp_path / "other.pid").read_text())
         assert r.returncode == 0, (r.returncode, r.stdout + r.stderr)
         assert _alive(other), "the shell's other make was killed"
@@ -166,9 +203,14 @@ def test_make_slurm_status_names_each_dead_daemon_and_every_daemon_listens_on_lo
     then non-zero naming mariadbd once it is killed, and slurmdbd too once that is (before, both
     were "running" by the status: it listed what was alive and exited 0)."""
     root = tmp_path / "slurm"
-    r = subprocess.run(_make("slurm", root), env=_env(root, SLURM_NODES="2", SLURM_ACCOUNTING="1",
-                                                      SLURM_USERS="2"),
-                       capture_output=True, text=True, check=False, timeout=280)
+    r = subprocess.run(
+        _make("slurm", root),
+        env=_env(root, SLURM_NODES="2", SLURM_ACCOUNTING="1", SLURM_USERS="2"),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=280,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         c = LocalSlurm(root)
@@ -179,8 +221,9 @@ def test_make_slurm_status_names_each_dead_daemon_and_every_daemon_listens_on_lo
         assert all(s.startswith("127.0.0.1:") for s in socks), socks
 
         def status() -> subprocess.CompletedProcess:
-            return subprocess.run(_make("slurm-status", root), env=_env(root), capture_output=True, text=True,
-                                  timeout=120)
+            return subprocess.run(
+                _make("slurm-status", root), env=_env(root), capture_output=True, text=True, timeout=120
+            )
 
         s = status()
         assert s.returncode == 0, s.stdout + s.stderr
@@ -195,6 +238,7 @@ def test_make_slurm_status_names_each_dead_daemon_and_every_daemon_listens_on_lo
         assert s.returncode != 0 and "not running: mariadbd, slurmdbd" in s.stderr, s.stdout + s.stderr
     finally:
         _stop(root)
-    s = subprocess.run(_make("slurm-status", root), env=_env(root), capture_output=True, text=True, check=False,
-                       timeout=60)
+    s = subprocess.run(
+        _make("slurm-status", root), env=_env(root), capture_output=True, text=True, check=False, timeout=60
+    )
     assert s.returncode != 0 and "no local Slurm running" in s.stdout, s.stdout + s.stderr  # stopped: 3, make: 2

@@ -11,8 +11,7 @@ from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, keeper, replay
-from mirage_tasks.slurm import conf as slurm_conf
+from mirage_tasks.slurm import compare, conf as slurm_conf, keeper, replay
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -42,14 +41,18 @@ def test_back_to_sim_matches_what_slurm_enforces():
 
 
 def test_squeue_and_jobcomp_parsing(tmp_path):
-    jobs = parse_squeue("12|RUNNING|2|1:00|2026-01-01T00:00:00|2026-01-01T00:00:05|root|mr\n"
-                        "13|PENDING|1|2-00:00:00|2026-01-01T00:00:01|N/A|root|mr\n")
+    jobs = parse_squeue(
+        "12|RUNNING|2|1:00|2026-01-01T00:00:00|2026-01-01T00:00:05|root|mr\n"
+        "13|PENDING|1|2-00:00:00|2026-01-01T00:00:01|N/A|root|mr\n"
+    )
     assert [j.state for j in jobs] == ["RUNNING", "PENDING"]
     assert jobs[0].limit_s == 60 and jobs[1].limit_s == 172800 and jobs[1].start is None
     assert jobs[0].start - jobs[0].submit == 5
     assert limit_seconds("UNLIMITED") is None and limit_seconds("01:02:03") == 3723
     f = tmp_path / "jc.txt"
-    f.write_text("JobId=7 UserId=root(0) JobState=COMPLETED StartTime=2026-01-01T00:00:01 EndTime=2026-01-01T00:00:09\n")
+    f.write_text(
+        "JobId=7 UserId=root(0) JobState=COMPLETED StartTime=2026-01-01T00:00:01 EndTime=2026-01-01T00:00:09\n"
+    )
     assert read_jobcomp(str(f))["7"]["JobState"] == "COMPLETED"
     with pytest.raises(RuntimeError):
         parse_squeue("1|RUNNING|2\n")
@@ -68,14 +71,35 @@ def test_live_view_gives_the_simulators_features():
     q = []
     for j in ids:
         state = "RUNNING" if j in sim.running else ("PENDING" if sim.j_start[j] < 0 else "COMPLETED")
-        q.append(QJob(str(j), state, sim.j_nodes[j], sim.j_limit[j], float(sim.j_submit[j]),
-                      float(sim.j_start[j]) if sim.j_start[j] >= 0 else None, "u", "x"))
+        q.append(
+            QJob(
+                str(j),
+                state,
+                sim.j_nodes[j],
+                sim.j_limit[j],
+                float(sim.j_submit[j]),
+                float(sim.j_start[j]) if sim.j_start[j] >= 0 else None,
+                "u",
+                "x",
+            )
+        )
     view = LiveView(q, {"total": 4, "idle": sim.free, "down": 0}, now=1000.0)
     got = features.snapshot_direct(view)
     np.testing.assert_allclose(got, want)
     # a compressed cluster: every time multiplied back by the factor
-    q2 = [QJob(x.job_id, x.state, x.nodes, x.limit_s / 60 if x.limit_s else None, x.submit / 60,
-               x.start / 60 if x.start is not None else None, "u", "x") for x in q]
+    q2 = [
+        QJob(
+            x.job_id,
+            x.state,
+            x.nodes,
+            x.limit_s / 60 if x.limit_s else None,
+            x.submit / 60,
+            x.start / 60 if x.start is not None else None,
+            "u",
+            "x",
+        )
+        for x in q
+    ]
     got2 = features.snapshot_direct(LiveView(q2, {"total": 4, "idle": sim.free, "down": 0}, now=1000 / 60, scale=60))
     np.testing.assert_allclose(got2, want, rtol=1e-9, atol=1e-6)
 
@@ -89,10 +113,14 @@ def _wl(rows):
 
 
 def test_replay_plan_scales_and_warm_starts():
-    wl = _wl([("a", 0, 0, 7200, 10800, 2, "u1", 100.0),        # running at t0=3600
-              ("b", 1000, 9000, 10000, 3600, 1, "u1", 200.0),  # pending at t0
-              ("c", 4000, 4000, 5000, 1800, 1, "u2", 300.0),   # window
-              ("d", 5000, 5000, 6000, 60, 9, "u2", 300.0)])    # too big for 4 nodes
+    wl = _wl(
+        [
+            ("a", 0, 0, 7200, 10800, 2, "u1", 100.0),  # running at t0=3600
+            ("b", 1000, 9000, 10000, 3600, 1, "u1", 200.0),  # pending at t0
+            ("c", 4000, 4000, 5000, 1800, 1, "u2", 300.0),  # window
+            ("d", 5000, 5000, 6000, 60, 9, "u2", 300.0),
+        ]
+    )  # too big for 4 nodes
     cfg = SimConfig(nodes=4, priority="trace")
     p = replay.plan(wl, cfg, 3600, 7200, 60)
     kinds = dict(zip(p["trace_job_id"], p["kind"]))
@@ -110,11 +138,25 @@ def test_compare_agrees_with_itself_and_names_rules():
     job moved to start ahead of its queue: the rule is backfill."""
     rows = []
     # 2 nodes: j0 (2 nodes, 1 h) runs; j1 (2 nodes) waits; j2 (1 node, short) backfill candidate
-    for k, (sub, dur, lim, n, pr) in enumerate([(0, 3600, 3600, 2, 10.0), (60, 3600, 3600, 2, 10.0),
-                                                 (120, 600, 600, 1, 1.0)]):
-        rows.append({"trace_job_id": str(k), "kind": "window", "trace_submit": sub, "trace_start": sub,
-                     "nodes": n, "duration_s": dur, "limit_s": lim, "priority": pr, "sleep_s": dur / 60,
-                     "limit_min": max(1, -(-lim // 3600)), "slurm_id": str(k), "submit_t": float(sub)})
+    for k, (sub, dur, lim, n, pr) in enumerate(
+        [(0, 3600, 3600, 2, 10.0), (60, 3600, 3600, 2, 10.0), (120, 600, 600, 1, 1.0)]
+    ):
+        rows.append(
+            {
+                "trace_job_id": str(k),
+                "kind": "window",
+                "trace_submit": sub,
+                "trace_start": sub,
+                "nodes": n,
+                "duration_s": dur,
+                "limit_s": lim,
+                "priority": pr,
+                "sleep_s": dur / 60,
+                "limit_min": max(1, -(-lim // 3600)),
+                "slurm_id": str(k),
+                "submit_t": float(sub),
+            }
+        )
     jobs = pd.DataFrame(rows)
     cfg = SimConfig(nodes=2)
     sim = compare.simulate(jobs, cfg, 60)
@@ -199,8 +241,18 @@ def fake(monkeypatch):
 
 
 def _keeper(f, policy, decide=None, log=None):
-    return keeper.Keeper(env={}, policy=policy, node=1, service_s=4 * 3600, scale=60, step_s=600, decide=decide,
-                         clock=f.clock, sleep=f.sleep, log_path=log)
+    return keeper.Keeper(
+        env={},
+        policy=policy,
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        decide=decide,
+        clock=f.clock,
+        sleep=f.sleep,
+        log_path=log,
+    )
 
 
 def test_keeper_reactive_submits_at_the_end_never_later(fake, tmp_path):
@@ -244,8 +296,18 @@ def test_keeper_asks_the_model_only_within_its_trained_span(fake):
         asked.append(hist[-1, features.PRED_COL + 3])
         return True, 0.0
 
-    k = keeper.Keeper(env={}, policy="model", node=1, service_s=4 * 3600, scale=60, step_s=600, decide=always,
-                      clock=fake.clock, sleep=fake.sleep, decide_within_s=2 * 3600)
+    k = keeper.Keeper(
+        env={},
+        policy="model",
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        decide=always,
+        clock=fake.clock,
+        sleep=fake.sleep,
+        decide_within_s=2 * 3600,
+    )
     (r,) = k.run(deadline_s=10_000)
     assert not r["forced"] and r["n_decisions"] == 1
     assert 2.0 - 600 / 3600 <= r["decision_lead_trace_h"] <= 2.0 + 1e-6
@@ -265,8 +327,18 @@ def test_keeper_asks_the_model_only_at_its_probe_times(fake):
         asked.append(hist[-1, features.PRED_COL + 3])
         return False, 0.0
 
-    k = keeper.Keeper(env={}, policy="model", node=1, service_s=4 * 3600, scale=60, step_s=600, decide=never,
-                      clock=fake.clock, sleep=fake.sleep, decide_at_s=(3 * 3600, 3600, 1800))
+    k = keeper.Keeper(
+        env={},
+        policy="model",
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        decide=never,
+        clock=fake.clock,
+        sleep=fake.sleep,
+        decide_at_s=(3 * 3600, 3600, 1800),
+    )
     (r,) = k.run(deadline_s=10_000)
     assert r["forced"] and r["n_decisions"] == 3
     np.testing.assert_allclose(asked, [3600, 3 * 3600, 3.5 * 3600], atol=600)  # run so far: 1 h, 3 h, 3.5 h
@@ -290,11 +362,10 @@ def test_keep_service_policy_model_without_model_refuses_before_anything_starts(
     before it reads SLURM_CONF, starts a cluster or writes its output."""
     import argparse
 
-    from stepkit import StepError
-    from stepkit.cli import main
-
     from mirage_tasks.__main__ import STEPS
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
+    from stepkit.cli import main
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
@@ -341,14 +412,28 @@ def test_local_cluster_ports_avoid_the_ephemeral_range(monkeypatch):
 
 
 def test_accounting_renders_slurmdbd_and_keeps_what_it_enforces_in_the_simulator():
-    cfg = SimConfig(nodes=4, priority="multifactor", weight_fairshare=3000.0, weight_age=1000.0,
-                    fs_halflife_s=7 * 86400, fs_calc_period_s=300, max_jobs_per_user=8, grp_nodes=3)
+    cfg = SimConfig(
+        nodes=4,
+        priority="multifactor",
+        weight_fairshare=3000.0,
+        weight_age=1000.0,
+        fs_halflife_s=7 * 86400,
+        fs_calc_period_s=300,
+        max_jobs_per_user=8,
+        grp_nodes=3,
+    )
     plain = render(cfg, 60, Paths("/x"), 1, (2, 5))
     text = render(cfg, 60, Paths("/x"), 1, (2, 5), dbd_port=9, debug_flags="Backfill")
     assert "AccountingStorageType=accounting_storage/none" in plain and "DebugFlags" not in plain
-    for line in ("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStoragePort=9",
-                 "AccountingStoragePass=/x/munge-run/munge.socket", "AccountingStorageEnforce=associations,limits,qos",
-                 "DebugFlags=Backfill", "PriorityFlags=NO_FAIR_TREE", "PriorityDecayHalfLife=0-02:48"):
+    for line in (
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStoragePort=9",
+        "AccountingStoragePass=/x/munge-run/munge.socket",
+        "AccountingStorageEnforce=associations,limits,qos",
+        "DebugFlags=Backfill",
+        "PriorityFlags=NO_FAIR_TREE",
+        "PriorityDecayHalfLife=0-02:48",
+    ):
         assert line in text.splitlines(), line
     dbd = slurm_conf.render_dbd(Paths("/x"), 9, 10, "pw")
     assert "DbdPort=9" in dbd and "StoragePort=10" in dbd and "StoragePass=pw" in dbd
@@ -357,8 +442,10 @@ def test_accounting_renders_slurmdbd_and_keeps_what_it_enforces_in_the_simulator
     assert (on.weight_fairshare, on.weight_age, on.max_jobs_per_user, on.grp_nodes) == (3000.0, 1000.0, 8, 3)
     # Slurm's half-life and re-read period in whole real minutes, times the factor; no warm start
     assert on.fs_halflife_s == 168 * 60 * 60 and on.fs_calc_period_s == 3600 and not on.warm_start
-    assert not any("fair share (" in n or "per-user" in n or "group limits" in n or "PriorityWeightAge" in n
-                   for n in unsupported(cfg, accounting=True))
+    assert not any(
+        "fair share (" in n or "per-user" in n or "group limits" in n or "PriorityWeightAge" in n
+        for n in unsupported(cfg, accounting=True)
+    )
     assert any("larger than max_nodes_per_user or grp_nodes" in n for n in unsupported(cfg, accounting=True))
 
 
@@ -373,8 +460,11 @@ def _replayed(rows: list[dict], t_from: int, t_to: int, factor: float):
         df[col] = pd.to_datetime(df[col], unit="s", utc=True)
     cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
     jobs = replay.plan(Workload.from_frame(df), cfg, t_from, t_to, factor)
-    return cfg, jobs, jobs.assign(slurm_id=[str(i + 1) for i in range(len(jobs))],
-                                  submit_t=jobs["trace_submit"].astype(float))
+    return (
+        cfg,
+        jobs,
+        jobs.assign(slurm_id=[str(i + 1) for i in range(len(jobs))], submit_t=jobs["trace_submit"].astype(float)),
+    )
 
 
 def test_session_links_put_the_simulators_prediction_beside_each_chain():
@@ -385,8 +475,12 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
     from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    cfg, jobs, bg = _replayed([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h,
-                                "time_limit_s": 2 * h, "nodes": 1}], t0, t0 + h, factor)
+    cfg, jobs, bg = _replayed(
+        [{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h, "nodes": 1}],
+        t0,
+        t0 + h,
+        factor,
+    )
     origin = 1.7e9
     s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0)
     s.results = {"reactive": [{"policy": "reactive", "link": 0, "pred_submit": origin, "signed_interruption_h": 0.0}]}
@@ -407,14 +501,21 @@ def test_the_prediction_has_the_late_nodes_join_when_they_joined():
     from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    cfg, jobs, bg = _replayed([{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h,
-                                "time_limit_s": 2 * h, "nodes": 1}], t0, t0 + h, factor)
+    cfg, jobs, bg = _replayed(
+        [{"job_id": "bg", "submit": t0 + 60, "start": t0 + 60, "end": t0 + 2 * h, "time_limit_s": 2 * h, "nodes": 1}],
+        t0,
+        t0 + h,
+        factor,
+    )
     origin = 1.7e9
 
     def first(**late):
         s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0, **late)
-        s.results = {"reactive": [{"policy": "reactive", "link": 0, "pred_submit": origin + 120 / factor,
-                                   "signed_interruption_h": 0.0}]}
+        s.results = {
+            "reactive": [
+                {"policy": "reactive", "link": 0, "pred_submit": origin + 120 / factor, "signed_interruption_h": 0.0}
+            ]
+        }
         s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
         return s.links(cfg, factor, service_s=h, node=1, nice=0, step_s=600).iloc[0]
 
@@ -430,12 +531,14 @@ def test_keep_service_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
     """The keeper never changes a real cluster's nodes, and late nodes join when the first
     chain starts: without --slurm-root or without --offset-hours the step refuses, naming the
     flag, before anything starts."""
-    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
-
     import argparse
 
-    for extra in (["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
-                  ["--slurm-root", str(tmp_path / "s")]):
+    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
+
+    for extra in (
+        ["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
+        ["--slurm-root", str(tmp_path / "s")],
+    ):
         p = argparse.ArgumentParser()
         add_arguments(p)
         a = p.parse_args(["--policy", "reactive", "--late-nodes", "2", "--out", str(tmp_path / "o"), *extra])
@@ -453,8 +556,21 @@ def test_each_chains_prediction_sees_the_other_chains_jobs():
     from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    df = pd.DataFrame([{"job_id": "bg", "submit": t0 - 60, "start": t0 - 60, "end": t0 + 2 * h,
-                        "time_limit_s": 2 * h, "nodes": 1, "user": "u", "priority": 1.0, "procs": 1}])
+    df = pd.DataFrame(
+        [
+            {
+                "job_id": "bg",
+                "submit": t0 - 60,
+                "start": t0 - 60,
+                "end": t0 + 2 * h,
+                "time_limit_s": 2 * h,
+                "nodes": 1,
+                "user": "u",
+                "priority": 1.0,
+                "procs": 1,
+            }
+        ]
+    )
     for col in ("submit", "start", "end"):
         df[col] = pd.to_datetime(df[col], unit="s", utc=True)
     cfg = SimConfig(nodes=2, bf_interval_s=60, bf_resolution_s=60)
@@ -463,12 +579,21 @@ def test_each_chains_prediction_sees_the_other_chains_jobs():
     bg = jobs.assign(slurm_id=["1"], submit_t=float(t0))
 
     def row(chain, pred, sub, succ, succ_sub):
-        return {"policy": "reactive", "chain": chain, "link": 0, "pred": pred, "pred_submit": sub, "succ": succ,
-                "succ_submit": succ_sub, "signed_interruption_h": 0.0}
+        return {
+            "policy": "reactive",
+            "chain": chain,
+            "link": 0,
+            "pred": pred,
+            "pred_submit": sub,
+            "succ": succ,
+            "succ_submit": succ_sub,
+            "signed_interruption_h": 0.0,
+        }
 
     s = Session(env={}, jobcomp=None, policies=["reactive"], keeper={}, background=jobs, t0=t0, chains=2)
-    s.results = {"reactive": [row(0, "11", origin + 30.4, "13", origin + 90.4),
-                              row(1, "10", origin + 0.2, "12", origin + 60.2)]}
+    s.results = {
+        "reactive": [row(0, "11", origin + 30.4, "13", origin + 90.4), row(1, "10", origin + 0.2, "12", origin + 60.2)]
+    }
     s.bg_out, s.bg_facts = bg, {"origin_epoch": origin}
     s.submit_epochs = {"11": origin + 30.0}  # slurmctld's instant for chain 0's predecessor
     f = s.links(cfg, factor, service_s=h, node=1, nice=0, step_s=600).set_index("chain")
@@ -512,9 +637,23 @@ def test_the_simulators_fair_share_rereads_follow_slurms_phase(tmp_path):
 def test_the_simulator_takes_slurms_submissions_in_job_id_order():
     """Jobs Slurm recorded in the same second (one submit_t) and of equal priority run in job id
     order, and so in the simulator: id 99 before id 100 (a string sort had put 100 first)."""
-    rows = [{"trace_job_id": t, "kind": "window", "trace_submit": 0, "trace_start": 0, "nodes": 1, "duration_s": 600,
-             "limit_s": 3600, "priority": 0.0, "sleep_s": 10.0, "limit_min": 1, "slurm_id": sid, "submit_t": 0.0}
-            for t, sid in (("a", "100"), ("b", "99"), ("c", "101"))]
+    rows = [
+        {
+            "trace_job_id": t,
+            "kind": "window",
+            "trace_submit": 0,
+            "trace_start": 0,
+            "nodes": 1,
+            "duration_s": 600,
+            "limit_s": 3600,
+            "priority": 0.0,
+            "sleep_s": 10.0,
+            "limit_min": 1,
+            "slurm_id": sid,
+            "submit_t": 0.0,
+        }
+        for t, sid in (("a", "100"), ("b", "99"), ("c", "101"))
+    ]
     out = compare.simulate(pd.DataFrame(rows), SimConfig(nodes=1, backfill="none"), 60.0).set_index("slurm_id")
     assert out.loc["99", "sim_start_t"] < out.loc["100", "sim_start_t"] < out.loc["101", "sim_start_t"]
     assert list(compare.submission_order(pd.DataFrame(rows))["slurm_id"]) == ["99", "100", "101"]
@@ -527,26 +666,33 @@ def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp
     from mirage_tasks.slurm.queue import read_submit_log
 
     log = tmp_path / "slurmctld.log"
-    log.write_text("[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=16 InitPrio=3008 usec=182\n"
-                   "[2026-12-04T20:06:04.074] _slurm_rpc_submit_batch_job: JobId=28 InitPrio=3004 usec=254\n"
-                   "[2026-12-04T20:06:04.203] sched/backfill: _start_job: Started JobId=28 in main on n[89-92]\n"
-                   "[2026-12-04T20:06:09.500] _slurm_rpc_submit_batch_job: JobId=30 InitPrio=1 usec=1\n"
-                   "[2026-12-04T20:06:07.004] _slurm_rpc_submit_batch_job: JobId=32 InitPrio=1 usec=1\n")
+    log.write_text(
+        "[2026-12-04T20:06:03.998] _slurm_rpc_submit_batch_job: JobId=16 InitPrio=3008 usec=182\n"
+        "[2026-12-04T20:06:04.074] _slurm_rpc_submit_batch_job: JobId=28 InitPrio=3004 usec=254\n"
+        "[2026-12-04T20:06:04.203] sched/backfill: _start_job: Started JobId=28 in main on n[89-92]\n"
+        "[2026-12-04T20:06:09.500] _slurm_rpc_submit_batch_job: JobId=30 InitPrio=1 usec=1\n"
+        "[2026-12-04T20:06:07.004] _slurm_rpc_submit_batch_job: JobId=32 InitPrio=1 usec=1\n"
+    )
     got = read_submit_log(str(log))
     base = datetime(2026, 12, 4, 20, 6, 3).timestamp()
     assert set(got) == {"16", "28", "30", "32"} and got["16"] == pytest.approx(base + 0.998)
     assert read_submit_log(str(tmp_path / "none.log")) == {}
     # jobcomp's whole seconds: 16 at :03, 28 at :04, 30 at :05 (not the log's :09: left as it was), 31 not
     # logged, 32 at :06 with its log line stamped 4 ms into the next second (the RPC ended then)
-    jobs = pd.DataFrame({"slurm_id": ["16", "28", "30", "31", "32"],
-                         "slurm_submit": [base, base + 1, base + 2, base + 3, base + 3],
-                         "submit_t": [0.0, 120.0, 240.0, 360.0, 360.0], "start_t": [120.0, 120.0, 240.0, np.nan, np.nan]})
+    jobs = pd.DataFrame(
+        {
+            "slurm_id": ["16", "28", "30", "31", "32"],
+            "slurm_submit": [base, base + 1, base + 2, base + 3, base + 3],
+            "submit_t": [0.0, 120.0, 240.0, 360.0, 360.0],
+            "start_t": [120.0, 120.0, 240.0, np.nan, np.nan],
+        }
+    )
     out = precise_submits(jobs, got, origin=base, t0=0, factor=120)
     assert out["submit_t"].tolist() == pytest.approx([0.998 * 120, 1.074 * 120, 240.0, 360.0, 3.999 * 120])
     # 28 started in the second it was submitted (jobcomp: :04 = 120): not before its submission
     assert out["start_t"].tolist()[:3] == pytest.approx([120.0, 1.074 * 120, 240.0])
     assert out["slurm_submit_ms"].notna().tolist() == [True, True, False, False, True]
-    assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0, 360.0]   # the input is not changed
+    assert jobs["submit_t"].tolist() == [0.0, 120.0, 240.0, 360.0, 360.0]  # the input is not changed
 
 
 def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
@@ -557,10 +703,12 @@ def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
     from mirage_tasks.slurm.queue import read_resume_log
 
     log = tmp_path / "slurmctld.log"
-    log.write_text("[2026-12-06T17:50:51.037] update_node: node n79 state set to DRAINED\n"
-                   "[2026-12-06T17:55:01.100] update_node: node n3 state set to IDLE\n"
-                   "[2026-12-06T17:55:01.782] update_node: node n80 state set to IDLE\n"
-                   "[2026-12-06T17:55:01.790] update_node: node n79 state set to IDLE\n")
+    log.write_text(
+        "[2026-12-06T17:50:51.037] update_node: node n79 state set to DRAINED\n"
+        "[2026-12-06T17:55:01.100] update_node: node n3 state set to IDLE\n"
+        "[2026-12-06T17:55:01.782] update_node: node n80 state set to IDLE\n"
+        "[2026-12-06T17:55:01.790] update_node: node n79 state set to IDLE\n"
+    )
     want = datetime.strptime("2026-12-06T17:55:01.782", "%Y-%m-%dT%H:%M:%S.%f").timestamp()
     assert read_resume_log(str(log), ["n79", "n80"]) == pytest.approx(want)
     assert read_resume_log(str(log), ["n81"]) is None and read_resume_log(str(tmp_path / "none"), ["n79"]) is None
@@ -569,12 +717,18 @@ def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
 def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
     from mirage_tasks.slurm.compare import same_nodes
 
-    both = pd.DataFrame({"slurm_nodes": ["n[1-3]", "n5", "n[7-8]", None], "sim_nodes": ["n[1-3]", "n6", "n[7-8]", "n1"],
-                         "start_t": [0.0, 0.0, 0.0, 0.0], "sim_start_t": [0.0, 100.0, 7200.0, 0.0]})
+    both = pd.DataFrame(
+        {
+            "slurm_nodes": ["n[1-3]", "n5", "n[7-8]", None],
+            "sim_nodes": ["n[1-3]", "n6", "n[7-8]", "n1"],
+            "start_t": [0.0, 0.0, 0.0, 0.0],
+            "sim_start_t": [0.0, 100.0, 7200.0, 0.0],
+        }
+    )
     assert same_nodes(both) == {"jobs": 3, "same": 2, "within_1h": 2, "same_within_1h": 1}
-    assert same_nodes(both.drop(columns="sim_nodes")) is None          # not a named-node comparison
+    assert same_nodes(both.drop(columns="sim_nodes")) is None  # not a named-node comparison
     foreign = both.assign(slurm_nodes=["gpu[001-003]", "gpu005", "gpu[007-008]", None])
-    assert same_nodes(foreign) is None                                  # another cluster's names
+    assert same_nodes(foreign) is None  # another cluster's names
 
 
 @pytest.mark.parametrize("hold", [True, False])
@@ -599,19 +753,35 @@ def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, t
         return ""
 
     monkeypatch.setattr(replay, "run_client", client)
-    monkeypatch.setattr(replay, "squeue", lambda env=None: [QJob(str(i), "RUNNING", 1, 600, 0.0, 1.0, "u", "bg")
-                                                            for i in (1, 2)])
+    monkeypatch.setattr(
+        replay, "squeue", lambda env=None: [QJob(str(i), "RUNNING", 1, 600, 0.0, 1.0, "u", "bg") for i in (1, 2)]
+    )
     (tmp_path / "jobcomp.txt").write_text("")
     monkeypatch.setattr(replay, "read_jobcomp", lambda path: {str(i): {"JobState": "CANCELLED"} for i in (1, 2)})
-    jobs = pd.DataFrame([{"trace_job_id": str(k), "kind": kind, "user": 0, "nodes": 1, "limit_min": 10,
-                          "sleep_s": 600.0, "nice": 0, "offset_real_s": 0.0, "too_big": False, "priority": 0.0}
-                         for k, kind in ((1, "running_at_start"), (2, "window"))])
+    jobs = pd.DataFrame(
+        [
+            {
+                "trace_job_id": str(k),
+                "kind": kind,
+                "user": 0,
+                "nodes": 1,
+                "limit_min": 10,
+                "sleep_s": 600.0,
+                "nice": 0,
+                "offset_real_s": 0.0,
+                "too_big": False,
+                "priority": 0.0,
+            }
+            for k, kind in ((1, "running_at_start"), (2, "window"))
+        ]
+    )
     stop = threading.Event()
     set_at = time.monotonic() + 2.5
     threading.Timer(2.5, stop.set).start()
     t = time.monotonic()
-    out, facts = replay.run(jobs, {}, str(tmp_path / "jobcomp.txt"), 60.0, 0, tag="bg", drain_s=0.0, stop=stop,
-                            poll_s=0.1, hold=hold)
+    out, facts = replay.run(
+        jobs, {}, str(tmp_path / "jobcomp.txt"), 60.0, 0, tag="bg", drain_s=0.0, stop=stop, poll_s=0.1, hold=hold
+    )
     cancels = [(at, a) for at, a in calls if a[0] == "scancel"]
     assert cancels and sorted(cancels[0][1][1:]) == ["1", "2"]  # every job of its own, once, at the end
     if hold:
@@ -632,8 +802,17 @@ def test_keeper_avg_cal_submits_where_the_mean_wait_minus_the_time_left_reaches_
     offset, i.e. (mean wait - offset) before the end; an offset at or above the mean wait, or
     none (calibration chose never early), submits at the end like reactive."""
     fake.jobs["2"] = dict(nodes=1, limit=10**6, submit=900.0, start=960.0, end=None, mine=False)  # waited 60 s
-    k = keeper.Keeper(env={}, policy="avg-cal", node=1, service_s=4 * 3600, scale=60, step_s=600,
-                      avg_offset_h=0.25, clock=fake.clock, sleep=fake.sleep)
+    k = keeper.Keeper(
+        env={},
+        policy="avg-cal",
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        avg_offset_h=0.25,
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
     (r,) = k.run(deadline_s=10_000)
     # mean wait 0.5 trace h (as test_keeper_avg_uses_the_waits_it_saw), offset 0.25 h: 0.25 h before the end
     assert r["decision_lead_trace_h"] == pytest.approx(0.25, abs=2 / 60) and not r["forced"]
@@ -654,10 +833,22 @@ def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     # a 2-node job holds the cluster 2 h; a 1-node job submitted a minute later waits for it (a mean wait > 0)
-    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h,
-                             "time_limit_s": 2 * h, "nodes": 2},
-                            {"job_id": "b", "submit": t0 - 3 * h + 60, "start": t0 - h, "end": t0, "time_limit_s": h,
-                             "nodes": 1}], t0 - 3 * h, t0, factor)
+    cfg, _, bg = _replayed(
+        [
+            {
+                "job_id": "a",
+                "submit": t0 - 3 * h,
+                "start": t0 - 3 * h,
+                "end": t0 - h,
+                "time_limit_s": 2 * h,
+                "nodes": 2,
+            },
+            {"job_id": "b", "submit": t0 - 3 * h + 60, "start": t0 - h, "end": t0, "time_limit_s": h, "nodes": 1},
+        ],
+        t0 - 3 * h,
+        t0,
+        factor,
+    )
 
     def lead(policy, off=None):
         return predict(bg, cfg, factor, t0, 1, 4 * h, policy, avg_offset_h=off)["sim_decision_lead_h"]
@@ -677,8 +868,12 @@ def test_keeper_prediction_asks_the_model_where_the_keeper_asks_it():
     from mirage_tasks.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h,
-                             "time_limit_s": 2 * h, "nodes": 1}], t0 - 3 * h, t0, factor)
+    cfg, _, bg = _replayed(
+        [{"job_id": "a", "submit": t0 - 3 * h, "start": t0 - 3 * h, "end": t0 - h, "time_limit_s": 2 * h, "nodes": 1}],
+        t0 - 3 * h,
+        t0,
+        factor,
+    )
     calls = []
 
     def always(hist):
@@ -703,16 +898,18 @@ def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, 
     threshold with its objective (ties toward never early)."""
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="--avg-cal-samples"):
-        keep_service.run(p.parse_args(["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o"),
-                                       "--slurm-root", str(tmp_path / "s")]))
+        keep_service.run(
+            p.parse_args(
+                ["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
+            )
+        )
     assert not (tmp_path / "s").exists()
     with pytest.raises(StepError, match="--avg-cal-samples"):
         keep_service.calibrate_avg_cal(str(tmp_path / "nothing"), 1)
@@ -743,8 +940,18 @@ def test_keeper_wait_predictor_rules_submit_where_the_wait_or_bound_reaches_the_
     bound (2 h) reaches the time left at the next decision (10 trace minutes on): 2 h 10 min early.
     The predictor is asked with the successor's request and a trace clock."""
     wp = _FixedWait(0.5, 2.0)
-    k = keeper.Keeper(env={}, policy=policy, node=1, service_s=4 * 3600, scale=60, step_s=600, waitpred=wp,
-                      wait_cfg=SimConfig(nodes=4), clock=fake.clock, sleep=fake.sleep)
+    k = keeper.Keeper(
+        env={},
+        policy=policy,
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        waitpred=wp,
+        wait_cfg=SimConfig(nodes=4),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
     (r,) = k.run(deadline_s=10_000)
     assert not r["forced"] and r["decision_lead_trace_h"] == pytest.approx(lead_h, abs=1 / 60)
     assert r["model_output"] == pytest.approx(0.5 if policy == "wait-pred" else 2.0)
@@ -761,8 +968,12 @@ def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
     from mirage_tasks.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
-                             "nodes": 1}], t0 - h, t0, factor)
+    cfg, _, bg = _replayed(
+        [{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h, "nodes": 1}],
+        t0 - h,
+        t0,
+        factor,
+    )
     g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee", waitpred=_FixedWait(0.0, 2.0))
     assert g["sim_decision_lead_h"] == pytest.approx(2.0 + 1 / 6) and g["sim_wasted_node_h"] > 2
     w = predict(bg, cfg, factor, t0, 1, 4 * h, "wait-pred", waitpred=_FixedWait(0.0, 2.0))
@@ -780,17 +991,42 @@ def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_
 
     at = (7200, 3600, 1800, 600)
     wp = _FixedWait(0.0, 2.0)
-    k = keeper.Keeper(env={}, policy="guarantee-cal", node=1, service_s=4 * 3600, scale=60, step_s=600, waitpred=wp,
-                      wait_cfg=SimConfig(nodes=4), guarantee_margin_h=margin_h, guarantee_at_s=at, clock=fake.clock,
-                      sleep=fake.sleep)
+    k = keeper.Keeper(
+        env={},
+        policy="guarantee-cal",
+        node=1,
+        service_s=4 * 3600,
+        scale=60,
+        step_s=600,
+        waitpred=wp,
+        wait_cfg=SimConfig(nodes=4),
+        guarantee_margin_h=margin_h,
+        guarantee_at_s=at,
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
     (r,) = k.run(deadline_s=10_000)
     assert r["decision_lead_trace_h"] == pytest.approx(lead_h, abs=1 / 60) and r["forced"] == (margin_h is None)
     assert r["n_decisions"] == asked and len(wp.rows) == asked
     h, t0, factor = 3600, 1_000 * 3600, 60.0
-    cfg, _, bg = _replayed([{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h,
-                             "nodes": 1}], t0 - h, t0, factor)
-    g = predict(bg, cfg, factor, t0, 1, 4 * h, "guarantee-cal", waitpred=_FixedWait(0.0, 2.0),
-                guarantee_margin_h=margin_h, guarantee_at_s=at)
+    cfg, _, bg = _replayed(
+        [{"job_id": "a", "submit": t0 - h, "start": t0 - h, "end": t0 - 1800, "time_limit_s": h, "nodes": 1}],
+        t0 - h,
+        t0,
+        factor,
+    )
+    g = predict(
+        bg,
+        cfg,
+        factor,
+        t0,
+        1,
+        4 * h,
+        "guarantee-cal",
+        waitpred=_FixedWait(0.0, 2.0),
+        guarantee_margin_h=margin_h,
+        guarantee_at_s=at,
+    )
     assert g["sim_decision_lead_h"] == pytest.approx(lead_h) and g["sim_n_decisions"] == asked
     with pytest.raises(ValueError, match="probes' times"):
         keeper.Keeper(env={}, policy="guarantee-cal", node=1, service_s=3600, waitpred=wp, wait_cfg=SimConfig(nodes=4))
@@ -802,18 +1038,19 @@ def test_guarantee_cal_needs_end_spaced_samples_of_the_same_predictor(tmp_path, 
     refused naming the flag."""
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.data import artifacts
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     a = p.parse_args(["--policy", "guarantee-cal,reactive", "--waitpred", "wp", "--out", str(tmp_path / "o")])
     with pytest.raises(StepError, match="--policy guarantee-cal needs --guarantee-samples"):
         keep_service.run(a)
-    for params, why in (({"probe_spacing": "uniform"}, "needs end-spaced samples"),
-                        ({"probe_spacing": "end", "baseline": "default"}, "drawn without --waitpred")):
+    for params, why in (
+        ({"probe_spacing": "uniform"}, "needs end-spaced samples"),
+        ({"probe_spacing": "end", "baseline": "default"}, "drawn without --waitpred"),
+    ):
         monkeypatch.setattr(artifacts, "require_input", lambda uri, flag, step=None, _p=params: {"params": _p})
         with pytest.raises(StepError, match=f"--guarantee-samples s: .*{why}"):
             keep_service.calibrate_guarantee_cal("s", 1, str(tmp_path), 0.1)
@@ -823,17 +1060,19 @@ def test_guarantee_cal_needs_end_spaced_samples_of_the_same_predictor(tmp_path, 
 def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monkeypatch):
     import argparse
 
-    from stepkit import StepError
-
     from mirage_tasks.slurm import livewait
     from mirage_tasks.steps import keep_service
+    from stepkit import StepError
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="guarantee needs --waitpred"):
-        keep_service.run(p.parse_args(["--policy", "guarantee,reactive", "--out", str(tmp_path / "o"),
-                                       "--slurm-root", str(tmp_path / "s")]))
+        keep_service.run(
+            p.parse_args(
+                ["--policy", "guarantee,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
+            )
+        )
     assert not (tmp_path / "s").exists()
     with pytest.raises(StepError, match="--waitpred"):
         livewait.load(str(tmp_path / "nothing"), "UTC")
@@ -895,14 +1134,17 @@ def test_clusters_started_at_once_choose_their_ports_one_after_another(tmp_path,
             s.close()
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--accounting", "--users", "20000"], "--users (SLURM_USERS) 20000: at most 10000"),
-    (["--nodes", "300"], "at most 256"),
-    (["--nodes", "0"], "--nodes: nodes must be a positive number"),
-    (["--factor", "1e7"], "--factor (SLURM_FACTOR) 1e+07: must be > 0 and at most 1e+06"),
-    (["--factor", "nan"], "--factor (SLURM_FACTOR) nan"),
-    (["--cluster-config", "nosuchpreset"], "--cluster-config 'nosuchpreset'"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--accounting", "--users", "20000"], "--users (SLURM_USERS) 20000: at most 10000"),
+        (["--nodes", "300"], "at most 256"),
+        (["--nodes", "0"], "--nodes: nodes must be a positive number"),
+        (["--factor", "1e7"], "--factor (SLURM_FACTOR) 1e+07: must be > 0 and at most 1e+06"),
+        (["--factor", "nan"], "--factor (SLURM_FACTOR) nan"),
+        (["--cluster-config", "nosuchpreset"], "--cluster-config 'nosuchpreset'"),
+    ],
+)
 def test_make_slurm_counts_are_bounded_before_anything_starts(tmp_path, monkeypatch, capsys, argv, named):
     """``make slurm``'s counts (SLURM_USERS, SLURM_NODES, SLURM_FACTOR) each have an upper bound:
     exit 2 naming the flag, its make variable and the bound, before a daemon starts (before,

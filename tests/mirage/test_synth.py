@@ -19,7 +19,19 @@ T0, T1 = pd.Timestamp("2023-02-01", tz="UTC"), pd.Timestamp("2023-03-01", tz="UT
 
 def test_packaged_profile_generates_a_valid_trace(tmp_path):
     out = tmp_path / "syn"
-    argv = ["synth", "--profile", "ls6-a100", "--from", "2023-02-01", "--to", "2023-02-08", "--seed", "3", "--out", str(out)]
+    argv = [
+        "synth",
+        "--profile",
+        "ls6-a100",
+        "--from",
+        "2023-02-01",
+        "--to",
+        "2023-02-08",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert main("mirage_tasks", STEPS, argv) == 0
     df, meta = read_trace(str(out))
     assert meta.format == "synthetic" and len(df) > 500
@@ -54,10 +66,20 @@ def test_refit_recovers_the_profile():
 
 def test_fit_on_ls6_is_close_to_the_real_month(ls6_parquet, tmp_path):
     out = tmp_path / "fit"
-    assert main("mirage_tasks", STEPS, ["synth", "--fit", str(ls6_parquet), "--out", str(out), "--compare-month", "2023-02"]) == 0
+    assert (
+        main(
+            "mirage_tasks", STEPS, ["synth", "--fit", str(ls6_parquet), "--out", str(out), "--compare-month", "2023-02"]
+        )
+        == 0
+    )
     rows = {r["statistic"]: r for r in json.loads((out / "fit_report.json").read_text())["rows"]}
     assert (out / "fit_report.md").read_text().startswith("# Synthetic vs real: 2023-02")
-    for stat, rel in [("jobs_per_day", 0.3), ("node_hours_per_day", 0.35), ("share_1_node", 0.1), ("runtime_over_limit_mean", 0.2)]:
+    for stat, rel in [
+        ("jobs_per_day", 0.3),
+        ("node_hours_per_day", 0.35),
+        ("share_1_node", 0.1),
+        ("runtime_over_limit_mean", 0.2),
+    ]:
         assert rows[stat]["synthetic"] == pytest.approx(rows[stat]["real"], rel=rel), stat
     profile = json.loads((out / "profile.json").read_text())
     assert "job_id" not in json.dumps(profile)  # numbers only
@@ -72,7 +94,17 @@ def test_bad_profile_is_refused(tmp_path, capsys):
     argv = ["synth", "--profile", str(bad), "--from", "2023-01-01", "--to", "2023-01-02", "--out", str(tmp_path / "o")]
     assert main("mirage_tasks", STEPS, argv) == 2
     assert "not valid JSON" in capsys.readouterr().err
-    argv = ["synth", "--profile", "ls6-a100", "--from", "2023-01-02", "--to", "2023-01-01", "--out", str(tmp_path / "o")]
+    argv = [
+        "synth",
+        "--profile",
+        "ls6-a100",
+        "--from",
+        "2023-01-02",
+        "--to",
+        "2023-01-01",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main("mirage_tasks", STEPS, argv) == 2
 
 

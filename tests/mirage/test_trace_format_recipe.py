@@ -49,9 +49,15 @@ def parse(lines: list[str], uri: str, timezone: str | None) -> ParseResult:
             continue
         good.append(parts)
     col = list(zip(*good)) if good else [()] * 7
-    df = ingest.frame(job_id=col[0], submit=[int(x) for x in col[1]], start=[int(x) for x in col[2]],
-                      end=[int(x) for x in col[3]], nodes=[int(x) for x in col[4]],
-                      time_limit_s=[int(x) for x in col[5]], user=col[6])
+    df = ingest.frame(
+        job_id=col[0],
+        submit=[int(x) for x in col[1]],
+        start=[int(x) for x in col[2]],
+        end=[int(x) for x in col[3]],
+        nodes=[int(x) for x in col[4]],
+        time_limit_s=[int(x) for x in col[5]],
+        user=col[6],
+    )
     return ParseResult(df, TraceMeta(source=uri, format=NAME, timezone="UTC"), len(good) + len(rejected), rejected)
 
 

@@ -20,8 +20,17 @@ from stepkit.cli import main  # noqa: E402
 
 TINY = {
     "transformer": ["epochs=8", "d_model=16", "d_ff=32", "lr=0.003", "patch=4"],
-    "moe": ["n_experts=3", "expert_epochs=4", "epochs=8", "d_model=16", "d_ff=16", "expert_lr=0.005",
-            "lr=0.005", "gate_hidden=8", "patch=4"],
+    "moe": [
+        "n_experts=3",
+        "expert_epochs=4",
+        "epochs=8",
+        "d_model=16",
+        "d_ff=16",
+        "expert_lr=0.005",
+        "lr=0.005",
+        "gate_hidden=8",
+        "patch=4",
+    ],
     "xgboost": ["n_estimators=80"],
     "random_forest": ["n_estimators=25"],
     "xgboost_quantile": ["n_estimators=80"],
@@ -121,8 +130,11 @@ def test_decision_function_interface(trained, dataset, kind):
     else:  # the load-aware rule: the threshold moved by the load of each history's last snapshot
         from mirage_tasks.models.thresholds import load_values
 
-        z = np.clip((load_values(X, load["feature"], load["columns"]) - load["center"]) / load["scale"],
-                    load["z_min"], load["z_max"])
+        z = np.clip(
+            (load_values(X, load["feature"], load["columns"]) - load["center"]) / load["scale"],
+            load["z_min"],
+            load["z_max"],
+        )
         expected = (hours.astype(np.float64) - load["slope"] * z >= low) & (hours <= 500)
     assert np.array_equal(d.submit, expected)
     np.testing.assert_allclose(model.predict(X[0]), hours[:1], rtol=1e-5)  # one history [W, F] works too
@@ -172,8 +184,12 @@ def test_killed_run_resumes_to_the_same_model(dataset, tmp_path):
 def test_corrupt_and_mismatched_files_give_clear_errors(trained, tmp_path):
     import shutil
 
-    for kind, weights in (("transformer", "model.pt"), ("moe", "model.pt"), ("xgboost", "model.ubj"),
-                          ("random_forest", "model.skops")):
+    for kind, weights in (
+        ("transformer", "model.pt"),
+        ("moe", "model.pt"),
+        ("xgboost", "model.ubj"),
+        ("random_forest", "model.skops"),
+    ):
         bad = tmp_path / f"bad_{kind}"
         shutil.copytree(trained[kind], bad)
         (bad / weights).write_bytes(b"\x00garbage" * 10)
@@ -278,9 +294,25 @@ def test_bad_parameters_exit_2(dataset, tmp_path, capsys):
 
 def test_policy_on_frozen_transformer_in_toy_env(trained, dataset, tmp_path):
     out = str(tmp_path / "pol")
-    argv = ["train", "--model", "transformer_policy", "--base", trained["transformer"], "--env", "toy",
-            "--out", out, "--threads", "1", "--param", "epochs=3", "--param", "episodes_per_epoch=4",
-            "--param", "eval_episodes=4"]
+    argv = [
+        "train",
+        "--model",
+        "transformer_policy",
+        "--base",
+        trained["transformer"],
+        "--env",
+        "toy",
+        "--out",
+        out,
+        "--threads",
+        "1",
+        "--param",
+        "epochs=3",
+        "--param",
+        "episodes_per_epoch=4",
+        "--param",
+        "eval_episodes=4",
+    ]
     assert main("mirage_tasks", STEPS, argv) == 0
     pol = load_model(out)
     ds, sp = _val(dataset)
@@ -295,8 +327,17 @@ def test_policy_on_frozen_transformer_in_toy_env(trained, dataset, tmp_path):
     curves = json.load(open(os.path.join(out, "curves.json")))
     assert [c["epoch"] for c in curves] == [0, 1, 2, 3]
     # a policy needs a base of its own family
-    wrong = ["train", "--model", "moe_policy", "--base", trained["transformer"], "--env", "toy",
-             "--out", str(tmp_path / "p2")]
+    wrong = [
+        "train",
+        "--model",
+        "moe_policy",
+        "--base",
+        trained["transformer"],
+        "--env",
+        "toy",
+        "--out",
+        str(tmp_path / "p2"),
+    ]
     assert main("mirage_tasks", STEPS, wrong) == 2
 
 
@@ -308,9 +349,28 @@ def ls6_small(ls6_parquet, tmp_path_factory):
     """A real sample -> merge dataset: 30 samples (every 4 h from 2022-11-01) on the ls6 preset."""
     root = tmp_path_factory.mktemp("ls6small")
     steps = {"sample": ("mirage_tasks.steps.sample", ""), "merge": ("mirage_tasks.steps.merge", "")}
-    assert main("mirage_tasks", steps, ["sample", "--trace", str(ls6_parquet), "--start", "2022-11-01T00:00:00",
-                                        "--count", "30", "--node", "1", "--cluster-config", "ls6",
-                                        "--out", str(root / "s")]) == 0
+    assert (
+        main(
+            "mirage_tasks",
+            steps,
+            [
+                "sample",
+                "--trace",
+                str(ls6_parquet),
+                "--start",
+                "2022-11-01T00:00:00",
+                "--count",
+                "30",
+                "--node",
+                "1",
+                "--cluster-config",
+                "ls6",
+                "--out",
+                str(root / "s"),
+            ],
+        )
+        == 0
+    )
     assert main("mirage_tasks", steps, ["merge", "--in", str(root / "s"), "--out", str(root / "ds")]) == 0
     return str(root / "ds")
 
@@ -320,9 +380,32 @@ def test_sim_env_episodes_stay_in_their_window(ls6_parquet, ls6_small, tmp_path)
     from mirage_tasks.models.simenv import envs_for
 
     base = str(tmp_path / "tx")
-    assert main("mirage_tasks", STEPS, ["train", "--model", "transformer", "--dataset", ls6_small, "--out", base,
-                                        "--threads", "1", "--purge-days", "1", "--param", "epochs=1",
-                                        "--param", "d_model=8", "--param", "d_ff=8"]) == 0
+    assert (
+        main(
+            "mirage_tasks",
+            STEPS,
+            [
+                "train",
+                "--model",
+                "transformer",
+                "--dataset",
+                ls6_small,
+                "--out",
+                base,
+                "--threads",
+                "1",
+                "--purge-days",
+                "1",
+                "--param",
+                "epochs=1",
+                "--param",
+                "d_model=8",
+                "--param",
+                "d_ff=8",
+            ],
+        )
+        == 0
+    )
     cfg = json.load(open(os.path.join(base, "config.json")))
     train_env, val_env = envs_for(str(ls6_parquet), cfg)
     assert isinstance(train_env, Env)
@@ -343,10 +426,32 @@ def test_sim_env_episodes_stay_in_their_window(ls6_parquet, ls6_small, tmp_path)
     assert info["forced"] and n > 48 * 6  # one decision per 10 minutes through the 48 h predecessor
     # the policy step on the simulator, end to end (tiny budget)
     out = str(tmp_path / "pol")
-    assert main("mirage_tasks", STEPS, ["train", "--model", "transformer_policy", "--base", base,
-                                        "--trace", str(ls6_parquet), "--out", out, "--threads", "1",
-                                        "--param", "epochs=1", "--param", "episodes_per_epoch=2",
-                                        "--param", "eval_episodes=1"]) == 0
+    assert (
+        main(
+            "mirage_tasks",
+            STEPS,
+            [
+                "train",
+                "--model",
+                "transformer_policy",
+                "--base",
+                base,
+                "--trace",
+                str(ls6_parquet),
+                "--out",
+                out,
+                "--threads",
+                "1",
+                "--param",
+                "epochs=1",
+                "--param",
+                "episodes_per_epoch=2",
+                "--param",
+                "eval_episodes=1",
+            ],
+        )
+        == 0
+    )
     pcfg = json.load(open(os.path.join(out, "config.json")))
     assert pcfg["env"]["train"]["decision_s"] == 600 and pcfg["env"]["train"]["node"] == 1
     assert pcfg["env"]["train"]["start_max"] < pcfg["env"]["validation"]["start_min"]

@@ -40,9 +40,30 @@ def rows(uri: str) -> pd.DataFrame:
 @pytest.mark.parametrize("baseline", ["reactive", "avg"])
 def test_baselines_online_equal_the_offline_probes_of_sample(world, baseline, tmp_path):
     out = tmp_path / "s"
-    assert cli("sample", "--trace", world["trace"], "--start", iso(VAL_START), "--count", VAL_COUNT, "--node", NODE,
-               "--baseline", baseline, "--out", out, "--cluster-config", "ls6", "--nodes", "16",
-               "--max-jobs-per-user", "3") == 0
+    assert (
+        cli(
+            "sample",
+            "--trace",
+            world["trace"],
+            "--start",
+            iso(VAL_START),
+            "--count",
+            VAL_COUNT,
+            "--node",
+            NODE,
+            "--baseline",
+            baseline,
+            "--out",
+            out,
+            "--cluster-config",
+            "ls6",
+            "--nodes",
+            "16",
+            "--max-jobs-per-user",
+            "3",
+        )
+        == 0
+    )
     _, probes, _ = load_shard(str(out))
     online = rows(world[f"v_{baseline}"])
     assert len(online) == len(probes) == VAL_COUNT
@@ -101,16 +122,39 @@ def test_shards_and_workers_give_the_same_rows(world, tmp_path):
 def test_model_in_worker_processes_gives_the_same_rows(world, tmp_path):
     """--workers 2 in a fresh process (as in a pod): the model loads per worker, rows keep their order."""
     out = tmp_path / "par"
-    argv = [sys.executable, "-m", "mirage_tasks", "validate", "--trace", world["trace"], "--model", world["xgb"],
-            "--start", iso(VAL_START), "--count", str(VAL_COUNT), "--node", str(NODE), "--decide-every-minutes",
-            "240", "--workers", "2", "--out", str(out), *CLUSTER, "--log-level", "WARNING"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mirage_tasks",
+        "validate",
+        "--trace",
+        world["trace"],
+        "--model",
+        world["xgb"],
+        "--start",
+        iso(VAL_START),
+        "--count",
+        str(VAL_COUNT),
+        "--node",
+        str(NODE),
+        "--decide-every-minutes",
+        "240",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        *CLUSTER,
+        "--log-level",
+        "WARNING",
+    ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     pd.testing.assert_frame_equal(rows(str(out)), rows(world["v_xgb"]))
-    pd.testing.assert_frame_equal(pd.read_parquet(out / A.DECISIONS_FILE),
-                                  pd.read_parquet(f"{world['v_xgb']}/{A.DECISIONS_FILE}"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / A.DECISIONS_FILE), pd.read_parquet(f"{world['v_xgb']}/{A.DECISIONS_FILE}")
+    )
 
 
 def test_regressor_decides_online(world, tmp_path):
@@ -180,16 +224,37 @@ def test_leakage_guard_refuses_overlapping_validation(world, tmp_path, capsys):
     assert not (tmp_path / "leak" / "_SUCCESS.json").exists()
     with pytest.raises(StepError, match="records no training data window"):
         V.training_data_end({"data": {}})
-    end, key = V.training_data_end({"data": {"data_end": "2023-01-02T00:00:00+00:00",
-                                             "train_data_end": "2023-01-01T00:00:00+00:00"}})
+    end, key = V.training_data_end(
+        {"data": {"data_end": "2023-01-02T00:00:00+00:00", "train_data_end": "2023-01-01T00:00:00+00:00"}}
+    )
     assert key == "data_end" and end == int(pd.Timestamp("2023-01-02", tz="UTC").timestamp())
 
 
 def test_bad_flags_exit_2(world, tmp_path, capsys):
     assert validate(world["trace"], "reactive", tmp_path / "x", "--stochastic") == 2
     assert validate(world["trace"], "reactive", tmp_path / "x", "--shard", "2/2") == 2
-    assert cli("validate", "--trace", world["trace"], "--model", world["xgb"], "--start", iso(VAL_START),
-               "--count", 1, "--node", 4, "--out", tmp_path / "x", "--cluster-config", "ls6", "--nodes", "16") == 2
+    assert (
+        cli(
+            "validate",
+            "--trace",
+            world["trace"],
+            "--model",
+            world["xgb"],
+            "--start",
+            iso(VAL_START),
+            "--count",
+            1,
+            "--node",
+            4,
+            "--out",
+            tmp_path / "x",
+            "--cluster-config",
+            "ls6",
+            "--nodes",
+            "16",
+        )
+        == 2
+    )
     assert "trained for 2-node jobs" in capsys.readouterr().err
     assert validate(world["trace"], world["xgb"], tmp_path / "x", "--window", "144") == 2
 
@@ -210,11 +275,48 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
     falls: the first grid point at or after the pre-simulated end minus 24 h; with ``all``, the
     predecessor's submission."""
     d = tmp_path
-    assert cli("sample", "--trace", world["trace"], "--start", iso(T0 + 86400), "--count", 8, "--node", NODE,
-               "--probe-spacing", "end", "--window", 12, "--out", d / "s", *CLUSTER) == 0
+    assert (
+        cli(
+            "sample",
+            "--trace",
+            world["trace"],
+            "--start",
+            iso(T0 + 86400),
+            "--count",
+            8,
+            "--node",
+            NODE,
+            "--probe-spacing",
+            "end",
+            "--window",
+            12,
+            "--out",
+            d / "s",
+            *CLUSTER,
+        )
+        == 0
+    )
     assert cli("merge", "--in", d / "s", "--out", d / "ds") == 0
-    assert cli("train", "--model", "xgboost", "--dataset", d / "ds", "--out", d / "m", "--param", "n_estimators=5",
-               "--val-fraction", "0.25", "--purge-days", "0", "--threads", "1") == 0
+    assert (
+        cli(
+            "train",
+            "--model",
+            "xgboost",
+            "--dataset",
+            d / "ds",
+            "--out",
+            d / "m",
+            "--param",
+            "n_estimators=5",
+            "--val-fraction",
+            "0.25",
+            "--purge-days",
+            "0",
+            "--threads",
+            "1",
+        )
+        == 0
+    )
     cfg = json.load(open(d / "m" / "config.json"))
     assert cfg["data"]["sample_params"]["probe_spacing"] == "end"
     every = ["--threshold-h", "-1000", "--decide-every-minutes", "60", "--decide-at", "grid"]
@@ -227,7 +329,9 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
     assert params["decide_within_s"] == 86400
     assert validate(world["trace"], str(d / "m"), d / "all", *every, "--decide-within", "all") == 0
     eager = rows(str(d / "all"))
-    assert (eager["decision_time"] == eager["pred_submit"]).all() and (eager["pred_end"] - eager["pred_submit"] > 86400).all()
+    assert (eager["decision_time"] == eager["pred_submit"]).all() and (
+        eager["pred_end"] - eager["pred_submit"] > 86400
+    ).all()
     assert "decide_within_s" not in json.load(open(d / "all" / A.VALIDATE_INFO_FILE))["params"]
     # a uniform model spans the whole predecessor: nothing bounds its asks (the key stays out)
     assert "decide_within_s" not in json.load(open(f"{world['v_xgb']}/{A.VALIDATE_INFO_FILE}"))["params"]
@@ -238,8 +342,27 @@ def test_end_spaced_model_is_asked_only_within_its_training_span(world, tmp_path
     # answers, so the samples submit at different probes.
     from mirage_tasks.models.loader import load_model
 
-    assert cli("sample", "--trace", world["trace"], "--start", iso(VAL_START), "--count", VAL_COUNT, "--node", NODE,
-               "--probe-spacing", "end", "--window", 12, "--out", d / "vs", *CLUSTER) == 0
+    assert (
+        cli(
+            "sample",
+            "--trace",
+            world["trace"],
+            "--start",
+            iso(VAL_START),
+            "--count",
+            VAL_COUNT,
+            "--node",
+            NODE,
+            "--probe-spacing",
+            "end",
+            "--window",
+            12,
+            "--out",
+            d / "vs",
+            *CLUSTER,
+        )
+        == 0
+    )
     arrays, probes, _ = load_shard(str(d / "vs"))
     raw = load_model(str(d / "m")).predict(arrays["X"])
     thr = float(np.quantile(raw, 0.85))

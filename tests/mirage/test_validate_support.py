@@ -17,8 +17,8 @@ from stepkit.cli import main
 
 CLUSTER = ["--cluster-config", "ls6", "--nodes", "16", "--max-jobs-per-user", "3"]
 NODE = 2
-TRAIN_START = T0 + 86400                       # 8 samples, 4 h apart: data end = last start + 5 days
-VAL_START = T0 + 7 * 86400 + 6 * 3600          # after the training data's end (T0 + 6 d + 4 h)
+TRAIN_START = T0 + 86400  # 8 samples, 4 h apart: data end = last start + 5 days
+VAL_START = T0 + 7 * 86400 + 6 * 3600  # after the training data's end (T0 + 6 d + 4 h)
 VAL_COUNT = 4
 QUIET = ["--log-level", "WARNING"]
 
@@ -32,8 +32,23 @@ def cli(*argv: str) -> int:
 
 
 def validate(trace: str, model: str, out, *extra: str, start: int = VAL_START, count: int = VAL_COUNT) -> int:
-    return cli("validate", "--trace", trace, "--model", model, "--start", iso(start), "--count", count,
-               "--node", NODE, "--out", out, *CLUSTER, *extra)
+    return cli(
+        "validate",
+        "--trace",
+        trace,
+        "--model",
+        model,
+        "--start",
+        iso(start),
+        "--count",
+        count,
+        "--node",
+        NODE,
+        "--out",
+        out,
+        *CLUSTER,
+        *extra,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +57,49 @@ def world(tmp_path_factory) -> dict:
     trace = d / "trace"
     write_committed_trace(trace, random_trace(11, days=14, nodes=16))
     w = {"dir": d, "trace": str(trace)}
-    assert cli("sample", "--trace", trace, "--start", iso(TRAIN_START), "--count", 8, "--node", NODE,
-               "--probes", 3, "--window", 12, "--out", d / "s0", *CLUSTER) == 0
+    assert (
+        cli(
+            "sample",
+            "--trace",
+            trace,
+            "--start",
+            iso(TRAIN_START),
+            "--count",
+            8,
+            "--node",
+            NODE,
+            "--probes",
+            3,
+            "--window",
+            12,
+            "--out",
+            d / "s0",
+            *CLUSTER,
+        )
+        == 0
+    )
     assert cli("merge", "--in", d / "s0", "--out", d / "ds") == 0
     w["dataset"] = str(d / "ds")
-    assert cli("train", "--model", "xgboost", "--dataset", d / "ds", "--out", d / "xgb", "--param", "n_estimators=10",
-               "--val-fraction", "0.25", "--purge-days", "0", "--threads", "1") == 0
+    assert (
+        cli(
+            "train",
+            "--model",
+            "xgboost",
+            "--dataset",
+            d / "ds",
+            "--out",
+            d / "xgb",
+            "--param",
+            "n_estimators=10",
+            "--val-fraction",
+            "0.25",
+            "--purge-days",
+            "0",
+            "--threads",
+            "1",
+        )
+        == 0
+    )
     w["xgb"] = str(d / "xgb")
     for b in ("reactive", "avg"):
         assert validate(w["trace"], b, d / f"v_{b}") == 0
@@ -61,18 +113,76 @@ def world(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def policy_world(world) -> dict:
     d = world["dir"]
-    assert cli("train", "--model", "transformer", "--dataset", world["dataset"], "--out", d / "tx",
-               "--param", "epochs=2", "--param", "d_model=8", "--param", "n_heads=1", "--param", "d_ff=16",
-               "--val-fraction", "0.25", "--purge-days", "0", "--threads", "1") == 0
-    assert cli("train", "--model", "transformer_policy", "--base", d / "tx", "--trace", world["trace"],
-               "--out", d / "pol", "--param", "epochs=1", "--param", "episodes_per_epoch=2",
-               "--param", "eval_episodes=2", "--param", "parallel_envs=1", "--threads", "1") == 0
+    assert (
+        cli(
+            "train",
+            "--model",
+            "transformer",
+            "--dataset",
+            world["dataset"],
+            "--out",
+            d / "tx",
+            "--param",
+            "epochs=2",
+            "--param",
+            "d_model=8",
+            "--param",
+            "n_heads=1",
+            "--param",
+            "d_ff=16",
+            "--val-fraction",
+            "0.25",
+            "--purge-days",
+            "0",
+            "--threads",
+            "1",
+        )
+        == 0
+    )
+    assert (
+        cli(
+            "train",
+            "--model",
+            "transformer_policy",
+            "--base",
+            d / "tx",
+            "--trace",
+            world["trace"],
+            "--out",
+            d / "pol",
+            "--param",
+            "epochs=1",
+            "--param",
+            "episodes_per_epoch=2",
+            "--param",
+            "eval_episodes=2",
+            "--param",
+            "parallel_envs=1",
+            "--threads",
+            "1",
+        )
+        == 0
+    )
     return {**world, "tx": str(d / "tx"), "pol": str(d / "pol")}
 
 
 @pytest.fixture(scope="session")
 def fidelity_out(world) -> str:
     out = world["dir"] / "fid"
-    assert cli("fidelity", "--trace", world["trace"], "--from", iso(T0 + 86400), "--to", iso(T0 + 3 * 86400),
-               "--out", out, "--compare", *CLUSTER) == 0
+    assert (
+        cli(
+            "fidelity",
+            "--trace",
+            world["trace"],
+            "--from",
+            iso(T0 + 86400),
+            "--to",
+            iso(T0 + 3 * 86400),
+            "--out",
+            out,
+            "--compare",
+            *CLUSTER,
+        )
+        == 0
+    )
     return str(out)

@@ -17,8 +17,22 @@ from stepkit.cli import main
 
 STEPS = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample", "merge")}
 TZ = ["--timezone", "UTC"]
-SAMPLE = ["--start", "2023-01-01T00:00:00", "--node", "1", "--cluster-config", "ls6", "--probes", "2",
-          "--warmup-days", "1", "--workload-days", "2", "--workers", "1"]
+SAMPLE = [
+    "--start",
+    "2023-01-01T00:00:00",
+    "--node",
+    "1",
+    "--cluster-config",
+    "ls6",
+    "--probes",
+    "2",
+    "--warmup-days",
+    "1",
+    "--workload-days",
+    "2",
+    "--workers",
+    "1",
+]
 
 
 def write_log(path, n: int = 2500, seed: int = 19) -> None:
@@ -40,8 +54,10 @@ def write_log(path, n: int = 2500, seed: int = 19) -> None:
 
     lines = ["JobID|User|Partition|Submit|Start|End|Timelimit|NNodes|State|Priority"]
     for i in range(n):
-        lines.append(f"{1000 + i}|u{i % 17}|gpu|{ts(submit[i])}|{ts(start[i])}|{ts(start[i] + run_s[i])}|"
-                     f"{limit[i] // 60:02d}:{limit[i] % 60:02d}:00|{nodes[i]}|COMPLETED|1000")
+        lines.append(
+            f"{1000 + i}|u{i % 17}|gpu|{ts(submit[i])}|{ts(start[i])}|{ts(start[i] + run_s[i])}|"
+            f"{limit[i] // 60:02d}:{limit[i] % 60:02d}:00|{nodes[i]}|COMPLETED|1000"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -134,12 +150,40 @@ def test_sample_days_outside_the_trace_are_refused(traces, tmp_path, capsys):
     a, _ = traces  # submits 2023-01-01T01:00 .. 2023-01-19T23:00
     span = "the trace's span 2023-01-01 .. 2023-01-19"
     capsys.readouterr()
-    assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "fam"),
-               "--day", "2023-03-01", "--day", "2023-01-05") == 2
+    assert (
+        run(
+            "sample",
+            "--trace",
+            str(a),
+            *SAMPLE,
+            "--out",
+            str(tmp_path / "fam"),
+            "--day",
+            "2023-03-01",
+            "--day",
+            "2023-01-05",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "sample day(s) 2023-03-01 lie outside" in err and span in err
-    assert run("sample", "--trace", str(a), *SAMPLE, "--out", str(tmp_path / "win"),
-               "--count", "3", "--interval-hours", "24", "--start", "2023-01-19T00:00:00") == 2
+    assert (
+        run(
+            "sample",
+            "--trace",
+            str(a),
+            *SAMPLE,
+            "--out",
+            str(tmp_path / "win"),
+            "--count",
+            "3",
+            "--interval-hours",
+            "24",
+            "--start",
+            "2023-01-19T00:00:00",
+        )
+        == 2
+    )
     assert "sample day(s) 2023-01-20, 2023-01-21 lie outside" in capsys.readouterr().err
     assert not (tmp_path / "fam").exists() and not (tmp_path / "win").exists()
     # before the first submit: sampled (a long training window can start before a log), and said

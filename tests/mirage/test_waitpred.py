@@ -17,21 +17,31 @@ H = 3600
 def _workload(submit, start, dur, nodes, limit=None, user=None) -> Workload:
     n = len(submit)
     submit, start, dur = (np.asarray(x, np.int64) for x in (submit, start, dur))
-    return Workload(job_id=np.arange(n).astype(str), submit=submit, real_start=start, real_end=start + dur,
-                    duration=dur, limit=np.asarray(limit if limit is not None else dur, np.int64),
-                    nodes=np.asarray(nodes, np.int64),
-                    user=np.asarray(user if user is not None else np.zeros(n), np.int64),
-                    priority=np.full(n, np.nan))
+    return Workload(
+        job_id=np.arange(n).astype(str),
+        submit=submit,
+        real_start=start,
+        real_end=start + dur,
+        duration=dur,
+        limit=np.asarray(limit if limit is not None else dur, np.int64),
+        nodes=np.asarray(nodes, np.int64),
+        user=np.asarray(user if user is not None else np.zeros(n), np.int64),
+        priority=np.full(n, np.nan),
+    )
 
 
 # ----------------------------------------------------------------------------- the plan
 
-def _brute_start(free0: int, ends: list[tuple[int, int]], placed: list[tuple[int, int, int]], cap: int,
-                 n: int, d: int, now: int) -> int:
+
+def _brute_start(
+    free0: int, ends: list[tuple[int, int]], placed: list[tuple[int, int, int]], cap: int, n: int, d: int, now: int
+) -> int:
     """Earliest integer start >= now where n nodes are free for d seconds (second by second)."""
+
     def free(t):
         f = free0 + sum(k for e, k in ends if e <= t)
         return f - sum(k for s, e, k in placed if s <= t < e)
+
     t = now
     while True:
         if all(free(u) >= n for u in range(t, t + d)):
@@ -50,8 +60,9 @@ def test_plan_places_each_job_where_a_second_by_second_search_does():
         ahead_n = rng.integers(1, cap + 1, int(rng.integers(0, 6)))
         ahead_d = rng.integers(1, 30, len(ahead_n))
         n, d = int(rng.integers(1, cap + 1)), int(rng.integers(1, 30))
-        got = atsubmit.plan_start(now, cap, r_end.astype(float), r_nodes.astype(float), ahead_n.astype(float),
-                                  ahead_d.astype(float), n, d)
+        got = atsubmit.plan_start(
+            now, cap, r_end.astype(float), r_nodes.astype(float), ahead_n.astype(float), ahead_d.astype(float), n, d
+        )
         ends = list(zip(r_end.tolist(), r_nodes.tolist()))
         placed: list[tuple[int, int, int]] = []
         free0 = cap - int(r_nodes.sum())
@@ -67,6 +78,7 @@ def test_a_job_larger_than_the_machine_cannot_be_planned():
 
 # ----------------------------------------------------------------------------- no hindsight
 
+
 def _log(seed: int = 0, n: int = 400, nodes: int = 16, days: int = 20):
     rng = np.random.default_rng(seed)
     submit = np.sort(rng.integers(0, days * 86400, n)) + T0
@@ -75,8 +87,9 @@ def _log(seed: int = 0, n: int = 400, nodes: int = 16, days: int = 20):
     jn = rng.integers(1, 9, n)
     user = rng.integers(0, 12, n)
     wl0 = _workload(submit, submit, dur, jn, limit, user)
-    sim = Simulator.from_workload(wl0, SimConfig(nodes=nodes, backfill="conservative", weight_size=0.0),
-                                  int(submit[0]), int(submit[-1]))
+    sim = Simulator.from_workload(
+        wl0, SimConfig(nodes=nodes, backfill="conservative", weight_size=0.0), int(submit[0]), int(submit[-1])
+    )
     sim.drain()
     start = np.zeros(n, np.int64)
     for j, tag in enumerate(sim.j_tag):
@@ -99,16 +112,19 @@ def test_the_answer_for_a_job_does_not_change_with_anything_known_only_later():
     later = start >= t
     s2[later] += 5 * H
     keep = np.arange(k + 1)
-    part = atsubmit.sweep(_workload(submit[keep], s2[keep], d2[keep], jn[keep], limit[keep], user[keep]), cfg,
-                          int(submit[0]), t + 1)
+    part = atsubmit.sweep(
+        _workload(submit[keep], s2[keep], d2[keep], jn[keep], limit[keep], user[keep]), cfg, int(submit[0]), t + 1
+    )
     cols = ["plan_s", "plan_request_s", "plan_easy_s", "est_s", *atsubmit.FEATURES]
     a = full.loc[full.job_id == str(k), cols].to_numpy(float)
     b = part.loc[part.job_id == str(k), cols].to_numpy(float)
     np.testing.assert_allclose(b, a)
     # the counts are what they say: pending = submitted before t and not started before t
     row = full.loc[full.job_id == str(k)].iloc[0]
-    assert row["pending_jobs"] == ((submit < t) & (start >= t)).sum() + ((submit == t) & (np.arange(len(submit)) < k)
-                                                                        & (start < t)).sum()
+    assert (
+        row["pending_jobs"]
+        == ((submit < t) & (start >= t)).sum() + ((submit == t) & (np.arange(len(submit)) < k) & (start < t)).sum()
+    )
     # and the control: a replay with real run times (the old "simulator" candidate) does change
     wl_a = _workload(submit, start, dur, jn, limit, user)
     wl_b = _workload(submit, s2, d2, jn, limit, user)
@@ -124,15 +140,18 @@ def test_run_time_estimates_use_only_runs_that_had_ended():
     start = submit.copy()
     dur = np.array([1 * H, 3 * H, 1 * H, 1 * H])
     limit = np.array([10 * H, 10 * H, 10 * H, 90 * 60])
-    fr = atsubmit.sweep(_workload(submit, start, dur, [1, 1, 1, 1], limit), SimConfig(nodes=8), int(T0), int(T0 + 6 * H))
+    fr = atsubmit.sweep(
+        _workload(submit, start, dur, [1, 1, 1, 1], limit), SimConfig(nodes=8), int(T0), int(T0 + 6 * H)
+    )
     est = fr["est_s"].to_numpy()
-    assert est[0] == 10 * H                   # no history: the request
-    assert est[1] == 10 * H                   # job 0 still running at job 1's submission
-    assert est[2] == 1 * H                    # job 0 ended (1 h); job 1 has not
-    assert est[3] == 90 * 60                  # mean of 1 h and 3 h = 2 h, capped by the 1.5 h request
+    assert est[0] == 10 * H  # no history: the request
+    assert est[1] == 10 * H  # job 0 still running at job 1's submission
+    assert est[2] == 1 * H  # job 0 ended (1 h); job 1 has not
+    assert est[3] == 90 * 60  # mean of 1 h and 3 h = 2 h, capped by the 1.5 h request
 
 
 # ----------------------------------------------------------------------------- bounds
+
 
 def test_online_bound_learns_an_outcome_only_once_it_is_known():
     rng = np.random.default_rng(0)
@@ -168,13 +187,13 @@ def test_the_online_offset_stays_bounded_under_a_burst_of_misses_and_comes_back(
     n, burst = 9000, (2000, 2600)
     submit = np.arange(n) * 60.0
     real = rng.exponential(H, n)
-    real[burst[0]:burst[1]] = 1000 * H  # a burst of jobs that wait far beyond anything seen
+    real[burst[0] : burst[1]] = 1000 * H  # a burst of jobs that wait far beyond anything seen
     cap = 20 * H
     bound, theta = atsubmit.online_bound(np.full(n, 600.0), submit, real, 0.9, theta0=0.0, eta=0.05, cap_s=cap)
     lim = atsubmit.theta_limit(cap)
     assert np.all(np.abs(theta) <= lim + 1e-12) and np.all(bound <= cap)
-    assert theta[burst[1]:].max() > theta[:burst[0]].max() + 1  # the burst did push it up
-    settled = theta[1000:burst[0]].mean()
+    assert theta[burst[1] :].max() > theta[: burst[0]].max() + 1  # the burst did push it up
+    settled = theta[1000 : burst[0]].mean()
     assert abs(theta[-500:].mean() - settled) < 0.3  # and it came back
     assert 0.87 <= (real[-2000:] <= bound[-2000:]).mean() <= 0.95
 
@@ -183,7 +202,7 @@ def test_a_censored_calibration_wait_counts_as_a_miss_for_the_offset():
     base = np.zeros(10)
     real = np.full(10, 60.0)  # every job 1 minute ...
     cen = np.zeros(10, bool)
-    cen[:3] = True            # ... but three were still waiting at the cut: their 1 minute is "at least"
+    cen[:3] = True  # ... but three were still waiting at the cut: their 1 minute is "at least"
     assert atsubmit.static_theta(base, real, 0.7) == pytest.approx(np.log(2))
     assert atsubmit.static_theta(base, real, 0.7, cen, cap_s=10 * H) == pytest.approx(atsubmit.theta_limit(10 * H))
 
@@ -198,8 +217,8 @@ def test_the_log_as_it_stood_at_the_cut_keeps_the_past_and_censors_the_rest():
     cut = T0 + 3 * H
     got, cen = atcut.as_known(wl, cut)
     assert len(got) == 3 and cen.tolist() == [False, False, True]
-    assert got.real_start.tolist() == [T0, T0 + H, cut]          # a wait still going on: "at least" the cut
-    assert got.duration.tolist() == [H, 8 * H, 3 * H]             # unknown run times: the request
+    assert got.real_start.tolist() == [T0, T0 + H, cut]  # a wait still going on: "at least" the cut
+    assert got.duration.tolist() == [H, 8 * H, 3 * H]  # unknown run times: the request
     assert got.real_end.tolist() == (got.real_start + got.duration).tolist()
     assert np.isnan(got.priority[2]) and got.priority[:2].tolist() == [1.0, 2.0]
 
@@ -214,6 +233,7 @@ def test_static_conformal_offset_covers_its_sample():
 
 
 # ----------------------------------------------------------------------------- guard
+
 
 def test_the_guard_refuses_a_lower_mae_bought_with_jobs_that_start_at_once():
     rng = np.random.default_rng(3)
@@ -242,6 +262,7 @@ def test_metrics_count_the_long_waits_apart():
 
 
 # ----------------------------------------------------------------------------- calibration respects the machine
+
 
 def test_the_search_never_exceeds_the_stated_machine_and_says_why():
     rng = np.random.default_rng(0)

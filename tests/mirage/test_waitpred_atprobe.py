@@ -21,12 +21,22 @@ def _log(n: int = 260, seed: int = 3, nodes: int = 16) -> Workload:
     rng = np.random.default_rng(seed)
     sub = T0 + 7 + np.cumsum(rng.integers(30, 300, n) * 2)  # odd seconds: no tie with t below
     lim = rng.choice([3600, 4 * 3600, 12 * 3600], n).astype(np.float64)
-    dur = np.maximum(62, (lim * rng.uniform(0.05, 1.0, n)).astype(np.int64) // 2 * 2)  # even: every event at an odd second
+    dur = np.maximum(
+        62, (lim * rng.uniform(0.05, 1.0, n)).astype(np.int64) // 2 * 2
+    )  # even: every event at an odd second
     nod = rng.choice([1, 2, 4, 8], n, p=[0.4, 0.3, 0.2, 0.1])
     user = rng.integers(0, 9, n)
-    return Workload(job_id=np.arange(n), submit=sub.astype(np.int64), real_start=sub.astype(np.int64),
-                    real_end=(sub + dur).astype(np.int64), duration=dur.astype(np.int64), limit=lim,
-                    nodes=nod.astype(np.int64), user=user.astype(np.int64), priority=np.full(n, np.nan))
+    return Workload(
+        job_id=np.arange(n),
+        submit=sub.astype(np.int64),
+        real_start=sub.astype(np.int64),
+        real_end=(sub + dur).astype(np.int64),
+        duration=dur.astype(np.int64),
+        limit=lim,
+        nodes=nod.astype(np.int64),
+        user=user.astype(np.int64),
+        priority=np.full(n, np.nan),
+    )
 
 
 CFG = SimConfig(nodes=16, warm_start=False, tick_s=0, weight_age=5000.0, weight_size=300.0)
@@ -37,17 +47,24 @@ def _same_history_log(wl: Workload, sim: Simulator, t: int, nodes: int, limit: i
     pending at ``t`` starting after it, and a job of the request submitted at ``t``."""
     tag = np.asarray(sim.j_tag)
     st = np.asarray(sim.j_start)
-    real = np.full(len(wl), t + 10 ** 7, dtype=np.int64)  # not started by t (or never submitted in the sim)
+    real = np.full(len(wl), t + 10**7, dtype=np.int64)  # not started by t (or never submitted in the sim)
     for j in np.flatnonzero(tag >= 0):
         if 0 <= st[j] < t:
             real[tag[j]] = st[j]
     k = int(np.searchsorted(wl.submit, t))
     ins = lambda a, v: np.insert(np.asarray(a), k, v)  # noqa: E731
-    real = ins(real, t + 10 ** 7)
-    return Workload(job_id=ins(wl.job_id, -1), submit=ins(wl.submit, t), real_start=real,
-                    real_end=real + ins(wl.duration, limit), duration=ins(wl.duration, limit),
-                    limit=ins(wl.limit, float(limit)), nodes=ins(wl.nodes, nodes), user=ins(wl.user, -1),
-                    priority=ins(wl.priority, np.nan)), k
+    real = ins(real, t + 10**7)
+    return Workload(
+        job_id=ins(wl.job_id, -1),
+        submit=ins(wl.submit, t),
+        real_start=real,
+        real_end=real + ins(wl.duration, limit),
+        duration=ins(wl.duration, limit),
+        limit=ins(wl.limit, float(limit)),
+        nodes=ins(wl.nodes, nodes),
+        user=ins(wl.user, -1),
+        priority=ins(wl.priority, np.nan),
+    ), k
 
 
 class _Rows(atprobe.WaitAtProbe):
@@ -98,8 +115,11 @@ def test_static_bound_is_the_online_bound_at_a_fixed_offset():
 
 def _fit_doc(frame: pd.DataFrame) -> tuple[bytes, dict]:
     model = waitpred.fit_model(frame, 0.9, seed=0)
-    doc = {"pick": "corrected_q40", "theta0": {"corrected_q40": 0.25},
-           "params": {"level": 0.9, "features": list(atsubmit.FEATURES)}}
+    doc = {
+        "pick": "corrected_q40",
+        "theta0": {"corrected_q40": 0.25},
+        "params": {"level": 0.9, "features": list(atsubmit.FEATURES)},
+    }
     return bytes(model.get_booster().save_raw("ubj")), doc, model
 
 

@@ -24,27 +24,65 @@ from mirage_tasks.data.schema import read_trace, write_trace
 
 CAL = ("1996-11-01", "1996-12-01")
 MONTH = "1996-12"
-LATER_START_H = 5     # every start after T this much later
-LONGER_RUN_H = 3      # every run going on at T this much longer
+LATER_START_H = 5  # every start after T this much later
+LONGER_RUN_H = 3  # every run going on at T this much longer
 
 
 def _step(*argv: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "mirage_tasks", *argv], capture_output=True, text=True, timeout=240,
-                       check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "mirage_tasks", *argv], capture_output=True, text=True, timeout=240, check=False
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
 
 def _chain(trace: str, out) -> tuple[dict, dict, pd.DataFrame]:
-    _step("calibrate", "--trace", trace, "--calibrate-from", CAL[0], "--calibrate-to", CAL[1],
-          "--score-from", f"{MONTH}-01", "--score-to", "1997-01-01", "--trials", "4", "--timeout-s", "0",
-          "--seed", "0", "--procs-per-node", "1", "--out", str(out / "cal"))
-    _step("waitpred", "--trace", trace, "--cluster-config", str(out / "cal" / "config.json"),
-          "--calibrate-from", CAL[0], "--calibrate-to", CAL[1], "--months", MONTH, "--procs-per-node", "1",
-          "--out", str(out / "wp"))
+    _step(
+        "calibrate",
+        "--trace",
+        trace,
+        "--calibrate-from",
+        CAL[0],
+        "--calibrate-to",
+        CAL[1],
+        "--score-from",
+        f"{MONTH}-01",
+        "--score-to",
+        "1997-01-01",
+        "--trials",
+        "4",
+        "--timeout-s",
+        "0",
+        "--seed",
+        "0",
+        "--procs-per-node",
+        "1",
+        "--out",
+        str(out / "cal"),
+    )
+    _step(
+        "waitpred",
+        "--trace",
+        trace,
+        "--cluster-config",
+        str(out / "cal" / "config.json"),
+        "--calibrate-from",
+        CAL[0],
+        "--calibrate-to",
+        CAL[1],
+        "--months",
+        MONTH,
+        "--procs-per-node",
+        "1",
+        "--out",
+        str(out / "wp"),
+    )
     doc = json.loads((out / "wp" / "waitpred.json").read_text())
     fitted = {k: doc.get(k) for k in ("pick", "theta0", "bound", "at_cut")}
-    return (json.loads((out / "cal" / "config.json").read_text()), fitted,
-            pd.read_parquet(out / "wp" / "predictions.parquet"))
+    return (
+        json.loads((out / "cal" / "config.json").read_text()),
+        fitted,
+        pd.read_parquet(out / "wp" / "predictions.parquet"),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,21 @@ def trace_uri(tmp_path_factory):
     d = tmp_path_factory.mktemp("wp")
     submit, start, dur, jn, limit, user = _log(seed=5, n=900, days=60)  # busy, not overloaded
     ts = lambda a: pd.to_datetime(a, unit="s", utc=True).astype("datetime64[s, UTC]")  # noqa: E731
-    df = pd.DataFrame({"job_id": np.arange(len(submit)).astype(str), "submit": ts(submit), "start": ts(start),
-                       "end": ts(start + dur), "time_limit_s": limit, "nodes": jn.astype("int32"),
-                       "procs": jn.astype("int32"), "partition": "p", "user": user.astype(str),
-                       "status": "COMPLETED", "priority": pd.array([pd.NA] * len(submit), dtype="Int64")})
+    df = pd.DataFrame(
+        {
+            "job_id": np.arange(len(submit)).astype(str),
+            "submit": ts(submit),
+            "start": ts(start),
+            "end": ts(start + dur),
+            "time_limit_s": limit,
+            "nodes": jn.astype("int32"),
+            "procs": jn.astype("int32"),
+            "partition": "p",
+            "user": user.astype(str),
+            "status": "COMPLETED",
+            "priority": pd.array([pd.NA] * len(submit), dtype="Int64"),
+        }
+    )
     uri = str(d / "trace")
     write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="UTC"))
     (d / "cfg.json").write_text(json.dumps(SimConfig(nodes=16, weight_size=0.0).to_dict()))
@@ -44,8 +55,22 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     months = [x for x in _months(uri) if x > m] or [m]
     b = max(b, f"{months[0]}-01") if months[0] != m else b
     out = tmp_path / "out"
-    rc = wp.main(["--trace", uri, "--cluster-config", cfg, "--calibrate-from", a, "--calibrate-to", f"{months[0]}-01",
-                  "--months", *months, "--out", str(out)])
+    rc = wp.main(
+        [
+            "--trace",
+            uri,
+            "--cluster-config",
+            cfg,
+            "--calibrate-from",
+            a,
+            "--calibrate-to",
+            f"{months[0]}-01",
+            "--months",
+            *months,
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     doc = json.loads((out / "waitpred.json").read_text())
     assert doc["pick"] in wp.CANDIDATES and set(doc["out_of_sample"]) == set(wp.PREDICTORS)
@@ -61,9 +86,34 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
 
     start = (pd.Timestamp(f"{months[0]}-01", tz="UTC") + pd.Timedelta(days=1)).isoformat()
     samples = tmp_path / "samples"
-    cmd = [sys.executable, "-m", "mirage_tasks", "sample", "--trace", uri + "/trace.parquet", "--cluster-config", cfg, "--start", start,
-           "--count", "3", "--interval-hours", "12", "--probe-spacing", "end", "--node", "2", "--workload-days", "4",
-           "--warmup-days", "1", "--waitpred", str(out), "--out", str(samples)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mirage_tasks",
+        "sample",
+        "--trace",
+        uri + "/trace.parquet",
+        "--cluster-config",
+        cfg,
+        "--start",
+        start,
+        "--count",
+        "3",
+        "--interval-hours",
+        "12",
+        "--probe-spacing",
+        "end",
+        "--node",
+        "2",
+        "--workload-days",
+        "4",
+        "--warmup-days",
+        "1",
+        "--waitpred",
+        str(out),
+        "--out",
+        str(samples),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     probes = pd.read_parquet(samples / "probes.parquet")
@@ -73,8 +123,12 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert "waitpred" in json.dumps(marker)
     # merge --waitpred-features appends the answer at each probe to its history (protocol v2's xgboost-wp)
     ds = tmp_path / "ds-wp"
-    r = subprocess.run([sys.executable, "-m", "mirage_tasks", "merge", "--in", str(samples), "--out", str(ds),
-                        "--waitpred-features"], capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [sys.executable, "-m", "mirage_tasks", "merge", "--in", str(samples), "--out", str(ds), "--waitpred-features"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     man = json.loads((ds / "manifest.json").read_text())
     assert man["feature_names"][-4:] == ["wp_wait_h", "wp_bound_h", "wp_gap_h", "wp_overlap_h"]
@@ -90,8 +144,11 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     # naming the flag, before anything is written
     mk = json.loads((out / "_SUCCESS.json").read_text())
     assert "model.ubj" in json.dumps(mk["outputs"])
-    mk["outputs"] = {k: v for k, v in mk["outputs"].items() if k != "model.ubj"} if isinstance(
-        mk["outputs"], dict) else [o for o in mk["outputs"] if "model.ubj" not in json.dumps(o)]
+    mk["outputs"] = (
+        {k: v for k, v in mk["outputs"].items() if k != "model.ubj"}
+        if isinstance(mk["outputs"], dict)
+        else [o for o in mk["outputs"] if "model.ubj" not in json.dumps(o)]
+    )
     (out / "_SUCCESS.json").write_text(json.dumps(mk))
     (out / "model.ubj").unlink()
     r = subprocess.run(cmd[:-1] + [str(tmp_path / "samples2")], capture_output=True, text=True, timeout=240)
@@ -99,18 +156,27 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert not (tmp_path / "samples2").exists()
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--months", "2031-01"], "--months: no job"),
-    (["--months", "2024-13"], "not of the form YYYY-MM"),
-    (["--calibrate-from", "1990-01-01", "--calibrate-to", "1990-02-01"], "no job of"),
-    (["--level", "1.5"], "--level"),
-    (["--seed", "-1"], "--seed"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--months", "2031-01"], "--months: no job"),
+        (["--months", "2024-13"], "not of the form YYYY-MM"),
+        (["--calibrate-from", "1990-01-01", "--calibrate-to", "1990-02-01"], "no job of"),
+        (["--level", "1.5"], "--level"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
 def test_waitpred_refuses_bad_input_naming_the_flag(trace_uri, tmp_path, capsys, flags, needle):
     uri, cfg = trace_uri
     months = _months(uri)
-    base = {"--trace": uri, "--cluster-config": cfg, "--calibrate-from": f"{months[0]}-01",
-            "--calibrate-to": f"{months[1]}-01", "--months": months[1], "--out": str(tmp_path / "o")}
+    base = {
+        "--trace": uri,
+        "--cluster-config": cfg,
+        "--calibrate-from": f"{months[0]}-01",
+        "--calibrate-to": f"{months[1]}-01",
+        "--months": months[1],
+        "--out": str(tmp_path / "o"),
+    }
     argv: list[str] = []
     over = dict(zip(flags[::2], flags[1::2]))
     for k, v in {**base, **over}.items():
@@ -135,12 +201,40 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
     first = pd.read_parquet(uri + "/trace.parquet")["submit"].min()
     months = _months(uri)
     out = tmp_path / "wp"
-    assert wp.main(["--trace", uri, "--cluster-config", cfg, "--calibrate-from", first.strftime("%Y-%m-%d"),
-                    "--calibrate-to", f"{months[1]}-01", "--months", months[1], "--out", str(out)]) == 0, \
-        capsys.readouterr().err
+    assert (
+        wp.main(
+            [
+                "--trace",
+                uri,
+                "--cluster-config",
+                cfg,
+                "--calibrate-from",
+                first.strftime("%Y-%m-%d"),
+                "--calibrate-to",
+                f"{months[1]}-01",
+                "--months",
+                months[1],
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     m = [sys.executable, "-m", "mirage_tasks"]
-    base = ["--trace", uri + "/trace.parquet", "--cluster-config", cfg, "--interval-hours", "12", "--node", "2",
-            "--workload-days", "4", "--warmup-days", "1"]
+    base = [
+        "--trace",
+        uri + "/trace.parquet",
+        "--cluster-config",
+        cfg,
+        "--interval-hours",
+        "12",
+        "--node",
+        "2",
+        "--workload-days",
+        "4",
+        "--warmup-days",
+        "1",
+    ]
     t_train = (pd.Timestamp(f"{months[1]}-01", tz="UTC") + pd.Timedelta(days=1)).isoformat()
     t_val = (pd.Timestamp(f"{months[1]}-01", tz="UTC") + pd.Timedelta(days=12)).isoformat()
 
@@ -149,15 +243,44 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
         assert r.returncode == rc, r.stderr[-3000:]
         return r
 
-    run("sample", *base, "--start", t_train, "--count", "12", "--probe-spacing", "end", "--waitpred", str(out),
-        "--out", str(tmp_path / "s"))
+    run(
+        "sample",
+        *base,
+        "--start",
+        t_train,
+        "--count",
+        "12",
+        "--probe-spacing",
+        "end",
+        "--waitpred",
+        str(out),
+        "--out",
+        str(tmp_path / "s"),
+    )
     run("merge", "--in", str(tmp_path / "s"), "--out", str(tmp_path / "ds"), "--waitpred-features")
-    run("train", "--model", "xgboost", "--dataset", str(tmp_path / "ds"), "--out", str(tmp_path / "xgboost-wp"),
-        "--preset", "quick", "--param", "n_estimators=20", "--purge-days", "0", "--threads", "1")
+    run(
+        "train",
+        "--model",
+        "xgboost",
+        "--dataset",
+        str(tmp_path / "ds"),
+        "--out",
+        str(tmp_path / "xgboost-wp"),
+        "--preset",
+        "quick",
+        "--param",
+        "n_estimators=20",
+        "--purge-days",
+        "0",
+        "--threads",
+        "1",
+    )
     val = [*base, "--start", t_val, "--count", "3", "--threads", "1"]
 
     def validate(name, *extra, rc=0):
-        r = run("validate", *val, "--model", name, *extra, "--out", str(tmp_path / f"v-{len(extra)}-{name[-6:]}"), rc=rc)
+        r = run(
+            "validate", *val, "--model", name, *extra, "--out", str(tmp_path / f"v-{len(extra)}-{name[-6:]}"), rc=rc
+        )
         if rc:
             return r.stderr
         d = tmp_path / f"v-{len(extra)}-{name[-6:]}"
@@ -171,7 +294,7 @@ def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tm
             left = (r["pred_end"] - d["time"].to_numpy()) / 3600  # the end pre-simulated = the end it had
             slack = 1 / 6 if rule == "guarantee-10" else 0.0
             hit = d["output"].to_numpy() >= left - slack - 1e-9
-            assert list(d["submit"]) == list(hit[:len(d)]) and not hit[:-1].any()
+            assert list(d["submit"]) == list(hit[: len(d)]) and not hit[:-1].any()
             assert r["forced"] or (hit[-1] and r["decision_time"] == d["time"].iloc[-1])
     assert "needs --waitpred" in validate("wait-pred", rc=2)
     # the model on the predictor's channels: asked with them at every decision, refused without the predictor
@@ -228,17 +351,42 @@ def test_waitpred_refuses_a_calibration_period_whose_held_back_jobs_were_still_w
     start = pd.DatetimeIndex(np.maximum(start.to_numpy(), submit.to_numpy()))
     ts = lambda a: pd.DatetimeIndex(a).astype("datetime64[s, UTC]")  # noqa: E731
     n = len(submit)
-    df = pd.DataFrame({"job_id": np.arange(n).astype(str), "submit": ts(submit), "start": ts(start),
-                       "end": ts(start + pd.Timedelta(minutes=30)), "time_limit_s": 3600, "nodes": 1, "procs": 1,
-                       "partition": "p", "user": "u", "status": "COMPLETED",
-                       "priority": pd.array([pd.NA] * n, dtype="Int64")})
+    df = pd.DataFrame(
+        {
+            "job_id": np.arange(n).astype(str),
+            "submit": ts(submit),
+            "start": ts(start),
+            "end": ts(start + pd.Timedelta(minutes=30)),
+            "time_limit_s": 3600,
+            "nodes": 1,
+            "procs": 1,
+            "partition": "p",
+            "user": "u",
+            "status": "COMPLETED",
+            "priority": pd.array([pd.NA] * n, dtype="Int64"),
+        }
+    )
     df["nodes"] = df["nodes"].astype("int32")
     df["procs"] = df["procs"].astype("int32")
     uri = str(tmp_path / "trace")
     write_trace(uri + "/trace.parquet", df, TraceMeta(source="self", format="test", timezone="UTC"))
     (tmp_path / "cfg.json").write_text(json.dumps(SimConfig(nodes=16, weight_size=0.0).to_dict()))
-    rc = wp.main(["--trace", uri, "--cluster-config", str(tmp_path / "cfg.json"), "--calibrate-from", "2024-01-01",
-                  "--calibrate-to", "2024-02-01", "--months", "2024-02", "--out", str(tmp_path / "o")])
+    rc = wp.main(
+        [
+            "--trace",
+            uri,
+            "--cluster-config",
+            str(tmp_path / "cfg.json"),
+            "--calibrate-from",
+            "2024-01-01",
+            "--calibrate-to",
+            "2024-02-01",
+            "--months",
+            "2024-02",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--calibrate-to" in err and "still waiting at its end" in err, err
     assert not (tmp_path / "o" / "_SUCCESS.json").exists()  # nothing committed

@@ -27,9 +27,17 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
 USER, PASSWORD = "tester", "pw-for-the-ui-test"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+]
 
 
 def missing() -> str | None:
@@ -54,30 +62,32 @@ def free_port() -> int:
 def airflow_env(home: Path, storage: Path, port: int) -> dict[str, str]:
     """The environment of an Airflow on ``home`` (SQLite) serving 127.0.0.1:``port``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "HOUSE_"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "ui-test-secret-" + os.urandom(8).hex(),
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        "HOUSE_STORAGE_ROOT": str(storage),
-        "HOUSE_NO_VARIABLES": "1",
-        "HOUSE_RUNNER": "local",
-        "PYTHONPATH": str(REPO),
-        "OMP_NUM_THREADS": "1",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ui-test-secret-" + os.urandom(8).hex(),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "HOUSE_STORAGE_ROOT": str(storage),
+            "HOUSE_NO_VARIABLES": "1",
+            "HOUSE_RUNNER": "local",
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
     return env
 
 
@@ -91,13 +101,20 @@ def api_server(home: Path, storage: Path, *, dags: bool = False) -> Iterator[dic
     airflow = [sys.executable, "-m", "airflow"]
     subprocess.run([*airflow, "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300)
     if dags:
-        p = subprocess.run([*airflow, "dags", "reserialize"], env=env, cwd=home, capture_output=True, text=True,
-                           timeout=300)
+        p = subprocess.run(
+            [*airflow, "dags", "reserialize"], env=env, cwd=home, capture_output=True, text=True, timeout=300
+        )
         assert p.returncode == 0, p.stderr[-3000:]
     log_path = home / "api-server.log"
     log = open(log_path, "wb")
-    proc = subprocess.Popen([*airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "--workers", "1"],
-                            env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [*airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "--workers", "1"],
+        env=env,
+        cwd=home,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -162,8 +179,12 @@ def login(driver, base: str, path: str = "/") -> None:
 
 def api_token(base: str) -> str:
     """A bearer token for the REST API (the same user)."""
-    req = urllib.request.Request(f"{base}/auth/token", data=json.dumps({"username": USER, "password": PASSWORD}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        f"{base}/auth/token",
+        data=json.dumps({"username": USER, "password": PASSWORD}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())["access_token"]
 
@@ -175,16 +196,24 @@ def api_get(base: str, token: str, path: str) -> dict:
 
 
 def api_put(base: str, token: str, path: str, body: dict | None = None) -> dict:
-    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body or {}).encode(), method="PUT",
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}{path}",
+        data=json.dumps(body or {}).encode(),
+        method="PUT",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
 
 def api_send(base: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
     """``method`` (POST, PATCH) ``path`` with a JSON body; the JSON answer."""
-    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body or {}).encode(), method=method,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}{path}",
+        data=json.dumps(body or {}).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())

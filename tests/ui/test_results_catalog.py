@@ -27,18 +27,34 @@ def test_lists_both_pipelines_reports(storage):
     assert by_kind["mirage_report"].path == pages["mirage"] and by_kind["mirage_report"].run == MIRAGE_KEY
     assert by_kind["faasm_trends"].path == pages["faasm_trends"]
     assert by_kind["faasm_summary"].run == pages["faasm_run"]
-    assert by_kind["faasm_summary"].summary == {"points": 7, "failed": 0, "invalid": 0, "failed_points": 0,
-                                                "failed_groups_count": 0, "unreadable_count": 0, "status": "ok"}
+    assert by_kind["faasm_summary"].summary == {
+        "points": 7,
+        "failed": 0,
+        "invalid": 0,
+        "failed_points": 0,
+        "failed_groups_count": 0,
+        "unreadable_count": 0,
+        "status": "ok",
+    }
     assert b"Mirage fixture report" in catalog.read(f"file://{root}", pages["mirage"])
 
 
 def test_serves_only_committed_report_files(storage, tmp_path):
     root, pages = storage
     assert catalog.read(str(root), pages["faasm_trends"]).startswith(b"<!doctype html>")
-    assert catalog.read(str(root), pages["faasm_trends"].replace("trends.html", "figures/billing.png"))[:4] == b"\x89PNG"
-    bad = ["", "../etc/passwd", "mirage_pipeline/../../x/report/report.html", f"mirage_pipeline/{MIRAGE_KEY}/report/"
-           "_SUCCESS.json", f"mirage_pipeline/{MIRAGE_KEY}/train/xgboost-n1/metrics.json",
-           f"faasm_benchmarks/{END}/x/trends/trends.html", "/etc/passwd", "mirage_pipeline//report/report.html"]
+    assert (
+        catalog.read(str(root), pages["faasm_trends"].replace("trends.html", "figures/billing.png"))[:4] == b"\x89PNG"
+    )
+    bad = [
+        "",
+        "../etc/passwd",
+        "mirage_pipeline/../../x/report/report.html",
+        f"mirage_pipeline/{MIRAGE_KEY}/report/_SUCCESS.json",
+        f"mirage_pipeline/{MIRAGE_KEY}/train/xgboost-n1/metrics.json",
+        f"faasm_benchmarks/{END}/x/trends/trends.html",
+        "/etc/passwd",
+        "mirage_pipeline//report/report.html",
+    ]
     for rel in bad:
         with pytest.raises(KeyError):
             catalog.read(str(root), rel)
@@ -86,16 +102,29 @@ def test_report_link_from_step_argv():
     root = "s3://bucket/house"
     mirage = ["report", "--in", "a", "b", "--out", f"{root}/mirage_pipeline/{MIRAGE_KEY}/report", "--title", "t"]
     assert report_uri("mirage_tasks", mirage) == f"{root}/mirage_pipeline/{MIRAGE_KEY}/report/report.html"
-    faasm = ["summarize", "--target", "local", "--run-id", "scheduled__2026-11-20T00:00:00+00:00",
-             "--results", f"{root}/faasm_benchmarks", "--date", END, "--days", "30"]
+    faasm = [
+        "summarize",
+        "--target",
+        "local",
+        "--run-id",
+        "scheduled__2026-11-20T00:00:00+00:00",
+        "--results",
+        f"{root}/faasm_benchmarks",
+        "--date",
+        END,
+        "--days",
+        "30",
+    ]
     uri = report_uri("faasm_tasks", faasm)
     assert uri == f"{root}/faasm_benchmarks/{END}/scheduled__2026-11-20T00:00:00+00:00/trends/trends.html"
     assert view_url(uri, root, "http://af:8080/") == (
         f"http://af:8080/results/report/faasm_benchmarks/{END}/scheduled__2026-11-20T00%3A00%3A00%2B00%3A00/"
-        "trends/trends.html")
+        "trends/trends.html"
+    )
     assert view_url(uri, "s3://other") is None
     assert view_url("/srv/st/mirage_pipeline/k/report/report.html", "file:///srv/st/") == (
-        "/results/report/mirage_pipeline/k/report/report.html")
+        "/results/report/mirage_pipeline/k/report/report.html"
+    )
     assert report_uri("faasm_tasks", ["run", "--results", "x"]) is None
     assert report_uri("mirage_tasks", ["train", "--out", "x"]) is None
     assert report_uri("faasm_tasks", []) is None
@@ -108,9 +137,10 @@ def test_link_on_both_house_operators(monkeypatch, tmp_path):
     from house.pod import HousePodOperator
 
     argv = ["summarize", "--run-id", "r1", "--results", f"{tmp_path}/faasm_benchmarks", "--date", END]
-    for op in (LocalStepOperator(task_id="summarize", package="faasm_tasks", argv=argv),
-               HousePodOperator(task_id="summarize2", package="faasm_tasks", argv=argv, image="x:1",
-                                namespace="ns")):
+    for op in (
+        LocalStepOperator(task_id="summarize", package="faasm_tasks", argv=argv),
+        HousePodOperator(task_id="summarize2", package="faasm_tasks", argv=argv, image="x:1", namespace="ns"),
+    ):
         links = [link for link in op.operator_extra_links if isinstance(link, StepReportLink)]
         assert len(links) == 1 and links[0].name == "Report"
         url = links[0].get_link(op, ti_key=None)
@@ -118,11 +148,13 @@ def test_link_on_both_house_operators(monkeypatch, tmp_path):
     # with a task instance: the task's "Report" tab inside the Airflow UI (the results view in a frame)
     from types import SimpleNamespace
 
-    key = SimpleNamespace(dag_id="faasm_benchmarks", run_id="manual__2026-11-30T10:00:00+00:00",
-                          task_id="summarize", map_index=-1)
+    key = SimpleNamespace(
+        dag_id="faasm_benchmarks", run_id="manual__2026-11-30T10:00:00+00:00", task_id="summarize", map_index=-1
+    )
     url = links[0].get_link(op, ti_key=key)
-    assert url.endswith("/dags/faasm_benchmarks/runs/manual__2026-11-30T10%3A00%3A00%2B00%3A00/tasks/summarize/"
-                        "plugin/report"), url
+    assert url.endswith(
+        "/dags/faasm_benchmarks/runs/manual__2026-11-30T10%3A00%3A00%2B00%3A00/tasks/summarize/plugin/report"
+    ), url
     other = LocalStepOperator(task_id="deploy", package="faasm_tasks", argv=["deploy", "--results", "x"])
     assert StepReportLink().get_link(other, ti_key=None) == ""
 
@@ -134,16 +166,21 @@ def test_lists_runs_by_dag_run_with_trigger_and_changed_params(storage):
     [a], [b] = mirage[MIRAGE_KEY].runs, mirage[MIRAGE_KEY_B].runs
     assert a["run_id"] == MIRAGE_RUNS[MIRAGE_KEY] and a["trigger"] == "scheduled"
     assert a["logical_date"].startswith("2023-03-01T00:00:00")
-    assert a["changed"] == {"models": {"value": ["xgboost", "random_forest"], "default": DEFAULTS["models"]},
-                            "train_count": {"value": 42, "default": 684}}
+    assert a["changed"] == {
+        "models": {"value": ["xgboost", "random_forest"], "default": DEFAULTS["models"]},
+        "train_count": {"value": 42, "default": 684},
+    }
     assert b["trigger"] == "manual" and b["changed"] == {"seed": {"value": 7, "default": 0}}
     faasm = next(r for r in catalog.list_reports(str(root)) if r.kind == "faasm_trends")
-    assert faasm.runs == [{"run_id": pages["faasm_run"].split("/", 1)[1], "logical_date": END,
-                           "trigger": "scheduled", "changed": {}}]
+    assert faasm.runs == [
+        {"run_id": pages["faasm_run"].split("/", 1)[1], "logical_date": END, "trigger": "scheduled", "changed": {}}
+    ]
     assert catalog.trigger_of("backfill__2023-03-01T00:00:00+00:00") == "backfill"
     assert catalog.trigger_of("my-run") == "unknown"
     # a DAG run's reports, and the comparison's inputs
-    assert [r.path for r in catalog.runs_of(str(root), "mirage_pipeline", MIRAGE_RUNS[MIRAGE_KEY_B])] == [pages["mirage_b"]]
+    assert [r.path for r in catalog.runs_of(str(root), "mirage_pipeline", MIRAGE_RUNS[MIRAGE_KEY_B])] == [
+        pages["mirage_b"]
+    ]
     m = catalog.run_metrics(str(root), MIRAGE_KEY_B)
     assert m["headline"]["xgboost@1"]["mean_interruption_h"] == 2.5 and m["report"] == pages["mirage_b"]
     for bad in ("../x", "", "a/b", MIRAGE_KEY + "-nope"):
@@ -157,10 +194,18 @@ def test_record_run_changed_params(tmp_path):
     from mirage_tasks.run.runlog import changed_params, record_name, record_run
 
     assert changed_params({"a": 1, "b": [1, 2], "c": None}, {"a": 1, "b": [1], "c": None}) == {
-        "b": {"value": [1, 2], "default": [1]}}
+        "b": {"value": [1, 2], "default": [1]}
+    }
     assert record_name("manual__2026-11-30T09:15:00+00:00") != record_name("manual__2026-11-30T09_15_00_00_00")
-    uri = record_run(str(tmp_path), dag_id="d", run_id="r/1", run_type="backfill",
-                     logical_date=datetime(2023, 3, 1, tzinfo=UTC), params={"x": 2}, defaults={"x": 1})
+    uri = record_run(
+        str(tmp_path),
+        dag_id="d",
+        run_id="r/1",
+        run_type="backfill",
+        logical_date=datetime(2023, 3, 1, tzinfo=UTC),
+        params={"x": 2},
+        defaults={"x": 1},
+    )
     import json
 
     doc = json.loads(open(uri).read())
@@ -205,10 +250,12 @@ def test_symlinks_out_of_the_root_are_never_served(tmp_path):
     root, _ = _escape_tree(tmp_path)
     for r in (str(root), f"file://{root}"):
         assert catalog.read(r, "mirage_pipeline/good/report/report.md") == b"# fine"
-        for rel in ("mirage_pipeline/good/report/report.html",  # link to a file outside
-                    "mirage_pipeline/good/report/figures/x.png",  # through a folder link
-                    "mirage_pipeline/inner/report/report.html",  # its marker is a link
-                    "mirage_pipeline/linked/report/report.html"):  # a linked run folder
+        for rel in (
+            "mirage_pipeline/good/report/report.html",  # link to a file outside
+            "mirage_pipeline/good/report/figures/x.png",  # through a folder link
+            "mirage_pipeline/inner/report/report.html",  # its marker is a link
+            "mirage_pipeline/linked/report/report.html",
+        ):  # a linked run folder
             with pytest.raises(KeyError):
                 catalog.read(r, rel)
         with pytest.raises(KeyError):

@@ -96,8 +96,13 @@ def test_summary_fields_are_escaped(app_env):
     evil = "<script>alert('x')</script><img src=x onerror=alert(1)>"
     out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__r1" / "summary")
     step = Step("summarize", out, "test", {})
-    step.write_json("summary.json", {"failed": evil, "points": [{"experiment": evil, "status": "<b>ok</b>",
-                                                                  "error": "</td></tr></table><h1>x</h1>"}]})
+    step.write_json(
+        "summary.json",
+        {
+            "failed": evil,
+            "points": [{"experiment": evil, "status": "<b>ok</b>", "error": "</td></tr></table><h1>x</h1>"}],
+        },
+    )
     step.commit({"points": 1, "failed": evil})
     with _client(app.app) as c:
         page = c.get("/summary/2026-11-30/manual__r1").text
@@ -129,6 +134,7 @@ def test_a_large_report_is_streamed_in_bounded_memory(app_env):
     resp = asyncio.run(app.report_file("mirage_pipeline/big/report/report.html", Req()))
     assert isinstance(resp, StreamingResponse)
     assert resp.headers["content-length"] == str(size)
+
     async def drain() -> int:
         total = 0
         async for piece in resp.body_iterator:  # what Starlette sends, chunk by chunk
@@ -165,13 +171,19 @@ def test_a_sites_wait_prediction_is_listed_and_rendered_with_its_tables(app_env)
     app, root = app_env
     out = str(root / "mirage_evaluation" / "mysite" / "waitpred")
     step = Step("waitpred", out, "test", {})
-    page = ("# Wait prediction at submission: mysite.swf\n\nGuard pick: **qrf**.\n\n"
-            "| month | n | coverage |\n|---|---|---|\n| 1997-01 | 120 | 88.0% |\n\n<script>alert(1)</script>\n")
+    page = (
+        "# Wait prediction at submission: mysite.swf\n\nGuard pick: **qrf**.\n\n"
+        "| month | n | coverage |\n|---|---|---|\n| 1997-01 | 120 | 88.0% |\n\n<script>alert(1)</script>\n"
+    )
     step.write_bytes("waitpred.md", page.encode())
     step.write_json("waitpred.json", {"pick": "qrf"})
     step.write_bytes("predictions.parquet", b"not served")
-    step.commit({"pick": "qrf", "criteria": {"mae_at_or_below_zero": True,
-                                             "coverage_months": {"1997-01": 0.88, "1997-02": None}}})
+    step.commit(
+        {
+            "pick": "qrf",
+            "criteria": {"mae_at_or_below_zero": True, "coverage_months": {"1997-01": 0.88, "1997-02": None}},
+        }
+    )
     with _client(app.app) as c:
         index = c.get("/").text
         shown = c.get("/evaluation/mysite")
@@ -182,7 +194,11 @@ def test_a_sites_wait_prediction_is_listed_and_rendered_with_its_tables(app_env)
     assert "guard pick qrf" in index and "1997-01 88%" in index and "1997-02 ?" in index
     assert shown.status_code == 200
     assert "<table>" in shown.text and "<td>1997-01</td>" in shown.text and "<strong>qrf</strong>" in shown.text
-    assert shown.text.count("<script>") == 1 and "<script>alert(1)</script>" not in shown.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in shown.text
+    assert (
+        shown.text.count("<script>") == 1
+        and "<script>alert(1)</script>" not in shown.text
+        and "&lt;script&gt;alert(1)&lt;/script&gt;" in shown.text
+    )
     assert raw.status_code == 200 and raw.json() == {"pick": "qrf"}
     assert hidden.status_code == 404 and missing.status_code == 404
 
@@ -192,10 +208,25 @@ def test_a_day_of_failed_groups_says_failed_on_the_page_and_the_index(app_env):
     app, root = app_env
     out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__r2" / "summary")
     step = Step("summarize", out, "test", {})
-    groups = [{"experiment": "sgd_reuters_svm", "system": s, "step": "deploy",
-               "error": "StepError: the functions are not built: run `make functions` first"} for s in ("wasm", "native")]
-    step.write_json("summary.json", {"points": [], "failed": 2, "status": "FAILED", "failed_groups": groups,
-                                     "unreadable": [{"uri": "file:///r/run.json", "error": "unreadable (JSONDecodeError)"}]})
+    groups = [
+        {
+            "experiment": "sgd_reuters_svm",
+            "system": s,
+            "step": "deploy",
+            "error": "StepError: the functions are not built: run `make functions` first",
+        }
+        for s in ("wasm", "native")
+    ]
+    step.write_json(
+        "summary.json",
+        {
+            "points": [],
+            "failed": 2,
+            "status": "FAILED",
+            "failed_groups": groups,
+            "unreadable": [{"uri": "file:///r/run.json", "error": "unreadable (JSONDecodeError)"}],
+        },
+    )
     step.commit({"points": 0, "failed": 2, "status": "FAILED"})
     with _client(app.app) as c:
         page = c.get("/summary/2026-11-30/manual__r2").text

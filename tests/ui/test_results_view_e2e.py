@@ -24,6 +24,7 @@ from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, MIRAGE_TITLE
 
 pytestmark = pytest.mark.e2e
 
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     why = missing()
@@ -80,14 +81,18 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     assert browser.current_url.rstrip("/").endswith("/results"), browser.current_url
     assert browser.find_element(By.TAG_NAME, "h1").text == "Pipeline results"
     _shot(browser, "list")
-    links = {unquote(a.get_attribute("href").split("/results/", 1)[1]): a
-             for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")}
+    links = {
+        unquote(a.get_attribute("href").split("/results/", 1)[1]): a
+        for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")
+    }
     assert "report/" + pages["mirage"] in links, links.keys()
     assert "report/" + pages["faasm_trends"] in links
     assert any(k.startswith("summary/") for k in links)
     # runs by DAG run id, logical date, trigger and the params that differ from the defaults
-    rows = {r.get_attribute("data-key"): r
-            for r in browser.find_elements(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")}
+    rows = {
+        r.get_attribute("data-key"): r
+        for r in browser.find_elements(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")
+    }
     assert set(rows) == {MIRAGE_KEY, MIRAGE_KEY_B}
 
     def cell(key, cls):
@@ -117,16 +122,20 @@ def test_view_is_behind_login_lists_and_opens_reports(server, browser):
     assert "/results/compare?" in browser.current_url
     runs_text = browser.find_element(By.CSS_SELECTOR, "table.runs").text
     assert MIRAGE_RUNS[MIRAGE_KEY] in runs_text and MIRAGE_RUNS[MIRAGE_KEY_B] in runs_text and "seed=7" in runs_text
-    cmp_rows = {tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
-                for tr in browser.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")}
+    cmp_rows = {
+        tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
+        for tr in browser.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")
+    }
     mae = cmp_rows[("xgboost@1", "mean_interruption_h")]
     vals = {c: mae.find_element(By.CSS_SELECTOR, f"td.{c}").text for c in ("a", "b", "diff")}
     assert {vals["a"], vals["b"]} == {"3.21", "2.5"} and vals["diff"] in ("-0.71", "0.71"), vals
     _shot(browser, "compare")
     browser.get(f"{base}/results/")
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.reports")))
-    links = {unquote(a.get_attribute("href").split("/results/", 1)[1]): a
-             for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")}
+    links = {
+        unquote(a.get_attribute("href").split("/results/", 1)[1]): a
+        for a in browser.find_elements(By.CSS_SELECTOR, "a.report-link")
+    }
 
     # open the Mirage report from the list
     links["report/" + pages["mirage"]].click()

@@ -43,14 +43,24 @@ def ui(tmp_path_factory):
         server["token"] = api_token(server["base"])
         # the DAG run behind the fixture's second Mirage report, failed at its report step
         base, token = server["base"], server["token"]
-        api_send(base, token, "POST", "/api/v2/dags/mirage_pipeline/dagRuns",
-                 {"dag_run_id": RUN_B, "logical_date": "2026-11-30T09:15:00Z", "conf": {}})
+        api_send(
+            base,
+            token,
+            "POST",
+            "/api/v2/dags/mirage_pipeline/dagRuns",
+            {"dag_run_id": RUN_B, "logical_date": "2026-11-30T09:15:00Z", "conf": {}},
+        )
         run = f"/api/v2/dags/mirage_pipeline/dagRuns/{quote(RUN_B, safe='')}"
         api_send(base, token, "PATCH", f"{run}/taskInstances/report", {"new_state": "failed"})
         api_send(base, token, "PATCH", run, {"state": "failed"})
         # the Faasm day behind the fixture's summary ("7 points, 0 failed"): one experiment's run failed
-        api_send(base, token, "POST", "/api/v2/dags/faasm_benchmarks/dagRuns",
-                 {"dag_run_id": FAASM_RUN, "logical_date": f"{END}T00:00:00Z", "conf": {}})
+        api_send(
+            base,
+            token,
+            "POST",
+            "/api/v2/dags/faasm_benchmarks/dagRuns",
+            {"dag_run_id": FAASM_RUN, "logical_date": f"{END}T00:00:00Z", "conf": {}},
+        )
         frun = f"/api/v2/dags/faasm_benchmarks/dagRuns/{quote(FAASM_RUN, safe='')}"
         tis = api_get(base, token, f"{frun}/taskInstances?limit=1000")["task_instances"]
         failed = sorted(t["task_id"] for t in tis if t["task_id"].endswith(".run"))[0]
@@ -81,9 +91,13 @@ def test_dag_run_has_a_results_tab_that_opens_its_reports(ui):
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/dags/mirage_pipeline/runs/{quote(RUN_B, safe='')}")
-    tab = _wait("the run's Results tab", lambda: next(
-        (a for a in driver.find_elements(By.CSS_SELECTOR, "a, button, [role=tab]") if a.text.strip() == "Results"),
-        None))
+    tab = _wait(
+        "the run's Results tab",
+        lambda: next(
+            (a for a in driver.find_elements(By.CSS_SELECTOR, "a, button, [role=tab]") if a.text.strip() == "Results"),
+            None,
+        ),
+    )
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", tab)
     tab.click()
     _wait("the tab's route", lambda: driver.current_url.rstrip("/").endswith("/plugin/run-results"))
@@ -105,9 +119,16 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/results/")
-    rows = _wait("the Mirage rows", lambda: {
-        r.get_attribute("data-key"): r
-        for r in driver.find_elements(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")} or None)
+    rows = _wait(
+        "the Mirage rows",
+        lambda: (
+            {
+                r.get_attribute("data-key"): r
+                for r in driver.find_elements(By.CSS_SELECTOR, "table[data-kind=mirage_report] tbody tr")
+            }
+            or None
+        ),
+    )
 
     def cell(key, cls):
         return rows[key].find_element(By.CSS_SELECTOR, f"td.{cls}").text
@@ -123,8 +144,10 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
     assert unquote(link.get_attribute("href")) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}"
 
     # the failed Faasm day: its state and the experiment that did not finish, beside "7 points, 0 failed"
-    faasm = {r.get_attribute("data-key"): r
-             for r in driver.find_elements(By.CSS_SELECTOR, "table[data-kind=faasm_summary] tbody tr")}
+    faasm = {
+        r.get_attribute("data-key"): r
+        for r in driver.find_elements(By.CSS_SELECTOR, "table[data-kind=faasm_summary] tbody tr")
+    }
     row = faasm[f"{END}/{FAASM_RUN}"]
     # (marked failed by hand, a run with teardowns waits for them: no scheduler here, so Airflow
     # still calls it queued; the list shows what Airflow says)
@@ -141,8 +164,10 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
         rows[key].find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
     driver.find_element(By.CSS_SELECTOR, "form#compare button[type=submit]").click()
     _wait("the comparison", lambda: driver.find_element(By.CSS_SELECTOR, "table.compare"))
-    cmp_rows = {tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
-                for tr in driver.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")}
+    cmp_rows = {
+        tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
+        for tr in driver.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")
+    }
     mae = cmp_rows[("xgboost@1", "mean_interruption_h")]
     got = {c: mae.find_element(By.CSS_SELECTOR, f"td.{c}").text for c in ("a", "a-ci", "a-n", "b", "b-ci", "b-n")}
     assert got["a-n"] == got["b-n"] == "6", got
@@ -167,17 +192,25 @@ def test_run_link_inside_the_uis_frame_opens_the_run_page(ui):
     assert "allow-top-navigation" not in (frame.get_attribute("sandbox") or "")
     driver.switch_to.frame(frame)
     try:
-        link = _wait("a run link in the frame", lambda: next(
-            (a for a in driver.find_elements(By.CSS_SELECTOR, "a.run-link") if a.text == RUN_B), None))
+        link = _wait(
+            "a run link in the frame",
+            lambda: next((a for a in driver.find_elements(By.CSS_SELECTOR, "a.run-link") if a.text == RUN_B), None),
+        )
         link.click()
     finally:
         driver.switch_to.default_content()
-    _wait("the run's page in the whole window",
-          lambda: unquote(driver.current_url) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}", timeout=30)
+    _wait(
+        "the run's page in the whole window",
+        lambda: unquote(driver.current_url) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}",
+        timeout=30,
+    )
     # the UI shows the run (not the list in a frame any more)
     _wait("the run's page rendered", lambda: RUN_B in driver.find_element(By.TAG_NAME, "body").text, timeout=60)
-    assert not [f for f in driver.find_elements(By.TAG_NAME, "iframe")
-                if "/results/" in (f.get_attribute("src") or "") and not f.get_attribute("src").endswith("/results/")]
+    assert not [
+        f
+        for f in driver.find_elements(By.TAG_NAME, "iframe")
+        if "/results/" in (f.get_attribute("src") or "") and not f.get_attribute("src").endswith("/results/")
+    ]
 
 
 def test_mirage_service_triggers_from_its_form_untouched(ui):
@@ -188,9 +221,14 @@ def test_mirage_service_triggers_from_its_form_untouched(ui):
     driver, base, token = ui["driver"], ui["base"], ui["token"]
     driver.get(f"{base}/dags/mirage_service")
     WebDriverWait(driver, 90).until(
-        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
-    dialog = _wait("the trigger dialog", lambda: next(
-        (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None))
+        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
+    ).click()
+    dialog = _wait(
+        "the trigger dialog",
+        lambda: next(
+            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
+        ),
+    )
     # the form untouched: model (policy model without one fails in the step, exit 2 naming --model),
     # partition and account all empty
     for name in ("element_model", "element_partition", "element_account"):
@@ -202,5 +240,9 @@ def test_mirage_service_triggers_from_its_form_untouched(ui):
     runs = _wait("the triggered run", lambda: api_get(base, token, "/api/v2/dags/mirage_service/dagRuns")["dag_runs"])
     assert [r["run_type"] for r in runs] == ["manual"], runs
     conf = runs[0]["conf"]
-    assert conf["policy"] == "model" and conf.get("model") is None and conf.get("partition") is None \
-        and conf.get("account") is None, conf
+    assert (
+        conf["policy"] == "model"
+        and conf.get("model") is None
+        and conf.get("partition") is None
+        and conf.get("account") is None
+    ), conf

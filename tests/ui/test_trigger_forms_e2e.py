@@ -70,9 +70,15 @@ def _dialog(driver, dag_id: str, base: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{base}/dags/{dag_id}")
-    WebDriverWait(driver, 90).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
-    return _wait("the trigger dialog", lambda: next(
-        (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None))
+    WebDriverWait(driver, 90).until(
+        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
+    ).click()
+    return _wait(
+        "the trigger dialog",
+        lambda: next(
+            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
+        ),
+    )
 
 
 def _button(dialog, text: str):
@@ -96,8 +102,9 @@ def test_trigger_form_defaults_start_one_manual_run_and_no_scheduled_one(ui):
     driver, base = ui["driver"], ui["base"]
     dag = api_get(base, ui["token"], "/api/v2/dags/mirage_pipeline")
     assert dag["is_paused"]
-    defaults = {k: v["value"] for k, v in
-                api_get(base, ui["token"], "/api/v2/dags/mirage_pipeline/details")["params"].items()}
+    defaults = {
+        k: v["value"] for k, v in api_get(base, ui["token"], "/api/v2/dags/mirage_pipeline/details")["params"].items()
+    }
     dialog = _dialog(driver, "mirage_pipeline", base)
     unpause = dialog.find_element(By.XPATH, ".//label[contains(., 'Unpause mirage_pipeline on trigger')]")
     assert unpause.get_attribute("data-state") == "checked"  # Airflow's default: ticked

@@ -6,6 +6,7 @@
 from importlib import resources
 
 PACKAGED: dict[str, str] = {
-    p.name.removesuffix(".json"): p.name for p in sorted(resources.files(__name__).iterdir(), key=lambda p: p.name)
+    p.name.removesuffix(".json"): p.name
+    for p in sorted(resources.files(__name__).iterdir(), key=lambda p: p.name)
     if p.name.endswith(".json")
 }
