@@ -37,6 +37,7 @@ def ui(tmp_path_factory):
     # scheduler, and this test makes its runs through the REST API)
     day = storage / "faasm_benchmarks" / END
     shutil.copytree(day / pages["faasm_run"].split("/", 1)[1], day / FAASM_RUN)
+    _site_evaluation(storage)
     with api_server(home, storage, dags=True) as server, chromium(tmp_path_factory.mktemp("profile")) as driver:
         login(driver, server["base"], "/")
         server["driver"] = driver
@@ -68,6 +69,34 @@ def ui(tmp_path_factory):
         api_send(base, token, "PATCH", f"{frun}/taskInstances/{failed}", {"new_state": "failed"})
         api_send(base, token, "PATCH", frun, {"state": "failed"})
         yield server
+
+
+#: a site's log through mirage_evaluation: the wait predictor's page, as its step writes it (Markdown)
+EVAL_PAGE = """# Wait prediction at submission: mysite.swf
+
+Guard pick: **corrected_q40** (within 1 h of zero wait's share on the calibration tail).
+
+Per month (guarded beside zero wait):
+
+| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage |
+|---|---|---|---|---|---|---|
+| 1997-01 | 2113 | 3.61 | 5.02 | 65.1% | 66.8% | 90.1% |
+| 1997-02 | 1987 | 3.90 | 5.40 | 64.2% | 66.3% | 89.8% |
+"""
+
+
+def _site_evaluation(storage) -> None:
+    from stepkit import Step
+
+    step = Step("waitpred", str(storage / "mirage_evaluation" / "mysite" / "waitpred"), "test", {})
+    step.write_bytes("waitpred.md", EVAL_PAGE.encode())
+    step.write_json("waitpred.json", {"pick": "corrected_q40"})
+    step.commit(
+        {
+            "pick": "corrected_q40",
+            "criteria": {"mae_at_or_below_zero": True, "coverage_months": {"1997-01": 0.901, "1997-02": 0.898}},
+        }
+    )
 
 
 def _wait(what, fn, timeout: float = 120):
@@ -211,6 +240,29 @@ def test_run_link_inside_the_uis_frame_opens_the_run_page(ui):
         for f in driver.find_elements(By.TAG_NAME, "iframe")
         if "/results/" in (f.get_attribute("src") or "") and not f.get_attribute("src").endswith("/results/")
     ]
+
+
+def test_a_sites_wait_prediction_is_readable_in_the_ui(ui):
+    """mirage_evaluation wrote its tables to storage only: the list inside the UI shows the site's
+    log with the guard's pick and coverage, and its page the per-month table."""
+    from selenium.webdriver.common.by import By
+
+    driver, base = ui["driver"], ui["base"]
+    driver.get(f"{base}/plugin/results")
+    driver.switch_to.frame(_wait("the view's frame", lambda: driver.find_element(By.TAG_NAME, "iframe")))
+    try:
+        row = _wait(
+            "the evaluation row",
+            lambda: driver.find_element(By.CSS_SELECTOR, "table[data-kind=mirage_evaluation] tr[data-key=mysite]"),
+        )
+        summary = row.find_element(By.CSS_SELECTOR, "td.summary").text
+        assert "guard pick corrected_q40" in summary and "1997-01 90%" in summary, summary
+        row.find_element(By.CSS_SELECTOR, "a.report-link").click()
+        cells = _wait("the per-month table", lambda: [td.text for td in driver.find_elements(By.CSS_SELECTOR, "td")])
+        assert "1997-01" in cells and "90.1%" in cells and "3.61" in cells, cells
+        assert "corrected_q40" in driver.find_element(By.TAG_NAME, "strong").text
+    finally:
+        driver.switch_to.default_content()
 
 
 def test_mirage_service_triggers_from_its_form_untouched(ui):
