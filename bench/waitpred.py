@@ -1,4 +1,4 @@
-"""What scoring a log's months at submission time costs, beside the replay (issue 27, item 6).
+"""What scoring a log's months at submission time costs, beside the replay.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/waitpred.py --root var/eval --log CEA-Curie [--json OUT]
     .venv/bin/python bench/waitpred.py --smoke        # a 10-day slice of KTH-SP2, for the test

@@ -1,4 +1,4 @@
-"""Queue-wait prediction at submission time on your own log, from the trigger form (issue 27).
+"""Queue-wait prediction at submission time on your own log, from the trigger form.
 
 Fill in the log's description and trigger: ``plan`` checks it (a field that cannot be used fails
 the run at once, naming it) and builds the command lines with the same functions as

@@ -1,4 +1,4 @@
-"""Every bench's flags are checked before it starts anything (issue 32, item 4): a value out of
+"""Every bench's flags are checked before it starts anything: a value out of
 range, ``nan``, an existing file as ``--root``, an ``--out`` in a folder that does not exist:
 exit 2 with a message naming the flag (``stepkit.cli.check_command_args``), never a traceback.
 The lab's campaign drivers: tests/lab/test_campaign_commands_e2e.py."""

@@ -1,4 +1,4 @@
-"""The service keeper on a real (local) Slurm over several busy windows (issue 28 item 5).
+"""The service keeper on a real (local) Slurm over several busy windows.
 
     python -m lab.campaigns.keeper_campaign windows --trace var/keepcamp/ls6/trace.parquet --out var/keepcamp
     python -m lab.campaigns.keeper_campaign run --root var/keepcamp --model M --avg-cal-samples S [--policies ...]

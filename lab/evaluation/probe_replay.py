@@ -1,4 +1,4 @@
-"""Probe-replay evaluation with fair baselines (issue 22, ``docs/results/protocol.md``).
+"""Probe-replay evaluation with fair baselines (``docs/results/protocol.md``).
 
     python -m lab.evaluation.probe_replay --train-samples S_TRAIN --dataset DS --score-samples S_SCORE \\
         --months 1997-01 1997-02 1997-03 --models M1 M2 --out URI [--bootstrap 2000] [--seed 0]

@@ -1,4 +1,4 @@
-"""A submit policy that learns (protocol v2, item 4 of issue 28): a stopping policy over a sample's
+"""A submit policy that learns (protocol v2): a stopping policy over a sample's
 decision times, trained by gradient on the evaluation objective itself.
 
 At each probe ``k`` of a sample the policy submits with probability ``p_k = sigmoid(w . x_k + b)``
@@ -9,7 +9,7 @@ overlap, the measure every rule is scored by). Because every probe of a sample w
 outcome of every action is known, and the policy-gradient objective, the expected return
 ``E[-J] = -sum_k S_k p_k J_k`` with ``S_k = prod_{i<k} (1 - p_i)``, is computed exactly instead of
 sampled (REINFORCE's estimate of the same gradient has the variance that made the terminal-reward
-policies of issue 22 collapse to reactive). Each step's signal is the difference its decision makes
+policies of protocol v1 collapse to reactive). Each step's signal is the difference its decision makes
 to the return (the gradient of ``p_k`` carries ``J_k`` minus the expected objective of waiting),
 and decisions exist only at the probes, i.e. in the last 24 hours, where they matter.
 

@@ -11,7 +11,7 @@ figures are recomputed by replaying the configurations of the two ``calibration.
 (and of the round-1 choice, the ``ls6`` preset with the trace's dispatch latency) month by
 month with the calibration's lead-in, so that every number in the tables comes from here.
 
-Targets (issue 13, ls6 out of sample): MAE <= 2.5 h; within 1 h >= 75 % and above the
+Targets (ls6 out of sample): MAE <= 2.5 h; within 1 h >= 75 % and above the
 zero-wait predictor; Spearman >= 0.65; daily-mean correlation >= 0.8.
 """
 

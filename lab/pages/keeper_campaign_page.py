@@ -1,5 +1,5 @@
-"""docs/results/keeper-campaign.md from the outputs of ``lab/campaigns/keeper_campaign.py`` (issue 28
-item 5: the service keeper on a real Slurm over several busy windows, with intervals)."""
+"""docs/results/keeper-campaign.md from the outputs of ``lab/campaigns/keeper_campaign.py`` (the
+service keeper on a real Slurm over several busy windows, with intervals)."""
 
 from __future__ import annotations
 

@@ -777,7 +777,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
     L += [
         "## Does a learned model beat `avg`?",
         "",
-        "Criterion (issue 14): the best learned model's mean interruption is below avg's with the 95 % interval "
+        "Criterion: the best learned model's mean interruption is below avg's with the 95 % interval "
         "of the paired difference excluding zero, and its mean wasted node-hours are at most avg's. The row shows "
         "a learned model that meets it if any does, else the one with the least mean interruption. Picking the "
         "best of several models on the validation month itself favours the learned side (no correction for "

@@ -1,4 +1,4 @@
-"""The wait predictor asked at a decision time, on the simulator's queue (issue 28, protocol v2).
+"""The wait predictor asked at a decision time, on the simulator's queue (protocol v2).
 
 A submitter on the simulated machine who asks, at a decision time ``t``, "if I submit the
 successor now, when will it start?" sees the simulator's queue at ``t``: the jobs running (their

@@ -1,4 +1,4 @@
-"""What is known at a job's submission, and the scheduler's plan from it (issue 27).
+"""What is known at a job's submission, and the scheduler's plan from it.
 
 The wait predictor's candidates (:mod:`mirage_tasks.calibration.waitpred`) read, for a job
 ``j`` submitted at ``t``, only what a site knows at that instant:

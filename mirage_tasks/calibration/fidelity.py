@@ -38,7 +38,7 @@ def replay(wl: Workload, cfg: SimConfig, t_from: int, t_to: int, lead_in_s: int 
     sim = Simulator.from_workload(wl, cfg, a, t_to - 1)
     sim.drain()
     # int64 even when the replay met no job (a month before or after the trace): an empty list is
-    # a float array, and indexing with it raised IndexError (issue 32)
+    # a float array, and indexing with it raised IndexError
     tags = np.asarray(sim.j_tag, dtype=np.int64)
     starts = np.asarray(sim.j_start, dtype=np.int64)
     keep = tags >= 0

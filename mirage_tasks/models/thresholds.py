@@ -139,7 +139,7 @@ def calibrate(
     return out
 
 
-# ----------------------------------------------------------------------------- load-aware rule (issue 14)
+# ----------------------------------------------------------------------------- load-aware rule
 #
 # A fixed threshold calibrated on a quiet split submits too late in a busy month and too
 # early in a quiet one. The load-aware rule moves the threshold with the load seen in the

@@ -467,7 +467,7 @@ FIELDS: dict[str, Spec] = field_specs(MirageRun)
 DEFAULTS: dict[str, Any] = {k: v for k, v in MirageRun().as_dict().items() if k != "size"}
 
 #: The key baseline: the fields of :class:`MirageRun` (every one but ``size``) when a field at
-#: its default stopped entering the run key (issue 30). Every run key stored before then
+#: its default stopped entering the run key. Every run key stored before then
 #: hashed all of these, default or not, so :meth:`MirageRun.key_params` keeps hashing them that
 #: way (the keys of every existing configuration stay byte-identical; tests/mirage/test_run_keys.py
 #: pins them). A field declared after these enters the key only when it is not at its declared

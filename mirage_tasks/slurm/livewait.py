@@ -1,4 +1,4 @@
-"""The wait predictor asked by the service keeper on a live queue (issue 28, protocol v2's
+"""The wait predictor asked by the service keeper on a live queue (protocol v2's
 ``wait-pred`` and ``guarantee`` rules on a real Slurm).
 
 At a decision the keeper asks: "if I submit the successor now, when will it start?" The inputs are

@@ -202,7 +202,7 @@ def test_faasm_dag_does_not_import_the_task_package():
 def test_params_that_may_stay_empty_do_not_block_the_trigger_form(dagbags):
     """A param documented as "empty: <a default>" must accept the form's empty value (null): a
     ``Param("", type="string")`` is a required field in the trigger form, whose Trigger button then
-    waits for a value (mirage_service's partition and account did, issue 32)."""
+    waits for a value (mirage_service's partition and account did)."""
     _, bags = dagbags
     for path, dag in _dags(bags):
         for name in dag.params.keys():

@@ -1,5 +1,5 @@
 """``mirage_evaluation`` from its form: a log described by the params is ingested, calibrated and its
-waits predicted at submission time (issue 27); a description that cannot be used fails at ``plan``
+waits predicted at submission time; a description that cannot be used fails at ``plan``
 naming the field. ``dag.test()`` does not raise when a task fails: every test checks ``dr.state``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Load driver start-up under load (issue 18): a point must not come back with zero requests
+"""Load driver start-up under load: a point must not come back with zero requests
 and zero errors. The target's first reply is awaited (readiness, not a fixed warm-up), forked
 driver processes report that they started before the start time is fixed, a closed-loop
 window runs on until ``min_requests`` were concluded, and every point without a success

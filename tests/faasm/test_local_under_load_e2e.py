@@ -1,4 +1,4 @@
-"""The local TF latency day with the machine saturated (issue 18): CPU hogs beside the local
+"""The local TF latency day with the machine saturated: CPU hogs beside the local
 target, the catalogue's local configuration (1 s warm-up, 3 s points, a soft restart of the
 worker between points, the default 100 requests for a valid point). Before the fix such a
 point could come back ``failed`` with ``no successful responses`` and 0 requests, 0 errors.

@@ -1,4 +1,4 @@
-"""``lab/campaigns/keeper_campaign.py`` (issue 28 item 5): the windows it chooses from the log alone, the
+"""``lab/campaigns/keeper_campaign.py``: the windows it chooses from the log alone, the
 commands it starts (each parsed by its step's own parser, so a renamed flag fails here, not an
 hour into a campaign), and the page it writes from the runs' outputs."""
 

@@ -279,7 +279,7 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
 def _kill_the_evaluation_at_a_random_point(log_dir, env):
     """The probe-replay evaluation rerun with other parameters over its committed output, stopped by
     SIGTERM at a random point once it scores: exit 143, no process, no lease, the output byte for byte
-    as it was (issue 32)."""
+    as it was."""
     from proctree import all_gone, tree
 
     out = log_dir / "eval" / "node1"

@@ -1,4 +1,4 @@
-"""The probe-replay evaluation (fair baselines, oracles, paired intervals) of issue 22, on small
+"""The probe-replay evaluation (fair baselines, oracles, paired intervals) of protocol v1, on small
 synthetic inputs whose answers are known (the wait predictor's tests: tests/mirage/test_waitpred.py),
 its stopping policy, and its command's contract (exit 2 naming a wrong input, exit 143 on SIGTERM)."""
 

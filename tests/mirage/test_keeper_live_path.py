@@ -1,4 +1,4 @@
-"""One queue, two paths (issue 28 item 5): the keeper's live path (``squeue``/``sinfo`` text,
+"""One queue, two paths: the keeper's live path (``squeue``/``sinfo`` text,
 parsed, on a cluster compressed 60x) and the simulator's own snapshots give the model the same
 history, every snapshot and the predecessor's tuple included, at every decision time of the
 predecessor's last hour, and so the same prediction from a model trained on simulator samples.

@@ -1,4 +1,4 @@
-"""The load-aware decision rule (issue 14): calibrated on the training split's probes only,
+"""The load-aware decision rule: calibrated on the training split's probes only,
 applied identically by the offline replay, the loaded model and the online decider."""
 
 from __future__ import annotations

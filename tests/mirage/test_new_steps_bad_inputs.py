@@ -1,5 +1,4 @@
-"""Every flag of the newer steps has a type, a range and a bound on the work it asks for
-(issue 32, item 4), checked before anything is started or written: exit 2, a message naming
+"""Every flag of the newer steps has a type, a range and a bound on the work it asks for, checked before anything is started or written: exit 2, a message naming
 the flag, no output folder. One test per class of the held-out cases (windows outside the
 trace, seeds out of range, non-numeric node lists, zero or negative sizes, an existing file as
 a folder, an unbounded amount of work, unchecked profile values, a header count that
@@ -515,7 +514,7 @@ def test_the_pipeline_forms_bound_the_work_a_run_asks_for(conf, name):
 
 def test_calibrate_with_a_month_before_the_trace_runs_instead_of_an_index_error(trace, tmp_path, capsys):
     """The calibration window's first month holds no job (it starts 20 days before the trace):
-    its replay is empty, which raised IndexError in calibration/fidelity.py (issue 32)."""
+    its replay is empty, which raised IndexError in calibration/fidelity.py."""
     rc, err = _run(
         capsys,
         "calibrate",

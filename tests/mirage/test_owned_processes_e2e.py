@@ -1,4 +1,4 @@
-"""Every long-running step owns what it starts (issue 32, item 2): killed at a random point it
+"""Every long-running step owns what it starts: killed at a random point it
 leaves no process and the committed outputs intact.
 
 * ``python -m lab replay-slurm --slurm-root`` and ``keep-service --slurm-root`` (a real local Slurm: munged,

@@ -1,5 +1,5 @@
 """The labels of mapped step instances come from the plan (mirage_tasks.run.plan), computed from the
-values each argv is built from, and the DAGs show them without reading argv (issue 30).
+values each argv is built from, and the DAGs show them without reading argv.
 
 ``argv_label`` below is how ``dags/mirage_pipeline.py`` (``step_label``) and
 ``dags/mirage_samples.py`` (``node_label``) built the labels before, by parsing each argv: every

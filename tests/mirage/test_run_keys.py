@@ -1,5 +1,5 @@
 """Run keys (mirage_tasks.run.plan.run_key) of stored configurations never move: the hashes
-below were computed before a field at its default stopped entering the key (issue 30), and
+below were computed before a field at its default stopped entering the key, and
 every run prefix written before must still be found."""
 
 from __future__ import annotations

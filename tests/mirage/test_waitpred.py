@@ -1,4 +1,4 @@
-"""The wait predictor at submission time (issue 27): no hindsight, the scheduler's plan, online
+"""The wait predictor at submission time: no hindsight, the scheduler's plan, online
 bounds whose feedback comes only when it is known, the guard's within-1-h rule, the command line."""
 
 from __future__ import annotations

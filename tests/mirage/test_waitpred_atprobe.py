@@ -1,4 +1,4 @@
-"""The wait predictor asked at a decision time on the simulator's queue (issue 28, protocol v2):
+"""The wait predictor asked at a decision time on the simulator's queue (protocol v2):
 the simulator's state at ``t`` gives the predictor exactly the inputs the log-side sweep gives for
 a job submitted at ``t`` into a log that holds the same history, and the sample step records its
 answer at every probe without a word from after the probe."""

@@ -1,4 +1,4 @@
-"""The wait predictor's command line on a small simulated log (issue 27): it scores and writes its
+"""The wait predictor's command line on a small simulated log: it scores and writes its
 outputs, and refuses bad input naming the flag before anything is written. (The unit tests of the
 plan, the sweep, the bounds and the guard: test_waitpred.py.)"""
 
@@ -187,7 +187,7 @@ def test_waitpred_refuses_bad_input_naming_the_flag(trace_uri, tmp_path, capsys,
 
 
 def test_the_online_decider_runs_protocol_v2s_rules_and_xgboost_wp(trace_uri, tmp_path, capsys):
-    """``validate`` with the wait predictor (issue 28): wait-pred and guarantee-10 submit at the first
+    """``validate`` with the wait predictor: wait-pred and guarantee-10 submit at the first
     decision where their test holds (checked against the decisions it recorded), avg-cal takes the
     probe replay's calibrated offset (never early: at the end; far below: at the predecessor's
     submission), and a model trained on ``merge --waitpred-features`` decides with the channels."""

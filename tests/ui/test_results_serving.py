@@ -1,5 +1,5 @@
 """The results view serves only what the storage's own writers wrote, escapes what it renders and
-streams files (issue 32): the catalogue and the app's routes, in-process (no browser; the login
+streams files: the catalogue and the app's routes, in-process (no browser; the login
 is replaced by a test user allowed to read both pipelines)."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
     storage = tmp_path_factory.mktemp("storage")
     pages = make_reports(storage, tmp_path_factory.mktemp("state"))
-    # issue 19: a committed report folder whose report.html is a link to a secret outside the root
+    # a committed report folder whose report.html is a link to a secret outside the root
     secret = tmp_path_factory.mktemp("outside") / "shadow"
     secret.write_text("SECRET-MARKER-19")
     evil = storage / "mirage_pipeline" / "evil" / "report"

@@ -1,4 +1,4 @@
-"""What a new user meets in the real UI (issue 32): a real api-server with the DAGs parsed, Airflow's
+"""What a new user meets in the real UI: a real api-server with the DAGs parsed, Airflow's
 own UI in a headless Chromium, DAG runs made and marked through the REST API (no scheduler).
 
 * A DAG run's "Results" tab is there and opens that run's reports (it was dropped: the tab shared
