@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 
-from stepkit import StepError
+from stepkit import StepError, reach
 from stepkit.safeload import read_document
 
 from . import workloads
@@ -76,11 +76,13 @@ def _dirs(extra: list[str] | None, packaged_only: bool = False) -> list[Path]:
     dirs = [Path(str(resources.files("faasm_tasks").joinpath("experiments")))]
     if packaged_only:
         return dirs
-    env = os.environ.get(ENV_DIRS, "")
-    for d in [*(p for p in env.split(os.pathsep) if p), *(extra or [])]:
+    env = [p for p in os.environ.get(ENV_DIRS, "").split(os.pathsep) if p]
+    for d in [*env, *(extra or [])]:
         p = Path(d).expanduser()
         if not p.is_dir():
             raise StepError(f"catalogue directory {p} does not exist")
+        if d in env:  # the deployment's own catalogue (its environment, never a form): readable in a DAG step
+            reach.allow_folder(str(p))
         dirs.append(p)
     return dirs
 

@@ -186,6 +186,15 @@ def allow_package(name: str) -> None:
             _packages.append(real)
 
 
+def allow_folder(path: str) -> None:
+    """Let the steps read a local folder the deployment itself names in the step's environment
+    (a Faasm catalogue of one's own, ``FAASM_CATALOGUE_DIR``): a trigger form sets no environment
+    variable, so such a folder is the deployment's word, like the package's own files."""
+    real = os.path.realpath(path)
+    if real not in _packages:
+        _packages.append(real)
+
+
 def enforce(uri: str) -> None:
     """The check of :mod:`stepkit.storage`: only where :data:`ENV` is set (a DAG step); the running
     task package's own folder is readable too (:func:`allow_package`)."""

@@ -261,3 +261,27 @@ def test_the_pipeline_params_a_step_opens():
     assert input_params(MirageRun()) == {}  # no trace, the packaged ls6-a100 profile, the ls6 preset
     run = MirageRun(trace="/t.log", synth_profile="s3://b/p.json", cluster_config="/etc/passwd")
     assert input_params(run) == {"trace": "/t.log", "synth_profile": "s3://b/p.json", "cluster_config": "/etc/passwd"}
+
+
+def test_a_folder_the_deployment_names_in_the_environment_is_readable(tmp_path, monkeypatch):
+    """A Faasm catalogue of one's own (``FAASM_CATALOGUE_DIR``, the deployment's environment: a form
+    sets none) is read by a DAG step; a folder beside it stays refused."""
+    from faasm_tasks import catalogue
+    from stepkit import reach
+
+    own, other = tmp_path / "catalogue", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    monkeypatch.setenv(reach.ENV, str(tmp_path / "storage"))
+    monkeypatch.setattr(reach, "_packages", list(reach._packages))
+    with pytest.raises(reach.Refused):
+        reach.enforce(str(own / "mine.yaml"))
+    monkeypatch.setenv(catalogue.ENV_DIRS, str(own))
+    assert own in catalogue._dirs(None)
+    reach.enforce(str(own / "mine.yaml"))  # now the deployment's word
+    with pytest.raises(reach.Refused):
+        reach.enforce(str(other / "x.yaml"))
+    # a folder only passed as an extra directory (a flag) is not widened into the roots
+    catalogue._dirs([str(other)])
+    with pytest.raises(reach.Refused):
+        reach.enforce(str(other / "x.yaml"))
