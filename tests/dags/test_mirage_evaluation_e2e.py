@@ -91,7 +91,8 @@ def test_a_log_from_the_form_is_scored_at_submission(local_storage, tmp_path):
     # (exit 2, not retried): the log's trace, calibration and wait predictor stay the ones that belong together
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     dr = load_dag("mirage_evaluation").test(
-        logical_date=datetime(2026, 12, 2, tzinfo=UTC), run_conf=_conf(tmp_path / "tiny.swf", trials=3)
+        logical_date=datetime(2026, 12, 2, tzinfo=UTC),
+        run_conf=_conf(local_storage / "inputs" / "tiny.swf", trials=3),
     )
     states = task_states(dr)
     assert str(dr.state) == "failed" and states["ingest"] == "success" and states["calibrate"] == "failed", states
