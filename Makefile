@@ -184,8 +184,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Tests run side by side in TEST_WORKERS processes (pytest-xdist): most of the suite waits on
+# processes (Slurm jobs, Airflow, servers), not on the CPU. Each worker has its own Airflow home
+# and database (tests/conftest.py); TEST_WORKERS=0 runs them one after another.
+TEST_WORKERS ?= 4
 test: lint airflow-home system-deps functions
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
 test-fast: $(STAMP)
@@ -193,7 +197,7 @@ test-fast: $(STAMP)
 
 # One tier: make test-tier TIER=dag (unit, dag, e2e or lab).
 test-tier: airflow-home system-deps functions
-	$(PYTHON) -m pytest -m $(TIER)
+	$(PYTHON) -m pytest -m $(TIER) -n $(TEST_WORKERS) --dist worksteal
 
 # The Mirage seed's configuration on the real ls6 log (docs/results/ls6.md): train from
 # 2022-11-01 (684 samples), validate from 2023-03-01 (156 samples), nodes 1 and 8, quick preset.

@@ -427,12 +427,7 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
     assert not win["start_t"] - t0 < 1.4 * h, (win["start_t"] - t0) / h  # not at 10 min on node 2 (or never)
     # the campaign's repredict rebuilds the prediction from what the run stored: the same numbers, also where
     # the join instant was not recorded (runs before it was: then the last chain-0 predecessor's submission)
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("bench_keeper_campaign", root / "bench" / "keeper_campaign.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from lab.campaigns import keeper_campaign as bench
     cols = ["sim_pred_start", "sim_succ_submit", "sim_succ_start"]
     again = bench.repredict_run(out, tmp_path / "slurm")
     assert again[cols].to_dict("records") == pd.read_parquet(out / "links.parquet")[cols].to_dict("records")
