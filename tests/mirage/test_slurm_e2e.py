@@ -428,6 +428,7 @@ def test_keep_service_late_nodes_join_when_the_first_chain_starts(tmp_path):
     # the campaign's repredict rebuilds the prediction from what the run stored: the same numbers, also where
     # the join instant was not recorded (runs before it was: then the last chain-0 predecessor's submission)
     from lab.campaigns import keeper_campaign as bench
+
     cols = ["sim_pred_start", "sim_succ_submit", "sim_succ_start"]
     again = bench.repredict_run(out, tmp_path / "slurm")
     assert again[cols].to_dict("records") == pd.read_parquet(out / "links.parquet")[cols].to_dict("records")
