@@ -30,7 +30,7 @@ TRACE ?=
 TRACE_TZ ?= America/Chicago
 DEMO_DATE ?= 2023-03-01
 
-.PHONY: demo test lint test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
+.PHONY: testing-figures demo test lint test-fast test-tier venv airflow-home system-deps bench ls6-results clean help \
 	airflow airflow-stop airflow-status airflow-check bench-monthly functions bench-faasm demo-faasm \
 	slurm slurm-stop slurm-status
 
@@ -189,7 +189,13 @@ lint: $(STAMP)
 # and database (tests/conftest.py); TEST_WORKERS=0 runs them one after another.
 TEST_WORKERS ?= 4
 test: lint airflow-home system-deps functions
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	@mkdir -p var
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal --junitxml=var/test-report.xml
+
+# docs/testing.md's figures (tests, outcomes and time per tier, the wall time) from the last
+# make test's report, not typed by hand.
+testing-figures:
+	$(PYTHON) devtools/suite_figures.py var/test-report.xml --workers $(TEST_WORKERS) --write docs/testing.md
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
 test-fast: $(STAMP)

@@ -119,6 +119,9 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(Path(str(item.fspath)))
         if not any(item.get_closest_marker(t) for t in TIERS):  # an explicit tier marker wins
             item.add_marker(getattr(pytest.mark, tier))
+        # in the JUnit report (make test writes var/test-report.xml): devtools/suite_figures.py
+        # sums the run per tier from it for docs/testing.md
+        item.user_properties.append(("tier", next(t for t in TIERS if item.get_closest_marker(t))))
         if item.get_closest_marker("unit") and "airflow_db" in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid}: a unit test uses the Airflow database; mark it e2e or dag")
 

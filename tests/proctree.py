@@ -14,11 +14,22 @@ import psutil
 DEADLINE_S = 120.0
 
 
-def wait_for(cond: Callable[[], object], what: str, deadline_s: float = DEADLINE_S, poll_s: float = 0.05):
-    """``cond()``'s first truthy value, polled until ``deadline_s``; fails naming ``what``."""
+def wait_for(
+    cond: Callable[[], object],
+    what: str,
+    deadline_s: float = DEADLINE_S,
+    poll_s: float = 0.05,
+    retry_on: tuple[type[BaseException], ...] = (),
+):
+    """``cond()``'s first truthy value, polled until ``deadline_s``; fails naming ``what``. The one
+    wait of the suite. ``retry_on``: exceptions that mean "not yet" (a browser element React
+    replaced meanwhile), tried again like a falsy value."""
     end = time.monotonic() + deadline_s
     while True:
-        got = cond()
+        try:
+            got = cond()
+        except retry_on:
+            got = None
         if got:
             return got
         if time.monotonic() > end:

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from moto_s3 import list_keys, moto_s3, s3_client, storage_env
+from proctree import wait_for
 
 from stepkit import MARKER, Step, StepError, lease as leases, read_marker, require_committed, storage
 from stepkit.lease import LEASE, Lease, LeaseHeld, LeaseLost
@@ -23,17 +24,6 @@ from stepkit.lease import LEASE, Lease, LeaseHeld, LeaseLost
 pytestmark = pytest.mark.timeout(180)
 
 BUCKET = "house-lease"
-
-
-def wait_for(condition, what: str, deadline_s: float = 60.0):
-    """Poll ``condition`` until it is true (returns its value) or fail after a generous deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
 
 
 def dead_writer_lease(pid: int = 999_999, expired: bool = True) -> bytes:
@@ -183,9 +173,9 @@ def test_heartbeat_renews_and_a_taken_lease_is_lost(where):
     lease = Lease(out, "demo", ttl=30, heartbeat=0.2).acquire()
     try:
         first = json.loads(raw())["expires_epoch"]
-        wait_for(lambda: json.loads(raw())["expires_epoch"] > first, "a heartbeat renewal")
+        wait_for(lambda: json.loads(raw())["expires_epoch"] > first, "a heartbeat renewal", deadline_s=60)
         put(dead_writer_lease(pid=4242, expired=False))  # another writer took it over
-        wait_for(lambda: lease.lost, "the heartbeat to notice the takeover")
+        wait_for(lambda: lease.lost, "the heartbeat to notice the takeover", deadline_s=60)
         assert "pid 4242" in lease.lost
         with pytest.raises(LeaseLost, match="lost its lease"):
             lease.check()

@@ -2,9 +2,8 @@
 
 Every step is a pod created by the unmodified cncf provider on the Kubernetes API stand-in
 (``tests/kubeapi``), which runs the container's ``python -m mirage_tasks ...`` as a local
-process of the project's interpreter (images are not run). Storage is a local folder here
-and an S3 bucket on a moto server in ``test_kpo_mirage_s3``; the storage Secret carries
-the credentials into the pods.
+process of the project's interpreter (images are not run). Storage is an S3 bucket on a moto
+server; the storage Secret carries the credentials into the pods.
 
 ``dag.test()`` does not raise when a task fails: every test checks ``dr.state``.
 """
@@ -121,44 +120,14 @@ def assert_run_outputs(keys: list[str], read_json, read_text, exists) -> None:
     assert "data:image/png;base64," in html
 
 
-def test_mirage_pipeline_through_kpo(tmp_path, monkeypatch, capfd):
-    root = tmp_path / "storage"
-    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(root))
-    api = start_cluster(tmp_path, monkeypatch, {"HOUSE_STORAGE_HINT": "local folder, no credentials"})
-    try:
-        dr = mirage_dag().test(logical_date=LOGICAL_DATE, run_conf=TINY_RUN)
-        st = states(dr)
-        assert dr.state == "success", st
-        assert "train_gpu" not in st and "policy_gpu" not in st  # no GPU nodes declared (HOUSE_GPUS)
-        assert st["policy_cpu"] == "skipped"
-        # pods too are labelled in the grid by the plan's label of their argv
-        labels = sorted(ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "train_cpu")
-        assert labels == ["random_forest · node 1", "xgboost · node 1"]
-        pods = assert_pods_and_cleanup(api, dr)
-    finally:
-        api.stop()
-    # the models x node sizes and models+baselines x shards fan-out became one pod each
-    trains = [p["spec"]["containers"][0]["args"] for p in pods if p["metadata"]["labels"]["task_id"] == "train_cpu"]
-    assert len(trains) == len(MODELS)
-    validates = [p for p in pods if p["metadata"]["labels"]["task_id"] == "validate"]
-    assert len(validates) == len(MODELS) + len(BASELINES)
-    # the step's own log lines reached the task log
-    captured = capfd.readouterr()
-    assert "[base]" in captured.out + captured.err
-    keys = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
-    assert_run_outputs(
-        keys,
-        lambda k: json.loads((root / k).read_text()),
-        lambda k: (root / k).read_text(),
-        lambda k: (root / k).exists(),
-    )
-
-
-def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
-    """The same run with ``HOUSE_STORAGE_ROOT=s3://...`` on moto: endpoint and keys reach the pods
-    through the storage Secret, and every output, marker, metric and report lands in the bucket.
-    The worker gets the same settings: its ``plan`` task fingerprints the trace and lists the
-    committed day partitions (docs/deploy.md: the workers' storage access)."""
+def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch, capfd):
+    """The suite's one whole ``mirage_pipeline`` run through the KubernetesPodOperator, with
+    ``HOUSE_STORAGE_ROOT=s3://...`` on moto (the local-folder storage is the local pipeline run's,
+    tests/dags/test_mirage_pipeline_e2e.py): endpoint and keys reach the pods through the storage
+    Secret, and every output, marker, metric and report lands in the bucket. The worker gets the
+    same settings: its ``plan`` task fingerprints the trace and lists the committed day partitions
+    (docs/deploy.md: the workers' storage access). The fan-out becomes one pod per model, node size
+    and shard, labelled in the grid as the plan labels them."""
     from moto_s3 import list_keys, moto_s3, s3_client, storage_env
 
     bucket = "house-e2e"
@@ -173,9 +142,22 @@ def test_mirage_pipeline_through_kpo_on_s3(tmp_path, monkeypatch):
             dr = mirage_dag().test(logical_date=LOGICAL_DATE, run_conf=TINY_RUN)
             st = states(dr)
             assert dr.state == "success", st
+            assert "train_gpu" not in st and "policy_gpu" not in st  # no GPU nodes declared (HOUSE_GPUS)
+            assert st["policy_cpu"] == "skipped"
+            # pods too are labelled in the grid by the plan's label of their argv
+            labels = sorted(ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "train_cpu")
+            assert labels == ["random_forest · node 1", "xgboost · node 1"]
             pods = assert_pods_and_cleanup(api, dr)
         finally:
             api.stop()
+        # the models x node sizes and models+baselines x shards fan-out became one pod each
+        trains = [p for p in pods if p["metadata"]["labels"]["task_id"] == "train_cpu"]
+        assert len(trains) == len(MODELS)
+        validates = [p for p in pods if p["metadata"]["labels"]["task_id"] == "validate"]
+        assert len(validates) == len(MODELS) + len(BASELINES)
+        # the step's own log lines reached the task log
+        captured = capfd.readouterr()
+        assert "[base]" in captured.out + captured.err
         for pod in pods:  # every path a step was given is in the bucket, never a local path
             paths = [a for a in pod["spec"]["containers"][0]["args"] if "://" in a or a.startswith("/")]
             assert paths and all(a.startswith(f"s3://{bucket}/house/") for a in paths), paths

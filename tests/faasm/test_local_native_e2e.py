@@ -8,12 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import psutil
 import pytest
 import requests
 from faasm_testutil import ROOT, needs_local_target
+from proctree import wait_for
 
 from faasm_tasks import procs, runtimes
 from faasm_tasks.catalogue import get_experiment, resolve
@@ -34,16 +34,6 @@ def built():
         )
 
 
-def _wait(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.skipif(not HAVE_RUNC, reason="runc missing or not root (apt-get install -y runc)")
 def test_containers_of_a_killed_worker_are_found_and_removed(tmp_path):
     t = LocalTarget(str(tmp_path), "leftover")
@@ -55,7 +45,7 @@ def test_containers_of_a_killed_worker_are_found_and_removed(tmp_path):
         ep = t.endpoints()
         r = requests.post(ep.invoke_url, json={"user": "demo", "function": "loop", "async": True}, timeout=10)
         assert r.ok
-        _wait(lambda: runtimes.runc_list(t.runc_root), 30, "the call's container")
+        wait_for(lambda: runtimes.runc_list(t.runc_root), "the call's container", deadline_s=30)
         worker = next(p for p in t.load()["procs"] if p["role"] == "worker")
         os.kill(worker["pid"], signal.SIGKILL)  # its containers outlive it
         psutil.Process(worker["pid"]).wait(timeout=10)

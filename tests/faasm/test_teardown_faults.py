@@ -17,6 +17,7 @@ import time
 import psutil
 import pytest
 from faasm_testutil import ROOT, cli, needs_local_target
+from proctree import wait_for
 
 pytestmark = [needs_local_target, pytest.mark.timeout(240)]
 
@@ -104,16 +105,6 @@ class Run:
             f"{before.stderr.strip()}\n  left after teardown: {self.left()}\n  after: {after.stdout.strip()}"
         )
         return {"verify_before": before.stderr.strip(), "teardown": td.stdout.strip()}
-
-
-def _wait(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _records(run: Run) -> list[dict]:
@@ -207,7 +198,7 @@ def test_worker_killed_during_sgd_call_fails_the_point_fast(tmp_path):
         run.cli("upload-data", "--experiment", "sgd_reuters_svm")
         # 1000 epochs: the call would take many minutes; its bound is the catalogue's cap (3600 s)
         p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000", "--no-billing")
-        _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+        wait_for(lambda: any(r["status"] == "running" for r in _records(run)), "the attempt to start", deadline_s=60)
         time.sleep(1.5)  # the call is in flight
         st = json.load(open(os.path.join(run.state, run.run_id, "local", "state.json")))
         worker = next(r for r in st["procs"] if r["role"] == "worker")
@@ -237,9 +228,9 @@ def test_billing_sampler_killed_during_a_point_fails_it_naming_the_signal(tmp_pa
         run.cli("upload-data", "--experiment", "sgd_reuters_svm")
         # 1000 epochs: the call would take many minutes; the sampler's death must end it first
         p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000")
-        _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+        wait_for(lambda: any(r["status"] == "running" for r in _records(run)), "the attempt to start", deadline_s=60)
         ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
-        _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+        wait_for(lambda: os.path.exists(ctl_path), "the sampler to be recorded", deadline_s=60)
         os.kill(json.load(open(ctl_path))["pid"], signal.SIGKILL)
         out, err = p.communicate(timeout=120)
         assert p.returncode == 1, (out, err)
@@ -273,8 +264,10 @@ def test_load_driver_killed(tmp_path):
         "--rate",
         "20",
     )
-    _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
-    _wait(lambda: len(run.left()) >= 4 + 3, 30, "the load driver's processes")  # 4 deployed + run + 2 forks
+    wait_for(lambda: any(r["status"] == "running" for r in _records(run)), "the attempt to start", deadline_s=60)
+    wait_for(
+        lambda: len(run.left()) >= 4 + 3, "the load driver's processes", deadline_s=30
+    )  # 4 deployed + run + 2 forks
     p.kill()
     p.wait()
     assert len(run.left()) >= 4  # the deployment outlives the killed step (the forks may exit with it)
@@ -474,9 +467,9 @@ def test_sigterm_of_run_stops_its_sampler_and_leaves_the_deployment_to_teardown(
     run.cli("upload-data", "--experiment", "sgd_reuters_svm")
     deployment = sorted(d["pid"] for d in run.left())
     p = run.popen("run", "--experiment", "sgd_reuters_svm", "--set", "epochs=1000", "--keep-billing")
-    _wait(lambda: any(r["status"] == "running" for r in _records(run)), 60, "the attempt to start")
+    wait_for(lambda: any(r["status"] == "running" for r in _records(run)), "the attempt to start", deadline_s=60)
     ctl_path = os.path.join(run.state, run.run_id, "billing", "sampler.json")
-    _wait(lambda: os.path.exists(ctl_path), 60, "the sampler to be recorded")
+    wait_for(lambda: os.path.exists(ctl_path), "the sampler to be recorded", deadline_s=60)
     sampler = psutil.Process(json.load(open(ctl_path))["pid"])
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)

@@ -24,6 +24,7 @@ import time
 import pytest
 from conftest import REPO
 from moto_s3 import list_keys, moto_s3, s3_client, storage_env
+from proctree import wait_for
 from test_verified_inputs import SAMPLE, ingest_argv, log, run  # noqa: F401 - the log fixture
 
 from stepkit import MARKER, storage
@@ -86,16 +87,6 @@ def resume(proc: subprocess.Popen) -> tuple[int, str, str]:
     os.kill(proc.pid, signal.SIGCONT)
     out, err = proc.communicate(timeout=240)
     return proc.returncode, out, err
-
-
-def wait_for(condition, what: str, deadline_s: float = 120.0):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
 
 
 def committed_intact(out: str) -> dict:

@@ -33,10 +33,6 @@ pytestmark = pytest.mark.skipif(
 FACTOR = 60
 
 
-def _until(cond, timeout=180.0, what="condition"):
-    return wait_for(cond, what, deadline_s=timeout, poll_s=0.3)
-
-
 def _sbatch(env, account: str, nodes: int, sleep_s: float, name: str) -> str:
     return (
         run_client(
@@ -110,13 +106,17 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
         # account's factor must be the simulator's for the same usage (the classic formula over the
         # siblings u0, u1 and the service)
         big = _sbatch(env, "u0", 2, 600, "heavy")
-        _until(lambda: [j for j in squeue(env) if j.job_id == big and j.state == "RUNNING"], what="u0's job running")
+        wait_for(
+            lambda: [j for j in squeue(env) if j.job_id == big and j.state == "RUNNING"],
+            "u0's job running",
+            deadline_s=180,
+        )
         late_heavy = _sbatch(env, "u0", 2, 2, "heavy2")  # submitted first ...
         time.sleep(1.5)
         light = _sbatch(env, "u1", 2, 2, "light")  # ... but u1 has used nothing
         t_wait = time.monotonic()
-        got = _until(
-            lambda: (f := _shares(env)) and f["u0"][1] < 0.9 and f, timeout=200, what="Slurm's fair-share re-read"
+        got = wait_for(
+            lambda: (f := _shares(env)) and f["u0"][1] < 0.9 and f, "Slurm's fair-share re-read", deadline_s=200
         )
         print(f"fair-share factors re-read after {time.monotonic() - t_wait:.0f} s: {got}")
         fs = FairShare(users=2, halflife_s=cfg.fs_halflife_s, period_s=cfg.fs_calc_period_s, weight=1.0, t0=0)
@@ -126,20 +126,25 @@ def test_accounting_enforces_fair_share_and_limits_as_the_simulator_models(tmp_p
         for acct, f in {"u0": fs.factor[0], "u1": fs.default, "service": fs.default}.items():
             assert got[acct][1] == pytest.approx(f, abs=1e-4), (acct, got)
         run_client(["scancel", big], env)  # the two waiting jobs now go in fair-share order
-        _until(lambda: {big, late_heavy, light} <= read_jobcomp(c.paths.jobcomp).keys(), what="the three jobs ending")
+        wait_for(
+            lambda: {big, late_heavy, light} <= read_jobcomp(c.paths.jobcomp).keys(),
+            "the three jobs ending",
+            deadline_s=180,
+        )
         comp = read_jobcomp(c.paths.jobcomp)
         start = {j: slurm_time(comp[j]["StartTime"]) for j in (late_heavy, light)}
         assert start[light] < start[late_heavy], (start, got)  # the light user's job went first
 
         # MaxJobs=1 per trace user: u1's second job waits although a node is free
         d1, d2 = _sbatch(env, "u1", 1, 6, "lim1"), _sbatch(env, "u1", 1, 1, "lim2")
-        _until(
+        wait_for(
             lambda: (q := {j.job_id: j for j in squeue(env)}) and q.get(d1) and q[d1].state == "RUNNING" and q,
-            what="u1's first job running",
+            "u1's first job running",
+            deadline_s=180,
         )
         r = run_client(["squeue", "-h", "-j", d2, "-o", "%T %r"], env).split()
         assert r[:2] == ["PENDING", "AssocMaxJobsLimit"], r
-        _until(lambda: {d1, d2} <= read_jobcomp(c.paths.jobcomp).keys(), what="both limited jobs ending")
+        wait_for(lambda: {d1, d2} <= read_jobcomp(c.paths.jobcomp).keys(), "both limited jobs ending", deadline_s=180)
         comp = read_jobcomp(c.paths.jobcomp)
         assert slurm_time(comp[d2]["StartTime"]) >= slurm_time(comp[d1]["EndTime"])
     finally:
@@ -172,7 +177,11 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
     try:
         env = c.env()
         job = _sbatch(env, "u0", 2, 400, "from-the-start")
-        _until(lambda: [j for j in squeue(env) if j.job_id == job and j.state == "RUNNING"], what="the job running")
+        wait_for(
+            lambda: [j for j in squeue(env) if j.job_id == job and j.state == "RUNNING"],
+            "the job running",
+            deadline_s=180,
+        )
         t_run = time.time()
         seen: list[tuple[float, dict]] = []  # (re-read epoch, sshare after it)
 
@@ -186,7 +195,7 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
             return True
 
         for _ in range(2):
-            _until(next_reread, timeout=150, what="Slurm's next usage re-read")
+            wait_for(next_reread, "Slurm's next usage re-read", deadline_s=150)
         print(f"the job ran from {t_run:.1f}; re-reads and (raw usage, factor): {seen}")
         (t1, s1), (t2, s2) = seen
         assert 50 < t2 - t1 < 70  # PriorityCalcPeriod=1 (minute)

@@ -5,12 +5,12 @@ the tests do not run as root, which the daemons need)."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from proctree import wait_for
 
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.workload import Workload
@@ -29,16 +29,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 FACTOR = 60
-
-
-def _until(cond, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -75,9 +65,9 @@ def test_cluster_schedules_jobs_and_stop_leaves_nothing(tmp_path):
             for _ in range(2)
         ]
         # two 2-node jobs on 3 nodes: one runs, one waits for Resources, then runs
-        q = _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="a running job")
+        q = wait_for(lambda: [j for j in squeue(env) if j.state == "RUNNING"], "a running job")
         assert len(q) == 1
-        _until(lambda: set(ids) <= read_jobcomp(c.paths.jobcomp).keys(), what="both jobs completed")
+        wait_for(lambda: set(ids) <= read_jobcomp(c.paths.jobcomp).keys(), "both jobs completed")
         comp = read_jobcomp(c.paths.jobcomp)
         assert all(comp[i]["JobState"] == "COMPLETED" for i in ids)
         # and one more that is still running when the cluster stops
@@ -95,7 +85,7 @@ def test_cluster_schedules_jobs_and_stop_leaves_nothing(tmp_path):
             ],
             env,
         )
-        _until(lambda: [j for j in squeue(env) if j.state == "RUNNING"], what="the long job running")
+        wait_for(lambda: [j for j in squeue(env) if j.state == "RUNNING"], "the long job running")
         pids = c.running()
         assert set(pids) >= {"munged", "slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3"}
     finally:
@@ -143,7 +133,7 @@ def test_replay_matches_the_simulator_on_a_backfill_case(slurm):
     assert doc["start_error_h"]["max"] <= 6 * FACTOR / h, doc
     assert doc["sim_vs_slurm"]["within_1h"] == 1.0
     # the replay cancelled what it left; a job that just ended may show COMPLETING (CG) for a moment
-    _until(lambda: slurm.cmd("squeue", "-h").stdout.strip() == "", timeout=30, what="an empty queue")
+    wait_for(lambda: slurm.cmd("squeue", "-h").stdout.strip() == "", "an empty queue", deadline_s=30)
 
 
 def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):

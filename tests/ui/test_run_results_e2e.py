@@ -13,12 +13,20 @@ own UI in a headless Chromium, DAG runs made and marked through the REST API (no
 from __future__ import annotations
 
 import shutil
-import time
 from urllib.parse import quote, unquote
 
 import pytest
 from airflow_ui import api_get, api_send, api_server, api_token, chromium, login, missing
+from proctree import wait_for
 from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
+
+#: a browser element React replaced meanwhile, or not ready yet: looked up again
+try:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    NOT_YET = (StaleElementReferenceException, NoSuchElementException)
+except ImportError:  # selenium absent: the module skips below
+    NOT_YET = ()
 
 pytestmark = pytest.mark.e2e
 
@@ -99,46 +107,49 @@ def _site_evaluation(storage) -> None:
     )
 
 
-def _wait(what, fn, timeout: float = 120):
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except (StaleElementReferenceException, NoSuchElementException):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout} s: {what}")
-        time.sleep(0.5)
-
-
 def test_dag_run_has_a_results_tab_that_opens_its_reports(ui):
     from selenium.webdriver.common.by import By
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/dags/mirage_pipeline/runs/{quote(RUN_B, safe='')}")
-    tab = _wait(
-        "the run's Results tab",
+    tab = wait_for(
         lambda: next(
             (a for a in driver.find_elements(By.CSS_SELECTOR, "a, button, [role=tab]") if a.text.strip() == "Results"),
             None,
         ),
+        "the run's Results tab",
+        retry_on=NOT_YET,
+        poll_s=0.5,
     )
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", tab)
     tab.click()
-    _wait("the tab's route", lambda: driver.current_url.rstrip("/").endswith("/plugin/run-results"))
-    frame = _wait("the tab's frame", lambda: driver.find_element(By.TAG_NAME, "iframe"))
+    wait_for(
+        lambda: driver.current_url.rstrip("/").endswith("/plugin/run-results"),
+        "the tab's route",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
+    frame = wait_for(
+        lambda: driver.find_element(By.TAG_NAME, "iframe"), "the tab's frame", retry_on=NOT_YET, poll_s=0.5
+    )
     driver.switch_to.frame(frame)
     try:
-        link = _wait("the run's report link", lambda: driver.find_element(By.CSS_SELECTOR, "a.report-link"))
+        link = wait_for(
+            lambda: driver.find_element(By.CSS_SELECTOR, "a.report-link"),
+            "the run's report link",
+            retry_on=NOT_YET,
+            poll_s=0.5,
+        )
         assert unquote(link.get_attribute("href")).endswith(f"mirage_pipeline/{MIRAGE_KEY_B}/report/report.html")
         assert RUN_B in driver.find_element(By.TAG_NAME, "h1").text
         assert "Run state: failed" in driver.find_element(By.CSS_SELECTOR, "p.run-state").text
         link.click()  # opens the report itself
-        _wait("the report", lambda: "Held-out scores" in driver.find_element(By.TAG_NAME, "body").text)
+        wait_for(
+            lambda: "Held-out scores" in driver.find_element(By.TAG_NAME, "body").text,
+            "the report",
+            retry_on=NOT_YET,
+            poll_s=0.5,
+        )
     finally:
         driver.switch_to.default_content()
 
@@ -148,8 +159,7 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/results/")
-    rows = _wait(
-        "the Mirage rows",
+    rows = wait_for(
         lambda: (
             {
                 r.get_attribute("data-key"): r
@@ -157,6 +167,9 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
             }
             or None
         ),
+        "the Mirage rows",
+        retry_on=NOT_YET,
+        poll_s=0.5,
     )
 
     def cell(key, cls):
@@ -192,7 +205,9 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
     for key in (MIRAGE_KEY, MIRAGE_KEY_B):
         rows[key].find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
     driver.find_element(By.CSS_SELECTOR, "form#compare button[type=submit]").click()
-    _wait("the comparison", lambda: driver.find_element(By.CSS_SELECTOR, "table.compare"))
+    wait_for(
+        lambda: driver.find_element(By.CSS_SELECTOR, "table.compare"), "the comparison", retry_on=NOT_YET, poll_s=0.5
+    )
     cmp_rows = {
         tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td")[:2]): tr
         for tr in driver.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")
@@ -206,8 +221,15 @@ def test_results_list_shows_run_state_unfinished_tasks_trigger_and_links(ui):
 
     # the run link leaves the view for the run's page in Airflow
     driver.get(f"{base}/results/")
-    _wait("the run link", lambda: driver.find_element(By.CSS_SELECTOR, "a.run-link")).click()
-    _wait("the run's page", lambda: driver.current_url.startswith(f"{base}/dags/mirage_pipeline/runs/"))
+    wait_for(
+        lambda: driver.find_element(By.CSS_SELECTOR, "a.run-link"), "the run link", retry_on=NOT_YET, poll_s=0.5
+    ).click()
+    wait_for(
+        lambda: driver.current_url.startswith(f"{base}/dags/mirage_pipeline/runs/"),
+        "the run's page",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
 
 
 def test_run_link_inside_the_uis_frame_opens_the_run_page(ui):
@@ -217,24 +239,36 @@ def test_run_link_inside_the_uis_frame_opens_the_run_page(ui):
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/plugin/results")
-    frame = _wait("the view's frame", lambda: driver.find_element(By.TAG_NAME, "iframe"))
+    frame = wait_for(
+        lambda: driver.find_element(By.TAG_NAME, "iframe"), "the view's frame", retry_on=NOT_YET, poll_s=0.5
+    )
     assert "allow-top-navigation" not in (frame.get_attribute("sandbox") or "")
     driver.switch_to.frame(frame)
     try:
-        link = _wait(
-            "a run link in the frame",
+        link = wait_for(
             lambda: next((a for a in driver.find_elements(By.CSS_SELECTOR, "a.run-link") if a.text == RUN_B), None),
+            "a run link in the frame",
+            retry_on=NOT_YET,
+            poll_s=0.5,
         )
         link.click()
     finally:
         driver.switch_to.default_content()
-    _wait(
-        "the run's page in the whole window",
+    wait_for(
         lambda: unquote(driver.current_url) == f"{base}/dags/mirage_pipeline/runs/{RUN_B}",
-        timeout=30,
+        "the run's page in the whole window",
+        deadline_s=30,
+        retry_on=NOT_YET,
+        poll_s=0.5,
     )
     # the UI shows the run (not the list in a frame any more)
-    _wait("the run's page rendered", lambda: RUN_B in driver.find_element(By.TAG_NAME, "body").text, timeout=60)
+    wait_for(
+        lambda: RUN_B in driver.find_element(By.TAG_NAME, "body").text,
+        "the run's page rendered",
+        deadline_s=60,
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
     assert not [
         f
         for f in driver.find_elements(By.TAG_NAME, "iframe")
@@ -249,16 +283,25 @@ def test_a_sites_wait_prediction_is_readable_in_the_ui(ui):
 
     driver, base = ui["driver"], ui["base"]
     driver.get(f"{base}/plugin/results")
-    driver.switch_to.frame(_wait("the view's frame", lambda: driver.find_element(By.TAG_NAME, "iframe")))
+    driver.switch_to.frame(
+        wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), "the view's frame", retry_on=NOT_YET, poll_s=0.5)
+    )
     try:
-        row = _wait(
-            "the evaluation row",
+        row = wait_for(
             lambda: driver.find_element(By.CSS_SELECTOR, "table[data-kind=mirage_evaluation] tr[data-key=mysite]"),
+            "the evaluation row",
+            retry_on=NOT_YET,
+            poll_s=0.5,
         )
         summary = row.find_element(By.CSS_SELECTOR, "td.summary").text
         assert "guard pick corrected_q40" in summary and "1997-01 90%" in summary, summary
         row.find_element(By.CSS_SELECTOR, "a.report-link").click()
-        cells = _wait("the per-month table", lambda: [td.text for td in driver.find_elements(By.CSS_SELECTOR, "td")])
+        cells = wait_for(
+            lambda: [td.text for td in driver.find_elements(By.CSS_SELECTOR, "td")],
+            "the per-month table",
+            retry_on=NOT_YET,
+            poll_s=0.5,
+        )
         assert "1997-01" in cells and "90.1%" in cells and "3.61" in cells, cells
         assert "corrected_q40" in driver.find_element(By.TAG_NAME, "strong").text
     finally:
@@ -275,21 +318,28 @@ def test_mirage_service_triggers_from_its_form_untouched(ui):
     WebDriverWait(driver, 90).until(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
     ).click()
-    dialog = _wait(
-        "the trigger dialog",
+    dialog = wait_for(
         lambda: next(
             (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
         ),
+        "the trigger dialog",
+        retry_on=NOT_YET,
+        poll_s=0.5,
     )
     # the form untouched: model (policy model without one fails in the step, exit 2 naming --model),
     # partition and account all empty
     for name in ("element_model", "element_partition", "element_account"):
         assert dialog.find_element(By.NAME, name).get_attribute("value") == ""
     button = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger")
-    _wait("Trigger enabled", lambda: button.is_enabled())
+    wait_for(lambda: button.is_enabled(), "Trigger enabled", retry_on=NOT_YET, poll_s=0.5)
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
     button.click()
-    runs = _wait("the triggered run", lambda: api_get(base, token, "/api/v2/dags/mirage_service/dagRuns")["dag_runs"])
+    runs = wait_for(
+        lambda: api_get(base, token, "/api/v2/dags/mirage_service/dagRuns")["dag_runs"],
+        "the triggered run",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
     assert [r["run_type"] for r in runs] == ["manual"], runs
     conf = runs[0]["conf"]
     assert (

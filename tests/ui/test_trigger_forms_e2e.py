@@ -26,6 +26,15 @@ from urllib.parse import quote
 
 import pytest
 from airflow_ui import api_get, api_put, api_server, api_token, chromium, login, missing
+from proctree import wait_for
+
+#: a browser element React replaced meanwhile, or not ready yet: looked up again
+try:
+    from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
+
+    NOT_YET = (StaleElementReferenceException, ElementNotInteractableException)
+except ImportError:  # selenium absent: the module skips below
+    NOT_YET = ()
 
 pytestmark = pytest.mark.e2e
 
@@ -45,24 +54,6 @@ def ui(tmp_path_factory):
         yield server
 
 
-def _wait(what, fn, timeout: float = 120):
-    """``fn()`` once it is truthy; an element React replaced meanwhile (stale) or not yet ready for
-    input (a popover still opening) is tried again."""
-    from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except (StaleElementReferenceException, ElementNotInteractableException):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout} s: {what}")
-        time.sleep(0.5)
-
-
 def _dialog(driver, dag_id: str, base: str):
     """Open ``dag_id``'s page and its trigger dialog; returns the dialog element."""
     from selenium.webdriver.common.by import By
@@ -73,11 +64,13 @@ def _dialog(driver, dag_id: str, base: str):
     WebDriverWait(driver, 90).until(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
     ).click()
-    return _wait(
-        "the trigger dialog",
+    return wait_for(
         lambda: next(
             (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
         ),
+        "the trigger dialog",
+        retry_on=NOT_YET,
+        poll_s=0.5,
     )
 
 
@@ -109,7 +102,7 @@ def test_trigger_form_defaults_start_one_manual_run_and_no_scheduled_one(ui):
     unpause = dialog.find_element(By.XPATH, ".//label[contains(., 'Unpause mirage_pipeline on trigger')]")
     assert unpause.get_attribute("data-state") == "checked"  # Airflow's default: ticked
     _click(driver, _button(dialog, "Trigger"))
-    runs = _wait("the triggered run", lambda: _runs(ui, "mirage_pipeline"))
+    runs = wait_for(lambda: _runs(ui, "mirage_pipeline"), "the triggered run", retry_on=NOT_YET, poll_s=0.5)
     time.sleep(2)  # give a wrongly scheduled run the chance to appear beside it
     runs = _runs(ui, "mirage_pipeline")
     assert [r["run_type"] for r in runs] == ["manual"], runs
@@ -137,12 +130,19 @@ def _backfill(ui, dag_id: str, start: str, end: str, *, override: bool) -> None:
     driver = ui["driver"]
     dialog = _dialog(driver, dag_id, ui["base"])
     _click(driver, dialog.find_element(By.XPATH, ".//*[text()='Backfill']"))
-    _wait("the backfill form", lambda: "Date Range" in dialog.text)
+    wait_for(lambda: "Date Range" in dialog.text, "the backfill form", retry_on=NOT_YET, poll_s=0.5)
     for picker, day in zip(dialog.find_elements(By.CSS_SELECTOR, "[data-testid=datetime-input]"), (start, end)):
         _click(driver, picker)
-        # B023: _wait calls it at once, in this iteration
-        _wait("the date typed", lambda: _type(driver, "input[placeholder='YYYY/MM/DD']", day))  # noqa: B023
-        _wait("the time typed", lambda: _type(driver, "input[placeholder='HH:mm']", "00:00"))
+        # B023: wait_for calls it at once, in this iteration
+        wait_for(
+            lambda: _type(driver, "input[placeholder='YYYY/MM/DD']", day),  # noqa: B023
+            "the date typed",
+            retry_on=NOT_YET,
+            poll_s=0.5,
+        )
+        wait_for(
+            lambda: _type(driver, "input[placeholder='HH:mm']", "00:00"), "the time typed", retry_on=NOT_YET, poll_s=0.5
+        )
         _click(driver, dialog.find_element(By.XPATH, ".//*[text()='Date Range']"))  # closes the picker
     trace = dialog.find_element(By.NAME, "element_trace")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", trace)
@@ -151,7 +151,7 @@ def _backfill(ui, dag_id: str, start: str, end: str, *, override: bool) -> None:
     if override:
         _click(driver, dialog.find_element(By.XPATH, ".//label[contains(., 'Override parameters on existing runs')]"))
     button = _button(dialog, "Run Backfill")
-    _wait("Run Backfill enabled", lambda: button.is_enabled())
+    wait_for(lambda: button.is_enabled(), "Run Backfill enabled", retry_on=NOT_YET, poll_s=0.5)
     _click(driver, button)
 
 
@@ -162,18 +162,23 @@ def test_backfill_form_carries_the_typed_trace_only_with_override_ticked(ui):
         return api_get(base, token, "/api/v2/backfills?dag_id=mirage_samples")["backfills"]
 
     _backfill(ui, "mirage_samples", "2023/01/10", "2023/01/11", override=False)
-    first = _wait("the first backfill", backfills)
+    first = wait_for(backfills, "the first backfill", retry_on=NOT_YET, poll_s=0.5)
     assert first[0]["dag_run_conf"] in (None, {}), first  # Airflow 3.3.2: the typed params are not sent
-    runs = _wait("its runs", lambda: _runs(ui, "mirage_samples"))
+    runs = wait_for(lambda: _runs(ui, "mirage_samples"), "its runs", retry_on=NOT_YET, poll_s=0.5)
     assert runs and all(r["run_type"] == "backfill" and not (r["conf"] or {}).get("trace") for r in runs), runs
     api_put(base, token, f"/api/v2/backfills/{first[0]['id']}/cancel")  # one active backfill per DAG
 
     _backfill(ui, "mirage_samples", "2023/01/20", "2023/01/21", override=True)
-    both = _wait("the second backfill", lambda: len(backfills()) == 2 and backfills())
+    both = wait_for(lambda: len(backfills()) == 2 and backfills(), "the second backfill", retry_on=NOT_YET, poll_s=0.5)
     second = max(both, key=lambda b: b["id"])
     assert second["dag_run_conf"]["trace"] == TRACE, second
     # Airflow commits the backfill before it creates its runs (models/backfill.py): wait for both
-    new = _wait("the second backfill's two runs", lambda: (x := _new_runs(ui)) and len(x) == 2 and x)
+    new = wait_for(
+        lambda: (x := _new_runs(ui)) and len(x) == 2 and x,
+        "the second backfill's two runs",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
     assert all(r["conf"]["trace"] == TRACE for r in new), new
 
 
@@ -192,7 +197,12 @@ def _set(driver, dialog, name: str, text: str) -> None:
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys(Keys.BACKSPACE)
     field.send_keys(text, Keys.TAB)  # blur: the form takes it ("Run Parameters" would fold the section)
-    _wait(f"{name} = {text}", lambda: dialog.find_element(By.NAME, f"element_{name}").get_attribute("value") == text)
+    wait_for(
+        lambda: dialog.find_element(By.NAME, f"element_{name}").get_attribute("value") == text,
+        f"{name} = {text}",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
 
 
 def test_evaluation_form_shows_its_params_and_sends_the_typed_budget(ui):
@@ -203,7 +213,12 @@ def test_evaluation_form_shows_its_params_and_sends_the_typed_budget(ui):
     defaults = {k: v["value"] for k, v in params.items()}
     assert {"name", "trace", "calibrate_from", "calibrate_to", "months", "trials", "timeout_s"} <= set(defaults)
     dialog = _dialog(driver, "mirage_evaluation", base)
-    _wait("every field", lambda: all(dialog.find_elements(By.NAME, f"element_{k}") for k in params))
+    wait_for(
+        lambda: all(dialog.find_elements(By.NAME, f"element_{k}") for k in params),
+        "every field",
+        retry_on=NOT_YET,
+        poll_s=0.5,
+    )
     text = dialog.text
     for name, p in params.items():  # each field with its description beside it
         desc = p.get("description") or (p.get("schema") or {}).get("description")
@@ -214,9 +229,9 @@ def test_evaluation_form_shows_its_params_and_sends_the_typed_budget(ui):
     _set(driver, dialog, "trials", "2")
     _set(driver, dialog, "timeout_s", "10")
     button = _button(dialog, "Trigger")
-    _wait("Trigger enabled", lambda: button.is_enabled())
+    wait_for(lambda: button.is_enabled(), "Trigger enabled", retry_on=NOT_YET, poll_s=0.5)
     _click(driver, button)
-    runs = _wait("the triggered run", lambda: _runs(ui, "mirage_evaluation"))
+    runs = wait_for(lambda: _runs(ui, "mirage_evaluation"), "the triggered run", retry_on=NOT_YET, poll_s=0.5)
     assert [r["run_type"] for r in runs] == ["manual"], runs
     assert runs[0]["conf"] == {**defaults, "trials": 2, "timeout_s": 10}, runs[0]["conf"]
     # the run holds the evaluation's tasks (no scheduler here to run them: plan would read this conf)
