@@ -27,6 +27,7 @@ from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, steps_for
 from house.config import MACROS
+from mirage_tasks.sim.decision_rules import KEEPER_RULES
 
 step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
@@ -81,8 +82,8 @@ with DAG(
     params={
         "policy": Param(
             "model",
-            enum=["model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee", "guarantee-cal"],
-            description="who decides when to submit",
+            enum=list(KEEPER_RULES),
+            description="the decision rule: who decides when to submit",
         ),
         # None, not "": the form must submit untouched; policy model without one fails at once (exit 2, --model)
         "model": Param(
