@@ -5,7 +5,8 @@ keeper submits (or adopts) the first one, then for every link: watches the runni
 predecessor, reads the live queue every ``step_s`` (``squeue`` + ``sinfo``), keeps the last
 ``window`` snapshots (:func:`mirage_tasks.sim.features.snapshot` on a
 :class:`~mirage_tasks.slurm.queue.LiveView`: the same 44 features the simulator recorded
-for training), and submits the successor when the policy says so:
+for training), and submits the successor when its decision rule says so (``policy``, one of
+:data:`DECISION_RULES`, the keeper's rows of :mod:`mirage_tasks.sim.decision_rules`):
 
 * ``model``: the trained model's calibrated rule (:meth:`DecisionFunction.decide`) on the
   history, asked every step once the predecessor runs, within the span before its end that the

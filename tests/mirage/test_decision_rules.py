@@ -58,8 +58,8 @@ def _rule_literals(node: ast.expr) -> list[str]:
 
 
 def rule_name_compares(root: Path) -> list[str]:
-    """``path:line: names`` of every comparison (``==``, ``!=``, ``in``, ``not in`` ...) with a rule's
-    name as a string literal, outside the registry."""
+    """``path:line: names`` of every comparison (``==``, ``!=``, ``in``, ``not in`` ...) or ``match``
+    case with a rule's name as a string literal, outside the registry."""
     found = []
     for top in SCANNED:
         for path in sorted((root / top).rglob("*.py")):
@@ -68,9 +68,13 @@ def rule_name_compares(root: Path) -> list[str]:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
                 if isinstance(node, ast.Compare):
                     hits = [n for op in (node.left, *node.comparators) for n in _rule_literals(op)]
-                    if hits:
-                        found.append(f"{path.relative_to(root)}:{node.lineno}: {', '.join(hits)}")
-    return found
+                elif isinstance(node, ast.MatchValue):  # match policy: case "avg-cal": ...
+                    hits = _rule_literals(node.value)
+                else:
+                    continue
+                if hits:
+                    found.append((str(path.relative_to(root)), node.lineno, ", ".join(hits)))
+    return [f"{where}:{line}: {hits}" for where, line, hits in sorted(found)]
 
 
 def test_no_rule_name_compared_as_a_literal():
@@ -85,6 +89,8 @@ def test_the_scan_finds_a_literal_compare(tmp_path):
     """The scan above would fail on such a comparison (and on one inside a tuple)."""
     (tmp_path / "lab").mkdir()
     (tmp_path / "lab" / "odd.py").write_text(
-        'def f(policy, m):\n    if policy == "avg-cal":\n        return 1\n    return m in ("x", "guarantee-10")\n'
+        'def f(policy, m):\n    if policy == "avg-cal":\n        return 1\n    match m:\n        case "wait-pred":\n'
+        '            return 2\n    return m in ("x", "guarantee-10")\n'
     )
-    assert rule_name_compares(tmp_path) == ["lab/odd.py:2: avg-cal", "lab/odd.py:4: guarantee-10"]
+    found = rule_name_compares(tmp_path)
+    assert found == ["lab/odd.py:2: avg-cal", "lab/odd.py:5: wait-pred", "lab/odd.py:7: guarantee-10"]
