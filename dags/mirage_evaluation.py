@@ -26,11 +26,15 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, steps_for
+from mirage_tasks.run.forms import EvaluationRun
+from mirage_tasks.run.runconf import class_form
 
 step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
 #: the form's example: the KTH SP2 log beside a local checkout (../shared/traces)
 _KTH = Path(__file__).resolve().parents[2] / "shared" / "traces" / "KTH-SP2-1996-2.1-cln.swf.gz"
+#: The form: :class:`mirage_tasks.run.forms.EvaluationRun`'s fields, the example log where it exists.
+FORM = class_form(EvaluationRun, defaults={"trace": str(_KTH) if LOCAL and _KTH.exists() else None})
 
 with DAG(
     dag_id="mirage_evaluation",
@@ -42,52 +46,8 @@ with DAG(
     max_active_runs=2,
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
-    params={
-        "name": Param(
-            "KTH-SP2",
-            type="string",
-            pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-            description="a short name for the log (its output folder)",
-        ),
-        "trace": Param(
-            str(_KTH) if LOCAL and _KTH.exists() else None,
-            type=["null", "string"],
-            description="the raw log: a Slurm sacct export or an SWF file (path or URI under the house "
-            "storage root or the shipped traces, HOUSE_INPUT_ROOTS); required",
-        ),
-        "timezone": Param(
-            None, type=["null", "string"], description="the log's time zone (sacct; empty: an SWF header's, else UTC)"
-        ),
-        "procs_per_node": Param(
-            1,
-            type=["null", "integer"],
-            minimum=1,
-            maximum=4096,
-            description="processors per node, for logs that record processors only (SWF)",
-        ),
-        "machine_nodes": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            description="the machine's size in nodes where the log does not say (SWF headers do)",
-        ),
-        "calibrate_from": Param("1996-10-08", type="string", format="date", description="calibration period start"),
-        "calibrate_to": Param(
-            "1997-01-01", type="string", format="date", description="calibration period end (exclusive)"
-        ),
-        "months": Param(
-            ["1997-01", "1997-02", "1997-03"],
-            type="array",
-            minItems=1,
-            maxItems=24,
-            items={"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
-            description="scored months YYYY-MM, after the calibration period",
-        ),
-        "trials": Param(40, type="integer", minimum=1, maximum=400, description="calibration trials (40)"),
-        "timeout_s": Param(
-            300, type="integer", minimum=10, maximum=86400, description="calibration time budget, seconds (300)"
-        ),
-    },
+    # every param declared once, typed and described, in mirage_tasks.run.forms.EvaluationRun
+    params={name: Param(**spec) for name, spec in FORM.items()},
 ) as dag:
 
     @task(multiple_outputs=True)
@@ -99,26 +59,29 @@ with DAG(
         from mirage_tasks.run import evalplan
         from stepkit import reach
 
-        p = dict(params or {})
+        try:  # the form's values typed and checked against the form's own schema
+            run = EvaluationRun.from_params(dict(params or {}))
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from exc
         try:  # the log is data, not reach: under the storage root or the shipped traces, before any read
-            reach.check_params({"trace": p.get("trace")}, input_roots())
+            reach.check_params({"trace": run.trace}, input_roots())
         except reach.Refused as exc:
             raise AirflowFailException(str(exc)) from exc
         doc = {
-            "name": p["name"],
-            "trace": p["trace"],
-            "calibrate": [p["calibrate_from"], p["calibrate_to"]],
-            "months": list(p["months"]),
-            "timezone": p.get("timezone") or None,
-            "procs_per_node": p.get("procs_per_node"),
-            "machine_nodes": p.get("machine_nodes"),
+            "name": run.name,
+            "trace": run.trace,
+            "calibrate": [run.calibrate_from, run.calibrate_to],
+            "months": list(run.months),
+            "timezone": run.timezone,
+            "procs_per_node": run.procs_per_node,
+            "machine_nodes": run.machine_nodes,
         }
         try:
             spec = evalplan.LogSpec.from_dict(doc, source="the trigger form")
             reach.check_params({"trace": spec.trace}, input_roots())  # as resolved (a relative path)
         except (evalplan.SpecError, reach.Refused) as exc:
             raise AirflowFailException(str(exc)) from exc
-        budget = evalplan.Budget(trials=int(p["trials"]), timeout_s=float(p["timeout_s"]))
+        budget = evalplan.Budget(trials=run.trials, timeout_s=float(run.timeout_s))
         argvs = dict(evalplan.waitpred_argvs(spec, storage_prefix("mirage_evaluation"), budget))
         print(f"log {spec.name}: outputs under {storage_prefix('mirage_evaluation', spec.name)}")
         return argvs

@@ -4,13 +4,17 @@ One task, ``keep_service`` (``python -m mirage_tasks keep-service``): it submits
 service's first job (``node`` nodes, ``service_hours`` limit), watches it through ``squeue``
 and ``sinfo``, builds the features the model was trained on from the live queue and submits
 each successor when the model's calibrated rule says so (never later than the predecessor's
-end); ``policy`` ``reactive``, ``avg`` or ``avg-cal`` (calibrated on the training samples named by
-``avg_cal_samples``) runs a baseline instead, and ``wait-pred``, ``guarantee`` or ``guarantee-cal``
-the wait predictor's rules (a ``waitpred`` output: submit when the predicted start, or its upper
+end). The param ``policy`` picks the decision rule, one of the keeper's rules in the one registry
+(``mirage_tasks/sim/decision_rules.py``, the form's choices): ``reactive``, ``avg`` or ``avg-cal``
+(calibrated on the training samples named by ``avg_cal_samples``) runs a baseline instead, and
+``wait-pred``, ``guarantee`` or ``guarantee-cal`` the wait predictor's rules (a ``waitpred`` output: submit when the predicted start, or its upper
 bound, reaches the predecessor's end; ``guarantee-cal`` with a margin calibrated for at most 10 %
 interrupted on the end-spaced samples named by ``guarantee_samples``, drawn with that predictor).
 Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
+
+The form is ``mirage_tasks.run.forms.ServiceRun``; each param is the ``keep-service`` flag of its
+name, and one left empty (``model``, ``partition`` ...) is left out of the command line.
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
 ``var/slurm/slurm.conf``). In a pod the Slurm client and the munge key come from the
@@ -25,24 +29,20 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
-from house import default_args, get_config, steps_for
+from house import default_args, get_config, param_argv, steps_for
 from house.config import MACROS
+from mirage_tasks.run.forms import ServiceRun
+from mirage_tasks.run.runconf import class_form
 
 step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
-#: The form's ranges: keep-service's own (``mirage_tasks.steps.keep_service.BOUNDS``, which
-#: imports pandas, too heavy for parse time; tests/dags/test_mirage_service_form.py keeps them equal).
-SERVICE_BOUNDS = {
-    "node": (1, 100_000),
-    "service_hours": (1 / 60, 24 * 366),
-    "links": (1, 10_000),
-    "factor": (1e-3, 1e6),
-}
 
 
 #: The form's slurm.conf: the file ``make slurm`` writes locally, the mounted ``mirage-slurm`` Secret in a
 #: pod. The only slurm_conf outside the allowed input roots a run may name.
 SLURM_CONF = "var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf"
+#: The form: :class:`mirage_tasks.run.forms.ServiceRun`'s fields, with this deployment's slurm.conf.
+FORM = class_form(ServiceRun, defaults={"slurm_conf": SLURM_CONF})
 
 
 def unknown_conf(conf: dict, known) -> str | None:
@@ -78,99 +78,13 @@ with DAG(
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
     user_defined_macros=dict(MACROS),
-    params={
-        "policy": Param(
-            "model",
-            enum=["model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee", "guarantee-cal"],
-            description="who decides when to submit",
-        ),
-        # None, not "": the form must submit untouched; policy model without one fails at once (exit 2, --model)
-        "model": Param(
-            None,
-            type=["null", "string"],
-            description="trained model (a train output URI); needed by policy model, unused by reactive and avg",
-        ),
-        "avg_cal_samples": Param(
-            None,
-            type=["null", "string"],
-            description="a sample output URI of the training period, on which avg-cal's "
-            "threshold is calibrated; needed by policy avg-cal",
-        ),
-        "waitpred": Param(
-            None,
-            type=["null", "string"],
-            description="a waitpred output URI (the wait predictor of this cluster's log); needed by "
-            "policies wait-pred, guarantee and guarantee-cal",
-        ),
-        "guarantee_samples": Param(
-            None,
-            type=["null", "string"],
-            description="a sample output URI drawn with sample --waitpred (the same predictor) "
-            "and --probe-spacing end on the months before; guarantee-cal's margin "
-            "is calibrated on it; needed by policy guarantee-cal",
-        ),
-        "node": Param(
-            1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["node"][1], description="nodes of each service job"
-        ),
-        "service_hours": Param(
-            48.0,
-            type="number",
-            minimum=SERVICE_BOUNDS["service_hours"][0],
-            maximum=SERVICE_BOUNDS["service_hours"][1],
-            description="limit of each job (h), at most a year",
-        ),
-        "links": Param(
-            1, type="integer", minimum=1, maximum=SERVICE_BOUNDS["links"][1], description="successions to keep"
-        ),
-        "factor": Param(
-            1.0,
-            type="number",
-            minimum=SERVICE_BOUNDS["factor"][0],
-            maximum=SERVICE_BOUNDS["factor"][1],
-            description="time compression of the cluster (1 for a real one)",
-        ),
-        "slurm_conf": Param(
-            SLURM_CONF,
-            type="string",
-            description="the cluster's slurm.conf (SLURM_CONF of the Slurm client); "
-            "make slurm writes var/slurm/slurm.conf",
-        ),
-        # None, not "": Param("", type="string") is a required field in the trigger form (its JSON is null)
-        "partition": Param(
-            None, type=["null", "string"], description="Slurm partition of the service jobs (empty: the default)"
-        ),
-        "account": Param(
-            None,
-            type=["null", "string"],
-            description="Slurm account charged for the service jobs (empty: the submitting user's default)",
-        ),
-    },
+    # every param declared once, typed and described, in mirage_tasks.run.forms.ServiceRun
+    params={name: Param(**spec) for name, spec in FORM.items()},
 ) as dag:
     # resolved at run time (the house macro), one folder per run
     out = "{{ house_storage_prefix(dag.dag_id) }}/{{ run_id | replace(':', '_') | replace('+', '_') }}"
-    argv = [
-        "keep-service",
-        "--policy",
-        "{{ params.policy }}",
-        "--node",
-        "{{ params.node }}",
-        "--service-hours",
-        "{{ params.service_hours }}",
-        "--links",
-        "{{ params.links }}",
-        "--factor",
-        "{{ params.factor }}",
-        "--slurm-conf",
-        "{{ params.slurm_conf }}",
-        "--out",
-        out,
-        "{{ '--model=' ~ params.model if params.model else '--policy=' ~ params.policy }}",
-        "{{ '--partition=' ~ params.partition if params.partition else '--links=' ~ params.links }}",
-        "{{ '--account=' ~ params.account if params.account else '--node=' ~ params.node }}",
-        "{{ '--avg-cal-samples=' ~ params.avg_cal_samples if params.avg_cal_samples else '--node=' ~ params.node }}",
-        "{{ '--waitpred=' ~ params.waitpred if params.waitpred else '--node=' ~ params.node }}",
-        "{{ '--guarantee-samples=' ~ params.guarantee_samples if params.guarantee_samples else '--node=' ~ params.node }}",
-    ]
+    # one flag per param of the form; an empty optional one (model, partition, ...) is left out
+    argv = ["keep-service", *param_argv(FORM), "--out", out]
 
     @task
     def check_conf(**context) -> None:

@@ -46,6 +46,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mirage_tasks.sim import decision_rules as dr
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/campaigns/ is two below)
 PY = sys.executable
 DEFAULTS = {
@@ -109,14 +111,14 @@ def choose_windows(
 def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     start = pd.Timestamp(w["from"], tz="UTC")
     to = start + pd.Timedelta(hours=a.span_hours + 48)  # held beyond the chains: the session ends with them
-    from mirage_tasks.slurm.livewait import WAIT_POLICIES
+    from mirage_tasks.slurm.livewait import WAIT_RULES
 
     pol = a.policies.split(",")
     inputs = (
-        (["--model", a.model] if "model" in pol else [])
-        + (["--avg-cal-samples", a.avg_cal_samples] if "avg-cal" in pol else [])
-        + (["--waitpred", a.waitpred] if set(WAIT_POLICIES) & set(pol) else [])
-        + (["--guarantee-samples", a.guarantee_samples] if "guarantee-cal" in pol else [])
+        (["--model", a.model] if dr.MODEL in pol else [])
+        + (["--avg-cal-samples", a.avg_cal_samples] if dr.AVG_CAL in pol else [])
+        + (["--waitpred", a.waitpred] if set(WAIT_RULES) & set(pol) else [])
+        + (["--guarantee-samples", a.guarantee_samples] if dr.GUARANTEE_CAL in pol else [])
     )
     from mirage_tasks.sim.config import PRESETS
 
@@ -250,7 +252,7 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     policies = ns.policy.split(",")
     keeper = {"avg_offset_h": (facts.get("avg_cal") or {}).get("threshold")}
     decide = None
-    if "model" in policies:
+    if dr.MODEL in policies:
         decide, info = kp.model_decider(ns.model)
         keeper["decide_within_s"] = info["trained_span_s"] if ns.decide_within == "trained" else None
         keeper["decide_at_s"] = info["trained_offsets_s"] if params.get("decide_at") == "probes" else None
@@ -259,7 +261,7 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
         keeper["guarantee_margin_h"], keeper["guarantee_at_s"] = gcal["threshold"], tuple(gcal["at_s"])
     from mirage_tasks.slurm import livewait
 
-    if set(livewait.WAIT_POLICIES) & set(policies):
+    if set(livewait.WAIT_RULES) & set(policies):
         keeper["waitpred"] = livewait.load(ns.waitpred, meta.timezone)
         keeper["wait_cfg"] = sim_config(cfg, ns.factor, bool(params.get("accounting")))
     stored = pd.read_parquet(run / "links.parquet")
@@ -307,7 +309,7 @@ def repredict(a: argparse.Namespace) -> int:
         new = repredict_run(run, sl)
         for p, (moved, total) in _page_module().moved_predictions(pd.read_parquet(run / "links.parquet"), new).items():
             print(f"{a.name}-{w} {p}: {moved} of {total} predicted interruptions moved", flush=True)
-            if p in ("reactive", "avg", "avg-cal") and moved:
+            if p in (dr.REACTIVE, dr.AVG, dr.AVG_CAL) and moved:
                 print(f"{a.name}-{w} {p}: the rebuild does not reproduce the stored prediction", flush=True)
                 rc = 1
         new.to_parquet(run / "repredicted.parquet", index=False)

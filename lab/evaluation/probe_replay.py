@@ -79,6 +79,7 @@ from mirage_tasks.evaluation.rules import (
     verdict,
 )
 from mirage_tasks.models.thresholds import WASTE_WEIGHT, adjusted_score, calibrate, outcomes
+from mirage_tasks.sim import decision_rules as dr
 from stepkit import Step, StepError, storage
 
 from .stopping import fit as fit_stopping
@@ -90,10 +91,10 @@ ORACLES = ("oracle", "oracle-wait")
 REFERENCE = "avg-cal"
 SECOND = "avg"  # also reported: the difference to the plain avg rule (the reference's own baseline)
 CURVE_POINTS = 41
-GUARANTEE = "guarantee-10"
+GUARANTEE = dr.GUARANTEE_SIM  # protocol v2 pre-registered the bound rule under this name
 #: guarantee-10's score with a margin chosen by split conformal calibration on the validation split
 #: (:func:`calibrate_conformal`), so the stated rate rests on the rule's own outcomes, not on the bound's
-GUARANTEE_CAL = "guarantee-cal"
+GUARANTEE_CAL = dr.GUARANTEE_CAL
 #: guarantee-cal with its level adapted to the outcomes seen so far (:func:`aci_outcomes`)
 GUARANTEE_ACI = "guarantee-aci"
 ACI_GAMMA = 0.05  # the level's step per outcome (fixed before any scoring)
@@ -297,9 +298,9 @@ def month_rows(outs: dict[str, np.ndarray], node: int, w: float, n_boot: int, se
                 "diff_vs_reactive": float(d3.mean()),
                 "diff_reactive_ci_lo": lo3,
                 "diff_reactive_ci_hi": hi3,
-                "verdict_vs_reactive": verdict(lo3, hi3) if m != "reactive" else "reference",
+                "verdict_vs_reactive": verdict(lo3, hi3) if m != dr.REACTIVE else "reference",
                 "p_vs_avg_cal": _p_two_sided(d, idx) if idx is not None and m != REFERENCE else None,
-                "p_vs_reactive": _p_two_sided(d3, idx) if idx is not None and m != "reactive" else None,
+                "p_vs_reactive": _p_two_sided(d3, idx) if idx is not None and m != dr.REACTIVE else None,
                 "oracle_share_ci_lo": slo,
                 "oracle_share_ci_hi": shi,
                 **interrupted_share(s),
@@ -424,8 +425,8 @@ def evaluate(
         outs: dict[str, np.ndarray] = {}
         for m, (sc, thr, load) in rules.items():
             adj = adjusted_score(sc[sel], sub.X_last, load)
-            outs[m] = outcomes(adj, sub.y, sub.sample, np.inf if thr is None or m == "reactive" else float(thr))
-            if m != "reactive":
+            outs[m] = outcomes(adj, sub.y, sub.sample, np.inf if thr is None or m == dr.REACTIVE else float(thr))
+            if m != dr.REACTIVE:
                 c = sweep(adj, sub.y, sub.sample, node, w)
                 c.insert(0, "method", m)
                 c.insert(0, "month", month)

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mirage_tasks.sim import decision_rules as dr
+
 #: the campaign's run sets: output name -> what it set side by side
 SETS = {
     "keep": "the model, avg-cal, avg and reactive",
@@ -97,7 +99,7 @@ def _interruption_vs_reactive(f: pd.DataFrame, policy: str) -> tuple[float, floa
 
     g = f.assign(intr=np.maximum(f["signed_interruption_h"].to_numpy(float), 0.0))
     m = g[g["policy"] == policy][KEY + ["intr"]].merge(
-        g[g["policy"] == "reactive"][KEY + ["intr"]], on=KEY, suffixes=("", "_r")
+        g[g["policy"] == dr.REACTIVE][KEY + ["intr"]], on=KEY, suffixes=("", "_r")
     )
     if m.empty:
         return math.nan, math.nan, math.nan
@@ -114,13 +116,13 @@ def _verdict_lines(rows: list[dict], f: pd.DataFrame | None = None) -> list[str]
     out = []
     avg_waste = by.get("avg", {}).get("wasted_node_h")
     for p, r in by.items():
-        if p in ("reactive", "avg", "avg-cal"):
+        if p in (dr.REACTIVE, dr.AVG, dr.AVG_CAL):
             continue
         vs = r.get("vs_reactive")
         lo, hi = r.get("vs_reactive_lo"), r.get("vs_reactive_hi")
         better = hi is not None and hi == hi and hi < 0
         waste_ok = avg_waste is None or r["wasted_node_h"] <= avg_waste + 1e-12
-        di = _interruption_vs_reactive(f, p) if f is not None and "reactive" in by else (math.nan,) * 3
+        di = _interruption_vs_reactive(f, p) if f is not None and dr.REACTIVE in by else (math.nan,) * 3
         out.append(
             f"* **{p}**: submitted early in {r['early']} of {r['links']} links; interruption against reactive's "
             f"on the same links {_f(di[0], '{:+.3f}')} h [{_f(di[1], '{:+.3f}')}, {_f(di[2], '{:+.3f}')}]"
@@ -132,7 +134,7 @@ def _verdict_lines(rows: list[dict], f: pd.DataFrame | None = None) -> list[str]
             + "; interrupted "
             f"{_f(r['interrupted'], '{:.0%}')} [{_f(r['interrupted_lo'], '{:.0%}')}, "
             f"{_f(r['interrupted_hi'], '{:.0%}')}] against reactive's "
-            f"{_f(by['reactive']['interrupted'], '{:.0%}') if 'reactive' in by else '-'}; objective against "
+            f"{_f(by['reactive']['interrupted'], '{:.0%}') if dr.REACTIVE in by else '-'}; objective against "
             f"reactive {_f(vs, '{:+.2f}')} [{_f(lo, '{:+.2f}')}, {_f(hi, '{:+.2f}')}]: "
             + (
                 "**better than reactive**"
@@ -377,8 +379,8 @@ def _reactive_spread(frames: dict) -> list[str]:
     if not {"keep", "keepwp"} <= set(frames):
         return []
     d = _gaps(
-        frames["keep"][frames["keep"]["policy"] == "reactive"],
-        frames["keepwp"][frames["keepwp"]["policy"] == "reactive"],
+        frames["keep"][frames["keep"]["policy"] == dr.REACTIVE],
+        frames["keepwp"][frames["keepwp"]["policy"] == dr.REACTIVE],
     )
     if d.empty:
         return []
@@ -393,12 +395,12 @@ def _reactive_spread(frames: dict) -> list[str]:
 def _same_decision_pair(f: pd.DataFrame, name: str = "keep") -> list[str]:
     """avg-cal where it never submits early decides exactly as reactive: both successors submitted at
     the same predecessor end into one cluster. How far apart they start is the chains' competition."""
-    if not {"avg-cal", "reactive"} <= set(f["policy"]):
+    if not {dr.AVG_CAL, dr.REACTIVE} <= set(f["policy"]):
         return []
-    a = f[f["policy"] == "avg-cal"]
+    a = f[f["policy"] == dr.AVG_CAL]
     if not a["forced"].astype(bool).all():
         return []
-    d = _gaps(a, f[f["policy"] == "reactive"])
+    d = _gaps(a, f[f["policy"] == dr.REACTIVE])
     return [
         f"In set `{name}`, avg-cal submitted at the predecessor's end in every link, as reactive did: {len(d)} pairs of "
         f"identical decisions in one cluster. Their successors' starts differ by {_gap_words(d)}: what the "
@@ -481,7 +483,7 @@ def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) ->
     from mirage_tasks.slurm.keeper_stats import summary
 
     out = []
-    avg = [r for r in summary(frames["keep"], factor, 1) if r["policy"] == "avg"] if "keep" in frames else []
+    avg = [r for r in summary(frames["keep"], factor, 1) if r["policy"] == dr.AVG] if "keep" in frames else []
     for pname, (members, f, docs, rows) in pools.items():
         if avg:  # avg ran in set keep only: its waste is the yardstick the criterion names
             rows = rows + [{**avg[0], "policy": "avg"}]

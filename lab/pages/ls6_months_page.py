@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from mirage_tasks.models.thresholds import LOAD_BETAS
+from mirage_tasks.sim import decision_rules as dr
 from mirage_tasks.sim.probes import BASELINES
 
 
@@ -103,7 +104,7 @@ def objective_diff(
     df = df[df["node"] == node]
     cost = (df["interruption_h"] + weight * df["wasted_node_h"]).to_numpy()
     df = df.assign(cost=cost).pivot_table(index="sample_start", columns="model", values="cost")
-    if model not in df or "avg" not in df:
+    if model not in df or dr.AVG not in df:
         return None
     d = (df[model] - df["avg"]).dropna().to_numpy()
     rng = np.random.default_rng([0, node, len(d)])
@@ -215,7 +216,7 @@ def load_shift_section(root: Path, args: Any, months: list[str], weight: float) 
     for m in months:
         doc = _load(root / "metrics" / m / "metrics.json")
         for n in args.nodes:
-            react = next((r for r in _rows(doc, n) if r["model"] == "reactive"), None)
+            react = next((r for r in _rows(doc, n) if r["model"] == dr.REACTIVE), None)
             met, _ = _model_info(root, m, n, args.models[0])
             cal = (met or {}).get("calibration") or {}
             if react is None or not cal.get("reactive"):
@@ -598,7 +599,7 @@ def submission_section(root: Path, args: Any, months: list[str]) -> list[str]:
                     f"| {v['wasted_node_h'].mean():.2f} | {((~early) & ~v['forced'].astype(bool)).mean():.0%} "
                     f"| {v['forced'].astype(bool).mean():.0%} | {lead.median():.1f} |"
                 )
-                if model != "avg":
+                if model != dr.AVG:
                     beyond[(m, n, model)] = (
                         early.mean(),
                         v["wasted_node_h"][early].sum() / max(1e-9, v["wasted_node_h"].sum()),
@@ -798,7 +799,7 @@ def write_doc(root: Path, out: Path, args: Any) -> None:
         for n in args.nodes:
             rows = _rows(doc, n)
             v = verdict(rows)
-            avg = next((r for r in rows if r["model"] == "avg"), None)
+            avg = next((r for r in rows if r["model"] == dr.AVG), None)
             if v is None or avg is None:
                 continue
             b = v["best"]
@@ -1175,7 +1176,7 @@ def run_record(root: Path, args: Any, months: list[str], weight: float, page: Pa
                     "threshold": rule_text(cfg) if cfg is not None else "-",
                 }
             v = verdict(rows)
-            avg = next((r for r in rows if r["model"] == "avg"), None)
+            avg = next((r for r in rows if r["model"] == dr.AVG), None)
             if v is None or avg is None:
                 continue
             b = v["best"]

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np  # the policy account's arrays
 import pandas as pd
 
+from mirage_tasks.sim import decision_rules as dr
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/pages/ is two below)
 SHOW = ("reactive", "avg", "avg-cal", "avg-load", "xgboost", "linear_quantile", "oracle-wait", "oracle")
 CURVES = ("avg", "avg-load", "xgboost", "linear_quantile")
@@ -196,14 +198,14 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                     r = g.loc[m]
                     ci = (
                         f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
-                        if m != "avg-cal" and r["diff_ci_lo"] == r["diff_ci_lo"]
+                        if m != dr.AVG_CAL and r["diff_ci_lo"] == r["diff_ci_lo"]
                         else "-"
                     )
                     L.append(
                         f"| {month} | {m} | {int(r['n'])} | {r['mean_interruption_h']:.2f} | "
                         f"{r['mean_wasted_node_h']:.2f} | {r['zero_share']:.0%} | {r['objective']:.3f} | {ci} | "
                         f"{_f(r['oracle_gain_share'], '{:.0%}')} | "
-                        f"{r['verdict'] if m not in ('avg-cal', 'oracle', 'oracle-wait', 'reactive') else ''} |"
+                        f"{r['verdict'] if m not in (dr.AVG_CAL, 'oracle', 'oracle-wait', dr.REACTIVE) else ''} |"
                     )
                 for m in ("xgboost", "linear_quantile", "avg-load", "avg-cal"):
                     if m in g.index:
@@ -216,10 +218,10 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                         )
                         cal_ci = (
                             f"{r['diff_vs_avg_cal']:+.3f} [{r['diff_ci_lo']:+.3f}, {r['diff_ci_hi']:+.3f}]"
-                            if m != "avg-cal"
+                            if m != dr.AVG_CAL
                             else "-"
                         )
-                        verdicts.append((lg.name, month, n, m, r["verdict"] if m != "avg-cal" else "", cal_ci, vs_avg))
+                        verdicts.append((lg.name, month, n, m, r["verdict"] if m != dr.AVG_CAL else "", cal_ci, vs_avg))
             best = curves.groupby(["month", "method"])["objective"].min()
             L += [
                 "",
@@ -293,7 +295,7 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                 f"better in {sum(1 for v in pv if v[6].endswith(' better'))}, worse in "
                 f"{sum(1 for v in pv if v[6].endswith(' worse'))}."
             )
-        cal = [v for v in verdicts if v[3] == "avg-cal"]
+        cal = [v for v in verdicts if v[3] == dr.AVG_CAL]
         L += [
             "",
             f"The calibrated avg itself against the plain avg: better in {sum(1 for v in cal if v[6].endswith(' better'))}, "

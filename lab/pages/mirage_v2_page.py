@@ -14,6 +14,7 @@ import pandas as pd
 
 from lab.evaluation.probe_replay import GUARANTEE, GUARANTEE_ACI, GUARANTEE_CAL, POLICY, holm, per_sample_objective
 from lab.pages.mirage_eval_page import _f, _git
+from mirage_tasks.sim import decision_rules as dr
 
 THRESHOLD_RULES = (
     "avg-cal",
@@ -64,7 +65,7 @@ def _share_diff(per: pd.DataFrame, node: int, a: str, b: str, seed: int = 0) -> 
     j = {
         m: per_sample_objective(g.sort_values("sample")["signed_interruption_h"].to_numpy(), node, 0.1)
         for m, g in per.groupby("method")
-        if m in (a, b, "reactive", "oracle")
+        if m in (a, b, dr.REACTIVE, "oracle")
     }
     if len(j) < 4:
         return None
@@ -86,7 +87,7 @@ def _holm_table(cells: list[dict[str, Any]], rules: list[str]) -> dict[tuple[str
     out = {}
     for m in rules:
         for ref in REFS:
-            col = "p_vs_reactive" if ref == "reactive" else "p_vs_avg_cal"
+            col = "p_vs_reactive" if ref == dr.REACTIVE else "p_vs_avg_cal"
             ps = [
                 float(c["rows"].loc[m, col])
                 if m in c["rows"].index and m != ref and c["rows"].loc[m, col] == c["rows"].loc[m, col]
@@ -99,7 +100,7 @@ def _holm_table(cells: list[dict[str, Any]], rules: list[str]) -> dict[tuple[str
 
 def _verdict(c: dict[str, Any], m: str, ref: str, holm_ok: bool | None) -> tuple[str, str]:
     r = c["rows"].loc[m]
-    if ref == "reactive":
+    if ref == dr.REACTIVE:
         d, lo, hi, raw = (
             r["diff_vs_reactive"],
             r["diff_reactive_ci_lo"],
@@ -139,7 +140,7 @@ def _cell_table(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
             vr, hr = _verdict(c, m, "reactive", hl[(m, "reactive")][i] if m in rules else None)
             va, ha = (
                 _verdict(c, m, "avg-cal", hl[(m, "avg-cal")][i] if m in rules else None)
-                if m != "avg-cal"
+                if m != dr.AVG_CAL
                 else ("reference", "")
             )
             share = (
@@ -206,7 +207,7 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
             continue
         x = c["rows"].loc[prim]
         b_r = bool(hl[(prim, "reactive")][i]) and x["diff_vs_reactive"] < 0
-        b_a = bool(hl[(prim, "avg-cal")][i]) and x["diff_vs_avg_cal"] < 0 if prim != "avg-cal" else False
+        b_a = bool(hl[(prim, "avg-cal")][i]) and x["diff_vs_avg_cal"] < 0 if prim != dr.AVG_CAL else False
         worse = x["verdict_vs_reactive"] == "worse"
         good += b_r and b_a
         bad += worse
@@ -315,7 +316,7 @@ def online_section(root: Path, specs: list) -> list[str]:
             base = root / s.name / "v2-online-fresh" / f"node{n}"
             rep = root / s.name / "v2-eval-fresh" / f"node{n}" / "per_sample.parquet"
             rules = [r for r in (*ONLINE_RULES, *ONLINE_V2_RULES) if (base / r / "_SUCCESS.json").exists()]
-            if not rep.exists() or "reactive" not in rules:
+            if not rep.exists() or dr.REACTIVE not in rules:
                 continue
             per = pd.read_parquet(rep)
             on, early = {}, {}

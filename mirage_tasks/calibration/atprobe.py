@@ -33,6 +33,7 @@ import pandas as pd
 
 from stepkit import StepError, storage
 
+from ..sim import decision_rules as dr
 from . import atsubmit, waitpred
 
 # named where they are written; the service reads them from here
@@ -214,11 +215,11 @@ def submits(rule: str, answer: dict[str, float], left_s: float, next_s: float, m
     the bound minus that time reaches ``margin_h`` (its conformal margin; None: never early). The
     probe replay's scores (``Probes.wait_pred_score``, ``guarantee_score``) are the same tests on
     the probe grid."""
-    if rule == "wait-pred":
+    if rule == dr.WAIT_PRED:
         return margin_h is not None and (answer["wp_wait_s"] - left_s) / 3600.0 >= margin_h
-    if rule == "guarantee":
+    if rule == dr.GUARANTEE:
         return answer["wp_bound_s"] >= left_s - next_s
-    if rule == "guarantee-cal":
+    if rule == dr.GUARANTEE_CAL:
         return margin_h is not None and (answer["wp_bound_s"] - (left_s - next_s)) / 3600.0 >= margin_h
     raise ValueError(f"not a wait-predictor rule: {rule!r}")
 

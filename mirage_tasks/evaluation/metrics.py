@@ -43,6 +43,7 @@ import pandas as pd
 from stepkit import StepError
 
 from ..data.artifacts import load_rows
+from ..sim import decision_rules as dr
 from ..sim.probes import BASELINES
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with ``reactive_interruption_h`` and ``level``; errors when reactive rows are missing."""
     out = []
     for node, g in df.groupby("node", sort=True):
-        react = g[g["model"] == "reactive"]
+        react = g[g["model"] == dr.REACTIVE]
         if react.empty:
             have = sorted(g["model"].unique())
             raise StepError(
@@ -160,7 +161,7 @@ def attach_levels(df: pd.DataFrame) -> pd.DataFrame:
             )
         g = g.copy()
         g["reactive_interruption_h"] = ref.reindex(g["sample_start"]).to_numpy()
-        avg = g[g["model"] == "avg"].set_index("sample_start")
+        avg = g[g["model"] == dr.AVG].set_index("sample_start")
         # the avg baseline on the same sample (NaN where it was not validated): paired differences
         g["avg_interruption_h"] = (
             avg["interruption_h"].reindex(g["sample_start"]).to_numpy(np.float64) if not avg.empty else np.nan
@@ -281,7 +282,7 @@ def compute(df: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> tuple[pd.Dat
     table["n"] = table["n"].astype("int64")
     table["node"] = table["node"].astype("int64")
     counts: dict[str, dict[str, int]] = {}
-    for node, g in samples[samples["model"] == "reactive"].groupby("node", sort=True):
+    for node, g in samples[samples["model"] == dr.REACTIVE].groupby("node", sort=True):
         vc = g["level"].value_counts()
         counts[str(int(node))] = {lv: int(vc.get(lv, 0)) for lv in LEVELS[1:]}
     samples = samples.drop(columns=[c for c in samples.columns if c.startswith("_")])

@@ -33,6 +33,7 @@ from stepkit import StepError, require_committed, storage
 
 from .. import __version__
 from ..data.artifacts import load_metrics
+from ..sim import decision_rules as dr
 from ..sim.probes import BASELINES
 from . import metrics as M
 
@@ -164,7 +165,7 @@ def cdf_figure(samples: pd.DataFrame, node: int) -> bytes:
                 **_line_style(m),
             )
         ax.axvline(0.0, color="0.4", linewidth=0.8)
-        n = int((sub["model"] == "reactive").sum())
+        n = int((sub["model"] == dr.REACTIVE).sum())
         ax.set_title(f"{node}-node jobs, {_level_name(level)} ({n} samples)")
         ax.set_xlabel("signed interruption (h): succ. start - pred. end")
         ax.set_ylabel("fraction of samples <= x")

@@ -35,6 +35,7 @@ from ..data.times import iso
 from ..models.registry import family
 from ..models.thresholds import submit_mask
 from ..sampling.schedule import pool_context
+from ..sim import decision_rules as dr
 from ..sim.config import SimConfig
 from ..sim.episode import DecisionEpisode, probe_times
 from ..sim.probes import BASELINES, trained_offsets_s, trained_span_s
@@ -44,19 +45,18 @@ log = logging.getLogger(__name__)
 
 HIGH_H_DEFAULT = 500.0
 #: protocol v2's rules that ask the wait predictor (``--waitpred``) at every decision
-PREDICTOR_RULES = ("wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal")
+PREDICTOR_RULES = dr.needing("waitpred", "validate")
 #: rules whose threshold is a probe replay's calibration (``--calibration``): avg-cal's offset and
 #: wait-pred-cal's margin, as the replay chose them on the training period's validation split
-CALIBRATED_RULES = ("avg-cal", "wait-pred-cal", "guarantee-cal")
+CALIBRATED_RULES = (*dr.needing("avg-calibration", "validate"), *dr.needing("margin-calibration", "validate"))
 #: every rule ``--model`` names without a trained model
-RULES = (*BASELINES, "avg-cal", "wait-pred", "wait-pred-cal", "guarantee-10", "guarantee-cal")
+RULES = dr.names_at("validate")
 THRESHOLD_H_DEFAULT = -0.5  # models whose config records no decision rule (trained before calibration)
 
 # column -> meaning (units); the order of the Parquet columns
 ROW_COLUMNS: dict[str, str] = {
     "model": "model name (--name, default: the model kind or the baseline)",
-    "model_kind": "reactive | avg | avg-cal | wait-pred | wait-pred-cal | guarantee-10 | transformer | moe | "
-    "xgboost | random_forest | *_policy",
+    "model_kind": f"{' | '.join(dr.names_at('validate'))} | transformer | moe | xgboost | random_forest | *_policy",
     "node": "nodes of the predecessor and the successor",
     "sample": "global sample index k (start = --start + k * interval)",
     "sample_start": "sample start t0 (epoch s)",
@@ -203,12 +203,12 @@ class _Rule:
         from ..calibration.atprobe import submits
 
         ans = self.waitpred(ep.sim, ep.node, ep.spec.service_s)
-        if self.kind == "guarantee-10":
-            return submits("guarantee", ans, left_s, every_s), ans["wp_bound_s"] / 3600.0
-        if self.kind == "guarantee-cal":
-            return submits("guarantee-cal", ans, left_s, every_s, self.threshold_h), ans["wp_bound_s"] / 3600.0
-        margin = 0.0 if self.kind == "wait-pred" else self.threshold_h
-        return submits("wait-pred", ans, left_s, every_s, margin), ans["wp_wait_s"] / 3600.0
+        if self.kind == dr.GUARANTEE_SIM:
+            return submits(dr.GUARANTEE, ans, left_s, every_s), ans["wp_bound_s"] / 3600.0
+        if self.kind == dr.GUARANTEE_CAL:
+            return submits(dr.GUARANTEE_CAL, ans, left_s, every_s, self.threshold_h), ans["wp_bound_s"] / 3600.0
+        margin = 0.0 if self.kind == dr.WAIT_PRED else self.threshold_h
+        return submits(dr.WAIT_PRED, ans, left_s, every_s, margin), ans["wp_wait_s"] / 3600.0
 
 
 def _pre_simulated(ep: DecisionEpisode) -> tuple[int, float]:
@@ -272,21 +272,21 @@ def run_episode(ep: DecisionEpisode, decider: Any, kind: str, every_s: int, k: i
     trace: list[dict] = []
     output = math.nan
     n = 0
-    if kind == "reactive":
+    if kind == dr.REACTIVE:
         while ep.pred_end is None:
             ep.advance(every_s)
         ep.advance_to(ep.pred_end)
-    elif kind == "avg":
+    elif kind == dr.AVG:
         # the pre-simulation of `sample --baseline avg`: the queue as the predecessor starts
         pend, avg = _pre_simulated(ep)
         (t,) = probe_times(ep.pred_submit, pend, 1, "avg", avg)
         ep.advance_to(t)
-    elif kind == "avg-cal":
+    elif kind == dr.AVG_CAL:
         # the probe replay's avg-cal: submit where the mean wait minus the time left reaches the offset
         pend, avg = _pre_simulated(ep)
         lead = avg - decider.threshold_h * 3600.0 if decider.threshold_h is not None else 0.0
         ep.advance_to(max(ep.pred_submit, int(pend - lead)) if lead > 0 else pend)
-    elif kind == "guarantee-cal":  # at the probe times its margin was calibrated at, as the replay asks
+    elif kind == dr.GUARANTEE_CAL:  # at the probe times its margin was calibrated at, as the replay asks
         pend, _ = _pre_simulated(ep)
         times = probe_times(ep.pred_submit, pend, 1, "default", 0.0, "end")[:-1]
 

@@ -37,6 +37,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..sim import decision_rules as dr
+
 #: the modules that are not ``python -m mirage_tasks <step>`` steps
 MODULES = {"probe-replay": "lab.evaluation.probe_replay"}
 #: the protocol's budgets (docs/results/protocol.md)
@@ -844,10 +846,10 @@ def online_rule_argvs(
                 continue
             extra = (
                 ["--calibration", f"{d}/v2-eval-fresh/node{n}"]
-                if rule in ("avg-cal", "wait-pred-cal", "guarantee-cal")
+                if rule in (dr.AVG_CAL, dr.WAIT_PRED_CAL, dr.GUARANTEE_CAL)
                 else []
             )
-            if rule != "avg-cal":
+            if rule != dr.AVG_CAL:
                 extra += ["--waitpred", f"{d}/waitpred"]
             extra += ask
             model = f"{d}/v2-models/node{n}/{base}" if base.endswith("-wp") else base

@@ -775,3 +775,28 @@ def form(names: Sequence[str], choices: Mapping[str, Sequence[Any]] | None = Non
             **schema,
         }
     return out
+
+
+def class_form(
+    cls: type, defaults: Mapping[str, Any] | None = None, choices: Mapping[str, Sequence[Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{name: Param kwargs}`` of every field of a typed configuration without sizes (the
+    ``mirage_service`` and ``mirage_evaluation`` forms, :mod:`mirage_tasks.run.forms`), in the
+    class's order: each field's :func:`field_schema`, its declared default (or ``defaults``'s:
+    the deployment's own, e.g. the slurm.conf a pod mounts), title and description ("Empty: ..."
+    appended for a nullable field). ``choices``: narrower enums."""
+    out = {}
+    declared = declared_defaults(cls)
+    for name, spec in field_specs(cls).items():
+        schema = field_schema(spec)
+        if choices and name in choices:
+            schema["enum"] = list(choices[name])
+        description = f"{spec.description} Empty: {spec.empty}." if spec.nullable else spec.description
+        out[name] = {
+            "default": (defaults or {}).get(name, declared[name]),
+            "type": schema.pop("type"),
+            "title": spec.title,
+            "description": description,
+            **schema,
+        }
+    return out

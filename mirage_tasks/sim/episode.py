@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import features
+from . import decision_rules as dr, features
 from .config import SimConfig
 from .engine import Simulator
 from .probes import BASELINES, END_OFFSETS_MIN, PROBE_SPACINGS
@@ -193,9 +193,9 @@ def probe_times(
     predecessor started (whole minutes), not before pred submit + 60 s."""
     lower = pred_submit + 60
     upper = pred_end
-    if baseline == "reactive":
+    if baseline == dr.REACTIVE:
         return [upper]
-    if baseline == "avg":
+    if baseline == dr.AVG:
         t = upper - int(avg_wait_s // 60) * 60
         return [max(lower, t // 60 * 60)]
     if baseline != "default":

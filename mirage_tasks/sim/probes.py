@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import decision_rules
+
 PROBE_SPACINGS = ("uniform", "end")
 #: Minutes before the predecessor's end of the ``end`` spacing's probes; 0 is the end itself
 #: (the reactive probe, always last).
@@ -96,4 +98,4 @@ def no_probe_times(model: str) -> str:
 # Decision rules without a model, validated beside the models: submit when the predecessor
 # ends (reactive) or at its end minus the recent mean wait (avg). The simulator's episodes
 # implement them (probe_times); the model registry re-exports them.
-BASELINES: tuple[str, ...] = ("reactive", "avg")
+BASELINES: tuple[str, ...] = decision_rules.BASELINES  # declared in the decision-rule registry

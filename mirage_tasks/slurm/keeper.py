@@ -5,7 +5,8 @@ keeper submits (or adopts) the first one, then for every link: watches the runni
 predecessor, reads the live queue every ``step_s`` (``squeue`` + ``sinfo``), keeps the last
 ``window`` snapshots (:func:`mirage_tasks.sim.features.snapshot` on a
 :class:`~mirage_tasks.slurm.queue.LiveView`: the same 44 features the simulator recorded
-for training), and submits the successor when the policy says so:
+for training), and submits the successor when its decision rule says so (``policy``, one of
+:data:`DECISION_RULES`, the keeper's rows of :mod:`mirage_tasks.sim.decision_rules`):
 
 * ``model``: the trained model's calibrated rule (:meth:`DecisionFunction.decide`) on the
   history, asked every step once the predecessor runs, within the span before its end that the
@@ -55,14 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from ..sim import features
+from ..sim import decision_rules as dr, features
 from . import livewait
 from .asking import asks
 from .queue import RUNNING_STATES, LiveView, QJob, run_client, sinfo_nodes, squeue
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("model", "reactive", "avg", "avg-cal", "wait-pred", "guarantee", "guarantee-cal")
+#: the keeper's decision rules (``keep-service --policy``), from the registry (:mod:`mirage_tasks.sim.decision_rules`)
+DECISION_RULES = dr.KEEPER_RULES
 
 
 class RefusedError(RuntimeError):
@@ -117,13 +119,13 @@ class Keeper:
     sleep: Callable[[float], None] = time.sleep
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.policy == "model" and self.decide is None:
+        if self.policy not in DECISION_RULES:
+            raise ValueError(f"policy must be one of {DECISION_RULES}, got {self.policy!r}")
+        if self.policy == dr.MODEL and self.decide is None:
             raise ValueError("policy 'model' needs a model")
-        if self.policy in livewait.WAIT_POLICIES and (self.waitpred is None or self.wait_cfg is None):
+        if self.policy in livewait.WAIT_RULES and (self.waitpred is None or self.wait_cfg is None):
             raise ValueError(f"policy {self.policy!r} needs a wait predictor and its configuration")
-        if self.policy == "guarantee-cal" and not self.guarantee_at_s:
+        if self.policy == dr.GUARANTEE_CAL and not self.guarantee_at_s:
             raise ValueError("policy 'guarantee-cal' needs its calibration probes' times (guarantee_at_s)")
         if self.avg_offset_h is not None and not math.isfinite(self.avg_offset_h):
             raise ValueError(f"avg_offset_h must be finite or None (never early), got {self.avg_offset_h!r}")
@@ -191,9 +193,9 @@ class Keeper:
         """The real instant ``avg`` or ``avg-cal`` submits at (None: not before the predecessor's
         end): ``avg`` at the end minus the mean wait, ``avg-cal`` where the mean wait minus the time
         left reaches the calibrated offset (the end minus (mean wait - offset))."""
-        if self.policy == "avg":
+        if self.policy == dr.AVG:
             return pend - (avg_trace_s or 0.0) / self.scale
-        if self.policy == "avg-cal" and self.avg_offset_h is not None:
+        if self.policy == dr.AVG_CAL and self.avg_offset_h is not None:
             lead = (avg_trace_s or 0.0) - self.avg_offset_h * 3600.0
             return pend - lead / self.scale if lead > 0 else None
         return None
@@ -307,13 +309,13 @@ class Keeper:
                 if pend is not None and now >= pend - 0.5:
                     submit, why = True, "predecessor end"
                     link.forced = True
-                elif pend is not None and self.policy in ("avg", "avg-cal"):
+                elif pend is not None and self.policy in (dr.AVG, dr.AVG_CAL):
                     due = self.avg_due(pend, avg_at_start)
                     if due is not None and now >= due:
                         submit, why = True, f"{self.policy} wait before the end"
                 elif (
                     pend is not None
-                    and self.policy in livewait.WAIT_POLICIES
+                    and self.policy in livewait.WAIT_RULES
                     and (
                         nxt := livewait.next_decision_s(
                             self.policy, (pend - now) * self.scale, self.step_s, self.guarantee_at_s, link.asked_at
@@ -323,11 +325,11 @@ class Keeper:
                 ):
                     ans = self.wait_answer(jobs, nodes, now)
                     submit = livewait.decide(self.policy, ans, (pend - now) * self.scale, nxt, self.guarantee_margin_h)
-                    raw = ans["wp_wait_s" if self.policy == "wait-pred" else "wp_bound_s"] / 3600.0
+                    raw = ans["wp_wait_s" if self.policy == dr.WAIT_PRED else "wp_bound_s"] / 3600.0
                     inputs.update(wp_wait_h=ans["wp_wait_s"] / 3600.0, wp_bound_h=ans["wp_bound_s"] / 3600.0)
                     link.n_decisions += 1
                     why = self.policy if submit else ""
-                elif pend is not None and self.policy == "model" and self._asks(link, (pend - now) * self.scale):
+                elif pend is not None and self.policy == dr.MODEL and self._asks(link, (pend - now) * self.scale):
                     submit, raw = self.decide(self.history(p, pred_submit, now))
                     link.n_decisions += 1
                     why = "model" if submit else ""

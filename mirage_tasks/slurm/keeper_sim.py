@@ -21,12 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from ..sim import features
+from ..sim import decision_rules as dr, features
 from ..sim.config import SimConfig
 from ..sim.engine import Simulator
 from .asking import asks
 from .compare import align_recalc, job_user, sim_config, submission_order
-from .livewait import WAIT_POLICIES, decide as decide_wait, next_decision_s
+from .livewait import WAIT_RULES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3
 
@@ -104,14 +104,14 @@ def predict(
     pend = pstart + service_s
     raw = float("nan")
     n = 0
-    if policy == "reactive":
+    if policy == dr.REACTIVE:
         t = pend
-    elif policy == "avg":
+    elif policy == dr.AVG:
         t = max(ps, int(pend - avg))
-    elif policy == "avg-cal":
+    elif policy == dr.AVG_CAL:
         lead = avg - avg_offset_h * 3600.0 if avg_offset_h is not None else 0.0
         t = max(ps, int(pend - lead)) if lead > 0 else pend
-    elif policy in WAIT_POLICIES:  # the keeper's wait-predictor rules, asked where it asks them
+    elif policy in WAIT_RULES:  # the keeper's wait-predictor rules, asked where it asks them
         sim.run_until(pstart)
         t = pend
         asked: set = set()
@@ -121,7 +121,7 @@ def predict(
                 ans = waitpred(sim, node, service_s)
                 n += 1
                 if decide_wait(policy, ans, pend - sim.now, nxt_s, guarantee_margin_h):
-                    t, raw = sim.now, ans["wp_wait_s" if policy == "wait-pred" else "wp_bound_s"] / 3600.0
+                    t, raw = sim.now, ans["wp_wait_s" if policy == dr.WAIT_PRED else "wp_bound_s"] / 3600.0
                     break
             nxt = (sim.now // step_s + 1) * step_s
             sim.run_until(min(nxt, pend))

@@ -32,10 +32,12 @@ from typing import Any
 import numpy as np
 
 from ..calibration import atsubmit
+from ..sim import decision_rules as dr
 from .asking import asks
 from .queue import PENDING_STATES, RUNNING_STATES, QJob
 
-WAIT_POLICIES = ("wait-pred", "guarantee", "guarantee-cal")
+#: the keeper's decision rules that ask the wait predictor (the registry's, :mod:`mirage_tasks.sim.decision_rules`)
+WAIT_RULES = dr.KEEPER_WAIT_RULES
 
 
 def live_row(
@@ -95,7 +97,7 @@ def next_decision_s(
     of its calibration probes' times ``at_s`` (:func:`.asking.asks`; ``asked`` keeps the link's
     times asked), its next decision the next of them (or the end): the decisions its margin was
     calibrated for."""
-    if policy != "guarantee-cal":
+    if policy != dr.GUARANTEE_CAL:
         return step_s
     if not asks(left_s, None, at_s, asked):
         return None
@@ -110,9 +112,9 @@ def decide(policy: str, answer: dict[str, float], left_s: float, next_s: float, 
     None: never early)."""
     from ..calibration.atprobe import submits
 
-    if policy not in WAIT_POLICIES:
+    if policy not in WAIT_RULES:
         raise ValueError(f"not a wait-predictor policy: {policy!r}")
-    return submits(policy, answer, left_s, next_s, margin_h if policy == "guarantee-cal" else 0.0)
+    return submits(policy, answer, left_s, next_s, margin_h if policy == dr.GUARANTEE_CAL else 0.0)
 
 
 def load(uri: str, tz: str) -> Any:

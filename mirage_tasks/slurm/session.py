@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..sim import decision_rules as dr
 from . import keeper as kp
 from .replay import cancel_ours
 
@@ -116,7 +117,7 @@ class Session:
                 (p, c): kp.Keeper(
                     env=self.env,
                     policy=p,
-                    decide=self.decide if p == "model" else None,
+                    decide=self.decide if p == dr.MODEL else None,
                     tag=f"svc-{p}" + (f"-c{c}" if c else ""),
                     chain=c,
                     sleep=nap,
@@ -244,7 +245,7 @@ class Session:
                         limit_s,
                         r["policy"],
                         -nice,
-                        self.decide if r["policy"] == "model" else None,
+                        self.decide if r["policy"] == dr.MODEL else None,
                         int(step_s),
                         accounting=self.accounting,
                         recalc_t=recalc_t,

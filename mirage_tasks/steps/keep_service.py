@@ -38,6 +38,7 @@ from stepkit import Step, StepError
 from .. import __version__
 from ..data.schema import parse_time, read_trace
 from ..data.times import hours_to_s
+from ..sim import decision_rules as dr
 from ..sim.config import add_config_arguments, config_from_args
 from ..sim.probes import add_ask_arguments, resolve_decide_at
 
@@ -64,30 +65,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default="model",
-        help="model, reactive, avg, avg-cal, wait-pred, guarantee, guarantee-cal or a comma list (one chain each)",
+        help=f"the decision rule: {', '.join(dr.KEEPER_RULES)} or a comma list (one chain each)",
     )
-    p.add_argument("--model", default=None, help="trained model (train output URI); needed by policy model")
+    p.add_argument("--model", default=None, help="trained model (train output URI); needed by decision rule model")
     add_ask_arguments(p, "every queue reading once the predecessor runs")
     p.add_argument(
         "--avg-cal-samples",
         default=None,
         help="sample output URI (training probes) on which avg-cal's threshold is calibrated, as the "
         "probe replay's avg-cal (objective interruption + 0.1 x wasted node-h, ties toward never "
-        "early); needed by policy avg-cal",
+        "early); needed by decision rule avg-cal",
     )
     p.add_argument(
         "--waitpred",
         default=None,
         help="waitpred output URI (the wait predictor fitted on the log's calibration period), asked every "
-        "step for a successor submitted now; needed by policies wait-pred, guarantee and guarantee-cal",
+        "step for a successor submitted now; needed by decision rules " + ", ".join(dr.KEEPER_WAIT_RULES),
     )
     p.add_argument(
         "--guarantee-samples",
         default=None,
         help="sample output URI drawn with --waitpred (the same predictor) on the months before the "
         "service's: guarantee-cal's margin is chosen on it by split conformal calibration (as the "
-        "probe replay's guarantee-cal), and the policy is asked at its probes' times; needed by "
-        "policy guarantee-cal",
+        "probe replay's guarantee-cal), and the rule is asked at its probes' times; needed by "
+        "decision rule guarantee-cal",
     )
     p.add_argument(
         "--guarantee-level",
@@ -163,21 +164,21 @@ def run(args: argparse.Namespace) -> int:
     from ..slurm.conf import SERVICE_ACCOUNT
 
     policies = [x.strip() for x in args.policy.split(",") if x.strip()]
-    bad = [x for x in policies if x not in kp.POLICIES]
+    bad = [x for x in policies if x not in kp.DECISION_RULES]
     if bad or not policies:
-        raise StepError(f"--policy {args.policy!r}: choose from {kp.POLICIES}")
+        raise StepError(f"--policy {args.policy!r}: choose from {kp.DECISION_RULES}")
     if len(set(policies)) < len(policies):
-        raise StepError(f"--policy {args.policy!r} names a policy twice (more chains of one policy: --chains)")
-    if "avg-cal" in policies and not args.avg_cal_samples:
+        raise StepError(f"--policy {args.policy!r} names a decision rule twice (more chains of one rule: --chains)")
+    if dr.AVG_CAL in policies and not args.avg_cal_samples:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
-    if "guarantee-cal" in policies and not args.guarantee_samples:
+    if dr.GUARANTEE_CAL in policies and not args.guarantee_samples:
         raise StepError("--policy guarantee-cal needs --guarantee-samples URI (a sample output drawn with --waitpred)")
-    from ..slurm.livewait import WAIT_POLICIES
+    from ..slurm.livewait import WAIT_RULES
 
-    wait_policies = [x for x in policies if x in WAIT_POLICIES]
+    wait_policies = [x for x in policies if x in WAIT_RULES]
     if wait_policies and not args.waitpred:
         raise StepError(f"--policy {','.join(wait_policies)} needs --waitpred URI (a waitpred output of the log)")
-    if "model" in policies and not args.model:
+    if dr.MODEL in policies and not args.model:
         raise StepError(
             "--policy model needs --model URI (a train output; mirage_service's param model), "
             "or --policy reactive or avg"
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             if why:
                 raise StepError(why)
     decide, model_info, decide_at = None, None, "grid"
-    if "model" in policies:  # before the parameters: --decide-at auto resolves on the model's probes
+    if dr.MODEL in policies:  # before the parameters: --decide-at auto resolves on the model's probes
         try:
             decide, model_info = kp.model_decider(args.model)
             decide_at = resolve_decide_at(args.decide_at, model_info.get("trained_offsets_s"), args.model)
@@ -269,9 +270,9 @@ def run(args: argparse.Namespace) -> int:
     for k in ("avg_cal_samples", "waitpred", "guarantee_samples"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
-    if "guarantee-cal" not in policies:
+    if dr.GUARANTEE_CAL not in policies:
         params.pop("guarantee_level", None)
-    if "model" not in policies:  # no model is asked: the options change nothing
+    if dr.MODEL not in policies:  # no model is asked: the options change nothing
         params.pop("decide_within", None)
     params.pop("decide_at", None)
     if decide_at == "probes":  # none on the grid: the keys of earlier runs stay
@@ -286,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     if step.skip():
         return 0
     avg_cal = None
-    if "avg-cal" in policies:
+    if dr.AVG_CAL in policies:
         avg_cal = calibrate_avg_cal(args.avg_cal_samples, args.node)
         log.info(
             "avg-cal: threshold %s h on %d samples of %s",
@@ -295,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
             args.avg_cal_samples,
         )
     gcal = None
-    if "guarantee-cal" in policies:
+    if dr.GUARANTEE_CAL in policies:
         gcal = calibrate_guarantee_cal(args.guarantee_samples, args.node, args.waitpred, args.guarantee_level)
         log.info(
             "guarantee-cal: margin %s h on %d samples of %s (level %g), asked at %s s before the end",

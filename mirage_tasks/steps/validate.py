@@ -63,6 +63,7 @@ from .. import __version__
 from ..data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE
 from ..data.times import hours_to_s
 from ..sampling.schedule import add_schedule_arguments, check_schedule, resolve_workers, sample_tasks
+from ..sim import decision_rules as dr
 from ..sim.config import add_config_arguments
 from ..sim.probes import add_ask_arguments, resolve_decide_at
 
@@ -74,22 +75,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="trained model (train output URI), or a rule: reactive, avg, avg-cal, wait-pred, wait-pred-cal, "
-        "guarantee-10, guarantee-cal",
+        help="trained model (train output URI), or a decision rule: " + ", ".join(dr.names_at("validate")),
     )
     p.add_argument(
         "--waitpred",
         default=None,
         metavar="URI",
-        help="a committed waitpred output, asked at every decision: needed by wait-pred, wait-pred-cal, "
-        "guarantee-10 and a model trained on merge --waitpred-features",
+        help="a committed waitpred output, asked at every decision: needed by decision rules "
+        + ", ".join(dr.needing("waitpred", "validate"))
+        + " and a model trained on merge --waitpred-features",
     )
     p.add_argument(
         "--calibration",
         default=None,
         metavar="URI",
-        help="a committed probe-replay output of the same node size: avg-cal's offset and wait-pred-cal's "
-        "margin as it calibrated them (needed by those two rules)",
+        help="a committed probe-replay output of the same node size: avg-cal's offset and the wait "
+        "predictor's margins as it calibrated them (needed by decision rules "
+        + ", ".join((*dr.needing("avg-calibration", "validate"), *dr.needing("margin-calibration", "validate")))
+        + ")",
     )
     p.add_argument("--name", default=None, help="model name in the rows (default: the kind or the baseline)")
     p.add_argument("--decide-every-minutes", type=float, default=10.0, help="minutes between decisions (10)")

@@ -7,6 +7,7 @@ DAG files use only::
     step, step_partial = steps_for("mirage_tasks")
 """
 
+from house.argv import OMIT, optional_flag, param_argv
 from house.config import MACROS, ConfigError, HouseConfig, get_config, input_roots, storage_prefix
 from house.steps import (
     MAP_LABEL,
@@ -23,6 +24,7 @@ from house.steps import (
 __all__ = [
     "MACROS",
     "MAP_LABEL",
+    "OMIT",
     "ConfigError",
     "HouseConfig",
     "PackageSteps",
@@ -31,6 +33,8 @@ __all__ = [
     "get_config",
     "input_roots",
     "mapped_items",
+    "optional_flag",
+    "param_argv",
     "step",
     "step_partial",
     "step_spec",

@@ -29,6 +29,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from house import config as house_config
+from house.argv import drop_omitted
 from house.links import StepReportLink
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
@@ -91,6 +92,10 @@ class LocalStepOperator(BaseOperator):
         self.kill_grace_seconds = kill_grace_seconds
         self.map_label = map_label
         self._proc: subprocess.Popen | None = None
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self.argv = drop_omitted(self.argv)  # an empty optional flag is no argument at all
 
     # -- helpers ---------------------------------------------------------------------
     def command(self) -> list[str]:

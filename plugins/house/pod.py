@@ -15,6 +15,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from kubernetes.client import models as k8s
 
 from house import config as house_config
+from house.argv import drop_omitted
 from house.links import StepReportLink
 
 
@@ -49,6 +50,10 @@ class HousePodOperator(KubernetesPodOperator):
         self.package = package
         self.preset = preset
         self.map_label = map_label
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self.arguments = drop_omitted(self.arguments)  # an empty optional flag is no argument at all
 
 
 def pod_kwargs(

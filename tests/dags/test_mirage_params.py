@@ -184,9 +184,14 @@ def test_the_sample_family_params_mean_the_same_in_both_dags(dags):
         assert {k: run[k] for k in FAMILY_PARAMS} == samp.dump(), size
 
 
+#: the DAG files whose forms come from a typed configuration of the task package
+FORM_DAGS = ("mirage_pipeline", "mirage_samples", "mirage_service", "mirage_evaluation")
+
+
 def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
-    """The DAG files build their forms from mirage_tasks.run.runconf at parse time: that pulls in
-    stdlib-only modules of the task package, never numpy, pandas, torch or pyarrow."""
+    """The DAG files build their forms from mirage_tasks.run.runconf (and run.forms, whose
+    service form reads the decision-rule registry) at parse time: that pulls in stdlib-only
+    modules of the task package, never numpy, pandas, torch or pyarrow."""
     import os
     import sys
 
@@ -194,7 +199,7 @@ def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
 
     probe = (
         "import runpy, sys\n"
-        f"for f in ({str(DAGS / 'mirage_pipeline.py')!r}, {str(DAGS / 'mirage_samples.py')!r}):\n"
+        f"for f in {tuple(str(DAGS / f'{d}.py') for d in FORM_DAGS)!r}:\n"
         "    runpy.run_path(f)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mirage_tasks', 'stepkit', 'faasm_tasks')))\n"
         "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow', 'sklearn', 'xgboost') if m in sys.modules))\n"
@@ -209,11 +214,13 @@ def test_parsing_the_mirage_dags_imports_only_the_light_configuration():
         "mirage_tasks",
         "mirage_tasks.run",
         "mirage_tasks.run.runconf",
+        "mirage_tasks.run.forms",
         "mirage_tasks.data",
         "mirage_tasks.data.times",
         "mirage_tasks.models",
         "mirage_tasks.models.registry",
         "mirage_tasks.sim",
         "mirage_tasks.sim.probes",
+        "mirage_tasks.sim.decision_rules",
     }
     assert heavy == "[]"
