@@ -2,8 +2,9 @@
 
 :func:`api_server` starts ``airflow api-server`` on a free 127.0.0.1 port (SimpleAuthManager,
 one admin user, SQLite) with this repository's dags/ and plugins/, optionally parses the DAGs
-into its database first (``airflow dags reserialize``), and stops its whole process group on
-exit. :func:`chromium` drives Debian's chromium through selenium; :func:`login` signs in
+into its database first (``airflow dags reserialize``), optionally runs ``airflow scheduler``
+beside it (LocalExecutor) so that triggered runs run, and stops each one's whole process group
+on exit. :func:`chromium` drives Debian's chromium through selenium; :func:`login` signs in
 through Airflow's own login form. :func:`missing` says why a browser test must skip.
 """
 
