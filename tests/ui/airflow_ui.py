@@ -2,8 +2,9 @@
 
 :func:`api_server` starts ``airflow api-server`` on a free 127.0.0.1 port (SimpleAuthManager,
 one admin user, SQLite) with this repository's dags/ and plugins/, optionally parses the DAGs
-into its database first (``airflow dags reserialize``), and stops its whole process group on
-exit. :func:`chromium` drives Debian's chromium through selenium; :func:`login` signs in
+into its database first (``airflow dags reserialize``), optionally runs ``airflow scheduler``
+beside it (LocalExecutor) so that triggered runs run, and stops each one's whole process group
+on exit. :func:`chromium` drives Debian's chromium through selenium; :func:`login` signs in
 through Airflow's own login form. :func:`missing` says why a browser test must skip.
 """
 
@@ -91,13 +92,41 @@ def airflow_env(home: Path, storage: Path, port: int) -> dict[str, str]:
     return env
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM ``proc``'s process group (it was started in a session of its own), SIGKILL it after 20 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 @contextlib.contextmanager
-def api_server(home: Path, storage: Path, *, dags: bool = False) -> Iterator[dict]:
+def api_server(
+    home: Path, storage: Path, *, dags: bool = False, scheduler: bool = False, env: dict[str, str] | None = None
+) -> Iterator[dict]:
     """``airflow api-server`` on a fresh database in ``home``; with ``dags`` the DAGs are parsed
-    into it first. Yields ``{"base": url, "env": env, "log": path, "airflow": argv prefix}``."""
+    into it first. With ``scheduler`` an ``airflow scheduler`` (LocalExecutor, two task slots)
+    runs beside it, so triggered runs really run their tasks (the steps as local processes,
+    ``HOUSE_RUNNER=local``); its output goes to ``home/scheduler.log``. ``env`` is added to the
+    environment of every Airflow process (what a deployment sets for its workers).
+    Yields ``{"base": url, "env": env, "log": path, "airflow": argv prefix}``."""
     port = free_port()
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
+    extra = env or {}
     env = airflow_env(home, storage, port)
+    env.update(extra)
+    if scheduler:
+        env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "2",  # a shared 2-core machine
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            }
+        )
     airflow = [sys.executable, "-m", "airflow"]
     subprocess.run([*airflow, "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300)
     if dags:
@@ -116,11 +145,24 @@ def api_server(home: Path, storage: Path, *, dags: bool = False) -> Iterator[dic
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
+    sched = sched_log = None
     try:
+        if scheduler:
+            sched_log = open(home / "scheduler.log", "wb")
+            sched = subprocess.Popen(
+                [*airflow, "scheduler"],
+                env=env,
+                cwd=home,
+                stdout=sched_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
                 raise AssertionError("api-server exited:\n" + log_path.read_text()[-4000:])
+            if sched is not None and sched.poll() is not None:
+                raise AssertionError("scheduler exited:\n" + (home / "scheduler.log").read_text()[-4000:])
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as r:
                     if r.status == 200:
@@ -130,15 +172,12 @@ def api_server(home: Path, storage: Path, *, dags: bool = False) -> Iterator[dic
             time.sleep(1)
         yield {"base": base, "env": env, "log": log_path, "airflow": airflow, "home": home}
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if sched is not None:
+            _stop_group(sched)  # first: its task processes report to the api-server
+        _stop_group(proc)
         log.close()
+        if sched_log is not None:
+            sched_log.close()
 
 
 @contextlib.contextmanager
