@@ -52,8 +52,12 @@ on MAE. The quantile model is refitted on the whole period for the scored months
 Scored (pooled and per month, submission month in the trace's zone) for every candidate, the
 pick (``guarded``): MAE, median absolute error, within 1 h, within 10 minutes among jobs that
 waited more than 1 h (which jobs that start at once cannot inflate), Spearman, the bound's
-coverage and its median. Outputs under ``--out``: ``waitpred.json``, ``predictions.parquet``
-(per scored job: real wait, every predictor's point and bound, seconds), ``waitpred.md``,
+coverage and its median. Beside the bounds, a reference that reads nothing but past waits: the
+QBETS bound (:mod:`~mirage_tasks.calibration.qbets`, the ``--level`` quantile at 95 % confidence
+per job-size class, online from the log's first job, each job answered from the waits of the
+jobs started before its submission); its coverage and median sit in the same tables
+(``waitpred.json``'s ``qbets``). Outputs under ``--out``: ``waitpred.json``, ``predictions.parquet``
+(per scored job: real wait, every predictor's point and bound, ``qbets_bound``, seconds), ``waitpred.md``,
 ``model.ubj`` (the quantile model fitted on the whole calibration period, xgboost's UBJ; the
 sampling asks it at decision times, :mod:`~mirage_tasks.calibration.atprobe`), then
 ``_SUCCESS.json``.
@@ -77,7 +81,7 @@ import pandas as pd
 from stepkit import Step, StepError, storage
 
 from .. import __version__
-from . import atsubmit
+from . import atsubmit, qbets
 
 log = logging.getLogger(__name__)
 
@@ -255,15 +259,41 @@ def limit_class(limit_s: np.ndarray) -> np.ndarray:
     return np.array(LIMIT_NAMES, dtype=object)[np.searchsorted(np.array(LIMIT_CLASSES_H, float), h, side="left")]
 
 
-def score(pred: pd.DataFrame, tz: str, cap_s: float | None = None) -> dict[str, Any]:
-    """Metrics of every predictor, pooled, per month (submission, ``tz``), per job-size class
-    (``nodes``: 1, 2-3, 4-7, ...) and per requested-time class (:func:`limit_class`)."""
+def _classes(pred: pd.DataFrame, tz: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each scored job's submission month (``tz``), job-size class and requested-time class."""
     from .fidelity import node_class
 
     month = pd.to_datetime(pred["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m").to_numpy()
-    real = pred["real_wait_s"].to_numpy(np.float64)
     size = node_class(pred["nodes"].to_numpy()) if len(pred) else np.array([], dtype=object)
-    req = limit_class(pred["limit_s"].to_numpy())
+    return month, size, limit_class(pred["limit_s"].to_numpy())
+
+
+def _by(keys: np.ndarray, order, f) -> dict[str, Any]:
+    return {g: f(keys == g) for g in sorted(set(keys.tolist()), key=order)}
+
+
+def score_qbets(pred: pd.DataFrame, tz: str) -> dict[str, Any]:
+    """The QBETS reference bound's coverage and median (:func:`qbets.bound_metrics`), pooled, per
+    month, per job-size class and per requested-time class, as :func:`score` groups the predictors'."""
+    month, size, req = _classes(pred, tz)
+    real, bd = pred["real_wait_s"].to_numpy(np.float64), pred["qbets_bound"].to_numpy(np.float64)
+
+    def f(m: np.ndarray) -> dict[str, Any]:
+        return qbets.bound_metrics(real[m], bd[m])
+
+    return {
+        "pooled": f(np.ones(len(pred), dtype=bool)),
+        "months": _by(month, str, f),
+        "size_classes": _by(size, lambda g: int(g.split("-")[0]), f),
+        "limit_classes": _by(req, LIMIT_NAMES.index, f),
+    }
+
+
+def score(pred: pd.DataFrame, tz: str, cap_s: float | None = None) -> dict[str, Any]:
+    """Metrics of every predictor, pooled, per month (submission, ``tz``), per job-size class
+    (``nodes``: 1, 2-3, 4-7, ...) and per requested-time class (:func:`limit_class`)."""
+    month, size, req = _classes(pred, tz)
+    real = pred["real_wait_s"].to_numpy(np.float64)
     res: dict[str, Any] = {}
 
     def by(keys: np.ndarray, order, pt: np.ndarray, bd: np.ndarray) -> dict[str, Any]:
@@ -283,9 +313,10 @@ def score(pred: pd.DataFrame, tz: str, cap_s: float | None = None) -> dict[str, 
     return res
 
 
-def criteria(res: dict[str, Any], level: float) -> dict[str, Any]:
+def criteria(res: dict[str, Any], level: float, q_res: dict[str, Any] | None = None) -> dict[str, Any]:
     g, z = res["guarded"]["pooled"], res["zero"]["pooled"]
     cov = {m: v.get("coverage") for m, v in res["guarded"]["months"].items()}
+    extra = {"qbets_coverage_months": {m: v.get("coverage") for m, v in q_res["months"].items()}} if q_res else {}
     lo, hi = level - 0.05, level + 0.05
     return {
         "mae_at_or_below_zero": bool(g["mae_h"] <= z["mae_h"] + 1e-12),
@@ -295,6 +326,7 @@ def criteria(res: dict[str, Any], level: float) -> dict[str, Any]:
         "coverage_months": cov,
         "coverage_target": [lo, hi],
         "coverage_in_target_every_month": bool(all(c is not None and lo <= c <= hi for c in cov.values())),
+        **extra,
     }
 
 
@@ -346,18 +378,26 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(r['spearman'], '{:.2f}')} | {_f(r.get('coverage'), '{:.1%}')} | "
             f"{_f(r.get('bound_median_h'), '{:.2f}')} |"
         )
+    qb = doc.get("qbets") or {}
+    if qb:
+        r = qb["pooled"]
+        out.append(
+            f"| qbets (reference bound only) | {r['n']} | - | - | - | - | - | {_f(r.get('coverage'), '{:.1%}')} | "
+            f"{_f(r.get('bound_median_h'), '{:.2f}')} |"
+        )
     out += [
         "",
-        "Per month (guarded beside zero wait):",
+        "Per month (guarded beside zero wait, and the QBETS reference bound's coverage):",
         "",
-        "| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage |",
-        "|---|---|---|---|---|---|---|",
+        "| month | n | MAE h | zero MAE h | within 1 h | zero within 1 h | coverage | QBETS coverage |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m, r in doc["out_of_sample"]["guarded"]["months"].items():
         z = doc["out_of_sample"]["zero"]["months"][m]
         out.append(
             f"| {m} | {r['n']} | {_f(r['mae_h'], '{:.2f}')} | {_f(z['mae_h'], '{:.2f}')} | "
-            f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} |"
+            f"{_f(r['within_1h'], '{:.1%}')} | {_f(z['within_1h'], '{:.1%}')} | {_f(r.get('coverage'), '{:.1%}')} | "
+            f"{_f(qb.get('months', {}).get(m, {}).get('coverage'), '{:.1%}')} |"
         )
     bd = doc.get("bound")
     if bd:
@@ -370,14 +410,26 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(g['pooled'].get('real_p90_h'), '{:.2f}')} h. {bd['reads']}."
         )
         out += ["", line, ""]
+        if qb:
+            out += [
+                f"Beside it, the QBETS reference bound (`mirage_tasks/calibration/qbets.py`, the {lv:.0%} quantile "
+                f"at {qb['c']:.0%} confidence): {qb['reads']}. Online from the log's first job: "
+                f"{sum(qb['resets'].values())} change points in the classes, {qb['answered_from_pooled']} jobs "
+                f"answered from all classes' waits; {qb['pooled'].get('no_bound', 0)} scored jobs with no bound "
+                "(counted as misses).",
+                "",
+            ]
         for key, name in (("months", "month"), ("size_classes", "nodes"), ("limit_classes", "requested time")):
             out += [
-                f"| {name} | n | coverage | bound median h | real median h | real p90 h | at cap |",
-                "|---|---|---|---|---|---|---|",
+                f"| {name} | n | coverage | bound median h | QBETS coverage | QBETS bound median h | real median h | "
+                "real p90 h | at cap |",
+                "|---|---|---|---|---|---|---|---|---|",
             ]
             for k, r in g.get(key, {}).items():
+                rq = qb.get(key, {}).get(k, {})
                 out.append(
                     f"| {k} | {r['n']} | {_f(r.get('coverage'), '{:.1%}')} | {_f(r.get('bound_median_h'), '{:.2f}')} | "
+                    f"{_f(rq.get('coverage'), '{:.1%}')} | {_f(rq.get('bound_median_h'), '{:.2f}')} | "
                     f"{_f(r.get('real_median_h'), '{:.2f}')} | {_f(r.get('real_p90_h'), '{:.2f}')} | "
                     f"{_f(r.get('at_cap'), '{:.1%}')} |"
                 )
@@ -525,6 +577,7 @@ def run(args: argparse.Namespace) -> int:
         "fitted_at_cut": True,
         "bound_feedback": "at the bound's end",
         "bound_cap": "the calibration period's longest wait as known at its end",
+        "qbets_confidence": qbets.C,
     }
     step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
@@ -584,7 +637,17 @@ def run(args: argparse.Namespace) -> int:
         pred[f"{k}_bound"], _ = atsubmit.online_bound(base[k], sub, real, args.level, theta0[k], ETA, cap_s)
     pred["guarded"] = pred[pick]
     pred["guarded_bound"] = pred[f"{pick}_bound"]
+    # the QBETS reference bound, online over the log from its first job: each job answered from the
+    # waits of the jobs started before its submission (nothing fitted on the calibration period)
+    from .fidelity import node_class
+
+    lo_c, hi_d = (int(np.searchsorted(wl.submit, t, "left")) for t in (c, d))
+    qb, q_info = qbets.bounds(wl.submit[:hi_d], wl.real_start[:hi_d], node_class(wl.nodes[:hi_d]), args.level, qbets.C)
+    if not np.array_equal(wl.job_id[lo_c:hi_d], pred["job_id"].to_numpy()):  # the sweep's rows are these jobs
+        raise AssertionError("waitpred: the scored jobs are not the log's jobs submitted in the scored months")
+    pred["qbets_bound"] = qb[lo_c:hi_d]
     res = score(pred, tz, cap_s)
+    q_res = score_qbets(pred, tz)
     doc = {
         "trace": args.trace,
         "timezone": tz,
@@ -614,7 +677,8 @@ def run(args: argparse.Namespace) -> int:
         "n_scored": int(len(scored)),
         "unplannable_scored": int((~scored["plannable"]).sum()),
         "out_of_sample": res,
-        "criteria": criteria(res, args.level),
+        "criteria": criteria(res, args.level, q_res),
+        "qbets": {**q_res, **q_info, "reads": qbets.READS},
         "feature_importance": dict(zip(atsubmit.FEATURES, map(float, model.feature_importances_))),
         "replay_fidelity": _replay_fidelity(args.cluster_config),
     }
@@ -636,7 +700,9 @@ def run(args: argparse.Namespace) -> int:
         + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["coverage_months"].items() if v is not None)
         + f"; guarded bound median {res['guarded']['pooled']['bound_median_h']:.2f} h (real waits' median "
         f"{res['guarded']['pooled']['real_median_h']:.2f} h), {res['guarded']['pooled']['at_cap']:.1%} at the cap of "
-        f"{cap_s / 3600.0:.1f} h",
+        f"{cap_s / 3600.0:.1f} h; QBETS reference bound coverage per month: "
+        + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["qbets_coverage_months"].items() if v is not None)
+        + f", median {_f(q_res['pooled'].get('bound_median_h'), '{:.2f}')} h",
         flush=True,
     )
     return 0

@@ -77,7 +77,16 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert "coverage" in doc["out_of_sample"]["guarded"]["pooled"]
     pred = pd.read_parquet(out / "predictions.parquet")
     assert {"guarded", "guarded_bound", "plan", "plan_bound"} <= set(pred.columns)
-    assert "Guard pick" in (out / "waitpred.md").read_text()
+    md = (out / "waitpred.md").read_text()
+    assert "Guard pick" in md
+    # the QBETS reference bound beside the predictor's, in the same per-month and per-class tables
+    assert "qbets_bound" in pred.columns and pred["qbets_bound"].notna().all()
+    g, q = doc["out_of_sample"]["guarded"], doc["qbets"]
+    for key in ("months", "size_classes", "limit_classes"):
+        assert list(q[key]) == list(g[key]) and all(q[key][k]["n"] == g[key][k]["n"] for k in g[key])
+    assert 0.5 <= q["pooled"]["coverage"] <= 1.0 and q["pooled"]["bound_median_h"] > 0
+    assert list(doc["criteria"]["qbets_coverage_months"]) == months
+    assert md.count("QBETS coverage") == 4  # the month table and the three bound tables
     assert (out / "model.ubj").read_bytes()[:1] == b"{"  # xgboost's UBJ, not a pickle
 
     # the sample step asks that predictor at every decision time (protocol v2)
