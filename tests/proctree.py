@@ -20,10 +20,12 @@ def wait_for(
     deadline_s: float = DEADLINE_S,
     poll_s: float = 0.05,
     retry_on: tuple[type[BaseException], ...] = (),
+    explain: Callable[[], str] | None = None,
 ):
     """``cond()``'s first truthy value, polled until ``deadline_s``; fails naming ``what``. The one
     wait of the suite. ``retry_on``: exceptions that mean "not yet" (a browser element React
-    replaced meanwhile), tried again like a falsy value."""
+    replaced meanwhile), tried again like a falsy value; ``explain()``: what to add to the failure
+    (the end of a server's log)."""
     end = time.monotonic() + deadline_s
     while True:
         try:
@@ -33,7 +35,8 @@ def wait_for(
         if got:
             return got
         if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what} after {deadline_s:.0f} s")
+            more = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"gave up waiting for {what} after {deadline_s:.0f} s{more}")
         time.sleep(poll_s)
 
 

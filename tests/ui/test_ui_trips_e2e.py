@@ -23,12 +23,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from airflow_ui import api_get, api_server, api_token, chromium, login, missing
+from proctree import wait_for
+
+#: a browser element React replaced meanwhile, or not there yet: looked up again
+try:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    NOT_YET = (StaleElementReferenceException, NoSuchElementException)
+except ImportError:  # selenium absent: the module skips below
+    NOT_YET = ()
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -60,23 +68,8 @@ def ui(tmp_path_factory):
         yield server
 
 
-def _wait(what, fn, timeout: float = 120, ui=None):
-    """``fn()`` once it is truthy; an element React replaced meanwhile is tried again. With ``ui``,
-    a timeout shows the end of the scheduler's log."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except (StaleElementReferenceException, NoSuchElementException):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = (Path(ui["home"]) / "scheduler.log").read_text()[-3000:] if ui else ""
-            raise AssertionError(f"not after {timeout} s: {what}\n{tail}")
-        time.sleep(1)
+def _scheduler_log_tail(ui) -> str:
+    return (Path(ui["home"]) / "scheduler.log").read_text()[-3000:]
 
 
 def _shot(driver, name: str) -> Path:
@@ -96,17 +89,21 @@ def _trigger_untouched(ui, dag_id: str) -> dict:
     WebDriverWait(driver, 90).until(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
     ).click()
-    dialog = _wait(
-        "the trigger dialog",
+    dialog = wait_for(
         lambda: next(
             (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
         ),
+        "the trigger dialog",
+        poll_s=1,
+        retry_on=NOT_YET,
     )
     button = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger")
-    _wait("Trigger enabled", lambda: button.is_enabled())
+    wait_for(lambda: button.is_enabled(), "Trigger enabled", poll_s=1, retry_on=NOT_YET)
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
     button.click()  # "Unpause on trigger" is ticked by default: the scheduler takes the run
-    runs = _wait("the triggered run", lambda: _get(ui, f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"])
+    runs = wait_for(
+        lambda: _get(ui, f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"], "the triggered run", poll_s=1, retry_on=NOT_YET
+    )
     assert [r["run_type"] for r in runs] == ["manual"], runs
     return runs[0]
 
@@ -129,15 +126,27 @@ def _first_failure(ui, dag_id: str, run_id: str, timeout: float) -> tuple[str, d
         bad = [t for t, s in states.items() if s in ("failed", "up_for_retry")]
         return (bad, states) if bad else None
 
-    bad, states = _wait(f"a failed task in {dag_id}'s run", failed, timeout, ui)
+    bad, states = wait_for(
+        failed,
+        f"a failed task in {dag_id}'s run",
+        deadline_s=timeout,
+        poll_s=1,
+        retry_on=NOT_YET,
+        explain=lambda: _scheduler_log_tail(ui),
+    )
     assert len(bad) == 1, states
     return bad[0], states
 
 
 def _run_finished(ui, dag_id: str, run_id: str, timeout: float) -> str:
     path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
-    return _wait(
-        f"{dag_id}'s run finished", lambda: _get(ui, path)["state"] in FINISHED and _get(ui, path)["state"], timeout, ui
+    return wait_for(
+        lambda: _get(ui, path)["state"] in FINISHED and _get(ui, path)["state"],
+        f"{dag_id}'s run finished",
+        deadline_s=timeout,
+        poll_s=1,
+        retry_on=NOT_YET,
+        explain=lambda: _scheduler_log_tail(ui),
     )
 
 
@@ -149,10 +158,12 @@ def _log_in_ui(ui, dag_id: str, run_id: str, task_id: str, name: str) -> str:
     driver = ui["driver"]
     driver.get(f"{ui['base']}/dags/{dag_id}/runs/{quote(run_id, safe='')}/tasks/{task_id}")
     try:
-        return _wait(
-            f"{task_id}'s log in the UI",
+        return wait_for(
             lambda: (t := driver.find_element(By.TAG_NAME, "body").text) and "Task failed with exception" in t and t,
-            timeout=90,
+            f"{task_id}'s log in the UI",
+            deadline_s=90,
+            poll_s=1,
+            retry_on=NOT_YET,
         )
     finally:
         _shot(driver, name)
