@@ -11,6 +11,9 @@ bound, reaches the predecessor's end; ``guarantee-cal`` with a margin calibrated
 interrupted on the end-spaced samples named by ``guarantee_samples``, drawn with that predictor).
 Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
+A keeper run still going ``HOUSE_DEADLINE_MIRAGE_SERVICE`` (default 72 h) after it was queued is
+overdue: the triggerer logs it, records it under ``_deadlines/mirage_service/`` in storage and
+tells the site's notifier, if one is set (``house.deadlines``).
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
 ``var/slurm/slurm.conf``). In a pod the Slurm client and the munge key come from the
@@ -27,6 +30,7 @@ from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, steps_for
 from house.config import MACROS
+from house.deadlines import deadline_alert
 
 step, _ = steps_for("mirage_tasks")
 LOCAL = get_config().runner == "local"
@@ -75,6 +79,8 @@ with DAG(
     start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
+    # a keeper still running HOUSE_DEADLINE_MIRAGE_SERVICE after it was queued is overdue (house.deadlines)
+    deadline=deadline_alert("mirage_service"),
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
     user_defined_macros=dict(MACROS),
