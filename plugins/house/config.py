@@ -480,7 +480,10 @@ def describe() -> dict[str, Any]:
     """The resolved configuration as a plain dict (for logs and ``python -m house.config``)."""
     from dataclasses import asdict
 
-    return asdict(get_config())
+    out = asdict(get_config())
+    # JSON-able: each deadline interval in seconds
+    out["deadlines"] = {dag: interval.total_seconds() for dag, interval in out["deadlines"].items()}
+    return out
 
 
 if __name__ == "__main__":
