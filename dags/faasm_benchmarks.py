@@ -22,6 +22,9 @@ the trailing median of the previous days). The ``watcher`` always runs
 (by hand too), or when a selected experiment's ``verify_clean`` did not succeed: a
 teardown's success never hides a failure. A point recorded ``invalid`` (its measurement
 cannot be trusted) makes ``run`` exit 1, so an invalid point fails the day the same way.
+A run not finished ``HOUSE_DEADLINE_FAASM_BENCHMARKS`` (default 20 h) after it was queued misses
+its deadline: the triggerer logs it, records it under ``_deadlines/faasm_benchmarks/`` in storage
+and tells the site's notifier, if one is set (``house.deadlines``).
 
 Every step is ``python -m faasm_tasks <step>`` through the house factory. Results:
 ``<HOUSE_STORAGE_ROOT>/faasm_benchmarks/<date>/<run id>/...`` (see faasm_tasks).
@@ -55,6 +58,7 @@ import yaml
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
 from house import MACROS, cron_schedule, default_args, get_config, steps_for
+from house.deadlines import deadline_alert
 
 _step, _ = steps_for("faasm_tasks")
 CFG = get_config()
@@ -135,6 +139,8 @@ with DAG(
     schedule=cron_schedule("@daily"),  # first run: the next midnight (UTC) after unpausing
     catchup=False,
     max_active_runs=1,  # one benchmark on the cluster at a time
+    # the day's run still going HOUSE_DEADLINE_FAASM_BENCHMARKS after it was queued is reported (house.deadlines)
+    deadline=deadline_alert("faasm_benchmarks"),
     allowed_run_types=["scheduled", "manual"],  # a backfill cannot measure the past
     default_args=default_args(owner="faasm"),
     tags=["faasm", "benchmark"],

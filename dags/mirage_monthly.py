@@ -13,6 +13,14 @@ clock: the month runs when its data is there. The pipeline run is a normal full-
 (size ``paper``, ``run_id`` ``samples_complete__<M>``; skipped when it exists already, e.g.
 from a backfill of that date with the same id).
 
+After the pipeline run (``start_pipeline`` waits for it, deferred to the triggerer), ``gate``
+(``python -m mirage_tasks gate``) judges the month: the primary decision rule (``gate_rule``,
+xgboost) against reactive, the calibrated average (avg-cal, else avg) and the months before,
+on the month's intervals, with the margin ``HOUSE_GATE_MARGIN`` (10 %). A regression fails the
+gate task (exit 1, the numbers in its log); the verdict is stored either way under
+``<storage root>/mirage_monthly/gate/<M>/gate.json``. Only earlier months are read. When the
+pipeline run existed already (skipped), the gate still judges its stored metrics.
+
 Pause this DAG to stop the automatic experiments; ``mirage_pipeline``'s own ``@monthly``
 schedule and backfills are independent of it. The UI shows the pending month and which days
 have arrived in the asset's partition view.
@@ -20,21 +28,25 @@ have arrived in the asset's partition view.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import (
     DAG,
     Asset,
     MonthWindow,
+    Param,
     PartitionedAssetTimetable,
     RollupMapper,
     StartOfMonthMapper,
+    TriggerRule,
     WaitForAll,
     task,
 )
 
-from house import default_args
+from house import MACROS, default_args, get_config, steps_for
+
+step, _ = steps_for("mirage_tasks")
 
 SAMPLES = Asset(name="mirage_samples", uri="file:///mirage/samples", group="mirage")
 
@@ -53,6 +65,15 @@ with DAG(
     max_active_runs=1,
     default_args=default_args(owner="mirage"),
     tags=["mirage", "pipeline"],
+    user_defined_macros=dict(MACROS),
+    params={
+        "gate_rule": Param(
+            "xgboost",
+            type="string",
+            title="Gate: primary decision rule",
+            description="the validated model the monthly gate judges (the protocol's primary rule: xgboost)",
+        ),
+    },
 ) as dag:
 
     @task(multiple_outputs=True)
@@ -76,11 +97,41 @@ with DAG(
         return run
 
     run = month()
-    TriggerDagRunOperator(
+    start = TriggerDagRunOperator(
         task_id="start_pipeline",
         trigger_dag_id="mirage_pipeline",
         trigger_run_id=run["run_id"],
         logical_date=run["logical_date"],
         conf=run["conf"],
         skip_when_already_exists=True,
+        # the gate reads the run's metrics: wait for it, in the triggerer (a paper run takes hours)
+        wait_for_completion=True,
+        deferrable=True,
+        poke_interval=300,
+        allowed_states=["success"],
+        failed_states=["failed"],
     )
+    # after the month's experiment; NONE_FAILED: also when the run existed already (start_pipeline skipped)
+    gate = step(
+        "gate",
+        argv=[
+            "gate",
+            "--runs",
+            "{{ house_storage_prefix('mirage_pipeline') }}",
+            "--month",
+            "{{ dag_run.partition_key }}",
+            "--rule",
+            "{{ params.gate_rule }}",
+            "--margin",
+            str(get_config().gate_margin),
+            "--out",
+            "{{ house_storage_prefix(dag.dag_id, 'gate', dag_run.partition_key) }}",
+        ],
+        preset="cpu-small",
+        timeout=timedelta(minutes=15),
+        trigger_rule=TriggerRule.NONE_FAILED,
+        # one quick retry covers a storage hiccup; a regression fails again (the rerun gives the stored verdict)
+        retries=1,
+        retry_delay=timedelta(seconds=30),
+    )
+    start >> gate

@@ -12,6 +12,9 @@ bound, reaches the predecessor's end; ``guarantee-cal`` with a margin calibrated
 interrupted on the end-spaced samples named by ``guarantee_samples``, drawn with that predictor).
 Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
+A keeper run still going ``HOUSE_DEADLINE_MIRAGE_SERVICE`` (default 72 h) after it was queued is
+overdue: the triggerer logs it, records it under ``_deadlines/mirage_service/`` in storage and
+tells the site's notifier, if one is set (``house.deadlines``).
 
 The form is ``mirage_tasks.run.forms.ServiceRun``; each param is the ``keep-service`` flag of its
 name, and one left empty (``model``, ``partition`` ...) is left out of the command line.
@@ -31,6 +34,7 @@ from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, param_argv, steps_for
 from house.config import MACROS
+from house.deadlines import deadline_alert
 from mirage_tasks.run.forms import ServiceRun
 from mirage_tasks.run.runconf import class_form
 
@@ -75,6 +79,8 @@ with DAG(
     start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
+    # a keeper still running HOUSE_DEADLINE_MIRAGE_SERVICE after it was queued is overdue (house.deadlines)
+    deadline=deadline_alert("mirage_service"),
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
     user_defined_macros=dict(MACROS),

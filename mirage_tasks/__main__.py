@@ -28,6 +28,7 @@ STEPS: dict[str, tuple[str, str]] = {
         "keep a chain of service jobs alive on a Slurm cluster (model, reactive or avg)",
     ),
     "report": ("mirage_tasks.steps.report", "one self-contained HTML (and Markdown) results report"),
+    "gate": ("mirage_tasks.steps.gate", "fail a month whose primary decision rule regressed (mirage_monthly)"),
 }
 
 if __name__ == "__main__":

@@ -38,8 +38,23 @@ environment variable           Airflow Variable            default
 ``HOUSE_GPU_POOL``             ``house_gpu_pool``          ``gpu``
 ``HOUSE_GPU_NODE_SELECTOR``    ``house_gpu_node_selector`` ``nvidia.com/gpu.present=true``
 ``HOUSE_INPUT_ROOTS``          ``house_input_roots``       local: ``<repo>/../shared/traces``; kubernetes: none
+``HOUSE_DEADLINE_<DAG>``       ``house_deadline_<dag>``    ``faasm_benchmarks``: ``20h``; ``mirage_service``: ``72h``
+``HOUSE_DEADLINE_NOTIFIER``    ``house_deadline_notifier`` unset: the deadline record and log line only
+``HOUSE_DEADLINE_NOTIFIER_KWARGS`` ``house_deadline_notifier_kwargs`` ``{}``
+``HOUSE_GATE_MARGIN``          ``house_gate_margin``       ``0.10`` (``mirage_monthly``'s gate)
 ``HOUSE_NO_VARIABLES``         (none)                      unset; ``1`` = never look up Variables
 =============================  ==========================  =============================================
+
+``HOUSE_DEADLINE_<DAG>`` (``<DAG>`` the DAG id upper-cased: ``HOUSE_DEADLINE_FAASM_BENCHMARKS``,
+``HOUSE_DEADLINE_MIRAGE_SERVICE``): how long after a run of that DAG is queued it must have
+finished before its deadline alert fires (``house.deadlines``): seconds, or a number with ``s``,
+``m``, ``h`` or ``d`` (``90s``, ``20h``, ``3d``). ``HOUSE_DEADLINE_NOTIFIER``: the dotted path of
+a notifier class (a ``BaseNotifier`` with ``async_notify``, e.g. a Slack or SMTP provider's) that
+a missed deadline is also sent to, built with the JSON object ``HOUSE_DEADLINE_NOTIFIER_KWARGS``
+(its channel, connection id ...). Both are read when the DAG file is parsed.
+
+``HOUSE_GATE_MARGIN``: how much worse (a fraction, ``0.10`` = 10 %) ``mirage_monthly``'s
+gate lets the month's decision rule be than the bar it is held to before it fails the month.
 
 ``HOUSE_INPUT_ROOTS``: where the inputs a form names may be (comma-separated local folders or
 URIs such as ``s3://bucket/traces``; ``none`` for no other), besides the storage root, which is
@@ -142,6 +157,64 @@ class ConfigError(ValueError):
     """A house setting has an invalid value."""
 
 
+# --- Deadlines and the monthly gate --------------------------------------------------
+#: How long after it is queued a run must be done before its deadline alert fires.
+#: ``faasm_benchmarks`` runs daily: a day's run still going after 20 h would collide with the
+#: next one (``max_active_runs=1`` queues it). ``mirage_service``: the form's default keeps one
+#: 48 h job, and a day of queue wait on top is already long; a longer service sets its own.
+DEFAULT_DEADLINES = MappingProxyType(
+    {
+        "faasm_benchmarks": timedelta(hours=20),
+        "mirage_service": timedelta(hours=72),
+    }
+)
+#: ``mirage_monthly``'s gate fails a month whose rule is more than this fraction worse than its bar
+#: (the baselines' interval, the earlier months' median): 10 %, above the month-to-month noise of
+#: the paper-size runs' interruption hours.
+DEFAULT_GATE_MARGIN = 0.10
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(env: str, text: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``20h``, ``3d`` -> a positive timedelta; :class:`ConfigError` otherwise."""
+    m = _DURATION.match(str(text).lower())
+    if not m:
+        raise ConfigError(f"{env}: expected seconds or a number with s, m, h or d (e.g. 20h), got {text!r}")
+    seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    if seconds <= 0:
+        raise ConfigError(f"{env}: the interval must be positive, got {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def deadline_env_var(dag_id: str) -> str:
+    """``faasm_benchmarks`` -> ``HOUSE_DEADLINE_FAASM_BENCHMARKS``."""
+    return "HOUSE_DEADLINE_" + re.sub(r"[^A-Za-z0-9]", "_", dag_id).upper()
+
+
+def _parse_margin(env: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{env}: expected a fraction such as 0.10, got {text!r}") from None
+    if not 0 <= value < 10 or value != value:
+        raise ConfigError(f"{env}: the margin must be a fraction in [0, 10), got {text!r}")
+    return value
+
+
+def _parse_kwargs(env: str, text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{env}: not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{env}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 @dataclass(frozen=True)
 class HouseConfig:
     """The resolved settings (see the module docstring for their sources)."""
@@ -159,6 +232,23 @@ class HouseConfig:
     gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
     #: Where a form's inputs may be besides the storage root (``HOUSE_INPUT_ROOTS``).
     extra_input_roots: tuple[str, ...] = (str(SHIPPED_TRACES),)
+    #: How long after it is queued a run of each DAG must be done (``HOUSE_DEADLINE_<DAG>``).
+    deadlines: dict[str, timedelta] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
+    #: The site's notifier a missed deadline is also sent to (dotted path), and its arguments.
+    deadline_notifier: str | None = None
+    deadline_notifier_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The monthly gate's margin (a fraction): how much worse than its bar a month may be.
+    gate_margin: float = DEFAULT_GATE_MARGIN
+
+    def deadline_for(self, dag_id: str) -> timedelta:
+        """The deadline interval of ``dag_id``; :class:`ConfigError` for a DAG without one."""
+        try:
+            return self.deadlines[dag_id]
+        except KeyError:
+            raise ConfigError(
+                f"no deadline interval for DAG {dag_id!r}: set {deadline_env_var(dag_id)} "
+                "(seconds, or a number with s, m, h or d)"
+            ) from None
 
     def input_roots(self) -> list[str]:
         """Every root a step may read: the storage root, then :attr:`extra_input_roots`."""
@@ -328,6 +418,15 @@ def get_config() -> HouseConfig:
         extra: tuple[str, ...] = (str(SHIPPED_TRACES),) if runner == "local" else ()
     else:
         extra = () if roots.lower() == "none" else tuple(_parse_roots(roots))
+    deadlines = {
+        dag_id: parse_duration(deadline_env_var(dag_id), text)
+        if (text := _setting(deadline_env_var(dag_id))) is not None
+        else default
+        for dag_id, default in DEFAULT_DEADLINES.items()
+    }
+    notifier = _setting("HOUSE_DEADLINE_NOTIFIER")
+    notifier_kwargs = _setting("HOUSE_DEADLINE_NOTIFIER_KWARGS")
+    margin = _setting("HOUSE_GATE_MARGIN")
     return HouseConfig(
         runner=runner,
         storage_root=storage_root,
@@ -341,6 +440,12 @@ def get_config() -> HouseConfig:
         gpu_pool=_setting("HOUSE_GPU_POOL", defaults.gpu_pool),
         gpu_node_selector=_parse_selector(selector) if selector else defaults.gpu_node_selector,
         extra_input_roots=extra,
+        deadlines=deadlines,
+        deadline_notifier=notifier,
+        deadline_notifier_kwargs=_parse_kwargs("HOUSE_DEADLINE_NOTIFIER_KWARGS", notifier_kwargs)
+        if notifier_kwargs
+        else {},
+        gate_margin=_parse_margin("HOUSE_GATE_MARGIN", margin) if margin is not None else DEFAULT_GATE_MARGIN,
     )
 
 
@@ -375,7 +480,10 @@ def describe() -> dict[str, Any]:
     """The resolved configuration as a plain dict (for logs and ``python -m house.config``)."""
     from dataclasses import asdict
 
-    return asdict(get_config())
+    out = asdict(get_config())
+    # JSON-able: each deadline interval in seconds
+    out["deadlines"] = {dag: interval.total_seconds() for dag, interval in out["deadlines"].items()}
+    return out
 
 
 if __name__ == "__main__":

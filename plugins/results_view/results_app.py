@@ -48,6 +48,8 @@ PIPELINES = {
     "mirage_pipeline": "Mirage pipeline",
     "faasm_benchmarks": "Faasm benchmarks",
     "mirage_evaluation": "Mirage evaluation",
+    "mirage_monthly": "Mirage monthly",  # the monthly gate's verdicts
+    "mirage_service": "Mirage service",  # its missed deadlines
 }
 #: What a stored report page may load: its own embedded images and inline styles, nothing else.
 REPORT_CSP = (
@@ -179,6 +181,9 @@ def _summary_text(r: catalog.Report) -> str:
             f"bound coverage per month: "
             + (", ".join(f"{m} {v:.0%}" if isinstance(v, (int, float)) else f"{m} ?" for m, v in cov.items()) or "?")
         )
+    if r.kind == "mirage_gate":
+        verdict = "PASSED" if s.get("passed") is True else "FAILED" if s.get("passed") is False else "?"
+        return f"{verdict}; {s.get('earlier_months', '?')} earlier month(s) compared"
     if r.kind == "faasm_trends":
         return (
             f"{failed}{s.get('days', '?')} days window, {s.get('dates', '?')} days with results, "
@@ -384,7 +389,47 @@ async def index(request: Request) -> HTMLResponse:
                 "<button type='submit'>Compare the two selected runs</button></form>"
             )
         parts.append(table)
+    parts += _gate_section(reports)
+    parts += _deadline_section(await asyncio.to_thread(catalog.list_deadlines, storage_root()), allowed_pipelines(user))
     return _page("Pipeline results", "\n".join(parts))
+
+
+def _gate_section(reports: list[catalog.Report]) -> list[str]:
+    """mirage_monthly's gate: one row per month judged, its verdict and a link to the numbers."""
+    rows = [r for r in reports if r.kind == "mirage_gate"]
+    out = ["<h2 id='mirage_gate'>Mirage monthly gate: the primary rule, month by month</h2>"]
+    if not rows:
+        return [*out, "<p class='muted'>None yet.</p>"]
+    body = "".join(
+        f"<tr data-key='{_e(r.run)}'><td>{_e(r.run)}</td><td class='summary'>{_e(_summary_text(r))}</td>"
+        f"<td>{_e(r.finished)}</td><td><a class='report-link' href='{_e(_href(r))}'>open</a></td></tr>"
+        for r in rows
+    )
+    return [
+        *out,
+        "<table class='reports' data-kind='mirage_gate'><thead><tr><th>Month</th><th>Verdict</th>"
+        f"<th>Judged</th><th>Numbers</th></tr></thead><tbody>{body}</tbody></table>",
+    ]
+
+
+def _deadline_section(records: list[dict[str, Any]], allowed: set[str]) -> list[str]:
+    """Missed deadlines (``house.deadlines``) of the DAGs the user may read, the latest first."""
+    rows = [d for d in records if d.get("dag_id") in allowed]
+    out = ["<h2 id='deadlines'>Missed deadlines</h2>"]
+    if not rows:
+        return [*out, "<p class='muted'>None.</p>"]
+    body = "".join(
+        f"<tr><td>{_e(d['dag_id'])}</td><td class='run-id'>{_e(d.get('run_id'))}</td>"
+        f"<td>{_e(d.get('queued_at'))}</td><td>{_e(d.get('interval'))}</td><td>{_e(d.get('deadline'))}</td>"
+        f"<td>{_e(d.get('fired_at'))}</td><td>{_e(d.get('run_state'))}</td></tr>"
+        for d in rows
+    )
+    return [
+        *out,
+        "<table class='reports' data-kind='deadlines'><thead><tr><th>DAG</th><th>DAG run</th><th>Queued</th>"
+        "<th>Interval</th><th>Deadline</th><th>Fired</th><th>Run state then</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>",
+    ]
 
 
 def _fmt(v: Any) -> str:

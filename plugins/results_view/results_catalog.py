@@ -7,6 +7,10 @@ Layout (written by the task packages; this module never imports them):
   and ``<root>/faasm_benchmarks/<date>/<run id>/summary/summary.json`` (``summary/_SUCCESS.json``);
 * a site's log (``mirage_evaluation``): ``<root>/mirage_evaluation/<name>/waitpred/waitpred.md``
   (``waitpred/_SUCCESS.json``): the wait predictor's tables per month, its bound's coverage, the guard's pick.
+* the monthly gate (``mirage_monthly``): ``<root>/mirage_monthly/gate/<YYYY-MM>/gate.md`` and
+  ``gate.json`` (``gate/<YYYY-MM>/_SUCCESS.json``, its summary says whether the month passed);
+* missed deadlines (``house.deadlines``): ``<root>/_deadlines/<dag>/<run>.json``, one small record
+  each, listed by :func:`list_deadlines` and shown inline (not served as files).
 
 Only files inside a committed report folder are ever served (:func:`resolve`), so the
 view cannot be used to read anything else under the storage root; and only regular files
@@ -48,7 +52,13 @@ KINDS = {
     "faasm_summary": ("faasm_benchmarks", "faasm_benchmarks/*/*/summary/" + MARKER, "summary.json"),
     # a site's own log through mirage_evaluation: <root>/mirage_evaluation/<name>/waitpred
     "mirage_evaluation": ("mirage_evaluation", "mirage_evaluation/*/waitpred/" + MARKER, "waitpred.md"),
+    # the monthly gate's verdict of each month: <root>/mirage_monthly/gate/<YYYY-MM>
+    "mirage_gate": ("mirage_monthly", "mirage_monthly/gate/*/" + MARKER, "gate.md"),
 }
+#: Missed deadlines: ``<root>/_deadlines/<dag>/<run>.json`` (``house.deadlines``).
+DEADLINES = "_deadlines"
+#: A deadline record is a few hundred bytes; a larger file there is not read.
+DEADLINE_LIMIT = 64 * 1024
 #: Folders whose files may be served, as regular expressions over the path below the root.
 SERVABLE = [
     re.compile(r"^mirage_pipeline/[^/]+/report/(report\.html|report\.md|figures/[^/]+\.png)$"),
@@ -58,6 +68,7 @@ SERVABLE = [
     ),
     re.compile(r"^faasm_benchmarks/\d{4}-\d{2}-\d{2}/[^/]+/summary/(summary\.json|summary\.csv)$"),
     re.compile(r"^mirage_evaluation/[^/]+/waitpred/(waitpred\.md|waitpred\.json)$"),
+    re.compile(r"^mirage_monthly/gate/\d{4}-\d{2}/(gate\.md|gate\.json)$"),
 ]
 
 
@@ -235,6 +246,8 @@ def list_reports(root: str) -> list[Report]:
             if pipeline in ("mirage_pipeline", "mirage_evaluation"):  # <pipeline>/<run key or log name>/...
                 run = parts[1]
                 runs = _mirage_runs(root, fs, base, f"{parts[0]}/{parts[1]}")
+            elif pipeline == "mirage_monthly":  # mirage_monthly/gate/<month>: by month, no DAG run recorded
+                run, runs = parts[2], []
             else:
                 run = f"{parts[1]}/{parts[2]}"
                 runs = [{"run_id": parts[2], "logical_date": parts[1], "trigger": trigger_of(parts[2]), "changed": {}}]
@@ -251,6 +264,27 @@ def list_reports(root: str) -> list[Report]:
                 )
             )
     out.sort(key=lambda r: (r.kind, r.run), reverse=True)
+    return out
+
+
+def list_deadlines(root: str) -> list[dict[str, Any]]:
+    """Every missed-deadline record under ``root``, the latest fired first. A record that is not
+    a JSON object naming the DAG of its folder (or is a link, or too large) is left out."""
+    fs, base = filesystem(root)
+    if hasattr(fs, "invalidate_cache"):
+        fs.invalidate_cache()
+    out = []
+    for path in fs.glob(f"{base}/{DEADLINES}/*/*.json"):
+        rel = path[len(base) + 1 :]
+        try:
+            doc = json.loads(read_plain(root, rel, DEADLINE_LIMIT).decode("utf-8"))
+        except (KeyError, OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(doc, dict) or doc.get("dag_id") != rel.split("/")[1]:
+            continue
+        keep = ("dag_id", "run_id", "run_state", "queued_at", "deadline", "interval", "fired_at")
+        out.append({k: doc.get(k) for k in keep})
+    out.sort(key=lambda d: str(d.get("fired_at") or ""), reverse=True)
     return out
 
 

@@ -96,8 +96,9 @@ def test_steps_come_from_the_house_factory(dagbags):
         from house.pod import HousePodOperator
 
         house_types = (LocalStepOperator, HousePodOperator)
-    # DAGs that only start other DAGs' runs (no task-package work of their own)
-    triggers_only = {"mirage_monthly"}
+    # DAGs that only start other DAGs' runs (no task-package work of their own); mirage_monthly
+    # has its gate step after the run it starts
+    triggers_only: set[str] = set()
     for _, dag in _dags(bags):
         steps = [
             t

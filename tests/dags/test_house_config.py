@@ -364,3 +364,5 @@ def test_describe_runs_without_airflow_context(clean_env):
     )
     cfg = json.loads(out.stdout)
     assert cfg["runner"] == "local" and cfg["storage_root"].endswith("var/storage")
+    # the deadline intervals print as seconds (a timedelta is no JSON)
+    assert cfg["deadlines"] == {"faasm_benchmarks": 72000.0, "mirage_service": 259200.0}

@@ -273,3 +273,51 @@ def test_huge_markers_and_summaries_are_refused_not_read_whole(app_env, monkeypa
     assert r.status_code == 413 and "reads whole" in r.text
     assert "padded" not in index and padded.status_code == 404
     assert reads and None not in reads
+
+
+def test_gate_verdicts_and_missed_deadlines_are_listed(app_env, monkeypatch):
+    """mirage_monthly's gate (a committed gate/<month>) and house.deadlines' records
+    (_deadlines/<dag>/<run>.json) are on the index; a record of a DAG the user may not read,
+    a record in the wrong DAG's folder and an unreadable one are not."""
+    app, root = app_env
+    for month, passed in (("2023-02", True), ("2023-03", False)):
+        step = Step("gate", str(root / "mirage_monthly" / "gate" / month), "test", {"month": month})
+        step.write_bytes("gate.md", f"gate {month}: {'PASSED' if passed else 'FAILED'}\n".encode())
+        step.write_json("gate.json", {"passed": passed})
+        step.commit({"month": month, "passed": passed, "earlier_months": 1})
+    records = root / "_deadlines"
+    (records / "faasm_benchmarks").mkdir(parents=True)
+    (records / "mirage_service").mkdir()
+    (records / "faasm_benchmarks" / "manual__late.json").write_text(
+        json.dumps(
+            {
+                "dag_id": "faasm_benchmarks",
+                "run_id": "manual__late",
+                "run_state": "running",
+                "queued_at": "2026-12-07T08:00:00Z",
+                "deadline": "2026-12-07T08:00:10+00:00",
+                "interval": "0:00:10",
+                "fired_at": "2026-12-07T08:00:12+00:00",
+            }
+        )
+    )
+    (records / "faasm_benchmarks" / "stray.json").write_text(json.dumps({"dag_id": "mirage_service", "run_id": "x"}))
+    (records / "faasm_benchmarks" / "broken.json").write_text("{")
+    (records / "mirage_service" / "keeper.json").write_text(
+        json.dumps({"dag_id": "mirage_service", "run_id": "manual__keeper<script>", "fired_at": "2026-12-06"})
+    )
+    with _client(app.app) as c:
+        index = c.get("/").text
+        gate_md = c.get("/report/mirage_monthly/gate/2023-03/gate.md")
+    assert "data-kind='mirage_gate'" in index
+    assert "FAILED; 1 earlier month(s) compared" in index and "PASSED; 1 earlier month(s) compared" in index
+    assert gate_md.status_code == 200 and "gate 2023-03: FAILED" in gate_md.text
+    assert "data-kind='deadlines'" in index and "manual__late" in index and "0:00:10" in index
+    assert "manual__keeper&lt;script&gt;" in index and "stray" not in index and ">x<" not in index
+    # a user who may read faasm_benchmarks only sees its deadlines alone
+    monkeypatch.setattr(app, "allowed_pipelines", lambda u: {"faasm_benchmarks"})
+    with _client(app.app) as c:
+        index = c.get("/").text
+        refused = c.get("/report/mirage_monthly/gate/2023-03/gate.md")
+    assert "manual__late" in index and "manual__keeper" not in index and "data-kind='mirage_gate'" not in index
+    assert refused.status_code == 403
