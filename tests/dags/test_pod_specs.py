@@ -8,6 +8,7 @@ preset is covered before a real DAG uses it.
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -60,6 +61,8 @@ def render_pod(op, xcoms: dict[tuple[str, str], Any] | None = None, map_index: i
         "ds": "2026-11-29",
         "ds_nodash": "20261129",
         "params": dict(op.dag.params) if op.dag else {},
+        # a partitioned DAG's steps (mirage_monthly's gate) name the run's month
+        "dag_run": SimpleNamespace(run_id=RUN_ID, partition_key="2026-10", conf={}),
     }
     op.render_template_fields(context)
     pod = op.build_pod_request_obj(context, dry_run=True)
