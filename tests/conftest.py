@@ -122,6 +122,12 @@ def pytest_collection_modifyitems(config, items):
         # in the JUnit report (make test writes var/test-report.xml): devtools/suite_figures.py
         # sums the run per tier from it for docs/testing.md
         item.user_properties.append(("tier", next(t for t in TIERS if item.get_closest_marker(t))))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # side by side (make test): the long tiers first, the seconds-long unit tests last, so the
+        # workers end together instead of one finishing a long run while the others idle (a stable
+        # sort: each file keeps its order, and every worker collects the same order)
+        rank = {"lab": 0, "e2e": 0, "dag": 1, "unit": 2}
+        items.sort(key=lambda it: rank[next(t for t in TIERS if it.get_closest_marker(t))])
         if item.get_closest_marker("unit") and "airflow_db" in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid}: a unit test uses the Airflow database; mark it e2e or dag")
 
