@@ -233,15 +233,16 @@ class HouseConfig:
     #: Where a form's inputs may be besides the storage root (``HOUSE_INPUT_ROOTS``).
     extra_input_roots: tuple[str, ...] = (str(SHIPPED_TRACES),)
     #: How long after it is queued a run of each DAG must be done (``HOUSE_DEADLINE_<DAG>``).
-    deadlines: dict[str, timedelta] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
+    deadlines: dict[str, timedelta | None] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
     #: The site's notifier a missed deadline is also sent to (dotted path), and its arguments.
     deadline_notifier: str | None = None
     deadline_notifier_kwargs: dict[str, Any] = field(default_factory=dict)
     #: The monthly gate's margin (a fraction): how much worse than its bar a month may be.
     gate_margin: float = DEFAULT_GATE_MARGIN
 
-    def deadline_for(self, dag_id: str) -> timedelta:
-        """The deadline interval of ``dag_id``; :class:`ConfigError` for a DAG without one."""
+    def deadline_for(self, dag_id: str) -> timedelta | None:
+        """The deadline interval of ``dag_id``, None where the setting says ``off``; :class:`ConfigError`
+        for a DAG without one."""
         try:
             return self.deadlines[dag_id]
         except KeyError:
@@ -419,7 +420,7 @@ def get_config() -> HouseConfig:
     else:
         extra = () if roots.lower() == "none" else tuple(_parse_roots(roots))
     deadlines = {
-        dag_id: parse_duration(deadline_env_var(dag_id), text)
+        dag_id: (None if text.strip().lower() == "off" else parse_duration(deadline_env_var(dag_id), text))
         if (text := _setting(deadline_env_var(dag_id))) is not None
         else default
         for dag_id, default in DEFAULT_DEADLINES.items()

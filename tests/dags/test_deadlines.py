@@ -158,3 +158,13 @@ def test_record_is_kept_when_the_channel_fails(monkeypatch, tmp_path):
 
 async def _await(cb):
     await cb
+
+
+def test_off_leaves_the_dag_without_a_deadline(monkeypatch, tmp_path):
+    """``HOUSE_DEADLINE_<DAG>=off``: no alert (what ``airflow dags test`` needs in Airflow 3.3.2)."""
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(tmp_path))
+    monkeypatch.setenv("HOUSE_DEADLINE_FAASM_BENCHMARKS", "off")
+    assert not load_dag("faasm_benchmarks").deadline
+    monkeypatch.setenv("HOUSE_DEADLINE_FAASM_BENCHMARKS", "3h")
+    (alert,) = load_dag("faasm_benchmarks").deadline
+    assert alert.interval == timedelta(hours=3)
