@@ -40,6 +40,7 @@ help:
 	@echo "make test                       make lint, then the whole test suite (unit, dag, e2e and lab tiers)"
 	@echo "make lint                       the import contracts (lint-imports), ruff check and ruff format --check"
 	@echo "make test-fast                  run the unit tier only (about a minute on 2 cores)"
+	@echo "make testing-figures [NOTE=...]  write docs/testing.md's suite figures from the last make test's report"
 	@echo "make test-tier TIER=dag         run one tier: unit, dag, e2e or lab (lab/: the results pages' campaigns)"
 	@echo "make bench                      run the benchmarks in bench/"
 	@echo "make airflow                    a real local Airflow (PostgreSQL, scheduler, dag-processor, triggerer, api-server on 127.0.0.1)"
@@ -193,9 +194,9 @@ test: lint airflow-home system-deps functions
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal --junitxml=var/test-report.xml
 
 # docs/testing.md's figures (tests, outcomes and time per tier, the wall time) from the last
-# make test's report, not typed by hand.
+# make test's report, not typed by hand; NOTE="..." says how the run was made.
 testing-figures:
-	$(PYTHON) devtools/suite_figures.py var/test-report.xml --workers $(TEST_WORKERS) --write docs/testing.md
+	$(PYTHON) devtools/suite_figures.py var/test-report.xml --workers $(TEST_WORKERS) --write docs/testing.md --note "$(NOTE)"
 
 # The unit tier only (no Airflow database, no DAG runs): seconds, for the edit-test loop.
 test-fast: $(STAMP)

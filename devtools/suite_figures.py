@@ -6,7 +6,8 @@ the report and prints, per tier, the tests, their outcomes, the time they took s
 slowest one, then the whole run's wall time; ``--write`` replaces the block between the markers
 below in a Markdown file::
 
-    python devtools/suite_figures.py var/test-report.xml --workers 4 --write docs/testing.md
+    python devtools/suite_figures.py var/test-report.xml --workers 4 --write docs/testing.md \
+        --note "Fresh clone, CI=true bash .ci/run beside stress-ng --cpu 2."
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def read_report(path: Path) -> dict:
     return {"tiers": dict(tiers), "wall_s": wall, "timestamp": stamp}
 
 
-def render(fig: dict, workers: int | None) -> str:
+def render(fig: dict, workers: int | None, note: str = "") -> str:
     rows = [
         "| tier | tests | passed | failed | skipped | test time summed | slowest test |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -92,7 +93,7 @@ def render(fig: dict, workers: int | None) -> str:
         f"Last recorded run ({fig['timestamp'][:16].replace('T', ' ') or 'time not recorded'}, "
         f"{os.cpu_count()}-core machine): {total['tests']:,} tests {side}, "
         f"{fig['wall_s']:,.0f} s wall ({fig['wall_s'] / 60:.1f} min) against {total['seconds']:,.0f} s "
-        "of test time summed."
+        "of test time summed." + (f" {note.strip()}" if note.strip() else "")
     )
     return "\n".join([BEGIN, head, "", *rows, END])
 
@@ -113,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("report", type=Path, help="pytest's JUnit XML report (make test: var/test-report.xml)")
     ap.add_argument("--workers", type=int, default=None, help="the pytest-xdist workers of that run (0: serial)")
     ap.add_argument("--write", type=Path, default=None, help="Markdown file whose figures block to replace")
+    ap.add_argument("--note", default="", help="how the run was made (a fresh clone, beside what load), said after it")
     a = ap.parse_args(argv)
     try:
-        block = render(read_report(a.report), a.workers)
+        block = render(read_report(a.report), a.workers, a.note)
         if a.write:
             write_block(a.write, block)
     except ReportError as e:

@@ -51,8 +51,11 @@ def test_figures_per_tier_with_outcomes_slowest_and_wall(tmp_path):
         "slowest": ("test_a::t1", 1.5),
     }
     assert fig["tiers"]["dag"]["failed"] == 1 and fig["tiers"]["e2e"]["slowest"] == ("test_c_e2e::t4", 200.0)
-    text = sf.render(fig, workers=4)
-    assert "5 tests in 4 pytest-xdist workers, 600 s wall (10.0 min) against 332 s" in text
+    text = sf.render(fig, workers=4, note="Beside a CPU hog.")
+    assert (
+        "5 tests in 4 pytest-xdist workers, 600 s wall (10.0 min) against 332 s of test time summed. Beside a CPU hog."
+        in text
+    )
     assert "| e2e | 2 | 2 | 0 | 0 | 300 s | `test_c_e2e::t4` 200 s |" in text
     assert "| all | 5 | 3 | 1 | 1 | 332 s | |" in text
     assert "lab" not in text.split(sf.END)[0].split("|---|")[1]  # a tier with no test has no row
