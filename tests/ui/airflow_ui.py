@@ -258,3 +258,29 @@ def api_send(base: str, token: str, method: str, path: str, body: dict | None = 
             return json.loads(r.read())
     except urllib.error.HTTPError as exc:
         raise AssertionError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None
+
+
+def open_trigger_dialog(driver, base: str, dag_id: str):
+    """Open ``dag_id``'s page and its trigger dialog, as a user clicks Trigger; returns the dialog."""
+    from proctree import wait_for
+    from selenium.common.exceptions import (
+        ElementNotInteractableException,
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{base}/dags/{dag_id}")
+    WebDriverWait(driver, 90).until(
+        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
+    ).click()
+    return wait_for(  # React may replace the dialog while it opens: looked up again
+        lambda: next(
+            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
+        ),
+        "the trigger dialog",
+        retry_on=(StaleElementReferenceException, ElementNotInteractableException, NoSuchElementException),
+        poll_s=0.5,
+    )

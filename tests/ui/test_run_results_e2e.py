@@ -16,7 +16,7 @@ import shutil
 from urllib.parse import quote, unquote
 
 import pytest
-from airflow_ui import api_get, api_send, api_server, api_token, chromium, login, missing
+from airflow_ui import api_get, api_send, api_server, api_token, chromium, login, missing, open_trigger_dialog
 from proctree import wait_for
 from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
 
@@ -310,22 +310,9 @@ def test_a_sites_wait_prediction_is_readable_in_the_ui(ui):
 
 def test_mirage_service_triggers_from_its_form_untouched(ui):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
 
     driver, base, token = ui["driver"], ui["base"], ui["token"]
-    driver.get(f"{base}/dags/mirage_service")
-    WebDriverWait(driver, 90).until(
-        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
-    ).click()
-    dialog = wait_for(
-        lambda: next(
-            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
-        ),
-        "the trigger dialog",
-        retry_on=NOT_YET,
-        poll_s=0.5,
-    )
+    dialog = open_trigger_dialog(driver, base, "mirage_service")
     # the form untouched: model (policy model without one fails in the step, exit 2 naming --model),
     # partition and account all empty
     for name in ("element_model", "element_partition", "element_account"):

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
-from airflow_ui import api_get, api_put, api_server, api_token, chromium, login, missing
+from airflow_ui import api_get, api_put, api_server, api_token, chromium, login, missing, open_trigger_dialog
 from proctree import wait_for
 
 #: a browser element React replaced meanwhile, or not ready yet: looked up again
@@ -54,26 +54,6 @@ def ui(tmp_path_factory):
         yield server
 
 
-def _dialog(driver, dag_id: str, base: str):
-    """Open ``dag_id``'s page and its trigger dialog; returns the dialog element."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(f"{base}/dags/{dag_id}")
-    WebDriverWait(driver, 90).until(
-        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
-    ).click()
-    return wait_for(
-        lambda: next(
-            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
-        ),
-        "the trigger dialog",
-        retry_on=NOT_YET,
-        poll_s=0.5,
-    )
-
-
 def _button(dialog, text: str):
     from selenium.webdriver.common.by import By
 
@@ -98,7 +78,7 @@ def test_trigger_form_defaults_start_one_manual_run_and_no_scheduled_one(ui):
     defaults = {
         k: v["value"] for k, v in api_get(base, ui["token"], "/api/v2/dags/mirage_pipeline/details")["params"].items()
     }
-    dialog = _dialog(driver, "mirage_pipeline", base)
+    dialog = open_trigger_dialog(driver, base, "mirage_pipeline")
     unpause = dialog.find_element(By.XPATH, ".//label[contains(., 'Unpause mirage_pipeline on trigger')]")
     assert unpause.get_attribute("data-state") == "checked"  # Airflow's default: ticked
     _click(driver, _button(dialog, "Trigger"))
@@ -128,7 +108,7 @@ def _backfill(ui, dag_id: str, start: str, end: str, *, override: bool) -> None:
     from selenium.webdriver.common.by import By
 
     driver = ui["driver"]
-    dialog = _dialog(driver, dag_id, ui["base"])
+    dialog = open_trigger_dialog(driver, ui["base"], dag_id)
     _click(driver, dialog.find_element(By.XPATH, ".//*[text()='Backfill']"))
     wait_for(lambda: "Date Range" in dialog.text, "the backfill form", retry_on=NOT_YET, poll_s=0.5)
     for picker, day in zip(dialog.find_elements(By.CSS_SELECTOR, "[data-testid=datetime-input]"), (start, end)):
@@ -212,7 +192,7 @@ def test_evaluation_form_shows_its_params_and_sends_the_typed_budget(ui):
     params = api_get(base, token, "/api/v2/dags/mirage_evaluation/details")["params"]
     defaults = {k: v["value"] for k, v in params.items()}
     assert {"name", "trace", "calibrate_from", "calibrate_to", "months", "trials", "timeout_s"} <= set(defaults)
-    dialog = _dialog(driver, "mirage_evaluation", base)
+    dialog = open_trigger_dialog(driver, base, "mirage_evaluation")
     wait_for(
         lambda: all(dialog.find_elements(By.NAME, f"element_{k}") for k in params),
         "every field",

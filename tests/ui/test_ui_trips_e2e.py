@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from airflow_ui import api_get, api_server, api_token, chromium, login, missing
+from airflow_ui import api_get, api_server, api_token, chromium, login, missing, open_trigger_dialog
 from proctree import wait_for
 
 #: a browser element React replaced meanwhile, or not there yet: looked up again
@@ -81,22 +81,9 @@ def _shot(driver, name: str) -> Path:
 def _trigger_untouched(ui, dag_id: str) -> dict:
     """Open ``dag_id``'s trigger form, press Trigger without changing anything; the run it made."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
 
     driver, base = ui["driver"], ui["base"]
-    driver.get(f"{base}/dags/{dag_id}")
-    WebDriverWait(driver, 90).until(
-        EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))
-    ).click()
-    dialog = wait_for(
-        lambda: next(
-            (d for d in driver.find_elements(By.CSS_SELECTOR, "[role=dialog]") if "Run Parameters" in d.text), None
-        ),
-        "the trigger dialog",
-        poll_s=1,
-        retry_on=NOT_YET,
-    )
+    dialog = open_trigger_dialog(driver, base, dag_id)
     button = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger")
     wait_for(lambda: button.is_enabled(), "Trigger enabled", poll_s=1, retry_on=NOT_YET)
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
