@@ -394,42 +394,41 @@ async def index(request: Request) -> HTMLResponse:
     return _page("Pipeline results", "\n".join(parts))
 
 
+def _table_section(anchor: str, title: str, empty: str, head: list[str], body: str) -> list[str]:
+    """A titled table of the results page (``data-kind`` is the anchor), or the word for none."""
+    out = [f"<h2 id='{anchor}'>{_e(title)}</h2>"]
+    if not body:
+        return [*out, f"<p class='muted'>{_e(empty)}</p>"]
+    ths = "".join(f"<th>{_e(h)}</th>" for h in head)
+    return [
+        *out,
+        f"<table class='reports' data-kind='{anchor}'><thead><tr>{ths}</tr></thead><tbody>{body}</tbody></table>",
+    ]
+
+
 def _gate_section(reports: list[catalog.Report]) -> list[str]:
     """mirage_monthly's gate: one row per month judged, its verdict and a link to the numbers."""
-    rows = [r for r in reports if r.kind == "mirage_gate"]
-    out = ["<h2 id='mirage_gate'>Mirage monthly gate: the primary rule, month by month</h2>"]
-    if not rows:
-        return [*out, "<p class='muted'>None yet.</p>"]
     body = "".join(
         f"<tr data-key='{_e(r.run)}'><td>{_e(r.run)}</td><td class='summary'>{_e(_summary_text(r))}</td>"
         f"<td>{_e(r.finished)}</td><td><a class='report-link' href='{_e(_href(r))}'>open</a></td></tr>"
-        for r in rows
+        for r in reports
+        if r.kind == "mirage_gate"
     )
-    return [
-        *out,
-        "<table class='reports' data-kind='mirage_gate'><thead><tr><th>Month</th><th>Verdict</th>"
-        f"<th>Judged</th><th>Numbers</th></tr></thead><tbody>{body}</tbody></table>",
-    ]
+    title = "Mirage monthly gate: the primary rule, month by month"
+    return _table_section("mirage_gate", title, "None yet.", ["Month", "Verdict", "Judged", "Numbers"], body)
 
 
 def _deadline_section(records: list[dict[str, Any]], allowed: set[str]) -> list[str]:
     """Missed deadlines (``house.deadlines``) of the DAGs the user may read, the latest first."""
-    rows = [d for d in records if d.get("dag_id") in allowed]
-    out = ["<h2 id='deadlines'>Missed deadlines</h2>"]
-    if not rows:
-        return [*out, "<p class='muted'>None.</p>"]
     body = "".join(
         f"<tr><td>{_e(d['dag_id'])}</td><td class='run-id'>{_e(d.get('run_id'))}</td>"
         f"<td>{_e(d.get('queued_at'))}</td><td>{_e(d.get('interval'))}</td><td>{_e(d.get('deadline'))}</td>"
         f"<td>{_e(d.get('fired_at'))}</td><td>{_e(d.get('run_state'))}</td></tr>"
-        for d in rows
+        for d in records
+        if d.get("dag_id") in allowed
     )
-    return [
-        *out,
-        "<table class='reports' data-kind='deadlines'><thead><tr><th>DAG</th><th>DAG run</th><th>Queued</th>"
-        "<th>Interval</th><th>Deadline</th><th>Fired</th><th>Run state then</th></tr></thead>"
-        f"<tbody>{body}</tbody></table>",
-    ]
+    head = ["DAG", "DAG run", "Queued", "Interval", "Deadline", "Fired", "Run state then"]
+    return _table_section("deadlines", "Missed deadlines", "None.", head, body)
 
 
 def _fmt(v: Any) -> str:
