@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = os.environ.get("UI_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -52,6 +54,15 @@ def missing() -> str | None:
     except ImportError:
         return "selenium not installed (pip install -r requirements-dev.txt -c constraints.txt)"
     return None
+
+
+def browser_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    """A browser test's Airflow home and storage root (fresh folders), or a skip saying why the
+    test cannot run here."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    return tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("storage")
 
 
 def free_port() -> int:

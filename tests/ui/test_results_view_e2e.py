@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
-from airflow_ui import PASSWORD, USER, api_server, chromium, missing
+from airflow_ui import PASSWORD, USER, api_server, browser_dirs, chromium
 from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, MIRAGE_TITLE, make_reports
 
 pytestmark = pytest.mark.e2e
@@ -27,11 +27,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    home = tmp_path_factory.mktemp("airflow-home")
-    storage = tmp_path_factory.mktemp("storage")
+    home, storage = browser_dirs(tmp_path_factory)
     pages = make_reports(storage, tmp_path_factory.mktemp("state"))
     # a committed report folder whose report.html is a link to a secret outside the root
     secret = tmp_path_factory.mktemp("outside") / "shadow"

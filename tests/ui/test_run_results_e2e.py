@@ -16,7 +16,7 @@ import shutil
 from urllib.parse import quote, unquote
 
 import pytest
-from airflow_ui import api_get, api_send, api_server, api_token, chromium, login, missing, open_trigger_dialog
+from airflow_ui import api_get, api_send, api_server, api_token, browser_dirs, chromium, login, open_trigger_dialog
 from proctree import wait_for
 from ui_fixtures import END, MIRAGE_KEY, MIRAGE_KEY_B, MIRAGE_RUNS, make_reports
 
@@ -36,10 +36,7 @@ FAASM_RUN = f"manual__{END}T06:00:00+00:00"
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    home, storage = tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("storage")
+    home, storage = browser_dirs(tmp_path_factory)
     pages = make_reports(storage, tmp_path_factory.mktemp("state"))
     # the fixture's Faasm day again under a manual run id (Airflow reserves scheduled__ ids for the
     # scheduler, and this test makes its runs through the REST API)

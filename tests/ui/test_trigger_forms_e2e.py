@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
-from airflow_ui import api_get, api_put, api_server, api_token, chromium, login, missing, open_trigger_dialog
+from airflow_ui import api_get, api_put, api_server, api_token, browser_dirs, chromium, login, open_trigger_dialog
 from proctree import wait_for
 
 #: a browser element React replaced meanwhile, or not ready yet: looked up again
@@ -43,10 +43,7 @@ TRACE = "/data/traces/typed-in-the-form.swf"
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    home, storage = tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("storage")
+    home, storage = browser_dirs(tmp_path_factory)
     with api_server(home, storage, dags=True) as server, chromium(tmp_path_factory.mktemp("profile")) as driver:
         login(driver, server["base"], "/")
         server["driver"] = driver

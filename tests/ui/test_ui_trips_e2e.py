@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from airflow_ui import api_get, api_server, api_token, chromium, login, missing, open_trigger_dialog
+from airflow_ui import api_get, api_server, api_token, browser_dirs, chromium, login, open_trigger_dialog
 from proctree import wait_for
 
 #: a browser element React replaced meanwhile, or not there yet: looked up again
@@ -47,10 +47,7 @@ FINISHED = {"success", "failed"}
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    home, storage = tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("storage")
+    home, storage = browser_dirs(tmp_path_factory)
     build = tmp_path_factory.mktemp("faasm-build-empty")  # a checkout before `make functions`
     checkout = tmp_path_factory.mktemp("checkout-without-slurm")  # `make slurm` never ran here
     deployment = {
