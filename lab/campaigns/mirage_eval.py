@@ -1,4 +1,4 @@
-"""Mirage on any log under docs/results/protocol.md (issues 22, 27): one command per log, every
+"""Mirage on any log under docs/results/protocol.md: one command per log, every
 number of docs/results/mirage-clusters.md and docs/results/waitpred.md.
 
     nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval                 # the four shipped logs

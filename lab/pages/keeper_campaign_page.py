@@ -539,7 +539,7 @@ def page(root: str) -> str:
     pools = _pools(frames, docs_by_set, factor)
     by_window = _background_by_window(root, [w["name"] for w in wins["windows"]])
     L = [
-        "# The service keeper on a real Slurm over five busy windows (issue 28 item 5)",
+        "# The service keeper on a real Slurm over five busy windows",
         "",
         "Written by `python -m lab.campaigns.keeper_campaign page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
         "from the runs' outputs. Earlier single runs and the fixes that led here: "

@@ -77,7 +77,7 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     run = _read_json(root / "run.json") or {}
     fig_dir = path.parent / path.stem
     L: list[str] = [
-        "# Mirage on four logs under protocol v1 (issue 22)",
+        "# Mirage on four logs under protocol v1",
         "",
         f"Protocol: [`protocol.md`](protocol.md) at commit `{proto}` (committed before any of these results was "
         "computed). Written by `python -m lab.campaigns.mirage_eval --write-doc` from the outputs of:",
@@ -304,10 +304,10 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
             "",
         ]
     L += [
-        "## Wait predictor at submission (issue 27)",
+        "## Wait predictor at submission",
         "",
         "Every candidate reads only what was known at each job's submission; the full tables, bounds and per-month "
-        "coverage are in [`waitpred.md`](waitpred.md). The figures this page gave before issue 27 (the simulator "
+        "coverage are in [`waitpred.md`](waitpred.md). The figures this page gave before the predictor at submission was added (the simulator "
         "replaying the scored month with every job's real run time) were **replay fidelity**, not prediction: they "
         "stay in the calibration lines above, named so.",
         "",
@@ -389,7 +389,7 @@ def waitpred_months(wp: dict) -> list[str]:
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
     L = [
-        "# Queue-wait prediction at submission time (issue 27)",
+        "# Queue-wait prediction at submission time",
         "",
         "Written by `python -m lab.campaigns.mirage_eval --waitpred-only --write-doc` from the outputs of:",
         "",

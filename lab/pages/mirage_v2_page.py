@@ -512,7 +512,7 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
     seen = _cells(root, specs, "seen")
     rules = list(RULES)
     L = [
-        "# Mirage decisions under protocol v2 (issue 28)",
+        "# Mirage decisions under protocol v2",
         "",
         f"Written by `python -m lab.campaigns.mirage_eval --protocol v2 --write-doc {path.as_posix()}` from the outputs under "
         f"`{args.root}`, under [protocol v2](protocol-v2.md) as committed at `{rev}` (before any v2 result). "
@@ -609,8 +609,7 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
         "## Not done under v2 yet",
         "",
         "Said plainly, as the protocol asks: the simulator configurations are calibrated without "
-        "`--search-fairshare` (fair share is not searched for these logs). The keeper on a real Slurm (item 5 of "
-        "issue 28) has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
+        "`--search-fairshare` (fair share is not searched for these logs). The keeper on a real Slurm has its own page, [keeper-campaign.md](keeper-campaign.md): 20 chains per policy over five busy "
         "ls6 windows, with a deviation from this protocol's keeper design said there. "
         "The predictor's bound at a decision "
         "uses the calibration period's conformal offset, not waitpred's online correction (a fork of the "

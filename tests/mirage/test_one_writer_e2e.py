@@ -1,4 +1,4 @@
-"""Issue 19, one writer per output prefix, with real step processes (local folder and S3/moto):
+"""One writer per output prefix, with real step processes (local folder and S3/moto):
 
 * two ``ingest`` (or ``merge``) runs writing one ``--out`` at once -> exactly one exits 0 and the
   other exits 2 naming the first; the folder holds the winner's outputs whole;

@@ -1,4 +1,4 @@
-"""Issue 19, "nothing hangs, nothing lies", for the Mirage steps, in-process:
+"""Nothing hangs, nothing lies, for the Mirage steps, in-process:
 
 * inputs verified, not trusted: a ``trace.parquet`` replaced or truncated after its marker was
   written -> exit 2 naming it (no pyarrow traceback); an untouched one is hashed once per process;
