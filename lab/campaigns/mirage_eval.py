@@ -168,7 +168,10 @@ def main() -> int:
     p.add_argument("--interval-hours", type=float, default=evalplan.INTERVAL_H, help="sample interval (protocol: 6 h)")
     p.add_argument("--cal-trials", type=int, default=evalplan.CAL_TRIALS, help="calibrate --trials (protocol: 40)")
     p.add_argument(
-        "--cal-timeout-s", type=float, default=evalplan.CAL_TIMEOUT_S, help="calibrate --timeout-s (protocol: 300)"
+        "--cal-timeout-s",
+        type=float,
+        default=evalplan.CAL_TIMEOUT_S,
+        help="calibrate --timeout-s: opt-in wall limit, failing the calibration when reached (0: none)",
     )
     p.add_argument("--bootstrap", type=int, default=evalplan.BOOTSTRAP, help="bootstrap resamples (protocol: 2000)")
     p.add_argument("--max-months", type=int, default=0, help="score only the first N scored months (0: all)")
