@@ -16,7 +16,10 @@ months after it, ``nodes`` the service's node sizes (the probe-replay evaluation
 ``machine_nodes`` is the machine's size where the log does not state it (an SWF header's
 ``MaxNodes`` does): the calibrated simulator is never larger. ``train_start`` (default: the
 calibration start) is the first training sample's day, ``start_config`` a simulator preset tried
-first by the calibration (a preset, or a file read like ``trace``).
+first by the calibration (a preset, or a file read like ``trace``). ``partition_max_limit`` (a
+mapping partition -> seconds, ``*`` for all) and ``default_limit_s`` declare the limits a job that
+requests none gets (its partition's maximum, else its user's history, else this default:
+:mod:`mirage_tasks.data.limits`, ``ingest --partition-max-limit/--default-limit-s``).
 
 A description is checked as a whole against what its steps accept (:meth:`LogSpec.from_dict`,
 stdlib only; :func:`check_against_steps` with the steps' own parsers and ``BOUNDS``), so a value
@@ -86,11 +89,14 @@ class LogSpec:
     machine_nodes: int | None = None
     train_start: str | None = None
     start_config: str | None = None
+    partition_max_limit: tuple[tuple[str, int], ...] = ()
+    default_limit_s: int | None = None
     source: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("source")
+        d["partition_max_limit"] = dict(self.partition_max_limit)
         d["calibrate"], d["months"], d["nodes"] = list(self.calibrate), list(self.months), list(self.nodes)
         return d
 
@@ -202,6 +208,12 @@ class LogSpec:
                     f"the training window {ts} .. {months[0]} is {(first - t0).days} days; at most {MAX_TRAINING_DAYS}",
                 )
         sc = _start_config(doc.get("start_config"), base, err)
+        pml = doc.get("partition_max_limit") or {}
+        if not isinstance(pml, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, int) and not isinstance(v, bool) and 1 <= v
+            for k, v in pml.items()
+        ):
+            raise err("partition_max_limit", f"a mapping of partition names to seconds (>= 1), got {pml!r}")
         return cls(
             name=name,
             trace=trace,
@@ -213,6 +225,8 @@ class LogSpec:
             machine_nodes=opt_int("machine_nodes", 1, 10_000_000),
             train_start=ts,
             start_config=sc,
+            partition_max_limit=tuple(sorted(pml.items())),
+            default_limit_s=opt_int("default_limit_s", 1, 100 * 366 * 86400),
             source=source,
         )
 
@@ -376,6 +390,10 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
     ing = ["ingest", "--trace", spec.trace, "--out", f"{d}/trace"]
     if spec.timezone:
         ing += ["--timezone", spec.timezone]
+    for part, seconds in spec.partition_max_limit:
+        ing += ["--partition-max-limit", f"{part}={seconds}"]
+    if spec.default_limit_s:
+        ing += ["--default-limit-s", str(spec.default_limit_s)]
     m0, m1 = spec.months[0], spec.months[-1]
     cal = [
         "calibrate",

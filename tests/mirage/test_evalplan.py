@@ -314,3 +314,12 @@ def test_the_named_outputs_refuse_other_inputs():
 
     for name, argv in evalplan.waitpred_argvs(LogSpec.from_dict(GOOD), "/r"):
         assert step_parser(name).parse_args(argv[1:]).on_change == "refuse", name
+
+
+def test_declared_limits_reach_the_ingest_command_line():
+    s = LogSpec.from_dict({**GOOD, "partition_max_limit": {"debug": 1800, "*": 86400}, "default_limit_s": 7200})
+    ing = dict(evalplan.waitpred_argvs(s, "/r"))["ingest"]
+    assert "debug=1800" in ing and "*=86400" in ing and ing[ing.index("--default-limit-s") + 1] == "7200"
+    assert LogSpec.from_dict(s.to_dict()) == s
+    with pytest.raises(SpecError, match="'partition_max_limit'"):
+        LogSpec.from_dict({**GOOD, "partition_max_limit": {"debug": 0}})
