@@ -322,11 +322,20 @@ def _tiny(**kw) -> SimConfig:
     return SimConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("backfill", ["conservative", "easy", "none"])
-def test_a_job_that_never_ran_waits_in_the_queue_until_it_left_and_never_runs(backfill):
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"backfill": "conservative"},
+        {"backfill": "easy"},
+        {"backfill": "none"},
+        {"backfill": "named"},
+        {"priority": "multifactor", "weight_fairshare": 1000.0},
+    ],
+)
+def test_a_job_that_never_ran_waits_in_the_queue_until_it_left_and_never_runs(kw):
     wl = _log_with_a_cancelled_job()
     assert list(wl.job_id) == ["A", "B", "D"] and list(wl.never_ran.job_id) == ["C"]
-    sim = Simulator.from_workload(wl, _tiny(backfill=backfill), T0, T0 + 700)
+    sim = Simulator.from_workload(wl, _tiny(**kw), T0, T0 + 700)
     sim.run_until(T0 + 100)
     tags = [sim.j_tag[j] for j in sim.pending]
     assert len(tags) == 2 and tags[0] < 0 and tags[1] == 1  # C (queued first), then B
@@ -336,7 +345,7 @@ def test_a_job_that_never_ran_waits_in_the_queue_until_it_left_and_never_runs(ba
     gone = [j for j, t in enumerate(sim.j_tag) if t < 0]
     assert len(gone) == 1 and sim.j_start[gone[0]] == -1  # never started
     assert sim.j_start[sim.j_tag.index(1)] == T0 + 1000  # B was not held back by C
-    real = fidelity.replay(wl, _tiny(backfill=backfill), T0, T0 + 700)
+    real = fidelity.replay(wl, _tiny(**kw), T0, T0 + 700)
     assert list(real["job_id"]) == ["A", "B", "D"]  # scored: the jobs that ran, only
 
 
@@ -352,3 +361,25 @@ def test_a_job_that_never_ran_is_pending_at_submission_until_it_left():
     assert len(known.never_ran) == 0
     known, _ = atcut.as_known(wl, T0 + 700)
     assert list(known.never_ran.job_id) == ["C"] and "C" not in set(known.job_id)
+
+
+def test_a_job_without_a_limit_is_never_given_its_own_run_time():
+    df = pd.DataFrame(
+        {
+            "job_id": ["1", "2", "3"],
+            "submit": pd.to_datetime([T0, T0 + 100, T0 + 200], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "start": pd.to_datetime([T0, T0 + 100, T0 + 200], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "end": pd.to_datetime([T0 + 50, T0 + 9100, T0 + 300], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "time_limit_s": pd.array([600, None, None], dtype="Int64"),
+            "nodes": pd.array([1, 1, 1], dtype="Int32"),
+            "procs": pd.array([None] * 3, dtype="Int32"),
+            "partition": "p",
+            "user": ["u", "u", "v"],
+            "status": "COMPLETED",
+            "priority": pd.array([None] * 3, dtype="Int64"),
+        }
+    )
+    w = Workload.from_frame(df)
+    # job 2: its user's finished job asked 600 s (not its own 9000 s); job 3: no history, one day
+    assert list(w.limit) == [600, 600, 86400] and list(w.duration) == [50, 600, 100]
+    assert w.limit_fill["user_history"] == 1 and w.limit_fill["log_default"] == 1
