@@ -445,24 +445,6 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
     return [(n, [*a, "--on-change", "refuse"]) for n, a in (("ingest", ing), ("calibrate", cal), ("waitpred", wp))]
 
 
-def calibration_cut(cal_uri: str) -> str | None:
-    """Why the ``calibrate`` output at ``cal_uri`` is not the protocol's, or None: its search
-    stopped at its time limit before running its trials. Which trials then ran depends on the
-    machine's speed (CEA-Curie's 300 s ran 17 of 40 trials once and 40 of 40 on a quieter
-    machine, and chose other priority weights), so every result downstream would too."""
-    from stepkit import storage
-
-    doc = storage.read_json(storage.join(cal_uri, "calibration.json"))
-    se = doc.get("search") or {}
-    if se.get("stopped_by") != "timeout":
-        return None
-    return (
-        f"{cal_uri}: the calibration stopped at its {se.get('timeout_s'):g} s limit after "
-        f"{se.get('trials_run')} of {se.get('trials')} trials; its configuration would depend on this "
-        "machine's speed. Rerun with a larger --cal-timeout-s (0: no limit) or fewer --cal-trials"
-    )
-
-
 def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:
     """(training count, first training start, first scored start, scored count) on the protocol's
     grid: training samples from ``train_start`` until ``WORKLOAD_DAYS`` before the first scored

@@ -226,10 +226,10 @@ class Simulator:
         if len(nr):  # queued from their submission until they left (warm start: those queued at t0)
             first = 0 if cfg.warm_start else int(np.searchsorted(nr.submit, t0, "left"))
             last = int(np.searchsorted(nr.submit, t1, "right"))
-            for i in range(first, last):
+            sel = np.arange(first, last)
+            sel = sel[(nr.leave[sel] > t0) & (nr.leave[sel] > nr.submit[sel]) & (nr.nodes[sel] <= cfg.nodes)]
+            for i in sel.tolist():
                 sub, leave = int(nr.submit[i]), int(nr.leave[i])
-                if leave <= t0 or leave <= sub or int(nr.nodes[i]) > cfg.nodes:
-                    continue
                 static = 0.0 if sim._static is None else sim.static_default
                 j = sim.add_leaving_job(sub, leave, int(nr.limit[i]), int(nr.nodes[i]), int(nr.user[i]), static)
                 if sub < t0:
