@@ -18,7 +18,10 @@ unknown outcome censored:
 * a job started but not ended by the cut (``real_start + duration > cut``) is *run-censored*: it
   runs for its requested time (at least the time it had run by the cut);
 * a recorded priority is known only for a job that had started (an exported priority reads the
-  job's wait).
+  job's wait);
+* a job that never ran (:class:`~mirage_tasks.sim.workload.NeverRan`) and had left by the cut stays
+  one; one that left after the cut was, at the cut, a pending job like any other (its leaving was
+  not known yet): it is wait-censored as above.
 
 Everything before the cut is unchanged (busy nodes, per-user concurrency, every start and end
 before the cut); nothing after it is read. How each fitted part treats a censored wait:
@@ -51,27 +54,39 @@ def as_known(wl: Any, cut: int) -> tuple[Any, np.ndarray]:
     from ..sim.workload import Workload
 
     n = int(np.searchsorted(wl.submit, cut, "left"))  # sorted by submission
-    sub = np.asarray(wl.submit[:n], dtype=np.int64)
-    st = np.asarray(wl.real_start[:n], dtype=np.int64)
-    dur = np.asarray(wl.duration[:n], dtype=np.int64)
-    lim = np.asarray(wl.limit[:n], dtype=np.int64)
+    nr = wl.never_ran
+    m = int(np.searchsorted(nr.submit, cut, "left"))
+    gone = np.flatnonzero(nr.leave[:m] <= cut)
+    late = np.flatnonzero(nr.leave[:m] > cut)  # pending at the cut: its leaving was not known
+    # the main jobs and the late ones, by submission (a late one after the jobs of its second)
+    order = np.lexsort((np.r_[np.arange(n), n + late], np.r_[wl.submit[:n], nr.submit[late]]))
+
+    def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.asarray(a[:n]), np.asarray(b[late])])[order]
+
+    sub = cat(wl.submit, nr.submit).astype(np.int64)
+    st = cat(wl.real_start, np.full(len(nr), cut, dtype=np.int64)).astype(np.int64)
+    lim = cat(wl.limit, nr.limit).astype(np.int64)
+    dur = cat(wl.duration, nr.limit).astype(np.int64)
     waiting = st >= cut
     running = ~waiting & (st + dur > cut)
     st2 = np.where(waiting, np.int64(cut), st)
     dur2 = np.where(waiting | running, np.maximum(lim, np.maximum(cut - st2, 1)), dur).astype(np.int64)
-    prio = np.where(waiting, np.nan, np.asarray(wl.priority[:n], dtype=np.float64))
+    prio = np.where(waiting, np.nan, cat(wl.priority, nr.priority).astype(np.float64))
     out = Workload(
-        job_id=wl.job_id[:n],
+        job_id=cat(wl.job_id, nr.job_id),
         submit=sub,
         real_start=st2,
         real_end=st2 + dur2,
         duration=dur2,
         limit=lim,
-        nodes=wl.nodes[:n],
-        user=wl.user[:n],
+        nodes=cat(wl.nodes, nr.nodes),
+        user=cat(wl.user, nr.user),
         priority=prio,
         dropped=dict(wl.dropped),
-        node_equiv=None if wl.node_equiv is None else wl.node_equiv[:n],
+        node_equiv=cat(wl.node_equiv, nr.node_equiv).astype(np.float64),
+        never_ran=nr.take(gone),
+        limit_fill=dict(wl.limit_fill),
     )
     h = hashlib.sha256(b"as-known-at-cut")
     for x in (

@@ -10,6 +10,11 @@ The wait predictor's candidates (:mod:`mirage_tasks.calibration.waitpred`) read,
   (``end <= t``), a wait when it has started (``start < t``);
 * ``j``'s own request (nodes, time limit, user).
 
+A job that never ran (:class:`~mirage_tasks.sim.workload.NeverRan`: cancelled while pending) is
+pending from its submission (strictly before ``t``) until the log says it left (at or before
+``t``: gone): the site saw it queued and did not know it would leave. It is planned like any
+pending job and never scored.
+
 :func:`sweep` walks the log once in submission order with three pointers (submissions, starts,
 ends) and reads nothing else; ``tests/mirage/test_waitpred_atsubmit.py`` builds a log where a
 later job's real run time would change the answer and shows that it does not.
@@ -284,15 +289,30 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
     dur = wl.duration.astype(np.float64)
     nod = np.asarray(wl.node_equiv, dtype=np.float64)
     user = wl.user.astype(np.int64)
+    # the jobs that never ran, indices n_all.. (pending from their submission until they left)
+    nr = getattr(wl, "never_ran", None)
+    n_nr = len(nr) if nr is not None else 0
+    if n_nr:
+        never = np.iinfo(np.int64).max
+        sub = np.concatenate([sub, nr.submit.astype(np.int64)])
+        st = np.concatenate([st, np.full(n_nr, never, dtype=np.int64)])
+        en = np.concatenate([en, np.full(n_nr, never, dtype=np.int64)])
+        lim = np.concatenate([lim, nr.limit.astype(np.float64)])
+        dur = np.concatenate([dur, np.zeros(n_nr)])
+        nod = np.concatenate([nod, np.asarray(nr.node_equiv, dtype=np.float64)])
+        user = np.concatenate([user, nr.user.astype(np.int64)])
+        nr_leave = nr.leave.astype(np.int64)
+        o_leave = np.argsort(nr_leave, kind="stable")
+    p_nr = p_lv = 0
     o_st = np.argsort(st, kind="stable")
     o_en = np.argsort(en, kind="stable")
-    lo = int(np.searchsorted(sub, t_from, "left"))
-    hi = int(np.searchsorted(sub, t_to, "left"))
+    lo = int(np.searchsorted(sub[:n_all], t_from, "left"))
+    hi = int(np.searchsorted(sub[:n_all], t_to, "left"))
     cap = _Capacity(wl, cfg, t_from, t_to)
     weights = priority_weights(cfg)
     ledger = fair_share_ledger(wl, cfg, int(sub[0]) if n_all else 0)
 
-    est = np.empty(n_all, dtype=np.float64)
+    est = np.empty(n_all + n_nr, dtype=np.float64)
     hist: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RUNTIME_N))
     u_wait: dict[int, deque] = defaultdict(lambda: deque(maxlen=USER_RECENT_N))
     recent: deque = deque(maxlen=RECENT_N)
@@ -352,6 +372,21 @@ def sweep(wl: Any, cfg: Any, t_from: int, t_to: int, tz: str = "UTC", *, label: 
                 ledger.end(int(user[k]), float(wl.nodes[k]), float(st[k]), float(en[k]))
             if user[k] >= 0:
                 hist[int(user[k])].append(dur[k])
+        # jobs that never ran: queued if submitted before t, gone once they left (at or before t)
+        while p_nr < n_nr and sub[n_all + p_nr] < t:
+            k = n_all + p_nr
+            p_nr += 1
+            h = hist.get(int(user[k])) if user[k] >= 0 else None
+            est[k] = min(lim[k], max(1.0, float(np.mean(h)))) if h else lim[k]
+            if nr_leave[k - n_all] > t:
+                pending.add(k)
+                u_pend[int(user[k])] += 1
+        while p_lv < n_nr and nr_leave[o_leave[p_lv]] <= t:
+            k = n_all + int(o_leave[p_lv])
+            p_lv += 1
+            if k in pending:
+                pending.discard(k)
+                u_pend[int(user[k])] -= 1
         h = hist.get(int(user[i])) if user[i] >= 0 else None
         est[i] = min(lim[i], max(1.0, float(np.mean(h)))) if h else lim[i]
         if i >= lo:

@@ -16,7 +16,11 @@ not scored, a job not ended then runs for its requested time, :mod:`mirage_tasks
 * whether the trace records priorities (then the priority policies that read them, ``trace``,
   are searched).
 
-Searched (Optuna's TPE sampler, seeded; ``trials`` and ``timeout_s`` bound the budget):
+Searched (Optuna's TPE sampler, seeded; the budget is ``trials``, so the result depends only on the
+trials asked, never on the machine's speed; a wall limit ``timeout_s`` is an explicit opt-in that,
+when hit, fails with :class:`CalibrationTimeout` naming it and the trials run, rather than returning
+the configuration of fewer trials; every trial logs its number of the total, the elapsed time and an
+estimate of the time left):
 effective cluster size (from the largest job and 75 % of the busy peak to 115 % of it, never
 above the log's stated machine size: :func:`machine_warning` says when the data seem to need
 more; busy nodes are node-equivalents, see :attr:`~mirage_tasks.sim.workload.Workload.node_equiv`),
@@ -354,7 +358,7 @@ def calibrate(
     tz: str = "UTC",
     lead_in_s: int = 7 * 86400,
     trials: int = 60,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
     seed: int = 0,
     machine_nodes: int | None = None,
     start: SimConfig | None = None,
@@ -385,6 +389,8 @@ def calibrate(
         warm_start=True, tick_s=0, dispatch_latency_s=facts.dispatch_latency_s, procs_per_node=int(procs_per_node or 0)
     )
     rows: list[dict] = []
+    wall = float(timeout_s) if timeout_s else None
+    t0 = time.perf_counter()
 
     def objective(trial) -> float:
         cfg = _suggest(trial, space, base)
@@ -404,12 +410,17 @@ def calibrate(
                 "replay_s": round(time.perf_counter() - t, 2),
             }
         )
+        k = trial.number + 1
+        spent = time.perf_counter() - t0
         log.info(
-            "calibrate: trial %d objective %.4f MAE %.2f h within 1 h %.1f%%",
-            trial.number,
+            "calibrate: trial %d of %d, objective %.4f MAE %.2f h within 1 h %.1f%%; elapsed %s, ETA %s",
+            k,
+            trials,
             v,
             m.get("mae_h", float("nan")),
             100 * m.get("within_1h", float("nan")),
+            _duration(spent),
+            _duration(spent / k * (trials - k)),
         )
         return v
 
@@ -427,10 +438,17 @@ def calibrate(
         p = _as_params(c, space)
         if p is not None:
             study.enqueue_trial(p)
+    log.info("calibrate: %d trials%s", trials, f" (wall limit {wall:g} s)" if wall else " (no wall limit)")
     t0 = time.perf_counter()
-    study.optimize(objective, n_trials=trials, timeout=timeout_s if timeout_s > 0 else None)
+    study.optimize(objective, n_trials=trials, timeout=wall)
     elapsed = time.perf_counter() - t0
-    done = len(study.trials)
+    done = sum(t.state.is_finished() for t in study.trials)  # not the enqueued seeds still waiting
+    if done < trials:  # only a wall limit stops a study early
+        raise CalibrationTimeout(
+            f"--timeout-s {wall:g}: the calibration reached its wall limit after {done} of {trials} trials "
+            f"({elapsed:.0f} s); nothing was written. Its configuration would depend on this machine's speed: "
+            "rerun without --timeout-s (the budget is then the trials) or with fewer --trials"
+        )
     best = _suggest(optuna.trial.FixedTrial(study.best_params), space, base)
     return Result(
         config=best,
@@ -439,5 +457,17 @@ def calibrate(
         trials=pd.DataFrame(rows),
         best_value=study.best_value,
         elapsed_s=round(elapsed, 1),
-        stopped_by="trials" if done >= trials else "timeout",
+        stopped_by="trials",
     )
+
+
+class CalibrationTimeout(StepError):
+    """The opt-in wall limit (``timeout_s``) was reached before the trials asked had run."""
+
+
+def _duration(s: float) -> str:
+    """Seconds as ``1h02m03s`` / ``2m03s`` / ``3s`` (the progress lines)."""
+    s = int(round(max(s, 0.0)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")

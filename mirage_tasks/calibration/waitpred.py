@@ -449,8 +449,40 @@ def markdown(doc: dict[str, Any]) -> str:
             f"every job's real run time, from `calibrate`): MAE {_f(rf.get('mae_h'), '{:.2f}')} h, within 1 h "
             f"{_f(rf.get('within_1h'), '{:.1%}')}.",
         ]
+    hy = _hygiene_line(doc.get("hygiene"))
+    if hy:
+        out += ["", hy]
     out += ["", "What each candidate reads at submission:", ""] + [f"* `{k}`: {v}" for k, v in READS.items()]
     return "\n".join(out) + "\n"
+
+
+def hygiene(meta: Any, wl: Any, a: int, d: int) -> dict[str, Any]:
+    """What the log left incomplete and how it was made whole: the jobs whose time limit was filled
+    (by kind: at ingest, recorded in the trace's metadata, and any filled when the workload was read,
+    :func:`mirage_tasks.data.limits.fill_limits`), and the jobs that never ran (queued until they
+    left, never scored), in the whole log and among those submitted in ``[a, d)``."""
+    nr = wl.never_ran
+    return {
+        "limit_fill_at_ingest": (getattr(meta, "hygiene", None) or {}).get("limit_fill"),
+        "limit_fill_on_read": dict(wl.limit_fill),
+        "never_ran": int(len(nr)),
+        "never_ran_in_windows": int(((nr.submit >= a) & (nr.submit < d)).sum()),
+        "dropped": dict(wl.dropped),
+    }
+
+
+def _hygiene_line(h: dict[str, Any] | None) -> str | None:
+    if not h:
+        return None
+    fill = h.get("limit_fill_at_ingest") or h.get("limit_fill_on_read") or {}
+    kinds = ", ".join(
+        f"{fill.get(k, 0)} {k.replace('_', ' ')}" for k in ("partition_max", "user_history", "log_default")
+    )
+    return (
+        f"Trace hygiene: {fill.get('jobs_without_limit', 0)} jobs requested no time limit and got one known at "
+        f"submission ({kinds}); {h['never_ran']} jobs never ran ({h['never_ran_in_windows']} submitted in the "
+        "calibration and scored windows): each waited in the queue until it left and is not scored."
+    )
 
 
 def _ts(v: str, flag: str, tz: str) -> int:
@@ -675,6 +707,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "n_calibration": int(len(cal)),
         "n_scored": int(len(scored)),
+        "hygiene": hygiene(meta, wl, a, d),
         "unplannable_scored": int((~scored["plannable"]).sum()),
         "out_of_sample": res,
         "criteria": criteria(res, args.level, q_res),
@@ -702,7 +735,8 @@ def run(args: argparse.Namespace) -> int:
         f"{res['guarded']['pooled']['real_median_h']:.2f} h), {res['guarded']['pooled']['at_cap']:.1%} at the cap of "
         f"{cap_s / 3600.0:.1f} h; QBETS reference bound coverage per month: "
         + ", ".join(f"{m} {v:.1%}" for m, v in doc["criteria"]["qbets_coverage_months"].items() if v is not None)
-        + f", median {_f(q_res['pooled'].get('bound_median_h'), '{:.2f}')} h",
+        + f", median {_f(q_res['pooled'].get('bound_median_h'), '{:.2f}')} h. "
+        + (_hygiene_line(doc["hygiene"]) or ""),
         flush=True,
     )
     return 0

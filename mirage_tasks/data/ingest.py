@@ -610,8 +610,11 @@ def _parse_swf(lines: list[str], uri: str) -> ParseResult:
     v = values
     submit = t0 + v[:, 1]
     wait, run = v[:, 2], v[:, 3]
-    start = np.where(wait >= 0, submit + np.maximum(wait, 0), np.nan)
-    end = np.where((wait >= 0) & (run >= 0), start + np.maximum(run, 0), np.nan)
+    # a job cancelled (status 5) with no run time never ran: no start; it left the queue at
+    # submit + wait (the log's time of its cancellation), unknown when the wait is -1
+    never_ran = (v[:, 10] == 5) & (run <= 0)
+    start = np.where((wait >= 0) & ~never_ran, submit + np.maximum(wait, 0), np.nan)
+    end = np.where((wait >= 0) & ((run >= 0) | never_ran), submit + np.maximum(wait, 0) + np.maximum(run, 0), np.nan)
     req_procs = np.where(v[:, 7] > 0, v[:, 7], v[:, 4])
     max_nodes = _header_size(header, "MaxNodes", uri)
     max_procs = _header_size(header, "MaxProcs", uri)

@@ -19,7 +19,8 @@ local times are converted with an explicit time zone at ingestion.
 
 The Parquet file also carries key ``mirage.trace`` in its schema metadata: a JSON object
 with ``source``, ``format``, ``timezone``, ``machine_nodes`` and ``machine_procs`` (null
-when unknown) and the ``partitions`` map of SWF headers.
+when unknown), the ``partitions`` map of SWF headers and ``hygiene`` (how many jobs got a filled
+time limit, of which kind, and how many never ran: :mod:`mirage_tasks.data.limits`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class TraceMeta:
     machine_nodes: int | None = None
     machine_procs: int | None = None
     partitions: dict[str, str] = field(default_factory=dict)
+    #: what ingest filled or kept for the jobs the log leaves incomplete: ``limit_fill`` (the
+    #: counts of :func:`mirage_tasks.data.limits.fill_limits`) and ``never_ran`` (jobs that left
+    #: the queue without running, with the time they left)
+    hygiene: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)

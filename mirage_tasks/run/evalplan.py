@@ -16,7 +16,10 @@ months after it, ``nodes`` the service's node sizes (the probe-replay evaluation
 ``machine_nodes`` is the machine's size where the log does not state it (an SWF header's
 ``MaxNodes`` does): the calibrated simulator is never larger. ``train_start`` (default: the
 calibration start) is the first training sample's day, ``start_config`` a simulator preset tried
-first by the calibration (a preset, or a file read like ``trace``).
+first by the calibration (a preset, or a file read like ``trace``). ``partition_max_limit`` (a
+mapping partition -> seconds, ``*`` for all) and ``default_limit_s`` declare the limits a job that
+requests none gets (its partition's maximum, else its user's history, else this default:
+:mod:`mirage_tasks.data.limits`, ``ingest --partition-max-limit/--default-limit-s``).
 
 A description is checked as a whole against what its steps accept (:meth:`LogSpec.from_dict`,
 stdlib only; :func:`check_against_steps` with the steps' own parsers and ``BOUNDS``), so a value
@@ -43,7 +46,9 @@ from ..sim import decision_rules as dr
 MODULES = {"probe-replay": "lab.evaluation.probe_replay"}
 #: the protocol's budgets (docs/results/protocol.md)
 CAL_TRIALS = 40
-CAL_TIMEOUT_S = 300.0
+#: the calibration's budget is its trials; a wall limit (seconds, 0: none) is an opt-in that fails
+#: the calibration when reached (``calibrate --timeout-s``)
+CAL_TIMEOUT_S = 0.0
 INTERVAL_H = 6.0
 BOOTSTRAP = 2000
 WORKLOAD_DAYS = 5.0
@@ -84,11 +89,14 @@ class LogSpec:
     machine_nodes: int | None = None
     train_start: str | None = None
     start_config: str | None = None
+    partition_max_limit: tuple[tuple[str, int], ...] = ()
+    default_limit_s: int | None = None
     source: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("source")
+        d["partition_max_limit"] = dict(self.partition_max_limit)
         d["calibrate"], d["months"], d["nodes"] = list(self.calibrate), list(self.months), list(self.nodes)
         return d
 
@@ -200,6 +208,12 @@ class LogSpec:
                     f"the training window {ts} .. {months[0]} is {(first - t0).days} days; at most {MAX_TRAINING_DAYS}",
                 )
         sc = _start_config(doc.get("start_config"), base, err)
+        pml = doc.get("partition_max_limit") or {}
+        if not isinstance(pml, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, int) and not isinstance(v, bool) and 1 <= v
+            for k, v in pml.items()
+        ):
+            raise err("partition_max_limit", f"a mapping of partition names to seconds (>= 1), got {pml!r}")
         return cls(
             name=name,
             trace=trace,
@@ -211,6 +225,8 @@ class LogSpec:
             machine_nodes=opt_int("machine_nodes", 1, 10_000_000),
             train_start=ts,
             start_config=sc,
+            partition_max_limit=tuple(sorted(pml.items())),
+            default_limit_s=opt_int("default_limit_s", 1, 100 * 366 * 86400),
             source=source,
         )
 
@@ -374,6 +390,10 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
     ing = ["ingest", "--trace", spec.trace, "--out", f"{d}/trace"]
     if spec.timezone:
         ing += ["--timezone", spec.timezone]
+    for part, seconds in spec.partition_max_limit:
+        ing += ["--partition-max-limit", f"{part}={seconds}"]
+    if spec.default_limit_s:
+        ing += ["--default-limit-s", str(spec.default_limit_s)]
     m0, m1 = spec.months[0], spec.months[-1]
     cal = [
         "calibrate",
@@ -389,13 +409,13 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
         month_end(m1),
         "--trials",
         str(budget.trials),
-        "--timeout-s",
-        f"{budget.timeout_s:g}",
         "--seed",
         "0",
         "--out",
         f"{d}/cal",
     ]
+    if budget.timeout_s:  # opt-in: reaching it fails the calibration
+        cal += ["--timeout-s", f"{budget.timeout_s:g}"]
     if spec.procs_per_node:
         cal += ["--procs-per-node", str(spec.procs_per_node)]
     if spec.start_config:
@@ -423,24 +443,6 @@ def waitpred_argvs(spec: LogSpec, root: str, budget: Budget = Budget()) -> list[
     # name is refused naming both (stepkit.step), so a log's trace, its calibration and its wait
     # predictor always belong together
     return [(n, [*a, "--on-change", "refuse"]) for n, a in (("ingest", ing), ("calibrate", cal), ("waitpred", wp))]
-
-
-def calibration_cut(cal_uri: str) -> str | None:
-    """Why the ``calibrate`` output at ``cal_uri`` is not the protocol's, or None: its search
-    stopped at its time limit before running its trials. Which trials then ran depends on the
-    machine's speed (CEA-Curie's 300 s ran 17 of 40 trials once and 40 of 40 on a quieter
-    machine, and chose other priority weights), so every result downstream would too."""
-    from stepkit import storage
-
-    doc = storage.read_json(storage.join(cal_uri, "calibration.json"))
-    se = doc.get("search") or {}
-    if se.get("stopped_by") != "timeout":
-        return None
-    return (
-        f"{cal_uri}: the calibration stopped at its {se.get('timeout_s'):g} s limit after "
-        f"{se.get('trials_run')} of {se.get('trials')} trials; its configuration would depend on this "
-        "machine's speed. Rerun with a larger --cal-timeout-s (0: no limit) or fewer --cal-trials"
-    )
 
 
 def sample_counts(spec: LogSpec, budget: Budget) -> tuple[int, str, str, int]:

@@ -241,12 +241,13 @@ class EvaluationRun:
         40, Spec("Calibration trials", "Calibration trials (40).", "integer", schema={"minimum": 1, "maximum": 400})
     )
     timeout_s: int = _f(
-        300,
+        0,
         Spec(
-            "Calibration budget (s)",
-            "Calibration time budget, seconds (300).",
+            "Calibration wall limit (s)",
+            "Opt-in wall limit of the calibration, seconds (0: none; the budget is the trials). Reaching it "
+            "fails the calibration, naming it and the trials run.",
             "integer",
-            schema={"minimum": 10, "maximum": 86400},
+            schema={"minimum": 0, "maximum": 86400},
         ),
     )
 

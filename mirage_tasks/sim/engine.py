@@ -73,6 +73,12 @@ re-read and each queued job's priority gets its user's new fair-share term; the 
 re-sorted and, when its order changed, the main scheduler runs and the next backfill pass is
 due. A job joining the queue gets the factors of the last re-read. Off, no such event exists.
 
+Jobs that never ran (:class:`~mirage_tasks.sim.workload.NeverRan`: cancelled while pending) join the
+queue at their submission like any job and leave it when the log says they left (an event, before
+that instant's submissions); they are never started: the schedulers pass over them as over a job
+held by a QOS limit. They count in the queue (its length, the plans of a predictor asked while
+they wait) and are never scored (their tag is :data:`NEVER_RAN_TAG`).
+
 ``tick_s`` > 0 reproduces a fixed-step clock (the reference's one-minute ticks): submit
 times are rounded up and run times down to the tick (at least one tick).
 
@@ -99,6 +105,8 @@ from .workload import Workload, capacity_schedule, workload_holds
 
 INF = float("inf")
 AVG_WAIT_JOBS = 100  # the reference's baseline_avg_num: mean start wait of the last 100 started jobs
+#: the tag of a job that never ran (it is no workload index, nor a probe job's tag)
+NEVER_RAN_TAG = -4
 
 
 class Simulator:
@@ -138,6 +146,8 @@ class Simulator:
         self.j_tag: list[int] = []  # workload index, or negative for probe jobs
         self.j_start: list[int] = []  # -1 while not started
         self.j_bf: list[bool] = []  # started by a backfill pass ahead of a higher-priority job
+        self.j_leave: list[int] = []  # when a job that never ran leaves the queue; -1: it runs
+        self.leave_heap: list[tuple[int, int]] = []  # (leave time, job) of the queued ones
         # dynamic state
         self.free = int(cfg.nodes)
         self.cap = int(cfg.nodes)  # nodes in service now (cfg.capacity_*: varies with time)
@@ -212,6 +222,20 @@ class Simulator:
             j = sim._add_from(wl, int(i), int(wl.submit[i]), tick=tick)
             if j >= 0:
                 sim.future.append((sim.j_submit[j], j))
+        nr = wl.never_ran
+        if len(nr):  # queued from their submission until they left (warm start: those queued at t0)
+            first = 0 if cfg.warm_start else int(np.searchsorted(nr.submit, t0, "left"))
+            last = int(np.searchsorted(nr.submit, t1, "right"))
+            sel = np.arange(first, last)
+            sel = sel[(nr.leave[sel] > t0) & (nr.leave[sel] > nr.submit[sel]) & (nr.nodes[sel] <= cfg.nodes)]
+            for i in sel.tolist():
+                sub, leave = int(nr.submit[i]), int(nr.leave[i])
+                static = 0.0 if sim._static is None else sim.static_default
+                j = sim.add_leaving_job(sub, leave, int(nr.limit[i]), int(nr.nodes[i]), int(nr.user[i]), static)
+                if sub < t0:
+                    waiting.append(j)
+                else:
+                    sim.future.append((sim.j_submit[j], j))
         sim.future.sort()
         if cfg.holds == "inferred":
             pred = workload_holds(wl, cfg.holds_tolerance_s)
@@ -275,6 +299,17 @@ class Simulator:
         self.j_tag.append(tag)
         self.j_start.append(-1)
         self.j_bf.append(False)
+        self.j_leave.append(-1)
+        return j
+
+    def add_leaving_job(
+        self, submit: int, leave: int, limit: int, nodes: int, user: int = -1, static: float = 0.0
+    ) -> int:
+        """Register a job that never runs: queued from ``submit`` (with :meth:`schedule_submit`, or
+        :meth:`from_workload`) until ``leave``, passed over by the schedulers meanwhile."""
+        j = self.add_job(submit, limit, limit, nodes, user, static, tag=NEVER_RAN_TAG)
+        self.j_leave[j] = max(int(leave), self.j_submit[j] + 1)
+        self.limits = True  # the schedulers ask _user_blocked, which passes over it
         return j
 
     def add_probe_job(self, submit: int, duration: int, nodes: int, tag: int) -> int:
@@ -366,6 +401,8 @@ class Simulator:
             t = future[self.fptr][0] if self.fptr < len(future) else INF
             if heap and heap[0][0] < t:
                 t = heap[0][0]
+            if self.leave_heap and self.leave_heap[0][0] < t:
+                t = self.leave_heap[0][0]
             if self.cap_ptr < n_sched and sched[self.cap_ptr][0] < t:
                 t = sched[self.cap_ptr][0]
             if self.dirty and do_bf and self.queue:
@@ -388,6 +425,9 @@ class Simulator:
             while heap and heap[0][0] <= now:
                 _, j = heapq.heappop(heap)
                 self._finish(j)
+                changed = True
+            while self.leave_heap and self.leave_heap[0][0] <= now:
+                self._leave(heapq.heappop(self.leave_heap)[1])
                 changed = True
             n_future = len(future)
             while self.fptr < n_future and future[self.fptr][0] <= now:
@@ -419,14 +459,19 @@ class Simulator:
         return self.j_start[j]
 
     def drain(self) -> None:
-        """Run until every known job has started (the queue is empty and nothing is due)."""
+        """Run until every known job has started (the queue is empty and nothing is due), and every
+        job that never runs has left."""
+        leave = self.j_leave
         while self.queue or self.fptr < len(self.future) or self.held:
-            if self.queue:
-                target = self.queue[-1][2]
-            elif self.fptr < len(self.future):
-                target = self.future[-1][1]
-            else:  # only jobs held by running predecessors are left
+            target = next((k[2] for k in reversed(self.queue) if leave[k[2]] < 0), -1)
+            if target < 0:
+                target = next((f[1] for f in reversed(self.future[self.fptr :]) if leave[f[1]] < 0), -1)
+            if target < 0 and self.held:  # only jobs held by running predecessors are left
                 target = next(iter(self.held.values()))[0]
+            if target < 0:  # only jobs that never run: until the last has left
+                last = max([leave[k[2]] for k in self.queue] + [leave[f[1]] for f in self.future[self.fptr :]])
+                self.run_until(last)
+                continue
             self.run_until(INF, until_started=target)
 
     # ------------------------------------------------------------------ scheduling
@@ -438,6 +483,10 @@ class Simulator:
     def _arrive(self, j: int) -> None:
         """Job ``j`` is submitted now: queued, or held while its inferred predecessor has not
         ended in the simulation (not started, or running)."""
+        if self.j_leave[j] >= 0:  # never runs: queued until it leaves
+            heapq.heappush(self.leave_heap, (self.j_leave[j], j))
+            self._enqueue(j)
+            return
         p = self.j_pred[j]
         if p >= 0 and (self.j_start[p] < 0 or p in self.running):
             self.held.setdefault(p, []).append(j)
@@ -458,6 +507,26 @@ class Simulator:
         self.psize[n] = self.psize.get(n, 0) + 1
         if sub < self.min_sub:
             self.min_sub = sub
+
+    def _leave(self, j: int) -> None:
+        """Job ``j``, which never runs, leaves the queue now."""
+        q = self.queue
+        sub = self.j_elig[j]
+        rate = self.cfg.weight_age / self.cfg.max_age_s
+        i = bisect.bisect_left(q, (-(self.j_static[j] - rate * sub), sub, j))
+        if i >= len(q) or q[i][2] != j:
+            i = next(k for k, e in enumerate(q) if e[2] == j)
+        del q[i]
+        if self.queue_stats is not None:
+            self.queue_stats.dequeued(j)
+        n = self.j_nodes[j]
+        c = self.psize[n] - 1
+        if c:
+            self.psize[n] = c
+        else:
+            del self.psize[n]
+        if sub <= self.min_sub:
+            self.min_sub = min((k[1] for k in q), default=INF)
 
     def _drop_started(self, started: list[int] | None = None) -> None:
         """Remove started jobs from the queue: by bisection when the caller names them
@@ -548,6 +617,8 @@ class Simulator:
         return object.__new__(cls)
 
     def _user_blocked(self, j: int) -> bool:
+        if self.j_leave[j] >= 0:  # never runs
+            return True
         u = self.j_user[j]
         if u < 0:
             return False
@@ -811,11 +882,12 @@ class Simulator:
             gj, gn = cfg.grp_jobs, cfg.grp_nodes
             g_all = bool(gj and self.grun >= gj)  # the group's running jobs: every trace job waits
             gused = self.gnodes
+            leave = self.j_leave
             blk = []
             for j in order:
                 u = users[j]
-                b = False
-                if u >= 0:
+                b = leave[j] >= 0  # never runs
+                if u >= 0 and not b:
                     if g_all or (gn and gused and gused + nodes[j] > gn):
                         b = True
                     elif mj and urun.get(u, 0) >= mj:

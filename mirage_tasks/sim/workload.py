@@ -7,14 +7,20 @@
   the warm start, the recorded priority's age term and the fidelity comparison),
 * ``duration`` = real end - real start, clipped to the time limit (the simulator replays
   this run time; it recomputes the start),
-* ``limit`` (seconds; a job without a limit uses its duration),
+* ``limit`` (seconds; a job without one gets a limit known at its submission,
+  :func:`mirage_tasks.data.limits.fill_limits`, counted in ``limit_fill``; ``ingest`` fills them
+  first, with the log description's declared maxima and default),
 * ``nodes`` (a job without a node count uses ``ceil(procs / procs_per_node)``),
 * ``node_equiv`` (float: ``nodes`` where the trace records them, ``procs / procs_per_node``
   where they are derived: jobs that share nodes do not each hold a whole one, so the busy
   peak in node-equivalents cannot exceed the machine the way the ceiling's can),
 * ``user`` (dense int ids, -1 unknown), ``priority`` (recorded, NaN unknown).
 
-Jobs that never ran (no start or end) are dropped, and counted in ``dropped``.
+Jobs that never ran (no start, but a time they left: cancelled while pending) are kept apart in
+``never_ran`` (:class:`NeverRan`: submit, the time they left, limit, nodes, user): the simulator
+queues them from their submission until they left and never starts them, and the at-submission
+replay counts them pending until then; nothing scores them. Jobs with neither (no start and no
+leave time, no run time, or no size) are dropped, and counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,33 @@ from ..data.schema import epoch_seconds
 
 
 @dataclass
+class NeverRan:
+    """Jobs that left the queue without running, sorted by submission: ``leave`` is when the log
+    says they left (SWF: submit + wait of a cancelled job; sacct: the end of a job that never
+    started)."""
+
+    job_id: np.ndarray
+    submit: np.ndarray
+    leave: np.ndarray
+    limit: np.ndarray
+    nodes: np.ndarray
+    node_equiv: np.ndarray
+    user: np.ndarray
+    priority: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.submit)
+
+    @classmethod
+    def empty(cls) -> NeverRan:
+        i, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return cls(np.zeros(0, dtype=object), i, i, i, i, f, i, f)
+
+    def take(self, idx: np.ndarray) -> NeverRan:
+        return NeverRan(**{k: v[idx] for k, v in self.__dict__.items()})
+
+
+@dataclass
 class Workload:
     job_id: np.ndarray
     submit: np.ndarray
@@ -44,6 +77,8 @@ class Workload:
     dropped: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
     node_equiv: np.ndarray | None = None
+    never_ran: NeverRan = field(default_factory=NeverRan.empty)
+    limit_fill: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.node_equiv is None:
@@ -70,14 +105,31 @@ class Workload:
                     "the trace records processors but no node counts: pass --procs-per-node P "
                     "(nodes = ceil(processors / P))"
                 )
-        ran = (start >= 0) & (end >= 0) & (end >= start) & (submit >= 0) & ~np.isnan(nodes) & (nodes >= 1)
-        dropped = {"never_ran_or_no_size": int((~ran).sum())}
+        sized = (submit >= 0) & ~np.isnan(nodes) & (nodes >= 1)
+        ran = (start >= 0) & (end >= 0) & (end >= start) & sized
+        gone = (start < 0) & (end >= submit) & sized  # left the queue without running
+        dropped = {"never_ran_or_no_size": int((~ran & ~gone).sum())}
         dur = (end - start).astype(np.float64)
-        limit = np.where(np.isnan(limit) | (limit <= 0), dur, limit)
+        users = df["user"].astype("string").fillna("")
+        from ..data.limits import fill_limits
+
+        limit, _, limit_fill = fill_limits(submit, start, end, limit, users.to_numpy(dtype=object))
         dur = np.minimum(dur, limit)
         prio = df["priority"].to_numpy(dtype="float64", na_value=np.nan)
-        users = df["user"].astype("string").fillna("")
         codes, _ = pd.factorize(users, sort=True)
+        user_code = np.where(users.to_numpy() == "", -1, codes).astype(np.int64)
+        g = np.flatnonzero(gone)
+        g = g[np.lexsort((np.arange(len(g)), submit[g]))]
+        never_ran = NeverRan(
+            job_id=df["job_id"].astype(str).to_numpy()[g],
+            submit=submit[g].astype(np.int64),
+            leave=end[g].astype(np.int64),
+            limit=np.maximum(np.ceil(limit[g]), 1).astype(np.int64),
+            nodes=nodes[g].astype(np.int64),
+            node_equiv=np.minimum(equiv[g], nodes[g]).astype(np.float64),
+            user=user_code[g],
+            priority=prio[g],
+        )
         idx = np.flatnonzero(ran)
         order = idx[np.lexsort((np.arange(len(idx)), submit[idx]))]
         job_id = df["job_id"].astype(str).to_numpy()[order]
@@ -89,14 +141,19 @@ class Workload:
             duration=np.maximum(dur[order], 1).astype(np.int64),
             limit=np.maximum(np.ceil(limit[order]), 1).astype(np.int64),
             nodes=nodes[order].astype(np.int64),
-            user=np.where(users.to_numpy()[order] == "", -1, codes[order]).astype(np.int64),
+            user=user_code[order],
             priority=prio[order],
             dropped=dropped,
             node_equiv=np.minimum(equiv[order], nodes[order]).astype(np.float64),
+            never_ran=never_ran,
+            limit_fill=limit_fill,
         )
         h = hashlib.sha256()
         for a in (wl.submit, wl.duration, wl.limit, wl.nodes, wl.user, np.nan_to_num(wl.priority, nan=-1)):
             h.update(np.ascontiguousarray(a).tobytes())
+        if len(never_ran):  # (a log without such jobs keeps its fingerprint)
+            for a in (never_ran.submit, never_ran.leave, never_ran.limit, never_ran.nodes, never_ran.user):
+                h.update(np.ascontiguousarray(a).tobytes())
         wl.fingerprint = h.hexdigest()
         return wl
 

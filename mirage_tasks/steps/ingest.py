@@ -2,7 +2,13 @@
 
 Outputs under ``--out``: ``trace.parquet`` (schema in :mod:`mirage_tasks.data.schema`),
 ``ingest_report.json`` (rows read, kept, rejected with line numbers and reasons, window,
-time span, machine size), then ``_SUCCESS.json``.
+time span, machine size, ``limit_fill`` and ``never_ran``), then ``_SUCCESS.json``.
+
+A job without a requested time gets one known at its submission
+(:func:`mirage_tasks.data.limits.fill_limits`: its partition's declared maximum
+``--partition-max-limit``, else its user's finished jobs, else the log's default
+``--default-limit-s``), before the time window is applied, so that the history before it counts.
+Jobs that never ran (no start, a time they left) are kept with that time as their end.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ import argparse
 import logging
 import time
 
+import numpy as np
+import pandas as pd
+
 from stepkit import Step, StepError
 
 from .. import __version__
 from ..data.ingest import BadRows, formats, formats_help, parse
+from ..data.limits import DEFAULT_LIMIT_S, KINDS, fill_limits, parse_partition_max
 from ..data.prefixes import PREFIXES_FILE
 from ..data.schema import TRACE_FILE, describe, parse_time, submit_prefixes, write_trace
 
@@ -23,7 +33,7 @@ REPORT_FILE = "ingest_report.json"
 
 
 #: Each numeric flag's range (inclusive), checked before anything is read (:func:`stepkit.cli.check_flag_values`).
-BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000)}
+BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000), "default_limit_s": (1, 100 * 366 * 86400)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +63,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="machine size in nodes, recorded in the trace metadata when the file does not say",
     )
+    p.add_argument(
+        "--partition-max-limit",
+        action="append",
+        default=None,
+        metavar="NAME=SECONDS",
+        help="a partition's (queue's) maximum time limit, the limit of its jobs that request none "
+        "(repeatable; NAME * for every partition)",
+    )
+    p.add_argument(
+        "--default-limit-s",
+        type=int,
+        default=None,
+        help="the log's default time limit, for a job that requests none, has no declared partition "
+        f"maximum and whose user has no finished job yet (default {DEFAULT_LIMIT_S} s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"--to {args.t_to} must be later than --from {args.t_from}")
     if args.max_bad_rows < 0:
         raise StepError("--max-bad-rows must be >= 0")
+    if args.default_limit_s is not None and args.default_limit_s < 1:
+        raise StepError(f"--default-limit-s must be >= 1, got {args.default_limit_s}")
+    part_max = parse_partition_max(args.partition_max_limit)
     params = {
         "format": args.format,
         "timezone": args.timezone,
@@ -70,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         "max_bad_rows": args.max_bad_rows,
         "cluster_nodes": args.cluster_nodes,
     }
+    if part_max or args.default_limit_s:  # only when given: the runs that do not give them keep their keys
+        params["limits"] = {"partition_max": part_max, "default_s": args.default_limit_s}
     step = Step("ingest", args.out, __version__, params, inputs=[args.trace])
     if step.skip():
         return 0
@@ -89,8 +119,32 @@ def run(args: argparse.Namespace) -> int:
             f"(first: {first}); nothing was written"
         )
 
-    df = result.frame
+    df = result.frame.copy()
     parsed_rows = len(df)
+    # a time limit known at submission for the jobs that request none (the whole log: history counts)
+    from ..data.schema import epoch_seconds
+
+    limits, kind, limit_fill = fill_limits(
+        epoch_seconds(df["submit"]),
+        epoch_seconds(df["start"]),
+        epoch_seconds(df["end"]),
+        df["time_limit_s"].to_numpy(dtype="float64", na_value=np.nan),
+        df["user"].astype("string").fillna("").to_numpy(dtype=object),
+        df["partition"].astype("string").to_numpy(dtype=object, na_value=None),
+        part_max,
+        args.default_limit_s,
+    )
+    df["time_limit_s"] = pd.array(limits, dtype="Float64").round().astype("Int64")
+    fill_kind = pd.Series(kind, index=df.index)
+    if limit_fill["jobs_without_limit"]:
+        msg = (
+            f"{args.trace}: {limit_fill['jobs_without_limit']} jobs request no time limit; filled with a limit "
+            f"known at submission: {limit_fill['partition_max']} partition maximum, "
+            f"{limit_fill['user_history']} user history, {limit_fill['log_default']} the log's default "
+            f"({limit_fill['log_default_s']} s, {'declared' if limit_fill['log_default_declared'] else 'undeclared'})"
+        )
+        log.warning("%s", msg)
+        print(f"ingest: {msg}", flush=True)
     if t_from is not None:
         df = df[df["submit"] >= t_from]
     if t_to is not None:
@@ -100,6 +154,18 @@ def run(args: argparse.Namespace) -> int:
     meta = result.meta
     if args.cluster_nodes is not None:
         meta.machine_nodes = args.cluster_nodes
+    if len(df) != parsed_rows:  # the counts of the jobs kept (the fill read the whole log's history)
+        kept = fill_kind.loc[df.index]
+        limit_fill = {**limit_fill, "jobs_without_limit": int((kept != "").sum())}
+        limit_fill.update({k: int((kept == k).sum()) for k in KINDS})
+    # jobs that never ran: no start, but a time they left the queue (kept; the simulator queues them)
+    gone = df["start"].isna() & df["end"].notna()
+    never_ran = {
+        "jobs": int(gone.sum()),
+        "cancelled": int((gone & (df["status"] == "CANCELLED")).sum()),
+        "no_leave_time": int((df["start"].isna() & df["end"].isna()).sum()),
+    }
+    meta.hygiene = {"limit_fill": limit_fill, "never_ran": never_ran}
     over_limit = int(((df["end"] - df["start"]).dt.total_seconds() > df["time_limit_s"].astype("float64")).sum())
     no_nodes = int((df["nodes"].isna() & df["procs"].notna()).sum())
     if no_nodes:  # SWF logs record processors; nodes only where the machine has one processor per node
@@ -146,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
         "machine_procs": meta.machine_procs,
         "runs_over_time_limit": over_limit,
         "jobs_without_node_count": no_nodes,
+        "limit_fill": limit_fill,
+        "never_ran": never_ran,
         "parse_seconds": round(elapsed, 3),
         "rows_per_second": round(result.rows_read / elapsed) if elapsed > 0 else None,
         "notes": result.notes,
@@ -154,11 +222,16 @@ def run(args: argparse.Namespace) -> int:
         "stats": describe(df),
     }
     step.write_json(REPORT_FILE, report)
-    step.commit(summary={k: report[k] for k in ("rows_read", "rows_kept", "rows_rejected", "format")})
+    step.commit(
+        summary={k: report[k] for k in ("rows_read", "rows_kept", "rows_rejected", "format", "limit_fill", "never_ran")}
+    )
     print(
         f"ingest: {report['rows_read']} rows read, {report['rows_kept']} kept, {len(bad)} rejected, "
         f"{report['rows_outside_window']} outside the window; submits "
-        f"{report.get('span_first_submit')} .. {report.get('span_last_submit')}",
+        f"{report.get('span_first_submit')} .. {report.get('span_last_submit')}; "
+        f"{limit_fill['jobs_without_limit']} limits filled (partition maximum {limit_fill['partition_max']}, "
+        f"user history {limit_fill['user_history']}, log default {limit_fill['log_default']}); "
+        f"{never_ran['jobs']} jobs never ran (kept until they left)",
         flush=True,
     )
     return 0

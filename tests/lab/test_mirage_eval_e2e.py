@@ -251,7 +251,7 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
         timeout=120,
     )
     assert p.returncode == 2 and "bad.json: field 'calibrate'" in p.stderr
-    # a calibration cut by its time limit is refused before the predictor uses it: which trials ran
+    # a calibration that reaches its opt-in wall limit fails, and nothing uses it: which trials ran
     # would depend on the machine's speed (a calibrate run stops at the first trial past the limit)
     p = subprocess.run(
         [
@@ -277,8 +277,8 @@ def test_a_log_described_in_a_file_waitpred_only(tmp_path):
         timeout=900,
     )
     assert p.returncode == 1, p.stdout[-2000:]
-    assert "the calibration stopped at its 0.001 s limit after 1 of 4 trials" in p.stdout, p.stdout[-2000:]
-    assert "--cal-timeout-s" in p.stdout and "mysite: waitpred" not in p.stdout
+    assert "--timeout-s 0.001: the calibration reached its wall limit after 1 of 4 trials" in p.stdout, p.stdout[-2000:]
+    assert "mysite: calibrate rc=2" in p.stdout and "mysite: waitpred" not in p.stdout
 
 
 def _kill_the_evaluation_at_a_random_point(log_dir, env):

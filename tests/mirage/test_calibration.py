@@ -271,3 +271,62 @@ def test_swf_without_node_counts_ingest_warns_and_calibrate_names_the_flag(tmp_p
     assert _cli("--trace", str(out), "--out", str(tmp_path / "c2"), *windows, "--procs-per-node", "16") == 0
     doc = json.loads((tmp_path / "c2" / "calibration.json").read_text())
     assert doc["config"]["procs_per_node"] == 16 and doc["trace_facts"]["max_job_nodes"] == 4
+
+
+def _idle_workload() -> Workload:
+    rows = [
+        {
+            "submit": T0 + k * 1800,
+            "start": T0 + k * 1800,
+            "end": T0 + k * 1800 + 3600,
+            "limit": 7200,
+            "nodes": 1 + k % 3,
+            "user": f"u{k % 4}",
+        }
+        for k in range(10 * 48)
+    ]
+    return Workload.from_frame(frame(rows))
+
+
+def test_calibration_budget_is_its_trials_with_progress_and_a_wall_limit_fails_clearly(monkeypatch, caplog):
+    import time
+
+    from mirage_tasks.calibration import calibrate as cal_mod
+
+    wl = _idle_workload()
+    real_replay = cal_mod.replay_months
+
+    def busy_replay(*a, **kw):  # a busy machine: every replay is slow
+        time.sleep(0.05)
+        return real_replay(*a, **kw)
+
+    monkeypatch.setattr(cal_mod, "replay_months", busy_replay)
+    kw = dict(tz="UTC", lead_in_s=86400, trials=3, seed=0)
+    with caplog.at_level("INFO", logger="mirage_tasks.calibration.calibrate"):
+        res = cal_mod.calibrate(wl, T0 + 2 * 86400, T0 + 8 * 86400, **kw)  # no wall limit by default
+    assert len(res.trials) == 3 and res.stopped_by == "trials"
+    lines = [r.getMessage() for r in caplog.records if "trial" in r.getMessage()]
+    assert any("trial 1 of 3" in m and "elapsed" in m and "ETA" in m for m in lines), lines
+    assert any("trial 3 of 3" in m and "ETA 0s" in m for m in lines), lines
+    # an explicit wall limit reached before the trials ran: a clear failure, never a smaller search's answer
+    with pytest.raises(cal_mod.CalibrationTimeout, match=r"--timeout-s 0\.01: .* after 1 of 3 trials"):
+        cal_mod.calibrate(wl, T0 + 2 * 86400, T0 + 8 * 86400, timeout_s=0.01, **kw)
+
+
+def test_calibrate_step_has_no_wall_limit_unless_asked():
+    import argparse
+
+    from mirage_tasks.run import evalplan
+    from mirage_tasks.steps import calibrate as step
+
+    p = argparse.ArgumentParser()
+    step.add_arguments(p)
+    args = p.parse_args("--trace t --calibrate-from a --calibrate-to b --score-from c --score-to d --out o".split())
+    assert args.timeout_s == 0
+    spec = evalplan.LogSpec.from_dict(
+        {"name": "s", "trace": "/x.swf", "calibrate": ["2024-01-01", "2024-02-01"], "months": ["2024-02"]}
+    )
+    cal = dict(evalplan.waitpred_argvs(spec, "/r"))["calibrate"]
+    assert "--timeout-s" not in cal
+    cal = dict(evalplan.waitpred_argvs(spec, "/r", evalplan.Budget(timeout_s=60.0)))["calibrate"]
+    assert cal[cal.index("--timeout-s") + 1] == "60"

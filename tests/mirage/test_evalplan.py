@@ -295,16 +295,6 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
     assert "online-node8-xgboost" in off and not any(f"online-node8-{r}" in off for r in evalplan.ONLINE_V2_RULES)
 
 
-def test_a_calibration_cut_by_its_time_limit_is_named(tmp_path):
-    doc = {"search": {"stopped_by": "timeout", "timeout_s": 300.0, "trials": 40, "trials_run": 17}}
-    (tmp_path / "calibration.json").write_text(json.dumps(doc))
-    why = evalplan.calibration_cut(str(tmp_path))
-    assert why and "300 s limit after 17 of 40 trials" in why and "--cal-timeout-s" in why
-    doc["search"].update(stopped_by="trials", trials_run=40)
-    (tmp_path / "calibration.json").write_text(json.dumps(doc))
-    assert evalplan.calibration_cut(str(tmp_path)) is None
-
-
 def test_the_named_outputs_refuse_other_inputs():
     """The trace, calibration and wait predictor live under the log's name, not a key of what they
     depend on: every one of their command lines asks its step to refuse a committed output of other
@@ -314,3 +304,12 @@ def test_the_named_outputs_refuse_other_inputs():
 
     for name, argv in evalplan.waitpred_argvs(LogSpec.from_dict(GOOD), "/r"):
         assert step_parser(name).parse_args(argv[1:]).on_change == "refuse", name
+
+
+def test_declared_limits_reach_the_ingest_command_line():
+    s = LogSpec.from_dict({**GOOD, "partition_max_limit": {"debug": 1800, "*": 86400}, "default_limit_s": 7200})
+    ing = dict(evalplan.waitpred_argvs(s, "/r"))["ingest"]
+    assert "debug=1800" in ing and "*=86400" in ing and ing[ing.index("--default-limit-s") + 1] == "7200"
+    assert LogSpec.from_dict(s.to_dict()) == s
+    with pytest.raises(SpecError, match="'partition_max_limit'"):
+        LogSpec.from_dict({**GOOD, "partition_max_limit": {"debug": 0}})

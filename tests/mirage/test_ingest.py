@@ -183,3 +183,67 @@ def test_rerun_skips_and_bad_rerun_keeps_results(tmp_path, capsys):
     # A rerun that fails on its window keeps the committed results untouched.
     assert ingest(*args, "--from", "2030-01-01") == 2
     assert (out / "trace.parquet").read_bytes() == before and (out / MARKER).exists()
+
+
+HYGIENE_SWF = [
+    "; UnixStartTime: 1000000000",
+    "; MaxNodes: 8",
+    "; MaxProcs: 8",
+    "; Partition: 1 batch",
+    "; Partition: 2 debug",
+    # job submit wait run procs cpu mem reqprocs reqtime reqmem status user group exe queue part prec think
+    "1 0 0 500 1 -1 -1 1 1000 -1 1 7 1 -1 -1 1 -1 -1",  # user 7: 1000 s asked, ended at 500
+    "2 2000 10 9000 1 -1 -1 1 -1 -1 1 7 1 -1 -1 1 -1 -1",  # no limit: user 7's finished job asked 1000
+    "3 2000 0 50 1 -1 -1 1 -1 -1 1 8 1 -1 -1 2 -1 -1",  # no limit: debug's declared maximum
+    "4 3000 0 100 1 -1 -1 1 -1 -1 1 9 1 -1 -1 1 -1 -1",  # no limit, no history: the log's default
+    "5 2500 0 10 1 -1 -1 1 -1 -1 1 7 1 -1 -1 1 -1 -1",  # user 7 again: job 2 had not ended
+    "6 100 0 5000 1 -1 -1 1 20000 -1 1 10 1 -1 -1 1 -1 -1",  # user 10 asks 20000 s, ends at 5100
+    "7 200 0 10 1 -1 -1 1 -1 -1 1 10 1 -1 -1 1 -1 -1",  # job 6 still running: not history
+    "8 300 600 0 1 -1 -1 1 3600 -1 5 11 1 -1 -1 1 -1 -1",  # cancelled after 600 s in the queue
+]
+
+
+def test_swf_missing_limits_are_filled_with_what_was_known_at_submission(tmp_path, capsys):
+    path = tmp_path / "t.swf"
+    path.write_text("\n".join(HYGIENE_SWF) + "\n")
+    out = tmp_path / "o"
+    argv = ["--trace", str(path), "--out", str(out), "--partition-max-limit", "debug=1800"]
+    assert ingest(*argv, "--default-limit-s", "7200") == 0
+    df, meta = read_trace(str(out))
+    limit = dict(zip(df["job_id"], df["time_limit_s"].astype(int)))
+    # never a run time (job 2 ran 9000 s, job 7 10 s); job 7's user had asked 20000 s of a job still running
+    assert limit == {"1": 1000, "2": 1000, "3": 1800, "4": 7200, "5": 1000, "6": 20000, "7": 7200, "8": 3600}
+    fill = report(out)["limit_fill"]
+    assert (fill["jobs_without_limit"], fill["partition_max"], fill["user_history"], fill["log_default"]) == (
+        5,
+        1,
+        2,
+        2,
+    )
+    assert fill["log_default_s"] == 7200 and fill["log_default_declared"] is True
+    assert meta.hygiene["limit_fill"]["user_history"] == 2
+    assert "5 limits filled" in capsys.readouterr().out
+    # without a declared default or maximum: the documented default (one day)
+    assert ingest("--trace", str(path), "--out", str(tmp_path / "o2")) == 0
+    df2, _ = read_trace(str(tmp_path / "o2"))
+    assert dict(zip(df2["job_id"], df2["time_limit_s"].astype(int)))["3"] == 86400
+    assert report(tmp_path / "o2")["limit_fill"]["log_default"] == 3
+    assert ingest(*argv, "--partition-max-limit", "debug") == 2
+    assert "--partition-max-limit 'debug'" in capsys.readouterr().err
+
+
+def test_swf_jobs_that_never_ran_are_kept_with_the_time_they_left(tmp_path):
+    from mirage_tasks.sim import Workload
+
+    path = tmp_path / "t.swf"
+    path.write_text("\n".join(HYGIENE_SWF) + "\n")
+    out = tmp_path / "o"
+    assert ingest("--trace", str(path), "--out", str(out)) == 0
+    df, meta = read_trace(str(out))
+    j8 = df[df["job_id"] == "8"].iloc[0]
+    assert pd.isna(j8["start"]) and j8["end"] == pd.Timestamp(1000000900, unit="s", tz="UTC")
+    assert report(out)["never_ran"] == {"jobs": 1, "cancelled": 1, "no_leave_time": 0}
+    assert meta.hygiene["never_ran"]["jobs"] == 1
+    wl = Workload.from_frame(df)
+    assert "8" not in set(wl.job_id) and list(wl.never_ran.job_id) == ["8"]  # queued, never run, never scored
+    assert wl.never_ran.leave[0] == 1000000900 and wl.never_ran.limit[0] == 3600

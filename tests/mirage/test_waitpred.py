@@ -281,3 +281,105 @@ def test_shared_nodes_count_as_node_equivalents():
     df["nodes"] = pd.array([pd.NA] * len(df), dtype="Int32")
     wl = Workload.from_frame(df, procs_per_node=16)
     assert (wl.nodes == 1).all() and np.allclose(wl.node_equiv, 0.25)
+
+
+# ----------------------------------------------------------------------------- jobs that never ran
+
+
+def _log_with_a_cancelled_job() -> Workload:
+    """A 4-node job runs [0, 1000); job C (1 node) is queued at 10 and cancelled at 500, never
+    running; B (1 node, 100 s) is submitted at 20, D (1 node) at 600."""
+    ts = lambda x: pd.Timestamp(T0 + x, unit="s", tz="UTC") if x is not None else pd.NaT  # noqa: E731
+    rows = [  # job, submit, start, end, limit, nodes, user
+        ("A", 0, 0, 1000, 1000, 4, "a"),
+        ("C", 10, None, 500, 3600, 1, "c"),
+        ("B", 20, 1000, 1100, 200, 1, "b"),
+        ("D", 600, 1000, 1050, 200, 1, "d"),
+    ]
+    df = pd.DataFrame(
+        {
+            "job_id": [r[0] for r in rows],
+            "submit": [ts(r[1]) for r in rows],
+            "start": [ts(r[2]) for r in rows],
+            "end": [ts(r[3]) for r in rows],
+            "time_limit_s": pd.array([r[4] for r in rows], dtype="Int64"),
+            "nodes": pd.array([r[5] for r in rows], dtype="Int32"),
+            "procs": pd.array([None] * 4, dtype="Int32"),
+            "partition": "p",
+            "user": [r[6] for r in rows],
+            "status": ["COMPLETED", "CANCELLED", "COMPLETED", "COMPLETED"],
+            "priority": pd.array([None] * 4, dtype="Int64"),
+        }
+    )
+    for c in ("submit", "start", "end"):
+        df[c] = df[c].astype("datetime64[s, UTC]")
+    return Workload.from_frame(df)
+
+
+def _tiny(**kw) -> SimConfig:
+    base = dict(nodes=4, backfill="conservative", bf_interval_s=1, bf_resolution_s=1, bf_window_s=10**6)
+    base.update(priority="age_size", weight_age=1000.0, max_age_s=10**6, weight_size=0.0, warm_start=False)
+    return SimConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"backfill": "conservative"},
+        {"backfill": "easy"},
+        {"backfill": "none"},
+        {"backfill": "named"},
+        {"priority": "multifactor", "weight_fairshare": 1000.0},
+    ],
+)
+def test_a_job_that_never_ran_waits_in_the_queue_until_it_left_and_never_runs(kw):
+    wl = _log_with_a_cancelled_job()
+    assert list(wl.job_id) == ["A", "B", "D"] and list(wl.never_ran.job_id) == ["C"]
+    sim = Simulator.from_workload(wl, _tiny(**kw), T0, T0 + 700)
+    sim.run_until(T0 + 100)
+    tags = [sim.j_tag[j] for j in sim.pending]
+    assert len(tags) == 2 and tags[0] < 0 and tags[1] == 1  # C (queued first), then B
+    sim.run_until(T0 + 600)
+    assert [sim.j_tag[j] for j in sim.pending] == [1, 2]  # C left at 500
+    sim.drain()
+    gone = [j for j, t in enumerate(sim.j_tag) if t < 0]
+    assert len(gone) == 1 and sim.j_start[gone[0]] == -1  # never started
+    assert sim.j_start[sim.j_tag.index(1)] == T0 + 1000  # B was not held back by C
+    real = fidelity.replay(wl, _tiny(**kw), T0, T0 + 700)
+    assert list(real["job_id"]) == ["A", "B", "D"]  # scored: the jobs that ran, only
+
+
+def test_a_job_that_never_ran_is_pending_at_submission_until_it_left():
+    wl = _log_with_a_cancelled_job()
+    frame = atsubmit.sweep(wl, _tiny(), T0, T0 + 700)
+    pend = dict(zip(frame["job_id"], frame["pending_jobs"]))
+    assert list(frame["job_id"]) == ["A", "B", "D"]  # never scored
+    assert pend == {"A": 0, "B": 1, "D": 1}  # B sees C queued; D (after C left) sees B only
+    # the log as it stood at 300: C still queued then (its leaving unknown) is a censored waiting job
+    known, waiting = atcut.as_known(wl, T0 + 300)
+    assert list(known.job_id) == ["A", "C", "B"] and list(waiting) == [False, True, True]
+    assert len(known.never_ran) == 0
+    known, _ = atcut.as_known(wl, T0 + 700)
+    assert list(known.never_ran.job_id) == ["C"] and "C" not in set(known.job_id)
+
+
+def test_a_job_without_a_limit_is_never_given_its_own_run_time():
+    df = pd.DataFrame(
+        {
+            "job_id": ["1", "2", "3"],
+            "submit": pd.to_datetime([T0, T0 + 100, T0 + 200], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "start": pd.to_datetime([T0, T0 + 100, T0 + 200], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "end": pd.to_datetime([T0 + 50, T0 + 9100, T0 + 300], unit="s", utc=True).astype("datetime64[s, UTC]"),
+            "time_limit_s": pd.array([600, None, None], dtype="Int64"),
+            "nodes": pd.array([1, 1, 1], dtype="Int32"),
+            "procs": pd.array([None] * 3, dtype="Int32"),
+            "partition": "p",
+            "user": ["u", "u", "v"],
+            "status": "COMPLETED",
+            "priority": pd.array([None] * 3, dtype="Int64"),
+        }
+    )
+    w = Workload.from_frame(df)
+    # job 2: its user's finished job asked 600 s (not its own 9000 s); job 3: no history, one day
+    assert list(w.limit) == [600, 600, 86400] and list(w.duration) == [50, 600, 100]
+    assert w.limit_fill["user_history"] == 1 and w.limit_fill["log_default"] == 1

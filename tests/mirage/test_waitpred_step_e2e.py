@@ -399,3 +399,31 @@ def test_waitpred_refuses_a_calibration_period_whose_held_back_jobs_were_still_w
     err = capsys.readouterr().err
     assert rc == 2 and "--calibrate-to" in err and "still waiting at its end" in err, err
     assert not (tmp_path / "o" / "_SUCCESS.json").exists()  # nothing committed
+
+
+def test_waitpred_reports_the_filled_limits_and_the_jobs_that_never_ran(trace_uri, tmp_path, capsys):
+    uri, cfg = trace_uri
+    df = pd.read_parquet(uri + "/trace.parquet")
+    gone = df.index[5::40]  # cancelled while queued: no start, left at their real start
+    df.loc[gone, "end"] = df.loc[gone, "start"]
+    df.loc[gone, "start"] = pd.NaT
+    df.loc[gone, "status"] = "CANCELLED"
+    df.loc[df.index[7::50], "time_limit_s"] = pd.NA  # no requested time
+    meta = TraceMeta(source="self", format="test", timezone="UTC", hygiene={"never_ran": {"jobs": len(gone)}})
+    trace = str(tmp_path / "trace")
+    write_trace(trace + "/trace.parquet", df, meta)
+    months = _months(trace)
+    out = tmp_path / "out"
+    first = df["submit"].min().strftime("%Y-%m-%d")
+    argv = ["--trace", trace, "--cluster-config", cfg, "--calibrate-from", first]
+    argv += ["--calibrate-to", f"{months[1]}-01", "--months", *months[1:], "--out", str(out)]
+    assert wp.main(argv) == 0, capsys.readouterr().err
+    doc = json.loads((out / "waitpred.json").read_text())
+    h = doc["hygiene"]
+    assert h["never_ran"] == len(gone) and h["limit_fill_at_ingest"] is None  # not ingested: filled on read
+    fill = h["limit_fill_on_read"]
+    assert fill["jobs_without_limit"] == len(df.index[7::50]) == fill["user_history"] + fill["log_default"]
+    scored = set(pd.read_parquet(out / "predictions.parquet")["job_id"])
+    assert not scored & set(df.loc[gone, "job_id"])  # never scored
+    md = (out / "waitpred.md").read_text()
+    assert f"{len(df.index[7::50])} jobs requested no time limit" in md and f"{len(gone)} jobs never ran" in md
