@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         p.error(str(exc))
-    out = run_load(spec)
+    try:
+        out = run_load(spec)
+    except RuntimeError as exc:  # a client failed, namespaces refused: the reason, not a traceback
+        print(f"python -m faasm_tasks.loadgen run: {exc}", file=sys.stderr)
+        return 1
     if not a.histograms:
         for k in ("histogram", "send_lag_histogram", "client_histograms"):
             out.pop(k, None)

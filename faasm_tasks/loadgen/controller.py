@@ -335,7 +335,15 @@ def run_clients(spec: LoadSpec, start_delay_s: float = 0.3, namespaces: ClientNa
             c = _Client(i, cmd, where, local)
             clients.append(c)
             c.send({"spec": spec_to_json(sub), "offset_s": offset, "index": i})
-        _collect(clients, "started", time.monotonic() + spec.start_timeout_s, "start")
+        try:
+            _collect(clients, "started", time.monotonic() + spec.start_timeout_s, "start")
+        except RuntimeError as exc:
+            if target is spec or "cannot connect" not in str(exc):
+                raise
+            raise RuntimeError(
+                f"{exc} (from the clients' network namespaces {spec.url} is {target.url}: the endpoint must "
+                f"listen on 0.0.0.0 or {namespaces.endpoint_address}, or use client isolation 'process')"
+            ) from None
         wall0 = time.time() + start_delay_s
         for c in clients:
             c.send({"start_wall": wall0})

@@ -80,3 +80,46 @@ def test_netns_refused_is_a_clear_error(monkeypatch):
     spec = LoadSpec(url="http://127.0.0.1:9/", mode="open", rate=50, connections=2, duration_s=1, clients=2)
     with pytest.raises(NetnsError, match="2 load clients in network namespaces: cannot create a network namespace"):
         run_load(spec)
+
+
+def test_knative_client_hosts_reach_the_load_spec_through_the_endpoints():
+    import argparse
+
+    from faasm_tasks.common import add_common
+    from faasm_tasks.targets.knative import KnativeTarget
+
+    p = argparse.ArgumentParser()
+    add_common(p)
+    args = p.parse_args(["--run-id", "r1", "--results", "/tmp/x", "--client-hosts", "load-a, load-b"])
+    t = KnativeTarget.from_args(args)
+    assert t.client_hosts == ("load-a", "load-b")
+    t.invoke_url, t.upload_url = "http://192.0.2.7:80", "http://192.0.2.8:8002"
+    ep = t.endpoints()
+    assert ep.extra == {"client_hosts": ["load-a", "load-b"]}
+    assert t.describe()["client_hosts"] == ["load-a", "load-b"]
+    plain = KnativeTarget(invoke_url="http://192.0.2.7:80", upload_url="http://192.0.2.8:8002")
+    assert plain.endpoints().extra == {} and "client_hosts" not in plain.describe()
+
+
+def test_load_points_take_their_clients_from_the_spec_default_one():
+    from types import SimpleNamespace
+
+    from faasm_tasks.catalogue import get_experiment, resolve
+    from faasm_tasks.points import load_clients, point_key, refuse_inert
+    from faasm_tasks.targets.base import Endpoints
+    from stepkit import StepError
+
+    def args(**kw):
+        return SimpleNamespace(**{"mode": None, "rate": None, "threads": None, "driver": "builtin", **kw})
+
+    lat = resolve(get_experiment("tf_inference_latency"), "wasm", "local")
+    assert lat.driver.clients == 1 and lat.driver.client_isolation == "netns"
+    point = {"duration_s": 5}
+    assert "clients" not in point_key(args(), lat, point)  # one client: the folders of today's points
+    assert point_key(args(clients=2), lat, point)["clients"] == 2
+    assert load_clients(args(), lat) == 1 and load_clients(args(clients=3), lat) == 3
+    hosts = Endpoints("http://x/", "http://y/", extra={"client_hosts": ["a", "b"]})
+    assert load_clients(args(clients=3), lat, hosts) == 2  # one client per host
+    sgd = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
+    with pytest.raises(StepError, match="--clients, --client-isolation: sgd_reuters_svm is a call workload"):
+        refuse_inert(args(clients=2, client_isolation="process"), sgd)
