@@ -142,6 +142,13 @@ class DriverSettings:
             if k not in names:
                 raise StepError(f"driver: unknown setting {k!r}; known: {', '.join(sorted(names))}")
             out[k] = {"int": int, "float": float, "str": str}[typed[k]](v)
+        if "client_isolation" in out:
+            from .loadgen import CLIENT_ISOLATION
+
+            if out["client_isolation"] not in CLIENT_ISOLATION:
+                raise StepError(
+                    f"driver: client_isolation {out['client_isolation']!r}; known: {', '.join(CLIENT_ISOLATION)}"
+                )
         return cls(**out)
 
     def as_dict(self) -> dict[str, Any]:

@@ -123,3 +123,13 @@ def test_load_points_take_their_clients_from_the_spec_default_one():
     sgd = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
     with pytest.raises(StepError, match="--clients, --client-isolation: sgd_reuters_svm is a call workload"):
         refuse_inert(args(clients=2, client_isolation="process"), sgd)
+
+
+def test_catalogue_driver_clients_are_checked():
+    from faasm_tasks.catalogue import DriverSettings
+    from stepkit import StepError
+
+    d = DriverSettings.from_catalogue({"clients": 2, "client_isolation": "process"})
+    assert (d.clients, d.client_isolation) == (2, "process")
+    with pytest.raises(StepError, match="client_isolation 'vm'; known: netns, process"):
+        DriverSettings.from_catalogue({"client_isolation": "vm"})
