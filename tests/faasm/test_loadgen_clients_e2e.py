@@ -184,3 +184,55 @@ def test_sigterm_stops_the_clients_and_removes_the_namespaces():
     assert proc.returncode == 143, err
     assert leftovers(tag) == []
     assert not [c for c in clients if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_load_point_runs_its_clients_through_the_load_spec(tmp_path):
+    """The run step's load point with the catalogue's driver.clients = 2 (plain processes):
+    the spec it records says 2 clients, the summary is merged, each client's histogram is kept."""
+    import json
+    from types import SimpleNamespace
+
+    from faasm_tasks.catalogue import DriverSettings
+    from faasm_tasks.points import PointContext, Request, load_point
+    from faasm_tasks.targets.base import Endpoints
+
+    class Att:
+        def write_text(self, name, text):
+            (tmp_path / name).write_text(text)
+
+        def write_json(self, name, obj):
+            (tmp_path / name).write_text(json.dumps(obj, default=str))
+
+    drv = DriverSettings(kind="load", mode="open", rate=100, connections=4, warmup_s=0, ready_timeout_s=5, clients=2)
+    hooks = {"request": lambda ctx, point: Request(user="u", function="f", body=b"{}"), "verify": None}
+    plan = SimpleNamespace(system="native", driver=drv, workload=SimpleNamespace(hook=hooks.get))
+    args = SimpleNamespace(
+        threads=None,
+        mode=None,
+        rate=None,
+        driver="builtin",
+        min_requests=10,
+        max_late_fraction=0.5,
+        clients=None,
+        client_isolation="process",
+    )
+    with ok_server() as srv:
+        ctx = PointContext(
+            args=args,
+            plan=plan,
+            target=None,
+            endpoints=Endpoints(srv.url + "/", srv.url + "/"),
+            invoker=None,
+            upload=None,
+            health=lambda: None,
+        )
+        ok, metrics, err, invalid = load_point(ctx, Att(), {"duration_s": 2}, budget=60)
+    assert ok, err
+    spec = json.loads((tmp_path / "load_spec.json").read_text())
+    assert (spec["clients"], spec["client_isolation"]) == (2, "process")
+    assert metrics["clients"] == 2 and metrics["client_isolation"] == "process"
+    assert metrics["scheduled"] == pytest.approx(200, abs=2) and metrics["requests_ok"] > 100
+    parts = [HdrHistogram.decode((tmp_path / f"histogram.client{i}.hdr").read_text().strip()) for i in (0, 1)]
+    merged = HdrHistogram.decode((tmp_path / "histogram.hdr").read_text().strip())
+    assert merged.get_total_count() == sum(p.get_total_count() for p in parts) == metrics["requests_ok"]
+    assert "client_histograms" not in json.loads((tmp_path / "latency.json").read_text())
