@@ -236,3 +236,44 @@ def test_a_load_point_runs_its_clients_through_the_load_spec(tmp_path):
     merged = HdrHistogram.decode((tmp_path / "histogram.hdr").read_text().strip())
     assert merged.get_total_count() == sum(p.get_total_count() for p in parts) == metrics["requests_ok"]
     assert "client_histograms" not in json.loads((tmp_path / "latency.json").read_text())
+
+
+def test_a_killed_client_fails_the_run_at_once_and_the_other_is_stopped():
+    import threading
+
+    box: dict = {}
+    with ok_server() as srv:
+        spec = LoadSpec(
+            url=srv.url + "/",
+            mode="open",
+            rate=50,
+            connections=2,
+            duration_s=60,
+            method="GET",
+            clients=2,
+            client_isolation="process",
+        )
+
+        def go():
+            try:
+                box["summary"] = run_load(spec)
+            except Exception as exc:  # noqa: BLE001 - the test's subject
+                box["error"] = exc
+
+        th = threading.Thread(target=go, daemon=True)
+        th.start()
+        me = psutil.Process()
+        deadline = time.monotonic() + 30
+        clients: list[psutil.Process] = []
+        while time.monotonic() < deadline and not (len(clients) == 2 and len(srv.requests) > 5):
+            clients = [c for c in me.children() if "client" in c.cmdline()]
+            time.sleep(0.1)
+        assert len(clients) == 2
+        clients[1].kill()
+        killed_at = time.monotonic()
+        th.join(30)
+    assert not th.is_alive() and time.monotonic() - killed_at < 15
+    assert "summary" not in box
+    assert "load client" in str(box["error"]) and "exited (-9)" in str(box["error"]), box["error"]
+    psutil.wait_procs(clients, timeout=5)
+    assert not [c for c in clients if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
