@@ -30,6 +30,18 @@ def ok_server(host: str = "127.0.0.1") -> ScriptedServer:
     return ScriptedServer(lambda method, path, headers, body: (200, b"ok"), host=host)
 
 
+def client_children(pid: int) -> list[psutil.Process]:
+    """The load clients among ``pid``'s children (the ``ip`` commands it runs come and go)."""
+    out = []
+    for c in psutil.Process(pid).children():
+        try:
+            if "client" in c.cmdline():
+                out.append(c)
+        except psutil.Error:
+            pass
+    return out
+
+
 def same_histograms(a: HdrHistogram, b: HdrHistogram) -> None:
     assert a.get_total_count() == b.get_total_count()
     assert a.get_min_value() == b.get_min_value() and a.get_max_value() == b.get_max_value()
@@ -169,7 +181,7 @@ def test_sigterm_stops_the_clients_and_removes_the_namespaces():
             deadline = time.monotonic() + 30
             clients: list[psutil.Process] = []
             while time.monotonic() < deadline:  # running: two clients, requests arriving
-                clients = [c for c in psutil.Process(proc.pid).children() if "client" in c.cmdline()]
+                clients = client_children(proc.pid)
                 if len(clients) == 2 and len(srv.requests) > 10:
                     break
                 time.sleep(0.1)
@@ -266,7 +278,7 @@ def test_a_killed_client_fails_the_run_at_once_and_the_other_is_stopped():
         deadline = time.monotonic() + 30
         clients: list[psutil.Process] = []
         while time.monotonic() < deadline and not (len(clients) == 2 and len(srv.requests) > 5):
-            clients = [c for c in me.children() if "client" in c.cmdline()]
+            clients = client_children(me.pid)
             time.sleep(0.1)
         assert len(clients) == 2
         clients[1].kill()
@@ -275,5 +287,53 @@ def test_a_killed_client_fails_the_run_at_once_and_the_other_is_stopped():
     assert not th.is_alive() and time.monotonic() - killed_at < 15
     assert "summary" not in box
     assert "load client" in str(box["error"]) and "exited (-9)" in str(box["error"]), box["error"]
+    psutil.wait_procs(clients, timeout=5)
+    assert not [c for c in clients if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+STEP_LIKE = """
+import sys
+from stepkit.procs import run_trapped
+from faasm_tasks.loadgen import LoadSpec, run_load
+from faasm_tasks.points import bounded
+
+def main(argv):
+    spec = LoadSpec(url=sys.argv[1], mode="open", rate=50, connections=2, duration_s=60, method="GET", clients=2)
+    bounded(lambda: run_load(spec), 120, "load driver")  # as the run step's load point: a driver thread
+    return 0
+
+sys.exit(run_trapped(main, "step"))
+"""
+
+
+@needs_netns
+def test_sigterm_to_a_step_whose_driver_thread_runs_the_clients_leaves_nothing():
+    # the step's SIGTERM ends its main thread while the controller runs in the driver thread:
+    # the namespaces go at interpreter exit, the clients with their parent
+    with ok_server(host="0.0.0.0") as srv:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STEP_LIKE, f"http://127.0.0.1:{srv.port}/"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        tag = f"{PREFIX}{proc.pid}"
+        try:
+            deadline = time.monotonic() + 30
+            clients: list[psutil.Process] = []
+            while time.monotonic() < deadline and not (len(clients) == 2 and len(srv.requests) > 10):
+                clients = client_children(proc.pid)
+                time.sleep(0.1)
+            assert len(clients) == 2 and len(leftovers(tag)) == 4
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 143, err
+    assert leftovers(tag) == []
     psutil.wait_procs(clients, timeout=5)
     assert not [c for c in clients if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
