@@ -12,8 +12,12 @@ uses, picked from the run's pid.
 Everything made is removed by :meth:`ClientNamespaces.close` (the ``with`` block's end, an
 error, a :class:`~stepkit.pool.Terminated` raised by SIGTERM in the main thread), and, for a
 run whose ``with`` block cannot end (a driver thread still running when the interpreter
-exits), by an ``atexit`` hook over every set still open. The client processes inside are
-the caller's to stop first (a namespace with a process inside outlives ``ip netns del``).
+exits), by an ``atexit`` hook over every set still open. Where no ``finally`` runs (SIGKILL,
+the OOM killer) a :class:`stepkit.procs.Guard` started before anything is made runs
+``python -m faasm_tasks.loadgen.netns remove TAG N`` (:func:`remove`: kill what runs in the
+namespaces, delete the links and namespaces) once the process is gone; :meth:`close`
+disarms it. The client processes inside are the caller's to stop first (a namespace with a
+process inside lives on after ``ip netns del``, unnamed).
 
 Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and ``ip``; :func:`netns_unavailable` says why
 not, in one sentence, without leaving anything behind.
@@ -26,8 +30,13 @@ import ipaddress
 import itertools
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import threading
+from pathlib import Path
+
+from stepkit.procs import Guard
 
 PREFIX = "lg"  # every name this module makes starts so (then the pid)
 MAX_CLIENTS = 63  # /30 per client inside one /24
@@ -91,6 +100,7 @@ class ClientNamespaces:
         self.base: tuple[int, int] | None = None
         self._made: list[tuple[str, str]] = []  # ("netns"|"link", name), in the order made
         self.closed = False
+        self._guard: Guard | None = None
 
     # addresses
     def host_address(self, i: int) -> str:
@@ -116,6 +126,13 @@ class ClientNamespaces:
         with _LOCK:
             _OPEN.add(self)
         try:
+            root = str(Path(__file__).resolve().parents[2])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+            self._guard = Guard(
+                [sys.executable, "-m", "faasm_tasks.loadgen.netns", "remove", self.tag, str(self.n)],
+                f"load-client network namespaces {self.tag}*",
+                env=env,
+            )
             used = _used_24s()
             start = os.getpid() % (55 * 256)
             for k in range(55 * 256):
@@ -159,6 +176,9 @@ class ClientNamespaces:
                     left.append(f"netns {name}: {r.stderr.strip()}")
         self._made.clear()
         self.closed = True
+        if self._guard is not None:
+            self._guard.disarm()
+            self._guard = None
         with _LOCK:
             _OPEN.discard(self)
         return left
@@ -183,9 +203,34 @@ def leftovers(tag: str) -> list[str]:
     return sorted(n for n in ns + links if n.startswith(tag))
 
 
+def remove(tag: str, n: int) -> list[str]:
+    """What a guard does for a set whose process died: kill what runs in namespaces
+    ``<tag>c<i>``, delete links ``<tag>h<i>`` and the namespaces; returns what is left."""
+    for i in range(n):
+        r = _ip("netns", "pids", f"{tag}c{i}", check=False)
+        for pid in r.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    for i in range(n):
+        _ip("link", "del", f"{tag}h{i}", check=False)
+        _ip("netns", "del", f"{tag}c{i}", check=False)
+    return leftovers(tag)
+
+
 @atexit.register
 def _close_all() -> None:
     with _LOCK:
         sets = list(_OPEN)
     for s in sets:
         s.close()
+
+
+if __name__ == "__main__":  # the guard's clean-up: python -m faasm_tasks.loadgen.netns remove TAG N
+    if len(sys.argv) != 4 or sys.argv[1] != "remove" or not sys.argv[2].startswith(PREFIX):
+        sys.exit("usage: python -m faasm_tasks.loadgen.netns remove TAG N")
+    left = remove(sys.argv[2], int(sys.argv[3]))
+    if left:
+        print(f"left: {', '.join(left)}", file=sys.stderr)
+    sys.exit(1 if left else 0)

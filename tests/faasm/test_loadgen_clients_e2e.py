@@ -165,7 +165,10 @@ def test_a_run_makes_and_removes_its_namespaces():
 
 
 @needs_netns
-def test_sigterm_stops_the_clients_and_removes_the_namespaces():
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+def test_a_stopped_run_stops_its_clients_and_removes_the_namespaces(sig):
+    # SIGTERM: the run's own finally blocks (exit 143); SIGKILL: no finally runs, the guard
+    # the namespaces were made under removes them once the process is gone
     with ok_server(host="0.0.0.0") as srv:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.Popen(
@@ -187,14 +190,18 @@ def test_sigterm_stops_the_clients_and_removes_the_namespaces():
                 time.sleep(0.1)
             made = leftovers(tag)  # 2 namespaces, the host ends of 2 veths
             assert len(clients) == 2 and len(made) == 4, made
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             _, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode == 143, err
+    assert proc.returncode == (143 if sig == signal.SIGTERM else -9), err
+    deadline = time.monotonic() + 20
+    while leftovers(tag) and time.monotonic() < deadline:  # SIGKILL: the guard's clean-up
+        time.sleep(0.2)
     assert leftovers(tag) == []
+    psutil.wait_procs(clients, timeout=5)
     assert not [c for c in clients if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
