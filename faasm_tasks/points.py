@@ -82,16 +82,17 @@ class PointContext:
         )
 
 
-def point_key(args, plan, point: dict[str, Any]) -> dict[str, Any]:
+def point_key(args, plan, point: dict[str, Any], endpoints=None) -> dict[str, Any]:
     """The point's parameters plus, for load points, what decides the measurement: mode,
-    driver and (open loop) offered rate. They name the folder, so reruns differ by them."""
+    driver, (open loop) offered rate and, for more than one, the load clients (``endpoints``:
+    the target's, whose client hosts count). They name the folder, so reruns differ by them."""
     if plan.workload.runner != "load":
         return dict(point)
     mode = args.mode or plan.driver.mode
     key = {**point, "mode": mode, "driver": args.driver}
     if mode == "open":
         key["rate"] = float(args.rate or plan.driver.rate)
-    clients = load_clients(args, plan)
+    clients = load_clients(args, plan, endpoints)
     if clients > 1:  # one client (the default) adds nothing: earlier points keep their folders
         key["clients"] = clients
     return key

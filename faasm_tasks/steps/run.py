@@ -174,7 +174,7 @@ def _run(args, date: str, stopped: list[str]) -> int:
     deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
     try:
         for i, point in enumerate(points):
-            point = pts.point_key(args, plan, point)
+            point = pts.point_key(args, plan, point, ep)
             t_point, done = time.monotonic(), 0
             for rep in range(repeats):
                 spent = time.monotonic() - t_point

@@ -120,6 +120,7 @@ def test_load_points_take_their_clients_from_the_spec_default_one():
     assert load_clients(args(), lat) == 1 and load_clients(args(clients=3), lat) == 3
     hosts = Endpoints("http://x/", "http://y/", extra={"client_hosts": ["a", "b"]})
     assert load_clients(args(clients=3), lat, hosts) == 2  # one client per host
+    assert point_key(args(), lat, point, hosts)["clients"] == 2
     sgd = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
     with pytest.raises(StepError, match="--clients, --client-isolation: sgd_reuters_svm is a call workload"):
         refuse_inert(args(clients=2, client_isolation="process"), sgd)
