@@ -107,7 +107,10 @@ def load_clients(args, plan, endpoints=None) -> int:
 
 def refuse_inert(args, plan) -> None:
     """Flags that would do nothing for this plan are refused, naming them: the load flags on a
-    call workload, ``--rate`` in closed loop."""
+    call workload, ``--rate`` in closed loop. ``--clients`` outside 1..63 is refused too."""
+    clients = getattr(args, "clients", None)
+    if clients is not None and not 1 <= clients <= 63:
+        raise StepError(f"--clients {clients}: load clients are 1..63")
     if plan.workload.runner == "call":
         given = [
             f

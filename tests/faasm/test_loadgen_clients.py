@@ -124,6 +124,8 @@ def test_load_points_take_their_clients_from_the_spec_default_one():
     sgd = resolve(get_experiment("sgd_reuters_svm"), "wasm", "local")
     with pytest.raises(StepError, match="--clients, --client-isolation: sgd_reuters_svm is a call workload"):
         refuse_inert(args(clients=2, client_isolation="process"), sgd)
+    with pytest.raises(StepError, match="--clients 0: load clients are 1..63"):
+        refuse_inert(args(clients=0), lat)
 
 
 def test_catalogue_driver_clients_are_checked():
