@@ -17,7 +17,14 @@ no-op server in another process). In ONE run against that endpoint it
   unprivileged), which lets them preempt a busy neighbour sooner when they wake;
 * after each ramp runs wrk closed loop (its ceiling) on the same endpoint under the same
   policy;
-* prints the load average beside every step and a summary line per policy.
+* prints the load average beside every step and a summary line per policy;
+* with ``--clients N`` (N > 1), ramps the same rates a second time with N load clients
+  started together by one controller, each driving 1/N of the rate over its share of the
+  connections and processes, each in a network namespace of its own (``--client-isolation
+  netns``, the default; root) or as a plain process; the endpoint then also listens on the
+  host's veth address. A rate counts as sustained for this comparison by the project's
+  validity judgement (``faasm_tasks.results.judge_load``: < 1 % late or unsent, sent rate
+  within 1 % of the offered, >= 100 successes) and no errors.
 
 Columns: ``late%`` sent > 5 ms after the slot; ``noconn%`` the part of those that waited
 because every connection had a request in flight (the endpoint fell behind), the rest is
@@ -26,6 +33,7 @@ CPU time (all its processes, user + system) per request.
 
     python bench/load.py [--rates 4000,8000,...,40000] [--duration 5] [--scheduling normal|fifo|both]
                           [--processes 2] [--connections 256] [--json-out results.json]
+                          [--clients 2 [--client-isolation netns|process]]
 """
 
 from __future__ import annotations
@@ -41,7 +49,18 @@ import sys
 import tempfile
 import time
 
-from faasm_tasks.loadgen import LoadSpec, run_load, run_wrk, set_sched_slice, wrk_available
+from faasm_tasks.loadgen import (
+    CLIENT_ISOLATION,
+    ClientNamespaces,
+    LoadSpec,
+    netns_unavailable,
+    run_clients,
+    run_load,
+    run_wrk,
+    set_sched_slice,
+    wrk_available,
+)
+from faasm_tasks.results import judge_load
 
 NGINX_CONF = """worker_processes {workers};
 error_log {dir}/error.log warn;
@@ -56,7 +75,7 @@ http {{
   scgi_temp_path {dir}/scgi;
   keepalive_requests 1000000;
   server {{
-    listen 127.0.0.1:{port};
+    {listen}
     location / {{ return 200 "ok"; }}
   }}
 }}
@@ -79,13 +98,14 @@ def wait_port(port: int, timeout: float = 10) -> None:
     raise RuntimeError(f"endpoint on port {port} did not come up")
 
 
-def start_nginx(tmp: str, port: int, workers: int) -> subprocess.Popen | None:
+def start_nginx(tmp: str, port: int, workers: int, hosts: list[str]) -> subprocess.Popen | None:
     exe = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
     if not exe:
         return None
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(dir=tmp, port=port, workers=workers))
+        listen = " ".join(f"listen {h}:{port};" for h in hosts)
+        f.write(NGINX_CONF.format(dir=tmp, port=port, workers=workers, listen=listen))
     return subprocess.Popen(
         [exe, "-p", tmp, "-c", conf, "-g", "daemon off;"],
         start_new_session=True,
@@ -113,15 +133,15 @@ async def handle(r, w):
     finally:
         w.close()
 async def main():
-    srv = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]), backlog=1024)
+    srv = await asyncio.start_server(handle, sys.argv[2:], int(sys.argv[1]), backlog=1024)
     async with srv:
         await srv.serve_forever()
 asyncio.run(main())
 """
 
 
-def start_python_noop(port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", NOOP_SERVER, str(port)], start_new_session=True)
+def start_python_noop(port: int, hosts: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", NOOP_SERVER, str(port), *hosts], start_new_session=True)
 
 
 def loadavg() -> str:
@@ -131,12 +151,13 @@ def loadavg() -> str:
         return "n/a"
 
 
-def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> dict:
+def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str, clients: int = 1, namespaces=None) -> dict:
     label = (
         f"SCHED_FIFO {rt_priority}" if rt_priority else (f"normal, {a.slice_us} us slice" if a.slice_us else "normal")
     )
+    who = f"{clients} clients ({a.client_isolation}), " if clients > 1 else "1 client, "
     print(
-        f"\n-- driver open loop, scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
+        f"\n-- driver open loop, {who}scheduling {label} (endpoint {endpoint}): {a.processes} process(es), "
         f"{a.connections} connections, {a.duration:g} s per rate (+{a.warmup:g} s warm-up)"
     )
     print(
@@ -145,29 +166,34 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
     )
     rows, best, fails, applied = [], None, 0, set()
     for rate in [float(r) for r in a.rates.split(",")]:
-        s = run_load(
-            LoadSpec(
-                url=url,
-                mode="open",
-                rate=rate,
-                connections=a.connections,
-                processes=a.processes,
-                duration_s=a.duration,
-                warmup_s=a.warmup,
-                timeout_s=2,
-                method="GET",
-                rt_priority=rt_priority,
-                slice_us=a.slice_us,
-            )
+        spec = LoadSpec(
+            url=url,
+            mode="open",
+            rate=rate,
+            connections=a.connections,
+            processes=a.processes,
+            duration_s=a.duration,
+            warmup_s=a.warmup,
+            timeout_s=2,
+            method="GET",
+            rt_priority=rt_priority,
+            slice_us=a.slice_us,
+            clients=clients,
+            client_isolation=a.client_isolation,
         )
+        s = run_clients(spec, namespaces=namespaces) if clients > 1 else run_load(spec)
         applied.update(s["scheduling"])
         sched = max(1, s["scheduled"])
-        ok = s["schedule_lag_fraction"] < 0.01 and s["errors_total"] == 0
+        invalid = judge_load(s, "open", rate)
+        ok = not invalid and s["errors_total"] == 0
         la = loadavg()
         rows.append(
             {
                 "rate": rate,
+                "clients": clients,
                 "sustained": ok,
+                "invalid": invalid,
+                "per_client": s.get("clients_detail"),
                 "load_avg": la,
                 **{
                     k: s[k]
@@ -202,20 +228,25 @@ def ramp(url: str, a: argparse.Namespace, rt_priority: int, endpoint: str) -> di
             f"{s['send_lag_p50_us'] or 0:7d} {s['send_lag_p99_us'] or 0:7d} {s['errors_total']:6d} {s['driver_cpu_us_per_request'] or 0:10.1f}  {la}"
             + ("" if ok else "  <- not sustained")
         )
+        for d in s.get("clients_detail") or []:
+            print(
+                f"{'':>8} client {d['index']} {d.get('address', d['host'])}: sent {d['sent']}, late {d['late']}, "
+                f"lag p99 {d['send_lag_p99_us'] or 0} us, cpu {d['driver_cpu_s']:.2f} s"
+            )
         if ok:
             best = rate if best is None else max(best, rate)
         fails = 0 if ok else fails + 1
         if fails >= 2:  # two failures in a row: higher rates will not do better
             break
     print(
-        f"highest sustained open-loop rate ({label}; < 1 % of requests > 5 ms late or unsent, no errors): "
-        f"{best:.0f} req/s"
+        f"highest sustained open-loop rate ({who}{label}; judge_load valid, no errors): {best:.0f} req/s"
         if best
-        else f"no rate sustained ({label})"
+        else f"no rate sustained ({who}{label})"
     )
     if any(x.startswith("normal (") for x in applied):
         print(f"note: {sorted(applied)}")
     return {
+        "clients": clients,
         "scheduling": label,
         "applied": sorted(applied),
         "endpoint_scheduling": endpoint,
@@ -286,6 +317,13 @@ def main() -> int:
     ap.add_argument("--nginx-workers", type=int, default=1)
     ap.add_argument("--json-out", help="also write the results here")
     ap.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="> 1: ramp also with this many load clients together, beside one client (wrk is then skipped)",
+    )
+    ap.add_argument("--client-isolation", choices=list(CLIENT_ISOLATION), default="netns")
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="one 1000 req/s point for 1 s, normal scheduling, 1 process, 16 connections (the test suite's)",
@@ -305,6 +343,7 @@ def main() -> int:
             "slice_us": (1, 1_000_000),
             "wrk_connections": (1, 100_000),
             "nginx_workers": (1, 256),
+            "clients": (1, 63),
         },
         folders=(),
         files=("json_out",),
@@ -320,18 +359,32 @@ def main() -> int:
         a.scheduling, a.wrk_connections = "normal", 16
     if not 1 <= a.rt_priority <= 99:
         ap.error("--rt-priority must be 1..99")
+    if a.clients > a.connections:
+        ap.error(f"--clients {a.clients}: each client needs a connection (--connections {a.connections})")
+    from stepkit.procs import trap_sigterm
+
+    restore = trap_sigterm()  # SIGTERM: the finally below stops the endpoint and removes the namespaces
+    namespaces = None
+    hosts = ["127.0.0.1"]
+    if a.clients > 1 and CLIENT_ISOLATION[a.client_isolation].netns:
+        why = netns_unavailable()
+        if why:
+            print(f"--clients {a.clients} --client-isolation {a.client_isolation}: {why}", file=sys.stderr)
+            return 2
+        namespaces = ClientNamespaces(a.clients).open()  # closed in the finally below
+        hosts.append(namespaces.endpoint_address)
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="faasm-bench-")
     proc = None
     kind = a.server
     if kind in ("auto", "nginx"):
-        proc = start_nginx(tmp, port, a.nginx_workers)
+        proc = start_nginx(tmp, port, a.nginx_workers, hosts)
         kind = "nginx" if proc else "python"
         if proc is None and a.server == "nginx":
             print("nginx not installed (apt-get install -y nginx)", file=sys.stderr)
             return 2
     if proc is None:
-        proc = start_python_noop(port)
+        proc = start_python_noop(port, hosts)
     policies = {"normal": [0], "fifo": [a.rt_priority], "both": [0, a.rt_priority]}[a.scheduling]
     if any(policies) and not can_fifo():
         print("SCHED_FIFO not permitted here (needs root or CAP_SYS_NICE): normal scheduling only")
@@ -353,7 +406,10 @@ def main() -> int:
             # the endpoint follows the driver's policy, one step below it (normal, or SCHED_FIFO)
             endpoint = set_sched_tree(proc.pid, max(1, prio - 5) if prio else 0, a.slice_us)
             ramp_result = ramp(url, a, prio, endpoint)
-            if wrk_available():
+            if a.clients > 1:  # the comparison of clients, beside one: no wrk ceiling
+                results["ramps"].append(ramp_result)
+                ramp_result = ramp(url, a, prio, endpoint, clients=a.clients, namespaces=namespaces)
+            elif wrk_available():
                 s, _, _ = run_wrk(
                     LoadSpec(
                         url=url,
@@ -383,8 +439,9 @@ def main() -> int:
         for r in results["ramps"]:
             best = f"{r['max_sustained_rate']:.0f} req/s" if r["max_sustained_rate"] else "none"
             wrk = f"{r['wrk']['throughput_all']:.0f} req/s" if "wrk" in r else "n/a"
+            who = f"{r['clients']} client(s)"
             print(
-                f"  driver {r['scheduling']:<22} endpoint {r['endpoint_scheduling']:<22} open loop sustained {best:>12}"
+                f"  {who:<12} driver {r['scheduling']:<22} endpoint {r['endpoint_scheduling']:<22} open loop sustained {best:>12}"
                 f"   wrk closed-loop ceiling {wrk:>12}   load avg at end {r['rates'][-1]['load_avg']}"
             )
     finally:
@@ -395,6 +452,9 @@ def main() -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
+        if namespaces is not None:
+            namespaces.close()
+        restore()
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(results, f, indent=2)

@@ -126,6 +126,9 @@ class DriverSettings:
     rate: float = 0.0  # open loop: offered requests/s (0: none given)
     ready_timeout_s: float = 120.0  # load points: the first 2xx reply (a cold target imports first)
     send_lag_p99_ms: float = 5.0  # a load point whose driver send lag p99 exceeds this is marked
+    # load clients, each driving 1/clients of the rate (loadgen.controller); 1: one driver
+    clients: int = 1
+    client_isolation: str = "netns"  # clients on this host: a key of loadgen CLIENT_ISOLATION
 
     @classmethod
     def from_catalogue(cls, doc: dict[str, Any]) -> DriverSettings:
@@ -139,6 +142,13 @@ class DriverSettings:
             if k not in names:
                 raise StepError(f"driver: unknown setting {k!r}; known: {', '.join(sorted(names))}")
             out[k] = {"int": int, "float": float, "str": str}[typed[k]](v)
+        if "client_isolation" in out:
+            from .loadgen import CLIENT_ISOLATION
+
+            if out["client_isolation"] not in CLIENT_ISOLATION:
+                raise StepError(
+                    f"driver: client_isolation {out['client_isolation']!r}; known: {', '.join(CLIENT_ISOLATION)}"
+                )
         return cls(**out)
 
     def as_dict(self) -> dict[str, Any]:

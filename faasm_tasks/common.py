@@ -88,6 +88,18 @@ def add_common(p: argparse.ArgumentParser, experiment: bool = False, experiment_
         "env FAASM_REDIS_STATE_URL)",
     )
     k.add_argument(
+        "--client-hosts",
+        default=os.environ.get("FAASM_CLIENT_HOSTS", ""),
+        help="comma-separated hosts, one load client each, started by --client-command with the "
+        "controller on this host (knative target; env FAASM_CLIENT_HOSTS; default: the clients run here)",
+    )
+    k.add_argument(
+        "--client-command",
+        default=os.environ.get("FAASM_CLIENT_COMMAND"),
+        help="how a load client is started on a --client-hosts host, {host} replaced (default: "
+        "ssh -o BatchMode=yes {host} python3 -m faasm_tasks.loadgen client; env FAASM_CLIENT_COMMAND)",
+    )
+    k.add_argument(
         "--protocol",
         choices=["knative", "planner"],
         default=None,

@@ -82,21 +82,35 @@ class PointContext:
         )
 
 
-def point_key(args, plan, point: dict[str, Any]) -> dict[str, Any]:
+def point_key(args, plan, point: dict[str, Any], endpoints=None) -> dict[str, Any]:
     """The point's parameters plus, for load points, what decides the measurement: mode,
-    driver and (open loop) offered rate. They name the folder, so reruns differ by them."""
+    driver, (open loop) offered rate and, for more than one, the load clients (``endpoints``:
+    the target's, whose client hosts count). They name the folder, so reruns differ by them."""
     if plan.workload.runner != "load":
         return dict(point)
     mode = args.mode or plan.driver.mode
     key = {**point, "mode": mode, "driver": args.driver}
     if mode == "open":
         key["rate"] = float(args.rate or plan.driver.rate)
+    clients = load_clients(args, plan, endpoints)
+    if clients > 1:  # one client (the default) adds nothing: earlier points keep their folders
+        key["clients"] = clients
     return key
+
+
+def load_clients(args, plan, endpoints=None) -> int:
+    """How many load clients drive a load point: the target's client hosts (one each), else
+    ``--clients``, else the catalogue's ``clients`` (default 1)."""
+    hosts = (endpoints.extra.get("client_hosts") if endpoints is not None else None) or []
+    return len(hosts) or int(getattr(args, "clients", None) or plan.driver.clients)
 
 
 def refuse_inert(args, plan) -> None:
     """Flags that would do nothing for this plan are refused, naming them: the load flags on a
-    call workload, ``--rate`` in closed loop."""
+    call workload, ``--rate`` in closed loop. ``--clients`` outside 1..63 is refused too."""
+    clients = getattr(args, "clients", None)
+    if clients is not None and not 1 <= clients <= 63:
+        raise StepError(f"--clients {clients}: load clients are 1..63")
     if plan.workload.runner == "call":
         given = [
             f
@@ -105,6 +119,8 @@ def refuse_inert(args, plan) -> None:
                 ("--rate", args.rate),
                 ("--threads", args.threads),
                 ("--driver", None if args.driver == "builtin" else args.driver),
+                ("--clients", getattr(args, "clients", None)),
+                ("--client-isolation", getattr(args, "client_isolation", None)),
             )
             if v is not None
         ]
@@ -202,6 +218,8 @@ LOAD_METRICS = (
     "ready",
     "elapsed_s",
     "window_extended_s",
+    "clients",
+    "client_isolation",
 )
 
 
@@ -224,6 +242,21 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
     req = plan.workload.hook("request")(ctx, point)
     host = ctx.endpoints.host_for(service_name(plan.system, req.user, req.function))
     dur = float(point["duration_s"])
+    hosts = tuple(ctx.endpoints.extra.get("client_hosts") or ())
+    clients = {
+        "clients": load_clients(args, plan, ctx.endpoints),
+        "client_isolation": getattr(args, "client_isolation", None) or drv.client_isolation,
+        "client_hosts": hosts,
+    }
+    if ctx.endpoints.extra.get("client_command"):
+        clients["client_command"] = ctx.endpoints.extra["client_command"]
+    if clients["clients"] > 1 and args.driver == "wrk":
+        raise StepError(f"--driver wrk runs one client; {clients['clients']} load clients need the builtin driver")
+    if clients["clients"] > drv.connections:
+        raise StepError(
+            f"{clients['clients']} load clients need a connection each; the driver has {drv.connections} "
+            f"(the catalogue's driver.connections)"
+        )
     spec = LoadSpec(
         url=ctx.endpoints.invoke_url,
         mode=args.mode or drv.mode,
@@ -242,6 +275,7 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
         start_timeout_s=60.0,
         min_requests=int(args.min_requests),
         max_extra_s=extra_window_s(dur),
+        **clients,
     )
     att.write_json("load_spec.json", spec_dict(spec))
     if args.driver == "wrk":
@@ -253,6 +287,8 @@ def load_point(ctx: PointContext, att, point: dict[str, Any], budget: float) -> 
     else:
         summary = bounded(lambda: run_load(spec), budget, "load driver")
         att.write_text("histogram.hdr", summary.pop("histogram") + "\n")
+        for i, h in enumerate(summary.pop("client_histograms", [])):  # several clients: each one's
+            att.write_text(f"histogram.client{i}.hdr", h + "\n")
         if summary.get("send_lag_histogram"):
             att.write_text("send_lag.hdr", summary.pop("send_lag_histogram") + "\n")
     att.write_json("latency.json", summary)

@@ -21,6 +21,8 @@ CASES = [
     ("ingest.py", ["--repeat", "0"], "--repeat"),
     ("load.py", ["--rates", "4000,x"], "--rates"),
     ("load.py", ["--duration", "0"], "--duration"),
+    ("load.py", ["--clients", "0"], "--clients"),
+    ("load.py", ["--clients", "8", "--connections", "4"], "--clients"),
     ("faasm_local.py", ["--out", "{missing}/page.md"], "--out"),
 ]
 

@@ -46,17 +46,29 @@ The package's public interface is this module's names: the spec (:class:`LoadSpe
 parser. Inside, by concern: ``spec`` (the spec, slot arithmetic, CPU scheduling), ``conn``
 (the per-process loops: :class:`~.conn.ClosedLoop`, :class:`~.conn.OpenLoop`), ``measure``
 (histograms), ``report`` (text forms), ``driver`` (the processes); no private name crosses
-these modules.
+these modules. Several load clients: ``controller`` (one controller starting N clients at
+one instant, each driving 1/N of the rate, their histograms merged; :func:`run_load` hands a
+spec with ``clients > 1`` to it) and ``netns`` (a network namespace per client).
 """
 
 from .conn import BadReply, parse_response
-from .driver import parse_wrk, run_load, run_wrk, wrk_available, wrk_script
-from .measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, SIGFIG, new_hist, summarize
+from .controller import client_main, merge_client_summaries, run_clients, run_load
+from .driver import parse_wrk, run_wrk, wrk_available, wrk_script
+from .measure import ERROR_KINDS, HIGHEST_US, LATE_S, LOWEST_US, SIGFIG, merge_histograms, new_hist, summarize
+from .netns import ClientNamespaces, NetnsError, netns_unavailable
 from .report import counters_text, explain_no_success, latency_txt, load_text, spec_dict
-from .spec import LoadSpec, set_sched_slice
+from .spec import CLIENT_ISOLATION, LoadSpec, set_sched_slice
 
 __all__ = [
     "BadReply",
+    "CLIENT_ISOLATION",
+    "ClientNamespaces",
+    "NetnsError",
+    "client_main",
+    "merge_client_summaries",
+    "merge_histograms",
+    "netns_unavailable",
+    "run_clients",
     "ERROR_KINDS",
     "HIGHEST_US",
     "LATE_S",

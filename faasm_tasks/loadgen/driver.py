@@ -14,10 +14,11 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from .conn import BadReply, ClosedLoop, OpenLoop, parse_response, request_bytes
-from .measure import ERROR_KINDS, LATE_S, new_hist, summarize
+from .measure import ERROR_KINDS, LATE_S, merge_histograms, new_hist, summarize
 from .report import load_text
 from .spec import LoadSpec, fifo_preexec, set_sched_slice, set_scheduling, share
 
@@ -144,7 +145,7 @@ def _proc_main(spec: LoadSpec, index: int, conn) -> None:
         conn.close()
 
 
-def _not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float) -> dict[str, Any]:
+def not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float) -> dict[str, Any]:
     out = summarize(new_hist(), spec.duration_s, 0, 0, dict.fromkeys(ERROR_KINDS, 0))
     out.update(
         ready=False,
@@ -165,18 +166,33 @@ def _not_ready_summary(spec: LoadSpec, readiness: dict[str, Any], elapsed: float
     return out
 
 
-def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
-    """Run the load and return the summary (with the encoded histogram)."""
+def _start_now(start_delay_s: float):
+    def start_at() -> tuple[float, float]:
+        return time.monotonic() + start_delay_s, time.time() + start_delay_s
+
+    return start_at
+
+
+def run_load(
+    spec: LoadSpec, start_delay_s: float = 0.3, start_at: Callable[[], tuple[float, float]] | None = None
+) -> dict[str, Any]:
+    """Run the load and return the summary (with the encoded histogram).
+
+    ``start_at`` is called once every driver process has started and waits for the start;
+    it returns the start instant as (``time.monotonic()``, ``time.time()``). By default that
+    is ``start_delay_s`` from then; a load client of several (:mod:`.controller`) waits there
+    for the controller's shared start instant. One client: ``spec.clients`` is the
+    controller's (the package's ``run_load``, :mod:`.controller`)."""
     m0 = time.monotonic()
+    start_at = start_at or _start_now(start_delay_s)
     readiness = None
     if spec.ready_timeout_s > 0:
         readiness = await_ready(spec)
         if not readiness["ready"]:
-            return _not_ready_summary(spec, readiness, time.monotonic() - m0)
+            return not_ready_summary(spec, readiness, time.monotonic() - m0)
     results = []
     if spec.processes == 1:
-        t0 = time.monotonic() + start_delay_s
-        wall0 = time.time() + start_delay_s
+        t0, wall0 = start_at()
         results.append(_run_share(spec, 0, t0, in_child=False))
     else:
         ctx = mp.get_context("fork")
@@ -213,8 +229,7 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                     if "error" in r:
                         raise RuntimeError(f"the load driver never started: {r['error']}")
             # 2. the start time, now that all of them wait for it
-            t0 = time.monotonic() + start_delay_s
-            wall0 = time.time() + start_delay_s
+            t0, wall0 = start_at()
             for _, parent in procs:
                 parent.send(t0)
             deadline = t0 + spec.warmup_s + spec.duration_s + spec.max_extra_s + spec.timeout_s + 30
@@ -251,18 +266,25 @@ def run_load(spec: LoadSpec, start_delay_s: float = 0.3) -> dict[str, Any]:
                     p.kill()
                     p.join(timeout=5)
                 parent.close()
+    return combine(spec, results, t0, wall0, readiness, m0)
+
+
+def combine(
+    spec: LoadSpec, results: list[dict[str, Any]], t0: float, wall0: float, readiness: dict | None, m0: float
+) -> dict[str, Any]:
+    """The summary of a run from its processes' results (or its clients', :mod:`.controller`):
+    histograms merged, counters summed; ``t0`` is the start instant on the clock of the
+    results' ``last_done``, ``m0`` when the run began (``time.monotonic()``)."""
     errs = [r["error"] for r in results if "error" in r]
     if errs:
         raise RuntimeError("load process failed: " + "; ".join(errs))
-    hist, lag = new_hist(), new_hist()
+    hist, lag = merge_histograms([r["hist"] for r in results]), merge_histograms([r["lag"] for r in results])
     errors = dict.fromkeys(ERROR_KINDS, 0)
     ok = total = scheduled = sent = late = late_no_conn = attempted = warm_att = warm_ok = 0
     last_errors: dict[str, str] = {}
     statuses: Counter[str] = Counter()
     last_done = max((r["last_done"] for r in results), default=0.0)
     for r in results:
-        hist.decode_and_add(r["hist"])
-        lag.decode_and_add(r["lag"])
         for k in ERROR_KINDS:
             errors[k] += r["errors"][k]
         ok += r["ok"]
@@ -440,7 +462,7 @@ def run_wrk(spec: LoadSpec, threads: int | None = None) -> tuple[dict[str, Any],
         t0 = time.monotonic()
         readiness = await_ready(spec)
         if not readiness["ready"]:
-            out = _not_ready_summary(spec, readiness, time.monotonic() - t0)
+            out = not_ready_summary(spec, readiness, time.monotonic() - t0)
             out.pop("histogram")
             return out, "", script
     duration = int(max(1, round(spec.duration_s)))

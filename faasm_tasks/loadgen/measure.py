@@ -15,6 +15,14 @@ def new_hist() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGFIG)
 
 
+def merge_histograms(encoded: list[str]) -> HdrHistogram:
+    """One histogram holding every value of the encoded ones (HdrHistogram's own add)."""
+    out = new_hist()
+    for e in encoded:
+        out.decode_and_add(e)
+    return out
+
+
 def summarize(hist: HdrHistogram, duration_s: float, ok: int, total: int, errors: dict[str, int]) -> dict[str, Any]:
     n = hist.get_total_count()
     pct = lambda p: hist.get_value_at_percentile(p) if n else None  # noqa: E731

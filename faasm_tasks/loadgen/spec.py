@@ -10,6 +10,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """How load clients on one host are kept apart."""
+
+    netns: bool  # each client in a network namespace of its own (:mod:`.netns`)
+    help: str
+
+
+#: ``LoadSpec.client_isolation``: the one registry of its names
+CLIENT_ISOLATION = {
+    "netns": Isolation(True, "each client in its own network namespace with its own address (needs root)"),
+    "process": Isolation(False, "each client a plain process on this host's network"),
+}
+
+
 @dataclass
 class LoadSpec:
     url: str
@@ -44,6 +59,16 @@ class LoadSpec:
     # concluded in it (answered or failed), for at most ``max_extra_s`` more seconds
     min_requests: int = 0
     max_extra_s: float = 0.0
+    # Load clients (:mod:`.controller`): > 1 runs that many clients, each driving 1/clients of
+    # the rate over its share of the connections, started together by one controller that
+    # merges their histograms. 1: this process drives it all (no controller).
+    clients: int = 1
+    # how the clients on this host are kept apart: a key of CLIENT_ISOLATION
+    client_isolation: str = "netns"
+    # clients on other hosts, one per host (their count is ``clients``), each started with
+    # ``client_command`` (``{host}`` replaced); empty: the clients run on this host
+    client_hosts: tuple[str, ...] = ()
+    client_command: str = "ssh -o BatchMode=yes {host} python3 -m faasm_tasks.loadgen client"
 
     def __post_init__(self):
         if self.mode not in ("closed", "open"):
@@ -57,6 +82,22 @@ class LoadSpec:
             raise ValueError("slice_us must be 0 (kernel default) or 100..100000")
         if not 0 <= self.rt_priority <= 99:
             raise ValueError("rt_priority must be 0 (normal scheduling) or 1..99 (SCHED_FIFO)")
+        self.client_hosts = tuple(self.client_hosts)
+        if self.client_hosts and self.clients == 1:
+            self.clients = len(self.client_hosts)
+        if self.clients < 1 or (self.client_hosts and self.clients != len(self.client_hosts)):
+            raise ValueError(
+                f"clients must be >= 1 and, with client_hosts, their number ({self.clients} clients, "
+                f"{len(self.client_hosts)} hosts)"
+            )
+        if self.clients > self.connections:
+            raise ValueError(f"clients ({self.clients}) need a connection each; connections is {self.connections}")
+        if self.client_isolation not in CLIENT_ISOLATION:
+            raise ValueError(
+                f"client_isolation must be one of {', '.join(CLIENT_ISOLATION)}, not {self.client_isolation!r}"
+            )
+        if self.client_hosts and "{host}" not in self.client_command:
+            raise ValueError("client_command must name {host}")
         if self.ready_timeout_s < 0 or self.start_timeout_s <= 0 or self.min_requests < 0 or self.max_extra_s < 0:
             raise ValueError("ready_timeout_s, min_requests and max_extra_s must be >= 0, start_timeout_s > 0")
 

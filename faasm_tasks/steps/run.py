@@ -35,6 +35,7 @@ from .. import billing, points as pts, procs, workloads
 from ..catalogue import replicas_for
 from ..clients import UploadClient, make_invoker
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
+from ..loadgen import CLIENT_ISOLATION
 from ..points import point_budget  # the step's bound of a point, public here too
 from ..results import Attempt, latest_record, point_prefix, write_failure_report, write_op_report
 from ..targets import get_target
@@ -52,6 +53,18 @@ def add_arguments(p):
     p.add_argument("--mode", choices=["closed", "open"], help="override the load mode")
     p.add_argument("--rate", type=float, help="open mode: offered requests/s")
     p.add_argument("--threads", type=int, help="load-driver processes (override the catalogue's threads)")
+    p.add_argument(
+        "--clients",
+        type=int,
+        help="load clients started together by one controller, each driving 1/N of the rate "
+        "(override the catalogue's clients, default 1; the knative target's --client-hosts sets N)",
+    )
+    p.add_argument(
+        "--client-isolation",
+        choices=list(CLIENT_ISOLATION),
+        help="load clients on this host: netns (each in its own network namespace, needs root) or "
+        "process (plain processes); default the catalogue's, netns",
+    )
     p.add_argument("--no-billing", action="store_true")
     add_replicas(p)
     p.add_argument(
@@ -161,7 +174,7 @@ def _run(args, date: str, stopped: list[str]) -> int:
     deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
     try:
         for i, point in enumerate(points):
-            point = pts.point_key(args, plan, point)
+            point = pts.point_key(args, plan, point, ep)
             t_point, done = time.monotonic(), 0
             for rep in range(repeats):
                 spent = time.monotonic() - t_point

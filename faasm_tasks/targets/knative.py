@@ -335,6 +335,8 @@ class KnativeTarget(Target):
         billing: dict[str, Any] | None = None,
         discovery=None,
         redis_urls: dict[str, str] | None = None,
+        client_hosts: tuple[str, ...] = (),
+        client_command: str | None = None,
     ):
         self.ns, self.run_id = namespace, run_id
         self._core, self._custom, self._redis_fn, self._discovery = core, custom, redis_fn, discovery
@@ -348,6 +350,10 @@ class KnativeTarget(Target):
         self.invoke_url, self.upload_url, self.domain, self.protocol = invoke_url, upload_url, domain, protocol
         self.sleep, self.clock, self.poll_s = sleep, clock, poll_s
         self.request_timeout = 30
+        # load clients on other hosts (the load spec's client_hosts), one each; the controller
+        # stays in the run step's process (docs/faasm.md, "Load from several client hosts")
+        self.client_hosts = tuple(h.strip() for h in client_hosts if h.strip())
+        self.client_command = client_command
 
     @classmethod
     def from_args(cls, args) -> KnativeTarget:
@@ -367,6 +373,8 @@ class KnativeTarget(Target):
                 "redis-queue": getattr(args, "redis_queue_url", None),
                 "redis-state": getattr(args, "redis_state_url", None),
             },
+            client_hosts=tuple((getattr(args, "client_hosts", None) or "").split(",")),
+            client_command=getattr(args, "client_command", None),
         )
 
     # ---------------------------------------------------------------- clients
@@ -680,7 +688,12 @@ class KnativeTarget(Target):
                 "istio-system/istio-ingressgateway) and --upload-url (no LoadBalancer address or "
                 f"ready endpoint of {self.ns}/upload)"
             )
-        return Endpoints(inv.rstrip("/") + "/", up, protocol=self.protocol, domain=self.domain)
+        extra: dict[str, Any] = {}
+        if self.client_hosts:
+            extra["client_hosts"] = list(self.client_hosts)
+            if self.client_command:
+                extra["client_command"] = self.client_command
+        return Endpoints(inv.rstrip("/") + "/", up, protocol=self.protocol, domain=self.domain, extra=extra)
 
     # ---------------------------------------------------------------- redis
     def flush_queue(self) -> int:
@@ -856,7 +869,13 @@ class KnativeTarget(Target):
         return {"clean": not problems, "problems": problems, "namespace": self.ns}
 
     def describe(self) -> dict[str, Any]:
-        return {"target": "knative", "namespace": self.ns, "release": self.release, "images": dict(self.images)}
+        return {
+            "target": "knative",
+            "namespace": self.ns,
+            "release": self.release,
+            "images": dict(self.images),
+            **({"client_hosts": list(self.client_hosts)} if self.client_hosts else {}),
+        }
 
 
 def billing_spec(args) -> dict[str, Any] | None:

@@ -58,10 +58,13 @@ def cli(*args: str, state_dir: str, timeout: float = 120, check: bool = True) ->
 
 class ScriptedServer:
     """A tiny HTTP server on 127.0.0.1 whose behaviour a test sets with ``handler(method, path, headers, body)``
-    returning ``(status, body_bytes)``; ``requests`` records what arrived."""
+    returning ``(status, body_bytes)``; ``requests`` records what arrived, ``peers`` the client
+    addresses. ``host``: the address it listens on (a test of clients in network namespaces
+    binds the host's address of their veths)."""
 
-    def __init__(self, handler):
+    def __init__(self, handler, host: str = "127.0.0.1"):
         self.requests: list[tuple[str, str, dict, bytes]] = []
+        self.peers: set[str] = set()
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -75,6 +78,7 @@ class ScriptedServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 outer.requests.append((method, self.path, dict(self.headers), body))
+                outer.peers.add(self.client_address[0])
                 status, out = handler(method, self.path, dict(self.headers), body)
                 try:
                     self.send_response(status)
@@ -93,10 +97,10 @@ class ScriptedServer:
             def do_PUT(self):
                 self._do("PUT")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd = ThreadingHTTPServer((host, 0), H)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self):
