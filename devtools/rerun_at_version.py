@@ -8,8 +8,9 @@ The output's ``_SUCCESS.json`` records the code that wrote it (``code.bundle_ver
 This checks that commit out into a temporary git worktree of ``--repo`` (default: this repository),
 runs ``python -P -m <package> <argv>`` there with ``--out`` pointing into a temporary folder and
 only the worktree's code importable, and compares each artefact's SHA-256 with the one the marker
-recorded: bit-identical, differs (with what is known of why: the JSON keys that differ, threads or
-workers above one, inputs recomputed since, uncommitted changes in the recorded run) or missing.
+recorded: bit-identical, differs (with what is known of why: the JSON keys that differ, e.g. a
+report's timing fields; threads or workers above one; a CUDA device; inputs recomputed since;
+uncommitted changes in the recorded run) or missing.
 The rerun's own marker must name the same commit, or the rerun did not run the recorded code and the
 check fails. ``--at REV`` reruns at another commit instead (what would that code have made?).
 
@@ -79,15 +80,25 @@ def json_differences(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [path or "(whole document)"]
 
 
+def _walk(doc: Any) -> list[tuple[str, Any]]:
+    """Every ``(key, value)`` of a JSON document, nested ones included."""
+    if isinstance(doc, dict):
+        return [kv for k, v in doc.items() for kv in [(str(k), v), *_walk(v)]]
+    if isinstance(doc, list):
+        return [kv for v in doc for kv in _walk(v)]
+    return []
+
+
 def known_reasons(marker: dict[str, Any], rerun: dict[str, Any], other_code: str | None = None) -> list[str]:
     """What may make a rerun differ, as far as the markers tell (``other_code``: the commit of an
     ``--at`` rerun, when it is not the recorded one)."""
     reasons = [f"rerun at {other_code}, not at the recorded version: other code"] if other_code else []
-    params = marker.get("params") or {}
-    for key in ("threads", "workers", "n_jobs"):
-        value = params.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-            reasons.append(f"computed with {key}={value}: floating-point sums may run in another order")
+    for key, value in _walk(marker.get("params") or {}):
+        if key in ("threads", "workers", "n_jobs") and isinstance(value, int) and not isinstance(value, bool):
+            if value > 1:
+                reasons.append(f"computed with {key}={value}: floating-point sums may run in another order")
+        elif key == "device" and isinstance(value, str) and value.startswith("cuda"):
+            reasons.append(f"computed on {value}: GPU kernels are not bit-reproducible by default")
     if str((marker.get("code") or {}).get("bundle_version", "")).endswith(provenance.DIRTY):
         reasons.append("the recorded run had uncommitted changes to tracked files of its checkout")
     before = {i.get("uri"): i.get("fingerprint") for i in marker.get("inputs") or [] if isinstance(i, dict)}

@@ -110,3 +110,27 @@ def test_an_output_without_a_recorded_command_cannot_be_rerun(code_repo, tmp_pat
     assert done.returncode == 2 and "records no command line" in done.stderr
     missing = _tool(str(tmp_path / "nothing"), repo=code_repo)
     assert missing.returncode == 2 and "no committed output" in missing.stderr
+
+
+def test_differences_and_their_known_causes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rerun_at_version", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.json_differences({"a": 1, "b": {"c": [1, 2]}}, {"a": 1, "b": {"c": [1, 3]}, "d": 0}) == ["b.c[1]", "d"]
+    assert tool.with_out(["x", "--out", "/a", "--k"], "/b") == ["x", "--out", "/b", "--k"]
+    assert tool.with_out(["x", "--out=/a"], "/b") == ["x", "--out=/b"]
+    marker = {
+        "params": {"common": {"threads": 4, "device": "cuda"}, "workers": 1},
+        "code": {"bundle_version": "a" * 40 + "-dirty"},
+        "inputs": [{"uri": "/in", "fingerprint": "step:1"}],
+    }
+    reasons = tool.known_reasons(marker, {"inputs": [{"uri": "/in", "fingerprint": "step:2"}]})
+    assert reasons == [
+        "computed with threads=4: floating-point sums may run in another order",
+        "computed on cuda: GPU kernels are not bit-reproducible by default",
+        "the recorded run had uncommitted changes to tracked files of its checkout",
+        "inputs changed since the recorded run: /in",
+    ]
+    assert tool.known_reasons({"params": {"threads": 1}}, {}) == []
