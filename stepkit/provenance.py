@@ -42,7 +42,7 @@ def git_version(folder: str | os.PathLike[str]) -> str | None:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "--no-optional-locks", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             timeout=20,

@@ -39,7 +39,10 @@ def folder_commit(folder: str | os.PathLike[str]) -> str | None:
         if sha.returncode != 0 or not sha.stdout.strip():
             return None
         dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=20
+            [*git, "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
     except (OSError, subprocess.SubprocessError):
         return None
