@@ -1,5 +1,7 @@
-# The Airflow image with the DAG package baked in (the alternative to git-sync, see
-# docs/deploy.md). In kubernetes mode the steps run in their own images; the Airflow
+# The Airflow image with the DAG package baked in; with deploy/helm/values-bundle.yaml the DAG
+# files come from git as a versioned DAG bundle instead (the git provider below, which drives
+# the image's git), while plugins/house and the task packages still come from here
+# (docs/deploy.md). In kubernetes mode the steps run in their own images; the Airflow
 # components still import the task packages' light modules: the Mirage DAG files build their
 # forms from mirage_tasks.run.runconf at parse time, and the plan tasks (mirage_tasks.run.plan) run on
 # the workers. Those modules need only the standard library, fsspec (which the Amazon
@@ -12,7 +14,8 @@ COPY constraints.txt /opt/house/constraints.txt
 RUN pip install --no-cache-dir -c /opt/house/constraints.txt \
       "apache-airflow==3.3.2" \
       "apache-airflow-providers-cncf-kubernetes==10.25.0" \
-      "apache-airflow-providers-amazon[s3fs]==9.39.0"
+      "apache-airflow-providers-amazon[s3fs]==9.39.0" \
+      "apache-airflow-providers-git==1.0.1"
 COPY --chown=airflow:root pyproject.toml README.md /tmp/src/
 COPY --chown=airflow:root docker /tmp/src/docker
 COPY --chown=airflow:root stepkit /tmp/src/stepkit

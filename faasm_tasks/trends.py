@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from stepkit import storage
+from stepkit import provenance, storage
 
 from .results import iter_records, run_prefix
 
@@ -593,11 +593,19 @@ def failure_rows(run: pd.DataFrame, failures: dict[str, list[dict[str, Any]]] | 
 
 
 def render(
-    df: pd.DataFrame, run_id: str, run_date: str, days: int, failures: dict[str, list[dict[str, Any]]] | None = None
+    df: pd.DataFrame,
+    run_id: str,
+    run_date: str,
+    days: int,
+    failures: dict[str, list[dict[str, Any]]] | None = None,
+    code: dict[str, Any] | None = None,
 ) -> dict[str, bytes]:
     """The report files: ``trends.html``, ``trends.md``, ``trends.json`` and ``figures/*.png``.
     ``failures`` (``failed_groups``, ``unreadable``: :func:`faasm_tasks.results.failed_groups`,
-    :func:`~faasm_tasks.results.iter_records`) head the page as FAILED with the failed points."""
+    :func:`~faasm_tasks.results.iter_records`) head the page as FAILED with the failed points.
+    ``code``: the code that made the report (:func:`stepkit.provenance.code_version`, this process's
+    by default), named in the header and in ``trends.json``."""
+    code = provenance.code_version() if code is None else code
     day = daily(df)
     figs = figures(day, run_date)
     table = trend_table(day, run_date)
@@ -612,7 +620,7 @@ def render(
         f"Run <code>{html.escape(run_id)}</code> on {html.escape(run_date)}; {len(dates)} days with results "
         f"({html.escape(dates[0]) if dates else '-'} to {html.escape(dates[-1]) if dates else '-'}), "
         f"{df['run_id'].nunique() if not df.empty else 0} runs, {int(df['measured'].sum()) if not df.empty else 0}"
-        f" measured points of {len(df)}."
+        f" measured points of {len(df)}. Made by <code>{html.escape(provenance.describe(code))}</code>."
     )
     fails = failure_rows(run, failures)
     if fails:
@@ -693,6 +701,7 @@ def render(
                 "intervals": cis,
                 "status": "FAILED" if fails else "ok",
                 "failures": fails,
+                "code": code,
             },
             indent=2,
             sort_keys=True,

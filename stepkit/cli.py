@@ -147,6 +147,8 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
     from .step import Step  # fsspec: only once a step runs
 
     Step.default_on_change = args.on_change  # what a rerun of other inputs does to a committed --out
+    # recorded in the marker, so the output can be rerun (devtools/rerun_at_version.py)
+    Step.command = {"package": prog, "argv": argv, "cwd": os.getcwd()}
     restore = procs.trap_sigterm()  # SIGTERM: the step's finally blocks stop what it started, exit 143
     try:
         # NaN, infinities, s3:// without a bucket, seeds and the step's BOUNDS: exit 2 naming the flag
@@ -183,6 +185,7 @@ def dispatch(prog: str, steps: Mapping[str, tuple[str, str]], argv: Sequence[str
             lease.release_all()  # what a failed (or returning) step still holds: the next writer need not wait
         finally:
             Step.default_on_change = None
+            Step.command = None
             restore()
     return int(rc or 0)
 

@@ -4,7 +4,9 @@ A step owns one output prefix (``--out``). It writes its files there, each atomi
 and last the marker ``_SUCCESS.json``::
 
     {"step": ..., "fingerprint": ..., "params": ..., "inputs": [...],
-     "outputs": {"name": {"size": .., "sha256": ..}}, "started": .., "finished": ..}
+     "outputs": {"name": {"size": .., "sha256": ..}}, "started": .., "finished": ..,
+     "code": {"bundle_name": .., "bundle_version": .., "source": ..},
+     "command": {"package": .., "argv": [...], "cwd": ..}}
 
 The fingerprint is the SHA-256 of the step name, its code version, its parameters and
 the fingerprints of its inputs (an input produced by another step contributes that
@@ -13,6 +15,14 @@ the same fingerprint is skipped only when every output still has the size and SH
 the marker recorded (a truncated or edited output is recomputed). A rerun with a
 different fingerprint first removes the old marker, so readers never trust outputs
 that are being replaced. A failing step never writes a marker.
+
+**The code that made it.** ``code`` names the DAG bundle and its version (a git commit) that
+produced the outputs (:func:`stepkit.provenance.code_version`) and ``command`` the step's command
+line (``python -m <package> <argv...>``, set by the CLI), so ``devtools/rerun_at_version.py`` can
+rerun the output at that commit and compare digests. Both are recorded, not part of the
+fingerprint: a rerun of the same inputs and parameters under a newer commit still skips, and the
+marker keeps naming the code that really wrote the outputs (markers written before they were
+recorded have neither and skip as before).
 
 **Replaced or refused.** What a rerun with a *different* fingerprint does is the run's
 ``on_change``: ``replace`` (the default for an output whose location is keyed by what it
@@ -53,7 +63,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import lease as leases, storage
+from . import lease as leases, provenance, storage
 from .errors import StepError
 
 MARKER = "_SUCCESS.json"
@@ -275,6 +285,8 @@ class Step:
     #: the process's policy for runs that name none (the step CLI's ``--on-change``); None: the
     #: committed marker's, else ``replace``
     default_on_change: str | None = None
+    #: the step's command line, recorded in the marker (``{"package", "argv", "cwd"}``; set by the step CLI)
+    command: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -484,7 +496,11 @@ class Step:
             "started": self.started,
             "finished": _utcnow(),
             "host": socket.gethostname(),
+            # which code wrote the outputs, and how to run it again: recorded, never fingerprinted
+            "code": provenance.code_version(),
         }
+        if Step.command is not None:
+            doc["command"] = Step.command
         if self._policy(self._committed) == "refuse":  # a later run that names no policy refuses too
             doc["on_change"] = "refuse"
         self._hold().verify()

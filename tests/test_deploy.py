@@ -127,6 +127,46 @@ def test_helm_values_give_a_valid_house_config(monkeypatch):
     assert values["images"]["airflow"]["tag"] != "latest" and values["airflowVersion"] == "3.3.2"
 
 
+#: GitDagBundle's keyword arguments in apache-airflow-providers-git 1.0.1 (not installed in the test
+#: environment: only the Airflow image needs it), and BaseDagBundle's.
+GIT_BUNDLE_KWARGS = {
+    "tracking_ref",
+    "subdir",
+    "git_conn_id",
+    "repo_url",
+    "submodules",
+    "prune_dotgit_folder",
+    "sparse_dirs",
+    "refresh_interval",
+    "view_url_template",
+}
+
+
+def test_bundle_values_pin_runs_to_git_commits():
+    """values-bundle.yaml: one GitDagBundle over dags/, versioned, its repository from a Secret."""
+    import inspect
+
+    from airflow.dag_processing.bundles.base import BaseDagBundle
+
+    values = yaml.safe_load((DEPLOY / "helm" / "values-bundle.yaml").read_text())
+    assert "dags" not in values and "env" not in values  # no git-sync; values.yaml's env list kept whole
+    (bundle,) = json.loads(values["config"]["dag_processor"]["dag_bundle_config_list"])
+    assert bundle["classpath"] == "airflow.providers.git.bundles.git.GitDagBundle" and bundle["name"]
+    kwargs = bundle["kwargs"]
+    assert set(kwargs) <= GIT_BUNDLE_KWARGS, set(kwargs) - GIT_BUNDLE_KWARGS
+    assert {"refresh_interval", "view_url_template"} <= set(inspect.signature(BaseDagBundle).parameters)
+    assert kwargs["tracking_ref"] and isinstance(kwargs["refresh_interval"], int) and kwargs["refresh_interval"] > 0
+    dags = REPO / kwargs["subdir"]
+    assert dags.is_dir() and sorted(p.name for p in dags.glob("*.py"))  # the bundle's folder holds the DAGs
+    (secret,) = values["secret"]
+    assert secret["envName"] == "AIRFLOW_CONN_" + kwargs["git_conn_id"].upper()
+    assert values["config"]["dag_processor"]["disable_bundle_versioning"] == "False"
+    assert values["config"]["core"]["rerun_with_latest_version"] == "False"
+    # the provider is in the Airflow image, at the version constraints.txt pins
+    pin = re.search(r'"apache-airflow-providers-git==([0-9.]+)"', (REPO / "docker" / "airflow.Dockerfile").read_text())
+    assert pin and f"apache-airflow-providers-git=={pin[1]}" in (REPO / "constraints.txt").read_text().splitlines()
+
+
 # --- RBAC -----------------------------------------------------------------------------
 
 

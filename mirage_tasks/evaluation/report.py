@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stepkit import StepError, require_committed, storage
+from stepkit import StepError, provenance, require_committed, storage
 
 from .. import __version__
 from ..data.artifacts import load_metrics
@@ -413,7 +413,12 @@ def build(
         )
     if counts:
         summary["samples"] = {str(k): v for k, v in counts.items()}
-    pg.p(f"Generated {stamp} by mirage_tasks {__version__} from {len(items)} step output(s): {', '.join(steps_seen)}.")
+    code = provenance.code_version()
+    summary["code"] = code
+    pg.p(
+        f"Generated {stamp} by mirage_tasks {__version__} ({provenance.describe(code)}) from {len(items)} step "
+        f"output(s): {', '.join(steps_seen)}; each output's code is under Provenance."
+    )
     if table is not None and len(table):
         pg.p(
             "Signed interruption = successor start - predecessor end, hours (> 0: service gap, < 0: both jobs run "
@@ -611,10 +616,11 @@ def build(
                 str(m.get("fingerprint", ""))[:16],
                 m.get("finished", ""),
                 m.get("version", ""),
+                provenance.describe(m.get("code")),
                 ins or "-",
             ]
         )
-    pg.table(["step", "output", "fingerprint", "finished", "version", "inputs (fingerprint)"], rows)
+    pg.table(["step", "output", "fingerprint", "finished", "version", "code", "inputs (fingerprint)"], rows)
     traces = set()
     for i in items:
         if i["step"] == "validate":

@@ -30,6 +30,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from house import config as house_config
 from house.argv import drop_omitted
+from house.bundle import bundle_env
 from house.links import StepReportLink
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
@@ -104,10 +105,13 @@ class LocalStepOperator(BaseOperator):
             raise TypeError(f"{self.task_id}: argv must be a list of arguments, not a string: {self.argv!r}")
         return [self.python or cfg.python, "-m", self.package, *(str(a) for a in self.argv)]
 
-    def child_env(self) -> dict[str, str]:
+    def child_env(self, bundle: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env.update({k: str(v) for k, v in self.env.items()})
         env["PYTHONUNBUFFERED"] = "1"
+        # the run's bundle and version (house.bundle), recorded in the step's marker; after the
+        # overrides, so an env param cannot make an output name other code than the one that ran
+        env.update(bundle or {})
         # what the step may read: the storage root and HOUSE_INPUT_ROOTS, resolved now (a form's
         # value is data: stepkit.reach refuses anything else); set last, so no env override widens it
         env[house_config.INPUT_ROOTS_ENV] = ",".join(house_config.input_roots())
@@ -147,12 +151,13 @@ class LocalStepOperator(BaseOperator):
     def execute(self, context: Any) -> None:
         cmd = self.command()
         cwd = self.cwd or house_config.get_config().code_root
-        self.log.info("running %s (cwd %s, preset %s)", shlex.join(cmd), cwd, self.preset)
+        bundle = bundle_env(context)
+        self.log.info("running %s (cwd %s, preset %s, %s)", shlex.join(cmd), cwd, self.preset, bundle)
         tails = {name: collections.deque(maxlen=self.stderr_tail_lines) for name in ("stderr", "stdout")}
         proc = subprocess.Popen(
             cmd,
             cwd=cwd,
-            env=self.child_env(),
+            env=self.child_env(bundle),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ from kubernetes.client import models as k8s
 
 from house import config as house_config
 from house.argv import drop_omitted
+from house.bundle import bundle_env
 from house.links import StepReportLink
 
 
@@ -23,7 +24,8 @@ class HousePodOperator(KubernetesPodOperator):
     """A pod running one step of a task package: ``cmds=["python", "-m", package]``, ``arguments=argv``.
 
     ``argv`` (templated through ``arguments``; may hold XComArgs) and ``env`` (extra
-    environment variables, same as the local runner's) are the per-item values, so
+    environment variables, same as the local runner's) are the per-item values; the run's bundle
+    and version (:mod:`house.bundle`) are added when the templates are rendered, so
     ``HousePodOperator.partial(...).expand(argv=...)`` maps a step. ``map_label``: a mapped
     instance's label in the UI, as for the local runner (:func:`house.mapped_items`).
     """
@@ -54,6 +56,11 @@ class HousePodOperator(KubernetesPodOperator):
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
         self.arguments = drop_omitted(self.arguments)  # an empty optional flag is no argument at all
+        # the run's bundle and version (house.bundle), recorded in the step's marker: set here, where
+        # the task's context is, replacing any of the same name (the pod names the code that ran)
+        bundle = bundle_env(context)
+        kept = [e for e in (self.env_vars or []) if getattr(e, "name", None) not in bundle]
+        self.env_vars = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in bundle.items())]
 
 
 def pod_kwargs(

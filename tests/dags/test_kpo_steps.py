@@ -40,7 +40,7 @@ FAKE_MAIN = textwrap.dedent("""
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "echo":
         keys = ["FAKE_OUT", "MODE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PYTHONUNBUFFERED",
-                "HOUSE_STORAGE_ROOT", "AIRFLOW_HOME"]
+                "HOUSE_STORAGE_ROOT", "AIRFLOW_HOME", "HOUSE_BUNDLE_NAME", "HOUSE_BUNDLE_VERSION"]
         record = {"argv": args, "env": {k: os.environ.get(k) for k in keys}, "cwd": os.getcwd(),
                   "python": sys.executable}
         (out / "echo.json").write_text(json.dumps(record))
@@ -151,6 +151,8 @@ def test_argv_env_secret_and_logs_arrive(kpo_env, capfd):
     assert env["AWS_SECRET_ACCESS_KEY"] == SECRET_DATA["AWS_SECRET_ACCESS_KEY"]
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["AIRFLOW_HOME"] is None  # the pod sees only its own environment
+    # the run's bundle (a LocalDagBundle in a folder that is no git checkout: no version to name)
+    assert (env["HOUSE_BUNDLE_NAME"], env["HOUSE_BUNDLE_VERSION"]) == ("kpo-test-bundle", "unversioned")
     assert record["cwd"] == str(api.workdir)
 
     (pod,) = api.pods_created

@@ -276,3 +276,19 @@ def test_system_comparison_sets_wasm_beside_native_with_the_papers_ratio():
     md = render(df, "r", "2026-11-29", 30)["trends.md"].decode()
     assert "## wasm against native in this run" in md and "| sgd_reuters_svm | run_time_ms | 100 | 400 | 0.25 |" in md
     assert system_comparison(df[df["system"] == "wasm"]) == []  # one system: nothing to set beside it
+
+
+def test_summarize_names_the_code_that_made_the_report(tmp_path, monkeypatch):
+    """The page's header, its Markdown and trends.json name the run's bundle and version."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("HOUSE_BUNDLE_NAME", "house-dags")
+    monkeypatch.setenv("HOUSE_BUNDLE_VERSION", sha)
+    root = str(tmp_path / "faasm_benchmarks")
+    os.makedirs(os.path.join(root, END, "r1"))
+    cli("summarize", *_common(root, "r1"), state_dir=str(tmp_path / "st"))
+    out = os.path.join(root, END, "r1", "trends")
+    page = open(os.path.join(out, "trends.html"), encoding="utf-8").read()
+    assert f"Made by <code>bundle house-dags at {sha}</code>." in page.split("<h2", 1)[0]  # in the header
+    assert f"Made by `bundle house-dags at {sha}`." in open(os.path.join(out, "trends.md"), encoding="utf-8").read()
+    code = json.load(open(os.path.join(out, "trends.json")))["code"]
+    assert code == {"bundle_name": "house-dags", "bundle_version": sha, "source": "env"}

@@ -6,10 +6,12 @@ import base64
 import html.parser
 import json
 from datetime import UTC
+from pathlib import Path
 
 from test_validate_support import NODE, cli, fidelity_out, policy_world, world  # noqa: F401 - fixtures
 
 from mirage_tasks.evaluation import report as R
+from stepkit import provenance
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -121,6 +123,22 @@ def test_report_from_validate_outputs_only_notes_what_is_missing(world, tmp_path
     assert len(p.images) == 2
     assert text.count("Not available") == 2  # fidelity and training
     assert "no fidelity output" in text and "no train output" in text
+
+
+def test_report_names_the_code_that_made_it_and_each_input(world, tmp_path, monkeypatch):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("HOUSE_BUNDLE_NAME", "house-dags")
+    monkeypatch.setenv("HOUSE_BUNDLE_VERSION", sha)
+    out = tmp_path / "rep"
+    assert cli("report", "--in", world["v_reactive"], "--out", out, "--bootstrap", "50") == 0
+    _, text = parse(out / "report.html")
+    assert "Generated " in text and f"by mirage_tasks {R.__version__} (bundle house-dags at {sha}) from 1" in text
+    assert f"(bundle house-dags at {sha})" in (out / "report.md").read_text()
+    # the provenance table: a "code" column, each cell from that input's own marker
+    validate_code = json.loads((Path(world["v_reactive"]) / "_SUCCESS.json").read_text()).get("code")
+    assert "<th>code</th>" in text and f"<td>{provenance.describe(validate_code)}</td>" in text
+    marker = json.loads((out / "_SUCCESS.json").read_text())
+    assert marker["summary"]["code"]["bundle_version"] == sha and marker["code"]["bundle_version"] == sha
 
 
 def test_report_needs_a_known_input(world, tmp_path, capsys):
