@@ -34,6 +34,7 @@ this step is the loop over the trials.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -60,13 +61,14 @@ def add_arguments(p):
     p.add_argument("--repeats", type=int, help="override the catalogue's repeat count (per point and arm)")
     p.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         help="seed of the randomized order of the trials (default: derived from the run id, experiment and "
         "system, so a retry measures in the same order)",
     )
     p.add_argument(
         "--aa-control",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="measure the system as two arms A and A' (same deployment, interleaved): the A/A control",
     )
     p.add_argument(
@@ -128,6 +130,16 @@ def add_arguments(p):
         type=float,
         help="seconds a call point may take (default: derived from the point, see point_budget)",
     )
+
+
+def _seed(text: str) -> int | None:
+    """``--seed``: a non-negative integer, or empty (the form's empty field): the default."""
+    if text.strip() in ("", "None"):
+        return None
+    v = int(text)
+    if v < 0:
+        raise ValueError("negative")
+    return v
 
 
 def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
