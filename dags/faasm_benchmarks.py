@@ -35,7 +35,13 @@ the cluster; the default follows ``HOUSE_RUNNER``: ``knative`` on ``kubernetes``
 ``0.1.3``, the experiments manual's, or ``0.6.7``), ``replicas`` (``per-point``: SGD and
 matrix redeploy with N replicas for each ``N_WORKERS`` value, as the manual does;
 ``fixed``: the catalogue's counts) and ``tf_sweep`` (``default``: the manual's TF
-throughput sweep; ``extended``: the longer one).
+throughput sweep; ``extended``: the longer one). How the run steps measure comes from the typed configuration
+``faasm_tasks.forms.Measurement``: ``repeats`` per point (default 6, the fewest with a 95 %
+interval of the median), ``time_budget_min`` (0: the experiment's budget, also the cap),
+``seed`` of each run step's randomized interleaved order (empty: from the run id, so a retry
+measures in the same order) and the A/A control (``aa_control``, ``aa_system``: that system's
+groups measure it as two arms A and A'; a day whose A/A ratio interval excludes 1 is
+untrustworthy in the summary and the check). See docs/faasm.md.
 
 On the kubernetes runner every step pod runs under the ``faasm-benchmark`` ServiceAccount
 (``deploy/rbac/faasm-benchmark.yaml``) and the steps share nothing but storage and the
