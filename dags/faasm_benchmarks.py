@@ -48,8 +48,9 @@ On the kubernetes runner every step pod runs under the ``faasm-benchmark`` Servi
 cluster: ``deploy`` starts the per-node billing sampler DaemonSet (this package's image)
 that writes to the results prefix, ``collect`` removes it and summarizes per host. The experiments and
 their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
-YAML here, without importing the task package); repeat counts and parameters come from
-it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). The run steps' timeouts are
+YAML here, without importing the task package); parameters come from it too
+(``FAASM_CATALOGUE_DIR`` adds your own to the steps), the repeat count from the form's
+``repeats``. The run steps' timeouts are
 the experiments' time budgets from the workload registry (``faasm_tasks/workloads.py``).
 """
 
