@@ -178,6 +178,20 @@ def _run(args, date: str, stopped: list[str]) -> int:
     if not points:
         raise StepError(f"no point of {plan.name}/{plan.system} matches {only}")
     pts.refuse_inert(args, plan)
+    # the order of the trials, drawn before anything starts (bad input: nothing to stop)
+    repeats = args.repeats or plan.repeats
+    if repeats < 1:
+        raise StepError(f"--repeats must be at least 1, got {repeats}")
+    arms: tuple[str | None, ...] = order.AA_ARMS if args.aa_control else (None,)
+    seed = args.seed if args.seed is not None else order.default_seed(args.run_id, plan.name, plan.system)
+    if seed < 0:
+        raise StepError(f"--seed must not be negative, got {seed}")
+    budget_s, budget_note = _budget(args, plan)
+    keys = [pts.point_key(args, plan, p) for p in points]
+    redeploy = args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local"
+    wants = [replicas_for(plan, k) for k in keys] if redeploy else None
+    blocks = [json.dumps(w, sort_keys=True) for w in wants] if wants else None
+    trials = order.trials(len(keys), repeats, seed, arms, blocks)
     procs.label_self(procs.run_label(args.state_dir, args.run_id), "run")
     target = get_target(args.target, args)
     ep = target.endpoints()
@@ -194,19 +208,6 @@ def _run(args, date: str, stopped: list[str]) -> int:
         return problem
 
     ctx = pts.PointContext(args, plan, target, ep, make_invoker(ep), UploadClient(ep.upload_url), health)
-    repeats = args.repeats or plan.repeats
-    if repeats < 1:
-        raise StepError(f"--repeats must be at least 1, got {repeats}")
-    arms: tuple[str | None, ...] = order.AA_ARMS if args.aa_control else (None,)
-    seed = args.seed if args.seed is not None else order.default_seed(args.run_id, plan.name, plan.system)
-    if seed < 0:
-        raise StepError(f"--seed must not be negative, got {seed}")
-    budget_s, budget_note = _budget(args, plan)
-    keys = [pts.point_key(args, plan, p) for p in points]
-    redeploy = args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local"
-    wants = [replicas_for(plan, k) for k in keys] if redeploy else None
-    blocks = [json.dumps(w, sort_keys=True) for w in wants] if wants else None
-    trials = order.trials(len(keys), repeats, seed, arms, blocks)
     print(
         f"run: {len(trials)} trials ({len(keys)} point(s) x {len(arms)} arm(s) x {repeats} repeat(s)) in an "
         f"order randomized with seed {seed}; time budget {budget_s:.0f} s",

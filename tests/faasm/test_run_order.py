@@ -206,3 +206,9 @@ def test_a_budget_above_the_experiments_is_capped_and_said(run_step):
     assert rc == 0
     rep = _report(run_step.root)
     assert rep["time_budget_s"] == 7200 and "above the experiment's 120 min" in rep["time_budget_note"]
+
+
+def test_bad_repeats_are_refused_before_anything_runs(run_step, capsys):
+    rc, seen = run_step("--repeats", "-2")
+    assert rc == 2 and seen == []
+    assert "--repeats must be at least 1, got -2" in capsys.readouterr().err
