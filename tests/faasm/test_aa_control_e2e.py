@@ -102,3 +102,18 @@ def test_a_previous_untrustworthy_day_is_left_out_of_the_trailing_median(tmp_pat
     assert {u["date"] for u in rep["untrustworthy_history"]} == {day(-1), day(-2), day(-3)}
     # only 2 trustworthy previous days remain: every point now lacks history
     assert rep["checked"] == [] and rep["too_little_history"]
+
+
+def test_aa_rate_over_stored_runs(tmp_path):
+    from faasm_tasks.steps.aa_rate import stored
+
+    root = str(tmp_path / "faasm_benchmarks")
+    write_history(root, days=5)  # no A/A arms: not counted
+    write_aa(root, day(-1), f"scheduled__{day(-1)}", factor=1.3)
+    for k in (0, 2, 3):
+        write_aa(root, day(-k), f"scheduled__{day(-k)}", factor=1.0)
+    res = stored(root, END, 30)
+    assert [r["verdict"] for r in res["runs"]] == ["pass", "pass", "fail", "pass"]
+    assert res["failed_days"] == 1 and res["false_difference_rate"] == 0.25
+    p = cli("aa-rate", "--results", root, "--date", END, "--days", "30", state_dir=str(tmp_path / "st"))
+    assert "4 stored run(s) with A/A arms" in p.stdout and "false-difference rate 25.0%" in p.stdout
