@@ -11,7 +11,8 @@ docs/results/faasm-local.md is two runs: one on a quiet machine and one beside `
 page written from both with ``--runs``.
 
 Every point is repeated (12 by default; at least 6, fewer than 12 once the point's time budget
-is spent) with the two systems interleaved, and reported as SeBS does (faasm_tasks.stats): n,
+is spent) with the two systems interleaved, in each round in an order shuffled with ``--seed``
+(the daily pipeline's faasm_tasks.order), and reported as SeBS does (faasm_tasks.stats): n,
 the median with its order-statistic 95 % interval, the mean with its Student-t interval, and
 the wasm/native ratio of medians with a paired bootstrap interval. Each run is checked (SGD's
 final loss against the single-worker runs, the matrix product against NumPy, the inference
@@ -54,7 +55,7 @@ import numpy as np
 import psutil
 import redis
 
-from faasm_tasks import data, runtimes, stats
+from faasm_tasks import data, order, runtimes, stats
 from faasm_tasks.kinds import (
     matmul as matmul_kind,
     sgd as sgd_kind,
@@ -471,7 +472,12 @@ def run_section(res: dict) -> list[str]:
         f"after {res['load_after']}, which counts the bench's own last points: matmul's 73 chained calls run at once; "
         f"{fmt(res['wall_s'], 0)} s wall). Repeats per point: up to "
         f"{cfg['repeats']}, at least {cfg['min_repeats']}, fewer when the point's {cfg['budget_s']:g} s budget ran "
-        "out (n says how many).",
+        "out (n says how many)"
+        + (
+            f"; each round's order of the systems shuffled with seed {cfg['seed']} (faasm_tasks.order)."
+            if "seed" in cfg
+            else "; the systems in a fixed order in each round."
+        ),
         "",
         f"### Start time and memory per instance (no-op / CNN function; {cfg['k']} instances held)",
         "",
@@ -702,6 +708,12 @@ def start_redis(tmp: str) -> tuple[subprocess.Popen, redis.Redis]:
             time.sleep(0.05)
 
 
+def round_order(systems: list[str], seed: int, k: int) -> list[str]:
+    """The systems' order in round ``k`` of the run: one point and one repeat of the pipeline's
+    shuffled order (faasm_tasks.order.trials) with the systems as its arms, seeded ``seed + k``."""
+    return [t.arm for t in order.trials(1, 1, seed=seed + k, arms=systems)]
+
+
 def measure(cfg: dict, systems: list[str], res: dict) -> None:
     """Every point, its repeats interleaved over the systems, into ``res["points"]``."""
     pts = Points()
@@ -730,13 +742,18 @@ def measure(cfg: dict, systems: list[str], res: dict) -> None:
             ips[system].rt.warm_up(["sgd", "matmul", "inference", "demo"])  # codegen / staging outside the timings
             ips[system].call("demo", "noop")
 
+        rounds = iter(range(10**9))
+
         def repeat(name: str, once) -> None:
-            """Up to ``repeats`` pairs within the point's budget, at least ``min_repeats``."""
+            """Up to ``repeats`` rounds within the point's budget, at least ``min_repeats``; each
+            round measures every system once, in an order shuffled with the run's seed (the
+            pipeline's faasm_tasks.order, one point and one repeat per round, so the systems
+            stay paired by round while neither always goes first)."""
             t0 = time.monotonic()
             for i in range(cfg["repeats"]):
                 if i >= cfg["min_repeats"] and time.monotonic() - t0 > cfg["budget_s"]:
                     break
-                for system in systems:
+                for system in round_order(systems, cfg["seed"], next(rounds)):
                     once(system, ips[system])
             print(f" {name}: {i + 1} repeats, {time.monotonic() - t0:.1f} s, load {loadavg()}", flush=True)
 
@@ -827,6 +844,7 @@ def main(argv=None) -> int:
         default=0.0,
         help="per point: stop repeating after this many seconds once 6 repeats are done (default 40)",
     )
+    ap.add_argument("--seed", type=int, default=0, help="seed of the systems' shuffled order per round (default 0)")
     ap.add_argument(
         "--runs",
         nargs="+",
@@ -861,6 +879,7 @@ def main(argv=None) -> int:
     smoke = args.smoke
     repeats = args.repeats or (3 if smoke else 12)
     cfg = {
+        "seed": args.seed,  # of the systems' order in each round (faasm_tasks.order), round k: seed + k
         "repeats": repeats,
         "min_repeats": min(repeats, 3 if smoke else 6),
         "budget_s": args.budget_s or (5.0 if smoke else 40.0),

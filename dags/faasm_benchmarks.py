@@ -35,15 +35,22 @@ the cluster; the default follows ``HOUSE_RUNNER``: ``knative`` on ``kubernetes``
 ``0.1.3``, the experiments manual's, or ``0.6.7``), ``replicas`` (``per-point``: SGD and
 matrix redeploy with N replicas for each ``N_WORKERS`` value, as the manual does;
 ``fixed``: the catalogue's counts) and ``tf_sweep`` (``default``: the manual's TF
-throughput sweep; ``extended``: the longer one).
+throughput sweep; ``extended``: the longer one). How the run steps measure comes from the typed configuration
+``faasm_tasks.forms.Measurement``: ``repeats`` per point (default 6, the fewest with a 95 %
+interval of the median), ``time_budget_min`` (0: the experiment's budget, also the cap),
+``seed`` of each run step's randomized interleaved order (empty: from the run id, so a retry
+measures in the same order) and the A/A control (``aa_control``, ``aa_system``: that system's
+groups measure it as two arms A and A'; a day whose A/A ratio interval excludes 1 is
+untrustworthy in the summary and the check). See docs/faasm.md.
 
 On the kubernetes runner every step pod runs under the ``faasm-benchmark`` ServiceAccount
 (``deploy/rbac/faasm-benchmark.yaml``) and the steps share nothing but storage and the
 cluster: ``deploy`` starts the per-node billing sampler DaemonSet (this package's image)
 that writes to the results prefix, ``collect`` removes it and summarizes per host. The experiments and
 their systems are those of the catalogue shipped in ``faasm_tasks/experiments`` (read as
-YAML here, without importing the task package); repeat counts and parameters come from
-it too (``FAASM_CATALOGUE_DIR`` adds your own to the steps). The run steps' timeouts are
+YAML here, without importing the task package); parameters come from it too
+(``FAASM_CATALOGUE_DIR`` adds your own to the steps), the repeat count from the form's
+``repeats``. The run steps' timeouts are
 the experiments' time budgets from the workload registry (``faasm_tasks/workloads.py``).
 """
 
@@ -59,6 +66,7 @@ from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
 from house import MACROS, cron_schedule, default_args, get_config, steps_for
 from house.deadlines import deadline_alert
+from stepkit.forms import class_params
 
 _step, _ = steps_for("faasm_tasks")
 CFG = get_config()
@@ -83,14 +91,19 @@ def _package_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _workload_registry():
-    """``faasm_tasks/workloads.py`` (stdlib only) loaded by path, not as part of the package."""
-    path = _package_dir() / "workloads.py"
-    spec = importlib.util.spec_from_file_location("_faasm_workload_registry", path)
+def _by_path(name: str):
+    """``faasm_tasks/<name>.py`` (stdlib and stepkit only) loaded by path, not as part of the package."""
+    path = _package_dir() / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_faasm_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _workload_registry():
+    """``faasm_tasks/workloads.py``: the workload registry (the run steps' time budgets)."""
+    return _by_path("workloads")
 
 
 def catalogue() -> dict[str, dict]:
@@ -131,6 +144,22 @@ if CFG.runner == "kubernetes":
     COMMON += ["--billing-image", CFG.image_for("faasm_tasks"), "--billing-secret", CFG.storage_secret]
 # the manual's releases (faasm_tasks/targets/knative.py RELEASES), its first entry the default
 RELEASES = ["0.1.3", "0.6.7"]
+# how the run steps measure (repeats, time budget, order seed, A/A control): the typed configuration
+MEASUREMENT_FORM = class_params(_by_path("forms").Measurement, choices={"aa_system": SYSTEMS})
+
+
+def measure_argv(system: str) -> list[str]:
+    """The run step's measurement flags from the form (faasm_tasks.forms.Measurement): the
+    group of the A/A system measures it as two arms."""
+    return [
+        "--repeats",
+        "{{ params.repeats }}",
+        "--time-budget-min",
+        "{{ params.time_budget_min }}",
+        "--seed={{ params.seed if params.seed is not none else '' }}",
+        "{{ '--aa-control' if params.aa_control and params.aa_system == '" + system + "' else '--no-aa-control' }}",
+    ]
+
 
 with DAG(
     dag_id="faasm_benchmarks",
@@ -193,6 +222,7 @@ with DAG(
             title="Systems",
             description="wasm (Faasm) and/or native containers.",
         ),
+        **{name: Param(**kw) for name, kw in MEASUREMENT_FORM.items()},
         "trend_days": Param(
             30,
             type="integer",
@@ -262,7 +292,7 @@ with DAG(
                 run = step(
                     "run",
                     preset="cpu-large",
-                    argv=["run", *COMMON, *sel, *shape, "--keep-billing"],
+                    argv=["run", *COMMON, *sel, *shape, *measure_argv(system), "--keep-billing"],
                     timeout=RUN_TIMEOUT[experiment],
                 )
                 # collect is a teardown too: it runs after a failed run, so partial results are kept.

@@ -27,6 +27,10 @@ STEPS: dict[str, tuple[str, str]] = {
         "faasm_tasks.steps.check",
         "fail (exit 1) when a point regressed past a threshold vs the trailing median",
     ),
+    "aa-rate": (
+        "faasm_tasks.steps.aa_rate",
+        "the A/A control's false-difference rate over simulated (or stored) days of A/A measurements",
+    ),
     "billing-agent": (
         "faasm_tasks.steps.billing_agent",
         "per-node billing sampler (the knative target's DaemonSet): psutil samples to the run's results prefix",

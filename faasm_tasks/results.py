@@ -33,6 +33,7 @@ from stepkit import StepError, storage
 
 from . import __version__
 from .catalogue import slug
+from .order import repeat_dir
 
 RECORD = "run.json"
 
@@ -46,9 +47,18 @@ def run_prefix(root: str, date: str, run_id: str) -> str:
 
 
 def point_prefix(
-    root: str, date: str, run_id: str, experiment: str, system: str, params: dict[str, Any], repeat: int
+    root: str,
+    date: str,
+    run_id: str,
+    experiment: str,
+    system: str,
+    params: dict[str, Any],
+    repeat: int,
+    arm: str | None = None,
 ) -> str:
-    return storage.join(root, date, run_id, experiment, system, slug(params), f"repeat-{repeat}")
+    """The folder of one trial: ``repeat-<r>``, or ``repeat-<r>.<arm>`` for an arm of the A/A
+    control (:func:`faasm_tasks.order.repeat_dir`)."""
+    return storage.join(root, date, run_id, experiment, system, slug(params), repeat_dir(repeat, arm))
 
 
 def _schema() -> dict[str, Any]:

@@ -128,3 +128,62 @@ def verdict(lo: float | None, hi: float | None) -> str:
     if lo > 1:
         return "above 1"
     return "includes 1"
+
+
+def aa_verdict(
+    comparisons: Sequence[tuple[str, Sequence[float], Sequence[float]]], level: float = LEVEL, seed: int = 0
+) -> dict[str, Any]:
+    """The A/A control's verdict: each ``(label, a, a_prime)`` is one figure of the same system
+    measured as two arms; every ratio of medians ``a / a_prime`` must have an interval that
+    contains 1. The intervals are at ``1 - (1 - level) / m`` (Bonferroni over the ``m``
+    comparisons with an interval), so the chance that a day without any difference fails its
+    A/A is at most ``1 - level`` however many figures it compares (``aa-rate`` measures it).
+
+    ``verdict``: ``pass`` (every interval contains 1), ``fail`` (one or more do not: listed in
+    ``excluding_1``) or ``no interval`` (no comparison had 3 values per arm)."""
+    rows = []
+    usable = [(lab, a, b) for lab, a, b in comparisons if min(len(a), len(b)) >= 3]
+    m = len(usable)
+    each = 1 - (1 - level) / m if m else level
+    for i, (label, a, b) in enumerate(comparisons):
+        ci = ratio_ci(a, b, paired=False, level=each, seed=seed + i)
+        rows.append({"figure": label, **ci})
+    bad = [r["figure"] for r in rows if r.get("verdict") in ("below 1", "above 1")]
+    verdict = "no interval" if not m else ("fail" if bad else "pass")
+    return {
+        "verdict": verdict,
+        "level": level,
+        "level_each": each,
+        "comparisons": m,
+        "excluding_1": bad,
+        "figures": rows,
+    }
+
+
+#: The level of the effect sizes beside the 95 % intervals.
+EFFECT_LEVEL = 0.99
+
+
+def effect(
+    a: Sequence[float],
+    b: Sequence[float],
+    paired: bool,
+    lower_is_better: bool = True,
+    words: tuple[str, str] = ("faster", "slower"),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The effect of ``a`` against ``b`` as "x % faster (± y %) at 99 %": ``x`` the ratio of
+    medians as a percentage change (``1 - a/b`` when a smaller value is better, ``a/b - 1``
+    otherwise; ``words``: how better and worse read, e.g. ``("higher", "lower")`` for throughput),
+    ``y`` the half-width of its 99 % bootstrap interval in percentage points
+    (:func:`ratio_ci` at :data:`EFFECT_LEVEL`). ``text`` is None, with ``note`` saying why, when
+    there is no interval."""
+    ci = ratio_ci(a, b, paired=paired, level=EFFECT_LEVEL, seed=seed)
+    if "ratio_lo" not in ci:
+        return {"text": None, "note": ci.get("ci_note", "no values"), **ci}
+    r, lo, hi = ci["ratio"], ci["ratio_lo"], ci["ratio_hi"]
+    pct = (1 - r) * 100 if lower_is_better else (r - 1) * 100
+    half = (hi - lo) / 2 * 100
+    word = words[0] if pct >= 0 else words[1]
+    text = f"{abs(pct):.1f} % {word} (± {half:.1f} %) at {EFFECT_LEVEL * 100:.0f} %"
+    return {"text": text, "pct": pct, "half_width_pct": half, **ci}

@@ -32,6 +32,7 @@ import pandas as pd
 
 from stepkit import provenance, storage
 
+from .order import AA_ARMS
 from .results import iter_records, run_prefix
 
 DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -118,6 +119,7 @@ def run_rows(root: str, date: str, run_id: str, problems: list[dict[str, str]] |
             "system": rec.get("system", system),
             "point": point,
             "repeat": rec.get("repeat"),
+            "arm": rec.get("arm"),
             "attempt": rec.get("attempt"),
             "status": rec.get("status"),
             "measured": measured(rec),
@@ -148,6 +150,7 @@ def load_window(root: str, end: str, days: int, problems: list[dict[str, str]] |
         "system",
         "point",
         "repeat",
+        "arm",
         "attempt",
         "status",
         "measured",
@@ -198,6 +201,16 @@ class CheckResult:
     checked: list[dict[str, Any]] = field(default_factory=list)
     too_little_history: list[dict[str, Any]] = field(default_factory=list)
     no_data: bool = False
+    #: the run's A/A control (:func:`aa_control`); ``fail``: the day is untrustworthy
+    aa: dict[str, Any] = field(default_factory=dict)
+    #: breaches of an untrustworthy day: listed, not judged as regressions
+    not_judged: list[dict[str, Any]] = field(default_factory=list)
+    #: previous runs left out of the trailing medians because their A/A control failed
+    untrustworthy_history: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def trustworthy(self) -> bool:
+        return self.aa.get("verdict") != "fail"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -205,6 +218,10 @@ class CheckResult:
             "checked": self.checked,
             "too_little_history": self.too_little_history,
             "no_data": self.no_data,
+            "trustworthy": self.trustworthy,
+            "aa": self.aa,
+            "not_judged": self.not_judged,
+            "untrustworthy_history": self.untrustworthy_history,
         }
 
 
@@ -217,13 +234,76 @@ def breach_text(b: dict[str, Any]) -> str:
     )
 
 
+def aa_control(run: pd.DataFrame, level: float = 0.95) -> dict[str, Any]:
+    """The A/A control of one run: for every experiment, system, point and checked metric
+    measured as the two arms of :data:`faasm_tasks.order.AA_ARMS`, the ratio of the arms'
+    medians with its interval (:func:`faasm_tasks.stats.aa_verdict`: Bonferroni over the
+    figures). ``verdict`` ``none`` when the run had no A/A arms."""
+    from . import stats  # scipy only here
+
+    if run.empty or "arm" not in run:
+        return {"verdict": "none", "figures": []}
+    ok = run[run["measured"].astype(bool) & run["arm"].isin(AA_ARMS)]
+    comparisons = []
+    for (exp, system, point), g in ok.groupby(["experiment", "system", "point"]):
+        a, b = g[g["arm"] == AA_ARMS[0]], g[g["arm"] == AA_ARMS[1]]
+        for metric in CHECKED:
+            va, vb = a[metric].dropna().tolist(), b[metric].dropna().tolist()
+            if va and vb:
+                comparisons.append((f"{exp}/{system} {point} {metric}", va, vb))
+    if not comparisons:
+        return {"verdict": "none", "figures": []}
+    out = stats.aa_verdict(comparisons, level)
+    out["arms"] = list(AA_ARMS)
+    return out
+
+
+def aa_text(aa: dict[str, Any]) -> str:
+    """One line of an A/A verdict for the logs and the report."""
+    v = aa.get("verdict", "none")
+    if v == "none":
+        return "no A/A control in this run"
+    if v == "no interval":
+        return f"A/A control without an interval ({len(aa.get('figures', []))} figure(s), under 3 values per arm)"
+    head = (
+        f"A/A {v}: {aa['comparisons']} figure(s), each {AA_ARMS[0]}/{AA_ARMS[1]} ratio interval at "
+        f"{aa['level_each']:.2%} (Bonferroni for {aa['level']:.0%} over the day)"
+    )
+    if v == "fail":
+        return head + "; excluding 1: " + ", ".join(aa["excluding_1"])
+    return head + " contains 1"
+
+
+def untrustworthy_runs(history: pd.DataFrame, level: float = 0.95) -> list[dict[str, str]]:
+    """The runs in ``history`` whose A/A control failed (date, run id and why)."""
+    out = []
+    if history.empty or "arm" not in history or not history["arm"].isin(AA_ARMS).any():
+        return out
+    for (date, run_id), g in history[history["arm"].isin(AA_ARMS)].groupby(["date", "run_id"]):
+        aa = aa_control(g, level)  # only the arms' rows count
+        if aa["verdict"] == "fail":
+            out.append({"date": date, "run_id": run_id, "aa": aa_text(aa)})
+    return out
+
+
 def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresholds) -> CheckResult:
-    """This run's measured points (``current``) against the days before ``date`` in ``history``."""
+    """This run's measured points (``current``) against the days before ``date`` in ``history``.
+
+    A run whose A/A control fails (:func:`aa_control`) is untrustworthy: its breaches go to
+    ``not_judged`` instead of ``breaches``, and previous runs whose A/A failed are left out of
+    the trailing medians (``untrustworthy_history``)."""
     res = CheckResult()
     cur = current[current["measured"]]
     if cur.empty:
         res.no_data = True
         return res
+    res.aa = aa_control(current)
+    before = history[history["date"] < date]
+    res.untrustworthy_history = untrustworthy_runs(before)
+    drop = {(u["date"], u["run_id"]) for u in res.untrustworthy_history}
+    if drop:
+        keep = [(d, r) not in drop for d, r in zip(history["date"], history["run_id"])]
+        history = history[keep]
     day = daily(history)
     prev = day[day["date"] < date]
     for (exp, system, point), g in cur.groupby(["experiment", "system", "point"]):
@@ -252,7 +332,7 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
             item.update(trailing_median=med, change_pct=round(change, 2), threshold_pct=limit, direction=direction)
             res.checked.append(item)
             if (direction == "increase" and change > limit) or (direction == "drop" and -change > limit):
-                res.breaches.append(item)
+                (res.breaches if res.trustworthy else res.not_judged).append(item)
     return res
 
 
@@ -395,6 +475,14 @@ PAPER_RATIOS = {
     ("tf_inference_latency", "p99_us"): "0.1 (tail latency -90 %)",
 }
 COMPARED = ("run_time_ms", "p50_us", "p99_us", "throughput_ok", "memory_gb_s")
+#: How wasm's effect against native reads per compared metric: (smaller is better, words).
+EFFECT_WORDS = {
+    "run_time_ms": (True, ("faster", "slower")),
+    "p50_us": (True, ("faster", "slower")),
+    "p99_us": (True, ("faster", "slower")),
+    "throughput_ok": (False, ("higher", "lower")),
+    "memory_gb_s": (True, ("less", "more")),
+}
 
 
 def point_intervals(run: pd.DataFrame) -> list[dict[str, Any]]:
@@ -427,6 +515,7 @@ def point_intervals(run: pd.DataFrame) -> list[dict[str, Any]]:
 
 def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
     """wasm against native in one run: per experiment and metric, the ratio of the medians
+    (``effect_99``: the same as "x % faster (± y %) at 99 %", :func:`faasm_tasks.stats.effect`)
     over the measured runs of each system (the points the two sweeps share, when they share
     any) with a 95 % bootstrap interval: paired over (point, repeat) when the sweeps share
     points (each wasm run against the native run of the same point and repeat), else the two
@@ -437,6 +526,8 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
     if run.empty:
         return rows
     ok = run[run["measured"].astype(bool)]
+    if "arm" in ok:  # the A/A control's second arm is its own figure, not a second native sample
+        ok = ok[ok["arm"] != AA_ARMS[1]]
     for exp, g in ok.groupby("experiment"):
         w, n = g[g["system"] == "wasm"], g[g["system"] == "native"]
         if w.empty or n.empty:
@@ -454,9 +545,12 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
                     .merge(n[["point", "repeat", metric]], on=["point", "repeat"], suffixes=("_w", "_n"))
                     .dropna()
                 )
-                ci = stats.ratio_ci(pairs[f"{metric}_w"], pairs[f"{metric}_n"], paired=True)
+                xa, xb, paired = pairs[f"{metric}_w"], pairs[f"{metric}_n"], True
             else:
-                ci = stats.ratio_ci(w[metric].dropna(), n[metric].dropna(), paired=False)
+                xa, xb, paired = w[metric].dropna(), n[metric].dropna(), False
+            ci = stats.ratio_ci(xa, xb, paired=paired)
+            lower, words = EFFECT_WORDS[metric]
+            eff = stats.effect(xa, xb, paired=paired, lower_is_better=lower, words=words)
             rows.append(
                 {
                     "experiment": exp,
@@ -470,6 +564,7 @@ def system_comparison(run: pd.DataFrame) -> list[dict[str, Any]]:
                     "n_native": ci.get("n_b"),
                     "paired": ci.get("paired"),
                     "verdict": ci.get("verdict", ci.get("ci_note", "")),
+                    "effect_99": eff["text"] or eff["note"],
                     "points": "shared" if shared else "all",
                     "paper": PAPER_RATIOS.get((exp, metric), ""),
                 }
@@ -509,6 +604,7 @@ CMP_COLS = [
     ("ratio_lo", "95 % low"),
     ("ratio_hi", "95 % high"),
     ("verdict", "interval"),
+    ("effect_99", "wasm effect (99 %)"),
     ("n_wasm", "n wasm"),
     ("n_native", "n native"),
     ("points", "points"),
@@ -533,6 +629,7 @@ RUN_COLS = [
     ("system", "system"),
     ("params", "params"),
     ("repeat", "repeat"),
+    ("arm", "A/A arm"),
     ("attempt", "attempt"),
     ("status", "status"),
     ("p50_us", "p50 us"),
@@ -542,6 +639,16 @@ RUN_COLS = [
     ("throughput_ok", "req/s"),
     ("run_time_ms", "run time ms"),
     ("memory_gb_s", "memory GB-s"),
+]
+
+AA_COLS = [
+    ("figure", "figure"),
+    ("ratio", "A/A' ratio of medians"),
+    ("ratio_lo", "low"),
+    ("ratio_hi", "high"),
+    ("verdict", "interval"),
+    ("n_a", "n A"),
+    ("n_b", "n A'"),
 ]
 
 
@@ -635,10 +742,20 @@ def render(
     files: dict[str, bytes] = {}
     cmp = system_comparison(run)
     cis = point_intervals(run)
+    aa = aa_control(run)
+    trustworthy = aa.get("verdict") != "fail"
+    aa_line = aa_text(aa) if trustworthy else "UNTRUSTWORTHY day: " + aa_text(aa)
+    aa_html = [
+        "<h2 id='aa'>A/A control</h2>",
+        ("<p>" if trustworthy else "<p class='failed'>") + html.escape(aa_line) + "</p>",
+        _html_table(aa.get("figures", []), AA_COLS),
+    ]
+    aa_md = ["## A/A control\n", aa_line + "\n", _md_table(aa.get("figures", []), AA_COLS)]
     parts_html = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{meta}</p>",
         *fail_html,
+        *aa_html,
         "<h2 id='run'>This run</h2>",
         _html_table(run_rows_, RUN_COLS),
         "<h2 id='intervals'>Each figure of this run with its intervals</h2>",
@@ -654,6 +771,7 @@ def render(
         f"# {title}\n",
         re.sub(r"</?code>", "`", meta) + "\n",
         *fail_md,
+        *aa_md,
         "## This run\n",
         _md_table(run_rows_, RUN_COLS),
         "## Each figure of this run with its intervals\n",
@@ -702,6 +820,8 @@ def render(
                 "status": "FAILED" if fails else "ok",
                 "failures": fails,
                 "code": code,
+                "aa": aa,
+                "trustworthy": trustworthy,
             },
             indent=2,
             sort_keys=True,
@@ -724,6 +844,11 @@ def signature(df: pd.DataFrame) -> list[str]:
     if df.empty:
         return []
     return sorted(
-        f"{r.date}/{r.run_id}/{r.experiment}/{r.system}/{r.point}/{r.repeat}:{r.attempt}:{r.status}:{r.memory_gb_s}"
+        f"{r.date}/{r.run_id}/{r.experiment}/{r.system}/{r.point}/{r.repeat}{_arm(r)}:{r.attempt}:{r.status}:{r.memory_gb_s}"
         for r in df.itertuples()
     )
+
+
+def _arm(row: Any) -> str:
+    arm = getattr(row, "arm", None)
+    return "" if arm is None or (isinstance(arm, float) and math.isnan(arm)) else f".{arm}"

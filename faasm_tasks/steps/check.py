@@ -15,6 +15,12 @@ Thresholds (a negative value or ``--no-...`` turns one off):
 
 A report of every comparison goes to the run's ``_ops/`` folder (``check-*.json``).
 
+The A/A control (:func:`faasm_tasks.trends.aa_control`): when the run measured a system as two
+arms A and A' and an A'/A ratio interval excludes 1, the day is **untrustworthy**: its changes
+past a threshold are listed as ``not_judged`` (not regressions) and the step exits 1 saying
+UNTRUSTWORTHY and why, instead of raising a regression; previous runs whose A/A failed are left
+out of the trailing medians (``untrustworthy_history``).
+
 A result that cannot be read (a corrupt or truncated ``run.json``, damaged metrics) in the
 window is exit 2 naming each file and its cause: a comparison that silently leaves a point
 out could pass a regression. A run with nothing measured but failures (failed points,
@@ -115,11 +121,26 @@ def run(args) -> int:
             f"not checked",
             flush=True,
         )
+    print(f"check: {trends.aa_text(res.aa)}", flush=True)
+    for u in res.untrustworthy_history:
+        print(f"check: left out of the trailing medians: run {u['run_id']} on {u['date']} ({u['aa']})", flush=True)
     print(
         f"check: {len(res.checked)} comparisons, {len(res.breaches)} breaches, "
         f"{len(res.too_little_history)} without enough history",
         flush=True,
     )
+    if not res.trustworthy:
+        import sys
+
+        for b in res.not_judged:
+            print(f"check: not judged (untrustworthy day): {trends.breach_text(b)}", flush=True)
+        print(
+            f"faasm_tasks check: UNTRUSTWORTHY: run {args.run_id} on {date}: {trends.aa_text(res.aa)}; "
+            f"the day's {len(res.not_judged)} change(s) past a threshold are not judged as regressions",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     if res.breaches:
         for b in res.breaches:
             print(f"check: BREACH {trends.breach_text(b)}", flush=True)

@@ -1,28 +1,41 @@
 """Run an experiment's points against a deployed target.
 
-Each point and repeat gets ``.../<params>/repeat-<r>/attempt-<k>/``. For load points
-the load mode, the driver and (open loop) the offered rate are part of the parameters,
-so a rerun at another ``--rate`` is a new point. A point whose latest attempt succeeded
-is skipped (so a retried task resumes where it failed) unless ``--rerun`` asks for new
-attempts. A failing point is recorded as ``failed`` with what it produced; a load point
-whose numbers cannot be trusted (offered rate not reached, too many late or unsent
-requests, too few requests for its percentiles: ``results.judge_load``) is recorded
-``invalid`` with the reasons. The run goes on to the next point; the step exits 1 if any
-point failed or is invalid, which fails the DAG run.
+Each trial, one (point, arm, repeat), gets ``.../<params>/repeat-<r>/attempt-<k>/`` (an arm
+of the A/A control: ``repeat-<r>.<arm>``, :func:`faasm_tasks.order.repeat_dir`). For load
+points the load mode, the driver and (open loop) the offered rate are part of the parameters,
+so a rerun at another ``--rate`` is a new point.
+
+Order: the trials run in one order shuffled with a seed (``--seed``; by default derived from
+the run id, so a retry measures in the same order), not a point's repeats one after another
+(:mod:`faasm_tasks.order`); the seed and the order are in the run's ``_ops`` report
+(``order``) and in each attempt's record (``trial``, ``seed``). ``--aa-control`` measures the
+system as two arms ``A`` and ``A'`` in the same deployment, interleaved the same way: the
+day's A/A control (:func:`faasm_tasks.stats.aa_verdict`).
+
+A trial whose latest attempt succeeded is skipped (so a retried task resumes where it failed)
+unless ``--rerun`` asks for new attempts. A failing trial is recorded as ``failed`` with what
+it produced; a load point whose numbers cannot be trusted (offered rate not reached, too many
+late or unsent requests, too few requests for its percentiles: ``results.judge_load``) is
+recorded ``invalid`` with the reasons. The run goes on to the next trial; the step exits 1 if
+any trial failed or is invalid, which fails the DAG run.
 
 Never hangs: every wait of a point is bounded by :func:`point_budget`, the workload's own
 bound of the point (its duration for load points, its epochs or matrix size for calls), and
 while a call is polled the target's liveness is checked at every poll, so a dead worker
-fails the point within about one poll interval. The repeats of a point stop early (said in
-the report) when the point's share of the experiment's time budget
-(:func:`faasm_tasks.workloads.time_budget_s`) would be spent.
+fails the point within about one poll interval. The step stops (said in the report:
+``trials_cut_by_budget``, ``repeats_done``) before a trial that would pass the time budget
+(the experiment's, :func:`faasm_tasks.workloads.time_budget_s`, or a smaller
+``--time-budget-min``), judged from the mean time of the trials so far; as the order is
+shuffled, what is left out is spread over every point and arm.
 
 What a point does is its workload's (:mod:`faasm_tasks.workloads`, :mod:`faasm_tasks.points`);
-this step is the loop over points and repeats.
+this step is the loop over the trials.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
 import time
@@ -31,7 +44,7 @@ from typing import Any
 
 from stepkit import StepError
 
-from .. import billing, points as pts, procs, workloads
+from .. import billing, order, points as pts, procs, workloads
 from ..catalogue import replicas_for
 from ..clients import UploadClient, make_invoker
 from ..common import add_common, add_replicas, load_plan, parse_set, record_state_keys, run_date
@@ -46,7 +59,24 @@ log = logging.getLogger(__name__)
 def add_arguments(p):
     add_common(p, experiment=True, experiment_required=True)
     p.add_argument("--rerun", action="store_true", help="new attempts even for points that already succeeded")
-    p.add_argument("--repeats", type=int, help="override the catalogue's repeat count")
+    p.add_argument("--repeats", type=int, help="override the catalogue's repeat count (per point and arm)")
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        help="seed of the randomized order of the trials (default: derived from the run id, experiment and "
+        "system, so a retry measures in the same order)",
+    )
+    p.add_argument(
+        "--aa-control",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="measure the system as two arms A and A' (same deployment, interleaved): the A/A control",
+    )
+    p.add_argument(
+        "--time-budget-min",
+        type=float,
+        help="minutes the step's trials may take (default and upper bound: the experiment's time budget)",
+    )
     p.add_argument("--only", action="append", default=[], help="run only points matching key=value (repeatable)")
     p.add_argument("--set", action="append", default=[], help="parameter override key=value")
     p.add_argument("--driver", choices=["builtin", "wrk"], default="builtin", help="load generator for load points")
@@ -115,6 +145,16 @@ def add_arguments(p):
     )
 
 
+def _seed(text: str) -> int | None:
+    """``--seed``: a non-negative integer, or empty (the form's empty field): the default."""
+    if text.strip() in ("", "None"):
+        return None
+    v = int(text)
+    if v < 0:
+        raise ValueError("negative")
+    return v
+
+
 def _matches(point: dict[str, Any], only: dict[str, Any]) -> bool:
     return all(str(point.get(k)) == str(v) for k, v in only.items())
 
@@ -151,9 +191,25 @@ def _run(args, date: str, stopped: list[str]) -> int:
     if not points:
         raise StepError(f"no point of {plan.name}/{plan.system} matches {only}")
     pts.refuse_inert(args, plan)
+    # the order of the trials, drawn before anything starts (bad input: nothing to stop)
+    repeats = args.repeats or plan.repeats
+    if repeats < 1:
+        raise StepError(f"--repeats must be at least 1, got {repeats}")
+    arms: tuple[str | None, ...] = order.AA_ARMS if args.aa_control else (None,)
+    seed = args.seed if args.seed is not None else order.default_seed(args.run_id, plan.name, plan.system)
+    if seed < 0:
+        raise StepError(f"--seed must not be negative, got {seed}")
+    budget_s, budget_note = _budget(args, plan)
+    keys = [pts.point_key(args, plan, p) for p in points]
+    redeploy = args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local"
+    wants = [replicas_for(plan, k) for k in keys] if redeploy else None
+    blocks = [json.dumps(w, sort_keys=True) for w in wants] if wants else None
+    trials = order.trials(len(keys), repeats, seed, arms, blocks)
     procs.label_self(procs.run_label(args.state_dir, args.run_id), "run")
     target = get_target(args.target, args)
     ep = target.endpoints()
+    # the points' folder keys again, now with the target's endpoints (their load client hosts count)
+    keys = [pts.point_key(args, plan, p, ep) for p in points]
     if args.protocol:
         ep.protocol = args.protocol
     info = target.describe()
@@ -167,41 +223,47 @@ def _run(args, date: str, stopped: list[str]) -> int:
         return problem
 
     ctx = pts.PointContext(args, plan, target, ep, make_invoker(ep), UploadClient(ep.upload_url), health)
-    repeats = args.repeats or plan.repeats
-    share_s = workloads.time_budget_s(plan.experiment) / len(points)  # each point's share of the budget
+    print(
+        f"run: {len(trials)} trials ({len(keys)} point(s) x {len(arms)} arm(s) x {repeats} repeat(s)) in an "
+        f"order randomized with seed {seed}; time budget {budget_s:.0f} s",
+        flush=True,
+    )
     results: list[dict[str, Any]] = []
-    cut: list[dict[str, Any]] = []
+    cut: list[order.Trial] = []
     deployed: dict[str, Any] | None = None  # what this step last deployed (per-point replicas)
+    t0, measured = time.monotonic(), 0
     try:
-        for i, point in enumerate(points):
-            point = pts.point_key(args, plan, point, ep)
-            t_point, done = time.monotonic(), 0
-            for rep in range(repeats):
-                spent = time.monotonic() - t_point
-                if done and spent + spent / done > share_s:
-                    cut.append({"params": point, "repeats": rep, "asked": repeats, "share_s": round(share_s)})
-                    print(
-                        f"run: {point}: {rep} of {repeats} repeats, the next would pass the point's "
-                        f"{share_s:.0f} s share of the time budget",
-                        flush=True,
-                    )
-                    break
-                prefix = point_prefix(args.results, date, args.run_id, plan.name, plan.system, point, rep)
-                prev = latest_record(prefix)
-                if prev and prev["status"] == "succeeded" and not args.rerun:
-                    print(f"run: skip {prefix} (attempt {prev['attempt']} succeeded)", flush=True)
-                    results.append({"prefix": prefix, "status": "skipped"})
-                    continue
-                if args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local":
-                    want = replicas_for(plan, point)
-                    if want != deployed:  # the manual: deploy N replicas, then run with N workers
-                        print(f"run: redeploying with {want}", flush=True)
-                        plan.deployment = want
-                        target.deploy(plan)
-                        target.wait_ready(args.ready_timeout)
-                        deployed = want
-                results.append(_run_point(ctx, info, point, rep, prefix, first=(i == 0 and rep == 0), date=date))
-                done += 1
+        for n, trial in enumerate(trials):
+            point = keys[trial.point]
+            spent = time.monotonic() - t0
+            if measured and spent + spent / measured > budget_s:
+                cut = trials[n:]  # the rest of the shuffled order: spread over every point and arm
+                print(
+                    f"run: stopping after {n} of {len(trials)} trials: the next would pass the "
+                    f"{budget_s:.0f} s time budget ({len(cut)} left out)",
+                    flush=True,
+                )
+                break
+            prefix = point_prefix(
+                args.results, date, args.run_id, plan.name, plan.system, point, trial.repeat, trial.arm
+            )
+            prev = latest_record(prefix)
+            if prev and prev["status"] == "succeeded" and not args.rerun:
+                print(f"run: skip {prefix} (attempt {prev['attempt']} succeeded)", flush=True)
+                results.append({"prefix": prefix, "status": "skipped", **trial.to_dict(), "trial": n})
+                continue
+            if wants is not None:
+                want = wants[trial.point]
+                if want != deployed:  # the manual: deploy N replicas, then run with N workers
+                    print(f"run: redeploying with {want}", flush=True)
+                    plan.deployment = want
+                    target.deploy(plan)
+                    target.wait_ready(args.ready_timeout)
+                    deployed = want
+            extra = {"trial": n, "seed": seed, **({"arm": trial.arm} if trial.arm is not None else {})}
+            got = _run_point(ctx, info, point, trial.repeat, prefix, first=(measured == 0), date=date, extra=extra)
+            results.append({**got, **trial.to_dict(), "trial": n})
+            measured += 1
     except BaseException:
         # interrupted (a SIGTERM, a bug): the sampler goes too, even with --keep-billing (collect
         # finds it already stopped); the load driver stops its own processes as the point unwinds
@@ -224,7 +286,19 @@ def _run(args, date: str, stopped: list[str]) -> int:
             "target": args.target,
             "points": results,
             "repeats": repeats,
-            "repeats_cut_by_budget": cut,
+            "arms": [a for a in arms if a is not None],
+            "aa_control": bool(args.aa_control),
+            "order": {
+                "randomized": True,
+                "seed": seed,
+                "seed_from": "--seed" if args.seed is not None else "the run id, experiment and system",
+                "blocks": "per-point deployments, shuffled" if blocks else "one",
+                "trials": len(trials),
+            },
+            "time_budget_s": round(budget_s),
+            "time_budget_note": budget_note,
+            "trials_cut_by_budget": [t.to_dict() | {"params": keys[t.point]} for t in cut],
+            "repeats_done": _repeats_done(results, keys, arms),
         },
     )
     print(
@@ -250,7 +324,39 @@ def _between_points(args, plan, target, first: bool, budget: float) -> dict[str,
     return done
 
 
-def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date) -> dict[str, Any]:
+def _budget(args, plan) -> tuple[float, str]:
+    """The step's time budget in seconds and where it comes from: the experiment's (the DAG's
+    run timeout is built from it), or ``--time-budget-min`` when that is smaller."""
+    own = workloads.time_budget_s(plan.experiment)
+    if args.time_budget_min is None or args.time_budget_min <= 0:
+        return own, "the experiment's time budget (faasm_tasks.workloads)"
+    asked = 60.0 * args.time_budget_min
+    if asked > own:
+        return own, (
+            f"--time-budget-min {args.time_budget_min:g} is above the experiment's {own / 60:.0f} min "
+            "(the DAG's run timeout): the experiment's"
+        )
+    return asked, f"--time-budget-min {args.time_budget_min:g}"
+
+
+def _repeats_done(results: list[dict[str, Any]], keys: list[dict[str, Any]], arms) -> list[dict[str, Any]]:
+    """Per point and arm: the trials that succeeded (or were skipped as succeeded) this step."""
+    out = []
+    for i, key in enumerate(keys):
+        for arm in arms:
+            mine = [r for r in results if r["point"] == i and r["arm"] == arm]
+            out.append(
+                {
+                    "params": key,
+                    "arm": arm,
+                    "ok": sum(r["status"] in ("succeeded", "skipped") for r in mine),
+                    "tried": len(mine),
+                }
+            )
+    return out
+
+
+def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date, extra=None) -> dict[str, Any]:
     """One attempt of one point, by its workload's runner."""
     args, plan = ctx.args, ctx.plan
     base = {
@@ -262,6 +368,7 @@ def _run_point(ctx: pts.PointContext, info, point, rep, prefix, first, date) -> 
         "protocol": ctx.endpoints.protocol,
         "params": point,
         "repeat": rep,
+        **(extra or {}),
         "images": info.get("images", {}),
         "target_info": info,
     }

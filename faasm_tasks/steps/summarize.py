@@ -5,7 +5,10 @@ failure of the day: failed points, experiment groups that failed before they had
 (:func:`faasm_tasks.results.failed_groups`: a failed deploy, a run that never reported) and
 unreadable results (a corrupt or truncated ``run.json``, damaged metrics, an unreadable
 ``_ops`` report), each named in ``failed_groups`` / ``unreadable``; ``status`` is ``FAILED``
-when it is not 0, and the step then exits 1 after writing both outputs.
+when it is not 0, and the step then exits 1 after writing both outputs. ``aa`` is the run's
+A/A control (:func:`faasm_tasks.trends.aa_control`); ``trustworthy`` is false when it failed
+(an A/A ratio interval excludes 1): the day's figures then cannot tell a difference from noise,
+and the check step does not judge them.
 ``trends/``: the last ``--days`` days of results up to the run's date (see
 :mod:`faasm_tasks.trends`): ``trends.html`` (self-contained), ``trends.md`` with
 ``figures/*.png``, ``trends.json``, then ``_SUCCESS.json``. Each skips on its own when
@@ -30,6 +33,7 @@ COLUMNS = [
     "target",
     "params",
     "repeat",
+    "arm",
     "attempt",
     "status",
     "duration_s",
@@ -182,6 +186,7 @@ def _summary(args, date: str, recs: list, groups: list[dict], problems: list[dic
             "target": rec["target"],
             "params": " ".join(f"{k}={v}" for k, v in sorted(rec["params"].items())),
             "repeat": rec["repeat"],
+            "arm": rec.get("arm"),
             "attempt": rec["attempt"],
             "attempts_total": attempts[key],
             "status": rec["status"],
@@ -215,7 +220,10 @@ def _summary(args, date: str, recs: list, groups: list[dict], problems: list[dic
     # "invalid": measured, but not trustworthy (judge_load): listed and counted apart from "failed"
     # "failed" is every failure of the day: points, groups without points, unreadable results
     # (a day whose every group failed at deploy has 0 points and is FAILED, not "0 failed")
+    aa = _aa(args, date)
     counts = {
+        "trustworthy": aa.get("verdict") != "fail",
+        "aa_verdict": aa.get("verdict"),
         "failed": result["failed"],
         "failed_points": failed_points,
         "failed_groups_count": len(groups),
@@ -233,10 +241,25 @@ def _summary(args, date: str, recs: list, groups: list[dict], problems: list[dic
             "failed_groups": groups,
             "unreadable": problems,
             "intervals": intervals(rows),
+            "aa": aa,
         },
     )
     step.write_bytes("summary.csv", buf.getvalue().encode())
     step.commit({"points": len(rows), **counts})
     for r in rows:
-        print(f"  {r['experiment']}/{r['system']} {r['params']}: {r['status']}", flush=True)
+        arm = f" arm {r['arm']}" if r.get("arm") else ""
+        print(f"  {r['experiment']}/{r['system']} {r['params']}{arm}: {r['status']}", flush=True)
+    from ..trends import aa_text
+
+    print(f"summarize: {'' if counts['trustworthy'] else 'UNTRUSTWORTHY day: '}{aa_text(aa)}", flush=True)
     return result
+
+
+def _aa(args, date: str) -> dict:
+    """The run's A/A control (:func:`faasm_tasks.trends.aa_control`)."""
+    import pandas as pd
+
+    from .. import trends  # pandas/scipy only here
+
+    rows = trends.run_rows(args.results, date, args.run_id)
+    return trends.aa_control(pd.DataFrame(rows, columns=list(rows[0]) if rows else ["arm"]))

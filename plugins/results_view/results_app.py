@@ -677,6 +677,7 @@ SUMMARY_COLS = [
     "system",
     "params",
     "repeat",
+    "arm",
     "attempt",
     "status",
     "run_time_ms",
@@ -719,6 +720,8 @@ async def summary(date: str, run_id: str, request: Request) -> HTMLResponse:
     trends = f"../../report/faasm_benchmarks/{quote(date)}/{quote(run_id)}/trends/trends.html"
     failed = doc.get("failed", 0)
     verdict = "<b>FAILED</b>: " if doc.get("status") == "FAILED" or _positive(failed) else ""
+    if doc.get("trustworthy") is False:  # the run's A/A control failed (faasm_tasks.trends.aa_control)
+        verdict += f"<b>UNTRUSTWORTHY</b> (A/A control: {_e(doc.get('aa_verdict'))}): "
     # every field of the stored document is data: escaped, whatever wrote it
     parts = [
         f"<h1>Faasm benchmarks: run {_e(run_id)} on {_e(date)}</h1>",

@@ -51,3 +51,12 @@ def test_a_failed_run_leaves_its_pair_out(bench):
     assert s["wasm"]["n"] == 4 and s["native"]["n"] == 5
     assert s["ratio"]["n_a"] == s["ratio"]["n_b"] == 4 and s["ratio"]["ratio"] == pytest.approx(0.5)
     assert pts.figs["t"]["failed"] == {"wasm": ["final loss off"]}
+
+
+def test_each_round_measures_every_system_once_in_a_seeded_shuffled_order(bench):
+    systems = ["wasm", "native"]
+    orders = [bench.round_order(systems, 0, k) for k in range(40)]
+    assert all(sorted(o) == sorted(systems) for o in orders)  # paired: each system once per round
+    assert orders == [bench.round_order(systems, 0, k) for k in range(40)]  # reproducible from the seed
+    firsts = [o[0] for o in orders]
+    assert 10 < firsts.count("wasm") < 30  # neither system always goes first

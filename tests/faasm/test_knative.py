@@ -614,7 +614,7 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(target, "endpoints", lambda: Endpoints("http://127.0.0.1:9/", "http://127.0.0.1:9"))
     monkeypatch.setattr(run_step, "get_target", lambda name, args: target)
 
-    def fake_point(ctx, info, point, rep, prefix, first, date):
+    def fake_point(ctx, info, point, rep, prefix, first, date, extra=None):
         args, plan = ctx.args, ctx.plan
         points.append((plan.deployment["worker_replicas"], point["n_workers"]))
         from faasm_tasks.results import Attempt
@@ -656,8 +656,9 @@ def test_run_redeploys_per_n_workers(fake, tmp_path, monkeypatch):
         "2",
     ]
     assert main("faasm_tasks", STEPS, ["run", *common]) == 0
-    assert deployed == list(range(5, 55, 5))  # once per N, not per repeat
-    assert points == [(n, n) for n in range(5, 55, 5) for _ in range(2)]  # N replicas, run with N workers
+    # once per N, not per trial: the shuffled order keeps each N's trials together (a block)
+    assert sorted(deployed) == list(range(5, 55, 5)) and deployed != sorted(deployed)
+    assert points == [(n, n) for n in deployed for _ in range(2)]  # N replicas, run with N workers
     deployed.clear()
     assert main("faasm_tasks", STEPS, ["run", *common]) == 0  # all succeeded: skipped, nothing redeployed
     assert deployed == []

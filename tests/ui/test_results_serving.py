@@ -321,3 +321,24 @@ def test_gate_verdicts_and_missed_deadlines_are_listed(app_env, monkeypatch):
         refused = c.get("/report/mirage_monthly/gate/2023-03/gate.md")
     assert "manual__late" in index and "manual__keeper" not in index and "data-kind='mirage_gate'" not in index
     assert refused.status_code == 403
+
+
+def test_an_untrustworthy_day_says_so_and_shows_the_arms(app_env):
+    app, root = app_env
+    out = str(root / "faasm_benchmarks" / "2026-11-30" / "manual__aa" / "summary")
+    step = Step("summarize", out, "test", {})
+    step.write_json(
+        "summary.json",
+        {
+            "failed": 0,
+            "status": "ok",
+            "trustworthy": False,
+            "aa_verdict": "fail",
+            "points": [{"experiment": "matrix_multiplication", "system": "native", "arm": "A'", "status": "succeeded"}],
+        },
+    )
+    step.commit({"points": 1, "failed": 0})
+    with _client(app.app) as c:
+        page = c.get("/summary/2026-11-30/manual__aa").text
+    assert "<b>UNTRUSTWORTHY</b> (A/A control: fail)" in page
+    assert "<th>arm</th>" in page and "<td>A&#x27;</td>" in page
