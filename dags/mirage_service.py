@@ -17,7 +17,16 @@ overdue: the triggerer logs it, records it under ``_deadlines/mirage_service/`` 
 tells the site's notifier, if one is set (``house.deadlines``).
 
 The form is ``mirage_tasks.run.forms.ServiceRun``; each param is the ``keep-service`` flag of its
-name, and one left empty (``model``, ``partition`` ...) is left out of the command line.
+name, and one left empty (``model``, ``partition`` ...) is left out of the command line; only
+``approval_hours`` (``ServiceRun.NOT_FLAGS``) is not a flag.
+
+On a site's Slurm a person approves first: ``approve`` (``house.approvals``) shows the plan
+(``mirage_tasks.run.service_plan``: the sbatch line, nodes, limit, cluster, partition, account,
+the horizon, the decision rule) under Browse -> Required Actions. Approve: ``keep_service`` runs.
+Reject, or no answer within ``approval_hours``: ``keep_service`` is skipped and the run ends;
+each answer is recorded at ``<out>.approval.json`` beside the run's outputs. On make slurm's
+local cluster (the local runner, ``var/slurm/slurm.conf`` with its controller on this machine)
+nothing is asked and ``approve`` is skipped.
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
 ``var/slurm/slurm.conf``). In a pod the Slurm client and the munge key come from the

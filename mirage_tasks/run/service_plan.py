@@ -107,6 +107,11 @@ def _rule(run: ServiceRun) -> list[str]:
     return [line, "- never later than the predecessor's end; the keeper cancels no job it did not submit"]
 
 
+def _names(run: ServiceRun) -> str:
+    first, last = f"`svc-{run.policy}-1`", f"`svc-{run.policy}-{run.links}`"
+    return f"the same named {first}" if run.links == 1 else f"the same named {first} to {last}"
+
+
 def service_plan(run: ServiceRun, *, code_root: str | Path = ".") -> str:
     """The approval's text: what will be submitted (the ``sbatch`` line, nodes, time limit), where
     (cluster, partition, account), for how long (the service's horizon and node-hours) and with
@@ -119,8 +124,7 @@ def service_plan(run: ServiceRun, *, code_root: str | Path = ".") -> str:
         f"**keep_service** will keep a service alive on a Slurm cluster for {run.links} succession(s): "
         f"{jobs} jobs of {run.node} whole node(s), each {hours:g} h, one after another.",
         "",
-        f"**What** (the first job, as the keeper submits it; the next ones are named `svc-{run.policy}-1` to "
-        f"`svc-{run.policy}-{run.links}`):",
+        f"**What** (the first job, as the keeper submits it; then {_names(run)}):",
         "",
         f"    {shlex.join(argv)}",
         "",
