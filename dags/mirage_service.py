@@ -17,7 +17,16 @@ overdue: the triggerer logs it, records it under ``_deadlines/mirage_service/`` 
 tells the site's notifier, if one is set (``house.deadlines``).
 
 The form is ``mirage_tasks.run.forms.ServiceRun``; each param is the ``keep-service`` flag of its
-name, and one left empty (``model``, ``partition`` ...) is left out of the command line.
+name, and one left empty (``model``, ``partition`` ...) is left out of the command line; only
+``approval_hours`` (``ServiceRun.NOT_FLAGS``) is not a flag.
+
+On a site's Slurm a person approves first: ``approve`` (``house.approvals``) shows the plan
+(``mirage_tasks.run.service_plan``: the sbatch line, nodes, limit, cluster, partition, account,
+the horizon, the decision rule) under Browse -> Required Actions. Approve: ``keep_service`` runs.
+Reject, or no answer within ``approval_hours``: ``keep_service`` is skipped and the run ends;
+each answer is recorded at ``<out>.approval.json`` beside the run's outputs. On make slurm's
+local cluster (the local runner, ``var/slurm/slurm.conf`` with its controller on this machine)
+nothing is asked and ``approve`` is skipped.
 
 Locally (``make slurm``) it reads ``SLURM_CONF`` from the param ``slurm_conf`` (default
 ``var/slurm/slurm.conf``). In a pod the Slurm client and the munge key come from the
@@ -33,9 +42,10 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, task
 
 from house import default_args, get_config, param_argv, steps_for
+from house.approvals import approval
 from house.config import MACROS
 from house.deadlines import deadline_alert
-from mirage_tasks.run.forms import ServiceRun
+from mirage_tasks.run.forms import LOCAL_SLURM_CONF, ServiceRun
 from mirage_tasks.run.runconf import class_form
 
 step, _ = steps_for("mirage_tasks")
@@ -44,7 +54,7 @@ LOCAL = get_config().runner == "local"
 
 #: The form's slurm.conf: the file ``make slurm`` writes locally, the mounted ``mirage-slurm`` Secret in a
 #: pod. The only slurm_conf outside the allowed input roots a run may name.
-SLURM_CONF = "var/slurm/slurm.conf" if LOCAL else "/etc/slurm/slurm.conf"
+SLURM_CONF = LOCAL_SLURM_CONF if LOCAL else "/etc/slurm/slurm.conf"
 #: The form: :class:`mirage_tasks.run.forms.ServiceRun`'s fields, with this deployment's slurm.conf.
 FORM = class_form(ServiceRun, defaults={"slurm_conf": SLURM_CONF})
 
@@ -55,6 +65,17 @@ def unknown_conf(conf: dict, known) -> str | None:
     if odd:
         return f"unknown param(s) {', '.join(map(str, odd))} in the run conf; known: {', '.join(sorted(known))}"
     return None
+
+
+def approval_request(params) -> str | dict:
+    """What ``approve`` asks before a run submits to a site's Slurm (the plan, from the typed form),
+    or why it asks nothing (make slurm's local cluster): ``mirage_tasks.run.service_plan``."""
+    from mirage_tasks.run.service_plan import service_approval
+
+    form = {k: params.get(k) for k in FORM if k in params}
+    return service_approval(
+        form, local_runner=LOCAL, code_root=get_config().code_root, defaults={"slurm_conf": SLURM_CONF}
+    )
 
 
 def _pod_overrides() -> dict:
@@ -90,7 +111,7 @@ with DAG(
     # resolved at run time (the house macro), one folder per run
     out = "{{ house_storage_prefix(dag.dag_id) }}/{{ run_id | replace(':', '_') | replace('+', '_') }}"
     # one flag per param of the form; an empty optional one (model, partition, ...) is left out
-    argv = ["keep-service", *param_argv(FORM), "--out", out]
+    argv = ["keep-service", *param_argv({k: v for k, v in FORM.items() if k not in ServiceRun.NOT_FLAGS}), "--out", out]
 
     @task
     def check_conf(**context) -> None:
@@ -127,6 +148,14 @@ with DAG(
                     "(as root; docs/mirage-steps.md, 'a real Slurm'), or set slurm_conf to your cluster's slurm.conf."
                 )
 
-    check_conf() >> step(
-        "keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30), pod_overrides=_pod_overrides()
+    # on a site's Slurm a person approves the plan first (house.approvals); skipped on make slurm's
+    approve = approval("approve", request=approval_request, record=out + ".approval.json")
+    keep = step(
+        "keep_service",
+        argv=argv,
+        preset="cpu-small",
+        timeout=timedelta(days=30),
+        pod_overrides=_pod_overrides(),
+        trigger_rule="none_failed",  # a skipped approval (nothing asked) is no refusal
     )
+    check_conf() >> approve >> keep

@@ -9,7 +9,8 @@ from the class:
   field in the class's order (a field added here appears in the form);
 * ``from_params``: a run conf checked against the same schema and typed, unknown keys refused;
 * ``mirage_service``'s command line: one flag per field (``house.param_argv``), a nullable field
-  an optional flag left out of the argv when empty.
+  an optional flag left out of the argv when empty; the fields in ``ServiceRun.NOT_FLAGS`` (the
+  approval's) are not flags of the step.
 
 Stdlib only at import (the DAG files import it at parse time): the decision-rule registry and
 runconf are stdlib-only modules too.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..sim import decision_rules as dr
 from .runconf import Spec, _checked, _f, field_specs
@@ -35,6 +36,11 @@ SERVICE_BOUNDS: dict[str, tuple[float, float]] = {
     "links": (1, 10_000),
     "factor": (1e-3, 1e6),
 }
+
+
+#: The slurm.conf ``make slurm`` writes, relative to the checkout: the project's local cluster
+#: (``mirage_service``'s default with the local runner; runs on it need no approval).
+LOCAL_SLURM_CONF = "var/slurm/slurm.conf"
 
 
 def _range(name: str) -> dict[str, float]:
@@ -156,6 +162,21 @@ class ServiceRun:
             empty="the submitting user's default account",
         ),
     )
+
+    # not a flag of keep-service: how long a run on a site's Slurm waits for its approval
+    approval_hours: float = _f(
+        24.0,
+        Spec(
+            "Approval within (h)",
+            "On a site's Slurm (not make slurm's local one), how long the run waits for someone to approve "
+            "its plan (Browse -> Required Actions) before it counts as rejected.",
+            "number",
+            schema={"minimum": 0.001, "maximum": 24 * 30},
+        ),
+    )
+
+    #: The fields that are not ``keep-service`` flags (the DAG's approval step reads them).
+    NOT_FLAGS: ClassVar[tuple[str, ...]] = ("approval_hours",)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> ServiceRun:

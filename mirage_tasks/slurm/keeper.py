@@ -85,6 +85,45 @@ class Link:
     asked_at: set = field(default_factory=set)  # the decide-at times (trace s before the end) already asked
 
 
+def limit_minutes(service_s: float, scale: float = 1.0) -> int:
+    """The Slurm time limit (whole minutes, at least one) of a service job of ``service_s`` trace
+    seconds on a cluster compressed ``scale`` times."""
+    return max(1, math.ceil(service_s / scale / 60))
+
+
+def sbatch_args(
+    job_name: str,
+    node: int,
+    limit_min: int,
+    *,
+    nice: int = 0,
+    partition: str | None = None,
+    account: str | None = None,
+) -> list[str]:
+    """The ``sbatch`` command line of one service job: ``node`` whole nodes for ``limit_min``
+    minutes, running a sleep of its whole limit (what the keeper submits, and what an approval of
+    a run shows before it is allowed to)."""
+    args = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_name}",
+        "-N",
+        str(node),
+        "--exclusive",
+        f"--time={limit_min}",
+        "--output=/dev/null",
+        "--chdir=/tmp",
+        f"--wrap=exec sleep {limit_min * 60}",
+    ]
+    if nice:
+        args.insert(2, f"--nice={int(nice)}")
+    if partition:
+        args.insert(2, f"--partition={partition}")
+    if account:
+        args.insert(2, f"--account={account}")
+    return args
+
+
 @dataclass
 class Keeper:
     env: dict[str, str]
@@ -131,7 +170,7 @@ class Keeper:
             raise ValueError(f"avg_offset_h must be finite or None (never early), got {self.avg_offset_h!r}")
         self.snaps = deque(maxlen=self.window)
         self.origin = self.clock()
-        self.limit_min = max(1, math.ceil(self.service_s / self.scale / 60))
+        self.limit_min = limit_minutes(self.service_s, self.scale)
         self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
         from .replay import Progress
 
@@ -150,24 +189,14 @@ class Keeper:
                 fh.write(json.dumps(rec, default=float) + "\n")
 
     def submit(self, what: str) -> str:
-        args = [
-            "sbatch",
-            "--parsable",
-            f"--job-name={self.tag}-{what}",
-            "-N",
-            str(self.node),
-            "--exclusive",
-            f"--time={self.limit_min}",
-            "--output=/dev/null",
-            "--chdir=/tmp",
-            f"--wrap=exec sleep {self.run_s}",
-        ]
-        if self.nice:
-            args.insert(2, f"--nice={int(self.nice)}")
-        if self.partition:
-            args.insert(2, f"--partition={self.partition}")
-        if self.account:
-            args.insert(2, f"--account={self.account}")
+        args = sbatch_args(
+            f"{self.tag}-{what}",
+            self.node,
+            self.limit_min,
+            nice=self.nice,
+            partition=self.partition,
+            account=self.account,
+        )
         jid = run_client(args, self.env).strip().split(";")[0]
         self.submitted.add(jid)
         self._log({"event": "submitted", "job": jid, "what": what})

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
-import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +36,7 @@ from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 from airflow.sdk.bases.notifier import BaseNotifier
 
 from house import config as house_config
+from house.records import commit_json
 
 log = logging.getLogger(__name__)
 
@@ -82,24 +81,7 @@ def _iso(value: Any) -> str | None:
 
 def write_record(storage_root: str, record: dict[str, Any]) -> str:
     """Commit ``record`` at :func:`record_path` (a temporary name, then renamed); returns the path."""
-    from fsspec.core import url_to_fs
-
-    path = record_path(storage_root, record["dag_id"], record["run_id"])
-    body = json.dumps(record, indent=2, sort_keys=True) + "\n"
-    fs, fpath = url_to_fs(path)
-    parent = fpath.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        tmp = f"{fpath}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, fpath)
-    else:  # an object store's put is whole or nothing
-        with fs.open(fpath, "w") as f:
-            f.write(body)
-    return path
+    return commit_json(record_path(storage_root, record["dag_id"], record["run_id"]), record)
 
 
 class DeadlineRecord(BaseNotifier):

@@ -66,7 +66,9 @@ def test_unknown_conf_keys_are_refused_naming_them(dag):
     why = mod.unknown_conf({"link": 2, "servce_hours": 3}, dag.params.keys())
     assert "link" in why and "servce_hours" in why and "known:" in why
     assert "check_conf" in dag.task_dict
-    assert dag.task_dict["keep_service"].upstream_task_ids == {"check_conf"}
+    # the conf is checked before anyone is asked to approve the run (house.approvals)
+    assert dag.task_dict["approve"].upstream_task_ids == {"check_conf"}
+    assert dag.task_dict["keep_service"].upstream_task_ids == {"approve"}
 
 
 def test_untouched_without_a_slurm_says_first_that_it_needs_one(
