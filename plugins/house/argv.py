@@ -16,9 +16,10 @@ from typing import Any
 
 #: What an optional argument (:func:`optional_flag`) renders to when its value is empty: both
 #: operators drop it from the rendered argv (:func:`drop_omitted`), so the step never sees it. It
-#: holds NUL, which no real argument can hold (exec refuses it), so nothing a form renders is
-#: ever mistaken for it.
-OMIT = "\x00house-omit\x00"
+#: stands in the DAG's templates, so it must survive serialization into the metadata database:
+#: no NUL (PostgreSQL refuses it in text and JSON), only printable characters. The U+2400
+#: SYMBOL FOR NULL brackets make it a value no step flag takes.
+OMIT = "\u2400house-omit\u2400"
 
 
 def optional_flag(flag: str, value: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -107,3 +108,13 @@ def test_the_form_is_its_typed_configuration(monkeypatch, dag_id, cls_name):
     if dag_id == "mirage_service":  # and it is a flag of the step, left out while empty
         assert "--added-field=x" in _rendered_argv(dag, added_field="x")
         assert not any("added" in a for a in _rendered_argv(dag))
+
+
+@pytest.mark.parametrize("dag_id", ["mirage_service", "mirage_evaluation", "mirage_pipeline", "faasm_benchmarks"])
+def test_the_serialized_dag_holds_no_nul(dag_id):
+    """Every DAG is stored as JSON in the metadata database, and PostgreSQL refuses a NUL in text
+    and JSON: the optional flags' stand-in (and anything else a template holds) must not carry one."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    text = json.dumps(DagSerialization.to_dict(_load(dag_id).dag))
+    assert "\\u0000" not in text and "\x00" not in text
