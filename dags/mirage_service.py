@@ -128,5 +128,10 @@ with DAG(
                 )
 
     check_conf() >> step(
-        "keep_service", argv=argv, preset="cpu-small", timeout=timedelta(days=30), pod_overrides=_pod_overrides()
+        "keep_service",
+        argv=argv,
+        preset="cpu-small",
+        timeout=timedelta(days=30),
+        pod_overrides=_pod_overrides(),
+        adopt_flag="--adopt-jobs",  # a retry adopts the Slurm jobs the failed try submitted (house.local)
     )
