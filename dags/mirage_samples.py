@@ -47,6 +47,7 @@ from airflow.sdk import DAG, Asset, CronPartitionTimetable, Param, TriggerRule, 
 
 from house import MAP_LABEL, default_args, get_config, mapped_items, steps_for, storage_prefix
 from house.config import PRESETS
+from house.watch import export_events, export_params, samples_schedule
 from mirage_tasks.run.runconf import SAMPLES_FORM, form
 
 step, step_partial = steps_for("mirage_tasks")
@@ -61,7 +62,8 @@ with DAG(
     dag_id="mirage_samples",
     description="Mirage training samples, one partition per trace day (backfill-friendly)",
     doc_md=__doc__,
-    schedule=CronPartitionTimetable("0 0 * * *", timezone="UTC"),  # one partition per UTC day
+    # one partition per UTC day; or a new sacct export when HOUSE_SACCT_EXPORT_URI is set (house.watch)
+    schedule=samples_schedule(CronPartitionTimetable("0 0 * * *", timezone="UTC")),
     start_date=datetime(2022, 10, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=2,
@@ -92,6 +94,14 @@ with DAG(
             raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(UTC).date().isoformat()
+        # a run started by a new sacct export (house.watch): the day of that file, sampled from it
+        exports = export_events(context) if dr.run_type == "asset_triggered" else []
+        overrides = export_params(exports[0], params) if exports else {}
+        if exports:
+            day = exports[0]["day"]
+            params.update(overrides)
+            for e in exports[1:]:
+                print(f"export {e['name']} ({e['day']}) arrived with this run: not sampled here (backfill that day)")
         try:
             run = MirageRun.from_params(params)
             # the params a step opens are data, not reach: under the allowed roots, before the trace is read
@@ -101,7 +111,7 @@ with DAG(
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
-        return {"day": None if follow else day, "trace_argv": trace.pop("argv"), **trace}
+        return {"day": None if follow else day, "trace_argv": trace.pop("argv"), "overrides": overrides, **trace}
 
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
@@ -111,13 +121,14 @@ with DAG(
         from stepkit import storage
 
         try:
-            run = MirageRun.from_params(dict(context["params"]))
+            run = MirageRun.from_params({**context["params"], **p["overrides"]})
             day = p["day"]
             if day is None:  # a scheduled run follows the trace: its newest complete day
                 report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
                 day = newest_complete_day(report["span_last_submit"], run.workload_days)
             have = checked_against(p["trace"], run.workload_days)
-            return samples_day(run, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
+            out = samples_day(run, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
+            return {**out, "overrides": p["overrides"]}
         except ValueError as exc:
             raise _fail(exc) from exc
 
@@ -139,7 +150,7 @@ with DAG(
         missing = [u for u in d["partitions"].values() if read_marker(u) is None]
         if missing:
             raise RuntimeError(f"partitions not committed: {missing}")
-        params = context["params"]
+        params = {**context["params"], **d["overrides"]}
         extra = {
             "day": d["day"],
             "trace": d["trace"],

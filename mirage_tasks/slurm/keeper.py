@@ -151,6 +151,7 @@ class Keeper:
     log_path: str | None = None
     stop_chain: bool = False
     submitted: set[str] = field(default_factory=set)
+    on_submit: Callable[[str], None] | None = None  # told each job id right after sbatch (the step announces it)
     snaps: deque = field(default_factory=lambda: deque(maxlen=144))
     waits: dict[str, float] = field(default_factory=dict)  # job -> start - submit (real s), as seen
     starts: dict[str, float] = field(default_factory=dict)
@@ -199,6 +200,8 @@ class Keeper:
         )
         jid = run_client(args, self.env).strip().split(";")[0]
         self.submitted.add(jid)
+        if self.on_submit is not None:
+            self.on_submit(jid)
         self._log({"event": "submitted", "job": jid, "what": what})
         return jid
 
@@ -277,9 +280,14 @@ class Keeper:
 
     # ------------------------------------------------------------------ the loop
     def run(self, first: str | None = None, deadline_s: float = 86400.0) -> list[dict]:
-        """Keep the chain for ``links`` successions; returns one result per link."""
+        """Keep the chain for ``links`` successions; returns one result per link. ``first``: a job
+        of this chain already in the queue (submitted by an earlier try of the same task), adopted
+        as the first predecessor instead of submitting one."""
         t_end = self.clock() + deadline_s
         step_real = self.step_s / self.scale
+        if first is not None:
+            self.submitted.add(first)  # this task's own job: it may cancel it (--stop-chain)
+            self._log({"event": "adopted", "job": first})
         pred = first or self.submit("0")
         pred_submit = self.clock()
         results = []

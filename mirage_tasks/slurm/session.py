@@ -63,6 +63,7 @@ class Session:
     submit_epochs: dict[str, float] | None = None  # slurmctld's logged submission instant per job id
     late_nodes: list[str] = field(default_factory=list)  # drained until chain 0 starts (a cluster this session owns)
     join_epoch: float | None = None  # when the late nodes were resumed (real epoch)
+    adopt: dict[str, str] = field(default_factory=dict)  # chain tag (svc-<policy>[-c<c>]) -> its job to adopt
 
     def run(self, deadline_s: float) -> None:
         """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results``,
@@ -132,10 +133,11 @@ class Session:
 
             def _keep(p: str, c: int) -> None:
                 try:
+                    first = self.adopt.get(keepers[p, c].tag)
                     delay = self.offset_s + c * self.stagger_s
-                    if delay > 0:
+                    if delay > 0 and first is None:  # an adopted chain runs already
                         nap(delay / scale)
-                    rows = keepers[p, c].run(deadline_s=deadline_s)
+                    rows = keepers[p, c].run(first=first, deadline_s=deadline_s)
                     with lock:
                         self.results.setdefault(p, []).extend(rows)
                 except Stopped:

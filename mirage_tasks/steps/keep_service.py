@@ -34,6 +34,7 @@ import os
 import time
 
 from stepkit import Step, StepError
+from stepkit.external import announce, parse_ids
 
 from .. import __version__
 from ..data.schema import parse_time, read_trace
@@ -153,6 +154,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--background-to", default=None, help="... to here (exclusive)")
     p.add_argument("--deadline-s", type=float, default=7200.0, help="real seconds before the keeper gives up")
     p.add_argument("--stop-chain", action="store_true", help="cancel the chain's last job at the end")
+    p.add_argument(
+        "--adopt-jobs",
+        default=None,
+        help="job ids an earlier try of this task submitted (comma-separated; the runner passes the ids "
+        "the step announced): each chain whose job is still queued adopts its newest one instead of "
+        "submitting (a real cluster; with --slurm-root they ended with that run's cluster)",
+    )
     p.add_argument("--out", required=True, help="output prefix URI")
     add_config_arguments(p)
 
@@ -346,6 +354,11 @@ def run(args: argparse.Namespace) -> int:
         if not conf:
             raise StepError("no cluster: set SLURM_CONF, pass --slurm-conf, or --slurm-root for a local one")
         env, jobcomp = kp.env_for(conf), None
+    adopt = adopted_chains(parse_ids(args.adopt_jobs, "--adopt-jobs"), env, args.partition) if cluster is None else {}
+    if args.adopt_jobs and cluster is not None:
+        log.info(
+            "--adopt-jobs %s: a local cluster started by this run, the earlier jobs ended with theirs", args.adopt_jobs
+        )
     dec_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"keeper-{os.getpid()}.jsonl")
     if os.path.exists(dec_path):
         os.unlink(dec_path)
@@ -367,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
         t0=t0 if bg else 0,
         accounting=args.accounting,
         owns_cluster=cluster is not None,
+        adopt=adopt,
         keeper={
             "node": args.node,
             "service_s": service_s,
@@ -378,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
             "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
             "log_path": dec_path,
             "stop_chain": args.stop_chain,
+            # a real cluster's jobs outlive this process: announced, so a retry of the task adopts them
+            "on_submit": (lambda jid: announce("slurm", [jid])) if cluster is None else None,
             "decide_within_s": (model_info or {}).get("trained_span_s") if args.decide_within == "trained" else None,
             "decide_at_s": (model_info or {}).get("trained_offsets_s") if decide_at == "probes" else None,
             "avg_offset_h": None if avg_cal is None else avg_cal["threshold"],
@@ -467,6 +483,28 @@ def run(args: argparse.Namespace) -> int:
     )
     step.commit(summary={"links": len(frame), "errors": errors})
     return 0 if not errors else 1
+
+
+def adopted_chains(ids: list[str], env: dict[str, str], partition: str | None) -> dict[str, str]:
+    """Which chain adopts which of ``ids`` (jobs an earlier try submitted): ``{chain tag: the newest
+    of its jobs still in the queue}``, the tag read off the job name (``svc-<policy>[-c<c>]-<link>``).
+    Jobs no longer queued have ended: their chain starts afresh."""
+    if not ids:
+        return {}
+    from ..slurm.queue import squeue
+
+    queued = {q.job_id: q for q in squeue(env, partition)}
+    out: dict[str, str] = {}
+    for jid in ids:
+        q = queued.get(jid)
+        if q is None:
+            log.info("--adopt-jobs: job %s is no longer queued", jid)
+            continue
+        tag = q.name.rsplit("-", 1)[0]
+        out[tag] = jid  # ids in submission order: the newest wins
+    for tag, jid in out.items():
+        print(f"keep-service: chain {tag} adopts job {jid} (submitted by an earlier try)", flush=True)
+    return out
 
 
 def _children_cpu_s() -> float:

@@ -10,12 +10,22 @@ stopped (``execution_timeout``, a kill from the UI, any exception while waiting)
 whole process group gets SIGTERM, then SIGKILL after a grace period, so no grandchild
 survives the task. Exit code 2 (the step contract's "bad input or parameters") fails
 the task without retries; any other non-zero code is retried as usual.
+
+External jobs that survive a retry: a step that submits jobs outliving its process (the
+keeper's Slurm jobs) prints ``stepkit-external: {"kind": ..., "ids": [...]}`` right after each
+submission (``stepkit.external``). The operator stores every announced id in the task's state
+store (``task_state_store``, key ``external_ids``, written as they arrive, so a killed try has
+recorded them) and, with ``adopt_flag`` set (``--adopt-jobs``), a later try of the same task
+instance passes them back (``<adopt_flag> id,id,...``): the step adopts them instead of
+submitting again. The same store Airflow's ``ResumableJobMixin`` keeps its one external id in;
+that mixin's submit-then-poll model does not fit a step that submits many jobs itself.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -32,6 +42,12 @@ from house import config as house_config
 from house.argv import drop_omitted
 from house.bundle import bundle_env
 from house.links import StepReportLink
+
+#: The prefix of a step's announcement of external job ids (``stepkit.external.PREFIX``: the
+#: plugins never import the task packages' ``stepkit``; tests/dags/test_local_runner.py pins it).
+EXTERNAL_PREFIX = "stepkit-external: "
+#: The task state store's key of the announced ids (renaming it breaks in-flight retries).
+EXTERNAL_IDS_KEY = "external_ids"
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
 #: a retry cannot help, so the task fails at once.
@@ -80,6 +96,7 @@ class LocalStepOperator(BaseOperator):
         stderr_tail_lines: int = house_config.STDERR_TAIL_LINES,
         kill_grace_seconds: float = house_config.KILL_GRACE_SECONDS,
         map_label: str | None = None,
+        adopt_flag: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -92,7 +109,10 @@ class LocalStepOperator(BaseOperator):
         self.stderr_tail_lines = stderr_tail_lines
         self.kill_grace_seconds = kill_grace_seconds
         self.map_label = map_label
+        self.adopt_flag = adopt_flag
         self._proc: subprocess.Popen | None = None
+        self._announced: list[str] = []
+        self._announced_lock = threading.Lock()
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -125,9 +145,34 @@ class LocalStepOperator(BaseOperator):
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self.log.info("[%s] %s", label, line)
+            if label == "stdout" and line.startswith(EXTERNAL_PREFIX):
+                self._note_external(line)
             if tail is not None:
                 tail.append(line)
         stream.close()
+
+    def _note_external(self, line: str) -> None:
+        try:
+            ids = [str(i) for i in json.loads(line[len(EXTERNAL_PREFIX) :])["ids"]]
+        except (ValueError, KeyError, TypeError):
+            self.log.warning("unreadable external-id announcement: %s", line)
+            return
+        with self._announced_lock:
+            self._announced.extend(ids)
+
+    def _persist_external(self, store: Any, known: list[str]) -> None:
+        """Add the ids announced since the last call to ``known`` and the task state store."""
+        with self._announced_lock:
+            new, self._announced = self._announced, []
+        new = [i for i in dict.fromkeys(new) if i not in known]
+        if not new:
+            return
+        known.extend(new)
+        if store is None:
+            self.log.warning("external ids %s: no task state store, a retry cannot adopt them", new)
+            return
+        store.set(EXTERNAL_IDS_KEY, list(known))
+        self.log.info("external ids kept for a retry: %s", ", ".join(known))
 
     def _stop(self, proc: subprocess.Popen, reason: str) -> None:
         """SIGTERM the child's process group, SIGKILL it after the grace period."""
@@ -150,6 +195,11 @@ class LocalStepOperator(BaseOperator):
     # -- Airflow hooks ---------------------------------------------------------------
     def execute(self, context: Any) -> None:
         cmd = self.command()
+        store = context.get("task_state_store")
+        known = [str(i) for i in ((store.get(EXTERNAL_IDS_KEY) if store is not None else None) or [])]
+        if known and self.adopt_flag:
+            self.log.info("an earlier try's external ids, passed back to adopt: %s", ", ".join(known))
+            cmd += [self.adopt_flag, ",".join(known)]
         cwd = self.cwd or house_config.get_config().code_root
         bundle = bundle_env(context)
         self.log.info("running %s (cwd %s, preset %s, %s)", shlex.join(cmd), cwd, self.preset, bundle)
@@ -171,7 +221,12 @@ class LocalStepOperator(BaseOperator):
         for t in pumps:
             t.start()
         try:
-            returncode = proc.wait()
+            while True:  # the announced ids reach the store while the step runs
+                try:
+                    returncode = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    self._persist_external(store, known)
             # The child is gone; make sure nothing it started outlives the task (and
             # holds the pipes open).
             if _group_alive(proc.pid):
@@ -183,6 +238,7 @@ class LocalStepOperator(BaseOperator):
             raise
         finally:
             self._proc = None
+            self._persist_external(store, known)
         if returncode != 0:
             how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
             error = StepRejected if returncode == EXIT_BAD_INPUT else StepFailed

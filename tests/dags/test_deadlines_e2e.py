@@ -17,17 +17,11 @@ stopped at the end (each service's and the slow step's process group, PostgreSQL
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import pwd
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -36,6 +30,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "ui"))
 from airflow_ui import airflow_env, free_port
+from services import postgres, stop_group, tail, wait_up
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,74 +39,6 @@ RUN_ID = "deadline_e2e"
 #: one experiment on one system, the local target: a small selection (the step never gets that far)
 CONF = {"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]}
 SERVICES = ("api-server", "scheduler", "triggerer")
-
-
-def _pg_bin() -> Path | None:
-    for cand in [os.environ.get("PGBIN"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)]:
-        if cand and (Path(cand) / "pg_ctl").exists() and (Path(cand) / "initdb").exists():
-            return Path(cand)
-    found = shutil.which("pg_ctl")
-    return Path(found).parent if found and (Path(found).parent / "initdb").exists() else None
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: as root, its commands run as the postgres user."""
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
-
-
-@contextlib.contextmanager
-def postgres():
-    """A PostgreSQL cluster in a fresh folder on a free 127.0.0.1 port; yields its SQLAlchemy URL."""
-    pg = _pg_bin()
-    if pg is None:
-        pytest.skip("PostgreSQL not installed (make system-deps installs Debian's postgresql)")
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no postgres user to run PostgreSQL as")
-    root = Path(tempfile.mkdtemp(prefix="deadline-pg-"))  # outside pytest's root-only tmp folders
-    if os.geteuid() == 0:
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-    data, sock, port = root / "data", root / "run", free_port()
-    run = dict(check=True, capture_output=True, text=True, timeout=120)
-    try:
-        subprocess.run(_as_postgres([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]), **run)
-        sock.mkdir()
-        if os.geteuid() == 0:
-            os.chown(sock, owner.pw_uid, owner.pw_gid)
-        opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
-        subprocess.run(
-            _as_postgres(
-                [str(pg / "pg_ctl"), "-D", str(data), "-l", str(root / "pg.log"), "-w", "-t", "60", "-o", opts, "start"]
-            ),
-            **run,
-        )
-        try:
-            yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
-        finally:
-            subprocess.run(_as_postgres([str(pg / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]), **run)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _stop_group(pid: int) -> None:
-    """SIGTERM the process group ``pid``, SIGKILL what is left after 20 s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    end = time.monotonic() + 20
-    while time.monotonic() < end:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _tail(path: Path, n: int = 3000) -> str:
-    return f"--- {path.name} ---\n" + (path.read_text(errors="replace")[-n:] if path.exists() else "(none)")
 
 
 def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
@@ -166,7 +93,7 @@ def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-            _wait_up(f"http://127.0.0.1:{port}", procs, logs)
+            wait_up(f"http://127.0.0.1:{port}", procs, logs)
             cli("dags", "trigger", "faasm_benchmarks", "--run-id", RUN_ID, "--conf", json.dumps(CONF))
 
             record = storage / "_deadlines" / "faasm_benchmarks" / f"{RUN_ID}.json"
@@ -175,7 +102,7 @@ def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
                 dead = [n for n, p in procs.items() if p.poll() is not None]
                 if dead or time.monotonic() > end:
                     why = f"{', '.join(dead)} exited" if dead else "no deadline record in 200 s"
-                    pytest.fail(why + "\n" + "\n".join(_tail(p) for p in logs.values()))
+                    pytest.fail(why + "\n" + "\n".join(tail(p) for p in logs.values()))
                 time.sleep(1)
             rec = json.loads(record.read_text())
             assert rec["dag_id"] == "faasm_benchmarks" and rec["run_id"] == RUN_ID, rec
@@ -189,31 +116,15 @@ def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
             while f"deadline missed: faasm_benchmarks run {RUN_ID}" not in logs["triggerer"].read_text(
                 errors="replace"
             ):
-                assert time.monotonic() < end, _tail(logs["triggerer"])
+                assert time.monotonic() < end, tail(logs["triggerer"])
                 time.sleep(1)
         finally:
             for name in reversed(list(procs)):
-                _stop_group(procs[name].pid)
+                stop_group(procs[name].pid)
                 procs[name].wait(timeout=10)
             if pidfile.exists():
-                _stop_group(int(pidfile.read_text()))
+                stop_group(int(pidfile.read_text()))
 
 
 def _ts(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def _wait_up(base: str, procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
-    end = time.monotonic() + 180
-    while True:
-        dead = [n for n, p in procs.items() if p.poll() is not None]
-        if dead:
-            pytest.fail(f"{', '.join(dead)} exited\n" + "\n".join(_tail(logs[n]) for n in dead))
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as r:
-                health = json.load(r)
-                if all(health.get(k, {}).get("status") == "healthy" for k in ("scheduler", "triggerer")):
-                    return
-        if time.monotonic() > end:
-            pytest.fail("Airflow not healthy in 180 s\n" + "\n".join(_tail(p) for p in logs.values()))
-        time.sleep(1)

@@ -1170,3 +1170,33 @@ def test_slurm_conf_binds_every_daemon_to_the_host_name_address():
     assert "SlurmctldHost=localhost(127.0.0.1)" in text and "NodeAddr=127.0.0.1" in text
     dbd = render_dbd(Paths("/x"), 7003, 7004, "pw")
     assert "CommunicationParameters=NoInAddrAny" in dbd and "DbdAddr=127.0.0.1" in dbd
+
+
+def test_keeper_adopts_a_queued_job_and_announces_what_it_submits(fake):
+    """``run(first=...)``: the adopted job is the first predecessor (no sbatch for it), this keeper's
+    own (it may cancel it); every job it does submit goes to ``on_submit`` at once."""
+    seen = []
+    k = _keeper(fake, "reactive")
+    k.on_submit = seen.append
+    before = set(fake.jobs)
+    adopted = fake.run_client(["sbatch", "-N", "1", "--time=240"]).strip()  # an earlier try's job
+    (r,) = k.run(first=adopted, deadline_s=10_000)
+    assert r["pred"] == adopted and seen == [r["succ"]]
+    assert set(fake.jobs) - before == {adopted, r["succ"]}  # one sbatch by the keeper: the successor
+    assert adopted in k.submitted
+
+
+def test_adopted_chains_take_each_chains_newest_queued_job(monkeypatch):
+    """``keep-service --adopt-jobs``: the chain of each job is its name's tag; the newest queued job
+    of a chain wins; a job no longer queued is not adopted."""
+    from mirage_tasks.slurm import queue
+    from mirage_tasks.steps import keep_service
+
+    def squeue(env=None, partition=None):
+        names = {"7": "svc-reactive-0", "8": "svc-reactive-1", "9": "svc-avg-c1-0"}
+        return [QJob(j, "RUNNING", 1, 60, 0.0, 1.0, "u", n) for j, n in names.items()]
+
+    monkeypatch.setattr(queue, "squeue", squeue)
+    got = keep_service.adopted_chains(["5", "7", "8", "9"], {}, None)
+    assert got == {"svc-reactive": "8", "svc-avg-c1": "9"}
+    assert keep_service.adopted_chains([], {}, None) == {}

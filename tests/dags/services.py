@@ -1,0 +1,107 @@
+"""A real Airflow for end-to-end tests: a throw-away PostgreSQL cluster, the services started in
+process groups of their own, their health awaited, and everything stopped at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tests" / "ui"))
+from airflow_ui import free_port
+
+
+def _pg_bin() -> Path | None:
+    for cand in [os.environ.get("PGBIN"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)]:
+        if cand and (Path(cand) / "pg_ctl").exists() and (Path(cand) / "initdb").exists():
+            return Path(cand)
+    found = shutil.which("pg_ctl")
+    return Path(found).parent if found and (Path(found).parent / "initdb").exists() else None
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, its commands run as the postgres user."""
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@contextlib.contextmanager
+def postgres():
+    """A PostgreSQL cluster in a fresh folder on a free 127.0.0.1 port; yields its SQLAlchemy URL."""
+    pg = _pg_bin()
+    if pg is None:
+        pytest.skip("PostgreSQL not installed (make system-deps installs Debian's postgresql)")
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no postgres user to run PostgreSQL as")
+    root = Path(tempfile.mkdtemp(prefix="deadline-pg-"))  # outside pytest's root-only tmp folders
+    if os.geteuid() == 0:
+        os.chown(root, owner.pw_uid, owner.pw_gid)
+    data, sock, port = root / "data", root / "run", free_port()
+    run = dict(check=True, capture_output=True, text=True, timeout=120)
+    try:
+        subprocess.run(_as_postgres([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]), **run)
+        sock.mkdir()
+        if os.geteuid() == 0:
+            os.chown(sock, owner.pw_uid, owner.pw_gid)
+        opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
+        subprocess.run(
+            _as_postgres(
+                [str(pg / "pg_ctl"), "-D", str(data), "-l", str(root / "pg.log"), "-w", "-t", "60", "-o", opts, "start"]
+            ),
+            **run,
+        )
+        try:
+            yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+        finally:
+            subprocess.run(_as_postgres([str(pg / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]), **run)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def stop_group(pid: int) -> None:
+    """SIGTERM the process group ``pid``, SIGKILL what is left after 20 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def tail(path: Path, n: int = 3000) -> str:
+    return f"--- {path.name} ---\n" + (path.read_text(errors="replace")[-n:] if path.exists() else "(none)")
+
+
+def wait_up(base: str, procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
+    end = time.monotonic() + 180
+    while True:
+        dead = [n for n, p in procs.items() if p.poll() is not None]
+        if dead:
+            pytest.fail(f"{', '.join(dead)} exited\n" + "\n".join(tail(logs[n]) for n in dead))
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as r:
+                health = json.load(r)
+                if all(health.get(k, {}).get("status") == "healthy" for k in ("scheduler", "triggerer")):
+                    return
+        if time.monotonic() > end:
+            pytest.fail("Airflow not healthy in 180 s\n" + "\n".join(tail(p) for p in logs.values()))
+        time.sleep(1)

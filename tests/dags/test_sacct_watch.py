@@ -1,0 +1,228 @@
+"""The sacct export watcher (``house.watch``): one event per new export file with its day, none
+for a file announced before (also after a restart, through the asset's state store), none and a
+clear log line for a name without a day; opt-in by setting, and the allowed roots enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from conftest import load_dag
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_variable_cache():
+    from house.config import clear_variable_cache
+
+    clear_variable_cache()
+    yield
+    clear_variable_cache()
+
+
+class FakeStore:
+    """The asset state store's async accessors, kept in a dict (the metadata database's stand-in)."""
+
+    def __init__(self, data=None):
+        self.data = dict(data or {})
+
+    async def aget(self, key, default=None):
+        return self.data.get(key, default)
+
+    async def aset(self, key, value):
+        self.data[key] = value
+
+
+def _trigger(folder, store=None, **kw):
+    from house.watch import SacctExportTrigger
+
+    t = SacctExportTrigger(prefix=f"file://{folder}", roots=[str(folder.parent)], poll_interval=0.01, **kw)
+    t.asset_state_store = store
+    return t
+
+
+async def _events(trigger, timeout: float = 0.5) -> list[dict]:
+    """The events ``trigger.run()`` yields within ``timeout`` seconds (polling every 10 ms), taken
+    as the triggerer takes them: the generator resumes after each one."""
+    out: list[dict] = []
+    gen = trigger.run()
+
+    async def take():
+        async for ev in gen:
+            out.append(ev.payload)
+
+    try:
+        await asyncio.wait_for(take(), timeout)
+    except TimeoutError:
+        pass
+    finally:
+        await gen.aclose()
+    return out
+
+
+def test_a_trigger_closed_before_it_resumes_announces_the_file_again(tmp_path):
+    """At least once: the file is recorded when the event has been taken (the generator resumed),
+    so a triggerer stopped in between announces it again after a restart."""
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    (folder / "ls6-2023-01-10.log").write_bytes(b"x")
+    store = FakeStore()
+
+    async def first_then_close(t):
+        gen = t.run()
+        ev = await gen.__anext__()
+        await gen.aclose()
+        return ev.payload["day"]
+
+    assert asyncio.run(first_then_close(_trigger(folder, store))) == "2023-01-10"
+    assert store.data == {}
+    assert [e["day"] for e in asyncio.run(_events(_trigger(folder, store)))] == ["2023-01-10"]
+    assert store.data == {"seen": {"ls6-2023-01-10.log": "2023-01-10"}}
+
+
+def test_new_file_gives_an_event_with_its_day_old_file_none(tmp_path):
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    (folder / "ls6-2023-01-10.log.gz").write_bytes(b"x")
+    store = FakeStore()
+    t = _trigger(folder, store, timezone="America/Chicago")
+    assert asyncio.run(_events(t)) == [
+        {
+            "uri": f"file://{folder}/ls6-2023-01-10.log.gz",
+            "day": "2023-01-10",
+            "name": "ls6-2023-01-10.log.gz",
+            "timezone": "America/Chicago",
+        }
+    ]
+    # the same trigger: nothing new, no event; a new file: its event only
+    assert asyncio.run(_events(t, timeout=0.3)) == []
+    (folder / "ls6-2023-01-11.log.gz").write_bytes(b"x")
+    assert [e["day"] for e in asyncio.run(_events(t, timeout=0.5))] == ["2023-01-11"]
+    assert store.data["seen"] == {"ls6-2023-01-10.log.gz": "2023-01-10", "ls6-2023-01-11.log.gz": "2023-01-11"}
+
+    # a restarted triggerer (a new trigger, the same state store): old files give no event
+    (folder / "ls6-2023-01-12.log.gz").write_bytes(b"x")
+    again = _trigger(folder, FakeStore(store.data))
+    assert [e["day"] for e in asyncio.run(_events(again, timeout=0.5))] == ["2023-01-12"]
+
+
+def test_two_files_two_events_oldest_day_first(tmp_path):
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for name in ("b-2023-02-02.log", "a-2023-02-01.log"):
+        (folder / name).write_bytes(b"x")
+    got = asyncio.run(_events(_trigger(folder)))
+    assert [(e["name"], e["day"]) for e in got] == [
+        ("a-2023-02-01.log", "2023-02-01"),
+        ("b-2023-02-02.log", "2023-02-02"),
+    ]
+
+
+def test_bad_names_log_clearly_and_give_no_event(tmp_path, capsys):
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    (folder / "ls6-latest.log.gz").write_bytes(b"x")
+    (folder / "ls6-2023-02-30.log").write_bytes(b"x")
+    (folder / "ls6-2023-03-01.log.part").write_bytes(b"x")  # an upload in progress: ignored quietly
+    (folder / "_SUCCESS.json").write_bytes(b"{}")
+    (folder / "sub-2023-03-02").mkdir()  # a folder is not an export
+    outside = tmp_path / "elsewhere-2023-03-03.log"
+    outside.write_bytes(b"x")
+    os.symlink(outside, folder / "link-2023-03-03.log")
+    t = _trigger(folder)
+    assert asyncio.run(_events(t, timeout=0.3)) == []
+    text = capsys.readouterr().out  # the triggerer's structured log
+    assert "sacct export 'ls6-latest.log.gz': no day (YYYY-MM-DD) in its name" in text
+    assert "sacct export 'ls6-2023-02-30.log': '2023-02-30' is not a date" in text
+    assert "link-2023-03-03.log refused: a link leading out of" in text
+    # logged once each, not every poll
+    assert text.count("ls6-latest.log.gz") == 1
+    assert ".part" not in text and "_SUCCESS" not in text
+
+
+def test_missing_folder_waits_quietly_then_fires(tmp_path):
+    folder = tmp_path / "exports"
+    t = _trigger(folder)
+    assert asyncio.run(_events(t, timeout=0.2)) == []
+    folder.mkdir()
+    (folder / "x-2024-05-06.csv").write_bytes(b"x")
+    assert [e["day"] for e in asyncio.run(_events(t))] == ["2024-05-06"]
+
+
+def test_prefix_outside_the_allowed_roots_is_refused(tmp_path, monkeypatch):
+    from house.config import ConfigError
+    from house.watch import check_prefix, export_asset
+
+    with pytest.raises(ConfigError, match=r"HOUSE_SACCT_EXPORT_URI='file:///etc/x': outside the allowed input roots"):
+        check_prefix("file:///etc/x", [str(tmp_path)])
+    with pytest.raises(ConfigError, match="outside the allowed input roots"):
+        check_prefix("s3://other/x", ["s3://bucket/traces"])
+    assert check_prefix("s3://bucket/traces/ls6/", ["s3://bucket/traces"]) == "s3://bucket/traces/ls6"
+    with pytest.raises(ConfigError, match="'..'"):
+        check_prefix(f"{tmp_path}/../x", [str(tmp_path)])
+    # the trigger checks again where it runs
+    t = _trigger(tmp_path / "exports")
+    t.roots = ["/nowhere"]
+    with pytest.raises(ConfigError, match="outside the allowed input roots"):
+        asyncio.run(_events(t))
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(tmp_path / "storage"))
+    monkeypatch.setenv("HOUSE_INPUT_ROOTS", str(tmp_path / "traces"))
+    monkeypatch.setenv("HOUSE_SACCT_EXPORT_URI", str(tmp_path / "exports"))
+    with pytest.raises(ConfigError, match="HOUSE_SACCT_EXPORT_URI"):
+        export_asset()
+
+
+def test_opt_in_by_setting(tmp_path, monkeypatch):
+    """Unset: the daily partitioned cron alone (today's behaviour). Set: the cron or a new export,
+    the watched asset carrying the trigger as the triggerer gets it (serialized)."""
+    from airflow.sdk import CronPartitionTimetable
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    monkeypatch.delenv("HOUSE_SACCT_EXPORT_URI", raising=False)
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(tmp_path / "storage"))
+    assert isinstance(load_dag("mirage_samples").timetable, CronPartitionTimetable)
+
+    monkeypatch.setenv("HOUSE_INPUT_ROOTS", str(tmp_path))
+    monkeypatch.setenv("HOUSE_SACCT_EXPORT_URI", f"file://{tmp_path}/exports/")
+    monkeypatch.setenv("HOUSE_SACCT_EXPORT_POLL", "5")
+    dag = load_dag("mirage_samples")
+    ser = DagSerialization.to_dict(dag)["dag"]
+    timetable = ser["timetable"]["__var"]
+    assert timetable["timetable"]["__type"].endswith("CronPartitionTimetable")  # backfills keep their days
+    asset = timetable["asset_condition"]
+    assert asset["name"] == "sacct_exports"
+    assert asset["uri"] == f"file://{tmp_path}/exports"
+    [watcher] = asset["watchers"]
+    assert watcher["trigger"]["classpath"] == "house.watch.SacctExportTrigger"
+    assert watcher["trigger"]["kwargs"]["prefix"] == f"file://{tmp_path}/exports"
+    assert watcher["trigger"]["kwargs"]["poll_interval"] == 5.0
+    monkeypatch.setenv("HOUSE_SACCT_EXPORT_POLL", "soon")
+    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DAGS
+
+    bag = DagBag(dag_folder=str(DAGS / "mirage_samples.py"))
+    [error] = bag.import_errors.values()
+    assert "HOUSE_SACCT_EXPORT_POLL='soon': expected seconds" in error
+
+
+def test_triggered_run_reads_its_day_from_the_event():
+    """``export_events``: the payloads of this asset's events (the triggerer's extra), oldest day first."""
+    from types import SimpleNamespace
+
+    from airflow.sdk import Asset
+
+    from house.watch import export_events
+
+    exports, other = Asset(name="sacct_exports", uri="file:///x"), Asset(name="other", uri="file:///y")
+    ev = lambda payload: SimpleNamespace(extra={"from_trigger": True, "payload": payload})  # noqa: E731
+    events = {
+        exports: [
+            ev({"uri": "file:///x/b-2023-01-02", "day": "2023-01-02", "name": "b"}),
+            ev({"uri": "file:///x/a-2023-01-01", "day": "2023-01-01", "name": "a"}),
+        ],
+        other: [ev({"uri": "file:///y/z", "day": "2023-01-05"})],
+    }
+    assert [e["day"] for e in export_events({"triggering_asset_events": events})] == ["2023-01-01", "2023-01-02"]
+    assert export_events({}) == []
