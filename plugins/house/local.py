@@ -111,8 +111,10 @@ class LocalStepOperator(BaseOperator):
         self.map_label = map_label
         self.adopt_flag = adopt_flag
         self._proc: subprocess.Popen | None = None
+        # the ids a running step announced (set in execute: a lock in the constructor would make
+        # the operator impossible to deepcopy, which Airflow does with tasks)
         self._announced: list[str] = []
-        self._announced_lock = threading.Lock()
+        self._announced_lock: threading.Lock | None = None
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -195,6 +197,7 @@ class LocalStepOperator(BaseOperator):
     # -- Airflow hooks ---------------------------------------------------------------
     def execute(self, context: Any) -> None:
         cmd = self.command()
+        self._announced, self._announced_lock = [], threading.Lock()
         store = context.get("task_state_store")
         known = [str(i) for i in ((store.get(EXTERNAL_IDS_KEY) if store is not None else None) or [])]
         if known and self.adopt_flag:
