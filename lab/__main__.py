@@ -22,6 +22,10 @@ STEPS: dict[str, tuple[str, str]] = {
         "lab.slurm.fidelity_slurm",
         "score the simulator again on a recorded Slurm replay (other settings, no Slurm run)",
     ),
+    "keeper-slurm": (
+        "lab.slurm.keeper_slurm",
+        "keep-service measured on a local Slurm of its own, over a replayed background, beside the simulator",
+    ),
     "summary": ("lab.summary", "list what a pipeline run produced and where (read-only)"),
 }
 

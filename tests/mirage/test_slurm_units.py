@@ -372,9 +372,9 @@ def test_keep_service_policy_model_without_model_refuses_before_anything_starts(
     keep_service.add_arguments(p)
     out = tmp_path / "out"
     with pytest.raises(StepError, match="--policy model needs --model"):
-        keep_service.run(p.parse_args(["--policy", policy, "--out", str(out), "--slurm-root", str(tmp_path / "s")]))
+        keep_service.run(p.parse_args(["--policy", policy, "--out", str(out)]))
     assert main("mirage_tasks", STEPS, ["keep-service", "--policy", policy, "--out", str(out)]) == 2
-    assert not out.exists() and not (tmp_path / "s").exists()
+    assert not out.exists()
 
 
 def test_association_tree_matches_the_simulators_siblings():
@@ -468,11 +468,11 @@ def _replayed(rows: list[dict], t_from: int, t_to: int, factor: float):
 
 
 def test_session_links_put_the_simulators_prediction_beside_each_chain():
-    """slurm.session.Session.links maps a chain's real submission back to trace time and asks
+    """The measurement session's links (lab.slurm.keeper_session) map a chain's real submission back to trace time and asks
     the simulator for the same link on the replayed background: a 2-node cluster held by one
     job until t0 + 2 h, a 1-node chain submitted at t0 (reactive: the successor at the
     predecessor's end) is predicted to start at once and run its 1 h limit."""
-    from mirage_tasks.slurm.session import Session
+    from lab.slurm.keeper_session import MeasuredSession as Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, jobs, bg = _replayed(
@@ -493,12 +493,12 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
 
 
 def test_the_prediction_has_the_late_nodes_join_when_they_joined():
-    """A session's late nodes (``keep-service --late-nodes``) join at the instant they were
+    """A session's late nodes (``keeper-slurm --late-nodes``) join at the instant they were
     resumed: a 2-node cluster, one node held by the background from t0 + 1 min to t0 + 2 h, the
     other late until t0 + 1.5 h (real epoch mapped to trace time, x60). A chain submitted at
     t0 + 2 min is predicted to start when the node joins, not at once as on the cluster with
     both nodes."""
-    from mirage_tasks.slurm.session import Session
+    from lab.slurm.keeper_session import MeasuredSession as Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, jobs, bg = _replayed(
@@ -527,13 +527,13 @@ def test_the_prediction_has_the_late_nodes_join_when_they_joined():
     assert first(late_nodes=["n2"], join_epoch=origin + 60 / factor)["sim_pred_start"] == t0 + 120
 
 
-def test_keep_service_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
+def test_keeper_slurm_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
     """The keeper never changes a real cluster's nodes, and late nodes join when the first
-    chain starts: without --slurm-root or without --offset-hours the step refuses, naming the
+    chain starts: without --slurm-root or without --offset-hours the lab's keeper-slurm refuses, naming the
     flag, before anything starts."""
     import argparse
 
-    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
+    from lab.slurm.keeper_slurm import StepError, add_arguments, run
 
     for extra in (
         ["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
@@ -552,8 +552,8 @@ def test_each_chains_prediction_sees_the_other_chains_jobs():
     predecessor (submitted first, at t0) takes the free node; chain 0's, submitted 30 trace
     minutes later, is predicted to wait for it (1 h), not to start at once as it would alone.
     Submission instants come from slurmctld's log where it has them."""
+    from lab.slurm.keeper_session import MeasuredSession as Session
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     df = pd.DataFrame(
@@ -829,7 +829,7 @@ def test_keeper_avg_cal_submits_where_the_mean_wait_minus_the_time_left_reaches_
 def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
     """keeper_sim.predict: avg-cal with offset 0 decides as avg, without one (never early) as
     reactive, and with a negative offset earlier than avg."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     # a 2-node job holds the cluster 2 h; a 1-node job submitted a minute later waits for it (a mean wait > 0)
@@ -865,7 +865,7 @@ def test_keeper_prediction_asks_the_model_where_the_keeper_asks_it():
     the first step at or past each probe time. Before, the prediction asked every step from the
     start whatever the keeper did, so a model the keeper asked only in its last 24 h was predicted
     to submit 48 h ahead."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, _, bg = _replayed(
@@ -905,12 +905,8 @@ def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, 
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="--avg-cal-samples"):
-        keep_service.run(
-            p.parse_args(
-                ["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
-            )
-        )
-    assert not (tmp_path / "s").exists()
+        keep_service.run(p.parse_args(["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o")]))
+    assert not (tmp_path / "o").exists()
     with pytest.raises(StepError, match="--avg-cal-samples"):
         keep_service.calibrate_avg_cal(str(tmp_path / "nothing"), 1)
 
@@ -965,7 +961,7 @@ def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
     """keeper_sim.predict for guarantee: a bound of 2 h on a free cluster submits 2 h 10 min before
     the end (the step after which waiting would leave less than the bound), wait-pred at 0 h wait
     only at the end."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, _, bg = _replayed(
@@ -987,7 +983,7 @@ def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_
     the next probe reaches its margin. Margin 0.5 h: at 2 h left (2 - 1 >= 0.5); 1.5 h: at 1 h left
     (2 - 0.5); None (never early): at the end after its 4 asks. The simulator's prediction decides
     the same on a free cluster."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     at = (7200, 3600, 1800, 600)
     wp = _FixedWait(0.0, 2.0)
@@ -1068,12 +1064,8 @@ def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monk
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="guarantee needs --waitpred"):
-        keep_service.run(
-            p.parse_args(
-                ["--policy", "guarantee,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
-            )
-        )
-    assert not (tmp_path / "s").exists()
+        keep_service.run(p.parse_args(["--policy", "guarantee,reactive", "--out", str(tmp_path / "o")]))
+    assert not (tmp_path / "o").exists()
     with pytest.raises(StepError, match="--waitpred"):
         livewait.load(str(tmp_path / "nothing"), "UTC")
 
