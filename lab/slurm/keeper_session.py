@@ -1,6 +1,6 @@
 """The keeping session of the measurement mode (``python -m lab keeper-slurm``): the product's
 chains (:class:`mirage_tasks.slurm.session.Session`) over a background trace replay
-(:func:`mirage_tasks.slurm.replay.run`, in a thread of its own) on a local cluster, then the
+(:func:`lab.slurm.replay.run`, in a thread of its own) on a local cluster, then the
 simulator's prediction for each chain from the same background
 (:func:`lab.slurm.keeper_sim.predict`).
 
@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from mirage_tasks.sim import decision_rules as dr
-from mirage_tasks.slurm.replay import cancel_ours
+from mirage_tasks.slurm.queue import cancel_ours
 from mirage_tasks.slurm.session import Session, Stopped
 
 
@@ -31,7 +31,7 @@ class MeasuredSession(Session):
     predecessors are queued: capacity added for the chains does not serve the background alone
     before them; the simulator's prediction has them join at the same instant."""
 
-    background: pd.DataFrame | None = None  # a replay plan (:func:`mirage_tasks.slurm.replay.plan`), or none
+    background: pd.DataFrame | None = None  # a replay plan (:func:`lab.slurm.replay.plan`), or none
     t0: int = 0  # the background window's start (trace time)
     accounting: bool = False  # the background's jobs name their users' accounts
     bg_out: pd.DataFrame | None = None
@@ -54,7 +54,7 @@ class MeasuredSession(Session):
         jobs, box = self.background, self._box
 
         def _bg() -> None:
-            from mirage_tasks.slurm.replay import run as replay_run
+            from lab.slurm.replay import run as replay_run
 
             try:
                 box["out"] = replay_run(

@@ -1,6 +1,6 @@
 """What the simulator predicts for a kept service, given the workload the real run saw.
 
-The background is a replay's job table (:mod:`mirage_tasks.slurm.replay`: Slurm's own submission times
+The background is a replay's job table (:mod:`lab.slurm.replay`: Slurm's own submission times
 mapped back to trace time, compressed sleeps and minute-rounded limits times the factor);
 the chain starts with the predecessor at the keeper's real submission time; the settings
 are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the keeper does

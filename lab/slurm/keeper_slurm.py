@@ -191,7 +191,7 @@ class LocalMeasurement:
         from mirage_tasks.slurm import keeper as kp
 
         if self.bg:
-            from mirage_tasks.slurm import replay
+            from lab.slurm import replay
 
             b0, b1 = (
                 parse_time(args.background_from, "--background-from"),
@@ -201,8 +201,8 @@ class LocalMeasurement:
             self.bg_plan = replay.plan(self.wl, self.cfg, self.t0, int(b1.timestamp()), args.factor)
         if not args.slurm_root:
             return kp.env_for(args.slurm_conf or os.environ.get("SLURM_CONF")), None
+        from lab.slurm.replay import users_of
         from mirage_tasks.slurm.cluster import start_local
-        from mirage_tasks.slurm.replay import users_of
 
         users, unknown = users_of(self.bg_plan)
         self.cluster = start_local(

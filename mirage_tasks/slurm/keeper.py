@@ -133,7 +133,7 @@ class Keeper:
         self.origin = self.clock()
         self.limit_min = max(1, math.ceil(self.service_s / self.scale / 60))
         self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
-        from .replay import Progress
+        from .queue import Progress
 
         self.progress = Progress(f"keeper {self.policy}" + (f" chain {self.chain}" if self.chain else ""))
 

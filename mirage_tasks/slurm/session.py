@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..sim import decision_rules as dr
 from . import keeper as kp
-from .replay import cancel_ours
+from .queue import cancel_ours
 
 
 class Stopped(BaseException):

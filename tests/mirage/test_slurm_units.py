@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.slurm import replay
 from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, conf as slurm_conf, keeper, replay
+from mirage_tasks.slurm import compare, conf as slurm_conf, keeper
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -733,7 +734,7 @@ def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
 
 @pytest.mark.parametrize("hold", [True, False])
 def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, tmp_path, hold):
-    """A kept service's background (replay.run with hold=True, as slurm.session runs it) leaves
+    """A kept service's background (replay.run with hold=True, as the lab's keeper session runs it) leaves
     every job it submitted to run until the session's stop event, even when its window's
     submissions ran out long before and all its scored jobs started; only then it cancels
     them. Without hold the replay cancels them as soon as the scored jobs have started: the
@@ -752,7 +753,10 @@ def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, t
         calls.append((time.monotonic(), list(args)))
         return ""
 
+    from mirage_tasks.slurm import queue
+
     monkeypatch.setattr(replay, "run_client", client)
+    monkeypatch.setattr(queue, "run_client", client)  # cancel_ours's scancel
     monkeypatch.setattr(
         replay, "squeue", lambda env=None: [QJob(str(i), "RUNNING", 1, 600, 0.0, 1.0, "u", "bg") for i in (1, 2)]
     )
