@@ -107,11 +107,11 @@ class LocalMeasurement:
                 "never changes a real cluster's nodes) and --offset-hours > 0 (when the nodes join)"
             )
         if args.slurm_root:
-            from mirage_tasks.slurm.cluster import check_root
+            from lab.slurm.cluster import check_root
 
             check_root(args.slurm_root)
         else:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
-            from mirage_tasks.slurm.cluster import check_conf
+            from mirage_tasks.slurm.queue import check_conf
 
             check_conf(args.slurm_conf, "--slurm-conf")
         bg = self.bg
@@ -127,7 +127,7 @@ class LocalMeasurement:
             meta_nodes = self.meta.machine_nodes
         cfg = self.cfg = config_from_args(args, meta_nodes)
         if args.slurm_root:
-            from mirage_tasks.slurm.cluster import check_local_size
+            from lab.slurm.cluster import check_local_size
 
             check_local_size(cfg)
             if args.late_nodes and not args.late_nodes < cfg.nodes:
@@ -201,8 +201,8 @@ class LocalMeasurement:
             self.bg_plan = replay.plan(self.wl, self.cfg, self.t0, int(b1.timestamp()), args.factor)
         if not args.slurm_root:
             return kp.env_for(args.slurm_conf or os.environ.get("SLURM_CONF")), None
+        from lab.slurm.cluster import start_local
         from lab.slurm.replay import users_of
-        from mirage_tasks.slurm.cluster import start_local
 
         users, unknown = users_of(self.bg_plan)
         self.cluster = start_local(

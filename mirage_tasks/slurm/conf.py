@@ -299,7 +299,7 @@ def render_dbd(paths: Paths, dbd_port: int, db_port: int, password: str) -> str:
     return (
         "\n".join(
             [
-                "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
+                "# written by lab.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
                 "AuthType=auth/munge",
                 f"AuthInfo=socket={paths.munge_socket}",
                 "DbdHost=localhost",
@@ -392,7 +392,7 @@ def render(
         "SlurmctldHost=localhost(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",
         # bind to the host name's address, not to any: the daemons run with the host name localhost
-        # (mirage_tasks.slurm.cluster), so every listening socket is on 127.0.0.1 only
+        # (lab.slurm.cluster), so every listening socket is on 127.0.0.1 only
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
         "SlurmUser=root",
         "SlurmdUser=root",

@@ -239,3 +239,22 @@ def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
         log.info("cancelled %d submitted job(s)", len(ids))
     except Exception as exc:  # noqa: BLE001 - the cluster may be stopping; the caller goes on stopping
         log.warning("could not cancel %d submitted job(s): %s", len(ids), exc)
+
+
+def check_conf(conf: str | None, flag: str) -> str:
+    """The slurm.conf a step's Slurm clients will read (``conf``, else ``$SLURM_CONF``): it must
+    be a readable file, checked before anything starts (a client retries a missing one for a
+    minute per call). :class:`StepError` naming ``flag`` or ``SLURM_CONF``; returns the path."""
+    from stepkit import StepError
+
+    path = conf or os.environ.get("SLURM_CONF")
+    where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
+    if not path:
+        raise StepError(
+            f"no cluster: pass {flag} (or set SLURM_CONF)"
+            if flag != "--slurm-root"
+            else "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF"
+        )
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
+    return path

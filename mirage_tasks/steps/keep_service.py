@@ -162,7 +162,7 @@ def run(args: argparse.Namespace, measure: Measurement | None = None) -> int:
     if measure is not None:
         measure.check(args, policies)
     else:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
-        from ..slurm.cluster import check_conf
+        from ..slurm.queue import check_conf
 
         check_conf(args.slurm_conf, "--slurm-conf")
     cfg, meta = (measure.cfg, measure.meta) if measure is not None else (None, None)

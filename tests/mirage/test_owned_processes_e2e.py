@@ -31,9 +31,9 @@ import pytest
 from proctree import all_gone, tree, wait_for
 from test_sim_support import T0, random_trace, write_committed_trace
 
+from lab.slurm.cluster import LocalSlurm, missing_binaries
 from mirage_tasks import __version__
 from mirage_tasks.data.times import iso
-from mirage_tasks.slurm.cluster import LocalSlurm, missing_binaries
 from stepkit import Step
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -401,7 +401,7 @@ def test_local_cluster_ports_avoid_the_ephemeral_range(monkeypatch):
     """slurmd ports found free inside the kernel's ephemeral range were taken by slurmctld's
     connection to slurmdbd before slurmd bound them (a 78-node start with accounting failed so):
     the range is chosen below it, or above it where there is no room below."""
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     monkeypatch.setattr(cluster, "ephemeral_ports", lambda: (32768, 60999))
     for _ in range(20):
@@ -1098,7 +1098,7 @@ def test_clusters_started_at_once_choose_their_ports_one_after_another(tmp_path,
     import socket
     import threading
 
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     monkeypatch.setattr(cluster, "PORT_LOCK", str(tmp_path / "ports.lock"))
     monkeypatch.setattr("random.randrange", lambda a, b: 24000)
@@ -1145,7 +1145,7 @@ def test_make_slurm_counts_are_bounded_before_anything_starts(tmp_path, monkeypa
     """``make slurm``'s counts (SLURM_USERS, SLURM_NODES, SLURM_FACTOR) each have an upper bound:
     exit 2 naming the flag, its make variable and the bound, before a daemon starts (before,
     SLURM_USERS had none: 20,000 accounts were created one sacctmgr call after another)."""
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     def started(*a, **k):
         raise AssertionError("a cluster was started")
