@@ -234,12 +234,13 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     predictor must come out as stored (a check of the rebuild; runs whose join instant was not
     recorded come out near it, not equal: the prediction of the later chains is sensitive to it)."""
     from lab.__main__ import step_parser as lab_step_parser
+    from lab.slurm.compare import last_recalc_epoch
     from lab.slurm.keeper_session import MeasuredSession
     from mirage_tasks.data.schema import parse_time, read_trace
     from mirage_tasks.data.times import hours_to_s
     from mirage_tasks.sim.config import config_from_args
     from mirage_tasks.slurm import keeper as kp
-    from mirage_tasks.slurm.compare import last_recalc_epoch, sim_config
+    from mirage_tasks.slurm.conf import sim_config
     from mirage_tasks.slurm.queue import read_resume_log, read_submit_log
 
     k = json.loads((run / "keeper.json").read_text())

@@ -235,7 +235,7 @@ class LocalMeasurement:
         cluster = self.cluster
         if cluster is None:
             return
-        from mirage_tasks.slurm.compare import last_recalc_epoch, precise_submits
+        from lab.slurm.compare import last_recalc_epoch, precise_submits
         from mirage_tasks.slurm.queue import read_resume_log, read_submit_log
 
         # the phase of its fair-share re-reads, for the simulator's prediction

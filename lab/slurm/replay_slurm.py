@@ -4,7 +4,7 @@ Submits the jobs of ``[--from, --to)`` of a normalised trace (plus the jobs runn
 pending at ``--from``, which load the cluster but are not scored) to a Slurm cluster, time
 compressed by ``--factor`` (see :mod:`lab.slurm.replay` for the scaling rules),
 records every job's real submit/start/end from Slurm, then replays the same submissions in
-the project's simulator with matching settings (:mod:`mirage_tasks.slurm.compare`) and
+the project's simulator with matching settings (:mod:`lab.slurm.compare`) and
 reports per-job start agreement in trace time: mean/median absolute start error, share
 within 1 h, Spearman, and per differing job the rule that explains it.
 
@@ -80,9 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from lab.slurm import replay
+    from lab.slurm import compare as cmp, replay
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm import compare as cmp
     from mirage_tasks.slurm.conf import scaled, unsupported
 
     if not args.factor > 0:

@@ -156,6 +156,16 @@ def back_to_sim(cfg: SimConfig, factor: float, accounting: bool = False) -> SimC
     )
 
 
+def sim_config(cfg: SimConfig, factor: float, accounting: bool = False, sim_backfill: str | None = None) -> SimConfig:
+    """The simulator's settings for a Slurm cluster of ``cfg`` at ``factor`` (the live wait
+    predictor's, and the simulator's side of a comparison with Slurm, ``lab.slurm.compare``):
+    :func:`back_to_sim` (the backfill Slurm enforces for ``cfg``'s: ``named`` for
+    ``conservative``), or ``sim_backfill`` where given (to measure what another model of Slurm's
+    backfill, e.g. the free-node count, would score)."""
+    out = back_to_sim(cfg, factor, accounting)
+    return out.replace(backfill=sim_backfill) if sim_backfill else out
+
+
 def unsupported(cfg: SimConfig, accounting: bool = False) -> list[str]:
     """Simulator settings of ``cfg`` that the rendered Slurm does not enforce (``accounting``: the
     cluster runs slurmdbd with the associations of :func:`associations`)."""

@@ -228,7 +228,7 @@ def run(args: argparse.Namespace, measure: Measurement | None = None) -> int:
     wait = None
     if wait_policies:
         from ..slurm import livewait
-        from ..slurm.compare import sim_config
+        from ..slurm.conf import sim_config
 
         if cfg is None:
             cfg = config_from_args(args, None)

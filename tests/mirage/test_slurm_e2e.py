@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from proctree import wait_for
 
-from lab.slurm import replay
+from lab.slurm import compare, replay
 from lab.slurm.cluster import LocalSlurm, _alive, missing_binaries
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, keeper
+from mirage_tasks.slurm import keeper
 from mirage_tasks.slurm.queue import read_jobcomp, run_client, squeue
 
 pytestmark = pytest.mark.skipif(

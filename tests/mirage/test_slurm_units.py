@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.slurm import replay
+from lab.slurm import compare, replay
 from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, conf as slurm_conf, keeper
+from mirage_tasks.slurm import conf as slurm_conf, keeper
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -38,7 +38,7 @@ def test_back_to_sim_matches_what_slurm_enforces():
     s = back_to_sim(cfg, 60)
     assert s.bf_interval_s == 120  # 90/60 rounds to 2 real s = 120 trace s
     assert s.max_jobs_per_user == 0 and not s.warm_start and s.nodes == 78
-    assert compare.sim_config(cfg, 60).weight_age == 0.0
+    assert slurm_conf.sim_config(cfg, 60).weight_age == 0.0
 
 
 def test_squeue_and_jobcomp_parsing(tmp_path):
@@ -663,7 +663,7 @@ def test_the_simulator_takes_slurms_submissions_in_job_id_order():
 def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp_second(tmp_path):
     from datetime import datetime
 
-    from mirage_tasks.slurm.compare import precise_submits
+    from lab.slurm.compare import precise_submits
     from mirage_tasks.slurm.queue import read_submit_log
 
     log = tmp_path / "slurmctld.log"
@@ -716,7 +716,7 @@ def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
 
 
 def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
-    from mirage_tasks.slurm.compare import same_nodes
+    from lab.slurm.compare import same_nodes
 
     both = pd.DataFrame(
         {
