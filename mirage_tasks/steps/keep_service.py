@@ -142,7 +142,10 @@ def run(args: argparse.Namespace, measure: Measurement | None = None) -> int:
     if bad or not policies:
         raise StepError(f"--policy {args.policy!r}: choose from {kp.DECISION_RULES}")
     if len(set(policies)) < len(policies):
-        raise StepError(f"--policy {args.policy!r} names a decision rule twice (more chains of one rule: --chains)")
+        raise StepError(
+            f"--policy {args.policy!r} names a decision rule twice (one chain per rule; more chains of one "
+            "rule: the measurement mode's --chains)"
+        )
     if dr.AVG_CAL in policies and not args.avg_cal_samples:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
     if dr.GUARANTEE_CAL in policies and not args.guarantee_samples:
