@@ -3,7 +3,9 @@
 Steps of the same contract as the product's (``add_arguments``/``run``, outputs committed by
 :class:`stepkit.Step`, exit 2 naming a bad flag, SIGTERM stops what they started), but no DAG
 runs them: they measure the simulator against a real slurmctld for docs/results/slurm-replay.md,
-and list what a pipeline run produced (``summary``, which ``make demo`` ends with).
+measure keep-service on a local Slurm over a replayed background (``keeper-slurm``,
+docs/results/service-keeper.md) and list what a pipeline run produced (``summary``, which
+``make demo`` ends with).
 """
 
 import argparse
