@@ -163,7 +163,7 @@ airflow-home: $(STAMP)
 define run-summary
 	@run=$$(sed -n 's/^.*run prefix: \([^ "]*\).*$$/\1/p' $(1) | tail -n 1); \
 	  test -n "$$run" || { echo "no 'run prefix:' line in $(1): cannot tell which run to summarise"; exit 1; }; \
-	  $(PYTHON) -m mirage_tasks summary --run "$$run" --show-md metrics.md
+	  $(PYTHON) -m lab summary --run "$$run" --show-md metrics.md
 endef
 # A local trace path is made absolute (steps run from the repository root); URLs pass as is.
 DEMO_TRACE := $(if $(findstring ://,$(TRACE)),$(TRACE),$(if $(TRACE),$(abspath $(TRACE))))

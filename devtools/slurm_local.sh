@@ -29,8 +29,8 @@ case "${1:-}" in
     if [ -n "${SLURM_NODES:-}" ]; then args+=(--nodes "$SLURM_NODES"); fi
     if [ -n "${SLURM_ACCOUNTING:-}" ] && [ "${SLURM_ACCOUNTING}" != 0 ]; then args+=(--accounting); fi
     if [ -n "${SLURM_USERS:-}" ]; then args+=(--users "$SLURM_USERS"); fi
-    exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster start "${args[@]}" ;;
-  stop) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster stop --root "$DIR" ;;
-  status) exec "$VENV/bin/python" -m mirage_tasks.slurm.cluster status --root "$DIR" ;;
+    exec "$VENV/bin/python" -m lab.slurm.cluster start "${args[@]}" ;;
+  stop) exec "$VENV/bin/python" -m lab.slurm.cluster stop --root "$DIR" ;;
+  status) exec "$VENV/bin/python" -m lab.slurm.cluster status --root "$DIR" ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

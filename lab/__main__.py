@@ -2,7 +2,10 @@
 
 Steps of the same contract as the product's (``add_arguments``/``run``, outputs committed by
 :class:`stepkit.Step`, exit 2 naming a bad flag, SIGTERM stops what they started), but no DAG
-runs them: they measure the simulator against a real slurmctld for docs/results/slurm-replay.md.
+runs them: they measure the simulator against a real slurmctld for docs/results/slurm-replay.md,
+measure keep-service on a local Slurm over a replayed background (``keeper-slurm``,
+docs/results/service-keeper.md) and list what a pipeline run produced (``summary``, which
+``make demo`` ends with).
 """
 
 import argparse
@@ -21,6 +24,11 @@ STEPS: dict[str, tuple[str, str]] = {
         "lab.slurm.fidelity_slurm",
         "score the simulator again on a recorded Slurm replay (other settings, no Slurm run)",
     ),
+    "keeper-slurm": (
+        "lab.slurm.keeper_slurm",
+        "keep-service measured on a local Slurm of its own, over a replayed background, beside the simulator",
+    ),
+    "summary": ("lab.summary", "list what a pipeline run produced and where (read-only)"),
 }
 
 

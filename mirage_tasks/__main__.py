@@ -8,7 +8,6 @@ from stepkit.cli import main
 STEPS: dict[str, tuple[str, str]] = {
     "ingest": ("mirage_tasks.steps.ingest", "normalise a Slurm sacct log or SWF trace into Parquet"),
     "synth": ("mirage_tasks.steps.synth", "fit a workload profile to a trace, or generate a synthetic trace"),
-    "summary": ("mirage_tasks.steps.summary", "list what a pipeline run produced and where (read-only)"),
     "sample": ("mirage_tasks.steps.sample", "simulate Mirage samples/probes and write one shard of examples"),
     "merge": ("mirage_tasks.steps.merge", "merge sample shards into a chronological dataset with a manifest"),
     "fidelity": ("mirage_tasks.steps.fidelity", "replay a trace window and compare simulated with real waits"),

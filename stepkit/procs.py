@@ -15,7 +15,7 @@
   end of the grace period, the OOM killer). A guard is a small process in a session of its
   own that holds the read end of a pipe whose write end only the step holds; when the step
   ends without :meth:`Guard.disarm` (the kernel closes the pipe whatever killed it) the
-  guard runs its clean-up command (``python -m mirage_tasks.slurm.cluster stop --root R``:
+  guard runs its clean-up command (``python -m lab.slurm.cluster stop --root R``:
   cancel every job, stop munged, slurmctld and every slurmd, kill leftover job steps) and
   leaves. A step that ends normally disarms it: the guard exits at once and does nothing.
 

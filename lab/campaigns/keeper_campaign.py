@@ -10,8 +10,8 @@ number of jobs waiting in the log (submitted, not started), its median over the 
 "busy", and the test period's non-overlapping windows of ``--span-hours`` whose mean queue is
 above that median, the busiest first (``--count`` of them), listed by date (``windows.json``).
 
-``run`` starts one ``keep-service`` per window, all at once, each on a local Slurm of its own
-(``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``--offset-hours + c x
+``run`` starts one ``keep-service`` per window (its measurement mode, ``python -m lab
+keeper-slurm``), all at once, each on a local Slurm of its own (``--slurm-root``): every policy's ``--chains`` chains, chain ``c`` starting ``--offset-hours + c x
 --stagger-hours`` after the window's start, so that one chain of a policy ends before its next
 starts (at most one service job per policy at a time, plus a successor's overlap); and, for the
 first window (``--baseline-windows``: the windows listed), a ``replay-slurm`` of the same
@@ -128,8 +128,8 @@ def keep_argv(a: argparse.Namespace, w: dict) -> list[str]:
     return [
         PY,
         "-m",
-        "mirage_tasks",
-        "keep-service",
+        "lab",
+        "keeper-slurm",
         "--policy",
         a.policies,
         *inputs,
@@ -225,7 +225,7 @@ def run(a: argparse.Namespace) -> int:
 
 def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     """A stored keep-service run's links with the simulator's prediction computed again by this
-    checkout's :meth:`~mirage_tasks.slurm.session.Session.links`, from what the run stored: its
+    checkout's :meth:`~lab.slurm.keeper_session.MeasuredSession.links`, from what the run stored: its
     parameters (``keeper.json``), its links, the background as Slurm ran it
     (``background.parquet``) and its cluster's slurmctld log and state (submission instants to
     the ms, the phase of the fair-share re-reads). For runs from before ``late_nodes_joined_epoch``
@@ -233,19 +233,20 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     instant is slurmctld's own record of their resume. The policies that do not use a model or a
     predictor must come out as stored (a check of the rebuild; runs whose join instant was not
     recorded come out near it, not equal: the prediction of the later chains is sensitive to it)."""
+    from lab.__main__ import step_parser as lab_step_parser
+    from lab.slurm.compare import last_recalc_epoch
+    from lab.slurm.keeper_session import MeasuredSession
     from mirage_tasks.data.schema import parse_time, read_trace
     from mirage_tasks.data.times import hours_to_s
-    from mirage_tasks.run.plan import step_parser
     from mirage_tasks.sim.config import config_from_args
     from mirage_tasks.slurm import keeper as kp
-    from mirage_tasks.slurm.compare import last_recalc_epoch, sim_config
+    from mirage_tasks.slurm.conf import sim_config
     from mirage_tasks.slurm.queue import read_resume_log, read_submit_log
-    from mirage_tasks.slurm.session import Session
 
     k = json.loads((run / "keeper.json").read_text())
     facts = k["facts"]
     params = {x: v for x, v in k.items() if x not in ("links", "summary", "facts")}
-    ns = step_parser("keep-service").parse_args(["--out", str(run)])
+    ns = lab_step_parser("keeper-slurm").parse_args(["--out", str(run)])
     vars(ns).update(params)
     _, meta = read_trace(ns.trace)
     cfg = config_from_args(ns, meta.machine_nodes)
@@ -276,7 +277,7 @@ def repredict_run(run: Path, slurm_root: Path) -> pd.DataFrame:
     join = facts.get("late_nodes_joined_epoch")
     if late and join is None:
         join = read_resume_log(str(slurm_root / "log" / "slurmctld.log"), late_nodes)
-    s = Session(
+    s = MeasuredSession(
         env={},
         jobcomp=None,
         policies=policies,
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--late-extra-nodes",
         action="store_true",
-        help="the extra nodes stay drained until the first chain starts (keep-service --late-nodes; "
+        help="the extra nodes stay drained until the first chain starts (keeper-slurm --late-nodes; "
         "needs --offset-hours): before the chains exist the background has the log's capacity, "
         "as in the replays without chains",
     )

@@ -762,7 +762,7 @@ def page(root: str) -> str:
         "```sh",
         "python -m mirage_tasks ingest --trace ../shared/traces/ls6-a100.log.gz --timezone America/Chicago --out var/keepcamp/ls6",
         "python - <<'PY'   # the ls6 preset as this Slurm enforces it at x180, warm start",
-        "import json; from mirage_tasks.sim.config import PRESETS; from mirage_tasks.slurm.compare import sim_config",
+        "import json; from mirage_tasks.sim.config import PRESETS; from mirage_tasks.slurm.conf import sim_config",
         "json.dump(sim_config(PRESETS['ls6'], 180.0).replace(warm_start=True).to_dict(), open('var/keepcamp/ls6-slurm-x180.json', 'w'))",
         "PY",
         "python -m mirage_tasks sample --trace var/keepcamp/ls6/trace.parquet --start 2022-10-12T00:00 --count 1260 "

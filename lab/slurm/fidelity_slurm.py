@@ -2,7 +2,7 @@
 
 Reads a ``replay-slurm`` output (``jobs.parquet``: Slurm's real submit/start times of every
 job; ``replay.json``: factor, configuration, the horizon the replay watched to) and
-recomputes the comparison (:func:`mirage_tasks.slurm.compare.compare`) with the replay's
+recomputes the comparison (:func:`lab.slurm.compare.compare`) with the replay's
 configuration or the one the usual flags give (e.g. ``--bf-resolution``, ``--backfill none``,
 ``--nodes``, ``--weight-fairshare 0``), without running Slurm again: which simulator setting
 moves the agreement. A replay made with ``--accounting`` is rescored with the jobs' users (the
@@ -52,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from lab.slurm import compare as cmp
     from mirage_tasks.data.schema import parse_time
-    from mirage_tasks.slurm import compare as cmp
 
     from .replay_slurm import markdown, recalc_trace_t
 

@@ -2,16 +2,16 @@
 
 Submits the jobs of ``[--from, --to)`` of a normalised trace (plus the jobs running and
 pending at ``--from``, which load the cluster but are not scored) to a Slurm cluster, time
-compressed by ``--factor`` (see :mod:`mirage_tasks.slurm.replay` for the scaling rules),
+compressed by ``--factor`` (see :mod:`lab.slurm.replay` for the scaling rules),
 records every job's real submit/start/end from Slurm, then replays the same submissions in
-the project's simulator with matching settings (:mod:`mirage_tasks.slurm.compare`) and
+the project's simulator with matching settings (:mod:`lab.slurm.compare`) and
 reports per-job start agreement in trace time: mean/median absolute start error, share
 within 1 h, Spearman, and per differing job the rule that explains it.
 
 ``--accounting``: the cluster keeps accounts (slurmdbd); each job names its trace user's account
 and the comparison's simulator keeps the age factor, fair share and the limits, per user.
 
-The cluster: ``--slurm-root DIR`` starts a local one there (``mirage_tasks.slurm.cluster``,
+The cluster: ``--slurm-root DIR`` starts a local one there (``lab.slurm.cluster``,
 sized and configured from the same cluster config, at the same factor) and stops it after;
 without it the step uses the cluster ``SLURM_CONF`` names, which must be configured for the
 factor (``make slurm FACTOR=...``) and should be idle; it cancels only the jobs it submitted.
@@ -80,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
+    from lab.slurm import compare as cmp, replay
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm import compare as cmp, replay
     from mirage_tasks.slurm.conf import scaled, unsupported
 
     if not args.factor > 0:
@@ -89,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
     if args.drain < 0:
         raise StepError("--drain must be >= 0")
     if args.slurm_root:
-        from mirage_tasks.slurm.cluster import check_root
+        from lab.slurm.cluster import check_root
 
         check_root(args.slurm_root)
     if not args.slurm_root:
-        from mirage_tasks.slurm.cluster import check_conf
+        from mirage_tasks.slurm.queue import check_conf
 
         check_conf(None, "--slurm-root")
     t_from, t_to = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     df, meta = read_trace(args.trace)
     cfg = config_from_args(args, meta.machine_nodes)
     if args.slurm_root:
-        from mirage_tasks.slurm.cluster import check_local_size
+        from lab.slurm.cluster import check_local_size
 
         check_local_size(cfg)
     t0, t1 = int(t_from.timestamp()), int(t_to.timestamp())
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         raise StepError(f"no jobs submitted in [{t_from}, {t_to}) in {args.trace}")
     cluster = None
     if args.slurm_root:
-        from mirage_tasks.slurm.cluster import start_local
+        from lab.slurm.cluster import start_local
 
         users, unknown = replay.users_of(jobs)
         cluster = start_local(

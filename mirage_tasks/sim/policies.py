@@ -7,7 +7,7 @@ few methods the engine calls. Everything else derives from the registry below: t
 configuration accepts (``config.BACKFILL_MODES``, ``config.PRIORITY_MODES``), the ``--backfill``
 and ``--priority`` help, calibration's search space (:func:`searched_backfill`,
 :func:`searched_priority`) and the Slurm rendering (:mod:`mirage_tasks.slurm.conf`,
-:mod:`mirage_tasks.slurm.replay`).
+:mod:`lab.slurm.replay`).
 
 The engine resolves both policies once per :class:`~mirage_tasks.sim.engine.Simulator`:
 

@@ -1,6 +1,7 @@
 """When a decision rule is asked during a link: the one schedule the keeper (:mod:`.keeper`),
 the live wait predictor's ``guarantee-cal`` (:mod:`.livewait`) and the simulator's prediction
-of the keeper (:mod:`.keeper_sim`) all follow, so that each asks at the same readings.
+of the keeper (the lab's ``lab.slurm.keeper_sim``) all follow, so that each asks at the same
+readings.
 
 It is a module of its own, below all three, because the keeper uses the wait predictor and the
 wait predictor uses this schedule: kept in the keeper, the two would import each other.

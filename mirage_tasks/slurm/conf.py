@@ -156,6 +156,16 @@ def back_to_sim(cfg: SimConfig, factor: float, accounting: bool = False) -> SimC
     )
 
 
+def sim_config(cfg: SimConfig, factor: float, accounting: bool = False, sim_backfill: str | None = None) -> SimConfig:
+    """The simulator's settings for a Slurm cluster of ``cfg`` at ``factor`` (the live wait
+    predictor's, and the simulator's side of a comparison with Slurm, ``lab.slurm.compare``):
+    :func:`back_to_sim` (the backfill Slurm enforces for ``cfg``'s: ``named`` for
+    ``conservative``), or ``sim_backfill`` where given (to measure what another model of Slurm's
+    backfill, e.g. the free-node count, would score)."""
+    out = back_to_sim(cfg, factor, accounting)
+    return out.replace(backfill=sim_backfill) if sim_backfill else out
+
+
 def unsupported(cfg: SimConfig, accounting: bool = False) -> list[str]:
     """Simulator settings of ``cfg`` that the rendered Slurm does not enforce (``accounting``: the
     cluster runs slurmdbd with the associations of :func:`associations`)."""
@@ -299,7 +309,7 @@ def render_dbd(paths: Paths, dbd_port: int, db_port: int, password: str) -> str:
     return (
         "\n".join(
             [
-                "# written by mirage_tasks.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
+                "# written by lab.slurm.cluster (make slurm SLURM_ACCOUNTING=1); mode 600",
                 "AuthType=auth/munge",
                 f"AuthInfo=socket={paths.munge_socket}",
                 "DbdHost=localhost",
@@ -392,7 +402,7 @@ def render(
         "SlurmctldHost=localhost(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",
         # bind to the host name's address, not to any: the daemons run with the host name localhost
-        # (mirage_tasks.slurm.cluster), so every listening socket is on 127.0.0.1 only
+        # (lab.slurm.cluster), so every listening socket is on 127.0.0.1 only
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
         "SlurmUser=root",
         "SlurmdUser=root",

@@ -173,7 +173,7 @@ class Keeper:
         self.origin = self.clock()
         self.limit_min = limit_minutes(self.service_s, self.scale)
         self.run_s = self.limit_min * 60  # each service job runs its whole limit (real s)
-        from .replay import Progress
+        from .queue import Progress
 
         self.progress = Progress(f"keeper {self.policy}" + (f" chain {self.chain}" if self.chain else ""))
 

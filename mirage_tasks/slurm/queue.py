@@ -9,12 +9,16 @@ features the model was trained on from the simulator.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 SQUEUE_FMT = "%i|%T|%D|%l|%V|%S|%u|%j"
 #: squeue states that hold nodes; everything else pending-like counts as pending
@@ -209,3 +213,48 @@ class LiveView:
                 self.pending.append(k)
         self.free = nodes.get("idle", 0)
         self.cap = nodes.get("total", 0) - nodes.get("down", 0)
+
+
+class Progress:
+    """Says where a long wait stands at most once per ``every_s`` seconds (the first call says it)."""
+
+    def __init__(self, what: str, every_s: float = 60.0):
+        self.what, self.every_s, self._next = what, float(every_s), 0.0
+
+    def maybe(self, fmt: str, *args: Any) -> None:
+        """Log ``fmt % args`` when it is time to, formatted only then (as :mod:`logging` does)."""
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every_s
+            log.info("%s: " + fmt, self.what, *args)
+
+
+def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
+    """``scancel`` exactly these job ids (bounded; a cluster already gone is not an error)."""
+    ids = sorted({str(j) for j in job_ids if j})
+    if not ids:
+        return
+    try:
+        run_client(["scancel", *ids], env, timeout=timeout)
+        log.info("cancelled %d submitted job(s)", len(ids))
+    except Exception as exc:  # noqa: BLE001 - the cluster may be stopping; the caller goes on stopping
+        log.warning("could not cancel %d submitted job(s): %s", len(ids), exc)
+
+
+def check_conf(conf: str | None, flag: str) -> str:
+    """The slurm.conf a step's Slurm clients will read (``conf``, else ``$SLURM_CONF``): it must
+    be a readable file, checked before anything starts (a client retries a missing one for a
+    minute per call). :class:`StepError` naming ``flag`` or ``SLURM_CONF``; returns the path."""
+    from stepkit import StepError
+
+    path = conf or os.environ.get("SLURM_CONF")
+    where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
+    if not path:
+        raise StepError(
+            f"no cluster: pass {flag} (or set SLURM_CONF)"
+            if flag != "--slurm-root"
+            else "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF"
+        )
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
+    return path

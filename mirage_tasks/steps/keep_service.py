@@ -2,26 +2,22 @@
 
 Runs the service keeper (:mod:`mirage_tasks.slurm.keeper`) for ``--links`` successions of a
 chain of ``--node``-node jobs of ``--service-hours`` each, with one or more policies
-(``--policy model,reactive,avg,avg-cal``: ``--chains`` chains per policy, one by default, side by side on
-the same cluster; chain ``c`` of every policy starts ``--offset-hours + c x --stagger-hours`` after the
-session's start, so the policies are paired on the chains started together).
+(``--policy model,reactive,avg,avg-cal``: one chain each, side by side on the same cluster, so
+the policies are paired on it).
 
 Against a real cluster: ``SLURM_CONF`` (or ``--slurm-conf``) names it, ``--factor 1``,
 ``--partition``/``--account`` say where and as whom; the keeper submits as the user it runs
 as and cancels only what it submitted (with ``--stop-chain``; otherwise nothing).
 
-The measurement mode (local Slurm): ``--slurm-root DIR`` starts a local cluster from the
-cluster config at ``--factor`` and ``--background-from``/``--background-to`` replay that
-trace window on it (time-compressed) while the chains run; afterwards the simulator
-predicts each chain from the same background (:mod:`mirage_tasks.slurm.keeper_sim`), and
-the result rows hold the real and the predicted interruption side by side.
+The measurement mode (a local Slurm of the run's own, a trace window replayed on it as the
+background, the simulator's prediction beside each chain, several chains per policy) is the
+lab's ``python -m lab keeper-slurm``: its flags and this step's, and it runs this step's
+:func:`run` with its :class:`Measurement`.
 
-Outputs: ``links.parquet`` (one row per link, chain and policy, real and simulated),
-``decisions.jsonl`` (every decision with its inputs), ``background.parquet`` (with a background:
-its jobs with Slurm's times, what the simulator's predictions were given), ``keeper.json`` (with ``summary``: per
-policy, the mean interruption, interrupted share, waste and objective with intervals, and
-the paired difference to reactive and avg, :mod:`mirage_tasks.slurm.keeper_stats`),
-``keeper.md``.
+Outputs: ``links.parquet`` (one row per link, chain and policy), ``decisions.jsonl`` (every
+decision with its inputs), ``keeper.json`` (with ``summary``: per policy, the mean interruption,
+interrupted share, waste and objective with intervals, and the paired difference to reactive
+and avg, :mod:`mirage_tasks.slurm.keeper_stats`), ``keeper.md``.
 """
 
 from __future__ import annotations
@@ -32,12 +28,12 @@ import json
 import logging
 import os
 import time
+from typing import Any, Protocol
 
 from stepkit import Step, StepError
 from stepkit.external import announce, parse_ids
 
 from .. import __version__
-from ..data.schema import parse_time, read_trace
 from ..data.times import hours_to_s
 from ..sim import decision_rules as dr
 from ..sim.config import add_config_arguments, config_from_args
@@ -52,14 +48,34 @@ BOUNDS = {
     "links": (1, 10_000),
     "factor": (1e-3, 1e6),
     "step_s": (1, 86400),
-    "chains": (1, 1000),
-    "stagger_hours": (0, 24 * 366),
-    "offset_hours": (0, 24 * 366),
-    "late_nodes": (0, 100_000),
     "guarantee_level": (1e-6, 0.999999),
     "nice": (-2_147_483_645, 2_147_483_645),
     "deadline_s": (1, 366 * 86400),
 }
+
+
+class Measurement(Protocol):
+    """What the lab's measurement mode (``python -m lab keeper-slurm``) adds to a run: a cluster
+    of its own with a background, and what it measured. :func:`run` calls, in order: ``check``
+    (its flags, before anything is read; sets ``cfg``, ``meta``), ``params`` (its keys of the
+    step's parameters), ``start`` (the cluster: ``(env, jobcomp)``), ``session`` (the session,
+    given the product's keyword arguments), ``finish`` (after the chains), ``stop`` (always),
+    ``facts`` and ``write`` (its outputs)."""
+
+    cfg: Any  # the cluster configuration (a SimConfig), or None
+    meta: Any  # the background trace's metadata, or None
+    accounting: bool  # the cluster keeps accounts
+    inputs: list[str]  # its input URIs (the trace)
+
+    def check(self, args: argparse.Namespace, policies: list[str]) -> None: ...
+    def params(self, params: dict) -> None: ...
+    def default_nice(self, args: argparse.Namespace) -> int: ...
+    def start(self, args: argparse.Namespace) -> tuple[dict[str, str], str | None]: ...
+    def session(self, **kwargs: Any) -> Any: ...
+    def finish(self, session: Any) -> None: ...
+    def stop(self) -> None: ...
+    def facts(self, session: Any) -> dict: ...
+    def write(self, step: Step, session: Any) -> None: ...
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,58 +116,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", type=int, default=1, help="nodes of each service job")
     p.add_argument("--service-hours", type=float, default=48.0, help="time limit (= run time) of each job, hours")
     p.add_argument("--links", type=int, default=1, help="successions to keep")
-    p.add_argument(
-        "--chains",
-        type=int,
-        default=1,
-        help="chains per policy (1); chain c of every policy starts c x --stagger-hours after the first, "
-        "so the policies are paired on chains started together; at most policies x chains "
-        "service jobs run at once, so keep that small against the cluster's nodes",
-    )
-    p.add_argument(
-        "--stagger-hours",
-        type=float,
-        default=0.0,
-        help="trace hours between the starts of successive chains (0: all at once)",
-    )
-    p.add_argument(
-        "--offset-hours",
-        type=float,
-        default=0.0,
-        help="trace hours from the session's start (the background's, with one) to the first chain's "
-        "start (0): a second run over the same window with another offset keeps other links",
-    )
-    p.add_argument(
-        "--late-nodes",
-        type=int,
-        default=0,
-        help="with --slurm-root and --offset-hours: the local cluster's last K nodes stay drained until "
-        "the first chain starts (0), so nodes added for the chains (--nodes) do not serve the "
-        "background alone before the chains exist; the simulator's prediction has them join then",
-    )
     p.add_argument("--factor", type=float, default=1.0, help="time compression of the cluster (1 = a real cluster)")
     p.add_argument("--step-s", type=float, default=600.0, help="trace seconds between queue readings (600)")
     p.add_argument(
         "--nice",
         type=int,
         default=None,
-        help="sbatch --nice for the service jobs (negative needs Slurm operator rights); default: 0, "
-        "or minus the trace's median recorded priority when a background is replayed",
+        help="sbatch --nice for the service jobs (negative needs Slurm operator rights); default: 0 "
+        "(keeper-slurm with a background: minus the trace's median recorded priority)",
     )
     p.add_argument("--partition", default=None)
     p.add_argument("--account", default=None)
     p.add_argument("--slurm-conf", default=None, help="slurm.conf of the cluster (default: $SLURM_CONF)")
-    p.add_argument("--slurm-root", default=None, help="start a local Slurm here for the run, stop it after")
-    p.add_argument(
-        "--accounting",
-        action="store_true",
-        help="the cluster keeps accounts (with --slurm-root: start slurmdbd on a local MariaDB with one "
-        "account per trace user; the background's jobs name their user's account, the service "
-        "account 'service' unless --account; the simulator's prediction keeps the users)",
-    )
-    p.add_argument("--trace", default=None, help="normalised trace for the background replay")
-    p.add_argument("--background-from", default=None, help="replay the trace from here (ISO) while keeping")
-    p.add_argument("--background-to", default=None, help="... to here (exclusive)")
     p.add_argument("--deadline-s", type=float, default=7200.0, help="real seconds before the keeper gives up")
     p.add_argument("--stop-chain", action="store_true", help="cancel the chain's last job at the end")
     p.add_argument(
@@ -165,18 +141,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p)
 
 
-def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
+def run(args: argparse.Namespace, measure: Measurement | None = None) -> int:
+    """The step; ``measure`` is the lab's measurement mode (:class:`Measurement`), or None."""
     from ..slurm import keeper as kp
-    from ..slurm.conf import SERVICE_ACCOUNT
 
     policies = [x.strip() for x in args.policy.split(",") if x.strip()]
     bad = [x for x in policies if x not in kp.DECISION_RULES]
     if bad or not policies:
         raise StepError(f"--policy {args.policy!r}: choose from {kp.DECISION_RULES}")
     if len(set(policies)) < len(policies):
-        raise StepError(f"--policy {args.policy!r} names a decision rule twice (more chains of one rule: --chains)")
+        raise StepError(
+            f"--policy {args.policy!r} names a decision rule twice (one chain per rule; more chains of one "
+            "rule: the measurement mode's --chains)"
+        )
     if dr.AVG_CAL in policies and not args.avg_cal_samples:
         raise StepError("--policy avg-cal needs --avg-cal-samples URI (a sample output of the training period)")
     if dr.GUARANTEE_CAL in policies and not args.guarantee_samples:
@@ -193,73 +170,13 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.node < 1 or args.links < 1 or not args.factor > 0 or not args.service_hours > 0 or not args.step_s > 0:
         raise StepError("--node and --links must be >= 1; --factor, --service-hours and --step-s > 0")
-    if args.late_nodes and not (args.slurm_root and args.offset_hours > 0):
-        raise StepError(
-            f"--late-nodes {args.late_nodes} needs --slurm-root (a cluster this run starts: the keeper "
-            "never changes a real cluster's nodes) and --offset-hours > 0 (when the nodes join)"
-        )
-    if args.slurm_root:
-        from ..slurm.cluster import check_root
-
-        check_root(args.slurm_root)
-    if not args.slurm_root:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
-        from ..slurm.cluster import check_conf
+    if measure is not None:
+        measure.check(args, policies)
+    else:  # a Slurm client retries a missing slurm.conf for 60 s per call: refuse it at once
+        from ..slurm.queue import check_conf
 
         check_conf(args.slurm_conf, "--slurm-conf")
-    bg = args.background_from is not None or args.background_to is not None
-    if bg and not (args.trace and args.background_from and args.background_to):
-        raise StepError("a background replay needs --trace, --background-from and --background-to")
-    cfg = wl = meta = None
-    if bg or args.slurm_root:
-        if not args.trace and args.cluster_config is None and args.cfg_nodes is None:
-            raise StepError("--slurm-root needs the cluster config (--cluster-config or --nodes)")
-        meta_nodes = None
-        if args.trace:
-            from ..sim.workload import Workload
-
-            df, meta = read_trace(args.trace)
-            meta_nodes = meta.machine_nodes
-        cfg = config_from_args(args, meta_nodes)
-        if args.slurm_root:
-            from ..slurm.cluster import check_local_size
-
-            check_local_size(cfg)
-            if args.late_nodes and not args.late_nodes < cfg.nodes:
-                raise StepError(
-                    f"--late-nodes {args.late_nodes}: the cluster has {cfg.nodes} nodes; leave at least "
-                    "one in service from the start"
-                )
-        at_once = len(policies) * args.chains * args.node
-        if at_once > cfg.nodes:
-            raise StepError(
-                f"--policy {args.policy} x --chains {args.chains} x --node {args.node} = {at_once} service "
-                f"nodes at once, more than the cluster's {cfg.nodes}: fewer chains, a --stagger-hours, or "
-                "more --nodes"
-            )
-        if bg and at_once > 0.1 * cfg.nodes and args.stagger_hours == 0:
-            log.warning(
-                "%d service nodes at once on %d: the chains take %.0f %% of the cluster from the background "
-                "they are judged in (stagger them, or run fewer per window over more windows)",
-                at_once,
-                cfg.nodes,
-                100.0 * at_once / cfg.nodes,
-            )
-        if args.trace:
-            wl = Workload.from_frame(df, cfg.procs_per_node or None)
-        if bg:
-            from ..data.times import window_outside_trace
-
-            b0, b1 = (
-                parse_time(args.background_from, "--background-from"),
-                parse_time(args.background_to, "--background-to"),
-            )
-            if df.empty:
-                raise StepError(f"{args.trace}: the trace holds no jobs")
-            why = window_outside_trace(
-                df["submit"].min(), df["submit"].max(), b0, b1, "--background-from/--background-to", args.trace
-            )
-            if why:
-                raise StepError(why)
+    cfg, meta = (measure.cfg, measure.meta) if measure is not None else (None, None)
     decide, model_info, decide_at = None, None, "grid"
     if dr.MODEL in policies:  # before the parameters: --decide-at auto resolves on the model's probes
         try:
@@ -267,14 +184,7 @@ def run(args: argparse.Namespace) -> int:
             decide_at = resolve_decide_at(args.decide_at, model_info.get("trained_offsets_s"), args.model)
         except ValueError as exc:
             raise StepError(str(exc)) from None
-    params = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("func", "log_level")
-        and not (k == "accounting" and not v)
-        and not (k == "chains" and v == 1)
-        and not (k in ("stagger_hours", "offset_hours", "late_nodes") and v == 0)
-    }  # at defaults: earlier runs' keys stay
+    params = {k: v for k, v in vars(args).items() if k not in ("func", "log_level")}
     for k in ("avg_cal_samples", "waitpred", "guarantee_samples"):  # at their defaults: the keys of earlier runs stay
         if not getattr(args, k):
             params.pop(k, None)
@@ -285,12 +195,24 @@ def run(args: argparse.Namespace) -> int:
     params.pop("decide_at", None)
     if decide_at == "probes":  # none on the grid: the keys of earlier runs stay
         params["decide_at"] = "probes"
+    if measure is not None:
+        measure.params(params)
     step = Step(
         "keep-service",
         args.out,
         __version__,
         params,
-        inputs=[x for x in (args.trace, args.model, args.avg_cal_samples, args.waitpred, args.guarantee_samples) if x],
+        inputs=[
+            x
+            for x in (
+                *(measure.inputs if measure is not None else ()),
+                args.model,
+                args.avg_cal_samples,
+                args.waitpred,
+                args.guarantee_samples,
+            )
+            if x
+        ],
     )
     if step.skip():
         return 0
@@ -317,115 +239,63 @@ def run(args: argparse.Namespace) -> int:
     wait = None
     if wait_policies:
         from ..slurm import livewait
-        from ..slurm.compare import sim_config
+        from ..slurm.conf import sim_config
 
         if cfg is None:
             cfg = config_from_args(args, None)
         wait = {
             "waitpred": livewait.load(args.waitpred, meta.timezone if meta is not None else "UTC"),
-            "wait_cfg": sim_config(cfg, args.factor, args.accounting),
+            "wait_cfg": sim_config(cfg, args.factor, measure is not None and measure.accounting),
         }
     service_s = hours_to_s(args.service_hours)
     nice = args.nice
     if nice is None:
-        nice = -int(round(float(np.nanmedian(wl.priority)))) if (bg and cfg.priority == "trace") else 0
-    bg_plan = None
-    if bg:
-        from ..slurm import replay
-
-        b0, b1 = (
-            parse_time(args.background_from, "--background-from"),
-            parse_time(args.background_to, "--background-to"),
-        )
-        t0 = int(b0.timestamp())
-        bg_plan = replay.plan(wl, cfg, t0, int(b1.timestamp()), args.factor)
-    cluster = None
-    if args.slurm_root:
-        from ..slurm.cluster import start_local
-        from ..slurm.replay import users_of
-
-        users, unknown = users_of(bg_plan)
-        cluster = start_local(
-            args.slurm_root, cfg, args.factor, accounting=args.accounting, users=users, unknown=unknown
-        )
-        env, jobcomp = cluster.env(), cluster.paths.jobcomp
+        nice = measure.default_nice(args) if measure is not None else 0
+    if measure is not None:
+        env, jobcomp = measure.start(args)
     else:
-        conf = args.slurm_conf or os.environ.get("SLURM_CONF")
-        if not conf:
-            raise StepError("no cluster: set SLURM_CONF, pass --slurm-conf, or --slurm-root for a local one")
-        env, jobcomp = kp.env_for(conf), None
-    adopt = adopted_chains(parse_ids(args.adopt_jobs, "--adopt-jobs"), env, args.partition) if cluster is None else {}
-    if args.adopt_jobs and cluster is not None:
-        log.info(
-            "--adopt-jobs %s: a local cluster started by this run, the earlier jobs ended with theirs", args.adopt_jobs
-        )
+        env, jobcomp = kp.env_for(args.slurm_conf or os.environ.get("SLURM_CONF")), None
+    adopt = adopted_chains(parse_ids(args.adopt_jobs, "--adopt-jobs"), env, args.partition) if measure is None else {}
+    if args.adopt_jobs and measure is not None:
+        log.info("--adopt-jobs %s: a cluster started by this run, the earlier jobs ended with theirs", args.adopt_jobs)
     dec_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"keeper-{os.getpid()}.jsonl")
     if os.path.exists(dec_path):
         os.unlink(dec_path)
     load0 = open("/proc/loadavg").read().split()[:3]
     t_cpu, t_wall = time.process_time(), time.monotonic()
-    children0 = _children_cpu_s()
     from ..slurm.session import Session, markdown
 
-    session = Session(
-        env=env,
-        jobcomp=jobcomp,
-        policies=policies,
-        decide=decide,
-        background=bg_plan,
-        chains=args.chains,
-        stagger_s=hours_to_s(args.stagger_hours),
-        offset_s=hours_to_s(args.offset_hours),
-        late_nodes=[f"n{i}" for i in range(cfg.nodes - args.late_nodes + 1, cfg.nodes + 1)] if args.late_nodes else [],
-        t0=t0 if bg else 0,
-        accounting=args.accounting,
-        owns_cluster=cluster is not None,
-        adopt=adopt,
-        keeper={
-            "node": args.node,
-            "service_s": service_s,
-            "scale": args.factor,
-            "step_s": args.step_s,
-            "links": args.links,
-            "nice": nice,
-            "partition": args.partition,
-            "account": args.account or (SERVICE_ACCOUNT if args.accounting else None),
-            "log_path": dec_path,
-            "stop_chain": args.stop_chain,
-            # a real cluster's jobs outlive this process: announced, so a retry of the task adopts them
-            "on_submit": (lambda jid: announce("slurm", [jid])) if cluster is None else None,
-            "decide_within_s": (model_info or {}).get("trained_span_s") if args.decide_within == "trained" else None,
-            "decide_at_s": (model_info or {}).get("trained_offsets_s") if decide_at == "probes" else None,
-            "avg_offset_h": None if avg_cal is None else avg_cal["threshold"],
-            "guarantee_margin_h": None if gcal is None else gcal["threshold"],
-            "guarantee_at_s": None if gcal is None else tuple(gcal["at_s"]),
-            **(wait or {}),
-        },
-    )
+    keeper = {
+        "node": args.node,
+        "service_s": service_s,
+        "scale": args.factor,
+        "step_s": args.step_s,
+        "links": args.links,
+        "nice": nice,
+        "partition": args.partition,
+        "account": args.account,
+        "log_path": dec_path,
+        "stop_chain": args.stop_chain,
+        # a real cluster's jobs outlive this process: announced, so a retry of the task adopts them
+        "on_submit": (lambda jid: announce("slurm", [jid])) if measure is None else None,
+        "decide_within_s": (model_info or {}).get("trained_span_s") if args.decide_within == "trained" else None,
+        "decide_at_s": (model_info or {}).get("trained_offsets_s") if decide_at == "probes" else None,
+        "avg_offset_h": None if avg_cal is None else avg_cal["threshold"],
+        "guarantee_margin_h": None if gcal is None else gcal["threshold"],
+        "guarantee_at_s": None if gcal is None else tuple(gcal["at_s"]),
+        **(wait or {}),
+    }
+    common = {"env": env, "jobcomp": jobcomp, "policies": policies, "decide": decide, "keeper": keeper}
+    session = measure.session(**common) if measure is not None else Session(**common, adopt=adopt)
     try:
         session.run(args.deadline_s)
-        if cluster is not None:  # the phase of its fair-share re-reads, for the simulator's prediction
-            from ..slurm.compare import last_recalc_epoch
-
-            session.recalc_epoch = last_recalc_epoch(cluster.paths.state)
-            if session.bg_out is not None:  # slurmctld's submission instants to the ms, as replay-slurm
-                from ..slurm.compare import precise_submits
-                from ..slurm.queue import read_submit_log
-
-                session.submit_epochs = read_submit_log(cluster.paths.ctld_log)
-            if session.late_nodes and session.join_epoch is not None:  # slurmctld's instant of the resume
-                from ..slurm.queue import read_resume_log
-
-                session.join_epoch = read_resume_log(cluster.paths.ctld_log, session.late_nodes) or session.join_epoch
-                session.bg_out = precise_submits(
-                    session.bg_out, session.submit_epochs, session.bg_facts["origin_epoch"], session.t0, args.factor
-                )
+        if measure is not None:
+            measure.finish(session)
     finally:
-        if cluster is not None:
-            cluster.stop()
+        if measure is not None:
+            measure.stop()
     wall_s, cpu_s = time.monotonic() - t_wall, time.process_time() - t_cpu
-    daemons_cpu_s = _children_cpu_s() - children0 if cluster is not None else None
-    errors, bg_facts = session.errors, session.bg_facts
+    errors = session.errors
     if errors and not session.results:
         raise StepError(f"keep-service failed: {errors}")
     frame = session.links(cfg, args.factor, service_s, args.node, nice, int(args.step_s))
@@ -434,7 +304,6 @@ def run(args: argparse.Namespace) -> int:
         "loadavg_end": open("/proc/loadavg").read().split()[:3],
         "cpu_s": round(cpu_s, 2),
         "wall_s": round(wall_s, 1),
-        "daemons_cpu_s": None if daemons_cpu_s is None else round(daemons_cpu_s, 2),
         "errors": errors,
         "nice": nice,
         "model": model_info,
@@ -443,8 +312,7 @@ def run(args: argparse.Namespace) -> int:
         "waitpred": None
         if wait is None
         else {"uri": args.waitpred, "pick": wait["waitpred"].pick, "level": wait["waitpred"].level},
-        "background": bg_facts,
-        "late_nodes_joined_epoch": session.join_epoch,
+        **(measure.facts(session) if measure is not None else {}),
     }
     from ..slurm.keeper_stats import jsonable, summary
 
@@ -460,10 +328,8 @@ def run(args: argparse.Namespace) -> int:
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     step.write_bytes("links.parquet", buf.getvalue())
-    if session.bg_out is not None:  # the background as Slurm ran it: what the simulator's predictions were given
-        buf = io.BytesIO()
-        session.bg_out.to_parquet(buf, index=False)
-        step.write_bytes("background.parquet", buf.getvalue())
+    if measure is not None:
+        measure.write(step, session)
     step.write_bytes("decisions.jsonl", open(dec_path, "rb").read() if os.path.exists(dec_path) else b"")
     step.write_bytes(
         "keeper.md", markdown(frame, args.policy, args.node, args.service_hours, args.factor, facts).encode()
@@ -475,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r['wasted_node_h']:.2f} node-h",
             flush=True,
         )
+    daemons_cpu_s = facts.get("daemons_cpu_s")
     print(
         f"keep-service: wall {wall_s:.0f} s, CPU {cpu_s:.1f} s (keeper, background replay and predictions)"
         + ("" if daemons_cpu_s is None else f", {daemons_cpu_s:.1f} s (the local cluster's daemons)")
@@ -505,14 +372,6 @@ def adopted_chains(ids: list[str], env: dict[str, str], partition: str | None) -
     for tag, jid in out.items():
         print(f"keep-service: chain {tag} adopts job {jid} (submitted by an earlier try)", flush=True)
     return out
-
-
-def _children_cpu_s() -> float:
-    """User + system CPU of this process's reaped children (the local cluster's daemons, once stopped)."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
 
 
 def calibrate_guarantee_cal(uri: str, node: int, waitpred: str, level: float) -> dict:

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 from lab.__main__ import step_parser as lab_step_parser
-from mirage_tasks.run.plan import step_parser
 
 
 def _bench():
@@ -84,15 +83,15 @@ def test_every_command_parses_with_its_steps_parser():
     )
     w = {"name": "w1", "from": "2023-02-05T00:00"}
     argv = mod.keep_argv(a, w)
-    ns = step_parser("keep-service").parse_args(argv[4:])
+    ns = lab_step_parser("keeper-slurm").parse_args(argv[4:])
     assert ns.cfg_nodes is None  # the log's cluster
     c = mod.keep_argv(argparse.Namespace(**{**vars(a), "extra_nodes": 4, "name": "keepc"}), w)
-    assert step_parser("keep-service").parse_args(c[4:]).cfg_nodes == 82  # ls6's 78 and one per chain at a time
+    assert lab_step_parser("keeper-slurm").parse_args(c[4:]).cfg_nodes == 82  # ls6's 78 and one per chain at a time
     assert ns.offset_hours == 0 and "--offset-hours" not in argv  # the argv (and params) of earlier runs stay
     o = mod.keep_argv(argparse.Namespace(**{**vars(a), "offset_hours": 25.0, "name": "keepc2"}), w)
-    assert step_parser("keep-service").parse_args(o[4:]).offset_hours == 25.0
+    assert lab_step_parser("keeper-slurm").parse_args(o[4:]).offset_hours == 25.0
     assert "--late-nodes" not in c and "--late-nodes" not in o  # the argv of earlier sets stay
-    late = step_parser("keep-service").parse_args(
+    late = lab_step_parser("keeper-slurm").parse_args(
         mod.keep_argv(
             argparse.Namespace(
                 **{**vars(a), "extra_nodes": 4, "offset_hours": 12.5, "late_extra_nodes": True, "name": "keepc3"}
@@ -101,7 +100,7 @@ def test_every_command_parses_with_its_steps_parser():
         )[4:]
     )
     assert (late.cfg_nodes, late.late_nodes, late.offset_hours) == (82, 4, 12.5)
-    g = step_parser("keep-service").parse_args(
+    g = lab_step_parser("keeper-slurm").parse_args(
         mod.keep_argv(
             argparse.Namespace(
                 **{**vars(a), "policies": "guarantee-cal,reactive", "waitpred": "wp", "guarantee_samples": "gs"}
@@ -116,7 +115,7 @@ def test_every_command_parses_with_its_steps_parser():
     wp = mod.keep_argv(
         argparse.Namespace(**{**vars(a), "policies": "guarantee,reactive", "waitpred": "wp", "name": "keepwp"}), w
     )
-    ns = step_parser("keep-service").parse_args(wp[4:])
+    ns = lab_step_parser("keeper-slurm").parse_args(wp[4:])
     assert ns.waitpred == "wp" and ns.model is None and ns.avg_cal_samples is None and ns.out == "r/keepwp-w1"
     rp = lab_step_parser("replay-slurm").parse_args(mod.replay_argv(a, w)[4:])
     assert (rp.t_from, rp.t_to, rp.factor) == ("2023-02-05T00:00", "2023-02-13T12:00", 180.0)

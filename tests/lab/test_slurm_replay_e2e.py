@@ -10,7 +10,7 @@ import os
 import pytest
 from conftest import REPO
 
-from mirage_tasks.slurm.cluster import LocalSlurm, missing_accounting, missing_binaries
+from lab.slurm.cluster import LocalSlurm, missing_accounting, missing_binaries
 from tests.mirage.test_sim_support import T0, frame, write_committed_trace
 
 _missing = missing_binaries() + missing_accounting()

@@ -1,7 +1,7 @@
 """Every long-running step owns what it starts: killed at a random point it
 leaves no process and the committed outputs intact.
 
-* ``python -m lab replay-slurm --slurm-root`` and ``keep-service --slurm-root`` (a real local Slurm: munged,
+* ``python -m lab replay-slurm --slurm-root`` and ``python -m lab keeper-slurm --slurm-root`` (a real local Slurm: munged,
   slurmctld, one slurmd per node, the replayed jobs): SIGTERM -> exit 143 within a bounded
   time, every job cancelled, every daemon stopped; SIGKILL (what the kubelet sends at the end
   of the grace period; the issue's run: SIGTERM, then SIGKILL 5 s later) -> the step's guard
@@ -31,9 +31,9 @@ import pytest
 from proctree import all_gone, tree, wait_for
 from test_sim_support import T0, random_trace, write_committed_trace
 
+from lab.slurm.cluster import LocalSlurm, missing_binaries
 from mirage_tasks import __version__
 from mirage_tasks.data.times import iso
-from mirage_tasks.slurm.cluster import LocalSlurm, missing_binaries
 from stepkit import Step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,7 +188,7 @@ def test_keep_service_killed_at_a_random_point_leaves_nothing(trace, tmp_path, s
     rng = random.Random(seed)
     proc = _start(
         [
-            "keep-service",
+            "keeper-slurm",
             "--policy",
             "reactive,avg",
             "--node",
@@ -214,7 +214,8 @@ def test_keep_service_killed_at_a_random_point_leaves_nothing(trace, tmp_path, s
             str(NODES),
             "--cluster-config",
             "ls6",
-        ]
+        ],
+        package="lab",
     )
     try:
         wait_for(

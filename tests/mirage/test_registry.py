@@ -91,7 +91,7 @@ def test_presets_loader_train_and_sample_derive_from_the_registry():
 def test_step_parsers_import_without_numpy_pandas_or_torch():
     code = (
         "import sys, importlib\n"
-        "for s in ('sample', 'merge', 'train', 'validate', 'metrics', 'report', 'synth', 'summary'):\n"
+        "for s in ('sample', 'merge', 'train', 'validate', 'metrics', 'report', 'synth'):\n"
         "    importlib.import_module('mirage_tasks.steps.' + s)\n"
         "import mirage_tasks.models.registry\n"
         "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'pyarrow') if m in sys.modules))"

@@ -13,10 +13,10 @@ import time
 import pytest
 from proctree import wait_for
 
+from lab.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.fairshare import FairShare
 from mirage_tasks.slurm import conf
-from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
 from mirage_tasks.slurm.queue import read_jobcomp, run_client, slurm_time, squeue
 
 _missing = missing_binaries() + missing_accounting()
@@ -161,7 +161,7 @@ def test_a_reread_counts_running_jobs_only_through_the_reread_before(tmp_path):
     from the start: after the first re-read u0's raw usage is already above 0 while its factor is
     still u1's (no usage); after the second it is 2^-3, as the simulator's ledger with the same
     timing gives at each of the two re-reads."""
-    from mirage_tasks.slurm.compare import last_recalc_epoch
+    from lab.slurm.compare import last_recalc_epoch
 
     cfg = SimConfig(
         nodes=2,

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from proctree import wait_for
 
+from lab.slurm import compare, replay
+from lab.slurm.cluster import LocalSlurm, _alive, missing_binaries
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, keeper, replay
-from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_binaries
+from mirage_tasks.slurm import keeper
 from mirage_tasks.slurm.queue import read_jobcomp, run_client, squeue
 
 pytestmark = pytest.mark.skipif(
@@ -207,8 +208,9 @@ def test_slurm_reserves_named_nodes_as_the_named_backfill_does(tmp_path):
 
 
 def _keep_service(tmp_path: Path, trace: str, t0: int, *flags: str) -> dict:
-    """``keep-service`` through its command line on a local Slurm of its own at x120, 1-node
-    service jobs, the trace's first hour from ``t0`` replayed as background; its ``keeper.json``
+    """``keep-service``'s measurement mode (``python -m lab keeper-slurm``) through its command
+    line on a local Slurm of its own at x120, 1-node service jobs, the trace's first hour from
+    ``t0`` replayed as background; its ``keeper.json``
     (the step must exit 0)."""
     import json
     import subprocess
@@ -222,8 +224,8 @@ def _keep_service(tmp_path: Path, trace: str, t0: int, *flags: str) -> dict:
         [
             sys.executable,
             "-m",
-            "mirage_tasks",
-            "keep-service",
+            "lab",
+            "keeper-slurm",
             "--node",
             "1",
             "--factor",
@@ -254,8 +256,8 @@ def _keep_service(tmp_path: Path, trace: str, t0: int, *flags: str) -> dict:
 
 
 def test_keep_service_chains_in_a_held_background_as_the_simulator_predicts(tmp_path):
-    """keep-service through its command line (the measurement mode: a local 4-node Slurm at
-    x120, a background replayed while two chains per policy run, the second started half a
+    """keep-service through its command line (the measurement mode, the lab's keeper-slurm: a
+    local 4-node Slurm at x120, a background replayed while two chains per policy run, the second started half a
     trace hour after the first). The background holds the whole cluster until 3 h in (a
     running 4-node job; its 1 h window submits one more job, of a lower priority than the
     service's, at 10 min), so every predecessor waits for it, and that window's submissions

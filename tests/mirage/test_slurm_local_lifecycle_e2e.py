@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from proctree import wait_for
 
-from mirage_tasks.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
+from lab.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab.slurm import compare, replay
 from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import compare, conf as slurm_conf, keeper, replay
+from mirage_tasks.slurm import conf as slurm_conf, keeper
 from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
@@ -37,7 +38,7 @@ def test_back_to_sim_matches_what_slurm_enforces():
     s = back_to_sim(cfg, 60)
     assert s.bf_interval_s == 120  # 90/60 rounds to 2 real s = 120 trace s
     assert s.max_jobs_per_user == 0 and not s.warm_start and s.nodes == 78
-    assert compare.sim_config(cfg, 60).weight_age == 0.0
+    assert slurm_conf.sim_config(cfg, 60).weight_age == 0.0
 
 
 def test_squeue_and_jobcomp_parsing(tmp_path):
@@ -372,9 +373,9 @@ def test_keep_service_policy_model_without_model_refuses_before_anything_starts(
     keep_service.add_arguments(p)
     out = tmp_path / "out"
     with pytest.raises(StepError, match="--policy model needs --model"):
-        keep_service.run(p.parse_args(["--policy", policy, "--out", str(out), "--slurm-root", str(tmp_path / "s")]))
+        keep_service.run(p.parse_args(["--policy", policy, "--out", str(out)]))
     assert main("mirage_tasks", STEPS, ["keep-service", "--policy", policy, "--out", str(out)]) == 2
-    assert not out.exists() and not (tmp_path / "s").exists()
+    assert not out.exists()
 
 
 def test_association_tree_matches_the_simulators_siblings():
@@ -400,7 +401,7 @@ def test_local_cluster_ports_avoid_the_ephemeral_range(monkeypatch):
     """slurmd ports found free inside the kernel's ephemeral range were taken by slurmctld's
     connection to slurmdbd before slurmd bound them (a 78-node start with accounting failed so):
     the range is chosen below it, or above it where there is no room below."""
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     monkeypatch.setattr(cluster, "ephemeral_ports", lambda: (32768, 60999))
     for _ in range(20):
@@ -468,11 +469,11 @@ def _replayed(rows: list[dict], t_from: int, t_to: int, factor: float):
 
 
 def test_session_links_put_the_simulators_prediction_beside_each_chain():
-    """slurm.session.Session.links maps a chain's real submission back to trace time and asks
+    """The measurement session's links (lab.slurm.keeper_session) map a chain's real submission back to trace time and asks
     the simulator for the same link on the replayed background: a 2-node cluster held by one
     job until t0 + 2 h, a 1-node chain submitted at t0 (reactive: the successor at the
     predecessor's end) is predicted to start at once and run its 1 h limit."""
-    from mirage_tasks.slurm.session import Session
+    from lab.slurm.keeper_session import MeasuredSession as Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, jobs, bg = _replayed(
@@ -493,12 +494,12 @@ def test_session_links_put_the_simulators_prediction_beside_each_chain():
 
 
 def test_the_prediction_has_the_late_nodes_join_when_they_joined():
-    """A session's late nodes (``keep-service --late-nodes``) join at the instant they were
+    """A session's late nodes (``keeper-slurm --late-nodes``) join at the instant they were
     resumed: a 2-node cluster, one node held by the background from t0 + 1 min to t0 + 2 h, the
     other late until t0 + 1.5 h (real epoch mapped to trace time, x60). A chain submitted at
     t0 + 2 min is predicted to start when the node joins, not at once as on the cluster with
     both nodes."""
-    from mirage_tasks.slurm.session import Session
+    from lab.slurm.keeper_session import MeasuredSession as Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, jobs, bg = _replayed(
@@ -527,13 +528,13 @@ def test_the_prediction_has_the_late_nodes_join_when_they_joined():
     assert first(late_nodes=["n2"], join_epoch=origin + 60 / factor)["sim_pred_start"] == t0 + 120
 
 
-def test_keep_service_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
+def test_keeper_slurm_late_nodes_need_a_local_cluster_and_an_offset(tmp_path):
     """The keeper never changes a real cluster's nodes, and late nodes join when the first
-    chain starts: without --slurm-root or without --offset-hours the step refuses, naming the
+    chain starts: without --slurm-root or without --offset-hours the lab's keeper-slurm refuses, naming the
     flag, before anything starts."""
     import argparse
 
-    from mirage_tasks.steps.keep_service import StepError, add_arguments, run
+    from lab.slurm.keeper_slurm import StepError, add_arguments, run
 
     for extra in (
         ["--slurm-conf", str(tmp_path / "slurm.conf"), "--offset-hours", "1"],
@@ -552,8 +553,8 @@ def test_each_chains_prediction_sees_the_other_chains_jobs():
     predecessor (submitted first, at t0) takes the free node; chain 0's, submitted 30 trace
     minutes later, is predicted to wait for it (1 h), not to start at once as it would alone.
     Submission instants come from slurmctld's log where it has them."""
+    from lab.slurm.keeper_session import MeasuredSession as Session
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm.session import Session
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     df = pd.DataFrame(
@@ -662,7 +663,7 @@ def test_the_simulator_takes_slurms_submissions_in_job_id_order():
 def test_submission_instants_come_from_slurmctlds_log_where_they_fit_the_jobcomp_second(tmp_path):
     from datetime import datetime
 
-    from mirage_tasks.slurm.compare import precise_submits
+    from lab.slurm.compare import precise_submits
     from mirage_tasks.slurm.queue import read_submit_log
 
     log = tmp_path / "slurmctld.log"
@@ -715,7 +716,7 @@ def test_the_late_nodes_join_when_slurmctld_logged_their_resume(tmp_path):
 
 
 def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
-    from mirage_tasks.slurm.compare import same_nodes
+    from lab.slurm.compare import same_nodes
 
     both = pd.DataFrame(
         {
@@ -733,7 +734,7 @@ def test_same_nodes_counts_matching_node_sets_and_skips_foreign_node_names():
 
 @pytest.mark.parametrize("hold", [True, False])
 def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, tmp_path, hold):
-    """A kept service's background (replay.run with hold=True, as slurm.session runs it) leaves
+    """A kept service's background (replay.run with hold=True, as the lab's keeper session runs it) leaves
     every job it submitted to run until the session's stop event, even when its window's
     submissions ran out long before and all its scored jobs started; only then it cancels
     them. Without hold the replay cancels them as soon as the scored jobs have started: the
@@ -752,7 +753,10 @@ def test_a_held_background_keeps_its_jobs_until_the_session_stops(monkeypatch, t
         calls.append((time.monotonic(), list(args)))
         return ""
 
+    from mirage_tasks.slurm import queue
+
     monkeypatch.setattr(replay, "run_client", client)
+    monkeypatch.setattr(queue, "run_client", client)  # cancel_ours's scancel
     monkeypatch.setattr(
         replay, "squeue", lambda env=None: [QJob(str(i), "RUNNING", 1, 600, 0.0, 1.0, "u", "bg") for i in (1, 2)]
     )
@@ -829,7 +833,7 @@ def test_keeper_avg_cal_submits_where_the_mean_wait_minus_the_time_left_reaches_
 def test_keeper_prediction_for_avg_cal_is_avg_moved_by_its_offset_or_reactive():
     """keeper_sim.predict: avg-cal with offset 0 decides as avg, without one (never early) as
     reactive, and with a negative offset earlier than avg."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     # a 2-node job holds the cluster 2 h; a 1-node job submitted a minute later waits for it (a mean wait > 0)
@@ -865,7 +869,7 @@ def test_keeper_prediction_asks_the_model_where_the_keeper_asks_it():
     the first step at or past each probe time. Before, the prediction asked every step from the
     start whatever the keeper did, so a model the keeper asked only in its last 24 h was predicted
     to submit 48 h ahead."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, _, bg = _replayed(
@@ -905,12 +909,8 @@ def test_keep_service_avg_cal_needs_training_samples_of_its_node_size(tmp_path, 
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="--avg-cal-samples"):
-        keep_service.run(
-            p.parse_args(
-                ["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
-            )
-        )
-    assert not (tmp_path / "s").exists()
+        keep_service.run(p.parse_args(["--policy", "avg-cal,reactive", "--out", str(tmp_path / "o")]))
+    assert not (tmp_path / "o").exists()
     with pytest.raises(StepError, match="--avg-cal-samples"):
         keep_service.calibrate_avg_cal(str(tmp_path / "nothing"), 1)
 
@@ -965,7 +965,7 @@ def test_keeper_prediction_of_the_wait_predictor_rules_asks_every_step():
     """keeper_sim.predict for guarantee: a bound of 2 h on a free cluster submits 2 h 10 min before
     the end (the step after which waiting would leave less than the bound), wait-pred at 0 h wait
     only at the end."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     h, t0, factor = 3600, 1_000 * 3600, 60.0
     cfg, _, bg = _replayed(
@@ -987,7 +987,7 @@ def test_guarantee_cal_is_asked_at_its_probe_times_with_its_margin(fake, margin_
     the next probe reaches its margin. Margin 0.5 h: at 2 h left (2 - 1 >= 0.5); 1.5 h: at 1 h left
     (2 - 0.5); None (never early): at the end after its 4 asks. The simulator's prediction decides
     the same on a free cluster."""
-    from mirage_tasks.slurm.keeper_sim import predict
+    from lab.slurm.keeper_sim import predict
 
     at = (7200, 3600, 1800, 600)
     wp = _FixedWait(0.0, 2.0)
@@ -1068,12 +1068,8 @@ def test_keep_service_wait_predictor_rules_need_a_waitpred_output(tmp_path, monk
     p = argparse.ArgumentParser()
     keep_service.add_arguments(p)
     with pytest.raises(StepError, match="guarantee needs --waitpred"):
-        keep_service.run(
-            p.parse_args(
-                ["--policy", "guarantee,reactive", "--out", str(tmp_path / "o"), "--slurm-root", str(tmp_path / "s")]
-            )
-        )
-    assert not (tmp_path / "s").exists()
+        keep_service.run(p.parse_args(["--policy", "guarantee,reactive", "--out", str(tmp_path / "o")]))
+    assert not (tmp_path / "o").exists()
     with pytest.raises(StepError, match="--waitpred"):
         livewait.load(str(tmp_path / "nothing"), "UTC")
 
@@ -1102,7 +1098,7 @@ def test_clusters_started_at_once_choose_their_ports_one_after_another(tmp_path,
     import socket
     import threading
 
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     monkeypatch.setattr(cluster, "PORT_LOCK", str(tmp_path / "ports.lock"))
     monkeypatch.setattr("random.randrange", lambda a, b: 24000)
@@ -1149,7 +1145,7 @@ def test_make_slurm_counts_are_bounded_before_anything_starts(tmp_path, monkeypa
     """``make slurm``'s counts (SLURM_USERS, SLURM_NODES, SLURM_FACTOR) each have an upper bound:
     exit 2 naming the flag, its make variable and the bound, before a daemon starts (before,
     SLURM_USERS had none: 20,000 accounts were created one sacctmgr call after another)."""
-    from mirage_tasks.slurm import cluster
+    from lab.slurm import cluster
 
     def started(*a, **k):
         raise AssertionError("a cluster was started")

@@ -27,20 +27,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..calibration.fidelity import metrics
-from ..sim.config import SimConfig
-from ..sim.engine import Simulator
-from ..sim.named import NamedNodes, hostlist, parse_hostlist
-from .conf import back_to_sim
-
-
-def sim_config(cfg: SimConfig, factor: float, accounting: bool = False, sim_backfill: str | None = None) -> SimConfig:
-    """The simulator's side of the comparison: :func:`~.conf.back_to_sim` (the backfill Slurm
-    enforces for ``cfg``'s: ``named`` for ``conservative``), or ``sim_backfill`` where given (to
-    measure what another model of Slurm's backfill, e.g. the free-node count, would score)."""
-    out = back_to_sim(cfg, factor, accounting)
-    return out.replace(backfill=sim_backfill) if sim_backfill else out
-
+from mirage_tasks.calibration.fidelity import metrics
+from mirage_tasks.sim.config import SimConfig
+from mirage_tasks.sim.engine import Simulator
+from mirage_tasks.sim.named import NamedNodes, hostlist, parse_hostlist
+from mirage_tasks.slurm.conf import sim_config
 
 #: How far past the jobcomp's whole second slurmctld's submission log line may be stamped.
 LOG_LAG_S = 0.05

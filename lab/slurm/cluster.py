@@ -1,6 +1,6 @@
 """Start and stop a real local Slurm (munge, one slurmctld, N ``slurmd -N nX``) as root.
 
-``python -m mirage_tasks.slurm.cluster start|stop|status [--root var/slurm] [--cluster-config
+``python -m lab.slurm.cluster start|stop|status [--root var/slurm] [--cluster-config
 ls6] [--nodes N] [--factor F]`` (``make slurm`` / ``make slurm-stop`` / ``make slurm-status``)
 and :class:`LocalSlurm` (the pytest fixture). Everything lives under ``--root``: the munge key
 and socket, ``slurm.conf``, state, spool, logs, the job-completion log and one record per
@@ -36,10 +36,9 @@ import sys
 import time
 from pathlib import Path
 
+from mirage_tasks.sim.config import SimConfig, config_from_args
+from mirage_tasks.slurm.conf import Paths, associations, render, render_dbd, scaled, unsupported
 from stepkit import StepError
-
-from ..sim.config import SimConfig, config_from_args
-from .conf import Paths, associations, render, render_dbd, scaled, unsupported
 
 log = logging.getLogger(__name__)
 
@@ -404,9 +403,7 @@ class LocalSlurm:
         )
         for i in range(1, n + 1):
             os.makedirs(f"{p.spool}/n{i}", exist_ok=True)
-        (self.root / "env.sh").write_text(
-            f"# written by mirage_tasks.slurm.cluster start\nexport SLURM_CONF={p.conf}\n"
-        )
+        (self.root / "env.sh").write_text(f"# written by lab.slurm.cluster start\nexport SLURM_CONF={p.conf}\n")
         info = {
             "root": str(self.root),
             "nodes": n,
@@ -782,7 +779,7 @@ class OwnedSlurm(LocalSlurm):
         if self.running():  # another cluster's root: neither guard nor stop it
             raise RuntimeError(f"a local Slurm already runs under {self.root} ({self.running()}): stop it first")
         self.guard = Guard(
-            [sys.executable, "-m", "mirage_tasks.slurm.cluster", "stop", "--root", str(self.root)],
+            [sys.executable, "-m", "lab.slurm.cluster", "stop", "--root", str(self.root)],
             f"the local Slurm under {self.root}",
         )
         try:
@@ -837,23 +834,6 @@ def check_root(root: str, flag: str = "--slurm-root") -> None:
         raise StepError(f"{flag} {root}: cannot create or write a folder there ({up} is not a writable folder)")
 
 
-def check_conf(conf: str | None, flag: str) -> str:
-    """The slurm.conf a step's Slurm clients will read (``conf``, else ``$SLURM_CONF``): it must
-    be a readable file, checked before anything starts (a client retries a missing one for a
-    minute per call). :class:`StepError` naming ``flag`` or ``SLURM_CONF``; returns the path."""
-    path = conf or os.environ.get("SLURM_CONF")
-    where = f"{flag} {conf}" if conf else f"SLURM_CONF={path}"
-    if not path:
-        raise StepError(
-            f"no cluster: pass {flag} (or set SLURM_CONF)"
-            if flag != "--slurm-root"
-            else "no cluster: pass --slurm-root DIR (a local Slurm for this run) or set SLURM_CONF"
-        )
-    if not os.path.isfile(path) or not os.access(path, os.R_OK):
-        raise StepError(f"{where}: no such readable file (the cluster's slurm.conf)")
-    return path
-
-
 def start_local(
     root: str,
     cfg: SimConfig,
@@ -876,7 +856,7 @@ def start_local(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mirage_tasks.slurm.cluster", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.slurm.cluster", description=__doc__.split("\n")[0])
     ap.add_argument("action", choices=("start", "stop", "status"))
     ap.add_argument("--root", default="var/slurm")
     ap.add_argument("--factor", type=float, default=1.0, help="time compression (trace seconds per real second)")
@@ -891,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--users", type=int, default=0, help="with --accounting: trace users to create accounts u0..u<N-1> for (0)"
     )
-    from ..sim.config import add_config_arguments
+    from mirage_tasks.sim.config import add_config_arguments
 
     add_config_arguments(ap)
     a = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""``python -m mirage_tasks summary --run PREFIX``: what a pipeline run produced, and where.
+"""``python -m lab summary --run PREFIX``: what a pipeline run produced, and where.
 
 Reads the success markers below a run prefix (one per committed step output) and prints
 one line per output with its step, summary figures and location, plus the headline

@@ -1,10 +1,10 @@
 """What the simulator predicts for a kept service, given the workload the real run saw.
 
-The background is a replay's job table (:mod:`.replay`: Slurm's own submission times
+The background is a replay's job table (:mod:`lab.slurm.replay`: Slurm's own submission times
 mapped back to trace time, compressed sleeps and minute-rounded limits times the factor);
 the chain starts with the predecessor at the keeper's real submission time; the settings
-are :func:`~mirage_tasks.slurm.compare.sim_config`. The policies decide as the keeper does
-(:mod:`.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
+are :func:`~mirage_tasks.slurm.conf.sim_config`. The policies decide as the keeper does
+(:mod:`mirage_tasks.slurm.keeper`): snapshots every ``step_s`` from the predecessor's submission, the model
 asked where the keeper asks it once the predecessor runs (every step, within its trained span or
 at its probe times), ``avg`` = end minus the simulator's mean wait of
 the last 100 starts when the predecessor started, ``avg-cal`` = the end minus (that mean wait
@@ -21,12 +21,13 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from ..sim import decision_rules as dr, features
-from ..sim.config import SimConfig
-from ..sim.engine import Simulator
-from .asking import asks
-from .compare import align_recalc, job_user, sim_config, submission_order
-from .livewait import WAIT_RULES, decide as decide_wait, next_decision_s
+from lab.slurm.compare import align_recalc, job_user, submission_order
+from mirage_tasks.sim import decision_rules as dr, features
+from mirage_tasks.sim.config import SimConfig
+from mirage_tasks.sim.engine import Simulator
+from mirage_tasks.slurm.asking import asks
+from mirage_tasks.slurm.conf import sim_config
+from mirage_tasks.slurm.livewait import WAIT_RULES, decide as decide_wait, next_decision_s
 
 PRED_TAG, SUCC_TAG = -2, -3
 

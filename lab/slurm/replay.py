@@ -25,16 +25,15 @@ import logging
 import math
 import os
 import time
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..sim.config import SimConfig
-from ..sim.policies import priority_policy
-from ..sim.workload import Workload
-from .conf import account_of
-from .queue import read_jobcomp, run_client, slurm_time, squeue
+from mirage_tasks.sim.config import SimConfig
+from mirage_tasks.sim.policies import priority_policy
+from mirage_tasks.sim.workload import Workload
+from mirage_tasks.slurm.conf import account_of
+from mirage_tasks.slurm.queue import Progress, cancel_ours, read_jobcomp, run_client, slurm_time, squeue
 
 log = logging.getLogger(__name__)
 
@@ -94,32 +93,6 @@ def users_of(jobs: pd.DataFrame | None) -> tuple[int, bool]:
         return 0, False
     u = jobs["user"]
     return int(max(int(u.max()), -1)) + 1, bool((u < 0).any())
-
-
-class Progress:
-    """Says where a long wait stands at most once per ``every_s`` seconds (the first call says it)."""
-
-    def __init__(self, what: str, every_s: float = 60.0):
-        self.what, self.every_s, self._next = what, float(every_s), 0.0
-
-    def maybe(self, fmt: str, *args: Any) -> None:
-        """Log ``fmt % args`` when it is time to, formatted only then (as :mod:`logging` does)."""
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + self.every_s
-            log.info("%s: " + fmt, self.what, *args)
-
-
-def cancel_ours(job_ids, env: dict[str, str], timeout: float = 15.0) -> None:
-    """``scancel`` exactly these job ids (bounded; a cluster already gone is not an error)."""
-    ids = sorted({str(j) for j in job_ids if j})
-    if not ids:
-        return
-    try:
-        run_client(["scancel", *ids], env, timeout=timeout)
-        log.info("cancelled %d submitted job(s)", len(ids))
-    except Exception as exc:  # noqa: BLE001 - the cluster may be stopping; the caller goes on stopping
-        log.warning("could not cancel %d submitted job(s): %s", len(ids), exc)
 
 
 def _sbatch(row: dict, env: dict[str, str], tag: str, workdir: str, accounts: bool = False) -> str:
