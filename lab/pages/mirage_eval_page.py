@@ -442,26 +442,39 @@ def waitpred_answer(wp_rows: list) -> list[str]:
 
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
-    searches = [(_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {}) for lg in logs]
-    budgets = {(t.get("trials"), t.get("timeout_s")) for t in searches if t}
-    trials, timeout_s = budgets.pop() if len(budgets) == 1 else (40, 300.0)  # mixed: the protocol's, as stated below
-    flags = f" --logs {' '.join(lg.name for lg in logs)}" if getattr(args, "logs", None) else ""
-    flags += f" --cal-trials {trials} --cal-timeout-s {timeout_s:g}" if (trials, timeout_s) != (40, 300.0) else ""
+    # the commands that made the outputs: one per calibration budget the logs were run with
+    groups: dict[tuple, list[str]] = {}
+    for lg in logs:
+        t = (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {})
+        groups.setdefault((t.get("trials", 40), t.get("timeout_s", 300.0)), []).append(lg.name)
+    if not groups:
+        groups = {(40, 300.0): [lg.name for lg in logs]}
+    every = [lg.name for lg in logs]
+
+    def flags(budget: tuple, names: list[str]) -> str:
+        f = f" --logs {' '.join(names)}"
+        return f + (f" --cal-trials {budget[0]} --cal-timeout-s {budget[1]:g}" if budget != (40, 300.0) else "")
+
+    budget_text = "; ".join(
+        f"{', '.join(n)}: {b[0]} trials, " + (f"{b[1]:g} s" if b[1] else "no time limit") for b, n in groups.items()
+    )
     L = [
         "# Queue-wait prediction at submission time (issue 27)",
         "",
         "Written by `python -m lab.campaigns.mirage_eval --waitpred-only --write-doc` from the outputs of:",
         "",
         "```sh",
-        f"OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval{flags} --waitpred-only",
-        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval{flags} --waitpred-only --write-doc "
-        f"{path.as_posix()}",
+        *(
+            f"OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m lab.campaigns.mirage_eval --root var/eval{flags(b, n)} "
+            "--waitpred-only"
+            for b, n in groups.items()
+        ),
+        f".venv/bin/python -m lab.campaigns.mirage_eval --root var/eval --logs {' '.join(every)} --waitpred-only "
+        f"--write-doc {path.as_posix()}",
         "```",
         "",
         "Each log (a description in `lab/campaigns/logs/`) is ingested, the simulator is calibrated on its calibration "
-        f"period (`calibrate`: {trials} trials, "
-        + (f"{timeout_s:g} s" if timeout_s else "no time limit")
-        + "), and `python -m mirage_tasks waitpred` fits its candidates on the "
+        f"period (`calibrate`: {budget_text}), and `python -m mirage_tasks waitpred` fits its candidates on the "
         "calibration period and scores every job submitted in the scored months. **What each figure may know:** "
         "only what was known at the job's submission: the queue and the running jobs at that instant (nodes, "
         "requested times, elapsed times), the job's own request, run times of jobs that had ended and waits of "
