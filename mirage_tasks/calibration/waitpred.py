@@ -692,7 +692,8 @@ def _check_line(fold_info: list[dict[str, Any]], margin: float) -> str:
             f"on), parts fitted on the first {FIT_SHARE:.0%}: {rule}"
         )
     return (
-        f"eligibility judged on {len(fold_info)} rolling-origin folds of the calibration period ("
+        f"eligibility judged on {len(fold_info)} rolling-origin fold{'s' if len(fold_info) > 1 else ''} of the "
+        "calibration period ("
         + ", ".join(
             f"{f['label']}: fitted on {f['n_fit']} jobs before it, judged on {f['n_judged']}" for f in fold_info
         )
