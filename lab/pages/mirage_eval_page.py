@@ -431,11 +431,21 @@ def waitpred_answer(wp_rows: list) -> list[str]:
     kept = [r["kept"] for _, wp in rows for r in _promise_kept(wp, wp["pick"]).values()]
     prev = [r["kept"] for _, wp in rows for r in _promise_kept(wp, wp["guard"]["single_tail_pick"]).values()]
     names = ", ".join(n for n, _ in rows)
+
+    def mae(wp: dict, k: str) -> str:
+        return _f(wp["out_of_sample"][k]["pooled"]["mae_h"])
+
     return [
         f"**Answer.** The guard's pick kept the within-1-h promise (at most "
         f"{100 * rows[0][1]['params']['margin']:g} points below zero wait's share) in "
         f"{sum(kept)} of {len(kept)} scored months ({names}); a single held-back tail's pick, the guard before "
-        f"the folds, kept it in {sum(prev)}. The MAE it gave up for that is in each log's table.",
+        f"the folds, kept it in {sum(prev)}. MAE h over the scored months, the pick's against the single tail's "
+        "(zero wait's): "
+        + ", ".join(
+            f"{n} {mae(wp, wp['pick'])} against {mae(wp, wp['guard']['single_tail_pick'])} ({mae(wp, 'zero')})"
+            for n, wp in rows
+        )
+        + ".",
         "",
     ]
 
@@ -543,6 +553,7 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         L.append("")
     L[2:2] = waitpred_answer(wp_rows)
     zero_logs = [n for n, wp in wp_rows if wp["pick"] == "zero"]
+    first_folds = [(n, wp["guard"]["folds"][0]) for n, wp in wp_rows if (wp.get("guard") or {}).get("folds")]
     L += ["## Summary", "", *waitpred_summary(wp_rows, logs), ""]
     trials = {lg.name: (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {}) for lg in logs}
     L += [
@@ -560,6 +571,17 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                 "picked."
             ]
             if zero_logs
+            else []
+        ),
+        *(
+            [
+                "* The guard's earliest fold is fitted on the fewest jobs ("
+                + ", ".join(f"{n} {f['label']}: {f['n_fit']} jobs" for n, f in first_folds)
+                + "), so it judges a weaker model than the one fitted on the whole period for the scored months; "
+                "a candidate refused there alone (see each log's reasons) may have kept the promise out of "
+                "sample, and the guard is conservative on that side."
+            ]
+            if first_folds
             else []
         ),
         "* The plans (`plan`, `plan_request`) are worse than zero wait on every log, as Slurm's own estimate is "

@@ -280,7 +280,11 @@ def guard_folds(
     eligible = [k for k in CANDIDATES if m[k]["eligible"]]
     pick = min(eligible, key=lambda k: (round(m[k]["mae_h"], 9), TIE_ORDER.index(k)))
     out = [k for k in CANDIDATES if k not in eligible]
-    where = f"the {len(folds)} out-of-sample folds ({', '.join(labels)})" if len(folds) > 1 else f"the {labels[0]}"
+    where = (
+        f"the {len(folds)} out-of-sample folds ({', '.join(labels)})"
+        if len(folds) > 1
+        else (f"the {labels[0]}" if labels[0] == "held-back tail" else f"the one out-of-sample fold ({labels[0]})")
+    )
     why = (
         f"least MAE over {where} among the candidates whose within-1-h share is at most {100 * margin:g} points below "
         f"zero wait's ({m['zero']['within_1h']:.1%}) in every fold and, pooled, with one-sided 95 % confidence"

@@ -33,9 +33,9 @@ def _wp_promise() -> dict:
         return {"n": 100, "within_1h": w}
 
     oos = {
-        "zero": {"months": {"1997-01": m(0.66), "1997-02": m(0.66)}},
-        "corrected_q20": {"months": {"1997-01": m(0.68), "1997-02": m(0.64)}},
-        "corrected_q40": {"months": {"1997-01": m(0.655), "1997-02": m(0.595)}},
+        "zero": {"months": {"1997-01": m(0.66), "1997-02": m(0.66)}, "pooled": {"mae_h": 5.2}},
+        "corrected_q20": {"months": {"1997-01": m(0.68), "1997-02": m(0.64)}, "pooled": {"mae_h": 4.4}},
+        "corrected_q40": {"months": {"1997-01": m(0.655), "1997-02": m(0.595)}, "pooled": {"mae_h": 3.8}},
     }
     return {
         "pick": "corrected_q20",
@@ -55,6 +55,7 @@ def test_the_promise_table_shows_the_pick_beside_the_single_tails_month_by_month
     assert "| 1997-02 | 100 | 66.0% | -2.0 | yes | -6.5 | **no** |" in L
     (answer, _) = waitpred_answer([("KTH-SP2", _wp_promise())])
     assert "in 2 of 2 scored months (KTH-SP2)" in answer and "kept it in 1." in answer
+    assert answer.endswith("KTH-SP2 4.40 against 3.80 (5.20).")
     # an output written before the folds: no table, no answer
     old = {k: v for k, v in _wp_promise().items() if k != "guard"}
     assert waitpred_promise(old) == [] and waitpred_answer([("KTH-SP2", old)]) == []
