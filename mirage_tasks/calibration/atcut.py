@@ -1,7 +1,7 @@
 """The log as it stood at the cut: what every fitted part of the wait predictor may read.
 
 The wait predictor's fitted parts (the simulator's configuration searched by ``calibrate``, the
-quantile model's training labels, the guard's held-back tail and the bound's start offsets) are
+quantile model's training labels, the guard's folds and the bound's start offsets) are
 fitted on the calibration period ``[a, cut)`` and then answer for jobs submitted from ``cut`` on.
 A job submitted before the cut may still be waiting or running at the cut: its real wait and
 run time become known only later, while the scored jobs are already being answered. Fitting on
@@ -31,7 +31,8 @@ before the cut); nothing after it is read. How each fitted part treats a censore
 * the quantile model is trained on ``min(wait, cut - submit)``: the ``q`` quantile of a wait
   censored at a known point ``c`` is ``min(Q_q, c)``, so the labels are exact wherever the
   quantile lies below the censoring point (all but the jobs submitted in the last hours);
-* the guard scores only the held-back jobs whose wait was known at the cut: a censored job's
+* the guard judges only the jobs whose wait was known at the cut (its folds' models, fitted on
+  the months before each fold, see the waits as known at the fold's start): a censored job's
   error is unknown for any prediction past ``c``, and counting it "as far as the cut shows"
   rewarded candidates that predict long waits (on a busy log the guard picked the requested-time
   plan, worse than zero wait out of sample); leaving them out drops the longest waits, which

@@ -23,3 +23,39 @@ def test_the_month_table_shows_the_qbets_bound_beside_the_predictors():
 
 def test_an_output_written_before_qbets_renders_dashes():
     assert waitpred_months(_wp(False))[2].endswith("| 90.0% | 4.00 | - | - |")
+
+
+def _wp_promise() -> dict:
+    """Two scored months; the folds' pick (corrected_q20) keeps the within-1-h promise in both, the
+    single tail's (corrected_q40) breaks it in February (6.5 points below zero wait)."""
+
+    def m(w):
+        return {"n": 100, "within_1h": w}
+
+    oos = {
+        "zero": {"months": {"1997-01": m(0.66), "1997-02": m(0.66)}, "pooled": {"mae_h": 5.2}},
+        "corrected_q20": {"months": {"1997-01": m(0.68), "1997-02": m(0.64)}, "pooled": {"mae_h": 4.4}},
+        "corrected_q40": {"months": {"1997-01": m(0.655), "1997-02": m(0.595)}, "pooled": {"mae_h": 3.8}},
+    }
+    return {
+        "pick": "corrected_q20",
+        "params": {"margin": 0.05},
+        "out_of_sample": oos,
+        "guard": {"check": "eligibility judged on 2 rolling-origin folds", "single_tail_pick": "corrected_q40"},
+    }
+
+
+def test_the_promise_table_shows_the_pick_beside_the_single_tails_month_by_month():
+    from lab.pages.mirage_eval_page import waitpred_answer, waitpred_promise
+
+    L = waitpred_promise(_wp_promise())
+    assert L[0] == "Eligibility judged on 2 rolling-origin folds."
+    assert "| month | n | zero within 1 h | corrected_q20 (folds) | kept | corrected_q40 (single tail) | kept |" in L
+    assert "| 1997-01 | 100 | 66.0% | +2.0 | yes | -0.5 | yes |" in L
+    assert "| 1997-02 | 100 | 66.0% | -2.0 | yes | -6.5 | **no** |" in L
+    (answer, _) = waitpred_answer([("KTH-SP2", _wp_promise())])
+    assert "in 2 of 2 scored months (KTH-SP2)" in answer and "kept it in 1." in answer
+    assert answer.endswith("KTH-SP2 4.40 against 3.80 (5.20).")
+    # an output written before the folds: no table, no answer
+    old = {k: v for k, v in _wp_promise().items() if k != "guard"}
+    assert waitpred_promise(old) == [] and waitpred_answer([("KTH-SP2", old)]) == []

@@ -3,6 +3,8 @@ bounds whose feedback comes only when it is known, the guard's within-1-h rule, 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -252,6 +254,113 @@ def test_the_guard_refuses_a_lower_mae_bought_with_jobs_that_start_at_once():
     pt["corrected_q40"] = good
     pick, _, _ = wp.guard(tail, pt, 0.05)
     assert pick == "corrected_q40"
+
+
+def _judged(real: np.ndarray, day0: pd.Timestamp) -> pd.DataFrame:
+    """Jobs with these real waits, submitted a few per day from ``day0`` (the day clusters of the SE)."""
+    sub = day0.timestamp() + (np.arange(len(real)) // 10) * 86400 + 3600
+    return pd.DataFrame({"real_wait_s": real, "submit": sub.astype(np.int64)})
+
+
+def test_the_guard_refuses_a_candidate_that_broke_the_promise_in_an_earlier_fold():
+    # two months of the calibration period, each judged out of sample. In the later month (where the
+    # single held-back tail sits) "corrected_q50" is within a point of zero wait on within 1 h and has
+    # the least MAE; in the earlier month it predicted long waits for 9 % of the jobs, which started at once.
+    rng = np.random.default_rng(7)
+    folds, tail = [], None
+    for label, day0, n, miss in (("1996-11", "1996-11-01", 200, 0.09), ("1996-12", "1996-12-01", 600, 0.01)):
+        # 60 % start at once, the rest wait over 2 h (neither zero nor half the wait is within 1 h there)
+        real = np.where(rng.random(n) < 0.6, 0.0, 2 * H + 60 + rng.exponential(8 * H, n))
+        pt = {k: np.zeros(n) for k in wp.CANDIDATES}
+        q50 = real * 0.5  # half the long waits: the least MAE
+        q50[rng.choice(np.flatnonzero(real == 0), int(miss * n), replace=False)] = 2 * H  # wrong on `miss` of all
+        pt["corrected_q50"] = q50
+        pt["corrected_q20"] = real * 0.3  # never wrong where zero wait is right, a higher MAE
+        fr = _judged(real, pd.Timestamp(day0, tz="UTC"))
+        folds.append((label, fr, pt))
+        tail = (fr, pt)
+    d = {f[0]: wp._hit_diff(f[1]["real_wait_s"].to_numpy(), f[2]["corrected_q50"]).mean() for f in folds}
+    assert d["1996-11"] == pytest.approx(-0.09) and d["1996-12"] == pytest.approx(-0.01)
+    old, _, _ = wp.guard(*tail, 0.05)  # the single held-back tail lets it through
+    assert old == "corrected_q50"
+    pick, m, why = wp.guard_folds(folds, 0.05)
+    assert pick == "corrected_q20" and not m["corrected_q50"]["eligible"] and m["zero"]["eligible"]
+    # pooled over both months it is confidently within the margin: the per-fold check refuses it
+    assert m["corrected_q50"]["refused_by"] == "fold 1996-11" and m["corrected_q50"]["worst_fold"] == "1996-11"
+    assert "corrected_q50 (-3.0% ± " in why and "worst fold 1996-11 -9.0%" in why
+    assert m["corrected_q50"]["folds"]["1996-12"]["within_1h_diff_vs_zero"] == pytest.approx(-0.01)
+    assert json.dumps(wp.guard_folds(folds, 0.05)) == json.dumps((pick, m, why))  # deterministic
+
+
+def test_the_guard_folds_are_months_fitted_only_on_what_was_known_at_their_cut():
+    # three months of calibration jobs: folds judge November and December, each fitted before it
+    rng = np.random.default_rng(1)
+    a, b = (int(pd.Timestamp(x, tz="UTC").timestamp()) for x in ("1996-10-08", "1997-01-01"))
+    n = 600
+    sub = np.sort(rng.integers(a, b, n))
+    cal = pd.DataFrame({f: rng.random(n) for f in atsubmit.FEATURES})
+    cal["submit"] = sub
+    cal["recent_wait_h"], cal["plan_request_s"], cal["plan_s"] = rng.random(n), rng.random(n) * H, rng.random(n) * H
+    cal["real_wait_s"] = np.minimum(rng.exponential(4 * H, n), b - sub)
+    censored = sub + cal["real_wait_s"].to_numpy() >= b
+    folds, info = wp._guard_folds(cal, censored, a, b, "UTC", 0.9, 0)
+    assert [f[0] for f in folds] == ["1996-11", "1996-12"] and [i["label"] for i in info] == ["1996-11", "1996-12"]
+    nov = int(pd.Timestamp("1996-11-01", tz="UTC").timestamp())
+    assert info[0]["n_fit"] == int((sub < nov).sum()) and info[0]["n_judged"] == len(folds[0][1])
+    assert (folds[0][1]["submit"] >= nov).all() and (folds[0][1]["submit"] < nov + 30 * 86400).all()
+    # rewrite everything not known at November's start: later jobs' waits, and the waits of jobs
+    # still waiting then. The November fold's points do not move; December's do
+    later = cal.copy()
+    running_past = sub + cal["real_wait_s"].to_numpy() > nov
+    later.loc[running_past, "real_wait_s"] = np.minimum(cal["real_wait_s"][running_past] * 3 + H, b - sub[running_past])
+    f2, _ = wp._guard_folds(later, censored, a, b, "UTC", 0.9, 0)
+    for k in wp.CORRECTED:
+        np.testing.assert_array_equal(f2[0][2][k], folds[0][2][k])
+        assert not np.array_equal(f2[1][2][k], folds[1][2][k])
+    # a month with too few known waits merges into the one before; none left: no folds (the tail's turn)
+    short = sub < int(pd.Timestamp("1996-12-03", tz="UTC").timestamp())
+    assert [x[0] for x in wp.month_folds(sub[short], ~censored[short], a, b, "UTC")] == ["1996-11 to 1996-12"]
+    assert wp.month_folds(sub[sub < nov], ~censored[sub < nov], a, nov, "UTC") == []
+    # months in the trace's zone: the cuts are its local midnights
+    a2, b2 = (int(pd.Timestamp(x, tz="Europe/Stockholm").timestamp()) for x in ("1996-10-08", "1997-01-01"))
+    inside = (sub >= a2) & (sub < b2)
+    sth = wp.month_folds(sub[inside], ~censored[inside], a2, b2, "Europe/Stockholm")
+    assert [(lab, pd.Timestamp(c, unit="s", tz="Europe/Stockholm").strftime("%d %H:%M")) for lab, c, _ in sth] == [
+        ("1996-11", "01 00:00"),
+        ("1996-12", "01 00:00"),
+    ]
+
+
+def test_the_report_says_per_month_whether_the_pick_kept_the_promise():
+    # two scored months: the pick is 3 points below zero wait in January (kept), 10 in February (broken)
+    jan, feb = (int(pd.Timestamp(x, tz="UTC").timestamp()) for x in ("1997-01-10", "1997-02-10"))
+    real = np.zeros(200)
+    pick = np.zeros(200)
+    pick[:3] = 2 * H  # January: 3 of 100 wrong at once
+    pick[100:110] = 2 * H  # February: 10 of 100
+    pred = pd.DataFrame(
+        {
+            "submit": np.r_[np.full(100, jan), np.full(100, feb)],
+            "real_wait_s": real,
+            "nodes": 1,
+            "limit_s": H,
+        }
+    )
+    for k in wp.PREDICTORS:
+        pred[k] = pick if k in ("corrected_q40", "guarded") else np.zeros(200)
+        pred[f"{k}_bound"] = np.full(200, H, float)
+    res = wp.score(pred, "UTC")
+    pr = wp.promise(res, "guarded", 0.05)
+    assert list(pr) == ["1997-01", "1997-02"]
+    assert pr["1997-01"]["points_vs_zero"] == pytest.approx(-3.0) and pr["1997-01"]["kept"]
+    assert pr["1997-02"]["points_vs_zero"] == pytest.approx(-10.0) and not pr["1997-02"]["kept"]
+    assert pr["1997-02"]["within_1h"] == pytest.approx(0.9) and pr["1997-02"]["zero_within_1h"] == 1.0
+    c = wp.criteria(res, 0.9, margin=0.05)
+    assert c["within_1h_promise_kept_months"] == {"1997-01": True, "1997-02": False}
+    assert not c["within_1h_promise_kept_every_month"]
+    lines = wp.promise_lines({"pick": "corrected_q40", "promise": {"margin": 0.05, "months": pr}})
+    assert "| 1997-01 | 100 | 97.0% | 100.0% | -3.0 | yes |" in lines
+    assert "| 1997-02 | 100 | 90.0% | 100.0% | -10.0 | no |" in lines
 
 
 def test_metrics_count_the_long_waits_apart():

@@ -88,6 +88,15 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert list(doc["criteria"]["qbets_coverage_months"]) == months
     assert md.count("QBETS coverage") == 4  # the month table and the three bound tables
     assert (out / "model.ubj").read_bytes()[:1] == b"{"  # xgboost's UBJ, not a pickle
+    # per scored month, whether the pick kept the within-1-h promise, and how the guard checked it
+    pr, oos = doc["promise"]["months"], doc["out_of_sample"]
+    assert list(pr) == months and doc["guard"]["check"] in md and "Within-1-h promise per scored month" in md
+    for mo, r in pr.items():
+        d = oos["guarded"]["months"][mo]["within_1h"] - oos["zero"]["months"][mo]["within_1h"]
+        assert r["points_vs_zero"] == pytest.approx(100 * d) and r["kept"] == (d >= -doc["params"]["margin"] - 1e-12)
+        assert f"| {mo} | {r['n']} |" in md and f"| {r['points_vs_zero']:+.1f} | {'yes' if r['kept'] else 'no'} |" in md
+    assert doc["guard"]["candidates"]["zero"]["eligible"] and doc["guard"]["candidates"][doc["pick"]]["eligible"]
+    assert doc["guard"]["single_tail_pick"] in wp.CANDIDATES
 
     # the sample step asks that predictor at every decision time (protocol v2)
     import subprocess
