@@ -15,7 +15,7 @@ by SIGTERM, SIGINT or SIGHUP stops what it had started.
 With ``--accounting`` (``make slurm SLURM_ACCOUNTING=1``) the cluster keeps accounts: a fresh
 MariaDB under ``<root>/mysql`` (127.0.0.1, a free port; root only through its socket, slurmdbd's
 own user with a random password kept in the mode-600 ``slurmdbd.conf``), slurmdbd on a free
-port, and the association tree of :func:`mirage_tasks.slurm.conf.associations` (one account per
+port, and the association tree of :func:`lab.slurm.slurmconf.associations` (one account per
 trace user, ``--users N``; the service; the QOS limits) before slurmctld starts. Slurm then
 enforces the age factor, fair share and the per-user and QOS limits the simulator models.
 
@@ -36,8 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from lab.slurm.slurmconf import Paths, associations, render, render_dbd, scaled, unsupported
 from mirage_tasks.sim.config import SimConfig, config_from_args
-from mirage_tasks.slurm.conf import Paths, associations, render, render_dbd, scaled, unsupported
 from stepkit import StepError
 
 log = logging.getLogger(__name__)

@@ -212,7 +212,7 @@ class LocalMeasurement:
         return self.cluster.env(), self.cluster.paths.jobcomp
 
     def session(self, **kwargs: Any) -> MeasuredSession:
-        from mirage_tasks.slurm.conf import SERVICE_ACCOUNT
+        from lab.slurm.slurmconf import SERVICE_ACCOUNT
 
         args, cfg = self.args, self.cfg
         if args.accounting and not args.account:

@@ -29,10 +29,10 @@ import time
 import numpy as np
 import pandas as pd
 
+from lab.slurm.slurmconf import account_of
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.policies import priority_policy
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm.conf import account_of
 from mirage_tasks.slurm.queue import Progress, cancel_ours, read_jobcomp, run_client, slurm_time, squeue
 
 log = logging.getLogger(__name__)

@@ -81,8 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     from lab.slurm import compare as cmp, replay
+    from lab.slurm.slurmconf import scaled, unsupported
     from mirage_tasks.sim.workload import Workload
-    from mirage_tasks.slurm.conf import scaled, unsupported
 
     if not args.factor > 0:
         raise StepError(f"--factor must be > 0, got {args.factor}")

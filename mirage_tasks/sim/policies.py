@@ -6,7 +6,7 @@ fields it reads, whether calibration searches it, what ``slurm.conf`` renders fo
 few methods the engine calls. Everything else derives from the registry below: the modes a
 configuration accepts (``config.BACKFILL_MODES``, ``config.PRIORITY_MODES``), the ``--backfill``
 and ``--priority`` help, calibration's search space (:func:`searched_backfill`,
-:func:`searched_priority`) and the Slurm rendering (:mod:`mirage_tasks.slurm.conf`,
+:func:`searched_priority`) and the Slurm rendering (``lab.slurm.slurmconf``,
 :mod:`lab.slurm.replay`).
 
 The engine resolves both policies once per :class:`~mirage_tasks.sim.engine.Simulator`:

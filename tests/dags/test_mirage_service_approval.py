@@ -19,8 +19,8 @@ def _local_conf(checkout: Path, text: str | None = None) -> Path:
     conf = checkout / LOCAL_SLURM_CONF
     conf.parent.mkdir(parents=True, exist_ok=True)
     if text is None:
+        from lab.slurm.slurmconf import Paths, render
         from mirage_tasks.sim.config import PRESETS
-        from mirage_tasks.slurm.conf import Paths, render
 
         text = render(PRESETS["ls6"], 60, Paths(str(conf.parent)), 6817, (7001, 7078))
     conf.write_text(text)

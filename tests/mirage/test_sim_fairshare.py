@@ -9,9 +9,9 @@ import math
 import pytest
 from test_sim_support import T0, frame, random_trace, run_jobs, starts, tiny_cfg
 
+from lab.slurm import slurmconf as conf
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from mirage_tasks.sim.fairshare import FairShare, past_usage
-from mirage_tasks.slurm import conf
 from stepkit import StepError
 
 LN2 = math.log(2.0)

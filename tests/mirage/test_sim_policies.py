@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from test_sim_support import T0, random_trace, run_jobs, starts, tiny_cfg
 
+from lab.slurm import slurmconf as conf
 from mirage_tasks.calibration import calibrate as cal
 from mirage_tasks.sim import SimConfig, Workload, config, policies
 from mirage_tasks.sim.episode import EpisodeSpec, simulate_sample
-from mirage_tasks.slurm import conf
 from stepkit import StepError
 
 #: backfill without reservations: every job that fits now starts, none holds nodes for later

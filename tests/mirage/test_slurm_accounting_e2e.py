@@ -13,10 +13,10 @@ import time
 import pytest
 from proctree import wait_for
 
+from lab.slurm import slurmconf as conf
 from lab.slurm.cluster import LocalSlurm, _alive, missing_accounting, missing_binaries
 from mirage_tasks.sim.config import SimConfig
 from mirage_tasks.sim.fairshare import FairShare
-from mirage_tasks.slurm import conf
 from mirage_tasks.slurm.queue import read_jobcomp, run_client, slurm_time, squeue
 
 _missing = missing_binaries() + missing_accounting()

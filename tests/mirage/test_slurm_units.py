@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.slurm import compare, replay
+from lab.slurm import compare, replay, slurmconf as slurm_conf
+from lab.slurm.slurmconf import Paths, back_to_sim, render, scaled, unsupported
 from mirage_tasks.sim import features
 from mirage_tasks.sim.config import PRESETS, SimConfig
 from mirage_tasks.sim.engine import Simulator
 from mirage_tasks.sim.workload import Workload
-from mirage_tasks.slurm import conf as slurm_conf, keeper
-from mirage_tasks.slurm.conf import Paths, back_to_sim, render, scaled, unsupported
+from mirage_tasks.slurm import keeper
 from mirage_tasks.slurm.queue import LiveView, QJob, limit_seconds, parse_squeue, read_jobcomp
 
 
@@ -1159,7 +1159,7 @@ def test_make_slurm_counts_are_bounded_before_anything_starts(tmp_path, monkeypa
 def test_slurm_conf_binds_every_daemon_to_the_host_name_address():
     """Slurm 22.05 listens on any address unless told to bind to its host name's (which the local
     daemons' namespace sets to localhost): slurm.conf and slurmdbd.conf both say so."""
-    from mirage_tasks.slurm.conf import render_dbd
+    from lab.slurm.slurmconf import render_dbd
 
     text = render(SimConfig(nodes=2), 1, Paths("/x"), 6817, (7001, 7002), dbd_port=7003)
     assert "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny" in text
