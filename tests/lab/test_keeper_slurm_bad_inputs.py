@@ -1,7 +1,7 @@
 """The measurement flags of ``python -m lab keeper-slurm`` (the product's keep-service on a local
 Slurm of its own, over a replayed background) are checked before anything is started or written:
 exit 2, a message naming the flag, no output folder, no cluster folder. (The product step's own
-flags: tests/mirage/test_new_steps_bad_inputs.py.)"""
+flags: tests/mirage/test_step_flags.py.)"""
 
 from __future__ import annotations
 

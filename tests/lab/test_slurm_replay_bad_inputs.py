@@ -1,5 +1,5 @@
 """``python -m lab replay-slurm`` checks every flag before it starts a cluster or writes anything
-(the step contract the product's steps keep, tests/mirage/test_new_steps_bad_inputs.py): exit 2,
+(the step contract the product's steps keep, tests/mirage/test_step_flags.py): exit 2,
 a message naming the flag, no output folder and no cluster root."""
 
 from __future__ import annotations

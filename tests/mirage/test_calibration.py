@@ -7,11 +7,20 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from step_cli import (
+    DAY,
+    refused,
+    run_step,
+    trace,  # noqa: F401 (a fixture)
+)
 from test_fidelity import CFG, _self_made_trace
 from test_sim_support import T0, frame
 
+from mirage_tasks.__main__ import STEPS
 from mirage_tasks.calibration.calibrate import month_windows, objective_value, sustained_max, trace_facts
 from mirage_tasks.data.schema import TraceMeta, write_trace
+from mirage_tasks.data.times import iso
 from mirage_tasks.sim import SimConfig, Workload
 from mirage_tasks.sim.config import load_config
 from stepkit.cli import main
@@ -330,3 +339,102 @@ def test_calibrate_step_has_no_wall_limit_unless_asked():
     assert "--timeout-s" not in cal
     cal = dict(evalplan.waitpred_argvs(spec, "/r", evalplan.Budget(timeout_s=60.0)))["calibrate"]
     assert cal[cal.index("--timeout-s") + 1] == "60"
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_calibrate_windows_outside_the_trace_exit_2_naming_the_flags(trace, tmp_path, capsys):
+    out = tmp_path / "cal"
+    past = [
+        "--calibrate-from",
+        iso(T0 + DAY),
+        "--calibrate-to",
+        iso(T0 + 3 * DAY),
+        "--score-from",
+        iso(T0 + 3 * DAY),
+        "--score-to",
+        iso(T0 + 40 * DAY),
+    ]
+    err = refused(capsys, out, "calibrate", "--trace", trace, *past, "--out", out, names="--score-from/--score-to")
+    assert "past the trace's last submit" in err
+    before = [
+        "--calibrate-from",
+        iso(T0 - 90 * DAY),
+        "--calibrate-to",
+        iso(T0 - 60 * DAY),
+        "--score-from",
+        iso(T0 + DAY),
+        "--score-to",
+        iso(T0 + 3 * DAY),
+    ]
+    err = refused(
+        capsys, out, "calibrate", "--trace", trace, *before, "--out", out, names="--calibrate-from/--calibrate-to"
+    )
+    assert "ends before the trace begins" in err
+
+
+def test_calibrate_with_a_month_before_the_trace_runs_instead_of_an_index_error(trace, tmp_path, capsys):
+    """The calibration window's first month holds no job (it starts 20 days before the trace):
+    its replay is empty, which raised IndexError in calibration/fidelity.py."""
+    rc, err = run_step(
+        capsys,
+        "calibrate",
+        "--trace",
+        trace,
+        "--calibrate-from",
+        iso(T0 - 20 * DAY),
+        "--calibrate-to",
+        iso(T0 + DAY),
+        "--score-from",
+        iso(T0 + 3 * DAY),
+        "--score-to",
+        iso(T0 + 4 * DAY),
+        "--trials",
+        "2",
+        "--out",
+        tmp_path / "o",
+        "--log-level",
+        "ERROR",
+    )
+    assert rc == 0, err[-3000:]
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(a=st.integers(-60, 30), la=st.integers(-1, 40), gap=st.integers(0, 20), lc=st.integers(-1, 40))
+def test_any_calibrate_windows_are_calibrated_or_refused(trace, tmp_path_factory, a, la, gap, lc):
+    """Random calibration and scoring windows (quarter days) around and outside the trace:
+    exit 0 or 2, never a traceback."""
+    out = tmp_path_factory.mktemp("cal") / "o"
+    t = [
+        T0 + a * DAY // 4,
+        T0 + (a + la) * DAY // 4,
+        T0 + (a + la + gap) * DAY // 4,
+        T0 + (a + la + gap + lc) * DAY // 4,
+    ]
+    rc = main(
+        "mirage_tasks",
+        STEPS,
+        [
+            "calibrate",
+            "--trace",
+            trace,
+            "--calibrate-from",
+            iso(t[0]),
+            "--calibrate-to",
+            iso(t[1]),
+            "--score-from",
+            iso(t[2]),
+            "--score-to",
+            iso(t[3]),
+            "--trials",
+            "1",
+            "--out",
+            str(out),
+            "--log-level",
+            "ERROR",
+        ],
+    )
+    assert rc in (0, 2)

@@ -7,10 +7,19 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from step_cli import (
+    DAY,
+    SPAN_DAYS,
+    refused,
+    trace,  # noqa: F401 (a fixture)
+)
 from test_sim_support import T0, random_trace
 
+from mirage_tasks.__main__ import STEPS
 from mirage_tasks.calibration.fidelity import metrics, node_class, replay, summarize
 from mirage_tasks.data.schema import TraceMeta, write_trace
+from mirage_tasks.data.times import iso
 from mirage_tasks.sim import SimConfig, Simulator, Workload
 from stepkit.cli import main
 
@@ -192,3 +201,80 @@ def test_dispatch_latency_is_added_to_simulated_waits():
     base = replay(wl, CFG, a, b)
     lat = replay(wl, CFG.replace(dispatch_latency_s=7), a, b)
     assert (lat.sim_wait_s - base.sim_wait_s == 7).all()
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_fidelity_window_37_days_past_the_last_submit_exits_2(trace, tmp_path, capsys):
+    out = tmp_path / "fid"
+    refused(
+        capsys,
+        out,
+        "fidelity",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0 + (SPAN_DAYS + 30) * DAY),
+        "--to",
+        iso(T0 + (SPAN_DAYS + 37) * DAY),
+        "--nodes",
+        "8",
+        "--out",
+        out,
+        names="--from/--to",
+    )
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(a=st.integers(-400, 400), length=st.integers(-3, 400))
+def test_any_fidelity_window_is_scored_or_refused_naming_the_window(trace, tmp_path_factory, a, length):
+    """Random windows, inside, around and far outside the trace: exit 0 or exit 2 naming the
+    window, never a traceback (the class that gave an IndexError in calibrate)."""
+    out = tmp_path_factory.mktemp("fid") / "o"
+    t0 = T0 + a * DAY // 4
+    rc = main(
+        "mirage_tasks",
+        STEPS,
+        [
+            "fidelity",
+            "--trace",
+            trace,
+            "--from",
+            iso(t0),
+            "--to",
+            iso(t0 + length * DAY // 4),
+            "--nodes",
+            "8",
+            "--compare",
+            "--out",
+            str(out),
+            "--log-level",
+            "ERROR",
+        ],
+    )
+    assert rc in (0, 2)
+    if rc == 2:
+        assert not out.exists()
+
+
+def test_a_cluster_size_beyond_any_machine_or_a_local_slurm_is_refused(trace, tmp_path, capsys):
+    out = tmp_path / "o"
+    refused(
+        capsys,
+        out,
+        "fidelity",
+        "--trace",
+        trace,
+        "--from",
+        iso(T0 + DAY),
+        "--to",
+        iso(T0 + 2 * DAY),
+        "--nodes",
+        "10000000000",
+        "--out",
+        out,
+        names="--nodes",
+    )

@@ -8,6 +8,7 @@ import json
 import pandas as pd
 import pytest
 
+from mirage_tasks.__main__ import STEPS
 from mirage_tasks.data.schema import COLUMNS, read_trace
 from stepkit import MARKER
 from stepkit.cli import main
@@ -247,3 +248,21 @@ def test_swf_jobs_that_never_ran_are_kept_with_the_time_they_left(tmp_path):
     wl = Workload.from_frame(df)
     assert "8" not in set(wl.job_id) and list(wl.never_ran.job_id) == ["8"]  # queued, never run, never scored
     assert wl.never_ran.leave[0] == 1000000900 and wl.never_ran.limit[0] == 3600
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_a_swf_header_count_that_disagrees_with_the_rows_is_said_and_recorded(tmp_path, capsys):
+    lines = ["; MaxJobs: 5", "; MaxRecords: 5", "; MaxNodes: 4", "; MaxProcs: 4", "; UnixStartTime: 1700000000"]
+    for i in range(1, 4):  # 3 rows where the header promises 5
+        lines.append(f"{i} {i * 100} 10 50 1 -1 -1 1 100 -1 1 1 1 1 1 1 -1 -1")
+    src = tmp_path / "log.swf.gz"
+    src.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    out = tmp_path / "t"
+    rc = main("mirage_tasks", STEPS, ["ingest", "--trace", str(src), "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err[-2000:]
+    assert "says 5 records, the file has 3" in cap.out + cap.err
+    report = json.loads((out / "ingest_report.json").read_text())
+    assert report["header_count_mismatch"] == {"header_expects": 5, "rows_read": 3}

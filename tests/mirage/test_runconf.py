@@ -206,3 +206,24 @@ def test_any_conf_is_a_run_or_a_value_error_naming_a_param(conf, scheduled, back
         return
     assert isinstance(run, MirageRun) and run.size in SIZES
     assert json.loads(json.dumps(run.as_dict())) == run.as_dict()
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+@pytest.mark.parametrize(
+    "conf,name",
+    [
+        ({"train_count": 10**9}, "train_count"),
+        ({"val_count": 10**9}, "val_count"),
+        ({"workload_days": 1e6}, "workload_days"),
+        ({"probes": 10**6}, "probes"),
+        ({"node_sizes": list(range(1, 40))}, "node_sizes"),
+        ({"seed": 2**40}, "seed"),
+    ],
+)
+def test_the_pipeline_forms_bound_the_work_a_run_asks_for(conf, name):
+    from mirage_tasks.run.runconf import MirageRun
+
+    with pytest.raises(ValueError, match=f"param {name}"):
+        MirageRun.from_params(conf)

@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from step_cli import DAY, run_step
 from test_sim_support import T0, random_trace, write_committed_trace
 
+from mirage_tasks.data.times import iso
 from mirage_tasks.sim import (
     PRESETS,
     DecisionEpisode,
@@ -261,3 +263,36 @@ def test_reference_preset_reproduces_the_reference_ls6_baselines(ls6_log, tmp_pa
         )
         assert abs(y.mean() - want_mean) < 0.15 and abs(int((y <= 2).sum()) - want_low) <= 5
         assert y.min() >= 0  # reactive: never an overlap
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_jobs_larger_than_the_cluster_are_said_when_sampled(tmp_path, capsys):
+    """The simulator leaves out jobs larger than the cluster: sample says so, with the count and
+    the largest size, instead of sampling without them silently."""
+    tr = write_committed_trace(tmp_path / "t", random_trace(4, days=8, nodes=16))
+    rc, err = run_step(
+        capsys,
+        "sample",
+        "--trace",
+        tr,
+        "--start",
+        iso(T0 + DAY),
+        "--count",
+        "1",
+        "--probes",
+        "2",
+        "--window",
+        "12",
+        "--node",
+        "1",
+        "--nodes",
+        "2",
+        "--workers",
+        "1",
+        "--out",
+        tmp_path / "s",
+    )
+    assert rc == 0, err[-2000:]
+    assert "more nodes than the 2-node cluster" in err and "leaves them out of every sample" in err, err[-2000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from step_cli import refused
 
 from lab.slurm import compare, replay, slurmconf as slurm_conf
 from lab.slurm.slurmconf import Paths, back_to_sim, render, scaled, unsupported
@@ -1196,3 +1197,30 @@ def test_adopted_chains_take_each_chains_newest_queued_job(monkeypatch):
     got = keep_service.adopted_chains(["5", "7", "8", "9"], {}, None)
     assert got == {"svc-reactive": "8", "svc-avg-c1": "9"}
     assert keep_service.adopted_chains([], {}, None) == {}
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_keep_service_refuses_a_policy_named_twice(tmp_path, capsys):
+    """(more chains of one rule: the lab's keeper-slurm --chains, tests/lab/test_keeper_slurm_bad_inputs.py)"""
+    out = tmp_path / "k"
+    refused(capsys, out, "keep-service", "--policy", "reactive,reactive", "--out", out, names="--chains")
+
+
+def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """A Slurm client retries a missing slurm.conf for 60 s per call: keep-service sat silent."""
+    out = tmp_path / "o"
+    refused(
+        capsys,
+        out,
+        "keep-service",
+        "--policy",
+        "reactive",
+        "--slurm-conf",
+        tmp_path / "none.conf",
+        "--out",
+        out,
+        names="--slurm-conf",
+    )
+    refused(capsys, out, "keep-service", "--policy", "reactive", "--out", out, names="no cluster")

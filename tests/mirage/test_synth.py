@@ -7,9 +7,14 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from step_cli import DAY, refused, run_step
+from test_sim_support import T0 as SIM_T0
 
+from mirage_tasks.__main__ import STEPS
 from mirage_tasks.data.schema import TraceMeta, read_trace
 from mirage_tasks.data.synth import fit_profile, generate, load_profile, month_stats
+from mirage_tasks.data.times import iso
 from stepkit import StepError
 from stepkit.cli import main
 
@@ -115,3 +120,135 @@ def test_generated_arrivals_follow_the_week():
     busiest, quietest = int(rate.argmax()), int(rate.argmin())
     how = gen["submit"].dt.day_of_week * 24 + gen["submit"].dt.hour
     assert (how == busiest).sum() > (how == quietest).sum()
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_a_100_year_synth_window_is_refused_at_once(tmp_path, capsys):
+    out = tmp_path / "o"
+    refused(
+        capsys,
+        out,
+        "synth",
+        "--profile",
+        "ls6-a100",
+        "--from",
+        "2000-01-01",
+        "--to",
+        "2100-01-01",
+        "--out",
+        out,
+        names="--from",
+    )
+    # ten years at x1000: the span is allowed, the expected number of jobs is not
+    refused(
+        capsys,
+        out,
+        "synth",
+        "--profile",
+        "ls6-a100",
+        "--from",
+        "2000-01-01",
+        "--to",
+        "2009-01-01",
+        "--load-scale",
+        "1000",
+        "--out",
+        out,
+        names="--load-scale",
+    )
+
+
+def _profile(tmp_path, edit) -> str:
+    from importlib import resources
+
+    from mirage_tasks.data.synth import PACKAGED
+
+    doc = json.loads(resources.files("mirage_tasks.data.profiles").joinpath(PACKAGED["ls6-a100"]).read_text())
+    edit(doc)
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    "key,edit",
+    [
+        ("machine_nodes", lambda d: d.update(machine_nodes=-4)),
+        ("machine_nodes", lambda d: d.update(machine_nodes=2.5)),
+        ("batch_gap_s", lambda d: d.update(batch_gap_s=-1)),
+        ("shape_nodes_limit_counts", lambda d: d["shape_nodes_limit_counts"][0].__setitem__(0, 1.5)),
+        ("shape_nodes_limit_counts", lambda d: d["shape_nodes_limit_counts"][0].__setitem__(1, 0)),
+        ("arrivals.batch_size_pmf", lambda d: d["arrivals"]["batch_size_pmf"][0].__setitem__(0, 2.5)),
+        (
+            "arrivals.batch_rate_per_hour_of_week",
+            lambda d: d["arrivals"]["batch_rate_per_hour_of_week"].__setitem__(0, 1e12),
+        ),
+        ("arrivals.intra_batch_gap_quantiles_s", lambda d: d["arrivals"]["intra_batch_gap_quantiles_s"].reverse()),
+        (
+            "runtime_by_limit_class.0.ratio_quantiles",
+            lambda d: d["runtime_by_limit_class"]["0"].__setitem__(
+                "ratio_quantiles", [2.0] * len(d["runtime_by_limit_class"]["0"]["ratio_quantiles"])
+            ),
+        ),
+    ],
+)
+def test_profile_values_are_checked_in_profile_mode(tmp_path, capsys, key, edit):
+    out = tmp_path / "o"
+    prof = _profile(tmp_path, edit)
+    refused(
+        capsys, out, "synth", "--profile", prof, "--from", "2024-01-01", "--to", "2024-01-03", "--out", out, names=key
+    )
+
+
+def test_the_packaged_profile_still_generates(tmp_path, capsys):
+    rc, err = run_step(
+        capsys, "synth", "--profile", "ls6-a100", "--from", "2024-01-01", "--to", "2024-01-03", "--out", tmp_path / "o"
+    )
+    assert rc == 0, err[-2000:]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    start_day=st.integers(-40_000, 40_000),
+    days=st.one_of(st.integers(-5, 30), st.integers(36_610, 600_000)),
+    load=st.one_of(st.floats(-10, 50), st.sampled_from([float("nan"), float("inf"), 1e4])),
+    seed=st.integers(-5, 2**33),
+)
+def test_any_synth_request_generates_or_is_refused_quickly(tmp_path_factory, start_day, days, load, seed):
+    """Random spans (up to three days, or more than ten years up to 160), load scales and seeds
+    for ``synth --profile``: exit 0 or exit 2, never a traceback; a refusal comes before anything
+    is generated (within seconds, nothing written)."""
+    import time
+
+    out = tmp_path_factory.mktemp("synth") / "o"
+    a = SIM_T0 + start_day * DAY // 10
+    t = time.monotonic()
+    rc = main(
+        "mirage_tasks",
+        STEPS,
+        [
+            "synth",
+            "--profile",
+            "ls6-a100",
+            "--from",
+            iso(max(a, 0)),
+            "--to",
+            iso(max(a, 0) + days * DAY // 10),
+            "--load-scale",
+            str(load),
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+            "--log-level",
+            "ERROR",
+        ],
+    )
+    assert rc in (0, 2)
+    if rc == 2:
+        assert not out.exists()
+        assert time.monotonic() - t < 60

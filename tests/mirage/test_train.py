@@ -13,6 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("xgboost")
 pytest.importorskip("skops")
 
+from step_cli import refused  # noqa: E402
+
 from mirage_tasks.__main__ import STEPS  # noqa: E402
 from mirage_tasks.models import datasets as D, load_model, toy as S  # noqa: E402
 from stepkit import StepError  # noqa: E402
@@ -494,3 +496,19 @@ def test_bfloat16_autocast_trains_to_a_similar_error(trained, dataset, tmp_path)
     assert amp_dtype("auto", torch.device("cpu")) is None and amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
     assert amp_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert train(dataset, str(tmp_path / "x"), "transformer", params=[*TINY["transformer"], "amp=fp8"]) == 2
+
+
+# ---------------------------------------------------------------------- bad inputs: exit 2 naming the flag, nothing written
+
+
+def test_a_sample_output_where_a_dataset_is_expected_exits_2_naming_the_flag(tmp_path, capsys):
+    from mirage_tasks import __version__
+    from stepkit import Step
+
+    samples = tmp_path / "samples"
+    s = Step("sample", str(samples), __version__, {"fake": True})
+    s.write_json("shard.json", {})
+    s.commit()
+    out = tmp_path / "o"
+    err = refused(capsys, out, "train", "--model", "xgboost", "--dataset", samples, "--out", out, names="--dataset")
+    assert "not a merge output" in err

@@ -1,4 +1,4 @@
-"""Bad inputs of the Mirage steps: exit 2, a message naming the file or flag, nothing written."""
+"""A model's files as the steps meet them: a bad config.json, inputs that were never committed, a truncated checkpoint: exit 2 naming the file, or training set aside and restarted; nothing else written."""
 
 from __future__ import annotations
 

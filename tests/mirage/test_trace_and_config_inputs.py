@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -200,43 +198,6 @@ def test_bad_cluster_config_exits_2_through_a_step(tmp_path, capsys):
     assert f"--cluster-config {cfg}: field 'tick_s' must be an integer" in err
 
 
-# --- faasm_tasks deploy -----------------------------------------------------------------
-
-
-@pytest.mark.e2e  # runs the deploy step
-@pytest.mark.parametrize("workers", ["-3", "0", "many"])
-def test_faasm_deploy_rejects_bad_worker_count(tmp_path, workers):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "faasm_tasks",
-            "deploy",
-            "--target",
-            "local",
-            "--run-id",
-            "r1",
-            "--results",
-            str(tmp_path / "results"),
-            "--experiment",
-            "sgd_reuters_svm",
-            "--system",
-            "native",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--workers",
-            workers,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "argument --workers: must be a positive integer" in proc.stderr
-    assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
-
-
 # --- values that parse but cannot be right: an error or a warning that names them ---------
 
 
@@ -316,26 +277,3 @@ def test_an_output_that_cannot_be_a_folder_exits_2_naming_it(tmp_path, capsys, w
     err = capsys.readouterr().err
     assert rc == 2 and f"output {out}: cannot create or use it as a folder" in err, err
     assert trace.read_text() == SWF_HEADER + SWF_GOOD  # the input untouched
-
-
-def test_faasm_deploy_with_unwritable_results_exits_2_before_starting_anything(tmp_path, capsys, monkeypatch):
-    """In the unit tier a started redis-server or worker would also fail this test (the tier's guard)."""
-    from faasm_tasks.__main__ import STEPS as FAASM_STEPS
-
-    monkeypatch.setenv("FAASM_TASKS_STATE_DIR", str(tmp_path / "state"))
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    argv = [
-        "deploy",
-        "--target",
-        "local",
-        "--run-id",
-        "unwritable",
-        "--results",
-        str(blocker / "results"),
-        "--experiment",
-        "sgd_reuters_svm",
-    ]
-    assert main("faasm_tasks", FAASM_STEPS, argv) == 2
-    err = capsys.readouterr().err
-    assert f"--results {blocker / 'results'}: cannot " in err and "Traceback" not in err
