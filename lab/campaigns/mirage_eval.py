@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab.campaigns._steprun import CHILDREN, run_logged, stoppable
+from lab.evaluation import protocol_argvs
 from mirage_tasks.run import evalplan
 from mirage_tasks.run.evalplan import Budget, LogSpec, SpecError
 
@@ -88,7 +89,7 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
     if args.waitpred_only:
         return
     v2 = args.protocol == "v2"
-    for name, argv in evalplan.decision_argvs(
+    for name, argv in protocol_argvs.decision_argvs(
         spec,
         str(root),
         budget,

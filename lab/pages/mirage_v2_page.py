@@ -290,7 +290,7 @@ def _criteria(cells: list[dict[str, Any]], rules: list[str]) -> list[str]:
     return out
 
 
-from mirage_tasks.run.evalplan import ASK_ALL, ONLINE_RULES, ONLINE_V2_RULES, base_rule  # noqa: E402
+from lab.evaluation.protocol_argvs import ASK_ALL, ONLINE_RULES, ONLINE_V2_RULES, base_rule  # noqa: E402
 
 #: time left to the predecessor's end (h) at which the models' online answers are tabulated
 LEFT_BUCKETS_H = (0.0, 1 / 6, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 48.0)

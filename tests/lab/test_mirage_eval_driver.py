@@ -41,7 +41,6 @@ def _drive(mod, monkeypatch, tmp_path, files, failing_trace):
             raise SystemExit(f"step failed (rc 2): ingest {failing_trace}; log {log}")
 
     monkeypatch.setattr(mod, "run", run)
-    monkeypatch.setattr(mod.evalplan, "calibration_cut", lambda uri: None)
     monkeypatch.setattr(
         sys, "argv", ["mirage_eval.py", "--root", str(tmp_path / "r"), "--waitpred-only", "--log-file", *files]
     )
