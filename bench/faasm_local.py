@@ -14,7 +14,7 @@ Every point is repeated (12 by default; at least 6, fewer than 12 once the point
 is spent) with the two systems interleaved, in each round in an order shuffled with ``--seed``
 (the daily pipeline's faasm_tasks.order), and reported as SeBS does (faasm_tasks.stats): n,
 the median with its order-statistic 95 % interval, the mean with its Student-t interval, and
-the wasm/native ratio of medians with a paired bootstrap interval. Each run is checked (SGD's
+the wasm/native ratio with a paired rank interval (faasm_tasks.stats.ratio_ci). Each run is checked (SGD's
 final loss against the single-worker runs, the matrix product against NumPy, the inference
 output against NumPy); a run whose check fails is left out of the figures and counted.
 
@@ -331,7 +331,7 @@ class Points:
 
 def summary(fig: dict) -> dict:
     """Per system the n / median / mean with intervals; the wasm / native ratio of medians with
-    its bootstrap interval (paired over the repeats both systems passed)."""
+    its rank interval (paired over the repeats both systems passed)."""
     vals = fig["values"]
     out = {s: stats.describe([v for v in xs if v is not None]) for s, xs in vals.items()}
     if "wasm" in vals and "native" in vals:
@@ -481,7 +481,7 @@ def run_section(res: dict) -> list[str]:
         "",
         f"### Start time and memory per instance (no-op / CNN function; {cfg['k']} instances held)",
         "",
-        "Start times are per call (unpaired: the ratio's bootstrap resamples calls); memory is one figure "
+        "Start times are per call (unpaired: the ratio's interval compares calls); memory is one figure "
         "per repeat, paired.",
         "",
     ]
@@ -605,8 +605,8 @@ def report(runs: list[dict]) -> str:
         "",
         "Intervals (faasm_tasks/stats.py, SeBS' practice): each figure's median with the distribution-free "
         "95 % interval from order statistics (none under 6 values) and its mean with the Student-t interval; "
-        "each ratio of medians with a 95 % percentile bootstrap, paired over repeats where the systems ran "
-        "in pairs. A claim is **confirmed** when the ratio's interval lies on the claimed side of 1, "
+        "each ratio with a 95 % interval from ranks on the logarithms (Mann-Whitney; Wilcoxon signed-rank "
+        "where the systems ran in pairs). A claim is **confirmed** when the ratio's interval lies on the claimed side of 1, "
         "**refuted** when it lies on the other side, **not shown** when it includes 1.",
         "",
     ]

@@ -97,11 +97,18 @@ def test_aa_false_difference_rate_stays_near_the_level_and_a_sequential_order_wi
     assert sequential["false_difference_rate"] >= 0.8  # A before A': the drift becomes a "difference"
 
 
-def test_wasm_against_native_uses_arm_a_only_and_shows_the_effect():
-    aa = _rows(1.5)  # native: arms A and A' (A' 1.5x: it must not enter the comparison)
+def _compare(n: int) -> dict:
+    aa = _rows(1.5, n)  # native: arms A and A' (A' 1.5x: it must not enter the comparison)
     wasm = aa[aa["arm"] == AA_ARMS[0]].assign(system="wasm", arm=None, run_time_ms=lambda d: d["run_time_ms"] * 0.5)
-    rows = trends.system_comparison(pd.concat([aa, wasm]).assign(experiment=EXP, memory_gb_s=None, p50_us=None))
-    [row] = rows
-    assert row["n_native"] == 6 and row["n_wasm"] == 6 and row["paired"] is True
+    [row] = trends.system_comparison(pd.concat([aa, wasm]).assign(experiment=EXP, memory_gb_s=None, p50_us=None))
+    return row
+
+
+def test_wasm_against_native_uses_arm_a_only_and_shows_the_effect():
+    row = _compare(8)
+    assert row["n_native"] == 8 and row["n_wasm"] == 8 and row["paired"] is True
     assert 0.45 < row["ratio"] < 0.55  # against arm A alone; with A' it would be near 0.4
     assert re.fullmatch(r"\d+\.\d % faster \(± \d+\.\d %\) at 99 %", row["effect_99"])
+    # 6 pairs give a 95 % signed-rank interval but none at 99 % (its smallest tail is 2/64): said
+    six = _compare(6)
+    assert six["ratio_lo"] is not None and "too few runs for a 99% rank interval" in six["effect_99"]

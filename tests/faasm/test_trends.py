@@ -268,8 +268,8 @@ def test_system_comparison_sets_wasm_beside_native_with_the_papers_ratio():
             "n_wasm": 1,
             "n_native": 1,
             "paired": True,
-            "verdict": "fewer than 3 runs per side: no bootstrap interval",
-            "effect_99": "fewer than 3 runs per side: no bootstrap interval",
+            "verdict": "fewer than 3 runs per side: no interval",
+            "effect_99": "fewer than 3 runs per side: no interval",
             "points": "shared",
             "paper": "0.5 (2x speed-up)",
         }
