@@ -145,7 +145,17 @@ if CFG.runner == "kubernetes":
 # the manual's releases (faasm_tasks/targets/knative.py RELEASES), its first entry the default
 RELEASES = ["0.1.3", "0.6.7"]
 # how the run steps measure (repeats, time budget, order seed, A/A control): the typed configuration
-MEASUREMENT_FORM = class_params(_by_path("forms").Measurement, choices={"aa_system": SYSTEMS})
+_FORMS = _by_path("forms")
+#: the trigger form: faasm_tasks.forms' typed configurations, with the choices the catalogue knows
+FORM = {
+    **class_params(
+        _FORMS.Deployment,
+        defaults={"target": DEFAULT_TARGET, "release": RELEASES[0], "experiments": EXPERIMENTS, "systems": SYSTEMS},
+        choices={"release": RELEASES, "experiments": EXPERIMENTS, "systems": SYSTEMS},
+    ),
+    **class_params(_FORMS.Measurement, choices={"aa_system": SYSTEMS}),
+    **class_params(_FORMS.Check),
+}
 
 
 def measure_argv(system: str) -> list[str]:
@@ -174,82 +184,7 @@ with DAG(
     default_args=default_args(owner="faasm"),
     tags=["faasm", "benchmark"],
     user_defined_macros=dict(MACROS),
-    params={
-        "target": Param(
-            DEFAULT_TARGET,
-            enum=["local", "knative"],
-            title="Target",
-            description="local: this host (wasm on wasmtime against native runc containers); "
-            "knative: the cluster (the default under HOUSE_RUNNER=kubernetes)",
-        ),
-        "release": Param(
-            RELEASES[0],
-            enum=RELEASES,
-            title="Faasm release",
-            description="image names and tags to deploy: 0.1.3 (the experiments manual's: "
-            "faasm/knative-worker) or 0.6.7 (faasm/worker)",
-        ),
-        "replicas": Param(
-            "per-point",
-            enum=["per-point", "fixed"],
-            title="Replicas (SGD, matrix)",
-            description="per-point: redeploy with N replicas for each N_WORKERS value and run "
-            "with N workers (the manual); fixed: the catalogue's replica counts",
-        ),
-        "tf_sweep": Param(
-            "default",
-            enum=["default", "extended"],
-            title="TF throughput sweep",
-            description="default: the manual's (max delay 30 s .. 2 s); extended: the longer "
-            "faasm-experiments sweep (wasm down to 25 ms). Knative only: the local "
-            "target runs its own small sweep and refuses extended at deploy",
-        ),
-        "experiments": Param(
-            EXPERIMENTS,
-            type="array",
-            items={"type": "string", "enum": EXPERIMENTS},
-            minItems=1,
-            uniqueItems=True,
-            title="Experiments",
-            description="Which catalogue experiments to run (at least one).",
-        ),
-        "systems": Param(
-            SYSTEMS,
-            type="array",
-            items={"type": "string", "enum": SYSTEMS},
-            minItems=1,
-            uniqueItems=True,
-            title="Systems",
-            description="wasm (Faasm) and/or native containers.",
-        ),
-        **{name: Param(**kw) for name, kw in MEASUREMENT_FORM.items()},
-        "trend_days": Param(
-            30,
-            type="integer",
-            minimum=1,
-            title="Trend window (days)",
-            description="Days of results in the trend report and the regression check's history.",
-        ),
-        "p99_increase_pct": Param(
-            25,
-            type="number",
-            title="Check: p99 latency increase (%)",
-            description="Fail when a point's p99 is more than this % above its trailing median (negative: off).",
-        ),
-        "throughput_drop_pct": Param(
-            20,
-            type="number",
-            title="Check: throughput drop (%)",
-            description="Fail when a point's throughput is more than this % below its trailing median (negative: off).",
-        ),
-        "run_time_increase_pct": Param(
-            50,
-            type="number",
-            title="Check: run time increase (%)",
-            description="Fail when an SGD / matrix point's run time is more than this % "
-            "above its trailing median (negative: off).",
-        ),
-    },
+    params={name: Param(**kw) for name, kw in FORM.items()},
 ) as dag:
     # once, before any group: a target that cannot run anything fails here (exit 2: not retried)
     preflight = step(

@@ -1,6 +1,9 @@
-"""The typed configuration of how the daily Faasm benchmark measures: the ``faasm_benchmarks``
-trigger form's measurement params are built from :class:`Measurement`
-(:func:`stepkit.forms.class_params`). Stdlib only (the DAG file imports it at parse time).
+"""The typed configuration of the daily Faasm benchmark: the ``faasm_benchmarks`` trigger form is
+built from :class:`Deployment` (what is deployed where), :class:`Measurement` (how each point
+is measured) and :class:`Check` (the trend window and the regression check's thresholds), in
+that order (:func:`stepkit.forms.class_params`; the choices only the catalogue knows, the
+experiments, systems and releases, are given where the form is built). Stdlib only (the DAG
+file loads it at parse time).
 
 * ``repeats``: trials per point (and per arm of the A/A control). The default is the fewest
   values with a 95 % order-statistic interval of the median (:data:`MIN_REPEATS`,
@@ -69,4 +72,87 @@ class Measurement:
         "string",
         "A/A system",
         "The system measured as the A/A control's two arms (native: the cheaper).",
+    )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    target: str = param(
+        "local",
+        "string",
+        "Target",
+        "local: this host (wasm on wasmtime against native runc containers); knative: the cluster "
+        "(the default under HOUSE_RUNNER=kubernetes)",
+        enum=["local", "knative"],
+    )
+    release: str = param(
+        "0.1.3",
+        "string",
+        "Faasm release",
+        "image names and tags to deploy: 0.1.3 (the experiments manual's: faasm/knative-worker) or "
+        "0.6.7 (faasm/worker)",
+    )
+    replicas: str = param(
+        "per-point",
+        "string",
+        "Replicas (SGD, matrix)",
+        "per-point: redeploy with N replicas for each N_WORKERS value and run with N workers (the "
+        "manual); fixed: the catalogue's replica counts",
+        enum=["per-point", "fixed"],
+    )
+    tf_sweep: str = param(
+        "default",
+        "string",
+        "TF throughput sweep",
+        "default: the manual's (max delay 30 s .. 2 s); extended: the longer faasm-experiments sweep "
+        "(wasm down to 25 ms). Knative only: the local target runs its own small sweep and refuses "
+        "extended at deploy",
+        enum=["default", "extended"],
+    )
+    experiments: list = param(
+        [],
+        "array",
+        "Experiments",
+        "Which catalogue experiments to run (at least one).",
+        items={"type": "string"},
+        minItems=1,
+        uniqueItems=True,
+    )
+    systems: list = param(
+        [],
+        "array",
+        "Systems",
+        "wasm (Faasm) and/or native containers.",
+        items={"type": "string"},
+        minItems=1,
+        uniqueItems=True,
+    )
+
+
+@dataclass(frozen=True)
+class Check:
+    trend_days: int = param(
+        30,
+        "integer",
+        "Trend window (days)",
+        "Days of results in the trend report and the regression check's history.",
+        minimum=1,
+    )
+    p99_increase_pct: float = param(
+        25,
+        "number",
+        "Check: p99 latency increase (%)",
+        "Fail when a point's p99 is more than this % above its trailing median (negative: off).",
+    )
+    throughput_drop_pct: float = param(
+        20,
+        "number",
+        "Check: throughput drop (%)",
+        "Fail when a point's throughput is more than this % below its trailing median (negative: off).",
+    )
+    run_time_increase_pct: float = param(
+        50,
+        "number",
+        "Check: run time increase (%)",
+        "Fail when an SGD / matrix point's run time is more than this % above its trailing median (negative: off).",
     )

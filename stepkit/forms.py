@@ -31,12 +31,18 @@ def param(default: Any, type: str, title: str, description: str, nullable: bool 
     return dataclasses.field(default=default, metadata={_KEY: spec})
 
 
+def _types(spec: Mapping[str, Any]) -> list[str]:
+    t = spec.get("type")
+    return list(t) if isinstance(t, list) else [t]
+
+
 def class_params(
     cls: type, defaults: Mapping[str, Any] | None = None, choices: Mapping[str, Sequence[Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
     """``{name: Param kwargs}`` of every field of ``cls`` declared with :func:`param`, in the
     class's order: its declared default (or ``defaults``'s), JSON type, title, description and
-    schema keywords (``choices``: an ``enum`` known only where the form is built)."""
+    schema keywords (``choices``: an ``enum`` known only where the form is built; an array's
+    goes to its items)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     out: dict[str, dict[str, Any]] = {}
@@ -49,7 +55,8 @@ def class_params(
         else:
             default = f.default_factory()  # type: ignore[misc]
         kwargs = {"default": (defaults or {}).get(f.name, default), **json.loads(json.dumps(spec))}
-        if choices and f.name in choices:
-            kwargs["enum"] = list(choices[f.name])
+        if choices and f.name in choices:  # an array's choices are its items'
+            target = kwargs.setdefault("items", {}) if "array" in _types(kwargs) else kwargs
+            target["enum"] = list(choices[f.name])
         out[f.name] = kwargs
     return out

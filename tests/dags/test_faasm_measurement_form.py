@@ -12,7 +12,7 @@ import pytest
 from conftest import DAGS
 
 from faasm_tasks import stats
-from faasm_tasks.forms import MIN_REPEATS, Measurement
+from faasm_tasks.forms import MIN_REPEATS, Check, Deployment, Measurement
 from stepkit.forms import class_params, param
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,6 +38,34 @@ def test_the_forms_params_are_the_typed_configurations_fields(dag):
         assert p.schema["type"] == form[name]["type"] and p.schema["title"] == form[name]["title"], name
         assert p.description == form[name]["description"], name
     assert set(dag.params.get_param("aa_system").schema["enum"]) == {"wasm", "native"}  # the catalogue's
+
+
+def test_the_whole_form_is_the_typed_configurations(dag):
+    """Every param of the form is a field of Deployment, Measurement or Check, in that order, with
+    its title and type; the choices only the catalogue knows are the catalogue's."""
+    classes = (Deployment, Measurement, Check)
+    names = [f.name for c in classes for f in dataclasses.fields(c)]
+    assert list(dag.params) == names
+    for c in classes:
+        for name, spec in class_params(c).items():
+            p = dag.params.get_param(name)
+            assert p.schema["title"] == spec["title"] and p.schema["type"] == spec["type"], name
+    for name in ("experiments", "systems"):
+        p = dag.params.get_param(name)
+        assert p.value == p.schema["items"]["enum"] and p.value, name  # all, by default
+    assert set(dag.params.get_param("systems").schema["items"]["enum"]) == {"wasm", "native"}
+    assert dag.params.get_param("release").schema["enum"][0] == dag.params.get_param("release").value
+
+
+def test_an_arrays_choices_are_its_items():
+    @dataclasses.dataclass
+    class Form:
+        picked: list = param([], "array", "Picked", "which", items={"type": "string"})
+        one: str = param("a", "string", "One", "which one")
+
+    form = class_params(Form, choices={"picked": ["a", "b"], "one": ["a", "c"]})
+    assert form["picked"]["items"] == {"type": "string", "enum": ["a", "b"]} and "enum" not in form["picked"]
+    assert form["one"]["enum"] == ["a", "c"]
 
 
 def test_the_default_repeats_give_every_figure_an_interval():
