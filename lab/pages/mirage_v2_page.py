@@ -31,6 +31,23 @@ RULES = (*THRESHOLD_RULES, POLICY)
 REFS = ("reactive", "avg-cal")
 LEVEL = 0.10  # guarantee-10's stated interruption rate
 SHARE_RESAMPLES = 10_000
+#: the logs protocol v1 scored (the shipped descriptions, lab/campaigns/logs/): their scored months
+#: are "seen" under v2; any other log's are its own
+V1_LOGS = frozenset(p.stem for p in (Path(__file__).resolve().parents[1] / "campaigns" / "logs").glob("*.json"))
+
+
+def seen_sections(seen: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The page's sections of the logs' own scored months: a shipped log's are protocol v1's, seen
+    when v2's rules were designed; a site's own log's were never seen by anyone and say so."""
+    v1 = [c for c in seen if c["log"] in V1_LOGS]
+    own = [c for c in seen if c["log"] not in V1_LOGS]
+    out = []
+    if v1:
+        out.append(("## Seen months (v1's; v2's rules were designed knowing v1's results on them)", v1))
+    if own:
+        title = "## Scored months of the other logs (their descriptions' months: no rule was designed knowing them)"
+        out.append((title, own))
+    return out
 
 
 def _cells(root: Path, specs: list, kind: str) -> list[dict[str, Any]]:
@@ -596,13 +613,8 @@ def write_v2_doc(root: Path, path: Path, args: Any, specs: list) -> None:
             *_cell_table(fresh, rules),
             "",
         ]
-    if seen:
-        L += [
-            "## Seen months (v1's; v2's rules were designed knowing v1's results on them)",
-            "",
-            *_cell_table(seen, rules),
-            "",
-        ]
+    for title, cells in seen_sections(seen):
+        L += [title, "", *_cell_table(cells, rules), ""]
     L += policy_section(fresh)
     L += online_section(root, specs)
     L += [
