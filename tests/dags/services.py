@@ -105,3 +105,20 @@ def wait_up(base: str, procs: dict[str, subprocess.Popen], logs: dict[str, Path]
         if time.monotonic() > end:
             pytest.fail("Airflow not healthy in 180 s\n" + "\n".join(tail(p) for p in logs.values()))
         time.sleep(1)
+
+
+#: the services an end-to-end run starts: the REST API and UI, the scheduler and the triggerer
+SERVICES = ("api-server", "scheduler", "triggerer")
+
+
+def start_services(airflow: list[str], env: dict[str, str], home: Path, port: int, procs: dict, logs: dict) -> None:
+    """Start :data:`SERVICES` (each in its own process group, its log in ``home``), recorded in
+    ``procs`` and ``logs`` for the caller to stop, and wait until the API says they are healthy."""
+    for name in SERVICES:
+        args = {"api-server": ["-H", "127.0.0.1", "-p", str(port), "--workers", "1"]}.get(name, ["--skip-serve-logs"])
+        logs[name] = home / f"{name}.log"
+        with open(logs[name], "wb") as out:
+            procs[name] = subprocess.Popen(
+                [*airflow, name, *args], env=env, cwd=home, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+    wait_up(f"http://127.0.0.1:{port}", procs, logs)

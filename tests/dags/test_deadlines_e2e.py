@@ -30,7 +30,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "ui"))
 from airflow_ui import airflow_env, free_port
-from services import postgres, stop_group, tail, wait_up
+from services import postgres, start_services, stop_group, tail
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,7 +38,6 @@ INTERVAL = timedelta(seconds=10)
 RUN_ID = "deadline_e2e"
 #: one experiment on one system, the local target: a small selection (the step never gets that far)
 CONF = {"target": "local", "experiments": ["sgd_reuters_svm"], "systems": ["native"]}
-SERVICES = ("api-server", "scheduler", "triggerer")
 
 
 def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
@@ -79,21 +78,7 @@ def test_a_late_run_raises_its_deadline_under_a_real_scheduler(tmp_path):
             cli("db", "migrate")
             cli("dags", "reserialize")
             cli("dags", "unpause", "faasm_benchmarks")
-            for name in SERVICES:
-                args = {"api-server": ["-H", "127.0.0.1", "-p", str(port), "--workers", "1"]}.get(
-                    name, ["--skip-serve-logs"]
-                )
-                logs[name] = home / f"{name}.log"
-                with open(logs[name], "wb") as out:
-                    procs[name] = subprocess.Popen(
-                        [*airflow, name, *args],
-                        env=env,
-                        cwd=home,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-            wait_up(f"http://127.0.0.1:{port}", procs, logs)
+            start_services(airflow, env, home, port, procs, logs)
             cli("dags", "trigger", "faasm_benchmarks", "--run-id", RUN_ID, "--conf", json.dumps(CONF))
 
             record = storage / "_deadlines" / "faasm_benchmarks" / f"{RUN_ID}.json"

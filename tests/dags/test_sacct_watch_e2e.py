@@ -25,11 +25,10 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "ui"))
 from airflow_ui import airflow_env, free_port
-from services import postgres, stop_group, tail, wait_up
+from services import postgres, start_services, stop_group, tail
 
 pytestmark = pytest.mark.timeout(480)
 
-SERVICES = ("api-server", "scheduler", "triggerer")
 DAY = "2023-01-10"
 
 
@@ -80,21 +79,7 @@ def test_an_export_dropped_in_the_folder_samples_its_day(tmp_path, ls6_log):
             cli("dags", "unpause", "mirage_samples")
             # a paused DAG's assets have no watcher: parsed again once unpaused (a dag-processor would)
             cli("dags", "reserialize")
-            for name in SERVICES:
-                args = {"api-server": ["-H", "127.0.0.1", "-p", str(port), "--workers", "1"]}.get(
-                    name, ["--skip-serve-logs"]
-                )
-                logs[name] = home / f"{name}.log"
-                with open(logs[name], "wb") as out:
-                    procs[name] = subprocess.Popen(
-                        [*airflow, name, *args],
-                        env=env,
-                        cwd=home,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-            wait_up(f"http://127.0.0.1:{port}", procs, logs)
+            start_services(airflow, env, home, port, procs, logs)
 
             # the exporter writes under a temporary name, then renames: the watcher sees whole files only
             part = exports / f"ls6-{DAY}.log.gz.part"
