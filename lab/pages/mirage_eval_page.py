@@ -450,6 +450,31 @@ def waitpred_answer(wp_rows: list) -> list[str]:
     ]
 
 
+def hygiene_line(h: dict | None) -> str | None:
+    """What the log's own records lacked and how the trace was completed (``waitpred.json``'s
+    ``hygiene``): limits filled where a job requested none, jobs that never ran kept in the queue
+    until they left. None for an older output without the facts."""
+    if not h:
+        return None
+    fill = h.get("limit_fill_at_ingest") or {}
+    n_fill = int(fill.get("jobs_without_limit") or 0)
+    parts = [
+        f"{n_fill} job(s) without a requested time given a limit known at submission ("
+        f"{fill.get('partition_max', 0)} their partition's maximum, {fill.get('user_history', 0)} their user's "
+        f"finished jobs, {fill.get('log_default', 0)} the log's default)"
+        if n_fill
+        else "every job requested a time limit"
+    ]
+    never = int(h.get("never_ran") or 0)
+    parts.append(
+        f"{never} job(s) that never ran queued until the log says they left, never run nor scored "
+        f"({int(h.get('never_ran_in_windows') or 0)} of them in the calibration and scored windows)"
+        if never
+        else "no job that never ran"
+    )
+    return "Trace: " + "; ".join(parts) + "."
+
+
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
     # the commands that made the outputs: one per calibration budget the logs were run with
@@ -525,6 +550,9 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         for w in (cal or {}).get("warnings", []):
             if "machine" in w:
                 L.append(f"Calibration: {w}.")
+        hyg = hygiene_line(wp.get("hygiene"))
+        if hyg:
+            L.append(hyg)
         L += [
             "",
             f"Guard pick: **{wp['pick']}** ({wp['pick_reason']}).",
@@ -591,8 +619,9 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
             f"{n} {t.get('trials_run', '-')} of {t.get('trials', '-')} trials (stopped by {t.get('stopped_by', '-')})"
             for n, t in trials.items()
         )
-        + ". The search stops at its time limit on a busy machine, so the fitted machine can differ between runs; "
-        "the wait predictor uses only its node count, its capacity model and its priority weights.",
+        + ". The search's budget is its trials (a wall limit is an opt-in that fails the calibration), so a busy "
+        "machine takes longer but fits the same machine; the wait predictor uses only its node count, its "
+        "capacity model and its priority weights.",
         "",
     ]
     bench = _read_json(root / "waitpred-bench.json")

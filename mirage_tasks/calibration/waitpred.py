@@ -1,4 +1,4 @@
-"""Queue-wait prediction at submission time, with calibrated bounds (issues 22 and 27).
+"""Queue-wait prediction at submission time, with calibrated bounds.
 
     python -m mirage_tasks.calibration.waitpred --trace T --cluster-config CFG \\
         --calibrate-from A --calibrate-to B --months 1997-01 1997-02 1997-03 --out URI \\

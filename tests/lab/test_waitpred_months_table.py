@@ -59,3 +59,19 @@ def test_the_promise_table_shows_the_pick_beside_the_single_tails_month_by_month
     # an output written before the folds: no table, no answer
     old = {k: v for k, v in _wp_promise().items() if k != "guard"}
     assert waitpred_promise(old) == [] and waitpred_answer([("KTH-SP2", old)]) == []
+
+
+def test_the_trace_line_says_what_the_log_lacked_and_how_it_was_completed():
+    from lab.pages.mirage_eval_page import hygiene_line
+
+    assert hygiene_line(None) is None
+    clean = {"limit_fill_at_ingest": {"jobs_without_limit": 0}, "never_ran": 0}
+    assert hygiene_line(clean) == "Trace: every job requested a time limit; no job that never ran."
+    h = {
+        "limit_fill_at_ingest": {"jobs_without_limit": 3, "partition_max": 1, "user_history": 2, "log_default": 0},
+        "never_ran": 14715,
+        "never_ran_in_windows": 7929,
+    }
+    line = hygiene_line(h)
+    assert "3 job(s) without a requested time" in line and "1 their partition's maximum" in line
+    assert "14715 job(s) that never ran" in line and "7929 of them" in line
