@@ -207,6 +207,9 @@ class CheckResult:
     not_judged: list[dict[str, Any]] = field(default_factory=list)
     #: previous runs left out of the trailing medians because their A/A control failed
     untrustworthy_history: list[dict[str, str]] = field(default_factory=list)
+    #: changes past their threshold whose interval against the trailing days' values includes 1:
+    #: within the day-to-day noise, listed and not called regressions
+    within_noise: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def trustworthy(self) -> bool:
@@ -222,6 +225,7 @@ class CheckResult:
             "aa": self.aa,
             "not_judged": self.not_judged,
             "untrustworthy_history": self.untrustworthy_history,
+            "within_noise": self.within_noise,
         }
 
 
@@ -231,6 +235,11 @@ def breach_text(b: dict[str, Any]) -> str:
         f"{b['experiment']}/{b['system']} point {b['point']}: {b['metric']} = {b['value']:.6g}, "
         f"{b['change_pct']:+.1f}% vs the trailing median {b['trailing_median']:.6g} of {b['history_days']} "
         f"previous days (threshold {sign}{b['threshold_pct']:g}%)"
+        + (
+            f"; ratio to the trailing days' values [{b['ratio_lo']:.3g}, {b['ratio_hi']:.3g}] at 95 %"
+            if b.get("ratio_lo") is not None
+            else ""
+        )
     )
 
 
@@ -291,7 +300,13 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
 
     A run whose A/A control fails (:func:`aa_control`) is untrustworthy: its breaches go to
     ``not_judged`` instead of ``breaches``, and previous runs whose A/A failed are left out of
-    the trailing medians (``untrustworthy_history``)."""
+    the trailing medians (``untrustworthy_history``). A change past its threshold is a breach only
+    when the 95 % ratio interval of this run's repeats against every value of the trailing days
+    (:func:`faasm_tasks.stats.ratio_ci`) lies on the change's side of 1; one whose interval
+    includes 1 is within the days' noise (``within_noise``). With fewer than 3 values a side there
+    is no interval and the medians alone decide, as before repeats were measured."""
+    from . import stats  # scipy only here
+
     res = CheckResult()
     cur = current[current["measured"]]
     if cur.empty:
@@ -306,8 +321,12 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
         history = history[keep]
     day = daily(history)
     prev = day[day["date"] < date]
+    raw_prev = history[(history["date"] < date) & history["measured"]]
     for (exp, system, point), g in cur.groupby(["experiment", "system", "point"]):
         h = prev[(prev["experiment"] == exp) & (prev["system"] == system) & (prev["point"] == point)]
+        h_raw = raw_prev[
+            (raw_prev["experiment"] == exp) & (raw_prev["system"] == system) & (raw_prev["point"] == point)
+        ]
         for metric, (direction, _label) in CHECKED.items():
             limit = th.for_metric(metric)
             value = g[metric].dropna()
@@ -330,9 +349,17 @@ def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresho
                 continue
             change = (item["value"] - med) / med * 100.0
             item.update(trailing_median=med, change_pct=round(change, 2), threshold_pct=limit, direction=direction)
+            # today's repeats against every value of the trailing days: the change counts only when
+            # its 95 % interval lies on its side of 1 (with fewer than 3 values a side, the medians alone)
+            ci = stats.ratio_ci(value.to_numpy(), h_raw[metric].dropna().to_numpy(), paired=False)
+            item.update(ratio_lo=ci.get("ratio_lo"), ratio_hi=ci.get("ratio_hi"))
             res.checked.append(item)
             if (direction == "increase" and change > limit) or (direction == "drop" and -change > limit):
-                (res.breaches if res.trustworthy else res.not_judged).append(item)
+                shown = "ratio_lo" not in ci or (ci["ratio_lo"] > 1 if direction == "increase" else ci["ratio_hi"] < 1)
+                if not shown:
+                    res.within_noise.append(item)
+                else:
+                    (res.breaches if res.trustworthy else res.not_judged).append(item)
     return res
 
 

@@ -126,9 +126,12 @@ def run(args) -> int:
         print(f"check: left out of the trailing medians: run {u['run_id']} on {u['date']} ({u['aa']})", flush=True)
     print(
         f"check: {len(res.checked)} comparisons, {len(res.breaches)} breaches, "
+        f"{len(res.within_noise)} past a threshold within the days' noise, "
         f"{len(res.too_little_history)} without enough history",
         flush=True,
     )
+    for b in res.within_noise:
+        print(f"check: within the noise (its interval includes 1): {trends.breach_text(b)}", flush=True)
     if not res.trustworthy:
         import sys
 

@@ -293,3 +293,60 @@ def test_summarize_names_the_code_that_made_the_report(tmp_path, monkeypatch):
     assert f"Made by `bundle house-dags at {sha}`." in open(os.path.join(out, "trends.md"), encoding="utf-8").read()
     code = json.load(open(os.path.join(out, "trends.json")))["code"]
     assert code == {"bundle_name": "house-dags", "bundle_version": sha, "source": "env"}
+
+
+def _p99_rows(day_values: dict[str, list[float]]):
+    import pandas as pd
+
+    rows = []
+    for k, (date, values) in enumerate(sorted(day_values.items())):
+        for r, v in enumerate(values):
+            rows.append(
+                {
+                    "date": date,
+                    "run_id": f"r{k}",
+                    "experiment": "e",
+                    "system": "wasm",
+                    "point": "p",
+                    "repeat": r,
+                    "attempt": 1,
+                    "status": "succeeded",
+                    "measured": True,
+                    "params": "",
+                    "uri": "",
+                    "n_workers": None,
+                    "matrix_size": None,
+                    "p50_us": None,
+                    "p99_us": float(v),
+                    "throughput_ok": None,
+                    "run_time_ms": None,
+                    "memory_gb_s": None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_change_within_the_days_noise_is_not_a_regression():
+    """Today's median is about 70 % above the trailing median, past the 50 % threshold, but the
+    values scatter as widely as the days': the interval of today's repeats against the trailing values includes 1,
+    so it is listed as within the noise, not a breach; a change as large over quiet days is one."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    noisy = {f"2026-11-{20 + d:02d}": list(100 * np.exp(0.6 * rng.standard_normal(6))) for d in range(5)}
+    today = "2026-11-29"
+    noisy[today] = [40.0, 90.0, 160.0, 170.0, 250.0, 400.0]
+    df = _p99_rows(noisy)
+    th = trends.Thresholds(p99_increase_pct=50, min_history=3)
+    res = trends.compare(df, df[df["date"] == today], today, th)
+    assert (
+        not res.breaches
+        and res.within_noise
+        and res.within_noise[0]["ratio_lo"] <= 1 <= res.within_noise[0]["ratio_hi"]
+    )
+    quiet = {f"2026-11-{20 + d:02d}": [99.0, 100.0, 101.0, 100.0, 100.5, 99.5] for d in range(5)}
+    quiet[today] = [158.0, 159.0, 160.0, 161.0, 162.0, 160.5]
+    df = _p99_rows(quiet)
+    res = trends.compare(df, df[df["date"] == today], today, th)
+    assert [round(b["change_pct"]) for b in res.breaches] == [60] and res.breaches[0]["ratio_lo"] > 1
+    assert "at 95 %" in trends.breach_text(res.breaches[0])

@@ -213,13 +213,19 @@ def chromium(profile: Path):
 
 def login(driver, base: str, path: str = "/") -> None:
     """Open ``path`` and sign in through Airflow's login form when it asks."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(base + path)
-    user = WebDriverWait(driver, 90).until(EC.visibility_of_element_located((By.NAME, "username")))
+    # the UI redirects to its login page as it loads: a look at the page while it navigates is
+    # "aborted by navigation" (seen on a loaded machine), so those are retried until the form is there
+    ignored = (StaleElementReferenceException, WebDriverException)
+    user = WebDriverWait(driver, 90, ignored_exceptions=ignored).until(
+        EC.visibility_of_element_located((By.NAME, "username"))
+    )
     user.send_keys(USER)
     pw = driver.find_element(By.NAME, "password")
     pw.send_keys(PASSWORD)

@@ -35,6 +35,8 @@ def test_lists_both_pipelines_reports(storage):
         "failed_groups_count": 0,
         "unreadable_count": 0,
         "status": "ok",
+        "aa_verdict": "none",  # the fixture's day measured no A/A arms
+        "trustworthy": True,
     }
     assert b"Mirage fixture report" in catalog.read(f"file://{root}", pages["mirage"])
 
