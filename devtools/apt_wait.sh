@@ -12,7 +12,8 @@ while :; do
   if ! printf '%s' "$out" | grep -qiE 'could not (get|open) lock|unable to (acquire|lock)|is another process using it'; then
     printf '%s\n' "$out" >&2; exit $rc
   fi
-  if [ "$(date +%s)" -ge "$deadline" ]; then
+  # whole seconds: past the deadline (not at it), so the wait is never shorter than SECONDS
+  if [ "$(date +%s)" -gt "$deadline" ]; then
     printf '%s\n' "$out" >&2
     echo "apt_wait: the package lock was still held after ${limit} s (another apt-get or dpkg is running); nothing was installed" >&2
     exit $rc

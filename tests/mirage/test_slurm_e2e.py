@@ -156,7 +156,9 @@ def test_keeper_keeps_a_chain_on_real_slurm(slurm, tmp_path):
     )
     (r,) = k.run(deadline_s=300)
     assert r["forced"] and r["succ_submit"] >= r["pred_end"] - 0.5
-    assert 0 <= r["signed_interruption_h"] <= 5 * FACTOR / 3600  # a few real seconds of dispatch, x60
+    # a few real seconds of dispatch, x60; Slurm records whole seconds, so an end and a start in
+    # the same real second can read one second apart either way (seen under load: -1 s)
+    assert -FACTOR / 3600 <= r["signed_interruption_h"] <= 5 * FACTOR / 3600
     with pytest.raises(keeper.RefusedError):
         k.cancel(other)
     assert other in {j.job_id for j in squeue(env)}
