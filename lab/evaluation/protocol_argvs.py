@@ -264,6 +264,23 @@ def base_rule(rule: str) -> str:
     return _asked(rule)[0]
 
 
+def _validate_common(d: str, budget: Budget, n: int) -> list[str]:
+    """The flags every online ``validate`` of a log's node size shares: its trace, its calibrated
+    configuration, the sampling interval, the node size and one worker."""
+    return [
+        "--trace",
+        f"{d}/trace",
+        "--cluster-config",
+        f"{d}/cal/config.json",
+        "--interval-hours",
+        f"{budget.interval_h:g}",
+        "--node",
+        str(n),
+        "--workers",
+        "1",
+    ]
+
+
 def online_argvs(
     spec: LogSpec, root: str, budget: Budget, sizes: list[int], fresh: tuple[str, ...]
 ) -> list[tuple[str, list[str]]]:
@@ -276,18 +293,7 @@ def online_argvs(
     f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
-        common = [
-            "--trace",
-            f"{d}/trace",
-            "--cluster-config",
-            f"{d}/cal/config.json",
-            "--interval-hours",
-            f"{budget.interval_h:g}",
-            "--node",
-            str(n),
-            "--workers",
-            "1",
-        ]
+        common = _validate_common(d, budget, n)
         out.append(
             (
                 f"sample-uniform-node{n}",
@@ -400,16 +406,7 @@ def online_rule_argvs(
     out: list[tuple[str, list[str]]] = []
     for n in sizes:
         common = [
-            "--trace",
-            f"{d}/trace",
-            "--cluster-config",
-            f"{d}/cal/config.json",
-            "--interval-hours",
-            f"{budget.interval_h:g}",
-            "--node",
-            str(n),
-            "--workers",
-            "1",
+            *_validate_common(d, budget, n),
             "--start",
             f_start.isoformat(),
             "--count",
