@@ -21,6 +21,7 @@ interval, the mean with its Student-t interval; ratios with an interval from ran
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -94,6 +95,13 @@ def describe(values: Sequence[float], level: float = LEVEL) -> dict[str, Any]:
 EXACT_MAX_N = 50
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A cached array, read-only so that no caller can change what the next one reads."""
+    a.flags.writeable = False
+    return a
+
+
+@functools.lru_cache(maxsize=64)  # the same sizes recur for every figure of a day
 def _mwu_cdf(n: int, m: int) -> np.ndarray:
     """``P(U <= u)`` for u = 0 .. n*m, the Mann-Whitney statistic of samples of n and m under
     the null (every interleaving of the two samples equally likely)."""
@@ -107,9 +115,10 @@ def _mwu_cdf(n: int, m: int) -> np.ndarray:
             out[j : j + len(a)] += a * i / (i + j)
             out[: len(b)] += b * j / (i + j)
             p[i, j] = out
-    return np.cumsum(p[n, m])
+    return _frozen(np.cumsum(p[n, m]))
 
 
+@functools.lru_cache(maxsize=64)
 def _signed_rank_cdf(n: int) -> np.ndarray:
     """``P(W+ <= w)`` for w = 0 .. n(n+1)/2, the Wilcoxon signed-rank statistic under the null."""
     dist = np.ones(1)
@@ -118,7 +127,7 @@ def _signed_rank_cdf(n: int) -> np.ndarray:
         nxt[: len(dist)] += dist / 2
         nxt[k:] += dist / 2
         dist = nxt
-    return np.cumsum(dist)
+    return _frozen(np.cumsum(dist))
 
 
 def _rank_cut(cdf: np.ndarray | None, mean: float, var: float, alpha: float) -> int:
@@ -129,15 +138,12 @@ def _rank_cut(cdf: np.ndarray | None, mean: float, var: float, alpha: float) -> 
     return max(0, int(math.floor(mean - st.norm.ppf(1 - alpha / 2) * math.sqrt(var) - 0.5)) + 1)
 
 
-def ratio_ci(
-    a: Sequence[float], b: Sequence[float], paired: bool, level: float = LEVEL, seed: int = 0
-) -> dict[str, Any]:
+def ratio_ci(a: Sequence[float], b: Sequence[float], paired: bool, level: float = LEVEL) -> dict[str, Any]:
     """The ratio of ``a`` to ``b`` with its distribution-free interval from ranks (see the module):
     ``ratio`` the Hodges-Lehmann estimate (for a pure change of scale, the ratio of medians,
     ``ratio_of_medians`` beside it), ``ratio_lo``/``ratio_hi`` the interval at ``level`` and
     ``verdict`` which side of 1 it lies on. ``paired``: ``a[i]`` and ``b[i]`` come from the same
-    repeat. ``seed`` is unused (the interval is exact); kept so callers need not change."""
-    del seed
+    repeat."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     out: dict[str, Any] = {"n_a": int(len(a)), "n_b": int(len(b)), "paired": paired}
     if not len(a) or not len(b) or np.median(b) == 0:
@@ -187,7 +193,7 @@ def verdict(lo: float | None, hi: float | None) -> str:
 
 
 def aa_verdict(
-    comparisons: Sequence[tuple[str, Sequence[float], Sequence[float]]], level: float = LEVEL, seed: int = 0
+    comparisons: Sequence[tuple[str, Sequence[float], Sequence[float]]], level: float = LEVEL
 ) -> dict[str, Any]:
     """The A/A control's verdict: each ``(label, a, a_prime)`` is one figure of the same system
     measured as two arms; every ratio of medians ``a / a_prime`` must have an interval that
@@ -201,8 +207,8 @@ def aa_verdict(
     usable = [(lab, a, b) for lab, a, b in comparisons if min(len(a), len(b)) >= 3]
     m = len(usable)
     each = 1 - (1 - level) / m if m else level
-    for i, (label, a, b) in enumerate(comparisons):
-        ci = ratio_ci(a, b, paired=False, level=each, seed=seed + i)
+    for label, a, b in comparisons:
+        ci = ratio_ci(a, b, paired=False, level=each)
         rows.append({"figure": label, **ci})
     bad = [r["figure"] for r in rows if r.get("verdict") in ("below 1", "above 1")]
     verdict = "no interval" if not m else ("fail" if bad else "pass")
@@ -226,7 +232,6 @@ def effect(
     paired: bool,
     lower_is_better: bool = True,
     words: tuple[str, str] = ("faster", "slower"),
-    seed: int = 0,
 ) -> dict[str, Any]:
     """The effect of ``a`` against ``b`` as "x % faster (± y %) at 99 %": ``x`` the ratio of
     medians as a percentage change (``1 - a/b`` when a smaller value is better, ``a/b - 1``
@@ -234,7 +239,7 @@ def effect(
     ``y`` the half-width of its 99 % interval (:func:`ratio_ci`) in percentage points
     (:func:`ratio_ci` at :data:`EFFECT_LEVEL`). ``text`` is None, with ``note`` saying why, when
     there is no interval."""
-    ci = ratio_ci(a, b, paired=paired, level=EFFECT_LEVEL, seed=seed)
+    ci = ratio_ci(a, b, paired=paired, level=EFFECT_LEVEL)
     if "ratio_lo" not in ci:
         return {"text": None, "note": ci.get("ci_note", "no values"), **ci}
     r, lo, hi = ci["ratio"], ci["ratio_lo"], ci["ratio_hi"]

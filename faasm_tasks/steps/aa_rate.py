@@ -65,7 +65,7 @@ def synthetic(
                 slow = 1 + drift * i / max(1, len(trials) - 1)
                 values[t.arm].append(100.0 * slow * float(np.exp(noise * rng.standard_normal())))
             comparisons.append((f"figure {f}", *values.values()))
-        verdict = stats.aa_verdict(comparisons, level, seed=d)
+        verdict = stats.aa_verdict(comparisons, level)
         fails += verdict["verdict"] == "fail"
     return {
         "source": "synthetic",

@@ -196,19 +196,19 @@ def _run(args, date: str, stopped: list[str]) -> int:
     if repeats < 1:
         raise StepError(f"--repeats must be at least 1, got {repeats}")
     arms: tuple[str | None, ...] = order.AA_ARMS if args.aa_control else (None,)
+    # (--seed is refused when negative as it is parsed; the derived one never is)
     seed = args.seed if args.seed is not None else order.default_seed(args.run_id, plan.name, plan.system)
-    if seed < 0:
-        raise StepError(f"--seed must not be negative, got {seed}")
     budget_s, budget_note = _budget(args, plan)
-    keys = [pts.point_key(args, plan, p) for p in points]
     redeploy = args.replicas == "per-point" and plan.experiment.get("replicas_from") and args.target != "local"
-    wants = [replicas_for(plan, k) for k in keys] if redeploy else None
+    # a point's deployment depends on its own parameters only, not on what its folder key adds
+    wants = [replicas_for(plan, p) for p in points] if redeploy else None
     blocks = [json.dumps(w, sort_keys=True) for w in wants] if wants else None
-    trials = order.trials(len(keys), repeats, seed, arms, blocks)
+    trials = order.trials(len(points), repeats, seed, arms, blocks)
     procs.label_self(procs.run_label(args.state_dir, args.run_id), "run")
     target = get_target(args.target, args)
     ep = target.endpoints()
-    # the points' folder keys again, now with the target's endpoints (their load client hosts count)
+    # the points' folder keys: their parameters and, for load points, what decides the measurement
+    # (the target's endpoints: their load client hosts count)
     keys = [pts.point_key(args, plan, p, ep) for p in points]
     if args.protocol:
         ep.protocol = args.protocol
