@@ -475,6 +475,143 @@ def hygiene_line(h: dict | None) -> str | None:
     return "Trace: " + "; ".join(parts) + "."
 
 
+#: the wait predictor's figures before its fitted parts saw the calibration period as it stood at
+#: its cut (lab/pages/waitpred_before_cut.py parses them from a committed page)
+BEFORE_CUT = ROOT / "docs" / "results" / "waitpred-before-cut.json"
+
+
+def _was(b: float | None, n: float | None, pct: bool = False) -> str:
+    """Before → now (change) from the figures as printed: MAE in h at 2 decimals, a share in % at
+    1 decimal with its change in points."""
+    if b is None or n is None:
+        return f"{_f(b, '{:.1%}' if pct else '{:.2f}')} → {_f(n, '{:.1%}' if pct else '{:.2f}')}"
+    if pct:
+        bv, nv = round(100 * b, 1), round(100 * n, 1)
+        return f"{bv:.1f}% → {nv:.1f}% ({round(nv - bv, 1) + 0.0:+.1f})"
+    bv, nv = round(b, 2), round(n, 2)
+    return f"{bv:.2f} → {nv:.2f} ({round(nv - bv, 2) + 0.0:+.2f})"
+
+
+def cut_why(name: str, b: dict, wp: dict, search: dict | None) -> str:
+    """One sentence per log: which change moved its figures between the fit that read outcomes not
+    yet known at the cut (``b``, the baseline's log) and now (``wp``, its ``waitpred.json``)."""
+    oos, pick, bpick = wp["out_of_sample"], wp["pick"], b["pick"]
+    z, bz = oos["zero"]["pooled"], b["predictors"]["zero"]
+    parts = []
+    if wp["n_scored"] != b["n_scored"] or round(z["mae_h"], 2) != bz["mae_h"]:
+        never = int((wp.get("hygiene") or {}).get("never_ran") or 0)
+        parts.append(
+            f"{b['n_scored']} → {wp['n_scored']} jobs scored"
+            + (f" (the {never} jobs that never ran are now queued, not scored)" if never else "")
+            + f", which alone moves zero wait's MAE by {round(z['mae_h'], 2) - bz['mae_h'] + 0.0:+.2f} h, so not "
+            "all of this log's change is the cut's"
+        )
+    else:
+        parts.append(f"zero wait, which fits nothing, is unchanged on the same {wp['n_scored']} jobs")
+    single = (wp.get("guard") or {}).get("single_tail_pick")
+    censored = (wp.get("at_cut") or {}).get("censored_waits")
+    at_cut = "fitted at the cut" + (f" ({censored} calibration waits censored there)" if censored else "")
+
+    def mae(k: str) -> str:
+        return f"{bpick} {b['predictors'][bpick]['mae_h']:.2f} → {oos[k]['pooled']['mae_h']:.2f} h"
+
+    if pick == bpick and pick == "zero":
+        cap = (wp.get("bound") or {}).get("cap_h")
+        g = oos["guarded"]["pooled"]
+        parts.append(
+            "the pick stays zero wait and only its 90 % bound moved (median "
+            f"{_was(b['predictors']['guarded']['bound_median_h'], g.get('bound_median_h'))} h): the bound is now "
+            + (f"capped at the calibration period's longest wait known at the cut ({cap:.0f} h) and " if cap else "")
+            + "learns covers and misses alike, each when its bound runs out"
+        )
+    elif pick == bpick:
+        parts.append(f"the pick stays {pick}, {at_cut}: {mae(pick)}")
+    elif single == bpick:
+        parts.append(
+            f"{at_cut}, the single held-back tail still picks {bpick} ({mae(bpick)}), so the guard's "
+            f"folds, not the censored labels, changed the pick to {pick}"
+        )
+    elif single == pick:
+        parts.append(
+            f"{at_cut}, the single held-back tail picks {pick} too: what the candidates were fitted on changed "
+            f"the pick ({mae(bpick)})"
+        )
+    else:
+        parts.append(
+            f"{at_cut}, the single held-back tail picks {single} instead of {bpick} ({mae(bpick)}) and the "
+            f"guard's folds {pick}: what the candidates were fitted on and the folds both changed the pick"
+        )
+    cfg, bc = wp["params"]["config"], b.get("calibration") or {}
+    machine = (cfg["nodes"], cfg["weight_age"], cfg["weight_size"]) != (b["nodes"], b["weight_age"], b["weight_size"])
+    budget = search and (search.get("trials_run"), search.get("trials"), search.get("stopped_by")) != (
+        bc.get("trials_run"),
+        bc.get("trials"),
+        bc.get("stopped_by"),
+    )
+    if machine:
+        parts.append(
+            "the simulator's calibration, searched on the log as it stood at the cut"
+            + (
+                f" with {search['trials_run']} of {search['trials']} trials (before {bc.get('trials_run')} of "
+                f"{bc.get('trials')}, stopped by {bc.get('stopped_by')})"
+                if budget
+                else ""
+            )
+            + (f", fitted {b['nodes']} → {cfg['nodes']} nodes and" if cfg["nodes"] != b["nodes"] else ", fitted")
+            + f" priority weights age {b['weight_age']:g} → {cfg['weight_age']:g}, size {b['weight_size']:g} → "
+            f"{cfg['weight_size']:g} (the plans, and so the corrected quantiles' inputs, follow them)"
+        )
+    else:
+        parts.append("the calibration fitted the same machine and priority weights")
+    return f"**{name}**: " + "; ".join(parts) + "."
+
+
+def cut_delta(before: dict, wp_rows: list, searches: dict[str, dict]) -> list[str]:
+    """The section "What fitting at the cut changed": per log of both the baseline (``before``, from
+    ``waitpred-before-cut.json``) and the outputs, each figure before → now with its change, and one
+    sentence of why. Empty where no log is in both."""
+    rows = [(n, before["logs"][n], wp) for n, wp in wp_rows if n in before.get("logs", {})]
+    if not rows:
+        return []
+    src, fig = before["source"], before["figures_written"]
+    L = [
+        "## What fitting at the cut changed",
+        "",
+        "Before: the last page whose fitted parts read outcomes not yet known at the cut (the calibration "
+        "period's later waits and run times), parsed from "
+        f"`{src['path']}` at {src['commit'][:7]} (figures written at {fig['commit'][:7]}, {fig['date'][:10]}) "
+        f"into `docs/results/waitpred-before-cut.json` by `{before['extracted_by']}`. Now: this page. Each cell "
+        "is before → now (change; shares in points). Fitting at the cut is not the only difference: the guard "
+        "then judged one held-back tail of the calibration period and now rolling-origin folds, the calibration's "
+        "budget is now its trials alone, and the trace hygiene can change which jobs are scored; each log's "
+        "sentence says which of these moved its figures.",
+        "",
+        "| log | jobs scored | pick | MAE h, pick | MAE h, zero wait | MAE vs zero | within 1 h, pick | "
+        "within 1 h, zero wait | 90 % bound coverage | bound median h |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, b, wp in rows:
+        oos = wp["out_of_sample"]
+        g, z = oos["guarded"]["pooled"], oos["zero"]["pooled"]
+        bg, bz = b["predictors"]["guarded"], b["predictors"]["zero"]
+        n = (
+            f"{b['n_scored']} (same)"
+            if b["n_scored"] == wp["n_scored"]
+            else f"{b['n_scored']} → {wp['n_scored']} ({wp['n_scored'] - b['n_scored']:+d})"
+        )
+        pick = f"{b['pick']} (same)" if b["pick"] == wp["pick"] else f"{b['pick']} → {wp['pick']}"
+        vs = -(wp["criteria"]["mae_reduction_vs_zero"] or 0)
+        L.append(
+            f"| {name} | {n} | {pick} | {_was(bg['mae_h'], g['mae_h'])} | {_was(bz['mae_h'], z['mae_h'])} | "
+            f"{_was(b['mae_vs_zero'], vs, pct=True)} | {_was(bg['within_1h'], g['within_1h'], pct=True)} | "
+            f"{_was(bz['within_1h'], z['within_1h'], pct=True)} | "
+            f"{_was(bg.get('coverage'), g.get('coverage'), pct=True)} | "
+            f"{_was(bg.get('bound_median_h'), g.get('bound_median_h'))} |"
+        )
+    L += ["", *(f"* {cut_why(name, b, wp, searches.get(name))}" for name, b, wp in rows), ""]
+    return L
+
+
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     """docs/results/waitpred.md: the wait predictor at submission on every log, from the outputs."""
     # the commands that made the outputs: one per calibration budget the logs were run with
@@ -532,6 +669,7 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         "",
     ]
     wp_rows = []
+    at = len(L)  # the section on what fitting at the cut changed goes before the logs'
     for lg in logs:
         wp = _read_json(root / lg.name / "waitpred" / "waitpred.json")
         cal = _read_json(root / lg.name / "cal" / "calibration.json")
@@ -579,6 +717,10 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
                 f"within 1 h {_f(rf.get('within_1h'), '{:.1%}')}.",
             ]
         L.append("")
+    searches = {
+        lg.name: (_read_json(root / lg.name / "cal" / "calibration.json") or {}).get("search", {}) for lg in logs
+    }
+    L[at:at] = cut_delta(_read_json(BEFORE_CUT) or {}, wp_rows, searches)
     L[2:2] = waitpred_answer(wp_rows)
     zero_logs = [n for n, wp in wp_rows if wp["pick"] == "zero"]
     first_folds = [(n, wp["guard"]["folds"][0]) for n, wp in wp_rows if (wp.get("guard") or {}).get("folds")]
