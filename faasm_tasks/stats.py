@@ -222,6 +222,57 @@ def aa_verdict(
     }
 
 
+def rate_ci(failed: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Clopper-Pearson ("exact") interval of a binomial proportion ``failed / n`` at ``level``
+    (scipy.stats.binomtest): its coverage is at least the level at any n."""
+    if n < 1 or not 0 <= failed <= n:
+        raise ValueError(f"a rate needs 0 <= failed <= n and n >= 1, got {failed} of {n}")
+    ci = st.binomtest(failed, n).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def false_difference_rate(failed: int, n: int, level: float = LEVEL) -> dict[str, Any]:
+    """The A/A control's false-difference rate: ``failed`` of ``n`` A/A verdicts (days) said
+    "fail", with its Clopper-Pearson interval at ``level`` (:func:`rate_ci`), against the target
+    the verdicts' level states, at most ``1 - level``. ``target_status``: ``met`` when the whole
+    interval lies at or below the target, ``not met`` when it lies above, ``undecided`` when it
+    contains the target (too few days to tell), ``no verdicts`` when ``n`` is 0."""
+    target = round(1 - level, 12)
+    out: dict[str, Any] = {
+        "verdicts": n,
+        "failed_days": failed,
+        "false_difference_rate": None,
+        "rate_lo": None,
+        "rate_hi": None,
+        "level": level,
+        "target": target,
+        "interval": "Clopper-Pearson",
+        "target_status": "no verdicts",
+    }
+    if n:
+        lo, hi = rate_ci(failed, n, level)
+        status = "met" if hi <= target else ("not met" if lo > target else "undecided")
+        out.update(false_difference_rate=failed / n, rate_lo=lo, rate_hi=hi, target_status=status)
+    return out
+
+
+def rate_text(r: dict[str, Any]) -> str:
+    """One line of a :func:`false_difference_rate` for the logs and the trend page."""
+    target = f"target at most {r['target']:.0%} at the {r['level']:.0%} level"
+    if not r["verdicts"]:
+        return f"false-difference rate n/a (no A/A verdict); {target}"
+    why = {
+        "met": "the interval lies at or below it",
+        "not met": "the interval lies above it",
+        "undecided": "the interval contains it: too few days to tell",
+    }[r["target_status"]]
+    return (
+        f"{r['failed_days']} of {r['verdicts']} A/A verdict(s) failed: false-difference rate "
+        f"{r['false_difference_rate']:.1%} ({r['level']:.0%} {r['interval']} interval "
+        f"{r['rate_lo']:.1%} to {r['rate_hi']:.1%}); {target}: {r['target_status']} ({why})"
+    )
+
+
 #: The level of the effect sizes beside the 95 % intervals.
 EFFECT_LEVEL = 0.99
 

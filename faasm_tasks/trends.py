@@ -12,7 +12,10 @@ day is the median over that day's runs and repeats.
 * :func:`write_report` writes ``trends.html`` (self-contained: PNGs embedded as base64),
   ``trends.md`` (figures in ``figures/``), ``trends.json`` and the PNGs;
 * :func:`compare` checks this run's points against the trailing median of the previous
-  days (``check`` step).
+  days (``check`` step);
+* :func:`aa_history` tracks the A/A control over the window: each run's verdict and the
+  false-difference rate with its interval against the target (the page's "A/A
+  false-difference rate over the days", ``aa-rate --results``).
 """
 
 from __future__ import annotations
@@ -283,16 +286,56 @@ def aa_text(aa: dict[str, Any]) -> str:
     return head + " contains 1"
 
 
+def aa_runs(df: pd.DataFrame, level: float = 0.95) -> list[dict[str, Any]]:
+    """Every run in ``df`` that measured A/A arms, oldest first: its date, run id, A/A verdict
+    (:func:`aa_control` over its arms' rows: ``pass``, ``fail`` or ``no interval``), the figures
+    whose interval excluded 1 and the verdict's line (:func:`aa_text`). A run whose arms have no
+    measured value has no verdict and is left out."""
+    out: list[dict[str, Any]] = []
+    if df.empty or "arm" not in df or not df["arm"].isin(AA_ARMS).any():
+        return out
+    for (date, run_id), g in df[df["arm"].isin(AA_ARMS)].groupby(["date", "run_id"]):
+        aa = aa_control(g, level)  # only the arms' rows count
+        if aa["verdict"] != "none":
+            out.append(
+                {
+                    "date": date,
+                    "run_id": run_id,
+                    "verdict": aa["verdict"],
+                    "excluding_1": aa.get("excluding_1", []),
+                    "text": aa_text(aa),
+                }
+            )
+    return out
+
+
+def aa_history(df: pd.DataFrame, level: float = 0.95) -> dict[str, Any]:
+    """The A/A false-difference rate over the runs in ``df`` (the trend page's window; ``aa-rate
+    --results``): ``runs`` as :func:`aa_runs`, each counted one (``pass`` or ``fail``) with the
+    running rate up to it (``running_failed`` of ``running_n``, ``running_rate`` and its
+    Clopper-Pearson interval ``running_lo``/``running_hi``), and the window's rate, interval and
+    target status (:func:`faasm_tasks.stats.false_difference_rate`)."""
+    from . import stats  # scipy only here
+
+    runs = aa_runs(df, level)
+    failed = n = 0
+    for r in runs:
+        if r["verdict"] not in ("pass", "fail"):
+            continue
+        n += 1
+        failed += r["verdict"] == "fail"
+        lo, hi = stats.rate_ci(failed, n, level)
+        r.update(running_failed=failed, running_n=n, running_rate=failed / n, running_lo=lo, running_hi=hi)
+    return {"runs": runs, **stats.false_difference_rate(failed, n, level)}
+
+
 def untrustworthy_runs(history: pd.DataFrame, level: float = 0.95) -> list[dict[str, str]]:
     """The runs in ``history`` whose A/A control failed (date, run id and why)."""
-    out = []
-    if history.empty or "arm" not in history or not history["arm"].isin(AA_ARMS).any():
-        return out
-    for (date, run_id), g in history[history["arm"].isin(AA_ARMS)].groupby(["date", "run_id"]):
-        aa = aa_control(g, level)  # only the arms' rows count
-        if aa["verdict"] == "fail":
-            out.append({"date": date, "run_id": run_id, "aa": aa_text(aa)})
-    return out
+    return [
+        {"date": r["date"], "run_id": r["run_id"], "aa": r["text"]}
+        for r in aa_runs(history, level)
+        if r["verdict"] == "fail"
+    ]
 
 
 def compare(history: pd.DataFrame, current: pd.DataFrame, date: str, th: Thresholds) -> CheckResult:
@@ -469,6 +512,47 @@ def figures(day: pd.DataFrame, run_date: str) -> list[tuple[str, str, bytes | No
         ax.set_title("Billing over time")
         out.append(("billing", "Billing: memory GB-s per day, experiment and system", _png(fig)))
     return out
+
+
+def aa_rate_figure(hist: dict[str, Any]) -> tuple[str, str, bytes | None]:
+    """The A/A false-difference rate over the days (:func:`aa_history`): the running rate with its
+    interval as a band, each run's verdict as a marker on it, and the target as a line."""
+    caption = "A/A false-difference rate over the days: running rate, its interval and the target"
+    counted = [r for r in hist["runs"] if "running_rate" in r]
+    if not counted:
+        return ("aa_rate", caption, None)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = pd.to_datetime([r["date"] for r in counted])
+    pct = [100.0 * r["running_rate"] for r in counted]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.fill_between(
+        x,
+        [100.0 * r["running_lo"] for r in counted],
+        [100.0 * r["running_hi"] for r in counted],
+        step="post",
+        alpha=0.2,
+        label=f"{hist['level']:.0%} {hist['interval']} interval",
+    )
+    ax.step(x, pct, where="post", label="running rate")
+    for verdict, marker, color in (("pass", "o", "tab:green"), ("fail", "X", "tab:red")):
+        sel = [i for i, r in enumerate(counted) if r["verdict"] == verdict]
+        if sel:
+            ax.scatter(x[sel], [pct[i] for i in sel], marker=marker, color=color, zorder=3, label=f"A/A {verdict}")
+    ax.axhline(100.0 * hist["target"], color="black", ls="--", lw=1, label=f"target {hist['target']:.0%}")
+    ax.set_ylabel("A/A verdicts failed so far (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(
+        f"A/A false-difference rate: {hist['failed_days']} of {hist['verdicts']} failed, "
+        f"target {hist['target']:.0%}: {hist['target_status']}"
+    )
+    return ("aa_rate", caption, _png(fig))
 
 
 def trend_table(day: pd.DataFrame, run_date: str) -> list[dict[str, Any]]:
@@ -678,6 +762,24 @@ AA_COLS = [
     ("n_b", "n A'"),
 ]
 
+AA_RATE_COLS = [
+    ("date", "date"),
+    ("run_id", "run"),
+    ("verdict", "A/A verdict"),
+    ("running_failed", "failed so far"),
+    ("running_n", "verdicts so far"),
+    ("running_rate", "running rate"),
+    ("running_lo", "low"),
+    ("running_hi", "high"),
+]
+AA_RATE_NOTE = (
+    "Each run with A/A arms in the window, oldest first: its A/A verdict (fail: a ratio interval "
+    "excluded 1 although nothing differs) and the rate of failed verdicts up to it with its "
+    "Clopper-Pearson interval at the A/A level. A verdict without an interval (under 3 values per "
+    "arm) is listed, not counted. The target: at most 1 - level of the days fail; met when the "
+    "whole interval lies at or below it, not met when it lies above it, else undecided."
+)
+
 
 INTERVALS_NOTE = (
     "n: measured repeats (failed, invalid and failed-check points are not counted). Median: "
@@ -739,6 +841,8 @@ def render(
     :func:`~faasm_tasks.results.iter_records`) head the page as FAILED with the failed points.
     ``code``: the code that made the report (:func:`stepkit.provenance.code_version`, this process's
     by default), named in the header and in ``trends.json``."""
+    from . import stats  # scipy only here
+
     code = provenance.code_version() if code is None else code
     day = daily(df)
     figs = figures(day, run_date)
@@ -778,6 +882,26 @@ def render(
         _html_table(aa.get("figures", []), AA_COLS),
     ]
     aa_md = ["## A/A control\n", aa_line + "\n", _md_table(aa.get("figures", []), AA_COLS)]
+    aa_hist = aa_history(df)
+    rate_line = f"Over the {days} days to {run_date}: " + stats.rate_text(aa_hist)
+    rate_rows = [
+        {**r, **{k: f"{r[k]:.1%}" for k in ("running_rate", "running_lo", "running_hi") if k in r}}
+        for r in aa_hist["runs"]
+    ]
+    rate_cls = "<p class='failed'>" if aa_hist["target_status"] == "not met" else "<p>"
+    aa_html += [
+        "<h3 id='aa-rate'>A/A false-difference rate over the days</h3>",
+        rate_cls + html.escape(rate_line) + "</p>",
+        f"<p>{html.escape(AA_RATE_NOTE)}</p>",
+        _html_table(rate_rows, AA_RATE_COLS),
+    ]
+    aa_md += [
+        "### A/A false-difference rate over the days\n",
+        rate_line + "\n",
+        AA_RATE_NOTE + "\n",
+        _md_table(rate_rows, AA_RATE_COLS),
+    ]
+    figs.append(aa_rate_figure(aa_hist))
     parts_html = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{meta}</p>",
@@ -849,6 +973,7 @@ def render(
                 "code": code,
                 "aa": aa,
                 "trustworthy": trustworthy,
+                "aa_rate": aa_hist,
             },
             indent=2,
             sort_keys=True,

@@ -11,8 +11,10 @@ nothing differs, how often the day's A/A verdict (:func:`faasm_tasks.stats.aa_ve
 * stored days (``--results ROOT --date END --days N``): every run in the window that measured
   A/A arms, its verdict as the check step computes it (:func:`faasm_tasks.trends.aa_control`).
 
-Prints one line per stored run (or a summary of the synthetic days) and the rate; writes JSON
-with ``--json PATH``.
+Prints one line per stored run (or a summary of the synthetic days) and the rate with its
+Clopper-Pearson interval against the target, at most ``1 - level``
+(:func:`faasm_tasks.stats.false_difference_rate`; the trend page shows the same over its
+window); writes JSON with ``--json PATH``.
 """
 
 from __future__ import annotations
@@ -75,32 +77,16 @@ def synthetic(
         "noise": noise,
         "drift": drift,
         "order": "sequential" if sequential else "randomized",
-        "level": level,
-        "failed_days": fails,
-        "false_difference_rate": fails / days if days else None,
+        **stats.false_difference_rate(fails, days, level),
     }
 
 
 def stored(root: str, end: str, days: int, level: float = stats.LEVEL) -> dict:
-    """The rate over the stored runs with A/A arms in the ``days`` days up to ``end``."""
+    """The rate over the stored runs with A/A arms in the ``days`` days up to ``end``: the trend
+    page's computation (:func:`faasm_tasks.trends.aa_history`) over that window."""
     from .. import trends  # pandas only here
 
-    df = trends.load_window(root, end, days)
-    runs = []
-    for (date, run_id), g in df.groupby(["date", "run_id"]) if not df.empty else []:
-        aa = trends.aa_control(g, level)
-        if aa["verdict"] in ("pass", "fail"):
-            runs.append({"date": date, "run_id": run_id, "verdict": aa["verdict"], "text": trends.aa_text(aa)})
-    fails = sum(r["verdict"] == "fail" for r in runs)
-    return {
-        "source": root,
-        "days": days,
-        "end": end,
-        "level": level,
-        "runs": runs,
-        "failed_days": fails,
-        "false_difference_rate": fails / len(runs) if runs else None,
-    }
+    return {"source": root, "days": days, "end": end, **trends.aa_history(trends.load_window(root, end, days), level)}
 
 
 def run(args) -> int:
@@ -114,7 +100,10 @@ def run(args) -> int:
         res = stored(args.results, args.date, args.days, args.level)
         for r in res["runs"]:
             print(f"aa-rate: {r['date']} {r['run_id']}: {r['text']}", flush=True)
-        what = f"{len(res['runs'])} stored run(s) with A/A arms in {args.days} days to {args.date}"
+        uncounted = len(res["runs"]) - res["verdicts"]
+        what = f"{res['verdicts']} stored run(s) with A/A arms in {args.days} days to {args.date}" + (
+            f" ({uncounted} more without an interval, not counted)" if uncounted else ""
+        )
     else:
         res = synthetic(
             args.days, args.figures, args.repeats, args.noise, args.drift, args.sequential, args.level, args.seed
@@ -123,13 +112,7 @@ def run(args) -> int:
             f"{args.days} synthetic days of {args.figures} A/A figure(s), {args.repeats} repeats per arm, "
             f"noise {args.noise:g}, drift {args.drift:g}, {res['order']} order"
         )
-    rate = res["false_difference_rate"]
-    print(
-        f"aa-rate: {what}: {res['failed_days']} day(s) failed their A/A; false-difference rate "
-        + ("n/a (no run with A/A arms)" if rate is None else f"{rate:.1%}")
-        + f" (the stated level allows {1 - args.level:.0%})",
-        flush=True,
-    )
+    print(f"aa-rate: {what}: {stats.rate_text(res)}", flush=True)
     if args.json:
         storage.write_json(args.json, res)
     return 0

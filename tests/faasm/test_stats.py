@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as st
+from scipy.stats import beta
 
 from faasm_tasks import stats
 
@@ -118,3 +119,46 @@ def test_identical_systems_are_called_different_at_most_as_often_as_the_level_sa
 def test_a_value_that_is_not_positive_has_no_ratio_interval():
     r = stats.ratio_ci([1.0, 2.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0], paired=False)
     assert "ratio_lo" not in r and "not a positive number" in r["ci_note"]
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The textbook form, from the beta distribution (not scipy's binomtest the code uses)."""
+    a = 1 - level
+    lo = 0.0 if k == 0 else beta.ppf(a / 2, k, n - k + 1)
+    hi = 1.0 if k == n else beta.ppf(1 - a / 2, k + 1, n - k)
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize("k,n", [(0, 1), (0, 30), (1, 4), (3, 10), (2, 20), (7, 7), (5, 100)])
+def test_rate_interval_is_clopper_pearson(k, n):
+    lo, hi = stats.rate_ci(k, n)
+    want = clopper_pearson(k, n)
+    assert lo == pytest.approx(want[0], abs=1e-9) and hi == pytest.approx(want[1], abs=1e-9)
+    assert lo <= k / n <= hi
+
+
+def test_rate_interval_known_values_and_bad_input():
+    # no failure in n days: the upper bound is 1 - (alpha/2)^(1/n)
+    assert stats.rate_ci(0, 30)[1] == pytest.approx(1 - 0.025 ** (1 / 30), abs=1e-12)
+    assert stats.rate_ci(0, 30, level=0.9)[1] == pytest.approx(1 - 0.05 ** (1 / 30), abs=1e-12)
+    for k, n in ((1, 0), (-1, 5), (6, 5)):
+        with pytest.raises(ValueError, match="0 <= failed <= n"):
+            stats.rate_ci(k, n)
+
+
+def test_false_difference_rate_against_the_target():
+    met = stats.false_difference_rate(0, 100)  # 0 of 100: the interval reaches 3.6 %
+    assert met["target"] == 0.05 and met["target_status"] == "met" and met["rate_hi"] < 0.05
+    not_met = stats.false_difference_rate(10, 30)
+    assert not_met["target_status"] == "not met" and not_met["rate_lo"] > 0.05
+    und = stats.false_difference_rate(0, 30)  # no failure yet, but 30 days cannot show <= 5 %
+    assert und["target_status"] == "undecided" and und["false_difference_rate"] == 0.0
+    assert und["rate_lo"] == 0.0 and und["rate_hi"] > 0.05
+    none = stats.false_difference_rate(0, 0)
+    assert none["target_status"] == "no verdicts" and none["false_difference_rate"] is None
+    assert "n/a (no A/A verdict)" in stats.rate_text(none)
+    # the stated level sets the target: 90 % allows 10 %
+    assert stats.false_difference_rate(1, 100, level=0.9)["target"] == 0.1
+    text = stats.rate_text(stats.false_difference_rate(3, 10))
+    assert text.startswith("3 of 10 A/A verdict(s) failed: false-difference rate 30.0% (95% Clopper-Pearson")
+    assert "6.7% to 65.2%" in text and "target at most 5% at the 95% level: not met" in text

@@ -8,7 +8,7 @@ import os
 import re
 
 from faasm_testutil import cli
-from test_trends_history import END, POINTS, day, write_history, write_run
+from test_trends_history import END, POINTS, day, write_aa_run, write_history, write_run
 
 from faasm_tasks import trends
 
@@ -20,6 +20,7 @@ def _common(root: str, run_id: str, date: str = END) -> list[str]:
 def test_summarize_writes_trend_report_with_every_plot(tmp_path):
     root = str(tmp_path / "faasm_benchmarks")
     run_id = write_history(root, days=6)
+    write_aa_run(root, END, run_id, fail=False)  # the A/A arms, for the A/A rate's plot
     p = cli("summarize", *_common(root, run_id), "--days", "30", state_dir=str(tmp_path / "st"))
     out = os.path.join(root, END, run_id, "trends")
     assert "trend report over 30 days" in p.stdout
@@ -36,6 +37,7 @@ def test_summarize_writes_trend_report_with_every_plot(tmp_path):
         "sgd_workers",
         "matrix_size",
         "billing",
+        "aa_rate",
     ]
     assert len(imgs) == len(names)
     for b64 in imgs:
@@ -67,7 +69,7 @@ def test_summarize_with_no_history_still_writes_a_page(tmp_path):
     cli("summarize", *_common(root, "r1"), state_dir=str(tmp_path / "st"))
     page = open(os.path.join(root, END, "r1", "trends", "trends.html"), encoding="utf-8").read()
     assert "0 days with results" in page and "No data.</p>" in page
-    assert page.count("No data for this plot") == 4  # throughput/latency, sgd, matrix, billing
+    assert page.count("No data for this plot") == 5  # throughput/latency, sgd, matrix, billing, A/A rate
 
 
 def test_summarize_bad_days_is_bad_input(tmp_path):

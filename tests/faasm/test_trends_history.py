@@ -97,6 +97,30 @@ def write_history(
     return run_id.format(date=end)
 
 
+def write_aa_run(root: str, date: str, run_id: str, fail: bool, n: int = 6) -> None:
+    """The A/A arms of one matrix point of a run (:data:`faasm_tasks.order.AA_ARMS`), values set so
+    that the verdict is certain: A' equal to A (``pass``) or A' 1.3 times every value of A, no
+    overlap (``fail``). Under 3 values per arm (``n``) there is no interval."""
+    from faasm_tasks.order import AA_ARMS
+
+    exp, system, params = "matrix_multiplication", "native", {"n_workers": 2, "matrix_size": 100}
+    for arm in AA_ARMS:
+        for r in range(n):
+            base = {
+                "run_id": run_id,
+                "date": date,
+                "experiment": exp,
+                "system": system,
+                "target": "local",
+                "params": params,
+                "repeat": r,
+                "arm": arm,
+            }
+            att = Attempt(point_prefix(root, date, run_id, exp, system, params, r, arm), base)
+            v = 800.0 * (1 + 0.004 * r) * (1.3 if fail and arm == AA_ARMS[1] else 1.0)
+            att.finish(True, None, {"run_time_ms": round(v, 3)}, 0)
+
+
 def test_history_reads_back_one_row_per_point_and_day(tmp_path):
     from faasm_tasks import trends
 
