@@ -12,9 +12,15 @@ bound, reaches the predecessor's end; ``guarantee-cal`` with a margin calibrated
 interrupted on the end-spaced samples named by ``guarantee_samples``, drawn with that predictor).
 Every decision is logged with
 its inputs (``decisions.jsonl`` in the output). It never cancels a job it did not submit.
-A keeper run still going ``HOUSE_DEADLINE_MIRAGE_SERVICE`` (default 72 h) after it was queued is
-overdue: the triggerer logs it, records it under ``_deadlines/mirage_service/`` in storage and
-tells the site's notifier, if one is set (``house.deadlines``).
+The deadline is the run's, not each decision's: a run still unfinished
+``HOUSE_DEADLINE_MIRAGE_SERVICE`` (default 72 h) after it was queued is overdue, whatever it is
+waiting for (an approval, its jobs' queue, its keeper's next decision); the triggerer logs it,
+records it under ``_deadlines/mirage_service/`` in storage and tells the site's notifier, if one
+is set (``house.deadlines``). It is no watchdog on the keeper's decisions: Airflow fixes a run's
+deadline once, when the run is queued (a custom deadline reference too), and drops it only when
+the run ends, so a keeper stuck between two decisions is reported when the whole run passes the
+interval, not sooner. A site keeping longer services sets the interval above ``links`` job limits
+(``service_hours / factor`` each) plus the queue waits and, on its Slurm, the approval wait.
 
 The form is ``mirage_tasks.run.forms.ServiceRun``; each param is the ``keep-service`` flag of its
 name, and one left empty (``model``, ``partition`` ...) is left out of the command line; only
@@ -100,7 +106,8 @@ with DAG(
     start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    # a keeper still running HOUSE_DEADLINE_MIRAGE_SERVICE after it was queued is overdue (house.deadlines)
+    # a run unfinished HOUSE_DEADLINE_MIRAGE_SERVICE after it was queued is overdue: the run's deadline,
+    # not one per keeper decision (house.deadlines)
     deadline=deadline_alert("mirage_service"),
     default_args=default_args(owner="mirage"),
     tags=["mirage", "ml"],
