@@ -43,6 +43,9 @@ BOUNDS = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     keep_service.add_arguments(p)
+    # a measurement on a compressed local cluster is over in minutes: one that has not decided in two
+    # real hours is stuck, and gives up (the product's keeper has no limit of its own)
+    p.set_defaults(deadline_s=7200.0)
     g = p.add_argument_group("measurement (a local Slurm of the run's own, a background replayed on it)")
     g.add_argument(
         "--chains",

@@ -279,11 +279,11 @@ class Keeper:
         return out
 
     # ------------------------------------------------------------------ the loop
-    def run(self, first: str | None = None, deadline_s: float = 86400.0) -> list[dict]:
+    def run(self, first: str | None = None, deadline_s: float | None = None) -> list[dict]:
         """Keep the chain for ``links`` successions; returns one result per link. ``first``: a job
         of this chain already in the queue (submitted by an earlier try of the same task), adopted
         as the first predecessor instead of submitting one."""
-        t_end = self.clock() + deadline_s
+        t_end = self.clock() + deadline_s if deadline_s is not None else math.inf  # None: no limit of its own
         step_real = self.step_s / self.scale
         if first is not None:
             self.submitted.add(first)  # this task's own job: it may cancel it (--stop-chain)

@@ -55,9 +55,9 @@ class Session:
     errors: dict[str, str] = field(default_factory=dict)
     adopt: dict[str, str] = field(default_factory=dict)  # chain tag (svc-<policy>[-c<c>]) -> its job to adopt
 
-    def run(self, deadline_s: float) -> None:
-        """Keep every chain (each up to ``deadline_s`` real seconds); fills ``results`` and
-        ``errors``."""
+    def run(self, deadline_s: float | None) -> None:
+        """Keep every chain (each up to ``deadline_s`` real seconds, None: no limit of its own); fills
+        ``results`` and ``errors``."""
         stop = threading.Event()
         keepers: dict[str, kp.Keeper] = {}
 

@@ -128,7 +128,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", default=None)
     p.add_argument("--account", default=None)
     p.add_argument("--slurm-conf", default=None, help="slurm.conf of the cluster (default: $SLURM_CONF)")
-    p.add_argument("--deadline-s", type=float, default=7200.0, help="real seconds before the keeper gives up")
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="real seconds before the keeper gives up on a decision or a start; default: no limit of its own "
+        "(a real chain of 48 h jobs runs for days: the task's timeout and the DAG's deadline alert watch it)",
+    )
     p.add_argument("--stop-chain", action="store_true", help="cancel the chain's last job at the end")
     p.add_argument(
         "--adopt-jobs",

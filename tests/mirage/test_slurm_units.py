@@ -3,6 +3,8 @@ planning, the Slurm-vs-simulator comparison and the keeper's decisions on a fake
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -1224,3 +1226,26 @@ def test_a_missing_slurm_conf_is_refused_at_once(tmp_path, capsys, monkeypatch):
         names="--slurm-conf",
     )
     refused(capsys, out, "keep-service", "--policy", "reactive", "--out", out, names="no cluster")
+
+
+def test_keeper_on_a_real_cluster_has_no_limit_of_its_own(fake):
+    """At real speed (scale 1) a 48 h job's successor is decided two days after the chain starts: the
+    step's default (``--deadline-s`` unset) never gives up before that, while a limit given stops it."""
+    from mirage_tasks.steps import keep_service
+
+    parser = argparse.ArgumentParser()
+    keep_service.add_arguments(parser)
+    default = parser.parse_args(["--out", "file:///unused"]).deadline_s
+    assert default is None
+
+    def real_speed():
+        return keeper.Keeper(
+            env={}, policy="reactive", node=1, service_s=48 * 3600, scale=1, step_s=600,
+            clock=fake.clock, sleep=fake.sleep,
+        )  # fmt: skip
+
+    start = fake.clock()
+    (r,) = real_speed().run(deadline_s=default)
+    assert r["forced"] and r["succ_submit"] - start >= 48 * 3600 - 0.5  # two days on, still keeping
+    with pytest.raises(TimeoutError, match="no successor decision before the deadline"):
+        real_speed().run(deadline_s=7200)
