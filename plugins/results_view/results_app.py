@@ -7,12 +7,13 @@ pipeline's DAG runs):
 * ``GET /results/``                 the list of reports of both pipelines (HTML), by DAG run: run id
   (linked to the run's page), the run's state and its unfinished tasks (Airflow's metadata
   database: :func:`airflow_runs`), logical date, trigger and the params that differ from the
-  defaults; pick two Mirage runs to compare;
+  defaults; pick two Mirage runs to compare; mirage_monthly's gate month by month (the verdict's
+  numbers from each month's ``gate.json`` and the run of that partition, :func:`partition_runs`);
 * ``GET /results/api/reports``      the same list as JSON (paths relative to the storage root);
 * ``GET /results/compare?run=<key>&run=<key>``  two Mirage runs' headline metrics side by side, with
   each metric's n and 95 % bootstrap interval and the inputs that differ;
 * ``GET /results/dag-run/<dag id>/<run id>``   the reports of one DAG run (the "Results" tab of a
-  DAG run in the Airflow UI);
+  DAG run in the Airflow UI; a mirage_monthly run's: the gate verdict of its partition, its month);
 * ``GET /results/task/<dag id>/<run id>/<task id>``  the report of a report step (the "Report"
   tab of its task instance in the Airflow UI, where the step's "Report" link leads);
 * ``GET /results/report/<path>``    a report file below the storage root (``report.html``,
@@ -80,7 +81,11 @@ REPORT_TASKS = {
     "mirage_pipeline": {"report": "mirage_report"},
     "faasm_benchmarks": {"summarize": "faasm_trends"},
     "mirage_evaluation": {"waitpred": "mirage_evaluation"},
+    "mirage_monthly": {"gate": "mirage_gate"},
 }
+NOT_IN_DB = "not in Airflow's database"
+#: The DAG whose runs are partitions (months): its reports are found by the run's partition key.
+MONTHLY = "mirage_monthly"
 
 app = FastAPI(
     title="Pipeline results",
@@ -157,7 +162,7 @@ def _page(title: str, body: str) -> HTMLResponse:
         "body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}h1{font-size:1.4em}"
         "table{border-collapse:collapse;font-size:13px;margin:.4em 0 1.2em}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
-        ".muted{color:#777}a{color:#0a58ca}"
+        ".muted{color:#777}a{color:#0a58ca}.check.failed{color:#b00020;font-weight:600}"
     )
     doc = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -265,6 +270,50 @@ def airflow_runs(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, 
         log.exception("results view: could not read DAG run states from the metadata database")
         return {}
     return out
+
+
+def partition_runs(dag_id: str, keys: set[str]) -> dict[str, dict[str, Any]]:
+    """``{partition key: {"run_id", "state"}}`` of ``dag_id``'s runs of these partitions (the latest
+    run of each), from Airflow's metadata database; a database error leaves them all out (logged)."""
+    if not keys:
+        return {}
+    try:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+    except ImportError:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with create_session() as session:
+            for run_id, key, state in session.execute(
+                select(DagRun.run_id, DagRun.partition_key, DagRun.state)
+                .where(DagRun.dag_id == dag_id, DagRun.partition_key.in_(sorted(keys)))
+                .order_by(DagRun.run_after, DagRun.id)
+            ):
+                out[key] = {"run_id": run_id, "state": None if state is None else str(getattr(state, "value", state))}
+    except Exception:  # the list still shows what storage says
+        log.exception("results view: could not read %s's partition runs from the metadata database", dag_id)
+        return {}
+    return out
+
+
+def partition_of(dag_id: str, run_id: str) -> str | None:
+    """The partition key of a DAG run (Airflow's metadata database), or None."""
+    try:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+    except ImportError:
+        return None
+    try:
+        with create_session() as session:
+            return session.scalar(
+                select(DagRun.partition_key).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).limit(1)
+            )
+    except Exception:
+        log.exception("results view: could not read the partition of %s %s", dag_id, run_id)
+        return None
 
 
 def _unfinished_text(db: dict[str, Any] | None) -> str:
@@ -389,7 +438,9 @@ async def index(request: Request) -> HTMLResponse:
                 "<button type='submit'>Compare the two selected runs</button></form>"
             )
         parts.append(table)
-    parts += _gate_section(reports)
+    gates = sorted({r.run for r in reports if r.kind == "mirage_gate"})
+    verdicts = {m: await asyncio.to_thread(catalog.gate_verdict, storage_root(), m) for m in gates}
+    parts += _gate_section(reports, verdicts, await asyncio.to_thread(partition_runs, MONTHLY, set(gates)))
     parts += _deadline_section(await asyncio.to_thread(catalog.list_deadlines, storage_root()), allowed_pipelines(user))
     return _page("Pipeline results", "\n".join(parts))
 
@@ -406,16 +457,90 @@ def _table_section(anchor: str, title: str, empty: str, head: list[str], body: s
     ]
 
 
-def _gate_section(reports: list[catalog.Report]) -> list[str]:
-    """mirage_monthly's gate: one row per month judged, its verdict and a link to the numbers."""
-    body = "".join(
-        f"<tr data-key='{_e(r.run)}'><td>{_e(r.run)}</td><td class='summary'>{_e(_summary_text(r))}</td>"
-        f"<td>{_e(r.finished)}</td><td><a class='report-link' href='{_e(_href(r))}'>open</a></td></tr>"
-        for r in reports
-        if r.kind == "mirage_gate"
-    )
+def _num(v: Any, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "?"
+
+
+def _interval(iv: Any, fmt: str) -> str:
+    lo, hi = iv if isinstance(iv, (list, tuple)) and len(iv) == 2 else (None, None)
+    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+
+
+def _gate_verdict_text(r: catalog.Report, verdict: dict[str, Any] | None) -> str:
+    """PASSED or FAILED from the stored verdict (its marker's summary when gate.json is unreadable)."""
+    passed = verdict.get("passed") if verdict is not None else None
+    if not isinstance(passed, bool):
+        passed = (r.summary or {}).get("passed")
+    word = "PASSED" if passed is True else "FAILED" if passed is False else "?"
+    checks = [c for c in (verdict or {}).get("checks") or [] if isinstance(c, dict)]
+    if checks:
+        failed = sum(1 for c in checks if c.get("failed") is True)
+        word += f" ({failed} of {len(checks)} checks failed)" if failed else f" (all {len(checks)} checks held)"
+    return word
+
+
+def _gate_numbers(verdict: dict[str, Any] | None) -> str:
+    """The verdict's numbers, as the gate's log gives them: per node size the rule's mean
+    interruption hours with their 95 % interval, reactive's and the average's; then every check:
+    its value, interval and limit, failed ones first-marked FAIL."""
+    if verdict is None:
+        return "<span class='muted'>gate.json not readable: open the numbers</span>"
+    rule = verdict.get("rule") or "rule"
+    numbers = verdict.get("numbers") if isinstance(verdict.get("numbers"), dict) else {}
+    checks = [c for c in verdict.get("checks") or [] if isinstance(c, dict)]
+    out = []
+    for node, x in numbers.items():
+        if not isinstance(x, dict):
+            continue
+        out.append(
+            f"<div class='node'>node {_e(node)} (n {_e(x.get('n'))}): {_e(rule)} "
+            f"{_num(x.get('rule_interruption_h'), '.2f')} h {_interval(x.get('rule_interruption_ci'), '.2f')}; "
+            f"reactive {_num(x.get('reactive_interruption_h'), '.2f')} h; "
+            f"{_e(x.get('average'))} {_num(x.get('average_interruption_h'), '.2f')} h</div>"
+        )
+        for c in checks:
+            if str(c.get("node")) != str(node):
+                continue
+            failed = c.get("failed") is True
+            out.append(
+                f"<div class='check {'failed' if failed else 'ok'}'>{'FAIL' if failed else 'ok'} vs {_e(c.get('bar'))}: "
+                f"{_num(c.get('value'), '+.3f')} {_interval(c.get('interval'), '+.3f')}, "
+                f"limit {_num(c.get('limit'), '+.3f')}</div>"
+            )
+    return "".join(out) or "<span class='muted'>no checks</span>"
+
+
+def _gate_run_cells(run: dict[str, Any] | None, prefix: str = "") -> str:
+    if run is None:
+        return f"<td class='run-id muted'>{_e(NOT_IN_DB)}</td><td class='state'></td>"
+    link = f"<a class='run-link' target='_top' href='{_e(prefix + _ui_run_href(MONTHLY, run['run_id']))}'>"
+    return f"<td class='run-id'>{link}{_e(run['run_id'])}</a></td><td class='state'>{_e(run['state'])}</td>"
+
+
+def _gate_section(
+    reports: list[catalog.Report],
+    verdicts: dict[str, dict[str, Any] | None],
+    runs: dict[str, dict[str, Any]],
+) -> list[str]:
+    """mirage_monthly's gate: one row per month judged: the DAG run that judged it (Airflow's run of
+    that partition) and its state, the verdict, the rule and margin, the numbers of every check
+    (``gate.json``), the months compared, and a link to the numbers page (``gate.md``)."""
+    body = ""
+    for r in reports:
+        if r.kind != "mirage_gate":
+            continue
+        v = verdicts.get(r.run)
+        rule = f"{v.get('rule', '?')}, margin {_num(v.get('margin'), 'g')}" if v else "?"
+        earlier = ", ".join(str(m) for m in (v or {}).get("earlier_months") or []) or "none"
+        body += (
+            f"<tr data-key='{_e(r.run)}'><td class='month'>{_e(r.run)}</td>{_gate_run_cells(runs.get(r.run))}"
+            f"<td class='summary verdict'>{_e(_gate_verdict_text(r, v))}</td><td class='rule'>{_e(rule)}</td>"
+            f"<td class='numbers'>{_gate_numbers(v)}</td><td class='earlier'>{_e(earlier)}</td>"
+            f"<td>{_e(r.finished)}</td><td><a class='report-link' href='{_e(_href(r))}'>open</a></td></tr>"
+        )
     title = "Mirage monthly gate: the primary rule, month by month"
-    return _table_section("mirage_gate", title, "None yet.", ["Month", "Verdict", "Judged", "Numbers"], body)
+    head = ["Month", "DAG run", "Run state", "Verdict", "Rule", "Numbers", "Earlier months", "Judged", "Open"]
+    return _table_section("mirage_gate", title, "None yet.", head, body)
 
 
 def _deadline_section(records: list[dict[str, Any]], allowed: set[str]) -> list[str]:
@@ -557,6 +682,14 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
+def _reports_of_run(root: str, dag_id: str, run_id: str) -> list[catalog.Report]:
+    """The reports a DAG run made or used; a mirage_monthly run's: the gate verdict of its partition (month)."""
+    if dag_id == MONTHLY:
+        month = partition_of(dag_id, run_id)
+        return [r for r in catalog.list_reports(root) if r.pipeline == dag_id and month and r.run == month]
+    return catalog.runs_of(root, dag_id, run_id)
+
+
 @app.get("/dag-run/{dag_id}/{run_id}", response_class=HTMLResponse)
 async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLResponse:
     """The "Results" tab of a DAG run: the reports it made or used."""
@@ -565,7 +698,7 @@ async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLRes
         return _page("Results", f"<p class='muted'>{_e(dag_id)} writes no reports to the results view.</p>")
     if dag_id not in allowed_pipelines(user):
         raise HTTPException(403, f"not allowed to read {dag_id} runs")
-    reports = await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id)
+    reports = await asyncio.to_thread(_reports_of_run, storage_root(), dag_id, run_id)
     db = (await asyncio.to_thread(airflow_runs, {(dag_id, run_id)})).get((dag_id, run_id))
     parts = [
         f"<h1>{_e(PIPELINES[dag_id])}: results of {_e(run_id)}</h1>",
@@ -576,6 +709,16 @@ async def dag_run_results(dag_id: str, run_id: str, request: Request) -> HTMLRes
     if not reports:
         parts.append("<p class='muted'>No report of this DAG run yet.</p>")
     for r in reports:
+        if r.kind == "mirage_gate":  # a month's verdict: the run's partition, no run record in storage
+            v = await asyncio.to_thread(catalog.gate_verdict, storage_root(), r.run)
+            parts.append(
+                f"<table class='reports' data-kind='{r.kind}'><tbody>"
+                f"<tr><th>Report</th><td><a class='report-link' href='../../{_e(_href(r))}'>{_e(r.kind)}</a></td></tr>"
+                f"<tr><th>Month</th><td>{_e(r.run)}</td></tr>"
+                f"<tr><th>Verdict</th><td class='verdict'>{_e(_gate_verdict_text(r, v))}</td></tr>"
+                f"<tr><th>Numbers</th><td class='numbers'>{_gate_numbers(v)}</td></tr></tbody></table>"
+            )
+            continue
         run = next(x for x in r.runs if x["run_id"] == run_id)
         parts.append(
             f"<table class='reports' data-kind='{r.kind}'><tbody>"
@@ -602,7 +745,7 @@ async def task_report(dag_id: str, run_id: str, task_id: str, request: Request) 
         )
     if dag_id not in allowed_pipelines(user):
         raise HTTPException(403, f"not allowed to read {dag_id} runs")
-    reports = [r for r in await asyncio.to_thread(catalog.runs_of, storage_root(), dag_id, run_id) if r.kind == kind]
+    reports = [r for r in await asyncio.to_thread(_reports_of_run, storage_root(), dag_id, run_id) if r.kind == kind]
     if not reports:
         return _page("Report", f"<p class='muted'>No committed report of {_e(run_id)} yet.</p>")
     return RedirectResponse(f"../../../report/{quote(reports[0].path)}", status_code=303)

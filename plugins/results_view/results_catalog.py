@@ -421,6 +421,25 @@ def run_metrics(root: str, key: str) -> dict[str, Any]:
     }
 
 
+#: A gate verdict (``gate.json``: every check with its numbers) is a few kilobytes; past this it is not read.
+GATE_LIMIT = 1 << 20
+MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+def gate_verdict(root: str, month: str) -> dict[str, Any] | None:
+    """The committed verdict of ``month``'s gate (``mirage_monthly/gate/<month>/gate.json``, served
+    only as its marker lists it: :func:`read`): the rule, the margin, ``passed``, every check with
+    its interval and limit, the rule's and the bars' hours per node size, the months compared.
+    None when there is none, or it is unreadable, too large or not a JSON object."""
+    if not MONTH.match(month):
+        return None
+    try:
+        doc = json.loads(read(root, f"mirage_monthly/gate/{month}/gate.json", GATE_LIMIT).decode("utf-8"))
+    except (KeyError, OSError, ValueError, UnicodeDecodeError):  # TooLarge is a KeyError
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def runs_of(root: str, dag_id: str, run_id: str) -> list[Report]:
     """The reports a DAG run made or used (Mirage: its recorded prefix; Faasm: its run folder)."""
     return [r for r in list_reports(root) if r.pipeline == dag_id and any(x["run_id"] == run_id for x in r.runs)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -143,3 +145,101 @@ def make_reports(root: Path, state_dir: Path) -> dict[str, str]:
         "faasm_trends": f"faasm_benchmarks/{END}/{run_id}/trends/trends.html",
         "faasm_run": f"{END}/{run_id}",
     }
+
+
+# ----------------------------------------------------------------------------- the monthly gate
+
+#: Months of stored pipeline metrics for the gate: two earlier months and January (the rule as
+#: usual: about 25 % fewer interruption hours than reactive), then February, where the rule
+#: interrupts 60 % more than reactive (a regression on every bar).
+GATE_EARLIER = ("2022-11", "2022-12")
+GATE_PASS, GATE_FAIL = "2023-01", "2023-02"
+GATE_NODES = (1, 8)
+GATE_SAMPLES = 30
+
+
+def _month_validations(prefix: str, month: str, factor: float, seed: int) -> list[str]:
+    """Committed ``validate`` outputs of one month's run, as the validate step writes them (its own
+    row maker, file names and marker params), on seeded episodes: reactive, avg (10 % better)
+    and xgboost (``factor`` times reactive's hours); their URIs."""
+    import numpy as np
+
+    from mirage_tasks.data import keys
+    from mirage_tasks.data.artifacts import DECISIONS_FILE, ROWS_FILE, VALIDATE_INFO_FILE, parquet_bytes
+    from mirage_tasks.evaluation.validate import make_rows
+    from stepkit import Step
+
+    rng = np.random.default_rng(seed)
+    start = int(datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC).timestamp())
+    sim = {"warmup_days": 2, "workload_days": 5, "config": {"name": "ls6", "nodes": 16}}
+    uris = []
+    for node in GATE_NODES:
+        reactive = rng.gamma(2.0, 1.0, GATE_SAMPLES) + 0.2  # hours, every sample interrupted
+        for name, kind, hours in (
+            ("reactive", "reactive", reactive),
+            ("avg", "avg", reactive * 0.9),
+            ("xgboost", "model", reactive * factor * rng.uniform(0.9, 1.1, GATE_SAMPLES)),
+        ):
+            results = []
+            for k, h in enumerate(hours):
+                t0 = start + 4 * 3600 * k
+                end = t0 + 86400
+                r = {
+                    "sample_start": t0,
+                    "pred_submit": t0,
+                    "pred_start": t0 + 600,
+                    "pred_end": end,
+                    "succ_submit": end,
+                    "succ_start": end + int(h * 3600),
+                    "signed_interruption_h": float(h),
+                    "backfilled": False,
+                    "model_output": 0.0,
+                    "n_decisions": 1,
+                    "forced": kind == "reactive",
+                    "queue_len": 3,
+                    "avg_wait_s": 1800.0,
+                }
+                results.append((k, r, [], 0.01))
+            rows, decisions = make_rows(results, name, kind, node)
+            params = {"model": name, "model_kind": kind, "node": node, "shard": [0, 1], **sim}
+            out = keys.validation(prefix, name, node, 0)
+            step = Step("validate", out, "test", params)
+            step.write_bytes(ROWS_FILE, parquet_bytes(rows))
+            step.write_bytes(DECISIONS_FILE, parquet_bytes(decisions))
+            step.write_json(VALIDATE_INFO_FILE, {"params": params, "trace_fingerprint": f"synthetic-{month}"})
+            step.commit(summary={"model": name, "node": node, "n_samples": len(rows)})
+            uris.append(out)
+    return uris
+
+
+def make_gate_months(root: Path) -> dict[str, str]:
+    """The stored outputs the monthly gate reads, one ``mirage_pipeline`` run prefix per month: its
+    validate outputs, its ``metrics`` output made by the real ``metrics`` step from them, and the
+    plan's record of its DAG run (``samples_complete__<M>``). Returns ``{month: metrics URI}``."""
+    from mirage_tasks.__main__ import STEPS
+    from mirage_tasks.data import keys
+    from mirage_tasks.run.runlog import record_run
+    from stepkit.cli import main
+
+    out = {}
+    months = [*GATE_EARLIER, GATE_PASS, GATE_FAIL]
+    for i, month in enumerate(months):
+        prefix = str(root / "mirage_pipeline" / f"{month}-gate{i}")
+        factor = 1.6 if month == GATE_FAIL else 0.75
+        inputs = _month_validations(prefix, month, factor, seed=i)
+        metrics = keys.metrics(prefix)
+        argv = ["metrics", "--in", *inputs, "--out", metrics, "--bootstrap", "500", "--log-level", "WARNING"]
+        with contextlib.redirect_stdout(io.StringIO()):  # its Markdown table
+            rc = main("mirage_tasks", STEPS, argv)
+        assert rc == 0, f"metrics of {month} exited {rc}"
+        record_run(
+            prefix,
+            dag_id="mirage_pipeline",
+            run_id=f"samples_complete__{month}",
+            run_type="asset_triggered",
+            logical_date=None,
+            params={},
+            defaults={},
+        )
+        out[month] = metrics
+    return out
