@@ -7,12 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,57 +22,9 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "ui"))
 from airflow_ui import PASSWORD, USER, airflow_env, api_send, api_token, free_port
+from pgcluster import postgres
 
 T = TypeVar("T")
-
-
-def _pg_bin() -> Path | None:
-    for cand in [os.environ.get("PGBIN"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)]:
-        if cand and (Path(cand) / "pg_ctl").exists() and (Path(cand) / "initdb").exists():
-            return Path(cand)
-    found = shutil.which("pg_ctl")
-    return Path(found).parent if found and (Path(found).parent / "initdb").exists() else None
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: as root, its commands run as the postgres user."""
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
-
-
-@contextlib.contextmanager
-def postgres():
-    """A PostgreSQL cluster in a fresh folder on a free 127.0.0.1 port; yields its SQLAlchemy URL."""
-    pg = _pg_bin()
-    if pg is None:
-        pytest.skip("PostgreSQL not installed (make system-deps installs Debian's postgresql)")
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no postgres user to run PostgreSQL as")
-    root = Path(tempfile.mkdtemp(prefix="deadline-pg-"))  # outside pytest's root-only tmp folders
-    if os.geteuid() == 0:
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-    data, sock, port = root / "data", root / "run", free_port()
-    run = dict(check=True, capture_output=True, text=True, timeout=120)
-    try:
-        subprocess.run(_as_postgres([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]), **run)
-        sock.mkdir()
-        if os.geteuid() == 0:
-            os.chown(sock, owner.pw_uid, owner.pw_gid)
-        opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
-        subprocess.run(
-            _as_postgres(
-                [str(pg / "pg_ctl"), "-D", str(data), "-l", str(root / "pg.log"), "-w", "-t", "60", "-o", opts, "start"]
-            ),
-            **run,
-        )
-        try:
-            yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
-        finally:
-            subprocess.run(_as_postgres([str(pg / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]), **run)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def stop_group(pid: int) -> None:

@@ -1,7 +1,8 @@
 """A real Airflow api-server and a headless Chromium for the browser tests (tests/ui).
 
 :func:`api_server` starts ``airflow api-server`` on a free 127.0.0.1 port (SimpleAuthManager,
-one admin user, SQLite) with this repository's dags/ and plugins/, optionally parses the DAGs
+one admin user, a throw-away PostgreSQL of its own: SQLite is for ``airflow dags test`` alone, and
+under a scheduler it answers "database is locked") with this repository's dags/ and plugins/, optionally parses the DAGs
 into its database first (``airflow dags reserialize``), optionally runs ``airflow scheduler``
 beside it (LocalExecutor) so that triggered runs run, and stops each one's whole process group
 on exit. :func:`chromium` drives Debian's chromium through selenium; :func:`login` signs in
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgcluster import postgres
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("UI_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -72,7 +74,9 @@ def free_port() -> int:
 
 
 def airflow_env(home: Path, storage: Path, port: int) -> dict[str, str]:
-    """The environment of an Airflow on ``home`` (SQLite) serving 127.0.0.1:``port``."""
+    """The environment of an Airflow on ``home`` serving 127.0.0.1:``port``; its database is SQLite
+    (what ``airflow dags test`` needs) unless the caller sets ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``
+    (:func:`api_server` sets a PostgreSQL's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "HOUSE_"))}
     env.update(
         {
@@ -117,6 +121,17 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def api_server(
+    home: Path, storage: Path, *, dags: bool = False, scheduler: bool = False, env: dict[str, str] | None = None
+) -> Iterator[dict]:
+    """:func:`_api_server` on a PostgreSQL cluster of its own, stopped after the services."""
+    with postgres() as db:
+        extra = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db, **(env or {})}
+        with _api_server(home, storage, dags=dags, scheduler=scheduler, env=extra) as srv:
+            yield srv
+
+
+@contextlib.contextmanager
+def _api_server(
     home: Path, storage: Path, *, dags: bool = False, scheduler: bool = False, env: dict[str, str] | None = None
 ) -> Iterator[dict]:
     """``airflow api-server`` on a fresh database in ``home``; with ``dags`` the DAGs are parsed

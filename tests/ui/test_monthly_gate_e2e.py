@@ -73,8 +73,8 @@ def _month_events(base: str, token: str, asset_id: int, month: str) -> None:
 
 
 def _send(base: str, token: str, method: str, path: str, body: dict) -> dict:
-    """``api_send``, again after a "Database error" (SQLite busy while the scheduler writes, seen on
-    a loaded machine; a day's event sent twice is the same partition key)."""
+    """``api_send``, again after a "Database error" (a write that lost a race with the scheduler's;
+    a day's event sent twice is the same partition key)."""
     for attempt in range(5):
         try:
             return api_send(base, token, method, path, body)

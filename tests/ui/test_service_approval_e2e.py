@@ -37,7 +37,7 @@ SHORT_H = 0.005
 
 
 def _get(base: str, token: str, path: str, tries: int = 5) -> dict:
-    """``api_get``, again after a time-out (a busy shared machine: SQLite behind a scheduler)."""
+    """``api_get``, again after a time-out (a busy shared machine)."""
     for i in range(tries):
         try:
             return api_get(base, token, path)
