@@ -371,12 +371,21 @@ def _background_by_window(root: Path, windows: list[str]) -> list[str]:
         "same background jobs' waits on Slurm (trace h), with minus without, read against Slurm's own spread of "
         f"{spread:.2f} h (the first window's two runs without chains):",
         "",
-        "| set | window | jobs | mean wait with / without | with - without: mean [95 %] | within 1 h | verdict |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        "",
+        *_fold(
+            f"Per set and window: {len(rows)} rows",
+            [
+                "| set | window | jobs | mean wait with / without | with - without: mean [95 %] | within 1 h | verdict |",
+                "|---|---|---|---|---|---|---|",
+                *rows,
+            ],
+        ),
         *verdicts,
     ]
+
+
+def _fold(summary: str, lines: list[str]) -> list[str]:
+    """``lines`` (a table) in a collapsible block titled ``summary``, a blank line after it."""
+    return ["<details>", f"<summary>{summary}</summary>", "", *lines, "", "</details>", ""]
 
 
 def _costs(docs_by_set: dict) -> list[str]:
@@ -392,7 +401,7 @@ def _costs(docs_by_set: dict) -> list[str]:
                 f"{_f(fa.get('daemons_cpu_s'), '{:.1f}')} | {' '.join(fa['loadavg_start'])} -> "
                 f"{' '.join(fa['loadavg_end'])} | {fa['errors'] or 'none'} |"
             )
-    return out
+    return _fold(f"Every run: {len(out) - 2} rows", out)
 
 
 def _reactive_spread(frames: dict) -> list[str]:
@@ -795,28 +804,16 @@ def page(root: str) -> str:
     L += ["### The background with and without the chains", ""] + _background_effect(root) + [""]
     if by_window:
         L += by_window + [""]
-    L += (
-        [
-            "### Wall time and CPU per run",
-            "",
-            "All runs of a set at once (and both sets together) on this 2-core "
-            "machine, niced to -5; the step's CPU is the keeper, the background replay and the simulator's predictions.",
-            "",
-        ]
-        + _costs(docs_by_set)
-        + [""]
-    )
+    L += [
+        "### Wall time and CPU per run",
+        "",
+        "All runs of a set at once (and both sets together) on this 2-core "
+        "machine, niced to -5; the step's CPU is the keeper, the background replay and the simulator's predictions.",
+        "",
+    ] + _costs(docs_by_set)
     L += ["## Every link", ""]
     for name, f in frames.items():  # folded: one row per link, hundreds in all
-        L += [
-            "<details>",
-            f"<summary>Set <code>{name}</code>: {len(f)} rows (a rule's link each)</summary>",
-            "",
-            *_links_table(f, docs_by_set[name]),
-            "",
-            "</details>",
-            "",
-        ]
+        L += _fold(f"Set <code>{name}</code>: {len(f)} rows (a rule's link each)", _links_table(f, docs_by_set[name]))
     L += [
         "## Commands",
         "",

@@ -416,3 +416,4 @@ def test_the_answer_states_the_widest_pools_verdict_lines(tmp_path):
     assert f"interruption minus reactive's {diff} (below reactive)" in lead
     assert f"objective against reactive {objective}:" in lead
     assert "<summary>Set <code>keepc</code>: 6 rows (a rule's link each)</summary>" in text
+    assert "<details>\n<summary>Every run: 3 rows</summary>\n\n| run | wall (s) |" in text
