@@ -247,10 +247,58 @@ def _at_submission(trace: pathlib.Path, to: str, smoke: bool, resamples: int) ->
     return out
 
 
+def _diff(p: dict, key: str, fmt: str) -> str:
+    """A pair's difference with its interval, as the differences tables state it."""
+    lo, hi = p[f"{key}_diff_ci"]
+    return f"{p[f'{key}_diff']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def answer(s: dict) -> list[str]:
+    """The page's leading answer, from its tables: the replay's MAE per queue order and how the fair
+    share configurations compare with the recorded priorities (:func:`_reading`'s split by interval),
+    and the plan at submission lowest in MAE against zero wait."""
+    c = s["configs"]
+    vs_rec = [p for p in s["pairs"] if p["b"] == "recorded"]
+    first = vs_rec[0] if vs_rec else None
+    vs_age = next((p for p in s["pairs"] if p["b"] == "age_size"), None)
+    tie = [p["a"] for p in vs_rec if p["mae_h_diff_ci"][0] <= 0 <= p["mae_h_diff_ci"][1]]
+    worse = [p["a"] for p in vs_rec if p["mae_h_diff_ci"][0] > 0]
+    better = [p["a"] for p in vs_rec if p["mae_h_diff_ci"][1] < 0]
+    text = (
+        "**Answer.** Replayed with every job's real run time, per-job wait MAE is "
+        + ", ".join(f"{n} {c[n]['mae_h']:.2f} h" for n in ("recorded", "age_size") if n in c)
+        + f" (zero wait {s['zero_wait_mae_h']:.2f} h). Fair share computed from the trace alone, against the "
+        "recorded priorities in MAE [95 % CI]: "
+        + "; ".join(
+            part
+            for part in (
+                f"not told apart for {', '.join(tie)}" if tie else "",
+                f"better for {', '.join(better)}" if better else "",
+                f"worse for {', '.join(worse)}" if worse else "",
+            )
+            if part
+        )
+        + (f" ({first['a']} {_diff(first, 'mae_h', '+.3f')} h)" if first else "")
+        + (f"; {vs_age['a']} against age only {_diff(vs_age, 'mae_h', '+.3f')} h" if vs_age else "")
+        + "."
+    )
+    z = s.get("at_submission") or {}
+    vs0 = [p for p in z.get("pairs", []) if p["b"] == "zero"]
+    if vs0:
+        b = min(vs0, key=lambda p: p["mae_h_diff"])
+        text += (
+            f" At submission, the plan lowest in MAE, {b['a']} ({z['plans'][b['a']]['mae_h']:.2f} h), against zero "
+            f"wait ({z['zero_mae_h']:.2f} h): {_diff(b, 'mae_h', '+.3f')} h, within 1 h "
+            f"{_diff(b, 'within_1h', '+.2%')}."
+        )
+    return [text, ""]
+
+
 def page(s: dict) -> str:
     lines = [
         "# Fair share in the simulator against the recorded priorities (ls6 replay fidelity)",
         "",
+        *answer(s),
         "Written by `python -m lab.campaigns.fairshare_fidelity --write-doc docs/results/fairshare-fidelity.md` (see its",
         "docstring for the protocol). The ls6 log's jobs submitted "
         f"{s['window'][0][:10]} to {s['window'][1][:10]} ({s['jobs']} jobs), replayed in {s['episodes']} "

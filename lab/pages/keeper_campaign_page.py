@@ -108,47 +108,69 @@ def _interruption_vs_reactive(f: pd.DataFrame, policy: str) -> tuple[float, floa
     return float(d.mean()), lo, hi
 
 
-def _verdict_lines(rows: list[dict], f: pd.DataFrame | None = None) -> list[str]:
-    """The issue's criterion, plainly: a rule that submits early, interrupts less than reactive (the
-    interval of the paired difference of interruption excluding zero is not computed here: the
-    objective's is), at a waste no higher than avg's."""
+def _verdict_facts(rows: list[dict], f: pd.DataFrame | None = None) -> list[dict]:
+    """Per rule other than reactive, avg and avg-cal: the figures the issue's criterion reads (a rule
+    that submits early, interrupts less than reactive with the interval excluding zero, at a waste no
+    higher than avg's): its summary row, the paired interruption difference against reactive with its
+    interval (``di``), the objective's verdict and the waste against avg's."""
     by = {r["policy"]: r for r in rows}
     out = []
     avg_waste = by.get("avg", {}).get("wasted_node_h")
     for p, r in by.items():
         if p in (dr.REACTIVE, dr.AVG, dr.AVG_CAL):
             continue
-        vs = r.get("vs_reactive")
         lo, hi = r.get("vs_reactive_lo"), r.get("vs_reactive_hi")
-        better = hi is not None and hi == hi and hi < 0
-        waste_ok = avg_waste is None or r["wasted_node_h"] <= avg_waste + 1e-12
         di = _interruption_vs_reactive(f, p) if f is not None and dr.REACTIVE in by else (math.nan,) * 3
         out.append(
-            f"* **{p}**: submitted early in {r['early']} of {r['links']} links; interruption against reactive's "
-            f"on the same links {_f(di[0], '{:+.3f}')} h [{_f(di[1], '{:+.3f}')}, {_f(di[2], '{:+.3f}')}]"
-            + (
-                " (below reactive's, the interval excluding zero)"
-                if di[2] == di[2] and di[2] < 0
-                else " (not shown below reactive's)"
-            )
-            + "; interrupted "
-            f"{_f(r['interrupted'], '{:.0%}')} [{_f(r['interrupted_lo'], '{:.0%}')}, "
-            f"{_f(r['interrupted_hi'], '{:.0%}')}] against reactive's "
-            f"{_f(by['reactive']['interrupted'], '{:.0%}') if dr.REACTIVE in by else '-'}; objective against "
-            f"reactive {_f(vs, '{:+.2f}')} [{_f(lo, '{:+.2f}')}, {_f(hi, '{:+.2f}')}]: "
-            + (
-                "**better than reactive**"
-                if better
+            {
+                "policy": p,
+                "row": r,
+                "reactive": by.get(dr.REACTIVE),
+                "di": di,
+                "di_below": di[2] == di[2] and di[2] < 0,
+                "objective": "**better than reactive**"
+                if hi is not None and hi == hi and hi < 0
                 else (
                     "**worse than reactive**"
                     if lo is not None and lo == lo and lo > 0
                     else "no difference from reactive shown"
-                )
-            )
+                ),
+                "avg_waste": avg_waste,
+                "waste_ok": avg_waste is None or r["wasted_node_h"] <= avg_waste + 1e-12,
+            }
+        )
+    return out
+
+
+def _di_text(di: tuple[float, float, float]) -> str:
+    return f"{_f(di[0], '{:+.3f}')} h [{_f(di[1], '{:+.3f}')}, {_f(di[2], '{:+.3f}')}]"
+
+
+def _objective_text(r: dict) -> str:
+    return (
+        f"{_f(r.get('vs_reactive'), '{:+.2f}')} [{_f(r.get('vs_reactive_lo'), '{:+.2f}')}, "
+        f"{_f(r.get('vs_reactive_hi'), '{:+.2f}')}]"
+    )
+
+
+def _verdict_lines(rows: list[dict], f: pd.DataFrame | None = None) -> list[str]:
+    """The issue's criterion, plainly, one line per rule (:func:`_verdict_facts`)."""
+    out = []
+    for v in _verdict_facts(rows, f):
+        r, avg_waste = v["row"], v["avg_waste"]
+        out.append(
+            f"* **{v['policy']}**: submitted early in {r['early']} of {r['links']} links; interruption against "
+            f"reactive's on the same links {_di_text(v['di'])}"
+            + (" (below reactive's, the interval excluding zero)" if v["di_below"] else " (not shown below reactive's)")
+            + "; interrupted "
+            f"{_f(r['interrupted'], '{:.0%}')} [{_f(r['interrupted_lo'], '{:.0%}')}, "
+            f"{_f(r['interrupted_hi'], '{:.0%}')}] against reactive's "
+            f"{_f(v['reactive']['interrupted'], '{:.0%}') if v['reactive'] else '-'}; objective against "
+            f"reactive {_objective_text(r)}: {v['objective']}"
             + (
                 f"; waste {r['wasted_node_h']:.2f} node-h per link"
                 + (
-                    f" (avg's {avg_waste:.2f}: {'no higher' if waste_ok else 'higher'})"
+                    f" (avg's {avg_waste:.2f}: {'no higher' if v['waste_ok'] else 'higher'})"
                     if avg_waste is not None
                     else ""
                 )
@@ -349,12 +371,21 @@ def _background_by_window(root: Path, windows: list[str]) -> list[str]:
         "same background jobs' waits on Slurm (trace h), with minus without, read against Slurm's own spread of "
         f"{spread:.2f} h (the first window's two runs without chains):",
         "",
-        "| set | window | jobs | mean wait with / without | with - without: mean [95 %] | within 1 h | verdict |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        "",
+        *_fold(
+            f"Per set and window: {len(rows)} rows",
+            [
+                "| set | window | jobs | mean wait with / without | with - without: mean [95 %] | within 1 h | verdict |",
+                "|---|---|---|---|---|---|---|",
+                *rows,
+            ],
+        ),
         *verdicts,
     ]
+
+
+def _fold(summary: str, lines: list[str]) -> list[str]:
+    """``lines`` (a table) in a collapsible block titled ``summary``, a blank line after it."""
+    return ["<details>", f"<summary>{summary}</summary>", "", *lines, "", "</details>", ""]
 
 
 def _costs(docs_by_set: dict) -> list[str]:
@@ -370,7 +401,7 @@ def _costs(docs_by_set: dict) -> list[str]:
                 f"{_f(fa.get('daemons_cpu_s'), '{:.1f}')} | {' '.join(fa['loadavg_start'])} -> "
                 f"{' '.join(fa['loadavg_end'])} | {fa['errors'] or 'none'} |"
             )
-    return out
+    return _fold(f"Every run: {len(out) - 2} rows", out)
 
 
 def _reactive_spread(frames: dict) -> list[str]:
@@ -476,17 +507,47 @@ def _pools(frames: dict, docs_by_set: dict, factor: float) -> dict:
     return out
 
 
+def _with_avg(frames: dict, rows: list[dict], factor: float) -> list[dict]:
+    """A pool's summary rows with avg's row of set ``keep`` added (avg ran there only: its waste is
+    the yardstick the issue's criterion names)."""
+    from mirage_tasks.slurm.keeper_stats import summary
+
+    avg = [r for r in summary(frames["keep"], factor, 1) if r["policy"] == dr.AVG] if "keep" in frames else []
+    return rows + [{**avg[0], "policy": "avg"}] if avg else rows
+
+
+def answer(frames: dict, pools: dict, factor: float) -> list[str]:
+    """The page's leading answer: the widest pool's (most runs) verdict per rule, the figures of its
+    lines in "In short" and its pooled table."""
+    if not pools:
+        return []
+    members, f, docs, rows = max(pools.values(), key=lambda v: len(v[2]))
+    parts = []
+    for v in _verdict_facts(_with_avg(frames, rows, factor), f):
+        r = v["row"]
+        parts.append(
+            f"**{v['policy']}** submitted early in {r['early']} of {r['links']} links; its interruption minus "
+            f"reactive's {_di_text(v['di'])} ({'below reactive' if v['di_below'] else 'not shown below reactive'}); "
+            f"objective against reactive {_objective_text(r)}: {v['objective'].replace('**', '')}; waste "
+            f"{r['wasted_node_h']:.2f} node-h per link"
+            + (f" (avg's {v['avg_waste']:.2f})" if v["avg_waste"] is not None else "")
+        )
+    if not parts:
+        return []
+    return [
+        f"**Answer.** Over the {len(docs)} runs of sets {', '.join(f'`{m}`' for m in members)} pooled, "
+        "each rule paired with reactive on the same links [95 % intervals]: " + "; ".join(parts) + ".",
+        "",
+    ]
+
+
 def _in_short(frames: dict, pools: dict, factor: float, by_window: list[str]) -> list[str]:
     """The answer first: each pooled set's verdict lines against the issue's criterion (the waste
     compared with avg's in set ``keep``, where avg ran) and the pooled distortion of the background
     (the pooled lines of :func:`_background_by_window`)."""
-    from mirage_tasks.slurm.keeper_stats import summary
-
     out = []
-    avg = [r for r in summary(frames["keep"], factor, 1) if r["policy"] == dr.AVG] if "keep" in frames else []
     for pname, (members, f, docs, rows) in pools.items():
-        if avg:  # avg ran in set keep only: its waste is the yardstick the criterion names
-            rows = rows + [{**avg[0], "policy": "avg"}]
+        rows = _with_avg(frames, rows, factor)
         out += [
             f"Sets {' and '.join(f'`{m}`' for m in members)} pooled ({len(docs)} runs), against the issue's "
             "criterion (a rule that submits early, interrupts less than reactive with the interval excluding "
@@ -541,6 +602,7 @@ def page(root: str) -> str:
     L = [
         "# The service keeper on a real Slurm over five busy windows",
         "",
+        *answer(frames, pools, factor),
         "Written by `python -m lab.campaigns.keeper_campaign page --root var/keepcamp --write-doc docs/results/keeper-campaign.md` "
         "from the runs' outputs. Earlier single runs and the fixes that led here: "
         "[service-keeper.md](service-keeper.md); the protocol: [protocol-v2.md](protocol-v2.md) (the keeper section).",
@@ -742,20 +804,16 @@ def page(root: str) -> str:
     L += ["### The background with and without the chains", ""] + _background_effect(root) + [""]
     if by_window:
         L += by_window + [""]
-    L += (
-        [
-            "### Wall time and CPU per run",
-            "",
-            "All runs of a set at once (and both sets together) on this 2-core "
-            "machine, niced to -5; the step's CPU is the keeper, the background replay and the simulator's predictions.",
-            "",
-        ]
-        + _costs(docs_by_set)
-        + [""]
-    )
+    L += [
+        "### Wall time and CPU per run",
+        "",
+        "All runs of a set at once (and both sets together) on this 2-core "
+        "machine, niced to -5; the step's CPU is the keeper, the background replay and the simulator's predictions.",
+        "",
+    ] + _costs(docs_by_set)
     L += ["## Every link", ""]
-    for name, f in frames.items():
-        L += [f"Set `{name}`:", ""] + _links_table(f, docs_by_set[name]) + [""]
+    for name, f in frames.items():  # folded: one row per link, hundreds in all
+        L += _fold(f"Set <code>{name}</code>: {len(f)} rows (a rule's link each)", _links_table(f, docs_by_set[name]))
     L += [
         "## Commands",
         "",

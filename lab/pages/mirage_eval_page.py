@@ -132,7 +132,7 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         "objective. Verdict (primary: xgboost) better / worse when the interval excludes 0.",
         "",
     ]
-    verdicts: list[tuple[str, str, int, str, str, str]] = []
+    verdicts: list[Verdict] = []
     wp_rows: list[tuple[str, dict]] = []
     for lg in logs:
         d = root / lg.name
@@ -269,40 +269,8 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
         "no tie occurred on any log.",
         "",
     ]
-    L += [
-        "## Verdicts, plainly",
-        "",
-        "| log | month | node | method | objective - avg-cal [95% CI] | verdict | objective - plain avg [95% CI], verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, month, n, m, v, ci, vs_avg in verdicts:
-        L.append(f"| {name} | {month} | {n} | {m} | {ci} | {'**' + v + '**' if m == 'xgboost' else v} | {vs_avg} |")
-    prim = [v for v in verdicts if v[3] == "xgboost"]
-    if prim:
-        cnt = {k: sum(1 for v in prim if v[4] == k) for k in ("better", "worse", "no difference shown")}
-        L += [
-            "",
-            f"Primary (xgboost against the calibrated avg), over {len(prim)} log x month x node cells: better in "
-            f"{cnt['better']}, worse in {cnt['worse']}, no difference shown in {cnt['no difference shown']}.",
-            "",
-        ]
-        for name in dict.fromkeys(v[0] for v in prim):
-            pv = [v for v in prim if v[0] == name]
-            c2 = {k: sum(1 for v in pv if v[4] == k) for k in ("better", "worse", "no difference shown")}
-            L.append(
-                f"* {name}: xgboost better than avg-cal in {c2['better']} of {len(pv)} month x node cells, worse in "
-                f"{c2['worse']}, no difference shown in {c2['no difference shown']}; against the plain avg: "
-                f"better in {sum(1 for v in pv if v[6].endswith(' better'))}, worse in "
-                f"{sum(1 for v in pv if v[6].endswith(' worse'))}."
-            )
-        cal = [v for v in verdicts if v[3] == dr.AVG_CAL]
-        L += [
-            "",
-            f"The calibrated avg itself against the plain avg: better in {sum(1 for v in cal if v[6].endswith(' better'))}, "
-            f"worse in {sum(1 for v in cal if v[6].endswith(' worse'))} of {len(cal)} cells (its offset, chosen on the "
-            "training split, does not always carry over to the scored months).",
-            "",
-        ]
+    L += verdicts_section(verdicts)
+    L[2:2] = primary_answer(verdicts)
     L += [
         "## Wait predictor at submission",
         "",
@@ -318,6 +286,80 @@ def write_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L) + "\n")
     print(f"wrote {path}")
+
+
+#: one verdict row: (log, month, node, method, verdict against avg-cal, its difference [95 % CI],
+#: the difference to the plain avg [95 % CI] with its verdict)
+Verdict = tuple[str, str, int, str, str, str, str]
+SIDES = ("better", "worse", "no difference shown")
+
+
+def primary_counts(verdicts: list[Verdict]) -> tuple[dict, dict[str, dict], dict]:
+    """The primary rule's (xgboost's) verdicts counted over every cell and per log (cells, against
+    avg-cal per side, against the plain avg better / worse), and the calibrated avg's against the
+    plain avg."""
+    prim = [v for v in verdicts if v[3] == "xgboost"]
+
+    def count(vs: list[Verdict]) -> dict:
+        return {
+            "cells": len(vs),
+            **{k: sum(1 for v in vs if v[4] == k) for k in SIDES},
+            "avg_better": sum(1 for v in vs if v[6].endswith(" better")),
+            "avg_worse": sum(1 for v in vs if v[6].endswith(" worse")),
+        }
+
+    per_log = {name: count([v for v in prim if v[0] == name]) for name in dict.fromkeys(v[0] for v in prim)}
+    return count(prim), per_log, count([v for v in verdicts if v[3] == dr.AVG_CAL])
+
+
+def verdicts_section(verdicts: list[Verdict]) -> list[str]:
+    """'Verdicts, plainly': every (log, month, node, method) row and the primary rule's counts."""
+    L = [
+        "## Verdicts, plainly",
+        "",
+        "| log | month | node | method | objective - avg-cal [95% CI] | verdict | objective - plain avg [95% CI], verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, month, n, m, v, ci, vs_avg in verdicts:
+        L.append(f"| {name} | {month} | {n} | {m} | {ci} | {'**' + v + '**' if m == 'xgboost' else v} | {vs_avg} |")
+    a, per_log, c = primary_counts(verdicts)
+    if a["cells"]:
+        L += [
+            "",
+            f"Primary (xgboost against the calibrated avg), over {a['cells']} log x month x node cells: better in "
+            f"{a['better']}, worse in {a['worse']}, no difference shown in {a['no difference shown']}.",
+            "",
+        ]
+        for name, c2 in per_log.items():
+            L.append(
+                f"* {name}: xgboost better than avg-cal in {c2['better']} of {c2['cells']} month x node cells, worse in "
+                f"{c2['worse']}, no difference shown in {c2['no difference shown']}; against the plain avg: "
+                f"better in {c2['avg_better']}, worse in {c2['avg_worse']}."
+            )
+        L += [
+            "",
+            f"The calibrated avg itself against the plain avg: better in {c['avg_better']}, "
+            f"worse in {c['avg_worse']} of {c['cells']} cells (its offset, chosen on the "
+            "training split, does not always carry over to the scored months).",
+            "",
+        ]
+    return L
+
+
+def primary_answer(verdicts: list[Verdict]) -> list[str]:
+    """The page's leading answer: the primary rule's counts of 'Verdicts, plainly' (:func:`primary_counts`)."""
+    a, per_log, c = primary_counts(verdicts)
+    if not a["cells"]:
+        return []
+    return [
+        f"**Answer.** The primary rule, xgboost, against the calibrated avg (paired 95 % intervals of the "
+        f"objective, no correction for multiple comparisons), over {a['cells']} log x month x node cells: better in "
+        f"{a['better']}, worse in {a['worse']}, no difference shown in {a['no difference shown']}; better in "
+        + ", ".join(f"{v['better']} of {v['cells']} on {n}" for n, v in per_log.items())
+        + f". Against the plain avg: better in {a['avg_better']}, worse in {a['avg_worse']}. The calibrated avg "
+        f"itself against the plain avg: better in {c['avg_better']}, worse in {c['avg_worse']} of {c['cells']} cells.",
+        "",
+    ]
 
 
 WP_COLS = (

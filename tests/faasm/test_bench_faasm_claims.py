@@ -60,3 +60,38 @@ def test_each_round_measures_every_system_once_in_a_seeded_shuffled_order(bench)
     assert orders == [bench.round_order(systems, 0, k) for k in range(40)]  # reproducible from the seed
     firsts = [o[0] for o in orders]
     assert 10 < firsts.count("wasm") < 30  # neither system always goes first
+
+
+def _run(bench, label: str, ratios: dict[str, tuple[float, float]]) -> dict:
+    """A run whose figures have the wasm/native ratios given (wasm = ratio x native, each repeat paired)."""
+    cfg = {"sgd": {"workers": [1, 4]}, "inference": {"intervals": [5, 500]}}
+    pts = bench.Points()
+    for _claim, key, *_ in bench.claim_list({"config": cfg}):
+        lo, hi = ratios.get(key, (0.9, 1.1))
+        for i in range(12):
+            native = 10.0 + i
+            pts.add(key, "native", native)
+            pts.add(key, "wasm", native * (lo + (hi - lo) * i / 11))
+    return {"label": label, "load_before": "0.1 0.1 0.1", "config": cfg, "points": pts.figs}
+
+
+def test_the_answer_states_the_claims_tables_verdicts_and_ratios(bench):
+    quiet = _run(bench, "quiet", {"cold_ms": (0.001, 0.002), "sgd4_time_s": (1.2, 1.4)})
+    busy = _run(
+        bench,
+        "busy",
+        {k: (0.01, 0.02) if side == "below" else (3.0, 4.0) for _c, k, side, *_ in bench.claim_list(quiet)},
+    )
+    [text, _] = bench.answer([quiet, busy])
+    table = "\n".join(bench.claims_table([quiet, busy]))
+    assert text.startswith("**Answer.**")
+    for run in (quiet, busy):
+        verdicts = [v for *_, v in bench.claim_verdicts(run)]
+        conf = sum(v.startswith("confirmed") for v in verdicts)
+        ref = verdicts.count("**refuted**")
+        assert f"{run['label']}: {conf} of 8 confirmed" in text and f"{ref} refuted" in text
+        for key in ("cold_ms", "sgd4_time_s"):
+            cell = bench.fmt_ratio(bench.figure(run, key)["ratio"])
+            assert cell in text and cell in table  # the answer's ratio is the table's
+    assert "quiet: 1 of 8 confirmed" in text and "1 refuted" in text  # SGD slower: refuted; the rest include 1
+    assert "busy: 8 of 8 confirmed" in text

@@ -65,3 +65,36 @@ def test_holds_blocks_on_ls6(ls6_parquet, tmp_path):
         assert paired > 5 * max(shuffled, 1)
     rows = ls6.holds().splitlines()
     assert sum("holds off" in r for r in rows) == 4 and sum("holds inferred, 60 s" in r for r in rows) == 4
+
+
+def test_the_answer_block_states_the_targets_tables_figures():
+    """The answer's per-configuration figures are the targets table's cells (its out-of-sample rows)
+    and its counts of targets met are the met / missed cells."""
+    from lab.pages.calibration_tables import _row, answer_text, met
+
+    def m(mae, w1, sp, dc):
+        return {
+            "n": 100,
+            "mae_h": mae,
+            "zero_mae_h": 4.54,
+            "within_1h": w1,
+            "zero_within_1h": 0.664,
+            "within_10m": 0.5,
+            "zero_within_10m": 0.5,
+            "spearman": sp,
+            "daily_corr": dc,
+        }
+
+    rows = [
+        ("round 1", m(3.28, 0.622, 0.70, 0.5)),
+        ("calibrated", m(2.4, 0.80, 0.70, 0.9)),
+        ("default", m(6.98, 0.308, 0.5, 0.7)),
+    ]
+    text = answer_text(rows)
+    assert text.startswith("**Answer.**")
+    for label, x in rows:
+        cells = [c.strip() for c in _row(label, "**out of sample**", x).strip("|").split("|")]
+        got = f"{label}: " + (f"{sum(met(x).values())} of 4 met, " if label != "default" else "")
+        assert f"{got}MAE {cells[3]} h, within 1 h {cells[5]}" in text
+    assert "round 1: 1 of 4 met" in text and "calibrated: 4 of 4 met" in text and "default: 0 of 4" not in text
+    assert text.endswith("Zero wait: MAE 4.54 h, within 1 h 66.4%.")

@@ -362,3 +362,58 @@ def test_a_third_set_pools_says_its_asking_and_reads_the_predictions_computed_ag
     assert "Predicted interruptions that moved: `keepc3` model 2 of 2, reactive 0 of 2." in text
     keepc3 = text.split("### Set `keepc3`")[1].split("###")[0]
     assert "| model | 2 | 0% |" in keepc3, keepc3  # the simulator (-7 h) now disagrees with Slurm (+1 h) on both
+
+
+def test_the_answer_states_the_widest_pools_verdict_lines(tmp_path):
+    """The page leads with the widest pool's figures, each the one its "In short" line states; the
+    per-link tables are folded."""
+    page = _page_mod().page
+    wins = [{"name": "w1", "from": "2023-02-01T00:00", "mean_queue": 40.0}]
+    (tmp_path / "windows.json").write_text(
+        json.dumps(
+            {
+                "median_queue_train": 7.0,
+                "train": ["a", "b"],
+                "test": ["c", "d"],
+                "span_hours": 204.0,
+                "candidates": 50,
+                "busy_candidates": 40,
+                "windows": wins,
+            }
+        )
+    )
+    for k, name in enumerate(("keepc", "keepc2", "keepc3")):
+        rows = [
+            {
+                "policy": p,
+                "chain": c,
+                "link": 0,
+                "pred_submit": 0.0,
+                "pred_start": 10.0,
+                "decision_lead_trace_h": max(-s, 0.0),
+                "signed_interruption_h": s,
+                "wasted_node_h": max(-s, 0.0),
+                "forced": p == "reactive",
+                "model_output": np.nan,
+                "sim_signed_interruption_h": s,
+                "sim_decision_lead_h": max(-s, 0.0),
+            }
+            for c in range(3)
+            # the model: early by 0.2 h in one chain, interrupted 0.3 h less than reactive in another
+            for p, s in (("model", (-0.2, 0.7 + 0.1 * k, 1.0)[c]), ("reactive", 1.0))
+        ]
+        _run(tmp_path, name, "w1", rows)
+    text = page(str(tmp_path))
+    lead = text.split("\n")[2]
+    assert lead.startswith("**Answer.** Over the 3 runs of sets `keepc`, `keepc2`, `keepc3` pooled")
+    short = text.split("## In short")[1].split("## What was run")[0]
+    widest = short.split("Sets `keepc` and `keepc2` and `keepc3` pooled (3 runs)")[1]
+    [line] = [ln for ln in widest.splitlines() if ln.startswith("* **model**")]
+    early = line.split("submitted early in ")[1].split(" links")[0]
+    diff = line.split("on the same links ")[1].split(" (")[0]
+    objective = line.split("objective against reactive ")[1].split(":")[0]
+    assert early.endswith(" of 9") and f"submitted early in {early} links" in lead
+    assert f"interruption minus reactive's {diff} (below reactive)" in lead
+    assert f"objective against reactive {objective}:" in lead
+    assert "<summary>Set <code>keepc</code>: 6 rows (a rule's link each)</summary>" in text
+    assert "<details>\n<summary>Every run: 3 rows</summary>\n\n| run | wall (s) |" in text
