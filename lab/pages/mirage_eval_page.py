@@ -396,6 +396,16 @@ def waitpred_months(wp: dict) -> list[str]:
     return L
 
 
+def _size_key(k: str) -> int:
+    return int(k.split("-")[0])
+
+
+def _limit_key(k: str) -> int:
+    from mirage_tasks.calibration.waitpred import LIMIT_NAMES
+
+    return LIMIT_NAMES.index(k) if k in LIMIT_NAMES else len(LIMIT_NAMES)
+
+
 def _coverage_target(wp: dict) -> tuple[float, float]:
     c = wp.get("criteria") or {}
     if "coverage_target" in c:
@@ -429,8 +439,8 @@ def waitpred_classes(wp: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, name in (("size_classes", "nodes"), ("limit_classes", "requested")):
-        for k, r in g.get(key, {}).items():
-            q = qb.get(key, {}).get(k, {})
+        for k in sorted(g.get(key, {}), key=_size_key if key == "size_classes" else _limit_key):
+            r, q = g[key][k], qb.get(key, {}).get(k, {})
             cov = r.get("coverage")
             ok = "-" if cov is None else ("yes" if lo - 1e-12 <= cov <= hi + 1e-12 else "**no**")
             src = groups.get(k, {}).get("source", "-") if key == "size_classes" else "-"
@@ -677,16 +687,19 @@ def _class_limits(wp_rows: list) -> list[str]:
     out_req = []
     for name, wp in wp_rows:
         lo, hi = _coverage_target(wp)
-        for k, r in wp["out_of_sample"]["guarded"].get("limit_classes", {}).items():
-            cov = r.get("coverage")
+        lc = wp["out_of_sample"]["guarded"].get("limit_classes", {})
+        for k in sorted(lc, key=_limit_key):
+            cov = lc[k].get("coverage")
             if cov is not None and not lo - 1e-12 <= cov <= hi + 1e-12:
                 out_req.append(f"{name} {k} {cov:.1%}")
-    fallback = []
+    fallback, miss_fb, miss_own = [], [], []
     for name, wp in wp_rows:
         grp = wp["bound"]["groups"].get(wp["pick"], {})
-        fb = [k for k, v in grp.items() if v["source"] != "calibrated"]
+        fb = sorted((k for k, v in grp.items() if v["source"] != "calibrated"), key=_size_key)
         if fb:
             fallback.append(f"{name} {', '.join(fb)}")
+        for k in size_classes_outside(wp):
+            (miss_fb if k in fb else miss_own).append(f"{name} {k}")
     n_min = wp_rows[0][1]["bound"].get("group_min_known", "-")
     return [
         "* The bound is calibrated per job-size class (one online offset per class, moved only by its own jobs' "
@@ -699,10 +712,17 @@ def _class_limits(wp_rows: list) -> list[str]:
         + (
             f" A size class with fewer than {n_min} known waits on the calibration tail (or whose 90 % quantile "
             f"there was a wait still going on at the cut) starts at the pooled offset ({'; '.join(fallback)}): "
-            "with a few hundred jobs a quarter and steps of at most 0.05, its offset cannot follow a class whose "
-            "waits change by an order of magnitude from one month to the next, and such classes are the ones "
-            "that miss the target (Summary)."
+            "a class of few jobs gives its offset few outcomes to learn from, each a step of at most 0.05, so "
+            "it follows a change in the class's waits slowly."
             if fallback
+            else ""
+        )
+        + (
+            " Of the size classes outside the target (Summary), "
+            + (f"{', '.join(miss_fb)} started at the pooled offset" if miss_fb else "none started at the pooled offset")
+            + (f"; {', '.join(miss_own)} at their own" if miss_own else "")
+            + "."
+            if miss_fb or miss_own
             else ""
         )
     ]

@@ -18,8 +18,9 @@ def _wp() -> dict:
     guarded = {
         "pooled": {**pooled, "coverage": 0.9, "bound_median_h": 5.0},
         "months": {"1997-01": {**_r(300, 0.9, 5.0), "within_1h": 0.7}},
-        "size_classes": {"1": _r(200, 0.912, 3.5), "16-31": _r(90, 0.776, 10.26, 0.011), "64-127": _r(10, 0.96, 40.0)},
-        "limit_classes": {"<=1h": _r(120, 0.98, 1.2), ">24h": _r(180, 0.87, 11.4)},
+        # in the JSON's order (keys sorted as strings): the page puts them in size order
+        "size_classes": {"1": _r(200, 0.912, 3.5), "64-127": _r(10, 0.96, 40.0), "16-31": _r(90, 0.776, 10.26, 0.011)},
+        "limit_classes": {"1-4h": _r(50, 0.9, 3.0), "<=1h": _r(70, 0.98, 1.2), ">24h": _r(180, 0.87, 11.4)},
     }
     return {
         "pick": "zero",
@@ -65,7 +66,8 @@ def test_the_class_table_reads_each_class_of_the_guarded_bound_beside_qbets():
         "| nodes 1 | 200 | 91.2% | yes | 3.50 | 0.0% | 95.0% | 20.00 | calibrated |",
         "| nodes 16-31 | 90 | 77.6% | **no** | 10.26 | 1.1% | - | - | pooled fallback |",
         "| nodes 64-127 | 10 | 96.0% | **no** | 40.00 | 0.0% | - | - | pooled fallback |",
-        "| requested <=1h | 120 | 98.0% | **no** | 1.20 | 0.0% | - | - | - |",
+        "| requested <=1h | 70 | 98.0% | **no** | 1.20 | 0.0% | - | - | - |",
+        "| requested 1-4h | 50 | 90.0% | yes | 3.00 | 0.0% | - | - | - |",
         "| requested >24h | 180 | 87.0% | yes | 11.40 | 0.0% | 93.0% | 30.50 | - |",
     ]
     old = _wp()
@@ -98,6 +100,12 @@ def test_the_limits_say_what_the_bound_is_calibrated_per():
     assert line.startswith("* The bound is calibrated per job-size class")
     assert "outside [85 %, 95 %] there: ls6 <=1h 98.0%." in line
     assert "starts at the pooled offset (ls6 16-31, 64-127)" in line
+    assert line.endswith(
+        "Of the size classes outside the target (Summary), ls6 16-31, ls6 64-127 started at the pooled offset."
+    )
+    own = _wp()
+    own["bound"]["groups"]["zero"]["16-31"]["source"] = "calibrated"
+    assert _class_limits([("ls6", own)])[0].endswith("ls6 64-127 started at the pooled offset; ls6 16-31 at their own.")
     old = _wp()
     del old["bound"]
     assert _class_limits([("ls6", old)])[0].startswith("* Coverage is over all jobs of a month: the bound is not")
