@@ -587,6 +587,11 @@ def cut_why(name: str, b: dict, wp: dict, search: dict | None) -> str:
             f"{_was(b['predictors']['guarded']['bound_median_h'], g.get('bound_median_h'))} h): the bound is now "
             + (f"capped at the calibration period's longest wait known at the cut ({cap:.0f} h) and " if cap else "")
             + "learns covers and misses alike, each when its bound runs out"
+            + (
+                f", one offset per {wp['bound']['grouping']}"
+                if (wp.get("bound") or {}).get("groups") and wp["bound"].get("grouping")
+                else ""
+            )
         )
     elif pick == bpick:
         parts.append(f"the pick stays {pick}, {at_cut}: {mae(pick)}")
