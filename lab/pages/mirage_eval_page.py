@@ -383,6 +383,7 @@ def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
     ]
     met_all = met_w1 = met_cov = met_months = True
     met25 = 0
+    miss_size: list[str] = []
     for name, wp in wp_rows:
         g, z = wp["out_of_sample"]["guarded"]["pooled"], wp["out_of_sample"]["zero"]["pooled"]
         c = wp["criteria"]
@@ -396,6 +397,10 @@ def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
         met_w1 &= c["within_1h_within_5_points"]
         met_months &= c.get("within_1h_promise_kept_every_month", False)
         met_cov &= c["coverage_in_target_every_month"]
+        sc = wp["out_of_sample"]["guarded"].get("size_classes", {})
+        miss_size += [
+            f"{name} {k} ({_f(sc[k].get('coverage'), '{:.1%}')}, n {sc[k]['n']})" for k in size_classes_outside(wp)
+        ]
         met25 += int((c["mae_reduction_vs_zero"] or 0) >= 0.25)
     n = len(wp_rows)
     L += [
@@ -405,7 +410,10 @@ def waitpred_summary(wp_rows: list, logs: list) -> list[str]:
         f"**{'met' if met25 >= 2 else 'not met'}** ({met25} logs); within 1 h no more than 5 points below zero "
         f"wait's: **{'met' if met_w1 and n else 'not met'}**, in every scored month: "
         f"**{'met' if met_months and n else 'not met'}**; the 90 % bound's coverage in [85 %, 95 %] in every "
-        f"scored month: **{'met' if met_cov and n else 'not met'}**.",
+        f"scored month: **{'met' if met_cov and n else 'not met'}**, in every job-size class: "
+        f"**{'met' if not miss_size and n else 'not met'}**"
+        + (f" (outside: {', '.join(miss_size)})" if miss_size else "")
+        + ".",
     ]
     return L
 
@@ -427,6 +435,62 @@ def waitpred_months(wp: dict) -> list[str]:
             f"({_f(z['within_1h'], '{:.1%}')}) | {_f(r.get('coverage'), '{:.1%}')} | "
             f"{_f(r.get('bound_median_h'))} | {_f(q.get('coverage'), '{:.1%}')} | {_f(q.get('bound_median_h'))} |"
         )
+    return L
+
+
+def _size_key(k: str) -> int:
+    return int(k.split("-")[0])
+
+
+def _limit_key(k: str) -> int:
+    from mirage_tasks.calibration.waitpred import LIMIT_NAMES
+
+    return LIMIT_NAMES.index(k) if k in LIMIT_NAMES else len(LIMIT_NAMES)
+
+
+def _coverage_target(wp: dict) -> tuple[float, float]:
+    c = wp.get("criteria") or {}
+    if "coverage_target" in c:
+        return tuple(c["coverage_target"])
+    lv = wp["params"]["level"]
+    return lv - 0.05, lv + 0.05
+
+
+def size_classes_outside(wp: dict) -> list[str]:
+    """The job-size classes whose guarded bound's coverage lies outside the target, as ``waitpred``'s
+    criteria judge them (recomputed by the same function for an output written before they did)."""
+    c = wp.get("criteria") or {}
+    if "coverage_size_classes_outside_target" not in c:
+        from mirage_tasks.calibration.waitpred import criteria
+
+        c = criteria(wp["out_of_sample"], wp["params"]["level"], margin=wp["params"]["margin"])
+    return list(c["coverage_size_classes_outside_target"])
+
+
+def waitpred_classes(wp: dict) -> list[str]:
+    """The guarded bound per job-size class and per requested-time class beside the QBETS reference
+    bound's: coverage (in the target or not), median, share at the cap, and for a size class where
+    its online offset started (``bound.groups`` of the pick: its own calibrated offset or the pooled
+    one; "-" for an output written before the bound kept one per class)."""
+    g, qb = wp["out_of_sample"]["guarded"], wp.get("qbets") or {}
+    lo, hi = _coverage_target(wp)
+    groups = ((wp.get("bound") or {}).get("groups") or {}).get(wp["pick"], {})
+    L = [
+        "| job class | n | coverage | in target | bound median h | at cap | QBETS coverage | QBETS bound median h | "
+        "offset started at |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, name in (("size_classes", "nodes"), ("limit_classes", "requested")):
+        for k in sorted(g.get(key, {}), key=_size_key if key == "size_classes" else _limit_key):
+            r, q = g[key][k], qb.get(key, {}).get(k, {})
+            cov = r.get("coverage")
+            ok = "-" if cov is None else ("yes" if lo - 1e-12 <= cov <= hi + 1e-12 else "**no**")
+            src = groups.get(k, {}).get("source", "-") if key == "size_classes" else "-"
+            L.append(
+                f"| {name} {k} | {r['n']} | {_f(cov, '{:.1%}')} | {ok} | {_f(r.get('bound_median_h'))} | "
+                f"{_f(r.get('at_cap'), '{:.1%}')} | {_f(q.get('coverage'), '{:.1%}')} | {_f(q.get('bound_median_h'))} | "
+                f"{src} |"
+            )
     return L
 
 
@@ -565,6 +629,11 @@ def cut_why(name: str, b: dict, wp: dict, search: dict | None) -> str:
             f"{_was(b['predictors']['guarded']['bound_median_h'], g.get('bound_median_h'))} h): the bound is now "
             + (f"capped at the calibration period's longest wait known at the cut ({cap:.0f} h) and " if cap else "")
             + "learns covers and misses alike, each when its bound runs out"
+            + (
+                f", one offset per {wp['bound']['grouping']}"
+                if (wp.get("bound") or {}).get("groups") and wp["bound"].get("grouping")
+                else ""
+            )
         )
     elif pick == bpick:
         parts.append(f"the pick stays {pick}, {at_cut}: {mae(pick)}")
@@ -652,6 +721,58 @@ def cut_delta(before: dict, wp_rows: list, searches: dict[str, dict]) -> list[st
         )
     L += ["", *(f"* {cut_why(name, b, wp, searches.get(name))}" for name, b, wp in rows), ""]
     return L
+
+
+def _class_limits(wp_rows: list) -> list[str]:
+    """The Limits bullet on what the bound is calibrated per: per job-size class where every log's
+    output keeps one offset per class (what then still misses, from the outputs), else per month only."""
+    if not wp_rows or not all((wp.get("bound") or {}).get("groups") for _, wp in wp_rows):
+        return [
+            "* Coverage is over all jobs of a month: the bound is not calibrated per job class (a class of long "
+            "jobs can be covered less often than 90 %)."
+        ]
+    out_req = []
+    for name, wp in wp_rows:
+        lo, hi = _coverage_target(wp)
+        lc = wp["out_of_sample"]["guarded"].get("limit_classes", {})
+        for k in sorted(lc, key=_limit_key):
+            cov = lc[k].get("coverage")
+            if cov is not None and not lo - 1e-12 <= cov <= hi + 1e-12:
+                out_req.append(f"{name} {k} {cov:.1%}")
+    fallback, miss_fb, miss_own = [], [], []
+    for name, wp in wp_rows:
+        grp = wp["bound"]["groups"].get(wp["pick"], {})
+        fb = sorted((k for k, v in grp.items() if v["source"] != "calibrated"), key=_size_key)
+        if fb:
+            fallback.append(f"{name} {', '.join(fb)}")
+        for k in size_classes_outside(wp):
+            (miss_fb if k in fb else miss_own).append(f"{name} {k}")
+    n_min = wp_rows[0][1]["bound"].get("group_min_known", "-")
+    return [
+        "* The bound is calibrated per job-size class (one online offset per class, moved only by its own jobs' "
+        "outcomes, each when it is known), not per requested-time class: "
+        + (
+            f"outside [85 %, 95 %] there: {', '.join(out_req)}."
+            if out_req
+            else "every requested-time class is nonetheless within [85 %, 95 %]."
+        )
+        + (
+            f" A size class with fewer than {n_min} known waits on the calibration tail (or whose 90 % quantile "
+            f"there was a wait still going on at the cut) starts at the pooled offset ({'; '.join(fallback)}): "
+            "a class of few jobs gives its offset few outcomes to learn from, each a step of at most 0.05, so "
+            "it follows a change in the class's waits slowly."
+            if fallback
+            else ""
+        )
+        + (
+            " Of the size classes outside the target (Summary), "
+            + (f"{', '.join(miss_fb)} started at the pooled offset" if miss_fb else "none started at the pooled offset")
+            + (f"; {', '.join(miss_own)} at their own" if miss_own else "")
+            + "."
+            if miss_fb or miss_own
+            else ""
+        )
+    ]
 
 
 def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
@@ -750,6 +871,14 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
             r = wp["out_of_sample"][p]["pooled"]
             L.append(f"| {p} | " + " | ".join(_f(r.get(c), f) for c, f, _ in WP_COLS) + " |")
         L += ["", "Per month, guarded (zero wait), beside the QBETS reference bound:", "", *waitpred_months(wp)]
+        L += [
+            "",
+            "The guarded 90 % bound per job-size class and per requested-time class, beside the QBETS reference "
+            "bound (in target: coverage in [85 %, 95 %]; at cap: the share of bounds at the cap; offset started "
+            "at: the size class's own offset on the calibration tail, or the pooled one):",
+            "",
+            *waitpred_classes(wp),
+        ]
         rf = wp.get("replay_fidelity")
         if rf:
             L += [
@@ -771,8 +900,7 @@ def write_waitpred_doc(root: Path, path: Path, args: Any, logs: list) -> None:
     L += [
         "## Limits",
         "",
-        "* Coverage is over all jobs of a month: the bound is not calibrated per job class (a class of long "
-        "jobs can be covered less often than 90 %).",
+        *_class_limits(wp_rows),
         "* No candidate predicts long waits to the minute: within 10 minutes among jobs that waited more than an "
         "hour stays at a few per cent for all of them.",
         *(

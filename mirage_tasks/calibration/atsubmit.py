@@ -46,6 +46,7 @@ import heapq
 import logging
 import time
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -494,9 +495,10 @@ def online_bound(
     submit: np.ndarray,
     real_wait: np.ndarray,
     level: float,
-    theta0: float,
+    theta0: float | dict[Any, float],
     eta: float = 0.05,
     cap_s: float = np.inf,
+    group: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """An upper bound at ``level`` kept calibrated online (quantile tracking, Angelopoulos, Candès
     and Tibshirani 2023): ``log1p(bound / 60) = log1p(base / 60) + theta``, at most ``cap_s`` (or the
@@ -504,13 +506,22 @@ def online_bound(
     it below the base, the candidate's own answer); each
     job's outcome (covered or not) is fed back when its bound runs out (:func:`next_outcomes`), never
     before, and moves ``theta`` by ``eta * (miss - (1 - level))``, a step of at most ``eta``;
-    ``theta`` stays within ``±`` :func:`theta_limit` of the cap. Jobs in submission order. Returns
-    (bound seconds, theta at each submission)."""
+    ``theta`` stays within ``±`` :func:`theta_limit` of the cap. Jobs in submission order.
+
+    Class-conditional (Mondrian) with ``group`` (one key per job, e.g. its job-size class): each
+    group keeps its own ``theta``, started at ``theta0[key]`` (``theta0`` a mapping; a key it lacks
+    starts at ``theta0[None]``) and moved only by its own jobs' outcomes, each when it is known; a
+    float ``theta0`` starts every group there. Without ``group``, one ``theta`` for all jobs.
+    Returns (bound seconds, the job's group's theta at each submission)."""
     n = len(base_s)
     bound = np.empty(n)
     thetas = np.empty(n)
     lim = theta_limit(cap_s)
-    theta = float(min(max(float(theta0), -lim), lim))
+    keys = [None] * n if group is None else list(group)
+    if len(keys) != n:
+        raise ValueError(f"online_bound: {len(keys)} group keys for {n} jobs")
+    start = theta0 if isinstance(theta0, dict) else {None: float(theta0)}
+    theta: dict[Any, float] = {}
     alpha = 1.0 - level
     heap: list[tuple[float, int, bool]] = []
     base = np.maximum(np.asarray(base_s, dtype=np.float64), 0.0)
@@ -518,15 +529,92 @@ def online_bound(
     for i in range(n):
         t = submit[i]
         while heap and heap[0][0] <= t:
-            _, _, miss = heapq.heappop(heap)
-            theta = min(max(theta + eta * ((1.0 if miss else 0.0) - alpha), -lim), lim)
-        thetas[i] = theta
-        b = min(60.0 * np.expm1(max(lb[i] + theta, 0.0)), max(cap_s, base[i]))
+            _, k, miss = heapq.heappop(heap)
+            g = keys[k]
+            theta[g] = min(max(theta[g] + eta * ((1.0 if miss else 0.0) - alpha), -lim), lim)
+        g = keys[i]
+        if g not in theta:
+            theta[g] = float(min(max(float(start[g] if g in start else start[None]), -lim), lim))
+        th = theta[g]
+        thetas[i] = th
+        b = min(60.0 * np.expm1(max(lb[i] + th, 0.0)), max(cap_s, base[i]))
         bound[i] = b
         miss = bool(real_wait[i] > b)
         # ties: an outcome known at the same second as a submission is not yet known to it
         heapq.heappush(heap, (submit[i] + b + 1e-6, i, miss))
     return bound, thetas
+
+
+def group_keys(levels: Sequence[np.ndarray]) -> np.ndarray:
+    """Each job's group of a grouped :func:`online_bound`: its keys at every level (coarse to fine,
+    e.g. its job-size class, then its requested-time class) joined by " / "."""
+    if not levels:
+        raise ValueError("group_keys: no level")
+    out = np.asarray(levels[0], dtype=object).astype(str).astype(object)
+    for lv in levels[1:]:
+        out = np.array([f"{a} / {b}" for a, b in zip(out, np.asarray(lv, dtype=object))], dtype=object)
+    return out
+
+
+def group_theta0(
+    base_s: np.ndarray,
+    real_wait: np.ndarray,
+    level: float,
+    censored: np.ndarray,
+    levels: Sequence[np.ndarray],
+    cap_s: float = np.inf,
+    min_known: int = 50,
+    also: Sequence[np.ndarray] | None = None,
+) -> tuple[dict[Any, float], dict[str, dict[str, Any]]]:
+    """The start offsets of a grouped :func:`online_bound` from a calibration sample, its jobs' keys
+    at ``levels`` (coarse to fine, :func:`group_keys`): a group at a level is *calibrated* where it
+    holds at least ``min_known`` jobs whose wait is known (not ``censored``) and its quantile is not
+    a censored job's; each finest group starts at the :func:`static_theta` of its finest calibrated
+    level, else at the pooled one (key ``None``, every job of the sample). ``also``: the keys of
+    jobs to come (the scored ones), whose groups the sample may lack. Returns (the offsets by
+    finest group, and per finest group: ``theta0``, ``source`` ("calibrated" at the finest level,
+    "level k" at a coarser one, "pooled fallback"), ``n``, ``n_known`` and ``quantile_censored`` of
+    the group itself)."""
+    cen = np.asarray(censored, dtype=bool)
+    pooled = static_theta(base_s, real_wait, level, cen, cap_s)
+    keys = [group_keys(levels[: i + 1]) for i in range(len(levels))]
+    own: list[dict[str, float]] = []
+    stats: dict[str, tuple[int, int, bool]] = {}
+    for lv, kk in enumerate(keys):
+        own.append({})
+        for g in set(kk.tolist()):
+            m = kk == g
+            n_known = int((m & ~cen).sum())
+            # its own offset only where its known waits say where its quantile lies: at least
+            # min_known of them, and the quantile not on a wait still going on at the cut (that
+            # offset would be the range's end: a bound at the cap for every job of the group,
+            # learned back only as each ran out)
+            censored_q = not np.isfinite(_score_quantile(base_s[m], real_wait[m], level, cen[m]))
+            if n_known >= min_known and not censored_q:
+                own[lv][g] = static_theta(base_s[m], real_wait[m], level, cen[m], cap_s)
+            if lv == len(keys) - 1:
+                stats[g] = (int(m.sum()), n_known, censored_q)
+    finest = set(keys[-1].tolist())
+    prefixes: dict[str, list[str]] = {}
+    for kk in (keys, [group_keys(also[: i + 1]) for i in range(len(also))] if also is not None else None):
+        for j, g in enumerate(kk[-1] if kk else ()):
+            if g not in prefixes:
+                prefixes[g] = [kk[i][j] for i in range(len(levels))]
+                finest.add(g)
+    out: dict[Any, float] = {None: pooled}
+    info: dict[str, dict[str, Any]] = {}
+    top = len(levels) - 1
+    for g in finest:
+        src, th = "pooled fallback", pooled
+        for lv in range(top, -1, -1):
+            p = prefixes[g][lv]
+            if p in own[lv]:
+                src, th = ("calibrated" if lv == top else f"level {lv + 1} ({p})"), own[lv][p]
+                break
+        n, n_known, censored_q = stats.get(g, (0, 0, False))
+        out[g] = th
+        info[g] = {"theta0": th, "source": src, "n": n, "n_known": n_known, "quantile_censored": bool(censored_q)}
+    return out, info
 
 
 def static_bound(base_s: np.ndarray, theta: float, cap_s: float = np.inf) -> np.ndarray:
@@ -563,6 +651,21 @@ def estimates(wl: Any) -> np.ndarray:
     return est
 
 
+def _score_quantile(
+    base_s: np.ndarray, real_wait: np.ndarray, level: float, censored: np.ndarray | None = None
+) -> float:
+    """The split-conformal quantile of :func:`static_theta` before its range: ``inf`` where it falls
+    on a censored job (the sample does not say where its ``level`` quantile lies), 0 on no job."""
+    s = np.log1p(np.maximum(real_wait, 0.0) / 60.0) - np.log1p(np.maximum(base_s, 0.0) / 60.0)
+    if censored is not None:
+        s = np.where(np.asarray(censored, dtype=bool), np.inf, s)
+    n = len(s)
+    if n == 0:
+        return 0.0
+    q = min(1.0, np.ceil((n + 1) * level) / n)
+    return float(np.quantile(s, q, method="higher"))
+
+
 def static_theta(
     base_s: np.ndarray, real_wait: np.ndarray, level: float, censored: np.ndarray | None = None, cap_s: float = np.inf
 ) -> float:
@@ -570,12 +673,5 @@ def static_theta(
     calibration sample: the ``ceil((n + 1) level) / n`` quantile of the scores, within ``±``
     :func:`theta_limit`. A ``censored`` job (still waiting at the cut: its wait only "at least")
     counts as a miss whatever the offset (its score infinite): conservative."""
-    s = np.log1p(np.maximum(real_wait, 0.0) / 60.0) - np.log1p(np.maximum(base_s, 0.0) / 60.0)
-    if censored is not None:
-        s = np.where(np.asarray(censored, dtype=bool), np.inf, s)
     lim = theta_limit(cap_s)
-    n = len(s)
-    if n == 0:
-        return 0.0
-    q = min(1.0, np.ceil((n + 1) * level) / n)
-    return float(min(max(float(np.quantile(s, q, method="higher")), -lim), lim))
+    return float(min(max(_score_quantile(base_s, real_wait, level, censored), -lim), lim))

@@ -27,10 +27,14 @@ as a prediction. The candidates, and what each reads:
 
 **Bounds.** Every candidate also gives an upper bound at ``--level`` (0.9): a base (the
 candidate's point prediction; for a ``corrected`` one the quantile model's output at that level) moved on
-a log scale by an offset fitted by split conformal on the calibration period's held-back tail,
-then kept calibrated online over the scored months: each job's coverage is fed back when its bound
-runs out, covered or not (both are known then, and the instant does not depend on the outcome),
-never earlier; each outcome moves the offset by at most ``eta``, the offset stays within a range
+a log scale by an offset, one per job-size class (Mondrian: a 90 % bound calibrated on all jobs
+covered the large classes' jobs far less often than the small ones'), fitted by split conformal on
+the calibration period's held-back tail (a class's own offset where the tail holds at least
+:data:`GROUP_MIN_KNOWN` of its jobs with a known wait and its quantile is not a wait still going on
+at the cut, else the pooled one), then kept calibrated
+online over the scored months: each job's coverage is fed back when its bound runs out, covered or
+not (both are known then, and the instant does not depend on the outcome), never earlier, to its
+own class's offset only; each outcome moves that offset by at most ``eta``, the offset stays within a range
 and the bound at most a cap, the calibration period's longest wait as known at its end (or the
 base, where that is larger)
 (:func:`~mirage_tasks.calibration.atsubmit.online_bound`). Coverage, the bound's median beside the
@@ -127,11 +131,18 @@ AT_CUT = (
     "learns the censored wait, the guard leaves such a job out (and each of its folds fits on the waits as known at "
     "the fold's start), the bound's offset counts it a miss"
 )
+#: the bound keeps one offset per job-size class (:func:`size_class`); a class starts at its own
+#: split-conformal offset where the calibration tail holds at least this many of its jobs with a known wait
+GROUP_MIN_KNOWN = 50
+BOUND_GROUPING = "job-size class"
 BOUND_READS = (
     "the bound is the base moved by an offset on a log scale, at most the cap (the calibration period's "
-    "longest wait as known at its end) or the base where that is larger; each job's coverage is fed back "
-    "when its bound runs out, covered or not, and moves the offset by at most eta; the offset stays "
-    "within +-log1p(cap / 1 min)"
+    "longest wait as known at its end) or the base where that is larger; one offset per job-size class, "
+    f"started at the class's own split-conformal offset on the calibration tail where the tail holds at least "
+    f"{GROUP_MIN_KNOWN} of its jobs with a known wait and its quantile is not a wait still going on at the cut, "
+    "else at the pooled one; each job's coverage is fed back "
+    "when its bound runs out, covered or not, and moves its class's offset (only that one) by at most eta; "
+    "the offset stays within +-log1p(cap / 1 min)"
 )
 #: one model, one output per quantile (those of the corrected candidates, then the bound's level)
 XGB_PARAMS = {
@@ -379,13 +390,30 @@ def limit_class(limit_s: np.ndarray) -> np.ndarray:
     return np.array(LIMIT_NAMES, dtype=object)[np.searchsorted(np.array(LIMIT_CLASSES_H, float), h, side="left")]
 
 
-def _classes(pred: pd.DataFrame, tz: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each scored job's submission month (``tz``), job-size class and requested-time class."""
+def size_class(nodes: np.ndarray) -> np.ndarray:
+    """Job-size classes ("1", "2-3", "4-7", ...): the classes the report scores per and the bound's groups."""
     from .fidelity import node_class
 
+    nodes = np.asarray(nodes)
+    return node_class(nodes) if len(nodes) else np.array([], dtype=object)
+
+
+def bound_levels(frame: pd.DataFrame) -> list[np.ndarray]:
+    """The bound's groups (:func:`~mirage_tasks.calibration.atsubmit.group_theta0`), coarse to fine:
+    the job-size class (:func:`size_class`)."""
+    return [size_class(frame["nodes"].to_numpy())]
+
+
+def _group_order(g: str) -> tuple:
+    """A bound group's place in the report: by size class, then requested-time class."""
+    parts = g.split(" / ")
+    return (int(re.match(r"\d+", parts[0])[0]), *(LIMIT_NAMES.index(p) if p in LIMIT_NAMES else 99 for p in parts[1:]))
+
+
+def _classes(pred: pd.DataFrame, tz: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each scored job's submission month (``tz``), job-size class and requested-time class."""
     month = pd.to_datetime(pred["submit"], unit="s", utc=True).dt.tz_convert(tz).dt.strftime("%Y-%m").to_numpy()
-    size = node_class(pred["nodes"].to_numpy()) if len(pred) else np.array([], dtype=object)
-    return month, size, limit_class(pred["limit_s"].to_numpy())
+    return month, size_class(pred["nodes"].to_numpy()), limit_class(pred["limit_s"].to_numpy())
 
 
 def _by(keys: np.ndarray, order, f) -> dict[str, Any]:
@@ -439,6 +467,7 @@ def criteria(
     g, z = res["guarded"]["pooled"], res["zero"]["pooled"]
     kept = {m: r["kept"] for m, r in promise(res, "guarded", margin).items()}
     cov = {m: v.get("coverage") for m, v in res["guarded"]["months"].items()}
+    cov_size = {g: v.get("coverage") for g, v in res["guarded"].get("size_classes", {}).items()}
     extra = {"qbets_coverage_months": {m: v.get("coverage") for m, v in q_res["months"].items()}} if q_res else {}
     lo, hi = level - 0.05, level + 0.05
     return {
@@ -451,6 +480,10 @@ def criteria(
         "coverage_months": cov,
         "coverage_target": [lo, hi],
         "coverage_in_target_every_month": bool(all(c is not None and lo <= c <= hi for c in cov.values())),
+        "coverage_size_classes": cov_size,
+        "coverage_size_classes_outside_target": [
+            g for g, c in cov_size.items() if c is None or not lo - 1e-12 <= c <= hi + 1e-12
+        ],
         **extra,
     }
 
@@ -536,7 +569,18 @@ def markdown(doc: dict[str, Any]) -> str:
         f"MAE reduction {_f(c['mae_reduction_vs_zero'], '{:.1%}')}; within 1 h "
         f"{c['within_1h_vs_zero_points']:+.1f} points vs zero wait; the {lv:.0%} bound's coverage in "
         f"[{c['coverage_target'][0]:.0%}, {c['coverage_target'][1]:.0%}] every month: "
-        f"{c['coverage_in_target_every_month']}.",
+        f"{c['coverage_in_target_every_month']}"
+        + (
+            f"; every job-size class: {not c['coverage_size_classes_outside_target']}"
+            + (
+                f" (outside: {', '.join(c['coverage_size_classes_outside_target'])})"
+                if c["coverage_size_classes_outside_target"]
+                else ""
+            )
+            if "coverage_size_classes" in c
+            else ""
+        )
+        + ".",
         "",
         *guard_lines(doc),
         "| predictor | n | MAE h | median abs err h | within 1 h | within 10 min (waited > 1 h) | Spearman | "
@@ -584,6 +628,17 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(g['pooled'].get('real_p90_h'), '{:.2f}')} h. {bd['reads']}."
         )
         out += ["", line, ""]
+        grp = (bd.get("groups") or {}).get(doc["pick"])
+        if grp:
+            own = [g for g, v in grp.items() if v["source"] == "calibrated"]
+            fb = [g for g, v in grp.items() if v["source"] != "calibrated"]
+            out += [
+                f"One offset per {bd['grouping']}, moved only by its own jobs' outcomes; each started at its own "
+                f"offset on the calibration tail where at least {bd['group_min_known']} of its jobs' waits were known "
+                f"there and its quantile was not a wait still going on at the cut ({', '.join(own) or 'none'}), "
+                f"else at the pooled offset ({', '.join(fb) or 'none'}).",
+                "",
+            ]
         if qb:
             out += [
                 f"Beside it, the QBETS reference bound (`mirage_tasks/calibration/qbets.py`, the {lv:.0%} quantile "
@@ -835,6 +890,8 @@ def run(args: argparse.Namespace) -> int:
         "fitted_at_cut": True,
         "bound_feedback": "at the bound's end",
         "bound_cap": "the calibration period's longest wait as known at its end",
+        "bound_groups": BOUND_GROUPING,
+        "bound_group_min_known": GROUP_MIN_KNOWN,
         "qbets_confidence": qbets.C,
     }
     step = Step("waitpred", args.out, __version__, params, inputs=[args.trace])
@@ -885,6 +942,15 @@ def run(args: argparse.Namespace) -> int:
     if cen_tail.any() or censored.any():
         why += f"; {int(censored.sum())} calibration jobs still waiting at its end are not judged"
     theta0 = {k: atsubmit.static_theta(base_tail[k], real_tail, args.level, cen_tail, cap_s) for k in CANDIDATES}
+    # one offset per job-size class, each started at its own class's offset on the tail where enough of it is known
+    lv_tail, lv_scored = bound_levels(tail), bound_levels(scored)
+    g_scored = atsubmit.group_keys(lv_scored)
+    theta0_g, groups = {}, {}
+    for k in CANDIDATES:
+        theta0_g[k], info = atsubmit.group_theta0(
+            base_tail[k], real_tail, args.level, cen_tail, lv_tail, cap_s, GROUP_MIN_KNOWN, also=lv_scored
+        )
+        groups[k] = dict(sorted(info.items(), key=lambda kv: _group_order(kv[0])))
     for k in CANDIDATES:
         tail_m[k]["coverage_static"] = float(
             (~cen_tail & (real_tail <= atsubmit.static_bound(base_tail[k], theta0[k], cap_s))).mean()
@@ -896,7 +962,9 @@ def run(args: argparse.Namespace) -> int:
     real = scored["real_wait_s"].to_numpy(np.float64)
     for k in CANDIDATES:
         pred[k] = pt[k]
-        pred[f"{k}_bound"], _ = atsubmit.online_bound(base[k], sub, real, args.level, theta0[k], ETA, cap_s)
+        pred[f"{k}_bound"], _ = atsubmit.online_bound(
+            base[k], sub, real, args.level, theta0_g[k], ETA, cap_s, group=g_scored
+        )
     pred["guarded"] = pred[pick]
     pred["guarded_bound"] = pred[f"{pick}_bound"]
     # the QBETS reference bound, online over the log from its first job: each job answered from the
@@ -928,7 +996,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "promise": {"margin": args.margin, "months": promise(res, pick, args.margin)},
         "tail": tail_m,
-        "theta0": theta0,
+        "theta0": theta0,  # pooled, per candidate (each size class's start: bound.groups)
         "reads": READS,
         "at_cut": {
             "cut": pd.Timestamp(b, unit="s", tz="UTC").tz_convert(tz).isoformat(),
@@ -940,6 +1008,9 @@ def run(args: argparse.Namespace) -> int:
             "cap_h": cap_s / 3600.0,
             "theta_limit": atsubmit.theta_limit(cap_s),
             "eta": ETA,
+            "grouping": BOUND_GROUPING,
+            "group_min_known": GROUP_MIN_KNOWN,
+            "groups": groups,
             "reads": BOUND_READS,
         },
         "n_calibration": int(len(cal)),

@@ -184,6 +184,11 @@ def test_a_changed_scored_set_and_a_kept_zero_pick_are_said():
     assert "moves zero wait's MAE by -0.33 h" in why
     assert "the pick stays zero wait and only its 90 % bound moved (median 16.01 → 16.25 (+0.24) h)" in why
     assert "capped at the calibration period's longest wait known at the cut (210 h)" in why
+    assert "one offset per" not in why  # an output whose bound kept one offset for all jobs
+    now = _now("zero", "zero", 950, 4.9, never=50)
+    now["bound"].update(grouping="job-size class", groups={"zero": {"1": {"source": "calibrated"}}})
+    (why,) = [line for line in cut_delta(_before(), [("BUSY", now)], {}) if line.startswith("* **BUSY**")]
+    assert "each when its bound runs out, one offset per job-size class" in why
 
 
 def test_no_log_in_both_gives_no_section():

@@ -175,6 +175,101 @@ def test_online_bound_learns_an_outcome_only_once_it_is_known():
     assert 0.87 <= (real[1000:] <= b1[1000:]).mean() <= 0.93  # and it covers what it says
 
 
+def test_a_groups_offset_moves_only_on_its_own_outcomes_each_once_known():
+    # A: a miss known at 600 s (+ the tie: not known to a submission at that very second)
+    submit = np.array([0.0, 600.0, 700.0, 700.0])
+    base = np.full(4, 600.0)
+    real = np.array([10 * H, 0.0, 0.0, 0.0])
+    group = np.array(["A", "A", "B", "A"], dtype=object)
+    eta = 0.5
+    _, th = atsubmit.online_bound(base, submit, real, 0.9, {"A": 0.0, "B": 0.2}, eta=eta, group=group)
+    assert th[1] == 0.0  # known at 600 s + a tick: not yet at 600 s
+    assert th[2] == 0.2  # B's offset: A's miss does not move it
+    assert th[3] == pytest.approx(eta * (1 - 0.1))  # A's: moved once the miss is known
+    # ungrouped, the same miss moves the one offset every job shares
+    _, th1 = atsubmit.online_bound(base, submit, real, 0.9, 0.0, eta=eta)
+    assert th1[2] == pytest.approx(eta * 0.9)
+
+
+def test_a_groups_bounds_read_neither_other_groups_outcomes_nor_its_own_not_yet_known():
+    rng = np.random.default_rng(3)
+    n = 4000
+    submit = np.sort(rng.integers(0, 60 * 86400, n)).astype(float)
+    group = rng.choice(np.array(["1", "2-3", "4-7"], dtype=object), n)
+    real = rng.exponential(2 * H, n) * np.where(group == "4-7", 10, 1)
+    base = np.full(n, 600.0)
+    t0 = {None: 0.0, "1": 0.5, "2-3": 1.0}  # "4-7" starts at the pooled offset
+    b1, th1 = atsubmit.online_bound(base, submit, real, 0.9, t0, group=group)
+    assert th1[np.flatnonzero(group == "4-7")[0]] == 0.0 and th1[np.flatnonzero(group == "1")[0]] == 0.5
+    # every other group's waits rewritten: group "1"'s bounds are the same, the others' are not
+    other = group != "1"
+    real2 = np.where(other, real * 7 + 5 * H, real)
+    b2, _ = atsubmit.online_bound(base, submit, real2, 0.9, t0, group=group)
+    np.testing.assert_array_equal(b2[~other], b1[~other])
+    assert not np.array_equal(b2[other], b1[other])
+    # group "1"'s own outcomes not yet known at job k's submission: job k's bound is the same
+    k = int(np.flatnonzero(group == "1")[1000])
+    known = atsubmit.next_outcomes(submit, real, b1)
+    late = (np.arange(n) < k) & (known > submit[k]) & (group == "1")
+    assert late.any()
+    b3, _ = atsubmit.online_bound(base, submit, np.where(late, real + 100 * H, real), 0.9, t0, group=group)
+    assert b3[k] == b1[k]
+    # ... while its own outcomes known before it do move it
+    early = (np.arange(n) < k) & (known <= submit[k]) & (group == "1")
+    b4, _ = atsubmit.online_bound(base, submit, np.where(early, real + 100 * H, real), 0.9, t0, group=group)
+    assert b4[k] > b1[k]
+    for g in ("1", "2-3", "4-7"):  # and each group covers what it says
+        m = (group == g) & (np.arange(n) > 1000)
+        assert 0.86 <= (real[m] <= b1[m]).mean() <= 0.94, g
+
+
+def test_a_group_starts_at_its_own_offset_only_with_enough_known_calibration_waits():
+    rng = np.random.default_rng(5)
+    n = 390
+    group = np.array(["1"] * 300 + ["8-15"] * 60 + ["64-127"] * 30, dtype=object)
+    real = rng.exponential(H, n) * np.where(group == "1", 1, 20)
+    base = np.full(n, 600.0)
+    cen = np.zeros(n, bool)
+    cen[300:304] = True  # 8-15: 60 jobs, 56 of them known
+    th, info = atsubmit.group_theta0(base, real, 0.9, cen, [group], cap_s=1000 * H, min_known=35)
+    assert info["1"]["source"] == "calibrated" and info["1"]["n_known"] == 300
+    assert th["1"] == atsubmit.static_theta(base[:300], real[:300], 0.9, cen[:300], 1000 * H)
+    assert info["8-15"]["source"] == "calibrated" and info["8-15"]["n_known"] == 56
+    assert info["64-127"]["source"] == "pooled fallback" and th["64-127"] == th[None]
+    assert th[None] == atsubmit.static_theta(base, real, 0.9, cen, 1000 * H)
+    assert th["1"] < th[None] < th["8-15"]
+    _, info2 = atsubmit.group_theta0(base, real, 0.9, cen, [group], cap_s=1000 * H, min_known=57)
+    assert info2["8-15"]["source"] == "pooled fallback"
+
+
+def test_a_group_falls_back_level_by_level_and_never_calibrates_on_a_censored_quantile():
+    rng = np.random.default_rng(6)
+    size = np.array(["1"] * 200 + ["8-15"] * 100, dtype=object)
+    req = np.array((["<=1h"] * 150 + [">24h"] * 50) + (["<=1h"] * 60 + [">24h"] * 40), dtype=object)
+    real = rng.exponential(H, 300) * np.where(req == ">24h", 30, 1)
+    base = np.full(300, 600.0)
+    cen = np.zeros(300, bool)
+    cen[200:215] = True  # 8-15: 15 of its 100 still waiting at the cut, more than 1 - level
+    th, info = atsubmit.group_theta0(
+        base, real, 0.9, cen, [size, req], cap_s=1000 * H, min_known=50, also=[np.array(["2-3"]), np.array(["1-4h"])]
+    )
+    assert info["1 / <=1h"]["source"] == "calibrated"
+    assert info["1 / >24h"]["source"] == "calibrated" and th["1 / >24h"] > th["1 / <=1h"]
+    # 8-15 / <=1h: 45 known, too few; its size class's quantile is a censored wait: pooled
+    assert info["8-15 / <=1h"]["n_known"] == 45 and info["8-15 / <=1h"]["source"] == "pooled fallback"
+    s8 = size == "8-15"
+    assert not np.isfinite(atsubmit._score_quantile(base[s8], real[s8], 0.9, cen[s8]))
+    assert th["8-15 / <=1h"] == th[None] == atsubmit.static_theta(base, real, 0.9, cen, 1000 * H)
+    assert info["2-3 / 1-4h"]["source"] == "pooled fallback" and info["2-3 / 1-4h"]["n"] == 0
+    # the first level alone: "1" holds 200 known, its own offset; with less censored, 8-15 its own
+    th1, info1 = atsubmit.group_theta0(base, real, 0.9, np.zeros(300, bool), [size], cap_s=1000 * H)
+    assert info1["8-15"]["source"] == "calibrated" and np.isfinite(th1["8-15"])
+    # one size class with too few at the finer level: the coarser level's offset
+    _, info2 = atsubmit.group_theta0(base, real, 0.9, np.zeros(300, bool), [size, req], cap_s=1000 * H)
+    assert info2["8-15 / >24h"]["source"] == "level 1 (8-15)"
+    assert info2["8-15 / >24h"]["theta0"] == th1["8-15"]
+
+
 def test_every_outcome_is_learned_when_its_bound_runs_out_covered_or_not():
     # the instant an outcome is fed back must not depend on the outcome: learning a miss when a
     # short bound ran out but a cover only at the job's start fed back misses before covers

@@ -88,6 +88,20 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert list(doc["criteria"]["qbets_coverage_months"]) == months
     assert md.count("QBETS coverage") == 4  # the month table and the three bound tables
     assert (out / "model.ubj").read_bytes()[:1] == b"{"  # xgboost's UBJ, not a pickle
+    # one offset per job-size class: every scored class's start named, its own or the pooled one
+    bd = doc["bound"]
+    assert bd["grouping"] == "job-size class" and set(bd["groups"]) == set(wp.CANDIDATES)
+    for k, grp in bd["groups"].items():
+        assert set(g["size_classes"]) <= set(grp)
+        for v in grp.values():
+            own = v["n_known"] >= bd["group_min_known"] and not v["quantile_censored"]
+            assert v["source"] == ("calibrated" if own else "pooled fallback")
+            assert own or v["theta0"] == doc["theta0"][k]
+    cs = doc["criteria"]["coverage_size_classes"]
+    assert cs == {c: g["size_classes"][c]["coverage"] for c in g["size_classes"]}
+    lo, hi = doc["criteria"]["coverage_target"]
+    assert doc["criteria"]["coverage_size_classes_outside_target"] == [c for c, v in cs.items() if not lo <= v <= hi]
+    assert "One offset per job-size class" in md
     # per scored month, whether the pick kept the within-1-h promise, and how the guard checked it
     pr, oos = doc["promise"]["months"], doc["out_of_sample"]
     assert list(pr) == months and doc["guard"]["check"] in md and "Within-1-h promise per scored month" in md
