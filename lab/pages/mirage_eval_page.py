@@ -551,9 +551,30 @@ def waitpred_answer(wp_rows: list) -> list[str]:
             f"{n} {mae(wp, wp['pick'])} against {mae(wp, wp['guard']['single_tail_pick'])} ({mae(wp, 'zero')})"
             for n, wp in rows
         )
-        + ".",
+        + ". "
+        + bound_answer(rows),
         "",
     ]
+
+
+def bound_answer(rows: list) -> str:
+    """The answer's sentence on the 90 % bound: the logs whose every scored month it covered within the
+    target, and the job-size classes it covered within it (those outside named with their coverage)."""
+    months_in = [n for n, wp in rows if wp["criteria"]["coverage_in_target_every_month"]]
+    n_classes = sum(len(wp["out_of_sample"]["guarded"].get("size_classes", {})) for _, wp in rows)
+    out = [
+        f"{n} {k} {_f(wp['out_of_sample']['guarded']['size_classes'][k].get('coverage'), '{:.1%}')}"
+        for n, wp in rows
+        for k in size_classes_outside(wp)
+    ]
+    lv = rows[0][1]["params"]["level"]
+    lo, hi = rows[0][1]["criteria"]["coverage_target"]
+    return (
+        f"The {lv:.0%} bound's coverage was in [{lo:.0%}, {hi:.0%}] in every scored month on "
+        f"{len(months_in)} of {len(rows)} logs and in {n_classes - len(out)} of {n_classes} job-size classes"
+        + (f" (outside: {', '.join(out)})" if out else "")
+        + "."
+    )
 
 
 def hygiene_line(h: dict | None) -> str | None:

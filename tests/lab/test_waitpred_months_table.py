@@ -36,11 +36,17 @@ def _wp_promise() -> dict:
         "zero": {"months": {"1997-01": m(0.66), "1997-02": m(0.66)}, "pooled": {"mae_h": 5.2}},
         "corrected_q20": {"months": {"1997-01": m(0.68), "1997-02": m(0.64)}, "pooled": {"mae_h": 4.4}},
         "corrected_q40": {"months": {"1997-01": m(0.655), "1997-02": m(0.595)}, "pooled": {"mae_h": 3.8}},
+        "guarded": {"size_classes": {"1": {"n": 150, "coverage": 0.9}, "16-31": {"n": 50, "coverage": 0.74}}},
     }
     return {
         "pick": "corrected_q20",
-        "params": {"margin": 0.05},
+        "params": {"margin": 0.05, "level": 0.9},
         "out_of_sample": oos,
+        "criteria": {
+            "coverage_in_target_every_month": True,
+            "coverage_target": [0.85, 0.95],
+            "coverage_size_classes_outside_target": ["16-31"],
+        },
         "guard": {"check": "eligibility judged on 2 rolling-origin folds", "single_tail_pick": "corrected_q40"},
     }
 
@@ -55,7 +61,11 @@ def test_the_promise_table_shows_the_pick_beside_the_single_tails_month_by_month
     assert "| 1997-02 | 100 | 66.0% | -2.0 | yes | -6.5 | **no** |" in L
     (answer, _) = waitpred_answer([("KTH-SP2", _wp_promise())])
     assert "in 2 of 2 scored months (KTH-SP2)" in answer and "kept it in 1." in answer
-    assert answer.endswith("KTH-SP2 4.40 against 3.80 (5.20).")
+    assert "KTH-SP2 4.40 against 3.80 (5.20). " in answer
+    assert answer.endswith(
+        "The 90% bound's coverage was in [85%, 95%] in every scored month on 1 of 1 logs and in 1 of 2 "
+        "job-size classes (outside: KTH-SP2 16-31 74.0%)."
+    )
     # an output written before the folds: no table, no answer
     old = {k: v for k, v in _wp_promise().items() if k != "guard"}
     assert waitpred_promise(old) == [] and waitpred_answer([("KTH-SP2", old)]) == []
