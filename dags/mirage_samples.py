@@ -36,6 +36,18 @@ ended since and now appears) are sampled. A scheduled run without ``trace``
 has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
 without ``trace`` samples its day of a synthetic trace generated for that day's month
 (6 samples per node size and day).
+
+A watched folder (``HOUSE_SACCT_EXPORT_URI``, ``house.watch``: a site drops one ``sacct``
+export per day, ``ls6-2023-01-31.log.gz``) also starts a run per new file, which samples that
+file's day with the *folder* as its trace: ``ingest`` reads a folder as one trace, its export
+files in day order (``mirage_tasks.data.exports``). So every day of the folder is in one
+family named by the folder, the day events carry one ``trace`` (the folder), and when a month
+is complete ``mirage_monthly`` starts one ``mirage_pipeline`` run with the folder as its trace,
+which reads those partitions (and samples again only a day whose jobs the later exports
+changed: a day is sampled when its file arrives, before its workload's days). A backfill of
+watched days gives the folder's URI (as ``HOUSE_SACCT_EXPORT_URI`` names it) as ``trace``
+and skips the committed days; days sampled from a single export file as the trace are
+another family and are never replaced.
 """
 
 from __future__ import annotations

@@ -223,15 +223,19 @@ def trace_identity(run: MirageRun, fingerprint: str | None = None) -> dict[str, 
 
 
 def trace_fingerprint(uri: str) -> str:
-    """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file)."""
+    """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file), or of a
+    folder of daily exports: its export files only (:func:`mirage_tasks.data.exports.fingerprint`)."""
     from stepkit.step import input_fingerprint  # fsspec, only when planning a real run
 
-    return input_fingerprint(uri)
+    from ..data import exports
+
+    return exports.fingerprint(uri) if exports.is_folder(uri) else input_fingerprint(uri)
 
 
 def sample_source(identity: dict[str, Any], run: MirageRun) -> dict[str, Any]:
     """What names a sample family's trace: a real trace by its location (time zone and window),
-    not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
+    not its content, so a trace that grows in place (a daily ``sacct`` export, or a folder of
+    daily exports: :mod:`mirage_tasks.data.exports`, named by the folder) keeps its family;
     each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.data.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
     if identity["kind"] == "ingest" and run.trace:

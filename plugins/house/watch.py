@@ -8,7 +8,19 @@ where a site's exporter drops one file per day, named with that day
 ``sacct_exports``, whose :class:`SacctExportTrigger` (run by the triggerer) lists the folder
 every ``HOUSE_SACCT_EXPORT_POLL`` seconds (60) and emits one asset event per new export file,
 ``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}``; the asset-triggered run
-samples that day of that file (:func:`export_events`).
+samples that day (:func:`export_events`) with the folder as its trace (:func:`export_params`):
+``ingest`` reads a folder as one trace, its export files in day order
+(``mirage_tasks.data.exports``), so the days of the folder are one sample family (named by
+the folder) and ``mirage_monthly`` starts one ``mirage_pipeline`` run per month with the
+folder as its trace, reading those days' partitions. A backfill of watched days gives the
+folder as ``trace`` (the same URI as ``HOUSE_SACCT_EXPORT_URI``, e.g. ``file:///data/ls6/sacct``)
+and skips what the watched runs committed. Days sampled from one export file as the trace
+(the layout before) are another family: they stay as committed and are never replaced.
+
+A day is sampled when its file arrives, from the exports there by then: its samples' workload
+(the ``workload_days`` after it) is not in the folder yet. Each partition records the digest
+of the jobs it saw (``mirage_tasks.data.prefixes``), so the month's pipeline run samples again
+the days whose jobs the later exports changed, and reuses the others.
 
 The files already announced are kept in the asset's state store (Airflow's, in the metadata
 database, key ``seen``), so a restarted triggerer does not announce old files again; the
@@ -42,6 +54,8 @@ DEFAULT_POLL_S = 60.0
 ASSET_NAME = "sacct_exports"
 #: Key of the announced files in the asset's state store.
 SEEN_KEY = "seen"
+#: The export-name rule, as ``mirage_tasks.data.exports`` (whose ``ingest`` reads the folder) has it:
+#: the plugins never import the task packages; tests/dags/test_sacct_watch.py pins the two equal.
 DAY = re.compile(r"(\d{4}-\d{2}-\d{2})")
 #: File names that are never exports (partial uploads, hidden files, markers).
 IGNORED = re.compile(r"^(\.|_)|\.(tmp|part|partial|crdownload)$")
@@ -255,10 +269,18 @@ def export_events(context: Mapping[str, Any]) -> list[dict[str, str]]:
     return sorted(out, key=lambda p: (p["day"], p.get("name", "")))
 
 
+def export_folder(payload: Mapping[str, str]) -> str:
+    """The watched folder ``payload``'s export file lies in (its URI, as ``HOUSE_SACCT_EXPORT_URI``
+    names it once normalised)."""
+    return payload["uri"].rsplit("/", 1)[0]
+
+
 def export_params(payload: Mapping[str, str], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The params a run started by ``payload``'s export overrides: the file is its trace, in the
+    """The params a run started by ``payload``'s export overrides: the watched folder is its trace
+    (every export file in it, in day order: ``ingest`` reads a folder as one trace), so every day
+    of the folder is one sample family and a month of them one ``mirage_pipeline`` run; in the
     exports' time zone unless the DAG's params name one."""
-    out: dict[str, Any] = {"trace": payload["uri"]}
+    out: dict[str, Any] = {"trace": export_folder(payload)}
     if payload.get("timezone") and not params.get("trace_timezone"):
         out["trace_timezone"] = payload["timezone"]
     return out

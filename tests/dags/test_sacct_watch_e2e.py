@@ -6,7 +6,8 @@ PostgreSQL, ``airflow scheduler`` (LocalExecutor), ``airflow triggerer`` (which 
 input roots. The test drops the Lonestar6 log into the folder as ``ls6-2023-01-10.log.gz``
 (written under a ``.part`` name, then renamed, as an exporter should) and a file whose name has
 no day, then waits for an asset-triggered run of ``mirage_samples`` whose ``sample`` tasks
-commit the day's partitions from that file, the triggerer's log naming the day, and no run for
+commit the day's partitions with the folder as the trace (the badly named file skipped by
+``ingest``), the triggerer's log naming the day, and no run for
 the badly named file (its reason in the triggerer's log). Everything started is stopped at the end.
 """
 
@@ -118,7 +119,8 @@ def test_an_export_dropped_in_the_folder_samples_its_day(tmp_path, ls6_log):
             parts = sorted(storage.glob(f"mirage/samples/node*-*/day={DAY}/_SUCCESS.json"))
             assert len(parts) == 2, parts
             extra = extra if isinstance(extra, dict) else json.loads(extra)
-            assert extra["day"] == DAY and extra["params"]["trace"] == f"file://{exports}/ls6-{DAY}.log.gz", extra
+            # the folder is the run's trace (one family for every watched day; mirage_monthly's month)
+            assert extra["day"] == DAY and extra["params"]["trace"] == f"file://{exports}", extra
             trig = logs["triggerer"].read_text(errors="replace")
             assert f"sacct export ls6-{DAY}.log.gz brings {DAY}" in trig, tail(logs["triggerer"])
             assert "sacct export 'ls6-latest.log.gz': no day (YYYY-MM-DD) in its name" in trig
