@@ -5,6 +5,7 @@ is checked against the allowed roots like a file; and the sample family is named
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
@@ -156,3 +157,77 @@ def test_the_days_of_a_folder_are_one_family_named_by_the_folder():
         tuple(p.rsplit("/", 1)[0] for p in samples_day(one, "/r/mirage", t, "2023-02-01")["partitions"].values())
         not in fams
     )
+
+
+def _ls6_days(ls6_log, folder, first: str, last: str) -> None:
+    """The ls6 log's jobs as a site's daily exports: one file per local submit day in [first, last]."""
+    lines = gzip.open(ls6_log, "rt").read().splitlines()
+    head, rows = lines[1:3], lines[3:]
+    by_day: dict[str, list[str]] = {}
+    for r in rows:
+        f = r.split("\t")
+        if len(f) >= 10 and first <= f[4][:10] <= last:
+            by_day.setdefault(f[4][:10], []).append(r)
+    for day, kept in by_day.items():
+        (folder / f"ls6-{day}.log").write_text("\n".join([*head, *kept]) + "\n")
+
+
+@pytest.mark.timeout(300)
+def test_a_growing_folder_keeps_its_days_and_a_backfill_skips_them(ls6_log, tmp_path):
+    """Real ingest and sample runs on the ls6 log cut into daily exports. Jan 2 and Jan 8 sampled
+    from the folder holding Jan 1-8 (as the watched runs of those files do); four more exports
+    arrive; a backfill of both days with the folder as its trace skips Jan 2 (its jobs are the
+    same) and samples Jan 8 again (the new exports hold jobs of its workload). Jan 2 sampled
+    earlier from its own export file (the layout before) is another family and stays untouched."""
+    from mirage_tasks.run.plan import checked_against, samples_day, samples_trace, trace_fingerprint
+    from mirage_tasks.run.runconf import MirageRun
+
+    steps = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample")}
+    folder, shared = tmp_path / "exports", str(tmp_path / "mirage")
+    folder.mkdir()
+    _ls6_days(ls6_log, folder, "2023-01-01", "2023-01-08")
+    params = {
+        "trace_timezone": "America/Chicago",
+        "node_sizes": [1],
+        "interval_hours": 8,
+        "probes": 2,
+        "warmup_days": 2,
+        "workload_days": 5,
+    }
+
+    def runs(trace: str, days: list[str]) -> dict[str, dict]:
+        """Ingest ``trace`` and plan ``days`` against it (what ``day_plan`` does after ``prepare_trace``)."""
+        run = MirageRun.from_params(dict(params, trace=trace))
+        t = samples_trace(run, shared, days[0], trace_fingerprint(trace))
+        assert main("mirage_tasks", steps, t["argv"]) == 0
+        return {d: samples_day(run, shared, t, d, have=checked_against(t["trace"], 5), workers=1) for d in days}
+
+    def sample(planned: dict[str, dict]) -> None:
+        for d in planned.values():
+            for argv in d["sample"]:
+                assert main("mirage_tasks", steps, argv) == 0
+
+    def stamp(partition: str) -> int:
+        return os.stat(f"{partition}/{MARKER}").st_mtime_ns
+
+    single = runs(f"file://{folder}/ls6-2023-01-02.log", ["2023-01-02"])
+    sample(single)
+    watched = runs(f"file://{folder}", ["2023-01-02", "2023-01-08"])
+    assert {d: p["missing"] for d, p in watched.items()} == {"2023-01-02": [1], "2023-01-08": [1]}
+    sample(watched)
+    parts = {d: p["partitions"]["1"] for d, p in watched.items()}
+    assert single["2023-01-02"]["partitions"]["1"] != parts["2023-01-02"]  # another family
+    before = {d: stamp(p) for d, p in parts.items()}
+    old = stamp(single["2023-01-02"]["partitions"]["1"])
+
+    assert {d: p["missing"] for d, p in runs(f"file://{folder}", list(parts)).items()} == {
+        "2023-01-02": [],
+        "2023-01-08": [],
+    }
+    _ls6_days(ls6_log, folder, "2023-01-09", "2023-01-12")  # four more days' exports arrive
+    backfill = runs(f"file://{folder}", list(parts))
+    assert {d: p["partitions"]["1"] for d, p in backfill.items()} == parts  # the same family
+    assert {d: p["missing"] for d, p in backfill.items()} == {"2023-01-02": [], "2023-01-08": [1]}
+    sample(backfill)
+    assert stamp(parts["2023-01-02"]) == before["2023-01-02"] and stamp(parts["2023-01-08"]) != before["2023-01-08"]
+    assert stamp(single["2023-01-02"]["partitions"]["1"]) == old
