@@ -101,6 +101,11 @@ def list_exports(folder: str) -> Exports:
     return out
 
 
+def first_day(folder: str) -> str:
+    """The day of the folder's oldest export."""
+    return list_exports(folder).files[0][0]
+
+
 def fingerprint(folder: str) -> str:
     """The content fingerprint of the export files of ``folder`` (their names and SHA-256s, in
     day order): what ``ingest`` reads, nothing else (an upload in progress, a marker)."""

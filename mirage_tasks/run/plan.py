@@ -600,6 +600,17 @@ def newest_complete_day(last_submit: str, workload_days: float) -> str:
     return (t.date() - timedelta(days=1)).isoformat()
 
 
+def export_sample_day(export_day: str, workload_days: float) -> str:
+    """The day a watched folder's export of ``export_day`` completes: ``export_day`` minus one
+    day minus the workload (whole days). Every job its samples can see (submitted before its
+    horizon, :func:`mirage_tasks.data.prefixes.horizon`: UTC midnight starting ``export_day``)
+    is in the exports up to ``export_day``, whatever the site's time zone, so the partition
+    sampled when that export arrives stays valid as later exports arrive (unless one changes
+    an earlier job's row)."""
+    d = datetime.fromisoformat(export_day).date() - timedelta(days=1 + math.ceil(float(workload_days)))
+    return d.isoformat()
+
+
 def samples_day(
     run: MirageRun, shared: str, trace: dict[str, Any], day: str, have: Any = None, workers: int | None = None
 ) -> dict[str, Any]:

@@ -7,8 +7,10 @@ where a site's exporter drops one file per day, named with that day
 ``mirage_samples`` keeps its daily cron alone. Set, the DAG is also scheduled on the asset
 ``sacct_exports``, whose :class:`SacctExportTrigger` (run by the triggerer) lists the folder
 every ``HOUSE_SACCT_EXPORT_POLL`` seconds (60) and emits one asset event per new export file,
-``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}``; the asset-triggered run
-samples that day (:func:`export_events`) with the folder as its trace (:func:`export_params`):
+``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}`` (:func:`export_events`);
+the asset-triggered run samples the day that export completes (``mirage_samples``: the export's
+day minus one day and the workload, whose samples' jobs are all in the folder by then) with the
+folder as its trace (:func:`export_params`):
 ``ingest`` reads a folder as one trace, its export files in day order
 (``mirage_tasks.data.exports``), so the days of the folder are one sample family (named by
 the folder) and ``mirage_monthly`` starts one ``mirage_pipeline`` run per month with the
@@ -17,10 +19,14 @@ folder as ``trace`` (the same URI as ``HOUSE_SACCT_EXPORT_URI``, e.g. ``file:///
 and skips what the watched runs committed. Days sampled from one export file as the trace
 (the layout before) are another family: they stay as committed and are never replaced.
 
-A day is sampled when its file arrives, from the exports there by then: its samples' workload
-(the ``workload_days`` after it) is not in the folder yet. Each partition records the digest
-of the jobs it saw (``mirage_tasks.data.prefixes``), so the month's pipeline run samples again
-the days whose jobs the later exports changed, and reuses the others.
+So a day is sampled once its workload's exports are there, and its partition (which records
+the digest of the jobs it saw, ``mirage_tasks.data.prefixes``) stays valid as later exports
+arrive; an export that changes an earlier job's row (a job in two days' exports keeps the
+newest row) makes the days that see it stale, and the month's pipeline run samples those again.
+A month is complete when the export six days after its last day (five-day workload) arrives;
+the first exports of a folder complete days before it and their runs skip. Exports that land
+together may reach one run (the scheduler gives a new run every event queued): it samples the
+day the newest completes and names the others' days in its log, to backfill.
 
 The files already announced are kept in the asset's state store (Airflow's, in the metadata
 database, key ``seen``), so a restarted triggerer does not announce old files again; the

@@ -259,9 +259,9 @@ class _Outlet:
         self.partitions.append(key)
 
 
-def _samples_day(dag, params: dict, run_type: str, day: str, payload: dict | None = None) -> dict:
+def _samples_day(dag, params: dict, run_type: str, day: str, payload: dict | list | None = None) -> dict:
     """``mirage_samples``' own ``plan`` and ``day_plan`` tasks for one run (no database): a run
-    started by ``payload``'s export, else a backfill of ``day``."""
+    started by ``payload``'s export (or a list of exports that landed together), else a backfill of ``day``."""
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
@@ -270,7 +270,10 @@ def _samples_day(dag, params: dict, run_type: str, day: str, payload: dict | Non
     when = datetime.fromisoformat(day).replace(tzinfo=UTC)
     events = {}
     if payload is not None:
-        events = {Asset(name="sacct_exports", uri="file:///x"): [SimpleNamespace(extra={"payload": payload})]}
+        payloads = payload if isinstance(payload, list) else [payload]
+        events = {
+            Asset(name="sacct_exports", uri="file:///x"): [SimpleNamespace(extra={"payload": p}) for p in payloads]
+        }
     ctx = {
         "params": params,
         "dag_run": SimpleNamespace(run_type=run_type, partition_date=None if payload else when, run_after=when),
@@ -290,16 +293,19 @@ def _commit(partition: str) -> None:
     step.commit()
 
 
-def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, monkeypatch):
-    """Every export of February dropped in the watched folder: each run samples its day with the
-    folder as its trace, so the days share one family per node size and their events one trace;
+def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, monkeypatch, capsys):
+    """The exports of February and early March dropped in the watched folder one by one: each
+    run samples the day its export completes (six days before it: a day and the five-day
+    workload) with the folder as its trace, so the days share one family per node size and their events one trace;
     mirage_monthly's month task then starts one mirage_pipeline run whose trace is the folder and
     whose plan reads exactly those partitions. A backfill of the same days skips them all, and a
     day committed earlier from one export file as the trace (its own family) is left as it was."""
     import copy
     import json
-    from datetime import UTC, datetime
+    from datetime import UTC, date, datetime, timedelta
     from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from mirage_tasks.run.plan import plan_run
     from mirage_tasks.run.runconf import MirageRun
@@ -323,13 +329,24 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
         _commit(part)
     before = {n: read_marker(p) for n, p in single["partitions"].items()}
 
+    def export(day: str) -> dict:
+        """The site drops ``day``'s export into the folder: the watcher's payload for it."""
+        name = f"ls6-{day}.log"
+        (folder / name).write_text(f"JobID|Submit|NNodes\n{day[-2:]}{day[5:7]}|{day}T01:00:00|1\n")
+        return {"uri": f"{uri}/{name}", "day": day, "name": name, "timezone": "America/Chicago"}
+
+    # the first exports complete days before the folder's first: those runs sample nothing
+    for day in days[1:6]:
+        with pytest.raises(
+            AirflowSkipException, match=rf"ls6-{day}.log completes .*, before the folder's first export \(2023-02-01\)"
+        ):
+            _samples_day(samples, params, "asset_triggered", day, export(day))
     [asset] = samples.get_task("publish").outlets
     extras = []
-    for day in days:
-        name = f"ls6-{day}.log"
-        (folder / name).write_text(f"JobID|Submit|NNodes\n{day[-2:]}|{day}T01:00:00|1\n")
-        payload = {"uri": f"{uri}/{name}", "day": day, "name": name, "timezone": "America/Chicago"}
-        d = _samples_day(samples, params, "asset_triggered", day, payload)
+    # the export of Feb 7 completes Feb 1 (its samples' jobs: submitted before Feb 7, UTC), ..., Mar 6 Feb 28
+    arrivals = [(date.fromisoformat(d) + timedelta(days=6)).isoformat() for d in days]
+    for day, arrival in zip(days, arrivals):
+        d = _samples_day(samples, params, "asset_triggered", arrival, export(arrival))
         assert d["day"] == day and d["missing"] == [1, 8]
         for part in d["partitions"].values():
             _commit(part)
@@ -337,6 +354,14 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
         samples.get_task("publish").python_callable(d, params=params, outlet_events={asset: outlet})
         assert outlet.partitions == [f"{day}T00:00:00"] and outlet.extra["params"]["trace"] == uri
         extras.append(json.loads(json.dumps(outlet.extra)))
+    # two exports landing together give one run: it samples the day the newer completes (Mar 8's:
+    # Mar 2) and names the other's day (Mar 1) to backfill
+    two = [export("2023-03-07"), export("2023-03-08")]
+    capsys.readouterr()
+    assert _samples_day(samples, params, "asset_triggered", "2023-03-07", two[::-1])["day"] == "2023-03-02"
+    assert "ls6-2023-03-07.log (2023-03-07, completes 2023-03-01) arrived with this run: backfill 2023-03-01" in (
+        capsys.readouterr().out
+    )
     families = {n: {p.rsplit("/", 1)[0] for p in (e["partitions"][n] for e in extras)} for n in ("1", "8")}
     assert all(len(f) == 1 for f in families.values())  # one family per node size for the month
 
@@ -365,7 +390,6 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
 
     # a month whose first day came from the export file (the layout before) names two traces: refused
     single_extra = dict(extras[0], params=dict(extras[0]["params"], trace=f"{uri}/ls6-2023-02-01.log"))
-    from airflow.sdk.exceptions import AirflowFailException
 
     mixed = {asset: [SimpleNamespace(extra=e) for e in [single_extra, *extras[1:]]]}
     with pytest.raises(AirflowFailException, match="different param sets"):

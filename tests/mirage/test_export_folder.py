@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from datetime import date, timedelta
 
 import pytest
 
@@ -175,11 +176,18 @@ def _ls6_days(ls6_log, folder, first: str, last: str) -> None:
 @pytest.mark.timeout(300)
 def test_a_growing_folder_keeps_its_days_and_a_backfill_skips_them(ls6_log, tmp_path):
     """Real ingest and sample runs on the ls6 log cut into daily exports. Jan 2 and Jan 8 sampled
-    from the folder holding Jan 1-8 (as the watched runs of those files do); four more exports
-    arrive; a backfill of both days with the folder as its trace skips Jan 2 (its jobs are the
-    same) and samples Jan 8 again (the new exports hold jobs of its workload). Jan 2 sampled
+    from the folder holding Jan 1-8 (Jan 2: what the watched run of Jan 8's export samples; Jan 8:
+    a day sampled before its workload's exports); four more exports arrive; a backfill of both
+    days with the folder as its trace skips Jan 2 (its jobs are the same) and samples Jan 8 again
+    (the new exports hold jobs of its workload). Jan 2 sampled
     earlier from its own export file (the layout before) is another family and stays untouched."""
-    from mirage_tasks.run.plan import checked_against, samples_day, samples_trace, trace_fingerprint
+    from mirage_tasks.run.plan import (
+        checked_against,
+        export_sample_day,
+        samples_day,
+        samples_trace,
+        trace_fingerprint,
+    )
     from mirage_tasks.run.runconf import MirageRun
 
     steps = {s: (f"mirage_tasks.steps.{s}", "") for s in ("ingest", "sample")}
@@ -210,6 +218,8 @@ def test_a_growing_folder_keeps_its_days_and_a_backfill_skips_them(ls6_log, tmp_
     def stamp(partition: str) -> int:
         return os.stat(f"{partition}/{MARKER}").st_mtime_ns
 
+    # the watched run of Jan 8's export samples the day it completes: Jan 2
+    assert export_sample_day("2023-01-08", 5) == "2023-01-02"
     single = runs(f"file://{folder}/ls6-2023-01-02.log", ["2023-01-02"])
     sample(single)
     watched = runs(f"file://{folder}", ["2023-01-02", "2023-01-08"])
@@ -231,3 +241,18 @@ def test_a_growing_folder_keeps_its_days_and_a_backfill_skips_them(ls6_log, tmp_
     sample(backfill)
     assert stamp(parts["2023-01-02"]) == before["2023-01-02"] and stamp(parts["2023-01-08"]) != before["2023-01-08"]
     assert stamp(single["2023-01-02"]["partitions"]["1"]) == old
+
+
+@pytest.mark.parametrize("workload_days", [5, 4.5, 0.25])
+def test_the_day_an_export_completes_sees_only_jobs_of_the_exports_so_far(workload_days):
+    """Its samples' horizon is the UTC midnight starting the export's day: the jobs submitted
+    before it are in that export or an earlier one, in any site time zone (UTC-12 to UTC+14)."""
+    from mirage_tasks.data.prefixes import horizon
+    from mirage_tasks.run.plan import export_sample_day
+
+    for export_day in ("2023-03-01", "2024-01-06", "2023-12-31"):
+        day = export_sample_day(export_day, workload_days)
+        assert horizon(day, workload_days) == export_day
+        # one day later and its horizon reaches into the next export (a site east of UTC)
+        later = (date.fromisoformat(day) + timedelta(days=1)).isoformat()
+        assert horizon(later, workload_days) > export_day
