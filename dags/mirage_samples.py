@@ -36,6 +36,21 @@ ended since and now appears) are sampled. A scheduled run without ``trace``
 has nothing to follow and skips (unpausing costs nothing). A manual run or backfill
 without ``trace`` samples its day of a synthetic trace generated for that day's month
 (6 samples per node size and day).
+
+A watched folder (``HOUSE_SACCT_EXPORT_URI``, ``house.watch``: a site drops one ``sacct``
+export per day, ``ls6-2023-01-31.log.gz``) also starts a run per new file, with the *folder*
+as its trace: ``ingest`` reads a folder as one trace, its export files in day order
+(``mirage_tasks.data.exports``). The run samples the day its export completes
+(``mirage_tasks.run.plan.export_sample_day``: the export's day minus one day and the workload,
+so every job its samples see is in the folder already, in any site time zone, and the
+partition stays valid as later exports arrive; of several exports that reached one run, the
+newest, the others' days named in its log to backfill); a run whose day precedes the folder's
+first export skips. So every day of the folder is in one family named by the folder, the day events
+carry one ``trace`` (the folder), and when a month is complete (its last day's export plus
+the workload's) ``mirage_monthly`` starts one ``mirage_pipeline`` run with the folder as its
+trace, which reads those partitions. A backfill of watched days gives the folder's URI (as
+``HOUSE_SACCT_EXPORT_URI`` names it) as ``trace`` and skips the committed days; days
+sampled from a single export file as the trace are another family and are never replaced.
 """
 
 from __future__ import annotations
@@ -84,7 +99,8 @@ with DAG(
         from airflow.sdk.exceptions import AirflowSkipException
 
         from house import input_roots
-        from mirage_tasks.run.plan import samples_trace, trace_fingerprint
+        from mirage_tasks.data.exports import first_day
+        from mirage_tasks.run.plan import export_sample_day, samples_trace, trace_fingerprint
         from mirage_tasks.run.runconf import MirageRun, input_params
         from stepkit import StepError, reach
 
@@ -94,18 +110,29 @@ with DAG(
             raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(UTC).date().isoformat()
-        # a run started by a new sacct export (house.watch): the day of that file, sampled from it
+        # a run started by a new sacct export (house.watch): the watched folder is its trace, and
+        # its day the one that export completes (its samples' jobs all in the folder by then)
         exports = export_events(context) if dr.run_type == "asset_triggered" else []
         overrides = export_params(exports[0], params) if exports else {}
-        if exports:
-            day = exports[0]["day"]
-            params.update(overrides)
-            for e in exports[1:]:
-                print(f"export {e['name']} ({e['day']}) arrived with this run: not sampled here (backfill that day)")
+        params.update(overrides)
         try:
             run = MirageRun.from_params(params)
             # the params a step opens are data, not reach: under the allowed roots, before the trace is read
             reach.check_params(input_params(run), input_roots())
+            if exports:  # several when they landed together (one run): the newest completes the newest day
+                day = export_sample_day(exports[-1]["day"], run.workload_days)
+                first = first_day(run.trace)
+                for e in exports[:-1]:
+                    done = export_sample_day(e["day"], run.workload_days)
+                    if done >= first:
+                        print(
+                            f"export {e['name']} ({e['day']}, completes {done}) arrived with this run: backfill {done}"
+                        )
+                if day < first:
+                    raise AirflowSkipException(
+                        f"export {exports[-1]['name']} completes {day}, before the folder's first export ({first}): "
+                        "nothing to sample yet"
+                    )
             fp = trace_fingerprint(run.trace) if run.trace else None
             trace = samples_trace(run, storage_prefix("mirage"), day, fp)
         except (ValueError, StepError) as exc:

@@ -21,6 +21,7 @@ change it"; tests/mirage/test_trace_format_recipe.py adds one inside the test).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import re
@@ -33,6 +34,7 @@ import pandas as pd
 
 from stepkit import StepError, reach, storage
 
+from .exports import is_folder, list_exports
 from .schema import COLUMNS, TraceMeta
 
 log = logging.getLogger(__name__)
@@ -65,9 +67,15 @@ _STEP_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?\.")  # 123.batch, 123_4.0, 123+1.ext
 class Rejected:
     line: int
     reason: str
+    #: the export file of a folder trace the line is in (None: the trace is one file)
+    file: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "reason": self.reason}
+        return {"line": self.line, "reason": self.reason, **({"file": self.file} if self.file else {})}
+
+    def where(self) -> str:
+        """``line N`` of the trace, or ``<file>: line N`` of a folder's export file."""
+        return f"{self.file}: line {self.line}" if self.file else f"line {self.line}"
 
 
 @dataclass
@@ -240,13 +248,55 @@ def _is_number(s: str) -> bool:
 
 
 def parse(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResult:
-    """Read ``uri`` in format ``fmt`` (``auto``: :func:`detect_format`) with its :data:`READERS` row."""
+    """Read ``uri`` in format ``fmt`` (``auto``: :func:`detect_format`) with its :data:`READERS` row;
+    a folder of daily exports with :func:`parse_folder`."""
+    if is_folder(uri):
+        return parse_folder(uri, fmt, timezone)
+    return _parse_file(uri, fmt, timezone)
+
+
+def _parse_file(uri: str, fmt: str, timezone: str | None) -> ParseResult:
     lines, about = _text_lines(uri)
     if fmt == "auto":
         fmt = detect_format(lines, uri, about)
     if fmt not in READERS:
         raise StepError(f"--format {fmt!r}: choose from {', '.join(formats())}")
     return READERS[fmt].parse(lines, uri, timezone)
+
+
+def parse_folder(uri: str, fmt: str = "auto", timezone: str | None = None) -> ParseResult:
+    """A folder of daily exports (:mod:`mirage_tasks.data.exports`) read as one trace: each
+    export file parsed on its own (its rejected rows name it and their line in it), in day
+    order, and the rows joined. One format for all (``auto``: the first file's); a job in
+    several exports (one running across midnight is in each day's) keeps the row of the newest
+    export, which knows the most about it (counted in ``notes["duplicates_across_files"]``).
+    The entries skipped (no day in the name, a subfolder) are logged and listed in
+    ``notes["skipped"]``."""
+    folder = uri.rstrip("/")
+    found = list_exports(folder)
+    for name, why in found.skipped:
+        log.warning("%s: %s skipped: %s", folder, name, why)
+    frames, rejected, per_file = [], [], []
+    rows_read, first_fmt, meta0 = 0, None, None
+    for day, file_uri in found.files:
+        name = file_uri.rsplit("/", 1)[-1]
+        res = _parse_file(file_uri, first_fmt or fmt, timezone)
+        if first_fmt is None:
+            first_fmt, meta0 = res.meta.format, res.meta
+        rows_read += res.rows_read
+        rejected.extend(Rejected(r.line, r.reason, name) for r in res.rejected)
+        frames.append(res.frame)
+        per_file.append({"name": name, "day": day, "rows_read": res.rows_read, "rows_rejected": len(res.rejected)})
+    df = pd.concat(frames, ignore_index=True)
+    dup = df["job_id"].duplicated(keep="last")
+    df = df[~dup].reset_index(drop=True)
+    meta = dataclasses.replace(meta0, source=folder)
+    notes = {
+        "files": per_file,
+        "skipped": [{"name": n, "why": w} for n, w in found.skipped],
+        "duplicates_across_files": int(dup.sum()),
+    }
+    return ParseResult(df, meta, rows_read, rejected, notes)
 
 
 # ---------------------------------------------------------------- sacct

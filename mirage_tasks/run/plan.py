@@ -223,15 +223,19 @@ def trace_identity(run: MirageRun, fingerprint: str | None = None) -> dict[str, 
 
 
 def trace_fingerprint(uri: str) -> str:
-    """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file)."""
+    """Content fingerprint of a raw trace file (sha256 through fsspec; reads the file), or of a
+    folder of daily exports: its export files only (:func:`mirage_tasks.data.exports.fingerprint`)."""
     from stepkit.step import input_fingerprint  # fsspec, only when planning a real run
 
-    return input_fingerprint(uri)
+    from ..data import exports
+
+    return exports.fingerprint(uri) if exports.is_folder(uri) else input_fingerprint(uri)
 
 
 def sample_source(identity: dict[str, Any], run: MirageRun) -> dict[str, Any]:
     """What names a sample family's trace: a real trace by its location (time zone and window),
-    not its content, so a trace that grows in place (a daily ``sacct`` export) keeps its family;
+    not its content, so a trace that grows in place (a daily ``sacct`` export, or a folder of
+    daily exports: :mod:`mirage_tasks.data.exports`, named by the folder) keeps its family;
     each day partition records the digest of the jobs it saw (:mod:`mirage_tasks.data.prefixes`).
     A synthetic trace by its identity (profile, seed, window)."""
     if identity["kind"] == "ingest" and run.trace:
@@ -594,6 +598,17 @@ def newest_complete_day(last_submit: str, workload_days: float) -> str:
     job was submitted at ``last_submit``: how a scheduled run follows a growing trace."""
     t = _ts(last_submit, "last_submit") - timedelta(days=workload_days)
     return (t.date() - timedelta(days=1)).isoformat()
+
+
+def export_sample_day(export_day: str, workload_days: float) -> str:
+    """The day a watched folder's export of ``export_day`` completes: ``export_day`` minus one
+    day minus the workload (whole days). Every job its samples can see (submitted before its
+    horizon, :func:`mirage_tasks.data.prefixes.horizon`: UTC midnight starting ``export_day``)
+    is in the exports up to ``export_day``, whatever the site's time zone, so the partition
+    sampled when that export arrives stays valid as later exports arrive (unless one changes
+    an earlier job's row)."""
+    d = datetime.fromisoformat(export_day).date() - timedelta(days=1 + math.ceil(float(workload_days)))
+    return d.isoformat()
 
 
 def samples_day(

@@ -9,6 +9,11 @@ A job without a requested time gets one known at its submission
 ``--partition-max-limit``, else its user's finished jobs, else the log's default
 ``--default-limit-s``), before the time window is applied, so that the history before it counts.
 Jobs that never ran (no start, a time they left) are kept with that time as their end.
+
+``--trace`` may name a folder of daily exports (a site's ``sacct`` export per day, named with
+that day: :mod:`mirage_tasks.data.exports`): its export files are read in day order as one
+trace (each file's rejected rows name it), a job in several exports keeping its newest row;
+the files are the step's inputs, so a new day's file is a new trace.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pandas as pd
 from stepkit import Step, StepError
 
 from .. import __version__
+from ..data.exports import is_folder, list_exports
 from ..data.ingest import BadRows, formats, formats_help, parse
 from ..data.limits import DEFAULT_LIMIT_S, KINDS, fill_limits, parse_partition_max
 from ..data.prefixes import PREFIXES_FILE
@@ -37,7 +43,12 @@ BOUNDS = {"max_bad_rows": (0, None), "cluster_nodes": (1, 10_000_000), "default_
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", required=True, help="trace URI or path (.gz ok): sacct export or SWF")
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="trace URI or path (.gz ok): sacct export or SWF; or a folder of daily exports named with "
+        "their day (ls6-2023-01-31.log.gz), read in day order as one trace",
+    )
     p.add_argument("--out", required=True, help="output prefix URI (file://, path or s3://)")
     p.add_argument("--format", default="auto", choices=formats(), help=formats_help())
     p.add_argument(
@@ -100,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     }
     if part_max or args.default_limit_s:  # only when given: the runs that do not give them keep their keys
         params["limits"] = {"partition_max": part_max, "default_s": args.default_limit_s}
-    step = Step("ingest", args.out, __version__, params, inputs=[args.trace])
+    # a folder of daily exports: its export files are the inputs (mirage_tasks.data.exports), in day order
+    inputs = [uri for _day, uri in list_exports(args.trace).files] if is_folder(args.trace) else [args.trace]
+    step = Step("ingest", args.out, __version__, params, inputs=inputs)
     if step.skip():
         return 0
 
@@ -109,11 +122,11 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     bad = result.rejected
     for r in bad[:20]:
-        log.warning("%s: line %d rejected: %s", args.trace, r.line, r.reason)
+        log.warning("%s: %s rejected: %s", args.trace, r.where(), r.reason)
     if len(bad) > 20:
         log.warning("%s: ... and %d more rejected rows (all listed in %s)", args.trace, len(bad) - 20, REPORT_FILE)
     if len(bad) > args.max_bad_rows:
-        first = "; ".join(f"line {r.line}: {r.reason}" for r in bad[:5])
+        first = "; ".join(f"{r.where()}: {r.reason}" for r in bad[:5])
         raise BadRows(
             f"{args.trace}: {len(bad)} unusable rows exceed --max-bad-rows {args.max_bad_rows} "
             f"(first: {first}); nothing was written"

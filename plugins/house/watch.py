@@ -7,8 +7,26 @@ where a site's exporter drops one file per day, named with that day
 ``mirage_samples`` keeps its daily cron alone. Set, the DAG is also scheduled on the asset
 ``sacct_exports``, whose :class:`SacctExportTrigger` (run by the triggerer) lists the folder
 every ``HOUSE_SACCT_EXPORT_POLL`` seconds (60) and emits one asset event per new export file,
-``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}``; the asset-triggered run
-samples that day of that file (:func:`export_events`).
+``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}`` (:func:`export_events`);
+the asset-triggered run samples the day that export completes (``mirage_samples``: the export's
+day minus one day and the workload, whose samples' jobs are all in the folder by then) with the
+folder as its trace (:func:`export_params`):
+``ingest`` reads a folder as one trace, its export files in day order
+(``mirage_tasks.data.exports``), so the days of the folder are one sample family (named by
+the folder) and ``mirage_monthly`` starts one ``mirage_pipeline`` run per month with the
+folder as its trace, reading those days' partitions. A backfill of watched days gives the
+folder as ``trace`` (the same URI as ``HOUSE_SACCT_EXPORT_URI``, e.g. ``file:///data/ls6/sacct``)
+and skips what the watched runs committed. Days sampled from one export file as the trace
+(the layout before) are another family: they stay as committed and are never replaced.
+
+So a day is sampled once its workload's exports are there, and its partition (which records
+the digest of the jobs it saw, ``mirage_tasks.data.prefixes``) stays valid as later exports
+arrive; an export that changes an earlier job's row (a job in two days' exports keeps the
+newest row) makes the days that see it stale, and the month's pipeline run samples those again.
+A month is complete when the export six days after its last day (five-day workload) arrives;
+the first exports of a folder complete days before it and their runs skip. Exports that land
+together may reach one run (the scheduler gives a new run every event queued): it samples the
+day the newest completes and names the others' days in its log, to backfill.
 
 The files already announced are kept in the asset's state store (Airflow's, in the metadata
 database, key ``seen``), so a restarted triggerer does not announce old files again; the
@@ -42,6 +60,8 @@ DEFAULT_POLL_S = 60.0
 ASSET_NAME = "sacct_exports"
 #: Key of the announced files in the asset's state store.
 SEEN_KEY = "seen"
+#: The export-name rule, as ``mirage_tasks.data.exports`` (whose ``ingest`` reads the folder) has it:
+#: the plugins never import the task packages; tests/dags/test_sacct_watch.py pins the two equal.
 DAY = re.compile(r"(\d{4}-\d{2}-\d{2})")
 #: File names that are never exports (partial uploads, hidden files, markers).
 IGNORED = re.compile(r"^(\.|_)|\.(tmp|part|partial|crdownload)$")
@@ -255,10 +275,18 @@ def export_events(context: Mapping[str, Any]) -> list[dict[str, str]]:
     return sorted(out, key=lambda p: (p["day"], p.get("name", "")))
 
 
+def export_folder(payload: Mapping[str, str]) -> str:
+    """The watched folder ``payload``'s export file lies in (its URI, as ``HOUSE_SACCT_EXPORT_URI``
+    names it once normalised)."""
+    return payload["uri"].rsplit("/", 1)[0]
+
+
 def export_params(payload: Mapping[str, str], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The params a run started by ``payload``'s export overrides: the file is its trace, in the
+    """The params a run started by ``payload``'s export overrides: the watched folder is its trace
+    (every export file in it, in day order: ``ingest`` reads a folder as one trace), so every day
+    of the folder is one sample family and a month of them one ``mirage_pipeline`` run; in the
     exports' time zone unless the DAG's params name one."""
-    out: dict[str, Any] = {"trace": payload["uri"]}
+    out: dict[str, Any] = {"trace": export_folder(payload)}
     if payload.get("timezone") and not params.get("trace_timezone"):
         out["trace_timezone"] = payload["timezone"]
     return out

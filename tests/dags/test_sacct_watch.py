@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import pytest
 from conftest import load_dag
@@ -226,3 +227,172 @@ def test_triggered_run_reads_its_day_from_the_event():
     }
     assert [e["day"] for e in export_events({"triggering_asset_events": events})] == ["2023-01-01", "2023-01-02"]
     assert export_events({}) == []
+
+
+def test_the_export_name_rule_is_the_ingests():
+    """The watcher announces exactly the files ``ingest`` reads from the folder (two copies of one
+    rule: the plugins never import the task packages)."""
+    from house import watch
+    from mirage_tasks.data import exports
+
+    assert watch.DAY.pattern == exports.DAY.pattern and watch.IGNORED.pattern == exports.IGNORED.pattern
+    for name in ("ls6-2023-01-31.log.gz", "ls6-latest.log", "x-2023-02-30.csv", "_SUCCESS.json", "a-2023-01-01.part"):
+        ignored = bool(watch.IGNORED.search(name))
+        assert ignored == bool(exports.IGNORED.search(name))
+        if not ignored:
+            try:
+                day = watch.export_day(name)
+            except ValueError as exc:
+                with pytest.raises(ValueError, match=re.escape(str(exc))):
+                    exports.export_day(name)
+            else:
+                assert exports.export_day(name) == day
+
+
+class _Outlet:
+    """``outlet_events[asset]`` as ``publish`` uses it: the extra and the partition keys it adds."""
+
+    def __init__(self):
+        self.extra, self.partitions = None, []
+
+    def add_partitions(self, key):
+        self.partitions.append(key)
+
+
+def _samples_day(dag, params: dict, run_type: str, day: str, payload: dict | list | None = None) -> dict:
+    """``mirage_samples``' own ``plan`` and ``day_plan`` tasks for one run (no database): a run
+    started by ``payload``'s export (or a list of exports that landed together), else a backfill of ``day``."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from airflow.sdk import Asset
+
+    when = datetime.fromisoformat(day).replace(tzinfo=UTC)
+    events = {}
+    if payload is not None:
+        payloads = payload if isinstance(payload, list) else [payload]
+        events = {
+            Asset(name="sacct_exports", uri="file:///x"): [SimpleNamespace(extra={"payload": p}) for p in payloads]
+        }
+    ctx = {
+        "params": params,
+        "dag_run": SimpleNamespace(run_type=run_type, partition_date=None if payload else when, run_after=when),
+        "logical_date": None,
+        "triggering_asset_events": events,
+    }
+    p = dag.get_task("plan").python_callable(**ctx)
+    return dag.get_task("day_plan").python_callable(p, params=params)
+
+
+def _commit(partition: str) -> None:
+    """A day partition committed (the ``sample`` task's marker, through stepkit)."""
+    from stepkit import Step
+
+    step = Step("sample", partition, "test", {"day": partition.rsplit("=", 1)[-1]})
+    step.write_json("samples.json", {})
+    step.commit()
+
+
+def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, monkeypatch, capsys):
+    """The exports of February and early March dropped in the watched folder one by one: each
+    run samples the day its export completes (six days before it: a day and the five-day
+    workload) with the folder as its trace, so the days share one family per node size and their events one trace;
+    mirage_monthly's month task then starts one mirage_pipeline run whose trace is the folder and
+    whose plan reads exactly those partitions. A backfill of the same days skips them all, and a
+    day committed earlier from one export file as the trace (its own family) is left as it was."""
+    import copy
+    import json
+    from datetime import UTC, date, datetime, timedelta
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from mirage_tasks.run.plan import plan_run
+    from mirage_tasks.run.runconf import MirageRun
+    from stepkit.step import read_marker
+
+    site, storage = tmp_path / "site", tmp_path / "storage"
+    folder = site / "exports"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(storage))
+    monkeypatch.setenv("HOUSE_INPUT_ROOTS", str(site))
+    monkeypatch.delenv("HOUSE_SACCT_EXPORT_URI", raising=False)
+    samples, monthly = load_dag("mirage_samples"), load_dag("mirage_monthly")
+    params = dict(samples.params.validate(), trace_timezone="America/Chicago", node_sizes=[1, 8])
+    uri = f"file://{folder}"
+    days = [f"2023-02-{d:02d}" for d in range(1, 29)]
+
+    # the layout before: Feb 1 sampled with its export file as the trace (a manual run's conf)
+    (folder / "ls6-2023-02-01.log").write_text("JobID|Submit|NNodes\n1|2023-02-01T01:00:00|1\n")
+    single = _samples_day(samples, dict(params, trace=f"{uri}/ls6-2023-02-01.log"), "manual", "2023-02-01")
+    for part in single["partitions"].values():
+        _commit(part)
+    before = {n: read_marker(p) for n, p in single["partitions"].items()}
+
+    def export(day: str) -> dict:
+        """The site drops ``day``'s export into the folder: the watcher's payload for it."""
+        name = f"ls6-{day}.log"
+        (folder / name).write_text(f"JobID|Submit|NNodes\n{day[-2:]}{day[5:7]}|{day}T01:00:00|1\n")
+        return {"uri": f"{uri}/{name}", "day": day, "name": name, "timezone": "America/Chicago"}
+
+    # the first exports complete days before the folder's first: those runs sample nothing
+    for day in days[1:6]:
+        with pytest.raises(
+            AirflowSkipException, match=rf"ls6-{day}.log completes .*, before the folder's first export \(2023-02-01\)"
+        ):
+            _samples_day(samples, params, "asset_triggered", day, export(day))
+    [asset] = samples.get_task("publish").outlets
+    extras = []
+    # the export of Feb 7 completes Feb 1 (its samples' jobs: submitted before Feb 7, UTC), ..., Mar 6 Feb 28
+    arrivals = [(date.fromisoformat(d) + timedelta(days=6)).isoformat() for d in days]
+    for day, arrival in zip(days, arrivals):
+        d = _samples_day(samples, params, "asset_triggered", arrival, export(arrival))
+        assert d["day"] == day and d["missing"] == [1, 8]
+        for part in d["partitions"].values():
+            _commit(part)
+        outlet = _Outlet()
+        samples.get_task("publish").python_callable(d, params=params, outlet_events={asset: outlet})
+        assert outlet.partitions == [f"{day}T00:00:00"] and outlet.extra["params"]["trace"] == uri
+        extras.append(json.loads(json.dumps(outlet.extra)))
+    # two exports landing together give one run: it samples the day the newer completes (Mar 8's:
+    # Mar 2) and names the other's day (Mar 1) to backfill
+    two = [export("2023-03-07"), export("2023-03-08")]
+    capsys.readouterr()
+    assert _samples_day(samples, params, "asset_triggered", "2023-03-07", two[::-1])["day"] == "2023-03-02"
+    assert "ls6-2023-03-07.log (2023-03-07, completes 2023-03-01) arrived with this run: backfill 2023-03-01" in (
+        capsys.readouterr().out
+    )
+    families = {n: {p.rsplit("/", 1)[0] for p in (e["partitions"][n] for e in extras)} for n in ("1", "8")}
+    assert all(len(f) == 1 for f in families.values())  # one family per node size for the month
+
+    # the per-file partition of Feb 1 is another family, untouched
+    assert set(single["partitions"].values()).isdisjoint(extras[0]["partitions"].values())
+    assert {n: read_marker(p) for n, p in single["partitions"].items()} == before
+
+    # a backfill of the same days (the folder as its trace) finds them committed: nothing to sample
+    for day in (days[0], days[13], days[-1]):
+        assert _samples_day(samples, dict(params, trace=uri), "backfill", day)["missing"] == []
+
+    # mirage_monthly: one pipeline run for February, on the folder
+    events = {asset: [SimpleNamespace(extra=e) for e in extras]}
+    run = monthly.get_task("month").python_callable(
+        dag_run=SimpleNamespace(partition_key="2023-02"), triggering_asset_events=events
+    )
+    assert run["run_id"] == "samples_complete__2023-02" and run["conf"]["trace"] == uri
+    form = copy.deepcopy(load_dag("mirage_pipeline").params)
+    for k, v in run["conf"].items():
+        form[k] = v
+    pipeline = MirageRun.from_params(form.validate())
+    p = plan_run(pipeline, str(storage / "mirage"), str(storage / "mirage_pipeline"), datetime(2023, 3, 1, tzinfo=UTC))
+    # the sample families it reads (the months before February train it) are the watched days'
+    assert {n: {f} for n, f in p["families"].items()} == families
+    assert p["trace_argv"][p["trace_argv"].index("--trace") + 1] == uri
+
+    # a month whose first day came from the export file (the layout before) names two traces: refused
+    single_extra = dict(extras[0], params=dict(extras[0]["params"], trace=f"{uri}/ls6-2023-02-01.log"))
+
+    mixed = {asset: [SimpleNamespace(extra=e) for e in [single_extra, *extras[1:]]]}
+    with pytest.raises(AirflowFailException, match="different param sets"):
+        monthly.get_task("month").python_callable(
+            dag_run=SimpleNamespace(partition_key="2023-02"), triggering_asset_events=mixed
+        )
