@@ -29,7 +29,9 @@ anything runs (exit 2, naming both descriptions): a log's outputs live under its
 rerun of other inputs under an existing name is refused by the steps themselves
 (``--on-change refuse``, :mod:`stepkit.step`). SIGTERM or SIGINT stops exactly the steps it
 started (each runs in a process group of its own; SIGKILL for what is left after 20 s) and the
-driver exits 143 (130) naming them. ``--smoke`` runs a tiny size (KTH only, a few samples, one month) for the test.
+driver exits 143 (130) naming them. ``--smoke`` runs a tiny size (KTH only, a few samples, one
+month; under v2 the online rules that ask the predictor every 10 minutes on node size 8 alone) for
+the test.
 ``--write-doc PATH`` writes the Markdown page (and PNG figures beside it) from the outputs; it
 runs nothing.
 """
@@ -97,6 +99,7 @@ def chain(spec: LogSpec, root: Path, args: argparse.Namespace, budget: Budget) -
         waitpred=v2,
         fresh=fresh(spec.name, args) if v2 else (),
         online_rules=spec.name in (args.online_rule_logs or ONLINE_RULE_LOGS),
+        grid_rule_nodes=tuple(args.grid_rule_nodes) if args.grid_rule_nodes else None,
     ):
         run(argv, logs / (f"v2-{name}.log" if v2 else f"{name}.log"))
 
@@ -193,12 +196,23 @@ def main() -> int:
         "wait predictor's rules, xgboost-wp; default: the protocol's KTH-SP2)",
     )
     p.add_argument(
+        "--grid-rule-nodes",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="v2: run the online rules that ask the wait predictor every 10 minutes ("
+        + ", ".join(protocol_argvs.PREDICTOR_GRID_RULES)
+        + ") on these node sizes only (default: every node size; the other online rules run on every size)",
+    )
+    p.add_argument(
         "--skip-waitpred", action="store_true", help="leave the wait predictor out (another invocation runs it)"
     )
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples)",
+        help="a tiny run (KTH, 1 month, 40 training and 12 scored samples, 5 trials, 200 resamples; "
+        "under v2 the online rules that ask the predictor every 10 minutes on node size 8 alone)",
     )
     p.add_argument(
         "--protocol",
@@ -228,6 +242,8 @@ def main() -> int:
     if args.smoke:
         args.logs, args.max_months, args.max_train, args.max_score = ["KTH-SP2"], 1, 40, 12
         args.cal_trials, args.bootstrap = 5, 200
+        # KTH's larger size alone: at each size those rules ask the predictor thousands of times
+        args.grid_rule_nodes = [8]
         args.log_file = args.trace = None
     specs = specs_from_args(args, p)
     try:  # each log's outputs live under its name: two descriptions of one name would share them

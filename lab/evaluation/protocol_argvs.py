@@ -44,6 +44,7 @@ def decision_argvs(
     waitpred: bool = False,
     fresh: tuple[str, ...] = (),
     online_rules: bool = True,
+    grid_rule_nodes: tuple[int, ...] | None = None,
 ) -> list[tuple[str, list[str]]]:
     """(name, argv) of the decision evaluation per node size: sample (training and scored months),
     merge, train each model, then the probe replay (docs/results/protocol.md).
@@ -53,7 +54,8 @@ def decision_argvs(
     folders, and ``fresh`` months are sampled and scored beside the spec's (the training window
     stays the spec's: before its first month); the online decider runs on them, with the v2 rules
     (:func:`online_rule_argvs`, minutes per rule: the predictor asked every 10 minutes) only when
-    ``online_rules``."""
+    ``online_rules``; given ``grid_rule_nodes``, the :data:`PREDICTOR_GRID_RULES` run on those node
+    sizes alone (the others on every size)."""
     d = f"{root.rstrip('/')}/{spec.name}"
     n_train, train_start, score_start, n_score = sample_counts(spec, budget)
     out: list[tuple[str, list[str]]] = []
@@ -218,7 +220,7 @@ def decision_argvs(
                 )
             )
     if waitpred and fresh and online_rules:  # after the replay: the calibrated rules take its thresholds
-        out += online_rule_argvs(spec, root, budget, sizes, fresh)
+        out += online_rule_argvs(spec, root, budget, sizes, fresh, grid_rule_nodes)
     return out
 
 
@@ -388,6 +390,12 @@ ONLINE_V2_RULES = (
 )
 
 
+#: of :data:`ONLINE_V2_RULES`, those that ask the wait predictor every 10 minutes until they submit
+#: (hundreds of its answers per sample: the costly ones; avg-cal, guarantee-cal and the ``-probes``
+#: rule are asked at a few fixed times)
+PREDICTOR_GRID_RULES = ("wait-pred", "wait-pred-cal", "guarantee-10", "xgboost-wp", "xgboost-wp-all")
+
+
 def _asked(rule: str) -> tuple[str, list[str]]:
     """(the model or rule an online rule name runs, the ``validate`` flags of how it is asked)."""
     for suffix, flags in ASK_SUFFIXES.items():
@@ -397,10 +405,16 @@ def _asked(rule: str) -> tuple[str, list[str]]:
 
 
 def online_rule_argvs(
-    spec: LogSpec, root: str, budget: Budget, sizes: list[int], fresh: tuple[str, ...]
+    spec: LogSpec,
+    root: str,
+    budget: Budget,
+    sizes: list[int],
+    fresh: tuple[str, ...],
+    grid_rule_nodes: tuple[int, ...] | None = None,
 ) -> list[tuple[str, list[str]]]:
     """:data:`ONLINE_V2_RULES` on the online decider's samples (:func:`online_argvs`), after the probe
-    replay of the fresh months (whose calibration gives avg-cal's offset and wait-pred-cal's margin)."""
+    replay of the fresh months (whose calibration gives avg-cal's offset and wait-pred-cal's margin);
+    the :data:`PREDICTOR_GRID_RULES` only on the node sizes of ``grid_rule_nodes`` when given."""
     d = f"{root.rstrip('/')}/{spec.name}"
     f_start, f_count = _fresh_window(budget, fresh)
     out: list[tuple[str, list[str]]] = []
@@ -417,6 +431,8 @@ def online_rule_argvs(
         for rule in ONLINE_V2_RULES:
             base, ask = _asked(rule)
             if base == f"{WP_MODEL}-wp" and WP_MODEL not in budget.models:
+                continue
+            if grid_rule_nodes is not None and rule in PREDICTOR_GRID_RULES and n not in grid_rule_nodes:
                 continue
             extra = (
                 ["--calibration", f"{d}/v2-eval-fresh/node{n}"]

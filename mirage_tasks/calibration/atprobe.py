@@ -153,7 +153,15 @@ class WaitAtProbe:
 
     def answer(self, row: dict[str, float]) -> dict[str, float]:
         """The pick's wait and bound (seconds) for a completed row (:meth:`row`, :meth:`finish`)."""
-        pt, base = waitpred.points(pd.DataFrame([row]), self.model)
+        # the row as the one-row frame of waitpred.points would give it, without the frame (a frame
+        # costs more than the model's prediction, and the predictor is asked at every decision)
+        pt, base = waitpred.points_of(
+            np.array([[row[c] for c in atsubmit.FEATURES]], dtype=np.float64),
+            np.array([row["recent_wait_h"]], dtype=np.float64),
+            np.array([row["plan_request_s"]], dtype=np.float64),
+            np.array([row["plan_s"]], dtype=np.float64),
+            self.model,
+        )
         w = float(pt[self.pick][0])
         b = float(atsubmit.static_bound(base[self.pick], self.theta, self.cap)[0])
         return {"wp_wait_s": w, "wp_bound_s": b, "wp_plan_request_s": float(row["plan_request_s"])}

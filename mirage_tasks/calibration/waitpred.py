@@ -171,13 +171,29 @@ def fit_model(df: pd.DataFrame, level: float, seed: int = 0):
 
 def points(df: pd.DataFrame, model) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(point prediction, bound base) of every candidate, seconds."""
-    q = np.maximum(model.predict(df[list(atsubmit.FEATURES)].to_numpy(np.float64)).astype(np.float64), 0.0) * 3600
-    q = q.reshape(len(df), len(QUANTILES) + 1)
+    return points_of(
+        df[list(atsubmit.FEATURES)].to_numpy(np.float64),
+        df["recent_wait_h"].to_numpy(np.float64),
+        df["plan_request_s"].to_numpy(np.float64),
+        df["plan_s"].to_numpy(np.float64),
+        model,
+    )
+
+
+def points_of(
+    X: np.ndarray, recent_wait_h: np.ndarray, plan_request_s: np.ndarray, plan_s: np.ndarray, model
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`points` of rows given as arrays: ``X`` [n, :data:`atsubmit.FEATURES`] (float64) and the
+    plain candidates' columns; what the predictor asked at one decision time computes without
+    building a frame (:class:`~mirage_tasks.calibration.atprobe.WaitAtProbe`)."""
+    n = len(X)
+    q = np.maximum(model.predict(X).astype(np.float64), 0.0) * 3600
+    q = q.reshape(n, len(QUANTILES) + 1)
     pt = {
-        "zero": np.zeros(len(df)),
-        "recent": df["recent_wait_h"].to_numpy(np.float64) * 3600.0,
-        "plan_request": df["plan_request_s"].to_numpy(np.float64),
-        "plan": df["plan_s"].to_numpy(np.float64),
+        "zero": np.zeros(n),
+        "recent": recent_wait_h * 3600.0,
+        "plan_request": plan_request_s,
+        "plan": plan_s,
     }
     base = dict(pt)
     for j, k in enumerate(CORRECTED):

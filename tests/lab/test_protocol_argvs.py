@@ -117,3 +117,23 @@ def test_protocol_v2_runs_its_rules_online_after_the_replay_that_calibrates_them
     # a log the protocol does not name for them: the online decider without the v2 rules
     off = dict(protocol_argvs.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",), online_rules=False))
     assert "online-node8-xgboost" in off and not any(f"online-node8-{r}" in off for r in protocol_argvs.ONLINE_V2_RULES)
+
+
+def test_the_rules_asking_the_predictor_on_the_grid_can_run_on_one_node_size_alone():
+    s = LogSpec.from_dict(GOOD)
+    assert set(protocol_argvs.PREDICTOR_GRID_RULES) < set(protocol_argvs.ONLINE_V2_RULES)
+    full = dict(protocol_argvs.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",)))
+    one = dict(protocol_argvs.decision_argvs(s, "/r", waitpred=True, fresh=("2024-06",), grid_rule_nodes=(8,)))
+    for rule in protocol_argvs.ONLINE_V2_RULES:
+        assert one[f"online-node8-{rule}"] == full[f"online-node8-{rule}"], rule
+        # on node 1 the others (asked at a few fixed times) still run, with the same command lines
+        assert (f"online-node1-{rule}" in one) == (rule not in protocol_argvs.PREDICTOR_GRID_RULES), rule
+        if rule not in protocol_argvs.PREDICTOR_GRID_RULES:
+            assert one[f"online-node1-{rule}"] == full[f"online-node1-{rule}"], rule
+    # nothing else changes: the samples, models, replays and the online decider's own rules
+    assert {k: v for k, v in full.items() if k not in one} == {
+        f"online-node1-{r}": full[f"online-node1-{r}"] for r in protocol_argvs.PREDICTOR_GRID_RULES
+    }
+    assert all(one[k] == full[k] for k in one)
+    # asking on the grid means asking the predictor: every one of them is given --waitpred
+    assert all("--waitpred" in full[f"online-node8-{r}"] for r in protocol_argvs.PREDICTOR_GRID_RULES)
