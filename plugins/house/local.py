@@ -39,7 +39,16 @@ from house.bundle import bundle_env
 from house.external import EXTERNAL_IDS_KEY, EXTERNAL_PREFIX, KeptIds, announced_ids
 from house.links import StepReportLink
 
-__all__ = ["EXTERNAL_IDS_KEY", "EXTERNAL_PREFIX", "LocalStepOperator", "StepFailed", "StepRejected"]
+# EXTERNAL_*: house.external's, named here as well (the local runner's callers and tests use them)
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXTERNAL_IDS_KEY",
+    "EXTERNAL_PREFIX",
+    "LocalStepOperator",
+    "StepFailed",
+    "StepRejected",
+    "failure_tail",
+]
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
 #: a retry cannot help, so the task fails at once.
