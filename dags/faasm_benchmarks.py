@@ -219,7 +219,13 @@ with DAG(
                         raise AirflowSkipException(f"{exp}/{sys_} not selected")
 
                 setup = prepare().as_setup()
-                deploy = step("deploy", argv=["deploy", *COMMON, *sel, *shape], timeout=timedelta(minutes=30))
+                # a retry adopts the Knative Services an earlier try announced (faasm_tasks deploy)
+                deploy = step(
+                    "deploy",
+                    argv=["deploy", *COMMON, *sel, *shape],
+                    timeout=timedelta(minutes=30),
+                    adopt_flag="--adopt-services",
+                )
                 wait = step(
                     "wait_ready", argv=["wait-ready", *COMMON, "--timeout", "900"], timeout=timedelta(minutes=20)
                 )

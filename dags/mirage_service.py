@@ -164,6 +164,6 @@ with DAG(
         timeout=timedelta(days=30),
         pod_overrides=_pod_overrides(),
         trigger_rule="none_failed",  # a skipped approval (nothing asked) is no refusal
-        adopt_flag="--adopt-jobs",  # a retry adopts the Slurm jobs the failed try submitted (house.local)
+        adopt_flag="--adopt-jobs",  # a retry adopts the Slurm jobs the failed try submitted (house.external)
     )
     check_conf() >> approve >> keep

@@ -26,14 +26,17 @@ _lock = threading.Lock()
 
 
 def announce(kind: str, ids: Iterable[str]) -> None:
-    """Print one announcement line for ``ids`` of ``kind`` (flushed at once: a step killed right
-    after has told its runner)."""
+    """Print one announcement line for ``ids`` of ``kind`` and a plain line after it (flushed at
+    once: a step killed right after has told its runner)."""
     ids = [str(i) for i in ids]
     bad = [i for i in ids if not _ID.match(i)]
     if bad or not _ID.match(kind):
         raise ValueError(f"external ids must be plain names: kind {kind!r}, ids {bad}")
     with _lock:
+        # the second line is for a runner that reads the step's log from Kubernetes: the provider
+        # hands on a line only once the next one begins (it joins continuation lines)
         sys.stdout.write(PREFIX + json.dumps({"kind": kind, "ids": ids}) + "\n")
+        sys.stdout.write(f"announced {kind}: {', '.join(ids)}\n")
         sys.stdout.flush()
 
 

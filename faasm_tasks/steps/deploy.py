@@ -5,11 +5,20 @@ target is up) stops the processes it started itself, from its own records (the l
 ``started`` list, never by scanning for labels: what an earlier deploy left is teardown's),
 says which in its last line, and writes a ``deploy-*.json`` report with ``"failed": true`` so
 the day's summary counts the group as failed even though it has no points.
+
+On the knative target each Knative Service's name is announced (``stepkit.external``) before it
+is created, so the house operator keeps it in the task's state store; a retry of the task passes
+the names back (``--adopt-services``) and the deploy adopts them (the target's ``deploy``:
+replaced in place, or deleted when this plan no longer deploys them) instead of leaving an
+earlier try's Service unowned. Teardown deletes every Service the steps created, of any try
+(they all carry the ``app.kubernetes.io/managed-by=faasm-tasks`` label it lists).
 """
 
 from __future__ import annotations
 
 import argparse
+
+from stepkit.external import announce, parse_ids
 
 from .. import procs
 from ..catalogue import replicas_for
@@ -40,6 +49,12 @@ def add_arguments(p):
     p.add_argument("--workers", type=positive_int, help=f"override the worker replica count (1 to {MAX_WORKERS})")
     p.add_argument("--set", action="append", default=[], help="parameter override key=value")
     add_replicas(p)
+    p.add_argument(
+        "--adopt-services",
+        metavar="NAMES",
+        help="knative: the Knative Services an earlier try of this deploy announced (comma-separated; "
+        "the house operator passes them on a retry): adopted instead of left unowned",
+    )
 
 
 def run(args) -> int:
@@ -52,8 +67,22 @@ def run(args) -> int:
             plan.deployment = replicas_for(plan, plan.points[0])
         if args.workers is not None:
             plan.deployment["worker_replicas"] = args.workers
+        adopt = parse_ids(args.adopt_services, "--adopt-services")
         target = get_target(args.target, args)
-        report = target.deploy(plan)
+        if args.target == "knative":
+
+            def on_service(name: str) -> None:
+                announce("knative-service", [name])
+                procs.fault("ksvc")  # test hook: a deploy killed between announcing a Service and creating it
+
+            target.on_service = on_service
+            if adopt:
+                print(f"deploy: adopting the Knative Services of an earlier try: {', '.join(adopt)}", flush=True)
+            report = target.deploy(plan, adopt=adopt)
+        else:
+            if adopt:  # only the knative target announces anything
+                print(f"deploy: --adopt-services ignored on the {args.target} target", flush=True)
+            report = target.deploy(plan)
         procs.fault("deployed")  # test hook: a deploy stopped after its target came up
         uri = write_op_report(
             args.results,

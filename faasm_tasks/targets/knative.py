@@ -27,7 +27,7 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from string import Template
 from typing import Any
@@ -354,6 +354,8 @@ class KnativeTarget(Target):
         # stays in the run step's process (docs/faasm.md, "Load from several client hosts")
         self.client_hosts = tuple(h.strip() for h in client_hosts if h.strip())
         self.client_command = client_command
+        #: told each Knative Service's name before :meth:`deploy` creates it (the deploy step announces it)
+        self.on_service: Callable[[str], None] | None = None
 
     @classmethod
     def from_args(cls, args) -> KnativeTarget:
@@ -544,14 +546,35 @@ class KnativeTarget(Target):
                 f"names another"
             )
 
-    def deploy(self, plan) -> dict[str, Any]:
+    def deploy(self, plan, adopt: Sequence[str] = ()) -> dict[str, Any]:
+        """Apply the plan's manifests. Each Knative Service's name goes to :attr:`on_service`
+        before it is created (the deploy step announces it, so a retry of its task knows it even
+        when this process is killed mid-create). ``adopt``: the Services an earlier try of the
+        same deploy created (``deploy --adopt-services``): one this plan deploys again is
+        replaced in place (``adopted``: the same name, never a second Service), one it no longer
+        deploys is deleted (``retired``), so no earlier try's Service is left running unowned."""
         deadline = self.clock() + 300
         self.check_namespace(deadline)
         out = []
-        for doc in self.render(plan):
+        docs = self.render(plan)
+        for doc in docs:
+            name = doc["metadata"]["name"]
+            if doc["apiVersion"].startswith(GROUP) and self.on_service is not None:
+                self.on_service(name)
             action = self._apply(doc, deadline)
-            out.append({"kind": doc["kind"], "name": doc["metadata"]["name"], "action": action})
-        return {"status": "applied", "resources": out}
+            if doc["apiVersion"].startswith(GROUP) and name in adopt:
+                action = "adopted" if action == "replaced" else f"{action} (adopted, was gone)"
+            out.append({"kind": doc["kind"], "name": name, "action": action})
+        deployed = {d["metadata"]["name"] for d in docs if d["apiVersion"].startswith(GROUP)}
+        for name in (n for n in adopt if n not in deployed):
+            r = self._call(
+                f"delete ksvc {name}",
+                lambda n=name: self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, n),
+                deadline,
+                absent_ok=True,
+            )
+            out.append({"kind": "Service", "name": name, "action": "retired" if r is not None else "retired (gone)"})
+        return {"status": "applied", "resources": out, **({"adopted": list(adopt)} if adopt else {})}
 
     # ---------------------------------------------------------------- readiness
     def _ksvcs(self, deadline: float) -> list[dict[str, Any]]:

@@ -12,20 +12,15 @@ survives the task. Exit code 2 (the step contract's "bad input or parameters") f
 the task without retries; any other non-zero code is retried as usual.
 
 External jobs that survive a retry: a step that submits jobs outliving its process (the
-keeper's Slurm jobs) prints ``stepkit-external: {"kind": ..., "ids": [...]}`` right after each
-submission (``stepkit.external``). The operator stores every announced id in the task's state
-store (``task_state_store``, key ``external_ids``, written as they arrive, so a killed try has
-recorded them) and, with ``adopt_flag`` set (``--adopt-jobs``), a later try of the same task
-instance passes them back (``<adopt_flag> id,id,...``): the step adopts them instead of
-submitting again. The same store Airflow's ``ResumableJobMixin`` keeps its one external id in;
-that mixin's submit-then-poll model does not fit a step that submits many jobs itself.
+keeper's Slurm jobs) announces their ids on stdout (``house.external``); the operator keeps them in
+the task's state store as they arrive and, with ``adopt_flag`` set (``--adopt-jobs``), passes them
+back to a later try of the same task instance, which adopts them instead of submitting again.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -41,13 +36,19 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from house import config as house_config
 from house.argv import drop_omitted
 from house.bundle import bundle_env
+from house.external import EXTERNAL_IDS_KEY, EXTERNAL_PREFIX, KeptIds, announced_ids
 from house.links import StepReportLink
 
-#: The prefix of a step's announcement of external job ids (``stepkit.external.PREFIX``: the
-#: plugins never import the task packages' ``stepkit``; tests/dags/test_local_runner.py pins it).
-EXTERNAL_PREFIX = "stepkit-external: "
-#: The task state store's key of the announced ids (renaming it breaks in-flight retries).
-EXTERNAL_IDS_KEY = "external_ids"
+# EXTERNAL_*: house.external's, named here as well (the local runner's callers and tests use them)
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXTERNAL_IDS_KEY",
+    "EXTERNAL_PREFIX",
+    "LocalStepOperator",
+    "StepFailed",
+    "StepRejected",
+    "failure_tail",
+]
 
 #: Exit code of a step refusing its input or parameters (``stepkit``'s ``StepError``):
 #: a retry cannot help, so the task fails at once.
@@ -154,27 +155,16 @@ class LocalStepOperator(BaseOperator):
         stream.close()
 
     def _note_external(self, line: str) -> None:
-        try:
-            ids = [str(i) for i in json.loads(line[len(EXTERNAL_PREFIX) :])["ids"]]
-        except (ValueError, KeyError, TypeError):
-            self.log.warning("unreadable external-id announcement: %s", line)
-            return
-        with self._announced_lock:
-            self._announced.extend(ids)
+        ids = announced_ids(line, self.log)
+        if ids:
+            with self._announced_lock:
+                self._announced.extend(ids)
 
-    def _persist_external(self, store: Any, known: list[str]) -> None:
-        """Add the ids announced since the last call to ``known`` and the task state store."""
+    def _persist_external(self, kept: KeptIds) -> None:
+        """Keep the ids announced since the last call (``kept`` writes new ones to the store)."""
         with self._announced_lock:
             new, self._announced = self._announced, []
-        new = [i for i in dict.fromkeys(new) if i not in known]
-        if not new:
-            return
-        known.extend(new)
-        if store is None:
-            self.log.warning("external ids %s: no task state store, a retry cannot adopt them", new)
-            return
-        store.set(EXTERNAL_IDS_KEY, list(known))
-        self.log.info("external ids kept for a retry: %s", ", ".join(known))
+        kept.add(new)
 
     def _stop(self, proc: subprocess.Popen, reason: str) -> None:
         """SIGTERM the child's process group, SIGKILL it after the grace period."""
@@ -198,11 +188,10 @@ class LocalStepOperator(BaseOperator):
     def execute(self, context: Any) -> None:
         cmd = self.command()
         self._announced, self._announced_lock = [], threading.Lock()
-        store = context.get("task_state_store")
-        known = [str(i) for i in ((store.get(EXTERNAL_IDS_KEY) if store is not None else None) or [])]
-        if known and self.adopt_flag:
-            self.log.info("an earlier try's external ids, passed back to adopt: %s", ", ".join(known))
-            cmd += [self.adopt_flag, ",".join(known)]
+        kept = KeptIds(context.get("task_state_store"), self.log)
+        if adopt := kept.adopt_args(self.adopt_flag):
+            self.log.info("an earlier try's external ids, passed back to adopt: %s", adopt[1])
+            cmd += adopt
         cwd = self.cwd or house_config.get_config().code_root
         bundle = bundle_env(context)
         self.log.info("running %s (cwd %s, preset %s, %s)", shlex.join(cmd), cwd, self.preset, bundle)
@@ -229,7 +218,7 @@ class LocalStepOperator(BaseOperator):
                     returncode = proc.wait(timeout=0.5)
                     break
                 except subprocess.TimeoutExpired:
-                    self._persist_external(store, known)
+                    self._persist_external(kept)
             # The child is gone; make sure nothing it started outlives the task (and
             # holds the pipes open).
             if _group_alive(proc.pid):
@@ -241,7 +230,7 @@ class LocalStepOperator(BaseOperator):
             raise
         finally:
             self._proc = None
-            self._persist_external(store, known)
+            self._persist_external(kept)
         if returncode != 0:
             how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
             error = StepRejected if returncode == EXIT_BAD_INPUT else StepFailed

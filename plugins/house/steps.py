@@ -77,9 +77,9 @@ def step_spec(
 
         kwargs.update(pod_kwargs(package, house_config.PRESETS[preset], timeout, cfg))
         kwargs.update(pod_overrides or {})
-        # adopt_flag (external ids kept across a retry, house.local) is the local runner's for now:
-        # a pod's announcements are in its log, which this operator does not read while it runs
-        kwargs.update({k: v for k, v in overrides.items() if k != "adopt_flag"})
+        # adopt_flag (external ids kept across a retry, house.external) works on both runners: the
+        # pod operator reads the announcements from the pod's log as it runs (house.pod)
+        kwargs.update(overrides)
         return HousePodOperator, kwargs
     from house.local import LocalStepOperator
 

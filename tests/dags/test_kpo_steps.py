@@ -7,7 +7,10 @@ argv, env and Secret references arrive intact, logs reach the task log, pods are
 a failing step fails its task, ``activeDeadlineSeconds`` kills an overrunning pod, and a
 retried task reattaches to (or replaces) the pod of an earlier try the way the operator
 documents (``durable``/``reattach_on_restart``: a running pod with the task's labels is
-reused; a terminated one is deleted and a new pod created).
+reused; a terminated one is deleted and a new pod created), and the external ids a step announces
+(``stepkit.external``) are kept in the task's state store while its pod runs: a retry whose
+earlier pod was killed passes them to the new pod (``adopt_flag``), one that finds the earlier
+pod still running adopts that pod (house.pod).
 
 ``dag.test()`` does not raise when a task fails: every test checks ``dr.state``.
 """
@@ -21,7 +24,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from conftest import bundle_dags, fake_bundle, task_states
+from conftest import REPO, bundle_dags, fake_bundle, task_states
 from kubeapi.fixtures import IMAGE_ENV
 from kubeapi.server import KubeAPIServer
 
@@ -59,6 +62,28 @@ FAKE_MAIN = textwrap.dedent("""
             time.sleep(0.05)
         (out / "slow-done").write_text(os.environ.get("HOSTNAME", ""))
         print("reattached pod done", flush=True)
+    elif mode == "submit":             # starts an external job (a file under jobs/) unless it adopts one
+        from stepkit.external import announce, parse_ids
+
+        jobs = out / "jobs"
+        jobs.mkdir(exist_ok=True)
+        adopted = parse_ids(args[args.index("--adopt") + 1], "--adopt") if "--adopt" in args else []
+        with open(out / "tries.jsonl", "a") as f:
+            f.write(json.dumps({"pod": os.environ.get("HOSTNAME"), "adopted": adopted}) + "\\n")
+        if adopted:
+            job = adopted[0]
+            print("adopted", job, flush=True)
+        else:
+            job = f"job-{len(list(jobs.iterdir())) + 1}"
+            (jobs / job).write_text("running")
+            with open(out / "submitted", "a") as f:
+                f.write(job + "\\n")
+            announce("fake", [job])
+        deadline = time.time() + float(args[0])
+        while time.time() < deadline and not (out / "release").exists():
+            time.sleep(0.05)
+        (jobs / job).unlink()          # the job is done: nothing of it left
+        print("job", job, "done", flush=True)
 """)
 
 TEST_DAGS = textwrap.dedent("""
@@ -68,6 +93,7 @@ TEST_DAGS = textwrap.dedent("""
     from house import default_args, step
 
     OUT = os.environ["FAKE_OUT"]
+    REPO = os.environ["FAKE_REPO"]  # the step imports this checkout's stepkit
 
     with DAG("kpo_echo", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
         step("echo", package="fake_tasks", timeout=timedelta(minutes=2), env={"FAKE_OUT": OUT, "MODE": "templated {{ ds }}"},
@@ -83,6 +109,11 @@ TEST_DAGS = textwrap.dedent("""
 
     with DAG("kpo_retry", schedule=None, default_args=default_args(retries=0), tags=["pipeline"]):
         step("slow", package="fake_tasks", timeout=timedelta(minutes=2), env={"FAKE_OUT": OUT}, argv=["slow", "0"])
+
+    with DAG("kpo_adopt", schedule=None, default_args=default_args(retries=1, retry_delay=timedelta(seconds=1)),
+             tags=["pipeline"]):
+        step("submit", package="fake_tasks", timeout=timedelta(minutes=2), env={"FAKE_OUT": OUT, "PYTHONPATH": REPO}, argv=["submit", "60"],
+             adopt_flag="--adopt")
 """)
 
 
@@ -98,6 +129,7 @@ def kpo_env(tmp_path, monkeypatch):
         bundle="kpo-test-bundle",
     )
     monkeypatch.setenv("FAKE_OUT", str(out))
+    monkeypatch.setenv("FAKE_REPO", str(REPO))
     monkeypatch.setenv("HOUSE_RUNNER", "kubernetes")
     monkeypatch.setenv("HOUSE_IMAGE_FAKE", "registry.example.org/house/fake-tasks:0.0.1")
     monkeypatch.setenv("HOUSE_NAMESPACE", NS)
@@ -127,7 +159,6 @@ def _assert_clean(api: KubeAPIServer) -> None:
 def assert_worker_rbac_allows(requests: list[tuple[str, str]]) -> None:
     """Every request the operator made lies in the step namespace and is allowed by the worker Role."""
     import yaml
-    from conftest import REPO
     from kubeapi.rbac import access_of, denied
 
     docs = list(yaml.safe_load_all((REPO / "deploy" / "rbac" / "airflow-worker.yaml").read_text()))
@@ -194,11 +225,11 @@ def test_deadline_kills_an_overrunning_pod(kpo_env):
     _assert_clean(api)
 
 
-def _earlier_try_pod(api: KubeAPIServer, dag, argv: list[str]) -> str:
-    """A pod as an earlier try of ``slow`` would have left it (same labels, try_number=1)."""
+def _earlier_try_pod(api: KubeAPIServer, dag, argv: list[str], task_id: str = "slow") -> str:
+    """A pod as an earlier try of ``task_id`` would have left it (same labels, try_number=1)."""
     from kubernetes.client import ApiClient
 
-    op = dag.get_task("slow")
+    op = dag.get_task(task_id)
     run_id = _run_id()
 
     class TI:
@@ -215,15 +246,15 @@ def _earlier_try_pod(api: KubeAPIServer, dag, argv: list[str]) -> str:
         "params": {},
     }
     pod = ApiClient().sanitize_for_serialization(op.build_pod_request_obj(context, dry_run=True))
-    pod["metadata"]["name"] = "slow-earlier-try"
+    pod["metadata"]["name"] = f"{task_id}-earlier-try"
     pod["spec"]["containers"][0]["args"] = argv
     selector = op._build_find_pod_label_selector(context)
     api.create("", "v1", "pods", NS, pod)
     # the operator's own label search finds it
     assert [
         p["metadata"]["name"] for p in api.list_objects("", "v1", "pods", NS, {"labelSelector": selector})["items"]
-    ] == ["slow-earlier-try"]
-    return "slow-earlier-try"
+    ] == [f"{task_id}-earlier-try"]
+    return f"{task_id}-earlier-try"
 
 
 def _run_id() -> str:
@@ -269,4 +300,85 @@ def test_retry_replaces_a_terminated_pod(kpo_env):
     names = [p["metadata"]["name"] for p in api.pods_created]
     assert names[0] == name and len(names) == 2
     assert (out / "slow-done").read_text() == names[1]  # the new pod did the work
+    _assert_clean(api)
+
+
+def _kept_ids(dag_id: str) -> list[str] | None:
+    """The ``external_ids`` the task state store holds for the run of ``dag_id`` (None: no entry)."""
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    from house.external import EXTERNAL_IDS_KEY
+
+    with create_session() as session:
+        row = session.query(TaskStateStoreModel).filter_by(dag_id=dag_id, key=EXTERNAL_IDS_KEY).one_or_none()
+        return None if row is None else json.loads(row.value)
+
+
+def _tries(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "tries.jsonl").read_text().splitlines()]
+
+
+def test_a_retry_after_a_killed_pod_passes_the_announced_ids_to_its_new_pod(kpo_env):
+    """The step announces its job; the ids reach the task state store while the pod runs; the pod
+    is then killed (SIGKILL: the step cannot clean up) and the task fails. The retry's new pod gets
+    ``--adopt job-1`` and adopts the job: one submission in all, nothing left behind."""
+    api, dags, out = kpo_env
+    box: dict = {}
+
+    def kill_once_kept():
+        end = time.monotonic() + 60
+        while _kept_ids("kpo_adopt") is None and time.monotonic() < end:
+            time.sleep(0.1)
+        box["kept"] = _kept_ids("kpo_adopt")
+        (first,) = api.pods_created
+        box["killed"] = first["metadata"]["name"]
+        api.runs[(NS, box["killed"])].proc.kill()  # mid-run: the job is still running
+        while len(api.pods_created) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        (out / "release").write_text("")  # the adopted job may finish
+
+    killer = threading.Thread(target=kill_once_kept, daemon=True)
+    killer.start()
+    dr = dags["kpo_adopt"].test(logical_date=LOGICAL_DATE)
+    killer.join(timeout=5)
+    assert dr.state == "success", _states(dr)
+    assert box["kept"] == ["job-1"], box  # in the store while the first pod still ran
+    first, second = api.pods_created
+    assert first["metadata"]["name"] == box["killed"]
+    assert first["spec"]["containers"][0]["args"] == ["submit", "60"]
+    assert second["spec"]["containers"][0]["args"] == ["submit", "60", "--adopt", "job-1"]
+    assert [t["adopted"] for t in _tries(out)] == [[], ["job-1"]]
+    assert (out / "submitted").read_text().split() == ["job-1"]  # no duplicate submission
+    assert not list((out / "jobs").iterdir())  # the adopted job finished: none orphaned
+    assert _kept_ids("kpo_adopt") == ["job-1"]
+    assert [ti.try_number for ti in dr.get_task_instances()] == [2]
+    _assert_clean(api)
+
+
+def test_a_retry_adopts_the_still_running_pod_of_an_earlier_try(kpo_env):
+    """The earlier try's worker died, its pod did not: the retry reattaches to that pod (no new
+    pod, no adopt flag: the step that started the job goes on), reads its log from the start and
+    keeps the job it announced."""
+    api, dags, out = kpo_env
+    dag = dags["kpo_adopt"]
+    name = _earlier_try_pod(api, dag, ["submit", "60"], task_id="submit")
+    deadline = time.monotonic() + 20
+    while not (out / "submitted").exists():  # the earlier pod has started its job
+        assert time.monotonic() < deadline, api.runs[(NS, name)].lines
+        time.sleep(0.05)
+
+    def release():  # the job finishes once the retry follows the pod's log
+        while not any(f"/pods/{name}/log" in path for _, path in api.requests):
+            time.sleep(0.05)
+        (out / "release").write_text("")
+
+    threading.Thread(target=release, daemon=True).start()
+    dr = dag.test(logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)  # run_id as in _run_id()
+    assert dr.state == "success", _states(dr)
+    assert [p["metadata"]["name"] for p in api.pods_created] == [name]  # the pod was adopted, none created
+    assert [t["adopted"] for t in _tries(out)] == [[]]  # one step process in all
+    assert (out / "submitted").read_text().split() == ["job-1"]
+    assert not list((out / "jobs").iterdir())
+    assert _kept_ids("kpo_adopt") == ["job-1"]  # read from the adopted pod's log
     _assert_clean(api)

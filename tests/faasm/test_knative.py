@@ -394,6 +394,27 @@ def test_deploy_is_idempotent_and_retries(fake):
     assert ("replace_namespaced_custom_object", ("faasm-worker", "1")) in cluster.calls
 
 
+def test_deploy_names_each_service_before_creating_it_and_adopts_an_earlier_trys(fake):
+    """``on_service`` hears each Knative Service's name before its create call; ``adopt`` (the
+    names an earlier try announced): one deployed again is replaced in place, one this plan no
+    longer deploys is deleted, one that is gone is created afresh."""
+    target, cluster, _, _ = fake
+    heard = []
+    target.on_service = lambda name: heard.append((name, name in cluster.ksvcs))
+    target.deploy(_plan())
+    assert heard == [("faasm-worker", False), ("faasm-image", False)]  # named while not yet created
+    del cluster.ksvcs["faasm-image"]  # the earlier try was killed before this one existed
+    cluster.ksvcs["faasm-old"] = {**cluster.ksvcs["faasm-worker"], "metadata": {"name": "faasm-old"}}
+    rep = target.deploy(_plan(), adopt=["faasm-worker", "faasm-image", "faasm-old"])
+    actions = {r["name"]: r["action"] for r in rep["resources"] if r["name"].startswith("faasm-")}
+    assert actions == {
+        "faasm-worker": "adopted",
+        "faasm-image": "created (adopted, was gone)",
+        "faasm-old": "retired",
+    }, actions
+    assert sorted(cluster.ksvcs) == ["faasm-image", "faasm-worker"] and rep["adopted"][0] == "faasm-worker"
+
+
 def test_wait_ready_uses_conditions_and_times_out(fake):
     target, cluster, _, t = fake
     target.deploy(_plan())
