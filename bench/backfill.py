@@ -91,7 +91,8 @@ from airflow.models.asset import AssetEvent
 from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
 with create_session() as s:
-    ev = [{"day": e.extra.get("day"), "computed": e.extra.get("computed"), "partition_key": e.partition_key}
+    ev = [{"day": e.partition_key[:10], "computed": e.extra["days"][e.partition_key[:10]]["computed"],
+           "partition_key": e.partition_key}
           for e in s.query(AssetEvent).all() if e.asset.name == "mirage_samples"]
     tis = [{"run_id": t.run_id, "task_id": t.task_id, "map_index": t.map_index, "state": str(t.state),
             "label": t.rendered_map_index}

@@ -23,8 +23,11 @@ its date range into day partitions. A paused DAG's backfill runs stay queued and
 committed samples nothing (its ``sample`` task is skipped); a failed day is rerun alone
 (``--reprocess-behavior failed``, or clear that run). The trace is ingested once per content
 (``<root>/mirage/traces/<key>``) and reused by every day. Each run ends with ``publish``,
-which emits an event of the ``mirage_samples`` asset whose extra names the day, the trace and
-the partition of each node size, so lineage shows in the UI's asset view.
+which emits one event of the ``mirage_samples`` asset per day it sampled (partition key the
+day); their extra (one per run: Airflow gives a task's events of one asset the same extra)
+names the trace, the params and each day's partitions, so lineage shows in the UI's asset view.
+The DAG runs one run at a time (``max_active_runs=1``: a watched run samples every day its
+folder completes, see below); a backfill keeps its own ``--max-active-runs``.
 
 Scheduled runs (the DAG unpaused) follow a growing trace, e.g. a cluster's daily ``sacct``
 export landing at ``trace``: each samples the newest day whose samples' workloads the trace
@@ -38,14 +41,18 @@ without ``trace`` samples its day of a synthetic trace generated for that day's 
 (6 samples per node size and day).
 
 A watched folder (``HOUSE_SACCT_EXPORT_URI``, ``house.watch``: a site drops one ``sacct``
-export per day, ``ls6-2023-01-31.log.gz``) also starts a run per new file, with the *folder*
-as its trace: ``ingest`` reads a folder as one trace, its export files in day order
-(``mirage_tasks.data.exports``). The run samples the day its export completes
+export per day, ``ls6-2023-01-31.log.gz``) also starts runs on new files, with the *folder*
+as their trace: ``ingest`` reads a folder as one trace, its export files in day order
+(``mirage_tasks.data.exports``). A run samples the day each of its exports completes
 (``mirage_tasks.run.plan.export_sample_day``: the export's day minus one day and the workload,
 so every job its samples see is in the folder already, in any site time zone, and the
-partition stays valid as later exports arrive; of several exports that reached one run, the
-newest, the others' days named in its log to backfill); a run whose day precedes the folder's
-first export skips. So every day of the folder is in one family named by the folder, the day events
+partition stays valid as later exports arrive), all of them when several exports reached one
+run, and any other day the folder's exports complete whose partitions are not committed
+(``mirage_tasks.run.plan.watched_days``): the scheduler gives a run only the events queued
+until its first one came, and leaves those that came while the DAG was at ``max_active_runs``
+to the next export's run, so the run that plans after an export landed samples its day either
+way. A run whose exports complete only days before the folder's first export, with nothing to
+catch up, skips. So every day of the folder is in one family named by the folder, the day events
 carry one ``trace`` (the folder), and when a month is complete (its last day's export plus
 the workload's) ``mirage_monthly`` starts one ``mirage_pipeline`` run with the folder as its
 trace, which reads those partitions. A backfill of watched days gives the folder's URI (as
@@ -81,7 +88,9 @@ with DAG(
     schedule=samples_schedule(CronPartitionTimetable("0 0 * * *", timezone="UTC")),
     start_date=datetime(2022, 10, 1, tzinfo=UTC),
     catchup=False,
-    max_active_runs=2,
+    # one run at a time: a watched run samples every day its folder completes that is not
+    # committed, so two at once would sample the same days (backfills keep their own limit)
+    max_active_runs=1,
     default_args=default_args(owner="mirage"),
     tags=["mirage", "pipeline"],
     # the sample family's params, declared once in mirage_tasks.run.runconf (shared with mirage_pipeline)
@@ -95,12 +104,12 @@ with DAG(
 
     @task(multiple_outputs=True)
     def plan(**context) -> dict:
-        """The run's day (its partition; a scheduled run decides after ingesting) and the trace."""
+        """The run's days (its partition; a scheduled run decides after ingesting) and the trace."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         from house import input_roots
-        from mirage_tasks.data.exports import first_day
-        from mirage_tasks.run.plan import export_sample_day, samples_trace, trace_fingerprint
+        from mirage_tasks.data.exports import list_exports
+        from mirage_tasks.run.plan import samples_trace, trace_fingerprint, watched_days
         from mirage_tasks.run.runconf import MirageRun, input_params
         from stepkit import StepError, reach
 
@@ -110,84 +119,92 @@ with DAG(
             raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
         day = when.astimezone(UTC).date().isoformat()
-        # a run started by a new sacct export (house.watch): the watched folder is its trace, and
-        # its day the one that export completes (its samples' jobs all in the folder by then)
+        days, catch_up = [day], []
+        # a run started by new sacct exports (house.watch): the watched folder is its trace, its days
+        # those its exports complete (their samples' jobs all in the folder by then), and any other
+        # day the folder's exports complete that is not committed yet (day_plan checks)
         exports = export_events(context) if dr.run_type == "asset_triggered" else []
-        overrides = export_params(exports[0], params) if exports else {}
+        overrides = export_params(exports[-1], params) if exports else {}
         params.update(overrides)
         try:
             run = MirageRun.from_params(params)
             # the params a step opens are data, not reach: under the allowed roots, before the trace is read
             reach.check_params(input_params(run), input_roots())
-            if exports:  # several when they landed together (one run): the newest completes the newest day
-                day = export_sample_day(exports[-1]["day"], run.workload_days)
-                first = first_day(run.trace)
-                for e in exports[:-1]:
-                    done = export_sample_day(e["day"], run.workload_days)
-                    if done >= first:
-                        print(
-                            f"export {e['name']} ({e['day']}, completes {done}) arrived with this run: backfill {done}"
-                        )
-                if day < first:
+            if exports:
+                folder = [d for d, _ in list_exports(run.trace).files]
+                w = watched_days([e["day"] for e in exports], folder, run.workload_days)
+                days, catch_up = w["days"], w["catch_up"]
+                names = ", ".join(e["name"] for e in exports)
+                print(
+                    f"exports {names}: days {days or 'none'}; days to catch up if not committed: {catch_up or 'none'}"
+                )
+                if not days and not catch_up:
                     raise AirflowSkipException(
-                        f"export {exports[-1]['name']} completes {day}, before the folder's first export ({first}): "
-                        "nothing to sample yet"
+                        f"export {exports[-1]['name']} completes {w['early'][-1]}, before the folder's first "
+                        f"export ({w['first']}): nothing to sample yet"
                     )
+                day = (days or catch_up)[-1]
             fp = trace_fingerprint(run.trace) if run.trace else None
             trace = samples_trace(run, storage_prefix("mirage"), day, fp)
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
-        return {"day": None if follow else day, "trace_argv": trace.pop("argv"), "overrides": overrides, **trace}
+        return {
+            "days": None if follow else days,
+            "catch_up": catch_up,
+            "trace_argv": trace.pop("argv"),
+            "overrides": overrides,
+            **trace,
+        }
 
     @task(multiple_outputs=True)
     def day_plan(p: dict, **context) -> dict:
-        """The day's sample argvs, only for node sizes whose partition is not committed."""
-        from mirage_tasks.run.plan import checked_against, newest_complete_day, samples_day
+        """The days' sample argvs, only for node sizes whose partition is not committed."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from mirage_tasks.run.plan import checked_against, newest_complete_day, samples_days
         from mirage_tasks.run.runconf import MirageRun
         from stepkit import storage
 
         try:
             run = MirageRun.from_params({**context["params"], **p["overrides"]})
-            day = p["day"]
-            if day is None:  # a scheduled run follows the trace: its newest complete day
+            days = p["days"]
+            if days is None:  # a scheduled run follows the trace: its newest complete day
                 report = storage.read_json(storage.join(p["trace"], "ingest_report.json"))
-                day = newest_complete_day(report["span_last_submit"], run.workload_days)
+                days = [newest_complete_day(report["span_last_submit"], run.workload_days)]
             have = checked_against(p["trace"], run.workload_days)
-            out = samples_day(run, storage_prefix("mirage"), p, day, have=have, workers=GRANTED)
-            return {**out, "overrides": p["overrides"]}
+            out = samples_days(
+                run, storage_prefix("mirage"), p, days, catch_up=p["catch_up"], have=have, workers=GRANTED
+            )
         except ValueError as exc:
             raise _fail(exc) from exc
+        if not out["days"]:
+            raise AirflowSkipException(f"every day the folder's exports complete is committed: {p['catch_up']}")
+        print(f"days {out['days']}: node sizes to sample {out['missing']}")
+        return {**out, "overrides": p["overrides"]}
 
     @task
     def sample_argvs(d: dict) -> list:
-        """The day's sample argvs with their labels (node size, day) to map ``sample`` over."""
+        """The days' sample argvs with their labels (node size, day) to map ``sample`` over."""
         return mapped_items(d["sample"], d["labels"]["sample"])
 
     # Runs when the day plan ran (its samples done or none needed); skipped with the plan when a
     # scheduled run has no trace to follow, so unpausing without one ends in a skipped run.
     @task(outlets=[SAMPLES], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
     def publish(d: dict, **context) -> dict:
-        """Every partition of the day committed: one asset event for the day sampled (its
-        partition key is that day, also when a scheduled run followed the trace to an earlier
-        day), naming the partitions and the params (mirage_monthly starts a pipeline run with them)."""
-        from mirage_tasks.run.plan import FAMILY_PARAMS
+        """Every partition of the run's days committed: one asset event per day (its partition
+        key is that day, also when a scheduled run followed the trace to an earlier day), all
+        naming the days' partitions and the params (mirage_monthly starts a pipeline run with them)."""
+        from mirage_tasks.run.plan import samples_event
         from stepkit.step import read_marker
 
-        missing = [u for u in d["partitions"].values() if read_marker(u) is None]
+        missing = [u for parts in d["partitions"].values() for u in parts.values() if read_marker(u) is None]
         if missing:
             raise RuntimeError(f"partitions not committed: {missing}")
-        params = {**context["params"], **d["overrides"]}
-        extra = {
-            "day": d["day"],
-            "trace": d["trace"],
-            "partitions": d["partitions"],
-            "computed": d["missing"],
-            "params": {k: params.get(k) for k in FAMILY_PARAMS},
-        }
+        extra, keys = samples_event(d, {**context["params"], **d["overrides"]})
         events = context["outlet_events"][SAMPLES]
         events.extra = extra
-        events.add_partitions(f"{d['day']}T00:00:00")  # the CronPartitionTimetable's key format
+        events.add_partitions(keys)
         return extra
 
     p = plan()

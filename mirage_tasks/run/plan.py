@@ -50,6 +50,7 @@ import functools
 import importlib
 import json
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -609,6 +610,76 @@ def export_sample_day(export_day: str, workload_days: float) -> str:
     an earlier job's row)."""
     d = datetime.fromisoformat(export_day).date() - timedelta(days=1 + math.ceil(float(workload_days)))
     return d.isoformat()
+
+
+def watched_days(event_days: Sequence[str], folder_days: Sequence[str], workload_days: float) -> dict[str, Any]:
+    """The days a run started by a watched folder's exports samples.
+
+    ``event_days``: the export days its asset events bring (several when exports landed
+    together and the scheduler gave them one run); ``folder_days``: the days of every export in
+    the folder when the run plans. ``days``: the day each event's export completes
+    (:func:`export_sample_day`), from the folder's first export on; ``catch_up``: the other days
+    the folder's exports complete, from the folder's first export on, which the run samples
+    when not committed (an export whose event reached no run yet, see docs/dags.md: the
+    scheduler attaches events queued while the DAG is at ``max_active_runs`` to the run of
+    the next export only); ``early``: event days completing a day before the folder's first
+    export (nothing to sample); ``first``: the folder's first export day."""
+    if not folder_days:
+        raise ValueError("a watched folder's run needs the folder's export days")
+    first = min(folder_days)
+    brought = {export_sample_day(d, workload_days) for d in event_days}
+    days = sorted(d for d in brought if d >= first)
+    done = {export_sample_day(d, workload_days) for d in folder_days}
+    catch_up = sorted(d for d in done if d >= first and d not in brought)
+    return {"days": days, "catch_up": catch_up, "early": sorted(brought - set(days)), "first": first}
+
+
+def samples_days(
+    run: MirageRun,
+    shared: str,
+    trace: dict[str, Any],
+    days: Sequence[str],
+    catch_up: Sequence[str] = (),
+    have: Any = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The sample argvs of several trace days (:func:`samples_day` each, oldest first): every
+    day of ``days`` (published even when committed) and each day of ``catch_up`` with a node size
+    whose partition is missing (a committed one is left out). ``days`` lists the days kept;
+    ``partitions`` and ``missing`` are per day (``{day: {node: partition}}``, ``{day: [node]}``);
+    ``sample`` and ``labels["sample"]`` every kept day's argvs and labels (``node N · day``)."""
+    out: dict[str, Any] = {
+        "days": [],
+        "trace": trace["trace"],
+        "partitions": {},
+        "missing": {},
+        "sample": [],
+        "labels": {"sample": []},
+    }
+    keep = set(days)
+    for day in sorted(keep | set(catch_up)):
+        one = samples_day(run, shared, trace, day, have=have, workers=workers)
+        if day not in keep and not one["missing"]:
+            continue
+        out["days"].append(day)
+        out["partitions"][day] = one["partitions"]
+        out["missing"][day] = one["missing"]
+        out["sample"] += one["sample"]
+        out["labels"]["sample"] += one["labels"]["sample"]
+    return out
+
+
+def samples_event(d: dict[str, Any], params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(extra, partition keys) of the ``mirage_samples`` events of a ``samples_days`` plan ``d``:
+    one event per day (its key, ``YYYY-MM-DDT00:00:00``, the ``CronPartitionTimetable``'s
+    format), all carrying one extra (Airflow gives a task's events of one asset one extra):
+    the trace, the family params and, per day, its partitions and the node sizes computed."""
+    extra = {
+        "trace": d["trace"],
+        "days": {day: {"partitions": d["partitions"][day], "computed": d["missing"][day]} for day in d["days"]},
+        "params": {k: params.get(k) for k in FAMILY_PARAMS},
+    }
+    return extra, [f"{day}T00:00:00" for day in d["days"]]
 
 
 def samples_day(

@@ -8,9 +8,9 @@ where a site's exporter drops one file per day, named with that day
 ``sacct_exports``, whose :class:`SacctExportTrigger` (run by the triggerer) lists the folder
 every ``HOUSE_SACCT_EXPORT_POLL`` seconds (60) and emits one asset event per new export file,
 ``{"uri": <the file>, "day": "YYYY-MM-DD", "name": <file name>}`` (:func:`export_events`);
-the asset-triggered run samples the day that export completes (``mirage_samples``: the export's
-day minus one day and the workload, whose samples' jobs are all in the folder by then) with the
-folder as its trace (:func:`export_params`):
+the asset-triggered run samples the day each of its exports completes (``mirage_samples``: the
+export's day minus one day and the workload, whose samples' jobs are all in the folder by then)
+with the folder as its trace (:func:`export_params`):
 ``ingest`` reads a folder as one trace, its export files in day order
 (``mirage_tasks.data.exports``), so the days of the folder are one sample family (named by
 the folder) and ``mirage_monthly`` starts one ``mirage_pipeline`` run per month with the
@@ -25,8 +25,13 @@ arrive; an export that changes an earlier job's row (a job in two days' exports 
 newest row) makes the days that see it stale, and the month's pipeline run samples those again.
 A month is complete when the export six days after its last day (five-day workload) arrives;
 the first exports of a folder complete days before it and their runs skip. Exports that land
-together may reach one run (the scheduler gives a new run every event queued): it samples the
-day the newest completes and names the others' days in its log, to backfill.
+together may reach one run: it samples the day each completes. Events that come while
+``mirage_samples`` is at ``max_active_runs`` are not all given to the next run (Airflow 3.3
+queues one ``AssetDagRunQueue`` row per asset and DAG, created at the first of them, and the
+run it starts consumes the events up to that time only; the others wait for the next export's
+run), so every watched run also samples the days the folder's exports complete that are not
+committed (``mirage_tasks.run.plan.watched_days``): the run that plans after an export landed
+samples its day.
 
 The files already announced are kept in the asset's state store (Airflow's, in the metadata
 database, key ``seen``), so a restarted triggerer does not announce old files again; the

@@ -255,8 +255,8 @@ class _Outlet:
     def __init__(self):
         self.extra, self.partitions = None, []
 
-    def add_partitions(self, key):
-        self.partitions.append(key)
+    def add_partitions(self, keys):
+        self.partitions += [keys] if isinstance(keys, str) else list(keys)
 
 
 def _samples_day(dag, params: dict, run_type: str, day: str, payload: dict | list | None = None) -> dict:
@@ -293,7 +293,7 @@ def _commit(partition: str) -> None:
     step.commit()
 
 
-def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, monkeypatch, capsys):
+def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, monkeypatch):
     """The exports of February and early March dropped in the watched folder one by one: each
     run samples the day its export completes (six days before it: a day and the five-day
     workload) with the folder as its trace, so the days share one family per node size and their events one trace;
@@ -325,9 +325,10 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
     # the layout before: Feb 1 sampled with its export file as the trace (a manual run's conf)
     (folder / "ls6-2023-02-01.log").write_text("JobID|Submit|NNodes\n1|2023-02-01T01:00:00|1\n")
     single = _samples_day(samples, dict(params, trace=f"{uri}/ls6-2023-02-01.log"), "manual", "2023-02-01")
-    for part in single["partitions"].values():
+    single_parts = single["partitions"]["2023-02-01"]
+    for part in single_parts.values():
         _commit(part)
-    before = {n: read_marker(p) for n, p in single["partitions"].items()}
+    before = {n: read_marker(p) for n, p in single_parts.items()}
 
     def export(day: str) -> dict:
         """The site drops ``day``'s export into the folder: the watcher's payload for it."""
@@ -347,31 +348,27 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
     arrivals = [(date.fromisoformat(d) + timedelta(days=6)).isoformat() for d in days]
     for day, arrival in zip(days, arrivals):
         d = _samples_day(samples, params, "asset_triggered", arrival, export(arrival))
-        assert d["day"] == day and d["missing"] == [1, 8]
-        for part in d["partitions"].values():
+        # the earlier days the folder's exports complete are committed: this run's day alone
+        assert d["days"] == [day] and d["missing"] == {day: [1, 8]}
+        for part in d["partitions"][day].values():
             _commit(part)
         outlet = _Outlet()
         samples.get_task("publish").python_callable(d, params=params, outlet_events={asset: outlet})
         assert outlet.partitions == [f"{day}T00:00:00"] and outlet.extra["params"]["trace"] == uri
         extras.append(json.loads(json.dumps(outlet.extra)))
-    # two exports landing together give one run: it samples the day the newer completes (Mar 8's:
-    # Mar 2) and names the other's day (Mar 1) to backfill
-    two = [export("2023-03-07"), export("2023-03-08")]
-    capsys.readouterr()
-    assert _samples_day(samples, params, "asset_triggered", "2023-03-07", two[::-1])["day"] == "2023-03-02"
-    assert "ls6-2023-03-07.log (2023-03-07, completes 2023-03-01) arrived with this run: backfill 2023-03-01" in (
-        capsys.readouterr().out
-    )
-    families = {n: {p.rsplit("/", 1)[0] for p in (e["partitions"][n] for e in extras)} for n in ("1", "8")}
+    families = {
+        n: {p.rsplit("/", 1)[0] for p in (e["days"][d]["partitions"][n] for e in extras for d in e["days"])}
+        for n in ("1", "8")
+    }
     assert all(len(f) == 1 for f in families.values())  # one family per node size for the month
 
     # the per-file partition of Feb 1 is another family, untouched
-    assert set(single["partitions"].values()).isdisjoint(extras[0]["partitions"].values())
-    assert {n: read_marker(p) for n, p in single["partitions"].items()} == before
+    assert set(single_parts.values()).isdisjoint(extras[0]["days"]["2023-02-01"]["partitions"].values())
+    assert {n: read_marker(p) for n, p in single_parts.items()} == before
 
     # a backfill of the same days (the folder as its trace) finds them committed: nothing to sample
     for day in (days[0], days[13], days[-1]):
-        assert _samples_day(samples, dict(params, trace=uri), "backfill", day)["missing"] == []
+        assert _samples_day(samples, dict(params, trace=uri), "backfill", day)["missing"] == {day: []}
 
     # mirage_monthly: one pipeline run for February, on the folder
     events = {asset: [SimpleNamespace(extra=e) for e in extras]}
@@ -396,3 +393,61 @@ def test_a_month_of_watched_days_is_one_pipeline_run_on_the_folder(tmp_path, mon
         monthly.get_task("month").python_callable(
             dag_run=SimpleNamespace(partition_key="2023-02"), triggering_asset_events=mixed
         )
+
+
+def test_exports_reaching_one_run_get_every_day_they_complete_sampled_and_published(tmp_path, monkeypatch):
+    """Several exports that reached one run (the scheduler coalesced their events): the run
+    samples the day each completes, skipping the committed node sizes, and ``publish`` emits one
+    event per day (its partition key the day). A day the folder's exports complete whose export's
+    event reached no run (the scheduler leaves events that came while the DAG was at
+    ``max_active_runs`` to the next export's run) is caught up when not committed, left out when
+    it is; a run whose days are all committed and whose events complete none samples nothing."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    site, storage = tmp_path / "site", tmp_path / "storage"
+    folder = site / "exports"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("HOUSE_STORAGE_ROOT", str(storage))
+    monkeypatch.setenv("HOUSE_INPUT_ROOTS", str(site))
+    monkeypatch.delenv("HOUSE_SACCT_EXPORT_URI", raising=False)
+    samples = load_dag("mirage_samples")
+    [asset] = samples.get_task("publish").outlets
+    params = dict(samples.params.validate(), trace_timezone="America/Chicago", node_sizes=[1, 8])
+    uri = f"file://{folder}"
+
+    def export(day: str) -> dict:
+        name = f"ls6-{day}.log"
+        (folder / name).write_text(f"JobID|Submit|NNodes\n{day[-2:]}|{day}T01:00:00|1\n")
+        return {"uri": f"{uri}/{name}", "day": day, "name": name, "timezone": "America/Chicago"}
+
+    payloads = {d: export(f"2023-03-{d:02d}") for d in range(1, 12)}  # complete Feb 23 .. Mar 5
+    # one run of the exports of Mar 7, 8 and 9 (Mar 1, 2, 3); Mar 2's node 8 committed already
+    d = _samples_day(samples, params, "asset_triggered", "2023-03-07", [payloads[9], payloads[7], payloads[8]])
+    assert d["days"][:3] == ["2023-03-01", "2023-03-02", "2023-03-03"]
+    # Mar 10's and 11's exports are in the folder too (their events not given to this run): caught up
+    assert d["days"] == ["2023-03-01", "2023-03-02", "2023-03-03", "2023-03-04", "2023-03-05"]
+    _commit(d["partitions"]["2023-03-02"]["8"])
+    d = _samples_day(samples, params, "asset_triggered", "2023-03-07", [payloads[9], payloads[7], payloads[8]])
+    assert d["missing"]["2023-03-02"] == [1] and d["missing"]["2023-03-01"] == [1, 8]
+    labels = d["labels"]["sample"]
+    assert len(labels) == len(d["sample"]) == 9 and "node 8 · 2023-03-02" not in labels
+    assert {f"node {n} · 2023-03-0{i}" for n in (1, 8) for i in (1, 3, 4, 5)} | {"node 1 · 2023-03-02"} == set(labels)
+    # publish refuses days whose partitions are not committed, then emits one event per day
+    outlet = _Outlet()
+    with pytest.raises(RuntimeError, match="partitions not committed"):
+        samples.get_task("publish").python_callable(d, params=params, outlet_events={asset: outlet})
+    for parts in d["partitions"].values():
+        for part in parts.values():
+            _commit(part)
+    samples.get_task("publish").python_callable(d, params=params, outlet_events={asset: outlet})
+    assert sorted(outlet.partitions) == [f"2023-03-0{i}T00:00:00" for i in range(1, 6)]
+    assert set(outlet.extra["days"]) == {f"2023-03-0{i}" for i in range(1, 6)}
+    assert outlet.extra["days"]["2023-03-02"]["computed"] == [1] and outlet.extra["params"]["trace"] == uri
+    assert outlet.extra["days"]["2023-03-02"]["partitions"] == d["partitions"]["2023-03-02"]
+
+    # a later run of Mar 10's export (its event left to it): its day published again, nothing to sample
+    again = _samples_day(samples, params, "asset_triggered", "2023-03-10", payloads[10])
+    assert again["days"] == ["2023-03-04"] and again["sample"] == [] and again["missing"] == {"2023-03-04": []}
+    # a run of only early exports once every day is committed: nothing to sample, nothing published
+    with pytest.raises(AirflowSkipException, match="every day the folder's exports complete is committed"):
+        _samples_day(samples, params, "asset_triggered", "2023-03-01", payloads[1])

@@ -256,3 +256,29 @@ def test_the_day_an_export_completes_sees_only_jobs_of_the_exports_so_far(worklo
         # one day later and its horizon reaches into the next export (a site east of UTC)
         later = (date.fromisoformat(day) + timedelta(days=1)).isoformat()
         assert horizon(later, workload_days) > export_day
+
+
+def test_the_days_a_watched_run_samples():
+    """``watched_days``: the day each of the run's exports completes (several when their events
+    reached one run), the other days the folder's exports complete to catch up when not
+    committed (an export whose event reached no run), none before the folder's first export."""
+    from mirage_tasks.run.plan import watched_days
+
+    folder = [f"2023-01-{d:02d}" for d in range(4, 13)]  # complete Dec 29 .. Jan 6 (five-day workload)
+    w = watched_days(["2023-01-11", "2023-01-10"], folder, 5)
+    assert w == {"days": ["2023-01-04", "2023-01-05"], "catch_up": ["2023-01-06"], "early": [], "first": "2023-01-04"}
+    # a run of early exports alone: nothing of its own, the folder's complete days to catch up
+    w = watched_days(["2023-01-04", "2023-01-05"], folder, 5)
+    assert w["days"] == [] and w["early"] == ["2022-12-29", "2022-12-30"]
+    assert w["catch_up"] == ["2023-01-04", "2023-01-05", "2023-01-06"]
+    # a folder of early exports only: nothing at all
+    assert watched_days(["2023-01-06"], folder[:3], 5) == {
+        "days": [],
+        "catch_up": [],
+        "early": ["2022-12-31"],
+        "first": "2023-01-04",
+    }
+    # the same export twice (announced again after a restart): its day once
+    assert watched_days(["2023-01-10", "2023-01-10"], folder, 4.5)["days"] == ["2023-01-04"]
+    with pytest.raises(ValueError, match="folder's export days"):
+        watched_days(["2023-01-10"], [], 5)
