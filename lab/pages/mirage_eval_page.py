@@ -760,14 +760,17 @@ def _class_limits(wp_rows: list) -> list[str]:
             cov = lc[k].get("coverage")
             if cov is not None and not lo - 1e-12 <= cov <= hi + 1e-12:
                 out_req.append(f"{name} {k} {cov:.1%}")
-    fallback, miss_fb, miss_own = [], [], []
+    fallback, merged, miss_fb, miss_mg, miss_own = [], [], [], [], []
     for name, wp in wp_rows:
         grp = wp["bound"]["groups"].get(wp["pick"], {})
-        fb = sorted((k for k, v in grp.items() if v["source"] != "calibrated"), key=_size_key)
+        mg = sorted((k for k, v in grp.items() if v["source"] != "calibrated" and v.get("merged")), key=_size_key)
+        fb = sorted((k for k, v in grp.items() if v["source"] != "calibrated" and k not in mg), key=_size_key)
         if fb:
             fallback.append(f"{name} {', '.join(fb)}")
+        if mg:
+            merged.append(f"{name} {', '.join(mg)}")
         for k in size_classes_outside(wp):
-            (miss_fb if k in fb else miss_own).append(f"{name} {k}")
+            (miss_fb if k in fb else miss_mg if k in mg else miss_own).append(f"{name} {k}")
     n_min = wp_rows[0][1]["bound"].get("group_min_known", "-")
     return [
         "* The bound is calibrated per job-size class (one online offset per class, moved only by its own jobs' "
@@ -779,18 +782,28 @@ def _class_limits(wp_rows: list) -> list[str]:
         )
         + (
             f" A size class with fewer than {n_min} known waits on the calibration tail (or whose 90 % quantile "
-            f"there was a wait still going on at the cut) starts at the pooled offset ({'; '.join(fallback)}): "
-            "a class of few jobs gives its offset few outcomes to learn from, each a step of at most 0.05, so "
+            "there was a wait still going on at the cut) starts at the offset of it merged with its neighbouring "
+            "size classes, larger ones first, until the merged ones hold as many"
+            + (f" ({'; '.join(merged)})" if merged else "")
+            + (f", else at the pooled offset ({'; '.join(fallback)})" if fallback else "")
+            + ": a class of few jobs gives its offset few outcomes to learn from, each a step of at most 0.05, so "
             "it follows a change in the class's waits slowly."
-            if fallback
+            if fallback or merged
             else ""
         )
         + (
             " Of the size classes outside the target (Summary), "
-            + (f"{', '.join(miss_fb)} started at the pooled offset" if miss_fb else "none started at the pooled offset")
-            + (f"; {', '.join(miss_own)} at their own" if miss_own else "")
+            + "; ".join(
+                x
+                for x in (
+                    f"{', '.join(miss_fb)} started at the pooled offset" if miss_fb else "",
+                    f"{', '.join(miss_mg)} at their merged neighbours'" if miss_mg else "",
+                    f"{', '.join(miss_own)} at their own" if miss_own else "",
+                )
+                if x
+            )
             + "."
-            if miss_fb or miss_own
+            if miss_fb or miss_mg or miss_own
             else ""
         )
     ]

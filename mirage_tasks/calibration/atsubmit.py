@@ -46,7 +46,7 @@ import heapq
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -556,6 +556,25 @@ def group_keys(levels: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
+def neighbour_run(
+    order: Sequence[Any], start: Any, calibrated: Callable[[tuple[Any, ...]], bool]
+) -> tuple[Any, ...] | None:
+    """The groups a thin group borrows its start offset from: ``start`` and its neighbours in
+    ``order`` (e.g. job-size classes, small to large), grown one group at a time, first toward the
+    larger ones, then (past the largest) toward the smaller, until ``calibrated(run)`` holds (the run
+    in ``order``); None where even every group together is not. Deterministic: it reads nothing but
+    ``order`` and ``calibrated`` (what the calibration period knew at its cut)."""
+    order = list(order)
+    i = order.index(start)
+    members = [i]
+    for j in [*range(i + 1, len(order)), *range(i - 1, -1, -1)]:
+        members.append(j)
+        run = tuple(order[k] for k in sorted(members))
+        if calibrated(run):
+            return run
+    return None
+
+
 def group_theta0(
     base_s: np.ndarray,
     real_wait: np.ndarray,
@@ -565,6 +584,7 @@ def group_theta0(
     cap_s: float = np.inf,
     min_known: int = 50,
     also: Sequence[np.ndarray] | None = None,
+    merge_order: Callable[[Any], Any] | None = None,
 ) -> tuple[dict[Any, float], dict[str, dict[str, Any]]]:
     """The start offsets of a grouped :func:`online_bound` from a calibration sample, its jobs' keys
     at ``levels`` (coarse to fine, :func:`group_keys`): a group at a level is *calibrated* where it
@@ -574,8 +594,16 @@ def group_theta0(
     jobs to come (the scored ones), whose groups the sample may lack. Returns (the offsets by
     finest group, and per finest group: ``theta0``, ``source`` ("calibrated" at the finest level,
     "level k" at a coarser one, "pooled fallback"), ``n``, ``n_known`` and ``quantile_censored`` of
-    the group itself)."""
+    the group itself).
+
+    ``merge_order`` (one level only; a sort key of its groups, e.g. the job-size class's smallest
+    node count): a group not calibrated itself starts instead at the offset of its
+    :func:`neighbour_run`, the neighbouring groups merged until calibrated (source "merged (a, b,
+    ...)", ``merged`` the run), and at the pooled one only where no run is; its offset online stays
+    its own."""
     cen = np.asarray(censored, dtype=bool)
+    if merge_order is not None and len(levels) != 1:
+        raise ValueError(f"group_theta0: merge_order needs one level, got {len(levels)}")
     pooled = static_theta(base_s, real_wait, level, cen, cap_s)
     keys = [group_keys(levels[: i + 1]) for i in range(len(levels))]
     own: list[dict[str, float]] = []
@@ -614,6 +642,24 @@ def group_theta0(
         n, n_known, censored_q = stats.get(g, (0, 0, False))
         out[g] = th
         info[g] = {"theta0": th, "source": src, "n": n, "n_known": n_known, "quantile_censored": bool(censored_q)}
+    if merge_order is not None:
+        kk = keys[0]
+        order = sorted(finest, key=merge_order)
+
+        def calibrated(run: tuple[Any, ...]) -> bool:
+            m = np.isin(kk, run)
+            return int((m & ~cen).sum()) >= min_known and bool(
+                np.isfinite(_score_quantile(base_s[m], real_wait[m], level, cen[m]))
+            )
+
+        for g in order:
+            if info[g]["source"] == "calibrated":
+                continue
+            run = neighbour_run(order, g, calibrated)
+            if run is not None:
+                m = np.isin(kk, run)
+                out[g] = static_theta(base_s[m], real_wait[m], level, cen[m], cap_s)
+                info[g].update(theta0=out[g], source=f"merged ({', '.join(map(str, run))})", merged=list(run))
     return out, info
 
 

@@ -31,7 +31,9 @@ a log scale by an offset, one per job-size class (Mondrian: a 90 % bound calibra
 covered the large classes' jobs far less often than the small ones'), fitted by split conformal on
 the calibration period's held-back tail (a class's own offset where the tail holds at least
 :data:`GROUP_MIN_KNOWN` of its jobs with a known wait and its quantile is not a wait still going on
-at the cut, else the pooled one), then kept calibrated
+at the cut; a thinner class starts at the offset of it merged with its neighbouring classes, larger
+ones first, until the merged classes hold as many (:func:`~mirage_tasks.calibration.atsubmit.neighbour_run`,
+read from the calibration tail only), and at the pooled one only where no merge does), then kept calibrated
 online over the scored months: each job's coverage is fed back when its bound runs out, covered or
 not (both are known then, and the instant does not depend on the outcome), never earlier, to its
 own class's offset only; each outcome moves that offset by at most ``eta``, the offset stays within a range
@@ -132,7 +134,8 @@ AT_CUT = (
     "the fold's start), the bound's offset counts it a miss"
 )
 #: the bound keeps one offset per job-size class (:func:`size_class`); a class starts at its own
-#: split-conformal offset where the calibration tail holds at least this many of its jobs with a known wait
+#: split-conformal offset where the calibration tail holds at least this many of its jobs with a known wait,
+#: else at that of it merged with its neighbouring classes until the merged ones hold as many
 GROUP_MIN_KNOWN = 50
 BOUND_GROUPING = "job-size class"
 BOUND_READS = (
@@ -140,6 +143,8 @@ BOUND_READS = (
     "longest wait as known at its end) or the base where that is larger; one offset per job-size class, "
     f"started at the class's own split-conformal offset on the calibration tail where the tail holds at least "
     f"{GROUP_MIN_KNOWN} of its jobs with a known wait and its quantile is not a wait still going on at the cut, "
+    "else at the offset of it merged with its neighbouring size classes (larger ones first, then smaller) until "
+    "the merged classes hold as many and their quantile is not such a wait (read from the calibration tail only), "
     "else at the pooled one; each job's coverage is fed back "
     "when its bound runs out, covered or not, and moves its class's offset (only that one) by at most eta; "
     "the offset stays within +-log1p(cap / 1 min)"
@@ -414,6 +419,11 @@ def size_class(nodes: np.ndarray) -> np.ndarray:
     return node_class(nodes) if len(nodes) else np.array([], dtype=object)
 
 
+def size_key(g: str) -> int:
+    """A job-size class's place in size order (:func:`size_class`): its smallest node count."""
+    return int(str(g).split("-")[0])
+
+
 def bound_levels(frame: pd.DataFrame) -> list[np.ndarray]:
     """The bound's groups (:func:`~mirage_tasks.calibration.atsubmit.group_theta0`), coarse to fine:
     the job-size class (:func:`size_class`)."""
@@ -647,11 +657,13 @@ def markdown(doc: dict[str, Any]) -> str:
         grp = (bd.get("groups") or {}).get(doc["pick"])
         if grp:
             own = [g for g, v in grp.items() if v["source"] == "calibrated"]
-            fb = [g for g, v in grp.items() if v["source"] != "calibrated"]
+            mg = [f"{g} with {', '.join(x for x in v['merged'] if x != g)}" for g, v in grp.items() if v.get("merged")]
+            fb = [g for g, v in grp.items() if v["source"] != "calibrated" and not v.get("merged")]
             out += [
                 f"One offset per {bd['grouping']}, moved only by its own jobs' outcomes; each started at its own "
                 f"offset on the calibration tail where at least {bd['group_min_known']} of its jobs' waits were known "
                 f"there and its quantile was not a wait still going on at the cut ({', '.join(own) or 'none'}), "
+                f"else at the offset of it merged with its neighbouring classes ({'; '.join(mg) or 'none'}), "
                 f"else at the pooled offset ({', '.join(fb) or 'none'}).",
                 "",
             ]
@@ -964,7 +976,15 @@ def run(args: argparse.Namespace) -> int:
     theta0_g, groups = {}, {}
     for k in CANDIDATES:
         theta0_g[k], info = atsubmit.group_theta0(
-            base_tail[k], real_tail, args.level, cen_tail, lv_tail, cap_s, GROUP_MIN_KNOWN, also=lv_scored
+            base_tail[k],
+            real_tail,
+            args.level,
+            cen_tail,
+            lv_tail,
+            cap_s,
+            GROUP_MIN_KNOWN,
+            also=lv_scored,
+            merge_order=size_key,
         )
         groups[k] = dict(sorted(info.items(), key=lambda kv: _group_order(kv[0])))
     for k in CANDIDATES:

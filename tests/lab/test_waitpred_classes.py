@@ -99,13 +99,18 @@ def test_the_limits_say_what_the_bound_is_calibrated_per():
     (line,) = _class_limits([("ls6", _wp())])
     assert line.startswith("* The bound is calibrated per job-size class")
     assert "outside [85 %, 95 %] there: ls6 <=1h 98.0%." in line
-    assert "starts at the pooled offset (ls6 16-31, 64-127)" in line
+    assert "else at the pooled offset (ls6 16-31, 64-127)" in line
     assert line.endswith(
         "Of the size classes outside the target (Summary), ls6 16-31, ls6 64-127 started at the pooled offset."
     )
     own = _wp()
     own["bound"]["groups"]["zero"]["16-31"]["source"] = "calibrated"
     assert _class_limits([("ls6", own)])[0].endswith("ls6 64-127 started at the pooled offset; ls6 16-31 at their own.")
+    mg = _wp()
+    mg["bound"]["groups"]["zero"]["16-31"] = {"source": "merged (16-31, 64-127)", "merged": ["16-31", "64-127"]}
+    line = _class_limits([("ls6", mg)])[0]
+    assert "until the merged ones hold as many (ls6 16-31), else at the pooled offset (ls6 64-127)" in line
+    assert line.endswith("ls6 64-127 started at the pooled offset; ls6 16-31 at their merged neighbours'.")
     old = _wp()
     del old["bound"]
     assert _class_limits([("ls6", old)])[0].startswith("* Coverage is over all jobs of a month: the bound is not")

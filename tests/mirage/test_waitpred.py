@@ -242,6 +242,55 @@ def test_a_group_starts_at_its_own_offset_only_with_enough_known_calibration_wai
     assert info2["8-15"]["source"] == "pooled fallback"
 
 
+def test_a_thin_group_merges_with_its_larger_neighbours_first_then_the_smaller():
+    order = ["1", "2-3", "4-7", "8-15", "16-31", "64-127"]
+    known = {"1": 1700, "2-3": 70, "4-7": 215, "8-15": 18, "16-31": 13, "64-127": 0}
+
+    def enough(run):
+        return sum(known[g] for g in run) >= 50
+
+    # 8-15 + 16-31 + 64-127 hold 31 known: past the largest it takes the next smaller, 4-7
+    assert atsubmit.neighbour_run(order, "8-15", enough) == ("4-7", "8-15", "16-31", "64-127")
+    assert atsubmit.neighbour_run(order, "64-127", enough) == ("4-7", "8-15", "16-31", "64-127")
+    assert atsubmit.neighbour_run(order, "2-3", enough) == ("2-3", "4-7")
+    # larger neighbours enough on their own: no smaller one
+    known2 = {**known, "16-31": 40}
+    assert atsubmit.neighbour_run(order, "8-15", lambda r: sum(known2[g] for g in r) >= 50) == ("8-15", "16-31")
+    # nothing is ever enough: no run
+    assert atsubmit.neighbour_run(order, "8-15", lambda r: False) is None
+    # the rule reads only the order and the predicate: the same answer every time
+    assert len({atsubmit.neighbour_run(order, "16-31", enough) for _ in range(5)}) == 1
+
+
+def test_a_thin_group_starts_at_its_merged_neighbours_offset_from_the_calibration_sample_only():
+    rng = np.random.default_rng(7)
+    group = np.array(["1"] * 300 + ["4-7"] * 40 + ["8-15"] * 20 + ["16-31"] * 30, dtype=object)
+    real = rng.exponential(H, len(group)) * np.where(group == "1", 1, 20)
+    base = np.full(len(group), 600.0)
+    cen = np.zeros(len(group), bool)
+    cen[340:342] = True  # 8-15: 18 of its 20 known
+    scored = [np.array(["64-127", "8-15"], dtype=object)]
+    th, info = atsubmit.group_theta0(
+        base, real, 0.9, cen, [group], cap_s=1000 * H, min_known=35, also=scored, merge_order=wp.size_key
+    )
+    assert info["1"]["source"] == "calibrated" and info["4-7"]["source"] == "calibrated"
+    # 8-15 (18 known) + 16-31 (30) = 48: its larger neighbour is enough
+    m = np.isin(group, ["8-15", "16-31"])
+    assert info["8-15"]["merged"] == ["8-15", "16-31"] and info["8-15"]["source"] == "merged (8-15, 16-31)"
+    assert th["8-15"] == atsubmit.static_theta(base[m], real[m], 0.9, cen[m], 1000 * H)
+    # 16-31 (30) + 64-127 (none in the sample) = 30: then its smaller neighbour 8-15
+    assert info["16-31"]["merged"] == ["8-15", "16-31", "64-127"]
+    assert info["64-127"]["merged"] == ["8-15", "16-31", "64-127"] and info["64-127"]["n"] == 0
+    assert th["16-31"] == th["64-127"] == th["8-15"]
+    # the large classes wait long: the merged start lies above the pooled one, as their own would
+    assert th["8-15"] > th[None] > th["1"]
+    # without merge_order the thin ones start at the pooled offset, as before
+    th3, info3 = atsubmit.group_theta0(base, real, 0.9, cen, [group], cap_s=1000 * H, min_known=35, also=scored)
+    assert info3["8-15"]["source"] == "pooled fallback" and th3["8-15"] == th3[None]
+    with pytest.raises(ValueError, match="one level"):
+        atsubmit.group_theta0(base, real, 0.9, cen, [group, group], merge_order=wp.size_key)
+
+
 def test_a_group_falls_back_level_by_level_and_never_calibrates_on_a_censored_quantile():
     rng = np.random.default_rng(6)
     size = np.array(["1"] * 200 + ["8-15"] * 100, dtype=object)

@@ -88,15 +88,24 @@ def test_waitpred_scores_and_writes_its_outputs(trace_uri, tmp_path, capsys):
     assert list(doc["criteria"]["qbets_coverage_months"]) == months
     assert md.count("QBETS coverage") == 4  # the month table and the three bound tables
     assert (out / "model.ubj").read_bytes()[:1] == b"{"  # xgboost's UBJ, not a pickle
-    # one offset per job-size class: every scored class's start named, its own or the pooled one
+    # one offset per job-size class: every scored class's start named, its own, its merged
+    # neighbours' (a run of classes in size order holding it) or the pooled one
     bd = doc["bound"]
     assert bd["grouping"] == "job-size class" and set(bd["groups"]) == set(wp.CANDIDATES)
     for k, grp in bd["groups"].items():
         assert set(g["size_classes"]) <= set(grp)
-        for v in grp.values():
+        order = sorted(grp, key=wp.size_key)
+        for c, v in grp.items():
             own = v["n_known"] >= bd["group_min_known"] and not v["quantile_censored"]
-            assert v["source"] == ("calibrated" if own else "pooled fallback")
-            assert own or v["theta0"] == doc["theta0"][k]
+            if own:
+                assert v["source"] == "calibrated" and "merged" not in v
+            elif "merged" in v:
+                run = v["merged"]
+                assert c in run and run == order[order.index(run[0]) : order.index(run[0]) + len(run)]
+                assert v["source"] == f"merged ({', '.join(run)})"
+                assert sum(grp[x]["n_known"] for x in run) >= bd["group_min_known"]
+            else:
+                assert v["source"] == "pooled fallback" and v["theta0"] == doc["theta0"][k]
     cs = doc["criteria"]["coverage_size_classes"]
     assert cs == {c: g["size_classes"][c]["coverage"] for c in g["size_classes"]}
     lo, hi = doc["criteria"]["coverage_target"]
