@@ -108,8 +108,7 @@ with DAG(
         from airflow.sdk.exceptions import AirflowSkipException
 
         from house import input_roots
-        from mirage_tasks.data.exports import list_exports
-        from mirage_tasks.run.plan import samples_trace, trace_fingerprint, watched_days
+        from mirage_tasks.run.plan import NothingToSample, run_days, samples_trace, trace_fingerprint
         from mirage_tasks.run.runconf import MirageRun, input_params
         from stepkit import StepError, reach
 
@@ -118,11 +117,8 @@ with DAG(
         if dr.run_type == "scheduled" and not params.get("trace"):
             raise AirflowSkipException("a scheduled run follows a growing trace: set the trace param's default")
         when = getattr(dr, "partition_date", None) or context.get("logical_date") or dr.run_after
-        day = when.astimezone(UTC).date().isoformat()
-        days, catch_up = [day], []
         # a run started by new sacct exports (house.watch): the watched folder is its trace, its days
-        # those its exports complete (their samples' jobs all in the folder by then), and any other
-        # day the folder's exports complete that is not committed yet (day_plan checks)
+        # those its exports complete and any other the folder completes not yet committed (run_days)
         exports = export_events(context) if dr.run_type == "asset_triggered" else []
         overrides = export_params(exports[-1], params) if exports else {}
         params.update(overrides)
@@ -130,28 +126,19 @@ with DAG(
             run = MirageRun.from_params(params)
             # the params a step opens are data, not reach: under the allowed roots, before the trace is read
             reach.check_params(input_params(run), input_roots())
-            if exports:
-                folder = [d for d, _ in list_exports(run.trace).files]
-                w = watched_days([e["day"] for e in exports], folder, run.workload_days)
-                days, catch_up = w["days"], w["catch_up"]
-                names = ", ".join(e["name"] for e in exports)
-                print(
-                    f"exports {names}: days {days or 'none'}; days to catch up if not committed: {catch_up or 'none'}"
-                )
-                if not days and not catch_up:
-                    raise AirflowSkipException(
-                        f"export {exports[-1]['name']} completes {w['early'][-1]}, before the folder's first "
-                        f"export ({w['first']}): nothing to sample yet"
-                    )
-                day = (days or catch_up)[-1]
+            r = run_days(when.astimezone(UTC).date().isoformat(), exports, run)
+            if r["note"]:
+                print(r["note"])
             fp = trace_fingerprint(run.trace) if run.trace else None
-            trace = samples_trace(run, storage_prefix("mirage"), day, fp)
+            trace = samples_trace(run, storage_prefix("mirage"), r["day"], fp)
+        except NothingToSample as exc:
+            raise AirflowSkipException(str(exc)) from exc
         except (ValueError, StepError) as exc:
             raise _fail(exc) from exc
         follow = dr.run_type == "scheduled" and bool(params.get("trace"))
         return {
-            "days": None if follow else days,
-            "catch_up": catch_up,
+            "days": None if follow else r["days"],
+            "catch_up": r["catch_up"],
             "trace_argv": trace.pop("argv"),
             "overrides": overrides,
             **trace,

@@ -634,6 +634,32 @@ def watched_days(event_days: Sequence[str], folder_days: Sequence[str], workload
     return {"days": days, "catch_up": catch_up, "early": sorted(brought - set(days)), "first": first}
 
 
+class NothingToSample(Exception):
+    """A watched run whose exports complete no day from the folder's first export on (a skip, not a failure)."""
+
+
+def run_days(day: str, exports: Sequence[dict[str, str]], run: MirageRun) -> dict[str, Any]:
+    """What a ``mirage_samples`` run samples: its own ``day`` (its partition), or for a run started by
+    a watched folder's exports (``exports``: their events' payloads, :func:`house.watch.export_events`;
+    ``run.trace`` the folder) :func:`watched_days` over the folder's export days as they are now.
+    ``days`` and ``catch_up`` as there, ``day`` the one the trace is prepared for (the newest), and
+    ``note`` a line for the task's log; :class:`NothingToSample` when the exports complete nothing yet."""
+    if not exports:
+        return {"days": [day], "catch_up": [], "day": day, "note": None}
+    from ..data.exports import list_exports
+
+    folder = [d for d, _ in list_exports(run.trace).files]
+    w = watched_days([e["day"] for e in exports], folder, run.workload_days)
+    if not w["days"] and not w["catch_up"]:
+        raise NothingToSample(
+            f"export {exports[-1]['name']} completes {w['early'][-1]}, before the folder's first export "
+            f"({w['first']}): nothing to sample yet"
+        )
+    names = ", ".join(e["name"] for e in exports)
+    note = f"exports {names}: days {w['days'] or 'none'}; days to catch up if not committed: {w['catch_up'] or 'none'}"
+    return {"days": w["days"], "catch_up": w["catch_up"], "day": (w["days"] or w["catch_up"])[-1], "note": note}
+
+
 def samples_days(
     run: MirageRun,
     shared: str,
