@@ -121,6 +121,12 @@ def test_every_command_parses_with_its_steps_parser():
     assert (rp.t_from, rp.t_to, rp.factor) == ("2023-02-05T00:00", "2023-02-13T12:00", 180.0)
 
 
+def _windows(root, wins):
+    """The campaign's windows.json: its busy windows ``wins`` picked from 50 candidates (40 busy)."""
+    meta = {"median_queue_train": 7.0, "train": ["a", "b"], "test": ["c", "d"], "span_hours": 204.0}
+    (root / "windows.json").write_text(json.dumps({**meta, "candidates": 50, "busy_candidates": 40, "windows": wins}))
+
+
 def _run(root, name, w, rows):
     d = root / f"{name}-{w}"
     d.mkdir()
@@ -147,19 +153,7 @@ def _run(root, name, w, rows):
 def test_the_page_pools_the_windows_and_says_the_verdict(tmp_path):
     page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2, 3)]
-    (tmp_path / "windows.json").write_text(
-        json.dumps(
-            {
-                "median_queue_train": 7.0,
-                "train": ["a", "b"],
-                "test": ["c", "d"],
-                "span_hours": 204.0,
-                "candidates": 50,
-                "busy_candidates": 40,
-                "windows": wins,
-            }
-        )
-    )
+    _windows(tmp_path, wins)
     for w in ("w1", "w2", "w3"):
         rows = []
         for c in range(4):
@@ -237,19 +231,7 @@ def test_two_sets_of_other_links_pool_without_pairing_across_sets(tmp_path):
     within the set (a chain index of one set is not the same decision in the other)."""
     page = _page_mod().page
     wins = [{"name": f"w{i}", "from": f"2023-02-0{i}T00:00", "mean_queue": 40.0} for i in (1, 2)]
-    (tmp_path / "windows.json").write_text(
-        json.dumps(
-            {
-                "median_queue_train": 7.0,
-                "train": ["a", "b"],
-                "test": ["c", "d"],
-                "span_hours": 204.0,
-                "candidates": 50,
-                "busy_candidates": 40,
-                "windows": wins,
-            }
-        )
-    )
+    _windows(tmp_path, wins)
     for name, model_s in (("keepc", -0.5), ("keepc2", 2.0)):
         for w in ("w1", "w2"):
             rows = []
@@ -318,19 +300,7 @@ def test_a_third_set_pools_says_its_asking_and_reads_the_predictions_computed_ag
     simulator columns, and the page counts the predictions that moved."""
     page = _page_mod().page
     wins = [{"name": "w1", "from": "2023-02-01T00:00", "mean_queue": 40.0}]
-    (tmp_path / "windows.json").write_text(
-        json.dumps(
-            {
-                "median_queue_train": 7.0,
-                "train": ["a", "b"],
-                "test": ["c", "d"],
-                "span_hours": 204.0,
-                "candidates": 50,
-                "busy_candidates": 40,
-                "windows": wins,
-            }
-        )
-    )
+    _windows(tmp_path, wins)
     for name in ("keepc", "keepc2", "keepc3"):
         rows = [
             {
@@ -369,19 +339,7 @@ def test_the_answer_states_the_widest_pools_verdict_lines(tmp_path):
     per-link tables are folded."""
     page = _page_mod().page
     wins = [{"name": "w1", "from": "2023-02-01T00:00", "mean_queue": 40.0}]
-    (tmp_path / "windows.json").write_text(
-        json.dumps(
-            {
-                "median_queue_train": 7.0,
-                "train": ["a", "b"],
-                "test": ["c", "d"],
-                "span_hours": 204.0,
-                "candidates": 50,
-                "busy_candidates": 40,
-                "windows": wins,
-            }
-        )
-    )
+    _windows(tmp_path, wins)
     for k, name in enumerate(("keepc", "keepc2", "keepc3")):
         rows = [
             {
