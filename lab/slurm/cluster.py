@@ -683,14 +683,21 @@ class LocalSlurm:
             said.append(f"stopped {name} (pid {pid})")
         # job steps that outlived their slurmd (slurmstepd runs in a session of its own)
         steps.update((p, _start_time(p)) for p in self.leftovers())
+        killed = {}
         for pid, started in sorted(steps.items()):
             if not self._is(pid, started):
                 continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 said.append(f"killed leftover job process {pid}")
+                killed[pid] = started
             except ProcessLookupError:
                 pass
+        # a SIGKILL is delivered when the process next runs: on a loaded machine it may still be
+        # there a moment later, and a caller that looks again at once would call it left over
+        deadline = time.monotonic() + 10.0
+        while any(self._is(p, t) for p, t in killed.items()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for f in Path(self.paths.pids).glob("*.started") if os.path.isdir(self.paths.pids) else []:
             f.unlink()
         return said
