@@ -63,18 +63,9 @@ def decision_argvs(
     v = "v2-" if waitpred else ""
     for n in sizes:
         common = [
-            "--trace",
-            f"{d}/trace",
-            "--cluster-config",
-            f"{d}/cal/config.json",
-            "--interval-hours",
-            f"{budget.interval_h:g}",
+            *_validate_common(d, budget, n),
             "--probe-spacing",
             "end",
-            "--node",
-            str(n),
-            "--workers",
-            "1",
             *(["--waitpred", f"{d}/waitpred"] if waitpred else []),
         ]
         out.append(
@@ -267,8 +258,8 @@ def base_rule(rule: str) -> str:
 
 
 def _validate_common(d: str, budget: Budget, n: int) -> list[str]:
-    """The flags every online ``validate`` of a log's node size shares: its trace, its calibrated
-    configuration, the sampling interval, the node size and one worker."""
+    """The flags every ``sample`` and online ``validate`` of a log's node size shares: its trace, its
+    calibrated configuration, the sampling interval, the node size and one worker."""
     return [
         "--trace",
         f"{d}/trace",

@@ -189,33 +189,7 @@ def test_check_bad_threshold_is_bad_input(tmp_path):
 
 
 def test_compare_uses_only_days_before_the_run():
-    import pandas as pd
-
-    rows = []
-    for k, v in enumerate([100, 100, 100, 300]):
-        rows.append(
-            {
-                "date": day(k - 3),
-                "run_id": f"r{k}",
-                "experiment": "e",
-                "system": "wasm",
-                "point": "p",
-                "repeat": 0,
-                "attempt": 1,
-                "status": "succeeded",
-                "measured": True,
-                "params": "",
-                "uri": "",
-                "n_workers": None,
-                "matrix_size": None,
-                "p50_us": None,
-                "p99_us": float(v),
-                "throughput_ok": None,
-                "run_time_ms": None,
-                "memory_gb_s": None,
-            }
-        )
-    df = pd.DataFrame(rows)
+    df = _p99_rows({day(k - 3): [v] for k, v in enumerate([100, 100, 100, 300])})  # runs r0..r3, oldest first
     res = trends.compare(df, df[df["run_id"] == "r3"], END, trends.Thresholds(p99_increase_pct=50, min_history=3))
     assert [b["trailing_median"] for b in res.breaches] == [100.0]
     assert res.breaches[0]["change_pct"] == 200.0

@@ -44,6 +44,13 @@ def day(offset: int, end: str = END) -> str:
     return (dt.date.fromisoformat(end) + dt.timedelta(days=offset)).isoformat()
 
 
+def _attempt(root, date, run_id, exp, system, params, repeat, arm=None) -> Attempt:
+    """The local target's attempt record of one point's repeat (of an A/A arm when ``arm`` is given)."""
+    base = {"run_id": run_id, "date": date, "experiment": exp, "system": system, "target": "local"}
+    base.update(params=params, repeat=repeat, **({"arm": arm} if arm is not None else {}))
+    return Attempt(point_prefix(root, date, run_id, exp, system, params, repeat, arm), base)
+
+
 def write_run(
     root: str,
     date: str,
@@ -58,16 +65,7 @@ def write_run(
     """
     factor = factor or {}
     for i, (exp, system, params, metrics) in enumerate(POINTS):
-        base = {
-            "run_id": run_id,
-            "date": date,
-            "experiment": exp,
-            "system": system,
-            "target": "local",
-            "params": params,
-            "repeat": 0,
-        }
-        att = Attempt(point_prefix(root, date, run_id, exp, system, params, 0), base)
+        att = _attempt(root, date, run_id, exp, system, params, 0)
         wobble = 1.0 + jitter * (((i * 7 + int(date[-2:]) * 3) % 5) - 2) / 2.0
         m = {k: round(v * wobble * factor.get(k, 1.0), 3) for k, v in metrics.items()}
         if "p99_us" in m:
@@ -106,17 +104,7 @@ def write_aa_run(root: str, date: str, run_id: str, fail: bool, n: int = 6) -> N
     exp, system, params = "matrix_multiplication", "native", {"n_workers": 2, "matrix_size": 100}
     for arm in AA_ARMS:
         for r in range(n):
-            base = {
-                "run_id": run_id,
-                "date": date,
-                "experiment": exp,
-                "system": system,
-                "target": "local",
-                "params": params,
-                "repeat": r,
-                "arm": arm,
-            }
-            att = Attempt(point_prefix(root, date, run_id, exp, system, params, r, arm), base)
+            att = _attempt(root, date, run_id, exp, system, params, r, arm)
             v = 800.0 * (1 + 0.004 * r) * (1.3 if fail and arm == AA_ARMS[1] else 1.0)
             att.finish(True, None, {"run_time_ms": round(v, 3)}, 0)
 
