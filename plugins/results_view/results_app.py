@@ -686,7 +686,7 @@ def _reports_of_run(root: str, dag_id: str, run_id: str) -> list[catalog.Report]
     """The reports a DAG run made or used; a mirage_monthly run's: the gate verdict of its partition (month)."""
     if dag_id == MONTHLY:
         month = partition_of(dag_id, run_id)
-        return [r for r in catalog.list_reports(root) if r.pipeline == dag_id and month and r.run == month]
+        return [r for r in catalog.list_reports(root) if r.pipeline == dag_id and r.run == month] if month else []
     return catalog.runs_of(root, dag_id, run_id)
 
 
